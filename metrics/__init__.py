@@ -1,0 +1,169 @@
+"""Runtime metrics for JAX and PyTorch programs, recorded in-process.
+
+Add two lines to a training program::
+
+    import metrics
+    metrics.install()            # finds the engines the program imported
+    ...
+    metrics.mark_step()          # once per training step (optional)
+    print(metrics.metrics_report())
+
+``import metrics`` imports neither torch nor jax; engine adapters load only
+when :func:`install` finds their engine already imported or is asked for it.
+The functions :func:`counter_names`, :func:`counter_value`,
+:func:`metric_names`, :func:`metric_data`, :func:`clear_all`,
+:func:`clear_counters`, :func:`clear_metrics`, :func:`metrics_report` and
+:func:`short_metrics_report` have ``torch_xla.debug.metrics``' call shapes.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Callable, Iterable, Sequence, TypeVar
+
+from tpu_info import textreport
+from tpu_info.model import Snapshot
+
+from metrics import engines as _engines
+from metrics import snapshot as _snapshot
+from metrics.recorder import Recorder
+
+__all__ = [
+    "install", "uninstall", "installed_engines", "recorder", "mark_step", "track",
+    "snapshot", "metrics_report", "short_metrics_report", "counter_names",
+    "counter_value", "metric_names", "metric_data", "clear_all", "clear_counters",
+    "clear_metrics", "Recorder",
+]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_lock = threading.RLock()
+_recorder: Recorder | None = None
+_installed: dict[str, Any] = {}
+
+
+def recorder() -> Recorder:
+    """The process-wide recorder, created on first use."""
+    global _recorder
+    if _recorder is None:
+        with _lock:
+            if _recorder is None:
+                _recorder = Recorder()
+    return _recorder
+
+
+def install(
+    engines: str | Sequence[str] = "auto",
+    *,
+    explain_cache_misses: bool = True,
+) -> Recorder:
+    """Installs the hooks of ``engines`` (idempotent) and returns the recorder.
+
+    Args:
+        engines: ``"auto"`` (the engines the program has already imported), or
+            a list of names from :func:`metrics.engines.valid_names`.
+        explain_cache_misses: capture JAX's cache-miss explanations as
+            recompile causes (printed only if the program turned them on).
+
+    Raises:
+        ValueError: an unknown engine name; the message lists the valid ones.
+    """
+    if isinstance(engines, str):
+        wanted = _engines.detect() if engines == "auto" else [engines]
+    else:
+        wanted = list(engines)
+    unknown = [e for e in wanted if e not in _engines.ENGINES]
+    if unknown:
+        raise ValueError(
+            f"unknown engine(s) {', '.join(map(repr, unknown))}; "
+            f"valid engines: {', '.join(_engines.valid_names())} (or 'auto')"
+        )
+    rec = recorder()
+    with _lock:
+        for name in wanted:
+            if name in _installed:
+                continue
+            module = _engines.load(name)
+            engine = module.create(rec, explain_cache_misses=explain_cache_misses)
+            engine.install()
+            _installed[name] = engine
+    return rec
+
+
+def uninstall() -> None:
+    """Removes every installed hook; recorded values stay readable."""
+    with _lock:
+        for engine in reversed(list(_installed.values())):
+            engine.uninstall()
+        _installed.clear()
+
+
+def installed_engines() -> list[Any]:
+    with _lock:
+        return list(_installed.values())
+
+
+def mark_step() -> None:
+    """Marks the end of one training step (counter ``MarkStep``, ``StepTime``)."""
+    recorder().mark_step()
+
+
+def track(fn: F | None = None, *, name: str | None = None) -> Any:
+    """Counts and times calls of a jitted function (``ExecuteTime``).
+
+    Use as ``step = metrics.track(jax.jit(step))`` or as a decorator. Each call
+    is also counted as an execution of the graph it ran in the graph ledger.
+    """
+    if fn is None:
+        return lambda f: track(f, name=name)
+    from metrics.engines import jax as jax_engine  # only reached by JAX users
+
+    return jax_engine.track(fn, name)
+
+
+def snapshot(events_since: int = 0) -> Snapshot:
+    """A consistent snapshot of everything recorded (computed now)."""
+    return _snapshot.build(recorder(), installed_engines(), events_since)
+
+
+def metrics_report() -> str:
+    """torch_xla-style report of every metric and counter, plus graphs and findings."""
+    return textreport.metrics_report(snapshot())
+
+
+def short_metrics_report(
+    counter_names: Iterable[str] | None = None,
+    metric_names: Iterable[str] | None = None,
+) -> str:
+    """The short report (torch_xla's defaults when no names are given)."""
+    return textreport.short_metrics_report(snapshot(), counter_names, metric_names)
+
+
+def counter_names() -> list[str]:
+    return recorder().registry.counter_names()
+
+
+def counter_value(name: str) -> int | None:
+    return recorder().registry.counter_value(name)
+
+
+def metric_names() -> list[str]:
+    return recorder().registry.metric_names()
+
+
+def metric_data(name: str) -> tuple[int, float, tuple[tuple[float, float], ...]] | None:
+    """``(total_samples, accumulator, ((unix_time, value), ...))`` or None."""
+    return recorder().registry.metric_data(name)
+
+
+def clear_counters() -> None:
+    recorder().registry.clear_counters()
+
+
+def clear_metrics() -> None:
+    recorder().registry.clear_metrics()
+
+
+def clear_all() -> None:
+    """Clears counters and metrics (the graph ledger and events stay)."""
+    recorder().registry.clear_all()

@@ -1,0 +1,618 @@
+"""JAX / PJRT engine hook.
+
+What it records:
+
+* ``CompileTime`` (backend compile), ``TraceTime``, ``LoweringTime`` from
+  ``jax.monitoring`` duration events; ``UncachedCompile`` per real compile and
+  ``CachedCompile`` per persistent-cache hit (a hit is never a compile).
+* The graph hash: JAX's compilation-cache key (sha256 over the module with
+  debug info stripped, plus compile options and platform: stable across
+  processes and when the source moves), taken from the key JAX computes
+  anyway, or computed with JAX's own function when the cache is off.
+* The input signature of each compiled graph (argument names, shapes,
+  dtypes, weak types, shardings) from the lowering step.
+* Recompile causes: ``jax_explain_cache_misses`` records, captured from JAX's
+  logger and parsed (which argument changed, old and new type, the user's
+  call site). If the user had not turned the flag on, nothing is printed.
+* Transfers: ``jax.device_put`` / ``jax.device_get`` calls, bytes and time.
+* Device memory at scrape time: ``device.memory_stats()`` where it exists,
+  else the bytes of live arrays per device with host RAM as the limit.
+
+Private JAX APIs used (each behind a check that degrades the feature, never
+crashes; ``JaxEngine.degraded`` lists what was unavailable):
+
+* ``jax._src.compiler.compile_or_get_cached`` (wrapped: one compile request)
+* ``jax._src.compiler._cache_read`` (wrapped: reads the cache key JAX made)
+* ``jax._src.compilation_cache.get_cache_key`` (fallback hash)
+* ``jax._src.interpreters.pxla.lower_sharding_computation`` (wrapped: signature)
+* the loggers ``jax._src.interpreters.partial_eval`` and ``jax._src.pjit``
+  (explain-cache-miss records)
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import logging
+import os
+import re
+import sys
+import threading
+import time
+from typing import Any, Callable
+
+import jax
+
+from tpu_info.model import DeviceRecord, MemoryReading, RecompileCause
+
+from metrics import events as ev
+from metrics import names
+from metrics.recorder import Recorder
+
+ENGINE = "jax"
+FIRST_CALL = "first call"
+_EXPLAIN_LOGGERS = ("jax._src.interpreters.partial_eval", "jax._src.pjit")
+_MISS_RE = re.compile(r"TRACING CACHE MISS at (?P<loc>.+?:\d+)")
+_FUNC_RE = re.compile(r"(?:for|^\s*)\s*(?P<name>\S+?)(?: id=\d+)? defined at", re.M)
+_ARG_RE = re.compile(r"\* at (?P<arg>.+?), now (?P<new>\S+) and before (?P<old>\S+)")
+_NOISE = ("all previously seen cache keys differ", "For the closest previous key")
+
+_tls = threading.local()
+_active: JaxEngine | None = None
+_listeners_registered = False
+
+
+def _user_location(skip_prefixes: tuple[str, ...]) -> str | None:
+    """file:line of the innermost frame outside JAX, this package and stdlib."""
+    f = sys._getframe(2)
+    while f is not None:
+        fn = f.f_code.co_filename
+        if not fn.startswith(skip_prefixes) and not fn.startswith("<"):
+            return f"{fn}:{f.f_lineno}"
+        f = f.f_back
+    return None
+
+
+def _skip_prefixes() -> tuple[str, ...]:
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    paths = [here, os.path.dirname(jax.__file__), os.path.dirname(inspect.__file__)]
+    try:
+        import jaxlib
+
+        paths.append(os.path.dirname(jaxlib.__file__))
+    except ImportError:  # pragma: no cover - jax without jaxlib cannot run
+        pass
+    return tuple(paths)
+
+
+def parse_cache_miss(message: str, now: float) -> tuple[str | None, RecompileCause]:
+    """Turns one ``jax_explain_cache_misses`` record into (function, cause)."""
+    loc = _MISS_RE.search(message)
+    func = _FUNC_RE.search(message)
+    changed = list(_ARG_RE.finditer(message))
+    arg = changed[0] if changed else None
+    body = [
+        ln.strip().lstrip("* ").rstrip(":")
+        for ln in message.splitlines()[1:]
+        if ln.strip() and not any(n in ln for n in _NOISE)
+    ]
+    body = [b for b in body if " defined at " not in b]
+    if "never seen function" in message:
+        description = FIRST_CALL
+    elif arg:
+        description = f"argument '{arg.group('arg')}' changed {arg.group('old')} -> {arg.group('new')}"
+        if len(changed) > 1:
+            others = ", ".join(f"'{m.group('arg')}'" for m in changed[1:4])
+            description += f" (also {others}{', ...' if len(changed) > 4 else ''})"
+    else:
+        description = "; ".join(body) or message.strip()
+    cause = RecompileCause(
+        time_unix=now,
+        description=description,
+        location=loc.group("loc") if loc else None,
+        argument=arg.group("arg") if arg else None,
+        before=arg.group("old") if arg else None,
+        after=arg.group("new") if arg else None,
+    )
+    return (func.group("name") if func else None), cause
+
+
+class _ExplainFilter(logging.Filter):
+    """Captures explain-cache-miss records; drops them unless the user asked."""
+
+    def __init__(self, engine: JaxEngine, passthrough: bool) -> None:
+        super().__init__()
+        self.engine = engine
+        self.passthrough = passthrough
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            msg = record.getMessage()
+        except Exception:  # noqa: BLE001
+            return True
+        if not msg.startswith("TRACING CACHE MISS"):
+            return True
+        self.engine.on_cache_miss(msg)
+        return self.passthrough
+
+
+def _format_aval(name: str | None, aval: Any, sharding: Any) -> str:
+    try:
+        s = aval.str_short(short_dtypes=True)
+    except Exception:  # noqa: BLE001
+        s = str(aval)
+    if getattr(aval, "weak_type", False):
+        s += "{weak}"
+    spec = getattr(sharding, "spec", None)
+    if spec is not None:
+        s += f" sharded{tuple(spec)}"
+    return f"{name}: {s}" if name else s
+
+
+def _leaf_bytes(tree: Any, host_only: bool) -> int:
+    total = 0
+    for leaf in jax.tree_util.tree_leaves(tree):
+        if host_only and isinstance(leaf, jax.Array):
+            continue
+        nbytes = getattr(leaf, "nbytes", None)
+        total += int(nbytes) if nbytes is not None else 8
+    return total
+
+
+class JaxEngine:
+    """Installs and removes the JAX hooks; one per process at a time."""
+
+    name = ENGINE
+
+    def __init__(self, recorder: Recorder, explain_cache_misses: bool = True) -> None:
+        self.rec = recorder
+        self.degraded: list[str] = []
+        self._patches: list[tuple[Any, str, Any]] = []
+        self._filters: list[tuple[logging.Logger, logging.Filter]] = []
+        self._explain = explain_cache_misses
+        self._explain_was_on: bool | None = None
+        self._skip = _skip_prefixes()
+        self._peak_live: dict[int, int] = {}
+        self._compile_patched = False
+        reg = recorder.registry
+
+        def dist(n: str) -> Any:
+            return reg.distribution(n, names.unit_for(n), names.help_for(n))
+
+        def counter(n: str) -> Any:
+            return reg.counter(n, names.unit_for(n), names.help_for(n))
+
+        self._compile_time = dist(names.COMPILE_TIME)
+        self._trace_time = dist(names.TRACE_TIME)
+        self._lowering_time = dist(names.LOWERING_TIME)
+        self._uncached = counter(names.UNCACHED_COMPILE)
+        self._cached = counter(names.CACHED_COMPILE)
+        self._h2d_time = dist(names.TRANSFER_TO_DEVICE_TIME)
+        self._d2h_time = dist(names.TRANSFER_FROM_DEVICE_TIME)
+        self._outbound = dist(names.OUTBOUND_DATA)
+        self._inbound = dist(names.INBOUND_DATA)
+        self._exec_count = counter(names.EXECUTE_COUNT)
+        self._exec_time = dist(names.EXECUTE_TIME)
+
+    # Install / uninstall ---------------------------------------------------
+
+    def install(self) -> None:
+        global _active
+        _register_listeners()
+        self._patch_compiler()
+        self._patch_transfers()
+        if self._explain:
+            self._capture_explanations()
+        _active = self
+
+    def uninstall(self) -> None:
+        global _active
+        if _active is self:
+            _active = None
+        for owner, attr, original in reversed(self._patches):
+            setattr(owner, attr, original)
+        self._patches.clear()
+        for logger, flt in self._filters:
+            logger.removeFilter(flt)
+        self._filters.clear()
+        if self._explain_was_on is False:
+            jax.config.update("jax_explain_cache_misses", False)
+        self._compile_patched = False
+
+    def _patch(self, owner: Any, attr: str, make: Callable[[Any], Any],
+               params: tuple[str, ...] = ()) -> None:
+        original = getattr(owner, attr, None)
+        if original is None:
+            self.degraded.append(f"{getattr(owner, '__name__', owner)}.{attr} missing")
+            return
+        if params:
+            try:
+                have = tuple(inspect.signature(original).parameters)
+            except (TypeError, ValueError):
+                have = ()
+            if have[: len(params)] != params:
+                self.degraded.append(f"{attr} has an unexpected signature")
+                return
+        setattr(owner, attr, make(original))
+        self._patches.append((owner, attr, original))
+
+    def _patch_compiler(self) -> None:
+        try:
+            from jax._src import compiler
+            from jax._src.interpreters import pxla
+        except ImportError as e:
+            self.degraded.append(f"compiler hooks unavailable: {e}")
+            return
+        self._patch(compiler, "compile_or_get_cached", _wrap_compile,
+                    ("backend", "computation", "devices", "compile_options"))
+        self._compile_patched = any(a == "compile_or_get_cached" for _, a, _ in self._patches)
+        self._patch(compiler, "_cache_read", _wrap_cache_read, ("module_name", "cache_key"))
+        self._patch(pxla, "lower_sharding_computation", _wrap_lowering,
+                    ("closed_jaxpr", "api_name", "fun_name", "in_shardings"))
+
+    def _patch_transfers(self) -> None:
+        self._patch(jax, "device_put", _wrap_device_put)
+        self._patch(jax, "device_get", _wrap_device_get)
+
+    def _capture_explanations(self) -> None:
+        try:
+            self._explain_was_on = bool(jax.config.jax_explain_cache_misses)
+            if not self._explain_was_on:
+                jax.config.update("jax_explain_cache_misses", True)
+        except AttributeError:
+            self.degraded.append("jax_explain_cache_misses unavailable: no recompile causes")
+            return
+        try:  # our wrappers are library frames, not the user's call site
+            from jax._src import source_info_util
+
+            source_info_util.register_exclusion(self._skip[0])
+        except (ImportError, AttributeError):
+            self.degraded.append("call sites may point into the hook")
+        flt = _ExplainFilter(self, passthrough=self._explain_was_on)
+        for lname in _EXPLAIN_LOGGERS:
+            logger = logging.getLogger(lname)
+            logger.addFilter(flt)
+            self._filters.append((logger, flt))
+
+    # Callbacks (each runs inside the user's program: guarded) --------------
+
+    def on_cache_miss(self, message: str) -> None:
+        try:
+            func, cause = parse_cache_miss(message, time.time())
+            pending = getattr(_tls, "causes", None)
+            if pending is None:
+                pending = _tls.causes = {}
+            pending[func] = cause
+        except Exception as e:  # noqa: BLE001
+            self.rec.hook_failed("jax.explain", e)
+
+    def on_lowering(self, fun_name: str, api_name: str, closed_jaxpr: Any,
+                    in_shardings: Any) -> None:
+        try:
+            dbg = getattr(closed_jaxpr.jaxpr, "_debug_info", None) or getattr(
+                closed_jaxpr.jaxpr, "debug_info", None)
+            arg_names = list(getattr(dbg, "arg_names", None) or ())
+            avals = closed_jaxpr.in_avals
+            if len(arg_names) != len(avals):
+                arg_names = [None] * len(avals)
+            shardings = list(in_shardings) if in_shardings is not None else []
+            shardings += [None] * (len(avals) - len(shardings))
+            sig = tuple(_format_aval(n, a, s) for n, a, s in zip(arg_names, avals, shardings))
+            _tls.lowering = (f"{api_name}({fun_name})", fun_name, sig)
+        except Exception as e:  # noqa: BLE001
+            self.rec.hook_failed("jax.lowering", e)
+
+    def on_compiled(self, ctx: dict[str, Any], computation: Any, devices: Any,
+                    options: Any, backend: Any, wall_ns: int) -> None:
+        try:
+            self._on_compiled(ctx, computation, devices, options, backend, wall_ns)
+        except Exception as e:  # noqa: BLE001
+            self.rec.hook_failed("jax.compile", e)
+
+    def _on_compiled(self, ctx: dict[str, Any], computation: Any, devices: Any,
+                     options: Any, backend: Any, wall_ns: int) -> None:
+        key = ctx.get("cache_key")
+        if key is None:
+            from jax._src import compilation_cache
+
+            key = compilation_cache.get_cache_key(computation, devices, options, backend)
+        graph_hash = key.rsplit("-", 1)[-1]
+        lowering = getattr(_tls, "lowering", None)
+        _tls.lowering = None
+        if lowering is not None:
+            name, fun_name, sig = lowering
+        else:
+            name = ctx.get("fun_name") or str(computation.operation.attributes["sym_name"])
+            fun_name, sig = name, ()
+        causes = getattr(_tls, "causes", None) or {}
+        cause = causes.pop(fun_name, None)
+        location = cause.location if cause else _user_location(self._skip)
+        ledger, events = self.rec.ledger, self.rec.events
+        _tls.last_hash = graph_hash
+        if ctx.get("cache_hit"):
+            self._cached.inc()
+            ledger.cache_hit(graph_hash, name, ENGINE, sig)
+            events.emit(ev.CACHE_HIT, name, graph_hash, "persistent cache", location)
+            return
+        seconds = wall_ns / 1e9
+        self._uncached.inc()
+        self._compile_time.observe(wall_ns)
+        ledger.compiled(graph_hash, name, ENGINE, seconds, sig, cause)
+        if cause is None or cause.description == FIRST_CALL:
+            events.emit(ev.COMPILE, name, graph_hash, "", location, seconds)
+        else:
+            events.emit(ev.RECOMPILE, name, graph_hash, cause.description, location, seconds)
+
+    def on_duration(self, event: str, seconds: float, fun_name: str | None) -> None:
+        if event.endswith("/backend_compile_duration"):
+            # JAX emits this after compile_or_get_cached returns; when that is
+            # wrapped, the wrapper has already recorded the compile.
+            if not self._compile_patched:
+                self._uncached.inc()
+                self._compile_time.observe(seconds * 1e9)
+                name = fun_name or "unknown"
+                self.rec.ledger.compiled("name:" + name, name, ENGINE, seconds)
+                self.rec.events.emit(ev.COMPILE, name, "", "", None, seconds)
+        elif event.endswith("/jaxpr_trace_duration"):
+            self._trace_time.observe(seconds * 1e9)
+        elif event.endswith("/jaxpr_to_mlir_module_duration"):
+            self._lowering_time.observe(seconds * 1e9)
+
+    def on_event(self, event: str) -> None:
+        if event == "/jax/compilation_cache/cache_hits":
+            ctx = getattr(_tls, "compile", None)
+            if ctx is not None:
+                ctx["cache_hit"] = True
+            else:
+                self._cached.inc()
+
+    def on_transfer(self, to_device: bool, tree: Any, elapsed_ns: int) -> None:
+        try:
+            nbytes = _leaf_bytes(tree, host_only=to_device)
+            if to_device:
+                self._h2d_time.observe(elapsed_ns)
+                self._outbound.observe(nbytes)
+                kind = ev.TRANSFER_TO_DEVICE
+            else:
+                self._d2h_time.observe(elapsed_ns)
+                self._inbound.observe(nbytes)
+                kind = ev.TRANSFER_FROM_DEVICE
+            self.rec.events.emit(kind, value=float(nbytes))
+        except Exception as e:  # noqa: BLE001
+            self.rec.hook_failed("jax.transfer", e)
+
+    def on_call(self, owner: Any, key: tuple[Any, ...], elapsed_ns: int, compiled: str | None) -> None:
+        """A tracked call finished; attribute it to the graph it ran."""
+        try:
+            self._exec_count.inc()
+            self._exec_time.observe(elapsed_ns)
+            known = owner.graphs
+            graph_hash = compiled or known.get(key) or owner.last_hash
+            if compiled:
+                known[key] = compiled
+            if graph_hash:
+                owner.last_hash = graph_hash
+                self.rec.ledger.executed(graph_hash, owner.name, ENGINE)
+        except Exception as e:  # noqa: BLE001
+            self.rec.hook_failed("jax.track", e)
+
+    # Scrape time -----------------------------------------------------------
+
+    def devices(self) -> list[DeviceRecord]:
+        """One record per local device, memory read now."""
+        devs = jax.local_devices()
+        live: dict[int, int] | None = None
+        out = []
+        for d in devs:
+            stats = None
+            try:
+                stats = d.memory_stats()
+            except Exception:  # noqa: BLE001 - some plugins raise instead of None
+                stats = None
+            if stats:
+                mem = MemoryReading(
+                    used_bytes=stats.get("bytes_in_use"),
+                    peak_bytes=stats.get("peak_bytes_in_use"),
+                    limit_bytes=stats.get("bytes_limit"),
+                    source="memory_stats",
+                )
+            else:
+                if live is None:
+                    live = _live_bytes_by_device()
+                used = live.get(d.id, 0)
+                peak = max(self._peak_live.get(d.id, 0), used)
+                self._peak_live[d.id] = peak
+                mem = MemoryReading(
+                    used_bytes=used, peak_bytes=peak, limit_bytes=_host_ram(),
+                    source="live_arrays",
+                    reason=f"{d.platform} has no allocator stats: live jax.Array bytes, "
+                           "limit is host RAM; peak is the highest seen at a scrape",
+                )
+            out.append(DeviceRecord(
+                id=d.id, kind=getattr(d, "device_kind", d.platform), platform=d.platform,
+                memory=mem, busy_percent=None,
+                busy_reason="busy % is not measured by the JAX hook yet",
+            ))
+        return out
+
+    def versions(self) -> dict[str, str]:
+        v = {"jax": jax.__version__}
+        try:
+            import jaxlib
+
+            v["jaxlib"] = jaxlib.__version__
+        except (ImportError, AttributeError):
+            pass
+        return v
+
+
+def create(recorder: Recorder, explain_cache_misses: bool = True, **_: Any) -> JaxEngine:
+    """The adapter ``metrics.install()`` uses; options other engines take are ignored."""
+    return JaxEngine(recorder, explain_cache_misses=explain_cache_misses)
+
+
+def _live_bytes_by_device() -> dict[int, int]:
+    out: dict[int, int] = {}
+    for arr in jax.live_arrays():
+        try:
+            devs = list(arr.sharding.addressable_devices)
+            if len(devs) == 1:
+                out[devs[0].id] = out.get(devs[0].id, 0) + arr.nbytes
+                continue
+            shard_shape = arr.sharding.shard_shape(arr.shape)
+            n = arr.dtype.itemsize
+            for dim in shard_shape:
+                n *= dim
+            for dev in devs:
+                out[dev.id] = out.get(dev.id, 0) + n
+        except Exception:  # noqa: BLE001 - deleted or exotic arrays are skipped
+            continue
+    return out
+
+
+def _host_ram() -> int | None:
+    try:
+        import psutil
+
+        return int(psutil.virtual_memory().total)
+    except Exception:  # noqa: BLE001
+        return None
+
+
+# Module-level wrappers: they look up the active engine at call time, so
+# uninstall() only has to restore attributes and clear ``_active``.
+
+def _register_listeners() -> None:
+    global _listeners_registered
+    if _listeners_registered:
+        return
+    import jax.monitoring as mon
+
+    def on_duration(event: str, duration: float, **kw: Any) -> None:
+        eng = _active
+        if eng is not None:
+            try:
+                eng.on_duration(event, duration, kw.get("fun_name"))
+            except Exception as e:  # noqa: BLE001
+                eng.rec.hook_failed("jax.monitoring", e)
+
+    def on_event(event: str, **kw: Any) -> None:
+        eng = _active
+        if eng is not None:
+            try:
+                eng.on_event(event)
+            except Exception as e:  # noqa: BLE001
+                eng.rec.hook_failed("jax.monitoring", e)
+
+    mon.register_event_duration_secs_listener(on_duration)
+    mon.register_event_listener(on_event)
+    _listeners_registered = True
+
+
+def _wrap_compile(original: Callable[..., Any]) -> Callable[..., Any]:
+    def compile_or_get_cached(backend: Any, computation: Any, devices: Any,
+                              compile_options: Any, *args: Any, **kwargs: Any) -> Any:
+        eng = _active
+        if eng is None:
+            return original(backend, computation, devices, compile_options, *args, **kwargs)
+        outer = getattr(_tls, "compile", None)
+        ctx: dict[str, Any] = {}
+        _tls.compile = ctx
+        start = time.perf_counter_ns()
+        try:
+            result = original(backend, computation, devices, compile_options, *args, **kwargs)
+        finally:
+            _tls.compile = outer
+        eng.on_compiled(ctx, computation, devices, compile_options, backend,
+                        time.perf_counter_ns() - start)
+        return result
+
+    compile_or_get_cached.__wrapped__ = original  # type: ignore[attr-defined]
+    return compile_or_get_cached
+
+
+def _wrap_cache_read(original: Callable[..., Any]) -> Callable[..., Any]:
+    def _cache_read(module_name: Any, cache_key: Any, *args: Any, **kwargs: Any) -> Any:
+        ctx = getattr(_tls, "compile", None)
+        if ctx is not None:
+            ctx["cache_key"] = cache_key
+        return original(module_name, cache_key, *args, **kwargs)
+
+    _cache_read.__wrapped__ = original  # type: ignore[attr-defined]
+    return _cache_read
+
+
+def _wrap_lowering(original: Callable[..., Any]) -> Callable[..., Any]:
+    def lower_sharding_computation(closed_jaxpr: Any, api_name: Any, fun_name: Any,
+                                   in_shardings: Any, *args: Any, **kwargs: Any) -> Any:
+        eng = _active
+        if eng is not None:
+            eng.on_lowering(fun_name, api_name, closed_jaxpr, in_shardings)
+        return original(closed_jaxpr, api_name, fun_name, in_shardings, *args, **kwargs)
+
+    lower_sharding_computation.__wrapped__ = original  # type: ignore[attr-defined]
+    return lower_sharding_computation
+
+
+def _wrap_device_put(original: Callable[..., Any]) -> Callable[..., Any]:
+    def device_put(x: Any, *args: Any, **kwargs: Any) -> Any:
+        start = time.perf_counter_ns()
+        out = original(x, *args, **kwargs)
+        eng = _active
+        if eng is not None:
+            eng.on_transfer(True, x, time.perf_counter_ns() - start)
+        return out
+
+    device_put.__wrapped__ = original  # type: ignore[attr-defined]
+    device_put.__doc__ = original.__doc__
+    return device_put
+
+
+def _wrap_device_get(original: Callable[..., Any]) -> Callable[..., Any]:
+    def device_get(x: Any, *args: Any, **kwargs: Any) -> Any:
+        start = time.perf_counter_ns()
+        out = original(x, *args, **kwargs)
+        eng = _active
+        if eng is not None:
+            eng.on_transfer(False, out, time.perf_counter_ns() - start)
+        return out
+
+    device_get.__wrapped__ = original  # type: ignore[attr-defined]
+    device_get.__doc__ = original.__doc__
+    return device_get
+
+
+class Tracked:
+    """State of one function wrapped by :func:`metrics.track`."""
+
+    __slots__ = ("name", "graphs", "last_hash")
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.graphs: dict[tuple[Any, ...], str] = {}
+        self.last_hash: str | None = None
+
+
+def track(fn: Callable[..., Any], name: str | None = None) -> Callable[..., Any]:
+    """Wraps ``fn`` so each call counts as an execution of the graph it ran.
+
+    Calls are attributed to graphs by the shapes and dtypes of the top-level
+    arguments (cheap enough for every step); a call that compiled teaches the
+    mapping.
+    """
+    owner = Tracked(name or f"jit({getattr(fn, '__name__', 'fn')})")
+
+    @functools.wraps(fn)
+    def tracked(*args: Any, **kwargs: Any) -> Any:
+        eng = _active
+        if eng is None:
+            return fn(*args, **kwargs)
+        _tls.last_hash = None
+        start = time.perf_counter_ns()
+        out = fn(*args, **kwargs)
+        elapsed = time.perf_counter_ns() - start
+        key = tuple((getattr(a, "shape", None), getattr(a, "dtype", None)) for a in args)
+        eng.on_call(owner, key, elapsed, getattr(_tls, "last_hash", None))
+        return out
+
+    return tracked

@@ -1,0 +1,81 @@
+"""A bounded ring of recent events with monotonic sequence numbers.
+
+Watchers remember the last ``seq`` they saw and ask :meth:`EventLog.since`
+for what came after; if the ring dropped some in between, ``since`` says how
+many were lost.
+
+Example:
+    >>> log = EventLog(capacity=2)
+    >>> for i in range(3):
+    ...     _ = log.emit("step", value=i)
+    >>> [e.seq for e in log.since(0)[0]]
+    [2, 3]
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections import deque
+from typing import Callable
+
+from tpu_info.model import Event
+
+# Kinds the hook emits; renderers may meet others from newer hooks.
+COMPILE = "compile"
+RECOMPILE = "recompile"
+CACHE_HIT = "cache_hit"
+TRANSFER_TO_DEVICE = "transfer_to_device"
+TRANSFER_FROM_DEVICE = "transfer_from_device"
+STEP = "step"
+HOOK_ERROR = "hook_error"
+
+
+class EventLog:
+    """Thread-safe ring of the last ``capacity`` events."""
+
+    def __init__(self, capacity: int = 10_000, clock: Callable[[], float] = time.time) -> None:
+        self.capacity = capacity
+        self._ring: deque[Event] = deque(maxlen=capacity)
+        self._seq = itertools.count(1)
+        self._last = 0
+        self._lock = threading.Lock()
+        self._clock = clock
+
+    def emit(
+        self,
+        kind: str,
+        name: str = "",
+        graph_hash: str = "",
+        detail: str = "",
+        location: str | None = None,
+        value: float | None = None,
+    ) -> int:
+        """Appends one event and returns its sequence number."""
+        now = self._clock()
+        with self._lock:
+            seq = next(self._seq)
+            self._ring.append(Event(seq, now, kind, name, graph_hash, detail, location, value))
+            self._last = seq
+        return seq
+
+    @property
+    def last_seq(self) -> int:
+        return self._last
+
+    def since(self, seq: int, limit: int | None = None) -> tuple[list[Event], int]:
+        """Events with ``seq`` greater than the given one, and how many of
+        those the ring already dropped. ``limit`` keeps the newest ones."""
+        with self._lock:
+            events = [e for e in self._ring if e.seq > seq] if seq else list(self._ring)
+            last = self._last
+        first_kept = events[0].seq if events else last + 1
+        dropped = max(0, first_kept - seq - 1)
+        if limit is not None and len(events) > limit:
+            events = events[-limit:]
+        return events, dropped
+
+    def clear(self) -> None:
+        with self._lock:
+            self._ring.clear()

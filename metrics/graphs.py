@@ -1,0 +1,145 @@
+"""Ledger of compiled graphs: one entry per graph hash.
+
+Each entry holds the function's name, engine, first and last time seen,
+compiles, compile time (total and last), cache hits, executions (where the
+engine tells), the latest input signature, the last few distinct signatures,
+and the recompile causes with the user's source line.
+
+Bounds (eviction rule): at most ``max_graphs`` entries; when full, the entry
+seen least recently is dropped (LRU: every compile, hit or execution counts as
+a sighting) and ``evicted`` grows by one. Per entry, the last
+``max_causes`` causes and ``max_signatures`` distinct signatures are kept.
+
+Example:
+    >>> ledger = GraphLedger()
+    >>> ledger.compiled("ab12", "jit(f)", "jax", seconds=0.5, signature=("f32[2]",))
+    >>> ledger.snapshot()[0].compiles
+    1
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict, deque
+from typing import Callable
+
+from tpu_info.model import GraphRecord, RecompileCause
+
+
+class _Entry:
+    __slots__ = (
+        "hash", "name", "engine", "first_seen", "last_seen", "compiles",
+        "compile_total", "compile_last", "cache_hits", "executions",
+        "signature", "signatures", "causes",
+    )
+
+    def __init__(self, graph_hash: str, name: str, engine: str, now: float,
+                 max_causes: int, max_signatures: int) -> None:
+        self.hash = graph_hash
+        self.name = name
+        self.engine = engine
+        self.first_seen = now
+        self.last_seen = now
+        self.compiles = 0
+        self.compile_total = 0.0
+        self.compile_last = 0.0
+        self.cache_hits = 0
+        self.executions: int | None = None
+        self.signature: tuple[str, ...] = ()
+        self.signatures: deque[tuple[str, ...]] = deque(maxlen=max_signatures)
+        self.causes: deque[RecompileCause] = deque(maxlen=max_causes)
+
+    def record(self) -> GraphRecord:
+        return GraphRecord(
+            hash=self.hash, name=self.name, engine=self.engine,
+            first_seen_unix=self.first_seen, last_seen_unix=self.last_seen,
+            compiles=self.compiles, compile_seconds_total=self.compile_total,
+            compile_seconds_last=self.compile_last, cache_hits=self.cache_hits,
+            executions=self.executions, signature=self.signature,
+            signatures=tuple(self.signatures), causes=tuple(self.causes),
+        )
+
+
+class GraphLedger:
+    """Thread-safe, bounded ledger of compiled graphs (see module docstring)."""
+
+    def __init__(
+        self,
+        max_graphs: int = 2000,
+        max_causes: int = 32,
+        max_signatures: int = 8,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.max_graphs = max_graphs
+        self._max_causes = max_causes
+        self._max_signatures = max_signatures
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._entries: OrderedDict[str, _Entry] = OrderedDict()
+        self.evicted = 0
+
+    def _touch(self, graph_hash: str, name: str, engine: str) -> _Entry:
+        # Caller holds the lock.
+        now = self._clock()
+        e = self._entries.get(graph_hash)
+        if e is None:
+            e = _Entry(graph_hash, name, engine, now, self._max_causes, self._max_signatures)
+            self._entries[graph_hash] = e
+            while len(self._entries) > self.max_graphs:
+                self._entries.popitem(last=False)
+                self.evicted += 1
+        else:
+            e.last_seen = now
+            self._entries.move_to_end(graph_hash)
+        return e
+
+    def compiled(
+        self,
+        graph_hash: str,
+        name: str,
+        engine: str,
+        seconds: float,
+        signature: tuple[str, ...] = (),
+        cause: RecompileCause | None = None,
+    ) -> None:
+        """Records one real compile of ``graph_hash``."""
+        with self._lock:
+            e = self._touch(graph_hash, name, engine)
+            e.compiles += 1
+            e.compile_total += seconds
+            e.compile_last = seconds
+            if signature:
+                e.signature = signature
+                if not e.signatures or e.signatures[-1] != signature:
+                    e.signatures.append(signature)
+            if cause is not None:
+                e.causes.append(cause)
+
+    def cache_hit(self, graph_hash: str, name: str, engine: str,
+                  signature: tuple[str, ...] = ()) -> None:
+        """Records a compile avoided by a cache (persistent or in-memory)."""
+        with self._lock:
+            e = self._touch(graph_hash, name, engine)
+            e.cache_hits += 1
+            if signature and not e.signature:
+                e.signature = signature
+
+    def executed(self, graph_hash: str, name: str, engine: str, n: int = 1) -> None:
+        """Records ``n`` executions of a graph."""
+        with self._lock:
+            e = self._touch(graph_hash, name, engine)
+            e.executions = (e.executions or 0) + n
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+            self.evicted = 0
+
+    def snapshot(self) -> tuple[GraphRecord, ...]:
+        """Copies of all entries, most recently seen last."""
+        with self._lock:
+            return tuple(e.record() for e in self._entries.values())

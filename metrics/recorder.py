@@ -1,0 +1,101 @@
+"""The object engines record into: registry, graph ledger, events, and the
+guard that keeps hook failures away from the user's program.
+
+Example:
+    >>> rec = Recorder()
+    >>> rec.mark_step()
+    >>> rec.registry.counter_value("MarkStep")
+    1
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+import time
+from typing import Any, Callable, TypeVar
+
+from tpu_info.model import Unit
+
+from metrics import events as ev
+from metrics import names
+from metrics.events import EventLog
+from metrics.graphs import GraphLedger
+from metrics.registry import Registry
+
+log = logging.getLogger("metrics")
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class Recorder:
+    """Everything one hooked process records, with injectable clocks."""
+
+    def __init__(
+        self,
+        registry: Registry | None = None,
+        ledger: GraphLedger | None = None,
+        events: EventLog | None = None,
+    ) -> None:
+        self.registry = registry or Registry()
+        self.ledger = ledger or GraphLedger()
+        self.events = events or EventLog()
+        self.start_time_unix = time.time()
+        self._warned: set[str] = set()
+        self._warned_lock = threading.Lock()
+        self._last_step_ns: int | None = None
+        # Hot-path handles, looked up once.
+        reg = self.registry
+        self._mark_step = reg.counter(names.MARK_STEP, help=names.help_for(names.MARK_STEP))
+        self._step_time = reg.distribution(names.STEP_TIME, Unit.TIME_NS,
+                                           names.help_for(names.STEP_TIME))
+        self._hook_errors = reg.counter(names.HOOK_ERRORS, help=names.help_for(names.HOOK_ERRORS))
+
+    # Steps -----------------------------------------------------------------
+
+    def mark_step(self) -> None:
+        """Counts one training step and the time since the previous one."""
+        try:
+            now = time.perf_counter_ns()
+            self._mark_step.inc()
+            last = self._last_step_ns
+            self._last_step_ns = now
+            if last is not None:
+                self._step_time.observe(now - last)
+            self.events.emit(ev.STEP, value=float(self._mark_step.value))
+        except Exception as e:  # noqa: BLE001 - a hook never raises into the program
+            self.hook_failed("mark_step", e)
+
+    # Failure containment ---------------------------------------------------
+
+    def hook_failed(self, where: str, error: BaseException) -> None:
+        """Counts a failure inside a hook; logs the first one per place."""
+        try:
+            self._hook_errors.inc()
+            with self._warned_lock:
+                first = where not in self._warned
+                self._warned.add(where)
+            if first:
+                log.warning("tpu-info hook %s failed and was skipped: %r "
+                            "(further failures there are only counted in HookErrors)",
+                            where, error)
+            self.events.emit(ev.HOOK_ERROR, name=where, detail=repr(error)[:200])
+        except Exception:  # noqa: BLE001 - never let accounting itself raise
+            pass
+
+    def guard(self, where: str) -> Callable[[F], F]:
+        """Decorator: exceptions inside the wrapped hook are counted, never raised."""
+
+        def wrap(fn: F) -> F:
+            @functools.wraps(fn)
+            def guarded(*args: Any, **kwargs: Any) -> Any:
+                try:
+                    return fn(*args, **kwargs)
+                except Exception as e:  # noqa: BLE001
+                    self.hook_failed(where, e)
+                    return None
+
+            return guarded  # type: ignore[return-value]
+
+        return wrap

@@ -1,0 +1,157 @@
+"""Problems in plain words, computed from a snapshot, worst first.
+
+Each rule is a small pure function of :class:`~tpu_info.model.Snapshot`;
+:func:`find` runs them all and sorts by the time each problem cost.
+
+Example:
+    >>> from tpu_info.model import Snapshot
+    >>> find(Snapshot(taken_at_unix=0.0))
+    []
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections import defaultdict
+from typing import Callable, Iterable
+
+from tpu_info.model import Finding, GraphRecord, RecompileCause, Snapshot
+
+_SHAPE_RE = re.compile(r"^(?P<dtype>[a-z]+\d*)\[(?P<dims>[^\]]*)\]")
+_NON_RECOMPILE = ("first call",)
+
+
+def short_location(location: str | None) -> str:
+    """``/abs/path/train.py:88`` -> ``train.py:88``."""
+    if not location:
+        return ""
+    return os.path.basename(location)
+
+
+def _seconds(s: float) -> str:
+    return f"{s * 1e3:.0f} ms" if s < 1 else f"{s:.1f} s"
+
+
+def _advice(cause: RecompileCause) -> str:
+    before, after = cause.before or "", cause.after or ""
+    b, a = _SHAPE_RE.match(before), _SHAPE_RE.match(after)
+    if b and a:
+        if b.group("dtype") != a.group("dtype"):
+            return "Cast the input to one dtype before the call."
+        bd, ad = b.group("dims").split(","), a.group("dims").split(",")
+        if len(bd) == len(ad) and bd[1:] == ad[1:] and bd[0] != ad[0]:
+            return "Pad or bucket the last batch (or drop it)."
+        if before.endswith("{weak}") != after.endswith("{weak}"):
+            return "A Python scalar and an array alternate: pass jnp.asarray(x, dtype) every time."
+        return "Pad or bucket inputs to a few fixed shapes."
+    if "static" in cause.description:
+        return "A static argument changed value: make it a traced argument or keep it fixed."
+    return "Keep input shapes, dtypes and static arguments fixed across steps."
+
+
+def _describe(cause: RecompileCause) -> str:
+    text = cause.description
+    if cause.location:
+        text += f" at {short_location(cause.location)}"
+    return text
+
+
+def recompiles(s: Snapshot) -> Iterable[Finding]:
+    """A function compiled more than once, with the latest real cause."""
+    by_name: dict[str, list[GraphRecord]] = defaultdict(list)
+    for g in s.graphs:
+        by_name[g.name].append(g)
+    for name, graphs in by_name.items():
+        compiles = sum(g.compiles for g in graphs)
+        if compiles < 2:
+            continue
+        causes = sorted((c for g in graphs for c in g.causes
+                         if c.description not in _NON_RECOMPILE),
+                        key=lambda c: c.time_unix)
+        if not causes and compiles < 10:
+            continue  # eager ops compile once per new shape: only many are news
+        total = sum(g.compile_seconds_total for g in graphs)
+        first = min((g for g in graphs if g.compiles), key=lambda g: g.first_seen_unix)
+        lost = max(0.0, total - first.compile_seconds_last)
+        if causes:
+            cause = causes[-1]
+            msg = (f"{name} compiled {compiles} times ({_seconds(total)} compiling); "
+                   f"{_describe(cause)}. {_advice(cause)}")
+            loc = cause.location
+        else:
+            msg = (f"{name} compiled {compiles} times ({_seconds(total)} compiling) "
+                   "for different inputs. Keep its input shapes fixed or run it inside jit.")
+            loc = None
+        yield Finding(msg, "warning", loc, lost, "recompile")
+
+
+def host_syncs(s: Snapshot) -> Iterable[Finding]:
+    """Device->host transfers in (nearly) every step stall the pipeline."""
+    steps = s.counter("MarkStep")
+    d2h = s.distribution("TransferFromDeviceTime")
+    if steps < 5 or d2h is None or d2h.count < 0.9 * steps:
+        return
+    per_step = d2h.count / steps
+    yield Finding(
+        f"{d2h.count} device->host transfers in {steps} steps ({per_step:.1f} per step, "
+        f"{_seconds(d2h.total / 1e9)} waiting): each one waits for the device. "
+        "Fetch values to the host every N steps instead.",
+        "warning", None, d2h.total / 1e9, "host_sync",
+    )
+
+
+def compile_share(s: Snapshot) -> Iterable[Finding]:
+    """Compiling took a large share of the program's life."""
+    ct = s.distribution("CompileTime")
+    if ct is None or s.uptime_seconds <= 0:
+        return
+    share = min(1.0, ct.total / 1e9 / s.uptime_seconds)
+    if share >= 0.25 and ct.count >= 3:
+        yield Finding(
+            f"compiling took {share:.0%} of the run so far ({ct.count} compiles, "
+            f"{_seconds(ct.total / 1e9)}). Enable the persistent compilation cache "
+            "and check the recompiles above.",
+            "info", None, 0.0, "compile_share",
+        )
+
+
+def memory_pressure(s: Snapshot) -> Iterable[Finding]:
+    """Device memory near its limit, or uneven across devices."""
+    stats = [d for d in s.devices
+             if d.memory.source != "live_arrays" and d.memory.used_bytes is not None
+             and d.memory.limit_bytes]
+    for d in stats:
+        share = d.memory.used_bytes / d.memory.limit_bytes  # type: ignore[operator]
+        if share >= 0.9:
+            yield Finding(f"device {d.id} memory at {share:.0%} of its limit: the next "
+                          "larger batch or graph may run out of memory.",
+                          "warning", None, 0.0, "memory_high")
+    used = [d.memory.used_bytes for d in stats if d.memory.used_bytes]
+    if len(used) >= 2 and max(used) > 2**30 and max(used) > 1.5 * min(used):  # type: ignore[type-var,operator]
+        yield Finding(f"device memory is uneven: {min(used) / 2**30:.1f} to "  # type: ignore[type-var,operator]
+                      f"{max(used) / 2**30:.1f} GiB across {len(used)} devices; "  # type: ignore[type-var,operator]
+                      "check the sharding of the largest arrays.",
+                      "info", None, 0.0, "memory_uneven")
+
+
+def hook_errors(s: Snapshot) -> Iterable[Finding]:
+    n = s.counter("HookErrors")
+    if n:
+        yield Finding(f"the tpu-info hook failed {n} times and skipped those records "
+                      "(the program itself was not affected); see its log for the first error.",
+                      "info", None, 0.0, "hook_errors")
+
+
+RULES: tuple[Callable[[Snapshot], Iterable[Finding]], ...] = (
+    recompiles, host_syncs, compile_share, memory_pressure, hook_errors,
+)
+
+
+def find(snapshot: Snapshot) -> list[Finding]:
+    """Every finding, worst (most time lost) first, warnings before info."""
+    out: list[Finding] = []
+    for rule in RULES:
+        out.extend(rule(snapshot))
+    out.sort(key=lambda f: (f.severity != "warning", -f.seconds_lost))
+    return out

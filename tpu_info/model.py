@@ -1,0 +1,222 @@
+"""Plain typed records that every renderer consumes.
+
+One fetch produces one :class:`Snapshot`; tables, reports, findings and the
+dashboard are pure functions of it. The in-process hook builds snapshots from
+its registry, the gRPC client builds them from the wire, and both sides speak
+only these records. Nothing here imports grpc, torch or jax.
+
+A reading that is missing is ``None`` with the reason kept beside it (for
+example :attr:`MemoryReading.reason`), so renderers never show a bare "N/A".
+
+Example:
+    >>> from tpu_info.model import Unit, CounterReading
+    >>> CounterReading(name="MarkStep", value=3, unit=Unit.NUMBER).value
+    3
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Mapping
+
+
+class Unit(str, enum.Enum):
+    """What a counter or distribution counts; drives formatting."""
+
+    TIME_NS = "ns"
+    BYTES = "bytes"
+    NUMBER = "1"
+
+
+# torch_xla's percentile set, in percent.
+PERCENTILES: tuple[float, ...] = (1.0, 5.0, 10.0, 20.0, 50.0, 80.0, 90.0, 95.0, 99.0)
+
+
+@dataclass(frozen=True, slots=True)
+class CounterReading:
+    """A monotonic integer counter at snapshot time."""
+
+    name: str
+    value: int
+    unit: Unit = Unit.NUMBER
+    help: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class BucketCounts:
+    """Log-spaced bucket counts of a distribution (mergeable by adding counts).
+
+    Bucket ``i`` holds samples ``v`` with ``gamma**(i-1) < |v| <= gamma**i``;
+    ``negative`` holds the same for negative samples; ``zero`` counts zeros.
+    """
+
+    gamma: float
+    positive: Mapping[int, int]
+    negative: Mapping[int, int] = field(default_factory=dict)
+    zero: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class DistributionReading:
+    """A distribution (torch_xla's "Metric") at snapshot time.
+
+    ``percentiles`` pairs each percent in :data:`PERCENTILES` with its value,
+    estimated from ``buckets`` to within the bucket's relative error of the
+    exact (numpy, linear-interpolation) percentile of every sample recorded
+    since the last clear.
+    """
+
+    name: str
+    unit: Unit
+    count: int
+    total: float
+    min: float | None
+    max: float | None
+    rate_per_second: float | None = None
+    value_rate_per_second: float | None = None
+    percentiles: tuple[tuple[float, float], ...] = ()
+    recent: tuple[tuple[float, float], ...] = ()
+    buckets: BucketCounts | None = None
+    help: str = ""
+
+    @property
+    def mean(self) -> float | None:
+        return self.total / self.count if self.count else None
+
+    def percentile(self, percent: float) -> float | None:
+        """The value at ``percent`` if it was computed, else None."""
+        for p, v in self.percentiles:
+            if p == percent:
+                return v
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class RecompileCause:
+    """Why a graph was (re)compiled, in the engine's words and ours."""
+
+    time_unix: float
+    description: str
+    location: str | None = None
+    argument: str | None = None
+    before: str | None = None
+    after: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GraphRecord:
+    """One compiled graph, identified by its hash."""
+
+    hash: str
+    name: str
+    engine: str
+    first_seen_unix: float
+    last_seen_unix: float
+    compiles: int = 0
+    compile_seconds_total: float = 0.0
+    compile_seconds_last: float = 0.0
+    cache_hits: int = 0
+    executions: int | None = None
+    signature: tuple[str, ...] = ()
+    signatures: tuple[tuple[str, ...], ...] = ()
+    causes: tuple[RecompileCause, ...] = ()
+
+    @property
+    def short_hash(self) -> str:
+        return self.hash[:12]
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One entry of the recent-events ring; ``seq`` grows by one per event."""
+
+    seq: int
+    time_unix: float
+    kind: str
+    name: str = ""
+    graph_hash: str = ""
+    detail: str = ""
+    location: str | None = None
+    value: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryReading:
+    """Device memory in bytes; ``source`` says where the numbers came from.
+
+    Sources: ``memory_stats`` (the runtime's allocator), ``live_arrays`` (sum
+    of live array buffers; limit is host RAM), ``libtpu``, ``nvml``, or
+    ``none`` with ``reason`` saying why nothing could be read.
+    """
+
+    used_bytes: int | None
+    peak_bytes: int | None = None
+    limit_bytes: int | None = None
+    source: str = "none"
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceRecord:
+    """One accelerator as a hooked process (or the host) sees it."""
+
+    id: int
+    kind: str
+    platform: str
+    memory: MemoryReading
+    busy_percent: float | None = None
+    busy_reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessRecord:
+    """The hooked process."""
+
+    pid: int
+    name: str
+    argv: tuple[str, ...] = ()
+    host: str = ""
+    user: str = ""
+    engine: str = ""
+    versions: Mapping[str, str] = field(default_factory=dict)
+    start_time_unix: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """A problem in plain words, worst first by ``seconds_lost``."""
+
+    message: str
+    severity: str = "warning"
+    location: str | None = None
+    seconds_lost: float = 0.0
+    kind: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """Everything one fetch knows about one hooked process."""
+
+    taken_at_unix: float
+    process: ProcessRecord | None = None
+    devices: tuple[DeviceRecord, ...] = ()
+    counters: tuple[CounterReading, ...] = ()
+    distributions: tuple[DistributionReading, ...] = ()
+    graphs: tuple[GraphRecord, ...] = ()
+    events: tuple[Event, ...] = ()
+    last_seq: int = 0
+    uptime_seconds: float = 0.0
+
+    def counter(self, name: str) -> int:
+        """A counter's value, 0 if it never counted."""
+        for c in self.counters:
+            if c.name == name:
+                return c.value
+        return 0
+
+    def distribution(self, name: str) -> DistributionReading | None:
+        for d in self.distributions:
+            if d.name == name:
+                return d
+        return None
