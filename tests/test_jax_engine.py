@@ -1,0 +1,257 @@
+"""The JAX hook against real JAX on the CPU."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+import numpy as np
+import pytest
+
+from tests.conftest import run_python
+
+jax = pytest.importorskip("jax")
+jnp = jax.numpy
+
+
+def _graphs(rec, name: str):
+    return [g for g in rec.ledger.snapshot() if g.name == name]
+
+
+def test_compiles_and_recompiles_counted_exactly(fresh_metrics):
+    rec = fresh_metrics
+
+    @jax.jit
+    def loss(params, batch):
+        return jnp.sum(params @ batch.T)
+
+    w = jnp.ones((4, 128))
+    a, b = jnp.ones((32, 128)), jnp.ones((31, 128))
+    before = rec.registry.counter_value("UncachedCompile") or 0
+    for x in (a, a, a, b, b, a):
+        loss(w, x).block_until_ready()
+    graphs = _graphs(rec, "jit(loss)")
+    assert len(graphs) == 2
+    assert sum(g.compiles for g in graphs) == 2
+    assert (rec.registry.counter_value("UncachedCompile") or 0) - before >= 2
+    first, second = sorted(graphs, key=lambda g: g.first_seen_unix)
+    assert first.causes[-1].description == "first call"
+    cause = second.causes[-1]
+    assert (cause.argument, cause.before, cause.after) == ("batch", "f32[32,128]", "f32[31,128]")
+    assert cause.location and cause.location.endswith("test_jax_engine.py:" + str(
+        _line_of("loss(w, x).block_until_ready()")))
+    assert second.signature == ("params: f32[4,128]", "batch: f32[31,128]")
+    kinds = [e.kind for e in rec.events.since(0)[0] if e.name == "jit(loss)"]
+    assert kinds == ["compile", "recompile"]
+
+
+def _line_of(text: str) -> int:
+    with open(__file__) as f:
+        for i, line in enumerate(f, 1):
+            if text in line and "_line_of" not in line:
+                return i
+    raise AssertionError(text)
+
+
+def test_dtype_and_weak_type_in_signature(fresh_metrics):
+    @jax.jit
+    def scale(x, s):
+        return x * s
+
+    scale(jnp.ones(3), 2.0)
+    scale(jnp.ones(3, dtype=jnp.int32), 2.0)
+    graphs = sorted(_graphs(fresh_metrics, "jit(scale)"), key=lambda g: g.first_seen_unix)
+    assert graphs[0].signature == ("x: f32[3]", "s: f32[]{weak}")
+    assert graphs[1].causes[-1].before == "f32[3]" and graphs[1].causes[-1].after == "i32[3]"
+
+
+def test_transfers_counted_with_bytes(fresh_metrics):
+    reg = fresh_metrics.registry
+    host = np.ones((256, 256), dtype=np.float32)
+    on_device = jax.device_put(host)
+    jax.device_put({"a": np.zeros(10, np.int8), "b": np.zeros(6, np.float64)})
+    back = jax.device_get(on_device)
+    assert back.shape == (256, 256)
+    assert reg.metric_data("OutboundData")[:2] == (2, 256 * 256 * 4 + 10 + 48)
+    assert reg.metric_data("InboundData")[:2] == (1, 256 * 256 * 4)
+    assert reg.metric_data("TransferToDeviceTime")[0] == 2
+    assert reg.metric_data("TransferFromDeviceTime")[0] == 1
+    kinds = [e.kind for e in fresh_metrics.events.since(0)[0]]
+    assert kinds.count("transfer_to_device") == 2 and kinds.count("transfer_from_device") == 1
+
+
+def test_track_and_mark_step(fresh_metrics):
+    import metrics
+
+    @jax.jit
+    def step(x):
+        return x + 1
+
+    tracked = metrics.track(step)
+    x = jnp.ones(8)
+    for _ in range(5):
+        x = tracked(x)
+        metrics.mark_step()
+    tracked(jnp.ones(9))
+    reg = fresh_metrics.registry
+    assert reg.counter_value("ExecuteComputation") == 6
+    assert reg.counter_value("MarkStep") == 5
+    assert reg.metric_data("StepTime")[0] == 4
+    execs = {g.signature: g.executions for g in _graphs(fresh_metrics, "jit(step)")}
+    assert execs == {("x: f32[8]",): 5, ("x: f32[9]",): 1}
+
+
+def test_install_twice_is_harmless(fresh_metrics):
+    import metrics
+
+    assert metrics.install() is fresh_metrics
+    assert metrics.install(engines=["jax"]) is fresh_metrics
+    assert len(metrics.installed_engines()) == 1
+
+    @jax.jit
+    def once(x):
+        return x * 3
+
+    once(jnp.ones(2))
+    assert sum(g.compiles for g in _graphs(fresh_metrics, "jit(once)")) == 1
+    jax.device_put(np.ones(4, np.float32))
+    assert fresh_metrics.registry.metric_data("OutboundData")[0] == 1
+
+
+def test_unknown_engine_names_the_valid_ones():
+    import metrics
+
+    with pytest.raises(ValueError, match=r"'bogus'.*valid engines: jax"):
+        metrics.install(engines=["bogus"])
+
+
+def test_exception_in_hook_never_reaches_program(fresh_metrics, monkeypatch, caplog):
+    def broken(*a, **k):
+        raise RuntimeError("injected")
+
+    monkeypatch.setattr(fresh_metrics.ledger, "compiled", broken)
+    monkeypatch.setattr(fresh_metrics.events, "emit", broken)
+
+    @jax.jit
+    def f(x):
+        return x - 1
+
+    assert float(f(jnp.float32(3))) == 2.0
+    assert float(f(jnp.ones(()) * 5)) == 4.0
+    assert jax.device_get(jax.device_put(np.ones(3))).sum() == 3
+    assert fresh_metrics.registry.counter_value("HookErrors") >= 1
+    assert sum("injected" in r.getMessage() for r in caplog.records) <= 2  # logged once per place
+
+
+def test_device_memory_on_cpu_comes_from_live_arrays(fresh_metrics):
+    import metrics
+
+    keep = jax.device_put(np.ones((1024, 1024), np.float32), jax.devices()[0])
+    snap = metrics.snapshot()
+    dev0 = next(d for d in snap.devices if d.id == keep.devices().pop().id)
+    assert dev0.memory.source == "live_arrays"
+    assert dev0.memory.used_bytes >= 4 * 1024 * 1024
+    assert dev0.memory.limit_bytes and dev0.memory.limit_bytes > dev0.memory.used_bytes
+    assert dev0.memory.reason
+    assert len(snap.devices) == len(jax.local_devices())
+
+
+def test_report_in_process_has_graphs_and_findings(fresh_metrics):
+    import metrics
+
+    @jax.jit
+    def train_step(batch):
+        return batch.sum()
+
+    for n in (32, 32, 31):
+        train_step(jnp.ones((n, 4)))
+    text = metrics.metrics_report()
+    assert "Counter: UncachedCompile" in text
+    assert "jit(train_step) compiled 2 times" in text
+    assert "argument 'batch' changed f32[32,4] -> f32[31,4]" in text
+    assert "Pad or bucket the last batch" in text
+
+
+# --- separate processes --------------------------------------------------
+
+HASH_PROGRAM = """
+import json, jax, jax.numpy as jnp, metrics
+metrics.install()
+{padding}
+@jax.jit
+def moved(x, y):
+    return jnp.tanh(x @ y).sum()
+moved(jnp.ones((8, 8)), jnp.ones((8, 8)))
+print(json.dumps([g.hash for g in metrics.snapshot().graphs if g.name == "jit(moved)"]))
+"""
+
+
+def test_graph_hash_stable_across_processes_and_source_moves(tmp_path):
+    hashes = []
+    for padding in ("", "\n" * 50, "\n" * 50):
+        script = tmp_path / f"prog{len(hashes)}.py"
+        script.write_text(HASH_PROGRAM.format(padding=padding))
+        r = run_python(f"exec(open({str(script)!r}).read())")
+        assert r.returncode == 0, r.stderr
+        hashes.append(json.loads(r.stdout.strip().splitlines()[-1]))
+    assert len(hashes[0]) == 1 and len(hashes[0][0]) == 64
+    assert hashes[0] == hashes[1] == hashes[2]
+
+
+RECOMPILE_PROGRAM = textwrap.dedent("""
+    import jax, jax.numpy as jnp, metrics
+    {user_flag}
+    metrics.install()
+    f = jax.jit(lambda x: x + 1)
+    f(jnp.ones(3)); f(jnp.ones(4))
+    print("causes", [c.description for g in metrics.snapshot().graphs for c in g.causes])
+""")
+
+
+def test_explanations_not_printed_unless_user_asked():
+    r = run_python(RECOMPILE_PROGRAM.format(user_flag=""))
+    assert r.returncode == 0, r.stderr
+    assert "TRACING CACHE MISS" not in r.stderr
+    assert "changed f32[3] -> f32[4]" in r.stdout
+    r = run_python(RECOMPILE_PROGRAM.format(
+        user_flag='jax.config.update("jax_explain_cache_misses", True)'))
+    assert r.returncode == 0, r.stderr
+    assert "TRACING CACHE MISS" in r.stderr
+    assert "changed f32[3] -> f32[4]" in r.stdout
+
+
+PERSISTENT_CACHE_PROGRAM = textwrap.dedent("""
+    import json, jax, jax.numpy as jnp, metrics
+    jax.config.update("jax_compilation_cache_dir", {cache!r})
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    metrics.install()
+    @jax.jit
+    def cached_fn(x):
+        return jnp.sin(x) * 2
+    cached_fn(jnp.ones(16)).block_until_ready()
+    g = [g for g in metrics.snapshot().graphs if g.name == "jit(cached_fn)"][0]
+    print(json.dumps({{"compiles": g.compiles, "hits": g.cache_hits, "hash": g.hash,
+                      "cached": metrics.counter_value("CachedCompile")}}))
+""")
+
+
+def test_persistent_cache_hit_is_not_a_compile(tmp_path):
+    code = PERSISTENT_CACHE_PROGRAM.format(cache=str(tmp_path / "cache"))
+    runs = []
+    for _ in range(2):
+        r = run_python(code)
+        assert r.returncode == 0, r.stderr
+        runs.append(json.loads(r.stdout.strip().splitlines()[-1]))
+    assert (runs[0]["compiles"], runs[0]["hits"]) == (1, 0)
+    assert (runs[1]["compiles"], runs[1]["hits"]) == (0, 1)
+    assert runs[1]["cached"] >= 1
+    assert runs[0]["hash"] == runs[1]["hash"]
+
+
+def test_import_metrics_and_tpu_info_import_no_engine():
+    r = run_python("import sys, metrics, tpu_info, tpu_info.textreport, tpu_info.cli\n"
+                   "bad = [m for m in ('jax', 'torch', 'jaxlib') if m in sys.modules]\n"
+                   "print(bad)")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "[]"

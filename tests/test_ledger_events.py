@@ -1,0 +1,55 @@
+from __future__ import annotations
+
+from metrics.events import EventLog
+from metrics.graphs import GraphLedger
+from tpu_info.model import RecompileCause
+
+
+def test_ledger_counts_and_history():
+    t = iter(range(100))
+    ledger = GraphLedger(clock=lambda: float(next(t)))
+    cause = RecompileCause(0.0, "argument 'x' changed f32[2] -> f32[3]", "a.py:1", "x")
+    ledger.compiled("h1", "jit(f)", "jax", 0.5, ("x: f32[2]",))
+    ledger.compiled("h1", "jit(f)", "jax", 0.25, ("x: f32[3]",), cause)
+    ledger.cache_hit("h1", "jit(f)", "jax")
+    ledger.executed("h1", "jit(f)", "jax", 3)
+    (g,) = ledger.snapshot()
+    assert (g.compiles, g.cache_hits, g.executions) == (2, 1, 3)
+    assert g.compile_seconds_total == 0.75 and g.compile_seconds_last == 0.25
+    assert g.signature == ("x: f32[3]",)
+    assert g.signatures == (("x: f32[2]",), ("x: f32[3]",))
+    assert g.causes == (cause,)
+    assert g.first_seen_unix == 0.0 and g.last_seen_unix == 3.0
+
+
+def test_ledger_evicts_least_recently_seen():
+    ledger = GraphLedger(max_graphs=3)
+    for h in ("a", "b", "c"):
+        ledger.compiled(h, h, "jax", 0.1)
+    ledger.executed("a", "a", "jax")  # a is now the most recent
+    ledger.compiled("d", "d", "jax", 0.1)
+    assert [g.hash for g in ledger.snapshot()] == ["c", "a", "d"]
+    assert ledger.evicted == 1 and len(ledger) == 3
+
+
+def test_ledger_bounds_causes_per_graph():
+    ledger = GraphLedger(max_causes=4)
+    for i in range(10):
+        ledger.compiled("h", "f", "jax", 0.1, cause=RecompileCause(float(i), f"c{i}"))
+    assert [c.description for c in ledger.snapshot()[0].causes] == ["c6", "c7", "c8", "c9"]
+
+
+def test_events_since_and_drops():
+    log = EventLog(capacity=5)
+    for i in range(8):
+        assert log.emit("step", value=float(i)) == i + 1
+    events, dropped = log.since(0)
+    assert [e.seq for e in events] == [4, 5, 6, 7, 8]
+    events, dropped = log.since(2)
+    assert [e.seq for e in events] == [4, 5, 6, 7, 8] and dropped == 1
+    events, dropped = log.since(6)
+    assert [e.seq for e in events] == [7, 8] and dropped == 0
+    assert log.since(8) == ([], 0)
+    assert log.last_seq == 8
+    events, _ = log.since(0, limit=2)
+    assert [e.seq for e in events] == [7, 8]

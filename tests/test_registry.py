@@ -1,0 +1,150 @@
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from metrics.registry import Counter, Distribution, Registry, merge_buckets, percentile
+from tpu_info.model import PERCENTILES, Unit
+
+
+def test_counter_exact_under_8_threads():
+    c = Counter("x")
+    n_threads, per_thread = 8, 100_000
+
+    def work() -> None:
+        for _ in range(per_thread):
+            c.inc()
+
+    threads = [threading.Thread(target=work) for _ in range(n_threads)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert c.value == n_threads * per_thread
+
+
+def test_distribution_exact_count_and_sum_under_threads():
+    d = Distribution("x")
+
+    def work(k: int) -> None:
+        for i in range(20_000):
+            d.observe(float(k * 20_000 + i + 1))
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    r = d.reading(0.0)
+    n = 8 * 20_000
+    assert r.count == n
+    assert r.total == n * (n + 1) / 2
+    assert r.min == 1.0 and r.max == float(n)
+    assert sum(r.buckets.positive.values()) == n
+
+
+@pytest.mark.parametrize("name,samples", [
+    ("lognormal", np.random.default_rng(1).lognormal(10, 2, 50_000)),
+    ("uniform", np.random.default_rng(2).uniform(1, 1e6, 5_000)),
+    ("bimodal", np.concatenate([np.full(900, 50.0), np.full(100, 5e6)])),
+    ("two", np.array([10.0, 1000.0])),
+    ("one", np.array([2.8e6])),
+    ("signed", np.random.default_rng(3).normal(0, 100, 10_000)),
+])
+def test_percentiles_match_numpy_within_1_percent(name: str, samples: np.ndarray):
+    d = Distribution(name)
+    for x in samples:
+        d.observe(float(x))
+    r = d.reading(0.0)
+    for p, v in r.percentiles:
+        want = np.percentile(samples, p)
+        assert abs(v - want) <= 0.01 * abs(want) + 1e-9, (p, v, want)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.floats(min_value=1e-3, max_value=1e12, allow_nan=False), min_size=1,
+                max_size=300))
+def test_percentiles_property(values: list[float]):
+    d = Distribution("h")
+    for v in values:
+        d.observe(v)
+    r = d.reading(0.0)
+    for p, v in r.percentiles:
+        want = float(np.percentile(values, p))
+        assert abs(v - want) <= 0.01 * want, (p, v, want)
+
+
+def test_merge_adds_counts_and_keeps_accuracy():
+    rng = np.random.default_rng(4)
+    parts = [rng.lognormal(8, 1, 3_000) for _ in range(3)]
+    dists = []
+    for xs in parts:
+        d = Distribution("m")
+        for x in xs:
+            d.observe(float(x))
+        dists.append(d.reading(0.0))
+    merged = merge_buckets(r.buckets for r in dists)
+    allv = np.concatenate(parts)
+    assert sum(merged.positive.values()) == len(allv)
+    for p in PERCENTILES:
+        want = np.percentile(allv, p)
+        got = percentile(merged, len(allv), p)
+        assert abs(got - want) <= 0.01 * want
+
+
+def test_memory_is_bounded_by_value_range():
+    d = Distribution("b", Unit.TIME_NS)
+    for i in range(200_000):
+        d.observe(1 + (i * 7919) % 3_600_000_000_000)  # 1 ns .. 1 h
+    assert len(d.reading(0.0).buckets.positive) < 3_000
+
+
+def test_rates_and_recent_samples():
+    ticks = iter(range(0, 10**12, 10**9))  # one second per sample
+    d = Distribution("r", clock=lambda: next(ticks))
+    for v in (1.0, 2.0, 3.0):
+        d.observe(v)
+    r = d.reading(1000.0)
+    assert r.rate_per_second == pytest.approx(1.5)  # 3 samples over 2 s
+    assert r.value_rate_per_second == pytest.approx(3.0)
+    assert [v for _, v in r.recent] == [1.0, 2.0, 3.0]
+    assert r.recent[0][0] == pytest.approx(1000.0)
+
+
+def test_recent_ring_keeps_last_64_in_order():
+    d = Distribution("r")
+    for v in range(100):
+        d.observe(float(v))
+    assert [v for _, v in d.reading(0.0).recent] == [float(v) for v in range(36, 100)]
+
+
+def test_torch_xla_call_shapes():
+    reg = Registry()
+    assert reg.counter_names() == [] and reg.metric_names() == []
+    assert reg.metric_data("CompileTime") is None
+    assert reg.counter_value("MarkStep") is None
+    reg.counter("MarkStep")  # created but never incremented: not listed yet
+    assert reg.counter_names() == []
+    reg.counter("MarkStep").inc(3)
+    reg.distribution("CompileTime", Unit.TIME_NS).observe(5.0)
+    assert reg.counter_names() == ["MarkStep"]
+    assert reg.counter_value("MarkStep") == 3
+    assert reg.metric_names() == ["CompileTime"]
+    total, acc, samples = reg.metric_data("CompileTime")
+    assert (total, acc, len(samples)) == (1, 5.0, 1)
+    reg.clear_counters()
+    assert reg.counter_names() == [] and reg.metric_names() == ["CompileTime"]
+    reg.clear_all()
+    assert reg.metric_names() == [] and reg.metric_data("CompileTime") is None
+
+
+def test_snapshot_is_a_copy():
+    reg = Registry()
+    reg.counter("A").inc()
+    counters, _ = reg.snapshot()
+    reg.counter("A").inc()
+    assert counters[0].value == 1
