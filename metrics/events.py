@@ -15,10 +15,9 @@ Example:
 from __future__ import annotations
 
 import itertools
-import threading
 import time
 from collections import deque
-from typing import Callable
+from typing import Any, Callable
 
 from tpu_info.model import Event
 
@@ -37,10 +36,9 @@ class EventLog:
 
     def __init__(self, capacity: int = 10_000, clock: Callable[[], float] = time.time) -> None:
         self.capacity = capacity
-        self._ring: deque[Event] = deque(maxlen=capacity)
+        self._ring: deque[tuple[Any, ...]] = deque(maxlen=capacity)
         self._seq = itertools.count(1)
         self._last = 0
-        self._lock = threading.Lock()
         self._clock = clock
 
     def emit(
@@ -53,11 +51,12 @@ class EventLog:
         value: float | None = None,
     ) -> int:
         """Appends one event and returns its sequence number."""
-        now = self._clock()
-        with self._lock:
-            seq = next(self._seq)
-            self._ring.append(Event(seq, now, kind, name, graph_hash, detail, location, value))
-            self._last = seq
+        # No lock: next() on itertools.count and deque.append are each atomic
+        # under the GIL. A plain tuple, because building the frozen Event costs
+        # more than the rest of emit; readers build Events.
+        seq = next(self._seq)
+        self._ring.append((seq, self._clock(), kind, name, graph_hash, detail, location, value))
+        self._last = seq
         return seq
 
     @property
@@ -67,15 +66,15 @@ class EventLog:
     def since(self, seq: int, limit: int | None = None) -> tuple[list[Event], int]:
         """Events with ``seq`` greater than the given one, and how many of
         those the ring already dropped. ``limit`` keeps the newest ones."""
-        with self._lock:
-            events = [e for e in self._ring if e.seq > seq] if seq else list(self._ring)
-            last = self._last
-        first_kept = events[0].seq if events else last + 1
+        ring = list(self._ring)  # copied in C without releasing the GIL
+        last = self._last
+        # Two threads may append in the other order than they drew numbers.
+        ring = sorted((t for t in ring if t[0] > seq), key=lambda t: t[0])
+        first_kept = ring[0][0] if ring else last + 1
         dropped = max(0, first_kept - seq - 1)
-        if limit is not None and len(events) > limit:
-            events = events[-limit:]
-        return events, dropped
+        if limit is not None and len(ring) > limit:
+            ring = ring[-limit:]
+        return [Event(*t) for t in ring], dropped
 
     def clear(self) -> None:
-        with self._lock:
-            self._ring.clear()
+        self._ring.clear()

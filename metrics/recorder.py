@@ -63,7 +63,7 @@ class Recorder:
             self._last_step_ns = now
             if last is not None:
                 self._step_time.observe(now - last)
-            self.events.emit(ev.STEP, value=float(self._mark_step.value))
+            self.events.emit(ev.STEP)
         except Exception as e:  # noqa: BLE001 - a hook never raises into the program
             self.hook_failed("mark_step", e)
 

@@ -15,6 +15,9 @@ A :class:`Distribution` keeps, since its last clear:
 * the last :data:`RECENT` samples with their times (torch_xla's
   ``metric_data`` third element).
 
+Recording does no arithmetic: samples wait in a deque (at most
+:data:`FOLD_AT`) and are folded into the aggregates in batches.
+
 Example:
     >>> reg = Registry()
     >>> reg.counter("MarkStep").inc()
@@ -25,10 +28,13 @@ Example:
 
 from __future__ import annotations
 
+import itertools
 import math
+import sys
 import threading
 import time
-from typing import Callable, Iterable
+from collections import deque
+from typing import Any, Callable, Iterable
 
 from tpu_info.model import (
     PERCENTILES,
@@ -38,42 +44,60 @@ from tpu_info.model import (
     Unit,
 )
 
-RECENT = 64  # a power of two: the ring index is a mask
-_RECENT_MASK = RECENT - 1
+RECENT = 64
+FOLD_AT = 1024  # samples waiting before the recording thread folds them
 DEFAULT_ALPHA = 0.005
 
 
 class Counter:
-    """A monotonic integer counter."""
+    """A monotonic integer counter.
 
-    __slots__ = ("name", "unit", "help", "_value", "_lock")
+    ``inc()`` by one is a single C-level ``next()`` on an ``itertools.count``
+    (atomic under the GIL, no lock); other amounts take a short lock.
+    """
+
+    __slots__ = ("name", "unit", "help", "_ones", "_extra", "_lock")
 
     def __init__(self, name: str, unit: Unit = Unit.NUMBER, help: str = "") -> None:
         self.name = name
         self.unit = unit
         self.help = help
-        self._value = 0
+        self._ones = itertools.count()
+        self._extra = 0
         self._lock = threading.Lock()
 
     def inc(self, amount: int = 1) -> None:
         """Adds ``amount`` (default 1)."""
-        with self._lock:
-            self._value += amount
+        if amount == 1:
+            next(self._ones)
+        else:
+            with self._lock:
+                self._extra += amount
 
     @property
     def value(self) -> int:
-        return self._value
+        # repr(itertools.count(n)) is "count(n)": the one way to read it
+        # without advancing it.
+        return int(repr(self._ones)[6:-1]) + self._extra
 
     def reset(self) -> None:
         with self._lock:
-            self._value = 0
+            self._ones = itertools.count()
+            self._extra = 0
 
 
 class Distribution:
-    """Samples of one quantity (time in ns, bytes or a plain number)."""
+    """Samples of one quantity (time in ns, bytes or a plain number).
+
+    ``observe`` appends ``(time, value)`` to a deque (atomic under the GIL,
+    no lock); the samples are folded into count, sum, min, max and buckets
+    in batches: by whichever thread finds :data:`FOLD_AT` of them waiting,
+    and by every reading. So recording is O(1) amortized and memory stays
+    bounded.
+    """
 
     __slots__ = (
-        "name", "unit", "help", "gamma", "_inv_log_gamma", "_lock",
+        "name", "unit", "help", "gamma", "_inv_log_gamma", "_lock", "_pending",
         "_count", "_sum", "_min", "_max", "_pos", "_neg", "_zero",
         "_first_ns", "_last_ns", "_recent", "_clock",
     )
@@ -95,6 +119,7 @@ class Distribution:
         self._inv_log_gamma = 1.0 / math.log(self.gamma)
         self._lock = threading.Lock()
         self._clock = clock
+        self._pending: deque[tuple[int, float]] = deque()
         self._reset()
 
     def _reset(self) -> None:
@@ -107,51 +132,82 @@ class Distribution:
         self._zero = 0
         self._first_ns = 0
         self._last_ns = 0
-        self._recent: list[tuple[int, float]] = []
+        self._recent: deque[tuple[int, float]] = deque(maxlen=RECENT)
 
-    def observe(self, value: float, _log: Callable[[float], float] = math.log) -> None:
-        """Records one sample. O(1): one log, one dict update, under a lock."""
-        now = self._clock()
-        if value > 0:
-            buckets = self._pos
-            key = math.ceil(_log(value) * self._inv_log_gamma)
-        elif value < 0:
-            buckets = self._neg
-            key = math.ceil(_log(-value) * self._inv_log_gamma)
-        else:
-            buckets = None
-            key = 0
+    def observe(self, value: float) -> None:
+        """Records one sample: one clock read and one deque append."""
+        pending = self._pending
+        pending.append((self._clock(), value))
+        if len(pending) >= FOLD_AT:
+            self._fold()
+
+    def _fold(self) -> None:
+        """Moves waiting samples into the aggregates (under the lock)."""
         with self._lock:
-            n = self._count
-            if n == 0:
-                self._first_ns = now
-            self._last_ns = now
-            self._count = n + 1
-            self._sum += value
-            if value < self._min:
-                self._min = value
-            if value > self._max:
-                self._max = value
-            if buckets is None:
-                self._zero += 1
+            pending = self._pending
+            n = len(pending)
+            if not n:
+                return
+            popleft = pending.popleft
+            batch = [popleft() for _ in range(n)]
+            values = [v for _, v in batch]
+            np = sys.modules.get("numpy")  # used only if the program loaded it
+            if np is not None and n >= 256:
+                total, lo, hi, zero = self._fold_numpy(np, values)
             else:
-                buckets[key] = buckets.get(key, 0) + 1
-            recent = self._recent
-            if n < RECENT:
-                recent.append((now, value))
+                total, lo, hi, zero = self._fold_python(values)
+            if self._count == 0:
+                self._first_ns = batch[0][0]
+            self._last_ns = batch[-1][0]
+            self._count += n
+            self._sum += total
+            self._zero += zero
+            if lo < self._min:
+                self._min = lo
+            if hi > self._max:
+                self._max = hi
+            self._recent.extend(batch[-RECENT:])
+
+    def _fold_python(self, values: list[float]) -> tuple[float, float, float, int]:
+        k = self._inv_log_gamma
+        log, ceil = math.log, math.ceil
+        pos, neg = self._pos, self._neg
+        zero = 0
+        for v in values:
+            if v > 0:
+                key = ceil(log(v) * k)
+                pos[key] = pos.get(key, 0) + 1
+            elif v < 0:
+                key = ceil(log(-v) * k)
+                neg[key] = neg.get(key, 0) + 1
             else:
-                recent[n & _RECENT_MASK] = (now, value)
+                zero += 1
+        return math.fsum(values), min(values), max(values), zero
+
+    def _fold_numpy(self, np: Any, values: list[float]) -> tuple[float, float, float, int]:
+        a = np.asarray(values, dtype=np.float64)
+        k = self._inv_log_gamma
+        for sign, target in ((1.0, self._pos), (-1.0, self._neg)):
+            part = a[a * sign > 0]
+            if part.size:
+                keys, counts = np.unique(np.ceil(np.log(part * sign) * k), return_counts=True)
+                for key, c in zip(keys.astype(np.int64).tolist(), counts.tolist()):
+                    target[key] = target.get(key, 0) + c
+        zero = int(a.size - np.count_nonzero(a))
+        return float(math.fsum(values)), float(a.min()), float(a.max()), zero
 
     @property
     def count(self) -> int:
-        return self._count
+        return self._count + len(self._pending)
 
     def reset(self) -> None:
         with self._lock:
+            self._pending.clear()
             self._reset()
 
     def reading(self, mono_to_unix: float) -> DistributionReading:
         """A consistent copy with percentiles and rates computed now."""
+        self._fold()
         with self._lock:
             count, total = self._count, self._sum
             lo, hi = self._min, self._max
@@ -170,9 +226,6 @@ class Distribution:
         if count > 1 and span_s > 0:
             rate = count / span_s
             value_rate = total / span_s
-        if count > RECENT:
-            start = count % RECENT
-            recent = recent[start:] + recent[:start]
         return DistributionReading(
             name=self.name, unit=self.unit, count=count, total=total,
             min=lo, max=hi, rate_per_second=rate, value_rate_per_second=value_rate,

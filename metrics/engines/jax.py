@@ -42,6 +42,7 @@ import time
 from typing import Any, Callable
 
 import jax
+import numpy as np
 
 from tpu_info.model import DeviceRecord, MemoryReading, RecompileCause
 
@@ -150,6 +151,8 @@ def _format_aval(name: str | None, aval: Any, sharding: Any) -> str:
 
 
 def _leaf_bytes(tree: Any, host_only: bool) -> int:
+    if type(tree) is np.ndarray:  # fast path: the usual batch
+        return tree.nbytes
     total = 0
     for leaf in jax.tree_util.tree_leaves(tree):
         if host_only and isinstance(leaf, jax.Array):

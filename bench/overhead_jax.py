@@ -1,0 +1,110 @@
+"""Overhead of the hook on a small JAX MLP training loop (CPU).
+
+    python bench/overhead_jax.py [--smoke]
+
+Alternates short runs without and with the hook in one process (120 pairs of
+100-step blocks, 12,000 steps each way, every step well under a millisecond)
+and prints the median over pairs of steps/s with / without.
+"With" is the fully instrumented loop: hooks installed, jax.device_put of
+each batch counted, the step wrapped in metrics.track, metrics.mark_step()
+every step. Target >= 0.99.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+from _common import median, parser, verdict  # noqa: E402
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+import statistics  # noqa: E402
+
+import metrics  # noqa: E402
+
+BATCH, HIDDEN = 64, 256  # a few hundred us per step on this CPU
+
+
+def make_step():  # type: ignore[no-untyped-def]
+    def loss_fn(params, x, y):  # type: ignore[no-untyped-def]
+        (w1, b1), (w2, b2) = params
+        h = jnp.tanh(x @ w1 + b1)
+        return jnp.mean((h @ w2 + b2 - y) ** 2)
+
+    @jax.jit
+    def step(params, x, y):  # type: ignore[no-untyped-def]
+        loss, grads = jax.value_and_grad(loss_fn)(params, x, y)
+        new = jax.tree_util.tree_map(lambda p, g: p - 0.01 * g, params, grads)
+        return new, loss
+
+    return step
+
+
+def run(step, params, batches, hooked: bool) -> tuple[float, float]:  # type: ignore[no-untyped-def]
+    """(steps per wall second, steps per CPU second of this process)."""
+    put = jax.device_put
+    start, cpu = time.perf_counter(), time.process_time()
+    for x, y in batches:
+        params, loss = step(params, put(x), put(y))
+        if hooked:
+            metrics.mark_step()
+    jax.block_until_ready(loss)
+    n = len(batches)
+    return n / (time.perf_counter() - start), n / max(time.process_time() - cpu, 1e-9)
+
+
+def main() -> int:
+    args = parser(__doc__).parse_args()
+    # Many short alternating blocks: this VM's speed drifts by 2x within
+    # seconds, so long runs compare different machines.
+    steps = 100
+    rounds = 4 if args.smoke else 120
+    rng = np.random.default_rng(0)
+    batches = [(rng.standard_normal((BATCH, 32), dtype=np.float32),
+                rng.standard_normal((BATCH, 1), dtype=np.float32)) for _ in range(steps)]
+    key = jax.random.PRNGKey(0)
+    k1, k2 = jax.random.split(key)
+    params = ((jax.random.normal(k1, (32, HIDDEN)) * 0.1, jnp.zeros(HIDDEN)),
+              (jax.random.normal(k2, (HIDDEN, 1)) * 0.1, jnp.zeros(1)))
+    plain = make_step()
+    run(plain, params, batches[:20], hooked=False)  # compile outside the timing
+    metrics.install(engines=["jax"])
+    tracked = metrics.track(plain)
+    run(tracked, params, batches[:20], hooked=True)
+    metrics.uninstall()
+
+    order = [random.Random(7).random() < 0.5 for _ in range(rounds)]
+    ratios, cpu_ratios, without, with_ = [], [], [], []
+    for i in range(rounds):
+        # Alternate which run goes first so drift on a shared machine cancels.
+        if order[i]:
+            metrics.install(engines=["jax"])
+            b, bc = run(tracked, params, batches, hooked=True)
+            metrics.uninstall()
+            a, ac = run(plain, params, batches, hooked=False)
+        else:
+            a, ac = run(plain, params, batches, hooked=False)
+            metrics.install(engines=["jax"])
+            b, bc = run(tracked, params, batches, hooked=True)
+            metrics.uninstall()
+        without.append(a)
+        with_.append(b)
+        ratios.append(b / a)
+        cpu_ratios.append(bc / ac)
+    print(f"steps/s without hook {median(without):.0f}, with hook {median(with_):.0f} "
+          f"({steps} steps x {rounds} rounds, {1e6 / median(without):.0f} us/step)")
+    print(f"steps per CPU-second ratio (with/without): {median(cpu_ratios):.3f}")
+    q = statistics.quantiles(ratios, n=4)
+    print(f"per-pair ratio quartiles {q[0]:.3f} / {q[1]:.3f} / {q[2]:.3f}")
+    r = median(ratios)
+    verdict("overhead_jax steps/s ratio (with/without)", r, ">= 0.99", r >= 0.99)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
