@@ -18,6 +18,8 @@ The functions :func:`counter_names`, :func:`counter_value`,
 
 from __future__ import annotations
 
+import logging
+import os
 import threading
 from typing import Any, Callable, Iterable, Sequence, TypeVar
 
@@ -29,7 +31,7 @@ from metrics import snapshot as _snapshot
 from metrics.recorder import Recorder
 
 __all__ = [
-    "install", "uninstall", "installed_engines", "recorder", "mark_step", "track",
+    "install", "uninstall", "installed_engines", "exporter", "prometheus_endpoint", "recorder", "mark_step", "track",
     "snapshot", "metrics_report", "short_metrics_report", "counter_names",
     "counter_value", "metric_names", "metric_data", "clear_all", "clear_counters",
     "clear_metrics", "Recorder",
@@ -40,6 +42,9 @@ F = TypeVar("F", bound=Callable[..., Any])
 _lock = threading.RLock()
 _recorder: Recorder | None = None
 _installed: dict[str, Any] = {}
+_exporter: Any = None
+_prometheus: Any = None
+log = logging.getLogger("metrics")
 
 
 def recorder() -> Recorder:
@@ -55,6 +60,9 @@ def recorder() -> Recorder:
 def install(
     engines: str | Sequence[str] = "auto",
     *,
+    serve: bool | None = None,
+    port: int | None = None,
+    prometheus_port: int | None = None,
     explain_cache_misses: bool = True,
 ) -> Recorder:
     """Installs the hooks of ``engines`` (idempotent) and returns the recorder.
@@ -62,6 +70,12 @@ def install(
     Args:
         engines: ``"auto"`` (the engines the program has already imported), or
             a list of names from :func:`metrics.engines.valid_names`.
+        serve: start the gRPC server (default: yes, unless ``$TPU_INFO_SERVE``
+            is ``0``). Loopback only unless ``$TPU_INFO_BIND`` says otherwise.
+        port: pin the server's port (default ``$TPU_INFO_PORT``, else 8431
+            when free, else any free port).
+        prometheus_port: also serve Prometheus' ``/metrics`` on this port
+            (default ``$TPU_INFO_PROMETHEUS_PORT``; unset means no endpoint).
         explain_cache_misses: capture JAX's cache-miss explanations as
             recompile causes (printed only if the program turned them on).
 
@@ -87,15 +101,69 @@ def install(
             engine = module.create(rec, explain_cache_misses=explain_cache_misses)
             engine.install()
             _installed[name] = engine
+        if serve is None:
+            serve = os.environ.get("TPU_INFO_SERVE", "1").strip() not in ("0", "false", "no")
+        if serve:
+            _start_exporters(port, prometheus_port)
     return rec
 
 
-def uninstall() -> None:
-    """Removes every installed hook; recorded values stay readable."""
+def _start_exporters(port: int | None, prometheus_port: int | None) -> None:
+    """Starts the gRPC server (and Prometheus endpoint) once; failures are
+    logged, never raised: the program runs on without them."""
+    global _exporter, _prometheus
+    from metrics import export
+
+    engines = installed_engines()
+    versions: dict[str, str] = {}
+    for e in engines:
+        versions.update(e.versions())
+    if _exporter is None or _exporter.stopped:
+        try:
+            _exporter = export.start(snapshot, port=port,
+                                     engine=",".join(e.name for e in engines),
+                                     versions=versions)
+        except Exception as e:  # noqa: BLE001 - never break the program for its monitor
+            log.warning("tpu-info: metrics server not started: %s", e)
+    if _prometheus is None and (prometheus_port is not None
+                                or os.environ.get("TPU_INFO_PROMETHEUS_PORT")):
+        try:
+            from metrics.export import prometheus
+
+            # A huge events_since skips copying events, which Prometheus does not use.
+            _prometheus = prometheus.start_http(lambda: snapshot(events_since=2**62),
+                                                prometheus_port)
+        except Exception as e:  # noqa: BLE001
+            log.warning("tpu-info: Prometheus endpoint not started: %s", e)
+
+
+def exporter() -> Any:
+    """The running gRPC exporter (``.address``, ``.port``), or None."""
+    return _exporter
+
+
+def prometheus_endpoint() -> Any:
+    """The running Prometheus endpoint (``.port``), or None."""
+    return _prometheus
+
+
+def uninstall(*, stop_server: bool = False) -> None:
+    """Removes every installed hook; recorded values stay readable.
+
+    The server keeps serving what was recorded unless ``stop_server``.
+    """
+    global _exporter, _prometheus
     with _lock:
         for engine in reversed(list(_installed.values())):
             engine.uninstall()
         _installed.clear()
+        if stop_server:
+            if _exporter is not None:
+                _exporter.stop()
+                _exporter = None
+            if _prometheus is not None:
+                _prometheus.stop()
+                _prometheus = None
 
 
 def installed_engines() -> list[Any]:

@@ -31,7 +31,7 @@ class _Entry:
     __slots__ = (
         "hash", "name", "engine", "first_seen", "last_seen", "compiles",
         "compile_total", "compile_last", "cache_hits", "executions",
-        "signature", "signatures", "causes",
+        "signature", "signatures", "causes", "cached",
     )
 
     def __init__(self, graph_hash: str, name: str, engine: str, now: float,
@@ -49,8 +49,14 @@ class _Entry:
         self.signature: tuple[str, ...] = ()
         self.signatures: deque[tuple[str, ...]] = deque(maxlen=max_signatures)
         self.causes: deque[RecompileCause] = deque(maxlen=max_causes)
+        self.cached: GraphRecord | None = None  # reset by every change
 
     def record(self) -> GraphRecord:
+        if self.cached is None:
+            self.cached = self._build()
+        return self.cached
+
+    def _build(self) -> GraphRecord:
         return GraphRecord(
             hash=self.hash, name=self.name, engine=self.engine,
             first_seen_unix=self.first_seen, last_seen_unix=self.last_seen,
@@ -92,6 +98,7 @@ class GraphLedger:
         else:
             e.last_seen = now
             self._entries.move_to_end(graph_hash)
+        e.cached = None
         return e
 
     def compiled(

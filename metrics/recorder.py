@@ -52,6 +52,14 @@ class Recorder:
                                            names.help_for(names.STEP_TIME))
         self._hook_errors = reg.counter(names.HOOK_ERRORS, help=names.help_for(names.HOOK_ERRORS))
 
+    def reset(self) -> None:
+        """Forgets everything recorded: counters, distributions, graphs,
+        events and the step clock (hooks stay installed)."""
+        self.registry.clear_all()
+        self.ledger.clear()
+        self.events.clear()
+        self._last_step_ns = None
+
     # Steps -----------------------------------------------------------------
 
     def mark_step(self) -> None:

@@ -34,8 +34,9 @@ import sys
 import threading
 import time
 from collections import deque
-from typing import Any, Callable, Iterable
+from typing import Any, Callable
 
+from tpu_info.buckets import percentiles
 from tpu_info.model import (
     PERCENTILES,
     BucketCounts,
@@ -99,7 +100,7 @@ class Distribution:
     __slots__ = (
         "name", "unit", "help", "gamma", "_inv_log_gamma", "_lock", "_pending",
         "_count", "_sum", "_min", "_max", "_pos", "_neg", "_zero",
-        "_first_ns", "_last_ns", "_recent", "_clock",
+        "_first_ns", "_last_ns", "_recent", "_clock", "_cached",
     )
 
     def __init__(
@@ -133,6 +134,7 @@ class Distribution:
         self._first_ns = 0
         self._last_ns = 0
         self._recent: deque[tuple[int, float]] = deque(maxlen=RECENT)
+        self._cached: DistributionReading | None = None
 
     def observe(self, value: float) -> None:
         """Records one sample: one clock read and one deque append."""
@@ -206,8 +208,13 @@ class Distribution:
             self._reset()
 
     def reading(self, mono_to_unix: float) -> DistributionReading:
-        """A consistent copy with percentiles and rates computed now."""
+        """A consistent copy with percentiles and rates computed now (or the
+        previous reading when nothing was recorded since: scrapes of many
+        idle distributions stay cheap)."""
         self._fold()
+        cached = self._cached
+        if cached is not None and cached.count == self._count:
+            return cached
         with self._lock:
             count, total = self._count, self._sum
             lo, hi = self._min, self._max
@@ -220,87 +227,21 @@ class Distribution:
                 min=None, max=None, help=self.help,
             )
         buckets = BucketCounts(gamma=self.gamma, positive=pos, negative=neg, zero=zero)
-        pct = tuple((p, percentile(buckets, count, p, lo, hi)) for p in PERCENTILES)
+        pct = tuple(zip(PERCENTILES, percentiles(buckets, count, PERCENTILES, lo, hi)))
         rate = value_rate = None
         span_s = (last - first) / 1e9
         if count > 1 and span_s > 0:
             rate = count / span_s
             value_rate = total / span_s
-        return DistributionReading(
+        reading = DistributionReading(
             name=self.name, unit=self.unit, count=count, total=total,
             min=lo, max=hi, rate_per_second=rate, value_rate_per_second=value_rate,
             percentiles=pct,
             recent=tuple((t / 1e9 + mono_to_unix, v) for t, v in recent),
             buckets=buckets, help=self.help,
         )
-
-
-def _bucket_value(gamma: float, key: int) -> float:
-    # The point of bucket (gamma**(key-1), gamma**key] with the least relative
-    # error to any value inside it.
-    return 2.0 * gamma**key / (gamma + 1.0)
-
-
-def _ordered_buckets(b: BucketCounts) -> list[tuple[float, int]]:
-    """(representative value, count) in ascending value order."""
-    out = [(-_bucket_value(b.gamma, k), b.negative[k]) for k in sorted(b.negative, reverse=True)]
-    if b.zero:
-        out.append((0.0, b.zero))
-    out.extend((_bucket_value(b.gamma, k), b.positive[k]) for k in sorted(b.positive))
-    return out
-
-
-def value_at_rank(ordered: list[tuple[float, int]], rank: int) -> float:
-    """The estimate of the ``rank``-th smallest sample (0-based)."""
-    seen = 0
-    for value, n in ordered:
-        seen += n
-        if rank < seen:
-            return value
-    return ordered[-1][0]
-
-
-def percentile(
-    b: BucketCounts, count: int, percent: float,
-    lo: float | None = None, hi: float | None = None,
-) -> float:
-    """numpy's linear-interpolation percentile, estimated from buckets.
-
-    Estimates the two order statistics numpy interpolates between and
-    interpolates them the same way, so the result keeps the buckets' relative
-    error. Exact ``lo``/``hi`` (min, max) clamp the estimate when known.
-    """
-    ordered = _ordered_buckets(b)
-    h = (count - 1) * percent / 100.0
-    below = math.floor(h)
-    v0 = value_at_rank(ordered, below)
-    v1 = value_at_rank(ordered, min(below + 1, count - 1))
-    v = v0 + (h - below) * (v1 - v0)
-    if lo is not None and v < lo:
-        v = lo
-    if hi is not None and v > hi:
-        v = hi
-    return v
-
-
-def merge_buckets(parts: Iterable[BucketCounts]) -> BucketCounts | None:
-    """Adds bucket counts of distributions that share one ``gamma``."""
-    parts = list(parts)
-    if not parts:
-        return None
-    gamma = parts[0].gamma
-    pos: dict[int, int] = {}
-    neg: dict[int, int] = {}
-    zero = 0
-    for p in parts:
-        if not math.isclose(p.gamma, gamma):
-            raise ValueError("cannot merge distributions with different bucket widths")
-        for k, n in p.positive.items():
-            pos[k] = pos.get(k, 0) + n
-        for k, n in p.negative.items():
-            neg[k] = neg.get(k, 0) + n
-        zero += p.zero
-    return BucketCounts(gamma=gamma, positive=pos, negative=neg, zero=zero)
+        self._cached = reading
+        return reading
 
 
 class Registry:
@@ -315,6 +256,8 @@ class Registry:
         self._counters: dict[str, Counter] = {}
         self._distributions: dict[str, Distribution] = {}
         self._clock = clock
+        # Fixed once, so unchanged readings can be reused across snapshots.
+        self._offset = time.time() - clock() / 1e9
 
     def counter(self, name: str, unit: Unit = Unit.NUMBER, help: str = "") -> Counter:
         """The counter called ``name``, created on first use."""
@@ -383,7 +326,7 @@ class Registry:
     # Scrape time -----------------------------------------------------------
 
     def _mono_to_unix(self) -> float:
-        return time.time() - self._clock() / 1e9
+        return self._offset
 
     def snapshot(self) -> tuple[tuple[CounterReading, ...], tuple[DistributionReading, ...]]:
         """Consistent copies of every non-empty counter and distribution."""

@@ -31,11 +31,7 @@ def fresh_metrics():
     """The global recorder, emptied before and after the test, hooks installed."""
     import metrics
 
-    rec = metrics.install(engines=["jax"])
-    rec.registry.clear_all()
-    rec.ledger.clear()
-    rec.events.clear()
+    rec = metrics.install(engines=["jax"], serve=False)
+    rec.reset()
     yield rec
-    rec.registry.clear_all()
-    rec.ledger.clear()
-    rec.events.clear()
+    rec.reset()

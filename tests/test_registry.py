@@ -7,7 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from metrics.registry import Counter, Distribution, Registry, merge_buckets, percentile
+from metrics.registry import Counter, Distribution, Registry
+from tpu_info.buckets import merge_buckets, percentile
 from tpu_info.model import PERCENTILES, Unit
 
 

@@ -1,13 +1,24 @@
 """``tpu-info`` command line: ``main(argv) -> int`` parses and dispatches.
 
-Exit codes: 0 all good; 1 some targets failed; 2 usage error.
+    tpu-info                          devices, processes, compilation, transfers, findings
+    tpu-info --json                   the same as a versioned JSON document
+    tpu-info --target h1:8431 ...     also (or only, with --no-discovery) remote hooks
+    tpu-info --streaming --rate 2     refresh in place every 2 s (Ctrl-C stops)
+    tpu-info --metric hbm_usage       one metric; Google's names and ours
+    tpu-info report [--pid N | --target T]   a running program's metrics_report()
+    tpu-info doctor                   why each N/A, and what to do
+    tpu-info run -- python train.py   start a program with the hook installed
+
+Exit codes: 0 all good; 1 some targets failed (what could be read is still
+printed); 2 usage error. Errors are one line on stderr, never a traceback.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
-from typing import Sequence
+from typing import Any, Sequence
 
 from tpu_info import __version__
 
@@ -16,32 +27,271 @@ EXIT_PARTIAL = 1
 EXIT_USAGE = 2
 
 
+class UsageError(Exception):
+    """Bad input: printed as one line, exit code 2."""
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
-        # One line that says what to do, no usage dump, exit code 2.
-        sys.stderr.write(f"tpu-info: {message} (see 'tpu-info --help')\n")
-        raise SystemExit(EXIT_USAGE)
+        raise UsageError(message)
+
+
+class _MetricAction(argparse.Action):
+    """``--metric NAME`` appends; a following ``-f FILTER`` attaches to it."""
+
+    def __call__(self, parser: argparse.ArgumentParser, ns: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        from tpu_info.metric_view import resolve
+
+        try:
+            resolve(values)
+        except ValueError as e:
+            raise UsageError(str(e)) from e
+        ns.metrics = list(ns.metrics or []) + [[values, None]]
+
+
+class _FilterAction(argparse.Action):
+    def __call__(self, parser: argparse.ArgumentParser, ns: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        from tpu_info.metric_view import parse_filter
+
+        if not ns.metrics:
+            raise UsageError(f"{option_string} must follow a --metric NAME")
+        try:
+            ns.metrics[-1][1] = parse_filter(values)
+        except ValueError as e:
+            raise UsageError(str(e)) from e
+
+
+def _positive_seconds(flag: str, floor: float = 0.0):  # type: ignore[no-untyped-def]
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise UsageError(f"{flag} must be a number of seconds, got {text!r}") from None
+        if not value > 0 or value != value or value == float("inf"):
+            raise UsageError(f"{flag} must be a positive number of seconds, got {text!r}")
+        return max(value, floor)
+
+    return parse
+
+
+def _target(text: str) -> str:
+    from tpu_info.gather import validate_target
+
+    try:
+        return validate_target(text)
+    except ValueError as e:
+        raise UsageError(f"--target: {e}") from e
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="tpu-info", description="See what your accelerators and the "
-                "XLA programs on them are doing.")
+    p = _Parser(prog="tpu-info", description="See what your accelerators and the XLA "
+                "programs on them are doing.", epilog="Exit codes: 0 all good; 1 some "
+                "targets failed; 2 usage error.")
     p.add_argument("-v", "--version", action="store_true", help="print the version and exit")
+    p.add_argument("-p", "--process", action="store_true",
+                   help="show only the processes table (Google's flag)")
+    p.add_argument("--streaming", action="store_true", help="refresh in place (Ctrl-C stops)")
+    p.add_argument("--rate", type=_positive_seconds("--rate", 0.1), default=1.0, metavar="S",
+                   help="seconds between refreshes with --streaming (default 1, floor 0.1)")
+    p.add_argument("--list_metrics", action="store_true", help="list metric names and exit")
+    p.add_argument("--metric", action=_MetricAction, dest="metric_name", metavar="NAME",
+                   help="show one metric (repeatable); Google's short names or ours")
+    p.add_argument("-f", "--filter", action=_FilterAction, metavar="'percentile:[p50,p90]'",
+                   help="percentile columns for the --metric before it")
+    p.add_argument("--json", action="store_true", help="print the tpu-info/v1 JSON document")
+    p.add_argument("--target", action="append", type=_target, default=[], metavar="HOST:PORT",
+                   help="also read this hook or libtpu (repeatable)")
+    p.add_argument("--targets-file", metavar="FILE", help="HOST:PORT per line (# comments)")
+    p.add_argument("--no-discovery", action="store_true",
+                   help="read only --target's, not this host's hooked processes and libtpu")
+    p.add_argument("--timeout", type=_positive_seconds("--timeout"), default=3.0, metavar="S",
+                   help="seconds allowed per target (default 3)")
+    p.add_argument("--no-color", action="store_true", help="plain text, no colours")
+    sub = p.add_subparsers(dest="command", metavar="{report,doctor,run}")
+    r = sub.add_parser("report", help="a running program's metrics_report()")
+    who = r.add_mutually_exclusive_group()
+    who.add_argument("--pid", type=int, help="the hooked process with this pid")
+    who.add_argument("--target", dest="report_target", type=_target, metavar="HOST:PORT")
+    r.add_argument("--short", action="store_true", help="short_metrics_report()")
+    sub.add_parser("doctor", help="explain every N/A and what to do")
+    run = sub.add_parser("run", help="run a Python program with the hook installed")
+    run.add_argument("argv", nargs=argparse.REMAINDER, help="-- python train.py ...")
+    p.set_defaults(metrics=[])
     return p
+
+
+def _console(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    from rich.console import Console
+
+    return Console(no_color=args.no_color, highlight=False, emoji=False, markup=False,
+                   soft_wrap=False)
+
+
+def _targets(args: argparse.Namespace) -> list[str]:
+    from tpu_info.gather import read_targets_file
+
+    targets = list(args.target)
+    if args.targets_file:
+        try:
+            targets += read_targets_file(args.targets_file)
+        except ValueError as e:
+            raise UsageError(str(e)) from e
+    return targets
+
+
+def _gather(args: argparse.Namespace, targets: list[str]):  # type: ignore[no-untyped-def]
+    from tpu_info.gather import gather
+
+    return gather(targets, timeout=args.timeout, use_discovery=not args.no_discovery,
+                  probe_libtpu=not args.no_discovery, scan_devices=not args.no_discovery)
+
+
+def _renderable(args: argparse.Namespace, g: Any, width: int) -> Any:
+    from rich.console import Group
+
+    from tpu_info import devices, render
+    from tpu_info.metric_view import DEFAULT_PERCENTILES, metric_table
+    from tpu_info.views import Header
+
+    if args.metrics:
+        return Group(*(metric_table(name, g.views, cols or DEFAULT_PERCENTILES)
+                       for name, cols in args.metrics))
+    header = Header.now(accelerator_type=devices.accelerator_type(g.local))
+    if args.process:
+        return render.processes_table(g.views, render.Reasons(), width)
+    return render.render(g.views, local=g.local, header=header, width=width)
+
+
+def _show(args: argparse.Namespace, targets: list[str]) -> int:
+    console = _console(args)
+    if args.streaming:
+        from rich.live import Live
+
+        import time
+
+        try:
+            with Live(console=console, auto_refresh=False, screen=False) as live:
+                while True:
+                    g = _gather(args, targets)
+                    live.update(_renderable(args, g, console.width), refresh=True)
+                    time.sleep(args.rate)
+        except KeyboardInterrupt:
+            return EXIT_OK
+    g = _gather(args, targets)
+    if args.json:
+        from tpu_info.jsonview import to_json
+
+        doc = to_json(g.views, local=g.local)
+        doc["notes"] = [{"where": w, "reason": r} for w, r in g.notes]
+        print(json.dumps(doc, indent=2, sort_keys=False))
+    else:
+        if not g.views and not g.local.chips and not args.metrics:
+            console.print("No accelerator and no hooked process found. Run `tpu-info doctor` "
+                          "to see why, or start a program with `tpu-info run -- python ...`.")
+        else:
+            console.print(_renderable(args, g, console.width))
+    for v in g.failed:
+        print(f"tpu-info: {v.target}: {v.error}", file=sys.stderr)
+    return EXIT_PARTIAL if g.failed else EXIT_OK
+
+
+def _report(args: argparse.Namespace) -> int:
+    from tpu_info import discovery, textreport
+    from tpu_info.client import Client
+    from tpu_info.errors import TpuInfoError
+
+    target = args.report_target
+    if target is None:
+        found = discovery.find_processes()
+        if args.pid is not None:
+            match = [p for p in found if p.pid == args.pid]
+            if not match:
+                raise UsageError(f"no hooked process with pid {args.pid} (hooked pids: "
+                                 f"{', '.join(str(p.pid) for p in found) or 'none'})")
+            target = match[0].target
+        elif len(found) == 1:
+            target = found[0].target
+        elif not found:
+            raise UsageError("no hooked process found; name one with --target HOST:PORT")
+        else:
+            raise UsageError("several hooked processes: choose one with --pid "
+                             f"({', '.join(str(p.pid) for p in found)})")
+    try:
+        with Client(target, timeout=args.timeout) as c:
+            snap = c.snapshot()
+    except TpuInfoError as e:
+        print(f"tpu-info: {e}", file=sys.stderr)
+        return EXIT_PARTIAL
+    text = (textreport.short_metrics_report(snap) if args.short
+            else textreport.metrics_report(snap))
+    sys.stdout.write(text or "(the process has recorded nothing yet)\n")
+    return EXIT_OK
+
+
+def _doctor(args: argparse.Namespace, targets: list[str]) -> int:
+    from tpu_info import render
+
+    g = _gather(args, targets)
+    lines = [f"{w}: {r}" for w, r in g.notes]
+    lines += [f"{v.target}: {v.error}" for v in g.failed]
+    lines += [f"{w}: {r}" for w, r in render.reasons(g.views, local=g.local)]
+    print(f"tpu-info doctor: {len(g.views)} target(s) read, {g.discovered} discovered, "
+          f"{len(g.local.chips)} local accelerator(s)")
+    for line in dict.fromkeys(lines):
+        print(f"  - {line}")
+    if not lines:
+        print("  nothing to explain: every value was read")
+    return EXIT_PARTIAL if g.failed else EXIT_OK
+
+
+def _run(args: argparse.Namespace) -> int:
+    from tpu_info.run import HookNotFoundError, run_hooked
+
+    argv = list(args.argv)
+    if argv and argv[0] == "--":
+        argv = argv[1:]
+    if not argv:
+        raise UsageError("run needs a command: tpu-info run -- python train.py")
+    try:
+        return run_hooked(argv)
+    except HookNotFoundError as e:
+        print(f"tpu-info: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except FileNotFoundError:
+        raise UsageError(f"command not found: {argv[0]}") from None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Parses ``argv`` and runs the command; returns the exit code."""
     try:
         args = build_parser().parse_args(argv)
-    except SystemExit as e:
+        if args.version:
+            print(f"tpu-info {__version__}")
+            return EXIT_OK
+        if args.list_metrics:
+            from tpu_info.metric_view import list_metrics_table
+
+            _console(args).print(list_metrics_table())
+            return EXIT_OK
+        if args.command == "run":
+            return _run(args)
+        if args.command == "report":
+            return _report(args)
+        targets = _targets(args)
+        if args.command == "doctor":
+            return _doctor(args, targets)
+        return _show(args, targets)
+    except UsageError as e:
+        print(f"tpu-info: {e} (see 'tpu-info --help')", file=sys.stderr)
+        return EXIT_USAGE
+    except SystemExit as e:  # --help
         return int(e.code or 0)
-    if args.version:
-        print(f"tpu-info {__version__}")
+    except KeyboardInterrupt:
         return EXIT_OK
-    print("tpu-info: the device table is not built yet; inside a program use "
-          "metrics.metrics_report()", file=sys.stderr)
-    return EXIT_OK
+    except BrokenPipeError:
+        return EXIT_OK
 
 
 def run() -> None:

@@ -220,3 +220,64 @@ class Snapshot:
             if d.name == name:
                 return d
         return None
+
+
+@dataclass(frozen=True, slots=True)
+class ChipRecord:
+    """One accelerator found on this machine, outside any process.
+
+    TPU chips come from sysfs, NVIDIA GPUs from NVML. ``reasons`` maps a field
+    name (``hbm_used_bytes``, ``owner_pids``, ...) to why it is missing or
+    incomplete, so a renderer can show "N/A" and ``doctor`` can say why.
+    """
+
+    index: int
+    vendor: str  # "tpu" or "nvidia"
+    kind: str  # "v5e", "v4", "NVIDIA H100 80GB HBM3", ...
+    device_path: str | None
+    pci_address: str
+    hbm_total_bytes: int | None = None
+    hbm_used_bytes: int | None = None
+    busy_percent: float | None = None
+    cores_per_chip: int | None = None
+    devices_per_chip: int | None = None
+    owner_pids: tuple[int, ...] = ()
+    reasons: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        """``tpu0``, ``gpu1``: how tables name the chip."""
+        return f"{'gpu' if self.vendor == 'nvidia' else 'tpu'}{self.index}"
+
+
+@dataclass(frozen=True, slots=True)
+class LocalScan:
+    """Every local accelerator, and why some could not be seen.
+
+    ``reasons`` maps a scope (``tpu``, ``gpu``, ``owners``) to a sentence:
+    no TPU chips in sysfs, NVML absent, no permission to read ``/proc``.
+    """
+
+    chips: tuple[ChipRecord, ...] = ()
+    reasons: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def tpus(self) -> tuple[ChipRecord, ...]:
+        return tuple(c for c in self.chips if c.vendor == "tpu")
+
+    @property
+    def gpus(self) -> tuple[ChipRecord, ...]:
+        return tuple(c for c in self.chips if c.vendor == "nvidia")
+
+
+@dataclass(frozen=True, slots=True)
+class MetricInfo:
+    """One name a hook records (``tpu_info.v1.Monitor/ListMetrics``).
+
+    ``kind`` is ``"counter"`` or ``"distribution"``.
+    """
+
+    name: str
+    kind: str
+    unit: Unit
+    help: str = ""

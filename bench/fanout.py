@@ -1,0 +1,104 @@
+"""Fan-out: one round of snapshots from 32 monitored processes against one
+target alone, same run.
+
+    python bench/fanout.py [--smoke]
+
+Starts N server processes (32; 8 with --smoke), each serving the real
+``metrics.export`` server over a recorder holding 100 graphs and 20
+distributions (recorded while serving: every request builds a fresh
+snapshot). Then alternates ``fan_out(all N)`` with ``fan_out([one])`` and
+prints the median of both and their ratio. Target: ratio <= 2.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+from _common import ROOT, parser, verdict
+
+from tpu_info.client import fan_out
+
+SERVER = r"""
+import json, random, sys, time
+from metrics.recorder import Recorder
+from metrics.snapshot import build
+from metrics import export
+from tpu_info.model import Unit
+rng = random.Random(1)
+rec = Recorder()
+for i in range(100):
+    rec.ledger.compiled(f"{i:064x}", f"jit(f{i})", "jax", seconds=rng.random(),
+                        signature=("x: f32[8,128]",))
+for d in range(20):
+    dist = rec.registry.distribution(f"Metric{d}", Unit.TIME_NS)
+    for _ in range(500):
+        dist.observe(rng.lognormvariate(13, 1.0))
+ex = export.start(lambda since: build(rec, (), since), port=0, workers=2)
+print(json.dumps({"address": ex.address}), flush=True)
+sys.stdin.read()
+ex.stop(grace=0)
+"""
+
+
+def start_servers(n: int) -> tuple[list[subprocess.Popen[str]], list[str]]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    procs = [subprocess.Popen([sys.executable, "-c", SERVER], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+             for _ in range(n)]
+    addresses = []
+    for p in procs:
+        assert p.stdout is not None
+        line = p.stdout.readline()
+        if not line:
+            raise RuntimeError("a server process did not start")
+        addresses.append(json.loads(line)["address"])
+    return procs, addresses
+
+
+def main() -> int:
+    args = parser(__doc__).parse_args()
+    n = 8 if args.smoke else 32
+    rounds = 5 if args.smoke else 30
+    t0 = time.perf_counter()
+    procs, targets = start_servers(n)
+    print(f"started {n} server processes in {time.perf_counter() - t0:.1f}s")
+    try:
+        for _ in range(2):  # warm up (first connections, imports)
+            fan_out(targets, timeout=10)
+        alone: list[float] = []
+        all_: list[float] = []
+        for _ in range(rounds):
+            t = time.perf_counter()
+            one = fan_out(targets[:1], timeout=10)
+            alone.append(time.perf_counter() - t)
+            t = time.perf_counter()
+            many = fan_out(targets, timeout=10)
+            all_.append(time.perf_counter() - t)
+            failed = [r for r in one + many if not r.ok]
+            if failed:
+                print(f"failed: {failed[0].target}: {failed[0].error}")
+                return 1
+        a, m = statistics.median(alone), statistics.median(all_)
+        print(f"one target alone: median {a * 1e3:.1f} ms; all {n}: median {m * 1e3:.1f} ms "
+              f"({rounds} rounds)")
+        verdict(f"ratio fan-out({n}) / one", m / a, "<= 2", m / a <= 2.0)
+    finally:
+        for p in procs:
+            if p.stdin is not None:
+                p.stdin.close()
+        for p in procs:
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,225 @@
+"""Serve the hook's snapshots over gRPC: :func:`start` returns an :class:`Exporter`.
+
+Port rule: an explicit ``port``, else ``$TPU_INFO_PORT``, else 8431 when it
+is free (libtpu's port, so Google's ``tpu-info`` finds the hook on machines
+without libtpu), else a free ephemeral port. Binding is loopback-only unless
+``bind=`` or ``$TPU_INFO_BIND`` names another address (logged as a warning).
+The exporter stops cleanly at interpreter exit and on SIGTERM (the previous
+SIGTERM handler still runs afterwards).
+
+Example:
+    >>> import metrics
+    >>> from metrics import export
+    >>> exporter = export.start(metrics.snapshot, port=0)
+    >>> exporter.address.startswith("127.0.0.1:")
+    True
+    >>> exporter.stop()
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import signal
+import socket
+import threading
+from collections.abc import Callable
+from types import FrameType
+from typing import Any
+
+from metrics.export.server import BindError, Server, SnapshotFn
+
+__all__ = ["start", "Exporter", "BindError", "LIBTPU_PORT", "LOOPBACK"]
+
+log = logging.getLogger("metrics.export")
+
+LIBTPU_PORT = 8431
+LOOPBACK = "127.0.0.1"
+_LOOPBACKS = {"127.0.0.1", "localhost", "::1", "[::1]"}
+
+
+def _env_port() -> int | None:
+    raw = os.environ.get("TPU_INFO_PORT", "").strip()
+    if not raw:
+        return None
+    try:
+        port = int(raw)
+    except ValueError:
+        raise ValueError(f"TPU_INFO_PORT must be a port number, got {raw!r}") from None
+    if not 0 <= port <= 65535:
+        raise ValueError(f"TPU_INFO_PORT must be in 0..65535, got {port}")
+    return port
+
+
+def _dial_host(bind: str) -> str:
+    """The host a local client dials to reach a server bound to ``bind``."""
+    if bind in ("0.0.0.0", "", "::", "[::]"):
+        return "localhost"
+    return bind
+
+
+def _port_free(address: str, port: int) -> bool:
+    """Whether ``port`` can be bound on ``address`` right now (a plain socket
+    probe, so a busy 8431 falls back quietly instead of gRPC logging an error)."""
+    host = address.strip("[]")
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        with socket.socket(family, socket.SOCK_STREAM) as s:
+            s.bind((host, port))
+        return True
+    except OSError:
+        return False
+
+
+class Exporter:
+    """A running server; stop it with :meth:`stop` (also done at exit)."""
+
+    def __init__(self, server: Server, host: str, published: Any = None) -> None:
+        self._server = server
+        self.host = host
+        self.port = server.port
+        self.address = f"{host}:{server.port}" if ":" not in host else f"[{host}]:{server.port}"
+        self.published = published
+        self._stop_lock = threading.Lock()
+        self._stopped = False
+        self._prev_sigterm: Any = None
+        self._sigterm_installed = False
+
+    def stop(self, grace: float | None = 1.0) -> None:
+        """Unpublishes discovery, ends streams and stops serving. Idempotent."""
+        with self._stop_lock:
+            if self._stopped:
+                return
+            self._stopped = True
+        atexit.unregister(self._at_exit)
+        self._restore_sigterm()
+        _unpublish()
+        self._server.stop(grace)
+
+    @property
+    def stopped(self) -> bool:
+        return self._stopped
+
+    def _at_exit(self) -> None:
+        self.stop(grace=0.5)
+
+    def _install_sigterm(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return  # signal handlers can only be installed from the main thread
+        self._prev_sigterm = signal.getsignal(signal.SIGTERM)
+        signal.signal(signal.SIGTERM, self._on_sigterm)
+        self._sigterm_installed = True
+
+    def _restore_sigterm(self) -> None:
+        if not self._sigterm_installed or threading.current_thread() is not threading.main_thread():
+            return
+        self._sigterm_installed = False
+        if signal.getsignal(signal.SIGTERM) == self._on_sigterm:
+            signal.signal(signal.SIGTERM, self._prev_sigterm)
+
+    def _on_sigterm(self, signum: int, frame: FrameType | None) -> None:
+        prev = self._prev_sigterm
+        self.stop(grace=0)
+        if callable(prev):
+            prev(signum, frame)
+        elif prev == signal.SIG_DFL or prev is None:
+            # What SIGTERM would have done without us: terminate by the signal.
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)
+        # SIG_IGN: the program chose to ignore SIGTERM; so do we.
+
+
+def _publish(port: int, host: str, engine: str, versions: dict[str, str]) -> Any:
+    # ---- HOOK POINT: discovery publishing (metrics/export/discovery.py) ----
+    try:
+        from metrics.export import discovery  # type: ignore[attr-defined]
+    except ImportError:
+        return None
+    try:
+        return discovery.publish(port, host, engine, versions)
+    except Exception as e:  # noqa: BLE001 - discovery is best effort; serving goes on
+        log.warning("tpu-info: could not publish the discovery record: %r", e)
+        return None
+
+
+def _unpublish() -> None:
+    # ---- HOOK POINT: discovery unpublishing ----
+    try:
+        from metrics.export import discovery  # type: ignore[attr-defined]
+    except ImportError:
+        return
+    try:
+        discovery.unpublish()
+    except Exception as e:  # noqa: BLE001 - best effort at shutdown
+        log.debug("tpu-info: could not remove the discovery record: %r", e)
+
+
+def start(
+    snapshot_fn: SnapshotFn,
+    *,
+    port: int | None = None,
+    bind: str | None = None,
+    engine: str = "",
+    versions: dict[str, str] | None = None,
+    workers: int | None = None,
+    server_factory: Callable[..., Server] = Server,
+) -> Exporter:
+    """Starts serving ``snapshot_fn``'s snapshots and returns the exporter.
+
+    Args:
+        snapshot_fn: ``snapshot_fn(events_since) -> Snapshot``; runs on the
+            server's threads at request time, never on the caller's.
+        port: pin a port (0: any free one). Default: ``$TPU_INFO_PORT``, else
+            8431 if free, else any free port.
+        bind: address to bind. Default: ``$TPU_INFO_BIND``, else loopback.
+        engine: engine names for the discovery record (for example ``"jax"``).
+        versions: versions for the discovery record.
+        workers: server threads (default 4).
+        server_factory: builds the :class:`Server` (tests inject one).
+
+    Raises:
+        BindError: a pinned port (argument or ``$TPU_INFO_PORT``) is taken.
+        ValueError: ``$TPU_INFO_PORT`` is not a port number.
+
+    Example:
+        >>> exporter = start(lambda since: None, port=0)  # doctest: +SKIP
+    """
+    address = bind if bind is not None else os.environ.get("TPU_INFO_BIND", "").strip()
+    address = address or LOOPBACK
+    if address not in _LOOPBACKS:
+        log.warning("tpu-info: serving metrics on %s (not loopback): anyone who can reach "
+                    "this address can read this program's metrics", address)
+    kwargs: dict[str, Any] = {"address": address}
+    if workers is not None:
+        kwargs["workers"] = workers
+    pinned = port if port is not None else _env_port()
+    server: Server | None
+    if pinned is not None:
+        server = server_factory(snapshot_fn, port=pinned, **kwargs)
+        try:
+            server.bind()
+        except BindError:
+            server.stop(grace=0)
+            raise
+    else:
+        server = None
+        if _port_free(address, LIBTPU_PORT):
+            server = server_factory(snapshot_fn, port=LIBTPU_PORT, **kwargs)
+            try:
+                server.bind()
+            except BindError:  # taken between the probe and the bind
+                server.stop(grace=0)
+                server = None
+        if server is None:
+            server = server_factory(snapshot_fn, port=0, **kwargs)
+            server.bind()
+    if server is None:  # unreachable: the branches above bind or raise
+        raise BindError(f"cannot bind {address}")
+    server.start()
+    host = _dial_host(address)
+    exporter = Exporter(server, host)
+    exporter.published = _publish(server.port, host, engine, dict(versions or {}))
+    atexit.register(exporter._at_exit)
+    exporter._install_sigterm()
+    return exporter

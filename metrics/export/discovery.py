@@ -1,0 +1,248 @@
+"""Writes this process's discovery record so ``tpu-info`` can find it.
+
+:func:`publish` writes ``<pid>.json`` (pid, port, host, argv, engine,
+versions, start time, schema version) into the private runtime directory
+(:func:`tpu_info.discovery.runtime_dir`): the directory is created with mode
+0700 and refused when it is a symlink, owned by another user, or group/world
+writable; the file is created 0600 under a temporary name and renamed into
+place, so a reader never sees half a record. The record is removed at exit:
+``publish`` registers an ``atexit`` handler and, when called from the main
+thread, a SIGTERM handler (see :func:`publish` for how it chains).
+
+Nothing here raises into the program: any failure is one logged warning and
+``publish`` returns ``None``.
+
+Example:
+    >>> from metrics.export import discovery
+    >>> path = discovery.publish(8431, "localhost", "jax", {"jax": "0.10.2"})  # doctest: +SKIP
+    >>> discovery.unpublish()                                                  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import logging
+import os
+import secrets
+import signal
+import sys
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from tpu_info import discovery as _reader
+
+log = logging.getLogger("metrics.export.discovery")
+
+_lock = threading.Lock()
+_published: tuple[Path, int] | None = None  # (path, pid that wrote it)
+_atexit_registered = False
+_sigterm_installed = False
+
+
+def ensure_private_dir(path: Path) -> int:
+    """Creates ``path`` (mode 0700) if needed and opens it.
+
+    Returns:
+        A file descriptor of the directory (the caller closes it).
+
+    Raises:
+        OSError: it cannot be created or opened, or it is not private (a
+            symlink, another user's, or group/world writable).
+    """
+    if not path.parent.exists():
+        os.makedirs(path.parent, mode=0o755, exist_ok=True)
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    else:
+        os.chmod(path, 0o700)  # whatever the umask did
+    reason = _reader.unsafe_directory_reason(os.lstat(path))
+    if reason:
+        raise OSError(f"{path} {reason}")
+    flags = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | os.O_NOFOLLOW
+    fd = os.open(path, flags)
+    try:  # the same checks on what we opened, in case it was swapped
+        reason = _reader.unsafe_directory_reason(os.fstat(fd))
+        if reason:
+            raise OSError(f"{path} {reason}")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _write_atomically(dir_fd: int, name: str, payload: bytes) -> None:
+    tmp = f".{name}.{secrets.token_hex(4)}.tmp"
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+    fd = os.open(tmp, flags, 0o600, dir_fd=dir_fd)
+    try:
+        try:
+            os.fchmod(fd, 0o600)
+            view = memoryview(payload)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    except BaseException:
+        try:
+            os.unlink(tmp, dir_fd=dir_fd)
+        except OSError:
+            pass
+        raise
+
+
+def process_start_time() -> float:
+    """This process's start time, Unix seconds (now, if it cannot be read)."""
+    try:
+        import psutil
+
+        return float(psutil.Process().create_time())
+    except Exception:  # noqa: BLE001 - psutil missing or /proc unreadable
+        return time.time()
+
+
+def record(
+    port: int,
+    host: str,
+    engine: str,
+    versions: Mapping[str, str],
+    *,
+    pid: int | None = None,
+    argv: Sequence[str] | None = None,
+    start_time: float | None = None,
+) -> dict[str, Any]:
+    """The JSON-ready record ``publish`` writes."""
+    return {
+        "schema": _reader.SCHEMA_VERSION,
+        "pid": os.getpid() if pid is None else pid,
+        "port": int(port),
+        "host": host,
+        "argv": [str(a) for a in (sys.argv if argv is None else argv)],
+        "engine": engine,
+        "versions": {str(k): str(v) for k, v in versions.items()},
+        "start_time": process_start_time() if start_time is None else float(start_time),
+    }
+
+
+def publish(
+    port: int,
+    host: str,
+    engine: str,
+    versions: Mapping[str, str],
+    runtime_dir: str | os.PathLike[str] | None = None,
+    *,
+    start_time: float | None = None,
+    argv: Sequence[str] | None = None,
+    register_cleanup: bool = True,
+) -> Path | None:
+    """Writes (or rewrites) this process's discovery record.
+
+    Args:
+        port: the port of the gRPC server.
+        host: the host a client on this machine dials (e.g. ``127.0.0.1``).
+        engine: the installed engine names, comma separated.
+        versions: engine and Python versions.
+        runtime_dir: the directory (default :func:`tpu_info.discovery.runtime_dir`).
+        start_time: the process's start time, Unix seconds (default: read
+            from the OS; readers use it to tell a reused pid).
+        argv: the command line (default ``sys.argv``).
+        register_cleanup: remove the record at exit and on SIGTERM. The
+            SIGTERM handler is installed only from the main thread and only
+            when the program has not chosen to ignore SIGTERM. If the program
+            had its own handler, ours calls it and lets it decide (the record
+            goes at exit, through ``atexit``); otherwise ours removes the
+            record and exits with status 143 via ``SystemExit``, so other
+            ``atexit`` handlers (the server's stop) run too.
+
+    Returns:
+        The record's path, or ``None`` (with one logged warning) when it
+        could not be written.
+    """
+    global _published
+    directory = Path(runtime_dir) if runtime_dir is not None else _reader.runtime_dir()
+    pid = os.getpid()
+    name = f"{pid}.json"
+    try:
+        payload = json.dumps(
+            record(port, host, engine, versions, pid=pid, argv=argv, start_time=start_time),
+            indent=1,
+        ).encode("utf-8")
+        dir_fd = ensure_private_dir(directory)
+        try:
+            _write_atomically(dir_fd, name, payload)
+        finally:
+            os.close(dir_fd)
+    except Exception as e:  # noqa: BLE001 - discovery never breaks the program
+        log.warning("tpu-info: not publishing a discovery record in %s: %s "
+                    "(set TPU_INFO_RUNTIME_DIR to a private directory)", directory, e)
+        return None
+    path = directory / name
+    with _lock:
+        _published = (path, pid)
+    if register_cleanup:
+        _register_cleanup()
+    return path
+
+
+def published() -> Path | None:
+    """The record this process wrote and has not removed, if any."""
+    with _lock:
+        return _published[0] if _published and _published[1] == os.getpid() else None
+
+
+def unpublish() -> None:
+    """Removes this process's record (idempotent; never raises).
+
+    A forked child that inherited the state leaves its parent's record alone.
+    """
+    global _published
+    with _lock:
+        entry, _published = _published, None
+    if entry is None or entry[1] != os.getpid():
+        return
+    try:
+        entry[0].unlink()
+    except FileNotFoundError:
+        pass
+    except Exception as e:  # noqa: BLE001
+        log.warning("tpu-info: could not remove discovery record %s: %s", entry[0], e)
+
+
+def _register_cleanup() -> None:
+    global _atexit_registered, _sigterm_installed
+    with _lock:
+        if not _atexit_registered:
+            atexit.register(unpublish)
+            _atexit_registered = True
+        if _sigterm_installed or threading.current_thread() is not threading.main_thread():
+            return
+        _sigterm_installed = True
+    try:
+        previous = signal.getsignal(signal.SIGTERM)
+        if previous is signal.SIG_IGN:
+            return  # the program ignores SIGTERM; atexit still cleans up
+        signal.signal(signal.SIGTERM, _make_sigterm_handler(previous))
+    except Exception as e:  # noqa: BLE001
+        log.warning("tpu-info: no SIGTERM cleanup of the discovery record: %s", e)
+
+
+def _make_sigterm_handler(previous: Any) -> Any:
+    def on_sigterm(signum: int, frame: FrameType | None) -> None:
+        if callable(previous):
+            # The program handles SIGTERM itself (say, checkpoint then exit):
+            # it stays discoverable meanwhile, and atexit removes the record.
+            previous(signum, frame)
+            return
+        unpublish()
+        raise SystemExit(128 + signum)
+
+    on_sigterm.tpu_info_previous = previous  # type: ignore[attr-defined]
+    return on_sigterm

@@ -1,0 +1,211 @@
+"""The gRPC server inside the hooked program: ``tpu_info.v1.Monitor`` and
+libtpu's ``RuntimeMetricService`` on one port.
+
+The server owns a small bounded thread pool; every snapshot is built on one
+of its threads when a request arrives, by the injected ``snapshot_fn`` (this
+module never reaches for global metrics state). Streams are capped below the
+pool size so one-shot calls always find a free worker. Messages are bounded
+both ways.
+
+Example:
+    >>> from tpu_info.model import Snapshot
+    >>> server = Server(lambda since: Snapshot(taken_at_unix=0.0), port=0)
+    >>> port = server.start()
+    >>> server.stop(grace=0)
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from concurrent import futures
+
+import grpc
+
+from metrics import names
+from metrics.export.libtpu_service import RuntimeMetricServicer, snapshot_or_abort
+from tpu_info import wire
+from tpu_info.model import MetricInfo, Snapshot
+from tpu_info.proto import tpu_info_v1_pb2 as pb
+from tpu_info.proto import tpu_info_v1_pb2_grpc as pb_grpc
+from tpu_info.proto import tpu_metric_service_pb2_grpc as lpb_grpc
+
+log = logging.getLogger("metrics.export")
+
+SnapshotFn = Callable[[int], Snapshot]
+
+DEFAULT_WORKERS = 4
+MIN_INTERVAL_MS = 50
+DEFAULT_INTERVAL_MS = 1000
+MAX_SEND_BYTES = 64 * 1024 * 1024
+MAX_RECEIVE_BYTES = 64 * 1024
+
+
+class BindError(OSError):
+    """The server could not bind the requested address and port."""
+
+
+def catalog_infos() -> list[MetricInfo]:
+    """Every name in :data:`metrics.names.CATALOG` as a :class:`MetricInfo`."""
+    return [MetricInfo(name, kind, unit, help)
+            for name, (kind, unit, help) in sorted(names.CATALOG.items())]
+
+
+class MonitorServicer(pb_grpc.MonitorServicer):
+    """``tpu_info.v1.Monitor``: snapshots on request, streams, metric names."""
+
+    def __init__(self, snapshot_fn: SnapshotFn, max_streams: int,
+                 metric_infos: Iterable[MetricInfo] | None = None) -> None:
+        self._snapshot_fn = snapshot_fn
+        self._infos = list(metric_infos) if metric_infos is not None else catalog_infos()
+        self._streams = threading.BoundedSemaphore(max_streams)
+        self._max_streams = max_streams
+        self._cache = wire.PartCache()
+        self.stopping = threading.Event()
+
+    def _snapshot(self, events_since: int, max_events: int,
+                  context: grpc.ServicerContext) -> pb.Snapshot:
+        snap = snapshot_or_abort(self._snapshot_fn, events_since, context)
+        msg = wire.snapshot_to_proto(snap, self._cache)
+        if max_events and len(msg.events) > max_events:
+            del msg.events[: len(msg.events) - max_events]
+        return msg
+
+    def GetSnapshot(self, request: pb.SnapshotRequest,
+                    context: grpc.ServicerContext) -> pb.Snapshot:
+        return self._snapshot(request.events_since, request.max_events, context)
+
+    def StreamSnapshots(self, request: pb.StreamRequest,
+                        context: grpc.ServicerContext) -> Iterator[pb.Snapshot]:
+        if not self._streams.acquire(blocking=False):
+            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                          f"at most {self._max_streams} streams at once; try again later "
+                          "or poll GetSnapshot")
+        released = threading.Lock()
+
+        def release() -> None:
+            if released.acquire(blocking=False):
+                self._streams.release()
+
+        wake = threading.Event()
+        context.add_callback(wake.set)   # the client went away or the RPC ended
+        context.add_callback(release)
+        interval_ms = request.interval_ms or DEFAULT_INTERVAL_MS
+        interval_s = max(interval_ms, MIN_INTERVAL_MS) / 1000.0
+        since = request.events_since
+        try:
+            while context.is_active() and not self.stopping.is_set():
+                msg = self._snapshot(since, request.max_events, context)
+                since = msg.last_seq
+                yield msg
+                if wake.wait(interval_s) or self.stopping.is_set():
+                    break
+        finally:
+            release()
+
+    def ListMetrics(self, request: pb.ListMetricsRequest,
+                    context: grpc.ServicerContext) -> pb.ListMetricsReply:
+        infos = {i.name: i for i in self._infos}
+        snap = snapshot_or_abort(self._snapshot_fn, 2**62, context)
+        for c in snap.counters:
+            infos.setdefault(c.name, MetricInfo(c.name, "counter", c.unit, c.help))
+        for d in snap.distributions:
+            infos.setdefault(d.name, MetricInfo(d.name, "distribution", d.unit, d.help))
+        return wire.metric_infos_to_proto(infos[n] for n in sorted(infos))
+
+    def Capture(self, request: pb.CaptureRequest,
+                context: grpc.ServicerContext) -> pb.CaptureReply:
+        context.abort(grpc.StatusCode.UNIMPLEMENTED,
+                      "trace capture is not available in this tpu-info hook yet")
+        raise AssertionError("unreachable")  # abort raises
+
+
+def _host_port(address: str, port: int) -> str:
+    host = f"[{address}]" if ":" in address and not address.startswith("[") else address
+    return f"{host}:{port}"
+
+
+class Server:
+    """Both services on one port, served by a bounded pool of threads.
+
+    Args:
+        snapshot_fn: ``snapshot_fn(events_since) -> Snapshot``, called on a
+            server thread for each request.
+        address: interface to bind (default loopback).
+        port: port to bind; 0 picks a free one.
+        workers: size of the thread pool.
+        max_streams: concurrent ``StreamSnapshots`` calls (default: one
+            less than ``workers``, so one-shot calls always find a worker).
+        metric_infos: names ``ListMetrics`` lists (default: the catalog).
+        host_name: ``GetTpuRuntimeStatus``'s host name (default: this host).
+    """
+
+    def __init__(
+        self,
+        snapshot_fn: SnapshotFn,
+        *,
+        address: str = "127.0.0.1",
+        port: int = 0,
+        workers: int = DEFAULT_WORKERS,
+        max_streams: int | None = None,
+        metric_infos: Iterable[MetricInfo] | None = None,
+        host_name: str | None = None,
+    ) -> None:
+        self.address = address
+        self.requested_port = port
+        self.port = 0
+        streams = max_streams if max_streams is not None else max(1, workers - 1)
+        self._monitor = MonitorServicer(snapshot_fn, streams, metric_infos)
+        self._pool = futures.ThreadPoolExecutor(max_workers=workers,
+                                                thread_name_prefix="tpu-info-grpc")
+        self._server = grpc.server(
+            self._pool,
+            options=[
+                ("grpc.max_send_message_length", MAX_SEND_BYTES),
+                ("grpc.max_receive_message_length", MAX_RECEIVE_BYTES),
+                # Without this two processes could share 8431 on Linux.
+                ("grpc.so_reuseport", 0),
+            ],
+            maximum_concurrent_rpcs=4 * workers,
+        )
+        pb_grpc.add_MonitorServicer_to_server(self._monitor, self._server)
+        lpb_grpc.add_RuntimeMetricServiceServicer_to_server(
+            RuntimeMetricServicer(snapshot_fn, host_name), self._server)
+        self._started = False
+        self._stopped = False
+
+    def bind(self) -> int:
+        """Binds the port (without serving yet) and returns it.
+
+        Raises:
+            BindError: the address or port is taken or invalid.
+        """
+        try:
+            port = self._server.add_insecure_port(_host_port(self.address, self.requested_port))
+        except RuntimeError as e:
+            raise BindError(f"cannot bind {_host_port(self.address, self.requested_port)}: "
+                            f"{e}") from e
+        if port == 0:
+            raise BindError(f"cannot bind {_host_port(self.address, self.requested_port)}")
+        self.port = port
+        return port
+
+    def start(self) -> int:
+        """Binds (if not yet bound) and starts serving; returns the port."""
+        if not self.port:
+            self.bind()
+        self._server.start()
+        self._started = True
+        return self.port
+
+    def stop(self, grace: float | None = 1.0) -> None:
+        """Ends streams, stops accepting calls, waits up to ``grace`` seconds
+        for calls in flight, then shuts the pool down. Idempotent."""
+        if self._stopped:
+            return
+        self._stopped = True
+        self._monitor.stopping.set()
+        if self._started:
+            self._server.stop(grace).wait(timeout=(grace or 0) + 5.0)
+        self._pool.shutdown(wait=False, cancel_futures=True)

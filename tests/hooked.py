@@ -1,0 +1,74 @@
+"""A real hooked JAX program in a subprocess, serving its metrics (test helper)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+PROGRAM = r"""
+import json, os, sys
+import jax, jax.numpy as jnp
+import metrics
+
+metrics.install(engines=["jax"], port=int(os.environ.get("HOOK_PORT", "0")))
+
+@jax.jit
+def f(x):
+    return (x * 2).sum()
+
+tf = metrics.track(f, name="f")
+for n in (8, 8, 16, 16, 16):
+    tf(jnp.ones(n)).block_until_ready()
+keep = []
+for i in range(int(os.environ.get("TRANSFERS", "20"))):
+    y = jax.device_put(jnp.arange(1000.0 + i))
+    keep.append(jax.device_get(y))
+ex = metrics.exporter()
+print(json.dumps({"port": ex.port, "address": ex.address}), flush=True)
+sys.stdin.read()  # serve until the parent closes stdin
+ex.stop()
+"""
+
+
+class HookedProgram:
+    """Starts :data:`PROGRAM`; ``.address`` is where it serves. Use as a context manager."""
+
+    def __init__(self, env: dict[str, str] | None = None, timeout: float = 120.0) -> None:
+        full_env = dict(os.environ)
+        full_env["PYTHONPATH"] = str(ROOT) + os.pathsep + full_env.get("PYTHONPATH", "")
+        full_env.setdefault("JAX_PLATFORMS", "cpu")
+        full_env.update(env or {})
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", PROGRAM], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True, env=full_env, cwd=ROOT,
+        )
+        line = self.proc.stdout.readline() if self.proc.stdout else ""
+        if not line:
+            err = self.proc.stderr.read() if self.proc.stderr else ""
+            self.proc.kill()
+            raise RuntimeError(f"hooked program did not start: {err[-2000:]}")
+        info = json.loads(line)
+        self.port: int = info["port"]
+        self.address: str = info["address"]
+
+    def stop(self, timeout: float = 20.0) -> int:
+        if self.proc.poll() is None:
+            assert self.proc.stdin is not None
+            self.proc.stdin.close()
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        return self.proc.returncode
+
+    def __enter__(self) -> HookedProgram:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

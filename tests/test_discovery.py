@@ -1,0 +1,316 @@
+"""Discovery records: the writer (metrics.export.discovery) and the reader
+(tpu_info.discovery), against real files, real permissions and real processes."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import stat
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from metrics.export import discovery as writer
+from tpu_info import discovery as reader
+
+ROOT = Path(__file__).resolve().parents[1]
+OTHER_UID = 54321
+
+
+@pytest.fixture
+def rdir(tmp_path: Path) -> Path:
+    d = tmp_path / "rt"
+    d.mkdir(mode=0o700)
+    os.chmod(d, 0o700)
+    return d
+
+
+@pytest.fixture(autouse=True)
+def _forget_published():
+    yield
+    writer.unpublish()
+
+
+def write_record(directory: Path, pid: int, overrides: dict | None = None, **fields: object
+                 ) -> Path:
+    rec = writer.record(8431, "127.0.0.1", "jax", {"jax": "0.10.2"}, pid=pid,
+                        argv=["train.py"], start_time=time.time())
+    rec.update(overrides or {}, **fields)
+    path = directory / f"{pid}.json"
+    path.write_text(json.dumps(rec))
+    os.chmod(path, 0o600)
+    return path
+
+
+def dead_pid() -> int:
+    p = subprocess.Popen(["true"])
+    p.wait()
+    return p.pid
+
+
+# Where the directory is -------------------------------------------------------
+
+def test_runtime_dir_precedence():
+    assert reader.runtime_dir({"TPU_INFO_RUNTIME_DIR": "/x", "XDG_RUNTIME_DIR": "/r"}) == Path("/x")
+    assert reader.runtime_dir({"XDG_RUNTIME_DIR": "/run/user/7"}) == Path("/run/user/7/tpu-info")
+    assert reader.runtime_dir({}, uid=7) == Path("/tmp/tpu-info-7")
+    assert reader.runtime_dir({"TPU_INFO_RUNTIME_DIR": ""}, uid=7) == Path("/tmp/tpu-info-7")
+
+
+# Writer ------------------------------------------------------------------------
+
+def test_publish_writes_private_file_atomically_and_unpublish_removes(tmp_path: Path):
+    d = tmp_path / "new" / "tpu-info"
+    path = writer.publish(8431, "127.0.0.1", "jax", {"jax": "0.10.2"}, runtime_dir=d,
+                          register_cleanup=False)
+    assert path == d / f"{os.getpid()}.json"
+    assert stat.S_IMODE(d.stat().st_mode) == 0o700
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert [p.name for p in d.iterdir()] == [path.name]  # no temp file left behind
+    data = json.loads(path.read_text())
+    assert data["schema"] == reader.SCHEMA_VERSION
+    assert (data["pid"], data["port"], data["host"], data["engine"]) == (
+        os.getpid(), 8431, "127.0.0.1", "jax")
+    assert data["argv"] == sys.argv and data["versions"] == {"jax": "0.10.2"}
+
+    [found] = reader.find_processes(d)
+    assert (found.pid, found.port, found.target, found.path) == (
+        os.getpid(), 8431, "127.0.0.1:8431", path)
+    assert writer.published() == path
+
+    # Republishing (say, a new port) replaces the record in place.
+    writer.publish(9000, "127.0.0.1", "jax", {}, runtime_dir=d, register_cleanup=False)
+    assert [p.port for p in reader.find_processes(d)] == [9000]
+
+    writer.unpublish()
+    assert not path.exists() and writer.published() is None
+    writer.unpublish()  # idempotent
+
+
+def test_publish_tightens_umask_created_dir(tmp_path: Path):
+    old = os.umask(0)
+    try:
+        d = tmp_path / "loose"
+        assert writer.publish(1, "h", "jax", {}, runtime_dir=d, register_cleanup=False)
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(d.stat().st_mode) == 0o700
+
+
+@pytest.mark.parametrize("case", ["symlink", "foreign", "group_writable", "world_writable"])
+def test_publish_refuses_unsafe_directory(tmp_path: Path, caplog, case: str):
+    real = tmp_path / "real"
+    real.mkdir(mode=0o700)
+    os.chmod(real, 0o700)
+    d = real
+    if case == "symlink":
+        d = tmp_path / "link"
+        d.symlink_to(real)
+    elif case == "foreign":
+        os.chown(real, OTHER_UID, OTHER_UID)
+    else:
+        os.chmod(real, 0o770 if case == "group_writable" else 0o707)
+    with caplog.at_level(logging.WARNING, logger="metrics.export.discovery"):
+        assert writer.publish(8431, "127.0.0.1", "jax", {}, runtime_dir=d,
+                              register_cleanup=False) is None
+    assert "not publishing" in caplog.text and str(d) in caplog.text
+    assert list(real.iterdir()) == []
+    assert writer.published() is None
+
+
+def test_publish_unwritable_directory_warns_and_returns_none(tmp_path: Path, caplog):
+    # A regular file where a parent directory should be: fails even for root.
+    blocker = tmp_path / "blocker"
+    blocker.write_text("not a directory")
+    with caplog.at_level(logging.WARNING, logger="metrics.export.discovery"):
+        assert writer.publish(8431, "h", "jax", {}, runtime_dir=blocker / "tpu-info",
+                              register_cleanup=False) is None
+        # And a regular file in place of the directory itself.
+        assert writer.publish(8431, "h", "jax", {}, runtime_dir=blocker,
+                              register_cleanup=False) is None
+    assert caplog.text.count("not publishing") == 2
+
+
+def test_unpublish_in_forked_child_leaves_parent_record(rdir: Path):
+    path = writer.publish(8431, "h", "jax", {}, runtime_dir=rdir, register_cleanup=False)
+    writer._published = (path, os.getpid() + 1)  # as a fork's child would see it
+    writer.unpublish()
+    assert path.exists()
+
+
+# Reader -------------------------------------------------------------------------
+
+def test_scan_missing_directory_is_empty_without_warnings(tmp_path: Path):
+    s = reader.scan(tmp_path / "never")
+    assert s.processes == () and s.skipped == ()
+
+
+def test_dead_pid_is_skipped(rdir: Path, caplog):
+    pid = dead_pid()
+    write_record(rdir, pid)
+    live = write_record(rdir, os.getpid())
+    s = reader.scan(rdir)
+    assert [p.path for p in s.processes] == [live]
+    assert [(k.reason, k.path.name) for k in s.skipped] == [(reader.DEAD, f"{pid}.json")]
+    with caplog.at_level(logging.INFO, logger="tpu_info.discovery"):
+        assert [p.pid for p in reader.find_processes(rdir)] == [os.getpid()]
+    assert "dead pid" in caplog.text
+
+
+def test_reused_pid_is_skipped(rdir: Path):
+    # Our pid, but a record written long before this process started.
+    write_record(rdir, os.getpid(), start_time=1000.0)
+    s = reader.scan(rdir)
+    assert s.processes == () and s.skipped[0].reason == reader.DEAD
+
+
+@pytest.mark.parametrize("content, detail", [
+    (b"\x00\xffgarbage", "not JSON"),
+    (b"{\"schema\": 1, \"pid\": ", "not JSON"),
+    (b"[1, 2]", "not a JSON object"),
+    (b"{\"pid\": 1}", "schema"),
+    (None, "port"),
+    (None, "does not match"),
+    (b" " * (reader.MAX_RECORD_BYTES + 1), "larger than"),
+])
+def test_corrupt_file_is_skipped(rdir: Path, caplog, content: bytes | None, detail: str):
+    pid = os.getpid()
+    path = rdir / f"{pid}.json"
+    if content is None and detail == "port":
+        write_record(rdir, pid, port="8431")
+    elif content is None:
+        write_record(rdir, pid, {"pid": 1})  # pid inside does not match the name
+    else:
+        path.write_bytes(content)
+    with caplog.at_level(logging.WARNING, logger="tpu_info.discovery"):
+        assert reader.find_processes(rdir) == []
+    [skip] = reader.scan(rdir).skipped
+    assert skip.reason == reader.CORRUPT and detail in skip.detail
+    assert "corrupt" in caplog.text
+
+
+def test_newer_schema_is_skipped_not_misread(rdir: Path):
+    write_record(rdir, os.getpid(), schema=reader.SCHEMA_VERSION + 1)
+    [skip] = reader.scan(rdir).skipped
+    assert skip.reason == reader.UNSUPPORTED
+
+
+def test_foreign_owner_is_skipped(rdir: Path, caplog):
+    path = write_record(rdir, os.getpid())
+    os.chown(path, OTHER_UID, OTHER_UID)
+    with caplog.at_level(logging.WARNING, logger="tpu_info.discovery"):
+        assert reader.find_processes(rdir) == []
+    [skip] = reader.scan(rdir).skipped
+    assert skip.reason == reader.FOREIGN and str(OTHER_UID) in skip.detail
+    assert "not owned" in caplog.text
+
+
+def test_symlink_is_skipped(rdir: Path, tmp_path: Path, caplog):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    target = write_record(elsewhere, os.getpid())
+    (rdir / f"{os.getpid()}.json").symlink_to(target)
+    with caplog.at_level(logging.WARNING, logger="tpu_info.discovery"):
+        assert reader.find_processes(rdir) == []
+    assert reader.scan(rdir).skipped[0].reason == reader.SYMLINK
+    assert "symlink" in caplog.text
+
+
+def test_not_a_regular_file_is_skipped(rdir: Path):
+    (rdir / f"{os.getpid()}.json").mkdir()
+    assert reader.scan(rdir).skipped[0].reason == reader.NOT_A_FILE
+
+
+@pytest.mark.parametrize("case", ["symlink", "foreign", "world_writable"])
+def test_reader_refuses_unsafe_directory(tmp_path: Path, case: str):
+    real = tmp_path / "real"
+    real.mkdir(mode=0o700)
+    os.chmod(real, 0o700)
+    write_record(real, os.getpid())
+    d = real
+    if case == "symlink":
+        d = tmp_path / "link"
+        d.symlink_to(real)
+    elif case == "foreign":
+        os.chown(real, OTHER_UID, OTHER_UID)
+    else:
+        os.chmod(real, 0o777)
+    s = reader.scan(d)
+    assert s.processes == ()
+    assert [k.reason for k in s.skipped] == [reader.BAD_DIRECTORY]
+
+
+def test_reader_imports_no_metrics_or_engines():
+    code = ("import sys, tpu_info.discovery, tpu_info.run; "
+            "bad = [m for m in ('metrics', 'jax', 'torch') if m in sys.modules]; "
+            "assert not bad, bad")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT, timeout=60)
+
+
+# Real processes -----------------------------------------------------------------
+
+PUBLISHER = textwrap.dedent("""
+    import os, sys, signal
+    from metrics.export import discovery
+    if sys.argv[2] == "own-handler":
+        def handler(signum, frame):
+            print("program handler", flush=True)
+            sys.exit(9)
+        signal.signal(signal.SIGTERM, handler)
+    path = discovery.publish(int(sys.argv[1]), "127.0.0.1", "jax", {"jax": "x"})
+    print(path, flush=True)
+    if sys.argv[2] == "stdin":
+        sys.stdin.read()
+    else:
+        signal.pause()
+""")
+
+
+def start_publisher(rdir: Path, port: int, mode: str) -> tuple[subprocess.Popen[str], Path]:
+    env = dict(os.environ, TPU_INFO_RUNTIME_DIR=str(rdir))
+    p = subprocess.Popen([sys.executable, "-c", PUBLISHER, str(port), mode], cwd=ROOT, env=env,
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    line = p.stdout.readline().strip()
+    assert line == str(rdir / f"{p.pid}.json"), line
+    return p, Path(line)
+
+
+@pytest.mark.slow
+def test_two_processes_at_once_are_both_found_and_clean_up(rdir: Path):
+    a, pa = start_publisher(rdir, 9001, "stdin")
+    b, pb = start_publisher(rdir, 9002, "stdin")
+    try:
+        found = reader.find_processes(rdir)
+        assert sorted((p.pid, p.port) for p in found) == sorted([(a.pid, 9001), (b.pid, 9002)])
+        assert all(p.engine == "jax" and p.versions == {"jax": "x"} for p in found)
+    finally:
+        for p in (a, b):
+            p.communicate("", timeout=30)  # EOF: the program ends normally
+    assert (a.returncode, b.returncode) == (0, 0)
+    assert not pa.exists() and not pb.exists()
+    assert reader.find_processes(rdir) == []
+
+
+@pytest.mark.slow
+def test_sigterm_removes_the_record(rdir: Path):
+    p, path = start_publisher(rdir, 9003, "pause")
+    assert path.exists()
+    p.send_signal(signal.SIGTERM)
+    assert p.wait(timeout=30) == 128 + signal.SIGTERM
+    assert not path.exists()
+
+
+@pytest.mark.slow
+def test_sigterm_chains_to_the_programs_own_handler(rdir: Path):
+    p, path = start_publisher(rdir, 9004, "own-handler")
+    p.send_signal(signal.SIGTERM)
+    out, _ = p.communicate(timeout=30)
+    assert "program handler" in out
+    assert p.returncode == 9  # the program decided how to exit
+    assert not path.exists()  # and atexit removed the record

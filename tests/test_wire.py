@@ -1,0 +1,98 @@
+"""model <-> tpu_info.v1 conversion: lossless both ways, invalid data rejected."""
+
+from __future__ import annotations
+
+import pytest
+
+from tpu_info import wire
+from tpu_info.errors import ProtocolMismatch, WireError
+from tpu_info.model import (
+    BucketCounts,
+    CounterReading,
+    DeviceRecord,
+    DistributionReading,
+    Event,
+    GraphRecord,
+    MemoryReading,
+    MetricInfo,
+    ProcessRecord,
+    RecompileCause,
+    Snapshot,
+    Unit,
+)
+from tpu_info.proto import tpu_info_v1_pb2 as pb
+
+FULL = Snapshot(
+    taken_at_unix=1_700_000_000.25,
+    process=ProcessRecord(pid=42, name="train.py", argv=("train.py", "--x"), host="h",
+                          user="u", engine="jax", versions={"jax": "0.10.2"},
+                          start_time_unix=1_699_999_000.0),
+    devices=(
+        DeviceRecord(0, "TPU v5e", "tpu", MemoryReading(1, 2, 3, "memory_stats"), 55.5),
+        DeviceRecord(1, "cpu", "cpu", MemoryReading(None, source="none", reason="no stats"),
+                     None, "not measured"),
+    ),
+    counters=(CounterReading("MarkStep", 7, Unit.NUMBER, "steps"),),
+    distributions=(
+        DistributionReading(
+            "CompileTime", Unit.TIME_NS, 6, 6e6, -1e6, 3e6, 0.5, 3e6,
+            percentiles=((50.0, 2e6), (99.0, 3e6)), recent=((1.0, 1e6), (2.0, 2e6)),
+            buckets=BucketCounts(1.01, {1389: 1, 1430: 2}, {5: 1}, 2), help="compile"),
+        DistributionReading("Empty", Unit.BYTES, 0, 0.0, None, None),
+    ),
+    graphs=(GraphRecord(
+        hash="ab" * 32, name="jit(f)", engine="jax", first_seen_unix=1.0, last_seen_unix=2.0,
+        compiles=2, compile_seconds_total=0.5, compile_seconds_last=0.2, cache_hits=1,
+        executions=None, signature=("x: f32[2]",), signatures=(("x: f32[1]",), ("x: f32[2]",)),
+        causes=(RecompileCause(1.5, "x changed", "a.py:3", "x", "f32[1]", "f32[2]"),
+                RecompileCause(1.0, "first call")),
+    ),),
+    events=(Event(4, 1.0, "compile", "jit(f)", "ab", "d", "a.py:3", 0.5),
+            Event(5, 2.0, "step")),
+    last_seq=5,
+    uptime_seconds=1000.25,
+)
+
+
+def test_full_round_trip_is_lossless() -> None:
+    msg = wire.snapshot_to_proto(FULL)
+    again = pb.Snapshot.FromString(msg.SerializeToString())
+    assert wire.snapshot_from_proto(again) == FULL
+
+
+def test_metric_infos_round_trip() -> None:
+    infos = [MetricInfo("A", "counter", Unit.NUMBER, "a"), MetricInfo("B", "distribution",
+                                                                     Unit.TIME_NS)]
+    assert wire.metric_infos_from_proto(wire.metric_infos_to_proto(infos)) == infos
+
+
+def _msg() -> pb.Snapshot:
+    return wire.snapshot_to_proto(FULL)
+
+
+@pytest.mark.parametrize("break_it, error", [
+    (lambda m: m.ClearField("protocol_version"), ProtocolMismatch),
+    (lambda m: setattr(m.counters[0], "unit", 99), WireError),
+    (lambda m: setattr(m.counters[0], "value", -1), WireError),
+    (lambda m: m.distributions[0].percentile_values.append(1.0), WireError),
+    (lambda m: m.distributions[0].buckets.positive_keys.append(9), WireError),
+    (lambda m: setattr(m.distributions[0].buckets, "gamma", 1.0), WireError),
+    (lambda m: setattr(m.distributions[0], "count", 99), WireError),
+    (lambda m: setattr(m.distributions[0], "min", 1e9), WireError),
+    (lambda m: setattr(m.devices[0].memory, "used_bytes", -5), WireError),
+    (lambda m: setattr(m.events[0], "seq", 9), WireError),
+    (lambda m: setattr(m, "last_seq", 1), WireError),
+    (lambda m: setattr(m.graphs[0], "hash", ""), WireError),
+])
+def test_invalid_data_is_a_typed_error(break_it, error) -> None:
+    m = _msg()
+    break_it(m)
+    with pytest.raises(error):
+        wire.snapshot_from_proto(m)
+
+
+def test_unknown_kind_in_list_metrics() -> None:
+    reply = wire.metric_infos_to_proto([MetricInfo("A", "counter", Unit.NUMBER)])
+    reply.metrics[0].kind = "histogram"
+    with pytest.raises(WireError):
+        wire.metric_infos_from_proto(reply)

@@ -1,0 +1,158 @@
+"""Percentiles from log-spaced bucket counts (:class:`~tpu_info.model.BucketCounts`).
+
+Pure math shared by the in-process hook (``metrics.registry`` computes the
+percentiles it ships) and the CLI (which computes the ones that were not
+shipped, such as P99.9, from the buckets that were). It lives here because
+``tpu_info`` must not import ``metrics``; ``metrics`` may import ``tpu_info``.
+
+Bucket ``k`` holds samples ``v`` with ``gamma**(k-1) < |v| <= gamma**k``; its
+representative value ``2 * gamma**k / (gamma + 1)`` has the least relative
+error to any value inside it, so a percentile estimated from the buckets is
+within ``(gamma - 1) / (gamma + 1)`` of the exact one, relatively.
+
+Example:
+    >>> from tpu_info.model import BucketCounts
+    >>> b = BucketCounts(gamma=1.02, positive={0: 3})   # three samples of 1.0
+    >>> round(percentile(b, 3, 50.0), 2)
+    0.99
+    >>> percentile(b, 3, 50.0, lo=1.0, hi=1.0)
+    1.0
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import math
+from collections.abc import Iterable, Sequence
+
+from tpu_info.model import BucketCounts
+
+
+def bucket_value(gamma: float, key: int) -> float:
+    """The representative value of positive bucket ``key``: the point of
+    ``(gamma**(key-1), gamma**key]`` with the least relative error."""
+    return 2.0 * gamma**key / (gamma + 1.0)
+
+
+def ordered_buckets(b: BucketCounts) -> list[tuple[float, int]]:
+    """(representative value, count) pairs in ascending value order."""
+    out = [(-bucket_value(b.gamma, k), b.negative[k]) for k in sorted(b.negative, reverse=True)]
+    if b.zero:
+        out.append((0.0, b.zero))
+    out.extend((bucket_value(b.gamma, k), b.positive[k]) for k in sorted(b.positive))
+    return out
+
+
+def total_count(b: BucketCounts) -> int:
+    """Samples held by all buckets together."""
+    return sum(b.positive.values()) + sum(b.negative.values()) + b.zero
+
+
+def value_at_rank(ordered: list[tuple[float, int]], rank: int) -> float:
+    """The estimate of the ``rank``-th smallest sample (0-based).
+
+    Raises:
+        ValueError: ``ordered`` is empty.
+    """
+    if not ordered:
+        raise ValueError("no buckets to read a rank from")
+    seen = 0
+    for value, n in ordered:
+        seen += n
+        if rank < seen:
+            return value
+    return ordered[-1][0]
+
+
+def percentile(
+    b: BucketCounts, count: int, percent: float,
+    lo: float | None = None, hi: float | None = None,
+) -> float:
+    """numpy's linear-interpolation percentile, estimated from buckets.
+
+    Estimates the two order statistics numpy interpolates between and
+    interpolates them the same way, so the result keeps the buckets' relative
+    error. Exact ``lo``/``hi`` (min, max) clamp the estimate when known.
+
+    Args:
+        b: the bucket counts.
+        count: how many samples they hold (``DistributionReading.count``).
+        percent: 0 to 100.
+        lo: the exact minimum, if known.
+        hi: the exact maximum, if known.
+
+    Raises:
+        ValueError: ``count`` is not positive, ``percent`` is outside 0..100,
+            or the buckets are empty.
+    """
+    return percentiles(b, count, (percent,), lo, hi)[0]
+
+
+def percentiles(
+    b: BucketCounts, count: int, percents: Sequence[float],
+    lo: float | None = None, hi: float | None = None,
+) -> list[float]:
+    """:func:`percentile` for several percents, sorting the buckets once.
+
+    Raises:
+        ValueError: as :func:`percentile`.
+    """
+    if count <= 0:
+        raise ValueError("a percentile of no samples")
+    for percent in percents:
+        if not 0.0 <= percent <= 100.0:
+            raise ValueError(f"percent {percent} is outside 0..100")
+    # (sign, key) in ascending value order, with cumulative counts.
+    keys: list[tuple[int, int]] = [(-1, k) for k in sorted(b.negative, reverse=True)]
+    if b.zero:
+        keys.append((0, 0))
+    keys.extend((1, k) for k in sorted(b.positive))
+    if not keys:
+        raise ValueError("no buckets to read a rank from")
+    cumulative = list(itertools.accumulate(
+        b.negative[k] if sign < 0 else b.positive[k] if sign > 0 else b.zero
+        for sign, k in keys))
+
+    def at_rank(rank: int) -> float:
+        i = min(bisect.bisect_right(cumulative, rank), len(keys) - 1)
+        sign, key = keys[i]
+        return sign * bucket_value(b.gamma, key) if sign else 0.0
+
+    out = []
+    for percent in percents:
+        h = (count - 1) * percent / 100.0
+        below = math.floor(h)
+        v0 = at_rank(below)
+        v1 = at_rank(min(below + 1, count - 1))
+        v = v0 + (h - below) * (v1 - v0)
+        if lo is not None and v < lo:
+            v = lo
+        if hi is not None and v > hi:
+            v = hi
+        out.append(v)
+    return out
+
+
+def merge_buckets(parts: Iterable[BucketCounts]) -> BucketCounts | None:
+    """Adds bucket counts of distributions that share one ``gamma``.
+
+    Raises:
+        ValueError: the parts have different bucket widths.
+    """
+    parts = list(parts)
+    if not parts:
+        return None
+    gamma = parts[0].gamma
+    pos: dict[int, int] = {}
+    neg: dict[int, int] = {}
+    zero = 0
+    for p in parts:
+        if not math.isclose(p.gamma, gamma):
+            raise ValueError("cannot merge distributions with different bucket widths")
+        for k, n in p.positive.items():
+            pos[k] = pos.get(k, 0) + n
+        for k, n in p.negative.items():
+            neg[k] = neg.get(k, 0) + n
+        zero += p.zero
+    return BucketCounts(gamma=gamma, positive=pos, negative=neg, zero=zero)

@@ -1,0 +1,71 @@
+"""Every counter and distribution name the hook records, with unit and help.
+
+Names follow torch_xla's where one exists, so ``metrics_report()`` reads the
+same; new ones are CamelCase the same way. The README's table is this one.
+It lives in ``tpu_info`` so the CLI knows the names without importing the
+hook (``metrics.names`` re-exports it).
+
+Example:
+    >>> CATALOG[COMPILE_TIME][0]
+    'distribution'
+"""
+
+from __future__ import annotations
+
+from tpu_info.model import Unit
+
+COMPILE_TIME = "CompileTime"
+TRACE_TIME = "TraceTime"
+LOWERING_TIME = "LoweringTime"
+UNCACHED_COMPILE = "UncachedCompile"
+CACHED_COMPILE = "CachedCompile"
+EXECUTE_TIME = "ExecuteTime"
+EXECUTE_COUNT = "ExecuteComputation"
+TRANSFER_TO_DEVICE_TIME = "TransferToDeviceTime"
+TRANSFER_FROM_DEVICE_TIME = "TransferFromDeviceTime"
+OUTBOUND_DATA = "OutboundData"
+INBOUND_DATA = "InboundData"
+MARK_STEP = "MarkStep"
+STEP_TIME = "StepTime"
+HOOK_ERRORS = "HookErrors"
+GRAPHS_EVICTED = "GraphsEvicted"
+
+# name -> (kind, unit, help). kind is "counter" or "distribution".
+CATALOG: dict[str, tuple[str, Unit, str]] = {
+    COMPILE_TIME: ("distribution", Unit.TIME_NS,
+                   "Backend (XLA) compile time of each real compile."),
+    TRACE_TIME: ("distribution", Unit.TIME_NS,
+                 "Time tracing a Python function to a jaxpr (JAX)."),
+    LOWERING_TIME: ("distribution", Unit.TIME_NS,
+                    "Time lowering a jaxpr to an MLIR module (JAX)."),
+    UNCACHED_COMPILE: ("counter", Unit.NUMBER,
+                       "Graphs compiled by the backend (cache misses)."),
+    CACHED_COMPILE: ("counter", Unit.NUMBER,
+                     "Compiles avoided by a cache (JAX: persistent compilation cache hits)."),
+    EXECUTE_TIME: ("distribution", Unit.TIME_NS,
+                   "Wall time of each call of a tracked function, as its caller saw it."),
+    EXECUTE_COUNT: ("counter", Unit.NUMBER, "Calls of tracked functions."),
+    TRANSFER_TO_DEVICE_TIME: ("distribution", Unit.TIME_NS,
+                              "Time of each host->device transfer call (jax.device_put)."),
+    TRANSFER_FROM_DEVICE_TIME: ("distribution", Unit.TIME_NS,
+                                "Time of each device->host transfer call (jax.device_get)."),
+    OUTBOUND_DATA: ("distribution", Unit.BYTES, "Bytes of each host->device transfer."),
+    INBOUND_DATA: ("distribution", Unit.BYTES, "Bytes of each device->host transfer."),
+    MARK_STEP: ("counter", Unit.NUMBER, "Training steps marked with metrics.mark_step()."),
+    STEP_TIME: ("distribution", Unit.TIME_NS, "Wall time between consecutive mark_step() calls."),
+    HOOK_ERRORS: ("counter", Unit.NUMBER,
+                  "Exceptions inside the hook, counted and swallowed."),
+    GRAPHS_EVICTED: ("counter", Unit.NUMBER,
+                     "Graph-ledger entries dropped (least recently seen) to stay bounded."),
+}
+
+
+def help_for(name: str) -> str:
+    """The help text of a known name, else empty."""
+    entry = CATALOG.get(name)
+    return entry[2] if entry else ""
+
+
+def unit_for(name: str) -> Unit:
+    entry = CATALOG.get(name)
+    return entry[1] if entry else Unit.NUMBER

@@ -1,0 +1,309 @@
+"""gRPC client: one target (tpu-info's own service or libtpu's), or many at once.
+
+A :class:`Client` owns one channel and closes it; every failure is a
+:class:`~tpu_info.errors.TpuInfoError` naming the target. :func:`fan_out`
+asks many targets concurrently, each with its own deadline, so a slow or dead
+target costs its own timeout and nothing more.
+
+Example:
+    >>> from tpu_info.client import Client, fan_out
+    >>> with Client("localhost:8431", timeout=2.0) as c:   # doctest: +SKIP
+    ...     snap = c.snapshot()
+    ...     print(snap.counter("UncachedCompile"))
+    >>> for r in fan_out(["h1:8431", "h2:8431"], timeout=2.0):  # doctest: +SKIP
+    ...     print(r.target, r.error or r.value.last_seq)
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Callable, Iterator, Sequence
+from concurrent import futures
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+import grpc
+
+from tpu_info import libtpu, wire
+from tpu_info.errors import (
+    NotAMonitor,
+    ProtocolMismatch,
+    ReplyTooLarge,
+    ServerError,
+    TimedOut,
+    TpuInfoError,
+    Unreachable,
+)
+from tpu_info.model import DistributionReading, MetricInfo, Snapshot
+from tpu_info.proto import tpu_info_v1_pb2 as pb
+from tpu_info.proto import tpu_info_v1_pb2_grpc as pb_grpc
+from tpu_info.proto import tpu_metric_service_pb2 as lpb
+from tpu_info.proto import tpu_metric_service_pb2_grpc as lpb_grpc
+
+T = TypeVar("T")
+M = TypeVar("M")
+
+DEFAULT_TIMEOUT_S = 5.0
+DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+_LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1", "[::1]", "ip6-localhost"}
+
+
+def split_target(target: str) -> tuple[str, int]:
+    """``("host", port)`` of ``"host:port"`` or ``"[v6]:port"``.
+
+    Raises:
+        Unreachable: the target is not ``host:port``.
+    """
+    host, sep, port = target.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise Unreachable("not a host:port address", target=target)
+    return host.strip("[]"), int(port)
+
+
+def _something_listens(target: str, timeout: float) -> bool:
+    try:
+        host, port = split_target(target)
+        with socket.create_connection((host, port), timeout=max(timeout, 0.05)):
+            return True
+    except (OSError, Unreachable):
+        return False
+
+
+class Client:
+    """A connection to one monitor: a tpu-info hook or libtpu.
+
+    Args:
+        target: ``host:port``.
+        timeout: seconds allowed for each call.
+        max_message_bytes: largest reply accepted (larger: :class:`ReplyTooLarge`).
+
+    Loopback targets are dialled with ``grpc.local_channel_credentials()``
+    (what libtpu expects; the hook accepts it too), others in plain text.
+    """
+
+    def __init__(self, target: str, timeout: float = DEFAULT_TIMEOUT_S, *,
+                 max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> None:
+        host, _ = split_target(target)
+        self.target = target
+        self.timeout = timeout
+        options = [
+            ("grpc.max_receive_message_length", max_message_bytes),
+            ("grpc.max_send_message_length", 1024 * 1024),
+            ("grpc.enable_retries", 0),
+            ("grpc.enable_http_proxy", 0),
+        ]
+        if host in _LOCAL_HOSTS:
+            self._channel = grpc.secure_channel(target, grpc.local_channel_credentials(),
+                                                options=options)
+        else:
+            self._channel = grpc.insecure_channel(target, options=options)
+        self._monitor = pb_grpc.MonitorStub(self._channel)
+        self._libtpu = lpb_grpc.RuntimeMetricServiceStub(self._channel)
+
+    # Lifecycle -------------------------------------------------------------
+
+    def close(self) -> None:
+        """Closes the channel (idempotent)."""
+        self._channel.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # Errors ----------------------------------------------------------------
+
+    def _error(self, e: grpc.RpcError, service: str, started: float) -> TpuInfoError:
+        code = e.code() if hasattr(e, "code") else None
+        details = (e.details() if hasattr(e, "details") else "") or ""
+        t = self.target
+        if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+            return TimedOut(f"no answer within {self.timeout:g}s", target=t)
+        if code == grpc.StatusCode.UNIMPLEMENTED:
+            return NotAMonitor(f"a gRPC server answers here, but not {service} ({details})",
+                               target=t)
+        if code == grpc.StatusCode.RESOURCE_EXHAUSTED and "larger than max" in details:
+            return ReplyTooLarge(details, target=t)
+        if code == grpc.StatusCode.UNAVAILABLE:
+            left = self.timeout - (time.monotonic() - started)
+            if _something_listens(t, min(left, 1.0)):
+                return NotAMonitor(f"something listens here but does not speak gRPC "
+                                   f"({details})", target=t)
+            return Unreachable(f"cannot connect ({details})", target=t)
+        if code == grpc.StatusCode.INTERNAL and ("http" in details.lower()
+                                                 or "protocol" in details.lower()):
+            return NotAMonitor(f"the peer does not speak gRPC ({details})", target=t)
+        name = code.name if code is not None else "UNKNOWN"
+        return ServerError(f"{service} answered {name}: {details}", target=t)
+
+    def _call(self, rpc: Callable[..., T], request: object, service: str) -> T:
+        started = time.monotonic()
+        try:
+            return rpc(request, timeout=self.timeout)
+        except grpc.RpcError as e:
+            raise self._error(e, service, started) from e
+
+    # tpu_info.v1.Monitor ---------------------------------------------------
+
+    def snapshot(self, events_since: int = 0, max_events: int = 0) -> Snapshot:
+        """The hook's whole snapshot, with the events after ``events_since``.
+
+        Raises:
+            TpuInfoError: one of its subclasses, naming this target.
+        """
+        msg = self._call(self._monitor.GetSnapshot,
+                         pb.SnapshotRequest(events_since=events_since, max_events=max_events),
+                         "tpu_info.v1.Monitor")
+        return self._decode(wire.snapshot_from_proto, msg)
+
+    def stream(self, interval_s: float = 1.0, events_since: int = 0,
+               duration_s: float | None = None) -> Iterator[Snapshot]:
+        """Snapshots pushed every ``interval_s`` (the server's floor is 50 ms).
+
+        Each snapshot carries the events since the previous one. Ends after
+        ``duration_s`` if given; closing the iterator cancels the stream.
+
+        Raises:
+            TpuInfoError: while iterating, naming this target.
+        """
+        request = pb.StreamRequest(interval_ms=max(1, int(interval_s * 1000)),
+                                   events_since=events_since)
+        started = time.monotonic()
+        call = self._monitor.StreamSnapshots(request, timeout=duration_s)
+        try:
+            for msg in call:
+                yield self._decode(wire.snapshot_from_proto, msg)
+        except grpc.RpcError as e:
+            if (duration_s is not None and e.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+                    and time.monotonic() - started >= duration_s * 0.99):
+                return
+            raise self._error(e, "tpu_info.v1.Monitor", started) from e
+        finally:
+            call.cancel()
+
+    def list_metrics(self) -> list[MetricInfo]:
+        """Names the hook records, with unit, kind and help text."""
+        reply = self._call(self._monitor.ListMetrics, pb.ListMetricsRequest(),
+                           "tpu_info.v1.Monitor")
+        return self._decode(wire.metric_infos_from_proto, reply)
+
+    def _decode(self, fn: Callable[[M], T], msg: M) -> T:
+        try:
+            return fn(msg)
+        except ProtocolMismatch as e:
+            raise e.with_target(self.target) from e
+
+    # libtpu's RuntimeMetricService -------------------------------------------
+
+    def _libtpu_metric(self, name: str, required: bool) -> lpb.MetricResponse | None:
+        started = time.monotonic()
+        try:
+            return self._libtpu.GetRuntimeMetric(lpb.MetricRequest(metric_name=name),
+                                                 timeout=self.timeout)
+        except grpc.RpcError as e:
+            if not required and e.code() == grpc.StatusCode.NOT_FOUND:
+                return None
+            raise self._error(e, "tpu.monitoring.runtime.RuntimeMetricService", started) from e
+
+    def supported_libtpu_metrics(self) -> list[str]:
+        """``ListSupportedMetrics`` of libtpu's service."""
+        resp = self._call(self._libtpu.ListSupportedMetrics,
+                          lpb.ListSupportedMetricsRequest(),
+                          "tpu.monitoring.runtime.RuntimeMetricService")
+        return [m.metric_name for m in resp.supported_metric]
+
+    def libtpu(self) -> Snapshot:
+        """Reads libtpu's service (or a hook's copy of it) into a snapshot:
+        devices with HBM used/total and duty cycle, and the latency
+        distributions it serves (``TransferToDeviceTime``,
+        ``TransferFromDeviceTime``, ``ExecuteTime``; per-device or per-size
+        ones carry their labels in the name). No process, graphs or events.
+
+        Raises:
+            TpuInfoError: one of its subclasses, naming this target.
+        """
+        usage = self._libtpu_metric(libtpu.HBM_USAGE, required=True)
+        total = self._libtpu_metric(libtpu.HBM_TOTAL, required=True)
+        duty = self._libtpu_metric(libtpu.DUTY_CYCLE, required=False)
+        dists: list[DistributionReading] = []
+        for name in libtpu.LATENCY_NAMES:
+            resp = self._libtpu_metric(name, required=False)
+            if resp is not None:
+                dists.extend(self._decode(libtpu.readings_from_response, resp))
+        if usage is None or total is None:  # required=True raises instead; for the type checker
+            raise NotAMonitor("no HBM metrics", target=self.target)
+        try:
+            devices = libtpu.devices_from_responses(usage, total, duty)
+        except ProtocolMismatch as e:
+            raise e.with_target(self.target) from e
+        return Snapshot(taken_at_unix=time.time(), devices=devices, distributions=tuple(dists))
+
+
+@dataclass(frozen=True, slots=True)
+class FanOutResult(Generic[T]):
+    """One target's answer: ``value`` or ``error`` (exactly one is set)."""
+
+    target: str
+    value: T | None = None
+    error: TpuInfoError | None = None
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+def _ask(target: str, timeout: float, call: Callable[[Client], T]) -> FanOutResult[T]:
+    started = time.monotonic()
+    try:
+        with Client(target, timeout=timeout) as client:
+            value = call(client)
+        return FanOutResult(target, value=value, seconds=time.monotonic() - started)
+    except TpuInfoError as e:
+        return FanOutResult(target, error=e.with_target(target) if not e.target else e,
+                            seconds=time.monotonic() - started)
+
+
+def fan_out(
+    targets: Sequence[str],
+    timeout: float = DEFAULT_TIMEOUT_S,
+    call: Callable[[Client], T] = Client.snapshot,  # type: ignore[assignment]
+    max_workers: int = 32,
+) -> list[FanOutResult[T]]:
+    """Asks every target at once; returns one result per target, in order.
+
+    Each target has its own ``timeout``; one that does not answer in time
+    yields :class:`TimedOut` while the others' answers are kept. The whole
+    round takes at most about ``timeout`` (plus a small margin), however many
+    targets hang.
+
+    Args:
+        targets: ``host:port`` addresses.
+        timeout: seconds allowed per target.
+        call: what to ask each :class:`Client` (default: its snapshot).
+        max_workers: threads used at most.
+    """
+    if not targets:
+        return []
+    pool = futures.ThreadPoolExecutor(max_workers=min(max_workers, len(targets)),
+                                      thread_name_prefix="tpu-info-fanout")
+    try:
+        pending = {pool.submit(_ask, t, timeout, call): i for i, t in enumerate(targets)}
+        # Each call carries its own gRPC deadline; the margin covers the
+        # thread hand-off and a connection probe, and guards against anything
+        # that would ignore the deadline.
+        rounds = -(-len(targets) // min(max_workers, len(targets)))
+        done, _ = futures.wait(pending, timeout=timeout * rounds + 2.0)
+        results: list[FanOutResult[T]] = []
+        for fut, i in sorted(pending.items(), key=lambda kv: kv[1]):
+            if fut in done:
+                results.append(fut.result())
+            else:
+                fut.cancel()
+                results.append(FanOutResult(targets[i], error=TimedOut(
+                    f"no answer within {timeout:g}s", target=targets[i]), seconds=timeout))
+        return results
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)

@@ -1,0 +1,287 @@
+"""Finds hooked processes on this host through their discovery records.
+
+Each hooked process writes ``<pid>.json`` into a private runtime directory
+(see :func:`runtime_dir`) and removes it at exit; the writer is
+``metrics.export.discovery``. This module is the reader, and it owns the rules
+both sides share: where the directory is, what makes it private, and what a
+valid record looks like. It imports neither ``metrics`` nor torch nor jax.
+
+A record is skipped, with a reason kept in :attr:`Scan.skipped` and logged,
+when its pid is dead (or was reused by a younger process), when it is corrupt,
+when it is not owned by the current user, or when it is a symlink or not a
+regular file. A directory that is a symlink, owned by someone else, or
+group/world writable is not read at all.
+
+Example:
+    >>> from tpu_info import discovery
+    >>> for p in discovery.find_processes():      # doctest: +SKIP
+    ...     print(p.pid, f"{p.host}:{p.port}", p.engine)
+    4242 localhost:8431 jax
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import stat
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger("tpu_info.discovery")
+
+SCHEMA_VERSION = 1
+ENV_RUNTIME_DIR = "TPU_INFO_RUNTIME_DIR"
+ENV_XDG_RUNTIME_DIR = "XDG_RUNTIME_DIR"
+MAX_RECORD_BYTES = 64 * 1024
+# A record older than its process by more than this means the pid was reused.
+_PID_REUSE_SLACK_S = 2.0
+
+# Reasons a record was skipped (stable strings: `tpu-info doctor` groups by them).
+DEAD = "dead pid"
+CORRUPT = "corrupt"
+FOREIGN = "not owned by the current user"
+SYMLINK = "symlink"
+NOT_A_FILE = "not a regular file"
+UNSUPPORTED = "unsupported schema"
+UNREADABLE = "unreadable"
+BAD_DIRECTORY = "unsafe runtime directory"
+
+
+@dataclass(frozen=True, slots=True)
+class DiscoveredProcess:
+    """One hooked process's discovery record."""
+
+    pid: int
+    port: int
+    host: str
+    argv: tuple[str, ...]
+    engine: str
+    versions: Mapping[str, str]
+    start_time: float
+    path: Path
+    schema: int = SCHEMA_VERSION
+
+    @property
+    def target(self) -> str:
+        """``host:port`` for a gRPC client (IPv6 hosts in brackets)."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{host}:{self.port}"
+
+
+@dataclass(frozen=True, slots=True)
+class Skipped:
+    """A record (or the directory) that was not used, and why."""
+
+    path: Path
+    reason: str
+    detail: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.reason}" + (f" ({self.detail})" if self.detail else "")
+
+
+@dataclass(frozen=True, slots=True)
+class Scan:
+    """What one look at the runtime directory found."""
+
+    directory: Path
+    processes: tuple[DiscoveredProcess, ...] = ()
+    skipped: tuple[Skipped, ...] = field(default_factory=tuple)
+
+
+def runtime_dir(environ: Mapping[str, str] | None = None, uid: int | None = None) -> Path:
+    """The private directory for discovery records.
+
+    ``$TPU_INFO_RUNTIME_DIR``, else ``$XDG_RUNTIME_DIR/tpu-info``, else
+    ``/tmp/tpu-info-<uid>``.
+
+    Args:
+        environ: the environment to read (default ``os.environ``).
+        uid: the user id for the fallback (default the effective uid).
+    """
+    env = os.environ if environ is None else environ
+    explicit = env.get(ENV_RUNTIME_DIR)
+    if explicit:
+        return Path(explicit)
+    xdg = env.get(ENV_XDG_RUNTIME_DIR)
+    if xdg:
+        return Path(xdg) / "tpu-info"
+    return Path("/tmp") / f"tpu-info-{os.geteuid() if uid is None else uid}"
+
+
+def unsafe_directory_reason(st: os.stat_result, uid: int | None = None) -> str | None:
+    """Why a directory with ``lstat`` result ``st`` is not private, else None."""
+    uid = os.geteuid() if uid is None else uid
+    if stat.S_ISLNK(st.st_mode):
+        return "is a symlink"
+    if not stat.S_ISDIR(st.st_mode):
+        return "is not a directory"
+    if st.st_uid != uid:
+        return f"is owned by uid {st.st_uid}, not {uid}"
+    if st.st_mode & 0o022:
+        return f"is group or world writable (mode {stat.S_IMODE(st.st_mode):04o})"
+    return None
+
+
+def pid_alive(pid: int, start_time: float | None = None) -> bool:
+    """Whether ``pid`` runs and (when ``start_time`` is known) is not a
+    younger process that reused the pid."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # exists, owned by someone else
+    except OSError:
+        return False
+    if start_time:
+        try:
+            import psutil
+
+            created = psutil.Process(pid).create_time()
+        except Exception:  # noqa: BLE001 - no psutil or a race: trust kill(0)
+            return True
+        if created > start_time + _PID_REUSE_SLACK_S:
+            return False
+    return True
+
+
+def parse_record(data: Any, path: Path) -> DiscoveredProcess:
+    """Validates a decoded record; raises ``ValueError`` saying what is wrong."""
+    if not isinstance(data, dict):
+        raise ValueError("not a JSON object")
+    schema = data.get("schema")
+    if not isinstance(schema, int) or isinstance(schema, bool):
+        raise ValueError("missing schema version")
+
+    def get(key: str, kind: type | tuple[type, ...]) -> Any:
+        value = data.get(key)
+        if not isinstance(value, kind) or isinstance(value, bool):
+            raise ValueError(f"field {key!r} missing or not {getattr(kind, '__name__', kind)}")
+        return value
+
+    pid = get("pid", int)
+    port = get("port", int)
+    if not 0 < port < 65536:
+        raise ValueError(f"port {port} out of range")
+    argv = get("argv", list)
+    versions = get("versions", dict)
+    if not all(isinstance(a, str) for a in argv):
+        raise ValueError("argv is not a list of strings")
+    if not all(isinstance(k, str) and isinstance(v, str) for k, v in versions.items()):
+        raise ValueError("versions is not a map of strings")
+    if path.name != f"{pid}.json":
+        raise ValueError(f"pid {pid} does not match the file name")
+    return DiscoveredProcess(
+        pid=pid, port=port, host=get("host", str), argv=tuple(argv),
+        engine=get("engine", str), versions=dict(versions),
+        start_time=float(get("start_time", (int, float))), path=path, schema=schema,
+    )
+
+
+def _read_record(path: Path, uid: int) -> DiscoveredProcess | Skipped:
+    try:
+        st = path.lstat()
+    except FileNotFoundError:
+        return Skipped(path, UNREADABLE, "vanished")  # its process just exited
+    if stat.S_ISLNK(st.st_mode):
+        return Skipped(path, SYMLINK)
+    if not stat.S_ISREG(st.st_mode):
+        return Skipped(path, NOT_A_FILE)
+    if st.st_uid != uid:
+        return Skipped(path, FOREIGN, f"owned by uid {st.st_uid}")
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+        with os.fdopen(fd, "rb") as f:
+            fst = os.fstat(f.fileno())
+            if fst.st_uid != uid or not stat.S_ISREG(fst.st_mode):  # swapped after lstat
+                return Skipped(path, FOREIGN, f"owned by uid {fst.st_uid}")
+            raw = f.read(MAX_RECORD_BYTES + 1)
+    except OSError as e:
+        return Skipped(path, UNREADABLE, e.strerror or str(e))
+    if len(raw) > MAX_RECORD_BYTES:
+        return Skipped(path, CORRUPT, f"larger than {MAX_RECORD_BYTES} bytes")
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as e:
+        return Skipped(path, CORRUPT, f"not JSON: {e}")
+    if isinstance(data, dict) and isinstance(data.get("schema"), int) \
+            and data["schema"] != SCHEMA_VERSION:
+        return Skipped(path, UNSUPPORTED, f"schema {data['schema']}, expected {SCHEMA_VERSION}")
+    try:
+        return parse_record(data, path)
+    except ValueError as e:
+        return Skipped(path, CORRUPT, str(e))
+
+
+def scan(
+    directory: str | os.PathLike[str] | None = None,
+    *,
+    alive: Callable[[int, float], bool] = pid_alive,
+    uid: int | None = None,
+) -> Scan:
+    """Reads every record in ``directory`` (default :func:`runtime_dir`).
+
+    Args:
+        directory: the runtime directory to read.
+        alive: ``alive(pid, start_time)``; records whose process is gone are skipped.
+        uid: the user whose records count (default the effective uid).
+
+    Returns:
+        The live processes (ordered by pid) and everything skipped, with reasons.
+    """
+    path = Path(directory) if directory is not None else runtime_dir()
+    uid = os.geteuid() if uid is None else uid
+    try:
+        st = path.lstat()
+    except FileNotFoundError:
+        return Scan(path)  # nothing hooked has run yet: not a problem
+    except OSError as e:
+        return Scan(path, skipped=(Skipped(path, BAD_DIRECTORY, e.strerror or str(e)),))
+    reason = unsafe_directory_reason(st, uid)
+    if reason:
+        return Scan(path, skipped=(Skipped(path, BAD_DIRECTORY, reason),))
+    try:
+        names = sorted(n for n in os.listdir(path) if n.endswith(".json"))
+    except OSError as e:
+        return Scan(path, skipped=(Skipped(path, BAD_DIRECTORY, e.strerror or str(e)),))
+    found: list[DiscoveredProcess] = []
+    skipped: list[Skipped] = []
+    for name in names:
+        result = _read_record(path / name, uid)
+        if isinstance(result, DiscoveredProcess) and not alive(result.pid, result.start_time):
+            result = Skipped(result.path, DEAD, f"pid {result.pid}")
+        if isinstance(result, DiscoveredProcess):
+            found.append(result)
+        else:
+            skipped.append(result)
+    found.sort(key=lambda p: p.pid)
+    return Scan(path, tuple(found), tuple(skipped))
+
+
+def find_processes(
+    runtime_dir: str | os.PathLike[str] | None = None,
+    *,
+    alive: Callable[[int, float], bool] = pid_alive,
+) -> list[DiscoveredProcess]:
+    """The live hooked processes of the current user on this host.
+
+    Skipped records are logged (dead pids at INFO, the rest at WARNING); use
+    :func:`scan` to get them as data.
+
+    Args:
+        runtime_dir: the directory to read (default :func:`runtime_dir`).
+        alive: ``alive(pid, start_time)`` liveness check (injectable for tests).
+    """
+    result = scan(runtime_dir, alive=alive)
+    for s in result.skipped:
+        if s.reason == UNREADABLE and s.detail == "vanished":
+            continue
+        log.log(logging.INFO if s.reason == DEAD else logging.WARNING,
+                "skipping discovery record %s", s)
+    return list(result.processes)

@@ -1,0 +1,164 @@
+"""One look at everything ``tpu-info`` shows: local chips, discovered hooked
+processes, libtpu on localhost:8431 and the targets the user named.
+
+Example:
+    >>> g = gather([], timeout=0.5, probe_libtpu=False, scan_devices=False,
+    ...            runtime_dir="/nonexistent")
+    >>> g.views
+    []
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from tpu_info.model import LocalScan
+from tpu_info.views import TargetView
+
+LIBTPU_TARGET = "localhost:8431"
+_LOOPBACK = {"localhost", "127.0.0.1", "::1", "[::1]"}
+
+
+@dataclass(frozen=True)
+class Gathered:
+    """What one look found; ``notes`` are (where, reason) pairs for ``doctor``."""
+
+    views: list[TargetView]
+    local: LocalScan
+    notes: list[tuple[str, str]] = field(default_factory=list)
+    discovered: int = 0
+
+    @property
+    def failed(self) -> list[TargetView]:
+        return [v for v in self.views if not v.ok]
+
+
+def normalize(target: str) -> str:
+    """``127.0.0.1:8431`` and ``localhost:8431`` name one place."""
+    host, _, port = target.rpartition(":")
+    return f"localhost:{port}" if host in _LOOPBACK else target
+
+
+def _read_hook_or_libtpu(client):  # type: ignore[no-untyped-def]
+    """Our service first; a server that only speaks libtpu's is read as libtpu."""
+    from tpu_info.errors import NotAMonitor
+
+    try:
+        return "hook", client.snapshot()
+    except NotAMonitor:
+        return "libtpu", client.libtpu()
+
+
+def gather(
+    targets: Sequence[str],
+    timeout: float = 3.0,
+    *,
+    use_discovery: bool = True,
+    probe_libtpu: bool = True,
+    scan_devices: bool = True,
+    runtime_dir: str | None = None,
+) -> Gathered:
+    """Reads every source at once; a failed target becomes a view with its error.
+
+    Targets named by the user that fail are errors (exit code 1); libtpu's
+    default port answering nothing is only a note, since most machines have
+    no libtpu.
+    """
+    from tpu_info import devices, discovery
+    from tpu_info.client import fan_out
+
+    notes: list[tuple[str, str]] = []
+    local = devices.scan_local() if scan_devices else LocalScan()
+    for key, why in local.reasons.items():
+        notes.append((f"local/{key}", why))
+
+    order: list[str] = []
+    implicit: set[str] = set()
+    discovered = 0
+    if use_discovery:
+        scan = discovery.scan(runtime_dir)
+        for s in scan.skipped:
+            notes.append((f"discovery/{s.path.name}", f"{s.reason}: {s.detail}".rstrip(": ")))
+        for p in scan.processes:
+            order.append(p.target)
+            discovered += 1
+        if not scan.processes:
+            notes.append(("discovery", f"no hooked process of this user found in {scan.directory}"
+                          " (start one with metrics.install() or `tpu-info run -- python ...`)"))
+    for t in targets:
+        order.append(t)
+    if probe_libtpu:
+        order.append(LIBTPU_TARGET)
+        implicit.add(normalize(LIBTPU_TARGET))
+    seen: set[str] = set()
+    unique: list[str] = []
+    for t in order:
+        key = normalize(t)
+        if key not in seen:
+            seen.add(key)
+            unique.append(t)
+    # A target the user named explicitly is not implicit any more.
+    implicit -= {normalize(t) for t in targets}
+    implicit -= {normalize(t) for t in order[:discovered]}
+
+    views: list[TargetView] = []
+    for r in fan_out(unique, timeout=timeout, call=_read_hook_or_libtpu):
+        if r.ok:
+            source, snap = r.value  # type: ignore[misc]
+            views.append(TargetView(r.target, snap, source=source))
+        elif normalize(r.target) in implicit:
+            notes.append((r.target, f"libtpu not present: {r.error} (normal on machines "
+                          "without TPUs, or when no TPU program runs)"))
+        else:
+            views.append(TargetView(r.target, None, error=str(r.error)))
+    return Gathered(views, local, notes, discovered)
+
+
+def read_targets_file(path: str) -> list[str]:
+    """``host:port`` per line; ``#`` comments and blank lines are skipped.
+
+    Raises:
+        ValueError: unreadable file or a line that is not ``host:port``.
+    """
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except (OSError, UnicodeDecodeError) as e:
+        raise ValueError(f"cannot read targets file {path}: {e}") from e
+    out = []
+    for n, line in enumerate(lines, 1):
+        text = line.split("#", 1)[0].strip()
+        if not text:
+            continue
+        try:
+            validate_target(text)
+        except ValueError as e:
+            raise ValueError(f"{path}:{n}: {e}") from e
+        out.append(text)
+    return out
+
+
+def validate_target(target: str) -> str:
+    """Checks ``host:port`` / ``[v6]:port`` and returns it.
+
+    Raises:
+        ValueError: with what is wrong and what is expected.
+    """
+    t = target.strip()
+    if not t:
+        raise ValueError("empty target; expected HOST:PORT, e.g. localhost:8431")
+    host, sep, port = t.rpartition(":")
+    if not sep:
+        raise ValueError(f"target {target!r} has no port; expected HOST:PORT, e.g. {t}:8431")
+    if t.startswith("[") != host.endswith("]") or host.count("[") > 1:
+        raise ValueError(f"target {target!r} has unbalanced brackets; expected [IPv6]:PORT")
+    if not host.strip("[]"):
+        raise ValueError(f"target {target!r} has no host; expected HOST:PORT")
+    if any(c.isspace() for c in t) or any(c in host for c in "/?#@"):
+        raise ValueError(f"target {target!r} is not HOST:PORT")
+    if ":" in host.strip("[]") and not host.startswith("["):
+        raise ValueError(f"target {target!r}: write IPv6 addresses as [ADDR]:PORT")
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"target {target!r} has port {port!r}; expected 1..65535")
+    return t

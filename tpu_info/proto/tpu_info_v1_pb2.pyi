@@ -1,0 +1,288 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class Unit(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    UNIT_UNSPECIFIED: _ClassVar[Unit]
+    UNIT_NS: _ClassVar[Unit]
+    UNIT_BYTES: _ClassVar[Unit]
+    UNIT_NUMBER: _ClassVar[Unit]
+UNIT_UNSPECIFIED: Unit
+UNIT_NS: Unit
+UNIT_BYTES: Unit
+UNIT_NUMBER: Unit
+
+class SnapshotRequest(_message.Message):
+    __slots__ = ("events_since", "max_events")
+    EVENTS_SINCE_FIELD_NUMBER: _ClassVar[int]
+    MAX_EVENTS_FIELD_NUMBER: _ClassVar[int]
+    events_since: int
+    max_events: int
+    def __init__(self, events_since: _Optional[int] = ..., max_events: _Optional[int] = ...) -> None: ...
+
+class StreamRequest(_message.Message):
+    __slots__ = ("interval_ms", "events_since", "max_events")
+    INTERVAL_MS_FIELD_NUMBER: _ClassVar[int]
+    EVENTS_SINCE_FIELD_NUMBER: _ClassVar[int]
+    MAX_EVENTS_FIELD_NUMBER: _ClassVar[int]
+    interval_ms: int
+    events_since: int
+    max_events: int
+    def __init__(self, interval_ms: _Optional[int] = ..., events_since: _Optional[int] = ..., max_events: _Optional[int] = ...) -> None: ...
+
+class Process(_message.Message):
+    __slots__ = ("pid", "name", "argv", "host", "user", "engine", "versions", "start_time_unix")
+    class VersionsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    PID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    ARGV_FIELD_NUMBER: _ClassVar[int]
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    USER_FIELD_NUMBER: _ClassVar[int]
+    ENGINE_FIELD_NUMBER: _ClassVar[int]
+    VERSIONS_FIELD_NUMBER: _ClassVar[int]
+    START_TIME_UNIX_FIELD_NUMBER: _ClassVar[int]
+    pid: int
+    name: str
+    argv: _containers.RepeatedScalarFieldContainer[str]
+    host: str
+    user: str
+    engine: str
+    versions: _containers.ScalarMap[str, str]
+    start_time_unix: float
+    def __init__(self, pid: _Optional[int] = ..., name: _Optional[str] = ..., argv: _Optional[_Iterable[str]] = ..., host: _Optional[str] = ..., user: _Optional[str] = ..., engine: _Optional[str] = ..., versions: _Optional[_Mapping[str, str]] = ..., start_time_unix: _Optional[float] = ...) -> None: ...
+
+class Memory(_message.Message):
+    __slots__ = ("used_bytes", "peak_bytes", "limit_bytes", "source", "reason")
+    USED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    PEAK_BYTES_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_BYTES_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    used_bytes: int
+    peak_bytes: int
+    limit_bytes: int
+    source: str
+    reason: str
+    def __init__(self, used_bytes: _Optional[int] = ..., peak_bytes: _Optional[int] = ..., limit_bytes: _Optional[int] = ..., source: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class Device(_message.Message):
+    __slots__ = ("id", "kind", "platform", "memory", "busy_percent", "busy_reason")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    PLATFORM_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_FIELD_NUMBER: _ClassVar[int]
+    BUSY_PERCENT_FIELD_NUMBER: _ClassVar[int]
+    BUSY_REASON_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    kind: str
+    platform: str
+    memory: Memory
+    busy_percent: float
+    busy_reason: str
+    def __init__(self, id: _Optional[int] = ..., kind: _Optional[str] = ..., platform: _Optional[str] = ..., memory: _Optional[_Union[Memory, _Mapping]] = ..., busy_percent: _Optional[float] = ..., busy_reason: _Optional[str] = ...) -> None: ...
+
+class Counter(_message.Message):
+    __slots__ = ("name", "value", "unit", "help")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    UNIT_FIELD_NUMBER: _ClassVar[int]
+    HELP_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    value: int
+    unit: Unit
+    help: str
+    def __init__(self, name: _Optional[str] = ..., value: _Optional[int] = ..., unit: _Optional[_Union[Unit, str]] = ..., help: _Optional[str] = ...) -> None: ...
+
+class Buckets(_message.Message):
+    __slots__ = ("gamma", "positive_keys", "positive_counts", "negative_keys", "negative_counts", "zero")
+    GAMMA_FIELD_NUMBER: _ClassVar[int]
+    POSITIVE_KEYS_FIELD_NUMBER: _ClassVar[int]
+    POSITIVE_COUNTS_FIELD_NUMBER: _ClassVar[int]
+    NEGATIVE_KEYS_FIELD_NUMBER: _ClassVar[int]
+    NEGATIVE_COUNTS_FIELD_NUMBER: _ClassVar[int]
+    ZERO_FIELD_NUMBER: _ClassVar[int]
+    gamma: float
+    positive_keys: _containers.RepeatedScalarFieldContainer[int]
+    positive_counts: _containers.RepeatedScalarFieldContainer[int]
+    negative_keys: _containers.RepeatedScalarFieldContainer[int]
+    negative_counts: _containers.RepeatedScalarFieldContainer[int]
+    zero: int
+    def __init__(self, gamma: _Optional[float] = ..., positive_keys: _Optional[_Iterable[int]] = ..., positive_counts: _Optional[_Iterable[int]] = ..., negative_keys: _Optional[_Iterable[int]] = ..., negative_counts: _Optional[_Iterable[int]] = ..., zero: _Optional[int] = ...) -> None: ...
+
+class Distribution(_message.Message):
+    __slots__ = ("name", "unit", "count", "total", "min", "max", "rate_per_second", "value_rate_per_second", "percentile_percents", "percentile_values", "recent_times_unix", "recent_values", "buckets", "help")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    UNIT_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_FIELD_NUMBER: _ClassVar[int]
+    MIN_FIELD_NUMBER: _ClassVar[int]
+    MAX_FIELD_NUMBER: _ClassVar[int]
+    RATE_PER_SECOND_FIELD_NUMBER: _ClassVar[int]
+    VALUE_RATE_PER_SECOND_FIELD_NUMBER: _ClassVar[int]
+    PERCENTILE_PERCENTS_FIELD_NUMBER: _ClassVar[int]
+    PERCENTILE_VALUES_FIELD_NUMBER: _ClassVar[int]
+    RECENT_TIMES_UNIX_FIELD_NUMBER: _ClassVar[int]
+    RECENT_VALUES_FIELD_NUMBER: _ClassVar[int]
+    BUCKETS_FIELD_NUMBER: _ClassVar[int]
+    HELP_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    unit: Unit
+    count: int
+    total: float
+    min: float
+    max: float
+    rate_per_second: float
+    value_rate_per_second: float
+    percentile_percents: _containers.RepeatedScalarFieldContainer[float]
+    percentile_values: _containers.RepeatedScalarFieldContainer[float]
+    recent_times_unix: _containers.RepeatedScalarFieldContainer[float]
+    recent_values: _containers.RepeatedScalarFieldContainer[float]
+    buckets: Buckets
+    help: str
+    def __init__(self, name: _Optional[str] = ..., unit: _Optional[_Union[Unit, str]] = ..., count: _Optional[int] = ..., total: _Optional[float] = ..., min: _Optional[float] = ..., max: _Optional[float] = ..., rate_per_second: _Optional[float] = ..., value_rate_per_second: _Optional[float] = ..., percentile_percents: _Optional[_Iterable[float]] = ..., percentile_values: _Optional[_Iterable[float]] = ..., recent_times_unix: _Optional[_Iterable[float]] = ..., recent_values: _Optional[_Iterable[float]] = ..., buckets: _Optional[_Union[Buckets, _Mapping]] = ..., help: _Optional[str] = ...) -> None: ...
+
+class RecompileCause(_message.Message):
+    __slots__ = ("time_unix", "description", "location", "argument", "before", "after")
+    TIME_UNIX_FIELD_NUMBER: _ClassVar[int]
+    DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    LOCATION_FIELD_NUMBER: _ClassVar[int]
+    ARGUMENT_FIELD_NUMBER: _ClassVar[int]
+    BEFORE_FIELD_NUMBER: _ClassVar[int]
+    AFTER_FIELD_NUMBER: _ClassVar[int]
+    time_unix: float
+    description: str
+    location: str
+    argument: str
+    before: str
+    after: str
+    def __init__(self, time_unix: _Optional[float] = ..., description: _Optional[str] = ..., location: _Optional[str] = ..., argument: _Optional[str] = ..., before: _Optional[str] = ..., after: _Optional[str] = ...) -> None: ...
+
+class Signature(_message.Message):
+    __slots__ = ("args",)
+    ARGS_FIELD_NUMBER: _ClassVar[int]
+    args: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, args: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class Graph(_message.Message):
+    __slots__ = ("hash", "name", "engine", "first_seen_unix", "last_seen_unix", "compiles", "compile_seconds_total", "compile_seconds_last", "cache_hits", "executions", "signature", "signatures", "causes")
+    HASH_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    ENGINE_FIELD_NUMBER: _ClassVar[int]
+    FIRST_SEEN_UNIX_FIELD_NUMBER: _ClassVar[int]
+    LAST_SEEN_UNIX_FIELD_NUMBER: _ClassVar[int]
+    COMPILES_FIELD_NUMBER: _ClassVar[int]
+    COMPILE_SECONDS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    COMPILE_SECONDS_LAST_FIELD_NUMBER: _ClassVar[int]
+    CACHE_HITS_FIELD_NUMBER: _ClassVar[int]
+    EXECUTIONS_FIELD_NUMBER: _ClassVar[int]
+    SIGNATURE_FIELD_NUMBER: _ClassVar[int]
+    SIGNATURES_FIELD_NUMBER: _ClassVar[int]
+    CAUSES_FIELD_NUMBER: _ClassVar[int]
+    hash: str
+    name: str
+    engine: str
+    first_seen_unix: float
+    last_seen_unix: float
+    compiles: int
+    compile_seconds_total: float
+    compile_seconds_last: float
+    cache_hits: int
+    executions: int
+    signature: _containers.RepeatedScalarFieldContainer[str]
+    signatures: _containers.RepeatedCompositeFieldContainer[Signature]
+    causes: _containers.RepeatedCompositeFieldContainer[RecompileCause]
+    def __init__(self, hash: _Optional[str] = ..., name: _Optional[str] = ..., engine: _Optional[str] = ..., first_seen_unix: _Optional[float] = ..., last_seen_unix: _Optional[float] = ..., compiles: _Optional[int] = ..., compile_seconds_total: _Optional[float] = ..., compile_seconds_last: _Optional[float] = ..., cache_hits: _Optional[int] = ..., executions: _Optional[int] = ..., signature: _Optional[_Iterable[str]] = ..., signatures: _Optional[_Iterable[_Union[Signature, _Mapping]]] = ..., causes: _Optional[_Iterable[_Union[RecompileCause, _Mapping]]] = ...) -> None: ...
+
+class Event(_message.Message):
+    __slots__ = ("seq", "time_unix", "kind", "name", "graph_hash", "detail", "location", "value")
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    TIME_UNIX_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    GRAPH_HASH_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
+    LOCATION_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    seq: int
+    time_unix: float
+    kind: str
+    name: str
+    graph_hash: str
+    detail: str
+    location: str
+    value: float
+    def __init__(self, seq: _Optional[int] = ..., time_unix: _Optional[float] = ..., kind: _Optional[str] = ..., name: _Optional[str] = ..., graph_hash: _Optional[str] = ..., detail: _Optional[str] = ..., location: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+
+class Snapshot(_message.Message):
+    __slots__ = ("protocol_version", "taken_at_unix", "process", "devices", "counters", "distributions", "graphs", "events", "last_seq", "uptime_seconds")
+    PROTOCOL_VERSION_FIELD_NUMBER: _ClassVar[int]
+    TAKEN_AT_UNIX_FIELD_NUMBER: _ClassVar[int]
+    PROCESS_FIELD_NUMBER: _ClassVar[int]
+    DEVICES_FIELD_NUMBER: _ClassVar[int]
+    COUNTERS_FIELD_NUMBER: _ClassVar[int]
+    DISTRIBUTIONS_FIELD_NUMBER: _ClassVar[int]
+    GRAPHS_FIELD_NUMBER: _ClassVar[int]
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
+    LAST_SEQ_FIELD_NUMBER: _ClassVar[int]
+    UPTIME_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    protocol_version: int
+    taken_at_unix: float
+    process: Process
+    devices: _containers.RepeatedCompositeFieldContainer[Device]
+    counters: _containers.RepeatedCompositeFieldContainer[Counter]
+    distributions: _containers.RepeatedCompositeFieldContainer[Distribution]
+    graphs: _containers.RepeatedCompositeFieldContainer[Graph]
+    events: _containers.RepeatedCompositeFieldContainer[Event]
+    last_seq: int
+    uptime_seconds: float
+    def __init__(self, protocol_version: _Optional[int] = ..., taken_at_unix: _Optional[float] = ..., process: _Optional[_Union[Process, _Mapping]] = ..., devices: _Optional[_Iterable[_Union[Device, _Mapping]]] = ..., counters: _Optional[_Iterable[_Union[Counter, _Mapping]]] = ..., distributions: _Optional[_Iterable[_Union[Distribution, _Mapping]]] = ..., graphs: _Optional[_Iterable[_Union[Graph, _Mapping]]] = ..., events: _Optional[_Iterable[_Union[Event, _Mapping]]] = ..., last_seq: _Optional[int] = ..., uptime_seconds: _Optional[float] = ...) -> None: ...
+
+class ListMetricsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class MetricInfo(_message.Message):
+    __slots__ = ("name", "kind", "unit", "help")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    UNIT_FIELD_NUMBER: _ClassVar[int]
+    HELP_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    kind: str
+    unit: Unit
+    help: str
+    def __init__(self, name: _Optional[str] = ..., kind: _Optional[str] = ..., unit: _Optional[_Union[Unit, str]] = ..., help: _Optional[str] = ...) -> None: ...
+
+class ListMetricsReply(_message.Message):
+    __slots__ = ("protocol_version", "metrics")
+    PROTOCOL_VERSION_FIELD_NUMBER: _ClassVar[int]
+    METRICS_FIELD_NUMBER: _ClassVar[int]
+    protocol_version: int
+    metrics: _containers.RepeatedCompositeFieldContainer[MetricInfo]
+    def __init__(self, protocol_version: _Optional[int] = ..., metrics: _Optional[_Iterable[_Union[MetricInfo, _Mapping]]] = ...) -> None: ...
+
+class CaptureRequest(_message.Message):
+    __slots__ = ("duration_ms",)
+    DURATION_MS_FIELD_NUMBER: _ClassVar[int]
+    duration_ms: int
+    def __init__(self, duration_ms: _Optional[int] = ...) -> None: ...
+
+class CaptureReply(_message.Message):
+    __slots__ = ("trace", "format")
+    TRACE_FIELD_NUMBER: _ClassVar[int]
+    FORMAT_FIELD_NUMBER: _ClassVar[int]
+    trace: bytes
+    format: str
+    def __init__(self, trace: _Optional[bytes] = ..., format: _Optional[str] = ...) -> None: ...
