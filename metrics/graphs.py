@@ -9,6 +9,9 @@ Bounds (eviction rule): at most ``max_graphs`` entries; when full, the entry
 seen least recently is dropped (LRU: every compile, hit or execution counts as
 a sighting) and ``evicted`` grows by one. Per entry, the last
 ``max_causes`` causes and ``max_signatures`` distinct signatures are kept.
+Executions are appended without a lock and folded in before the next change
+or snapshot, so ``last_seen`` of a graph that only executes has the
+resolution of the scrape interval.
 
 Example:
     >>> ledger = GraphLedger()
@@ -25,6 +28,8 @@ from collections import OrderedDict, deque
 from typing import Callable
 
 from tpu_info.model import GraphRecord, RecompileCause
+
+_FOLD_AT = 4096  # executions waiting before the recording thread folds them
 
 
 class _Entry:
@@ -83,6 +88,7 @@ class GraphLedger:
         self._clock = clock
         self._lock = threading.Lock()
         self._entries: OrderedDict[str, _Entry] = OrderedDict()
+        self._pending: deque[tuple[str, str, str, int]] = deque()
         self.evicted = 0
 
     def _touch(self, graph_hash: str, name: str, engine: str) -> _Entry:
@@ -112,6 +118,7 @@ class GraphLedger:
     ) -> None:
         """Records one real compile of ``graph_hash``."""
         with self._lock:
+            self._fold()
             e = self._touch(graph_hash, name, engine)
             e.compiles += 1
             e.compile_total += seconds
@@ -127,14 +134,26 @@ class GraphLedger:
                   signature: tuple[str, ...] = ()) -> None:
         """Records a compile avoided by a cache (persistent or in-memory)."""
         with self._lock:
+            self._fold()
             e = self._touch(graph_hash, name, engine)
             e.cache_hits += 1
             if signature and not e.signature:
                 e.signature = signature
 
     def executed(self, graph_hash: str, name: str, engine: str, n: int = 1) -> None:
-        """Records ``n`` executions of a graph."""
-        with self._lock:
+        """Records ``n`` executions of a graph: one lock-free append, folded in
+        before the next change or snapshot (this runs on every training step)."""
+        pending = self._pending
+        pending.append((graph_hash, name, engine, n))
+        if len(pending) >= _FOLD_AT:
+            with self._lock:
+                self._fold()
+
+    def _fold(self) -> None:
+        # Caller holds the lock.
+        pending = self._pending
+        for _ in range(len(pending)):
+            graph_hash, name, engine, n = pending.popleft()
             e = self._touch(graph_hash, name, engine)
             e.executions = (e.executions or 0) + n
 
@@ -143,10 +162,12 @@ class GraphLedger:
 
     def clear(self) -> None:
         with self._lock:
+            self._pending.clear()
             self._entries.clear()
             self.evicted = 0
 
     def snapshot(self) -> tuple[GraphRecord, ...]:
         """Copies of all entries, most recently seen last."""
         with self._lock:
+            self._fold()
             return tuple(e.record() for e in self._entries.values())
