@@ -1,0 +1,92 @@
+"""CLI start-up: `tpu-info` one-shot against one live hooked process, against
+Google's `tpu-info` (PyPI 0.14.2, in its own target directory; on a machine
+without TPUs it prints "No TPU chips found."), alternating, same run.
+
+    python bench/cli_startup.py [--smoke]
+
+Prints the median wall time of each, the ratio (target <= 0.25), the median
+of `tpu-info --version`, and an import-time breakdown of our one-shot path.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from _common import ROOT, parser, verdict
+
+VERSION = "0.14.2"
+
+
+def google_dir() -> Path:
+    root = os.environ.get("TPU_INFO_TEST_CACHE") or str(Path.home() / ".cache/tpu-info-tests")
+    target = Path(root) / "google-tpu-info"
+    if not (target / f"tpu_info-{VERSION}.dist-info").is_dir():
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q",
+                        "--disable-pip-version-check", f"tpu-info=={VERSION}",
+                        "--target", str(target)], check=True, timeout=600)
+    return target
+
+
+def timed(cmd: list[str], env: dict[str, str], cwd: str) -> tuple[float, subprocess.CompletedProcess]:
+    t0 = time.perf_counter()
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=cwd, timeout=120)
+    return time.perf_counter() - t0, r
+
+
+def main() -> int:
+    args = parser(__doc__).parse_args()
+    rounds = 3 if args.smoke else 15
+    sys.path.insert(0, str(ROOT))
+    from tests.hooked import HookedProgram
+
+    gdir = google_dir()
+    with tempfile.TemporaryDirectory() as rt:
+        env = dict(os.environ, TPU_INFO_RUNTIME_DIR=rt, TPU_INFO_PORT="0",
+                   PYTHONPATH=str(ROOT))
+        genv = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+        genv["PYTHONPATH"] = str(gdir)
+        ours_cmd = [sys.executable, "-m", "tpu_info.cli"]
+        google_cmd = [sys.executable, "-S", "-c",
+                      "import sys; from tpu_info import cli; sys.exit(cli.print_chip_info())"]
+        with HookedProgram(env={"TPU_INFO_RUNTIME_DIR": rt, "TPU_INFO_PORT": "0"}):
+            ours, google, version = [], [], []
+            for i in range(rounds):
+                pair = [("ours", ours_cmd, env, str(ROOT), ours),
+                        ("google", google_cmd, genv, rt, google)]
+                for _, cmd, e, cwd, out in (pair if i % 2 == 0 else pair[::-1]):
+                    dt, r = timed(cmd, e, cwd)
+                    out.append(dt)
+                if i == 0:
+                    _, r = timed(ours_cmd, env, str(ROOT))
+                    assert "jit(f)" in r.stdout, r.stdout + r.stderr
+                dt, _ = timed([*ours_cmd, "--version"], env, str(ROOT))
+                version.append(dt)
+            _, rg = timed(google_cmd, genv, rt)
+            print(f"google tpu-info says: {rg.stdout.strip()[:80]!r}")
+            imp = subprocess.run([*ours_cmd[:1], "-X", "importtime", "-m", "tpu_info.cli"],
+                                 capture_output=True, text=True, env=env, cwd=str(ROOT))
+    o, g, v = statistics.median(ours), statistics.median(google), statistics.median(version)
+    print(f"tpu-info one-shot (1 hooked process): median {o * 1e3:.0f} ms over {rounds} runs")
+    print(f"google tpu-info {VERSION}:             median {g * 1e3:.0f} ms")
+    print(f"tpu-info --version:                   median {v * 1e3:.0f} ms")
+    rows = []
+    for line in imp.stderr.splitlines():
+        parts = line.split("|")
+        if len(parts) == 3 and parts[1].strip().isdigit():
+            rows.append((int(parts[1]), parts[2].rstrip()))
+    top = [r for r in rows if not r[1].startswith("   ")]  # top-level imports
+    print("import time (cumulative us), top-level modules of the one-shot path:")
+    for us, name in sorted(top, reverse=True)[:10]:
+        print(f"  {us:>8}  {name.strip()}")
+    verdict("cli_startup ratio ours/google", o / g, "<= 0.25", o / g <= 0.25)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
