@@ -1,0 +1,118 @@
+"""Load: a hooked JAX training loop under 32 streaming watchers plus 500
+snapshot calls per second; step rate against the unloaded run, RPC errors,
+and the server's memory growth.
+
+    python bench/load.py [--seconds 60] [--smoke]
+
+Targets: step rate >= 0.95 of unloaded, zero RPC errors, memory growth < 10 MB.
+The load generator runs in its own process, on the same 2 cores.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+
+from _common import ROOT, parser, verdict
+
+TRAINER = r"""
+import json, os, sys, time, jax, jax.numpy as jnp, numpy as np, psutil, metrics
+metrics.install()
+@jax.jit
+def step(w, x):
+    return w - 0.01 * jax.grad(lambda w: jnp.mean(jnp.tanh(x @ w) ** 2))(w)
+w = jnp.ones((64, 64)); x = jnp.ones((32, 64))
+for _ in range(50): w = step(w, x)
+print(json.dumps({"address": metrics.exporter().address}), flush=True)
+sys.stdin.readline()  # go
+proc = psutil.Process()
+seconds = float(sys.argv[1]); rss0 = proc.memory_info().rss
+n = 0; t0 = time.perf_counter()
+while time.perf_counter() - t0 < seconds:
+    w = step(w, jax.device_put(np.ones((32, 64), np.float32))); metrics.mark_step(); n += 1
+w.block_until_ready()
+print(json.dumps({"steps_per_s": n / (time.perf_counter() - t0),
+                  "rss_growth_mb": (proc.memory_info().rss - rss0) / 2**20}), flush=True)
+"""
+
+LOADER = r"""
+import json, sys, threading, time
+sys.path.insert(0, sys.argv[3])
+from tpu_info.client import Client
+from tpu_info.errors import TpuInfoError
+target, seconds = sys.argv[1], float(sys.argv[2])
+errors = []; calls = [0]; streamed = [0]
+stop = time.monotonic() + seconds
+def watcher():
+    try:
+        with Client(target, timeout=seconds + 10) as c:
+            for _ in c.stream(interval_s=1.0, duration_s=seconds):
+                streamed[0] += 1
+    except TpuInfoError as e:
+        errors.append(repr(e))
+def poller(rate):
+    with Client(target, timeout=5) as c:
+        next_t = time.monotonic()
+        while time.monotonic() < stop:
+            try:
+                c.snapshot(events_since=2**62); calls[0] += 1
+            except TpuInfoError as e:
+                errors.append(repr(e))
+            next_t += 1.0 / rate
+            time.sleep(max(0.0, next_t - time.monotonic()))
+threads = [threading.Thread(target=watcher) for _ in range(32)]
+threads += [threading.Thread(target=poller, args=(500 / 8,)) for _ in range(8)]
+for t in threads: t.start()
+for t in threads: t.join()
+print(json.dumps({"errors": errors[:5], "n_errors": len(errors), "calls_per_s": calls[0] / seconds,
+                  "streamed": streamed[0]}))
+"""
+
+
+def trainer(seconds: float, load: bool) -> tuple[dict, dict | None]:
+    env = dict(os.environ, PYTHONPATH=str(ROOT), TPU_INFO_PORT="0", JAX_PLATFORMS="cpu",
+               TPU_INFO_RUNTIME_DIR=os.path.join("/tmp", f"tpu-info-load-{os.getpid()}"))
+    p = subprocess.Popen([sys.executable, "-c", TRAINER, str(seconds)], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+    address = json.loads(p.stdout.readline())["address"]
+    loader = None
+    out: dict = {}
+    if load:
+        loader = subprocess.Popen([sys.executable, "-c", LOADER, address, str(seconds + 1),
+                                   str(ROOT)], stdout=subprocess.PIPE, text=True, env=env)
+        time.sleep(1.0)  # let the watchers connect
+    p.stdin.write("go\n")
+    p.stdin.flush()
+    result = json.loads(p.stdout.readline())
+    if loader is not None:
+        out = json.loads(loader.communicate(timeout=seconds + 60)[0])
+    p.stdin.close()
+    p.wait(timeout=30)
+    return result, (out if load else None)
+
+
+def main() -> int:
+    ap = parser(__doc__)
+    ap.add_argument("--seconds", type=float, default=60.0)
+    args = ap.parse_args()
+    seconds = 5.0 if args.smoke else args.seconds
+    base, _ = trainer(seconds, load=False)
+    loaded, load = trainer(seconds, load=True)
+    assert load is not None
+    ratio = loaded["steps_per_s"] / base["steps_per_s"]
+    print(f"unloaded {base['steps_per_s']:.0f} steps/s; under load {loaded['steps_per_s']:.0f} "
+          f"steps/s; {load['calls_per_s']:.0f} snapshot calls/s served, "
+          f"{load['streamed']} streamed snapshots, {load['n_errors']} RPC errors {load['errors']}")
+    verdict("load step-rate ratio", ratio, ">= 0.95", ratio >= 0.95)
+    verdict("load RPC errors", load["n_errors"], "== 0", load["n_errors"] == 0)
+    verdict("load server RSS growth MB", loaded["rss_growth_mb"], "< 10",
+            loaded["rss_growth_mb"] < 10)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
