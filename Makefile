@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?= -q
 
-.PHONY: venv demo test lint bench clean
+.PHONY: venv demo test lint bench bench-smoke clean xla-env
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -19,16 +19,26 @@ venv: $(STAMP)
 demo: venv
 	$(PY) examples/jax_mlp.py --steps 200
 
-# The whole suite; pytest's exit code 5 (no tests collected) is not a failure.
-test: venv
+# The whole suite (torch_xla's tests run in their own venv, built once);
+# pytest's exit code 5 (no tests collected) is not a failure.
+test: venv xla-env
 	$(PY) -m pytest $(PYTEST_ARGS) || { rc=$$?; [ $$rc -eq 5 ] && echo "no tests collected" || exit $$rc; }
 
 lint: venv
 	$(PY) -m ruff check .
 
-bench: venv
-	$(PY) bench/record_cost.py
-	$(PY) bench/overhead_jax.py
+# Every benchmark, one table of ratios against targets (bench-smoke: briefly).
+bench: venv xla-env
+	$(PY) bench/run_all.py
+
+bench-smoke: venv
+	$(PY) bench/run_all.py --smoke
+
+# torch_xla needs torch 2.9.0: its own venv outside the clone, keyed by the pins
+# (~/.cache/tpu-info/xla-venv-torch2.9.0-xla2.9.0; about 4 GB the first time).
+# tests/test_torch_xla.py and bench/overhead_torch.py use it when it exists.
+xla-env:
+	bash tools/xla-env.sh
 
 clean:
 	rm -rf $(VENV) .pytest_cache build *.egg-info

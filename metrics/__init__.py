@@ -122,7 +122,7 @@ def _start_exporters(port: int | None, prometheus_port: int | None) -> None:
         try:
             _exporter = export.start(snapshot, port=port,
                                      engine=",".join(e.name for e in engines),
-                                     versions=versions)
+                                     versions=versions, capture_fn=_capture)
         except Exception as e:  # noqa: BLE001 - never break the program for its monitor
             log.warning("tpu-info: metrics server not started: %s", e)
     if _prometheus is None and (prometheus_port is not None
@@ -135,6 +135,14 @@ def _start_exporters(port: int | None, prometheus_port: int | None) -> None:
                                                 prometheus_port)
         except Exception as e:  # noqa: BLE001
             log.warning("tpu-info: Prometheus endpoint not started: %s", e)
+
+
+def _capture(duration_s: float, device: bool, stop: threading.Event) -> Any:
+    """Runs one ``Monitor.Capture`` on the server's thread. The profiler is
+    loaded here, on the first capture asked for, never at import or install."""
+    from profiler import remote
+
+    return remote.capture(duration_s, device, stop)
 
 
 def exporter() -> Any:
@@ -207,31 +215,70 @@ def short_metrics_report(
     return textreport.short_metrics_report(snapshot(), counter_names, metric_names)
 
 
+def _extra_engines() -> list[Any]:
+    return [e for e in installed_engines() if hasattr(e, "extra_readings")]
+
+
 def counter_names() -> list[str]:
-    return recorder().registry.counter_names()
+    """Counters that hold something, engines' own counters included."""
+    extra = _extra_engines()
+    if not extra:
+        return recorder().registry.counter_names()
+    return [c.name for c in _snapshot.readings(recorder(), extra)[0]]
 
 
 def counter_value(name: str) -> int | None:
-    return recorder().registry.counter_value(name)
+    """A counter's value (engines' own counters merged), None if it never counted."""
+    extra = _extra_engines()
+    if not extra:
+        return recorder().registry.counter_value(name)
+    for c in _snapshot.readings(recorder(), extra)[0]:
+        if c.name == name:
+            return c.value
+    return None
 
 
 def metric_names() -> list[str]:
-    return recorder().registry.metric_names()
+    extra = _extra_engines()
+    if not extra:
+        return recorder().registry.metric_names()
+    return [d.name for d in _snapshot.readings(recorder(), extra)[1]]
 
 
 def metric_data(name: str) -> tuple[int, float, tuple[tuple[float, float], ...]] | None:
     """``(total_samples, accumulator, ((unix_time, value), ...))`` or None."""
-    return recorder().registry.metric_data(name)
+    extra = _extra_engines()
+    if not extra:
+        return recorder().registry.metric_data(name)
+    for d in _snapshot.readings(recorder(), extra)[1]:
+        if d.name == name:
+            return (d.count, d.total, d.recent)
+    return None
+
+
+def _clear_engines(counters: bool, metrics: bool) -> None:
+    for e in _extra_engines():
+        try:
+            e.clear_readings(counters=counters, metrics=metrics)
+        except Exception as err:  # noqa: BLE001
+            recorder().hook_failed(f"{e.name}.clear", err)
 
 
 def clear_counters() -> None:
     recorder().registry.clear_counters()
+    _clear_engines(True, False)
 
 
 def clear_metrics() -> None:
     recorder().registry.clear_metrics()
+    _clear_engines(False, True)
 
 
 def clear_all() -> None:
-    """Clears counters and metrics (the graph ledger and events stay)."""
+    """Clears counters and metrics (the graph ledger and events stay).
+
+    Engines' own counters (torch._lazy, torch_xla) are not reset inside the
+    engine: what they held is subtracted from then on.
+    """
     recorder().registry.clear_all()
+    _clear_engines(True, True)

@@ -2,6 +2,14 @@
 
 All expensive work (percentiles, device memory, copies) happens here, on the
 caller's thread, never on the program's hot path.
+
+Engines that keep their own counters (torch._lazy, torch_xla) contribute
+them here through an optional ``extra_readings()`` method, read now and
+merged with the registry's by name: counters of the same name add up (each
+source counts different events: our hooks never count what the engine
+counts), except ``MarkStep``, where several markers may mark the same steps
+and the larger count wins; distributions of the same name add counts and
+totals (percentiles then come from the larger one and carry no buckets).
 """
 
 from __future__ import annotations
@@ -11,13 +19,19 @@ import os
 import socket
 import sys
 import time
-from typing import Iterable
-
-from tpu_info.model import CounterReading, DeviceRecord, ProcessRecord, Snapshot
+from collections.abc import Iterable
+from dataclasses import replace
 
 from metrics import names
 from metrics.engines import Engine
 from metrics.recorder import Recorder
+from tpu_info.model import (
+    CounterReading,
+    DeviceRecord,
+    DistributionReading,
+    ProcessRecord,
+    Snapshot,
+)
 
 
 def process_record(recorder: Recorder, engines: Iterable[Engine]) -> ProcessRecord:
@@ -45,6 +59,59 @@ def process_record(recorder: Recorder, engines: Iterable[Engine]) -> ProcessReco
     )
 
 
+_MAX_MERGED = frozenset({names.MARK_STEP})
+
+
+def _merge_counter(a: CounterReading, b: CounterReading) -> CounterReading:
+    value = max(a.value, b.value) if a.name in _MAX_MERGED else a.value + b.value
+    return replace(a, value=value, help=a.help or b.help)
+
+
+def _merge_distribution(a: DistributionReading, b: DistributionReading) -> DistributionReading:
+    if not b.count:
+        return a
+    if not a.count:
+        return b
+    mins = [v for v in (a.min, b.min) if v is not None]
+    maxs = [v for v in (a.max, b.max) if v is not None]
+    rates = [r for r in (a.rate_per_second, b.rate_per_second) if r is not None]
+    vrates = [r for r in (a.value_rate_per_second, b.value_rate_per_second) if r is not None]
+    bigger = a if a.count >= b.count else b
+    return replace(
+        a, count=a.count + b.count, total=a.total + b.total,
+        min=min(mins) if mins else None, max=max(maxs) if maxs else None,
+        rate_per_second=sum(rates) if rates else None,
+        value_rate_per_second=sum(vrates) if vrates else None,
+        percentiles=bigger.percentiles,
+        recent=tuple(sorted(a.recent + b.recent))[-64:],
+        buckets=None, help=a.help or b.help,
+    )
+
+
+def readings(
+    recorder: Recorder, engines: Iterable[Engine] = ()
+) -> tuple[tuple[CounterReading, ...], tuple[DistributionReading, ...]]:
+    """The registry's counters and distributions merged with every engine's
+    own (see the module docstring), sorted by name."""
+    counters, dists = recorder.registry.snapshot()
+    c_map = {c.name: c for c in counters}
+    d_map = {d.name: d for d in dists}
+    for e in engines:
+        extra = getattr(e, "extra_readings", None)
+        if extra is None:
+            continue
+        try:
+            more_c, more_d = extra()
+        except Exception as err:  # noqa: BLE001 - an engine's readings never break a scrape
+            recorder.hook_failed(f"{e.name}.readings", err)
+            continue
+        for c in more_c:
+            c_map[c.name] = _merge_counter(c_map[c.name], c) if c.name in c_map else c
+        for d in more_d:
+            d_map[d.name] = _merge_distribution(d_map[d.name], d) if d.name in d_map else d
+    return (tuple(c_map[k] for k in sorted(c_map)), tuple(d_map[k] for k in sorted(d_map)))
+
+
 def build(
     recorder: Recorder,
     engines: Iterable[Engine] = (),
@@ -54,7 +121,7 @@ def build(
     """A whole snapshot: process, devices, counters, distributions, graphs,
     and the events after ``events_since``."""
     engines = list(engines)
-    counters, dists = recorder.registry.snapshot()
+    counters, dists = readings(recorder, engines)
     evicted = recorder.ledger.evicted
     if evicted:
         counters = tuple(sorted(

@@ -14,6 +14,9 @@ ROOT = Path(__file__).resolve().parent.parent
 # Several CPU devices for multi-device tests; must be set before jax imports.
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=4")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# Hooked programs started by tests (and this process) never take 8431 from a
+# real libtpu or a neighbour; the one test about 8431 removes this.
+os.environ.setdefault("TPU_INFO_PORT", "0")
 
 
 def run_python(code: str, *, env: dict[str, str] | None = None, timeout: float = 120,

@@ -133,8 +133,9 @@ def test_stream_at_interval_carries_new_events(served) -> None:
             if i == 4:
                 break
         stream.close()
-    gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
-    assert all(g >= 0.08 for g in gaps), gaps
+    # Messages can bunch up in the client's buffers, so check the pace over
+    # the run rather than each gap.
+    assert times[-1] - times[0] >= 4 * 0.09, times
     assert seen == sorted(set(seen)) and len(seen) >= 4  # each step's event, once
 
 

@@ -12,6 +12,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from rich.cells import cell_len
 from fixtures.snapshots import (
     NOW,
     SCENARIOS,
@@ -56,7 +57,7 @@ def test_golden(name: str, width: int):
 @pytest.mark.parametrize("width", [60, 72, 80, 100, 119, 120, 140, 200])
 def test_fits_any_width(name: str, width: int):
     out = _render(name, width)
-    assert max(len(line) for line in out.splitlines()) <= width
+    assert max(cell_len(line) for line in out.splitlines()) <= width
     assert not ANSI.search(out)
 
 
@@ -261,7 +262,7 @@ def test_any_strings_any_width(name: str, target: str, width: int):
     views = [TargetView(target, s), TargetView(target, error=name),
              TargetView("localhost:8431", libtpu_snapshot(), source="libtpu")]
     out = render_text(views, width, local=v5e_scan(), header=header())
-    assert max(len(line) for line in out.splitlines()) <= width
+    assert max(cell_len(line) for line in out.splitlines()) <= width
     validate(to_json(views, local=v5e_scan(), header=header()))
 
 

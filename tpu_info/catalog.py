@@ -29,13 +29,15 @@ MARK_STEP = "MarkStep"
 STEP_TIME = "StepTime"
 HOOK_ERRORS = "HookErrors"
 GRAPHS_EVICTED = "GraphsEvicted"
+GRAPH_BREAKS = "GraphBreaks"
 
 # name -> (kind, unit, help). kind is "counter" or "distribution".
 CATALOG: dict[str, tuple[str, Unit, str]] = {
     COMPILE_TIME: ("distribution", Unit.TIME_NS,
                    "Backend (XLA) compile time of each real compile."),
     TRACE_TIME: ("distribution", Unit.TIME_NS,
-                 "Time tracing a Python function to a jaxpr (JAX)."),
+                 "Time tracing Python into a graph (JAX: to a jaxpr; torch.compile: "
+                 "Dynamo's bytecode tracing of one frame)."),
     LOWERING_TIME: ("distribution", Unit.TIME_NS,
                     "Time lowering a jaxpr to an MLIR module (JAX)."),
     UNCACHED_COMPILE: ("counter", Unit.NUMBER,
@@ -57,6 +59,9 @@ CATALOG: dict[str, tuple[str, Unit, str]] = {
                   "Exceptions inside the hook, counted and swallowed."),
     GRAPHS_EVICTED: ("counter", Unit.NUMBER,
                      "Graph-ledger entries dropped (least recently seen) to stay bounded."),
+    GRAPH_BREAKS: ("counter", Unit.NUMBER,
+                   "torch.compile graph breaks: Dynamo split a function into several "
+                   "graphs with Python in between."),
 }
 
 

@@ -4,8 +4,11 @@
     tpu-info --json                   the same as a versioned JSON document
     tpu-info --target h1:8431 ...     also (or only, with --no-discovery) remote hooks
     tpu-info --streaming --rate 2     refresh in place every 2 s (Ctrl-C stops)
+    tpu-info --watch [--rate 0.5]     live dashboard (q quits, ? lists keys)
     tpu-info --metric hbm_usage       one metric; Google's names and ours
     tpu-info report [--pid N | --target T]   a running program's metrics_report()
+    tpu-info profile [--pid N | --target T] --duration 5 -o trace.json [--device]
+                                      a Chrome/Perfetto trace of a running program
     tpu-info doctor                   why each N/A, and what to do
     tpu-info run -- python train.py   start a program with the hook installed
 
@@ -93,6 +96,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-p", "--process", action="store_true",
                    help="show only the processes table (Google's flag)")
     p.add_argument("--streaming", action="store_true", help="refresh in place (Ctrl-C stops)")
+    p.add_argument("--watch", action="store_true",
+                   help="live dashboard (q quits, ? lists keys); --rate sets its interval")
     p.add_argument("--rate", type=_positive_seconds("--rate", 0.1), default=1.0, metavar="S",
                    help="seconds between refreshes with --streaming (default 1, floor 0.1)")
     p.add_argument("--list_metrics", action="store_true", help="list metric names and exit")
@@ -109,12 +114,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=_positive_seconds("--timeout"), default=3.0, metavar="S",
                    help="seconds allowed per target (default 3)")
     p.add_argument("--no-color", action="store_true", help="plain text, no colours")
-    sub = p.add_subparsers(dest="command", metavar="{report,doctor,run}")
+    sub = p.add_subparsers(dest="command", metavar="{report,profile,doctor,run}")
     r = sub.add_parser("report", help="a running program's metrics_report()")
     who = r.add_mutually_exclusive_group()
     who.add_argument("--pid", type=int, help="the hooked process with this pid")
     who.add_argument("--target", dest="report_target", type=_target, metavar="HOST:PORT")
     r.add_argument("--short", action="store_true", help="short_metrics_report()")
+    # ---- profile (profiler issue) ----
+    pr = sub.add_parser("profile", help="capture a Chrome/Perfetto trace of a running program")
+    who = pr.add_mutually_exclusive_group()
+    who.add_argument("--pid", type=int, help="the hooked process with this pid")
+    who.add_argument("--target", dest="report_target", type=_target, metavar="HOST:PORT")
+    pr.add_argument("--duration", type=_capture_seconds, default=5.0, metavar="S",
+                    help="seconds to record (default 5, at most 300)")
+    pr.add_argument("-o", "--output", required=True, metavar="FILE",
+                    help="trace file to write (gzip-compressed if it ends in .gz)")
+    pr.add_argument("--device", action="store_true",
+                    help="also jax.profiler / torch.profiler traces, into FILE's <name>_device/")
+    # ---- end profile ----
     sub.add_parser("doctor", help="explain every N/A and what to do")
     run = sub.add_parser("run", help="run a Python program with the hook installed")
     run.add_argument("argv", nargs=argparse.REMAINDER, help="-- python train.py ...")
@@ -164,6 +181,12 @@ def _renderable(args: argparse.Namespace, g: Any, width: int) -> Any:
     return render.render(g.views, local=g.local, header=header, width=width)
 
 
+def _watch(args: argparse.Namespace, targets: list[str]) -> int:
+    from tui.app import run as run_watch  # the only place tpu_info reaches into tui
+
+    return run_watch(targets, args.rate, discover=not args.no_discovery, timeout=args.timeout)
+
+
 def _show(args: argparse.Namespace, targets: list[str]) -> int:
     console = _console(args)
     if args.streaming:
@@ -197,10 +220,10 @@ def _show(args: argparse.Namespace, targets: list[str]) -> int:
     return EXIT_PARTIAL if g.failed else EXIT_OK
 
 
-def _report(args: argparse.Namespace) -> int:
-    from tpu_info import discovery, textreport
-    from tpu_info.client import Client
-    from tpu_info.errors import TpuInfoError
+def _pick_target(args: argparse.Namespace) -> str:
+    """The one hooked process ``report``/``profile`` talk to (--target, --pid,
+    or the only one discovered)."""
+    from tpu_info import discovery
 
     target = args.report_target
     if target is None:
@@ -218,6 +241,15 @@ def _report(args: argparse.Namespace) -> int:
         else:
             raise UsageError("several hooked processes: choose one with --pid "
                              f"({', '.join(str(p.pid) for p in found)})")
+    return target
+
+
+def _report(args: argparse.Namespace) -> int:
+    from tpu_info import textreport
+    from tpu_info.client import Client
+    from tpu_info.errors import TpuInfoError
+
+    target = _pick_target(args)
     try:
         with Client(target, timeout=args.timeout) as c:
             snap = c.snapshot()
@@ -228,6 +260,63 @@ def _report(args: argparse.Namespace) -> int:
             else textreport.metrics_report(snap))
     sys.stdout.write(text or "(the process has recorded nothing yet)\n")
     return EXIT_OK
+
+
+# ---- profile (profiler issue) ----
+def _capture_seconds(text: str) -> float:
+    value = _positive_seconds("--duration")(text)
+    if value > 300:
+        raise UsageError(f"--duration is at most 300 seconds (5 minutes), got {text!r}")
+    return value
+
+
+def _profile(args: argparse.Namespace) -> int:
+    import gzip
+    from pathlib import Path
+
+    from tpu_info.client import Client
+    from tpu_info.errors import TpuInfoError
+
+    out = Path(args.output)
+    if out.is_dir():
+        raise UsageError(f"-o {args.output} is a directory; name the trace file")
+    target = _pick_target(args)
+    print(f"tpu-info: recording {args.duration:g}s of {target} ...", file=sys.stderr)
+    try:
+        with Client(target, timeout=args.timeout) as c:
+            cap = c.capture_files(args.duration, device=args.device)
+    except TpuInfoError as e:
+        print(f"tpu-info: {e}", file=sys.stderr)
+        return EXIT_PARTIAL
+    name = out.name
+    for suffix in (".gz", ".json"):
+        name = name.removesuffix(suffix)
+    device_dir = out.with_name(f"{name or 'trace'}_device")
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_bytes(gzip.compress(cap.trace, mtime=0) if out.name.endswith(".gz")
+                        else cap.trace)
+        written = []
+        for f in cap.files:
+            if f.data is not None:
+                path = device_dir.joinpath(*f.name.split("/"))
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_bytes(f.data)
+                written.append(str(path))
+    except OSError as e:
+        print(f"tpu-info: cannot write the trace: {e}", file=sys.stderr)
+        return EXIT_PARTIAL
+    print(f"wrote {out} ({cap.event_count} events{', truncated' if cap.truncated else ''}); "
+          "open it in https://ui.perfetto.dev or chrome://tracing")
+    for path in written:
+        print(f"device trace: {path}")
+    for f in cap.files:
+        if f.data is None:
+            print(f"device trace (left on {target}'s host): {f.server_path}")
+    for note in cap.notes:
+        print(f"note: {note}")
+    return EXIT_OK
+# ---- end profile ----
 
 
 def _doctor(args: argparse.Namespace, targets: list[str]) -> int:
@@ -279,9 +368,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _run(args)
         if args.command == "report":
             return _report(args)
+        if args.command == "profile":
+            return _profile(args)
         targets = _targets(args)
         if args.command == "doctor":
             return _doctor(args, targets)
+        if args.watch:
+            return _watch(args, targets)
         return _show(args, targets)
     except UsageError as e:
         print(f"tpu-info: {e} (see 'tpu-info --help')", file=sys.stderr)

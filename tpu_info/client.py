@@ -10,6 +10,7 @@ Example:
     >>> with Client("localhost:8431", timeout=2.0) as c:   # doctest: +SKIP
     ...     snap = c.snapshot()
     ...     print(snap.counter("UncachedCompile"))
+    ...     trace_json = c.capture(5.0)             # a 5 s Chrome trace of that program
     >>> for r in fan_out(["h1:8431", "h2:8431"], timeout=2.0):  # doctest: +SKIP
     ...     print(r.target, r.error or r.value.last_seq)
 """
@@ -27,6 +28,7 @@ import grpc
 
 from tpu_info import libtpu, wire
 from tpu_info.errors import (
+    CaptureBusy,
     NotAMonitor,
     ProtocolMismatch,
     ReplyTooLarge,
@@ -45,6 +47,8 @@ T = TypeVar("T")
 M = TypeVar("M")
 
 DEFAULT_TIMEOUT_S = 5.0
+MAX_CAPTURE_S = 300.0
+CAPTURE_MARGIN_S = 30.0  # beyond the window: building the trace, device profilers
 DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 _LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1", "[::1]", "ip6-localhost"}
 
@@ -189,6 +193,55 @@ class Client:
                            "tpu_info.v1.Monitor")
         return self._decode(wire.metric_infos_from_proto, reply)
 
+    def capture(self, duration_s: float) -> bytes:
+        """Records a trace in the hook for ``duration_s`` seconds and returns
+        it (Chrome Trace Event JSON, not compressed).
+
+        Raises:
+            CaptureBusy: another capture is running in that process.
+            TpuInfoError: another of its subclasses, naming this target.
+        """
+        return self.capture_files(duration_s).trace
+
+    def capture_files(self, duration_s: float, *, device: bool = False) -> RemoteCapture:
+        """Like :meth:`capture`, with the device profilers' files when ``device``.
+
+        Raises:
+            ValueError: ``duration_s`` is not in (0, 300].
+            CaptureBusy: another capture is running in that process.
+            ProtocolMismatch: a reply with a file name that is not a plain
+                relative path.
+            TpuInfoError: another of its subclasses, naming this target.
+        """
+        if not 0 < duration_s <= MAX_CAPTURE_S:
+            raise ValueError(f"duration_s must be in (0, {MAX_CAPTURE_S:g}], got {duration_s!r}")
+        request = pb.CaptureRequest(duration_ms=max(1, round(duration_s * 1000)), device=device)
+        started = time.monotonic()
+        try:
+            reply = self._monitor.Capture(request,
+                                          timeout=duration_s + self.timeout + CAPTURE_MARGIN_S)
+        except grpc.RpcError as e:
+            code = e.code() if hasattr(e, "code") else None
+            details = (e.details() if hasattr(e, "details") else "") or ""
+            if code == grpc.StatusCode.ABORTED:
+                raise CaptureBusy(details, target=self.target) from e
+            if code == grpc.StatusCode.UNIMPLEMENTED:
+                raise ServerError(f"this hook does not capture traces ({details}); "
+                                  "update tpu-info in that program", target=self.target) from e
+            raise self._error(e, "tpu_info.v1.Monitor", started) from e
+        self._decode(wire.check_version, reply.protocol_version)
+        files = []
+        for f in reply.files:
+            parts = f.name.split("/")
+            if not f.name or f.name.startswith("/") or any(p in ("", ".", "..") for p in parts):
+                raise ProtocolMismatch(f"capture file name {f.name!r} is not a relative path",
+                                       target=self.target)
+            files.append(CaptureFile(f.name, f.size_bytes,
+                                     f.data if not f.server_path else None, f.server_path))
+        return RemoteCapture(trace=reply.trace, format=reply.format or "chrome-json",
+                             files=tuple(files), notes=tuple(reply.notes),
+                             truncated=reply.truncated, event_count=reply.event_count)
+
     def _decode(self, fn: Callable[[M], T], msg: M) -> T:
         try:
             return fn(msg)
@@ -239,6 +292,29 @@ class Client:
         except ProtocolMismatch as e:
             raise e.with_target(self.target) from e
         return Snapshot(taken_at_unix=time.time(), devices=devices, distributions=tuple(dists))
+
+
+@dataclass(frozen=True, slots=True)
+class CaptureFile:
+    """A device-profiler file of a remote capture: ``name`` is relative to the
+    capture's folder; ``data`` is None when the hook kept it (``server_path``)."""
+
+    name: str
+    size_bytes: int
+    data: bytes | None
+    server_path: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteCapture:
+    """A remote capture's reply: the Chrome trace JSON and what came with it."""
+
+    trace: bytes
+    format: str = "chrome-json"
+    files: tuple[CaptureFile, ...] = ()
+    notes: tuple[str, ...] = ()
+    truncated: bool = False
+    event_count: int = 0
 
 
 @dataclass(frozen=True, slots=True)

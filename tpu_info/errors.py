@@ -63,3 +63,8 @@ class ReplyTooLarge(TpuInfoError):
 
 class ServerError(TpuInfoError):
     """The monitor answered with an error of its own (for example INTERNAL)."""
+
+
+class CaptureBusy(ServerError):
+    """The hook refused a trace capture because another one is running there;
+    retry when it ends."""

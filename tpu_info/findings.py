@@ -45,6 +45,9 @@ def _advice(cause: RecompileCause) -> str:
         if before.endswith("{weak}") != after.endswith("{weak}"):
             return "A Python scalar and an array alternate: pass jnp.asarray(x, dtype) every time."
         return "Pad or bucket inputs to a few fixed shapes."
+    if "size mismatch" in cause.description:
+        return ("Pad or bucket inputs to a few fixed shapes, or mark the dimension dynamic "
+                "(torch._dynamo.mark_dynamic).")
     if "static" in cause.description:
         return "A static argument changed value: make it a traced argument or keep it fixed."
     return "Keep input shapes, dtypes and static arguments fixed across steps."
@@ -135,6 +138,45 @@ def memory_pressure(s: Snapshot) -> Iterable[Finding]:
                       "info", None, 0.0, "memory_uneven")
 
 
+def graph_breaks(s: Snapshot) -> Iterable[Finding]:
+    """torch.compile graph breaks, one finding per break site seen in the events."""
+    n = s.counter("GraphBreaks")
+    if not n:
+        return
+    sites: dict[str | None, tuple[str, str]] = {}
+    for e in s.events:
+        if e.kind == "graph_break":
+            sites[e.location] = (e.name, e.detail)
+    for loc, (name, detail) in sites.items():
+        where = f" at {short_location(loc)}" if loc else ""
+        yield Finding(
+            f"graph break in {name}{where}: {detail}. Dynamo splits the function there "
+            "into separate graphs with Python in between; rewrite that line so it can be "
+            "traced (torch._dynamo.explain(fn)(*args) lists every break).",
+            "warning", loc, 0.0, "graph_break")
+    if not sites:
+        yield Finding(f"{n} torch.compile graph breaks (their reasons are no longer in the "
+                      "recent events): run torch._dynamo.explain(fn)(*args) to list them.",
+                      "warning", None, 0.0, "graph_break")
+
+
+def cpu_fallbacks(s: Snapshot) -> Iterable[Finding]:
+    """torch_xla's ``aten::`` counters: ops that ran on the CPU instead of XLA."""
+    for c in s.counters:
+        if not c.name.startswith("aten::") or not c.value:
+            continue
+        if c.name == "aten::_local_scalar_dense":
+            msg = (f"{c.name} ran {c.value} times: a device tensor's value was read on the "
+                   "host (.item(), printing, Python control flow on a tensor); each read "
+                   "waits for the device and cuts the graph. Read values every N steps.")
+        else:
+            msg = (f"{c.name} ran on the CPU {c.value} times: it falls back to the CPU "
+                   "(no XLA lowering), so each call copies its inputs to the host and the "
+                   "result back. Replace it with ops that lower, or keep it out of the step; "
+                   "see torch_xla's TROUBLESHOOTING.md on aten:: counters.")
+        yield Finding(msg, "warning", None, 0.0, "cpu_fallback")
+
+
 def hook_errors(s: Snapshot) -> Iterable[Finding]:
     n = s.counter("HookErrors")
     if n:
@@ -144,7 +186,8 @@ def hook_errors(s: Snapshot) -> Iterable[Finding]:
 
 
 RULES: tuple[Callable[[Snapshot], Iterable[Finding]], ...] = (
-    recompiles, host_syncs, compile_share, memory_pressure, hook_errors,
+    recompiles, host_syncs, compile_share, memory_pressure, graph_breaks, cpu_fallbacks,
+    hook_errors,
 )
 
 

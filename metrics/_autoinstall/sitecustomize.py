@@ -33,7 +33,7 @@ from typing import Any
 
 ENV_FLAG = "TPU_INFO_AUTOINSTALL"
 # Top-level modules whose import means "the program uses this engine".
-WATCHED = frozenset({"jax", "torch"})
+WATCHED = frozenset({"jax", "torch", "torch_xla"})  # install() again adds each engine
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _METRICS_DIR = os.path.dirname(_HERE)

@@ -13,10 +13,24 @@ from typing import Any, Protocol
 
 from tpu_info.model import DeviceRecord
 
-# engine name -> (adapter module, the top-level module whose presence means
-# the program uses that engine)
+# engine name -> (adapter module, the module whose presence in sys.modules
+# means the program uses that engine)
+#
+# Auto-detection for PyTorch: ``torch`` imported -> ``torch_compile`` (its
+# hooks cost nothing until torch.compile runs); ``torch._lazy.ts_backend``
+# imported (the program called ``torch._lazy.ts_backend.init()``) ->
+# ``torch_lazy``; ``torch_xla`` imported -> ``torch_xla``, which then
+# replaces ``torch_lazy``: both read the same lazy-tensor counters.
 ENGINES: dict[str, tuple[str, str]] = {
     "jax": ("metrics.engines.jax", "jax"),
+    "torch_compile": ("metrics.engines.torch_compile", "torch"),
+    "torch_lazy": ("metrics.engines.torch_lazy", "torch._lazy.ts_backend"),
+    "torch_xla": ("metrics.engines.torch_xla", "torch_xla"),
+}
+
+# engine -> engines that, when detected too, make it redundant
+SUPERSEDED_BY: dict[str, tuple[str, ...]] = {
+    "torch_lazy": ("torch_xla",),
 }
 
 
@@ -31,6 +45,11 @@ class Engine(Protocol):
     def devices(self) -> list[DeviceRecord]: ...
     def versions(self) -> dict[str, str]: ...
 
+    # Optional: engines that keep their own counters (torch._lazy, torch_xla)
+    # also define ``extra_readings() -> (counters, distributions)``, read at
+    # scrape time and merged into the snapshot (see ``metrics.snapshot``),
+    # and ``clear_readings()``, called by ``metrics.clear_*``.
+
 
 def valid_names() -> list[str]:
     return sorted(ENGINES)
@@ -38,7 +57,8 @@ def valid_names() -> list[str]:
 
 def detect() -> list[str]:
     """Engines whose library the program has already imported."""
-    return [name for name, (_, module) in ENGINES.items() if module in sys.modules]
+    found = [name for name, (_, module) in ENGINES.items() if module in sys.modules]
+    return [n for n in found if not any(s in found for s in SUPERSEDED_BY.get(n, ()))]
 
 
 def load(name: str) -> Any:

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
-from metrics.export.server import BindError, Server, SnapshotFn
+from metrics.export.server import BindError, CaptureFn, Server, SnapshotFn
 
 __all__ = ["start", "Exporter", "BindError", "LIBTPU_PORT", "LOOPBACK"]
 
@@ -130,6 +130,25 @@ class Exporter:
         # SIG_IGN: the program chose to ignore SIGTERM; so do we.
 
 
+def _stop_before_thread_pools(exporter: Exporter) -> None:
+    """Stops the server before interpreter shutdown joins thread pools.
+
+    ``concurrent.futures`` shuts its pools down (and joins their threads) in a
+    ``threading`` exit hook, which runs *before* ``atexit`` handlers: a server
+    still serving then would fail to schedule calls, and open streams would
+    keep the program from exiting. ``threading._register_atexit`` hooks run in
+    reverse order of registration, so ours runs before the pools' hook. It is
+    private: without it, ``atexit`` still stops the server (later).
+    """
+    register = getattr(threading, "_register_atexit", None)
+    if register is None:
+        return
+    try:
+        register(exporter._at_exit)
+    except RuntimeError:  # already shutting down
+        pass
+
+
 def _publish(port: int, host: str, engine: str, versions: dict[str, str]) -> Any:
     # ---- HOOK POINT: discovery publishing (metrics/export/discovery.py) ----
     try:
@@ -164,6 +183,7 @@ def start(
     versions: dict[str, str] | None = None,
     workers: int | None = None,
     server_factory: Callable[..., Server] = Server,
+    capture_fn: CaptureFn | None = None,
 ) -> Exporter:
     """Starts serving ``snapshot_fn``'s snapshots and returns the exporter.
 
@@ -177,6 +197,8 @@ def start(
         versions: versions for the discovery record.
         workers: server threads (default 4).
         server_factory: builds the :class:`Server` (tests inject one).
+        capture_fn: runs ``Monitor.Capture`` calls (default: none, answered
+            UNIMPLEMENTED); see :data:`metrics.export.server.CaptureFn`.
 
     Raises:
         BindError: a pinned port (argument or ``$TPU_INFO_PORT``) is taken.
@@ -193,6 +215,8 @@ def start(
     kwargs: dict[str, Any] = {"address": address}
     if workers is not None:
         kwargs["workers"] = workers
+    if capture_fn is not None:
+        kwargs["capture_fn"] = capture_fn
     pinned = port if port is not None else _env_port()
     server: Server | None
     if pinned is not None:
@@ -221,5 +245,6 @@ def start(
     exporter = Exporter(server, host)
     exporter.published = _publish(server.port, host, engine, dict(versions or {}))
     atexit.register(exporter._at_exit)
+    _stop_before_thread_pools(exporter)
     exporter._install_sigterm()
     return exporter

@@ -5,7 +5,10 @@ The server owns a small bounded thread pool; every snapshot is built on one
 of its threads when a request arrives, by the injected ``snapshot_fn`` (this
 module never reaches for global metrics state). Streams are capped below the
 pool size so one-shot calls always find a free worker. Messages are bounded
-both ways.
+both ways. ``Capture`` runs the injected ``capture_fn`` (see
+:data:`CaptureFn`); without one it answers UNIMPLEMENTED. A capture holds a
+worker of its own (the pool has one more thread when ``capture_fn`` is
+given), so a concurrent capture is refused at once rather than queued.
 
 Example:
     >>> from tpu_info.model import Snapshot
@@ -18,8 +21,10 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterable, Iterator
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent import futures
+from typing import Any, Protocol
 
 import grpc
 
@@ -35,7 +40,37 @@ log = logging.getLogger("metrics.export")
 
 SnapshotFn = Callable[[int], Snapshot]
 
-DEFAULT_WORKERS = 4
+MAX_CAPTURE_MS = 300_000
+
+
+class CaptureFileLike(Protocol):
+    name: str
+    size_bytes: int
+    data: bytes | None
+    server_path: str
+
+
+class CaptureLike(Protocol):
+    """What a capture function returns (``profiler.remote.RemoteCapture``)."""
+
+    trace: bytes
+    format: str
+    files: Sequence[CaptureFileLike]
+    notes: Sequence[str]
+    truncated: bool
+    event_count: int
+
+
+# capture_fn(duration_s, device, stop) records until the duration ends or
+# ``stop`` is set (the client went away, the server stops). Errors it raises
+# answer with the status named by their ``grpc_status`` attribute (ABORTED
+# for a capture already running), INVALID_ARGUMENT for a ValueError, else
+# INTERNAL.
+CaptureFn = Callable[[float, bool, threading.Event], CaptureLike]
+
+DEFAULT_WORKERS = 40  # threads start on demand; each open stream holds one
+RESERVED_WORKERS = 4  # never taken by streams: one-shot calls always find one
+ANSWER_TTL_S = 0.05   # identical requests this close together share one answer
 MIN_INTERVAL_MS = 50
 DEFAULT_INTERVAL_MS = 1000
 MAX_SEND_BYTES = 64 * 1024 * 1024
@@ -56,13 +91,36 @@ class MonitorServicer(pb_grpc.MonitorServicer):
     """``tpu_info.v1.Monitor``: snapshots on request, streams, metric names."""
 
     def __init__(self, snapshot_fn: SnapshotFn, max_streams: int,
-                 metric_infos: Iterable[MetricInfo] | None = None) -> None:
+                 metric_infos: Iterable[MetricInfo] | None = None,
+                 capture_fn: CaptureFn | None = None) -> None:
         self._snapshot_fn = snapshot_fn
+        self._capture_fn = capture_fn
+        self._capture_stops: set[threading.Event] = set()
         self._infos = list(metric_infos) if metric_infos is not None else catalog_infos()
         self._streams = threading.BoundedSemaphore(max_streams)
         self._max_streams = max_streams
         self._cache = wire.PartCache()
+        self._answers: dict[tuple[int, int], tuple[float, bytes, int]] = {}
+        self._answers_lock = threading.Lock()
         self.stopping = threading.Event()
+
+    def _answer(self, events_since: int, max_events: int,
+                context: grpc.ServicerContext) -> tuple[bytes, int]:
+        """The serialized snapshot and its last_seq, shared by identical
+        requests within :data:`ANSWER_TTL_S`: many watchers and pollers cost
+        the program one snapshot per interval, not one per request."""
+        key = (events_since, max_events)
+        now = time.monotonic()
+        hit = self._answers.get(key)
+        if hit is not None and hit[0] > now:
+            return hit[1], hit[2]
+        msg = self._snapshot(events_since, max_events, context)
+        data = msg.SerializeToString()
+        with self._answers_lock:
+            if len(self._answers) > 256:
+                self._answers = {k: v for k, v in self._answers.items() if v[0] > now}
+            self._answers[key] = (now + ANSWER_TTL_S, data, msg.last_seq)
+        return data, msg.last_seq
 
     def _snapshot(self, events_since: int, max_events: int,
                   context: grpc.ServicerContext) -> pb.Snapshot:
@@ -73,11 +131,11 @@ class MonitorServicer(pb_grpc.MonitorServicer):
         return msg
 
     def GetSnapshot(self, request: pb.SnapshotRequest,
-                    context: grpc.ServicerContext) -> pb.Snapshot:
-        return self._snapshot(request.events_since, request.max_events, context)
+                    context: grpc.ServicerContext) -> bytes:
+        return self._answer(request.events_since, request.max_events, context)[0]
 
     def StreamSnapshots(self, request: pb.StreamRequest,
-                        context: grpc.ServicerContext) -> Iterator[pb.Snapshot]:
+                        context: grpc.ServicerContext) -> Iterator[bytes]:
         if not self._streams.acquire(blocking=False):
             context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
                           f"at most {self._max_streams} streams at once; try again later "
@@ -96,9 +154,8 @@ class MonitorServicer(pb_grpc.MonitorServicer):
         since = request.events_since
         try:
             while context.is_active() and not self.stopping.is_set():
-                msg = self._snapshot(since, request.max_events, context)
-                since = msg.last_seq
-                yield msg
+                data, since = self._answer(since, request.max_events, context)
+                yield data
                 if wake.wait(interval_s) or self.stopping.is_set():
                     break
         finally:
@@ -116,9 +173,67 @@ class MonitorServicer(pb_grpc.MonitorServicer):
 
     def Capture(self, request: pb.CaptureRequest,
                 context: grpc.ServicerContext) -> pb.CaptureReply:
-        context.abort(grpc.StatusCode.UNIMPLEMENTED,
-                      "trace capture is not available in this tpu-info hook yet")
-        raise AssertionError("unreachable")  # abort raises
+        if self._capture_fn is None:
+            context.abort(grpc.StatusCode.UNIMPLEMENTED,
+                          "trace capture is not available in this tpu-info hook")
+        if not 0 < request.duration_ms <= MAX_CAPTURE_MS:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                          f"duration_ms must be 1..{MAX_CAPTURE_MS} (5 minutes), "
+                          f"got {request.duration_ms}")
+        stop = threading.Event()
+        context.add_callback(stop.set)  # the client went away or the RPC ended
+        self._capture_stops.add(stop)
+        if self.stopping.is_set():
+            stop.set()
+        failure: tuple[grpc.StatusCode, str] | None = None
+        try:
+            out = self._capture_fn(request.duration_ms / 1000.0, request.device, stop)
+        except Exception as e:  # noqa: BLE001 - becomes the RPC's status
+            failure = (_capture_status(e), str(e) or type(e).__name__)
+        finally:
+            self._capture_stops.discard(stop)
+        if failure is not None:
+            context.abort(*failure)
+        return pb.CaptureReply(
+            trace=out.trace, format=out.format, protocol_version=wire.PROTOCOL_VERSION,
+            files=[pb.CaptureFile(name=f.name, size_bytes=f.size_bytes, data=f.data or b"",
+                                  server_path=f.server_path) for f in out.files],
+            truncated=out.truncated, notes=list(out.notes), event_count=out.event_count)
+
+    def stop_captures(self) -> None:
+        """Ends running captures early (they still answer with what they have)."""
+        self.stopping.set()
+        for stop in list(self._capture_stops):
+            stop.set()
+
+
+def _capture_status(error: Exception) -> grpc.StatusCode:
+    named = getattr(error, "grpc_status", None)
+    if isinstance(named, str) and named in grpc.StatusCode.__members__:
+        return grpc.StatusCode[named]
+    if isinstance(error, ValueError):
+        return grpc.StatusCode.INVALID_ARGUMENT
+    log.warning("tpu-info: trace capture failed: %r", error)
+    return grpc.StatusCode.INTERNAL
+
+
+def _serialize(reply: bytes | Any) -> bytes:
+    """Replies may be pre-serialized (shared answers) or messages."""
+    return reply if isinstance(reply, bytes) else reply.SerializeToString()
+
+
+def _monitor_handlers(servicer: MonitorServicer) -> grpc.GenericRpcHandler:
+    """``tpu_info.v1.Monitor``'s handlers, like the generated
+    ``add_MonitorServicer_to_server`` but letting replies be bytes."""
+    unary, stream = grpc.unary_unary_rpc_method_handler, grpc.unary_stream_rpc_method_handler
+    return grpc.method_handlers_generic_handler("tpu_info.v1.Monitor", {
+        "GetSnapshot": unary(servicer.GetSnapshot, pb.SnapshotRequest.FromString, _serialize),
+        "StreamSnapshots": stream(servicer.StreamSnapshots, pb.StreamRequest.FromString,
+                                  _serialize),
+        "ListMetrics": unary(servicer.ListMetrics, pb.ListMetricsRequest.FromString,
+                             _serialize),
+        "Capture": unary(servicer.Capture, pb.CaptureRequest.FromString, _serialize),
+    })
 
 
 def _host_port(address: str, port: int) -> str:
@@ -135,10 +250,12 @@ class Server:
         address: interface to bind (default loopback).
         port: port to bind; 0 picks a free one.
         workers: size of the thread pool.
-        max_streams: concurrent ``StreamSnapshots`` calls (default: one
-            less than ``workers``, so one-shot calls always find a worker).
+        max_streams: concurrent ``StreamSnapshots`` calls (default:
+            ``workers`` less :data:`RESERVED_WORKERS`, so one-shot calls
+            always find a worker).
         metric_infos: names ``ListMetrics`` lists (default: the catalog).
         host_name: ``GetTpuRuntimeStatus``'s host name (default: this host).
+        capture_fn: runs ``Capture`` calls (default: none, UNIMPLEMENTED).
     """
 
     def __init__(
@@ -151,12 +268,16 @@ class Server:
         max_streams: int | None = None,
         metric_infos: Iterable[MetricInfo] | None = None,
         host_name: str | None = None,
+        capture_fn: CaptureFn | None = None,
     ) -> None:
         self.address = address
         self.requested_port = port
         self.port = 0
-        streams = max_streams if max_streams is not None else max(1, workers - 1)
-        self._monitor = MonitorServicer(snapshot_fn, streams, metric_infos)
+        streams = (max_streams if max_streams is not None
+                   else max(1, workers - min(RESERVED_WORKERS, workers - 1)))
+        self._monitor = MonitorServicer(snapshot_fn, streams, metric_infos, capture_fn)
+        if capture_fn is not None:
+            workers += 1  # the one capture allowed at a time holds a worker of its own
         self._pool = futures.ThreadPoolExecutor(max_workers=workers,
                                                 thread_name_prefix="tpu-info-grpc")
         self._server = grpc.server(
@@ -169,7 +290,7 @@ class Server:
             ],
             maximum_concurrent_rpcs=4 * workers,
         )
-        pb_grpc.add_MonitorServicer_to_server(self._monitor, self._server)
+        self._server.add_generic_rpc_handlers((_monitor_handlers(self._monitor),))
         lpb_grpc.add_RuntimeMetricServiceServicer_to_server(
             RuntimeMetricServicer(snapshot_fn, host_name), self._server)
         self._started = False
@@ -205,7 +326,7 @@ class Server:
         if self._stopped:
             return
         self._stopped = True
-        self._monitor.stopping.set()
+        self._monitor.stop_captures()
         if self._started:
             self._server.stop(grace).wait(timeout=(grace or 0) + 5.0)
         self._pool.shutdown(wait=False, cancel_futures=True)

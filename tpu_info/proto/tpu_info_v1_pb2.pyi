@@ -274,15 +274,39 @@ class ListMetricsReply(_message.Message):
     def __init__(self, protocol_version: _Optional[int] = ..., metrics: _Optional[_Iterable[_Union[MetricInfo, _Mapping]]] = ...) -> None: ...
 
 class CaptureRequest(_message.Message):
-    __slots__ = ("duration_ms",)
+    __slots__ = ("duration_ms", "device")
     DURATION_MS_FIELD_NUMBER: _ClassVar[int]
+    DEVICE_FIELD_NUMBER: _ClassVar[int]
     duration_ms: int
-    def __init__(self, duration_ms: _Optional[int] = ...) -> None: ...
+    device: bool
+    def __init__(self, duration_ms: _Optional[int] = ..., device: _Optional[bool] = ...) -> None: ...
+
+class CaptureFile(_message.Message):
+    __slots__ = ("name", "size_bytes", "data", "server_path")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    SERVER_PATH_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    size_bytes: int
+    data: bytes
+    server_path: str
+    def __init__(self, name: _Optional[str] = ..., size_bytes: _Optional[int] = ..., data: _Optional[bytes] = ..., server_path: _Optional[str] = ...) -> None: ...
 
 class CaptureReply(_message.Message):
-    __slots__ = ("trace", "format")
+    __slots__ = ("trace", "format", "protocol_version", "files", "truncated", "notes", "event_count")
     TRACE_FIELD_NUMBER: _ClassVar[int]
     FORMAT_FIELD_NUMBER: _ClassVar[int]
+    PROTOCOL_VERSION_FIELD_NUMBER: _ClassVar[int]
+    FILES_FIELD_NUMBER: _ClassVar[int]
+    TRUNCATED_FIELD_NUMBER: _ClassVar[int]
+    NOTES_FIELD_NUMBER: _ClassVar[int]
+    EVENT_COUNT_FIELD_NUMBER: _ClassVar[int]
     trace: bytes
     format: str
-    def __init__(self, trace: _Optional[bytes] = ..., format: _Optional[str] = ...) -> None: ...
+    protocol_version: int
+    files: _containers.RepeatedCompositeFieldContainer[CaptureFile]
+    truncated: bool
+    notes: _containers.RepeatedScalarFieldContainer[str]
+    event_count: int
+    def __init__(self, trace: _Optional[bytes] = ..., format: _Optional[str] = ..., protocol_version: _Optional[int] = ..., files: _Optional[_Iterable[_Union[CaptureFile, _Mapping]]] = ..., truncated: _Optional[bool] = ..., notes: _Optional[_Iterable[str]] = ..., event_count: _Optional[int] = ...) -> None: ...

@@ -78,7 +78,7 @@ class MonitorServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Capture(self, request, context):
-        """Answers UNIMPLEMENTED until the profiler provides captures.
+        """Answers UNIMPLEMENTED where the hook runs without the profiler.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -1,0 +1,112 @@
+"""Helpers the PyTorch adapters share: short dtype names, shape strings, the
+user's source line, and device records for CUDA or the CPU.
+
+Imports torch only inside functions that receive torch objects, so importing
+this module costs nothing; only the torch adapters import it.
+
+Example:
+    >>> short_dtype("torch.float32")
+    'f32'
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+from tpu_info.model import DeviceRecord, MemoryReading
+
+_DTYPES = {
+    "float32": "f32", "float": "f32", "float64": "f64", "double": "f64",
+    "float16": "f16", "half": "f16", "bfloat16": "bf16",
+    "float8_e4m3fn": "f8e4m3fn", "float8_e5m2": "f8e5m2",
+    "int8": "i8", "int16": "i16", "int32": "i32", "int64": "i64", "long": "i64",
+    "uint8": "u8", "uint16": "u16", "uint32": "u32", "uint64": "u64",
+    "bool": "bool", "complex64": "c64", "complex128": "c128",
+}
+
+
+def short_dtype(dtype: Any) -> str:
+    """``torch.float32`` -> ``f32`` (JAX's short names), unknown ones as-is."""
+    name = str(dtype).rsplit(".", 1)[-1]
+    return _DTYPES.get(name, name)
+
+
+def tensor_type(value: Any) -> str | None:
+    """``f32[8,3]`` for a tensor (symbolic sizes print as their symbol), else None."""
+    shape = getattr(value, "shape", None)
+    dtype = getattr(value, "dtype", None)
+    if shape is None or dtype is None:
+        return None
+    return f"{short_dtype(dtype)}[{','.join(str(d) for d in shape)}]"
+
+
+def skip_prefixes(*modules: Any) -> tuple[str, ...]:
+    """Directories whose frames are library frames, not the user's: the given
+    modules' packages, this hook's packages and the standard library."""
+    here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    paths = [os.path.join(here, "metrics") + os.sep, os.path.dirname(os.__file__) + os.sep]
+    for m in modules:
+        f = getattr(m, "__file__", None)
+        if f:
+            paths.append(os.path.dirname(os.path.abspath(f)) + os.sep)
+    return tuple(paths)
+
+
+def user_location(skip: tuple[str, ...], depth: int = 2) -> str | None:
+    """``file:line`` of the innermost frame outside ``skip`` (the user's line)."""
+    try:
+        f = sys._getframe(depth)
+    except ValueError:
+        return None
+    while f is not None:
+        fn = f.f_code.co_filename
+        if not fn.startswith(skip) and not fn.startswith("<"):
+            return f"{fn}:{f.f_lineno}"
+        f = f.f_back
+    return None
+
+
+def host_ram() -> int | None:
+    try:
+        import psutil
+
+        return int(psutil.virtual_memory().total)
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def torch_devices(torch: Any) -> list[DeviceRecord]:
+    """CUDA devices with the caching allocator's numbers, or one CPU record
+    saying why there are none. Never initializes CUDA itself."""
+    cuda = getattr(torch, "cuda", None)
+    if cuda is not None and cuda.is_available():
+        if not cuda.is_initialized():
+            return [DeviceRecord(
+                id=0, kind="cuda", platform="cuda",
+                memory=MemoryReading(None, source="none",
+                                     reason="the program has not used CUDA yet"),
+                busy_reason="busy % is not measured by the torch hook")]
+        out = []
+        for i in range(cuda.device_count()):
+            try:
+                free, total = cuda.mem_get_info(i)
+                mem = MemoryReading(
+                    used_bytes=int(cuda.memory_reserved(i)),
+                    peak_bytes=int(cuda.max_memory_reserved(i)),
+                    limit_bytes=int(total), source="memory_stats",
+                    reason=f"torch caching allocator (reserved); {free} bytes free on the device",
+                )
+            except Exception as e:  # noqa: BLE001
+                mem = MemoryReading(None, source="none", reason=f"torch.cuda: {e}")
+            out.append(DeviceRecord(id=i, kind=cuda.get_device_name(i), platform="cuda",
+                                    memory=mem,
+                                    busy_reason="busy % is not measured by the torch hook"))
+        return out
+    return [DeviceRecord(
+        id=0, kind="cpu", platform="cpu",
+        memory=MemoryReading(None, limit_bytes=host_ram(), source="none",
+                             reason="torch keeps no allocator statistics for the CPU "
+                                    "(torch.cuda.is_available() is False)"),
+        busy_reason="busy % is not measured by the torch hook")]

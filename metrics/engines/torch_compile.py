@@ -1,0 +1,488 @@
+"""torch.compile (Dynamo) engine hook.
+
+Users keep writing ``torch.compile(model)`` with the backend they chose; the
+hook watches Dynamo from the outside:
+
+* Each graph Dynamo hands to the backend (``UncachedCompile``, or
+  ``CachedCompile`` when the backend answered from its cache), the backend's
+  compile time (``CompileTime``) and Dynamo's own tracing time
+  (``TraceTime``); per graph in the ledger, the whole frame's compile time.
+* The graph hash: sha256 over the backend's name, the FX graph's code and the
+  input signature (symbolic sizes included), so it is stable across runs and
+  when the source moves. The signature lists the user's inputs
+  (``x: f32[s77,3]``); parameters and buffers count in the hash only.
+* Recompile causes: Dynamo's guard-failure text from its compilation
+  metrics (``tensor 'x' size mismatch at index 0. expected 4, actual 8``),
+  parsed into argument / before / after, with the user's call site.
+* Graph breaks (``GraphBreaks``, and a ``graph_break`` event with the reason
+  and the user's line).
+* Executions of each compiled graph and their time (``ExecuteComputation``,
+  ``ExecuteTime``): the backend's callable is wrapped (forward graphs only;
+  backward runs inside autograd).
+* Device memory at scrape time from ``torch.cuda`` where CUDA is in use,
+  else a CPU record that says why there is none.
+
+If ``torch._dynamo`` is not imported yet at install time (importing it costs
+about a second), ``torch.compile`` is wrapped and the Dynamo hooks go in on
+its first call.
+
+Private APIs used (each behind a check that degrades the feature, never
+crashes; ``TorchCompileEngine.degraded`` lists what was unavailable):
+
+* ``torch._dynamo.output_graph.OutputGraph.call_user_compiler`` (wrapped:
+  one backend compile; ``self.root_tx.f_code``, ``self.compiler_fn``,
+  ``self.package``; placeholders' ``_dynamo_source`` and
+  ``meta["example_value"]``)
+* ``torch._dynamo.utils.log_compilation_event`` (wrapped: receives each
+  ``CompilationMetrics`` record; needs ``config.log_compilation_metrics``)
+* ``torch._dynamo.symbolic_convert.InstructionTranslatorBase.log_graph_break``
+  (wrapped: one graph break; ``exc.gb_type``, ``exc.real_stack``)
+* ``torch.fx._lazy_graph_module._LazyGraphModule`` (resolved before wrapping,
+  as Dynamo itself does)
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import inspect
+import re
+import sys
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from metrics import events as ev
+from metrics import names
+from metrics.engines import _torchutil as tu
+from metrics.recorder import Recorder
+from tpu_info.model import DeviceRecord, RecompileCause
+
+ENGINE = "torch_compile"
+FIRST_CALL = "first call"
+GRAPH_BREAK = "graph_break"
+_COMPILE_ID = re.compile(r"^\s*\[?\d+/\d+\]?:\s*")
+_MISMATCH = re.compile(
+    r"tensor '(?P<arg>[^']+)' (?P<what>size|stride) mismatch at index (?P<i>\d+)\. "
+    r"expected (?P<exp>[^,]+), actual (?P<act>\S+)")
+_DTYPE = re.compile(r"tensor '(?P<arg>[^']+)' dtype mismatch\. expected (?P<exp>\S+), "
+                    r"actual (?P<act>\S+)")
+_TENSOR = re.compile(r"tensor '(?P<arg>[^']+)'")
+_RESUME = re.compile(r"^torch_dynamo_resume_in_(?P<fn>.+)_at_(?P<line>\d+)$")
+_EXPLANATION = re.compile(r"Explanation:\s*(?P<text>.+)")
+
+_tls = threading.local()
+_active: TorchCompileEngine | None = None
+
+
+def source_name(source: str) -> str:
+    """Dynamo's source string -> the user's spelling: ``L['x']`` -> ``x``,
+    ``L['self']._modules['fc']._parameters['weight']`` -> ``self.fc.weight``."""
+    s = re.sub(r"^[LG]\['([^']+)'\]", r"\1", source)
+    s = re.sub(r"\._(?:modules|parameters|buffers)\['([^']+)'\]", r".\1", s)
+    return s
+
+
+def parse_recompile_reason(reason: str, now: float, location: str | None,
+                           before_types: dict[str, str] | None = None) -> RecompileCause:
+    """One guard-failure line -> a cause; ``before_types`` maps argument names
+    to the type the failing graph was compiled for (``f32[4,3]``)."""
+    text = _COMPILE_ID.sub("", reason.strip().splitlines()[0] if reason.strip() else reason)
+    arg = before = after = None
+    m = _MISMATCH.search(text)
+    if m:
+        arg = m.group("arg")
+        old = (before_types or {}).get(arg)
+        dims = _dims(old) if old else None
+        i = int(m.group("i"))
+        if m.group("what") == "size" and dims is not None and i < len(dims):
+            new = list(dims)
+            new[i] = m.group("act")
+            dtype = old.split("[", 1)[0]  # type: ignore[union-attr]
+            before, after = old, f"{dtype}[{','.join(new)}]"
+        else:
+            before, after = m.group("exp"), m.group("act")
+    elif (m := _DTYPE.search(text)) is not None:
+        arg, before, after = m.group("arg"), m.group("exp"), m.group("act")
+    elif (m := _TENSOR.search(text)) is not None:
+        arg = m.group("arg")
+    return RecompileCause(time_unix=now, description=text, location=location,
+                          argument=arg, before=before, after=after)
+
+
+def _dims(type_str: str) -> list[str] | None:
+    if "[" not in type_str or not type_str.endswith("]"):
+        return None
+    inner = type_str.split("[", 1)[1][:-1]
+    return inner.split(",") if inner else []
+
+
+def display_name(qualname: str) -> str:
+    """``compile(M.forward)``; Dynamo's resume functions after a graph break
+    become ``compile(f@33)`` (the rest of ``f`` from line 33)."""
+    m = _RESUME.match(qualname.rsplit(".", 1)[-1])
+    if m:
+        return f"compile({m.group('fn')}@{m.group('line')})"
+    return f"compile({qualname})"
+
+
+class _Graph:
+    """One backend compile waiting for its frame's compilation metrics."""
+
+    __slots__ = ("hash", "name", "signature", "types", "backend_ns", "qualname")
+
+    def __init__(self, graph_hash: str, qualname: str, signature: tuple[str, ...],
+                 types: dict[str, str], backend_ns: int) -> None:
+        self.hash = graph_hash
+        self.qualname = qualname
+        self.name = display_name(qualname)
+        self.signature = signature
+        self.types = types
+        self.backend_ns = backend_ns
+
+
+class TorchCompileEngine:
+    """Installs and removes the Dynamo hooks; one active per process."""
+
+    name = ENGINE
+
+    def __init__(self, recorder: Recorder, explain_cache_misses: bool = True) -> None:
+        self.rec = recorder
+        self.degraded: list[str] = []
+        self._patches: list[tuple[Any, str, Any]] = []
+        self._dynamo_hooked = False
+        self._lock = threading.Lock()
+        self._types_by_compile_id: OrderedDict[str, dict[str, str]] = OrderedDict()
+        self._skip = tu.skip_prefixes(torch)
+        reg = recorder.registry
+
+        def dist(n: str) -> Any:
+            return reg.distribution(n, names.unit_for(n), names.help_for(n))
+
+        def counter(n: str) -> Any:
+            return reg.counter(n, names.unit_for(n), names.help_for(n))
+
+        self._compile_time = dist(names.COMPILE_TIME)
+        self._trace_time = dist(names.TRACE_TIME)
+        self._uncached = counter(names.UNCACHED_COMPILE)
+        self._cached = counter(names.CACHED_COMPILE)
+        self._exec_count = counter(names.EXECUTE_COUNT)
+        self._exec_time = dist(names.EXECUTE_TIME)
+        self._graph_breaks = counter(names.GRAPH_BREAKS)
+
+    # Install / uninstall ---------------------------------------------------
+
+    def install(self) -> None:
+        global _active
+        _active = self
+        if "torch._dynamo" in sys.modules:
+            self.hook_dynamo()
+        else:
+            self._patch(torch, "compile", _wrap_torch_compile)
+
+    def uninstall(self) -> None:
+        global _active
+        if _active is self:
+            _active = None
+        for owner, attr, original in reversed(self._patches):
+            setattr(owner, attr, original)
+        self._patches.clear()
+        self._dynamo_hooked = False
+
+    def _patch(self, owner: Any, attr: str, make: Callable[[Any], Any],
+               params: tuple[str, ...] = ()) -> bool:
+        if isinstance(owner, type):  # a method defined on that very class
+            original = owner.__dict__.get(attr)
+        else:
+            original = getattr(owner, attr, None)
+        if original is None:
+            self.degraded.append(f"{getattr(owner, '__name__', owner)}.{attr} missing")
+            return False
+        if params:
+            try:
+                have = tuple(inspect.signature(original).parameters)
+            except (TypeError, ValueError):
+                have = ()
+            if have[: len(params)] != params:
+                self.degraded.append(f"{attr} has an unexpected signature")
+                return False
+        setattr(owner, attr, make(original))
+        self._patches.append((owner, attr, original))
+        return True
+
+    def hook_dynamo(self) -> None:
+        """Puts the Dynamo hooks in (idempotent); imports ``torch._dynamo``."""
+        with self._lock:
+            if self._dynamo_hooked:
+                return
+            self._dynamo_hooked = True
+            try:
+                import torch._dynamo  # noqa: F401
+                from torch._dynamo import config, output_graph, symbolic_convert
+                from torch._dynamo import utils as dynamo_utils
+            except Exception as e:  # noqa: BLE001 - a broken Dynamo must not break the program
+                self.degraded.append(f"torch._dynamo unavailable: {e}")
+                return
+            self._patch(output_graph.OutputGraph, "call_user_compiler", _wrap_call_user_compiler,
+                        ("self", "gm", "example_inputs"))
+            if self._patch(dynamo_utils, "log_compilation_event", _wrap_log_compilation_event):
+                if not getattr(config, "log_compilation_metrics", True):
+                    self.degraded.append("torch._dynamo.config.log_compilation_metrics is off: "
+                                         "no recompile causes, graphs recorded without them")
+            self._patch(symbolic_convert.InstructionTranslatorBase, "log_graph_break",
+                        _wrap_log_graph_break, ("self", "code_options", "reason", "exc"))
+
+    # Callbacks (each runs inside the user's program: guarded) --------------
+
+    def on_backend_compiled(self, output: Any, gm: Any, fn: Any, backend_ns: int) -> Any:
+        """A backend returned ``fn`` for ``gm``: remember the graph, wrap ``fn``."""
+        try:
+            graph = self._describe(output, gm, backend_ns)
+        except Exception as e:  # noqa: BLE001
+            self.rec.hook_failed("torch_compile.graph", e)
+            return fn
+        pending = getattr(_tls, "pending", None)
+        if pending is None:
+            pending = _tls.pending = []
+        pending.append(graph)
+        try:
+            from torch._dynamo import config
+
+            if not getattr(config, "log_compilation_metrics", True):
+                self._record([graph], None, None, backend_ns / 1e9, False, None)
+                pending.clear()
+        except Exception as e:  # noqa: BLE001
+            self.rec.hook_failed("torch_compile.graph", e)
+        if getattr(output, "package", None) is not None:
+            return fn  # precompile packages serialize the callable: leave it alone
+        try:
+            return _runner(_resolve_lazy(fn), graph)
+        except Exception as e:  # noqa: BLE001
+            self.rec.hook_failed("torch_compile.wrap", e)
+            return fn
+
+    def _describe(self, output: Any, gm: Any, backend_ns: int) -> _Graph:
+        code = output.root_tx.f_code
+        qualname = getattr(code, "co_qualname", code.co_name)
+        backend = output.compiler_fn
+        backend_name = (getattr(backend, "compiler_name", None)
+                        or getattr(backend, "__name__", None) or type(backend).__name__)
+        sig: list[str] = []
+        types: dict[str, str] = {}
+        hashed: list[str] = [str(backend_name), gm.code]
+        for node in gm.graph.find_nodes(op="placeholder"):
+            value = node.meta.get("example_value")
+            src = getattr(node, "_dynamo_source", None)
+            src_name = source_name(str(src.name)) if src is not None else node.name
+            t = tu.tensor_type(value)
+            hashed.append(f"{src_name}:{t if t is not None else type(value).__name__}")
+            if t is None:
+                continue  # SymInts: their symbols already show in the shapes
+            if isinstance(value, torch.nn.Parameter) or "._parameters[" in str(
+                    getattr(src, "name", "")) or "._buffers[" in str(getattr(src, "name", "")):
+                continue
+            sig.append(f"{src_name}: {t}")
+            types[src_name] = t
+        digest = hashlib.sha256("\n".join(hashed).encode()).hexdigest()[:32]
+        return _Graph(digest, qualname, tuple(sig), types, backend_ns)
+
+    def on_compilation_metrics(self, m: Any) -> None:
+        try:
+            if m.is_forward is False or m.is_runtime:
+                return  # backward / runtime records: no Dynamo graph of their own
+            pending = getattr(_tls, "pending", None)
+            if not pending:
+                return
+            graphs = list(pending)
+            pending.clear()
+            hits = (m.inductor_fx_local_cache_hit_count or 0) + (
+                m.inductor_fx_remote_cache_hit_count or 0)
+            misses = (m.inductor_fx_local_cache_miss_count or 0) + (
+                m.inductor_fx_remote_cache_miss_count or 0)
+            cache_hit = hits > 0 and misses == 0
+            frame_s = m.entire_frame_compile_time_s
+            self._record(graphs, m.recompile_reason, m.compile_id, frame_s, cache_hit,
+                         tu.user_location(self._skip, 3))
+        except Exception as e:  # noqa: BLE001
+            self.rec.hook_failed("torch_compile.metrics", e)
+
+    def _record(self, graphs: list[_Graph], reason: str | None, compile_id: str | None,
+                frame_s: float | None, cache_hit: bool, location: str | None) -> None:
+        now = time.time()
+        before_types: dict[str, str] | None = None
+        if reason:
+            failed = _COMPILE_ID.match(reason)
+            key = failed.group(0).strip(" []:") if failed else None
+            before_types = self._types_by_compile_id.get(key) if key else None
+            if before_types is None and self._types_by_compile_id and compile_id:
+                frame = str(compile_id).split("/")[0]
+                for cid in reversed(self._types_by_compile_id):
+                    if cid.split("/")[0] == frame:
+                        before_types = self._types_by_compile_id[cid]
+                        break
+            cause = parse_recompile_reason(reason, now, location, before_types)
+        else:
+            cause = RecompileCause(time_unix=now, description=FIRST_CALL, location=location)
+        backend_total = sum(g.backend_ns for g in graphs) / 1e9
+        trace_s = max(0.0, (frame_s if frame_s is not None else backend_total) - backend_total)
+        if trace_s:
+            self._trace_time.observe(trace_s * 1e9)
+        ledger, events = self.rec.ledger, self.rec.events
+        for g in graphs:
+            if compile_id:
+                self._remember_types(str(compile_id), g.types)
+            seconds = g.backend_ns / 1e9 + trace_s / len(graphs)
+            if cache_hit:
+                self._cached.inc()
+                ledger.cache_hit(g.hash, g.name, ENGINE, g.signature)
+                events.emit(ev.CACHE_HIT, g.name, g.hash, "backend cache", location, seconds)
+                continue
+            self._uncached.inc()
+            self._compile_time.observe(g.backend_ns)
+            ledger.compiled(g.hash, g.name, ENGINE, seconds, g.signature, cause)
+            if cause.description == FIRST_CALL:
+                events.emit(ev.COMPILE, g.name, g.hash, "", location, seconds)
+            else:
+                events.emit(ev.RECOMPILE, g.name, g.hash, cause.description, location, seconds)
+
+    def _remember_types(self, compile_id: str, types: dict[str, str]) -> None:
+        d = self._types_by_compile_id
+        d[compile_id] = types
+        d.move_to_end(compile_id)
+        while len(d) > 512:
+            d.popitem(last=False)
+
+    def on_graph_break(self, tx: Any, reason: str, exc: Any) -> None:
+        try:
+            stack = getattr(exc, "real_stack", None)
+            if not stack:
+                stack = torch._guards.TracingContext.extract_stack()
+            location = f"{stack[-1].filename}:{stack[-1].lineno}" if stack else None
+            text = str(exc) if exc is not None else reason
+            kind = getattr(exc, "gb_type", None)
+            expl = _EXPLANATION.search(text)
+            if kind and expl:
+                detail = f"{kind}: {expl.group('text').strip()}"
+            else:
+                detail = kind or next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
+            code = getattr(tx, "f_code", None)
+            qualname = getattr(code, "co_qualname", getattr(code, "co_name", "?"))
+            self._graph_breaks.inc()
+            self.rec.events.emit(GRAPH_BREAK, display_name(qualname), "", detail[:500], location)
+        except Exception as e:  # noqa: BLE001
+            self.rec.hook_failed("torch_compile.graph_break", e)
+
+    def on_call(self, graph: _Graph, elapsed_ns: int) -> None:
+        try:
+            self._exec_count.inc()
+            self._exec_time.observe(elapsed_ns)
+            self.rec.ledger.executed(graph.hash, graph.name, ENGINE)
+        except Exception as e:  # noqa: BLE001
+            self.rec.hook_failed("torch_compile.execute", e)
+
+    # Scrape time -----------------------------------------------------------
+
+    def devices(self) -> list[DeviceRecord]:
+        """CUDA devices, or a CPU record with the reason (none when torch_xla
+        is loaded: its adapter lists the devices the program uses)."""
+        if "torch_xla" in sys.modules and not torch.cuda.is_available():
+            return []
+        return tu.torch_devices(torch)
+
+    def versions(self) -> dict[str, str]:
+        return {"torch": torch.__version__}
+
+
+def create(recorder: Recorder, explain_cache_misses: bool = True, **_: Any) -> TorchCompileEngine:
+    """The adapter ``metrics.install()`` uses; other engines' options are ignored."""
+    return TorchCompileEngine(recorder, explain_cache_misses=explain_cache_misses)
+
+
+# Module-level wrappers: they look up the active engine at call time, so
+# uninstall() only has to restore attributes and clear ``_active``.
+
+def _resolve_lazy(fn: Any) -> Any:
+    """What Dynamo does with a lazily recompiled GraphModule, done before we
+    wrap it (Dynamo's own check cannot see through the wrapper)."""
+    try:
+        from torch.fx._lazy_graph_module import _LazyGraphModule
+    except ImportError:
+        return fn
+    owner = getattr(fn, "__self__", None)
+    if isinstance(fn, _LazyGraphModule):
+        _LazyGraphModule.force_recompile(fn)
+        return fn
+    if isinstance(owner, _LazyGraphModule) and getattr(fn, "__name__", "") == "_lazy_forward":
+        _LazyGraphModule.force_recompile(owner)
+        return owner.forward
+    return fn
+
+
+def _runner(fn: Callable[..., Any], graph: _Graph) -> Callable[..., Any]:
+    perf = time.perf_counter_ns
+
+    def compiled_graph(*args: Any, **kwargs: Any) -> Any:
+        eng = _active
+        if eng is None:
+            return fn(*args, **kwargs)
+        start = perf()
+        out = fn(*args, **kwargs)
+        eng.on_call(graph, perf() - start)
+        return out
+
+    compiled_graph.__wrapped__ = fn  # type: ignore[attr-defined]
+    return compiled_graph
+
+
+def _wrap_call_user_compiler(original: Callable[..., Any]) -> Callable[..., Any]:
+    def call_user_compiler(self: Any, gm: Any, example_inputs: Any, *args: Any,
+                           **kwargs: Any) -> Any:
+        eng = _active
+        if eng is None:
+            return original(self, gm, example_inputs, *args, **kwargs)
+        start = time.perf_counter_ns()
+        fn = original(self, gm, example_inputs, *args, **kwargs)
+        return eng.on_backend_compiled(self, gm, fn, time.perf_counter_ns() - start)
+
+    call_user_compiler.__wrapped__ = original  # type: ignore[attr-defined]
+    return call_user_compiler
+
+
+def _wrap_log_compilation_event(original: Callable[..., Any]) -> Callable[..., Any]:
+    def log_compilation_event(metrics: Any, *args: Any, **kwargs: Any) -> Any:
+        eng = _active
+        if eng is not None:
+            eng.on_compilation_metrics(metrics)
+        return original(metrics, *args, **kwargs)
+
+    log_compilation_event.__wrapped__ = original  # type: ignore[attr-defined]
+    return log_compilation_event
+
+
+def _wrap_log_graph_break(original: Callable[..., Any]) -> Callable[..., Any]:
+    def log_graph_break(self: Any, code_options: Any, reason: Any, exc: Any, *args: Any,
+                        **kwargs: Any) -> Any:
+        eng = _active
+        new = eng is not None and not getattr(exc, "logged", False)
+        out = original(self, code_options, reason, exc, *args, **kwargs)
+        if new:
+            eng.on_graph_break(self, reason, exc)  # type: ignore[union-attr]
+        return out
+
+    log_graph_break.__wrapped__ = original  # type: ignore[attr-defined]
+    return log_graph_break
+
+
+def _wrap_torch_compile(original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def compile(*args: Any, **kwargs: Any) -> Any:  # noqa: A001 - torch's own name
+        eng = _active
+        if eng is not None:
+            eng.hook_dynamo()
+        return original(*args, **kwargs)
+
+    return compile

@@ -1,0 +1,254 @@
+"""PyTorch/XLA (torch_xla on PJRT) engine hook.
+
+Nothing runs on the program's hot path: everything is read at scrape time.
+
+* torch_xla's own counters and metrics (``CompileTime``, ``ExecuteTime``,
+  ``TransferToDeviceTime``, ``OutboundData``, ``InboundData``,
+  ``CachedCompile``, ``UncachedCompile``, ``MarkStep``, ``xla::*``,
+  ``aten::*``, ...) are re-exported under their own names, read with
+  ``torch_xla.debug.metrics`` (``counter_names``/``counter_value``,
+  ``metric_names``/``metric_data``). Units come from torch_xla's own report
+  text, parsed once per new name. Percentiles are over the samples torch_xla
+  keeps (its last 1024, ``XLA_METRICS_SAMPLES``); counts and totals are exact.
+* Compilations with their cause, graph hash and the user's line: unless the
+  program set ``PT_XLA_DEBUG_LEVEL`` itself, :meth:`install` sets
+  ``PT_XLA_DEBUG_LEVEL=1`` (one analysis per compile, none per execution)
+  and ``PT_XLA_DEBUG_FILE`` to a private file, which is read at scrape time
+  into the graph ledger. torch_xla reads both variables when it first
+  compiles, so install before the first step. A program that set its own
+  ``PT_XLA_DEBUG_FILE`` keeps it; we only read it.
+* ``aten::*`` counters (ops that fell back to the CPU) become findings
+  (``tpu_info.findings.cpu_fallbacks``).
+* Device memory: ``xm.get_memory_info`` where the PJRT plugin supports it;
+  on the CPU it raises ``UNIMPLEMENTED``, which is reported as the reason.
+
+Private APIs used (behind checks): ``torch_xla._XLAC._get_graph_hash``
+(:func:`graph_hash`), ``torch_xla._XLAC._xla_runtime_is_initialized``
+(devices are not read before the program started the runtime).
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import tempfile
+import threading
+import time
+from typing import Any
+
+import torch
+import torch_xla
+import torch_xla.debug.metrics as met
+
+from metrics import events as ev
+from metrics.engines import _foreign
+from metrics.engines import _torchutil as tu
+from metrics.engines._xla_debug import CompileAnalysis, DebugTail
+from metrics.recorder import Recorder
+from tpu_info.model import (
+    CounterReading,
+    DeviceRecord,
+    DistributionReading,
+    MemoryReading,
+    RecompileCause,
+    Unit,
+)
+
+ENGINE = "torch_xla"
+FIRST_CALL = "first call"
+LEVEL_VAR, FILE_VAR = "PT_XLA_DEBUG_LEVEL", "PT_XLA_DEBUG_FILE"
+_KNOWN_UNITS = {"InboundData": Unit.BYTES, "OutboundData": Unit.BYTES,
+                "TensorsGraphSize": Unit.NUMBER, "InputOutputAliasCount": Unit.NUMBER}
+
+_active: TorchXlaEngine | None = None
+
+
+def graph_hash(tensors: Any) -> str:
+    """torch_xla's hash of the graph behind ``tensors`` (hex of its 16 bytes;
+    not always equal to the ``Graph Hash`` its debug output prints)."""
+    h = torch_xla._XLAC._get_graph_hash(list(tensors))
+    return h.hex() if isinstance(h, (bytes, bytearray)) else str(h)
+
+
+class TorchXlaEngine:
+    """Reads torch_xla's counters, metrics and compile analyses at scrape time."""
+
+    name = ENGINE
+
+    def __init__(self, recorder: Recorder, explain_cache_misses: bool = True,
+                 env: dict[str, str] | None = None, debug_dir: str | None = None) -> None:
+        self.rec = recorder
+        self.degraded: list[str] = []
+        self._explain = explain_cache_misses
+        self._env = os.environ if env is None else env
+        self._debug_dir = debug_dir
+        self._tail: DebugTail | None = None
+        self._own_file = False
+        self._base = _foreign.Baseline()
+        self._units: dict[str, Unit] = dict(_KNOWN_UNITS)
+        self._lock = threading.Lock()
+        self._compiles_seen = 0
+        self._last_at: dict[str, CompileAnalysis] = {}
+        self._skip = tu.skip_prefixes(torch, torch_xla)
+
+    # Install / uninstall ---------------------------------------------------
+
+    def install(self) -> None:
+        global _active
+        _active = self
+        if self._explain and self._tail is None:
+            self._capture_analyses()
+
+    def uninstall(self) -> None:
+        global _active
+        if _active is self:
+            _active = None
+
+    def _capture_analyses(self) -> None:
+        env = self._env
+        if env.get(FILE_VAR):
+            self._tail = DebugTail(env[FILE_VAR])
+            if not env.get(LEVEL_VAR) and not env.get("PT_XLA_DEBUG"):
+                env[LEVEL_VAR] = "1"
+            return
+        if env.get(LEVEL_VAR) or env.get("PT_XLA_DEBUG"):
+            self.degraded.append(f"{LEVEL_VAR} was set without {FILE_VAR}: torch_xla prints its "
+                                 "compile analyses to stderr, where the hook cannot read them")
+            return
+        try:
+            directory = tempfile.mkdtemp(prefix="tpu-info-xla-", dir=self._debug_dir)
+            path = os.path.join(directory, "pt_xla_debug.txt")
+            open(path, "a").close()
+        except OSError as e:
+            self.degraded.append(f"no file for torch_xla's compile analyses: {e}")
+            return
+        env[LEVEL_VAR], env[FILE_VAR] = "1", path
+        self._tail, self._own_file = DebugTail(path), True
+        atexit.register(self._tail.remove)
+        if (met.counter_value("UncachedCompile") or 0) > 0:
+            self.degraded.append("torch_xla compiled before install(): it may have read "
+                                 f"{LEVEL_VAR} already, so compile causes can be missing")
+
+    # Scrape time -----------------------------------------------------------
+
+    def _unit(self, name: str) -> Unit:
+        unit = self._units.get(name)
+        if unit is None:
+            for n, fields in _foreign.report_metrics(met.metrics_report()).items():
+                if n not in self._units and "Accumulator" in fields:
+                    self._units[n] = _foreign.unit_of_accumulator(fields["Accumulator"])
+            unit = self._units.setdefault(name, Unit.TIME_NS)
+        return unit
+
+    def extra_readings(self) -> tuple[list[CounterReading], list[DistributionReading]]:
+        """torch_xla's counters and metrics, read now; also ingests new
+        compile analyses into the ledger."""
+        self.poll_analyses()
+        counters = _foreign.counter_readings(
+            ((n, met.counter_value(n)) for n in met.counter_names()), self._base)
+        dists = []
+        for name in met.metric_names():
+            data = met.metric_data(name)
+            if not data:
+                continue
+            count, total, samples = data
+            count, total = self._base.metric(name, int(count), float(total))
+            if not count:
+                continue
+            dists.append(_foreign.distribution(name, self._unit(name), count, total,
+                                               tuple((float(t), float(v)) for t, v in samples)))
+        return counters, dists
+
+    def poll_analyses(self) -> int:
+        """Reads new compile analyses into the ledger; returns how many."""
+        tail = self._tail
+        if tail is None:
+            return 0
+        with self._lock:
+            try:
+                blocks = tail.read()
+                if not blocks:
+                    return 0
+                data = met.metric_data("CompileTime")
+                for block in blocks:
+                    self._ingest(block, data)
+                return len(blocks)
+            except Exception as e:  # noqa: BLE001
+                self.rec.hook_failed("torch_xla.analyses", e)
+                return 0
+
+    def _ingest(self, block: CompileAnalysis, compile_time: Any) -> None:
+        index = self._compiles_seen
+        self._compiles_seen += 1
+        seconds = 0.0
+        if compile_time:
+            total, _, samples = compile_time
+            first = int(total) - len(samples)
+            if first <= index < int(total):
+                seconds = float(samples[index - first][1]) / 1e9
+        frame = block.user_frame(self._skip)
+        location = f"{frame[1]}:{frame[2]}" if frame else None
+        name = f"xla({os.path.basename(frame[1])}:{frame[2]})" if frame else "xla(?)"
+        previous = self._last_at.get(name)
+        self._last_at[name] = block
+        if previous is None:
+            description = FIRST_CALL
+        else:
+            changes = []
+            if previous.inputs != block.inputs:
+                changes.append(f"graph inputs {previous.inputs} -> {block.inputs}")
+            if previous.outputs != block.outputs:
+                changes.append(f"graph outputs {previous.outputs} -> {block.outputs}")
+            description = "new graph" + (f" ({', '.join(changes)})" if changes else "") + (
+                f"; torch_xla: {block.cause}" if block.cause else "")
+        signature = (f"inputs: {block.inputs}", f"outputs: {block.outputs}")
+        cause = RecompileCause(time_unix=time.time(), description=description,
+                               location=location)
+        self.rec.ledger.compiled(block.graph_hash, name, ENGINE, seconds, signature, cause)
+        kind = ev.COMPILE if previous is None else ev.RECOMPILE
+        self.rec.events.emit(kind, name, block.graph_hash,
+                             block.cause if previous is None else description, location, seconds)
+
+    def clear_readings(self, counters: bool = True, metrics: bool = True) -> None:
+        if counters:
+            self._base.counters = {n: met.counter_value(n) or 0 for n in met.counter_names()}
+        if metrics:
+            for name in met.metric_names():
+                data = met.metric_data(name)
+                if data:
+                    self._base.metrics[name] = (int(data[0]), float(data[1]))
+
+    def devices(self) -> list[DeviceRecord]:
+        """One record per local XLA device once the program started the runtime."""
+        xlac = torch_xla._XLAC
+        started = getattr(xlac, "_xla_runtime_is_initialized", None)
+        if started is not None and not started():
+            return []
+        import torch_xla.core.xla_model as xm
+        import torch_xla.runtime as xr
+
+        platform = xr.device_type() or "xla"
+        out = []
+        for i, name in enumerate(xm.get_xla_supported_devices() or []):
+            try:
+                info = xm.get_memory_info(torch.device(name))
+                used = info.get("bytes_used")
+                limit = info.get("bytes_limit")
+                peak = info.get("peak_bytes_used")
+                mem = MemoryReading(used, peak, limit, source="memory_stats")
+            except Exception as e:  # noqa: BLE001 - CPU: UNIMPLEMENTED
+                reason = str(e).replace("Bad StatusOr access: ", "").strip()
+                mem = MemoryReading(None, source="none",
+                                    reason=f"xm.get_memory_info: {reason}")
+            out.append(DeviceRecord(id=i, kind=f"{platform} ({name})", platform=platform.lower(),
+                                    memory=mem,
+                                    busy_reason="busy % is not measured by the torch_xla hook"))
+        return out
+
+    def versions(self) -> dict[str, str]:
+        return {"torch": torch.__version__, "torch_xla": torch_xla.__version__}
+
+
+def create(recorder: Recorder, explain_cache_misses: bool = True, **_: Any) -> TorchXlaEngine:
+    """The adapter ``metrics.install()`` uses."""
+    return TorchXlaEngine(recorder, explain_cache_misses=explain_cache_misses)

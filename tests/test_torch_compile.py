@@ -1,0 +1,186 @@
+"""The torch.compile (Dynamo) hook against real torch on the CPU.
+
+Dynamo behaviour is tested with the "eager" and "aot_eager" backends (no
+Inductor compile); one test compiles with Inductor, the default backend.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import run_python
+
+torch = pytest.importorskip("torch")
+
+
+@pytest.fixture
+def rec():
+    """The global recorder with the torch_compile hook, emptied around the test."""
+    import metrics
+
+    r = metrics.install(engines=["torch_compile"], serve=False)
+    metrics.clear_all()
+    r.ledger.clear()
+    r.events.clear()
+    torch._dynamo.reset()
+    yield r
+    metrics.clear_all()
+    r.ledger.clear()
+    r.events.clear()
+
+
+def _line_of(text: str) -> int:
+    with open(__file__) as f:
+        for i, line in enumerate(f, 1):
+            if text in line and "_line_of" not in line:
+                return i
+    raise AssertionError(text)
+
+
+def _graphs(rec, name: str):
+    return sorted((g for g in rec.ledger.snapshot() if g.name == name),
+                  key=lambda g: g.first_seen_unix)
+
+
+class BatchNet(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = torch.nn.Linear(3, 2)
+
+    def forward(self, x):
+        return self.fc(x).relu()
+
+
+def test_batch_size_change_recompiles_with_cause(rec):
+    model = torch.compile(BatchNet(), backend="eager")
+    for n in (4, 4, 8, 8, 5):
+        model(torch.ones(n, 3))  # the call site
+    graphs = _graphs(rec, "compile(BatchNet.forward)")
+    assert [g.compiles for g in graphs] == [1, 1]
+    # automatic dynamic shapes: the second graph serves 8 and 5
+    assert [g.executions for g in graphs] == [2, 3]
+    first, second = graphs
+    assert first.signature == ("x: f32[4,3]",)
+    assert second.signature[0].startswith("x: f32[s") and second.signature[0].endswith(",3]")
+    assert first.causes[-1].description == "first call"
+    cause = second.causes[-1]
+    assert cause.description == "tensor 'x' size mismatch at index 0. expected 4, actual 8"
+    assert (cause.argument, cause.before, cause.after) == ("x", "f32[4,3]", "f32[8,3]")
+    assert cause.location.endswith(f"test_torch_compile.py:{_line_of('# the call site')}")
+    reg = rec.registry
+    assert reg.counter_value("UncachedCompile") == 2
+    assert reg.counter_value("ExecuteComputation") == 5
+    assert reg.metric_data("CompileTime")[0] == 2
+    assert reg.metric_data("ExecuteTime")[0] == 5
+    kinds = [e.kind for e in rec.events.since(0)[0] if e.name == "compile(BatchNet.forward)"]
+    assert kinds == ["compile", "recompile"]
+    import metrics
+
+    report = metrics.metrics_report()
+    assert "tensor 'x' size mismatch at index 0. expected 4, actual 8" in report
+    assert "Pad or bucket the last batch" in report
+
+
+def test_graph_hash_is_stable_and_names_the_graph(rec):
+    def double(x):
+        return x * 2 + 1
+
+    compiled = torch.compile(double, backend="eager")
+    compiled(torch.ones(3))
+    (g,) = _graphs(rec, "compile(test_graph_hash_is_stable_and_names_the_graph.<locals>.double)")
+    torch._dynamo.reset()
+    rec.ledger.clear()
+    torch.compile(double, backend="eager")(torch.ones(3))
+    (again,) = rec.ledger.snapshot()
+    assert again.hash == g.hash and len(g.hash) == 32
+    torch._dynamo.reset()
+    torch.compile(double, backend="eager")(torch.ones(3, dtype=torch.float64))
+    assert len({x.hash for x in rec.ledger.snapshot()}) == 2
+
+
+def test_graph_break_detected_with_reason_and_line(rec):
+    def chatty(x):
+        y = x * 2
+        print("step")  # graph break here
+        return y + 1
+
+    compiled = torch.compile(chatty, backend="aot_eager")
+    for _ in range(3):
+        compiled(torch.ones(4))
+    assert rec.registry.counter_value("GraphBreaks") == 1
+    (brk,) = [e for e in rec.events.since(0)[0] if e.kind == "graph_break"]
+    assert "print" in brk.detail and brk.detail.startswith("Failed to trace builtin operator")
+    assert brk.location.endswith(f"test_torch_compile.py:{_line_of('# graph break here')}")
+    names = {g.name for g in rec.ledger.snapshot()}
+    line = _line_of("# graph break here")
+    assert f"compile(chatty@{line})" in names  # the rest of the function, its own graph
+    import metrics
+    from tpu_info import findings
+
+    found = [f for f in findings.find(metrics.snapshot()) if f.kind == "graph_break"]
+    assert found and "print" in found[0].message and f":{line}" in found[0].message
+
+
+def test_hook_failure_is_counted_not_raised(rec, monkeypatch):
+    from metrics.engines import torch_compile
+
+    def broken(*_args, **_kwargs):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(torch_compile.TorchCompileEngine, "_describe", broken)
+    compiled = torch.compile(lambda x: x - 1, backend="eager")
+    assert compiled(torch.ones(2)).tolist() == [0.0, 0.0]
+    assert rec.registry.counter_value("HookErrors") >= 1
+
+
+@pytest.mark.slow
+def test_inductor_mlp_compiles_once_and_counts_steps(rec):
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Tanh(), torch.nn.Linear(32, 1))
+    compiled = torch.compile(model)  # default backend: Inductor
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x, y = torch.randn(8, 16), torch.randn(8, 1)
+    for _ in range(4):
+        loss = torch.nn.functional.mse_loss(compiled(x), y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+    graphs = rec.ledger.snapshot()
+    assert len(graphs) == 1
+    (g,) = graphs
+    assert g.compiles + g.cache_hits == 1 and g.executions == 4
+    assert g.signature == ("input: f32[8,16]",) or g.signature[0].endswith("f32[8,16]")
+    assert rec.registry.counter_value("ExecuteComputation") == 4
+
+
+def test_uninstall_restores_dynamo():
+    code = """
+import torch, torch._dynamo, metrics
+from torch._dynamo.output_graph import OutputGraph
+before = OutputGraph.call_user_compiler
+metrics.install(engines=["torch_compile"], serve=False)
+assert OutputGraph.call_user_compiler is not before
+metrics.uninstall()
+assert OutputGraph.call_user_compiler is before
+import torch._dynamo.utils as u
+assert u.log_compilation_event.__module__ == "torch._utils_internal"
+print("ok")
+"""
+    r = run_python(code)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
+
+
+def test_lazy_dynamo_hooks_and_import_cost():
+    code = """
+import sys, metrics
+assert "torch" not in sys.modules
+import torch
+metrics.install(serve=False)
+assert [e.name for e in metrics.installed_engines()] == ["torch_compile"]
+assert "torch._dynamo" not in sys.modules  # hooks wait for torch.compile
+f = torch.compile(lambda x: x + 1, backend="eager")
+f(torch.ones(2))
+print(metrics.counter_value("UncachedCompile"))
+"""
+    r = run_python(code)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "1"
