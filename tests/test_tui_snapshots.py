@@ -1,0 +1,39 @@
+"""Layout of the dashboard (pytest-textual-snapshot), against the deterministic
+fake source and a frozen clock: main screen, graph detail and the
+disconnected state, at 80x24 and 200x50.
+
+Update the SVGs under ``tests/__snapshots__/`` with ``pytest --snapshot-update``
+after an intended change, and look at them before committing.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC
+
+import pytest
+
+from tui.app import WatchApp
+from tui.fake import FakeSource, FrozenClock
+
+SIZES = {"80x24": (80, 24), "200x50": (200, 50)}
+
+
+def app(**kw: object) -> WatchApp:
+    return WatchApp(FakeSource.demo(**kw), 1.0, clock=FrozenClock(), tz=UTC,  # type: ignore[arg-type]
+                    tick_s=None)
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_main_screen(snap_compare, size):
+    assert snap_compare(app(), terminal_size=SIZES[size])
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_detail_screen(snap_compare, size):
+    # Sorted by compiles: the second jit(train_step) graph (the recompile) is third.
+    assert snap_compare(app(), press=["down", "down", "enter"], terminal_size=SIZES[size])
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_disconnected(snap_compare, size):
+    assert snap_compare(app(disconnected=True), terminal_size=SIZES[size])

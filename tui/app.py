@@ -1,0 +1,278 @@
+"""``tpu-info --watch``: the App, its keys, and the plumbing from sources.
+
+Data flows one way. Each of the source's loops runs in a thread worker
+(``@work(thread=True)``) and posts a :class:`SourceMessage` per update; the
+UI thread folds it into :class:`~tui.state.WatchState` (cheap) and schedules
+one redraw for whatever changed, so bursts coalesce and the UI thread never
+waits on the network. Screens read the state they are given ("attributes
+down") and post messages when the user picks something ("messages up").
+
+Example:
+    >>> from tui.fake import FakeSource, FrozenClock
+    >>> app = WatchApp(FakeSource.demo(), 1.0, clock=FrozenClock())
+    >>> app.state.sort
+    'compiles'
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from datetime import tzinfo
+from pathlib import Path
+
+from textual import work
+from textual.app import App
+from textual.binding import Binding
+from textual.message import Message
+from textual.screen import Screen
+
+from tui.screens.detail import DetailScreen
+from tui.screens.help import HelpScreen
+from tui.screens.main import MainScreen
+from tui.source import Conn, Found, LiveSource, Loop, Source, Update
+from tui.state import TargetData, WatchState
+from tui.widgets.graphs import SORTS, GraphsPanel
+from tui.widgets.processes import ProcessesPanel
+
+MIN_INTERVAL_S = 0.1
+_LOOPBACK = {"localhost", "127.0.0.1", "::1", "[::1]"}
+
+
+def same_place(target: str) -> str:
+    """``127.0.0.1:8431`` and ``localhost:8431`` name one place."""
+    host, _, port = target.rpartition(":")
+    return f"localhost:{port}" if host in _LOOPBACK else target
+
+
+class SourceMessage(Message):
+    """One :class:`~tui.source.Update` or :class:`~tui.source.Found` from a loop."""
+
+    def __init__(self, item: Update | Found) -> None:
+        super().__init__()
+        self.item = item
+
+
+class WatchApp(App[int]):
+    """The live dashboard.
+
+    Args:
+        source: where records come from (:class:`~tui.source.LiveSource`, or
+            :class:`~tui.fake.FakeSource` in tests).
+        interval_s: the refresh interval shown in the header (floor 0.1 s).
+        clock: wall clock for the header (tests freeze it).
+        tz: time zone for clock times (None: local).
+        tick_s: how often the header clock redraws (None: never).
+    """
+
+    TITLE = "tpu-info --watch"
+    BINDINGS = [
+        Binding("q", "quit", "Quit"),
+        Binding("p", "pause", "Pause"),
+        Binding("s", "cycle_sort", "Sort"),
+        Binding("slash", "filter", "Filter"),
+        Binding("r", "reconnect", "Reconnect"),
+        Binding("question_mark", "help", "Help"),
+    ]
+
+    def __init__(self, source: Source, interval_s: float = 1.0, *,
+                 clock: Callable[[], float] = time.time, tz: tzinfo | None = None,
+                 tick_s: float | None = 1.0) -> None:
+        super().__init__()
+        self.source = source
+        self.clock = clock
+        self.tz = tz
+        self.tick_s = tick_s
+        self.state = WatchState(max(MIN_INTERVAL_S, interval_s))
+        self._stop = threading.Event()
+        self._dirty: set[str | None] = set()
+        self._draw_pending = False
+        self._user_picked = False
+        self._dropped: set[str] = set()
+        self.main = MainScreen(self.state, clock, tz)
+
+    def get_default_screen(self) -> Screen[None]:
+        return self.main
+
+    # Data plumbing ------------------------------------------------------------
+
+    def on_mount(self) -> None:
+        for item in self.source.initial():
+            self._apply(item)
+        self._dirty.clear()
+        self.main.show_all()
+        loops = self.source.loops()
+        if loops:  # one thread per target: more than the default executor holds
+            asyncio.get_running_loop().set_default_executor(
+                ThreadPoolExecutor(max_workers=64, thread_name_prefix="tpu-info-watch"))
+        for name, loop in loops:
+            self._run_loop(name, loop)
+        if self.tick_s:
+            self.set_interval(self.tick_s, self._tick)
+
+    @work(thread=True, exit_on_error=False, group="sources")
+    def _run_loop(self, name: str, loop: Loop) -> None:
+        """Runs one source loop until the app stops it."""
+        try:
+            loop(self._sink, self._stop)
+        except Exception as e:  # noqa: BLE001 - a bug in a loop must not end the app
+            if not self._stop.is_set() and name != "discovery":
+                self._sink(Update(name, Conn.DISCONNECTED, error=f"reader failed: {e!r}",
+                                  since_unix=self.clock()))
+
+    def _sink(self, item: Update | Found) -> None:
+        """Called from worker threads: hands ``item`` to the UI thread."""
+        if not self._stop.is_set():
+            self.post_message(SourceMessage(item))
+
+    def on_source_message(self, message: SourceMessage) -> None:
+        target = self._apply(message.item)
+        self._dirty.add(target)
+        if not self._draw_pending:
+            self._draw_pending = True
+            self.call_later(self._draw)
+
+    def _apply(self, item: Update | Found) -> str | None:
+        """Folds one item into the state; returns the target it touched."""
+        if isinstance(item, Found):
+            self._found(item)
+            return None
+        if item.target in self._dropped:
+            return None  # a late message from a reader that was stopped
+        d = self.state.targets.get(item.target)
+        if d is None:
+            d = self.state.targets[item.target] = TargetData(item.target)
+        d.apply(item)
+        self._auto_pick()
+        return item.target
+
+    def _auto_pick(self) -> None:
+        s = self.state
+        if self._user_picked and s.selected in s.targets:
+            return
+        cur = s.current()
+        if cur is None or cur.snapshot is None:
+            best = next((d for d in s.ordered() if d.snapshot is not None), None)
+            s.selected = best.target if best else next(iter(s.targets), None)
+
+    def _found(self, found: Found) -> None:
+        """New hooked processes join; one that replaces a dead one takes its place."""
+        known = {same_place(t) for t in self.state.targets}
+        for target, argv in found.processes:
+            if same_place(target) in known:
+                d = self.state.targets.get(target)
+                if d is not None and argv:
+                    d.argv = argv
+                continue
+            known.add(same_place(target))
+            self._dropped.discard(target)
+            old = next((d for d in self.state.ordered() if argv and d.argv == argv
+                        and d.state is Conn.DISCONNECTED), None)
+            self.state.targets[target] = TargetData(target, argv=tuple(argv))
+            loop = self.source.add_target(target)
+            if loop is not None:
+                self._run_loop(*loop)
+            if old is not None:  # the same program, restarted: follow it
+                self.source.drop_target(old.target)
+                self._dropped.add(old.target)
+                del self.state.targets[old.target]
+                if self.state.selected == old.target:
+                    self.state.selected = target
+        self._auto_pick()
+
+    def _draw(self) -> None:
+        self._draw_pending = False
+        dirty, self._dirty = self._dirty, set()
+        if self.state.paused or not dirty:
+            return
+        if isinstance(self.screen, DetailScreen):
+            self.screen.show(self.state.targets.get(self.screen.target))
+        if None in dirty or len(dirty) > 1:
+            self.main.show_all()
+        else:
+            self.main.show_target(next(iter(dirty)))
+
+    def _tick(self) -> None:
+        if self.main.is_mounted:
+            self.main.show_header()
+
+    # Messages from the panels -------------------------------------------------
+
+    def on_processes_panel_picked(self, message: ProcessesPanel.Picked) -> None:
+        if message.target != self.state.selected:
+            self._user_picked = True
+            self.state.selected = message.target
+            self.main.show_all()
+        if message.chosen:
+            self.main.switch_to("graphs")
+
+    def on_graphs_panel_opened(self, message: GraphsPanel.Opened) -> None:
+        screen = DetailScreen(message.target, message.graph_hash, self.tz)
+        self.push_screen(screen)
+        self.call_after_refresh(screen.show, self.state.targets.get(message.target))
+
+    # Keys -----------------------------------------------------------------
+
+    async def action_quit(self) -> None:
+        self.stop_source()
+        self.exit(0)
+
+    def action_pause(self) -> None:
+        self.state.paused = not self.state.paused
+        if self.state.paused:
+            self.main.show_header()
+        else:
+            self.main.show_all()
+            if isinstance(self.screen, DetailScreen):
+                self.screen.show(self.state.targets.get(self.screen.target))
+
+    def action_cycle_sort(self) -> None:
+        self.state.sort = SORTS[(SORTS.index(self.state.sort) + 1) % len(SORTS)]
+        self.main.show_all()
+        self.notify(f"graphs sorted by {self.state.sort}", timeout=2)
+
+    def action_filter(self) -> None:
+        if self.screen is self.main:
+            self.main.open_filter()
+
+    def action_reconnect(self) -> None:
+        self.source.reconnect()
+        down = [d.target for d in self.state.ordered() if d.state is Conn.DISCONNECTED]
+        self.notify(f"reconnecting {', '.join(down)}" if down else "every target is connected",
+                    timeout=3)
+
+    def action_help(self) -> None:
+        if not isinstance(self.screen, HelpScreen):
+            self.push_screen(HelpScreen())
+
+    def stop_source(self) -> None:
+        """Ends every loop and closes every channel (idempotent)."""
+        self._stop.set()
+        self.source.stop()
+
+    def on_unmount(self) -> None:
+        self.stop_source()
+
+
+def run(targets: Sequence[str], rate: float = 1.0, *, discover: bool = True,
+        timeout: float = 3.0, runtime_dir: str | Path | None = None) -> int:
+    """Runs the dashboard in this terminal until ``q``; returns the exit code.
+
+    Args:
+        targets: ``host:port`` addresses to watch (besides discovered ones).
+        rate: seconds between refreshes (floor 0.1).
+        discover: also watch this host's hooked processes and libtpu.
+        timeout: seconds allowed per unary call.
+        runtime_dir: where discovery looks (default: the usual place).
+    """
+    rate = max(MIN_INTERVAL_S, rate)
+    source = LiveSource(targets, rate, timeout, discover=discover, runtime_dir=runtime_dir)
+    app = WatchApp(source, rate)
+    try:
+        result = app.run()
+    finally:
+        source.stop()
+    return int(result or 0)

@@ -1,0 +1,1 @@
+"""Screens of the dashboard: main, graph detail, help (one per module)."""

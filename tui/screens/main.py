@@ -1,0 +1,252 @@
+"""The main screen: header, devices, and the panels of the picked process.
+
+Wide terminals (140 columns and 30 rows, or more) show every panel at once:
+devices and processes across the top, graphs on the left, transfers, events
+and findings on the right. Narrow ones (80x24) keep devices on top and show one of the
+other panels below, named in a tab line; ``tab`` moves between panels in both
+layouts.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import tzinfo
+from typing import TYPE_CHECKING
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.events import Resize
+from textual.screen import Screen
+from textual.timer import Timer
+from textual.widget import Widget
+from textual.widgets import Footer, Input, Static
+
+from tpu_info.views import clean
+from tui.source import Conn
+from tui.state import WatchState
+from tui.widgets.common import Palette, hms
+from tui.widgets.devices import DevicesPanel
+from tui.widgets.events import EventsPanel
+from tui.widgets.findings import FindingsPanel
+from tui.widgets.graphs import GraphsPanel
+from tui.widgets.header import HeaderBar, HeaderInfo
+from tui.widgets.processes import ProcessesPanel
+from tui.widgets.transfers import TransfersPanel
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+SLOW_S = 0.5  # the slowest redraw of processes, events and findings
+PANELS = ("devices", "graphs", "processes", "transfers", "events", "findings")
+LOWER = PANELS[1:]
+WIDE_COLUMNS = 140
+TALL_ROWS = 30
+
+
+class PanelTabs(Static):
+    """Narrow layouts: which lower panel is showing."""
+
+    DEFAULT_CSS = """
+    PanelTabs { height: 1; padding: 0 1; background: $boost; }
+    """
+
+    def show(self, active: str) -> None:
+        t = Text()
+        for name in LOWER:
+            label = f" {name.capitalize()} "
+            t.append(label, style="reverse bold" if name == active else "")
+            t.append(" ")
+        t.append(" tab: next", style="dim")
+        self.update(t)
+
+
+class MainScreen(Screen[None]):
+    """Everything at once (wide) or devices plus one panel (narrow)."""
+
+    DEFAULT_CSS = """
+    MainScreen { layout: vertical; }
+    MainScreen .panel { border: round $primary 40%; border-title-color: $text; }
+    MainScreen .panel:focus, MainScreen .panel:focus-within { border: round $accent; }
+    #banner { height: auto; padding: 0 1; background: $error 30%; color: $text; display: none; }
+    #bottom { height: 1fr; }
+    #graphs { width: 3fr; height: 1fr; }
+    #side { width: 2fr; height: 1fr; }
+    #events { height: 1fr; }
+    #filter { dock: bottom; display: none; margin-bottom: 1; }
+    MainScreen.-narrow #graphs { width: 1fr; }
+    MainScreen.-narrow #side { width: 1fr; }
+    MainScreen.-narrow #side > .panel { height: 1fr; max-height: 100%; }
+    MainScreen.-narrow #processes { height: 1fr; max-height: 100%; }
+    MainScreen.-narrow #devices { max-height: 45%; }
+    """
+
+    BINDINGS = [
+        Binding("tab", "next_panel", "Panel", priority=True),
+        Binding("shift+tab", "prev_panel", "Prev panel", show=False, priority=True),
+        Binding("escape", "close_filter", "Close filter", show=False),
+    ]
+
+    def __init__(self, state: WatchState, clock: Callable[[], float], tz: tzinfo | None) -> None:
+        super().__init__()
+        self.state = state
+        self.clock = clock
+        self.tz = tz
+        self.active = "graphs"
+        self.narrow = True
+        self.palette = Palette()
+        self._slow_due = 0.0
+        self._slow_timer: Timer | None = None
+
+    def compose(self) -> ComposeResult:
+        yield HeaderBar(id="header")
+        yield Static(id="banner")
+        yield DevicesPanel(id="devices", classes="panel")
+        yield PanelTabs(id="tabs")
+        yield ProcessesPanel(id="processes", classes="panel")
+        with Horizontal(id="bottom"):
+            yield GraphsPanel(id="graphs", classes="panel")
+            with Vertical(id="side"):
+                yield TransfersPanel(id="transfers", classes="panel")
+                yield EventsPanel(id="events", classes="panel")
+                yield FindingsPanel(id="findings", classes="panel")
+        yield Input(id="filter", placeholder="filter graphs and events (enter: keep, esc: close)")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.palette = Palette.of(self.app)
+        self._layout()
+        self.query_one(GraphsPanel).focus()
+        self.app.theme_changed_signal.subscribe(self, self._theme_changed)
+        self.show_all()
+
+    def _theme_changed(self, _theme: object) -> None:
+        self.palette = Palette.of(self.app)
+        self.show_all()
+
+    # Layout -----------------------------------------------------------------
+
+    def on_resize(self, event: Resize) -> None:
+        self._layout()
+        self.call_after_refresh(self.show_all)
+
+    def _layout(self) -> None:
+        size = self.app.size
+        self.narrow = size.width < WIDE_COLUMNS or size.height < TALL_ROWS
+        self.set_class(self.narrow, "-narrow")
+        self.query_one(PanelTabs).display = self.narrow
+        for name in LOWER:
+            self.query_one(f"#{name}").display = not self.narrow or name == self.active
+        self.query_one("#bottom").display = not self.narrow or self.active != "processes"
+        self.query_one("#side").display = (not self.narrow
+                                           or self.active in ("transfers", "events", "findings"))
+        if self.narrow:
+            self.query_one(PanelTabs).show(self.active)
+
+    def panel(self, name: str) -> Widget:
+        return self.query_one(f"#{name}")
+
+    def _focused_panel(self) -> str:
+        node = self.focused
+        while node is not None:
+            if node.id in PANELS:
+                return node.id  # type: ignore[return-value]
+            node = node.parent  # type: ignore[assignment]
+        return self.active
+
+    def switch_to(self, name: str) -> None:
+        """Shows (in narrow layouts) and focuses panel ``name``."""
+        if name in LOWER:
+            self.active = name
+            self._layout()
+        self.panel(name).focus()
+        self.call_after_refresh(self.show_all)
+
+    def action_next_panel(self, step: int = 1) -> None:
+        i = PANELS.index(self._focused_panel())
+        self.switch_to(PANELS[(i + step) % len(PANELS)])
+
+    def action_prev_panel(self) -> None:
+        self.action_next_panel(-1)
+
+    # Filter -----------------------------------------------------------------
+
+    def open_filter(self) -> None:
+        box = self.query_one("#filter", Input)
+        box.value = self.state.filter
+        box.display = True
+        box.focus()
+
+    def action_close_filter(self) -> None:
+        box = self.query_one("#filter", Input)
+        if box.display:
+            box.display = False
+            self.panel(self.active).focus()
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        self.state.filter = event.value
+        self.show_all()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        self.action_close_filter()
+
+    # Drawing ----------------------------------------------------------------
+
+    def show_all(self) -> None:
+        """Redraws every panel from :attr:`state` (each skips what did not change)."""
+        if not self.is_mounted:
+            return
+        self.show_target(None)
+
+    def show_target(self, target: str | None) -> None:
+        """Redraws what ``target``'s update touches (None: everything)."""
+        s = self.state
+        palette = self.palette
+        targets = s.ordered()
+        current = s.current()
+        self.show_header()
+        self.query_one(DevicesPanel).show(targets, s.selected, palette)
+        if target is None or target == s.selected:
+            self.query_one(GraphsPanel).show(current, s.sort, s.filter, palette)
+            self.query_one(TransfersPanel).show(current, palette)
+            self._banner()
+        self._show_slow(force=target is None)
+
+    def _show_slow(self, force: bool = False) -> None:
+        """Processes, events and findings: at most every :data:`SLOW_S` seconds
+        (a list that scrolls ten times a second cannot be read anyway); the
+        last update is always drawn."""
+        now = time.monotonic()
+        if not force and now < self._slow_due:
+            if self._slow_timer is None:
+                self._slow_timer = self.set_timer(self._slow_due - now, self._slow_timer_fired)
+            return
+        self._slow_due = now + SLOW_S
+        s, palette = self.state, self.palette
+        targets, current = s.ordered(), s.current()
+        self.query_one(ProcessesPanel).show(targets, s.selected, palette, self.tz)
+        self.query_one(FindingsPanel).show(targets, current, palette, self.tz)
+        self.query_one(EventsPanel).show(current, s.filter, palette, self.tz)
+
+    def _slow_timer_fired(self) -> None:
+        self._slow_timer = None
+        if not self.state.paused:
+            self._show_slow(force=True)
+
+    def show_header(self) -> None:
+        s = self.state
+        info = HeaderInfo(s.hosts(), s.interval_s, self.clock(), s.ordered(), s.selected,
+                          s.paused, s.sort, s.filter)
+        self.query_one(HeaderBar).show(info, self.palette, self.tz)
+
+    def _banner(self) -> None:
+        banner = self.query_one("#banner", Static)
+        d = self.state.current()
+        down = d is not None and d.state is Conn.DISCONNECTED
+        banner.display = down
+        if down and d is not None:
+            since = hms(d.since_unix, self.tz) if d.since_unix is not None else "?"
+            what = "showing the last data read" if d.snapshot is not None else "nothing read yet"
+            banner.update(f"{clean(d.target, 60)} disconnected since {since}: {what}; "
+                          "r: retry now")

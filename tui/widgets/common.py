@@ -1,0 +1,99 @@
+"""Small pure helpers the panels share: sparklines, bars, clock text, colours.
+
+Colours come from the running theme (``$text-warning`` and friends are tuned
+by Textual to be readable on that theme's background), so every panel reads
+on dark and light themes alike.
+
+Example:
+    >>> sparkline([0, 1, 2, 3, None], 5, hi=3)
+    '▁▃▆█ '
+    >>> hms(0.0, __import__("datetime").timezone.utc)
+    '00:00:00'
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, tzinfo
+
+from rich.text import Text
+
+from tpu_info.views import format_percent
+
+BLOCKS = " ▁▂▃▄▅▆▇█"
+BAR_CELLS = 10
+
+
+@dataclass(frozen=True, slots=True)
+class Palette:
+    """Rich colour names for cell text, taken from the app's theme."""
+
+    ok: str = "green"
+    warn: str = "yellow"
+    bad: str = "red"
+    accent: str = "cyan"
+    muted: str = "dim"
+
+    @classmethod
+    def of(cls, app: object) -> Palette:
+        """The palette of ``app``'s current theme (defaults when it has none)."""
+        get = getattr(app, "get_css_variables", None)
+        if get is None:
+            return cls()
+        v = get()
+        return cls(ok=v.get("text-success", cls.ok), warn=v.get("text-warning", cls.warn),
+                   bad=v.get("text-error", cls.bad), accent=v.get("text-primary", cls.accent))
+
+
+def hms(t: float, tz: tzinfo | None = None) -> str:
+    """``15:06:40`` in ``tz`` (None: local time)."""
+    return datetime.fromtimestamp(t, tz=tz).strftime("%H:%M:%S")
+
+
+def sparkline(values: Sequence[float | None], width: int, lo: float = 0.0,
+              hi: float | None = None) -> str:
+    """The last ``width`` values as block characters, right-aligned.
+
+    ``None`` (not reported) is a blank, a reported value at least ``▁``; the
+    scale runs from ``lo`` to ``hi``
+    (default: the largest value shown).
+    """
+    if width <= 0:
+        return ""
+    shown = list(values[-width:])
+    nums = [v for v in shown if v is not None]
+    top = hi if hi is not None else (max(nums) if nums else 0.0)
+    span = top - lo
+    cells = []
+    for v in shown:
+        if v is None:
+            cells.append(" ")
+        elif span <= 0:
+            cells.append(BLOCKS[1] if v is not None else " ")
+        else:
+            k = round((min(max(v, lo), top) - lo) / span * (len(BLOCKS) - 2)) + 1
+            cells.append(BLOCKS[max(1, min(len(BLOCKS) - 1, k))])
+    return " " * (width - len(shown)) + "".join(cells)
+
+
+def bar(percent: float, palette: Palette, cells: int = BAR_CELLS) -> Text:
+    """``██████░░░░  62%`` coloured by how full it is."""
+    full = max(0, min(cells, round(percent / 100 * cells)))
+    style = palette.bad if percent >= 90 else palette.warn if percent >= 70 else palette.ok
+    return Text.assemble(("█" * full, style), ("░" * (cells - full), palette.muted),
+                         f" {format_percent(percent):>4}")
+
+
+def timeline(marks: Sequence[int], width: int, glyph: str = "▲") -> str:
+    """A strip aligned with :func:`sparkline`: ``glyph`` where ``marks[i] > 0``."""
+    shown = list(marks[-width:]) if width > 0 else []
+    return " " * (width - len(shown)) + "".join(glyph if m else "·" for m in shown)
+
+
+def cell_signature(value: object) -> object:
+    """What decides whether a table cell must be redrawn (``Text.__eq__``
+    ignores the base style, which carries our colours)."""
+    if isinstance(value, Text):
+        return (value.plain, str(value.style), tuple(value.spans))
+    return value

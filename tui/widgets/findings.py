@@ -1,0 +1,81 @@
+"""Findings: problems in plain words for the picked process, worst first,
+plus one line per target that cannot be read."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import tzinfo
+
+from rich.table import Table
+from rich.text import Text
+from textual.widgets import Static
+
+from tpu_info.findings import short_location
+from tpu_info.views import clean
+from tui.source import Conn
+from tui.state import TargetData
+from tui.widgets.common import Palette, hms
+
+
+def findings_table(targets: Sequence[TargetData], selected: TargetData | None,
+                   palette: Palette, tz: tzinfo | None) -> Table | Text:
+    """Unreadable targets first, then the picked process's findings."""
+    level = {"warning": ("warn", palette.warn), "info": ("info", palette.accent),
+             "error": ("FAIL", palette.bad)}
+    t = Table(box=None, show_header=False, pad_edge=False, padding=(0, 1), expand=True)
+    t.add_column("level", no_wrap=True, width=4)
+    t.add_column("finding", ratio=1, overflow="fold")
+    n = 0
+    for d in targets:
+        if d.state is Conn.DISCONNECTED:
+            since = f" since {hms(d.since_unix, tz)}" if d.since_unix is not None else ""
+            retry = f"; retrying in {d.retry_in_s:g}s (r: now)" if d.retry_in_s else ""
+            t.add_row(Text("FAIL", style=palette.bad),
+                      f"{clean(d.target, 60)} disconnected{since}: {clean(d.error)}{retry}")
+            n += 1
+    if selected is not None:
+        for f in selected.findings:
+            word, style = level.get(f.severity, level["info"])
+            where = ""
+            if f.location and short_location(f.location) not in f.message:
+                where = f" [{short_location(f.location)}]"
+            t.add_row(Text(word, style=style), clean(f.message + where, 600))
+            n += 1
+    if not n:
+        ok = selected is not None and selected.snapshot is not None
+        return Text("No problems found." if ok else "nothing read yet", style=palette.muted)
+    return t
+
+
+class FindingsPanel(Static):
+    """What looks wrong, worst first."""
+
+    DEFAULT_CSS = """
+    FindingsPanel { height: auto; max-height: 12; }
+    """
+
+    can_focus = True
+
+    def __init__(self, **kwargs: object) -> None:
+        super().__init__("", **kwargs)  # type: ignore[arg-type]
+        self.border_title = "Findings"
+        self._key: object = None
+        self._lines = -1
+
+    def show(self, targets: Sequence[TargetData], selected: TargetData | None,
+             palette: Palette, tz: tzinfo | None) -> None:
+        """Redraws only when the findings or a target's state changed."""
+        key = (tuple((d.target, d.state, d.since_unix, d.error, d.retry_in_s) for d in targets),
+               selected.target if selected else None,
+               tuple(selected.findings) if selected else (), palette,
+               selected is not None and selected.snapshot is not None)
+        if key == self._key:
+            return
+        self._key = key
+        content = findings_table(targets, selected, palette, tz)
+        console = self.app.console
+        width = max(1, self.size.width or 80)
+        lines = len(console.render_lines(content, console.options.update_width(width),
+                                         pad=False))
+        self.update(content, layout=lines != self._lines)  # a layout pass only if it grew
+        self._lines = lines
