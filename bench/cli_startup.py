@@ -33,7 +33,8 @@ def google_dir() -> Path:
     return target
 
 
-def timed(cmd: list[str], env: dict[str, str], cwd: str) -> tuple[float, subprocess.CompletedProcess]:
+def timed(cmd: list[str], env: dict[str, str],
+          cwd: str) -> tuple[float, subprocess.CompletedProcess]:
     t0 = time.perf_counter()
     r = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=cwd, timeout=120)
     return time.perf_counter() - t0, r

@@ -18,12 +18,12 @@ import time
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
-from _common import median, parser, verdict  # noqa: E402
+import statistics  # noqa: E402
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
-import statistics  # noqa: E402
+from _common import median, parser, verdict  # noqa: E402
 
 import metrics  # noqa: E402
 

@@ -11,10 +11,9 @@ from __future__ import annotations
 import random
 import timeit
 
-from _common import median, parser, verdict
-
 import numpy  # noqa: F401 - loaded in every JAX/PyTorch program; the fold uses it
 import prometheus_client as prom
+from _common import median, parser, verdict
 
 from metrics.registry import Counter, Distribution
 

@@ -42,7 +42,8 @@ def main() -> int:
         cmd = [sys.executable, str(HERE / f"{name}.py")] + (["--smoke"] if args.smoke else [])
         t0 = time.monotonic()
         try:
-            r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=HERE.parent)
+            r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                               cwd=HERE.parent)
             out, rc = r.stdout + r.stderr, r.returncode
         except subprocess.TimeoutExpired as e:
             out, rc = (e.stdout or b"").decode(errors="replace") if isinstance(e.stdout, bytes) \

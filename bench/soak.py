@@ -12,10 +12,9 @@ from __future__ import annotations
 import random
 import time
 
-from _common import parser, verdict
-
 import numpy  # noqa: F401 - loaded in every JAX/PyTorch program; the fold uses it
 import psutil
+from _common import parser, verdict
 
 from metrics.recorder import Recorder
 from metrics.snapshot import build
@@ -52,9 +51,10 @@ def main() -> int:
     t_report = (time.perf_counter() - t2) * 1e3
     print(f"{samples:,} samples in {t_samples:.1f} s ({t_samples / samples * 1e9:.0f} ns each), "
           f"{graphs:,} graphs (ledger keeps {len(snap.graphs):,}, evicted "
-          f"{rec.ledger.evicted:,}), {events:,} events (ring keeps {len(rec.events.since(0)[0]):,})")
-    print(f"buckets per distribution: max {max(len(d.buckets.positive) for d in snap.distributions)}"
-          f"; report {len(text):,} chars")
+          f"{rec.ledger.evicted:,}), {events:,} events "
+          f"(ring keeps {len(rec.events.since(0)[0]):,})")
+    widest = max(len(d.buckets.positive) for d in snap.distributions)
+    print(f"buckets per distribution: max {widest}; report {len(text):,} chars")
     growth = (rss1 - rss0) / 2**20
     verdict("soak RSS growth MB", growth, "< 64", growth < 64)
     verdict("soak snapshot build ms", t_snap, "< 50", t_snap < 50)

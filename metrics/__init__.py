@@ -21,17 +21,18 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from typing import Any, Callable, Iterable, Sequence, TypeVar
-
-from tpu_info import textreport
-from tpu_info.model import Snapshot
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, TypeVar
 
 from metrics import engines as _engines
 from metrics import snapshot as _snapshot
 from metrics.recorder import Recorder
+from tpu_info import textreport
+from tpu_info.model import Snapshot
 
 __all__ = [
-    "install", "uninstall", "installed_engines", "exporter", "prometheus_endpoint", "recorder", "mark_step", "track",
+    "install", "uninstall", "installed_engines", "exporter", "prometheus_endpoint",
+    "recorder", "mark_step", "track",
     "snapshot", "metrics_report", "short_metrics_report", "counter_names",
     "counter_value", "metric_names", "metric_data", "clear_all", "clear_counters",
     "clear_metrics", "Recorder",

@@ -17,7 +17,8 @@ from __future__ import annotations
 import itertools
 import time
 from collections import deque
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from tpu_info.model import Event
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict, deque
-from typing import Callable
+from collections.abc import Callable
 
 from tpu_info.model import GraphRecord, RecompileCause
 

@@ -14,15 +14,15 @@ import functools
 import logging
 import threading
 import time
-from typing import Any, Callable, TypeVar
-
-from tpu_info.model import Unit
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from metrics import events as ev
 from metrics import names
 from metrics.events import EventLog
 from metrics.graphs import GraphLedger
 from metrics.registry import Registry
+from tpu_info.model import Unit
 
 log = logging.getLogger("metrics")
 

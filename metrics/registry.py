@@ -34,7 +34,8 @@ import sys
 import threading
 import time
 from collections import deque
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from tpu_info.buckets import percentiles
 from tpu_info.model import (

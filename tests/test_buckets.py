@@ -9,7 +9,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tpu_info.buckets import (
-    merge_buckets, ordered_buckets, percentile, percentiles, total_count, value_at_rank,
+    merge_buckets,
+    ordered_buckets,
+    percentile,
+    percentiles,
+    total_count,
+    value_at_rank,
 )
 from tpu_info.model import BucketCounts
 

@@ -133,7 +133,7 @@ def test_table_against_one_hooked_process(hooked):
 
 
 def test_two_hooked_processes_and_report(hooked):
-    (pid1, a1), (pid2, a2) = hooked(), hooked()
+    (pid1, a1), (pid2, _a2) = hooked(), hooked()
     r = tpu_info(env=hooked.env)
     assert r.returncode == 0, r.stderr
     assert str(pid1) in r.stdout and str(pid2) in r.stdout

@@ -91,7 +91,7 @@ def snapshots(draw) -> pb.Snapshot:  # type: ignore[no-untyped-def]
                          compiles=draw(st.integers(0, 2**64 - 1)),
                          compile_seconds_total=draw(finite))
         g.causes.add(description=draw(hostile), time_unix=draw(finite))
-    for i in range(draw(st.integers(0, 3))):
+    for _ in range(draw(st.integers(0, 3))):
         m.events.add(seq=draw(st.integers(0, 2**64 - 1)), kind=draw(hostile),
                      detail=draw(hostile), time_unix=draw(finite))
     return m

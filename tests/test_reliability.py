@@ -30,7 +30,7 @@ def test_memory_caps_hold_in_short_soak():
     for g in range(20_000):
         ledger.compiled(f"{g:064x}", "jit(f)", "jax", 0.001)
         ledger.executed(f"{g:064x}", "jit(f)", "jax")
-    for e in range(50_000):
+    for _ in range(50_000):
         log.emit("step")
     assert len(ledger.snapshot()) == 500 and ledger.evicted == 19_500
     events, dropped = log.since(0)

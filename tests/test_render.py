@@ -12,7 +12,6 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from rich.cells import cell_len
 from fixtures.snapshots import (
     NOW,
     SCENARIOS,
@@ -25,6 +24,7 @@ from fixtures.snapshots import (
 )
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from rich.cells import cell_len
 
 from tpu_info.jsonview import JSON_SCHEMA, SCHEMA
 from tpu_info.model import GraphRecord, ProcessRecord, RecompileCause, Snapshot

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import psutil
+
 from tests.conftest import ROOT
 
 PROGRAM = r"""

@@ -3,10 +3,18 @@ from __future__ import annotations
 import pytest
 
 from tpu_info.model import (
-    CounterReading, DistributionReading, GraphRecord, RecompileCause, Snapshot, Unit,
+    CounterReading,
+    DistributionReading,
+    GraphRecord,
+    RecompileCause,
+    Snapshot,
+    Unit,
 )
 from tpu_info.textreport import (
-    format_bytes, format_time_ns, metrics_report, short_metrics_report,
+    format_bytes,
+    format_time_ns,
+    metrics_report,
+    short_metrics_report,
 )
 
 

@@ -40,6 +40,5 @@ if [ ! -f "$stamp" ]; then
   touch "$stamp"
 fi
 # Always (re)point the editable install at this clone: cheap, no downloads.
-"$PY" -m pip install -q --no-deps --no-build-isolation -e "$ROOT" >&2 \
-  || "$PY" -m pip install -q --no-deps -e "$ROOT" >&2
+"$PY" -m pip install -q --no-deps -e "$ROOT" >&2
 echo "$PY"

@@ -21,7 +21,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from tpu_info import __version__
 
@@ -190,9 +191,9 @@ def _watch(args: argparse.Namespace, targets: list[str]) -> int:
 def _show(args: argparse.Namespace, targets: list[str]) -> int:
     console = _console(args)
     if args.streaming:
-        from rich.live import Live
-
         import time
+
+        from rich.live import Live
 
         try:
             with Live(console=console, auto_refresh=False, screen=False) as live:

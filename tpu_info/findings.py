@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import re
 from collections import defaultdict
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 from tpu_info.model import Finding, GraphRecord, RecompileCause, Snapshot
 

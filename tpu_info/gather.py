@@ -10,8 +10,8 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 from tpu_info.model import LocalScan
 from tpu_info.views import TargetView

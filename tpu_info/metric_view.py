@@ -14,7 +14,7 @@ Example:
 from __future__ import annotations
 
 import re
-from typing import Sequence
+from collections.abc import Sequence
 
 from rich.table import Table
 from rich.text import Text

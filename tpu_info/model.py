@@ -17,8 +17,8 @@ Example:
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping
 
 
 class Unit(str, enum.Enum):

@@ -15,7 +15,8 @@ Example:
 
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+import math
+from collections.abc import Iterable, Sequence
 
 from tpu_info.findings import find, short_location
 from tpu_info.model import CounterReading, DistributionReading, GraphRecord, Snapshot, Unit
@@ -33,6 +34,8 @@ DEFAULT_SHORT_METRICS = ("CompileTime", "ExecuteTime", "TransferToDeviceTime",
 
 def format_time_ns(value: float) -> str:
     """torch_xla's time format with exact parts: ``01s352ms039.967us``."""
+    if not math.isfinite(value) or abs(value) >= 1e18:  # absurd data from the wire
+        return f"{value / 1e9:.3g}s"
     n = int(round(value))
     sign = "-" if n < 0 else ""
     n = abs(n)

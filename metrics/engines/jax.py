@@ -39,16 +39,16 @@ import re
 import sys
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import numpy as np
 
-from tpu_info.model import DeviceRecord, MemoryReading, RecompileCause
-
 from metrics import events as ev
 from metrics import names
 from metrics.recorder import Recorder
+from tpu_info.model import DeviceRecord, MemoryReading, RecompileCause
 
 ENGINE = "jax"
 FIRST_CALL = "first call"
@@ -101,7 +101,8 @@ def parse_cache_miss(message: str, now: float) -> tuple[str | None, RecompileCau
     if "never seen function" in message:
         description = FIRST_CALL
     elif arg:
-        description = f"argument '{arg.group('arg')}' changed {arg.group('old')} -> {arg.group('new')}"
+        description = (f"argument '{arg.group('arg')}' changed "
+                       f"{arg.group('old')} -> {arg.group('new')}")
         if len(changed) > 1:
             others = ", ".join(f"'{m.group('arg')}'" for m in changed[1:4])
             description += f" (also {others}{', ...' if len(changed) > 4 else ''})"
@@ -384,7 +385,8 @@ class JaxEngine:
         except Exception as e:  # noqa: BLE001
             self.rec.hook_failed("jax.transfer", e)
 
-    def on_call(self, owner: Any, key: tuple[Any, ...], elapsed_ns: int, compiled: str | None) -> None:
+    def on_call(self, owner: Any, key: tuple[Any, ...], elapsed_ns: int,
+                compiled: str | None) -> None:
         """A tracked call finished; attribute it to the graph it ran."""
         try:
             self._exec_count.inc()
