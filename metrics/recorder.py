@@ -21,8 +21,7 @@ from metrics import events as ev
 from metrics import names
 from metrics.events import EventLog
 from metrics.graphs import GraphLedger
-from metrics.registry import Registry
-from tpu_info.model import Unit
+from metrics.registry import Counter, Distribution, Registry
 
 log = logging.getLogger("metrics")
 
@@ -46,11 +45,17 @@ class Recorder:
         self._warned_lock = threading.Lock()
         self._last_step_ns: int | None = None
         # Hot-path handles, looked up once.
-        reg = self.registry
-        self._mark_step = reg.counter(names.MARK_STEP, help=names.help_for(names.MARK_STEP))
-        self._step_time = reg.distribution(names.STEP_TIME, Unit.TIME_NS,
-                                           names.help_for(names.STEP_TIME))
-        self._hook_errors = reg.counter(names.HOOK_ERRORS, help=names.help_for(names.HOOK_ERRORS))
+        self._mark_step = self.counter(names.MARK_STEP)
+        self._step_time = self.distribution(names.STEP_TIME)
+        self._hook_errors = self.counter(names.HOOK_ERRORS)
+
+    def counter(self, name: str) -> Counter:
+        """The counter ``name`` with the unit and help of the catalog."""
+        return self.registry.counter(name, names.unit_for(name), names.help_for(name))
+
+    def distribution(self, name: str) -> Distribution:
+        """The distribution ``name`` with the unit and help of the catalog."""
+        return self.registry.distribution(name, names.unit_for(name), names.help_for(name))
 
     def reset(self) -> None:
         """Forgets everything recorded: counters, distributions, graphs,

@@ -47,6 +47,7 @@ import numpy as np
 
 from metrics import events as ev
 from metrics import names
+from metrics.engines._patching import Patches
 from metrics.recorder import Recorder
 from tpu_info.model import DeviceRecord, MemoryReading, RecompileCause
 
@@ -171,21 +172,14 @@ class JaxEngine:
     def __init__(self, recorder: Recorder, explain_cache_misses: bool = True) -> None:
         self.rec = recorder
         self.degraded: list[str] = []
-        self._patches: list[tuple[Any, str, Any]] = []
+        self._patches = Patches(self.degraded)
         self._filters: list[tuple[logging.Logger, logging.Filter]] = []
         self._explain = explain_cache_misses
         self._explain_was_on: bool | None = None
         self._skip = _skip_prefixes()
         self._peak_live: dict[int, int] = {}
         self._compile_patched = False
-        reg = recorder.registry
-
-        def dist(n: str) -> Any:
-            return reg.distribution(n, names.unit_for(n), names.help_for(n))
-
-        def counter(n: str) -> Any:
-            return reg.counter(n, names.unit_for(n), names.help_for(n))
-
+        dist, counter = recorder.distribution, recorder.counter
         self._compile_time = dist(names.COMPILE_TIME)
         self._trace_time = dist(names.TRACE_TIME)
         self._lowering_time = dist(names.LOWERING_TIME)
@@ -213,32 +207,13 @@ class JaxEngine:
         global _active
         if _active is self:
             _active = None
-        for owner, attr, original in reversed(self._patches):
-            setattr(owner, attr, original)
-        self._patches.clear()
+        self._patches.restore()
         for logger, flt in self._filters:
             logger.removeFilter(flt)
         self._filters.clear()
         if self._explain_was_on is False:
             jax.config.update("jax_explain_cache_misses", False)
         self._compile_patched = False
-
-    def _patch(self, owner: Any, attr: str, make: Callable[[Any], Any],
-               params: tuple[str, ...] = ()) -> None:
-        original = getattr(owner, attr, None)
-        if original is None:
-            self.degraded.append(f"{getattr(owner, '__name__', owner)}.{attr} missing")
-            return
-        if params:
-            try:
-                have = tuple(inspect.signature(original).parameters)
-            except (TypeError, ValueError):
-                have = ()
-            if have[: len(params)] != params:
-                self.degraded.append(f"{attr} has an unexpected signature")
-                return
-        setattr(owner, attr, make(original))
-        self._patches.append((owner, attr, original))
 
     def _patch_compiler(self) -> None:
         try:
@@ -247,16 +222,16 @@ class JaxEngine:
         except ImportError as e:
             self.degraded.append(f"compiler hooks unavailable: {e}")
             return
-        self._patch(compiler, "compile_or_get_cached", _wrap_compile,
+        self._patches.apply(compiler, "compile_or_get_cached", _wrap_compile,
                     ("backend", "computation", "devices", "compile_options"))
-        self._compile_patched = any(a == "compile_or_get_cached" for _, a, _ in self._patches)
-        self._patch(compiler, "_cache_read", _wrap_cache_read, ("module_name", "cache_key"))
-        self._patch(pxla, "lower_sharding_computation", _wrap_lowering,
+        self._compile_patched = self._patches.has("compile_or_get_cached")
+        self._patches.apply(compiler, "_cache_read", _wrap_cache_read, ("module_name", "cache_key"))
+        self._patches.apply(pxla, "lower_sharding_computation", _wrap_lowering,
                     ("closed_jaxpr", "api_name", "fun_name", "in_shardings"))
 
     def _patch_transfers(self) -> None:
-        self._patch(jax, "device_put", _wrap_device_put)
-        self._patch(jax, "device_get", _wrap_device_get)
+        self._patches.apply(jax, "device_put", _wrap_device_put)
+        self._patches.apply(jax, "device_get", _wrap_device_get)
 
     def _capture_explanations(self) -> None:
         try:

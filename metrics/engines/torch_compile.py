@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import inspect
 import re
 import sys
 import threading
@@ -59,6 +58,7 @@ import torch
 from metrics import events as ev
 from metrics import names
 from metrics.engines import _torchutil as tu
+from metrics.engines._patching import Patches
 from metrics.recorder import Recorder
 from tpu_info.model import DeviceRecord, RecompileCause
 
@@ -153,19 +153,12 @@ class TorchCompileEngine:
     def __init__(self, recorder: Recorder, explain_cache_misses: bool = True) -> None:
         self.rec = recorder
         self.degraded: list[str] = []
-        self._patches: list[tuple[Any, str, Any]] = []
+        self._patches = Patches(self.degraded)
         self._dynamo_hooked = False
         self._lock = threading.Lock()
         self._types_by_compile_id: OrderedDict[str, dict[str, str]] = OrderedDict()
         self._skip = tu.skip_prefixes(torch)
-        reg = recorder.registry
-
-        def dist(n: str) -> Any:
-            return reg.distribution(n, names.unit_for(n), names.help_for(n))
-
-        def counter(n: str) -> Any:
-            return reg.counter(n, names.unit_for(n), names.help_for(n))
-
+        dist, counter = recorder.distribution, recorder.counter
         self._compile_time = dist(names.COMPILE_TIME)
         self._trace_time = dist(names.TRACE_TIME)
         self._uncached = counter(names.UNCACHED_COMPILE)
@@ -182,37 +175,14 @@ class TorchCompileEngine:
         if "torch._dynamo" in sys.modules:
             self.hook_dynamo()
         else:
-            self._patch(torch, "compile", _wrap_torch_compile)
+            self._patches.apply(torch, "compile", _wrap_torch_compile)
 
     def uninstall(self) -> None:
         global _active
         if _active is self:
             _active = None
-        for owner, attr, original in reversed(self._patches):
-            setattr(owner, attr, original)
-        self._patches.clear()
+        self._patches.restore()
         self._dynamo_hooked = False
-
-    def _patch(self, owner: Any, attr: str, make: Callable[[Any], Any],
-               params: tuple[str, ...] = ()) -> bool:
-        if isinstance(owner, type):  # a method defined on that very class
-            original = owner.__dict__.get(attr)
-        else:
-            original = getattr(owner, attr, None)
-        if original is None:
-            self.degraded.append(f"{getattr(owner, '__name__', owner)}.{attr} missing")
-            return False
-        if params:
-            try:
-                have = tuple(inspect.signature(original).parameters)
-            except (TypeError, ValueError):
-                have = ()
-            if have[: len(params)] != params:
-                self.degraded.append(f"{attr} has an unexpected signature")
-                return False
-        setattr(owner, attr, make(original))
-        self._patches.append((owner, attr, original))
-        return True
 
     def hook_dynamo(self) -> None:
         """Puts the Dynamo hooks in (idempotent); imports ``torch._dynamo``."""
@@ -227,13 +197,14 @@ class TorchCompileEngine:
             except Exception as e:  # noqa: BLE001 - a broken Dynamo must not break the program
                 self.degraded.append(f"torch._dynamo unavailable: {e}")
                 return
-            self._patch(output_graph.OutputGraph, "call_user_compiler", _wrap_call_user_compiler,
-                        ("self", "gm", "example_inputs"))
-            if self._patch(dynamo_utils, "log_compilation_event", _wrap_log_compilation_event):
+            patch = self._patches.apply
+            patch(output_graph.OutputGraph, "call_user_compiler", _wrap_call_user_compiler,
+                  ("self", "gm", "example_inputs"))
+            if patch(dynamo_utils, "log_compilation_event", _wrap_log_compilation_event):
                 if not getattr(config, "log_compilation_metrics", True):
                     self.degraded.append("torch._dynamo.config.log_compilation_metrics is off: "
                                          "no recompile causes, graphs recorded without them")
-            self._patch(symbolic_convert.InstructionTranslatorBase, "log_graph_break",
+            self._patches.apply(symbolic_convert.InstructionTranslatorBase, "log_graph_break",
                         _wrap_log_graph_break, ("self", "code_options", "reason", "exc"))
 
     # Callbacks (each runs inside the user's program: guarded) --------------

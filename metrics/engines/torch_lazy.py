@@ -48,6 +48,7 @@ from metrics import events as ev
 from metrics import names
 from metrics.engines import _foreign
 from metrics.engines import _torchutil as tu
+from metrics.engines._patching import Patches
 from metrics.recorder import Recorder
 from tpu_info.model import (
     CounterReading,
@@ -112,7 +113,7 @@ class TorchLazyEngine:
     def __init__(self, recorder: Recorder, **_: Any) -> None:
         self.rec = recorder
         self.degraded: list[str] = []
-        self._patches: list[tuple[Any, str, Any]] = []
+        self._patches = Patches(self.degraded)
         self._base = _foreign.Baseline()
         self._hash_cache: dict[tuple[int, int], str] = {}
         self._last_text_at: dict[str, str] = {}  # location -> last compiled graph text
@@ -128,33 +129,24 @@ class TorchLazyEngine:
         if self._C is None or not hasattr(self._C, "_counter_value"):
             self.degraded.append("torch._C._lazy counters unavailable")
             self._C = None
-        reg = recorder.registry
-
-        def dist(n: str) -> Any:
-            return reg.distribution(n, names.unit_for(n), names.help_for(n))
-
-        self._compile_time = dist(names.COMPILE_TIME)
-        self._exec_time = dist(names.EXECUTE_TIME)
-        self._exec_count = reg.counter(names.EXECUTE_COUNT,
-                                       help=names.help_for(names.EXECUTE_COUNT))
+        self._compile_time = recorder.distribution(names.COMPILE_TIME)
+        self._exec_time = recorder.distribution(names.EXECUTE_TIME)
+        self._exec_count = recorder.counter(names.EXECUTE_COUNT)
 
     def install(self) -> None:
         global _active
         original = getattr(torch._lazy, "mark_step", None)
         if original is None or self._C is None:
             self.degraded.append("torch._lazy.mark_step missing: steps are not timed")
-        elif not any(a == "mark_step" for _, a, _ in self._patches):
-            torch._lazy.mark_step = _wrap_mark_step(original)
-            self._patches.append((torch._lazy, "mark_step", original))
+        elif not self._patches.has("mark_step"):
+            self._patches.apply(torch._lazy, "mark_step", _wrap_mark_step)
         _active = self
 
     def uninstall(self) -> None:
         global _active
         if _active is self:
             _active = None
-        for owner, attr, original in reversed(self._patches):
-            setattr(owner, attr, original)
-        self._patches.clear()
+        self._patches.restore()
 
     # Hot path (guarded) ----------------------------------------------------
 
