@@ -126,12 +126,12 @@ CHILD_WAITING_FOR_SIGNAL = textwrap.dedent("""
     import signal, sys, time
     def on_term(signum, frame):
         sys.exit(7)
+    def on_int(signum, frame):  # explicit: the inherited SIGINT disposition varies
+        sys.exit(5)             # (make, timeout and CI runners change it)
     signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGINT, on_int)
     print("ready", flush=True)
-    try:
-        time.sleep(60)
-    except KeyboardInterrupt:
-        sys.exit(5)
+    time.sleep(60)
     sys.exit(1)
 """)
 
