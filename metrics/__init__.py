@@ -182,7 +182,7 @@ def installed_engines() -> list[Any]:
 
 def mark_step() -> None:
     """Marks the end of one training step (counter ``MarkStep``, ``StepTime``)."""
-    recorder().mark_step()
+    (_recorder or recorder()).mark_step()
 
 
 def track(fn: F | None = None, *, name: str | None = None) -> Any:

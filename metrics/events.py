@@ -41,6 +41,8 @@ class EventLog:
         self._seq = itertools.count(1)
         self._last = 0
         self._clock = clock
+        # Called before every read: folds hot-path journals in (the recorder's).
+        self.before_read: Callable[[], None] = lambda: None
 
     def emit(
         self,
@@ -50,13 +52,16 @@ class EventLog:
         detail: str = "",
         location: str | None = None,
         value: float | None = None,
+        time_unix: float | None = None,
     ) -> int:
-        """Appends one event and returns its sequence number."""
+        """Appends one event (at ``time_unix``, default now) and returns its
+        sequence number."""
         # No lock: next() on itertools.count and deque.append are each atomic
         # under the GIL. A plain tuple, because building the frozen Event costs
         # more than the rest of emit; readers build Events.
         seq = next(self._seq)
-        self._ring.append((seq, self._clock(), kind, name, graph_hash, detail, location, value))
+        when = self._clock() if time_unix is None else time_unix
+        self._ring.append((seq, when, kind, name, graph_hash, detail, location, value))
         self._last = seq
         return seq
 
@@ -67,6 +72,7 @@ class EventLog:
     def since(self, seq: int, limit: int | None = None) -> tuple[list[Event], int]:
         """Events with ``seq`` greater than the given one, and how many of
         those the ring already dropped. ``limit`` keeps the newest ones."""
+        self.before_read()
         ring = list(self._ring)  # copied in C without releasing the GIL
         last = self._last
         # Two threads may append in the other order than they drew numbers.

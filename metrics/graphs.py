@@ -89,6 +89,8 @@ class GraphLedger:
         self._lock = threading.Lock()
         self._entries: OrderedDict[str, _Entry] = OrderedDict()
         self._pending: deque[tuple[str, str, str, int]] = deque()
+        # Called before every read: folds hot-path journals in (the recorder's).
+        self.before_read: Callable[[], None] = lambda: None
         self.evicted = 0
 
     def _touch(self, graph_hash: str, name: str, engine: str) -> _Entry:
@@ -168,6 +170,7 @@ class GraphLedger:
 
     def snapshot(self) -> tuple[GraphRecord, ...]:
         """Copies of all entries, most recently seen last."""
+        self.before_read()
         with self._lock:
             self._fold()
             return tuple(e.record() for e in self._entries.values())

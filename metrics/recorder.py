@@ -21,9 +21,11 @@ from metrics import events as ev
 from metrics import names
 from metrics.events import EventLog
 from metrics.graphs import GraphLedger
+from metrics.journal import FOLD_AT, Journal
 from metrics.registry import Counter, Distribution, Registry
 
 log = logging.getLogger("metrics")
+_clock = time.monotonic_ns
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -48,6 +50,41 @@ class Recorder:
         self._mark_step = self.counter(names.MARK_STEP)
         self._step_time = self.distribution(names.STEP_TIME)
         self._hook_errors = self.counter(names.HOOK_ERRORS)
+        # monotonic_ns -> unix seconds, fixed once (journals keep raw clock readings).
+        self.mono_to_unix = time.time() - time.monotonic_ns() / 1e9
+        self._journals: list[Journal] = []
+        self._flushing = threading.local()
+        self._steps = self.journal(self._fold_steps)
+        self._steps_queue = self._steps.queue
+        self.registry.before_read = self.flush
+        self.ledger.before_read = self.flush
+        self.events.before_read = self.flush
+
+    def journal(self, fold: Callable[[list[Any]], None]) -> Journal:
+        """A new hot-path journal folded by ``fold`` before every read."""
+        j = Journal(self._guarded_fold(fold))
+        self._journals.append(j)
+        return j
+
+    def _guarded_fold(self, fold: Callable[[list[Any]], None]) -> Callable[[list[Any]], None]:
+        def run(batch: list[Any]) -> None:
+            try:
+                fold(batch)
+            except Exception as e:  # noqa: BLE001 - folding runs inside the program
+                self.hook_failed(getattr(fold, "__qualname__", "fold"), e)
+        return run
+
+    def flush(self) -> None:
+        """Folds every journal in; readers call it (re-entrant calls are no-ops)."""
+        flag = self._flushing
+        if getattr(flag, "on", False):
+            return
+        flag.on = True
+        try:
+            for j in self._journals:
+                j.flush()
+        finally:
+            flag.on = False
 
     def counter(self, name: str) -> Counter:
         """The counter ``name`` with the unit and help of the catalog."""
@@ -60,6 +97,8 @@ class Recorder:
     def reset(self) -> None:
         """Forgets everything recorded: counters, distributions, graphs,
         events and the step clock (hooks stay installed)."""
+        for j in self._journals:
+            j.clear()
         self.registry.clear_all()
         self.ledger.clear()
         self.events.clear()
@@ -68,17 +107,25 @@ class Recorder:
     # Steps -----------------------------------------------------------------
 
     def mark_step(self) -> None:
-        """Counts one training step and the time since the previous one."""
-        try:
-            now = time.perf_counter_ns()
+        """Counts one training step and the time since the previous one.
+
+        One clock read and one append; counted at the next read or fold.
+        """
+        q = self._steps_queue
+        q.append(_clock())
+        if len(q) >= FOLD_AT:
+            self._steps.flush()
+
+    def _fold_steps(self, times: list[int]) -> None:
+        last = self._last_step_ns
+        emit, offset = self.events.emit, self.mono_to_unix
+        for now in times:
             self._mark_step.inc()
-            last = self._last_step_ns
-            self._last_step_ns = now
             if last is not None:
-                self._step_time.observe(now - last)
-            self.events.emit(ev.STEP)
-        except Exception as e:  # noqa: BLE001 - a hook never raises into the program
-            self.hook_failed("mark_step", e)
+                self._step_time.observe_at(now - last, now)
+            last = now
+            emit(ev.STEP, time_unix=now / 1e9 + offset)
+        self._last_step_ns = last
 
     # Failure containment ---------------------------------------------------
 

@@ -144,6 +144,14 @@ class Distribution:
         if len(pending) >= FOLD_AT:
             self._fold()
 
+    def observe_at(self, value: float, clock_ns: int) -> None:
+        """Records one sample taken at ``clock_ns`` (``time.monotonic_ns``, the
+        distributions' clock): how journals fold samples recorded earlier."""
+        pending = self._pending
+        pending.append((clock_ns, value))
+        if len(pending) >= FOLD_AT:
+            self._fold()
+
     def _fold(self) -> None:
         """Moves waiting samples into the aggregates (under the lock)."""
         with self._lock:
@@ -245,6 +253,10 @@ class Distribution:
         return reading
 
 
+def _nothing() -> None:
+    pass
+
+
 class Registry:
     """Named counters and distributions. Get-or-create is thread-safe.
 
@@ -259,6 +271,8 @@ class Registry:
         self._clock = clock
         # Fixed once, so unchanged readings can be reused across snapshots.
         self._offset = time.time() - clock() / 1e9
+        # Called before every read: folds hot-path journals in (the recorder's).
+        self.before_read: Callable[[], None] = _nothing
 
     def counter(self, name: str, unit: Unit = Unit.NUMBER, help: str = "") -> Counter:
         """The counter called ``name``, created on first use."""
@@ -287,21 +301,25 @@ class Registry:
     # torch_xla.debug.metrics call shapes -----------------------------------
 
     def counter_names(self) -> list[str]:
+        self.before_read()
         with self._lock:
             items = list(self._counters.values())
         return [c.name for c in items if c.value]
 
     def counter_value(self, name: str) -> int | None:
+        self.before_read()
         c = self._counters.get(name)
         return c.value if c is not None and c.value else None
 
     def metric_names(self) -> list[str]:
+        self.before_read()
         with self._lock:
             items = list(self._distributions.values())
         return [d.name for d in items if d.count]
 
     def metric_data(self, name: str) -> tuple[int, float, tuple[tuple[float, float], ...]] | None:
         """``(total_samples, accumulator, ((unix_time, value), ...))`` or None."""
+        self.before_read()
         d = self._distributions.get(name)
         if d is None or not d.count:
             return None
@@ -309,12 +327,14 @@ class Registry:
         return (r.count, r.total, r.recent)
 
     def clear_counters(self) -> None:
+        self.before_read()  # what was recorded before the clear is cleared too
         with self._lock:
             items = list(self._counters.values())
         for c in items:
             c.reset()
 
     def clear_metrics(self) -> None:
+        self.before_read()
         with self._lock:
             items = list(self._distributions.values())
         for d in items:
@@ -331,6 +351,7 @@ class Registry:
 
     def snapshot(self) -> tuple[tuple[CounterReading, ...], tuple[DistributionReading, ...]]:
         """Consistent copies of every non-empty counter and distribution."""
+        self.before_read()
         with self._lock:
             counters = list(self._counters.values())
             dists = list(self._distributions.values())

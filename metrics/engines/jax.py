@@ -48,6 +48,7 @@ import numpy as np
 from metrics import events as ev
 from metrics import names
 from metrics.engines._patching import Patches
+from metrics.journal import FOLD_AT
 from metrics.recorder import Recorder
 from tpu_info.model import DeviceRecord, MemoryReading, RecompileCause
 
@@ -60,6 +61,9 @@ _ARG_RE = re.compile(r"\* at (?P<arg>.+?), now (?P<new>\S+) and before (?P<old>\
 _NOISE = ("all previously seen cache keys differ", "For the closest previous key")
 
 _tls = threading.local()
+# Bumped by every compile; a tracked call compares it before and after, which
+# is cheaper than resetting a thread-local on every call.
+_compile_seq = [0]
 _active: JaxEngine | None = None
 _listeners_registered = False
 
@@ -191,6 +195,11 @@ class JaxEngine:
         self._inbound = dist(names.INBOUND_DATA)
         self._exec_count = counter(names.EXECUTE_COUNT)
         self._exec_time = dist(names.EXECUTE_TIME)
+        # Hot paths append raw records; folded into the above before reads.
+        self.transfers = recorder.journal(self._fold_transfers)
+        self.transfers_queue = self.transfers.queue
+        self.calls = recorder.journal(self._fold_calls)
+        self.calls_queue = self.calls.queue
 
     # Install / uninstall ---------------------------------------------------
 
@@ -230,8 +239,8 @@ class JaxEngine:
                     ("closed_jaxpr", "api_name", "fun_name", "in_shardings"))
 
     def _patch_transfers(self) -> None:
-        self._patches.apply(jax, "device_put", _wrap_device_put)
-        self._patches.apply(jax, "device_get", _wrap_device_get)
+        self._patches.apply(jax, "device_put", lambda orig: _wrap_device_put(orig, self))
+        self._patches.apply(jax, "device_get", lambda orig: _wrap_device_get(orig, self))
 
     def _capture_explanations(self) -> None:
         try:
@@ -307,7 +316,8 @@ class JaxEngine:
         cause = causes.pop(fun_name, None)
         location = cause.location if cause else _user_location(self._skip)
         ledger, events = self.rec.ledger, self.rec.events
-        _tls.last_hash = graph_hash
+        _compile_seq[0] += 1
+        _tls.last_compile = (_compile_seq[0], graph_hash)
         if ctx.get("cache_hit"):
             self._cached.inc()
             ledger.cache_hit(graph_hash, name, ENGINE, sig)
@@ -345,36 +355,36 @@ class JaxEngine:
             else:
                 self._cached.inc()
 
-    def on_transfer(self, to_device: bool, tree: Any, elapsed_ns: int) -> None:
-        try:
-            nbytes = _leaf_bytes(tree, host_only=to_device)
+    def _fold_transfers(self, batch: list[tuple[bool, int, int, int]]) -> None:
+        """Transfer records -> times, bytes and events (at read time)."""
+        emit, offset = self.rec.events.emit, self.rec.mono_to_unix
+        for to_device, start, end, nbytes in batch:
             if to_device:
-                self._h2d_time.observe(elapsed_ns)
-                self._outbound.observe(nbytes)
+                self._h2d_time.observe_at(end - start, end)
+                self._outbound.observe_at(nbytes, end)
                 kind = ev.TRANSFER_TO_DEVICE
             else:
-                self._d2h_time.observe(elapsed_ns)
-                self._inbound.observe(nbytes)
+                self._d2h_time.observe_at(end - start, end)
+                self._inbound.observe_at(nbytes, end)
                 kind = ev.TRANSFER_FROM_DEVICE
-            self.rec.events.emit(kind, value=float(nbytes))
-        except Exception as e:  # noqa: BLE001
-            self.rec.hook_failed("jax.transfer", e)
+            emit(kind, value=float(nbytes), time_unix=end / 1e9 + offset)
 
-    def on_call(self, owner: Any, key: tuple[Any, ...], elapsed_ns: int,
-                compiled: str | None) -> None:
-        """A tracked call finished; attribute it to the graph it ran."""
-        try:
-            self._exec_count.inc()
-            self._exec_time.observe(elapsed_ns)
+    def _fold_calls(self, batch: list[tuple[Any, Any, int, int, str | None]]) -> None:
+        """Tracked calls -> ExecuteTime and executions of the graph each ran."""
+        self._exec_count.inc(len(batch))
+        executed = self.rec.ledger.executed
+        for owner, key, start, end, compiled in batch:
+            self._exec_time.observe_at(end - start, end)
             known = owner.graphs
-            graph_hash = compiled or known.get(key) or owner.last_hash
             if compiled:
-                known[key] = compiled
+                if key is not None:
+                    known[key] = compiled
+                graph_hash = compiled
+            else:
+                graph_hash = (known.get(key) if key is not None else None) or owner.last_hash
             if graph_hash:
                 owner.last_hash = graph_hash
-                self.rec.ledger.executed(graph_hash, owner.name, ENGINE)
-        except Exception as e:  # noqa: BLE001
-            self.rec.hook_failed("jax.track", e)
+                executed(graph_hash, owner.name, ENGINE)
 
     # Scrape time -----------------------------------------------------------
 
@@ -534,13 +544,34 @@ def _wrap_lowering(original: Callable[..., Any]) -> Callable[..., Any]:
     return lower_sharding_computation
 
 
-def _wrap_device_put(original: Callable[..., Any]) -> Callable[..., Any]:
+def _record_transfer(eng: JaxEngine, to_device: bool, tree: Any, start: int, end: int) -> None:
+    """The general case: pytrees, lists, scalars (walks the leaves)."""
+    try:
+        nbytes = _leaf_bytes(tree, to_device)
+    except Exception as e:  # noqa: BLE001 - a hook never raises into the program
+        eng.rec.hook_failed("jax.transfer", e)
+        return
+    j = eng.transfers
+    j.append((to_device, start, end, nbytes))
+
+
+def _wrap_device_put(original: Callable[..., Any], engine: JaxEngine) -> Callable[..., Any]:
+    # Runs on every batch: names bound once, no calls but the clock's.
+    clock, ndarray = time.monotonic_ns, np.ndarray
+    queue, flush = engine.transfers_queue, engine.transfers.flush
+    append = queue.append
+
     def device_put(x: Any, *args: Any, **kwargs: Any) -> Any:
-        start = time.perf_counter_ns()
+        if _active is not engine:
+            return original(x, *args, **kwargs)
+        start = clock()
         out = original(x, *args, **kwargs)
-        eng = _active
-        if eng is not None:
-            eng.on_transfer(True, x, time.perf_counter_ns() - start)
+        if type(x) is ndarray:  # the usual batch: inline, no walk
+            append((True, start, clock(), x.nbytes))
+            if len(queue) >= FOLD_AT:
+                flush()
+        else:
+            _record_transfer(engine, True, x, start, clock())
         return out
 
     device_put.__wrapped__ = original  # type: ignore[attr-defined]
@@ -548,13 +579,15 @@ def _wrap_device_put(original: Callable[..., Any]) -> Callable[..., Any]:
     return device_put
 
 
-def _wrap_device_get(original: Callable[..., Any]) -> Callable[..., Any]:
+def _wrap_device_get(original: Callable[..., Any], engine: JaxEngine) -> Callable[..., Any]:
+    clock = time.monotonic_ns
+
     def device_get(x: Any, *args: Any, **kwargs: Any) -> Any:
-        start = time.perf_counter_ns()
+        if _active is not engine:
+            return original(x, *args, **kwargs)
+        start = clock()
         out = original(x, *args, **kwargs)
-        eng = _active
-        if eng is not None:
-            eng.on_transfer(False, out, time.perf_counter_ns() - start)
+        _record_transfer(engine, False, out, start, clock())
         return out
 
     device_get.__wrapped__ = original  # type: ignore[attr-defined]
@@ -565,34 +598,49 @@ def _wrap_device_get(original: Callable[..., Any]) -> Callable[..., Any]:
 class Tracked:
     """State of one function wrapped by :func:`metrics.track`."""
 
-    __slots__ = ("name", "graphs", "last_hash")
+    __slots__ = ("name", "graphs", "last_hash", "compiles")
 
     def __init__(self, name: str) -> None:
         self.name = name
         self.graphs: dict[tuple[Any, ...], str] = {}
         self.last_hash: str | None = None
+        self.compiles = 0  # seen during its calls; from two on, calls carry a key
 
 
 def track(fn: Callable[..., Any], name: str | None = None) -> Callable[..., Any]:
     """Wraps ``fn`` so each call counts as an execution of the graph it ran.
 
-    Calls are attributed to graphs by the shapes and dtypes of the top-level
-    arguments (cheap enough for every step); a call that compiled teaches the
-    mapping.
+    A call costs two clock reads and one append. While the function has one
+    graph, calls are attributed to it; once it has compiled twice, each call
+    also records the shapes and dtypes of its top-level arguments, which pick
+    the graph (a call that compiled teaches the mapping).
     """
     owner = Tracked(name or f"jit({getattr(fn, '__name__', 'fn')})")
+
+    clock, seqs = time.monotonic_ns, _compile_seq
 
     @functools.wraps(fn)
     def tracked(*args: Any, **kwargs: Any) -> Any:
         eng = _active
         if eng is None:
             return fn(*args, **kwargs)
-        _tls.last_hash = None
-        start = time.perf_counter_ns()
+        seq = seqs[0]
+        start = clock()
         out = fn(*args, **kwargs)
-        elapsed = time.perf_counter_ns() - start
-        key = tuple((getattr(a, "shape", None), getattr(a, "dtype", None)) for a in args)
-        eng.on_call(owner, key, elapsed, getattr(_tls, "last_hash", None))
+        end = clock()
+        compiled = None
+        if seqs[0] != seq:
+            last = getattr(_tls, "last_compile", None)
+            if last is not None and last[0] > seq:
+                compiled = last[1]
+                owner.compiles += 1
+        key = None
+        if compiled is not None or owner.compiles > 1:
+            key = tuple((getattr(a, "shape", None), getattr(a, "dtype", None)) for a in args)
+        q = eng.calls_queue
+        q.append((owner, key, start, end, compiled))
+        if len(q) >= FOLD_AT:
+            eng.calls.flush()
         return out
 
     return tracked

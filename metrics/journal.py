@@ -1,0 +1,60 @@
+"""Raw records appended on a hot path, folded into aggregates in batches.
+
+A hot path (a training step, a transfer, a tracked call) appends one tuple to
+a :class:`Journal` - an atomic ``deque.append`` under the GIL, no lock - and
+the journal's fold function turns batches of them into counters,
+distributions, graph executions and events: when :data:`FOLD_AT` records
+wait, and before anything reads the recorder (the recorder's ``flush``).
+
+Example:
+    >>> seen = []
+    >>> j = Journal(seen.extend)
+    >>> j.append((1,)); j.append((2,))
+    >>> j.flush(); seen
+    [(1,), (2,)]
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+FOLD_AT = 4096
+
+
+class Journal:
+    """One hot path's pending records and the function that folds them."""
+
+    __slots__ = ("_queue", "_fold", "_lock", "fold_at")
+
+    def __init__(self, fold: Callable[[list[Any]], None], fold_at: int = FOLD_AT) -> None:
+        self._queue: deque[Any] = deque()
+        self._fold = fold
+        self._lock = threading.Lock()
+        self.fold_at = fold_at
+
+    @property
+    def queue(self) -> deque[Any]:
+        """The deque hot paths append to directly (saves a call per record)."""
+        return self._queue
+
+    def append(self, record: Any) -> None:
+        q = self._queue
+        q.append(record)
+        if len(q) >= self.fold_at:
+            self.flush()
+
+    def flush(self) -> None:
+        """Folds everything waiting, in the order it was appended."""
+        with self._lock:
+            q = self._queue
+            n = len(q)
+            if n:
+                popleft = q.popleft
+                self._fold([popleft() for _ in range(n)])
+
+    def clear(self) -> None:
+        with self._lock:
+            self._queue.clear()
