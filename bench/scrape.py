@@ -74,7 +74,7 @@ def main() -> int:
 
     def ours() -> int:
         snap = build_snapshot(rec, (), events_since=0)
-        return len(wire.snapshot_to_proto(snap, cache).SerializeToString())
+        return len(wire.snapshot_to_bytes(snap, cache))
 
     registry = CollectorRegistry(auto_describe=False)
     registry.register(SnapshotCollector(lambda: build_snapshot(rec, (), events_since=2**62)))

@@ -22,6 +22,13 @@ from typing import Any
 
 from tpu_info.model import Event
 
+_SLACK = 16  # how far out of order concurrent emitters can leave the ring
+
+
+def _seq_of(t: tuple[Any, ...]) -> int:
+    return t[0]
+
+
 # Kinds the hook emits; renderers may meet others from newer hooks.
 COMPILE = "compile"
 RECOMPILE = "recompile"
@@ -39,6 +46,7 @@ class EventLog:
         self.capacity = capacity
         self._ring: deque[tuple[Any, ...]] = deque(maxlen=capacity)
         self._seq = itertools.count(1)
+        self._built: dict[int, Event] = {}  # Events already made from ring tuples
         self._last = 0
         self._clock = clock
         # Called before every read: folds hot-path journals in (the recorder's).
@@ -75,13 +83,29 @@ class EventLog:
         self.before_read()
         ring = list(self._ring)  # copied in C without releasing the GIL
         last = self._last
-        # Two threads may append in the other order than they drew numbers.
-        ring = sorted((t for t in ring if t[0] > seq), key=lambda t: t[0])
-        first_kept = ring[0][0] if ring else last + 1
+        # Sequence numbers are contiguous in the ring, give or take two
+        # threads that appended in the other order than they drew numbers:
+        # jump near the start, then filter and sort only the tail.
+        start = min(len(ring), max(0, seq - ring[0][0] + 1 - _SLACK)) if ring else 0
+        part = [t for t in ring[start:] if t[0] > seq]
+        first_kept = min((t[0] for t in part[:_SLACK * 2]), default=last + 1)
         dropped = max(0, first_kept - seq - 1)
-        if limit is not None and len(ring) > limit:
-            ring = ring[-limit:]
-        return [Event(*t) for t in ring], dropped
+        if limit is not None and len(part) > limit + _SLACK:
+            part = part[-(limit + _SLACK):]
+        part.sort(key=_seq_of)
+        if limit is not None and len(part) > limit:
+            part = part[-limit:]
+        built, made = self._built, {}
+        out = []
+        for t in part:
+            e = built.get(t[0])
+            if e is None:
+                e = Event(*t)
+            made[t[0]] = e
+            out.append(e)
+        self._built = made  # keeps only what the last reader saw
+        return out, dropped
 
     def clear(self) -> None:
         self._ring.clear()
+        self._built = {}

@@ -103,21 +103,26 @@ def percentiles(
     for percent in percents:
         if not 0.0 <= percent <= 100.0:
             raise ValueError(f"percent {percent} is outside 0..100")
-    # (sign, key) in ascending value order, with cumulative counts.
-    keys: list[tuple[int, int]] = [(-1, k) for k in sorted(b.negative, reverse=True)]
-    if b.zero:
-        keys.append((0, 0))
-    keys.extend((1, k) for k in sorted(b.positive))
-    if not keys:
+    neg_keys = sorted(b.negative, reverse=True)
+    pos_keys = sorted(b.positive)
+    zero = 1 if b.zero else 0
+    counts = [b.negative[k] for k in neg_keys]
+    if zero:
+        counts.append(b.zero)
+    counts += [b.positive[k] for k in pos_keys]
+    if not counts:
         raise ValueError("no buckets to read a rank from")
-    cumulative = list(itertools.accumulate(
-        b.negative[k] if sign < 0 else b.positive[k] if sign > 0 else b.zero
-        for sign, k in keys))
+    cumulative = list(itertools.accumulate(counts))
+    n_neg, last, gamma = len(neg_keys), len(counts) - 1, b.gamma
 
     def at_rank(rank: int) -> float:
-        i = min(bisect.bisect_right(cumulative, rank), len(keys) - 1)
-        sign, key = keys[i]
-        return sign * bucket_value(b.gamma, key) if sign else 0.0
+        i = min(bisect.bisect_right(cumulative, rank), last)
+        if i < n_neg:
+            return -bucket_value(gamma, neg_keys[i])
+        i -= n_neg
+        if i < zero:
+            return 0.0
+        return bucket_value(gamma, pos_keys[i - zero])
 
     out = []
     for percent in percents:

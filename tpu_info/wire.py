@@ -134,61 +134,99 @@ def _fill_device(m: pb.Device, d: DeviceRecord) -> None:
     m.busy_reason = d.busy_reason
 
 
-def _add_event(events: object, e: Event) -> None:
-    m = events.add(seq=e.seq, time_unix=e.time_unix, kind=e.kind, name=e.name,  # type: ignore[attr-defined]
-                   graph_hash=e.graph_hash, detail=e.detail)
+def _fill_event(m: pb.Event, e: Event) -> None:
+    m.seq = e.seq
+    m.time_unix = e.time_unix
+    m.kind = e.kind
+    m.name = e.name
+    m.graph_hash = e.graph_hash
+    m.detail = e.detail
     if e.location is not None:
         m.location = e.location
     if e.value is not None:
         m.value = e.value
 
 
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        low = n & 0x7F
+        n >>= 7
+        if n:
+            out.append(low | 0x80)
+        else:
+            out.append(low)
+            return bytes(out)
+
+
+def _field_prefix(field: str) -> bytes:
+    number = pb.Snapshot.DESCRIPTOR.fields_by_name[field].number
+    return _varint(number << 3 | 2)  # wire type 2: length-delimited
+
+
+_DIST_TAG = _field_prefix("distributions")
+_GRAPH_TAG = _field_prefix("graphs")
+_EVENT_TAG = _field_prefix("events")
+
+
 class PartCache:
-    """Messages of the distributions and graphs of the previous snapshot, by
-    record identity: the hook reuses unchanged records, so a scrape of many
-    idle parts copies their messages (in C) instead of rebuilding them.
-    Thread-safe: each call swaps in a fresh map.
+    """Encoded distributions and graphs of the previous snapshot, by record
+    identity. The hook reuses the records of unchanged parts, so encoding a
+    snapshot costs in proportion to what changed: unchanged parts are joined
+    as bytes (protobuf's repeated fields are concatenations of their
+    elements' encodings). Thread-safe: each call swaps in a fresh map.
     """
 
     def __init__(self) -> None:
-        self._dists: dict[int, tuple[DistributionReading, pb.Distribution]] = {}
-        self._graphs: dict[int, tuple[GraphRecord, pb.Graph]] = {}
+        self._parts: dict[int, tuple[object, bytes]] = {}
+        self._events: dict[int, bytes] = {}  # by sequence number: events never change
         self._lock = threading.Lock()
 
-    def fill(self, msg: pb.Snapshot, s: Snapshot) -> None:
+    def encode(self, s: Snapshot, head: pb.Snapshot) -> bytes:
+        """``head`` (the snapshot without distributions, graphs and events)
+        followed by the encoding of every distribution, graph and event."""
         with self._lock:
-            old_d, old_g = self._dists, self._graphs
-        new_d: dict[int, tuple[DistributionReading, pb.Distribution]] = {}
-        new_g: dict[int, tuple[GraphRecord, pb.Graph]] = {}
-        for d in s.distributions:
-            hit = old_d.get(id(d))
-            if hit is not None and hit[0] is d:
-                msg.distributions.append(hit[1])
-                new_d[id(d)] = hit
-            else:
-                part = pb.Distribution()
-                _fill_distribution(part, d)
-                msg.distributions.append(part)
-                new_d[id(d)] = (d, part)
-        for g in s.graphs:
-            hit_g = old_g.get(id(g))
-            if hit_g is not None and hit_g[0] is g:
-                msg.graphs.append(hit_g[1])
-                new_g[id(g)] = hit_g
-            else:
-                part_g = pb.Graph()
-                _fill_graph(part_g, g)
-                msg.graphs.append(part_g)
-                new_g[id(g)] = (g, part_g)
+            old, old_events = self._parts, self._events
+        new: dict[int, tuple[object, bytes]] = {}
+        new_events: dict[int, bytes] = {}
+        chunks = [head.SerializeToString()]
+        for e in s.events:
+            data = old_events.get(e.seq)
+            if data is None:
+                m = pb.Event()
+                _fill_event(m, e)
+                body = m.SerializeToString()
+                data = _EVENT_TAG + _varint(len(body)) + body
+            new_events[e.seq] = data
+            chunks.append(data)
+        for tag, records, build in ((_DIST_TAG, s.distributions, _encode_distribution),
+                                    (_GRAPH_TAG, s.graphs, _encode_graph)):
+            for r in records:
+                hit = old.get(id(r))
+                if hit is None or hit[0] is not r:
+                    body = build(r)
+                    hit = (r, tag + _varint(len(body)) + body)
+                new[id(r)] = hit
+                chunks.append(hit[1])
         with self._lock:
-            self._dists, self._graphs = new_d, new_g
+            self._parts, self._events = new, new_events
+        return b"".join(chunks)
 
 
-def snapshot_to_proto(s: Snapshot, cache: PartCache | None = None) -> pb.Snapshot:
-    """The ``tpu_info.v1.Snapshot`` message of a snapshot (server side).
+def _encode_distribution(d: DistributionReading) -> bytes:
+    m = pb.Distribution()
+    _fill_distribution(m, d)
+    return m.SerializeToString()
 
-    ``cache`` (one per server) reuses the messages of unchanged parts.
-    """
+
+def _encode_graph(g: GraphRecord) -> bytes:
+    m = pb.Graph()
+    _fill_graph(m, g)
+    return m.SerializeToString()
+
+
+def _head(s: Snapshot) -> pb.Snapshot:
+    """Everything but distributions, graphs and events."""
     msg = pb.Snapshot(
         protocol_version=PROTOCOL_VERSION,
         taken_at_unix=s.taken_at_unix,
@@ -210,16 +248,29 @@ def snapshot_to_proto(s: Snapshot, cache: PartCache | None = None) -> pb.Snapsho
         _fill_device(msg.devices.add(), dev)
     for c in s.counters:
         msg.counters.add(name=c.name, value=c.value, unit=_UNIT_TO_PB[c.unit], help=c.help)
-    if cache is not None:
-        cache.fill(msg, s)
-    else:
-        for d in s.distributions:
-            _fill_distribution(msg.distributions.add(), d)
-        for g in s.graphs:
-            _fill_graph(msg.graphs.add(), g)
-    for e in s.events:
-        _add_event(msg.events, e)
     return msg
+
+
+def snapshot_to_proto(s: Snapshot) -> pb.Snapshot:
+    """The ``tpu_info.v1.Snapshot`` message of a snapshot."""
+    msg = _head(s)
+    for e in s.events:
+        _fill_event(msg.events.add(), e)
+    for d in s.distributions:
+        _fill_distribution(msg.distributions.add(), d)
+    for g in s.graphs:
+        _fill_graph(msg.graphs.add(), g)
+    return msg
+
+
+def snapshot_to_bytes(s: Snapshot, cache: PartCache | None = None) -> bytes:
+    """The encoded ``tpu_info.v1.Snapshot`` (what the server sends).
+
+    With ``cache`` (one per server), unchanged parts are not encoded again.
+    """
+    if cache is None:
+        return snapshot_to_proto(s).SerializeToString()
+    return cache.encode(s, _head(s))
 
 
 def metric_infos_to_proto(infos: Iterable[MetricInfo]) -> pb.ListMetricsReply:

@@ -19,6 +19,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -114,21 +115,15 @@ class MonitorServicer(pb_grpc.MonitorServicer):
         hit = self._answers.get(key)
         if hit is not None and hit[0] > now:
             return hit[1], hit[2]
-        msg = self._snapshot(events_since, max_events, context)
-        data = msg.SerializeToString()
+        snap = snapshot_or_abort(self._snapshot_fn, events_since, context)
+        if max_events and len(snap.events) > max_events:
+            snap = dataclasses.replace(snap, events=snap.events[-max_events:])
+        data = wire.snapshot_to_bytes(snap, self._cache)
         with self._answers_lock:
             if len(self._answers) > 256:
                 self._answers = {k: v for k, v in self._answers.items() if v[0] > now}
-            self._answers[key] = (now + ANSWER_TTL_S, data, msg.last_seq)
-        return data, msg.last_seq
-
-    def _snapshot(self, events_since: int, max_events: int,
-                  context: grpc.ServicerContext) -> pb.Snapshot:
-        snap = snapshot_or_abort(self._snapshot_fn, events_since, context)
-        msg = wire.snapshot_to_proto(snap, self._cache)
-        if max_events and len(msg.events) > max_events:
-            del msg.events[: len(msg.events) - max_events]
-        return msg
+            self._answers[key] = (now + ANSWER_TTL_S, data, snap.last_seq)
+        return data, snap.last_seq
 
     def GetSnapshot(self, request: pb.SnapshotRequest,
                     context: grpc.ServicerContext) -> bytes:
