@@ -32,6 +32,8 @@ Top level::
                       compile_seconds_total, executions, last_cause}],
                       findings[{severity, kind, message, location,
                       seconds_lost}]
+    job_findings      [{severity, kind, message}] across processes of one job
+                      (same argv) that compiled a function to different graphs
     na                [{where, reason}] for every N/A the tables show
 
 Times are seconds (``*_seconds``, ``time_unix``) or nanoseconds (``*_ns``);
@@ -51,7 +53,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from tpu_info.devices import accelerator_type
-from tpu_info.findings import find
+from tpu_info.findings import diverging_graphs, find
 from tpu_info.model import ChipRecord, LocalScan, Snapshot
 from tpu_info.views import (
     Header,
@@ -167,6 +169,8 @@ def to_json(views: Sequence[TargetView], *, local: LocalScan | None = None,
                   for u in usage],
         "local_reasons": dict(local.reasons) if local else {},
         "targets": [_target(v, top_graphs) for v in views],
+        "job_findings": [{"severity": f.severity, "kind": f.kind, "message": _s(f.message)}
+                         for f in diverging_graphs([v.snapshot for v in views if v.snapshot])],
         "na": [{"where": w, "reason": why}
                for w, why in reasons(views, local=local, header=header)],
     }
@@ -195,6 +199,7 @@ JSON_SCHEMA: dict[str, Any] = {
         "libtpu_version": _STR,
         "accelerator_type": _STR,
         "local_reasons": _REASONS,
+        "job_findings": {"type": "array", "items": {"type": "object"}},
         "chips": {"type": "array", "items": {
             "type": "object",
             "required": ["name", "index", "vendor", "kind", "device_path", "pci_address",

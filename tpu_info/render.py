@@ -37,7 +37,7 @@ from rich.table import Table
 from rich.text import Text
 
 from tpu_info.devices import accelerator_type
-from tpu_info.findings import find, short_location
+from tpu_info.findings import diverging_graphs, find, short_location
 from tpu_info.jsonview import JSON_SCHEMA, SCHEMA, to_json
 from tpu_info.model import GraphRecord, LocalScan
 from tpu_info.views import (
@@ -420,6 +420,9 @@ def findings_table(views: Sequence[TargetView], local: LocalScan | None,
             continue
         level, style = _LEVEL["error"]
         rows.append([Text(level, style=style), v.target, v.error or "not read"])
+    for f in diverging_graphs([v.snapshot for v in views if v.snapshot is not None]):
+        level, style = _LEVEL.get(f.severity, _LEVEL["info"])
+        rows.append([Text(level, style=style), "job", f.message])
     for v in views:
         s = v.snapshot
         if s is None:
