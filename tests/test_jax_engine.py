@@ -254,9 +254,39 @@ def test_persistent_cache_hit_is_not_a_compile(tmp_path):
     assert runs[0]["hash"] == runs[1]["hash"]
 
 
+def test_busy_percent_needs_tracked_calls():
+    r = run_python("import jax, jax.numpy as jnp, metrics\n"
+                   "metrics.install(serve=False)\n"
+                   "jax.jit(lambda x: x + 1)(jnp.ones(2))\n"
+                   "d = metrics.snapshot().devices[0]\n"
+                   "print(d.busy_percent, '|', d.busy_reason)")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("None |") and "metrics.track" in r.stdout
+
+
 def test_import_metrics_and_tpu_info_import_no_engine():
     r = run_python("import sys, metrics, tpu_info, tpu_info.textreport, tpu_info.cli\n"
                    "bad = [m for m in ('jax', 'torch', 'jaxlib') if m in sys.modules]\n"
                    "print(bad)")
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "[]"
+
+
+def test_busy_percent_from_tracked_calls(fresh_metrics):
+    import time
+
+    import metrics
+
+    @jax.jit
+    def work(x):
+        return (x @ x).sum()
+
+    step = metrics.track(work)
+    x = jnp.ones((64, 64))
+    step(x).block_until_ready()
+    metrics.snapshot()  # first reading: the window starts here
+    end = time.monotonic() + 0.3
+    while time.monotonic() < end:
+        step(x).block_until_ready()
+    dev = [d for d in metrics.snapshot().devices if d.memory.source == "live_arrays"][0]
+    assert dev.busy_percent is not None and 0.0 < dev.busy_percent <= 100.0

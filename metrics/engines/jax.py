@@ -200,6 +200,8 @@ class JaxEngine:
         self.transfers_queue = self.transfers.queue
         self.calls = recorder.journal(self._fold_calls)
         self.calls_queue = self.calls.queue
+        self._busy_ns = 0  # time inside tracked calls, for the busy % estimate
+        self._busy_mark: tuple[int, int] | None = None  # (monotonic ns, busy ns) last read
 
     # Install / uninstall ---------------------------------------------------
 
@@ -373,7 +375,9 @@ class JaxEngine:
         """Tracked calls -> ExecuteTime and executions of the graph each ran."""
         self._exec_count.inc(len(batch))
         executed = self.rec.ledger.executed
+        busy = 0
         for owner, key, start, end, compiled in batch:
+            busy += end - start
             self._exec_time.observe_at(end - start, end)
             known = owner.graphs
             if compiled:
@@ -385,12 +389,29 @@ class JaxEngine:
             if graph_hash:
                 owner.last_hash = graph_hash
                 executed(graph_hash, owner.name, ENGINE)
+        self._busy_ns += busy
 
     # Scrape time -----------------------------------------------------------
+
+    def busy_percent(self) -> tuple[float | None, str]:
+        """Host-side busy % since the previous reading: time inside tracked
+        calls (``metrics.track``) over wall time, capped at 100. Dispatch is
+        asynchronous, so a step that does not wait for its result reads low."""
+        self.calls.flush()
+        now, busy = time.monotonic_ns(), self._busy_ns
+        mark, self._busy_mark = self._busy_mark, (now, busy)
+        if busy == 0:
+            return None, ("busy % is estimated from tracked calls: wrap the step with "
+                          "metrics.track(step) to see it")
+        if mark is None or now - mark[0] < 1_000_000:
+            return None, "busy % needs two readings; it appears from the next refresh on"
+        share = (busy - mark[1]) / (now - mark[0])
+        return min(100.0, max(0.0, 100.0 * share)), ""
 
     def devices(self) -> list[DeviceRecord]:
         """One record per local device, memory read now."""
         devs = jax.local_devices()
+        busy, busy_reason = self.busy_percent()
         live: dict[int, int] | None = None
         out = []
         for d in devs:
@@ -420,8 +441,7 @@ class JaxEngine:
                 )
             out.append(DeviceRecord(
                 id=d.id, kind=getattr(d, "device_kind", d.platform), platform=d.platform,
-                memory=mem, busy_percent=None,
-                busy_reason="busy % is not measured by the JAX hook yet",
+                memory=mem, busy_percent=busy, busy_reason=busy_reason,
             ))
         return out
 
