@@ -33,9 +33,23 @@ from tpu_info.model import (
     Snapshot,
 )
 
+_process_cache: dict[tuple[int, str, tuple[str, ...], float], ProcessRecord] = {}
+
 
 def process_record(recorder: Recorder, engines: Iterable[Engine]) -> ProcessRecord:
+    """Who this process is; built once per set of engines (and after a fork)."""
     engines = list(engines)
+    key = (os.getpid(), ",".join(e.name for e in engines), tuple(sys.argv),
+           recorder.start_time_unix)
+    cached = _process_cache.get(key)
+    if cached is None:
+        if len(_process_cache) > 8:
+            _process_cache.clear()
+        cached = _process_cache[key] = _build_process_record(recorder, engines)
+    return cached
+
+
+def _build_process_record(recorder: Recorder, engines: list[Engine]) -> ProcessRecord:
     versions: dict[str, str] = {"python": sys.version.split()[0]}
     for e in engines:
         try:
@@ -130,11 +144,19 @@ def build(
             key=lambda c: c.name,
         ))
     devices: list[DeviceRecord] = []
+    seen: set[tuple[str, int]] = set()
     for e in engines:
         try:
-            devices.extend(e.devices())
+            found = e.devices()
         except Exception as err:  # noqa: BLE001
             recorder.hook_failed(f"{e.name}.devices", err)
+            continue
+        for d in found:
+            # Two engines in one process (JAX and torch) see the same host
+            # CPU; the first engine's reading of a device wins.
+            if (d.platform, d.id) not in seen:
+                seen.add((d.platform, d.id))
+                devices.append(d)
     events, _dropped = recorder.events.since(events_since, limit=max_events)
     now = time.time()
     return Snapshot(

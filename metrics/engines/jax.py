@@ -39,6 +39,7 @@ import re
 import sys
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -201,7 +202,9 @@ class JaxEngine:
         self.calls = recorder.journal(self._fold_calls)
         self.calls_queue = self.calls.queue
         self._busy_ns = 0  # time inside tracked calls, for the busy % estimate
-        self._busy_mark: tuple[int, int] | None = None  # (monotonic ns, busy ns) last read
+        # (monotonic ns, busy ns) at recent readings; the window of a reading
+        # starts at the newest mark at least a second old.
+        self._busy_marks: deque[tuple[int, int]] = deque([(time.monotonic_ns(), 0)], maxlen=32)
 
     # Install / uninstall ---------------------------------------------------
 
@@ -394,18 +397,26 @@ class JaxEngine:
     # Scrape time -----------------------------------------------------------
 
     def busy_percent(self) -> tuple[float | None, str]:
-        """Host-side busy % since the previous reading: time inside tracked
+        """Host-side busy % over the last second or more: time inside tracked
         calls (``metrics.track``) over wall time, capped at 100. Dispatch is
-        asynchronous, so a step that does not wait for its result reads low."""
+        asynchronous, so a step that does not wait for its result reads low.
+        Readers close together see the same window."""
         self.calls.flush()
         now, busy = time.monotonic_ns(), self._busy_ns
-        mark, self._busy_mark = self._busy_mark, (now, busy)
         if busy == 0:
             return None, ("busy % is estimated from tracked calls: wrap the step with "
                           "metrics.track(step) to see it")
-        if mark is None or now - mark[0] < 1_000_000:
-            return None, "busy % needs two readings; it appears from the next refresh on"
-        share = (busy - mark[1]) / (now - mark[0])
+        marks = self._busy_marks
+        start = marks[0]
+        for mark in reversed(marks):
+            if now - mark[0] >= 1_000_000_000:
+                start = mark
+                break
+        if now - marks[-1][0] >= 250_000_000:
+            marks.append((now, busy))
+        if now <= start[0]:
+            return None, "busy % needs a moment of history"
+        share = (busy - start[1]) / (now - start[0])
         return min(100.0, max(0.0, 100.0 * share)), ""
 
     def devices(self) -> list[DeviceRecord]:
@@ -480,7 +491,9 @@ def _live_bytes_by_device() -> dict[int, int]:
     return out
 
 
+@functools.lru_cache(maxsize=1)
 def _host_ram() -> int | None:
+    """Total host RAM (read once: it does not change under a process)."""
     try:
         import psutil
 
