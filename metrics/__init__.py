@@ -193,9 +193,9 @@ def track(fn: F | None = None, *, name: str | None = None) -> Any:
     """
     if fn is None:
         return lambda f: track(f, name=name)
-    from metrics.engines import jax as jax_engine  # only reached by JAX users
+    from metrics.engines import jax_track  # only reached by JAX users
 
-    return jax_engine.track(fn, name)
+    return jax_track.track(fn, name)
 
 
 def snapshot(events_since: int = 0) -> Snapshot:

@@ -183,9 +183,24 @@ def _renderable(args: argparse.Namespace, g: Any, width: int) -> Any:
 
 
 def _watch(args: argparse.Namespace, targets: list[str]) -> int:
-    from tui.app import run as run_watch  # the only place tpu_info reaches into tui
+    """Hands this process over to the dashboard (``python -m tui``): the CLI
+    never imports ``tui`` (layering: ``tui -> tpu_info``, not back)."""
+    import importlib.util
+    import os
 
-    return run_watch(targets, args.rate, discover=not args.no_discovery, timeout=args.timeout)
+    if importlib.util.find_spec("tui") is None:
+        print("tpu-info: the dashboard (package 'tui') is not installed", file=sys.stderr)
+        return EXIT_USAGE
+    argv = [sys.executable, "-m", "tui", "--rate", str(args.rate),
+            "--timeout", str(args.timeout)]
+    for t in targets:
+        argv += ["--target", t]
+    if args.no_discovery:
+        argv.append("--no-discovery")
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(sys.executable, argv)
+    return EXIT_OK  # not reached
 
 
 def _show(args: argparse.Namespace, targets: list[str]) -> int:

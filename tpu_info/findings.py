@@ -16,10 +16,10 @@ import re
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 
-from tpu_info.model import Finding, GraphRecord, RecompileCause, Snapshot
+from tpu_info.model import FIRST_CALL, Finding, GraphRecord, RecompileCause, Snapshot
 
 _SHAPE_RE = re.compile(r"^(?P<dtype>[a-z]+\d*)\[(?P<dims>[^\]]*)\]")
-_NON_RECOMPILE = ("first call",)
+_NON_RECOMPILE = (FIRST_CALL,)
 
 
 def short_location(location: str | None) -> str:

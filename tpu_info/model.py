@@ -29,6 +29,9 @@ class Unit(str, enum.Enum):
     NUMBER = "1"
 
 
+# The description of a compile that is a function's first, in every engine.
+FIRST_CALL = "first call"
+
 # torch_xla's percentile set, in percent.
 PERCENTILES: tuple[float, ...] = (1.0, 5.0, 10.0, 20.0, 50.0, 80.0, 90.0, 95.0, 99.0)
 

@@ -35,7 +35,6 @@ import functools
 import inspect
 import logging
 import os
-import re
 import sys
 import threading
 import time
@@ -49,17 +48,17 @@ import numpy as np
 from metrics import events as ev
 from metrics import names
 from metrics.engines._patching import Patches
+from metrics.engines.jax_describe import (
+    EXPLAIN_LOGGERS,
+    ExplainFilter,
+    format_aval,
+    parse_cache_miss,
+)
 from metrics.journal import FOLD_AT
 from metrics.recorder import Recorder
-from tpu_info.model import DeviceRecord, MemoryReading, RecompileCause
+from tpu_info.model import FIRST_CALL, DeviceRecord, MemoryReading
 
 ENGINE = "jax"
-FIRST_CALL = "first call"
-_EXPLAIN_LOGGERS = ("jax._src.interpreters.partial_eval", "jax._src.pjit")
-_MISS_RE = re.compile(r"TRACING CACHE MISS at (?P<loc>.+?:\d+)")
-_FUNC_RE = re.compile(r"(?:for|^\s*)\s*(?P<name>\S+?)(?: id=\d+)? defined at", re.M)
-_ARG_RE = re.compile(r"\* at (?P<arg>.+?), now (?P<new>\S+) and before (?P<old>\S+)")
-_NOISE = ("all previously seen cache keys differ", "For the closest previous key")
 
 _tls = threading.local()
 # Bumped by every compile; a tracked call compares it before and after, which
@@ -90,71 +89,6 @@ def _skip_prefixes() -> tuple[str, ...]:
     except ImportError:  # pragma: no cover - jax without jaxlib cannot run
         pass
     return tuple(paths)
-
-
-def parse_cache_miss(message: str, now: float) -> tuple[str | None, RecompileCause]:
-    """Turns one ``jax_explain_cache_misses`` record into (function, cause)."""
-    loc = _MISS_RE.search(message)
-    func = _FUNC_RE.search(message)
-    changed = list(_ARG_RE.finditer(message))
-    arg = changed[0] if changed else None
-    body = [
-        ln.strip().lstrip("* ").rstrip(":")
-        for ln in message.splitlines()[1:]
-        if ln.strip() and not any(n in ln for n in _NOISE)
-    ]
-    body = [b for b in body if " defined at " not in b]
-    if "never seen function" in message:
-        description = FIRST_CALL
-    elif arg:
-        description = (f"argument '{arg.group('arg')}' changed "
-                       f"{arg.group('old')} -> {arg.group('new')}")
-        if len(changed) > 1:
-            others = ", ".join(f"'{m.group('arg')}'" for m in changed[1:4])
-            description += f" (also {others}{', ...' if len(changed) > 4 else ''})"
-    else:
-        description = "; ".join(body) or message.strip()
-    cause = RecompileCause(
-        time_unix=now,
-        description=description,
-        location=loc.group("loc") if loc else None,
-        argument=arg.group("arg") if arg else None,
-        before=arg.group("old") if arg else None,
-        after=arg.group("new") if arg else None,
-    )
-    return (func.group("name") if func else None), cause
-
-
-class _ExplainFilter(logging.Filter):
-    """Captures explain-cache-miss records; drops them unless the user asked."""
-
-    def __init__(self, engine: JaxEngine, passthrough: bool) -> None:
-        super().__init__()
-        self.engine = engine
-        self.passthrough = passthrough
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        try:
-            msg = record.getMessage()
-        except Exception:  # noqa: BLE001
-            return True
-        if not msg.startswith("TRACING CACHE MISS"):
-            return True
-        self.engine.on_cache_miss(msg)
-        return self.passthrough
-
-
-def _format_aval(name: str | None, aval: Any, sharding: Any) -> str:
-    try:
-        s = aval.str_short(short_dtypes=True)
-    except Exception:  # noqa: BLE001
-        s = str(aval)
-    if getattr(aval, "weak_type", False):
-        s += "{weak}"
-    spec = getattr(sharding, "spec", None)
-    if spec is not None:
-        s += f" sharded{tuple(spec)}"
-    return f"{name}: {s}" if name else s
 
 
 def _leaf_bytes(tree: Any, host_only: bool) -> int:
@@ -261,8 +195,8 @@ class JaxEngine:
             source_info_util.register_exclusion(self._skip[0])
         except (ImportError, AttributeError):
             self.degraded.append("call sites may point into the hook")
-        flt = _ExplainFilter(self, passthrough=self._explain_was_on)
-        for lname in _EXPLAIN_LOGGERS:
+        flt = ExplainFilter(self, passthrough=self._explain_was_on)
+        for lname in EXPLAIN_LOGGERS:
             logger = logging.getLogger(lname)
             logger.addFilter(flt)
             self._filters.append((logger, flt))
@@ -290,7 +224,7 @@ class JaxEngine:
                 arg_names = [None] * len(avals)
             shardings = list(in_shardings) if in_shardings is not None else []
             shardings += [None] * (len(avals) - len(shardings))
-            sig = tuple(_format_aval(n, a, s) for n, a, s in zip(arg_names, avals, shardings))
+            sig = tuple(format_aval(n, a, s) for n, a, s in zip(arg_names, avals, shardings))
             _tls.lowering = (f"{api_name}({fun_name})", fun_name, sig)
         except Exception as e:  # noqa: BLE001
             self.rec.hook_failed("jax.lowering", e)
@@ -628,52 +562,3 @@ def _wrap_device_get(original: Callable[..., Any], engine: JaxEngine) -> Callabl
     return device_get
 
 
-class Tracked:
-    """State of one function wrapped by :func:`metrics.track`."""
-
-    __slots__ = ("name", "graphs", "last_hash", "compiles")
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-        self.graphs: dict[tuple[Any, ...], str] = {}
-        self.last_hash: str | None = None
-        self.compiles = 0  # seen during its calls; from two on, calls carry a key
-
-
-def track(fn: Callable[..., Any], name: str | None = None) -> Callable[..., Any]:
-    """Wraps ``fn`` so each call counts as an execution of the graph it ran.
-
-    A call costs two clock reads and one append. While the function has one
-    graph, calls are attributed to it; once it has compiled twice, each call
-    also records the shapes and dtypes of its top-level arguments, which pick
-    the graph (a call that compiled teaches the mapping).
-    """
-    owner = Tracked(name or f"jit({getattr(fn, '__name__', 'fn')})")
-
-    clock, seqs = time.monotonic_ns, _compile_seq
-
-    @functools.wraps(fn)
-    def tracked(*args: Any, **kwargs: Any) -> Any:
-        eng = _active
-        if eng is None:
-            return fn(*args, **kwargs)
-        seq = seqs[0]
-        start = clock()
-        out = fn(*args, **kwargs)
-        end = clock()
-        compiled = None
-        if seqs[0] != seq:
-            last = getattr(_tls, "last_compile", None)
-            if last is not None and last[0] > seq:
-                compiled = last[1]
-                owner.compiles += 1
-        key = None
-        if compiled is not None or owner.compiles > 1:
-            key = tuple((getattr(a, "shape", None), getattr(a, "dtype", None)) for a in args)
-        q = eng.calls_queue
-        q.append((owner, key, start, end, compiled))
-        if len(q) >= FOLD_AT:
-            eng.calls.flush()
-        return out
-
-    return tracked

@@ -60,10 +60,9 @@ from metrics import names
 from metrics.engines import _torchutil as tu
 from metrics.engines._patching import Patches
 from metrics.recorder import Recorder
-from tpu_info.model import DeviceRecord, RecompileCause
+from tpu_info.model import FIRST_CALL, DeviceRecord, RecompileCause
 
 ENGINE = "torch_compile"
-FIRST_CALL = "first call"
 GRAPH_BREAK = "graph_break"
 _COMPILE_ID = re.compile(r"^\s*\[?\d+/\d+\]?:\s*")
 _MISMATCH = re.compile(

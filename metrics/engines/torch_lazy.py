@@ -51,6 +51,7 @@ from metrics.engines import _torchutil as tu
 from metrics.engines._patching import Patches
 from metrics.recorder import Recorder
 from tpu_info.model import (
+    FIRST_CALL,
     CounterReading,
     DeviceRecord,
     DistributionReading,
@@ -59,7 +60,6 @@ from tpu_info.model import (
 )
 
 ENGINE = "torch_lazy"
-FIRST_CALL = "first call"
 _SOURCE = re.compile(r'\[source="[^"]*"\]')
 _OP = re.compile(r"\b(aten|prim|lazy)::[A-Za-z0-9_]+")
 _CONST = re.compile(r"value=(\[[^\]]*\])")

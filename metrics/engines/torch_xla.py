@@ -46,6 +46,7 @@ from metrics.engines import _torchutil as tu
 from metrics.engines._xla_debug import CompileAnalysis, DebugTail
 from metrics.recorder import Recorder
 from tpu_info.model import (
+    FIRST_CALL,
     CounterReading,
     DeviceRecord,
     DistributionReading,
@@ -55,7 +56,6 @@ from tpu_info.model import (
 )
 
 ENGINE = "torch_xla"
-FIRST_CALL = "first call"
 LEVEL_VAR, FILE_VAR = "PT_XLA_DEBUG_LEVEL", "PT_XLA_DEBUG_FILE"
 _KNOWN_UNITS = {"InboundData": Unit.BYTES, "OutboundData": Unit.BYTES,
                 "TensorsGraphSize": Unit.NUMBER, "InputOutputAliasCount": Unit.NUMBER}
