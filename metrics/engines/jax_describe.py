@@ -1,4 +1,4 @@
-"""How the JAX hook describes a compile: the cause JAX's
+r"""How the JAX hook describes a compile: the cause JAX's
 ``jax_explain_cache_misses`` gives (captured from its logger, parsed) and the
 input signature from the lowering step.
 
