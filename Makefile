@@ -15,9 +15,9 @@ $(STAMP): pyproject.toml constraints.txt
 
 venv: $(STAMP)
 
-# A real JAX training program with the hook, then what the tool saw of it.
+# A real JAX training program with the hook, shown by `tpu-info` from outside.
 demo: venv
-	$(PY) examples/jax_mlp.py --steps 200
+	$(PY) examples/demo.py
 
 # The whole suite (torch_xla's tests run in their own venv, built once);
 # pytest's exit code 5 (no tests collected) is not a failure.
