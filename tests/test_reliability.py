@@ -117,3 +117,33 @@ def test_short_load_has_no_rpc_errors():
         for t in threads:
             t.join()
     assert errors == []
+
+
+
+def test_a_stopped_process_shows_as_disconnected_in_the_watcher():
+    """SIGSTOP keeps the socket open but answers nothing: the dashboard's
+    reader notices the silence and reports the target disconnected."""
+    from tui.source import Conn, TargetReader
+
+    updates = []
+    with HookedProgram() as prog:
+        reader = TargetReader(prog.address, interval_s=0.2, timeout_s=2.0, silence_s=2.0)
+        stop = threading.Event()
+        t = threading.Thread(target=reader.run, args=(updates.append, stop), daemon=True)
+        t.start()
+        deadline = time.monotonic() + 30
+        while not updates and time.monotonic() < deadline:
+            time.sleep(0.1)
+        prog.proc.send_signal(signal.SIGSTOP)
+        stopped_at = time.monotonic()
+        try:
+            while time.monotonic() < stopped_at + 20 and not any(
+                    u.state == Conn.DISCONNECTED for u in updates):
+                time.sleep(0.1)
+        finally:
+            prog.proc.send_signal(signal.SIGCONT)
+            stop.set()
+            reader.stop()
+    down = [u for u in updates if u.state == Conn.DISCONNECTED]
+    assert down and "no answer" in down[0].error
+    assert down[0].since_unix is not None

@@ -47,6 +47,7 @@ T = TypeVar("T")
 M = TypeVar("M")
 
 DEFAULT_TIMEOUT_S = 5.0
+DEFAULT_KEEPALIVE_S = 10.0
 MAX_CAPTURE_S = 300.0
 CAPTURE_MARGIN_S = 30.0  # beyond the window: building the trace, device profilers
 DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
@@ -87,7 +88,8 @@ class Client:
     """
 
     def __init__(self, target: str, timeout: float = DEFAULT_TIMEOUT_S, *,
-                 max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> None:
+                 max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+                 keepalive_s: float = DEFAULT_KEEPALIVE_S) -> None:
         host, _ = split_target(target)
         self.target = target
         self.timeout = timeout
@@ -96,6 +98,12 @@ class Client:
             ("grpc.max_send_message_length", 1024 * 1024),
             ("grpc.enable_retries", 0),
             ("grpc.enable_http_proxy", 0),
+            # HTTP/2 pings on open calls: a peer that stops answering (a
+            # stopped or hung process keeps its socket open) ends a stream
+            # with UNAVAILABLE instead of leaving it silent forever.
+            ("grpc.keepalive_time_ms", int(keepalive_s * 1000)),
+            ("grpc.keepalive_timeout_ms", int(max(0.5, keepalive_s / 2) * 1000)),
+            ("grpc.http2.max_pings_without_data", 0),
         ]
         if host in _LOCAL_HOSTS:
             self._channel = grpc.secure_channel(target, grpc.local_channel_credentials(),

@@ -30,7 +30,7 @@ from enum import StrEnum
 from pathlib import Path
 
 from tpu_info.client import Client, split_target
-from tpu_info.errors import NotAMonitor, ServerError, TpuInfoError
+from tpu_info.errors import NotAMonitor, ServerError, TimedOut, TpuInfoError
 from tpu_info.model import Snapshot
 
 Clock = Callable[[], float]
@@ -120,7 +120,8 @@ class TargetReader:
 
     def __init__(self, target: str, interval_s: float, timeout_s: float = 3.0, *,
                  clock: Clock = time.time, backoff_s: Sequence[float] = BACKOFF_S,
-                 client_factory: Callable[..., Client] = Client) -> None:
+                 client_factory: Callable[..., Client] = Client,
+                 silence_s: float | None = None) -> None:
         self.target = target
         self.interval_s = interval_s
         self.timeout_s = timeout_s
@@ -131,6 +132,10 @@ class TargetReader:
         self._stopped = threading.Event()
         self._lock = threading.Lock()
         self._client: Client | None = None
+        # A process that stops answering (SIGSTOP, a hang) keeps its socket
+        # open: after this long without a snapshot the channel is closed.
+        self.silence_s = silence_s if silence_s is not None else max(5.0, 5 * interval_s)
+        self._silent = False
 
     def wake(self) -> None:
         """Cuts a backoff wait short."""
@@ -159,8 +164,12 @@ class TargetReader:
             client = self._open()
             if client is None:
                 return
+            self._silent = False
+            watchdog = _Watchdog(self.silence_s, lambda c=client: self._went_silent(c))
             try:
+                watchdog.kick()
                 for snap, state, source in self._read(client, since, done):
+                    watchdog.kick()
                     since = snap.last_seq if snap.last_seq >= since else 0
                     failures, down_since = 0, None
                     sink(Update(self.target, state, snap, source=source))
@@ -170,12 +179,19 @@ class TargetReader:
                 failures += 1
                 down_since = down_since or self.clock()
                 delay = self.backoff_s[min(failures, len(self.backoff_s)) - 1]
-                sink(Update(self.target, Conn.DISCONNECTED, error=e.detail or str(e),
+                error = (f"no answer for {self.silence_s:g} s (the process may be stopped "
+                         "or hung)") if self._silent else (e.detail or str(e))
+                sink(Update(self.target, Conn.DISCONNECTED, error=error,
                             since_unix=down_since, retry_in_s=delay))
                 self._wake.clear()
                 self._wake.wait(delay)
             finally:
+                watchdog.cancel()
                 client.close()
+
+    def _went_silent(self, client: Client) -> None:
+        self._silent = True
+        client.close()  # a blocked stream or call ends with an error
 
     def _read(self, client: Client, since: int, done: Callable[[], bool]):  # type: ignore[no-untyped-def]
         """Yields ``(snapshot, state, source)``: streaming first, then polling."""
@@ -190,20 +206,49 @@ class TargetReader:
         except (NotAMonitor, ServerError):
             if done():
                 return
+            if self._silent:  # the watchdog closed the channel under the stream
+                raise TimedOut("no answer", target=self.target) from None
         # Streaming refused (too many streams, an older hook, or libtpu): poll.
         use_libtpu = False
         while not done():
             started = time.monotonic()
-            if not use_libtpu:
-                try:
-                    snap = client.snapshot(events_since=since)
-                except NotAMonitor:
-                    use_libtpu = True
-            if use_libtpu:
-                snap = client.libtpu()
+            try:
+                if not use_libtpu:
+                    try:
+                        snap = client.snapshot(events_since=since)
+                    except NotAMonitor:
+                        use_libtpu = True
+                if use_libtpu:
+                    snap = client.libtpu()
+            except ValueError:  # the watchdog closed the channel between calls
+                raise TimedOut("no answer", target=self.target) from None
             yield snap, Conn.POLLING, "libtpu" if use_libtpu else "hook"
             since = snap.last_seq or since
             self._stopped.wait(max(0.0, self.interval_s - (time.monotonic() - started)))
+
+
+class _Watchdog:
+    """Calls ``fire`` unless kicked at least every ``seconds``."""
+
+    def __init__(self, seconds: float, fire: Callable[[], None]) -> None:
+        self._seconds = seconds
+        self._fire = fire
+        self._timer: threading.Timer | None = None
+        self._lock = threading.Lock()
+
+    def kick(self) -> None:
+        with self._lock:
+            if self._timer is not None:
+                self._timer.cancel()
+            self._timer = threading.Timer(self._seconds, self._fire)
+            self._timer.daemon = True
+            self._timer.start()
+
+    def cancel(self) -> None:
+        with self._lock:
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
 
 
 def _listens(target: str, timeout: float = 0.2) -> bool:

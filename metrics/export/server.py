@@ -282,6 +282,10 @@ class Server:
                 ("grpc.max_receive_message_length", MAX_RECEIVE_BYTES),
                 # Without this two processes could share 8431 on Linux.
                 ("grpc.so_reuseport", 0),
+                # Accept the clients' keepalive pings (they detect a hung
+                # peer) instead of answering frequent pings with GOAWAY.
+                ("grpc.http2.min_recv_ping_interval_without_data_ms", 500),
+                ("grpc.http2.max_ping_strikes", 0),
             ],
             maximum_concurrent_rpcs=4 * workers,
         )
