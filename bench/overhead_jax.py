@@ -2,8 +2,8 @@
 
     python bench/overhead_jax.py [--smoke]
 
-Alternates short runs without and with the hook in one process (120 pairs of
-100-step blocks, 12,000 steps each way, every step well under a millisecond)
+Alternates short runs without and with the hook in one process (240 pairs of
+100-step blocks, 24,000 steps each way, every step well under a millisecond)
 and prints the median over pairs of steps/s with / without, for two MLPs:
 "tiny" (~0.1 ms per step) and "mnist" (784-128-10, batch 32, ~0.25 ms).
 "With" is the fully instrumented loop: hooks installed, jax.device_put of
@@ -76,7 +76,7 @@ def measure(size: str, smoke: bool) -> None:
     # Many short alternating blocks: this VM's speed drifts by 2x within
     # seconds, so long runs compare different machines.
     steps = 100
-    rounds = 4 if smoke else 120
+    rounds = 4 if smoke else 240
     rng = np.random.default_rng(0)
     batches = [(rng.standard_normal((batch, n_in), dtype=np.float32),
                 rng.standard_normal((batch, n_out), dtype=np.float32)) for _ in range(steps)]

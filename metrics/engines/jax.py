@@ -528,11 +528,14 @@ def _wrap_device_put(original: Callable[..., Any], engine: JaxEngine) -> Callabl
     queue, flush = engine.transfers_queue, engine.transfers.flush
     append = queue.append
 
-    def device_put(x: Any, *args: Any, **kwargs: Any) -> Any:
+    # jax.device_put(x, device=None, *, src=..., donate=..., may_alias=...):
+    # the common call passes x (and a device) alone, which a plain positional
+    # call forwards faster than *args/**kwargs.
+    def device_put(x: Any, device: Any = None, **kwargs: Any) -> Any:
         if _active is not engine:
-            return original(x, *args, **kwargs)
+            return original(x, device, **kwargs)
         start = clock()
-        out = original(x, *args, **kwargs)
+        out = original(x, device, **kwargs) if kwargs else original(x, device)
         if type(x) is ndarray:  # the usual batch: inline, no walk
             append((True, start, clock(), x.nbytes))
             if len(queue) >= FOLD_AT:

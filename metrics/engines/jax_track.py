@@ -48,7 +48,7 @@ def track(fn: Callable[..., Any], name: str | None = None) -> Callable[..., Any]
             return fn(*args, **kwargs)
         seq = seqs[0]
         start = clock()
-        out = fn(*args, **kwargs)
+        out = fn(*args, **kwargs) if kwargs else fn(*args)
         end = clock()
         compiled = None
         if seqs[0] != seq:
