@@ -11,10 +11,9 @@ Example:
 
 from __future__ import annotations
 
-import os
-import sys
 from typing import Any
 
+from metrics.engines._frames import host_ram
 from tpu_info.model import DeviceRecord, MemoryReading
 
 _DTYPES = {
@@ -40,41 +39,6 @@ def tensor_type(value: Any) -> str | None:
     if shape is None or dtype is None:
         return None
     return f"{short_dtype(dtype)}[{','.join(str(d) for d in shape)}]"
-
-
-def skip_prefixes(*modules: Any) -> tuple[str, ...]:
-    """Directories whose frames are library frames, not the user's: the given
-    modules' packages, this hook's packages and the standard library."""
-    here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    paths = [os.path.join(here, "metrics") + os.sep, os.path.dirname(os.__file__) + os.sep]
-    for m in modules:
-        f = getattr(m, "__file__", None)
-        if f:
-            paths.append(os.path.dirname(os.path.abspath(f)) + os.sep)
-    return tuple(paths)
-
-
-def user_location(skip: tuple[str, ...], depth: int = 2) -> str | None:
-    """``file:line`` of the innermost frame outside ``skip`` (the user's line)."""
-    try:
-        f = sys._getframe(depth)
-    except ValueError:
-        return None
-    while f is not None:
-        fn = f.f_code.co_filename
-        if not fn.startswith(skip) and not fn.startswith("<"):
-            return f"{fn}:{f.f_lineno}"
-        f = f.f_back
-    return None
-
-
-def host_ram() -> int | None:
-    try:
-        import psutil
-
-        return int(psutil.virtual_memory().total)
-    except Exception:  # noqa: BLE001
-        return None
 
 
 def torch_devices(torch: Any) -> list[DeviceRecord]:

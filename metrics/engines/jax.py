@@ -31,10 +31,7 @@ crashes; ``JaxEngine.degraded`` lists what was unavailable):
 
 from __future__ import annotations
 
-import functools
-import inspect
 import logging
-import os
 import sys
 import threading
 import time
@@ -47,6 +44,7 @@ import numpy as np
 
 from metrics import events as ev
 from metrics import names
+from metrics.engines._frames import host_ram, skip_prefixes, user_location
 from metrics.engines._patching import Patches
 from metrics.engines.jax_describe import (
     EXPLAIN_LOGGERS,
@@ -66,29 +64,6 @@ _tls = threading.local()
 _compile_seq = [0]
 _active: JaxEngine | None = None
 _listeners_registered = False
-
-
-def _user_location(skip_prefixes: tuple[str, ...]) -> str | None:
-    """file:line of the innermost frame outside JAX, this package and stdlib."""
-    f = sys._getframe(2)
-    while f is not None:
-        fn = f.f_code.co_filename
-        if not fn.startswith(skip_prefixes) and not fn.startswith("<"):
-            return f"{fn}:{f.f_lineno}"
-        f = f.f_back
-    return None
-
-
-def _skip_prefixes() -> tuple[str, ...]:
-    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    paths = [here, os.path.dirname(jax.__file__), os.path.dirname(inspect.__file__)]
-    try:
-        import jaxlib
-
-        paths.append(os.path.dirname(jaxlib.__file__))
-    except ImportError:  # pragma: no cover - jax without jaxlib cannot run
-        pass
-    return tuple(paths)
 
 
 def _leaf_bytes(tree: Any, host_only: bool) -> int:
@@ -115,7 +90,7 @@ class JaxEngine:
         self._filters: list[tuple[logging.Logger, logging.Filter]] = []
         self._explain = explain_cache_misses
         self._explain_was_on: bool | None = None
-        self._skip = _skip_prefixes()
+        self._skip = skip_prefixes(jax, sys.modules.get("jaxlib"))
         self._peak_live: dict[int, int] = {}
         self._compile_patched = False
         dist, counter = recorder.distribution, recorder.counter
@@ -253,7 +228,7 @@ class JaxEngine:
             fun_name, sig = name, ()
         causes = getattr(_tls, "causes", None) or {}
         cause = causes.pop(fun_name, None)
-        location = cause.location if cause else _user_location(self._skip)
+        location = cause.location if cause else user_location(self._skip)
         ledger, events = self.rec.ledger, self.rec.events
         _compile_seq[0] += 1
         _tls.last_compile = (_compile_seq[0], graph_hash)
@@ -379,7 +354,7 @@ class JaxEngine:
                 peak = max(self._peak_live.get(d.id, 0), used)
                 self._peak_live[d.id] = peak
                 mem = MemoryReading(
-                    used_bytes=used, peak_bytes=peak, limit_bytes=_host_ram(),
+                    used_bytes=used, peak_bytes=peak, limit_bytes=host_ram(),
                     source="live_arrays",
                     reason=f"{d.platform} has no allocator stats: live jax.Array bytes, "
                            "limit is host RAM; peak is the highest seen at a scrape",
@@ -424,20 +399,6 @@ def _live_bytes_by_device() -> dict[int, int]:
             continue
     return out
 
-
-@functools.lru_cache(maxsize=1)
-def _host_ram() -> int | None:
-    """Total host RAM (read once: it does not change under a process)."""
-    try:
-        import psutil
-
-        return int(psutil.virtual_memory().total)
-    except Exception:  # noqa: BLE001
-        return None
-
-
-# Module-level wrappers: they look up the active engine at call time, so
-# uninstall() only has to restore attributes and clear ``_active``.
 
 def _register_listeners() -> None:
     global _listeners_registered

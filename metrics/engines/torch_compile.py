@@ -58,6 +58,7 @@ import torch
 from metrics import events as ev
 from metrics import names
 from metrics.engines import _torchutil as tu
+from metrics.engines._frames import skip_prefixes, user_location
 from metrics.engines._patching import Patches
 from metrics.recorder import Recorder
 from tpu_info.model import FIRST_CALL, DeviceRecord, RecompileCause
@@ -156,7 +157,7 @@ class TorchCompileEngine:
         self._dynamo_hooked = False
         self._lock = threading.Lock()
         self._types_by_compile_id: OrderedDict[str, dict[str, str]] = OrderedDict()
-        self._skip = tu.skip_prefixes(torch)
+        self._skip = skip_prefixes(torch)
         dist, counter = recorder.distribution, recorder.counter
         self._compile_time = dist(names.COMPILE_TIME)
         self._trace_time = dist(names.TRACE_TIME)
@@ -276,7 +277,7 @@ class TorchCompileEngine:
             cache_hit = hits > 0 and misses == 0
             frame_s = m.entire_frame_compile_time_s
             self._record(graphs, m.recompile_reason, m.compile_id, frame_s, cache_hit,
-                         tu.user_location(self._skip, 3))
+                         user_location(self._skip, 3))
         except Exception as e:  # noqa: BLE001
             self.rec.hook_failed("torch_compile.metrics", e)
 

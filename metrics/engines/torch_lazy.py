@@ -47,7 +47,7 @@ import torch._lazy
 from metrics import events as ev
 from metrics import names
 from metrics.engines import _foreign
-from metrics.engines import _torchutil as tu
+from metrics.engines._frames import skip_prefixes, user_location
 from metrics.engines._patching import Patches
 from metrics.recorder import Recorder
 from tpu_info.model import (
@@ -117,7 +117,7 @@ class TorchLazyEngine:
         self._base = _foreign.Baseline()
         self._hash_cache: dict[tuple[int, int], str] = {}
         self._last_text_at: dict[str, str] = {}  # location -> last compiled graph text
-        self._skip = tu.skip_prefixes(torch)
+        self._skip = skip_prefixes(torch)
         self._C: Any = getattr(torch._C, "_lazy", None)
         try:
             import torch._C._lazy_ts_backend as ts
@@ -168,7 +168,7 @@ class TorchLazyEngine:
                 if len(self._hash_cache) > 4096:
                     self._hash_cache.clear()
                 self._hash_cache[key] = h
-            location = tu.user_location(self._skip, 3)
+            location = user_location(self._skip, 3)
             name = f"lazy({os.path.basename(location) if location else '?'})"
             ledger = self.rec.ledger
             if uncached:

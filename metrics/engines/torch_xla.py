@@ -42,7 +42,7 @@ import torch_xla.debug.metrics as met
 
 from metrics import events as ev
 from metrics.engines import _foreign
-from metrics.engines import _torchutil as tu
+from metrics.engines._frames import skip_prefixes
 from metrics.engines._xla_debug import CompileAnalysis, DebugTail
 from metrics.recorder import Recorder
 from tpu_info.model import (
@@ -89,7 +89,7 @@ class TorchXlaEngine:
         self._lock = threading.Lock()
         self._compiles_seen = 0
         self._last_at: dict[str, CompileAnalysis] = {}
-        self._skip = tu.skip_prefixes(torch, torch_xla)
+        self._skip = skip_prefixes(torch, torch_xla)
 
     # Install / uninstall ---------------------------------------------------
 

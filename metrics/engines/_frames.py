@@ -1,0 +1,52 @@
+"""What every engine adapter needs from the host: the user's source line
+(the innermost frame outside library code) and the host's RAM.
+
+Example:
+    >>> skip = skip_prefixes()
+    >>> user_location(skip, depth=1) is None or ":" in user_location(skip, depth=1)
+    True
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+from typing import Any
+
+
+def skip_prefixes(*modules: Any) -> tuple[str, ...]:
+    """Directories whose frames are library frames, not the user's: the given
+    modules' packages, this hook's package and the standard library."""
+    metrics_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    paths = [metrics_dir + os.sep, os.path.dirname(os.__file__) + os.sep]
+    for m in modules:
+        f = getattr(m, "__file__", None)
+        if f:
+            paths.append(os.path.dirname(os.path.abspath(f)) + os.sep)
+    return tuple(paths)
+
+
+def user_location(skip: tuple[str, ...], depth: int = 2) -> str | None:
+    """``file:line`` of the innermost frame outside ``skip`` (the user's line)."""
+    try:
+        f = sys._getframe(depth)
+    except ValueError:
+        return None
+    while f is not None:
+        fn = f.f_code.co_filename
+        if not fn.startswith(skip) and not fn.startswith("<"):
+            return f"{fn}:{f.f_lineno}"
+        f = f.f_back
+    return None
+
+
+@functools.lru_cache(maxsize=1)
+def host_ram() -> int | None:
+    """Total host RAM (read once: it does not change under a process)."""
+    try:
+        import psutil
+
+        return int(psutil.virtual_memory().total)
+    except Exception:  # noqa: BLE001 - no psutil, no total: callers say N/A
+        return None
