@@ -81,7 +81,7 @@ def _positive_seconds(flag: str, floor: float = 0.0):  # type: ignore[no-untyped
 
 
 def _target(text: str) -> str:
-    from tpu_info.gather import validate_target
+    from tpu_info.targets import validate_target
 
     try:
         return validate_target(text)
@@ -148,7 +148,7 @@ def _console(args: argparse.Namespace):  # type: ignore[no-untyped-def]
 
 
 def _targets(args: argparse.Namespace) -> list[str]:
-    from tpu_info.gather import read_targets_file
+    from tpu_info.targets import read_targets_file
 
     targets = list(args.target)
     if args.targets_file:

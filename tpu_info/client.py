@@ -42,6 +42,7 @@ from tpu_info.proto import tpu_info_v1_pb2 as pb
 from tpu_info.proto import tpu_info_v1_pb2_grpc as pb_grpc
 from tpu_info.proto import tpu_metric_service_pb2 as lpb
 from tpu_info.proto import tpu_metric_service_pb2_grpc as lpb_grpc
+from tpu_info.targets import validate_target
 
 T = TypeVar("T")
 M = TypeVar("M")
@@ -60,9 +61,11 @@ def split_target(target: str) -> tuple[str, int]:
     Raises:
         Unreachable: the target is not ``host:port``.
     """
-    host, sep, port = target.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise Unreachable("not a host:port address", target=target)
+    try:
+        validate_target(target)
+    except ValueError as e:
+        raise Unreachable(str(e), target=target) from None
+    host, _, port = target.strip().rpartition(":")
     return host.strip("[]"), int(port)
 
 
