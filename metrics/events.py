@@ -25,6 +25,10 @@ from tpu_info.model import Event
 _SLACK = 16  # how far out of order concurrent emitters can leave the ring
 
 
+_Question = tuple[int, "int | None"]  # (since seq, limit)
+_Answer = tuple[list[Event], int]  # (events, dropped)
+
+
 def _seq_of(t: tuple[Any, ...]) -> int:
     return t[0]
 
@@ -47,6 +51,8 @@ class EventLog:
         self._ring: deque[tuple[Any, ...]] = deque(maxlen=capacity)
         self._seq = itertools.count(1)
         self._built: dict[int, Event] = {}  # Events already made from ring tuples
+        # Answers given since the ring last changed, by (seq, limit).
+        self._memo: tuple[tuple[int, int], dict[_Question, _Answer]] = ((-1, -1), {})
         self._last = 0
         self._clock = clock
         # Called before every read: folds hot-path journals in (the recorder's).
@@ -81,7 +87,18 @@ class EventLog:
         """Events with ``seq`` greater than the given one, and how many of
         those the ring already dropped. ``limit`` keeps the newest ones."""
         self.before_read()
-        ring = list(self._ring)  # copied in C without releasing the GIL
+        ring_view = self._ring
+        # Nothing appended since the same question was last asked (a watcher
+        # polling an idle program, many clients asking for the whole ring):
+        # the same answer, without copying or sorting the ring again.
+        state = (len(ring_view), ring_view[-1][0] if ring_view else 0)
+        memo = self._memo
+        if memo[0] != state:
+            memo = self._memo = (state, {})
+        answer = memo[1].get((seq, limit))
+        if answer is not None:
+            return list(answer[0]), answer[1]
+        ring = list(ring_view)  # copied in C without releasing the GIL
         last = self._last
         # Sequence numbers are contiguous in the ring, give or take two
         # threads that appended in the other order than they drew numbers:
@@ -104,8 +121,11 @@ class EventLog:
             made[t[0]] = e
             out.append(e)
         self._built = made  # keeps only what the last reader saw
-        return out, dropped
+        if len(memo[1]) < 8:  # a few distinct questions per state
+            memo[1][(seq, limit)] = (out, dropped)
+        return list(out), dropped
 
     def clear(self) -> None:
         self._ring.clear()
         self._built = {}
+        self._memo = ((-1, -1), {})

@@ -37,7 +37,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from tpu_info.buckets import percentiles
+from tpu_info.buckets import SortedCounts, sorted_percentiles
 from tpu_info.model import (
     PERCENTILES,
     BucketCounts,
@@ -101,7 +101,8 @@ class Distribution:
     __slots__ = (
         "name", "unit", "help", "gamma", "_inv_log_gamma", "_lock", "_pending",
         "_count", "_sum", "_min", "_max", "_pos", "_neg", "_zero",
-        "_first_ns", "_last_ns", "_recent", "_clock", "_cached",
+        "_first_ns", "_last_ns", "_recent", "_clock", "_cached", "_cached_offset",
+        "_pos_keys", "_neg_keys",
     )
 
     def __init__(
@@ -132,10 +133,14 @@ class Distribution:
         self._pos: dict[int, int] = {}
         self._neg: dict[int, int] = {}
         self._zero = 0
+        # Bucket keys in value order (negative ones descending).
+        self._pos_keys: list[int] = []
+        self._neg_keys: list[int] = []
         self._first_ns = 0
         self._last_ns = 0
         self._recent: deque[tuple[int, float]] = deque(maxlen=RECENT)
         self._cached: DistributionReading | None = None
+        self._cached_offset = 0.0
 
     def observe(self, value: float) -> None:
         """Records one sample: one clock read and one deque append."""
@@ -154,6 +159,8 @@ class Distribution:
 
     def _fold(self) -> None:
         """Moves waiting samples into the aggregates (under the lock)."""
+        if not self._pending:  # the common case at scrape time: nothing to take
+            return
         with self._lock:
             pending = self._pending
             n = len(pending)
@@ -216,6 +223,20 @@ class Distribution:
             self._pending.clear()
             self._reset()
 
+    def _recent_unix(
+        self, count: int, recent: list[tuple[int, float]], mono_to_unix: float
+    ) -> tuple[tuple[float, float], ...]:
+        """``recent`` on the unix clock, reusing the previous reading's pairs
+        for samples it already held: a scrape converts only the new ones."""
+        previous = self._cached
+        if previous is not None and self._cached_offset == mono_to_unix:
+            new = count - previous.count
+            start = len(previous.recent) + new - len(recent)
+            if 0 <= new <= len(recent) and start >= 0:
+                return previous.recent[start:] + tuple(
+                    (t / 1e9 + mono_to_unix, v) for t, v in recent[len(recent) - new:])
+        return tuple((t / 1e9 + mono_to_unix, v) for t, v in recent)
+
     def reading(self, mono_to_unix: float) -> DistributionReading:
         """A consistent copy with percentiles and rates computed now (or the
         previous reading when nothing was recorded since: scrapes of many
@@ -227,16 +248,26 @@ class Distribution:
         with self._lock:
             count, total = self._count, self._sum
             lo, hi = self._min, self._max
-            pos, neg, zero = dict(self._pos), dict(self._neg), self._zero
+            zero = self._zero
             first, last = self._first_ns, self._last_ns
             recent = list(self._recent)
+            # Keys are only added (until a reset): re-sort only when one was.
+            # The key lists are replaced, never changed, so readings share them.
+            if len(self._pos_keys) != len(self._pos):
+                self._pos_keys = sorted(self._pos)
+            if len(self._neg_keys) != len(self._neg):
+                self._neg_keys = sorted(self._neg, reverse=True)
+            pos = SortedCounts(self._pos_keys, list(map(self._pos.__getitem__, self._pos_keys)))
+            neg = SortedCounts(self._neg_keys, list(map(self._neg.__getitem__, self._neg_keys)))
         if count == 0:
             return DistributionReading(
                 name=self.name, unit=self.unit, count=0, total=0.0,
                 min=None, max=None, help=self.help,
             )
         buckets = BucketCounts(gamma=self.gamma, positive=pos, negative=neg, zero=zero)
-        pct = tuple(zip(PERCENTILES, percentiles(buckets, count, PERCENTILES, lo, hi)))
+        pct = tuple(zip(PERCENTILES, sorted_percentiles(
+            self.gamma, neg.key_list, neg.count_list, zero, pos.key_list, pos.count_list,
+            count, PERCENTILES, lo, hi)))
         rate = value_rate = None
         span_s = (last - first) / 1e9
         if count > 1 and span_s > 0:
@@ -246,15 +277,19 @@ class Distribution:
             name=self.name, unit=self.unit, count=count, total=total,
             min=lo, max=hi, rate_per_second=rate, value_rate_per_second=value_rate,
             percentiles=pct,
-            recent=tuple((t / 1e9 + mono_to_unix, v) for t, v in recent),
+            recent=self._recent_unix(count, recent, mono_to_unix),
             buckets=buckets, help=self.help,
         )
-        self._cached = reading
+        self._cached, self._cached_offset = reading, mono_to_unix
         return reading
 
 
 def _nothing() -> None:
     pass
+
+
+def _name_of(item: Counter | Distribution) -> str:
+    return item.name
 
 
 class Registry:
@@ -268,6 +303,8 @@ class Registry:
         self._lock = threading.Lock()
         self._counters: dict[str, Counter] = {}
         self._distributions: dict[str, Distribution] = {}
+        self._sorted_counters: list[Counter] = []
+        self._sorted_dists: list[Distribution] = []
         self._clock = clock
         # Fixed once, so unchanged readings can be reused across snapshots.
         self._offset = time.time() - clock() / 1e9
@@ -353,18 +390,15 @@ class Registry:
         """Consistent copies of every non-empty counter and distribution."""
         self.before_read()
         with self._lock:
-            counters = list(self._counters.values())
-            dists = list(self._distributions.values())
+            # Names are only ever added (clears keep them): re-sort only
+            # when one was.
+            if len(self._sorted_counters) != len(self._counters):
+                self._sorted_counters = sorted(self._counters.values(), key=_name_of)
+            if len(self._sorted_dists) != len(self._distributions):
+                self._sorted_dists = sorted(self._distributions.values(), key=_name_of)
+            counters, dists = self._sorted_counters, self._sorted_dists
         offset = self._mono_to_unix()
         return (
-            tuple(
-                CounterReading(c.name, c.value, c.unit, c.help)
-                for c in sorted(counters, key=lambda c: c.name)
-                if c.value
-            ),
-            tuple(
-                d.reading(offset)
-                for d in sorted(dists, key=lambda d: d.name)
-                if d.count
-            ),
+            tuple(CounterReading(c.name, c.value, c.unit, c.help) for c in counters if c.value),
+            tuple(d.reading(offset) for d in dists if d.count),
         )

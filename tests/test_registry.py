@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import itertools
+import random
 import threading
 
 import numpy as np
@@ -121,6 +123,21 @@ def test_recent_ring_keeps_last_64_in_order():
     for v in range(100):
         d.observe(float(v))
     assert [v for _, v in d.reading(0.0).recent] == [float(v) for v in range(36, 100)]
+
+
+def test_recent_samples_between_readings_match_a_fresh_reading():
+    # Readings reuse the previous reading's converted samples; whatever the
+    # number of samples between readings, the result equals a full conversion.
+    rng = random.Random(5)
+    ticks = itertools.count(0, 10**6)
+    d = Distribution("r", clock=lambda: next(ticks))
+    for _ in range(60):
+        for _ in range(rng.choice([0, 1, 2, 5, 63, 64, 65, 200])):
+            d.observe(rng.random())
+        r = d.reading(7.0)
+        with d._lock:
+            expected = tuple((t / 1e9 + 7.0, v) for t, v in d._recent)
+        assert r.recent == expected
 
 
 def test_torch_xla_call_shapes():

@@ -24,7 +24,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence, ValuesView
 
 from tpu_info.model import BucketCounts
 
@@ -103,40 +103,106 @@ def percentiles(
     for percent in percents:
         if not 0.0 <= percent <= 100.0:
             raise ValueError(f"percent {percent} is outside 0..100")
-    neg_keys = sorted(b.negative, reverse=True)
-    pos_keys = sorted(b.positive)
-    zero = 1 if b.zero else 0
-    counts = [b.negative[k] for k in neg_keys]
-    if zero:
-        counts.append(b.zero)
-    counts += [b.positive[k] for k in pos_keys]
+    neg = SortedCounts.of(b.negative, descending=True)
+    pos = SortedCounts.of(b.positive)
+    return sorted_percentiles(
+        b.gamma, neg.key_list, neg.count_list, b.zero, pos.key_list, pos.count_list,
+        count, percents, lo, hi,
+    )
+
+
+class SortedCounts(Mapping[int, int]):
+    """Read-only bucket counts held as two parallel lists in value order.
+
+    The hook keeps its bucket keys sorted between scrapes; readings hand out
+    this form so percentiles and the wire encoder use the lists as they are,
+    without a dict copy, a sort or a lookup per bucket.
+    """
+
+    __slots__ = ("key_list", "count_list", "_index")
+
+    def __init__(self, keys: Sequence[int], counts: Sequence[int]) -> None:
+        self.key_list = keys
+        self.count_list = counts
+        self._index: dict[int, int] | None = None
+
+    @classmethod
+    def of(cls, counts: Mapping[int, int], descending: bool = False) -> SortedCounts:
+        """``counts`` in this form (as it is, if it already is, ascending)."""
+        if isinstance(counts, SortedCounts) and not descending:
+            return counts
+        keys = sorted(counts, reverse=descending)
+        return cls(keys, [counts[k] for k in keys])
+
+    def __getitem__(self, key: int) -> int:
+        if self._index is None:
+            self._index = dict(zip(self.key_list, self.count_list))
+        return self._index[key]
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.key_list)
+
+    def __len__(self) -> int:
+        return len(self.key_list)
+
+    def values(self) -> ValuesView[int]:  # in key order, like keys()
+        return _ListValues(self)
+
+    def __repr__(self) -> str:
+        return f"SortedCounts({dict(zip(self.key_list, self.count_list))!r})"
+
+
+class _ListValues(ValuesView[int]):
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._mapping.count_list)  # type: ignore[attr-defined]
+
+
+def sorted_percentiles(
+    gamma: float,
+    neg_keys: Sequence[int], neg_counts: Sequence[int], zero: int,
+    pos_keys: Sequence[int], pos_counts: Sequence[int],
+    count: int, percents: Sequence[float],
+    lo: float | None = None, hi: float | None = None,
+) -> list[float]:
+    """:func:`percentiles` over bucket keys in value order (``neg_keys``
+    descending, ``pos_keys`` ascending) and their counts. Arguments are not
+    checked again.
+    """
+    counts = list(neg_counts)
+    has_zero = 1 if zero else 0
+    if has_zero:
+        counts.append(zero)
+    counts += pos_counts
     if not counts:
         raise ValueError("no buckets to read a rank from")
     cumulative = list(itertools.accumulate(counts))
-    n_neg, last, gamma = len(neg_keys), len(counts) - 1, b.gamma
+    n_neg, last = len(neg_keys), len(counts) - 1
+    denom = gamma + 1.0
 
     def at_rank(rank: int) -> float:
-        i = min(bisect.bisect_right(cumulative, rank), last)
+        i = bisect.bisect_right(cumulative, rank)
+        if i > last:
+            i = last
         if i < n_neg:
-            return -bucket_value(gamma, neg_keys[i])
+            return -2.0 * gamma ** neg_keys[i] / denom
         i -= n_neg
-        if i < zero:
+        if i < has_zero:
             return 0.0
-        return bucket_value(gamma, pos_keys[i - zero])
+        return 2.0 * gamma ** pos_keys[i - has_zero] / denom
 
     out = []
     for percent in percents:
         h = (count - 1) * percent / 100.0
         below = math.floor(h)
         v0 = at_rank(below)
-        v1 = at_rank(min(below + 1, count - 1))
-        v = v0 + (h - below) * (v1 - v0)
+        v = v0 if h == below else v0 + (h - below) * (at_rank(min(below + 1, count - 1)) - v0)
         if lo is not None and v < lo:
             v = lo
         if hi is not None and v > hi:
             v = hi
         out.append(v)
     return out
+
 
 
 def merge_buckets(parts: Iterable[BucketCounts]) -> BucketCounts | None:

@@ -22,6 +22,7 @@ import threading
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from tpu_info.buckets import SortedCounts
 from tpu_info.errors import ProtocolMismatch, WireError
 from tpu_info.model import (
     BucketCounts,
@@ -54,12 +55,14 @@ def _fill_buckets(msg: pb.Buckets, b: BucketCounts) -> None:
     # Keys need not be sorted on the wire; a mapping's keys() and values()
     # iterate in the same order, and skipping the sort halves the cost.
     msg.gamma = b.gamma
-    if b.positive:
-        msg.positive_keys.extend(b.positive.keys())
-        msg.positive_counts.extend(b.positive.values())
-    if b.negative:
-        msg.negative_keys.extend(b.negative.keys())
-        msg.negative_counts.extend(b.negative.values())
+    for counts, keys_field, counts_field in ((b.positive, msg.positive_keys, msg.positive_counts),
+                                             (b.negative, msg.negative_keys, msg.negative_counts)):
+        if isinstance(counts, SortedCounts):  # the hook's own readings: lists already
+            keys_field.extend(counts.key_list)
+            counts_field.extend(counts.count_list)
+        elif counts:
+            keys_field.extend(counts.keys())
+            counts_field.extend(counts.values())
     msg.zero = b.zero
 
 
@@ -174,42 +177,55 @@ class PartCache:
     identity. The hook reuses the records of unchanged parts, so encoding a
     snapshot costs in proportion to what changed: unchanged parts are joined
     as bytes (protobuf's repeated fields are concatenations of their
-    elements' encodings). Thread-safe: each call swaps in a fresh map.
+    elements' encodings). Thread-safe.
     """
 
     def __init__(self) -> None:
         self._parts: dict[int, tuple[object, bytes]] = {}
         self._events: dict[int, bytes] = {}  # by sequence number: events never change
+        self._event_block: tuple[tuple[int, int, int], bytes] = ((0, 0, 0), b"")
         self._lock = threading.Lock()
 
     def encode(self, s: Snapshot, head: pb.Snapshot) -> bytes:
         """``head`` (the snapshot without distributions, graphs and events)
         followed by the encoding of every distribution, graph and event."""
         with self._lock:
-            old, old_events = self._parts, self._events
-        new: dict[int, tuple[object, bytes]] = {}
-        new_events: dict[int, bytes] = {}
+            parts, old_events, old_block = self._parts, self._events, self._event_block
         chunks = [head.SerializeToString()]
-        for e in s.events:
-            data = old_events.get(e.seq)
-            if data is None:
-                m = pb.Event()
-                _fill_event(m, e)
-                body = m.SerializeToString()
-                data = _EVENT_TAG + _varint(len(body)) + body
-            new_events[e.seq] = data
-            chunks.append(data)
+        events = s.events
+        # Sequence numbers are unique and events never change, so the same
+        # first, last and count is the same run of events: one cached block.
+        block_key = (len(events), events[0].seq, events[-1].seq) if events else (0, 0, 0)
+        if old_block[0] == block_key:
+            new_events, block = old_events, old_block
+        else:
+            new_events = {}
+            for e in events:
+                data = old_events.get(e.seq)
+                if data is None:
+                    m = pb.Event()
+                    _fill_event(m, e)
+                    body = m.SerializeToString()
+                    data = _EVENT_TAG + _varint(len(body)) + body
+                new_events[e.seq] = data
+            block = (block_key, b"".join(new_events.values()))
+        chunks.append(block[1])
+        # A fresh map each time: a replaced record (and its buckets) is freed
+        # at once instead of aging into the collector's oldest generation.
+        new: dict[int, tuple[object, bytes]] = {}
+        get, append = parts.get, chunks.append
         for tag, records, build in ((_DIST_TAG, s.distributions, _encode_distribution),
                                     (_GRAPH_TAG, s.graphs, _encode_graph)):
             for r in records:
-                hit = old.get(id(r))
+                key = id(r)
+                hit = get(key)
                 if hit is None or hit[0] is not r:
                     body = build(r)
                     hit = (r, tag + _varint(len(body)) + body)
-                new[id(r)] = hit
-                chunks.append(hit[1])
+                new[key] = hit
+                append(hit[1])
         with self._lock:
-            self._parts, self._events = new, new_events
+            self._parts, self._events, self._event_block = new, new_events, block
         return b"".join(chunks)
 
 
