@@ -15,9 +15,10 @@ Example:
 from __future__ import annotations
 
 import itertools
+import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from tpu_info.model import Event
@@ -49,7 +50,8 @@ class EventLog:
     def __init__(self, capacity: int = 10_000, clock: Callable[[], float] = time.time) -> None:
         self.capacity = capacity
         self._ring: deque[tuple[Any, ...]] = deque(maxlen=capacity)
-        self._seq = itertools.count(1)
+        self._next_seq = 1
+        self._lock = threading.Lock()
         self._built: dict[int, Event] = {}  # Events already made from ring tuples
         # Answers given since the ring last changed, by (seq, limit).
         self._memo: tuple[tuple[int, int], dict[_Question, _Answer]] = ((-1, -1), {})
@@ -70,14 +72,39 @@ class EventLog:
     ) -> int:
         """Appends one event (at ``time_unix``, default now) and returns its
         sequence number."""
-        # No lock: next() on itertools.count and deque.append are each atomic
-        # under the GIL. A plain tuple, because building the frozen Event costs
-        # more than the rest of emit; readers build Events.
-        seq = next(self._seq)
+        # A plain tuple, because building the frozen Event costs more than the
+        # rest of emit; readers build Events. The lock keeps each batch of
+        # emit_many contiguous in sequence numbers and ring order.
         when = self._clock() if time_unix is None else time_unix
-        self._ring.append((seq, when, kind, name, graph_hash, detail, location, value))
-        self._last = seq
+        with self._lock:
+            seq = self._next_seq
+            self._next_seq = seq + 1
+            self._ring.append((seq, when, kind, name, graph_hash, detail, location, value))
+            self._last = seq
         return seq
+
+    def emit_many(
+        self,
+        kind: str | Iterable[str],
+        times_unix: Sequence[float],
+        values: Iterable[float | None] | None = None,
+    ) -> None:
+        """Appends one event per time, of ``kind`` (one, or one per event)
+        with the matching value: how folds record a batch of steps or
+        transfers at once."""
+        n = len(times_unix)
+        if not n:
+            return
+        rep = itertools.repeat
+        kinds = rep(kind) if isinstance(kind, str) else kind
+        vals = rep(None) if values is None else values
+        with self._lock:
+            first = self._next_seq
+            self._next_seq = first + n
+            # zip builds the rows in C: no bytecode per event.
+            self._ring.extend(zip(range(first, first + n), times_unix, kinds, rep(""), rep(""),
+                                  rep(""), rep(None), vals))
+            self._last = first + n - 1
 
     @property
     def last_seq(self) -> int:

@@ -16,6 +16,7 @@ Example:
 
 from __future__ import annotations
 
+import itertools
 import threading
 from collections import deque
 from collections.abc import Callable
@@ -52,8 +53,8 @@ class Journal:
             q = self._queue
             n = len(q)
             if n:
-                popleft = q.popleft
-                self._fold([popleft() for _ in range(n)])
+                # popleft until n are taken, in C (appends may go on meanwhile).
+                self._fold(list(itertools.islice(iter(q.popleft, None), n)))
 
     def clear(self) -> None:
         with self._lock:

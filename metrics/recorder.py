@@ -117,15 +117,16 @@ class Recorder:
             self._steps.flush()
 
     def _fold_steps(self, times: list[int]) -> None:
+        if not times:
+            return
         last = self._last_step_ns
-        emit, offset = self.events.emit, self.mono_to_unix
-        for now in times:
-            self._mark_step.inc()
-            if last is not None:
-                self._step_time.observe_at(now - last, now)
-            last = now
-            emit(ev.STEP, time_unix=now / 1e9 + offset)
-        self._last_step_ns = last
+        self._mark_step.inc(len(times))
+        ends = times if last is not None else times[1:]
+        starts = [last, *times[:-1]] if last is not None else times[:-1]
+        self._step_time.observe_many([e - s for s, e in zip(starts, ends)], ends)
+        self._last_step_ns = times[-1]
+        offset = self.mono_to_unix
+        self.events.emit_many(ev.STEP, [t / 1e9 + offset for t in times])
 
     # Failure containment ---------------------------------------------------
 

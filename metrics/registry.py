@@ -34,7 +34,7 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from tpu_info.buckets import SortedCounts, sorted_percentiles
@@ -157,36 +157,56 @@ class Distribution:
         if len(pending) >= FOLD_AT:
             self._fold()
 
+    def observe_many(self, values: Sequence[float], clock_ns: Sequence[int]) -> None:
+        """Records samples taken at the matching ``clock_ns`` (how journals
+        fold): the batch goes straight into the aggregates, after any
+        single samples still waiting."""
+        if not values:
+            return
+        with self._lock:
+            self._take_pending()
+            self._add(clock_ns, values, None)
+
     def _fold(self) -> None:
         """Moves waiting samples into the aggregates (under the lock)."""
         if not self._pending:  # the common case at scrape time: nothing to take
             return
         with self._lock:
-            pending = self._pending
-            n = len(pending)
-            if not n:
-                return
-            popleft = pending.popleft
-            batch = [popleft() for _ in range(n)]
-            values = [v for _, v in batch]
-            np = sys.modules.get("numpy")  # used only if the program loaded it
-            if np is not None and n >= 256:
-                total, lo, hi, zero = self._fold_numpy(np, values)
-            else:
-                total, lo, hi, zero = self._fold_python(values)
-            if self._count == 0:
-                self._first_ns = batch[0][0]
-            self._last_ns = batch[-1][0]
-            self._count += n
-            self._sum += total
-            self._zero += zero
-            if lo < self._min:
-                self._min = lo
-            if hi > self._max:
-                self._max = hi
-            self._recent.extend(batch[-RECENT:])
+            self._take_pending()
 
-    def _fold_python(self, values: list[float]) -> tuple[float, float, float, int]:
+    def _take_pending(self) -> None:
+        # Caller holds the lock.
+        pending = self._pending
+        n = len(pending)
+        if n:
+            batch = list(itertools.islice(iter(pending.popleft, None), n))
+            self._add([t for t, _ in batch], [v for _, v in batch], batch)
+
+    def _add(self, times: Sequence[int], values: Sequence[float],
+             pairs: list[tuple[int, float]] | None) -> None:
+        # Caller holds the lock; ``pairs`` is zip(times, values) if at hand.
+        n = len(values)
+        np = sys.modules.get("numpy")  # used only if the program loaded it
+        if np is not None and n >= 256:
+            total, lo, hi, zero = self._fold_numpy(np, values)
+        else:
+            total, lo, hi, zero = self._fold_python(values)
+        if self._count == 0:
+            self._first_ns = times[0]
+        self._last_ns = times[-1]
+        self._count += n
+        self._sum += total
+        self._zero += zero
+        if lo < self._min:
+            self._min = lo
+        if hi > self._max:
+            self._max = hi
+        if pairs is not None:
+            self._recent.extend(pairs[-RECENT:])
+        else:
+            self._recent.extend(zip(times[-RECENT:], values[-RECENT:], strict=False))
+
+    def _fold_python(self, values: Sequence[float]) -> tuple[float, float, float, int]:
         k = self._inv_log_gamma
         log, ceil = math.log, math.ceil
         pos, neg = self._pos, self._neg
@@ -202,7 +222,7 @@ class Distribution:
                 zero += 1
         return math.fsum(values), min(values), max(values), zero
 
-    def _fold_numpy(self, np: Any, values: list[float]) -> tuple[float, float, float, int]:
+    def _fold_numpy(self, np: Any, values: Sequence[float]) -> tuple[float, float, float, int]:
         a = np.asarray(values, dtype=np.float64)
         k = self._inv_log_gamma
         for sign, target in ((1.0, self._pos), (-1.0, self._neg)):

@@ -53,3 +53,43 @@ def test_events_since_and_drops():
     assert log.last_seq == 8
     events, _ = log.since(0, limit=2)
     assert [e.seq for e in events] == [7, 8]
+
+
+def test_emit_many_keeps_sequence_numbers_contiguous_next_to_single_emits():
+    import threading
+
+    log = EventLog(capacity=100_000)
+    stop = threading.Event()
+
+    def single() -> None:  # another thread emitting one at a time meanwhile
+        while not stop.is_set():
+            log.emit("compile", name="f")
+
+    t = threading.Thread(target=single)
+    t.start()
+    try:
+        for i in range(200):
+            log.emit_many("step", [float(i)] * 50, [float(j) for j in range(50)])
+    finally:
+        stop.set()
+        t.join()
+    events, dropped = log.since(0, limit=None)
+    seqs = [e.seq for e in events]
+    assert dropped == 0 and seqs == list(range(1, log.last_seq + 1))
+    assert sum(e.kind == "step" for e in events) == 200 * 50
+    # Asking from any point gives exactly what came after it.
+    for cut in (1, 777, len(seqs) // 2, len(seqs) - 3):
+        after, _ = log.since(cut, limit=None)
+        assert [e.seq for e in after] == seqs[cut:]
+
+
+def test_emit_many_with_a_kind_per_event_and_the_ring_bound():
+    log = EventLog(capacity=5)
+    log.emit_many(["a", "b", "a"], [1.0, 2.0, 3.0], [10.0, 20.0, 30.0])
+    log.emit_many("c", [4.0, 5.0, 6.0])
+    events, dropped = log.since(0)
+    assert [(e.seq, e.kind, e.value) for e in events] == [
+        (2, "b", 20.0), (3, "a", 30.0), (4, "c", None), (5, "c", None), (6, "c", None)]
+    assert dropped == 1
+    log.emit_many("d", [])
+    assert log.last_seq == 6

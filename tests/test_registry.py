@@ -166,3 +166,21 @@ def test_snapshot_is_a_copy():
     counters, _ = reg.snapshot()
     reg.counter("A").inc()
     assert counters[0].value == 1
+
+
+def test_observe_many_equals_one_at_a_time():
+    rng = random.Random(3)
+    one, many = Distribution("a"), Distribution("b")
+    for _ in range(30):
+        n = rng.choice([1, 5, 300, 2000])
+        values = [rng.lognormvariate(5, 2) * rng.choice([1, -1, 0]) for _ in range(n)]
+        times = [rng.randrange(10**12) for _ in range(n)]
+        many.observe(1.5)
+        one.observe_at(1.5, 0)
+        many.observe_many(values, times)
+        for v, t in zip(values, times):
+            one.observe_at(v, t)
+    a, b = one.reading(0.0), many.reading(0.0)
+    assert (a.count, a.min, a.max, a.percentiles) == (b.count, b.min, b.max, b.percentiles)
+    assert a.total == pytest.approx(b.total)
+    assert [v for _, v in a.recent] == [v for _, v in b.recent]

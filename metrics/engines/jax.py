@@ -271,26 +271,27 @@ class JaxEngine:
 
     def _fold_transfers(self, batch: list[tuple[bool, int, int, int]]) -> None:
         """Transfer records -> times, bytes and events (at read time)."""
-        emit, offset = self.rec.events.emit, self.rec.mono_to_unix
-        for to_device, start, end, nbytes in batch:
-            if to_device:
-                self._h2d_time.observe_at(end - start, end)
-                self._outbound.observe_at(nbytes, end)
-                kind = ev.TRANSFER_TO_DEVICE
-            else:
-                self._d2h_time.observe_at(end - start, end)
-                self._inbound.observe_at(nbytes, end)
-                kind = ev.TRANSFER_FROM_DEVICE
-            emit(kind, value=float(nbytes), time_unix=end / 1e9 + offset)
+        offset = self.rec.mono_to_unix
+        for to_device, time_d, bytes_d in ((True, self._h2d_time, self._outbound),
+                                           (False, self._d2h_time, self._inbound)):
+            rows = [r for r in batch if r[0] is to_device]
+            if rows:
+                ends = [r[2] for r in rows]
+                time_d.observe_many([r[2] - r[1] for r in rows], ends)
+                bytes_d.observe_many([r[3] for r in rows], ends)
+        self.rec.events.emit_many(
+            [ev.TRANSFER_TO_DEVICE if r[0] else ev.TRANSFER_FROM_DEVICE for r in batch],
+            [r[2] / 1e9 + offset for r in batch], [float(r[3]) for r in batch])
 
     def _fold_calls(self, batch: list[tuple[Any, Any, int, int, str | None]]) -> None:
         """Tracked calls -> ExecuteTime and executions of the graph each ran."""
         self._exec_count.inc(len(batch))
-        executed = self.rec.ledger.executed
-        busy = 0
-        for owner, key, start, end, compiled in batch:
-            busy += end - start
-            self._exec_time.observe_at(end - start, end)
+        ends = [r[3] for r in batch]
+        durations = [r[3] - r[2] for r in batch]
+        self._exec_time.observe_many(durations, ends)
+        self._busy_ns += sum(durations)
+        runs: dict[tuple[Any, str], int] = {}  # (tracked function, graph) -> calls
+        for owner, key, _start, _end, compiled in batch:
             known = owner.graphs
             if compiled:
                 if key is not None:
@@ -300,8 +301,10 @@ class JaxEngine:
                 graph_hash = (known.get(key) if key is not None else None) or owner.last_hash
             if graph_hash:
                 owner.last_hash = graph_hash
-                executed(graph_hash, owner.name, ENGINE)
-        self._busy_ns += busy
+                runs[(owner, graph_hash)] = runs.get((owner, graph_hash), 0) + 1
+        executed = self.rec.ledger.executed
+        for (owner, graph_hash), n in runs.items():
+            executed(graph_hash, owner.name, ENGINE, n)
 
     # Scrape time -----------------------------------------------------------
 
