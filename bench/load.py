@@ -7,6 +7,11 @@ and the server's memory growth.
 Targets: step rate >= 0.95 of unloaded, zero RPC errors, memory growth < 10 MB.
 The trainer is pinned to one core and the load generator (its own process)
 to the other, so the ratio measures the server's cost inside the program.
+A third run puts the same load on a bare grpcio server inside the same
+(hooked, not serving) program that answers every call with one canned
+snapshot: its ratio is the floor grpcio's own per-call work sets (on a core
+shared with the training thread), and ours against it is the cost of what
+the hook adds per call.
 """
 
 from __future__ import annotations
@@ -21,13 +26,37 @@ from _common import ROOT, parser, verdict
 
 TRAINER = r"""
 import json, os, sys, time, jax, jax.numpy as jnp, numpy as np, psutil, metrics
-metrics.install()
+BARE = sys.argv[2] == "bare"
+metrics.install(serve=not BARE)
 @jax.jit
 def step(w, x):
     return w - 0.01 * jax.grad(lambda w: jnp.mean(jnp.tanh(x @ w) ** 2))(w)
 w = jnp.ones((64, 64)); x = jnp.ones((32, 64))
 for _ in range(50): w = step(w, x)
-print(json.dumps({"address": metrics.exporter().address}), flush=True)
+if BARE:
+    # The floor: a plain grpcio server in this process, same pool size,
+    # answering every call with one snapshot encoded now (no work per call).
+    from concurrent import futures
+    import grpc
+    from tpu_info import wire
+    from tpu_info.proto import tpu_info_v1_pb2 as pb
+    canned = wire.snapshot_to_bytes(metrics.snapshot())
+    def stream(request, context):
+        while context.is_active():
+            yield canned
+            time.sleep(request.interval_ms / 1000)
+    same = lambda b: b
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=40))
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("tpu_info.v1.Monitor", {
+        "GetSnapshot": grpc.unary_unary_rpc_method_handler(lambda r, c: canned, same, same),
+        "StreamSnapshots": grpc.unary_stream_rpc_method_handler(
+            stream, pb.StreamRequest.FromString, same)}),))
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    address = f"127.0.0.1:{port}"
+else:
+    address = metrics.exporter().address
+print(json.dumps({"address": address}), flush=True)
 sys.stdin.readline()  # go
 proc = psutil.Process()
 seconds = float(sys.argv[1]); rss0 = proc.memory_info().rss
@@ -84,12 +113,13 @@ def _pin(cpu: int) -> None:
         os.sched_setaffinity(0, {cpus[cpu % len(cpus)]})
 
 
-def trainer(seconds: float, load: bool) -> tuple[dict, dict | None]:
+def trainer(seconds: float, load: bool, bare: bool = False) -> tuple[dict, dict | None]:
     env = dict(os.environ, PYTHONPATH=str(ROOT), TPU_INFO_PORT="0", JAX_PLATFORMS="cpu",
                TPU_INFO_RUNTIME_DIR=os.path.join("/tmp", f"tpu-info-load-{os.getpid()}"))
     # The trainer gets one core, the load generator the other: what is left
     # of the slowdown is the server's work inside the trained process.
-    p = subprocess.Popen([sys.executable, "-c", TRAINER, str(seconds)], stdin=subprocess.PIPE,
+    p = subprocess.Popen([sys.executable, "-c", TRAINER, str(seconds),
+                          "bare" if bare else "hook"], stdin=subprocess.PIPE,
                          stdout=subprocess.PIPE, text=True, env=env, cwd=ROOT,
                          preexec_fn=lambda: _pin(0))
     address = json.loads(p.stdout.readline())["address"]
@@ -118,12 +148,19 @@ def main() -> int:
     seconds = 5.0 if args.smoke else args.seconds
     base, _ = trainer(seconds, load=False)
     loaded, load = trainer(seconds, load=True)
-    assert load is not None
+    floor, floor_load = trainer(seconds, load=True, bare=True)
+    assert load is not None and floor_load is not None
     ratio = loaded["steps_per_s"] / base["steps_per_s"]
+    floor_ratio = floor["steps_per_s"] / base["steps_per_s"]
     print(f"unloaded {base['steps_per_s']:.0f} steps/s; under load {loaded['steps_per_s']:.0f} "
           f"steps/s; {load['calls_per_s']:.0f} snapshot calls/s served, "
           f"{load['streamed']} streamed snapshots, {load['n_errors']} RPC errors {load['errors']}")
+    print(f"the same load on a bare grpcio server in the program (canned answer, no work per "
+          f"call): {floor['steps_per_s']:.0f} steps/s, ratio {floor_ratio:.3f}: the part of the "
+          "slowdown that is grpcio's own per-call cost")
     verdict("load step-rate ratio", ratio, ">= 0.95", ratio >= 0.95)
+    verdict("load step-rate ratio against the bare-grpcio floor", ratio / floor_ratio, ">= 0.95",
+            ratio / floor_ratio >= 0.95)
     verdict("load RPC errors", load["n_errors"], "== 0", load["n_errors"] == 0)
     print(f"server RSS: +{loaded['rss_growth_mb']:.1f} MB from the start of the load "
           "(40 threads, their stacks and gRPC buffers), then")
