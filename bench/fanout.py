@@ -19,6 +19,7 @@ import subprocess
 import sys
 import time
 
+import psutil
 from _common import ROOT, parser, verdict
 
 from tpu_info.client import fan_out
@@ -61,6 +62,14 @@ def start_servers(n: int) -> tuple[list[subprocess.Popen[str]], list[str]]:
     return procs, addresses
 
 
+def _cpu(procs: list[psutil.Process]) -> float:
+    total = 0.0
+    for p in procs:
+        t = p.cpu_times()
+        total += t.user + t.system
+    return total
+
+
 def main() -> int:
     args = parser(__doc__).parse_args()
     n = 8 if args.smoke else 32
@@ -71,15 +80,21 @@ def main() -> int:
     try:
         for _ in range(2):  # warm up (first connections, imports)
             fan_out(targets, timeout=10)
+        me = psutil.Process()
+        servers = [psutil.Process(p.pid) for p in procs]
+        cpu_client = cpu_servers = 0.0  # CPU seconds spent in the all-N rounds
         alone: list[float] = []
         all_: list[float] = []
         for _ in range(rounds):
             t = time.perf_counter()
             one = fan_out(targets[:1], timeout=10)
             alone.append(time.perf_counter() - t)
+            c0, s0 = _cpu([me]), _cpu(servers)
             t = time.perf_counter()
             many = fan_out(targets, timeout=10)
             all_.append(time.perf_counter() - t)
+            cpu_client += _cpu([me]) - c0
+            cpu_servers += _cpu(servers) - s0
             failed = [r for r in one + many if not r.ok]
             if failed:
                 print(f"failed: {failed[0].target}: {failed[0].error}")
@@ -87,6 +102,13 @@ def main() -> int:
         a, m = statistics.median(alone), statistics.median(all_)
         print(f"one target alone: median {a * 1e3:.1f} ms; all {n}: median {m * 1e3:.1f} ms "
               f"({rounds} rounds)")
+        cores = len(os.sched_getaffinity(0))
+        per_round = (cpu_client + cpu_servers) / rounds
+        print(f"CPU per all-{n} round: client {cpu_client / rounds * 1e3:.1f} ms "
+              f"({cpu_client / rounds / n * 1e3:.2f} ms per target: channel, call, decode), "
+              f"servers {cpu_servers / rounds * 1e3:.1f} ms; on {cores} cores no schedule "
+              f"ends a round under {per_round / cores * 1e3:.1f} ms = "
+              f"{per_round / cores / a:.1f}x one target alone")
         verdict(f"ratio fan-out({n}) / one", m / a, "<= 2", m / a <= 2.0)
     finally:
         for p in procs:
