@@ -87,7 +87,8 @@ class GraphLedger:
         self._max_signatures = max_signatures
         self._clock = clock
         self._lock = threading.Lock()
-        self._entries: OrderedDict[str, _Entry] = OrderedDict()
+        self._entries: OrderedDict[str, _Entry] = OrderedDict()  # least recently seen first
+        self._first_seen: dict[str, _Entry] = {}  # the same entries, in the order first seen
         self._pending: deque[tuple[str, str, str, int]] = deque()
         # Called before every read: folds hot-path journals in (the recorder's).
         self.before_read: Callable[[], None] = lambda: None
@@ -100,8 +101,10 @@ class GraphLedger:
         if e is None:
             e = _Entry(graph_hash, name, engine, now, self._max_causes, self._max_signatures)
             self._entries[graph_hash] = e
+            self._first_seen[graph_hash] = e
             while len(self._entries) > self.max_graphs:
-                self._entries.popitem(last=False)
+                gone, _ = self._entries.popitem(last=False)
+                del self._first_seen[gone]
                 self.evicted += 1
         else:
             e.last_seen = now
@@ -166,11 +169,14 @@ class GraphLedger:
         with self._lock:
             self._pending.clear()
             self._entries.clear()
+            self._first_seen.clear()
             self.evicted = 0
 
     def snapshot(self) -> tuple[GraphRecord, ...]:
-        """Copies of all entries, most recently seen last."""
+        """Copies of all entries, in the order they were first seen (stable
+        from one snapshot to the next, so encoders can reuse what did not
+        change)."""
         self.before_read()
         with self._lock:
             self._fold()
-            return tuple(e.record() for e in self._entries.values())
+            return tuple(e.cached or e.record() for e in self._first_seen.values())
