@@ -61,7 +61,7 @@ def recorder() -> Recorder:
 def install(
     engines: str | Sequence[str] = "auto",
     *,
-    serve: bool | None = None,
+    serve: bool | str | None = None,
     port: int | None = None,
     prometheus_port: int | None = None,
     explain_cache_misses: bool = True,
@@ -72,7 +72,10 @@ def install(
         engines: ``"auto"`` (the engines the program has already imported), or
             a list of names from :func:`metrics.engines.valid_names`.
         serve: start the gRPC server (default: yes, unless ``$TPU_INFO_SERVE``
-            is ``0``). Loopback only unless ``$TPU_INFO_BIND`` says otherwise.
+            is ``0``). ``"process"`` (or ``$TPU_INFO_SERVE=process``) serves
+            from a helper process instead (see :mod:`metrics.export.helper`):
+            for programs watched by many clients at once. Loopback only
+            unless ``$TPU_INFO_BIND`` says otherwise.
         port: pin the server's port (default ``$TPU_INFO_PORT``, else 8431
             when free, else any free port).
         prometheus_port: also serve Prometheus' ``/metrics`` on this port
@@ -103,13 +106,17 @@ def install(
             engine.install()
             _installed[name] = engine
         if serve is None:
-            serve = os.environ.get("TPU_INFO_SERVE", "1").strip() not in ("0", "false", "no")
+            raw = os.environ.get("TPU_INFO_SERVE", "1").strip().lower()
+            serve = "process" if raw == "process" else raw not in ("0", "false", "no")
+        if serve not in (True, False, "process"):
+            raise ValueError(f"serve must be True, False or 'process', got {serve!r}")
         if serve:
-            _start_exporters(port, prometheus_port)
+            _start_exporters(port, prometheus_port, in_helper=serve == "process")
     return rec
 
 
-def _start_exporters(port: int | None, prometheus_port: int | None) -> None:
+def _start_exporters(port: int | None, prometheus_port: int | None,
+                     in_helper: bool = False) -> None:
     """Starts the gRPC server (and Prometheus endpoint) once; failures are
     logged, never raised: the program runs on without them."""
     global _exporter, _prometheus
@@ -121,9 +128,14 @@ def _start_exporters(port: int | None, prometheus_port: int | None) -> None:
         versions.update(e.versions())
     if _exporter is None or _exporter.stopped:
         try:
+            factory: dict[str, Any] = {}
+            if in_helper:
+                from metrics.export.helper import HelperServer
+
+                factory["server_factory"] = HelperServer
             _exporter = export.start(snapshot, port=port,
                                      engine=",".join(e.name for e in engines),
-                                     versions=versions, capture_fn=_capture)
+                                     versions=versions, capture_fn=_capture, **factory)
         except Exception as e:  # noqa: BLE001 - never break the program for its monitor
             log.warning("tpu-info: metrics server not started: %s", e)
     if _prometheus is None and (prometheus_port is not None

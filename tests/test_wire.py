@@ -123,3 +123,18 @@ def test_part_cache_encodes_what_the_proto_would_as_the_program_runs():
         got = pb.Snapshot.FromString(wire.snapshot_to_bytes(s, cache))
         assert got == wire.snapshot_to_proto(s)
         assert wire.snapshot_from_proto(got) == wire.snapshot_from_proto(wire.snapshot_to_proto(s))
+
+
+def test_events_written_directly_parse_like_filled_messages():
+    import random
+
+    rng = random.Random(2)
+    kinds = ["step", "transfer_to_device", "compile", ""]
+    events = [Event(rng.choice([1, 127, 128, 16383, 16384, 2**21 - 1, 2**21, 2**63]),
+                    rng.choice([0.0, 1.7e9, -3.5]), rng.choice(kinds),
+                    value=rng.choice([None, 0.0, -1.0, 4096.0])) for _ in range(300)]
+    events.append(Event(3, 1.0, "recompile", "jit(f)", "ab12", "x changed", "t.py:3", 0.5))
+    for e in events:
+        filled = pb.Event()
+        wire._fill_event(filled, e)
+        assert pb.Event.FromString(wire._encode_event(e)) == filled, e

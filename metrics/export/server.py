@@ -184,16 +184,12 @@ class MonitorServicer(pb_grpc.MonitorServicer):
         try:
             out = self._capture_fn(request.duration_ms / 1000.0, request.device, stop)
         except Exception as e:  # noqa: BLE001 - becomes the RPC's status
-            failure = (_capture_status(e), str(e) or type(e).__name__)
+            failure = (capture_status(e), str(e) or type(e).__name__)
         finally:
             self._capture_stops.discard(stop)
         if failure is not None:
             context.abort(*failure)
-        return pb.CaptureReply(
-            trace=out.trace, format=out.format, protocol_version=wire.PROTOCOL_VERSION,
-            files=[pb.CaptureFile(name=f.name, size_bytes=f.size_bytes, data=f.data or b"",
-                                  server_path=f.server_path) for f in out.files],
-            truncated=out.truncated, notes=list(out.notes), event_count=out.event_count)
+        return capture_reply(out)
 
     def stop_captures(self) -> None:
         """Ends running captures early (they still answer with what they have)."""
@@ -202,7 +198,17 @@ class MonitorServicer(pb_grpc.MonitorServicer):
             stop.set()
 
 
-def _capture_status(error: Exception) -> grpc.StatusCode:
+def capture_reply(out: CaptureLike) -> pb.CaptureReply:
+    """The ``Capture`` reply carrying what a capture function returned."""
+    return pb.CaptureReply(
+        trace=out.trace, format=out.format, protocol_version=wire.PROTOCOL_VERSION,
+        files=[pb.CaptureFile(name=f.name, size_bytes=f.size_bytes, data=f.data or b"",
+                              server_path=f.server_path) for f in out.files],
+        truncated=out.truncated, notes=list(out.notes), event_count=out.event_count)
+
+
+def capture_status(error: Exception) -> grpc.StatusCode:
+    """The status a capture function's exception answers with."""
     named = getattr(error, "grpc_status", None)
     if isinstance(named, str) and named in grpc.StatusCode.__members__:
         return grpc.StatusCode[named]

@@ -1,0 +1,412 @@
+"""Serving from a helper process: the same two services, with grpcio's
+per-call work kept out of the watched program.
+
+``metrics.install(serve="process")`` (or ``TPU_INFO_SERVE=process``) starts
+``python -m metrics.export.helper`` next to the program. The helper binds the
+port (same rules as in-process serving), runs the gRPC server and answers
+every call from a mirror of the program's snapshot. The program keeps one
+thread that sleeps in ``recv`` until the helper asks for a fresh snapshot:
+at most one every :data:`REFRESH_S` while clients are asking, however many
+there are, each carrying only the events since the previous one. So a
+program watched by hundreds of calls a second builds ten snapshots a
+second, and the gRPC machinery (HTTP/2, threads, the GIL hand-offs of every
+call) runs in the helper's interpreter, not the program's.
+
+What the helper costs: one more process (~40 MB), about half a second to
+start (``install`` waits for the port), and answers up to :data:`REFRESH_S`
+old. ``Capture`` calls are forwarded: the trace is recorded in the program.
+The helper exits when the program's end of the socket closes (exit, crash,
+``kill -9``), and it is in its own session, so a terminal's Ctrl-C reaches
+the program, which then stops it.
+
+The two ends speak frames over a private socketpair: an 8-byte header
+(JSON length, payload length), a JSON object with ``op``, and raw bytes.
+
+Example:
+    >>> from metrics import export
+    >>> from metrics.export.helper import HelperServer
+    >>> exporter = export.start(metrics.snapshot, port=0,    # doctest: +SKIP
+    ...                         server_factory=HelperServer)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import queue
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from metrics.export.server import (
+    BindError,
+    CaptureFn,
+    Server,
+    SnapshotFn,
+    capture_reply,
+    capture_status,
+)
+from tpu_info import wire
+from tpu_info.model import Event, Snapshot
+from tpu_info.proto import tpu_info_v1_pb2 as pb
+
+log = logging.getLogger("metrics.export")
+
+REFRESH_S = 0.1  # the mirror is refreshed at most this often
+START_TIMEOUT_S = 30.0  # the helper has this long to start and bind
+ANSWER_TIMEOUT_S = 10.0  # the program has this long to hand over a snapshot
+MIRROR_EVENTS = 10_000  # events the helper keeps (the program's ring size)
+MAX_EVENTS = 1000  # events in one answer, as in-process serving (snapshot.build)
+_HEADER = struct.Struct(">II")
+_MAX_FRAME = 256 * 1024 * 1024
+
+
+class _Channel:
+    """Framed messages over one stream socket; sends are thread-safe."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self._send_lock = threading.Lock()
+
+    def send(self, header: dict[str, Any], payload: bytes = b"") -> None:
+        head = json.dumps(header).encode()
+        with self._send_lock:
+            self.sock.sendall(_HEADER.pack(len(head), len(payload)) + head + payload)
+
+    def recv(self) -> tuple[dict[str, Any], bytes] | None:
+        """The next message, or None when the other end closed."""
+        sizes = self._exactly(_HEADER.size)
+        if sizes is None:
+            return None
+        head_len, payload_len = _HEADER.unpack(sizes)
+        if head_len > _MAX_FRAME or payload_len > _MAX_FRAME:
+            raise ValueError("oversized frame from the other end")
+        head = self._exactly(head_len)
+        payload = self._exactly(payload_len) if payload_len else b""
+        if head is None or payload is None:
+            return None
+        return json.loads(head), payload
+
+    def _exactly(self, n: int) -> bytes | None:
+        chunks, left = [], n
+        while left:
+            chunk = self.sock.recv(min(left, 1 << 20))
+            if not chunk:
+                return None
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
+
+
+# The program's side ----------------------------------------------------------
+
+
+class HelperServer:
+    """Starts the helper and answers its requests; stands in for
+    :class:`~metrics.export.server.Server` in :func:`metrics.export.start`
+    (same constructor, ``bind``, ``start``, ``stop`` and ``port``)."""
+
+    def __init__(self, snapshot_fn: SnapshotFn, *, address: str = "127.0.0.1", port: int = 0,
+                 workers: int | None = None, capture_fn: CaptureFn | None = None) -> None:
+        self.address = address
+        self.requested_port = port
+        self.port = 0
+        self._snapshot_fn = snapshot_fn
+        self._capture_fn = capture_fn
+        self._workers = workers
+        self._cache = wire.PartCache()
+        self._captures: dict[int, threading.Event] = {}
+        self._replies: queue.Queue[tuple[dict[str, Any], bytes]] = queue.Queue()
+        self._stopped = False
+        self._owner = os.getpid()  # a forked copy of the program must not stop it
+        ours, theirs = socket.socketpair()
+        self._channel = _Channel(ours)
+        env = dict(os.environ)
+        # The helper imports this very code, wherever the program found it.
+        env["PYTHONPATH"] = os.pathsep.join(p or os.getcwd() for p in sys.path)
+        try:
+            self._proc = subprocess.Popen(
+                [sys.executable, "-m", "metrics.export.helper", str(theirs.fileno())],
+                pass_fds=(theirs.fileno(),), env=env, stdin=subprocess.DEVNULL,
+                start_new_session=True)
+        finally:
+            theirs.close()
+        self._reader = threading.Thread(target=self._serve_helper, name="tpu-info-helper",
+                                        daemon=True)
+        self._reader.start()
+
+    def bind(self) -> int:
+        """Has the helper bind the port; returns it.
+
+        Raises:
+            BindError: the port is taken, or the helper did not start.
+        """
+        self._channel.send({"op": "bind", "address": self.address,
+                            "port": self.requested_port, "workers": self._workers,
+                            "capture": self._capture_fn is not None})
+        try:
+            reply, _ = self._replies.get(timeout=START_TIMEOUT_S)
+        except queue.Empty:
+            self.stop(grace=0)
+            raise BindError(f"the serving helper did not start within {START_TIMEOUT_S:g}s"
+                            ) from None
+        if reply.get("op") != "bound":
+            raise BindError(reply.get("message", "the serving helper could not bind"))
+        self.port = int(reply["port"])
+        return self.port
+
+    def start(self) -> int:
+        if not self.port:
+            self.bind()
+        self._channel.send({"op": "start"})
+        return self.port
+
+    def stop(self, grace: float | None = 1.0) -> None:
+        """Stops the helper (waits up to ``grace`` + 5 s, then kills it). Idempotent."""
+        if self._stopped or os.getpid() != self._owner:
+            return
+        self._stopped = True
+        for stop in list(self._captures.values()):
+            stop.set()
+        try:
+            self._channel.send({"op": "stop", "grace": grace or 0})
+        except OSError:
+            pass  # already gone
+        try:
+            self._proc.wait(timeout=(grace or 0) + 5.0)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.wait(timeout=5.0)
+        try:
+            self._channel.sock.close()
+        except OSError:
+            pass
+
+    @property
+    def helper_pid(self) -> int:
+        return self._proc.pid
+
+    def _serve_helper(self) -> None:
+        """The program's one thread: blocked in recv until the helper asks."""
+        while True:
+            try:
+                message = self._channel.recv()
+            except (OSError, ValueError):
+                message = None
+            if message is None:
+                if not self._stopped:
+                    log.warning("tpu-info: the serving helper exited; metrics are not served")
+                    self._replies.put(({"op": "gone", "message":
+                                        "the serving helper exited while starting"}, b""))
+                return
+            head, _payload = message
+            op = head.get("op")
+            try:
+                if op == "snapshot":
+                    self._answer_snapshot(head)
+                elif op == "capture":
+                    threading.Thread(target=self._run_capture, args=(head,), daemon=True,
+                                     name="tpu-info-capture").start()
+                elif op == "capture_stop":
+                    stop = self._captures.get(head.get("id", -1))
+                    if stop is not None:
+                        stop.set()
+                else:  # bound, bind_error: answers to bind()
+                    self._replies.put(message)
+            except OSError:
+                return  # the helper went away mid-answer
+
+    def _answer_snapshot(self, head: dict[str, Any]) -> None:
+        try:
+            snap = self._snapshot_fn(int(head["since"]))
+            data = wire.snapshot_to_bytes(snap, self._cache)
+        except Exception as e:  # noqa: BLE001 - reported to the caller, never raised here
+            self._channel.send({"op": "error", "id": head["id"], "message": repr(e)})
+            return
+        self._channel.send({"op": "snapshot", "id": head["id"]}, data)
+
+    def _run_capture(self, head: dict[str, Any]) -> None:
+        request_id = head["id"]
+        stop = self._captures[request_id] = threading.Event()
+        try:
+            if self._capture_fn is None:
+                raise RuntimeError("trace capture is not available in this tpu-info hook")
+            out = self._capture_fn(float(head["duration_s"]), bool(head["device"]), stop)
+            reply = capture_reply(out).SerializeToString()
+        except Exception as e:  # noqa: BLE001 - becomes the RPC's status in the helper
+            self._send_quietly({"op": "error", "id": request_id,
+                                "status": capture_status(e).name,
+                                "message": str(e) or type(e).__name__})
+        else:
+            self._send_quietly({"op": "capture", "id": request_id}, reply)
+        finally:
+            self._captures.pop(request_id, None)
+
+    def _send_quietly(self, header: dict[str, Any], payload: bytes = b"") -> None:
+        try:
+            self._channel.send(header, payload)
+        except OSError:
+            pass
+
+
+# The helper's side -----------------------------------------------------------
+
+
+class _RemoteError(Exception):
+    def __init__(self, message: str, status: str | None = None) -> None:
+        super().__init__(message)
+        if status is not None:
+            self.grpc_status = status
+
+
+@dataclasses.dataclass
+class _Capture:
+    trace: bytes
+    format: str
+    files: list[Any]
+    notes: list[str]
+    truncated: bool
+    event_count: int
+
+
+class _Mirror:
+    """The program's snapshot as the helper last fetched it, with the events
+    of the fetches before; refreshed on demand, at most every REFRESH_S."""
+
+    def __init__(self, channel: _Channel) -> None:
+        self._channel = channel
+        self._lock = threading.Lock()  # one fetch at a time; others wait for it
+        self._pending: dict[int, queue.Queue[tuple[dict[str, Any], bytes]]] = {}
+        self._ids = iter(range(1, 2**62))
+        self._snapshot: Snapshot | None = None
+        self._fetched = 0.0
+        self._events: list[Event] = []
+
+    def snapshot(self, events_since: int) -> Snapshot:
+        """The mirrored snapshot with the events after ``events_since``."""
+        with self._lock:
+            if self._snapshot is None or time.monotonic() - self._fetched >= REFRESH_S:
+                self._refresh()
+            snap, events = self._snapshot, self._events
+        assert snap is not None
+        # Events are in sequence order: a search finds the first one wanted.
+        lo, hi = 0, len(events)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if events[mid].seq <= events_since:
+                lo = mid + 1
+            else:
+                hi = mid
+        # At most the newest MAX_EVENTS, as the program's own server answers.
+        return dataclasses.replace(snap, events=tuple(events[max(lo, len(events) - MAX_EVENTS):]))
+
+    def _refresh(self) -> None:
+        since = self._snapshot.last_seq if self._snapshot is not None else 0
+        head, payload = self.ask({"op": "snapshot", "since": since}, ANSWER_TIMEOUT_S)
+        snap = wire.snapshot_from_proto(pb.Snapshot.FromString(payload))
+        if snap.last_seq < since:  # the program's events were cleared
+            self._events = []
+        new = [e for e in snap.events if not self._events or e.seq > self._events[-1].seq]
+        self._events = (self._events + new)[-MIRROR_EVENTS:]
+        self._snapshot = snap
+        self._fetched = time.monotonic()
+
+    def ask(self, header: dict[str, Any], timeout: float,
+            waiting: Callable[[int], None] | None = None) -> tuple[dict[str, Any], bytes]:
+        """Sends a request to the program and waits for its answer.
+
+        ``waiting(id)`` runs every second while waiting (a capture checks
+        whether its client went away).
+        """
+        request_id = next(self._ids)
+        box: queue.Queue[tuple[dict[str, Any], bytes]] = queue.Queue(maxsize=1)
+        self._pending[request_id] = box
+        try:
+            self._channel.send({**header, "id": request_id})
+            deadline = time.monotonic() + timeout
+            while True:
+                try:
+                    head, payload = box.get(timeout=max(0.0, min(1.0, deadline
+                                                                 - time.monotonic())))
+                    break
+                except queue.Empty:
+                    if time.monotonic() >= deadline:
+                        raise TimeoutError(f"the program did not answer within {timeout:g}s"
+                                           ) from None
+                    if waiting is not None:
+                        waiting(request_id)
+        finally:
+            self._pending.pop(request_id, None)
+        if head.get("op") == "error":
+            raise _RemoteError(head.get("message", "the program failed"), head.get("status"))
+        return head, payload
+
+    def deliver(self, head: dict[str, Any], payload: bytes) -> None:
+        box = self._pending.get(head.get("id", -1))
+        if box is not None:
+            box.put((head, payload))
+
+
+def _capture_forwarder(mirror: _Mirror, channel: _Channel) -> CaptureFn:
+    def capture(duration_s: float, device: bool, stop: threading.Event) -> _Capture:
+        def waiting(request_id: int) -> None:
+            if stop.is_set():
+                channel.send({"op": "capture_stop", "id": request_id})
+
+        _, payload = mirror.ask({"op": "capture", "duration_s": duration_s, "device": device},
+                                duration_s + 60.0, waiting)
+        reply = pb.CaptureReply.FromString(payload)
+        return _Capture(reply.trace, reply.format, list(reply.files), list(reply.notes),
+                        reply.truncated, reply.event_count)
+
+    return capture
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The helper process: ``python -m metrics.export.helper FD``."""
+    args = sys.argv[1:] if argv is None else argv
+    channel = _Channel(socket.socket(fileno=int(args[0])))
+    mirror = _Mirror(channel)
+    server: Server | None = None
+    done = threading.Event()
+    while not done.is_set():
+        message = channel.recv()
+        if message is None:  # the program is gone
+            break
+        head, payload = message
+        op = head.get("op")
+        if op == "bind":
+            kwargs: dict[str, Any] = {"address": head["address"], "port": int(head["port"])}
+            if head.get("workers"):
+                kwargs["workers"] = int(head["workers"])
+            if head.get("capture"):
+                kwargs["capture_fn"] = _capture_forwarder(mirror, channel)
+            server = Server(mirror.snapshot, **kwargs)
+            try:
+                channel.send({"op": "bound", "port": server.bind()})
+            except BindError as e:
+                channel.send({"op": "bind_error", "message": str(e)})
+                server = None
+        elif op == "start" and server is not None:
+            server.start()
+        elif op == "stop":
+            done.set()
+            if server is not None:
+                server.stop(float(head.get("grace", 0)))
+                server = None
+        else:
+            mirror.deliver(head, payload)
+    if server is not None:
+        server.stop(0)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
