@@ -1,19 +1,27 @@
-"""A bounded ring of recent events with monotonic sequence numbers.
+"""Bounded rings of recent events with one sequence of numbers.
 
 Watchers remember the last ``seq`` they saw and ask :meth:`EventLog.since`
-for what came after; if the ring dropped some in between, ``since`` says how
-many were lost.
+for what came after; if the rings dropped some in between, ``since`` says
+how many were lost.
+
+Steps and transfers come by the thousand a second; compiles, recompiles and
+the rest come rarely and matter most. So they live in two rings of
+``capacity`` each: a flood of steps never pushes a recompile out, and when
+an answer must be cut to ``limit`` events, the rare kinds are kept first.
 
 Example:
     >>> log = EventLog(capacity=2)
     >>> for i in range(3):
     ...     _ = log.emit("step", value=i)
+    >>> _ = log.emit("compile", name="jit(f)")
     >>> [e.seq for e in log.since(0)[0]]
-    [2, 3]
+    [2, 3, 4]
 """
 
 from __future__ import annotations
 
+import bisect
+import heapq
 import itertools
 import threading
 import time
@@ -22,9 +30,6 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from tpu_info.model import Event
-
-_SLACK = 16  # how far out of order concurrent emitters can leave the ring
-
 
 _Question = tuple[int, "int | None"]  # (since seq, limit)
 _Answer = tuple[list[Event], int]  # (events, dropped)
@@ -43,18 +48,22 @@ TRANSFER_FROM_DEVICE = "transfer_from_device"
 STEP = "step"
 HOOK_ERROR = "hook_error"
 
+FREQUENT = frozenset({STEP, TRANSFER_TO_DEVICE, TRANSFER_FROM_DEVICE})  # the flood kinds
+
 
 class EventLog:
-    """Thread-safe ring of the last ``capacity`` events."""
+    """Thread-safe rings of the last ``capacity`` frequent events (steps,
+    transfers) and the last ``capacity`` of all other kinds."""
 
     def __init__(self, capacity: int = 10_000, clock: Callable[[], float] = time.time) -> None:
         self.capacity = capacity
-        self._ring: deque[tuple[Any, ...]] = deque(maxlen=capacity)
+        self._frequent: deque[tuple[Any, ...]] = deque(maxlen=capacity)
+        self._notable: deque[tuple[Any, ...]] = deque(maxlen=capacity)
         self._next_seq = 1
         self._lock = threading.Lock()
         self._built: dict[int, Event] = {}  # Events already made from ring tuples
-        # Answers given since the ring last changed, by (seq, limit).
-        self._memo: tuple[tuple[int, int], dict[_Question, _Answer]] = ((-1, -1), {})
+        # Answers given since the rings last changed, by (seq, limit).
+        self._memo: tuple[tuple[int, ...], dict[_Question, _Answer]] = ((-1,), {})
         self._last = 0
         self._clock = clock
         # Called before every read: folds hot-path journals in (the recorder's).
@@ -73,19 +82,20 @@ class EventLog:
         """Appends one event (at ``time_unix``, default now) and returns its
         sequence number."""
         # A plain tuple, because building the frozen Event costs more than the
-        # rest of emit; readers build Events. The lock keeps each batch of
-        # emit_many contiguous in sequence numbers and ring order.
+        # rest of emit; readers build Events. Numbers are drawn and appended
+        # under one lock, so each ring is in sequence order.
         when = self._clock() if time_unix is None else time_unix
+        ring = self._frequent if kind in FREQUENT else self._notable
         with self._lock:
             seq = self._next_seq
             self._next_seq = seq + 1
-            self._ring.append((seq, when, kind, name, graph_hash, detail, location, value))
+            ring.append((seq, when, kind, name, graph_hash, detail, location, value))
             self._last = seq
         return seq
 
     def emit_many(
         self,
-        kind: str | Iterable[str],
+        kind: str | Sequence[str],
         times_unix: Sequence[float],
         values: Iterable[float | None] | None = None,
     ) -> None:
@@ -96,52 +106,71 @@ class EventLog:
         if not n:
             return
         rep = itertools.repeat
-        kinds = rep(kind) if isinstance(kind, str) else kind
+        if isinstance(kind, str):
+            kinds: Iterable[str] = rep(kind)
+            ring = self._frequent if kind in FREQUENT else self._notable
+        else:
+            kinds = kind
+            ring = self._frequent if FREQUENT.issuperset(kind) else None
         vals = rep(None) if values is None else values
         with self._lock:
             first = self._next_seq
             self._next_seq = first + n
             # zip builds the rows in C: no bytecode per event.
-            self._ring.extend(zip(range(first, first + n), times_unix, kinds, rep(""), rep(""),
-                                  rep(""), rep(None), vals))
+            rows = zip(range(first, first + n), times_unix, kinds, rep(""), rep(""),
+                       rep(""), rep(None), vals)
+            if ring is not None:
+                ring.extend(rows)
+            else:  # kinds of both sorts in one batch
+                for row in rows:
+                    (self._frequent if row[2] in FREQUENT else self._notable).append(row)
             self._last = first + n - 1
+
+    def mirror(self, events: Iterable[Event]) -> None:
+        """Appends events numbered elsewhere (another process's log), keeping
+        their numbers; those not above :attr:`last_seq` are skipped."""
+        with self._lock:
+            for e in events:
+                if e.seq > self._last:
+                    (self._frequent if e.kind in FREQUENT else self._notable).append(
+                        (e.seq, e.time_unix, e.kind, e.name, e.graph_hash, e.detail,
+                         e.location, e.value))
+                    self._last = e.seq
+            self._next_seq = self._last + 1
 
     @property
     def last_seq(self) -> int:
         return self._last
 
     def since(self, seq: int, limit: int | None = None) -> tuple[list[Event], int]:
-        """Events with ``seq`` greater than the given one, and how many of
-        those the ring already dropped. ``limit`` keeps the newest ones."""
+        """Events with ``seq`` greater than the given one, in order, and how
+        many of those the rings already dropped. ``limit`` keeps the newest
+        ones, rare kinds first (see the module docstring)."""
         self.before_read()
-        ring_view = self._ring
+        with self._lock:  # a consistent pair of copies, made in C
+            frequent, notable, last = list(self._frequent), list(self._notable), self._last
         # Nothing appended since the same question was last asked (a watcher
-        # polling an idle program, many clients asking for the whole ring):
-        # the same answer, without copying or sorting the ring again.
-        state = (len(ring_view), ring_view[-1][0] if ring_view else 0)
+        # polling an idle program, many clients asking for everything): the
+        # same answer, without searching and building again.
+        state = (len(frequent), frequent[-1][0] if frequent else 0,
+                 len(notable), notable[-1][0] if notable else 0)
         memo = self._memo
         if memo[0] != state:
             memo = self._memo = (state, {})
         answer = memo[1].get((seq, limit))
         if answer is not None:
             return list(answer[0]), answer[1]
-        ring = list(ring_view)  # copied in C without releasing the GIL
-        last = self._last
-        # Sequence numbers are contiguous in the ring, give or take two
-        # threads that appended in the other order than they drew numbers:
-        # jump near the start, then filter and sort only the tail.
-        start = min(len(ring), max(0, seq - ring[0][0] + 1 - _SLACK)) if ring else 0
-        part = [t for t in ring[start:] if t[0] > seq]
-        first_kept = min((t[0] for t in part[:_SLACK * 2]), default=last + 1)
-        dropped = max(0, first_kept - seq - 1)
-        if limit is not None and len(part) > limit + _SLACK:
-            part = part[-(limit + _SLACK):]
-        part.sort(key=_seq_of)
-        if limit is not None and len(part) > limit:
-            part = part[-limit:]
+        part_f = frequent[bisect.bisect_right(frequent, seq, key=_seq_of):]
+        part_n = notable[bisect.bisect_right(notable, seq, key=_seq_of):]
+        # Numbers run 1..last without gaps, so what is not in a ring was dropped.
+        dropped = max(0, last - seq - len(part_f) - len(part_n))
+        if limit is not None and len(part_f) + len(part_n) > limit:
+            part_n = part_n[-limit:] if limit else []
+            room = limit - len(part_n)
+            part_f = part_f[-room:] if room else []
         built, made = self._built, {}
         out = []
-        for t in part:
+        for t in heapq.merge(part_n, part_f, key=_seq_of):
             e = built.get(t[0])
             if e is None:
                 e = Event(*t)
@@ -153,6 +182,8 @@ class EventLog:
         return list(out), dropped
 
     def clear(self) -> None:
-        self._ring.clear()
+        with self._lock:
+            self._frequent.clear()
+            self._notable.clear()
         self._built = {}
-        self._memo = ((-1, -1), {})
+        self._memo = ((-1,), {})

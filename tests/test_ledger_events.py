@@ -94,3 +94,34 @@ def test_emit_many_with_a_kind_per_event_and_the_ring_bound():
     assert dropped == 1
     log.emit_many("d", [])
     assert log.last_seq == 6
+
+
+def test_a_flood_of_steps_never_pushes_a_recompile_out():
+    log = EventLog(capacity=1000)
+    log.emit("compile", name="jit(f)")
+    log.emit_many("step", [1.0] * 30_000)
+    log.emit("recompile", name="jit(f)", detail="x changed")
+    log.emit_many(["transfer_to_device", "transfer_from_device"] * 10_000, [2.0] * 20_000)
+    events, dropped = log.since(0)
+    kinds = [e.kind for e in events]
+    assert kinds[:2] == ["compile", "recompile"]  # the last 1000 frequent ones follow
+    assert set(kinds[2:]) == {"transfer_to_device", "transfer_from_device"}
+    assert len(events) == 1002 and dropped == 50_002 - 1002
+    assert [e.seq for e in events] == sorted(e.seq for e in events)
+    # Cut to a few, the rare kinds stay and the newest frequent ones fill in.
+    few, _ = log.since(0, limit=5)
+    assert [e.kind for e in few] == ["compile", "recompile", "transfer_from_device",
+                                     "transfer_to_device", "transfer_from_device"]
+    assert log.since(0, limit=0) == ([], dropped)
+
+
+def test_a_mirror_keeps_the_numbers_it_is_given():
+    source, mirror = EventLog(), EventLog()
+    for i in range(5):
+        source.emit("step", value=float(i))
+    source.emit("compile", name="jit(f)")
+    mirror.mirror(source.since(0)[0][:3])
+    mirror.mirror(source.since(2)[0])  # overlaps: 3 is skipped
+    assert [e.seq for e in mirror.since(0)[0]] == [1, 2, 3, 4, 5, 6]
+    assert mirror.since(0)[0] == source.since(0)[0] and mirror.last_seq == 6
+    assert mirror.since(4, limit=1)[0][0].kind == "compile"

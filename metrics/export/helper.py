@@ -45,6 +45,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from metrics.events import EventLog
 from metrics.export.server import (
     BindError,
     CaptureFn,
@@ -54,7 +55,7 @@ from metrics.export.server import (
     capture_status,
 )
 from tpu_info import wire
-from tpu_info.model import Event, Snapshot
+from tpu_info.model import Snapshot
 from tpu_info.proto import tpu_info_v1_pb2 as pb
 
 log = logging.getLogger("metrics.export")
@@ -287,34 +288,26 @@ class _Mirror:
         self._ids = iter(range(1, 2**62))
         self._snapshot: Snapshot | None = None
         self._fetched = 0.0
-        self._events: list[Event] = []
+        self._events = EventLog(capacity=MIRROR_EVENTS)
 
     def snapshot(self, events_since: int) -> Snapshot:
         """The mirrored snapshot with the events after ``events_since``."""
         with self._lock:
             if self._snapshot is None or time.monotonic() - self._fetched >= REFRESH_S:
                 self._refresh()
-            snap, events = self._snapshot, self._events
+            snap = self._snapshot
         assert snap is not None
-        # Events are in sequence order: a search finds the first one wanted.
-        lo, hi = 0, len(events)
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if events[mid].seq <= events_since:
-                lo = mid + 1
-            else:
-                hi = mid
-        # At most the newest MAX_EVENTS, as the program's own server answers.
-        return dataclasses.replace(snap, events=tuple(events[max(lo, len(events) - MAX_EVENTS):]))
+        # At most MAX_EVENTS, chosen as the program's own server would.
+        events, _ = self._events.since(events_since, limit=MAX_EVENTS)
+        return dataclasses.replace(snap, events=tuple(events))
 
     def _refresh(self) -> None:
         since = self._snapshot.last_seq if self._snapshot is not None else 0
         head, payload = self.ask({"op": "snapshot", "since": since}, ANSWER_TIMEOUT_S)
         snap = wire.snapshot_from_proto(pb.Snapshot.FromString(payload))
         if snap.last_seq < since:  # the program's events were cleared
-            self._events = []
-        new = [e for e in snap.events if not self._events or e.seq > self._events[-1].seq]
-        self._events = (self._events + new)[-MIRROR_EVENTS:]
+            self._events = EventLog(capacity=MIRROR_EVENTS)
+        self._events.mirror(snap.events)
         self._snapshot = snap
         self._fetched = time.monotonic()
 
