@@ -97,7 +97,8 @@ def measure(size: str, smoke: bool) -> None:
     # block would add a first-call cost that no real program pays.)
     original_put = jax.device_put
     metrics.install(engines=["jax"], serve=False)
-    order = [random.Random(7).random() < 0.5 for _ in range(rounds)]
+    rng = random.Random(7)  # one generator: a random order per pair, the same every run
+    order = [rng.random() < 0.5 for _ in range(rounds)]
     ratios, cpu_ratios, without, with_ = [], [], [], []
     for i in range(rounds):
         # Alternate which run goes first so drift on a shared machine cancels.

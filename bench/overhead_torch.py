@@ -32,7 +32,8 @@ from _common import ROOT, median, parser, verdict
 
 
 def _rounds(run_plain, run_hooked, rounds: int) -> list[float]:  # type: ignore[no-untyped-def]
-    order = [random.Random(7).random() < 0.5 for _ in range(rounds)]
+    rng = random.Random(7)  # one generator: a random order per pair, the same every run
+    order = [rng.random() < 0.5 for _ in range(rounds)]
     ratios = []
     for first_hooked in order:
         if first_hooked:
@@ -158,9 +159,10 @@ def loop(hooked):
 
 loop(False); loop(True)
 totals = {True: [0, 0.0], False: [0, 0.0]}
-rounds = 4 if smoke else 60
+rounds = 4 if smoke else 150
 ratios, plain = [], []
-for first in [random.Random(7).random() < 0.5 for _ in range(rounds)]:
+rng = random.Random(7)
+for first in [rng.random() < 0.5 for _ in range(rounds)]:
     if first:
         b = loop(True); a = loop(False)
     else:
