@@ -60,6 +60,7 @@ from metrics import names
 from metrics.engines import _torchutil as tu
 from metrics.engines._frames import skip_prefixes, user_location
 from metrics.engines._patching import Patches
+from metrics.journal import FOLD_AT
 from metrics.recorder import Recorder
 from tpu_info.model import FIRST_CALL, DeviceRecord, RecompileCause
 
@@ -166,6 +167,9 @@ class TorchCompileEngine:
         self._exec_count = counter(names.EXECUTE_COUNT)
         self._exec_time = dist(names.EXECUTE_TIME)
         self._graph_breaks = counter(names.GRAPH_BREAKS)
+        # Calls of compiled graphs: one append each, folded before reads.
+        self.calls = recorder.journal(self._fold_calls)
+        self.calls_queue = self.calls.queue
 
     # Install / uninstall ---------------------------------------------------
 
@@ -347,13 +351,17 @@ class TorchCompileEngine:
         except Exception as e:  # noqa: BLE001
             self.rec.hook_failed("torch_compile.graph_break", e)
 
-    def on_call(self, graph: _Graph, elapsed_ns: int) -> None:
-        try:
-            self._exec_count.inc()
-            self._exec_time.observe(elapsed_ns)
-            self.rec.ledger.executed(graph.hash, graph.name, ENGINE)
-        except Exception as e:  # noqa: BLE001
-            self.rec.hook_failed("torch_compile.execute", e)
+    def _fold_calls(self, batch: list[tuple[_Graph, int, int]]) -> None:
+        """Calls of compiled graphs -> ExecuteTime and executions per graph."""
+        self._exec_count.inc(len(batch))
+        self._exec_time.observe_many([end - start for _, start, end in batch],
+                                     [end for _, _, end in batch])
+        runs: dict[_Graph, int] = {}
+        for graph, _, _ in batch:
+            runs[graph] = runs.get(graph, 0) + 1
+        executed = self.rec.ledger.executed
+        for graph, n in runs.items():
+            executed(graph.hash, graph.name, ENGINE, n)
 
     # Scrape time -----------------------------------------------------------
 
@@ -394,15 +402,18 @@ def _resolve_lazy(fn: Any) -> Any:
 
 
 def _runner(fn: Callable[..., Any], graph: _Graph) -> Callable[..., Any]:
-    perf = time.perf_counter_ns
+    clock = time.monotonic_ns  # the distributions' clock
 
     def compiled_graph(*args: Any, **kwargs: Any) -> Any:
         eng = _active
         if eng is None:
             return fn(*args, **kwargs)
-        start = perf()
+        start = clock()
         out = fn(*args, **kwargs)
-        eng.on_call(graph, perf() - start)
+        q = eng.calls_queue
+        q.append((graph, start, clock()))
+        if len(q) >= FOLD_AT:
+            eng.calls.flush()
         return out
 
     compiled_graph.__wrapped__ = fn  # type: ignore[attr-defined]
