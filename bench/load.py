@@ -131,13 +131,14 @@ def trainer(seconds: float, load: bool, mode: str = "hook") -> tuple[dict, dict 
                          stdout=subprocess.PIPE, text=True, env=env, cwd=ROOT,
                          preexec_fn=lambda: _pin(0))
     address = json.loads(p.stdout.readline())["address"]
-    if mode == "helper":
+    helpers = psutil.Process(p.pid).children() if mode == "helper" else []
+    for child in helpers:
         # A process of its own, so the scheduler may run it on any core; the
         # trainer here was pinned to one, so the helper gets the other.
         cpus = sorted(os.sched_getaffinity(0))
-        for child in psutil.Process(p.pid).children():
-            for thread in child.threads():  # affinity is per thread
-                os.sched_setaffinity(thread.id, {cpus[1 % len(cpus)]})
+        for thread in child.threads():  # affinity is per thread
+            os.sched_setaffinity(thread.id, {cpus[1 % len(cpus)]})
+    helper_rss: list[int] = []  # at a quarter of the run (warm) and at the end
     loader = None
     out: dict = {}
     if load:
@@ -147,7 +148,14 @@ def trainer(seconds: float, load: bool, mode: str = "hook") -> tuple[dict, dict 
         time.sleep(1.0)  # let the watchers connect
     p.stdin.write("go\n")
     p.stdin.flush()
+    if helpers:
+        time.sleep(seconds / 4)
+        helper_rss.append(sum(h.memory_info().rss for h in helpers))
     result = json.loads(p.stdout.readline())
+    if helpers:
+        helper_rss.append(sum(h.memory_info().rss for h in helpers))
+        result["helper_rss_growth_after_warmup_mb"] = (helper_rss[1] - helper_rss[0]) / 2**20
+        result["helper_rss_mb"] = helper_rss[1] / 2**20
     if loader is not None:
         out = json.loads(loader.communicate(timeout=seconds + 60)[0])
     p.stdin.write("done\n")
@@ -184,6 +192,11 @@ def main() -> int:
             helped_ratio >= 0.95)
     verdict("load RPC errors, serve='process'", helped_load["n_errors"], "== 0",
             helped_load["n_errors"] == 0)
+    grow_h = helped["helper_rss_growth_after_warmup_mb"]
+    print(f"helper process RSS {helped['helper_rss_mb']:.0f} MB; the program's own RSS "
+          f"+{helped['rss_growth_after_warmup_mb']:.1f} MB after warm-up")
+    verdict("load helper RSS growth after warm-up MB, serve='process'", grow_h, "< 10",
+            grow_h < 10)
     verdict("load step-rate ratio against the bare-grpcio floor", ratio / floor_ratio, ">= 0.95",
             ratio / floor_ratio >= 0.95)
     verdict("load RPC errors", load["n_errors"], "== 0", load["n_errors"] == 0)
