@@ -17,6 +17,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import operator
 import struct
@@ -279,10 +280,47 @@ def _encode_section(
     return records, chunks
 
 
+_BUCKETS_TAG = _varint(pb.Distribution.DESCRIPTOR.fields_by_name["buckets"].number << 3 | 2)
+# Encoded key fields of the hook's bucket key lists, by list identity (a
+# distribution replaces its list only when a key is added): most readings
+# then encode only their counts. Holding the list keeps its id unique.
+_KEY_FIELDS: dict[int, tuple[Sequence[int], bytes]] = {}
+_KEY_FIELDS_MAX_KEYS = 200_000  # about 2 MB of lists and bytes held, then start over
+_key_fields_held = [0]
+
+
+def _key_field(keys: Sequence[int], negative: bool) -> bytes:
+    hit = _KEY_FIELDS.get(id(keys))
+    if hit is not None and hit[0] is keys:
+        return hit[1]
+    m = pb.Buckets()
+    (m.negative_keys if negative else m.positive_keys).extend(keys)
+    data = m.SerializeToString()
+    if _key_fields_held[0] + len(keys) > _KEY_FIELDS_MAX_KEYS:
+        _KEY_FIELDS.clear()
+        _key_fields_held[0] = 0
+    _KEY_FIELDS[id(keys)] = (keys, data)
+    _key_fields_held[0] += len(keys)
+    return data
+
+
 def _encode_distribution(d: DistributionReading) -> bytes:
     m = pb.Distribution()
-    _fill_distribution(m, d)
-    return m.SerializeToString()
+    b = d.buckets
+    if b is None or not (isinstance(b.positive, SortedCounts)
+                         and isinstance(b.negative, SortedCounts)):
+        _fill_distribution(m, d)
+        return m.SerializeToString()
+    # The hook's own reading: the buckets are written as their counts plus
+    # the cached key fields (fields may come in any order on the wire).
+    _fill_distribution(m, dataclasses.replace(d, buckets=None))
+    counts = pb.Buckets(gamma=b.gamma, zero=b.zero)
+    counts.positive_counts.extend(b.positive.count_list)
+    counts.negative_counts.extend(b.negative.count_list)
+    body = b"".join((counts.SerializeToString(),
+                     _key_field(b.positive.key_list, False) if b.positive else b"",
+                     _key_field(b.negative.key_list, True) if b.negative else b""))
+    return m.SerializeToString() + _BUCKETS_TAG + _varint(len(body)) + body
 
 
 def _encode_graph(g: GraphRecord) -> bytes:
