@@ -51,13 +51,16 @@ def build_recorder(graphs: int, dists: int, samples: int) -> Recorder:
 
 
 def pct(xs: list[float], q: float) -> float:
+    """numpy's default (linear) percentile; q in 0..1."""
     xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(q * len(xs)))]
+    h = (len(xs) - 1) * q
+    lo = int(h)
+    return xs[lo] + (h - lo) * (xs[min(lo + 1, len(xs) - 1)] - xs[lo])
 
 
 def main() -> int:
     args = parser(__doc__).parse_args()
-    rounds = 20 if args.smoke else 100
+    rounds = 20 if args.smoke else 300
     rec = build_recorder(1000, 200, 300 if args.smoke else 2000)
 
     cache = wire.PartCache()  # as the server keeps one
