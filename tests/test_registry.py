@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import itertools
+import math
 import random
 import threading
 
@@ -184,3 +185,37 @@ def test_observe_many_equals_one_at_a_time():
     assert (a.count, a.min, a.max, a.percentiles) == (b.count, b.min, b.max, b.percentiles)
     assert a.total == pytest.approx(b.total)
     assert [v for _, v in a.recent] == [v for _, v in b.recent]
+
+
+@pytest.mark.parametrize("numpy_path", [False, True])
+def test_extreme_and_infinite_values_stay_bounded_and_never_raise(numpy_path):
+    d = Distribution("x")
+    values = [1e-300, 1e300, math.inf, -math.inf, -1e-300, 5.0] * (60 if numpy_path else 1)
+    if numpy_path:
+        d.observe_many(values, list(range(len(values))))  # >= 256 at once: numpy folds
+    else:
+        for v in values:
+            d.observe(v)
+    r = d.reading(0.0)
+    assert r.count == len(values) and r.max == math.inf and r.min == -math.inf
+    from metrics.registry import MAX_SPAN
+    assert len(r.buckets.positive) <= MAX_SPAN + 1 and len(r.buckets.negative) <= MAX_SPAN + 1
+    assert sum(r.buckets.positive.values()) + sum(r.buckets.negative.values()) == r.count
+    median = r.percentile(50.0)
+    assert median is not None and -math.inf <= median <= math.inf
+
+
+def test_dense_buckets_read_like_the_samples_from_either_side():
+    # Keys added below and above the first ones (the counts grow both ways).
+    rng = random.Random(9)
+    d = Distribution("g")
+    values = []
+    for scale in (1e3, 1e-3, 1e9, 1.0, -1e4, -1e-2):
+        batch = [scale * rng.lognormvariate(0, 1) for _ in range(400)]
+        values += batch
+        for v in batch:
+            d.observe(v)
+        r = d.reading(0.0)
+        for p, v in r.percentiles:
+            exact = float(np.percentile(values, p))
+            assert v == pytest.approx(exact, rel=0.01, abs=1e-12), (p, v, exact)
