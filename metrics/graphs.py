@@ -36,7 +36,7 @@ class _Entry:
     __slots__ = (
         "hash", "name", "engine", "first_seen", "last_seen", "compiles",
         "compile_total", "compile_last", "cache_hits", "executions",
-        "signature", "signatures", "causes", "cached",
+        "signature", "signatures", "causes", "cached", "history",
     )
 
     def __init__(self, graph_hash: str, name: str, engine: str, now: float,
@@ -55,6 +55,9 @@ class _Entry:
         self.signatures: deque[tuple[str, ...]] = deque(maxlen=max_signatures)
         self.causes: deque[RecompileCause] = deque(maxlen=max_causes)
         self.cached: GraphRecord | None = None  # reset by every change
+        # (signatures, causes) as tuples, reset only by a compile: records of
+        # execution-only changes share them, so encoders can reuse their bytes.
+        self.history: tuple[tuple[tuple[str, ...], ...], tuple[RecompileCause, ...]] | None = None
 
     def record(self) -> GraphRecord:
         if self.cached is None:
@@ -62,13 +65,16 @@ class _Entry:
         return self.cached
 
     def _build(self) -> GraphRecord:
+        if self.history is None:
+            self.history = (tuple(self.signatures), tuple(self.causes))
+        signatures, causes = self.history
         return GraphRecord(
             hash=self.hash, name=self.name, engine=self.engine,
             first_seen_unix=self.first_seen, last_seen_unix=self.last_seen,
             compiles=self.compiles, compile_seconds_total=self.compile_total,
             compile_seconds_last=self.compile_last, cache_hits=self.cache_hits,
             executions=self.executions, signature=self.signature,
-            signatures=tuple(self.signatures), causes=tuple(self.causes),
+            signatures=signatures, causes=causes,
         )
 
 
@@ -125,6 +131,7 @@ class GraphLedger:
         with self._lock:
             self._fold()
             e = self._touch(graph_hash, name, engine)
+            e.history = None
             e.compiles += 1
             e.compile_total += seconds
             e.compile_last = seconds

@@ -138,3 +138,24 @@ def test_events_written_directly_parse_like_filled_messages():
         filled = pb.Event()
         wire._fill_event(filled, e)
         assert pb.Event.FromString(wire._encode_event(e)) == filled, e
+
+
+def test_graphs_written_from_cached_history_parse_like_filled_messages():
+    import random
+
+    rng = random.Random(4)
+    causes = (RecompileCause(1.0, "x changed", "t.py:3", "x", "f32[2]", "f32[3]"),
+              RecompileCause(2.0, "first compile"))
+    for i in range(200):
+        g = GraphRecord(
+            hash=f"{i % 7:064x}", name=rng.choice(["jit(f)", "", "fwd"]), engine="jax",
+            first_seen_unix=rng.choice([0.0, 1.7e9]), last_seen_unix=rng.choice([0.0, 1.7e9 + i]),
+            compiles=rng.choice([0, 1, 300]), compile_seconds_total=rng.choice([0.0, 1.5]),
+            compile_seconds_last=rng.choice([0.0, 0.25]), cache_hits=rng.choice([0, 2**40]),
+            executions=rng.choice([None, 0, 7, 2**63 - 1]),
+            signature=rng.choice([(), ("x: f32[2]",)]),
+            signatures=rng.choice([(), (("x: f32[2]",), ("x: f32[3]", "y: i32[]"))]),
+            causes=rng.choice([(), causes]))
+        filled = pb.Graph()
+        wire._fill_graph(filled, g)
+        assert pb.Graph.FromString(wire._encode_graph(g)) == filled, g

@@ -17,7 +17,6 @@ Example:
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import operator
 import struct
@@ -69,7 +68,8 @@ def _fill_buckets(msg: pb.Buckets, b: BucketCounts) -> None:
     msg.zero = b.zero
 
 
-def _fill_distribution(m: pb.Distribution, d: DistributionReading) -> None:
+def _fill_distribution(m: pb.Distribution, d: DistributionReading,
+                       buckets: bool = True) -> None:
     m.name = d.name
     m.unit = _UNIT_TO_PB[d.unit]
     m.count = d.count
@@ -83,12 +83,14 @@ def _fill_distribution(m: pb.Distribution, d: DistributionReading) -> None:
     if d.value_rate_per_second is not None:
         m.value_rate_per_second = d.value_rate_per_second
     if d.percentiles:
-        m.percentile_percents.extend([p for p, _ in d.percentiles])
-        m.percentile_values.extend([v for _, v in d.percentiles])
+        percents, values = zip(*d.percentiles, strict=True)
+        m.percentile_percents.extend(percents)
+        m.percentile_values.extend(values)
     if d.recent:
-        m.recent_times_unix.extend([t for t, _ in d.recent])
-        m.recent_values.extend([v for _, v in d.recent])
-    if d.buckets is not None:
+        times, values = zip(*d.recent, strict=True)
+        m.recent_times_unix.extend(times)
+        m.recent_values.extend(values)
+    if buckets and d.buckets is not None:
         _fill_buckets(m.buckets, d.buckets)
     if d.help:
         m.help = d.help
@@ -104,9 +106,13 @@ def _fill_graph(m: pb.Graph, g: GraphRecord) -> None:
     m.compile_seconds_total = g.compile_seconds_total
     m.compile_seconds_last = g.compile_seconds_last
     m.cache_hits = g.cache_hits
-    m.signature.extend(g.signature)
     if g.executions is not None:
         m.executions = g.executions
+    _fill_history(m, g)
+
+
+def _fill_history(m: pb.Graph, g: GraphRecord) -> None:
+    m.signature.extend(g.signature)
     for sig in g.signatures:
         m.signatures.add().args.extend(sig)
     for c in g.causes:
@@ -313,7 +319,7 @@ def _encode_distribution(d: DistributionReading) -> bytes:
         return m.SerializeToString()
     # The hook's own reading: the buckets are written as their counts plus
     # the cached key fields (fields may come in any order on the wire).
-    _fill_distribution(m, dataclasses.replace(d, buckets=None))
+    _fill_distribution(m, d, buckets=False)
     counts = pb.Buckets(gamma=b.gamma, zero=b.zero)
     counts.positive_counts.extend(b.positive.count_list)
     counts.negative_counts.extend(b.negative.count_list)
@@ -323,10 +329,38 @@ def _encode_distribution(d: DistributionReading) -> bytes:
     return m.SerializeToString() + _BUCKETS_TAG + _varint(len(body)) + body
 
 
+# Encoded identity and history of graphs (hash, name, engine, first seen,
+# signatures, causes), by the identity of the hook's tuples, which it keeps
+# until the graph compiles again: an execution re-encodes only the counts.
+_GRAPH_STATIC: dict[tuple[Any, ...], tuple[tuple[Any, ...], bytes]] = {}
+_GRAPH_STATIC_MAX = 20_000
+
+
 def _encode_graph(g: GraphRecord) -> bytes:
-    m = pb.Graph()
-    _fill_graph(m, g)
-    return m.SerializeToString()
+    key = (g.hash, g.name, g.engine, g.first_seen_unix,
+           id(g.signature), id(g.signatures), id(g.causes))
+    hit = _GRAPH_STATIC.get(key)
+    held = (g.signature, g.signatures, g.causes)  # held: their ids stay theirs
+    if hit is None or any(a is not b for a, b in zip(hit[0], held, strict=True)):
+        m = pb.Graph(hash=g.hash, name=g.name, engine=g.engine,
+                     first_seen_unix=g.first_seen_unix)
+        _fill_history(m, g)
+        if len(_GRAPH_STATIC) >= _GRAPH_STATIC_MAX:
+            _GRAPH_STATIC.clear()
+        hit = _GRAPH_STATIC[key] = (held, m.SerializeToString())
+    # The counts, written directly (fields 5-10; zeros left out as protobuf does).
+    parts = [hit[1], b"\x29", _DOUBLE.pack(g.last_seen_unix)]
+    if g.compiles:
+        parts += (b"\x30", _varint(g.compiles))
+    if g.compile_seconds_total:
+        parts += (b"\x39", _DOUBLE.pack(g.compile_seconds_total))
+    if g.compile_seconds_last:
+        parts += (b"\x41", _DOUBLE.pack(g.compile_seconds_last))
+    if g.cache_hits:
+        parts += (b"\x48", _varint(g.cache_hits))
+    if g.executions is not None:
+        parts += (b"\x50", _varint(g.executions))
+    return b"".join(parts)
 
 
 def _head(s: Snapshot) -> pb.Snapshot:
