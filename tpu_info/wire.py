@@ -333,7 +333,7 @@ def _encode_distribution(d: DistributionReading) -> bytes:
 # signatures, causes), by the identity of the hook's tuples, which it keeps
 # until the graph compiles again: an execution re-encodes only the counts.
 _GRAPH_STATIC: dict[tuple[Any, ...], tuple[tuple[Any, ...], bytes]] = {}
-_GRAPH_STATIC_MAX = 20_000
+_GRAPH_STATIC_MAX = 4096  # twice the ledger's bound; about 2 MB at most
 
 
 def _encode_graph(g: GraphRecord) -> bytes:

@@ -120,7 +120,10 @@ class MonitorServicer(pb_grpc.MonitorServicer):
             snap = dataclasses.replace(snap, events=snap.events[-max_events:])
         data = wire.snapshot_to_bytes(snap, self._cache)
         with self._answers_lock:
-            if len(self._answers) > 256:
+            # Expired answers go at once: each stream asks with its own
+            # events_since, and answers carry up to a thousand events, so
+            # keeping them until a size limit held megabytes for nothing.
+            if len(self._answers) > 8:
                 self._answers = {k: v for k, v in self._answers.items() if v[0] > now}
             self._answers[key] = (now + ANSWER_TTL_S, data, snap.last_seq)
         return data, snap.last_seq
