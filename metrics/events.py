@@ -32,7 +32,7 @@ from typing import Any
 from tpu_info.model import Event
 
 _Question = tuple[int, "int | None"]  # (since seq, limit)
-_Answer = tuple[list[Event], int]  # (events, dropped)
+_Answer = tuple[tuple[Event, ...], int]  # (events, dropped)
 
 
 def _seq_of(t: tuple[Any, ...]) -> int:
@@ -142,7 +142,7 @@ class EventLog:
     def last_seq(self) -> int:
         return self._last
 
-    def since(self, seq: int, limit: int | None = None) -> tuple[list[Event], int]:
+    def since(self, seq: int, limit: int | None = None) -> tuple[tuple[Event, ...], int]:
         """Events with ``seq`` greater than the given one, in order, and how
         many of those the rings already dropped. ``limit`` keeps the newest
         ones, rare kinds first (see the module docstring)."""
@@ -159,7 +159,7 @@ class EventLog:
             memo = self._memo = (state, {})
         answer = memo[1].get((seq, limit))
         if answer is not None:
-            return list(answer[0]), answer[1]
+            return answer  # immutable: shared by everyone who asks the same
         part_f = frequent[bisect.bisect_right(frequent, seq, key=_seq_of):]
         part_n = notable[bisect.bisect_right(notable, seq, key=_seq_of):]
         # Numbers run 1..last without gaps, so what is not in a ring was dropped.
@@ -177,9 +177,10 @@ class EventLog:
             made[t[0]] = e
             out.append(e)
         self._built = made  # keeps only what the last reader saw
+        answer = (tuple(out), dropped)
         if len(memo[1]) < 8:  # a few distinct questions per state
-            memo[1][(seq, limit)] = (out, dropped)
-        return list(out), dropped
+            memo[1][(seq, limit)] = answer
+        return answer
 
     def clear(self) -> None:
         with self._lock:

@@ -50,7 +50,7 @@ def test_events_since_and_drops():
     assert [e.seq for e in events] == [4, 5, 6, 7, 8] and dropped == 1
     events, dropped = log.since(6)
     assert [e.seq for e in events] == [7, 8] and dropped == 0
-    assert log.since(8) == ([], 0)
+    assert log.since(8) == ((), 0)
     assert log.last_seq == 8
     events, _ = log.since(0, limit=2)
     assert [e.seq for e in events] == [7, 8]
@@ -112,7 +112,7 @@ def test_a_flood_of_steps_never_pushes_a_recompile_out():
     few, _ = log.since(0, limit=5)
     assert [e.kind for e in few] == ["compile", "recompile", "transfer_from_device",
                                      "transfer_to_device", "transfer_from_device"]
-    assert log.since(0, limit=0) == ([], dropped)
+    assert log.since(0, limit=0) == ((), dropped)
 
 
 def test_a_mirror_keeps_the_numbers_it_is_given():
