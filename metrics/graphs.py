@@ -99,9 +99,11 @@ class GraphLedger:
         # Called before every read: folds hot-path journals in (the recorder's).
         self.before_read: Callable[[], None] = lambda: None
         self.evicted = 0
+        self._snapshot: tuple[GraphRecord, ...] | None = None  # until the next change
 
     def _touch(self, graph_hash: str, name: str, engine: str) -> _Entry:
         # Caller holds the lock.
+        self._snapshot = None
         now = self._clock()
         e = self._entries.get(graph_hash)
         if e is None:
@@ -178,6 +180,7 @@ class GraphLedger:
             self._entries.clear()
             self._first_seen.clear()
             self.evicted = 0
+            self._snapshot = None
 
     def snapshot(self) -> tuple[GraphRecord, ...]:
         """Copies of all entries, in the order they were first seen (stable
@@ -186,4 +189,6 @@ class GraphLedger:
         self.before_read()
         with self._lock:
             self._fold()
-            return tuple(e.cached or e.record() for e in self._first_seen.values())
+            if self._snapshot is None:
+                self._snapshot = tuple(e.cached or e.record() for e in self._first_seen.values())
+            return self._snapshot

@@ -64,7 +64,7 @@ class Counter:
     (atomic under the GIL, no lock); other amounts take a short lock.
     """
 
-    __slots__ = ("name", "unit", "help", "_ones", "_extra", "_lock")
+    __slots__ = ("name", "unit", "help", "_ones", "_extra", "_lock", "_reading")
 
     def __init__(self, name: str, unit: Unit = Unit.NUMBER, help: str = "") -> None:
         self.name = name
@@ -73,6 +73,7 @@ class Counter:
         self._ones = itertools.count()
         self._extra = 0
         self._lock = threading.Lock()
+        self._reading: CounterReading | None = None  # the last one handed out
 
     def inc(self, amount: int = 1) -> None:
         """Adds ``amount`` (default 1)."""
@@ -87,6 +88,13 @@ class Counter:
         # repr(itertools.count(n)) is "count(n)": the one way to read it
         # without advancing it.
         return int(repr(self._ones)[6:-1]) + self._extra
+
+    def reading(self) -> CounterReading:
+        """The value now, as a reading (the previous one while unchanged)."""
+        value, last = self.value, self._reading
+        if last is None or last.value != value:
+            last = self._reading = CounterReading(self.name, value, self.unit, self.help)
+        return last
 
     def reset(self) -> None:
         with self._lock:
@@ -518,6 +526,6 @@ class Registry:
             counters, dists = self._sorted_counters, self._sorted_dists
         offset = self._mono_to_unix()
         return (
-            tuple(CounterReading(c.name, c.value, c.unit, c.help) for c in counters if c.value),
+            tuple(r for r in map(Counter.reading, counters) if r.value),
             tuple(d.reading(offset) for d in dists if d.count),
         )

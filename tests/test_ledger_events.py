@@ -125,3 +125,15 @@ def test_a_mirror_keeps_the_numbers_it_is_given():
     assert [e.seq for e in mirror.since(0)[0]] == [1, 2, 3, 4, 5, 6]
     assert mirror.since(0)[0] == source.since(0)[0] and mirror.last_seq == 6
     assert mirror.since(4, limit=1)[0][0].kind == "compile"
+
+
+def test_an_unchanged_ledger_hands_out_the_same_snapshot():
+    ledger = GraphLedger()
+    ledger.compiled("a", "jit(f)", "jax", 0.1)
+    first = ledger.snapshot()
+    assert ledger.snapshot() is first
+    ledger.executed("a", "jit(f)", "jax", n=3)
+    second = ledger.snapshot()
+    assert second is not first and second[0].executions == 3
+    ledger.clear()
+    assert ledger.snapshot() == ()

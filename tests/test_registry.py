@@ -219,3 +219,15 @@ def test_dense_buckets_read_like_the_samples_from_either_side():
         for p, v in r.percentiles:
             exact = float(np.percentile(values, p))
             assert v == pytest.approx(exact, rel=0.01, abs=1e-12), (p, v, exact)
+
+
+def test_counter_readings_are_reused_until_the_value_moves():
+    reg = Registry()
+    c = reg.counter("MarkStep")
+    c.inc()
+    a = reg.snapshot()[0][0]
+    assert reg.snapshot()[0][0] is a
+    c.inc(2)
+    assert reg.snapshot()[0][0].value == 3
+    reg.clear_counters()
+    assert reg.snapshot()[0] == ()
