@@ -137,6 +137,7 @@ class HelperServer:
         # Forty server threads would each get a malloc arena of their own,
         # and freed memory would stay spread over them: two keep RSS steady.
         env.setdefault("MALLOC_ARENA_MAX", "2")
+        env.pop("TPU_INFO_AUTOINSTALL", None)  # `tpu-info run`'s bootstrap: not for the helper
         try:
             self._proc = subprocess.Popen(
                 [sys.executable, "-m", "metrics.export.helper", str(theirs.fileno())],
