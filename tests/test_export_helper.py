@@ -109,3 +109,26 @@ def test_a_failing_snapshot_is_an_error_answer_not_a_dead_helper():
             assert c.snapshot().taken_at_unix == 1.0
     finally:
         exporter.stop()
+
+
+def test_a_recompile_reaches_watchers_of_the_helper_through_a_flood_of_steps():
+    from metrics.recorder import Recorder
+    from metrics.snapshot import build
+
+    rec = Recorder()
+    exporter = export.start(lambda since: build(rec, (), since), port=0,
+                            server_factory=HelperServer)
+    try:
+        with Client(exporter.address, timeout=10) as c:
+            seen = c.snapshot().last_seq
+            rec.events.emit_many("step", [1.0] * 5000)
+            rec.events.emit("recompile", name="jit(f)", detail="x: f32[8] -> f32[9]")
+            rec.events.emit_many("step", [2.0] * 5000)
+            time.sleep(0.15)  # past the helper's refresh interval
+            snap = c.snapshot(events_since=seen)
+            kinds = [e.kind for e in snap.events]
+            assert "recompile" in kinds and len(kinds) <= 1000
+            [e] = [e for e in snap.events if e.kind == "recompile"]
+            assert e.detail == "x: f32[8] -> f32[9]" and e.name == "jit(f)"
+    finally:
+        exporter.stop()
