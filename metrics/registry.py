@@ -11,7 +11,7 @@ A :class:`Distribution` keeps, since its last clear:
   percentile over *all* samples since the clear, the buckets merge across
   processes by adding counts, and memory stays bounded: dense counts over
   the range of keys seen, about ``ln(max/min) / ln(gamma)`` buckets (under
-  3,000 for 1 ns .. 1 h), at most :data:`MAX_SPAN` per sign (a value ratio of
+  3,000 for 1 ns .. 1 h), at most :data:`metrics.dense.MAX_SPAN` per sign (a value ratio of
   about 10**35 either side of the first sample; values beyond, and infinite
   ones, count in the edge bucket);
 * the time of the first and last sample (for the rates);
@@ -31,7 +31,6 @@ Example:
 
 from __future__ import annotations
 
-import array
 import itertools
 import math
 import sys
@@ -41,6 +40,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from metrics.dense import EDGE, DenseCounts
 from tpu_info.buckets import SortedCounts, sorted_percentiles
 from tpu_info.model import (
     PERCENTILES,
@@ -53,8 +53,6 @@ from tpu_info.model import (
 RECENT = 64
 FOLD_AT = 1024  # samples waiting before the recording thread folds them
 DEFAULT_ALPHA = 0.005
-MAX_SPAN = 16_384  # buckets per sign at most (128 KiB); see Distribution._window
-_EDGE = 1 << 40  # the key of an infinite value: beyond any window, so the edge bucket
 
 
 class Counter:
@@ -116,7 +114,6 @@ class Distribution:
         "name", "unit", "help", "gamma", "_inv_log_gamma", "_lock", "_pending",
         "_count", "_sum", "_min", "_max", "_pos", "_neg", "_zero",
         "_first_ns", "_last_ns", "_recent", "_clock", "_cached", "_cached_offset",
-        "_pos_off", "_neg_off", "_pos_keys", "_neg_keys", "_anchor", "_pos_nz", "_neg_nz",
     )
 
     def __init__(
@@ -144,24 +141,10 @@ class Distribution:
         self._sum = 0.0
         self._min = math.inf
         self._max = -math.inf
-        # Dense counts: _pos[i] counts positive samples in bucket _pos_off + i
-        # (_neg likewise for |v| of negative ones). Contiguous machine ints:
-        # a reading copies them at once instead of visiting a dict.
-        self._pos = array.array("q")
-        self._neg = array.array("q")
-        self._pos_off = 0
-        self._neg_off = 0
+        # Dense counts per sign (of |v| for negative samples): metrics.dense.
+        self._pos = DenseCounts()
+        self._neg = DenseCounts()
         self._zero = 0
-        self._anchor: int | None = None  # the first key: the span is bounded around it
-        # Buckets holding something. A count never drops back to zero (but
-        # by a reset), so while these stay put, so does the set of keys.
-        self._pos_nz = 0
-        self._neg_nz = 0
-        # The keys of those buckets in value order (negative ones descending),
-        # as readings hand them out: rebuilt only when a bucket fills for the
-        # first time, so encoders can cache them by identity.
-        self._pos_keys: list[int] = []
-        self._neg_keys: list[int] = []
         self._first_ns = 0
         self._last_ns = 0
         self._recent: deque[tuple[int, float]] = deque(maxlen=RECENT)
@@ -235,13 +218,13 @@ class Distribution:
     def _fold_python(self, values: Sequence[float]) -> tuple[float, float, float, int]:
         k = self._inv_log_gamma
         log, ceil, inf = math.log, math.ceil, math.inf
-        # An infinite value has no key: it goes to the edge bucket (_window).
-        pos = [ceil(log(v) * k) if v != inf else _EDGE for v in values if v > 0]
-        neg = [ceil(log(-v) * k) if v != -inf else _EDGE for v in values if v < 0]
+        # An infinite value has no key: it goes to the edge bucket.
+        pos = [ceil(log(v) * k) if v != inf else EDGE for v in values if v > 0]
+        neg = [ceil(log(-v) * k) if v != -inf else EDGE for v in values if v < 0]
         if pos:
-            self._count_keys(True, pos, min(pos), max(pos))
+            self._pos.add_keys(pos)
         if neg:
-            self._count_keys(False, neg, min(neg), max(neg))
+            self._neg.add_keys(neg)
         # NaN is neither > 0 nor < 0: it lands with the zeros, as it always has.
         return _total(values), min(values), max(values), len(values) - len(pos) - len(neg)
 
@@ -249,69 +232,12 @@ class Distribution:
         a = np.asarray(values, dtype=np.float64)
         k = self._inv_log_gamma
         placed = 0
-        for positive in (True, False):
-            part = a[a > 0] if positive else -a[a < 0]
+        for dense, part in ((self._pos, a[a > 0]), (self._neg, -a[a < 0])):
             if part.size:
-                keys = np.nan_to_num(np.ceil(np.log(part) * k), posinf=_EDGE)
-                keys = keys.astype(np.int64)
-                lo, hi = self._window(int(keys.min()), int(keys.max()))
-                np.clip(keys, lo, hi, out=keys)
-                counts = np.bincount(keys - lo)
-                arr, off = self._span(positive, lo, hi)
-                filled = _add_dense(np, arr, lo - off, counts)
-                if positive:
-                    self._pos_nz += filled
-                else:
-                    self._neg_nz += filled
+                keys = np.nan_to_num(np.ceil(np.log(part) * k), posinf=EDGE)
+                dense.add_keys_numpy(np, keys.astype(np.int64))
                 placed += part.size
         return _total(values), float(a.min()), float(a.max()), int(a.size - placed)
-
-    def _window(self, lo: int, hi: int) -> tuple[int, int]:
-        """Keys allowed: within MAX_SPAN / 2 of the first key ever counted
-        (a value ratio of about 10**35 either way at the default alpha), so
-        memory stays bounded whatever arrives; keys beyond are counted in
-        the edge bucket."""
-        if self._anchor is None:
-            self._anchor = lo
-        half = MAX_SPAN // 2
-        return (min(max(lo, self._anchor - half), self._anchor + half),
-                min(max(hi, self._anchor - half), self._anchor + half))
-
-    def _span(self, positive: bool, lo: int, hi: int) -> tuple[array.array[int], int]:
-        """The dense counts of one sign, grown to cover keys lo..hi."""
-        arr = self._pos if positive else self._neg
-        off = self._pos_off if positive else self._neg_off
-        if not arr:
-            arr.extend(_zeros(hi - lo + 1))
-            off = lo
-        else:
-            if lo < off:
-                arr[0:0] = _zeros(off - lo)
-                off = lo
-            end = off + len(arr) - 1
-            if hi > end:
-                arr.extend(_zeros(hi - end))
-        if positive:
-            self._pos_off = off
-        else:
-            self._neg_off = off
-        return arr, off
-
-    def _count_keys(self, positive: bool, keys: list[int], lo: int, hi: int) -> None:
-        wlo, whi = self._window(lo, hi)
-        if (wlo, whi) != (lo, hi):
-            keys = [min(max(key, wlo), whi) for key in keys]
-        arr, off = self._span(positive, wlo, whi)
-        filled = 0
-        for key in keys:
-            i = key - off
-            if not arr[i]:
-                filled += 1
-            arr[i] += 1
-        if positive:
-            self._pos_nz += filled
-        else:
-            self._neg_nz += filled
 
     @property
     def count(self) -> int:
@@ -350,20 +276,10 @@ class Distribution:
             zero = self._zero
             first, last = self._first_ns, self._last_ns
             recent = list(self._recent)
-            if len(self._pos_keys) != self._pos_nz:
-                self._pos_keys = list(itertools.compress(
-                    range(self._pos_off, self._pos_off + len(self._pos)), self._pos))
-            if len(self._neg_keys) != self._neg_nz:
-                keys = list(itertools.compress(
-                    range(self._neg_off, self._neg_off + len(self._neg)), self._neg))
-                keys.reverse()
-                self._neg_keys = keys
             # Dense counts are contiguous: copying out the filled ones is one
             # pass in C, not a lookup per bucket.
-            pos = SortedCounts(self._pos_keys, list(filter(None, self._pos)))
-            neg_counts = list(filter(None, self._neg))
-            neg_counts.reverse()
-            neg = SortedCounts(self._neg_keys, neg_counts)
+            pos = SortedCounts(*self._pos.filled())
+            neg = SortedCounts(*self._neg.filled(descending=True))
         if count == 0:
             return DistributionReading(
                 name=self.name, unit=self.unit, count=0, total=0.0,
@@ -389,26 +305,12 @@ class Distribution:
         return reading
 
 
-def _add_dense(np: Any, arr: array.array[int], start: int, counts: Any) -> int:
-    """Adds ``counts`` to ``arr[start:]`` through a numpy view; returns how
-    many buckets went from empty to filled. The view is gone on return, so
-    the array can grow again."""
-    window = np.frombuffer(arr, dtype=np.int64)[start: start + len(counts)]
-    filled = int(np.count_nonzero((window == 0) & (counts > 0)))
-    window += counts
-    return filled
-
-
 def _total(values: Sequence[float]) -> float:
     """The exact sum (``math.fsum``); inf and -inf together make NaN, not an error."""
     try:
         return float(math.fsum(values))
     except (ValueError, OverflowError):
         return float(sum(values))
-
-
-def _zeros(n: int) -> array.array[int]:
-    return array.array("q", bytes(8 * n))
 
 
 def _nothing() -> None:
