@@ -177,18 +177,15 @@ def sorted_percentiles(
         raise ValueError("no buckets to read a rank from")
     cumulative = list(itertools.accumulate(counts))
     n_neg, last = len(neg_keys), len(counts) - 1
-    denom = gamma + 1.0
 
     def at_rank(rank: int) -> float:
-        i = bisect.bisect_right(cumulative, rank)
-        if i > last:
-            i = last
+        i = min(bisect.bisect_right(cumulative, rank), last)
         if i < n_neg:
-            return -2.0 * gamma ** neg_keys[i] / denom
+            return -bucket_value(gamma, neg_keys[i])
         i -= n_neg
         if i < has_zero:
             return 0.0
-        return 2.0 * gamma ** pos_keys[i - has_zero] / denom
+        return bucket_value(gamma, pos_keys[i - has_zero])
 
     out = []
     for percent in percents:
@@ -202,7 +199,6 @@ def sorted_percentiles(
             v = hi
         out.append(v)
     return out
-
 
 
 def merge_buckets(parts: Iterable[BucketCounts]) -> BucketCounts | None:
