@@ -40,9 +40,9 @@ if BARE:
     # answering every call with one snapshot encoded now (no work per call).
     from concurrent import futures
     import grpc
-    from tpu_info import wire
+    from tpu_info import encoder
     from tpu_info.proto import tpu_info_v1_pb2 as pb
-    canned = wire.snapshot_to_bytes(metrics.snapshot())
+    canned = encoder.snapshot_to_bytes(metrics.snapshot())
     def stream(request, context):
         while context.is_active():
             yield canned

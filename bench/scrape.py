@@ -7,7 +7,7 @@ Data: 1,000 graphs (signature, two causes each), 200 distributions of 2,000
 log-normal samples each, 1,000 events, a few counters; between scrapes 10 %
 of the distributions and 5 % of the graphs change. "ours" is what the
 gRPC server does per request: ``metrics.snapshot.build`` +
-``wire.snapshot_to_proto`` + ``SerializeToString``; "prometheus" is
+``encoder.snapshot_to_bytes`` with the server's ``PartCache``; "prometheus" is
 ``generate_latest`` over the project's ``SnapshotCollector`` reading the same
 recorder. Targets: ours p99 <= 5 ms; ratio (ours p50 / prometheus p50) <= 1.
 """
@@ -24,7 +24,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from metrics.export.prometheus import SnapshotCollector
 from metrics.recorder import Recorder
 from metrics.snapshot import build as build_snapshot
-from tpu_info import wire
+from tpu_info import encoder
 from tpu_info.model import RecompileCause, Unit
 
 
@@ -63,7 +63,7 @@ def main() -> int:
     rounds = 20 if args.smoke else 300
     rec = build_recorder(1000, 200, 300 if args.smoke else 2000)
 
-    cache = wire.PartCache()  # as the server keeps one
+    cache = encoder.PartCache()  # as the server keeps one
     rng = random.Random(3)
     dists = [rec.registry.distribution(f"Metric{d}") for d in range(200)]
 
@@ -77,7 +77,7 @@ def main() -> int:
 
     def ours() -> int:
         snap = build_snapshot(rec, (), events_since=0)
-        return len(wire.snapshot_to_bytes(snap, cache))
+        return len(encoder.snapshot_to_bytes(snap, cache))
 
     registry = CollectorRegistry(auto_describe=False)
     registry.register(SnapshotCollector(lambda: build_snapshot(rec, (), events_since=2**62)))

@@ -55,7 +55,7 @@ from metrics.export.server import (
     capture_reply,
     capture_status,
 )
-from tpu_info import wire
+from tpu_info import encoder, wire
 from tpu_info.model import Snapshot
 from tpu_info.proto import tpu_info_v1_pb2 as pb
 
@@ -124,7 +124,7 @@ class HelperServer:
         self._snapshot_fn = snapshot_fn
         self._capture_fn = capture_fn
         self._workers = workers
-        self._cache = wire.PartCache()
+        self._cache = encoder.PartCache()
         self._captures: dict[int, threading.Event] = {}
         self._replies: queue.Queue[tuple[dict[str, Any], bytes]] = queue.Queue()
         self._stopped = False
@@ -233,7 +233,7 @@ class HelperServer:
     def _answer_snapshot(self, head: dict[str, Any]) -> None:
         try:
             snap = self._snapshot_fn(int(head["since"]))
-            data = wire.snapshot_to_bytes(snap, self._cache)
+            data = encoder.snapshot_to_bytes(snap, self._cache)
         except Exception as e:  # noqa: BLE001 - reported to the caller, never raised here
             self._channel.send({"op": "error", "id": head["id"], "message": repr(e)})
             return

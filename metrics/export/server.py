@@ -31,7 +31,7 @@ import grpc
 
 from metrics import names
 from metrics.export.libtpu_service import RuntimeMetricServicer, snapshot_or_abort
-from tpu_info import wire
+from tpu_info import encoder, wire
 from tpu_info.model import MetricInfo, Snapshot
 from tpu_info.proto import tpu_info_v1_pb2 as pb
 from tpu_info.proto import tpu_info_v1_pb2_grpc as pb_grpc
@@ -100,7 +100,7 @@ class MonitorServicer(pb_grpc.MonitorServicer):
         self._infos = list(metric_infos) if metric_infos is not None else catalog_infos()
         self._streams = threading.BoundedSemaphore(max_streams)
         self._max_streams = max_streams
-        self._cache = wire.PartCache()
+        self._cache = encoder.PartCache()
         self._answers: dict[tuple[int, int], tuple[float, bytes, int]] = {}
         self._answers_lock = threading.Lock()
         self.stopping = threading.Event()
@@ -118,7 +118,7 @@ class MonitorServicer(pb_grpc.MonitorServicer):
         snap = snapshot_or_abort(self._snapshot_fn, events_since, context)
         if max_events and len(snap.events) > max_events:
             snap = dataclasses.replace(snap, events=snap.events[-max_events:])
-        data = wire.snapshot_to_bytes(snap, self._cache)
+        data = encoder.snapshot_to_bytes(snap, self._cache)
         with self._answers_lock:
             # Expired answers go at once: each stream asks with its own
             # events_since, and answers carry up to a thousand events, so
