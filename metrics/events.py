@@ -69,6 +69,9 @@ class EventLog:
         # Called before every read: folds hot-path journals in (the recorder's).
         self.before_read: Callable[[], None] = lambda: None
 
+    def _ring_for(self, kind: str) -> deque[tuple[Any, ...]]:
+        return self._frequent if kind in FREQUENT else self._notable
+
     def emit(
         self,
         kind: str,
@@ -85,7 +88,7 @@ class EventLog:
         # rest of emit; readers build Events. Numbers are drawn and appended
         # under one lock, so each ring is in sequence order.
         when = self._clock() if time_unix is None else time_unix
-        ring = self._frequent if kind in FREQUENT else self._notable
+        ring = self._ring_for(kind)
         with self._lock:
             seq = self._next_seq
             self._next_seq = seq + 1
@@ -108,7 +111,7 @@ class EventLog:
         rep = itertools.repeat
         if isinstance(kind, str):
             kinds: Iterable[str] = rep(kind)
-            ring = self._frequent if kind in FREQUENT else self._notable
+            ring = self._ring_for(kind)
         else:
             kinds = kind
             ring = self._frequent if FREQUENT.issuperset(kind) else None
@@ -123,7 +126,7 @@ class EventLog:
                 ring.extend(rows)
             else:  # kinds of both sorts in one batch
                 for row in rows:
-                    (self._frequent if row[2] in FREQUENT else self._notable).append(row)
+                    self._ring_for(row[2]).append(row)
             self._last = first + n - 1
 
     def mirror(self, events: Iterable[Event]) -> None:
@@ -132,9 +135,8 @@ class EventLog:
         with self._lock:
             for e in events:
                 if e.seq > self._last:
-                    (self._frequent if e.kind in FREQUENT else self._notable).append(
-                        (e.seq, e.time_unix, e.kind, e.name, e.graph_hash, e.detail,
-                         e.location, e.value))
+                    self._ring_for(e.kind).append((e.seq, e.time_unix, e.kind, e.name,
+                                                   e.graph_hash, e.detail, e.location, e.value))
                     self._last = e.seq
             self._next_seq = self._last + 1
 

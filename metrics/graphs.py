@@ -190,5 +190,5 @@ class GraphLedger:
         with self._lock:
             self._fold()
             if self._snapshot is None:
-                self._snapshot = tuple(e.cached or e.record() for e in self._first_seen.values())
+                self._snapshot = tuple(e.record() for e in self._first_seen.values())
             return self._snapshot
