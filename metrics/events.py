@@ -9,6 +9,11 @@ the rest come rarely and matter most. So they live in two rings of
 ``capacity`` each: a flood of steps never pushes a recompile out, and when
 an answer must be cut to ``limit`` events, the rare kinds are kept first.
 
+The frequent ring holds *chunks*: a journal's fold hands over its whole
+batch with a function that turns any part of it into event rows
+(:meth:`EventLog.emit_batch`), so the program's thread does no work per
+event; rows are made only for the events a reader asks for.
+
 Example:
     >>> log = EventLog(capacity=2)
     >>> for i in range(3):
@@ -32,6 +37,12 @@ from typing import Any
 from tpu_info.model import Event
 
 _Question = tuple[int, "int | None"]  # (since seq, limit)
+_Row = tuple[Any, ...]  # (seq, time_unix, kind, name, graph_hash, detail, location, value)
+# Rows lo..hi-1 of a batch whose first event is numbered ``first``: (first, lo, hi).
+Expand = Callable[[int, int, int], Iterable[_Row]]
+# (first seq, events in the batch, first one still held, rows or None, expand or None):
+# a chunk of ready rows has ``expand`` None; a lazy one has rows None.
+_Chunk = tuple[int, int, int, "list[_Row] | None", "Expand | None"]
 _Answer = tuple[tuple[Event, ...], int]  # (events, dropped)
 
 
@@ -49,6 +60,7 @@ STEP = "step"
 HOOK_ERROR = "hook_error"
 
 FREQUENT = frozenset({STEP, TRANSFER_TO_DEVICE, TRANSFER_FROM_DEVICE})  # the flood kinds
+_ROWS_CHUNK = 1024  # ready rows gathered in one chunk at most (then a new one)
 
 
 class EventLog:
@@ -57,11 +69,12 @@ class EventLog:
 
     def __init__(self, capacity: int = 10_000, clock: Callable[[], float] = time.time) -> None:
         self.capacity = capacity
-        self._frequent: deque[tuple[Any, ...]] = deque(maxlen=capacity)
-        self._notable: deque[tuple[Any, ...]] = deque(maxlen=capacity)
+        self._frequent: deque[_Chunk] = deque()
+        self._frequent_held = 0  # events the chunks hold from their first held one on
+        self._notable: deque[_Row] = deque(maxlen=capacity)
         self._next_seq = 1
         self._lock = threading.Lock()
-        self._built: dict[int, Event] = {}  # Events already made from ring tuples
+        self._built: dict[int, Event] = {}  # Events already made from rows
         # Answers given since the rings last changed, by (seq, limit).
         self._memo: tuple[tuple[int, ...], dict[_Question, _Answer]] = ((-1,), {})
         self._last = 0
@@ -69,8 +82,40 @@ class EventLog:
         # Called before every read: folds hot-path journals in (the recorder's).
         self.before_read: Callable[[], None] = lambda: None
 
-    def _ring_for(self, kind: str) -> deque[tuple[Any, ...]]:
-        return self._frequent if kind in FREQUENT else self._notable
+    # Writing (callers of the _add helpers hold the lock) -------------------
+
+    def _add_row(self, row: _Row) -> None:
+        if row[2] not in FREQUENT:
+            self._notable.append(row)
+            return
+        ring = self._frequent
+        if ring:  # gather single rows into the newest chunk while numbers run on
+            first, n, start, rows, expand = ring[-1]
+            if rows is not None and first + n == row[0] and n < _ROWS_CHUNK:
+                rows.append(row)  # readers' copies of the chunk still say n
+                ring[-1] = (first, n + 1, start, rows, None)
+                self._frequent_held += 1
+                self._trim()
+                return
+        self._add_chunk((row[0], 1, 0, [row], None))
+
+    def _add_chunk(self, chunk: _Chunk) -> None:
+        self._frequent.append(chunk)
+        self._frequent_held += chunk[1]
+        self._trim()
+
+    def _trim(self) -> None:
+        ring, excess = self._frequent, self._frequent_held - self.capacity
+        while excess > 0:
+            first, n, start, rows, expand = ring[0]
+            if n - start <= excess:
+                ring.popleft()
+                excess -= n - start
+                self._frequent_held -= n - start
+            else:
+                ring[0] = (first, n, start + excess, rows, expand)
+                self._frequent_held -= excess
+                excess = 0
 
     def emit(
         self,
@@ -88,11 +133,10 @@ class EventLog:
         # rest of emit; readers build Events. Numbers are drawn and appended
         # under one lock, so each ring is in sequence order.
         when = self._clock() if time_unix is None else time_unix
-        ring = self._ring_for(kind)
         with self._lock:
             seq = self._next_seq
             self._next_seq = seq + 1
-            ring.append((seq, when, kind, name, graph_hash, detail, location, value))
+            self._add_row((seq, when, kind, name, graph_hash, detail, location, value))
             self._last = seq
         return seq
 
@@ -103,30 +147,38 @@ class EventLog:
         values: Iterable[float | None] | None = None,
     ) -> None:
         """Appends one event per time, of ``kind`` (one, or one per event)
-        with the matching value: how folds record a batch of steps or
-        transfers at once."""
+        with the matching value."""
         n = len(times_unix)
         if not n:
             return
         rep = itertools.repeat
-        if isinstance(kind, str):
-            kinds: Iterable[str] = rep(kind)
-            ring = self._ring_for(kind)
-        else:
-            kinds = kind
-            ring = self._frequent if FREQUENT.issuperset(kind) else None
+        kinds: Iterable[str] = rep(kind) if isinstance(kind, str) else kind
         vals = rep(None) if values is None else values
         with self._lock:
             first = self._next_seq
             self._next_seq = first + n
             # zip builds the rows in C: no bytecode per event.
-            rows = zip(range(first, first + n), times_unix, kinds, rep(""), rep(""),
-                       rep(""), rep(None), vals)
-            if ring is not None:
-                ring.extend(rows)
+            rows = list(zip(range(first, first + n), times_unix, kinds, rep(""), rep(""),
+                            rep(""), rep(None), vals))
+            if kind in FREQUENT if isinstance(kind, str) else FREQUENT.issuperset(kind):
+                self._add_chunk((first, n, 0, rows, None))
             else:  # kinds of both sorts in one batch
                 for row in rows:
-                    self._ring_for(row[2]).append(row)
+                    self._add_row(row)
+            self._last = first + n - 1
+
+    def emit_batch(self, n: int, expand: Expand) -> None:
+        """Appends ``n`` events of the frequent kinds (steps, transfers) whose
+        rows ``expand(first_seq, lo, hi)`` makes when a reader asks for them:
+        how journal folds record a batch in O(1). ``expand`` must give rows
+        numbered ``first_seq + lo`` .. ``first_seq + hi - 1`` and stay valid
+        while the log holds any of them."""
+        if n <= 0:
+            return
+        with self._lock:
+            first = self._next_seq
+            self._next_seq = first + n
+            self._add_chunk((first, n, 0, None, expand))
             self._last = first + n - 1
 
     def mirror(self, events: Iterable[Event]) -> None:
@@ -135,8 +187,8 @@ class EventLog:
         with self._lock:
             for e in events:
                 if e.seq > self._last:
-                    self._ring_for(e.kind).append((e.seq, e.time_unix, e.kind, e.name,
-                                                   e.graph_hash, e.detail, e.location, e.value))
+                    self._add_row((e.seq, e.time_unix, e.kind, e.name, e.graph_hash,
+                                   e.detail, e.location, e.value))
                     self._last = e.seq
             self._next_seq = self._last + 1
 
@@ -144,32 +196,46 @@ class EventLog:
     def last_seq(self) -> int:
         return self._last
 
+    # Reading ---------------------------------------------------------------
+
     def since(self, seq: int, limit: int | None = None) -> tuple[tuple[Event, ...], int]:
         """Events with ``seq`` greater than the given one, in order, and how
         many of those the rings already dropped. ``limit`` keeps the newest
         ones, rare kinds first (see the module docstring)."""
         self.before_read()
-        with self._lock:  # a consistent pair of copies, made in C
-            frequent, notable, last = list(self._frequent), list(self._notable), self._last
-        # Nothing appended since the same question was last asked (a watcher
-        # polling an idle program, many clients asking for everything): the
-        # same answer, without searching and building again.
-        state = (len(frequent), frequent[-1][0] if frequent else 0,
-                 len(notable), notable[-1][0] if notable else 0)
+        with self._lock:  # consistent copies, made in C (chunks are immutable)
+            chunks, notable, last = tuple(self._frequent), list(self._notable), self._last
+        # Rings only grow at the end and shrink at the front, so the last
+        # number and the first one each ring holds name their contents: the
+        # same question then gets the same answer, without building again
+        # (a watcher polling an idle program, many clients asking alike).
+        state = (last, chunks[0][0] + chunks[0][2] if chunks else 0,
+                 notable[0][0] if notable else 0)
         memo = self._memo
         if memo[0] != state:
             memo = self._memo = (state, {})
         answer = memo[1].get((seq, limit))
         if answer is not None:
             return answer  # immutable: shared by everyone who asks the same
-        part_f = frequent[bisect.bisect_right(frequent, seq, key=_seq_of):]
         part_n = notable[bisect.bisect_right(notable, seq, key=_seq_of):]
+        spans = []  # (chunk, lo): its events from lo on come after seq; newest first
+        n_frequent = 0
+        for chunk in reversed(chunks):
+            first, n, start = chunk[0], chunk[1], chunk[2]
+            if first + n - 1 <= seq:
+                break
+            lo = max(start, seq - first + 1)
+            spans.append((chunk, lo))
+            n_frequent += n - lo
         # Numbers run 1..last without gaps, so what is not in a ring was dropped.
-        dropped = max(0, last - seq - len(part_f) - len(part_n))
-        if limit is not None and len(part_f) + len(part_n) > limit:
+        dropped = max(0, last - seq - n_frequent - len(part_n))
+        room = n_frequent
+        if limit is not None and n_frequent + len(part_n) > limit:
             part_n = part_n[-limit:] if limit else []
             room = limit - len(part_n)
-            part_f = part_f[-room:] if room else []
+        part_f: list[_Row] = []
+        for (first, n, _start, rows, expand), lo in reversed(_newest(spans, room)):
+            part_f.extend(rows[lo:n] if rows is not None else expand(first, lo, n))
         built, made = self._built, {}
         out = []
         for t in heapq.merge(part_n, part_f, key=_seq_of):
@@ -187,6 +253,21 @@ class EventLog:
     def clear(self) -> None:
         with self._lock:
             self._frequent.clear()
+            self._frequent_held = 0
             self._notable.clear()
         self._built = {}
         self._memo = ((-1,), {})
+
+
+def _newest(spans: list[tuple[_Chunk, int]], room: int) -> list[tuple[_Chunk, int]]:
+    """``spans`` (newest first) cut to their newest ``room`` events."""
+    out = []
+    for chunk, lo in spans:
+        if room <= 0:
+            break
+        n = chunk[1]
+        if n - lo > room:
+            lo = n - room
+        out.append((chunk, lo))
+        room -= n - lo
+    return out

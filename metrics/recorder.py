@@ -11,10 +11,11 @@ Example:
 from __future__ import annotations
 
 import functools
+import itertools
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 from metrics import events as ev
@@ -125,8 +126,7 @@ class Recorder:
         starts = [last, *times[:-1]] if last is not None else times[:-1]
         self._step_time.observe_many([e - s for s, e in zip(starts, ends)], ends)
         self._last_step_ns = times[-1]
-        offset = self.mono_to_unix
-        self.events.emit_many(ev.STEP, [t / 1e9 + offset for t in times])
+        self.events.emit_batch(len(times), functools.partial(_step_rows, times, self.mono_to_unix))
 
     # Failure containment ---------------------------------------------------
 
@@ -160,3 +160,10 @@ class Recorder:
             return guarded  # type: ignore[return-value]
 
         return wrap
+
+
+def _step_rows(times: list[int], offset: float, first: int, lo: int, hi: int) -> Iterable[Any]:
+    """Event rows of steps ``lo``..``hi - 1`` of a folded batch (made when read)."""
+    rep = itertools.repeat
+    return zip(range(first + lo, first + hi), [t / 1e9 + offset for t in times[lo:hi]],
+               rep(ev.STEP), rep(""), rep(""), rep(""), rep(None), rep(None))

@@ -115,6 +115,62 @@ def test_a_flood_of_steps_never_pushes_a_recompile_out():
     assert log.since(0, limit=0) == ((), dropped)
 
 
+def test_a_batch_makes_rows_only_for_what_a_reader_asks():
+    asked: list[tuple[int, int, int]] = []
+
+    def expand(first: int, lo: int, hi: int) -> list[tuple]:
+        asked.append((first, lo, hi))
+        return [(first + i, float(i), "step", "", "", "", None, None) for i in range(lo, hi)]
+
+    log = EventLog(capacity=1000)
+    log.emit("compile", name="jit(f)")
+    log.emit_batch(4096, expand)  # numbered 2..4097
+    assert asked == []  # recording a batch makes no rows
+    events, dropped = log.since(4090)
+    assert [e.seq for e in events] == list(range(4091, 4098)) and dropped == 0
+    assert asked == [(2, 4089, 4096)]
+    # The ring holds the newest `capacity` of the batch: the rest count as dropped.
+    events, dropped = log.since(1)
+    assert len(events) == 1000 and events[0].seq == 3098 and dropped == 4096 - 1000
+    # A limit cuts before any row is made.
+    asked.clear()
+    assert [e.seq for e in log.since(0, limit=3)[0]] == [1, 4096, 4097]
+    assert asked == [(2, 4094, 4096)]
+
+
+def test_batches_and_single_events_share_one_ring_and_one_numbering():
+    def expand(first: int, lo: int, hi: int) -> list[tuple]:
+        return [(first + i, 0.0, "transfer_to_device", "", "", "", None, float(i))
+                for i in range(lo, hi)]
+
+    log = EventLog(capacity=10)
+    for _ in range(3):
+        log.emit("step")
+        log.emit_batch(4, expand)
+        log.emit("recompile", name="jit(f)")
+    events, dropped = log.since(0, limit=None)
+    frequent = [e.seq for e in events if e.kind != "recompile"]
+    # steps 1, 7, 13; batches 2-5, 8-11, 14-17: the newest 10 of those
+    assert frequent == [7, 8, 9, 10, 11, 13, 14, 15, 16, 17]
+    assert [e.seq for e in events if e.kind == "recompile"] == [6, 12, 18]
+    assert dropped == 5 and log.last_seq == 18
+    for cut in range(19):  # from any point: exactly what came after, in order
+        after = [e.seq for e in log.since(cut)[0]]
+        assert after == sorted(after) and all(s > cut for s in after)
+    log.emit_batch(0, expand)
+    assert log.last_seq == 18
+
+
+def test_single_frequent_events_stay_bounded():
+    log = EventLog(capacity=100)
+    for i in range(5000):
+        log.emit("step", value=float(i))
+    events, dropped = log.since(0)
+    assert [e.value for e in events] == [float(i) for i in range(4900, 5000)]
+    assert dropped == 4900
+    assert sum(len(c[3] or ()) for c in log._frequent) <= 100 + 1024
+
+
 def test_a_mirror_keeps_the_numbers_it_is_given():
     source, mirror = EventLog(), EventLog()
     for i in range(5):

@@ -31,12 +31,16 @@ crashes; ``JaxEngine.degraded`` lists what was unavailable):
 
 from __future__ import annotations
 
+import collections
+import functools
+import itertools
 import logging
+import operator
 import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import jax
@@ -76,6 +80,10 @@ def _leaf_bytes(tree: Any, host_only: bool) -> int:
         nbytes = getattr(leaf, "nbytes", None)
         total += int(nbytes) if nbytes is not None else 8
     return total
+
+
+# Fields of a tracked call's record: (owner, key, start, end, compiled).
+_OWNER, _KEY, _COMPILED = (operator.itemgetter(i) for i in (0, 1, 4))
 
 
 class JaxEngine:
@@ -279,9 +287,7 @@ class JaxEngine:
                 ends = [r[2] for r in rows]
                 time_d.observe_many([r[2] - r[1] for r in rows], ends)
                 bytes_d.observe_many([r[3] for r in rows], ends)
-        self.rec.events.emit_many(
-            [ev.TRANSFER_TO_DEVICE if r[0] else ev.TRANSFER_FROM_DEVICE for r in batch],
-            [r[2] / 1e9 + offset for r in batch], [float(r[3]) for r in batch])
+        self.rec.events.emit_batch(len(batch), functools.partial(_transfer_rows, batch, offset))
 
     def _fold_calls(self, batch: list[tuple[Any, Any, int, int, str | None]]) -> None:
         """Tracked calls -> ExecuteTime and executions of the graph each ran."""
@@ -290,6 +296,15 @@ class JaxEngine:
         durations = [r[3] - r[2] for r in batch]
         self._exec_time.observe_many(durations, ends)
         self._busy_ns += sum(durations)
+        executed = self.rec.ledger.executed
+        if not any(map(_COMPILED, batch)) and not any(
+                map(operator.is_not, map(_KEY, batch), itertools.repeat(None))):
+            # The usual batch: no call compiled and none carries a key, so
+            # each ran its function's last graph; counted per function in C.
+            for owner, n in collections.Counter(map(_OWNER, batch)).items():
+                if owner.last_hash:
+                    executed(owner.last_hash, owner.name, ENGINE, n)
+            return
         runs: dict[tuple[Any, str], int] = {}  # (tracked function, graph) -> calls
         for owner, key, _start, _end, compiled in batch:
             known = owner.graphs
@@ -302,7 +317,6 @@ class JaxEngine:
             if graph_hash:
                 owner.last_hash = graph_hash
                 runs[(owner, graph_hash)] = runs.get((owner, graph_hash), 0) + 1
-        executed = self.rec.ledger.executed
         for (owner, graph_hash), n in runs.items():
             executed(graph_hash, owner.name, ENGINE, n)
 
@@ -473,6 +487,15 @@ def _wrap_lowering(original: Callable[..., Any]) -> Callable[..., Any]:
 
     lower_sharding_computation.__wrapped__ = original  # type: ignore[attr-defined]
     return lower_sharding_computation
+
+
+def _transfer_rows(batch: list[tuple[bool, int, int, int]], offset: float,
+                   first: int, lo: int, hi: int) -> Iterable[tuple[Any, ...]]:
+    """Event rows of transfers ``lo``..``hi - 1`` of a folded batch (made when read)."""
+    rep, part = itertools.repeat, batch[lo:hi]
+    return zip(range(first + lo, first + hi), [r[2] / 1e9 + offset for r in part],
+               [ev.TRANSFER_TO_DEVICE if r[0] else ev.TRANSFER_FROM_DEVICE for r in part],
+               rep(""), rep(""), rep(""), rep(None), [float(r[3]) for r in part])
 
 
 def _record_transfer(eng: JaxEngine, to_device: bool, tree: Any, start: int, end: int) -> None:
