@@ -231,3 +231,24 @@ def test_counter_readings_are_reused_until_the_value_moves():
     assert reg.snapshot()[0][0].value == 3
     reg.clear_counters()
     assert reg.snapshot()[0] == ()
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.one_of(st.floats(-1e12, 1e12, allow_nan=False), st.just(0.0)),
+                min_size=1, max_size=400))
+def test_numpy_percentiles_are_the_python_ones(values: list[float]):
+    """Readings of many buckets take their percentiles from numpy over the
+    dense counts; they must be the very floats the list pass gives."""
+    from metrics.dense import percentiles_numpy
+    from tpu_info.buckets import sorted_percentiles
+
+    d = Distribution("x")
+    for v in values:
+        d.observe(v)
+    d._fold()
+    pos, neg = d._pos.filled(), d._neg.filled(descending=True)
+    expected = sorted_percentiles(d.gamma, neg[0], neg[1], d._zero, pos[0], pos[1],
+                                  d._count, PERCENTILES, d._min, d._max)
+    got = percentiles_numpy(np, d.gamma, d._neg, d._zero, d._pos, d._count, PERCENTILES,
+                            d._min, d._max)
+    assert got == expected
