@@ -252,3 +252,27 @@ def test_numpy_percentiles_are_the_python_ones(values: list[float]):
     got = percentiles_numpy(np, d.gamma, d._neg, d._zero, d._pos, d._count, PERCENTILES,
                             d._min, d._max)
     assert got == expected
+
+
+def test_readings_reuse_what_did_not_move():
+    """A reading after one more sample reuses the percentile pairs whose value
+    stayed (fewer new objects per scrape), and its values are a fresh
+    reading's."""
+    import random
+
+    rng = random.Random(5)
+    d = Distribution("x")
+    for _ in range(2000):
+        d.observe(rng.lognormvariate(13, 1.5))
+    before = d.reading(0.0)
+    d.observe(rng.lognormvariate(13, 1.5))
+    after = d.reading(0.0)
+    reused = [a is b for a, b in zip(before.percentiles, after.percentiles)]
+    assert any(reused)
+    assert before.buckets.negative is after.buckets.negative  # the shared empty side
+    assert len(after.buckets.negative) == 0
+    d2 = Distribution("z")
+    rng = random.Random(5)
+    for _ in range(2001):
+        d2.observe(rng.lognormvariate(13, 1.5))
+    assert d2.reading(0.0).percentiles == after.percentiles
