@@ -8,7 +8,10 @@ and prints the median over pairs of steps/s with / without, for two MLPs:
 "tiny" (~0.1 ms per step) and "mnist" (784-128-10, batch 32, ~0.25 ms).
 "With" is the fully instrumented loop: hooks installed, jax.device_put of
 each batch counted, the step wrapped in metrics.track, metrics.mark_step()
-every step. Target >= 0.99.
+every step. Target >= 0.99. Also printed, in the same rounds: the loop left
+as it was with the hooks installed (what `tpu-info run` gives: transfers
+counted, no track or mark_step), and a 95 % bootstrap interval of each
+median, so a reader can tell a miss from this machine's noise.
 """
 
 from __future__ import annotations
@@ -99,15 +102,20 @@ def measure(size: str, smoke: bool) -> None:
     metrics.install(engines=["jax"], serve=False)
     rng = random.Random(7)  # one generator: a random order per pair, the same every run
     order = [rng.random() < 0.5 for _ in range(rounds)]
-    ratios, cpu_ratios, without, with_ = [], [], [], []
+    ratios, cpu_ratios, installed_ratios, without, with_ = [], [], [], [], []
     for i in range(rounds):
-        # Alternate which run goes first so drift on a shared machine cancels.
-        pair = [("without", plain, False, original_put), ("with", tracked, True, None)]
-        for label, fn, hooked, put in (pair if order[i] else pair[::-1]):
-            result = run(fn, params, batches, hooked, put)
-            (with_ if label == "with" else without).append(result)
-        ratios.append(with_[-1][0] / without[-1][0])
-        cpu_ratios.append(with_[-1][1] / without[-1][1])
+        # Alternate which run goes first so drift on a shared machine cancels;
+        # the installed-only run goes between them.
+        runs = [("without", plain, False, original_put), ("installed", plain, False, None),
+                ("with", tracked, True, None)]
+        got = {}
+        for label, fn, hooked, put in (runs if order[i] else runs[::-1]):
+            got[label] = run(fn, params, batches, hooked, put)
+        with_.append(got["with"])
+        without.append(got["without"])
+        ratios.append(got["with"][0] / got["without"][0])
+        cpu_ratios.append(got["with"][1] / got["without"][1])
+        installed_ratios.append(got["installed"][0] / got["without"][0])
     metrics.uninstall()
     without = [w for w, _ in without]
     with_ = [w for w, _ in with_]
@@ -117,9 +125,19 @@ def measure(size: str, smoke: bool) -> None:
     print(f"[{size}] steps per CPU-second ratio (with/without): {median(cpu_ratios):.3f}")
     if len(ratios) > 1:
         q = statistics.quantiles(ratios, n=4)
-        print(f"[{size}] per-pair ratio quartiles {q[0]:.3f} / {q[1]:.3f} / {q[2]:.3f}")
+        print(f"[{size}] per-pair ratio quartiles {q[0]:.3f} / {q[1]:.3f} / {q[2]:.3f}; "
+              f"median {median(ratios):.3f}, 95 % interval {_interval(ratios)}")
+        print(f"[{size}] hooks installed, loop unchanged (transfers counted): "
+              f"{median(installed_ratios):.3f}, 95 % interval {_interval(installed_ratios)}")
     r = median(ratios)
     verdict(f"overhead_jax {size} steps/s ratio (with/without)", r, ">= 0.99", r >= 0.99)
+
+
+def _interval(xs: list[float], resamples: int = 2000) -> str:
+    """A 95 % bootstrap interval of the median of ``xs``."""
+    rng = random.Random(11)
+    meds = sorted(median(rng.choices(xs, k=len(xs))) for _ in range(resamples))
+    return f"{meds[int(0.025 * resamples)]:.3f}-{meds[int(0.975 * resamples)]:.3f}"
 
 
 if __name__ == "__main__":
