@@ -159,3 +159,23 @@ def test_graphs_written_from_cached_history_parse_like_filled_messages():
         filled = pb.Graph()
         wire._fill_graph(filled, g)
         assert pb.Graph.FromString(encoder._encode_graph(g)) == filled, g
+
+
+def test_bucket_keys_in_value_order_decode_without_a_dict():
+    from tpu_info.buckets import SortedCounts
+
+    def decoded(pos_keys: list[int], neg_keys: list[int]) -> BucketCounts:
+        m = pb.Buckets(gamma=1.01, positive_keys=pos_keys, positive_counts=[1] * len(pos_keys),
+                       negative_keys=neg_keys, negative_counts=[2] * len(neg_keys))
+        return wire._buckets(m, "test")
+
+    b = decoded([1, 5, 9], [7, 3])  # as the hook sends them
+    assert isinstance(b.positive, SortedCounts) and isinstance(b.negative, SortedCounts)
+    assert b.positive == {1: 1, 5: 1, 9: 1} and b.negative == {7: 2, 3: 2}
+    other = decoded([9, 1, 5], [3, 7])  # another order: a dict, the same counts
+    assert type(other.positive) is dict and other.positive == b.positive
+    assert other.negative == b.negative
+    with pytest.raises(WireError, match="appears twice"):
+        decoded([1, 1, 2], [])
+    with pytest.raises(WireError, match="appears twice"):
+        decoded([], [4, 4])

@@ -19,7 +19,7 @@ Example:
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from tpu_info.buckets import SortedCounts
@@ -245,13 +245,19 @@ def _pairs(a: Sequence[float], b: Sequence[float], where: str) -> tuple[tuple[fl
     return tuple(zip(a, b, strict=False))
 
 
-def _int_map(keys: Sequence[int], counts: Sequence[int], where: str) -> dict[int, int]:
+def _int_map(keys: Sequence[int], counts: Sequence[int], where: str,
+             descending: bool = False) -> Mapping[int, int]:
+    """Bucket counts by key. Keys in value order (as the hook sends them:
+    ascending, or descending for negative buckets) come back as two lists,
+    without a dict; any other order as a dict."""
+    keys, counts = keys[:], counts[:]  # one copy each out of the message, in C
     if len(keys) != len(counts):
         raise WireError(f"{where}: {len(keys)} keys but {len(counts)} counts")
-    out = dict(zip(keys, counts, strict=True))
-    if len(out) != len(keys):
+    if len(set(keys)) != len(keys):
         raise WireError(f"{where}: a bucket key appears twice")
-    return out
+    if keys == sorted(keys, reverse=descending):
+        return SortedCounts(keys, counts)
+    return dict(zip(keys, counts, strict=True))
 
 
 def _buckets(m: pb.Buckets, where: str) -> BucketCounts:
@@ -259,7 +265,8 @@ def _buckets(m: pb.Buckets, where: str) -> BucketCounts:
     if not (gamma > 1.0 and math.isfinite(gamma)):
         raise WireError(f"{where}: bucket width gamma must be finite and > 1, got {gamma}")
     pos = _int_map(m.positive_keys, m.positive_counts, f"{where} positive buckets")
-    neg = _int_map(m.negative_keys, m.negative_counts, f"{where} negative buckets")
+    neg = _int_map(m.negative_keys, m.negative_counts, f"{where} negative buckets",
+                   descending=True)
     return BucketCounts(gamma=gamma, positive=pos, negative=neg, zero=m.zero)
 
 
@@ -307,8 +314,8 @@ def _graph(m: pb.Graph) -> GraphRecord:
         cache_hits=m.cache_hits,
         executions=m.executions if m.HasField("executions") else None,
         signature=tuple(m.signature),
-        signatures=tuple(tuple(s.args) for s in m.signatures),
-        causes=tuple(
+        signatures=tuple(tuple(s.args) for s in m.signatures) if m.signatures else (),
+        causes=() if not m.causes else tuple(
             RecompileCause(
                 time_unix=c.time_unix,
                 description=c.description,
