@@ -235,7 +235,10 @@ class EventLog:
             room = limit - len(part_n)
         part_f: list[_Row] = []
         for (first, n, _start, rows, expand), lo in reversed(_newest(spans, room)):
-            part_f.extend(rows[lo:n] if rows is not None else expand(first, lo, n))
+            if rows is not None:
+                part_f.extend(rows[lo:n])
+            elif expand is not None:
+                part_f.extend(expand(first, lo, n))
         built, made = self._built, {}
         out = []
         for t in heapq.merge(part_n, part_f, key=_seq_of):
