@@ -161,7 +161,9 @@ class EventLog:
             rows = list(zip(range(first, first + n), times_unix, kinds, rep(""), rep(""),
                             rep(""), rep(None), vals))
             if kind in FREQUENT if isinstance(kind, str) else FREQUENT.issuperset(kind):
-                self._add_chunk((first, n, 0, rows, None))
+                keep = min(n, self.capacity)  # hold no more rows than the ring keeps
+                if keep:
+                    self._add_chunk((first + n - keep, keep, 0, rows[n - keep:], None))
             else:  # kinds of both sorts in one batch
                 for row in rows:
                     self._add_row(row)

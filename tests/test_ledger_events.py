@@ -193,3 +193,12 @@ def test_an_unchanged_ledger_hands_out_the_same_snapshot():
     assert second is not first and second[0].executions == 3
     ledger.clear()
     assert ledger.snapshot() == ()
+
+
+def test_a_big_batch_of_ready_rows_holds_only_what_the_ring_keeps():
+    log = EventLog(capacity=100)
+    log.emit_many("step", [1.0] * 5000, [float(i) for i in range(5000)])
+    assert sum(len(c[3]) for c in log._frequent) == 100
+    events, dropped = log.since(0)
+    assert [e.value for e in events] == [float(i) for i in range(4900, 5000)]
+    assert dropped == 4900 and log.last_seq == 5000
