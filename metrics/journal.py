@@ -1,10 +1,11 @@
 """Raw records appended on a hot path, folded into aggregates in batches.
 
-A hot path (a training step, a transfer, a tracked call) appends one tuple to
-a :class:`Journal` - an atomic ``deque.append`` under the GIL, no lock - and
-the journal's fold function turns batches of them into counters,
-distributions, graph executions and events: when :data:`FOLD_AT` records
-wait, and before anything reads the recorder (the recorder's ``flush``).
+A hot path (a training step, a transfer, a tracked call) appends one record
+to a :class:`Journal` - one value, a tuple, or the fields of a record through
+one ``deque.extend`` of a tuple (each atomic under the GIL, no lock) - and the
+journal's fold function turns batches of them into counters, distributions,
+graph executions and events: when :data:`FOLD_AT` records wait, and before
+anything reads the recorder (the recorder's ``flush``).
 
 Example:
     >>> seen = []
@@ -23,6 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 FOLD_AT = 4096
+_NEVER = object()  # never appended: the end marker for popping a journal in C
 
 
 class Journal:
@@ -53,8 +55,9 @@ class Journal:
             q = self._queue
             n = len(q)
             if n:
-                # popleft until n are taken, in C (appends may go on meanwhile).
-                self._fold(list(itertools.islice(iter(q.popleft, None), n)))
+                # popleft until n are taken, in C (appends may go on meanwhile);
+                # the sentinel is no item's, so None can be an item.
+                self._fold(list(itertools.islice(iter(q.popleft, _NEVER), n)))
 
     def clear(self) -> None:
         with self._lock:

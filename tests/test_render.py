@@ -249,7 +249,8 @@ def test_format_ns(value: float, text: str):
 
 
 @pytest.mark.parametrize("s,text", [(0, "0s"), (45, "45s"), (725, "12m05s"), (3 * 3600 + 240,
-                                    "3h04m"), (2 * 86400 + 3 * 3600, "2d03h")])
+                                    "3h04m"), (2 * 86400 + 3 * 3600, "2d03h"),
+                                    (float("inf"), "-"), (float("nan"), "-"), (-5, "0s")])
 def test_format_uptime(s: float, text: str):
     assert format_uptime(s) == text
 

@@ -19,6 +19,7 @@ Example:
 
 from __future__ import annotations
 
+import math
 import socket
 import time
 import unicodedata
@@ -142,7 +143,10 @@ def format_ns(ns: float) -> str:
 
 
 def format_uptime(seconds: float) -> str:
-    """``45s``, ``12m03s``, ``3h04m``, ``2d03h``."""
+    """``45s``, ``12m03s``, ``3h04m``, ``2d03h`` (``-`` for a number that is
+    not finite: a peer may send anything)."""
+    if not math.isfinite(seconds):
+        return "-"
     s = int(max(0.0, seconds))
     d, s = divmod(s, 86_400)
     h, s = divmod(s, 3_600)

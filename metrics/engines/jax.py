@@ -82,8 +82,14 @@ def _leaf_bytes(tree: Any, host_only: bool) -> int:
     return total
 
 
-# Fields of a tracked call's record: (owner, key, start, end, compiled).
-_OWNER, _KEY, _COMPILED = (operator.itemgetter(i) for i in (0, 1, 4))
+# Hot paths write each record as its fields, in one ``deque.extend`` (atomic
+# under the GIL, like an append): the journal then holds only numbers and
+# existing objects, so records waiting to be folded make no new objects for
+# the garbage collector to count and trace, and a fold takes each field as
+# one slice. Transfers: (to_device, start, end, bytes). Tracked calls:
+# (owner, key, start, end, compiled graph or None).
+TRANSFER_FIELDS = 4
+CALL_FIELDS = 5
 
 
 class JaxEngine:
@@ -277,41 +283,51 @@ class JaxEngine:
             else:
                 self._cached.inc()
 
-    def _fold_transfers(self, batch: list[tuple[bool, int, int, int]]) -> None:
-        """Transfer records -> times, bytes and events (at read time)."""
-        offset = self.rec.mono_to_unix
-        for to_device, time_d, bytes_d in ((True, self._h2d_time, self._outbound),
-                                           (False, self._d2h_time, self._inbound)):
-            rows = [r for r in batch if r[0] is to_device]
-            if rows:
-                ends = [r[2] for r in rows]
-                time_d.observe_many([r[2] - r[1] for r in rows], ends)
-                bytes_d.observe_many([r[3] for r in rows], ends)
-        self.rec.events.emit_batch(len(batch), functools.partial(_transfer_rows, batch, offset))
+    def _fold_transfers(self, flat: list[Any]) -> None:
+        """Transfer records (``TRANSFER_FIELDS`` items each) -> times, bytes
+        and events (made when read)."""
+        to_device, starts = flat[0::TRANSFER_FIELDS], flat[1::TRANSFER_FIELDS]
+        ends, sizes = flat[2::TRANSFER_FIELDS], flat[3::TRANSFER_FIELDS]
+        if all(to_device):  # the usual batch: every record a device_put
+            sides = ((self._h2d_time, self._outbound, starts, ends, sizes),)
+        else:
+            pick, back = itertools.compress, [not t for t in to_device]
+            sides = tuple(
+                (time_d, bytes_d, list(pick(starts, mask)), list(pick(ends, mask)),
+                 list(pick(sizes, mask)))
+                for time_d, bytes_d, mask in ((self._h2d_time, self._outbound, to_device),
+                                              (self._d2h_time, self._inbound, back)))
+        for time_d, bytes_d, s, e, b in sides:
+            if e:
+                time_d.observe_many(list(map(operator.sub, e, s)), e)
+                bytes_d.observe_many(b, e)
+        self.rec.events.emit_batch(len(ends), functools.partial(
+            _transfer_rows, flat, self.rec.mono_to_unix))
 
-    def _fold_calls(self, batch: list[tuple[Any, Any, int, int, str | None]]) -> None:
-        """Tracked calls -> ExecuteTime and executions of the graph each ran."""
-        self._exec_count.inc(len(batch))
-        ends = [r[3] for r in batch]
-        durations = [r[3] - r[2] for r in batch]
+    def _fold_calls(self, flat: list[Any]) -> None:
+        """Tracked calls (``CALL_FIELDS`` items each: owner, key, start, end,
+        compiled) -> ExecuteTime and executions of the graph each ran."""
+        owners, keys = flat[0::CALL_FIELDS], flat[1::CALL_FIELDS]
+        ends, compiled = flat[3::CALL_FIELDS], flat[4::CALL_FIELDS]
+        self._exec_count.inc(len(owners))
+        durations = list(map(operator.sub, ends, flat[2::CALL_FIELDS]))
         self._exec_time.observe_many(durations, ends)
         self._busy_ns += sum(durations)
         executed = self.rec.ledger.executed
-        if not any(map(_COMPILED, batch)) and not any(
-                map(operator.is_not, map(_KEY, batch), itertools.repeat(None))):
+        if not any(compiled) and keys.count(None) == len(keys):
             # The usual batch: no call compiled and none carries a key, so
             # each ran its function's last graph; counted per function in C.
-            for owner, n in collections.Counter(map(_OWNER, batch)).items():
+            for owner, n in collections.Counter(owners).items():
                 if owner.last_hash:
                     executed(owner.last_hash, owner.name, ENGINE, n)
             return
         runs: dict[tuple[Any, str], int] = {}  # (tracked function, graph) -> calls
-        for owner, key, _start, _end, compiled in batch:
+        for owner, key, graph in zip(owners, keys, compiled, strict=True):
             known = owner.graphs
-            if compiled:
+            if graph:
                 if key is not None:
-                    known[key] = compiled
-                graph_hash = compiled
+                    known[key] = graph
+                graph_hash = graph
             else:
                 graph_hash = (known.get(key) if key is not None else None) or owner.last_hash
             if graph_hash:
@@ -489,13 +505,14 @@ def _wrap_lowering(original: Callable[..., Any]) -> Callable[..., Any]:
     return lower_sharding_computation
 
 
-def _transfer_rows(batch: list[tuple[bool, int, int, int]], offset: float,
+def _transfer_rows(flat: list[Any], offset: float,
                    first: int, lo: int, hi: int) -> Iterable[tuple[Any, ...]]:
     """Event rows of transfers ``lo``..``hi - 1`` of a folded batch (made when read)."""
-    rep, part = itertools.repeat, batch[lo:hi]
-    return zip(range(first + lo, first + hi), [r[2] / 1e9 + offset for r in part],
-               [ev.TRANSFER_TO_DEVICE if r[0] else ev.TRANSFER_FROM_DEVICE for r in part],
-               rep(""), rep(""), rep(""), rep(None), [float(r[3]) for r in part])
+    part, w = flat[lo * TRANSFER_FIELDS: hi * TRANSFER_FIELDS], TRANSFER_FIELDS
+    rep = itertools.repeat
+    return zip(range(first + lo, first + hi), [e / 1e9 + offset for e in part[2::w]],
+               [ev.TRANSFER_TO_DEVICE if t else ev.TRANSFER_FROM_DEVICE for t in part[0::w]],
+               rep(""), rep(""), rep(""), rep(None), [float(b) for b in part[3::w]])
 
 
 def _record_transfer(eng: JaxEngine, to_device: bool, tree: Any, start: int, end: int) -> None:
@@ -505,15 +522,17 @@ def _record_transfer(eng: JaxEngine, to_device: bool, tree: Any, start: int, end
     except Exception as e:  # noqa: BLE001 - a hook never raises into the program
         eng.rec.hook_failed("jax.transfer", e)
         return
-    j = eng.transfers
-    j.append((to_device, start, end, nbytes))
+    q = eng.transfers_queue
+    q.extend((to_device, start, end, nbytes))
+    if len(q) >= FOLD_AT * TRANSFER_FIELDS:
+        eng.transfers.flush()
 
 
 def _wrap_device_put(original: Callable[..., Any], engine: JaxEngine) -> Callable[..., Any]:
     # Runs on every batch: names bound once, no calls but the clock's.
     clock, ndarray = time.monotonic_ns, np.ndarray
     queue, flush = engine.transfers_queue, engine.transfers.flush
-    append = queue.append
+    extend, fold_at = queue.extend, FOLD_AT * TRANSFER_FIELDS
 
     # jax.device_put(x, device=None, *, src=..., donate=..., may_alias=...):
     # the common call passes x (and a device) alone, which a plain positional
@@ -524,8 +543,8 @@ def _wrap_device_put(original: Callable[..., Any], engine: JaxEngine) -> Callabl
         start = clock()
         out = original(x, device, **kwargs) if kwargs else original(x, device)
         if type(x) is ndarray:  # the usual batch: inline, no walk
-            append((True, start, clock(), x.nbytes))
-            if len(queue) >= FOLD_AT:
+            extend((True, start, clock(), x.nbytes))
+            if len(queue) >= fold_at:
                 flush()
         else:
             _record_transfer(engine, True, x, start, clock())

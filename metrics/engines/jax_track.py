@@ -32,7 +32,7 @@ class Tracked:
 def track(fn: Callable[..., Any], name: str | None = None) -> Callable[..., Any]:
     """Wraps ``fn`` so each call counts as an execution of the graph it ran.
 
-    A call costs two clock reads and one append. While the function has one
+    A call costs two clock reads and one journal write. While the function has one
     graph, calls are attributed to it; once it has compiled twice, each call
     also records the shapes and dtypes of its top-level arguments, which pick
     the graph (a call that compiled teaches the mapping).
@@ -40,6 +40,7 @@ def track(fn: Callable[..., Any], name: str | None = None) -> Callable[..., Any]
     owner = Tracked(name or f"jit({getattr(fn, '__name__', 'fn')})")
 
     clock, seqs, tls = time.monotonic_ns, engine_module._compile_seq, engine_module._tls
+    fold_at = FOLD_AT * engine_module.CALL_FIELDS
 
     @functools.wraps(fn)
     def tracked(*args: Any, **kwargs: Any) -> Any:
@@ -60,8 +61,8 @@ def track(fn: Callable[..., Any], name: str | None = None) -> Callable[..., Any]
         if compiled is not None or owner.compiles > 1:
             key = tuple((getattr(a, "shape", None), getattr(a, "dtype", None)) for a in args)
         q = eng.calls_queue
-        q.append((owner, key, start, end, compiled))
-        if len(q) >= FOLD_AT:
+        q.extend((owner, key, start, end, compiled))  # fields: see engine_module.CALL_FIELDS
+        if len(q) >= fold_at:
             eng.calls.flush()
         return out
 
