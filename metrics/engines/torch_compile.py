@@ -43,8 +43,10 @@ crashes; ``TorchCompileEngine.degraded`` lists what was unavailable):
 
 from __future__ import annotations
 
+import collections
 import functools
 import hashlib
+import operator
 import re
 import sys
 import threading
@@ -65,6 +67,7 @@ from metrics.recorder import Recorder
 from tpu_info.model import FIRST_CALL, DeviceRecord, RecompileCause
 
 ENGINE = "torch_compile"
+CALL_FIELDS = 3  # a compiled graph's call in the journal: (graph, start, end)
 GRAPH_BREAK = "graph_break"
 _COMPILE_ID = re.compile(r"^\s*\[?\d+/\d+\]?:\s*")
 _MISMATCH = re.compile(
@@ -351,16 +354,14 @@ class TorchCompileEngine:
         except Exception as e:  # noqa: BLE001
             self.rec.hook_failed("torch_compile.graph_break", e)
 
-    def _fold_calls(self, batch: list[tuple[_Graph, int, int]]) -> None:
-        """Calls of compiled graphs -> ExecuteTime and executions per graph."""
-        self._exec_count.inc(len(batch))
-        self._exec_time.observe_many([end - start for _, start, end in batch],
-                                     [end for _, _, end in batch])
-        runs: dict[_Graph, int] = {}
-        for graph, _, _ in batch:
-            runs[graph] = runs.get(graph, 0) + 1
+    def _fold_calls(self, flat: list[Any]) -> None:
+        """Calls of compiled graphs (``CALL_FIELDS`` items each: graph,
+        start, end) -> ExecuteTime and executions per graph."""
+        ends = flat[2::CALL_FIELDS]
+        self._exec_count.inc(len(ends))
+        self._exec_time.observe_many(list(map(operator.sub, ends, flat[1::CALL_FIELDS])), ends)
         executed = self.rec.ledger.executed
-        for graph, n in runs.items():
+        for graph, n in collections.Counter(flat[0::CALL_FIELDS]).items():
             executed(graph.hash, graph.name, ENGINE, n)
 
     # Scrape time -----------------------------------------------------------
@@ -411,8 +412,8 @@ def _runner(fn: Callable[..., Any], graph: _Graph) -> Callable[..., Any]:
         start = clock()
         out = fn(*args, **kwargs)
         q = eng.calls_queue
-        q.append((graph, start, clock()))
-        if len(q) >= FOLD_AT:
+        q.extend((graph, start, clock()))  # a record as its fields: no object kept
+        if len(q) >= FOLD_AT * CALL_FIELDS:
             eng.calls.flush()
         return out
 
