@@ -21,7 +21,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from tpu_info.buckets import bucket_value
+from tpu_info.buckets import StableKeys, bucket_value
 
 MAX_SPAN = 16_384  # buckets at most (128 KiB): a value ratio of ~10**35 each way at 0.5 %
 EDGE = 1 << 40  # the key of an infinite value: beyond any window, so the edge bucket
@@ -44,7 +44,7 @@ class DenseCounts:
         # while this stays put so does the set of filled keys, and _keys (the
         # list readings hand out, which encoders cache by identity) is kept.
         self.nonzero = 0
-        self._keys: list[int] = []
+        self._keys: list[int] = StableKeys()
 
     def window(self, lo: int, hi: int) -> tuple[int, int]:
         """``lo``..``hi`` clamped to the keys this may hold."""
@@ -93,7 +93,7 @@ class DenseCounts:
         The key list is the same object until a bucket fills for the first
         time."""
         if len(self._keys) != self.nonzero:
-            keys = list(itertools.compress(
+            keys = StableKeys(itertools.compress(
                 range(self.offset, self.offset + len(self.counts)), self.counts))
             if descending:
                 keys.reverse()

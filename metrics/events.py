@@ -237,10 +237,10 @@ class EventLog:
             room = limit - len(part_n)
         part_f: list[_Row] = []
         for (first, n, _start, rows, expand), lo in reversed(_newest(spans, room)):
+            if rows is None and expand is not None:
+                rows = self._materialize(first, n, expand)
             if rows is not None:
                 part_f.extend(rows[lo:n])
-            elif expand is not None:
-                part_f.extend(expand(first, lo, n))
         built, made = self._built, {}
         out = []
         for t in heapq.merge(part_n, part_f, key=_seq_of):
@@ -254,6 +254,20 @@ class EventLog:
         if len(memo[1]) < 8:  # a few distinct questions per state
             memo[1][(seq, limit)] = answer
         return answer
+
+    def _materialize(self, first: int, n: int, expand: Expand) -> list[_Row]:
+        """A batch's rows, made once: the first reader to need any of them
+        makes them all and the ring keeps them, so many readers (a server
+        answering hundreds of calls a second) do not make them again."""
+        rows = list(expand(first, 0, n))
+        with self._lock:
+            ring = self._frequent
+            for i in range(len(ring) - 1, -1, -1):
+                chunk = ring[i]
+                if chunk[0] == first and chunk[4] is expand:
+                    ring[i] = (first, n, chunk[2], rows, None)  # its start may have moved
+                    break
+        return rows
 
     def clear(self) -> None:
         with self._lock:

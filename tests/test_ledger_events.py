@@ -115,7 +115,7 @@ def test_a_flood_of_steps_never_pushes_a_recompile_out():
     assert log.since(0, limit=0) == ((), dropped)
 
 
-def test_a_batch_makes_rows_only_for_what_a_reader_asks():
+def test_a_batch_makes_its_rows_once_and_only_when_read():
     asked: list[tuple[int, int, int]] = []
 
     def expand(first: int, lo: int, hi: int) -> list[tuple]:
@@ -126,16 +126,18 @@ def test_a_batch_makes_rows_only_for_what_a_reader_asks():
     log.emit("compile", name="jit(f)")
     log.emit_batch(4096, expand)  # numbered 2..4097
     assert asked == []  # recording a batch makes no rows
+    assert log.since(0, limit=0) == ((), 4097 - 1001)  # nor does an answer of none
+    assert asked == []
     events, dropped = log.since(4090)
     assert [e.seq for e in events] == list(range(4091, 4098)) and dropped == 0
-    assert asked == [(2, 4089, 4096)]
+    assert asked == [(2, 0, 4096)]  # the first reader made the batch's rows, once
     # The ring holds the newest `capacity` of the batch: the rest count as dropped.
     events, dropped = log.since(1)
     assert len(events) == 1000 and events[0].seq == 3098 and dropped == 4096 - 1000
-    # A limit cuts before any row is made.
-    asked.clear()
     assert [e.seq for e in log.since(0, limit=3)[0]] == [1, 4096, 4097]
-    assert asked == [(2, 4094, 4096)]
+    assert asked == [(2, 0, 4096)]  # later readers made none
+    log.emit("step")  # a single event after the batch starts a chunk of its own
+    assert [e.seq for e in log.since(4096)[0]] == [4097, 4098]
 
 
 def test_batches_and_single_events_share_one_ring_and_one_numbering():

@@ -111,6 +111,15 @@ def percentiles(
     )
 
 
+class StableKeys(list[int]):
+    """A bucket key list its owner never changes while the list is alive (the
+    hook's, replaced only when a bucket fills for the first time): encoders
+    may keep its encoding by identity. Lists from anywhere else (a decoded
+    message, say) are plain lists and are encoded each time."""
+
+    __slots__ = ()
+
+
 class SortedCounts(Mapping[int, int]):
     """Read-only bucket counts held as two parallel lists in value order.
 

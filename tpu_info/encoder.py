@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from tpu_info import wire
-from tpu_info.buckets import SortedCounts
+from tpu_info.buckets import SortedCounts, StableKeys
 from tpu_info.model import DistributionReading, Event, GraphRecord, Snapshot
 from tpu_info.proto import tpu_info_v1_pb2 as pb
 from tpu_info.wire import _fill_distribution, _fill_event, _fill_history, _head
@@ -156,21 +156,26 @@ def _encode_section(
 
 
 _BUCKETS_TAG = _varint(pb.Distribution.DESCRIPTOR.fields_by_name["buckets"].number << 3 | 2)
-# Encoded key fields of the hook's bucket key lists, by list identity (a
-# distribution replaces its list only when a key is added): most readings
-# then encode only their counts. Holding the list keeps its id unique.
+# Encoded key fields of the hook's bucket key lists (StableKeys), by list
+# identity (a distribution replaces its list only when a key is added): most
+# readings then encode only their counts. Holding the list keeps its id
+# unique. Other lists (decoded ones, new every time) are not kept.
 _KEY_FIELDS: dict[int, tuple[Sequence[int], bytes]] = {}
 _KEY_FIELDS_MAX_KEYS = 200_000  # about 2 MB of lists and bytes held, then start over
 _key_fields_held = [0]
 
 
 def _key_field(keys: Sequence[int], negative: bool) -> bytes:
-    hit = _KEY_FIELDS.get(id(keys))
-    if hit is not None and hit[0] is keys:
-        return hit[1]
+    stable = type(keys) is StableKeys
+    if stable:
+        hit = _KEY_FIELDS.get(id(keys))
+        if hit is not None and hit[0] is keys:
+            return hit[1]
     m = pb.Buckets()
     (m.negative_keys if negative else m.positive_keys).extend(keys)
     data = m.SerializeToString()
+    if not stable:
+        return data
     if _key_fields_held[0] + len(keys) > _KEY_FIELDS_MAX_KEYS:
         _KEY_FIELDS.clear()
         _key_fields_held[0] = 0
