@@ -113,11 +113,12 @@ def percentiles(
 
 class StableKeys(list[int]):
     """A bucket key list its owner never changes while the list is alive (the
-    hook's, replaced only when a bucket fills for the first time): encoders
-    may keep its encoding by identity. Lists from anywhere else (a decoded
-    message, say) are plain lists and are encoded each time."""
+    hook's, replaced only when a bucket fills for the first time): an encoder
+    may keep the list's encoding on it (``encoded``), where it lives and dies
+    with the list. Lists from anywhere else (a decoded message, say) are plain
+    lists and are encoded each time."""
 
-    __slots__ = ()
+    __slots__ = ("encoded",)
 
 
 class SortedCounts(Mapping[int, int]):

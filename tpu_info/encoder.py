@@ -156,31 +156,21 @@ def _encode_section(
 
 
 _BUCKETS_TAG = _varint(pb.Distribution.DESCRIPTOR.fields_by_name["buckets"].number << 3 | 2)
-# Encoded key fields of the hook's bucket key lists (StableKeys), by list
-# identity (a distribution replaces its list only when a key is added): most
-# readings then encode only their counts. Holding the list keeps its id
-# unique. Other lists (decoded ones, new every time) are not kept.
-_KEY_FIELDS: dict[int, tuple[Sequence[int], bytes]] = {}
-_KEY_FIELDS_MAX_KEYS = 200_000  # about 2 MB of lists and bytes held, then start over
-_key_fields_held = [0]
-
-
 def _key_field(keys: Sequence[int], negative: bool) -> bytes:
+    """The encoded key field of a bucket key list. The hook's own lists
+    (StableKeys, replaced only when a bucket fills for the first time) carry
+    their encoding with them, so most readings encode only their counts and
+    nothing outlives the list; other lists (decoded ones) are encoded anew."""
     stable = type(keys) is StableKeys
     if stable:
-        hit = _KEY_FIELDS.get(id(keys))
-        if hit is not None and hit[0] is keys:
-            return hit[1]
+        kept = getattr(keys, "encoded", None)
+        if kept is not None and kept[0] is negative:
+            return kept[1]
     m = pb.Buckets()
     (m.negative_keys if negative else m.positive_keys).extend(keys)
     data = m.SerializeToString()
-    if not stable:
-        return data
-    if _key_fields_held[0] + len(keys) > _KEY_FIELDS_MAX_KEYS:
-        _KEY_FIELDS.clear()
-        _key_fields_held[0] = 0
-    _KEY_FIELDS[id(keys)] = (keys, data)
-    _key_fields_held[0] += len(keys)
+    if stable:
+        keys.encoded = (negative, data)  # type: ignore[attr-defined]
     return data
 
 
