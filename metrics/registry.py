@@ -269,8 +269,10 @@ class Distribution:
         """A consistent copy with percentiles and rates computed now (or the
         previous reading when nothing was recorded since: scrapes of many
         idle distributions stay cheap)."""
-        self._fold()
         cached = self._cached
+        if cached is not None and not self._pending and cached.count == self._count:
+            return cached  # nothing recorded since: no fold, no lock
+        self._fold()
         if cached is not None and cached.count == self._count:
             return cached
         with self._lock:
@@ -455,11 +457,7 @@ class Registry:
                 self._sorted_dists = sorted(self._distributions.values(), key=_name_of)
             counters, dists = self._sorted_counters, self._sorted_dists
         offset = self._mono_to_unix()
-        readings = []
-        for d in dists:
-            cached = d._cached  # unchanged since the last reading: no call at all
-            if cached is not None and not d._pending and cached.count == d._count:
-                readings.append(cached)
-            elif d.count:
-                readings.append(d.reading(offset))
-        return tuple(r for r in map(Counter.reading, counters) if r.value), tuple(readings)
+        return (
+            tuple(r for r in map(Counter.reading, counters) if r.value),
+            tuple(d.reading(offset) for d in dists if d.count),
+        )
