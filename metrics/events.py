@@ -38,8 +38,8 @@ from tpu_info.model import Event
 
 _Question = tuple[int, "int | None"]  # (since seq, limit)
 _Row = tuple[Any, ...]  # (seq, time_unix, kind, name, graph_hash, detail, location, value)
-# Rows lo..hi-1 of a batch whose first event is numbered ``first``: (first, lo, hi).
-Expand = Callable[[int, int, int], Iterable[_Row]]
+# All rows of a batch whose first event is numbered ``first``.
+Expand = Callable[[int], Iterable[_Row]]
 # (first seq, events in the batch, first one still held, rows or None, expand or None):
 # a chunk of ready rows has ``expand`` None; a lazy one has rows None.
 _Chunk = tuple[int, int, int, "list[_Row] | None", "Expand | None"]
@@ -151,15 +151,10 @@ class EventLog:
         n = len(times_unix)
         if not n:
             return
-        rep = itertools.repeat
-        kinds: Iterable[str] = rep(kind) if isinstance(kind, str) else kind
-        vals = rep(None) if values is None else values
         with self._lock:
             first = self._next_seq
             self._next_seq = first + n
-            # zip builds the rows in C: no bytecode per event.
-            rows = list(zip(range(first, first + n), times_unix, kinds, rep(""), rep(""),
-                            rep(""), rep(None), vals))
+            rows = list(rows_of(first, times_unix, kind, values))
             if kind in FREQUENT if isinstance(kind, str) else FREQUENT.issuperset(kind):
                 keep = min(n, self.capacity)  # hold no more rows than the ring keeps
                 if keep:
@@ -171,10 +166,9 @@ class EventLog:
 
     def emit_batch(self, n: int, expand: Expand) -> None:
         """Appends ``n`` events of the frequent kinds (steps, transfers) whose
-        rows ``expand(first_seq, lo, hi)`` makes when a reader asks for them:
-        how journal folds record a batch in O(1). ``expand`` must give rows
-        numbered ``first_seq + lo`` .. ``first_seq + hi - 1`` and stay valid
-        while the log holds any of them."""
+        rows ``expand(first_seq)`` makes, once, when a reader first asks for
+        any of them: how journal folds record a batch in O(1). ``expand`` must
+        give the ``n`` rows numbered from ``first_seq`` (:func:`rows_of`)."""
         if n <= 0:
             return
         with self._lock:
@@ -259,7 +253,7 @@ class EventLog:
         """A batch's rows, made once: the first reader to need any of them
         makes them all and the ring keeps them, so many readers (a server
         answering hundreds of calls a second) do not make them again."""
-        rows = list(expand(first, 0, n))
+        rows = list(expand(first))
         with self._lock:
             ring = self._frequent
             for i in range(len(ring) - 1, -1, -1):
@@ -276,6 +270,16 @@ class EventLog:
             self._notable.clear()
         self._built = {}
         self._memo = ((-1,), {})
+
+
+def rows_of(first: int, times_unix: Iterable[float], kind: str | Iterable[str],
+            values: Iterable[float | None] | None = None) -> Iterable[_Row]:
+    """Rows of events numbered from ``first``, one per time, of ``kind`` (one,
+    or one per event) with the matching value; zip builds them in C."""
+    rep = itertools.repeat
+    kinds = rep(kind) if isinstance(kind, str) else kind
+    return zip(itertools.count(first), times_unix, kinds, rep(""), rep(""), rep(""),
+               rep(None), rep(None) if values is None else values)
 
 
 def _newest(spans: list[tuple[_Chunk, int]], room: int) -> list[tuple[_Chunk, int]]:

@@ -11,7 +11,6 @@ Example:
 from __future__ import annotations
 
 import functools
-import itertools
 import logging
 import threading
 import time
@@ -162,8 +161,6 @@ class Recorder:
         return wrap
 
 
-def _step_rows(times: list[int], offset: float, first: int, lo: int, hi: int) -> Iterable[Any]:
-    """Event rows of steps ``lo``..``hi - 1`` of a folded batch (made when read)."""
-    rep = itertools.repeat
-    return zip(range(first + lo, first + hi), [t / 1e9 + offset for t in times[lo:hi]],
-               rep(ev.STEP), rep(""), rep(""), rep(""), rep(None), rep(None))
+def _step_rows(times: list[int], offset: float, first: int) -> Iterable[Any]:
+    """Event rows of a folded batch of steps (made when first read)."""
+    return ev.rows_of(first, [t / 1e9 + offset for t in times], ev.STEP)

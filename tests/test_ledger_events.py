@@ -118,7 +118,8 @@ def test_a_flood_of_steps_never_pushes_a_recompile_out():
 def test_a_batch_makes_its_rows_once_and_only_when_read():
     asked: list[tuple[int, int, int]] = []
 
-    def expand(first: int, lo: int, hi: int) -> list[tuple]:
+    def expand(first: int) -> list[tuple]:  # the whole batch of 4096
+        lo, hi = 0, 4096
         asked.append((first, lo, hi))
         return [(first + i, float(i), "step", "", "", "", None, None) for i in range(lo, hi)]
 
@@ -141,7 +142,8 @@ def test_a_batch_makes_its_rows_once_and_only_when_read():
 
 
 def test_batches_and_single_events_share_one_ring_and_one_numbering():
-    def expand(first: int, lo: int, hi: int) -> list[tuple]:
+    def expand(first: int) -> list[tuple]:  # batches of 4
+        lo, hi = 0, 4
         return [(first + i, 0.0, "transfer_to_device", "", "", "", None, float(i))
                 for i in range(lo, hi)]
 

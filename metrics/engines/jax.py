@@ -505,14 +505,12 @@ def _wrap_lowering(original: Callable[..., Any]) -> Callable[..., Any]:
     return lower_sharding_computation
 
 
-def _transfer_rows(flat: list[Any], offset: float,
-                   first: int, lo: int, hi: int) -> Iterable[tuple[Any, ...]]:
-    """Event rows of transfers ``lo``..``hi - 1`` of a folded batch (made when read)."""
-    part, w = flat[lo * TRANSFER_FIELDS: hi * TRANSFER_FIELDS], TRANSFER_FIELDS
-    rep = itertools.repeat
-    return zip(range(first + lo, first + hi), [e / 1e9 + offset for e in part[2::w]],
-               [ev.TRANSFER_TO_DEVICE if t else ev.TRANSFER_FROM_DEVICE for t in part[0::w]],
-               rep(""), rep(""), rep(""), rep(None), [float(b) for b in part[3::w]])
+def _transfer_rows(flat: list[Any], offset: float, first: int) -> Iterable[tuple[Any, ...]]:
+    """Event rows of a folded batch of transfers (made when first read)."""
+    w = TRANSFER_FIELDS
+    return ev.rows_of(first, [e / 1e9 + offset for e in flat[2::w]],
+                      [ev.TRANSFER_TO_DEVICE if t else ev.TRANSFER_FROM_DEVICE for t in flat[0::w]],
+                      [float(b) for b in flat[3::w]])
 
 
 def _record_transfer(eng: JaxEngine, to_device: bool, tree: Any, start: int, end: int) -> None:
