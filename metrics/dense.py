@@ -17,11 +17,10 @@ from __future__ import annotations
 
 import array
 import itertools
-import math
 from collections.abc import Sequence
 from typing import Any
 
-from tpu_info.buckets import StableKeys, bucket_value
+from tpu_info.buckets import StableKeys, bucket_value, interpolate
 
 MAX_SPAN = 16_384  # buckets at most (128 KiB): a value ratio of ~10**35 each way at 0.5 %
 EDGE = 1 << 40  # the key of an infinite value: beyond any window, so the edge bucket
@@ -121,28 +120,23 @@ def percentiles_numpy(
     if pos.counts:
         parts.append(np.frombuffer(pos.counts, dtype=int64))
     cumulative = np.cumsum(np.concatenate(parts))
-    heights = [(count - 1) * p / 100.0 for p in percents]
-    below = [math.floor(h) for h in heights]
-    ranks = below + [min(b + 1, count - 1) for b in below]
     # The first index whose cumulative count exceeds a rank is a filled bucket
     # (empty ones repeat the sum before them): what bisect_right picks.
     last, top, first_pos = len(cumulative) - 1, neg.offset + n_neg - 1, pos.offset - n_neg - 1
-    values = []
-    for i in cumulative.searchsorted(ranks, side="right").tolist():
-        i = min(i, last)
-        if i > n_neg:
-            values.append(bucket_value(gamma, first_pos + i))
-        elif i == n_neg:
-            values.append(0.0)
-        else:
-            values.append(-bucket_value(gamma, top - i))
-    n, out = len(percents), []
-    for j, h in enumerate(heights):
-        v = values[j]
-        if h != below[j]:
-            v += (h - below[j]) * (values[n + j] - v)
-        out.append(lo if v < lo else hi if v > hi else v)
-    return out
+
+    def values_at(ranks: list[int]) -> list[float]:
+        values = []
+        for i in cumulative.searchsorted(ranks, side="right").tolist():
+            i = min(i, last)
+            if i > n_neg:
+                values.append(bucket_value(gamma, first_pos + i))
+            elif i == n_neg:
+                values.append(0.0)
+            else:
+                values.append(-bucket_value(gamma, top - i))
+        return values
+
+    return interpolate(count, percents, values_at, lo, hi)
 
 
 def _add(np: Any, arr: array.array[int], start: int, counts: Any) -> int:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import math
-from collections.abc import Iterable, Iterator, Mapping, Sequence, ValuesView
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence, ValuesView
 
 from tpu_info.model import BucketCounts
 
@@ -197,12 +197,26 @@ def sorted_percentiles(
             return 0.0
         return bucket_value(gamma, pos_keys[i - has_zero])
 
-    out = []
-    for percent in percents:
-        h = (count - 1) * percent / 100.0
-        below = math.floor(h)
-        v0 = at_rank(below)
-        v = v0 if h == below else v0 + (h - below) * (at_rank(min(below + 1, count - 1)) - v0)
+    return interpolate(count, percents, lambda ranks: [at_rank(r) for r in ranks], lo, hi)
+
+
+def interpolate(
+    count: int, percents: Sequence[float],
+    values_at: Callable[[list[int]], Sequence[float]],
+    lo: float | None = None, hi: float | None = None,
+) -> list[float]:
+    """numpy's linear-interpolation percentiles of ``count`` samples, given
+    ``values_at(ranks)``: the estimates of those order statistics (0-based).
+    It is asked once, for the rank below each percentile's position followed
+    by the rank above; exact ``lo``/``hi`` clamp the results."""
+    heights = [(count - 1) * p / 100.0 for p in percents]
+    below = [math.floor(h) for h in heights]
+    values = values_at(below + [min(b + 1, count - 1) for b in below])
+    n, out = len(percents), []
+    for j, h in enumerate(heights):
+        v = values[j]
+        if h != below[j]:
+            v = v + (h - below[j]) * (values[n + j] - v)
         if lo is not None and v < lo:
             v = lo
         if hi is not None and v > hi:
