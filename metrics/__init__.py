@@ -265,7 +265,7 @@ def metric_data(name: str) -> tuple[int, float, tuple[tuple[float, float], ...]]
         return recorder().registry.metric_data(name)
     for d in _snapshot.readings(recorder(), extra)[1]:
         if d.name == name:
-            return (d.count, d.total, d.recent)
+            return (d.count, d.total, tuple(d.recent))
     return None
 
 

@@ -9,7 +9,8 @@ count in the edge bucket. Not thread-safe: the distribution's lock guards it.
 Example:
     >>> d = DenseCounts()
     >>> d.add_keys([3, 3, 5])
-    >>> d.filled()
+    >>> keys, counts = d.filled()
+    >>> list(keys), list(counts)
     ([3, 5], [2, 1])
 """
 
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import array
 import itertools
+import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -43,7 +45,7 @@ class DenseCounts:
         # while this stays put so does the set of filled keys, and _keys (the
         # list readings hand out, which encoders cache by identity) is kept.
         self.nonzero = 0
-        self._keys: list[int] = StableKeys()
+        self._keys = StableKeys()
 
     def window(self, lo: int, hi: int) -> tuple[int, int]:
         """``lo``..``hi`` clamped to the keys this may hold."""
@@ -87,20 +89,39 @@ class DenseCounts:
         self._cover(lo, hi)
         self.nonzero += _add(np, self.counts, lo - self.offset, np.bincount(keys - lo))
 
-    def filled(self, descending: bool = False) -> tuple[list[int], list[int]]:
+    def filled(self, descending: bool = False) -> tuple[StableKeys, array.array[int]]:
         """(keys, counts) of the filled buckets in key order (or reversed).
         The key list is the same object until a bucket fills for the first
-        time."""
+        time. Both are machine-integer arrays, not lists: a reading holds
+        hundreds of counts, and the garbage collector walks every item of a
+        young list but never looks inside an array, so scrapes leave it
+        nothing to traverse (with lists, a young collection in a scrape cost
+        1.5-3.5 ms)."""
+        np = sys.modules.get("numpy")  # used only if the program loaded it
+        if np is not None:
+            return self._filled_numpy(np, descending)
         if len(self._keys) != self.nonzero:
-            keys = StableKeys(itertools.compress(
-                range(self.offset, self.offset + len(self.counts)), self.counts))
+            keys = StableKeys(list(itertools.compress(
+                range(self.offset, self.offset + len(self.counts)), self.counts)))
             if descending:
                 keys.reverse()
             self._keys = keys
-        counts = list(filter(None, self.counts))
+        counts = array.array("q", list(filter(None, self.counts)))
         if descending:
             counts.reverse()
         return self._keys, counts
+
+    def _filled_numpy(self, np: Any, descending: bool) -> tuple[StableKeys, array.array[int]]:
+        # One mask and two copies in C; about 3x faster than filter().
+        view = np.frombuffer(self.counts, dtype=np.int64)
+        if descending:
+            view = view[::-1]
+        mask = view != 0
+        if len(self._keys) != self.nonzero:
+            at = np.flatnonzero(mask)
+            keys = (self.offset + len(view) - 1 - at) if descending else (self.offset + at)
+            self._keys = StableKeys(keys.astype(np.int64).tobytes())
+        return self._keys, array.array("q", view[mask].tobytes())
 
 
 def percentiles_numpy(

@@ -47,6 +47,7 @@ from tpu_info.model import (
     BucketCounts,
     CounterReading,
     DistributionReading,
+    Samples,
     Unit,
 )
 
@@ -251,19 +252,23 @@ class Distribution:
             self._pending.clear()
             self._reset()
 
-    def _recent_unix(
-        self, count: int, recent: list[tuple[int, float]], mono_to_unix: float
-    ) -> tuple[tuple[float, float], ...]:
-        """``recent`` on the unix clock, reusing the previous reading's pairs
-        for samples it already held: a scrape converts only the new ones."""
+    def _recent_unix(self, count: int, recent: list[tuple[int, float]],
+                     mono_to_unix: float) -> Samples:
+        """``recent`` on the unix clock, reusing the previous reading's
+        samples that are still recent: a scrape converts only the new ones."""
         previous = self._cached
-        if previous is not None and self._cached_offset == mono_to_unix:
+        if (previous is not None and self._cached_offset == mono_to_unix
+                and type(previous.recent) is Samples):
             new = count - previous.count
-            start = len(previous.recent) + new - len(recent)
-            if 0 <= new <= len(recent) and start >= 0:
-                return previous.recent[start:] + tuple(
-                    (t / 1e9 + mono_to_unix, v) for t, v in recent[len(recent) - new:])
-        return tuple((t / 1e9 + mono_to_unix, v) for t, v in recent)
+            kept = len(recent) - new  # the newest ``kept`` of the previous samples stay
+            if new >= 0 and 0 <= kept <= len(previous.recent):
+                start = len(previous.recent) - kept
+                times = previous.recent.times[start:]
+                values = previous.recent.values[start:]
+                times.extend([t / 1e9 + mono_to_unix for t, _ in recent[kept:]])
+                values.extend([v for _, v in recent[kept:]])
+                return Samples(times, values)
+        return Samples([t / 1e9 + mono_to_unix for t, _ in recent], [v for _, v in recent])
 
     def reading(self, mono_to_unix: float) -> DistributionReading:
         """A consistent copy with percentiles and rates computed now (or the
@@ -420,7 +425,7 @@ class Registry:
         if d is None or not d.count:
             return None
         r = d.reading(self._mono_to_unix())
-        return (r.count, r.total, r.recent)
+        return (r.count, r.total, tuple(r.recent))
 
     def clear_counters(self) -> None:
         self.before_read()  # what was recorded before the clear is cleared too

@@ -30,6 +30,7 @@ from tpu_info.model import (
     DeviceRecord,
     DistributionReading,
     ProcessRecord,
+    Samples,
     Snapshot,
 )
 
@@ -97,7 +98,7 @@ def _merge_distribution(a: DistributionReading, b: DistributionReading) -> Distr
         rate_per_second=sum(rates) if rates else None,
         value_rate_per_second=sum(vrates) if vrates else None,
         percentiles=bigger.percentiles,
-        recent=tuple(sorted(a.recent + b.recent))[-64:],
+        recent=Samples.of(sorted([*a.recent, *b.recent])[-64:]),
         buckets=None, help=a.help or b.help,
     )
 

@@ -17,6 +17,7 @@ from tpu_info.model import (
     MetricInfo,
     ProcessRecord,
     RecompileCause,
+    Samples,
     Snapshot,
     Unit,
 )
@@ -60,6 +61,19 @@ def test_full_round_trip_is_lossless() -> None:
     assert wire.snapshot_from_proto(again) == FULL
 
 
+def test_recent_samples_read_like_a_tuple_of_pairs() -> None:
+    pairs = ((1.0, 10.0), (2.0, 20.0), (3.0, 30.0))
+    s = Samples.of(pairs)
+    assert s == pairs and pairs == s and s == Samples(*zip(*pairs, strict=True))
+    assert s != pairs[:2] and s != "abc" and hash(s) == hash(pairs)
+    assert s[1] == (2.0, 20.0) and s[-1] == (3.0, 30.0) and s[1:] == pairs[1:]
+    assert list(s) == list(pairs) and len(s) == 3 and not Samples()
+    with pytest.raises(ValueError):
+        Samples([1.0], [])
+    decoded = wire.snapshot_from_proto(_msg()).distributions[0].recent
+    assert type(decoded) is Samples and decoded == FULL.distributions[0].recent
+
+
 def test_metric_infos_round_trip() -> None:
     infos = [MetricInfo("A", "counter", Unit.NUMBER, "a"), MetricInfo("B", "distribution",
                                                                      Unit.TIME_NS)]
@@ -75,6 +89,7 @@ def _msg() -> pb.Snapshot:
     (lambda m: setattr(m.counters[0], "unit", 99), WireError),
     (lambda m: setattr(m.counters[0], "value", -1), WireError),
     (lambda m: m.distributions[0].percentile_values.append(1.0), WireError),
+    (lambda m: m.distributions[0].recent_values.append(1.0), WireError),
     (lambda m: m.distributions[0].buckets.positive_keys.append(9), WireError),
     (lambda m: setattr(m.distributions[0].buckets, "gamma", 1.0), WireError),
     (lambda m: setattr(m.distributions[0], "count", 99), WireError),

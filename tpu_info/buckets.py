@@ -21,6 +21,7 @@ Example:
 
 from __future__ import annotations
 
+import array
 import bisect
 import itertools
 import math
@@ -111,14 +112,22 @@ def percentiles(
     )
 
 
-class StableKeys(list[int]):
+class StableKeys(array.array):  # type: ignore[type-arg]
     """A bucket key list its owner never changes while the list is alive (the
     hook's, replaced only when a bucket fills for the first time): an encoder
     may keep the list's encoding on it (``encoded``), where it lives and dies
     with the list. Lists from anywhere else (a decoded message, say) are plain
-    lists and are encoded each time."""
+    lists and are encoded each time. Machine integers (an ``array("q")``), so
+    the garbage collector has nothing inside it to walk.
+
+    Args:
+        keys: ints, or their int64 machine bytes.
+    """
 
     __slots__ = ("encoded",)
+
+    def __new__(cls, keys: Iterable[int] | bytes = ()) -> StableKeys:
+        return super().__new__(cls, "q", keys)  # type: ignore[return-value]
 
 
 class SortedCounts(Mapping[int, int]):

@@ -16,9 +16,11 @@ Example:
 
 from __future__ import annotations
 
+import array
 import enum
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import overload
 
 
 class Unit(str, enum.Enum):
@@ -60,6 +62,64 @@ class BucketCounts:
     zero: int = 0
 
 
+class Samples(Sequence[tuple[float, float]]):
+    """Recent samples, ``(unix_time, value)`` pairs in time order, held as
+    two arrays of doubles (``times``, ``values``; the wire's own shape).
+
+    It reads like a tuple of pairs, but a reading's 64 samples are three
+    objects instead of 65 tuples: the garbage collector has nothing inside
+    to walk (each scrape makes readings, and a collection that lands in one
+    walks every young object), and a decode copies two arrays in C.
+
+    Example:
+        >>> s = Samples([1.0, 2.0], [10.0, 20.0])
+        >>> s[-1], len(s), s == ((1.0, 10.0), (2.0, 20.0))
+        ((2.0, 20.0), 2, True)
+    """
+
+    __slots__ = ("times", "values")
+
+    def __init__(self, times: Iterable[float] = (), values: Iterable[float] = ()) -> None:
+        self.times = times if type(times) is array.array else array.array("d", times)
+        self.values = values if type(values) is array.array else array.array("d", values)
+        if len(self.times) != len(self.values):
+            raise ValueError(f"{len(self.times)} times but {len(self.values)} values")
+
+    @classmethod
+    def of(cls, pairs: Iterable[tuple[float, float]]) -> Samples:
+        """Samples from ``(time, value)`` pairs."""
+        pairs = list(pairs)
+        return cls([t for t, _ in pairs], [v for _, v in pairs])
+
+    def __len__(self) -> int:
+        return len(self.times)
+
+    @overload
+    def __getitem__(self, i: int) -> tuple[float, float]: ...
+    @overload
+    def __getitem__(self, i: slice) -> Samples: ...
+    def __getitem__(self, i: int | slice) -> tuple[float, float] | Samples:
+        if isinstance(i, slice):
+            return Samples(self.times[i], self.values[i])
+        return (self.times[i], self.values[i])
+
+    def __iter__(self) -> Iterator[tuple[float, float]]:
+        return zip(self.times, self.values, strict=True)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Samples):
+            return self.times == other.times and self.values == other.values
+        if isinstance(other, Sequence) and not isinstance(other, str | bytes):
+            return tuple(self) == tuple(other)
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(tuple(self))
+
+    def __repr__(self) -> str:
+        return f"Samples({list(self)!r})"
+
+
 @dataclass(frozen=True, slots=True)
 class DistributionReading:
     """A distribution (torch_xla's "Metric") at snapshot time.
@@ -79,7 +139,7 @@ class DistributionReading:
     rate_per_second: float | None = None
     value_rate_per_second: float | None = None
     percentiles: tuple[tuple[float, float], ...] = ()
-    recent: tuple[tuple[float, float], ...] = ()
+    recent: Sequence[tuple[float, float]] = ()  # a Samples from the hook and the wire
     buckets: BucketCounts | None = None
     help: str = ""
 

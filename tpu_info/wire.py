@@ -35,6 +35,7 @@ from tpu_info.model import (
     MetricInfo,
     ProcessRecord,
     RecompileCause,
+    Samples,
     Snapshot,
     Unit,
 )
@@ -84,10 +85,10 @@ def _fill_distribution(m: pb.Distribution, d: DistributionReading,
         percents, values = zip(*d.percentiles, strict=True)
         m.percentile_percents.extend(percents)
         m.percentile_values.extend(values)
-    if d.recent:
-        times, values = zip(*d.recent, strict=True)
-        m.recent_times_unix.extend(times)
-        m.recent_values.extend(values)
+    recent = d.recent if type(d.recent) is Samples else Samples.of(d.recent)
+    if recent:
+        m.recent_times_unix.extend(recent.times)
+        m.recent_values.extend(recent.values)
     if buckets and d.buckets is not None:
         _fill_buckets(m.buckets, d.buckets)
     if d.help:
@@ -245,6 +246,12 @@ def _pairs(a: Sequence[float], b: Sequence[float], where: str) -> tuple[tuple[fl
     return tuple(zip(a, b, strict=False))
 
 
+def _samples(times: Sequence[float], values: Sequence[float], where: str) -> Samples:
+    if len(times) != len(values):
+        raise WireError(f"{where}: {len(times)} times but {len(values)} values")
+    return Samples(times[:], values[:])  # one copy each out of the message, in C
+
+
 def _int_map(keys: Sequence[int], counts: Sequence[int], where: str,
              descending: bool = False) -> Mapping[int, int]:
     """Bucket counts by key. Keys in value order (as the hook sends them:
@@ -293,7 +300,7 @@ def _distribution(m: pb.Distribution) -> DistributionReading:
             m.value_rate_per_second if m.HasField("value_rate_per_second") else None
         ),
         percentiles=_pairs(m.percentile_percents, m.percentile_values, f"{where} percentiles"),
-        recent=_pairs(m.recent_times_unix, m.recent_values, f"{where} recent samples"),
+        recent=_samples(m.recent_times_unix, m.recent_values, f"{where} recent samples"),
         buckets=buckets,
         help=m.help,
     )

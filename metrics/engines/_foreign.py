@@ -19,7 +19,7 @@ import re
 from collections.abc import Iterable, Sequence
 
 from metrics import names
-from tpu_info.model import PERCENTILES, CounterReading, DistributionReading, Unit
+from tpu_info.model import PERCENTILES, CounterReading, DistributionReading, Samples, Unit
 
 _TIME_PART = re.compile(r"(\d+(?:\.\d+)?)(d|h|m(?!s)|s|ms|us|ns)")
 _TIME_NS = {"d": 86400e9, "h": 3600e9, "m": 60e9, "s": 1e9, "ms": 1e6, "us": 1e3, "ns": 1.0}
@@ -94,7 +94,7 @@ def distribution(name: str, unit: Unit, count: int, total: float,
         min=min(values) if values else None, max=max(values) if values else None,
         rate_per_second=rate, value_rate_per_second=value_rate,
         percentiles=pct if pct is not None else percentiles(values),
-        recent=tuple(samples[-64:]), buckets=None,
+        recent=Samples.of(samples[-64:]), buckets=None,
         help=names.help_for(name) or f"{name} as the engine itself counts it "
                                       "(percentiles over the samples it keeps).",
     )
