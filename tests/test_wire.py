@@ -215,3 +215,58 @@ def test_encoder_keeps_key_fields_on_the_hooks_lists_only():
         assert type(decoded.buckets.positive.key_list) is list  # nothing can stick to it
         again = encoder._encode_distribution(decoded)
         assert pb.Distribution.FromString(again) == pb.Distribution.FromString(data)
+
+
+def test_decode_cache_reuses_unchanged_parts_and_decodes_the_same() -> None:
+    """A source's next snapshot decoded with the cache equals a plain decode;
+    parts whose bytes did not change are the very records decoded before
+    (so the helper's encoder reuses their bytes too), changed ones are new."""
+    import random
+    import time
+
+    from metrics.recorder import Recorder
+    from metrics.snapshot import build
+
+    rng = random.Random(2)
+    rec = Recorder()
+    dists = [rec.registry.distribution(f"D{i}", Unit.TIME_NS) for i in range(5)]
+    for i in range(20):
+        rec.ledger.compiled(f"{i:064x}", f"jit(f{i})", "jax", seconds=0.1,
+                            signature=("x: f32[8]",),
+                            cause=RecompileCause(time.time(), "x changed", f"t.py:{i}"))
+    cache = wire.DecodeCache()
+    previous = None
+    for _ in range(5):
+        observed = rng.sample(dists, 2)
+        for d in observed:
+            d.observe(rng.lognormvariate(10, 1))
+        changed = {f"{i:064x}" for i in rng.sample(range(20), 3)}
+        for h in changed:
+            rec.ledger.executed(h, "jit(f)", "jax")
+        rec.events.emit("step", value=1.0)
+        msg = pb.Snapshot.FromString(encoder.snapshot_to_bytes(build(rec, (), 0)))
+        got = wire.snapshot_from_proto(msg, cache)
+        assert got == wire.snapshot_from_proto(msg)
+        if previous is not None:
+            before = {g.hash: g for g in previous.graphs}
+            for g in got.graphs:
+                assert (g is before[g.hash]) == (g.hash not in changed), g.hash
+            kept = {d.name: d for d in previous.distributions}
+            moved = {d.name for d in observed}
+            for d in got.distributions:
+                if d.name in kept:
+                    assert (d is kept[d.name]) == (d.name not in moved), d.name
+            assert got.events[0] is previous.events[0]
+        previous = got
+
+
+def test_decode_cache_keeps_nothing_from_an_invalid_snapshot() -> None:
+    cache = wire.DecodeCache()
+    good = _msg()
+    first = wire.snapshot_from_proto(good, cache)
+    bad = _msg()
+    bad.events[0].seq = 9  # after the next event: out of order
+    with pytest.raises(WireError):
+        wire.snapshot_from_proto(bad, cache)
+    again = wire.snapshot_from_proto(good, cache)
+    assert again == FULL and again.graphs[0] is first.graphs[0]

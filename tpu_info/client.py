@@ -18,7 +18,9 @@ Example:
 from __future__ import annotations
 
 import socket
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from concurrent import futures
 from dataclasses import dataclass
@@ -92,10 +94,13 @@ class Client:
 
     def __init__(self, target: str, timeout: float = DEFAULT_TIMEOUT_S, *,
                  max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
-                 keepalive_s: float = DEFAULT_KEEPALIVE_S) -> None:
+                 keepalive_s: float = DEFAULT_KEEPALIVE_S,
+                 decode_cache: wire.DecodeCache | None = None) -> None:
         host, _ = split_target(target)
         self.target = target
         self.timeout = timeout
+        # Snapshots of one target repeat most parts: those are not decoded again.
+        self._parts = decode_cache if decode_cache is not None else wire.DecodeCache()
         options = [
             ("grpc.max_receive_message_length", max_message_bytes),
             ("grpc.max_send_message_length", 1024 * 1024),
@@ -171,7 +176,10 @@ class Client:
         msg = self._call(self._monitor.GetSnapshot,
                          pb.SnapshotRequest(events_since=events_since, max_events=max_events),
                          "tpu_info.v1.Monitor")
-        return self._decode(wire.snapshot_from_proto, msg)
+        return self._decode(self._snapshot_from_proto, msg)
+
+    def _snapshot_from_proto(self, msg: pb.Snapshot) -> Snapshot:
+        return wire.snapshot_from_proto(msg, self._parts)
 
     def stream(self, interval_s: float = 1.0, events_since: int = 0,
                duration_s: float | None = None) -> Iterator[Snapshot]:
@@ -189,7 +197,7 @@ class Client:
         call = self._monitor.StreamSnapshots(request, timeout=duration_s)
         try:
             for msg in call:
-                yield self._decode(wire.snapshot_from_proto, msg)
+                yield self._decode(self._snapshot_from_proto, msg)
         except grpc.RpcError as e:
             if (duration_s is not None and e.code() == grpc.StatusCode.DEADLINE_EXCEEDED
                     and time.monotonic() - started >= duration_s * 0.99):
@@ -342,10 +350,26 @@ class FanOutResult(Generic[T]):
         return self.error is None
 
 
+# Each target's decode cache, kept between fan-out rounds (a watch loop asks
+# the same targets again and again); the most recently asked targets only.
+_ROUND_CACHES: OrderedDict[str, wire.DecodeCache] = OrderedDict()
+_ROUND_CACHES_MAX = 64
+_round_caches_lock = threading.Lock()
+
+
+def _decode_cache(target: str) -> wire.DecodeCache:
+    with _round_caches_lock:
+        cache = _ROUND_CACHES.pop(target, None) or wire.DecodeCache()
+        _ROUND_CACHES[target] = cache
+        while len(_ROUND_CACHES) > _ROUND_CACHES_MAX:
+            _ROUND_CACHES.popitem(last=False)
+        return cache
+
+
 def _ask(target: str, timeout: float, call: Callable[[Client], T]) -> FanOutResult[T]:
     started = time.monotonic()
     try:
-        with Client(target, timeout=timeout) as client:
+        with Client(target, timeout=timeout, decode_cache=_decode_cache(target)) as client:
             value = call(client)
         return FanOutResult(target, value=value, seconds=time.monotonic() - started)
     except TpuInfoError as e:

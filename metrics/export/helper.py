@@ -295,6 +295,9 @@ class _Mirror:
         self._snapshot: Snapshot | None = None
         self._fetched = 0.0
         self._events = EventLog(capacity=MIRROR_EVENTS)
+        # Unchanged parts keep their records, so the server's encoder reuses
+        # their bytes too (it finds unchanged parts by identity).
+        self._parts = wire.DecodeCache()
 
     def snapshot(self, events_since: int) -> Snapshot:
         """The mirrored snapshot with the events after ``events_since``."""
@@ -310,7 +313,7 @@ class _Mirror:
     def _refresh(self) -> None:
         since = self._snapshot.last_seq if self._snapshot is not None else 0
         head, payload = self.ask({"op": "snapshot", "since": since}, ANSWER_TIMEOUT_S)
-        snap = wire.snapshot_from_proto(pb.Snapshot.FromString(payload))
+        snap = wire.snapshot_from_proto(pb.Snapshot.FromString(payload), self._parts)
         if snap.last_seq < since:  # the program's events were cleared
             self._events = EventLog(capacity=MIRROR_EVENTS)
         self._events.mirror(snap.events)
