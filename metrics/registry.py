@@ -288,10 +288,10 @@ class Distribution:
             recent = list(self._recent)
             # Dense counts are contiguous: copying out the filled ones is one
             # pass in C, not a lookup per bucket.
-            pos = SortedCounts(*self._pos.filled()) if self._pos.nonzero else _NO_COUNTS
-            neg = (SortedCounts(*self._neg.filled(descending=True)) if self._neg.nonzero
-                   else _NO_COUNTS)
             np = sys.modules.get("numpy")  # used only if the program loaded it
+            pos = SortedCounts(*self._pos.filled(np)) if self._pos.nonzero else _NO_COUNTS
+            neg = (SortedCounts(*self._neg.filled(np, descending=True)) if self._neg.nonzero
+                   else _NO_COUNTS)
             values = None
             if count and np is not None and len(pos) + len(neg) >= _NUMPY_PERCENTILES_AT:
                 values = percentiles_numpy(np, self.gamma, self._neg, zero, self._pos,
