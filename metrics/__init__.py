@@ -45,6 +45,7 @@ _recorder: Recorder | None = None
 _installed: dict[str, Any] = {}
 _exporter: Any = None
 _prometheus: Any = None
+_device_capture: bool | None = None  # install(device_capture=); None: $TPU_INFO_DEVICE_CAPTURE
 log = logging.getLogger("metrics")
 
 
@@ -65,6 +66,7 @@ def install(
     port: int | None = None,
     prometheus_port: int | None = None,
     explain_cache_misses: bool = True,
+    device_capture: bool | None = None,
 ) -> Recorder:
     """Installs the hooks of ``engines`` (idempotent) and returns the recorder.
 
@@ -82,6 +84,13 @@ def install(
             (default ``$TPU_INFO_PROMETHEUS_PORT``; unset means no endpoint).
         explain_cache_misses: capture JAX's cache-miss explanations as
             recompile causes (printed only if the program turned them on).
+        device_capture: let the program's owner take device traces
+            (``jax.profiler`` / ``torch.profiler``, at most
+            ``profiler.remote.MAX_DEVICE_DURATION_S``) with ``tpu-info profile
+            --device``. Default ``$TPU_INFO_DEVICE_CAPTURE`` (``1`` allows),
+            else off: a device trace costs the program gigabytes of memory.
+            Host traces (annotations, hook events) are always allowed to the
+            owner; nobody else can capture at all.
 
     Raises:
         ValueError: an unknown engine name; the message lists the valid ones.
@@ -96,8 +105,11 @@ def install(
             f"unknown engine(s) {', '.join(map(repr, unknown))}; "
             f"valid engines: {', '.join(_engines.valid_names())} (or 'auto')"
         )
+    global _device_capture
     rec = recorder()
     with _lock:
+        if device_capture is not None:
+            _device_capture = bool(device_capture)
         for name in wanted:
             if name in _installed:
                 continue
@@ -150,9 +162,31 @@ def _start_exporters(port: int | None, prometheus_port: int | None,
             log.warning("tpu-info: Prometheus endpoint not started: %s", e)
 
 
-def _capture(duration_s: float, device: bool, stop: threading.Event) -> Any:
-    """Runs one ``Monitor.Capture`` on the server's thread. The profiler is
-    loaded here, on the first capture asked for, never at import or install."""
+class DeviceCaptureOff(Exception):
+    """A device trace was asked for, but the program did not opt in."""
+
+    grpc_status = "FAILED_PRECONDITION"
+
+
+def device_capture_allowed() -> bool:
+    """Whether remote captures may run the device profilers (see :func:`install`)."""
+    if _device_capture is not None:
+        return _device_capture
+    return os.environ.get("TPU_INFO_DEVICE_CAPTURE", "").strip().lower() in ("1", "true", "yes")
+
+
+def _capture(duration_s: float, device: bool, stop: threading.Event, caller: Any) -> Any:
+    """Runs one ``Monitor.Capture`` on the server's thread (or, with the
+    helper, on a thread of this program): only for the program's owner on
+    this host, device traces only when the program opted in. The profiler
+    is loaded here, on the first capture allowed, never at import or install."""
+    from metrics.export import discovery, owner
+
+    owner.check(caller, discovery.capture_secret())
+    if device and not device_capture_allowed():
+        raise DeviceCaptureOff("device traces are off in this program (they cost it "
+                               "gigabytes of memory); it opts in with "
+                               "TPU_INFO_DEVICE_CAPTURE=1 or metrics.install(device_capture=True)")
     from profiler import remote
 
     return remote.capture(duration_s, device, stop)

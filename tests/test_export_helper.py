@@ -54,9 +54,10 @@ def test_a_helper_serves_the_program_and_leaves_with_it(tmp_path):
             assert seqs == sorted(set(seqs))
             chip = c.libtpu()  # libtpu's service, answered by the helper too
             assert chip.devices
-            trace = json.loads(c.capture(0.3))  # recorded in the program
+            record = json.loads((tmp_path / f"{prog.proc.pid}.json").read_text())
+            # Recorded in the program, for its owner (the secret of its record).
+            trace = json.loads(c.capture(0.3, secret=record["capture_secret"]))
             assert "traceEvents" in trace
-        record = json.loads((tmp_path / f"{prog.proc.pid}.json").read_text())
         assert record["port"] == prog.port
         assert prog.stop() == 0
         assert _gone_within(helper, 10)

@@ -17,10 +17,10 @@ import pytest
 
 import metrics
 from metrics import export
-from profiler import remote
 from tests.conftest import ROOT
 from tests.test_profiler_format import validate_trace
 from tpu_info.client import Client
+from tpu_info.discovery import CAPTURE_TOKEN_METADATA
 from tpu_info.errors import CaptureBusy, ServerError
 from tpu_info.proto import tpu_info_v1_pb2 as pb
 from tpu_info.proto import tpu_info_v1_pb2_grpc as pb_grpc
@@ -50,9 +50,8 @@ while not done.is_set():
 """
 
 
-@pytest.fixture
-def program(tmp_path):
-    env = dict(os.environ)
+def start_program(tmp_path: Path, **extra: str) -> subprocess.Popen[str]:
+    env = dict(os.environ, **extra)
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
     env["TPU_INFO_RUNTIME_DIR"] = str(tmp_path / "rt")
     env["TPU_INFO_PORT"] = "0"
@@ -64,6 +63,23 @@ def program(tmp_path):
     assert line, p.stderr.read()
     p.address = line.strip()  # type: ignore[attr-defined]
     p.env = env  # type: ignore[attr-defined]
+    return p
+
+
+@pytest.fixture
+def program(tmp_path, monkeypatch):
+    monkeypatch.setenv("TPU_INFO_RUNTIME_DIR", str(tmp_path / "rt"))  # this user's records
+    p = start_program(tmp_path)
+    yield p
+    p.stdin.close()
+    p.wait(timeout=30)
+
+
+@pytest.fixture
+def device_program(tmp_path, monkeypatch):
+    """A program that opted in to device traces."""
+    monkeypatch.setenv("TPU_INFO_RUNTIME_DIR", str(tmp_path / "rt"))
+    p = start_program(tmp_path, TPU_INFO_DEVICE_CAPTURE="1")
     yield p
     p.stdin.close()
     p.wait(timeout=30)
@@ -95,16 +111,19 @@ def test_tpu_info_profile_captures_another_process(program, tmp_path) -> None:
     assert pids == {program.pid}
 
 
-def test_tpu_info_profile_by_pid_with_device_traces(program, tmp_path) -> None:
-    out = tmp_path / "run.json"
-    r = tpu_info("--timeout", "10", "profile", "--pid", str(program.pid), "--duration", "0.5",
-                 "-o", str(out), "--device", env=program.env)
+def test_tpu_info_profile_by_pid_with_device_traces(device_program, tmp_path) -> None:
+    out = tmp_path / "out" / "run.json"
+    r = tpu_info("--timeout", "10", "profile", "--pid", str(device_program.pid),
+                 "--duration", "0.5", "-o", str(out), "--device", env=device_program.env)
     assert r.returncode == 0, r.stderr
     validate_trace(json.loads(out.read_bytes()))
-    written = [line.removeprefix("device trace: ") for line in r.stdout.splitlines()
-               if line.startswith("device trace: ")]
+    written = [line.removeprefix("device trace: ").split(" (")[0]
+               for line in r.stdout.splitlines() if line.startswith("device trace: ")]
     assert written and all(Path(p).is_file() for p in written)
-    assert all(Path(p).is_relative_to(tmp_path / "run_device" / "jax") for p in written)
+    # Named from -o, beside it; the server's names are labels only.
+    assert sorted(p.name for p in out.parent.iterdir()) == sorted(
+        ["run.json", *(Path(p).name for p in written)])
+    assert all(Path(p).name.startswith("run.device-") for p in written)
 
 
 def test_a_concurrent_remote_capture_is_refused_cleanly(program, tmp_path) -> None:
@@ -127,11 +146,20 @@ def test_a_concurrent_remote_capture_is_refused_cleanly(program, tmp_path) -> No
 
 
 @pytest.fixture
-def served():
+def served(tmp_path, monkeypatch):
+    """This process serving, with the hook's own capture function (owner
+    check included) and its discovery record in a private directory."""
+    monkeypatch.setenv("TPU_INFO_RUNTIME_DIR", str(tmp_path / "rt"))
     metrics.recorder()
-    exporter = export.start(metrics.snapshot, port=0, capture_fn=remote.capture)
+    exporter = export.start(metrics.snapshot, port=0, capture_fn=metrics._capture)
     yield exporter
     exporter.stop(grace=0)
+
+
+def owner_token(exporter) -> list[tuple[str, str]]:
+    """The metadata the owner sends: the secret from the discovery record."""
+    secret = json.loads(Path(exporter.published).read_text())["capture_secret"]
+    return [(CAPTURE_TOKEN_METADATA, secret)]
 
 
 def test_capture_rpc_checks_duration(served) -> None:
@@ -142,7 +170,8 @@ def test_capture_rpc_checks_duration(served) -> None:
                 stub.Capture(pb.CaptureRequest(duration_ms=ms), timeout=10)
             assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
             assert "5 minutes" in info.value.details()
-        reply = stub.Capture(pb.CaptureRequest(duration_ms=50), timeout=10)
+        reply = stub.Capture(pb.CaptureRequest(duration_ms=50), timeout=10,
+                             metadata=owner_token(served))
     assert reply.format == "chrome-json" and reply.protocol_version >= 1
     validate_trace(json.loads(reply.trace))
     with Client(served.address, timeout=10) as c:
@@ -154,7 +183,8 @@ def test_client_hung_up_ends_the_capture(served) -> None:
     with grpc.insecure_channel(served.address) as ch:
         stub = pb_grpc.MonitorStub(ch)
         with pytest.raises(grpc.RpcError) as info:
-            stub.Capture(pb.CaptureRequest(duration_ms=60_000), timeout=0.5)
+            stub.Capture(pb.CaptureRequest(duration_ms=60_000), timeout=0.5,
+                         metadata=owner_token(served))
         assert info.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
     started = time.monotonic()
     with Client(served.address, timeout=10) as c:   # the slot is free again soon

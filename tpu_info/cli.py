@@ -131,7 +131,8 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("-o", "--output", required=True, metavar="FILE",
                     help="trace file to write (gzip-compressed if it ends in .gz)")
     pr.add_argument("--device", action="store_true",
-                    help="also jax.profiler / torch.profiler traces, into FILE's <name>_device/")
+                    help="also jax.profiler / torch.profiler traces (the program opts in), "
+                         "beside FILE as <name>.device-N.*")
     # ---- end profile ----
     sub.add_parser("doctor", help="explain every N/A and what to do")
     run = sub.add_parser("run", help="run a Python program with the hook installed")
@@ -286,51 +287,73 @@ def _capture_seconds(text: str) -> float:
     return value
 
 
+MAX_PROFILE_FILES = 64  # device files written at most (tpu_info.client takes no more)
+# Suffixes a device file keeps (so viewers recognise it); any other becomes .bin.
+_DEVICE_SUFFIXES = (".xplane.pb", ".trace.json.gz", ".json.gz", ".json", ".pb")
+
+
+def _trace_stem(out: Any) -> str:
+    name = out.name
+    for suffix in (".gz", ".json"):
+        name = name.removesuffix(suffix)
+    return name or "trace"
+
+
+def device_file_path(out: Any, index: int, server_name: str) -> Any:
+    """Where ``tpu-info profile -o OUT`` writes the ``index``-th device file:
+    beside OUT, named from OUT (``run.json`` -> ``run.device-0.xplane.pb``),
+    never from the server's name (only a known suffix is kept from it)."""
+    suffix = next((s for s in _DEVICE_SUFFIXES if server_name.endswith(s)), ".bin")
+    return out.with_name(f"{_trace_stem(out)}.device-{index}{suffix}")
+
+
 def _profile(args: argparse.Namespace) -> int:
     import gzip
     from pathlib import Path
 
+    from tpu_info import discovery
     from tpu_info.client import Client
     from tpu_info.errors import TpuInfoError
+    from tpu_info.views import clean
 
     out = Path(args.output)
     if out.is_dir():
         raise UsageError(f"-o {args.output} is a directory; name the trace file")
     target = _pick_target(args)
+    # A --pid names the record; otherwise the client finds it by port.
+    secret = (discovery.secret_for(target, pid=args.pid) if args.pid is not None else None)
     print(f"tpu-info: recording {args.duration:g}s of {target} ...", file=sys.stderr)
     try:
         with Client(target, timeout=args.timeout) as c:
-            cap = c.capture_files(args.duration, device=args.device)
+            cap = c.capture_files(args.duration, device=args.device, secret=secret)
     except TpuInfoError as e:
-        print(f"tpu-info: {e}", file=sys.stderr)
+        print(f"tpu-info: {clean(e)}", file=sys.stderr)
         return EXIT_PARTIAL
-    name = out.name
-    for suffix in (".gz", ".json"):
-        name = name.removesuffix(suffix)
-    device_dir = out.with_name(f"{name or 'trace'}_device")
+    sent = [f for f in cap.files if f.data is not None][:MAX_PROFILE_FILES]
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_bytes(gzip.compress(cap.trace, mtime=0) if out.name.endswith(".gz")
                         else cap.trace)
         written = []
-        for f in cap.files:
-            if f.data is not None:
-                path = device_dir.joinpath(*f.name.split("/"))
-                path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_bytes(f.data)
-                written.append(str(path))
+        for i, f in enumerate(sent):
+            path = device_file_path(out, i, f.name)
+            path.write_bytes(f.data or b"")
+            written.append((path, f.name))
     except OSError as e:
-        print(f"tpu-info: cannot write the trace: {e}", file=sys.stderr)
+        print(f"tpu-info: cannot write the trace: {clean(e)}", file=sys.stderr)
         return EXIT_PARTIAL
-    print(f"wrote {out} ({cap.event_count} events{', truncated' if cap.truncated else ''}); "
+    print(f"wrote {clean(out)} ({cap.event_count} events"
+          f"{', truncated' if cap.truncated else ''}); "
           "open it in https://ui.perfetto.dev or chrome://tracing")
-    for path in written:
-        print(f"device trace: {path}")
-    for f in cap.files:
-        if f.data is None:
-            print(f"device trace (left on {target}'s host): {f.server_path}")
+    for path, name in written:
+        print(f"device trace: {clean(path)} ({clean(name)})")
+    kept = [f for f in cap.files if f.data is None]
+    for f in kept[:MAX_PROFILE_FILES]:
+        print(f"device trace (left on {clean(target)}'s host): {clean(f.server_path)}")
+    if len(kept) > MAX_PROFILE_FILES:
+        print(f"note: {len(kept) - MAX_PROFILE_FILES} more device trace(s) left on that host")
     for note in cap.notes:
-        print(f"note: {note}")
+        print(f"note: {clean(note)}")
     return EXIT_OK
 # ---- end profile ----
 

@@ -28,9 +28,10 @@ from typing import Generic, TypeVar
 
 import grpc
 
-from tpu_info import libtpu, wire
+from tpu_info import discovery, libtpu, wire
 from tpu_info.errors import (
     CaptureBusy,
+    CaptureRefused,
     NotAMonitor,
     ProtocolMismatch,
     ReplyTooLarge,
@@ -52,6 +53,7 @@ M = TypeVar("M")
 DEFAULT_TIMEOUT_S = 5.0
 DEFAULT_KEEPALIVE_S = 10.0
 MAX_CAPTURE_S = 300.0
+MAX_CAPTURE_FILES = 64  # device files taken from one reply; the hook sends at most 16
 CAPTURE_MARGIN_S = 30.0  # beyond the window: building the trace, device profilers
 DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 _LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1", "[::1]", "ip6-localhost"}
@@ -212,21 +214,34 @@ class Client:
                            "tpu_info.v1.Monitor")
         return self._decode(wire.metric_infos_from_proto, reply)
 
-    def capture(self, duration_s: float) -> bytes:
+    def capture(self, duration_s: float, *, secret: str | None = None) -> bytes:
         """Records a trace in the hook for ``duration_s`` seconds and returns
-        it (Chrome Trace Event JSON, not compressed).
+        it (Chrome Trace Event JSON, not compressed). Only the program's
+        owner may: see :meth:`capture_files` for ``secret``.
 
         Raises:
+            CaptureRefused: not this user's program on this host.
             CaptureBusy: another capture is running in that process.
             TpuInfoError: another of its subclasses, naming this target.
         """
-        return self.capture_files(duration_s).trace
+        return self.capture_files(duration_s, secret=secret).trace
 
-    def capture_files(self, duration_s: float, *, device: bool = False) -> RemoteCapture:
+    def capture_files(self, duration_s: float, *, device: bool = False,
+                      secret: str | None = None) -> RemoteCapture:
         """Like :meth:`capture`, with the device profilers' files when ``device``.
+
+        Args:
+            duration_s: seconds to record.
+            device: also the device profilers' traces (the program must opt in).
+            secret: the program's capture secret (default: from this user's
+                discovery record of the process serving this loopback target,
+                :func:`tpu_info.discovery.secret_for`).
 
         Raises:
             ValueError: ``duration_s`` is not in (0, 300].
+            CaptureRefused: no record of this user names the target (it is
+                another user's program, or on another host), or the hook
+                refused the secret.
             CaptureBusy: another capture is running in that process.
             ProtocolMismatch: a reply with a file name that is not a plain
                 relative path.
@@ -234,23 +249,37 @@ class Client:
         """
         if not 0 < duration_s <= MAX_CAPTURE_S:
             raise ValueError(f"duration_s must be in (0, {MAX_CAPTURE_S:g}], got {duration_s!r}")
+        if secret is None:
+            secret = discovery.secret_for(self.target)
+        if secret is None:
+            raise CaptureRefused("captures are for the program's owner, and no discovery "
+                                 "record of yours names this target: run tpu-info profile as "
+                                 "the user who runs the program, on its host",
+                                 target=self.target)
         request = pb.CaptureRequest(duration_ms=max(1, round(duration_s * 1000)), device=device)
+        metadata = [(discovery.CAPTURE_TOKEN_METADATA, secret)] if secret else None
         started = time.monotonic()
         try:
-            reply = self._monitor.Capture(request,
+            reply = self._monitor.Capture(request, metadata=metadata,
                                           timeout=duration_s + self.timeout + CAPTURE_MARGIN_S)
         except grpc.RpcError as e:
             code = e.code() if hasattr(e, "code") else None
             details = (e.details() if hasattr(e, "details") else "") or ""
             if code == grpc.StatusCode.ABORTED:
                 raise CaptureBusy(details, target=self.target) from e
+            if code in (grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.UNAUTHENTICATED):
+                raise CaptureRefused(details, target=self.target) from e
             if code == grpc.StatusCode.UNIMPLEMENTED:
                 raise ServerError(f"this hook does not capture traces ({details}); "
                                   "update tpu-info in that program", target=self.target) from e
             raise self._error(e, "tpu_info.v1.Monitor", started) from e
         self._decode(wire.check_version, reply.protocol_version)
         files = []
-        for f in reply.files:
+        notes = list(reply.notes)
+        if len(reply.files) > MAX_CAPTURE_FILES:
+            notes.append(f"{len(reply.files) - MAX_CAPTURE_FILES} more device file(s) in the "
+                         f"reply were left out (at most {MAX_CAPTURE_FILES})")
+        for f in reply.files[:MAX_CAPTURE_FILES]:
             parts = f.name.split("/")
             if not f.name or f.name.startswith("/") or any(p in ("", ".", "..") for p in parts):
                 raise ProtocolMismatch(f"capture file name {f.name!r} is not a relative path",
@@ -258,7 +287,7 @@ class Client:
             files.append(CaptureFile(f.name, f.size_bytes,
                                      f.data if not f.server_path else None, f.server_path))
         return RemoteCapture(trace=reply.trace, format=reply.format or "chrome-json",
-                             files=tuple(files), notes=tuple(reply.notes),
+                             files=tuple(files), notes=tuple(notes),
                              truncated=reply.truncated, event_count=reply.event_count)
 
     def _decode(self, fn: Callable[[M], T], msg: M) -> T:
@@ -315,8 +344,9 @@ class Client:
 
 @dataclass(frozen=True, slots=True)
 class CaptureFile:
-    """A device-profiler file of a remote capture: ``name`` is relative to the
-    capture's folder; ``data`` is None when the hook kept it (``server_path``)."""
+    """A device-profiler file of a remote capture: ``name`` is the server's
+    label for it (relative to the capture's folder; never use it as a local
+    path); ``data`` is None when an older hook kept it (``server_path``)."""
 
     name: str
     size_bytes: int

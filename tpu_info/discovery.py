@@ -6,6 +6,11 @@ Each hooked process writes ``<pid>.json`` into a private runtime directory
 both sides share: where the directory is, what makes it private, and what a
 valid record looks like. It imports neither ``metrics`` nor torch nor jax.
 
+A record also carries ``capture_secret``, a random token only the owner (who
+can read the 0600 record) knows: a client sends it as gRPC metadata
+(:data:`CAPTURE_TOKEN_METADATA`) to ask the program for a trace capture;
+:func:`secret_for` finds it for a target.
+
 A record is skipped, with a reason kept in :attr:`Scan.skipped` and logged,
 when its pid is dead (or was reused by a younger process), when it is corrupt,
 when it is not owned by the current user, or when it is a symlink or not a
@@ -21,11 +26,12 @@ Example:
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import logging
 import os
 import stat
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,6 +42,8 @@ SCHEMA_VERSION = 1
 ENV_RUNTIME_DIR = "TPU_INFO_RUNTIME_DIR"
 ENV_XDG_RUNTIME_DIR = "XDG_RUNTIME_DIR"
 MAX_RECORD_BYTES = 64 * 1024
+# The gRPC metadata key a client sends the record's capture secret under.
+CAPTURE_TOKEN_METADATA = "tpu-info-capture-token"
 # A record older than its process by more than this means the pid was reused.
 _PID_REUSE_SLACK_S = 2.0
 
@@ -63,6 +71,8 @@ class DiscoveredProcess:
     start_time: float
     path: Path
     schema: int = SCHEMA_VERSION
+    # Only the owner reads it; never printed (repr=False), sent only to this process.
+    capture_secret: str = field(default="", repr=False)
 
     @property
     def target(self) -> str:
@@ -175,12 +185,16 @@ def parse_record(data: Any, path: Path) -> DiscoveredProcess:
         raise ValueError("argv is not a list of strings")
     if not all(isinstance(k, str) and isinstance(v, str) for k, v in versions.items()):
         raise ValueError("versions is not a map of strings")
+    secret = data.get("capture_secret", "")
+    if not isinstance(secret, str) or not secret.isascii() or not secret.isprintable():
+        raise ValueError("capture_secret is not a printable ASCII string")
     if path.name != f"{pid}.json":
         raise ValueError(f"pid {pid} does not match the file name")
     return DiscoveredProcess(
         pid=pid, port=port, host=get("host", str), argv=tuple(argv),
         engine=get("engine", str), versions=dict(versions),
         start_time=float(get("start_time", (int, float))), path=path, schema=schema,
+        capture_secret=secret,
     )
 
 
@@ -285,3 +299,59 @@ def find_processes(
         log.log(logging.INFO if s.reason == DEAD else logging.WARNING,
                 "skipping discovery record %s", s)
     return list(result.processes)
+
+
+def is_loopback_host(host: str) -> bool:
+    """Whether ``host`` (a name or an address, IPv6 with or without brackets)
+    is this host's loopback: ``localhost``, ``127.0.0.0/8``, ``::1`` or
+    IPv4-mapped loopback."""
+    host = host.strip().strip("[]").lower()
+    if host in ("localhost", "ip6-localhost", "ip6-loopback"):
+        return True
+    try:
+        addr = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    mapped = getattr(addr, "ipv4_mapped", None)
+    return addr.is_loopback or bool(mapped is not None and mapped.is_loopback)
+
+
+def secret_for(target: str, processes: Iterable[DiscoveredProcess] | None = None,
+               *, pid: int | None = None) -> str | None:
+    """The capture secret for ``target``: from this user's record of the
+    process serving it on loopback (same port, and ``pid`` when given).
+
+    Returns:
+        The secret; ``""`` when the record has none (a hook older than
+        secrets, which captures without one); ``None`` when no record of
+        this user names the target, or the target is not on loopback:
+        captures are for the program's owner, on its host.
+    """
+    host, _, port = target.strip().rpartition(":")
+    if not is_loopback_host(host) or not port.isdigit():
+        return None
+    for p in find_processes() if processes is None else processes:
+        if p.port == int(port) and is_loopback_host(p.host) and pid in (None, p.pid) \
+                and serves(p.pid, p.port):
+            return p.capture_secret
+    return None
+
+
+def serves(pid: int, port: int) -> bool:
+    """Whether ``pid`` or one of its children (the serve="process" helper)
+    listens on ``port``: the secret goes only to the process its record
+    names, never to whoever took the port of a helper that died. True when
+    psutil is not installed (then the record is trusted as it is)."""
+    try:
+        import psutil
+
+        proc = psutil.Process(pid)
+        for p in (proc, *proc.children()):
+            for c in p.net_connections("inet"):
+                if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port:
+                    return True
+        return False
+    except ImportError:
+        return True
+    except Exception:  # noqa: BLE001 - psutil.Error: gone, not ours, or unsupported here
+        return False

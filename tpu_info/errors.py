@@ -68,3 +68,8 @@ class ServerError(TpuInfoError):
 class CaptureBusy(ServerError):
     """The hook refused a trace capture because another one is running there;
     retry when it ends."""
+
+
+class CaptureRefused(ServerError):
+    """A trace capture is for the program's owner on its host: no record of
+    this user names the target, or the hook refused the caller."""

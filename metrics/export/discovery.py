@@ -1,7 +1,8 @@
 """Writes this process's discovery record so ``tpu-info`` can find it.
 
 :func:`publish` writes ``<pid>.json`` (pid, port, host, argv, engine,
-versions, start time, schema version) into the private runtime directory
+versions, start time, schema version, and the capture secret of
+:func:`capture_secret`) into the private runtime directory
 (:func:`tpu_info.discovery.runtime_dir`): the directory is created with mode
 0700 and refused when it is a symlink, owned by another user, or group/world
 writable; the file is created 0600 under a temporary name and renamed into
@@ -41,6 +42,8 @@ log = logging.getLogger("metrics.export.discovery")
 _lock = threading.Lock()
 _published: tuple[Path, int] | None = None  # (path, pid that wrote it)
 _atexit_registered = False
+_secret: tuple[int, str] | None = None  # (pid it was made for, the secret)
+_secret_lock = threading.Lock()
 _sigterm_installed = False
 
 
@@ -109,6 +112,20 @@ def process_start_time() -> float:
         return time.time()
 
 
+def capture_secret() -> str:
+    """This process's capture secret: 256 random bits, made on first use.
+
+    It is written only into the 0600 discovery record, so only the owner (and
+    root) can read it; the server grants ``Capture`` to callers who send it
+    (:mod:`metrics.export.owner`). A forked child gets a secret of its own.
+    """
+    global _secret
+    with _secret_lock:
+        if _secret is None or _secret[0] != os.getpid():
+            _secret = (os.getpid(), secrets.token_urlsafe(32))
+        return _secret[1]
+
+
 def record(
     port: int,
     host: str,
@@ -129,6 +146,7 @@ def record(
         "engine": engine,
         "versions": {str(k): str(v) for k, v in versions.items()},
         "start_time": process_start_time() if start_time is None else float(start_time),
+        "capture_secret": capture_secret(),
     }
 
 

@@ -14,7 +14,9 @@ call) runs in the helper's interpreter, not the program's.
 
 What the helper costs: one more process (~40 MB), about half a second to
 start (``install`` waits for the port), and answers up to :data:`REFRESH_S`
-old. ``Capture`` calls are forwarded: the trace is recorded in the program.
+old. ``Capture`` calls are forwarded with the caller's token and address:
+the program, which alone knows its capture secret, decides whether to
+record (:mod:`metrics.export.owner`), and records the trace itself.
 The helper exits when the program's end of the socket closes (exit, crash,
 ``kill -9``), and it is in its own session, so a terminal's Ctrl-C reaches
 the program, which then stops it.
@@ -47,6 +49,7 @@ from collections.abc import Callable
 from typing import Any
 
 from metrics.events import EventLog
+from metrics.export.owner import Caller
 from metrics.export.server import (
     BindError,
     CaptureFn,
@@ -245,7 +248,10 @@ class HelperServer:
         try:
             if self._capture_fn is None:
                 raise RuntimeError("trace capture is not available in this tpu-info hook")
-            out = self._capture_fn(float(head["duration_s"]), bool(head["device"]), stop)
+            # The helper only relays who asked; the check is the capture_fn's, here.
+            caller = Caller(token=str(head.get("token", "")), peer=str(head.get("peer", "")))
+            out = self._capture_fn(float(head["duration_s"]), bool(head["device"]), stop,
+                                   caller)
             reply = capture_reply(out).SerializeToString()
         except Exception as e:  # noqa: BLE001 - becomes the RPC's status in the helper
             self._send_quietly({"op": "error", "id": request_id,
@@ -357,12 +363,14 @@ class _Mirror:
 
 
 def _capture_forwarder(mirror: _Mirror, channel: _Channel) -> CaptureFn:
-    def capture(duration_s: float, device: bool, stop: threading.Event) -> _Capture:
+    def capture(duration_s: float, device: bool, stop: threading.Event,
+                caller: Caller) -> _Capture:
         def waiting(request_id: int) -> None:
             if stop.is_set():
                 channel.send({"op": "capture_stop", "id": request_id})
 
-        _, payload = mirror.ask({"op": "capture", "duration_s": duration_s, "device": device},
+        _, payload = mirror.ask({"op": "capture", "duration_s": duration_s, "device": device,
+                                 "token": caller.token, "peer": caller.peer},
                                 duration_s + 60.0, waiting)
         reply = pb.CaptureReply.FromString(payload)
         return _Capture(reply.trace, reply.format, list(reply.files), list(reply.notes),

@@ -6,7 +6,8 @@ of its threads when a request arrives, by the injected ``snapshot_fn`` (this
 module never reaches for global metrics state). Streams are capped below the
 pool size so one-shot calls always find a free worker. Messages are bounded
 both ways. ``Capture`` runs the injected ``capture_fn`` (see
-:data:`CaptureFn`); without one it answers UNIMPLEMENTED. A capture holds a
+:data:`CaptureFn`) with the :class:`~metrics.export.owner.Caller` (token and
+peer), which decides who may capture; without one it answers UNIMPLEMENTED. A capture holds a
 worker of its own (the pool has one more thread when ``capture_fn`` is
 given), so a concurrent capture is refused at once rather than queued.
 
@@ -31,6 +32,7 @@ import grpc
 
 from metrics import names
 from metrics.export.libtpu_service import RuntimeMetricServicer, snapshot_or_abort
+from metrics.export.owner import Caller, caller_of
 from tpu_info import encoder, wire
 from tpu_info.model import MetricInfo, Snapshot
 from tpu_info.proto import tpu_info_v1_pb2 as pb
@@ -62,12 +64,13 @@ class CaptureLike(Protocol):
     event_count: int
 
 
-# capture_fn(duration_s, device, stop) records until the duration ends or
+# capture_fn(duration_s, device, stop, caller) checks the caller (who, from
+# where: metrics.export.owner), then records until the duration ends or
 # ``stop`` is set (the client went away, the server stops). Errors it raises
-# answer with the status named by their ``grpc_status`` attribute (ABORTED
-# for a capture already running), INVALID_ARGUMENT for a ValueError, else
-# INTERNAL.
-CaptureFn = Callable[[float, bool, threading.Event], CaptureLike]
+# answer with the status named by their ``grpc_status`` attribute
+# (PERMISSION_DENIED for a caller who is not the owner, ABORTED for a capture
+# already running), INVALID_ARGUMENT for a ValueError, else INTERNAL.
+CaptureFn = Callable[[float, bool, threading.Event, Caller], CaptureLike]
 
 DEFAULT_WORKERS = 40  # threads start on demand; each open stream holds one
 RESERVED_WORKERS = 4  # never taken by streams: one-shot calls always find one
@@ -185,7 +188,8 @@ class MonitorServicer(pb_grpc.MonitorServicer):
             stop.set()
         failure: tuple[grpc.StatusCode, str] | None = None
         try:
-            out = self._capture_fn(request.duration_ms / 1000.0, request.device, stop)
+            out = self._capture_fn(request.duration_ms / 1000.0, request.device, stop,
+                                   caller_of(context))
         except Exception as e:  # noqa: BLE001 - becomes the RPC's status
             failure = (capture_status(e), str(e) or type(e).__name__)
         finally:
