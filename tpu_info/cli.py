@@ -317,8 +317,12 @@ def _profile(args: argparse.Namespace) -> int:
     from tpu_info.views import clean
 
     out = Path(args.output)
-    if out.is_dir():
-        raise UsageError(f"-o {args.output} is a directory; name the trace file")
+    try:
+        is_dir = out.is_dir()
+    except OSError as e:
+        raise UsageError(f"-o {clean(args.output)}: {e.strerror or e}") from None
+    if is_dir:
+        raise UsageError(f"-o {clean(args.output)} is a directory; name the trace file")
     target = _pick_target(args)
     # A --pid names the record; otherwise the client finds it by port.
     secret = (discovery.secret_for(target, pid=args.pid) if args.pid is not None else None)

@@ -330,7 +330,7 @@ def secret_for(target: str, processes: Iterable[DiscoveredProcess] | None = None
     host, _, port = target.strip().rpartition(":")
     if not is_loopback_host(host) or not port.isdigit():
         return None
-    for p in find_processes() if processes is None else processes:
+    for p in scan().processes if processes is None else processes:
         if p.port == int(port) and is_loopback_host(p.host) and pid in (None, p.pid) \
                 and serves(p.pid, p.port):
             return p.capture_secret
