@@ -81,7 +81,8 @@ def install(
         port: pin the server's port (default ``$TPU_INFO_PORT``, else 8431
             when free, else any free port).
         prometheus_port: also serve Prometheus' ``/metrics`` on this port
-            (default ``$TPU_INFO_PROMETHEUS_PORT``; unset means no endpoint).
+            (default ``$TPU_INFO_PROMETHEUS_PORT``; unset means no endpoint),
+            on loopback unless ``$TPU_INFO_PROMETHEUS_BIND`` says otherwise.
         explain_cache_misses: capture JAX's cache-miss explanations as
             recompile causes (printed only if the program turned them on).
         device_capture: let the program's owner take device traces

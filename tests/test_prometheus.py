@@ -231,7 +231,7 @@ def test_start_http_binds_loopback_by_default_and_stops():
 
 def test_start_http_port_and_bind_from_environment(caplog):
     port = free_port()
-    env = {"TPU_INFO_PROMETHEUS_PORT": str(port), "TPU_INFO_BIND": "0.0.0.0"}
+    env = {"TPU_INFO_PROMETHEUS_PORT": str(port), "TPU_INFO_PROMETHEUS_BIND": "0.0.0.0"}
     with prom.start_http(make_snapshot, environ=env) as server:
         assert server.port == port and server.bind == "0.0.0.0"
         urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import socket
 import stat
 import subprocess
 import sys
@@ -26,7 +27,9 @@ sys.stdin.read()
 def _start(tmp_path: Path, **extra: str) -> subprocess.Popen[str]:
     env = dict(os.environ, PYTHONPATH=str(ROOT), TPU_INFO_RUNTIME_DIR=str(tmp_path / "rt"),
                TPU_INFO_PORT="0", **extra)
-    env.pop("TPU_INFO_BIND", None) if "TPU_INFO_BIND" not in extra else None
+    for key in ("TPU_INFO_BIND", "TPU_INFO_PROMETHEUS_BIND"):
+        if key not in extra:
+            env.pop(key, None)
     return subprocess.Popen([sys.executable, "-c", PROGRAM], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=env, cwd=ROOT)
@@ -67,18 +70,52 @@ def test_default_bind_is_loopback_only(tmp_path):
     assert not list((tmp_path / "rt").glob("*.json"))  # removed at exit
 
 
-def test_other_interfaces_need_the_opt_in_and_warn(tmp_path):
+def _ipv4_of_this_host() -> set[str]:
+    return {a.address for addrs in psutil.net_if_addrs().values() for a in addrs
+            if a.family == socket.AF_INET}
+
+
+def test_grpc_bind_opens_grpc_only_and_0000_means_ipv4(tmp_path):
     p = _start(tmp_path, TPU_INFO_BIND="0.0.0.0")
     try:
         grpc_port, prom_port = _ports(p)
         socks = _listening(p.pid)
-        anywhere = {port for ip, port in socks if ip in ("0.0.0.0", "::")}
-        assert {grpc_port, prom_port} <= anywhere, socks
     finally:
         p.stdin.close()
         p.wait(timeout=30)
+    # (grpc listens on IPv4 addresses through IPv6 sockets, as ::ffff:a.b.c.d)
+    grpc_ips = {ip.removeprefix("::ffff:") for ip, port in socks if port == grpc_port}
+    # Every IPv4 address of this host, and no IPv6 one: grpc alone binds [::] for 0.0.0.0.
+    assert grpc_ips == _ipv4_of_this_host(), socks
+    assert all(_loopback(ip) for ip, port in socks if port == prom_port), socks
     err = p.stderr.read()
-    assert "not loopback" in err
+    assert err.count("not loopback") == 1 and "captures stay loopback-only" in err, err
+
+
+def test_prometheus_has_its_own_bind_setting(tmp_path):
+    p = _start(tmp_path, TPU_INFO_PROMETHEUS_BIND="0.0.0.0")
+    try:
+        grpc_port, prom_port = _ports(p)
+        socks = _listening(p.pid)
+    finally:
+        p.stdin.close()
+        p.wait(timeout=30)
+    assert ("0.0.0.0", prom_port) in socks, socks
+    assert all(_loopback(ip) for ip, port in socks if port == grpc_port), socks
+    assert "not loopback" in p.stderr.read()
+
+
+def test_bind_settings_expand_exactly() -> None:
+    from metrics.export import binding
+
+    assert binding.addresses("127.0.0.1, ::1,127.0.0.1") == ["127.0.0.1", "::1"]
+    assert binding.addresses("0.0.0.0") == sorted(
+        _ipv4_of_this_host(), key=lambda a: (not a.startswith("127."), a))
+    assert binding.addresses("::") == ["::"] and binding.addresses("") == ["127.0.0.1"]
+    assert binding.is_loopback("localhost,127.0.0.2,[::1]")
+    assert not binding.is_loopback("127.0.0.1,0.0.0.0") and not binding.is_loopback("::")
+    assert binding.dial_host("0.0.0.0") == "127.0.0.1"
+    assert binding.dial_host("192.0.2.9,::1") == "::1"
 
 
 def test_client_refuses_oversized_replies():

@@ -3,7 +3,9 @@
 Port rule: an explicit ``port``, else ``$TPU_INFO_PORT``, else 8431 when it
 is free (libtpu's port, so Google's ``tpu-info`` finds the hook on machines
 without libtpu), else a free ephemeral port. Binding is loopback-only unless
-``bind=`` or ``$TPU_INFO_BIND`` names another address (logged as a warning).
+``bind=`` or ``$TPU_INFO_BIND`` names other addresses (one warning; see
+:mod:`metrics.export.binding`: ``0.0.0.0`` is IPv4 only, the Prometheus
+endpoint has its own setting, and captures stay loopback-only).
 The exporter stops cleanly at interpreter exit and on SIGTERM (the previous
 SIGTERM handler still runs afterwards).
 
@@ -28,6 +30,7 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
+from metrics.export import binding
 from metrics.export.server import BindError, CaptureFn, Server, SnapshotFn
 
 __all__ = ["start", "Exporter", "BindError", "LIBTPU_PORT", "LOOPBACK"]
@@ -35,8 +38,7 @@ __all__ = ["start", "Exporter", "BindError", "LIBTPU_PORT", "LOOPBACK"]
 log = logging.getLogger("metrics.export")
 
 LIBTPU_PORT = 8431
-LOOPBACK = "127.0.0.1"
-_LOOPBACKS = {"127.0.0.1", "localhost", "::1", "[::1]"}
+LOOPBACK = binding.LOOPBACK
 
 
 def _env_port() -> int | None:
@@ -52,24 +54,19 @@ def _env_port() -> int | None:
     return port
 
 
-def _dial_host(bind: str) -> str:
-    """The host a local client dials to reach a server bound to ``bind``."""
-    if bind in ("0.0.0.0", "", "::", "[::]"):
-        return "localhost"
-    return bind
-
-
 def _port_free(address: str, port: int) -> bool:
-    """Whether ``port`` can be bound on ``address`` right now (a plain socket
-    probe, so a busy 8431 falls back quietly instead of gRPC logging an error)."""
-    host = address.strip("[]")
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    try:
-        with socket.socket(family, socket.SOCK_STREAM) as s:
-            s.bind((host, port))
-        return True
-    except OSError:
-        return False
+    """Whether ``port`` can be bound on every address of the setting ``address``
+    right now (a plain socket probe, so a busy 8431 falls back quietly instead
+    of gRPC logging an error)."""
+    for a in binding.addresses(address):
+        host = a.strip("[]")
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        try:
+            with socket.socket(family, socket.SOCK_STREAM) as s:
+                s.bind((host, port))
+        except OSError:
+            return False
+    return True
 
 
 class Exporter:
@@ -192,7 +189,9 @@ def start(
             server's threads at request time, never on the caller's.
         port: pin a port (0: any free one). Default: ``$TPU_INFO_PORT``, else
             8431 if free, else any free port.
-        bind: address to bind. Default: ``$TPU_INFO_BIND``, else loopback.
+        bind: where to listen: an address or a comma-separated list
+            (``0.0.0.0``: every IPv4 address). Default: ``$TPU_INFO_BIND``,
+            else loopback.
         engine: engine names for the discovery record (for example ``"jax"``).
         versions: versions for the discovery record.
         workers: server threads (default 4).
@@ -207,11 +206,9 @@ def start(
     Example:
         >>> exporter = start(lambda since: None, port=0)  # doctest: +SKIP
     """
-    address = bind if bind is not None else os.environ.get("TPU_INFO_BIND", "").strip()
-    address = address or LOOPBACK
-    if address not in _LOOPBACKS:
-        log.warning("tpu-info: serving metrics on %s (not loopback): anyone who can reach "
-                    "this address can read this program's metrics", address)
+    address = binding.setting(bind, binding.GRPC_ENV)
+    binding.warn_once("the gRPC server", address,
+                      "read this program's metrics (captures stay loopback-only, for its owner)")
     kwargs: dict[str, Any] = {"address": address}
     if workers is not None:
         kwargs["workers"] = workers
@@ -241,7 +238,7 @@ def start(
     if server is None:  # unreachable: the branches above bind or raise
         raise BindError(f"cannot bind {address}")
     server.start()
-    host = _dial_host(address)
+    host = binding.dial_host(address)
     exporter = Exporter(server, host)
     exporter.published = _publish(server.port, host, engine, dict(versions or {}))
     atexit.register(exporter._at_exit)

@@ -65,7 +65,7 @@ log = logging.getLogger("metrics.export.prometheus")
 PREFIX = "tpu_info_"
 TOP_GRAPHS = 20
 ENV_PORT = "TPU_INFO_PROMETHEUS_PORT"
-ENV_BIND = "TPU_INFO_BIND"
+ENV_BIND = "TPU_INFO_PROMETHEUS_BIND"  # its own: TPU_INFO_BIND is the gRPC server's
 DEFAULT_BIND = "127.0.0.1"
 
 
@@ -369,8 +369,9 @@ def start_http(
     Args:
         snapshot_fn: called at each scrape.
         port: the port; default ``$TPU_INFO_PROMETHEUS_PORT``, else ephemeral.
-        bind: the address; default ``$TPU_INFO_BIND``, else ``127.0.0.1``
-            (prometheus_client's own default is every interface; ours is not).
+        bind: the address; default ``$TPU_INFO_PROMETHEUS_BIND``, else
+            ``127.0.0.1`` (prometheus_client's own default is every interface;
+            ours is not). ``$TPU_INFO_BIND`` (the gRPC server's) does not open it.
         environ: the environment to read (default ``os.environ``).
         top_graphs: graphs that get their own labels.
 

@@ -31,6 +31,7 @@ from typing import Any, Protocol
 import grpc
 
 from metrics import names
+from metrics.export import binding
 from metrics.export.libtpu_service import RuntimeMetricServicer, snapshot_or_abort
 from metrics.export.owner import Caller, caller_of
 from tpu_info import encoder, wire
@@ -255,7 +256,8 @@ class Server:
     Args:
         snapshot_fn: ``snapshot_fn(events_since) -> Snapshot``, called on a
             server thread for each request.
-        address: interface to bind (default loopback).
+        address: where to listen (default loopback): an address or a
+            comma-separated list; ``0.0.0.0`` is every IPv4 address.
         port: port to bind; 0 picks a free one.
         workers: size of the thread pool.
         max_streams: concurrent ``StreamSnapshots`` calls (default:
@@ -309,18 +311,23 @@ class Server:
         self._stopped = False
 
     def bind(self) -> int:
-        """Binds the port (without serving yet) and returns it.
+        """Binds the port on every address of ``address`` (see
+        :func:`metrics.export.binding.addresses`), without serving yet, and
+        returns it.
 
         Raises:
-            BindError: the address or port is taken or invalid.
+            BindError: an address or the port is taken or invalid.
         """
-        try:
-            port = self._server.add_insecure_port(_host_port(self.address, self.requested_port))
-        except RuntimeError as e:
-            raise BindError(f"cannot bind {_host_port(self.address, self.requested_port)}: "
-                            f"{e}") from e
-        if port == 0:
-            raise BindError(f"cannot bind {_host_port(self.address, self.requested_port)}")
+        port = self.requested_port
+        for address in binding.addresses(self.address):
+            where = _host_port(address, port)
+            try:
+                bound = self._server.add_insecure_port(where)
+            except RuntimeError as e:
+                raise BindError(f"cannot bind {where}: {e}") from e
+            if bound == 0:
+                raise BindError(f"cannot bind {where}")
+            port = bound  # every further address on the same port
         self.port = port
         return port
 

@@ -1,0 +1,107 @@
+"""Where each endpoint listens: one setting per endpoint, bound exactly as written.
+
+``$TPU_INFO_BIND`` is the gRPC server's (both services, captures included),
+``$TPU_INFO_PROMETHEUS_BIND`` the Prometheus ``/metrics`` endpoint's; each
+defaults to loopback and opening one never opens the other. A setting is an
+address or a comma-separated list of them (``127.0.0.1,10.0.0.5``).
+
+grpc binds ``0.0.0.0`` as ``[::]``, every IPv4 *and* IPv6 address; here
+``0.0.0.0`` means what it says, every IPv4 address of this host (those it
+has when the server starts), and ``::`` every address of both families.
+Going beyond loopback logs one warning per endpoint and setting; captures
+stay loopback-only whatever the setting (:mod:`metrics.export.owner`).
+
+Example:
+    >>> addresses("127.0.0.1")
+    ['127.0.0.1']
+    >>> is_loopback("127.0.0.1,::1"), is_loopback("0.0.0.0")
+    (True, False)
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+from collections.abc import Mapping
+
+from tpu_info.discovery import is_loopback_host
+
+__all__ = ["GRPC_ENV", "PROMETHEUS_ENV", "LOOPBACK", "setting", "addresses", "is_loopback",
+           "dial_host", "warn_once"]
+
+log = logging.getLogger("metrics.export")
+
+GRPC_ENV = "TPU_INFO_BIND"
+PROMETHEUS_ENV = "TPU_INFO_PROMETHEUS_BIND"
+LOOPBACK = "127.0.0.1"
+_IPV4_ANY = "0.0.0.0"
+_ANY = ("::", "[::]")
+
+_warned: set[tuple[str, str]] = set()
+_warned_lock = threading.Lock()
+
+
+def setting(explicit: str | None, env_name: str,
+            environ: Mapping[str, str] | None = None) -> str:
+    """``explicit``, else ``$env_name``, else loopback."""
+    env = os.environ if environ is None else environ
+    raw = explicit if explicit is not None else env.get(env_name, "")
+    return raw.strip() or LOOPBACK
+
+
+def _ipv4_addresses() -> list[str]:
+    """Every IPv4 address of this host's interfaces, loopback first."""
+    try:
+        import psutil
+
+        found = {a.address for addrs in psutil.net_if_addrs().values() for a in addrs
+                 if a.family == socket.AF_INET}
+    except Exception:  # noqa: BLE001 - no psutil, or no interface list on this OS
+        found = set()
+    found.add(LOOPBACK)
+    return sorted(found, key=lambda a: (not a.startswith("127."), a))
+
+
+def addresses(bind: str) -> list[str]:
+    """The addresses to bind for a setting, each once, in order (``0.0.0.0``
+    expanded to this host's IPv4 addresses; ``::`` kept: grpc binds it as
+    every address of both families)."""
+    out: list[str] = []
+    for part in (p.strip() for p in bind.split(",")):
+        if not part:
+            continue
+        expanded = _ipv4_addresses() if part == _IPV4_ANY else [part]
+        out.extend(a for a in expanded if a not in out)
+    return out or [LOOPBACK]
+
+
+def is_loopback(bind: str) -> bool:
+    """Whether every address of a setting is loopback."""
+    return all(part not in (_IPV4_ANY, *_ANY) and is_loopback_host(part)
+               for part in (p.strip() for p in bind.split(",")) if part)
+
+
+def dial_host(bind: str) -> str:
+    """The host a client on this machine dials for a server bound to ``bind``:
+    its first loopback address (``127.0.0.1`` for a wildcard), else its first."""
+    parts = [p.strip() for p in bind.split(",") if p.strip()] or [LOOPBACK]
+    for part in parts:
+        if part in (_IPV4_ANY, *_ANY):
+            return LOOPBACK
+        if is_loopback_host(part):
+            return part.strip("[]")
+    return parts[0].strip("[]")
+
+
+def warn_once(endpoint: str, bind: str, exposes: str) -> None:
+    """Logs, once per endpoint and setting, that ``bind`` is beyond loopback."""
+    if is_loopback(bind):
+        return
+    with _warned_lock:
+        if (endpoint, bind) in _warned:
+            return
+        _warned.add((endpoint, bind))
+    log.warning("tpu-info: %s listens on %s (not loopback): anyone who can reach it can %s",
+                endpoint, bind, exposes)
