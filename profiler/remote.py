@@ -8,7 +8,8 @@ temporary folder this function creates (never a path the caller chose),
 read back into the reply up to :data:`MAX_FILES` files and
 :data:`MAX_FILE_BYTES` bytes, and the folder is removed whatever happens
 (sent, too large, the client gone, the capture failed): nothing stays on
-the program's disk.
+the program's disk. Folders of this user's processes that were killed
+mid-capture are removed by the next device capture on the host.
 
 Example:
     >>> import threading
@@ -20,7 +21,9 @@ Example:
 from __future__ import annotations
 
 import ctypes
+import os
 import shutil
+import stat
 import sys
 import tempfile
 import threading
@@ -39,7 +42,8 @@ MAX_FILES = 16                     # device files sent back (jax writes 1-2, tor
 # A device trace grows the program by hundreds of MB a second (a JAX loop at
 # 2,000 steps/s: 0.3 -> 2.8 GB RSS in 10 s), so device windows are short.
 MAX_DEVICE_DURATION_S = 10.0
-TEMP_PREFIX = "tpu-info-capture-"
+TEMP_PREFIX = "tpu-info-capture-"  # + "<pid>-<random>"
+_SWEEP_ENTRIES = 10_000  # temp-dir entries looked at for abandoned folders, at most
 
 
 @dataclass(frozen=True)
@@ -77,7 +81,10 @@ def capture(duration_s: float, device: bool, stop: threading.Event) -> RemoteCap
     if device and duration_s > MAX_DEVICE_DURATION_S:
         raise InvalidCapture(f"device traces are at most {MAX_DEVICE_DURATION_S:g} s "
                              f"(they cost the program memory), got {duration_s:g} s")
-    tmp = Path(tempfile.mkdtemp(prefix=TEMP_PREFIX)) if device else None
+    tmp = None
+    if device:
+        _sweep_abandoned(Path(tempfile.gettempdir()))
+        tmp = Path(tempfile.mkdtemp(prefix=f"{TEMP_PREFIX}{os.getpid()}-"))
     try:
         result = Capture(duration_s, device_dir=tmp).run(stop)
         out = RemoteCapture(trace=result.trace, notes=list(result.notes),
@@ -110,6 +117,35 @@ def _attach(out: RemoteCapture, folder: Path, paths: Sequence[Path]) -> None:
         out.notes.append(f"{len(left_out)} device trace file(s) ({total / 1e6:.1f} MB) left out: "
                          f"a capture sends at most {MAX_FILES} files and "
                          f"{MAX_FILE_BYTES // 2**20} MiB; record a shorter window")
+
+
+def _sweep_abandoned(root: Path) -> None:
+    """Removes capture folders under ``root`` that this user's dead processes
+    left (a ``kill -9`` mid-capture skips every ``finally``)."""
+    uid = os.geteuid()
+    try:
+        with os.scandir(root) as entries:
+            for n, entry in enumerate(entries):
+                if n >= _SWEEP_ENTRIES:
+                    return
+                pid = entry.name.removeprefix(TEMP_PREFIX).partition("-")[0]
+                if not entry.name.startswith(TEMP_PREFIX) or not pid.isdigit():
+                    continue
+                st = entry.stat(follow_symlinks=False)
+                if stat.S_ISDIR(st.st_mode) and st.st_uid == uid and not _alive(int(pid)):
+                    shutil.rmtree(entry.path, ignore_errors=True)
+    except OSError:
+        pass  # an unreadable temp dir: nothing to sweep
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # exists (another user's) or cannot tell: leave it
+    return True
 
 
 def _return_freed_memory() -> None:

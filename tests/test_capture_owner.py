@@ -254,3 +254,14 @@ with grpc.insecure_channel(sys.argv[1]) as ch:
         print(e.code().name)
 """, prog.address], capture_output=True, text=True, env=prog.env, cwd=ROOT, timeout=60)
     assert code.stdout.strip() == "PERMISSION_DENIED", code.stderr
+
+
+def test_a_folder_left_by_a_killed_capture_is_swept(start) -> None:
+    prog = start(TPU_INFO_DEVICE_CAPTURE="1")
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True).stdout.strip()
+    abandoned = prog.tmp / f"tpu-info-capture-{dead}-x"  # as a kill -9 mid-capture leaves it
+    (abandoned / "jax").mkdir(parents=True)
+    (abandoned / "jax" / "big.xplane.pb").write_bytes(b"x" * 1000)
+    prog.capture(duration_ms=100, device=True, token=prog.secret)
+    assert prog.files_left() == []
