@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -265,3 +266,15 @@ def test_a_folder_left_by_a_killed_capture_is_swept(start) -> None:
     (abandoned / "jax" / "big.xplane.pb").write_bytes(b"x" * 1000)
     prog.capture(duration_ms=100, device=True, token=prog.secret)
     assert prog.files_left() == []
+
+
+def test_the_helper_refuses_without_asking_the_program(start) -> None:
+    prog = start(TPU_INFO_SERVE="process")
+    os.kill(prog.proc.pid, signal.SIGSTOP)  # a program that cannot answer anything now
+    try:
+        # Refused by the helper at once: a flood of these never reaches the program.
+        assert _code(lambda: prog.capture(duration_ms=100, timeout=5)
+                     ) == grpc.StatusCode.PERMISSION_DENIED
+    finally:
+        os.kill(prog.proc.pid, signal.SIGCONT)
+    assert prog.capture(duration_ms=100, token=prog.secret).trace

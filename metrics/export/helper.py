@@ -15,8 +15,10 @@ call) runs in the helper's interpreter, not the program's.
 What the helper costs: one more process (~40 MB), about half a second to
 start (``install`` waits for the port), and answers up to :data:`REFRESH_S`
 old. ``Capture`` calls are forwarded with the caller's token and address:
-the program, which alone knows its capture secret, decides whether to
-record (:mod:`metrics.export.owner`), and records the trace itself.
+the program decides whether to record (:mod:`metrics.export.owner`) and
+records the trace itself. The helper is handed the capture secret over the
+private socketpair and refuses everyone else first, so a flood of refused
+captures never reaches the program.
 The helper exits when the program's end of the socket closes (exit, crash,
 ``kill -9``), and it is in its own session, so a terminal's Ctrl-C reaches
 the program, which then stops it.
@@ -49,6 +51,7 @@ from collections.abc import Callable
 from typing import Any
 
 from metrics.events import EventLog
+from metrics.export import discovery, owner
 from metrics.export.owner import Caller
 from metrics.export.server import (
     BindError,
@@ -160,7 +163,9 @@ class HelperServer:
         """
         self._channel.send({"op": "bind", "address": self.address,
                             "port": self.requested_port, "workers": self._workers,
-                            "capture": self._capture_fn is not None})
+                            "capture": self._capture_fn is not None,
+                            "capture_secret": (discovery.capture_secret()
+                                               if self._capture_fn is not None else "")})
         try:
             reply, _ = self._replies.get(timeout=START_TIMEOUT_S)
         except queue.Empty:
@@ -362,9 +367,10 @@ class _Mirror:
             box.put((head, payload))
 
 
-def _capture_forwarder(mirror: _Mirror, channel: _Channel) -> CaptureFn:
+def _capture_forwarder(mirror: _Mirror, channel: _Channel, secret: str) -> CaptureFn:
     def capture(duration_s: float, device: bool, stop: threading.Event,
                 caller: Caller) -> _Capture:
+        owner.check(caller, secret)  # here first; the program checks again
         def waiting(request_id: int) -> None:
             if stop.is_set():
                 channel.send({"op": "capture_stop", "id": request_id})
@@ -408,7 +414,8 @@ def main(argv: list[str] | None = None) -> int:
             if head.get("workers"):
                 kwargs["workers"] = int(head["workers"])
             if head.get("capture"):
-                kwargs["capture_fn"] = _capture_forwarder(mirror, channel)
+                kwargs["capture_fn"] = _capture_forwarder(mirror, channel,
+                                                          str(head.get("capture_secret", "")))
             server = Server(mirror.snapshot, **kwargs)
             try:
                 channel.send({"op": "bound", "port": server.bind()})
