@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 import psutil
-from _common import ROOT, parser
+from _common import ROOT, parser, verdict
 
 VICTIM = r"""
 import os, sys, time, jax, jax.numpy as jnp, metrics
@@ -147,6 +147,12 @@ def main() -> int:
               f"({during:.1f} vs {base:.1f} steps/s)")
         print(f"files left in the victim's TMPDIR: {n_files} ({n_bytes / 1e6:.1f} MB)")
         print(f"load average {load:.2f}")
+        if not token:  # the attack: it must change nothing
+            refused = '"PERMISSION_DENIED"' in attack.stdout
+            verdict("capture_victim refused", float(refused), "1", refused)
+            verdict("capture_victim RSS growth MB", (after - before) / 1e6, "< 20",
+                    after - before < 20e6)
+        verdict("capture_victim files left", float(n_files), "0", n_files == 0)
     finally:
         victim.kill()
         victim.wait()
