@@ -314,3 +314,44 @@ def test_sigterm_chains_to_the_programs_own_handler(rdir: Path):
     assert "program handler" in out
     assert p.returncode == 9  # the program decided how to exit
     assert not path.exists()  # and atexit removed the record
+
+
+# The capture secret ---------------------------------------------------------------
+
+def test_the_capture_secret_is_in_the_record_but_never_printed(rdir):
+    import socket
+
+    with socket.socket() as s:  # this process listens on the record's port
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        write_record(rdir, os.getpid(), port=port)
+        [p] = reader.scan(rdir).processes
+        assert p.capture_secret == writer.capture_secret() and len(p.capture_secret) >= 40
+        assert p.capture_secret not in repr(p)
+        assert reader.secret_for(f"127.0.0.1:{port}", [p]) == p.capture_secret
+        assert reader.secret_for(f"localhost:{port}", [p], pid=os.getpid()) == p.capture_secret
+        assert reader.secret_for(f"localhost:{port}", [p], pid=os.getpid() + 1) is None
+        assert reader.secret_for(f"127.0.0.1:{port + 1}", [p]) is None
+        assert reader.secret_for(f"192.0.2.9:{port}", [p]) is None  # never off this host
+    # The port is no longer this process's: whoever holds it now gets no secret.
+    assert reader.secret_for(f"127.0.0.1:{port}", [p]) is None
+
+
+@pytest.mark.parametrize("bad", [5, "a\x1bb", "é"])
+def test_a_bad_capture_secret_is_a_corrupt_record(rdir, bad):
+    write_record(rdir, os.getpid(), capture_secret=bad)
+    scan = reader.scan(rdir)
+    assert not scan.processes and scan.skipped[0].reason == reader.CORRUPT
+
+
+def test_a_forked_child_gets_its_own_capture_secret():
+    parent = writer.capture_secret()
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child
+        os.write(w, writer.capture_secret().encode())
+        os._exit(0)
+    os.waitpid(pid, 0)
+    assert os.read(r, 200).decode() not in ("", parent)
+    assert writer.capture_secret() == parent

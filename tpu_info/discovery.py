@@ -347,7 +347,8 @@ def serves(pid: int, port: int) -> bool:
 
         proc = psutil.Process(pid)
         for p in (proc, *proc.children()):
-            for c in p.net_connections("inet"):
+            listing = getattr(p, "net_connections", None) or p.connections  # psutil < 6
+            for c in listing("inet"):
                 if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port:
                     return True
         return False

@@ -7,9 +7,10 @@ module never reaches for global metrics state). Streams are capped below the
 pool size so one-shot calls always find a free worker. Messages are bounded
 both ways. ``Capture`` runs the injected ``capture_fn`` (see
 :data:`CaptureFn`) with the :class:`~metrics.export.owner.Caller` (token and
-peer), which decides who may capture; without one it answers UNIMPLEMENTED. A capture holds a
-worker of its own (the pool has one more thread when ``capture_fn`` is
-given), so a concurrent capture is refused at once rather than queued.
+peer), which decides who may capture; without one it answers
+UNIMPLEMENTED. A capture holds a worker of its own (the pool has one more
+thread when ``capture_fn`` is given), so a concurrent capture is refused at
+once rather than queued.
 
 Example:
     >>> from tpu_info.model import Snapshot
