@@ -346,12 +346,19 @@ def test_a_bad_capture_secret_is_a_corrupt_record(rdir, bad):
 
 
 def test_a_forked_child_gets_its_own_capture_secret():
-    parent = writer.capture_secret()
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child
-        os.write(w, writer.capture_secret().encode())
-        os._exit(0)
-    os.waitpid(pid, 0)
-    assert os.read(r, 200).decode() not in ("", parent)
-    assert writer.capture_secret() == parent
+    code = textwrap.dedent("""
+        import os
+        from metrics.export import discovery
+        parent = discovery.capture_secret()
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.write(w, discovery.capture_secret().encode())
+            os._exit(0)
+        os.waitpid(pid, 0)
+        child = os.read(r, 200).decode()
+        print(child not in ("", parent) and discovery.capture_secret() == parent)
+    """)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       env=dict(os.environ, PYTHONPATH=str(ROOT)), timeout=60)
+    assert r.stdout.strip() == "True", r.stderr
