@@ -169,24 +169,28 @@ def test_no_capture_file_stays_on_the_programs_disk(start) -> None:
     assert prog.files_left() == []
 
 
-def _other_local_address() -> tuple[str, str] | None:
-    """(bind setting, address) of a non-loopback address of this host."""
+def _other_local_address(family: socket.AddressFamily) -> tuple[str, str] | None:
+    """(bind setting, dial host) of a non-loopback address of this host."""
     for addrs in psutil.net_if_addrs().values():
         for a in addrs:
-            if a.family == socket.AF_INET and not a.address.startswith("127."):
-                return "0.0.0.0", a.address
+            ip = a.address.partition("%")[0]
+            if a.family != family or ip.startswith(("127.", "fe80")) or ip == "::1":
+                continue
+            return ("0.0.0.0", ip) if family == socket.AF_INET else ("::", f"[{ip}]")
     return None
 
 
-def test_a_caller_from_a_non_loopback_address_is_refused_even_with_the_secret(start) -> None:
-    other = _other_local_address()
+@pytest.mark.parametrize("family", [socket.AF_INET, socket.AF_INET6], ids=["ipv4", "ipv6"])
+def test_a_caller_from_a_non_loopback_address_is_refused_even_with_the_secret(start,
+                                                                              family) -> None:
+    other = _other_local_address(family)
     if other is None:
-        pytest.skip("this host has no non-loopback IPv4 address")
-    bind, address = other
+        pytest.skip(f"this host has no non-loopback {family.name} address")
+    bind, host = other
     prog = start(TPU_INFO_BIND=bind)
     # Dialling this host's own eth address makes the kernel report that address
     # as the peer: to the server, a caller from the network.
-    remote = f"{address}:{prog.port}"
+    remote = f"{host}:{prog.port}"
     assert _code(lambda: prog.capture(remote, duration_ms=100, token=prog.secret)
                  ) == grpc.StatusCode.PERMISSION_DENIED
     with grpc.insecure_channel(remote) as ch:  # reading is still served there
