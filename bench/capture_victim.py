@@ -45,6 +45,27 @@ while True:
         print(n, time.monotonic(), flush=True)
 """
 
+# A flood of refused captures: 8 threads for N seconds; prints calls made.
+FLOODER = r"""
+import sys, threading, time, grpc
+from tpu_info.proto import tpu_info_v1_pb2 as pb, tpu_info_v1_pb2_grpc as pb_grpc
+address, seconds = sys.argv[1], float(sys.argv[2])
+calls = [0] * 8
+end = time.monotonic() + seconds
+def run(i):
+    with grpc.insecure_channel(address) as ch:
+        stub = pb_grpc.MonitorStub(ch)
+        while time.monotonic() < end:
+            try:
+                stub.Capture(pb.CaptureRequest(duration_ms=1000, device=True), timeout=5)
+            except grpc.RpcError:
+                pass
+            calls[i] += 1
+ts = [threading.Thread(target=run, args=(i,)) for i in range(8)]
+[t.start() for t in ts]; [t.join() for t in ts]
+print(sum(calls))
+"""
+
 # The attacker: another process, optionally another uid, with a raw stub.
 ATTACKER = r"""
 import json, os, sys, grpc
@@ -84,6 +105,8 @@ def main() -> int:
     p.add_argument("--serve", default="", help="'process' for the helper")
     p.add_argument("--as-uid", type=int, default=-1, help="attacker's uid (needs root)")
     p.add_argument("--owner", action="store_true", help="send the secret from the record")
+    p.add_argument("--flood", type=float, default=0.0,
+                   help="instead: seconds of 8 threads calling Capture without the secret")
     p.add_argument("--opt-in", action="store_true",
                    help="the victim allows device traces (TPU_INFO_DEVICE_CAPTURE=1)")
     args = p.parse_args()
@@ -118,6 +141,17 @@ def main() -> int:
         time.sleep(0.5 if args.smoke else 3.0)
         base = rate(t0, time.monotonic())
         before = rss()
+        if args.flood:
+            t1 = time.monotonic()
+            flood = subprocess.run([sys.executable, "-c", FLOODER, address, str(args.flood)],
+                                   capture_output=True, text=True, env=env, cwd=ROOT)
+            t2 = time.monotonic()
+            during = rate(t1 + 1.0, t2)  # after the flooder's own start-up
+            print(f"flood of refused captures: {flood.stdout.strip() or flood.stderr[-300:]} "
+                  f"calls in {args.flood:g} s; victim step rate {during / base:.2f}x of before "
+                  f"({during:.1f} vs {base:.1f} steps/s); RSS {before / 1e6:.0f} -> "
+                  f"{rss() / 1e6:.0f} MB; load average {os.getloadavg()[0]:.2f}")
+            return 0
         token = _secret(runtime, victim.pid) if args.owner else ""
         peak = [before]
         done = threading.Event()
