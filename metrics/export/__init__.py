@@ -5,7 +5,9 @@ is free (libtpu's port, so Google's ``tpu-info`` finds the hook on machines
 without libtpu), else a free ephemeral port. Binding is loopback-only unless
 ``bind=`` or ``$TPU_INFO_BIND`` names another address (logged as a warning).
 The exporter stops cleanly at interpreter exit and on SIGTERM (the previous
-SIGTERM handler still runs afterwards).
+SIGTERM handler still runs afterwards). A forked child owns none of it: its
+exit and its SIGTERM do what they would without the hook, and it closes its
+copies of the server's sockets (see :mod:`metrics.forksafe`).
 
 Example:
     >>> import metrics
@@ -28,6 +30,7 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
+from metrics import forksafe
 from metrics.export.server import BindError, CaptureFn, Server, SnapshotFn
 
 __all__ = ["start", "Exporter", "BindError", "LIBTPU_PORT", "LOOPBACK"]
@@ -85,9 +88,18 @@ class Exporter:
         self._stopped = False
         self._prev_sigterm: Any = None
         self._sigterm_installed = False
+        self._sigterm_handler: Any = None
+        self._owner = forksafe.owned(self)  # a forked child owns none of it
+
+    def let_go_after_fork(self) -> None:
+        """In a fork child: closes the copies of the server's sockets."""
+        forksafe.close_sockets_on_port(self.port)
 
     def stop(self, grace: float | None = 1.0) -> None:
-        """Unpublishes discovery, ends streams and stops serving. Idempotent."""
+        """Unpublishes discovery, ends streams and stops serving. Idempotent;
+        nothing in a forked child (the parent's server is not the child's)."""
+        if os.getpid() != self._owner:
+            return
         with self._stop_lock:
             if self._stopped:
                 return
@@ -99,7 +111,8 @@ class Exporter:
 
     @property
     def stopped(self) -> bool:
-        return self._stopped
+        """Stopped, or inherited by a forked child (which it does not serve)."""
+        return self._stopped or os.getpid() != self._owner
 
     def _at_exit(self) -> None:
         self.stop(grace=0.5)
@@ -108,26 +121,26 @@ class Exporter:
         if threading.current_thread() is not threading.main_thread():
             return  # signal handlers can only be installed from the main thread
         self._prev_sigterm = signal.getsignal(signal.SIGTERM)
-        signal.signal(signal.SIGTERM, self._on_sigterm)
+
+        def on_sigterm(signum: int, frame: FrameType | None) -> None:
+            self._on_sigterm(signum, frame)
+
+        setattr(on_sigterm, forksafe.PREVIOUS, self._prev_sigterm)
+        self._sigterm_handler = on_sigterm
+        signal.signal(signal.SIGTERM, on_sigterm)
         self._sigterm_installed = True
 
     def _restore_sigterm(self) -> None:
         if not self._sigterm_installed or threading.current_thread() is not threading.main_thread():
             return
         self._sigterm_installed = False
-        if signal.getsignal(signal.SIGTERM) == self._on_sigterm:
+        if signal.getsignal(signal.SIGTERM) is self._sigterm_handler:
             signal.signal(signal.SIGTERM, self._prev_sigterm)
 
     def _on_sigterm(self, signum: int, frame: FrameType | None) -> None:
-        prev = self._prev_sigterm
-        self.stop(grace=0)
-        if callable(prev):
-            prev(signum, frame)
-        elif prev == signal.SIG_DFL or prev is None:
-            # What SIGTERM would have done without us: terminate by the signal.
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
-            os.kill(os.getpid(), signal.SIGTERM)
-        # SIG_IGN: the program chose to ignore SIGTERM; so do we.
+        self.stop(grace=0)  # nothing in a forked child
+        # Then what SIGTERM would have done without us.
+        forksafe.act_as(self._prev_sigterm, signum, frame)
 
 
 def _stop_before_thread_pools(exporter: Exporter) -> None:

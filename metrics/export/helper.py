@@ -46,6 +46,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from metrics import forksafe
 from metrics.events import EventLog
 from metrics.export.server import (
     BindError,
@@ -128,7 +129,7 @@ class HelperServer:
         self._captures: dict[int, threading.Event] = {}
         self._replies: queue.Queue[tuple[dict[str, Any], bytes]] = queue.Queue()
         self._stopped = False
-        self._owner = os.getpid()  # a forked copy of the program must not stop it
+        self._owner = forksafe.owned(self)  # a forked copy of the program must not stop it
         ours, theirs = socket.socketpair()
         self._channel = _Channel(ours)
         env = dict(os.environ)
@@ -191,6 +192,14 @@ class HelperServer:
         except subprocess.TimeoutExpired:
             self._proc.kill()
             self._proc.wait(timeout=5.0)
+        try:
+            self._channel.sock.close()
+        except OSError:
+            pass
+
+    def let_go_after_fork(self) -> None:
+        """In a fork child: closes its copy of the program's end of the
+        socket, so the helper still leaves when the program does."""
         try:
             self._channel.sock.close()
         except OSError:
