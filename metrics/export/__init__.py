@@ -82,14 +82,38 @@ class Exporter:
         self._server = server
         self.host = host
         self.port = server.port
-        self.address = f"{host}:{server.port}" if ":" not in host else f"[{host}]:{server.port}"
+        self.address = self._address(server.port)
         self.published = published
+        self._record: tuple[str, dict[str, str]] = ("", {})  # engine, versions
         self._stop_lock = threading.Lock()
         self._stopped = False
         self._prev_sigterm: Any = None
         self._sigterm_installed = False
         self._sigterm_handler: Any = None
         self._owner = forksafe.owned(self)  # a forked child owns none of it
+
+    def _address(self, port: int) -> str:
+        return f"{self.host}:{port}" if ":" not in self.host else f"[{self.host}]:{port}"
+
+    def _publish(self, engine: str, versions: dict[str, str]) -> None:
+        self._record = (engine, versions)
+        self.published = _publish(self.port, self.host, engine, versions)
+        if hasattr(self._server, "on_port_change"):  # a serving helper that may restart
+            self._server.on_port_change = self._serving_moved
+
+    def _serving_moved(self, port: int | None) -> None:
+        """The server stopped serving (``None``: its record goes at once) or
+        serves again on ``port`` (the record names it). Off the training thread."""
+        with self._stop_lock:
+            if self._stopped or os.getpid() != self._owner:
+                return
+            if port is None:
+                _unpublish()
+                self.published = None
+                return
+            self.port = port
+            self.address = self._address(port)
+            self.published = _publish(port, self.host, *self._record)
 
     def let_go_after_fork(self) -> None:
         """In a fork child: closes the copies of the server's sockets."""
@@ -256,7 +280,7 @@ def start(
     server.start()
     host = _dial_host(address)
     exporter = Exporter(server, host)
-    exporter.published = _publish(server.port, host, engine, dict(versions or {}))
+    exporter._publish(engine, dict(versions or {}))
     atexit.register(exporter._at_exit)
     _stop_before_thread_pools(exporter)
     exporter._install_sigterm()
