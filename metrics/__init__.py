@@ -56,6 +56,7 @@ def _forget_exporters_in_child() -> None:
     _lock = threading.RLock()  # another thread of the parent may have held it
     _exporter = None
     _prometheus = None
+    forksafe.free_locks(*_installed.values())  # the engines' own locks, likewise
 
 
 forksafe.in_child(_forget_exporters_in_child)

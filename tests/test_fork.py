@@ -196,3 +196,41 @@ def test_multiprocessing_fork_children_of_a_hooked_jax_program(tmp_path: Path, s
     assert parent["own_port"] != parent["port"]
     assert parent["own_record"].endswith(f"{parent['own_pid']}.json")
     assert list(runtime.iterdir()) == []  # each removed its own record, nobody else's
+
+
+HAMMERED = r"""
+import os, signal, threading, time
+import metrics
+
+metrics.install(engines=[], serve=False)
+stop = threading.Event()
+
+def read_snapshots():  # what the server's threads do while clients watch
+    while not stop.is_set():
+        metrics.snapshot()
+        for _ in range(300):
+            metrics.mark_step()
+
+threading.Thread(target=read_snapshots, daemon=True).start()
+hung = 0
+for _ in range(30):
+    pid = os.fork()
+    if pid == 0:
+        signal.alarm(3)  # a child stuck on a lock its parent's thread held dies of it
+        for _ in range(3000):  # enough to fold the step journal
+            metrics.mark_step()
+        metrics.snapshot()
+        os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    hung += os.WIFSIGNALED(status)
+stop.set()
+print("hung", hung)
+"""
+
+
+@pytest.mark.slow
+def test_a_child_forked_while_a_thread_reads_snapshots_never_waits_on_its_locks():
+    r = subprocess.run([sys.executable, "-c", HAMMERED], capture_output=True, text=True,
+                       timeout=180, env={**os.environ, "PYTHONPATH": str(ROOT)}, cwd=ROOT)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.split() == ["hung", "0"]
