@@ -117,7 +117,8 @@ class Exporter:
 
     def let_go_after_fork(self) -> None:
         """In a fork child: closes the copies of the server's sockets."""
-        forksafe.close_sockets_on_port(self.port)
+        if not self._stopped:  # a stopped one's port may be someone else's now
+            forksafe.close_sockets_on_port(self.port)
 
     def stop(self, grace: float | None = 1.0) -> None:
         """Unpublishes discovery, ends streams and stops serving. Idempotent;

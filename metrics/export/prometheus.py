@@ -311,8 +311,9 @@ class PrometheusServer:
     def let_go_after_fork(self) -> None:
         """In a fork child: closes its copies of the endpoint's sockets (only
         the parent serves; the port is freed when the parent exits)."""
-        self._stopped = True
-        forksafe.close_sockets_on_port(self.port)
+        if not self._stopped:  # a stopped one's port may be someone else's now
+            self._stopped = True
+            forksafe.close_sockets_on_port(self.port)
 
     @property
     def url(self) -> str:
