@@ -20,9 +20,8 @@ child lets go of what it inherited:
   building a snapshot when the program forked held some, and it does not
   exist in the child, whose first record would otherwise wait forever
   (28 of 100 children hung with a thread reading snapshots in a loop);
-* the exit hooks stay registered (neither ``atexit`` nor ``threading``'s
-  list can be edited from a fork handler) but return at once, having checked
-  the pid.
+* the exit hooks stay registered (``threading``'s list of them is private)
+  but return at once, having checked the pid.
 
 A child that calls ``metrics.install()`` itself starts an exporter of its
 own (another port, its own discovery record), as any process would.
