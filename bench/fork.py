@@ -112,7 +112,7 @@ def _child(code: str, *args: str, timeout: float = 600) -> dict:
 
 
 def bench_loader(smoke: bool) -> None:
-    rounds, epochs = (1, 2) if smoke else (4, 5)
+    rounds, epochs = (1, 5) if smoke else (4, 6)
     plain_ends: list[float] = []
     hooked_ends: list[float] = []
     plain_epochs: list[float] = []

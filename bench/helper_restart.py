@@ -76,8 +76,8 @@ def main() -> int:
                 back_ms.append(1e3 * (back if back is not None else 60))
                 print(f"kill -9 of the helper: record gone after {gone_ms[-1]:.0f} ms, "
                       f"read again after {back_ms[-1]:.0f} ms")
-    verdict("helper killed: record gone after (ms)", gone_ms[0], "<= 1000", gone_ms[0] <= 1000)
-    verdict("helper killed: served again after (ms)", back_ms[0], "<= 5000",
+    verdict("helper killed, record gone after (ms)", gone_ms[0], "<= 1000", gone_ms[0] <= 1000)
+    verdict("helper killed, served again after (ms)", back_ms[0], "<= 5000",
             back_ms[0] <= 5000)
     return 0
 
