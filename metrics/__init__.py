@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
 from metrics import engines as _engines
+from metrics import forksafe
 from metrics import snapshot as _snapshot
 from metrics.recorder import Recorder
 from tpu_info import textreport
@@ -47,6 +48,19 @@ _exporter: Any = None
 _prometheus: Any = None
 _device_capture: bool | None = None  # install(device_capture=); None: $TPU_INFO_DEVICE_CAPTURE
 log = logging.getLogger("metrics")
+
+
+def _forget_exporters_in_child() -> None:
+    """A forked child serves nothing of its parent's: it has no exporter
+    until it calls :func:`install` itself, which then starts its own."""
+    global _lock, _exporter, _prometheus
+    _lock = threading.RLock()  # another thread of the parent may have held it
+    _exporter = None
+    _prometheus = None
+    forksafe.free_locks(*_installed.values())  # the engines' own locks, likewise
+
+
+forksafe.in_child(_forget_exporters_in_child)
 
 
 def recorder() -> Recorder:

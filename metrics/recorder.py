@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 from metrics import events as ev
-from metrics import names
+from metrics import forksafe, names
 from metrics.events import EventLog
 from metrics.graphs import GraphLedger
 from metrics.journal import FOLD_AT, Journal
@@ -59,6 +59,15 @@ class Recorder:
         self.registry.before_read = self.flush
         self.ledger.before_read = self.flush
         self.events.before_read = self.flush
+        forksafe.owned(self)
+
+    def let_go_after_fork(self) -> None:
+        """In a fork child: every lock of the recorder starts free (see
+        :mod:`metrics.forksafe`), so the child's records never wait on a
+        thread of the parent that held one."""
+        registry = self.registry
+        forksafe.free_locks(self, registry, self.ledger, self.events, *self._journals,
+                            *registry._counters.values(), *registry._distributions.values())
 
     def journal(self, fold: Callable[[list[Any]], None]) -> Journal:
         """A new hot-path journal folded by ``fold`` before every read."""

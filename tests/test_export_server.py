@@ -356,10 +356,10 @@ def test_sigterm_handler_chains_and_restores() -> None:
     previous = signal.signal(signal.SIGTERM, lambda s, f: calls.append(s))
     try:
         ex = export.start(lambda since: _fixed_snapshot(), port=0)
-        assert signal.getsignal(signal.SIGTERM) == ex._on_sigterm
+        assert signal.getsignal(signal.SIGTERM) is ex._sigterm_handler
         signal.raise_signal(signal.SIGTERM)
         assert calls == [signal.SIGTERM] and ex.stopped
-        assert signal.getsignal(signal.SIGTERM) is not ex._on_sigterm
+        assert signal.getsignal(signal.SIGTERM) is not ex._sigterm_handler
     finally:
         signal.signal(signal.SIGTERM, previous)
 

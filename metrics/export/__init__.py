@@ -7,7 +7,9 @@ without libtpu), else a free ephemeral port. Binding is loopback-only unless
 :mod:`metrics.export.binding`: ``0.0.0.0`` is IPv4 only, the Prometheus
 endpoint has its own setting, and captures stay loopback-only).
 The exporter stops cleanly at interpreter exit and on SIGTERM (the previous
-SIGTERM handler still runs afterwards).
+SIGTERM handler still runs afterwards). A forked child owns none of it: its
+exit and its SIGTERM do what they would without the hook, and it closes its
+copies of the server's sockets (see :mod:`metrics.forksafe`).
 
 Example:
     >>> import metrics
@@ -30,6 +32,7 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
+from metrics import forksafe
 from metrics.export import binding
 from metrics.export.server import BindError, CaptureFn, Server, SnapshotFn
 
@@ -76,15 +79,49 @@ class Exporter:
         self._server = server
         self.host = host
         self.port = server.port
-        self.address = f"{host}:{server.port}" if ":" not in host else f"[{host}]:{server.port}"
+        self.address = self._address(server.port)
         self.published = published
+        self._record: tuple[str, dict[str, str]] = ("", {})  # engine, versions
         self._stop_lock = threading.Lock()
         self._stopped = False
         self._prev_sigterm: Any = None
         self._sigterm_installed = False
+        self._sigterm_handler: Any = None
+        self._owner = forksafe.owned(self)  # a forked child owns none of it
+
+    def _address(self, port: int) -> str:
+        return f"{self.host}:{port}" if ":" not in self.host else f"[{self.host}]:{port}"
+
+    def _publish(self, engine: str, versions: dict[str, str]) -> None:
+        self._record = (engine, versions)
+        self.published = _publish(self.port, self.host, engine, versions)
+        if hasattr(self._server, "on_port_change"):  # a serving helper that may restart
+            self._server.on_port_change = self._serving_moved
+
+    def _serving_moved(self, port: int | None) -> None:
+        """The server stopped serving (``None``: its record goes at once) or
+        serves again on ``port`` (the record names it). Off the training thread."""
+        with self._stop_lock:
+            if self._stopped or os.getpid() != self._owner:
+                return
+            if port is None:
+                _unpublish()
+                self.published = None
+                return
+            self.port = port
+            self.address = self._address(port)
+            self.published = _publish(port, self.host, *self._record)
+
+    def let_go_after_fork(self) -> None:
+        """In a fork child: closes the copies of the server's sockets."""
+        if not self._stopped:  # a stopped one's port may be someone else's now
+            forksafe.close_sockets_on_port(self.port)
 
     def stop(self, grace: float | None = 1.0) -> None:
-        """Unpublishes discovery, ends streams and stops serving. Idempotent."""
+        """Unpublishes discovery, ends streams and stops serving. Idempotent;
+        nothing in a forked child (the parent's server is not the child's)."""
+        if os.getpid() != self._owner:
+            return
         with self._stop_lock:
             if self._stopped:
                 return
@@ -96,7 +133,8 @@ class Exporter:
 
     @property
     def stopped(self) -> bool:
-        return self._stopped
+        """Stopped, or inherited by a forked child (which it does not serve)."""
+        return self._stopped or os.getpid() != self._owner
 
     def _at_exit(self) -> None:
         self.stop(grace=0.5)
@@ -105,26 +143,26 @@ class Exporter:
         if threading.current_thread() is not threading.main_thread():
             return  # signal handlers can only be installed from the main thread
         self._prev_sigterm = signal.getsignal(signal.SIGTERM)
-        signal.signal(signal.SIGTERM, self._on_sigterm)
+
+        def on_sigterm(signum: int, frame: FrameType | None) -> None:
+            self._on_sigterm(signum, frame)
+
+        setattr(on_sigterm, forksafe.PREVIOUS, self._prev_sigterm)
+        self._sigterm_handler = on_sigterm
+        signal.signal(signal.SIGTERM, on_sigterm)
         self._sigterm_installed = True
 
     def _restore_sigterm(self) -> None:
         if not self._sigterm_installed or threading.current_thread() is not threading.main_thread():
             return
         self._sigterm_installed = False
-        if signal.getsignal(signal.SIGTERM) == self._on_sigterm:
+        if signal.getsignal(signal.SIGTERM) is self._sigterm_handler:
             signal.signal(signal.SIGTERM, self._prev_sigterm)
 
     def _on_sigterm(self, signum: int, frame: FrameType | None) -> None:
-        prev = self._prev_sigterm
-        self.stop(grace=0)
-        if callable(prev):
-            prev(signum, frame)
-        elif prev == signal.SIG_DFL or prev is None:
-            # What SIGTERM would have done without us: terminate by the signal.
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
-            os.kill(os.getpid(), signal.SIGTERM)
-        # SIG_IGN: the program chose to ignore SIGTERM; so do we.
+        self.stop(grace=0)  # nothing in a forked child
+        # Then what SIGTERM would have done without us.
+        forksafe.act_as(self._prev_sigterm, signum, frame)
 
 
 def _stop_before_thread_pools(exporter: Exporter) -> None:
@@ -240,7 +278,7 @@ def start(
     server.start()
     host = binding.dial_host(address)
     exporter = Exporter(server, host)
-    exporter.published = _publish(server.port, host, engine, dict(versions or {}))
+    exporter._publish(engine, dict(versions or {}))
     atexit.register(exporter._at_exit)
     _stop_before_thread_pools(exporter)
     exporter._install_sigterm()

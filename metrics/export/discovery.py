@@ -8,7 +8,9 @@ versions, start time, schema version, and the capture secret of
 writable; the file is created 0600 under a temporary name and renamed into
 place, so a reader never sees half a record. The record is removed at exit:
 ``publish`` registers an ``atexit`` handler and, when called from the main
-thread, a SIGTERM handler (see :func:`publish` for how it chains).
+thread, a SIGTERM handler (see :func:`publish` for how it chains). A forked
+child neither removes its parent's record nor writes one unless it publishes
+its own (:mod:`metrics.forksafe`).
 
 Nothing here raises into the program: any failure is one logged warning and
 ``publish`` returns ``None``.
@@ -35,6 +37,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from metrics import forksafe
 from tpu_info import discovery as _reader
 
 log = logging.getLogger("metrics.export.discovery")
@@ -253,7 +256,12 @@ def _register_cleanup() -> None:
 
 
 def _make_sigterm_handler(previous: Any) -> Any:
+    owner = os.getpid()
+
     def on_sigterm(signum: int, frame: FrameType | None) -> None:
+        if os.getpid() != owner:  # a forked child: as if we were not here
+            forksafe.act_as(previous, signum, frame)
+            return
         if callable(previous):
             # The program handles SIGTERM itself (say, checkpoint then exit):
             # it stays discoverable meanwhile, and atexit removes the record.
@@ -262,5 +270,17 @@ def _make_sigterm_handler(previous: Any) -> Any:
         unpublish()
         raise SystemExit(128 + signum)
 
-    on_sigterm.tpu_info_previous = previous  # type: ignore[attr-defined]
+    setattr(on_sigterm, forksafe.PREVIOUS, previous)
     return on_sigterm
+
+
+def _forget_in_child() -> None:
+    """A forked child has no record of its own yet (the parent's is not
+    its to remove), and may install its own SIGTERM cleanup when it publishes."""
+    global _lock, _published, _sigterm_installed
+    _lock = threading.Lock()  # another thread of the parent may have held it
+    _published = None
+    _sigterm_installed = False
+
+
+forksafe.in_child(_forget_in_child)

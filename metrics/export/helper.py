@@ -21,7 +21,9 @@ private socketpair and refuses everyone else first, so a flood of refused
 captures never reaches the program.
 The helper exits when the program's end of the socket closes (exit, crash,
 ``kill -9``), and it is in its own session, so a terminal's Ctrl-C reaches
-the program, which then stops it.
+the program, which then stops it. A helper that dies is replaced (see
+:class:`HelperServer`): the discovery record goes at once and comes back,
+with the port the new helper serves on, when it serves.
 
 The two ends speak frames over a private socketpair: an 8-byte header
 (JSON length, payload length), a JSON object with ``op``, and raw bytes.
@@ -50,6 +52,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from metrics import forksafe
 from metrics.events import EventLog
 from metrics.export import discovery, owner
 from metrics.export.owner import Caller
@@ -73,6 +76,8 @@ ANSWER_TIMEOUT_S = 10.0  # the program has this long to hand over a snapshot
 MIRROR_EVENTS = 10_000  # events the helper keeps (the program's ring size)
 MAX_EVENTS = 1000  # events in one answer, as in-process serving (snapshot.build)
 GC_INTERVAL_S = 2.0  # the helper's full garbage collections (see _collect_garbage)
+RESTART_FIRST_S = 0.5  # a dead helper's first restart waits this long ...
+RESTART_MAX_S = 30.0  # ... doubling each try up to this (see HelperServer)
 _HEADER = struct.Struct(">II")
 _MAX_FRAME = 256 * 1024 * 1024
 
@@ -117,26 +122,67 @@ class _Channel:
 # The program's side ----------------------------------------------------------
 
 
+class _HelperGone(BindError):
+    """The helper died or never answered while binding."""
+
+
+class _Link:
+    """One helper process and the program's end of its socket."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], channel: _Channel) -> None:
+        self.proc = proc
+        self.channel = channel
+        self.replies: queue.Queue[tuple[dict[str, Any], bytes]] = queue.Queue()
+        self.serving = False  # bound and started: its death is restarted
+        self.started_at = 0.0
+
+    def close(self, wait_s: float = 0.0) -> None:
+        """Waits up to ``wait_s`` for the helper to leave, then kills it."""
+        try:
+            self.proc.wait(timeout=wait_s)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=5.0)
+        try:
+            self.channel.sock.close()
+        except OSError:
+            pass
+
+
 class HelperServer:
     """Starts the helper and answers its requests; stands in for
     :class:`~metrics.export.server.Server` in :func:`metrics.export.start`
-    (same constructor, ``bind``, ``start``, ``stop`` and ``port``)."""
+    (same constructor, ``bind``, ``start``, ``stop`` and ``port``).
+
+    A helper that dies while serving (``kill -9``, the OOM killer) is
+    restarted from the program's helper thread, never the training thread:
+    :attr:`on_port_change` is called with ``None`` at once (the exporter
+    removes the discovery record, so nobody can pose as the program on the
+    freed port), then again with the port once a new helper serves: the
+    same port when it is free, else any free one. Tries wait
+    :data:`RESTART_FIRST_S`, doubling up to :data:`RESTART_MAX_S`, and go on
+    for as long as the program runs; the wait starts over from
+    :data:`RESTART_FIRST_S` when the helper that died had served for at
+    least :data:`RESTART_MAX_S`.
+    """
 
     def __init__(self, snapshot_fn: SnapshotFn, *, address: str = "127.0.0.1", port: int = 0,
                  workers: int | None = None, capture_fn: CaptureFn | None = None) -> None:
         self.address = address
         self.requested_port = port
         self.port = 0
+        # port -> None: stopped serving (the helper died); port -> int: serving there.
+        self.on_port_change: Callable[[int | None], None] | None = None
         self._snapshot_fn = snapshot_fn
         self._capture_fn = capture_fn
         self._workers = workers
         self._cache = encoder.PartCache()
         self._captures: dict[int, threading.Event] = {}
-        self._replies: queue.Queue[tuple[dict[str, Any], bytes]] = queue.Queue()
         self._stopped = False
-        self._owner = os.getpid()  # a forked copy of the program must not stop it
-        ours, theirs = socket.socketpair()
-        self._channel = _Channel(ours)
+        self._stop_wanted = threading.Event()  # wakes a restart's wait
+        self._lock = threading.Lock()  # guards _link against stop() during a restart
+        self._delay = RESTART_FIRST_S
+        self._owner = forksafe.owned(self)  # a forked copy of the program must not stop it
         env = dict(os.environ)
         # The helper imports this very code, wherever the program found it.
         env["PYTHONPATH"] = os.pathsep.join(p or os.getcwd() for p in sys.path)
@@ -144,16 +190,25 @@ class HelperServer:
         # and freed memory would stay spread over them: two keep RSS steady.
         env.setdefault("MALLOC_ARENA_MAX", "2")
         env.pop("TPU_INFO_AUTOINSTALL", None)  # `tpu-info run`'s bootstrap: not for the helper
+        self._env = env
+        self._link = self._spawn()
+
+    def _spawn(self) -> _Link:
+        ours, theirs = socket.socketpair()
         try:
-            self._proc = subprocess.Popen(
+            proc = subprocess.Popen(
                 [sys.executable, "-m", "metrics.export.helper", str(theirs.fileno())],
-                pass_fds=(theirs.fileno(),), env=env, stdin=subprocess.DEVNULL,
+                pass_fds=(theirs.fileno(),), env=self._env, stdin=subprocess.DEVNULL,
                 start_new_session=True)
+        except BaseException:
+            ours.close()
+            raise
         finally:
             theirs.close()
-        self._reader = threading.Thread(target=self._serve_helper, name="tpu-info-helper",
-                                        daemon=True)
-        self._reader.start()
+        link = _Link(proc, _Channel(ours))
+        threading.Thread(target=self._serve_helper, args=(link,), name="tpu-info-helper",
+                         daemon=True).start()
+        return link
 
     def bind(self) -> int:
         """Has the helper bind the port; returns it.
@@ -161,93 +216,161 @@ class HelperServer:
         Raises:
             BindError: the port is taken, or the helper did not start.
         """
-        self._channel.send({"op": "bind", "address": self.address,
-                            "port": self.requested_port, "workers": self._workers,
-                            "capture": self._capture_fn is not None,
-                            "capture_secret": (discovery.capture_secret()
-                                               if self._capture_fn is not None else "")})
         try:
-            reply, _ = self._replies.get(timeout=START_TIMEOUT_S)
-        except queue.Empty:
+            self.port = self._bind(self._link, self.requested_port)
+        except _HelperGone:
             self.stop(grace=0)
-            raise BindError(f"the serving helper did not start within {START_TIMEOUT_S:g}s"
-                            ) from None
+            raise
+        return self.port
+
+    def _bind(self, link: _Link, port: int) -> int:
+        try:
+            link.channel.send({"op": "bind", "address": self.address, "port": port,
+                               "workers": self._workers,
+                               "capture": self._capture_fn is not None,
+                               "capture_secret": (discovery.capture_secret()
+                                                  if self._capture_fn is not None else "")})
+            reply, _ = link.replies.get(timeout=START_TIMEOUT_S)
+        except OSError as e:
+            raise _HelperGone(f"the serving helper exited while starting: {e}") from None
+        except queue.Empty:
+            raise _HelperGone(f"the serving helper did not start within {START_TIMEOUT_S:g}s"
+                              ) from None
+        if reply.get("op") == "gone":
+            raise _HelperGone(reply["message"])
         if reply.get("op") != "bound":
             raise BindError(reply.get("message", "the serving helper could not bind"))
-        self.port = int(reply["port"])
-        return self.port
+        return int(reply["port"])
 
     def start(self) -> int:
         if not self.port:
             self.bind()
-        self._channel.send({"op": "start"})
+        self._start(self._link)
         return self.port
+
+    def _start(self, link: _Link) -> None:
+        link.channel.send({"op": "start"})
+        link.started_at = time.monotonic()
+        link.serving = True
 
     def stop(self, grace: float | None = 1.0) -> None:
         """Stops the helper (waits up to ``grace`` + 5 s, then kills it). Idempotent."""
         if self._stopped or os.getpid() != self._owner:
             return
-        self._stopped = True
+        with self._lock:
+            self._stopped = True
+            link = self._link
+        self._stop_wanted.set()
         for stop in list(self._captures.values()):
             stop.set()
         try:
-            self._channel.send({"op": "stop", "grace": grace or 0})
+            link.channel.send({"op": "stop", "grace": grace or 0})
         except OSError:
             pass  # already gone
+        link.close((grace or 0) + 5.0)
+
+    def let_go_after_fork(self) -> None:
+        """In a fork child: closes its copy of the program's end of the
+        socket, so the helper still leaves when the program does."""
         try:
-            self._proc.wait(timeout=(grace or 0) + 5.0)
-        except subprocess.TimeoutExpired:
-            self._proc.kill()
-            self._proc.wait(timeout=5.0)
-        try:
-            self._channel.sock.close()
+            self._link.channel.sock.close()
         except OSError:
             pass
 
     @property
     def helper_pid(self) -> int:
-        return self._proc.pid
+        return self._link.proc.pid
 
-    def _serve_helper(self) -> None:
-        """The program's one thread: blocked in recv until the helper asks."""
+    def _serve_helper(self, link: _Link) -> None:
+        """One helper's thread in the program: blocked in recv until the
+        helper asks; if the helper dies while serving, restarts it."""
         while True:
             try:
-                message = self._channel.recv()
+                message = link.channel.recv()
             except (OSError, ValueError):
                 message = None
             if message is None:
-                if not self._stopped:
-                    log.warning("tpu-info: the serving helper exited; metrics are not served")
-                    self._replies.put(({"op": "gone", "message":
-                                        "the serving helper exited while starting"}, b""))
+                link.replies.put(({"op": "gone", "message":
+                                   "the serving helper exited while starting"}, b""))
+                if link.serving and not self._stopped and link is self._link:
+                    self._restart(link)
                 return
             head, _payload = message
             op = head.get("op")
             try:
                 if op == "snapshot":
-                    self._answer_snapshot(head)
+                    self._answer_snapshot(link.channel, head)
                 elif op == "capture":
-                    threading.Thread(target=self._run_capture, args=(head,), daemon=True,
-                                     name="tpu-info-capture").start()
+                    threading.Thread(target=self._run_capture, args=(link.channel, head),
+                                     daemon=True, name="tpu-info-capture").start()
                 elif op == "capture_stop":
                     stop = self._captures.get(head.get("id", -1))
                     if stop is not None:
                         stop.set()
                 else:  # bound, bind_error: answers to bind()
-                    self._replies.put(message)
+                    link.replies.put(message)
             except OSError:
-                return  # the helper went away mid-answer
+                pass  # the helper went away mid-answer: recv says so next
 
-    def _answer_snapshot(self, head: dict[str, Any]) -> None:
+    def _restart(self, dead: _Link) -> None:
+        """Runs on the dead helper's thread until a new helper serves or
+        the program stops serving."""
+        dead.close()
+        for stop in list(self._captures.values()):
+            stop.set()
+        old_port = self.port
+        self._moved(None)
+        if time.monotonic() - dead.started_at >= RESTART_MAX_S:
+            self._delay = RESTART_FIRST_S
+        log.warning("tpu-info: the serving helper (pid %d) exited with status %s; its "
+                    "discovery record is removed and a new helper starts in %.1f s",
+                    dead.proc.pid, dead.proc.returncode, self._delay)
+        while not self._stop_wanted.wait(self._delay):
+            self._delay = min(self._delay * 2, RESTART_MAX_S)
+            try:
+                link = self._spawn()
+            except OSError as e:
+                log.warning("tpu-info: could not start a serving helper: %s", e)
+                continue
+            with self._lock:
+                if self._stopped:
+                    link.close()
+                    return
+                self._link = link
+            try:
+                try:
+                    port = self._bind(link, old_port)
+                except BindError:  # taken meanwhile: any free port, and a new record
+                    port = self._bind(link, 0)
+                self._start(link)
+            except (BindError, OSError) as e:
+                log.warning("tpu-info: the new serving helper did not start (%s); next try "
+                            "in %.1f s", e, self._delay)
+                link.close()
+                continue
+            self.port = port
+            self._moved(port)
+            log.warning("tpu-info: serving again from a new helper (pid %d) on port %d",
+                        link.proc.pid, port)
+            return
+
+    def _moved(self, port: int | None) -> None:
+        if self.on_port_change is not None:
+            try:
+                self.on_port_change(port)
+            except Exception as e:  # noqa: BLE001 - serving goes on without a record
+                log.warning("tpu-info: could not update the discovery record: %r", e)
+
+    def _answer_snapshot(self, channel: _Channel, head: dict[str, Any]) -> None:
         try:
             snap = self._snapshot_fn(int(head["since"]))
             data = encoder.snapshot_to_bytes(snap, self._cache)
         except Exception as e:  # noqa: BLE001 - reported to the caller, never raised here
-            self._channel.send({"op": "error", "id": head["id"], "message": repr(e)})
+            channel.send({"op": "error", "id": head["id"], "message": repr(e)})
             return
-        self._channel.send({"op": "snapshot", "id": head["id"]}, data)
+        channel.send({"op": "snapshot", "id": head["id"]}, data)
 
-    def _run_capture(self, head: dict[str, Any]) -> None:
+    def _run_capture(self, channel: _Channel, head: dict[str, Any]) -> None:
         request_id = head["id"]
         stop = self._captures[request_id] = threading.Event()
         try:
@@ -259,19 +382,20 @@ class HelperServer:
                                    caller)
             reply = capture_reply(out).SerializeToString()
         except Exception as e:  # noqa: BLE001 - becomes the RPC's status in the helper
-            self._send_quietly({"op": "error", "id": request_id,
-                                "status": capture_status(e).name,
-                                "message": str(e) or type(e).__name__})
+            _send_quietly(channel, {"op": "error", "id": request_id,
+                                    "status": capture_status(e).name,
+                                    "message": str(e) or type(e).__name__})
         else:
-            self._send_quietly({"op": "capture", "id": request_id}, reply)
+            _send_quietly(channel, {"op": "capture", "id": request_id}, reply)
         finally:
             self._captures.pop(request_id, None)
 
-    def _send_quietly(self, header: dict[str, Any], payload: bytes = b"") -> None:
-        try:
-            self._channel.send(header, payload)
-        except OSError:
-            pass
+
+def _send_quietly(channel: _Channel, header: dict[str, Any], payload: bytes = b"") -> None:
+    try:
+        channel.send(header, payload)
+    except OSError:
+        pass
 
 
 # The helper's side -----------------------------------------------------------

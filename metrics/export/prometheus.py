@@ -58,6 +58,7 @@ from prometheus_client.core import (
     Metric,
 )
 
+from metrics import forksafe
 from tpu_info.model import DistributionReading, Snapshot, Unit
 
 log = logging.getLogger("metrics.export.prometheus")
@@ -305,6 +306,14 @@ class PrometheusServer:
         self.registry = registry
         self.port: int = httpd.server_address[1]
         self._stopped = False
+        self._owner = forksafe.owned(self)
+
+    def let_go_after_fork(self) -> None:
+        """In a fork child: closes its copies of the endpoint's sockets (only
+        the parent serves; the port is freed when the parent exits)."""
+        if not self._stopped:  # a stopped one's port may be someone else's now
+            self._stopped = True
+            forksafe.close_sockets_on_port(self.port)
 
     @property
     def url(self) -> str:
@@ -312,8 +321,10 @@ class PrometheusServer:
         return f"http://{host}:{self.port}/metrics"
 
     def stop(self, timeout: float = 5.0) -> None:
-        """Stops serving and closes the socket (idempotent)."""
-        if self._stopped:
+        """Stops serving and closes the socket (idempotent). In a forked child
+        it does nothing: the serving thread is the parent's (waiting for it
+        would hang)."""
+        if self._stopped or os.getpid() != self._owner:
             return
         self._stopped = True
         self._httpd.shutdown()
