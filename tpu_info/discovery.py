@@ -12,6 +12,14 @@ when it is not owned by the current user, or when it is a symlink or not a
 regular file. A directory that is a symlink, owned by someone else, or
 group/world writable is not read at all.
 
+A record of a dead process is removed when found, if it is this user's own
+regular file (never through a symlink, never another user's), it still holds
+what was judged dead (same pid and start time), and no socket of this user
+listens on its port (a live process in another pid namespace that shares the
+directory keeps its record). A record of a live process is never removed.
+:class:`Rescanner` is :func:`scan` for loops: it reads the records again only
+when the directory changed.
+
 Example:
     >>> from tpu_info import discovery
     >>> for p in discovery.find_processes():      # doctest: +SKIP
@@ -25,6 +33,8 @@ import json
 import logging
 import os
 import stat
+import time
+from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -78,9 +88,11 @@ class Skipped:
     path: Path
     reason: str
     detail: str = ""
+    removed: bool = False
 
     def __str__(self) -> str:
-        return f"{self.path}: {self.reason}" + (f" ({self.detail})" if self.detail else "")
+        detail = ", ".join(d for d in (self.detail, "removed" if self.removed else "") if d)
+        return f"{self.path}: {self.reason}" + (f" ({detail})" if detail else "")
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +102,29 @@ class Scan:
     directory: Path
     processes: tuple[DiscoveredProcess, ...] = ()
     skipped: tuple[Skipped, ...] = field(default_factory=tuple)
+    files_read: int = 0
+
+    @property
+    def removed(self) -> int:
+        """How many records of dead processes this look removed."""
+        return sum(1 for s in self.skipped if s.removed)
+
+    def summary(self, first: int = 5) -> list[str]:
+        """What was skipped, in at most ``first + 2`` lines: removed records
+        counted in one line, the first ``first`` others one line each, the
+        rest counted by reason (``9,998 more records skipped: ...``)."""
+        lines = []
+        if self.removed:
+            lines.append(f"removed {self.removed:,} record(s) of exited processes from "
+                         f"{self.directory}")
+        kept = [s for s in self.skipped if not s.removed
+                and not (s.reason == UNREADABLE and s.detail == "vanished")]
+        lines += [str(s) for s in kept[:first]]
+        if len(kept) > first:
+            by_reason = Counter(s.reason for s in kept[first:])
+            lines.append(f"{len(kept) - first:,} more records skipped: " + ", ".join(
+                f"{n:,} {reason}" for reason, n in by_reason.most_common()))
+        return lines
 
 
 def runtime_dir(environ: Mapping[str, str] | None = None, uid: int | None = None) -> Path:
@@ -219,11 +254,41 @@ def _read_record(path: Path, uid: int) -> DiscoveredProcess | Skipped:
         return Skipped(path, CORRUPT, str(e))
 
 
+def _remove_dead(record: DiscoveredProcess, uid: int) -> bool:
+    """Unlinks ``record``'s file if it still is that record: this user's
+    regular file (lstat: a symlink is never followed) naming the same pid and
+    start time. A new process that reused the pid writes a new start time."""
+    path = record.path
+    try:
+        before = path.lstat()
+        if not stat.S_ISREG(before.st_mode) or before.st_uid != uid:
+            return False
+        again = _read_record(path, uid)
+        if not isinstance(again, DiscoveredProcess) or (again.pid, again.start_time) != (
+                record.pid, record.start_time):
+            return False
+        after = path.lstat()
+        if (after.st_dev, after.st_ino) != (before.st_dev, before.st_ino):
+            return False
+        os.unlink(path)
+    except OSError:
+        return False
+    return True
+
+
+def _ports_held(uid: int) -> set[int] | None:
+    from tpu_info.listeners import ProcNet
+
+    return ProcNet().ports_of(uid)
+
+
 def scan(
     directory: str | os.PathLike[str] | None = None,
     *,
     alive: Callable[[int, float], bool] = pid_alive,
     uid: int | None = None,
+    remove_dead: bool = True,
+    held_ports: Callable[[int], set[int] | None] = _ports_held,
 ) -> Scan:
     """Reads every record in ``directory`` (default :func:`runtime_dir`).
 
@@ -231,6 +296,10 @@ def scan(
         directory: the runtime directory to read.
         alive: ``alive(pid, start_time)``; records whose process is gone are skipped.
         uid: the user whose records count (default the effective uid).
+        remove_dead: remove this user's records of dead processes (see the module
+            docstring for when a record is kept anyway).
+        held_ports: ``held_ports(uid)``: ports this user's sockets listen on
+            (None: cannot tell); asked once, only when a record is dead.
 
     Returns:
         The live processes (ordered by pid) and everything skipped, with reasons.
@@ -252,16 +321,78 @@ def scan(
         return Scan(path, skipped=(Skipped(path, BAD_DIRECTORY, e.strerror or str(e)),))
     found: list[DiscoveredProcess] = []
     skipped: list[Skipped] = []
+    held: set[int] | None | bool = False  # False: not asked yet
     for name in names:
         result = _read_record(path / name, uid)
         if isinstance(result, DiscoveredProcess) and not alive(result.pid, result.start_time):
-            result = Skipped(result.path, DEAD, f"pid {result.pid}")
+            dead, removed, detail = result, False, f"pid {result.pid}"
+            if remove_dead:
+                if held is False:
+                    held = held_ports(uid)
+                if held is not None and dead.port in held:
+                    detail += f"; kept: a socket of yours listens on its port {dead.port}"
+                else:
+                    removed = _remove_dead(dead, uid)
+            result = Skipped(dead.path, DEAD, detail, removed=removed)
         if isinstance(result, DiscoveredProcess):
             found.append(result)
         else:
             skipped.append(result)
     found.sort(key=lambda p: p.pid)
-    return Scan(path, tuple(found), tuple(skipped))
+    return Scan(path, tuple(found), tuple(skipped), files_read=len(names))
+
+
+class Rescanner:
+    """:func:`scan` for a loop that asks every few seconds.
+
+    The records are read again only when the directory changed (its inode,
+    mode, owner, mtime or ctime): starting, exiting and removing records all
+    change it. Otherwise only the live processes found last time are checked
+    again (``alive``), and one that died makes the next look a full one, which
+    removes its record. A directory changed within ``settle_s`` of now is read
+    every time, since two changes within one timestamp tick look like one.
+
+    Args:
+        directory: the runtime directory (default :func:`runtime_dir`).
+        alive, uid, held_ports: as for :func:`scan`.
+        clock: wall clock, compared with the directory's mtime.
+        settle_s: how recent a change must be to be read again regardless.
+    """
+
+    def __init__(self, directory: str | os.PathLike[str] | None = None, *,
+                 alive: Callable[[int, float], bool] = pid_alive, uid: int | None = None,
+                 held_ports: Callable[[int], set[int] | None] = _ports_held,
+                 clock: Callable[[], float] = time.time, settle_s: float = 2.0) -> None:
+        self.directory = Path(directory) if directory is not None else runtime_dir()
+        self.alive = alive
+        self.uid = os.geteuid() if uid is None else uid
+        self.held_ports = held_ports
+        self.clock = clock
+        self.settle_s = settle_s
+        self._key: tuple[int, ...] | None = None
+        self._last: Scan | None = None
+
+    def _stamp(self) -> tuple[tuple[int, ...] | None, bool]:
+        try:
+            st = self.directory.lstat()
+        except OSError:
+            return None, False
+        key = (st.st_dev, st.st_ino, st.st_mode, st.st_uid, st.st_mtime_ns, st.st_ctime_ns)
+        settled = self.clock() - max(st.st_mtime, st.st_ctime) > self.settle_s
+        return key, settled
+
+    def scan(self) -> Scan:
+        """The directory's records now; cheap when nothing changed."""
+        key, settled = self._stamp()
+        last = self._last
+        if last is not None and key is not None and key == self._key and settled:
+            if all(self.alive(p.pid, p.start_time) for p in last.processes):
+                return Scan(last.directory, last.processes,
+                            tuple(s for s in last.skipped if not s.removed))
+        result = scan(self.directory, alive=self.alive, uid=self.uid,
+                      held_ports=self.held_ports)
+        self._key, self._last = (key, result) if settled else (None, None)
+        return result
 
 
 def find_processes(
@@ -271,17 +402,19 @@ def find_processes(
 ) -> list[DiscoveredProcess]:
     """The live hooked processes of the current user on this host.
 
-    Skipped records are logged (dead pids at INFO, the rest at WARNING); use
-    :func:`scan` to get them as data.
+    Skipped records are logged in a few lines (:meth:`Scan.summary`; at INFO
+    when they are all dead pids, else WARNING); use :func:`scan` to get them
+    as data. Records of dead processes are removed (see :func:`scan`).
 
     Args:
         runtime_dir: the directory to read (default :func:`runtime_dir`).
         alive: ``alive(pid, start_time)`` liveness check (injectable for tests).
     """
     result = scan(runtime_dir, alive=alive)
-    for s in result.skipped:
-        if s.reason == UNREADABLE and s.detail == "vanished":
-            continue
-        log.log(logging.INFO if s.reason == DEAD else logging.WARNING,
-                "skipping discovery record %s", s)
+    lines = result.summary()
+    if result.removed:
+        log.info("discovery: %s", lines.pop(0))
+    quiet = all(s.reason == DEAD for s in result.skipped)
+    for line in lines:
+        log.log(logging.INFO if quiet else logging.WARNING, "skipping discovery record %s", line)
     return list(result.processes)
