@@ -210,7 +210,8 @@ def test_record_rewritten_while_judged_is_kept(rdir: Path):
     path = write_record(rdir, pid, start_time=1000.0)
 
     def alive(p: int, start_time: float) -> bool:
-        write_record(rdir, pid, start_time=2000.0)  # the new process publishes
+        fresh = write_record(rdir / "..", pid, start_time=2000.0)  # the new process
+        os.replace(fresh, path)  # publishes as the hook does: a new file renamed in
         return False
 
     [k] = reader.scan(rdir, alive=alive).skipped
@@ -412,3 +413,20 @@ def test_sigterm_chains_to_the_programs_own_handler(rdir: Path):
     assert "program handler" in out
     assert p.returncode == 9  # the program decided how to exit
     assert not path.exists()  # and atexit removed the record
+
+
+def test_doctor_with_thousands_of_stale_records_prints_a_few_lines(rdir: Path):
+    for n in range(3000):
+        write_record(rdir, 4_200_000 + n)  # above any pid_max: dead
+    for n in range(12):
+        (rdir / f"{1_000_000 + n}.json").write_text("{}")
+    env = dict(os.environ, PYTHONPATH=str(ROOT), TPU_INFO_RUNTIME_DIR=str(rdir))
+    runs = [subprocess.run([sys.executable, "-m", "tpu_info.cli", "--timeout", "1", "doctor"],
+                           capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
+            for _ in range(2)]
+    first, second = (r.stdout.splitlines() for r in runs)
+    assert runs[0].returncode == 0 and len(first) < 20, runs[0].stdout
+    assert f"  - discovery: removed 3,000 record(s) of exited processes from {rdir}" in first
+    assert "  - discovery: 7 more records skipped: 7 corrupt" in first
+    assert len(os.listdir(rdir)) == 12
+    assert not any("removed" in line for line in second) and len(second) == len(first) - 1

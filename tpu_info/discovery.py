@@ -13,8 +13,8 @@ regular file. A directory that is a symlink, owned by someone else, or
 group/world writable is not read at all.
 
 A record of a dead process is removed when found, if it is this user's own
-regular file (never through a symlink, never another user's), it still holds
-what was judged dead (same pid and start time), and no socket of this user
+regular file (never through a symlink, never another user's), it is still the
+file that was read (same inode, size and times), and no socket of this user
 listens on its port (a live process in another pid namespace that shares the
 directory keeps its record). A record of a live process is never removed.
 :class:`Rescanner` is :func:`scan` for loops: it reads the records again only
@@ -254,22 +254,24 @@ def _read_record(path: Path, uid: int) -> DiscoveredProcess | Skipped:
         return Skipped(path, CORRUPT, str(e))
 
 
-def _remove_dead(record: DiscoveredProcess, uid: int) -> bool:
-    """Unlinks ``record``'s file if it still is that record: this user's
-    regular file (lstat: a symlink is never followed) naming the same pid and
-    start time. A new process that reused the pid writes a new start time."""
-    path = record.path
+def _identity(path: Path) -> tuple[int, ...] | None:
+    """What changes when a file is replaced (rename) or rewritten in place."""
     try:
-        before = path.lstat()
-        if not stat.S_ISREG(before.st_mode) or before.st_uid != uid:
-            return False
-        again = _read_record(path, uid)
-        if not isinstance(again, DiscoveredProcess) or (again.pid, again.start_time) != (
-                record.pid, record.start_time):
-            return False
-        after = path.lstat()
-        if (after.st_dev, after.st_ino) != (before.st_dev, before.st_ino):
-            return False
+        st = path.lstat()
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_uid,
+            stat.S_IFMT(st.st_mode))
+
+
+def _remove_dead(path: Path, seen: tuple[int, ...] | None, uid: int) -> bool:
+    """Unlinks ``path`` if it is still the file judged dead (``seen``, taken
+    before it was read) and this user's regular file: a process that reused
+    the pid renames in a new file, which has another identity. ``lstat``
+    only: a symlink is never followed."""
+    if seen is None or seen[5] != uid or seen[6] != stat.S_IFREG or _identity(path) != seen:
+        return False
+    try:
         os.unlink(path)
     except OSError:
         return False
@@ -323,6 +325,7 @@ def scan(
     skipped: list[Skipped] = []
     held: set[int] | None | bool = False  # False: not asked yet
     for name in names:
+        seen = _identity(path / name) if remove_dead else None
         result = _read_record(path / name, uid)
         if isinstance(result, DiscoveredProcess) and not alive(result.pid, result.start_time):
             dead, removed, detail = result, False, f"pid {result.pid}"
@@ -332,7 +335,7 @@ def scan(
                 if held is not None and dead.port in held:
                     detail += f"; kept: a socket of yours listens on its port {dead.port}"
                 else:
-                    removed = _remove_dead(dead, uid)
+                    removed = _remove_dead(dead.path, seen, uid)
             result = Skipped(dead.path, DEAD, detail, removed=removed)
         if isinstance(result, DiscoveredProcess):
             found.append(result)
