@@ -117,18 +117,26 @@ def test_holders_are_looked_up_once_per_socket(tmp_path: Path):
 
 
 def test_record_whose_port_another_user_holds_is_not_read(tmp_path: Path):
-    from tpu_info.discovery import DiscoveredProcess, Scan
+    """The hook's server died (or moved) and another user took its port."""
+    from tpu_info import discovery
 
-    me = os.geteuid()
-    rec = DiscoveredProcess(pid=os.getpid(), port=5555, host="127.0.0.1", argv=("t.py",),
-                            engine="jax", versions={}, start_time=0.0,
-                            path=tmp_path / f"{os.getpid()}.json")
-    ok = DiscoveredProcess(pid=os.getpid(), port=6666, host="127.0.0.1", argv=("t.py",),
-                           engine="jax", versions={}, start_time=0.0, path=rec.path)
-    net = ProcNet(fake_proc(tmp_path / "proc", [(5555, OTHER, 1), (6666, me, 2)]))
-    picked = local_targets(Scan(tmp_path, (rec, ok)), net, uid=me, libtpu_target=None)
-    assert picked.processes == [("127.0.0.1:6666", ("t.py",))]
-    assert any("port 5555" in why and "uid 54321" in why for _, why in picked.notes)
+    rt = tmp_path / "rt"
+    rt.mkdir(mode=0o700)
+    pid = os.getpid()
+    (rt / f"{pid}.json").write_text(json.dumps({
+        "schema": 1, "pid": pid, "port": 5555, "host": "127.0.0.1", "argv": ["t.py"],
+        "engine": "jax", "versions": {}, "start_time": 0.0}))
+    net = ProcNet(fake_proc(tmp_path / "proc", [(5555, OTHER, 1)]))
+    s = discovery.scan(rt, port_owners=net.owners_by_port)
+    assert s.processes == ()
+    [k] = s.skipped
+    assert k.reason == discovery.PORT_TAKEN and "uid 54321" in k.detail and not k.removed
+    assert (rt / f"{pid}.json").exists()
+    picked = local_targets(s, net, libtpu_target=None)
+    assert picked.processes == [] and any("port 5555" in why for _, why in picked.notes)
+    net = ProcNet(fake_proc(tmp_path / "proc2", [(5555, os.geteuid(), 1)]))
+    assert [p.port for p in discovery.scan(rt, port_owners=net.owners_by_port).processes] == [
+        5555]
 
 
 # Real sockets ---------------------------------------------------------------------
@@ -309,3 +317,25 @@ def test_plain_tpu_info_ignores_another_users_server_on_8431():
     notes = json.loads(out["json"])["notes"]
     assert any(n["where"] == "localhost:8431" and "not read" in n["reason"] for n in notes)
     assert out["named_rc"] == 1 and out["connections_named"] >= 1  # named: read; no monitor
+
+
+def test_rescanner_notices_a_port_taken_while_nothing_else_changed(tmp_path: Path):
+    import time
+
+    from tpu_info import discovery
+
+    rt = tmp_path / "rt"
+    rt.mkdir(mode=0o700)
+    pid = os.getpid()
+    (rt / f"{pid}.json").write_text(json.dumps({
+        "schema": 1, "pid": pid, "port": 5555, "host": "127.0.0.1", "argv": ["t.py"],
+        "engine": "jax", "versions": {}, "start_time": 0.0}))
+    root = fake_proc(tmp_path / "proc", [(5555, os.geteuid(), 1)])
+    r = discovery.Rescanner(rt, port_owners=ProcNet(root).owners_by_port,
+                            clock=lambda: time.time() + 60)
+    assert len(r.scan().processes) == 1 and r.scan().files_read == 0
+    tcp = root / "net" / "tcp"
+    tcp.write_text(tcp.read_text().replace(f"{os.geteuid():5d}        0 1 ",
+                                           f"{OTHER:5d}        0 1 "))
+    s = r.scan()
+    assert s.processes == () and s.skipped[0].reason == discovery.PORT_TAKEN

@@ -8,9 +8,10 @@ valid record looks like. It imports neither ``metrics`` nor torch nor jax.
 
 A record is skipped, with a reason kept in :attr:`Scan.skipped` and logged,
 when its pid is dead (or was reused by a younger process), when it is corrupt,
-when it is not owned by the current user, or when it is a symlink or not a
-regular file. A directory that is a symlink, owned by someone else, or
-group/world writable is not read at all.
+when it is not owned by the current user, when it is a symlink or not a
+regular file, or when another user's socket listens on its port (its server
+is gone and someone else holds the port: never read). A directory that is a
+symlink, owned by someone else, or group/world writable is not read at all.
 
 A record of a dead process is removed when found, if it is this user's own
 regular file (never through a symlink, never another user's), it is still the
@@ -57,6 +58,7 @@ SYMLINK = "symlink"
 NOT_A_FILE = "not a regular file"
 UNSUPPORTED = "unsupported schema"
 UNREADABLE = "unreadable"
+PORT_TAKEN = "port held by another user"
 BAD_DIRECTORY = "unsafe runtime directory"
 
 
@@ -278,10 +280,37 @@ def _remove_dead(path: Path, seen: tuple[int, ...] | None, uid: int) -> bool:
     return True
 
 
-def _ports_held(uid: int) -> set[int] | None:
+PortOwners = Callable[[], "Mapping[int, set[int]] | None"]
+
+
+def _port_owners() -> Mapping[int, set[int]] | None:
     from tpu_info.listeners import ProcNet
 
-    return ProcNet().ports_of(uid)
+    return ProcNet().owners_by_port()
+
+
+class _Owners:
+    """``port_owners()`` asked at most once per look, and only if needed."""
+
+    def __init__(self, ask: PortOwners) -> None:
+        self._ask = ask
+        self._asked = False
+        self._owners: Mapping[int, set[int]] | None = None
+
+    def of(self, port: int) -> set[int] | None:
+        if not self._asked:
+            self._asked, self._owners = True, self._ask()
+        return None if self._owners is None else self._owners.get(port, set())
+
+
+def _port_taken(p: DiscoveredProcess, owners: _Owners, uid: int) -> Skipped | None:
+    """A live record whose port another user's socket listens on: its server
+    is gone (or moved) and someone else holds the port now; never read."""
+    others = sorted((owners.of(p.port) or set()) - {uid})
+    if not others:
+        return None
+    return Skipped(p.path, PORT_TAKEN, f"pid {p.pid}'s port {p.port} is held by uid "
+                   f"{others[0]}: the record is stale or its port was taken")
 
 
 def scan(
@@ -290,7 +319,7 @@ def scan(
     alive: Callable[[int, float], bool] = pid_alive,
     uid: int | None = None,
     remove_dead: bool = True,
-    held_ports: Callable[[int], set[int] | None] = _ports_held,
+    port_owners: PortOwners = _port_owners,
 ) -> Scan:
     """Reads every record in ``directory`` (default :func:`runtime_dir`).
 
@@ -300,8 +329,8 @@ def scan(
         uid: the user whose records count (default the effective uid).
         remove_dead: remove this user's records of dead processes (see the module
             docstring for when a record is kept anyway).
-        held_ports: ``held_ports(uid)``: ports this user's sockets listen on
-            (None: cannot tell); asked once, only when a record is dead.
+        port_owners: ``{port: uids listening}`` on this host (None: cannot
+            tell); asked once per scan, only when there is a record to judge.
 
     Returns:
         The live processes (ordered by pid) and everything skipped, with reasons.
@@ -323,20 +352,20 @@ def scan(
         return Scan(path, skipped=(Skipped(path, BAD_DIRECTORY, e.strerror or str(e)),))
     found: list[DiscoveredProcess] = []
     skipped: list[Skipped] = []
-    held: set[int] | None | bool = False  # False: not asked yet
+    owners = _Owners(port_owners)
     for name in names:
         seen = _identity(path / name) if remove_dead else None
         result = _read_record(path / name, uid)
         if isinstance(result, DiscoveredProcess) and not alive(result.pid, result.start_time):
             dead, removed, detail = result, False, f"pid {result.pid}"
             if remove_dead:
-                if held is False:
-                    held = held_ports(uid)
-                if held is not None and dead.port in held:
+                if uid in (owners.of(dead.port) or ()):
                     detail += f"; kept: a socket of yours listens on its port {dead.port}"
                 else:
                     removed = _remove_dead(dead.path, seen, uid)
             result = Skipped(dead.path, DEAD, detail, removed=removed)
+        elif isinstance(result, DiscoveredProcess):
+            result = _port_taken(result, owners, uid) or result
         if isinstance(result, DiscoveredProcess):
             found.append(result)
         else:
@@ -351,25 +380,26 @@ class Rescanner:
     The records are read again only when the directory changed (its inode,
     mode, owner, mtime or ctime): starting, exiting and removing records all
     change it. Otherwise only the live processes found last time are checked
-    again (``alive``), and one that died makes the next look a full one, which
-    removes its record. A directory changed within ``settle_s`` of now is read
-    every time, since two changes within one timestamp tick look like one.
+    again (``alive``, and who holds their ports), and a change makes the next
+    look a full one (which removes a dead process's record). A directory
+    changed within ``settle_s`` of now is read every time, since two changes
+    within one timestamp tick look like one.
 
     Args:
         directory: the runtime directory (default :func:`runtime_dir`).
-        alive, uid, held_ports: as for :func:`scan`.
+        alive, uid, port_owners: as for :func:`scan`.
         clock: wall clock, compared with the directory's mtime.
         settle_s: how recent a change must be to be read again regardless.
     """
 
     def __init__(self, directory: str | os.PathLike[str] | None = None, *,
                  alive: Callable[[int, float], bool] = pid_alive, uid: int | None = None,
-                 held_ports: Callable[[int], set[int] | None] = _ports_held,
+                 port_owners: PortOwners = _port_owners,
                  clock: Callable[[], float] = time.time, settle_s: float = 2.0) -> None:
         self.directory = Path(directory) if directory is not None else runtime_dir()
         self.alive = alive
         self.uid = os.geteuid() if uid is None else uid
-        self.held_ports = held_ports
+        self.port_owners = port_owners
         self.clock = clock
         self.settle_s = settle_s
         self._key: tuple[int, ...] | None = None
@@ -389,11 +419,13 @@ class Rescanner:
         key, settled = self._stamp()
         last = self._last
         if last is not None and key is not None and key == self._key and settled:
-            if all(self.alive(p.pid, p.start_time) for p in last.processes):
+            owners = _Owners(self.port_owners)
+            if all(self.alive(p.pid, p.start_time) and not _port_taken(p, owners, self.uid)
+                   for p in last.processes):
                 return Scan(last.directory, last.processes,
                             tuple(s for s in last.skipped if not s.removed))
         result = scan(self.directory, alive=self.alive, uid=self.uid,
-                      held_ports=self.held_ports)
+                      port_owners=self.port_owners)
         self._key, self._last = (key, result) if settled else (None, None)
         return result
 

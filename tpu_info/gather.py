@@ -63,24 +63,17 @@ def local_targets(scan: Scan | None, net: ProcNet, *, uid: int | None = None,
                   named: Sequence[str] = ()) -> LocalTargets:
     """Picks this host's targets from a discovery ``scan`` and ``/proc``.
 
-    A record whose port is held by another user's socket is stale or was
-    taken over and is not read. ``libtpu_target`` is read when a record of
-    this user names it, or when :func:`judge_libtpu_port` accepts who listens;
-    a target the user ``named`` is left to them.
+    Every process ``scan`` found is read (it already skipped records whose
+    port another user holds). ``libtpu_target`` is read when a record of this
+    user names it, or when :func:`judge_libtpu_port` accepts who listens; a
+    target the user ``named`` is left to them.
     """
     uid = os.geteuid() if uid is None else uid
     notes: list[tuple[str, str]] = []
     processes: list[tuple[str, tuple[str, ...]]] = []
     if scan is not None:
         notes += [("discovery", line) for line in scan.summary()]
-        for p in scan.processes:
-            foreign = [s for s in net.listeners(p.port) or () if s.uid != uid]
-            if foreign:
-                notes.append((f"discovery/{p.path.name}", f"not read: port {p.port} of pid "
-                              f"{p.pid} is held by {foreign[0].owner()} (the record is stale "
-                              "or its port was taken)"))
-            else:
-                processes.append((p.target, p.argv))
+        processes = [(p.target, p.argv) for p in scan.processes]
         if not scan.processes:
             notes.append(("discovery", f"no hooked process of this user found in "
                           f"{scan.directory} (start one with metrics.install() or "
@@ -139,7 +132,7 @@ def gather(
     net = ProcNet(proc_root)
     found = None
     if use_discovery:
-        found = discovery.scan(runtime_dir, held_ports=net.ports_of)
+        found = discovery.scan(runtime_dir, port_owners=net.owners_by_port)
     picked = local_targets(found, net, libtpu_target=libtpu_target if probe_libtpu else None,
                            named=targets)
     notes += picked.notes

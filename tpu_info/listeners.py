@@ -101,10 +101,15 @@ class ProcNet:
                     continue
         return out if readable else None
 
-    def ports_of(self, uid: int) -> set[int] | None:
-        """Ports on which a socket of ``uid`` listens; None: cannot tell."""
+    def owners_by_port(self) -> dict[int, set[int]] | None:
+        """``{port: uids of the sockets listening on it}``; None: cannot tell."""
         socks = self.sockets()
-        return None if socks is None else {s.port for s in socks if s.uid == uid}
+        if socks is None:
+            return None
+        out: dict[int, set[int]] = {}
+        for s in socks:
+            out.setdefault(s.port, set()).add(s.uid)
+        return out
 
     def listeners(self, port: int) -> list[Listener] | None:
         """The sockets listening on ``port``, with their holders where visible."""

@@ -278,7 +278,7 @@ class DiscoveryLoop:
         self.probe_libtpu = probe_libtpu
         self.libtpu_target = libtpu_target
         self.net = ProcNet(proc_root)
-        self.rescanner = Rescanner(runtime_dir, held_ports=self.net.ports_of)
+        self.rescanner = Rescanner(runtime_dir, port_owners=self.net.owners_by_port)
         self._stopped = threading.Event()
 
     def stop(self) -> None:
