@@ -339,3 +339,29 @@ def test_rescanner_notices_a_port_taken_while_nothing_else_changed(tmp_path: Pat
                                            f"{OTHER:5d}        0 1 "))
     s = r.scan()
     assert s.processes == () and s.skipped[0].reason == discovery.PORT_TAKEN
+
+
+def test_only_sockets_that_localhost_reaches_count(tmp_path: Path):
+    root = fake_proc(tmp_path / "proc", [(8431, ME, 1)], {10: {"inodes": [1], "maps": LIBTPU_MAP}})
+    tcp = root / "net" / "tcp"
+    other_address = tcp.read_text().splitlines()[1].replace("0100007F:", "0500000A:").replace(
+        f"{ME:5d}        0 1 ", f"{OTHER:5d}        0 2 ")  # 10.0.0.5:8431, another user
+    tcp.write_text(tcp.read_text() + other_address + "\n")
+    net = ProcNet(root)
+    assert [(s.uid, s.inode) for s in net.listeners(8431)] == [(ME, 1)]
+    assert judge_libtpu_port(net.listeners(8431), 8431, ME).read
+
+
+@pytest.mark.skipif(not Path("/proc/net/tcp6").exists(), reason="needs Linux /proc and IPv6")
+@pytest.mark.parametrize("family,address", [(socket.AF_INET, "127.0.0.1"),
+                                            (socket.AF_INET, "0.0.0.0"),
+                                            (socket.AF_INET6, "::1"), (socket.AF_INET6, "::")])
+def test_real_sockets_are_found_with_their_holder(family: int, address: str):
+    with socket.socket(family) as s:
+        try:
+            s.bind((address, 0))
+        except OSError:
+            pytest.skip(f"cannot bind {address}")
+        s.listen()
+        [found] = ProcNet().listeners(s.getsockname()[1])
+        assert (found.uid, found.pid, found.loopback) == (os.geteuid(), os.getpid(), True)

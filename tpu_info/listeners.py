@@ -17,14 +17,33 @@ Example:
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
+import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 _LISTEN = "0A"
 _LIBTPU = re.compile(rb"/libtpu[^/\s]*\.so")
 _MAPS_CHUNK = 1 << 16
+_ANY = (ipaddress.ip_address("0.0.0.0"), ipaddress.ip_address("::"))
+
+
+def _address(field: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
+    """``/proc/net/tcp``'s hex address: 32-bit words in host byte order."""
+    raw = bytes.fromhex(field)
+    if sys.byteorder == "little":
+        raw = b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4))
+    return ipaddress.ip_address(raw)
+
+
+def reaches_loopback(addr: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
+    """Whether a socket bound to ``addr`` answers ``localhost``: a loopback
+    address or a wildcard (IPv4-mapped ones included)."""
+    mapped = getattr(addr, "ipv4_mapped", None)
+    addr = mapped or addr
+    return addr.is_loopback or addr in _ANY
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +52,7 @@ class Listener:
     user may look) a process holding it and whether libtpu is loaded there.
 
     Attributes:
+        loopback: bound to a loopback or wildcard address (``localhost`` reaches it).
         pid: a process holding the socket; None when none is visible to us.
         command: that process's name (``/proc/<pid>/comm``).
         libtpu: ``libtpu*.so`` mapped in it; None when its maps could not be read.
@@ -41,6 +61,7 @@ class Listener:
     port: int
     uid: int
     inode: int
+    loopback: bool = True
     pid: int | None = None
     command: str = ""
     libtpu: bool | None = None
@@ -80,8 +101,10 @@ class ProcNet:
         self._holders: dict[int, Listener] = {}
 
     def sockets(self) -> list[Listener] | None:
-        """Every listening TCP socket (without holders); None when
-        ``/proc/net/tcp`` and ``/proc/net/tcp6`` are both unreadable."""
+        """Every listening TCP socket that ``localhost`` reaches (without
+        holders); None when ``/proc/net/tcp`` and ``tcp6`` are both unreadable.
+        A socket bound to another address (``10.0.0.5:8431``) is left out: it
+        neither answers ``localhost`` nor keeps another from binding loopback."""
         out: list[Listener] = []
         readable = False
         for name in ("tcp", "tcp6"):
@@ -95,10 +118,13 @@ class ProcNet:
                 if len(fields) < 10 or fields[3] != _LISTEN:
                     continue
                 try:
-                    port = int(fields[1].rpartition(":")[2], 16)
-                    out.append(Listener(port, int(fields[7]), int(fields[9])))
+                    addr, _, port = fields[1].rpartition(":")
+                    sock = Listener(int(port, 16), int(fields[7]), int(fields[9]),
+                                    reaches_loopback(_address(addr)))
                 except ValueError:
                     continue
+                if sock.loopback:
+                    out.append(sock)
         return out if readable else None
 
     def owners_by_port(self) -> dict[int, set[int]] | None:
