@@ -3,9 +3,9 @@
 Writes ``--records`` records (valid JSON, this user's, mode 0600) whose pids
 are dead into a fresh private runtime directory, then measures:
 
-- ``tpu-info doctor`` (a subprocess, ``--no-discovery`` is *not* given, libtpu
-  is not probed because nothing of ours listens there): lines printed and wall
-  seconds, twice in a row (the second run shows what the first one left);
+- ``tpu-info doctor`` (a subprocess, discovering from that directory): lines
+  printed, wall and CPU seconds (CPU is the steadier figure on a shared
+  machine), twice in a row (the second run shows what the first one left);
 - the dashboard (``WatchApp`` headless, ``LiveSource`` discovering from that
   directory, no targets): CPU seconds per wall second over ``--seconds``,
   with the records written fresh just before it starts.
@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -42,14 +43,16 @@ def write_stale(directory: Path, count: int) -> None:
         os.chmod(path, 0o600)
 
 
-def doctor(directory: Path) -> tuple[int, float, int]:
-    """(lines printed, wall seconds, exit code) of one ``tpu-info doctor``."""
+def doctor(directory: Path) -> tuple[int, float, float, int]:
+    """(lines printed, wall seconds, CPU seconds, exit code) of one ``tpu-info doctor``."""
     env = dict(os.environ, TPU_INFO_RUNTIME_DIR=str(directory),
                PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    t0 = time.monotonic()
+    t0, c0 = time.monotonic(), resource.getrusage(resource.RUSAGE_CHILDREN)
     r = subprocess.run([sys.executable, "-m", "tpu_info.cli", "--timeout", "1", "doctor"],
                        capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
-    return len(r.stdout.splitlines()), time.monotonic() - t0, r.returncode
+    c1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (c1.ru_utime - c0.ru_utime) + (c1.ru_stime - c0.ru_stime)
+    return len(r.stdout.splitlines()), time.monotonic() - t0, cpu, r.returncode
 
 
 async def dashboard_cpu(directory: Path, seconds: float) -> float:
@@ -84,9 +87,10 @@ def main() -> int:
         rt.mkdir(mode=0o700)
         write_stale(rt, count)
         for n in (1, 2):
-            lines, wall, rc = doctor(rt)
+            lines, wall, cpu, rc = doctor(rt)
             left = sum(1 for _ in rt.glob("*.json"))
-            print(f"doctor run {n}: {lines:,} lines, {wall:.2f} s, exit {rc}; "
+            print(f"doctor run {n}: {lines:,} lines, {wall:.2f} s wall, {cpu:.2f} s CPU, "
+                  f"exit {rc}; "
                   f"{left:,} records left")
         for f in rt.glob("*.json"):
             f.unlink()
