@@ -26,7 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import ROOT, parser
+from _common import ROOT, parser, verdict
 
 DEAD_PID_BASE = 4_200_000  # above Linux's largest pid_max (4,194,304): never alive
 
@@ -88,6 +88,7 @@ def main() -> int:
         write_stale(rt, count)
         for n in (1, 2):
             lines, wall, cpu, rc = doctor(rt)
+            verdict(f"doctor lines, run {n}", lines, "<= 20", lines <= 20)
             left = sum(1 for _ in rt.glob("*.json"))
             print(f"doctor run {n}: {lines:,} lines, {wall:.2f} s wall, {cpu:.2f} s CPU, "
                   f"exit {rc}; "
@@ -99,6 +100,8 @@ def main() -> int:
         left = sum(1 for _ in rt.glob("*.json"))
         print(f"dashboard: {ratio:.3f} CPU seconds per second over {seconds:g} s; "
               f"{left:,} records left")
+        verdict("dashboard cpu seconds per second with stale records", ratio, "<= 0.05",
+                ratio <= 0.05)
     return 0
 
 
