@@ -107,7 +107,7 @@ def test_another_users_socket_on_ipv6_loopback_spoils_it(tmp_path: Path):
 def test_holders_are_looked_up_once_per_socket(tmp_path: Path):
     root = fake_proc(tmp_path / "proc", [(8431, ME, 777)],
                      {4242: {"inodes": [777], "maps": LIBTPU_MAP}})
-    net = ProcNet(root)
+    net = ProcNet(root, fresh_s=0)  # every question reads /proc/net/tcp again
     assert net.listeners(8431)[0].pid == 4242
     shutil.rmtree(root / "4242")  # a second look must not walk /proc/<pid>/fd again
     assert net.listeners(8431)[0].pid == 4242
@@ -319,6 +319,17 @@ def test_plain_tpu_info_ignores_another_users_server_on_8431():
     assert out["named_rc"] == 1 and out["connections_named"] >= 1  # named: read; no monitor
 
 
+def test_one_read_answers_every_question_while_fresh(tmp_path: Path):
+    now = [0.0]
+    root = fake_proc(tmp_path / "proc", [(8431, ME, 1)])
+    net = ProcNet(root, fresh_s=1.0, clock=lambda: now[0])
+    assert net.owners_by_port() == {8431: {ME}}
+    (root / "net" / "tcp").write_text("header\n")
+    assert [s.uid for s in net.listeners(8431)] == [ME]  # the same look
+    now[0] = 1.5
+    assert net.listeners(8431) == []
+
+
 def test_rescanner_notices_a_port_taken_while_nothing_else_changed(tmp_path: Path):
     import time
 
@@ -331,7 +342,7 @@ def test_rescanner_notices_a_port_taken_while_nothing_else_changed(tmp_path: Pat
         "schema": 1, "pid": pid, "port": 5555, "host": "127.0.0.1", "argv": ["t.py"],
         "engine": "jax", "versions": {}, "start_time": 0.0}))
     root = fake_proc(tmp_path / "proc", [(5555, os.geteuid(), 1)])
-    r = discovery.Rescanner(rt, port_owners=ProcNet(root).owners_by_port,
+    r = discovery.Rescanner(rt, port_owners=ProcNet(root, fresh_s=0).owners_by_port,
                             clock=lambda: time.time() + 60)
     assert len(r.scan().processes) == 1 and r.scan().files_read == 0
     tcp = root / "net" / "tcp"

@@ -21,6 +21,8 @@ import ipaddress
 import os
 import re
 import sys
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -93,18 +95,32 @@ class ProcNet:
 
     Which process holds a socket is looked up once per socket (by inode) and
     kept while that socket listens, so a loop that asks every few seconds
-    reads ``/proc/net/tcp`` and nothing else.
+    reads ``/proc/net/tcp`` and nothing else; and one read of it answers every
+    question asked within ``fresh_s`` (a host with thousands of connections
+    makes the kernel spend tens of milliseconds writing the table).
     """
 
-    def __init__(self, proc_root: str | os.PathLike[str] = "/proc") -> None:
+    def __init__(self, proc_root: str | os.PathLike[str] = "/proc", *,
+                 fresh_s: float = 1.0, clock: Callable[[], float] = time.monotonic) -> None:
         self.root = Path(proc_root)
+        self.fresh_s = fresh_s
+        self.clock = clock
         self._holders: dict[int, Listener] = {}
+        self._read_at: float | None = None
+        self._socks: list[Listener] | None = None
 
     def sockets(self) -> list[Listener] | None:
         """Every listening TCP socket that ``localhost`` reaches (without
         holders); None when ``/proc/net/tcp`` and ``tcp6`` are both unreadable.
         A socket bound to another address (``10.0.0.5:8431``) is left out: it
         neither answers ``localhost`` nor keeps another from binding loopback."""
+        now = self.clock()
+        if self._read_at is not None and now - self._read_at < self.fresh_s:
+            return self._socks
+        self._read_at, self._socks = now, self._read_sockets()
+        return self._socks
+
+    def _read_sockets(self) -> list[Listener] | None:
         out: list[Listener] = []
         readable = False
         for name in ("tcp", "tcp6"):
@@ -114,6 +130,8 @@ class ProcNet:
                 continue
             readable = True
             for line in text.splitlines()[1:]:
+                if f" {_LISTEN} " not in line:
+                    continue  # most lines are connections; only listeners matter
                 fields = line.split()
                 if len(fields) < 10 or fields[3] != _LISTEN:
                     continue
