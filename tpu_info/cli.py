@@ -84,11 +84,11 @@ def seconds_arg(flag: str, floor: float = 0.0, ceiling: float = MAX_SECONDS
         try:
             value = float(text)
         except ValueError:
-            raise UsageError(f"{flag} must be a number of seconds, got {shown(text)}") from None
+            raise UsageError(f"{flag} must be a number of seconds, got {text!r}") from None
         if not value > 0 or value != value or value == float("inf"):
-            raise UsageError(f"{flag} must be a positive number of seconds, got {shown(text)}")
+            raise UsageError(f"{flag} must be a positive number of seconds, got {text!r}")
         if value > ceiling:
-            raise UsageError(f"{flag} is at most {ceiling:g} seconds, got {shown(text)}")
+            raise UsageError(f"{flag} is at most {ceiling:g} seconds, got {text!r}")
         return max(value, floor)
 
     return parse
@@ -106,13 +106,13 @@ def target_arg(text: str) -> str:
 
 def _pid(text: str) -> int:
     if not (text.isascii() and text.isdigit()) or not 0 < int(text) < 1 << 31:
-        raise UsageError(f"--pid must be a process id (a positive integer), got {shown(text)}")
+        raise UsageError(f"--pid must be a process id (a positive integer), got {text!r}")
     return int(text)
 
 
 def _output_file(text: str) -> str:
     if not text or "\0" in text:
-        raise UsageError(f"-o must name a file, got {shown(text)}")
+        raise UsageError(f"-o must name a file, got {text!r}")
     return text
 
 
