@@ -190,6 +190,7 @@ def test_gather_never_connects_to_another_users_server(tmp_path: Path):
                    scan_devices=False, proc_root=root, libtpu_target=f"localhost:{fake.port}")
         assert fake.connections >= 1 and [v.target for v in g.failed] == [
             f"localhost:{fake.port}"]
+        assert any("you named it" in why for _, why in g.notes)
     finally:
         fake.close()
 
@@ -247,6 +248,8 @@ def test_own_process_with_libtpu_loaded_is_read(tmp_path: Path):
                    libtpu_target=f"localhost:{without}")
         assert sorted(v.target.rpartition(":")[2] for v in g.views) == sorted(
             [str(with_lib), str(without)])
+        assert any("a discovery record of yours names this port" in why
+                   for _, why in g.notes)
     finally:
         for p in procs:
             p.stdin.close()

@@ -79,8 +79,14 @@ def local_targets(scan: Scan | None, net: ProcNet, *, uid: int | None = None,
                           f"{scan.directory} (start one with metrics.install() or "
                           "`tpu-info run -- python ...`)"))
     libtpu = None
-    taken = {normalize(t) for t, _ in processes} | {normalize(t) for t in named}
-    if libtpu_target is not None and normalize(libtpu_target) not in taken:
+    recorded = {normalize(t) for t, _ in processes}
+    if libtpu_target is not None and normalize(libtpu_target) in recorded:
+        notes.append((libtpu_target, "read as a hooked process: a discovery record of yours "
+                      "names this port"))
+    elif libtpu_target is not None and normalize(libtpu_target) in map(normalize, named):
+        notes.append((libtpu_target, "read because you named it with --target, whoever "
+                      "listens there"))
+    elif libtpu_target is not None:
         port = int(libtpu_target.rpartition(":")[2])
         verdict = judge_libtpu_port(net.listeners(port), port, uid)
         if verdict.read:
