@@ -245,3 +245,36 @@ def test_watch_hands_over_checked_values(contained):
     argv = contained[0]
     assert argv[argv.index("--rate") + 1] == "0.1"  # the floor
     assert "xn--bcher-kva.example:80" in argv
+
+
+WATCH = {"--target": "target", "--rate": "seconds", "--timeout": "seconds",
+         "--no-discovery": None, "--bogus": None}
+
+
+@settings(max_examples=200, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_dashboard_entry_point_fuzz(data: st.DataObject, files: dict[str, str],
+                                    monkeypatch: pytest.MonkeyPatch,
+                                    capsys: pytest.CaptureFixture[str]):
+    """``python -m tui`` (what --watch execs) refuses what tpu-info refuses; the
+    app itself is stopped at its boundary."""
+    import tui.app
+    from tui.__main__ import main as watch_main
+
+    ran: list[tuple] = []
+    monkeypatch.setattr(tui.app, "run", lambda *a, **k: ran.append((a, k)) or 0)
+    argv: list[str] = []
+    for flag in data.draw(st.lists(st.sampled_from(sorted(WATCH)), max_size=5)):
+        argv.append(flag)
+        if WATCH[flag]:
+            argv.append(_value(data.draw, WATCH[flag], files))
+    rc = watch_main(argv)
+    out, err = capsys.readouterr()
+    assert rc in (0, 2), (argv, rc)
+    assert (rc == 0) == bool(ran), (argv, err)
+    if rc == 2:
+        assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, (argv, err)
+    else:
+        (rate,), kw = ran[0][0][1:], ran[0][1]
+        assert 0.1 <= rate <= cli.MAX_SECONDS and 0 < kw["timeout"] <= cli.MAX_SECONDS

@@ -40,7 +40,9 @@ class UsageError(Exception):
         super().__init__(shown(message))
 
 
-class _Parser(argparse.ArgumentParser):
+class Parser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose errors are :class:`UsageError` (one line, exit 2)."""
+
     def error(self, message: str) -> None:  # type: ignore[override]
         raise UsageError(message)
 
@@ -117,7 +119,7 @@ def _output_file(text: str) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="tpu-info", description="See what your accelerators and the XLA "
+    p = Parser(prog="tpu-info", description="See what your accelerators and the XLA "
                 "programs on them are doing.", epilog="Exit codes: 0 all good; 1 some "
                 "targets failed; 2 usage error.")
     p.add_argument("-v", "--version", action="store_true", help="print the version and exit")
