@@ -227,6 +227,23 @@ def test_every_flag_of_every_subcommand(data: st.DataObject, files: dict[str, st
     contained.clear()
 
 
+@pytest.mark.parametrize("argv", [
+    ["--timeout", "1e10", "--target", "localhost:1"],
+    ["--target", f"{LONG_LABEL}:1"],
+    ["--target", "\x80:1"],
+    ["--rate", "1e300", "--streaming", "--target", "localhost:1"],
+    ["doctor", "\r"],
+    ["--targets-file", "/dev/zero"],
+    ["report", "--pid", "-1"],
+])
+def test_what_the_fuzz_found_once(argv: list[str], contained, capsys):
+    """Cases found by the grammar above (or quoted by the issue), kept so they
+    run every time whatever hypothesis draws."""
+    assert cli.main(["--no-discovery", "--timeout", "0.3", *argv]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+
+
 @pytest.mark.parametrize("argv,codes", [
     (["run", "--", "/nonexistent-command"], {127}),
     (["run", "--", "/"], {126}),
