@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import signal
+import socket
 import stat
 import subprocess
 import sys
@@ -39,7 +40,8 @@ def _forget_published():
 
 def write_record(directory: Path, pid: int, overrides: dict | None = None, **fields: object
                  ) -> Path:
-    rec = writer.record(8431, "127.0.0.1", "jax", {"jax": "0.10.2"}, pid=pid,
+    # Port 1: nothing listens there, so a dead record is never kept for its port.
+    rec = writer.record(1, "127.0.0.1", "jax", {"jax": "0.10.2"}, pid=pid,
                         argv=["train.py"], start_time=time.time())
     rec.update(overrides or {}, **fields)
     path = directory / f"{pid}.json"
@@ -151,23 +153,120 @@ def test_scan_missing_directory_is_empty_without_warnings(tmp_path: Path):
     assert s.processes == () and s.skipped == ()
 
 
-def test_dead_pid_is_skipped(rdir: Path, caplog):
+def test_dead_pid_is_skipped_and_removed(rdir: Path, caplog):
     pid = dead_pid()
-    write_record(rdir, pid)
+    dead = write_record(rdir, pid)
     live = write_record(rdir, os.getpid())
     s = reader.scan(rdir)
     assert [p.path for p in s.processes] == [live]
-    assert [(k.reason, k.path.name) for k in s.skipped] == [(reader.DEAD, f"{pid}.json")]
+    assert [(k.reason, k.path.name, k.removed) for k in s.skipped] == [
+        (reader.DEAD, f"{pid}.json", True)]
+    assert not dead.exists() and live.exists()
+    write_record(rdir, pid)
     with caplog.at_level(logging.INFO, logger="tpu_info.discovery"):
         assert [p.pid for p in reader.find_processes(rdir)] == [os.getpid()]
-    assert "dead pid" in caplog.text
+    assert "removed 1 record(s) of exited processes" in caplog.text
 
 
-def test_reused_pid_is_skipped(rdir: Path):
+def test_reused_pid_is_skipped_and_removed(rdir: Path):
     # Our pid, but a record written long before this process started.
-    write_record(rdir, os.getpid(), start_time=1000.0)
+    path = write_record(rdir, os.getpid(), start_time=1000.0)
     s = reader.scan(rdir)
-    assert s.processes == () and s.skipped[0].reason == reader.DEAD
+    assert s.processes == () and s.skipped[0].reason == reader.DEAD and s.skipped[0].removed
+    assert not path.exists()
+
+
+def test_records_that_are_not_removed(rdir: Path, tmp_path: Path):
+    """Never another user's file, never through a symlink, never a live one,
+    never when told not to, and never when a socket of ours holds its port."""
+    pid = dead_pid()
+    foreign = write_record(rdir, pid)
+    os.chown(foreign, OTHER_UID, OTHER_UID)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    target = write_record(elsewhere, pid + 1 if pid + 1 != os.getpid() else pid + 2)
+    link = rdir / target.name
+    link.symlink_to(target)
+    live = write_record(rdir, os.getpid())
+    s = reader.scan(rdir)
+    assert foreign.exists() and link.is_symlink() and target.exists() and live.exists()
+    assert {k.reason for k in s.skipped} == {reader.FOREIGN, reader.SYMLINK}
+    foreign.unlink()
+    kept = write_record(rdir, pid)
+    assert not reader.scan(rdir, remove_dead=False).skipped[-1].removed and kept.exists()
+    with socket.socket() as held:  # a live process of ours in another pid namespace
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        write_record(rdir, pid, port=held.getsockname()[1])
+        [k] = [k for k in reader.scan(rdir).skipped if k.path == kept]
+        assert k.reason == reader.DEAD and not k.removed and "listens on its port" in k.detail
+    assert kept.exists()
+
+
+def test_record_rewritten_while_judged_is_kept(rdir: Path):
+    """The pid was reused and its new process wrote a fresh record between
+    the read and the removal: the fresh record stays."""
+    pid = dead_pid()
+    path = write_record(rdir, pid, start_time=1000.0)
+
+    def alive(p: int, start_time: float) -> bool:
+        fresh = write_record(rdir / "..", pid, start_time=2000.0)  # the new process
+        os.replace(fresh, path)  # publishes as the hook does: a new file renamed in
+        return False
+
+    [k] = reader.scan(rdir, alive=alive).skipped
+    assert k.reason == reader.DEAD and not k.removed
+    assert json.loads(path.read_text())["start_time"] == 2000.0
+
+
+def test_many_skipped_records_summarise_in_a_few_lines(rdir: Path):
+    for n in range(100):
+        (rdir / f"{1_000_000 + n}.json").write_text("{}")
+    for n in range(50):
+        write_record(rdir, 4_200_000 + n)  # above any pid_max: dead
+    s = reader.scan(rdir)
+    assert s.removed == 50 and len(s.skipped) == 150
+    lines = s.summary()
+    assert len(lines) == 7, lines
+    assert lines[0] == f"removed 50 record(s) of exited processes from {rdir}"
+    assert lines[-1] == "95 more records skipped: 95 corrupt"
+
+
+def test_rescanner_reads_again_only_when_the_directory_changes(rdir: Path):
+    for n in range(300):
+        (rdir / f"{1_000_000 + n}.json").write_text("{}")  # corrupt: never removed
+    write_record(rdir, os.getpid())
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        import psutil
+
+        write_record(rdir, child.pid, start_time=psutil.Process(child.pid).create_time())
+        later = lambda: time.time() + 60  # noqa: E731 - every change has settled
+        r = reader.Rescanner(rdir, clock=later)
+        first = r.scan()
+        assert first.files_read == 302 and len(first.processes) == 2
+        again = r.scan()
+        assert again.files_read == 0 and again.processes == first.processes
+        assert len(again.skipped) == 300
+        mine = write_record(rdir / "..", os.getpid())  # republished as the hook does:
+        os.replace(mine, rdir / mine.name)              # renamed in, the directory changes
+        assert r.scan().files_read == 302
+        assert r.scan().files_read == 0
+        child.kill()
+        child.wait()
+        died = r.scan()  # the cached live record is checked, found dead, removed
+        assert died.files_read == 302 and died.removed == 1
+        assert [p.pid for p in died.processes] == [os.getpid()]
+        assert r.scan().files_read == 301 and r.scan().files_read == 0
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_rescanner_reads_every_time_while_a_change_is_recent(rdir: Path):
+    write_record(rdir, os.getpid())
+    r = reader.Rescanner(rdir, clock=time.time, settle_s=3600)
+    assert r.scan().files_read == 1 and r.scan().files_read == 1
 
 
 @pytest.mark.parametrize("content, detail", [
@@ -362,3 +461,20 @@ def test_a_forked_child_gets_its_own_capture_secret():
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                        env=dict(os.environ, PYTHONPATH=str(ROOT)), timeout=60)
     assert r.stdout.strip() == "True", r.stderr
+
+
+def test_doctor_with_thousands_of_stale_records_prints_a_few_lines(rdir: Path):
+    for n in range(3000):
+        write_record(rdir, 4_200_000 + n)  # above any pid_max: dead
+    for n in range(12):
+        (rdir / f"{1_000_000 + n}.json").write_text("{}")
+    env = dict(os.environ, PYTHONPATH=str(ROOT), TPU_INFO_RUNTIME_DIR=str(rdir))
+    runs = [subprocess.run([sys.executable, "-m", "tpu_info.cli", "--timeout", "1", "doctor"],
+                           capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
+            for _ in range(2)]
+    first, second = (r.stdout.splitlines() for r in runs)
+    assert runs[0].returncode == 0 and len(first) < 20, runs[0].stdout
+    assert f"  - discovery: removed 3,000 record(s) of exited processes from {rdir}" in first
+    assert "  - discovery: 7 more records skipped: 7 corrupt" in first
+    assert len(os.listdir(rdir)) == 12
+    assert not any("removed" in line for line in second) and len(second) == len(first) - 1

@@ -21,10 +21,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from tpu_info import __version__
+from tpu_info.targets import shown
 
 EXIT_OK = 0
 EXIT_PARTIAL = 1
@@ -32,10 +33,16 @@ EXIT_USAGE = 2
 
 
 class UsageError(Exception):
-    """Bad input: printed as one line, exit code 2."""
+    """Bad input: printed as one line, exit code 2. Control characters in the
+    message (the user's own argument, echoed) are escaped."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(shown(message))
 
 
-class _Parser(argparse.ArgumentParser):
+class Parser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose errors are :class:`UsageError` (one line, exit 2)."""
+
     def error(self, message: str) -> None:  # type: ignore[override]
         raise UsageError(message)
 
@@ -67,7 +74,14 @@ class _FilterAction(argparse.Action):
             raise UsageError(str(e)) from e
 
 
-def _positive_seconds(flag: str, floor: float = 0.0):  # type: ignore[no-untyped-def]
+MAX_SECONDS = 86_400.0  # one day: past it, thread waits and gRPC deadlines overflow
+
+
+def seconds_arg(flag: str, floor: float = 0.0, ceiling: float = MAX_SECONDS
+                ) -> Callable[[str], float]:
+    """An argparse ``type`` for ``flag``: a finite number of seconds in
+    ``(0, ceiling]``, raised to ``floor``; anything else is a :class:`UsageError`."""
+
     def parse(text: str) -> float:
         try:
             value = float(text)
@@ -75,12 +89,15 @@ def _positive_seconds(flag: str, floor: float = 0.0):  # type: ignore[no-untyped
             raise UsageError(f"{flag} must be a number of seconds, got {text!r}") from None
         if not value > 0 or value != value or value == float("inf"):
             raise UsageError(f"{flag} must be a positive number of seconds, got {text!r}")
+        if value > ceiling:
+            raise UsageError(f"{flag} is at most {ceiling:g} seconds, got {text!r}")
         return max(value, floor)
 
     return parse
 
 
-def _target(text: str) -> str:
+def target_arg(text: str) -> str:
+    """An argparse ``type`` for ``--target``: a checked ``HOST:PORT``."""
     from tpu_info.targets import validate_target
 
     try:
@@ -89,8 +106,20 @@ def _target(text: str) -> str:
         raise UsageError(f"--target: {e}") from e
 
 
+def _pid(text: str) -> int:
+    if not (text.isascii() and text.isdigit()) or not 0 < int(text) < 1 << 31:
+        raise UsageError(f"--pid must be a process id (a positive integer), got {text!r}")
+    return int(text)
+
+
+def _output_file(text: str) -> str:
+    if not text or "\0" in text:
+        raise UsageError(f"-o must name a file, got {text!r}")
+    return text
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="tpu-info", description="See what your accelerators and the XLA "
+    p = Parser(prog="tpu-info", description="See what your accelerators and the XLA "
                 "programs on them are doing.", epilog="Exit codes: 0 all good; 1 some "
                 "targets failed; 2 usage error.")
     p.add_argument("-v", "--version", action="store_true", help="print the version and exit")
@@ -99,7 +128,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--streaming", action="store_true", help="refresh in place (Ctrl-C stops)")
     p.add_argument("--watch", action="store_true",
                    help="live dashboard (q quits, ? lists keys); --rate sets its interval")
-    p.add_argument("--rate", type=_positive_seconds("--rate", 0.1), default=1.0, metavar="S",
+    p.add_argument("--rate", type=seconds_arg("--rate", 0.1), default=1.0, metavar="S",
                    help="seconds between refreshes with --streaming (default 1, floor 0.1)")
     p.add_argument("--list_metrics", action="store_true", help="list metric names and exit")
     p.add_argument("--metric", action=_MetricAction, dest="metric_name", metavar="NAME",
@@ -107,28 +136,28 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-f", "--filter", action=_FilterAction, metavar="'percentile:[p50,p90]'",
                    help="percentile columns for the --metric before it")
     p.add_argument("--json", action="store_true", help="print the tpu-info/v1 JSON document")
-    p.add_argument("--target", action="append", type=_target, default=[], metavar="HOST:PORT",
+    p.add_argument("--target", action="append", type=target_arg, default=[], metavar="HOST:PORT",
                    help="also read this hook or libtpu (repeatable)")
     p.add_argument("--targets-file", metavar="FILE", help="HOST:PORT per line (# comments)")
     p.add_argument("--no-discovery", action="store_true",
                    help="read only --target's, not this host's hooked processes and libtpu")
-    p.add_argument("--timeout", type=_positive_seconds("--timeout"), default=3.0, metavar="S",
+    p.add_argument("--timeout", type=seconds_arg("--timeout"), default=3.0, metavar="S",
                    help="seconds allowed per target (default 3)")
     p.add_argument("--no-color", action="store_true", help="plain text, no colours")
     sub = p.add_subparsers(dest="command", metavar="{report,profile,doctor,run}")
     r = sub.add_parser("report", help="a running program's metrics_report()")
     who = r.add_mutually_exclusive_group()
-    who.add_argument("--pid", type=int, help="the hooked process with this pid")
-    who.add_argument("--target", dest="report_target", type=_target, metavar="HOST:PORT")
+    who.add_argument("--pid", type=_pid, help="the hooked process with this pid")
+    who.add_argument("--target", dest="report_target", type=target_arg, metavar="HOST:PORT")
     r.add_argument("--short", action="store_true", help="short_metrics_report()")
     # ---- profile (profiler issue) ----
     pr = sub.add_parser("profile", help="capture a Chrome/Perfetto trace of a running program")
     who = pr.add_mutually_exclusive_group()
-    who.add_argument("--pid", type=int, help="the hooked process with this pid")
-    who.add_argument("--target", dest="report_target", type=_target, metavar="HOST:PORT")
+    who.add_argument("--pid", type=_pid, help="the hooked process with this pid")
+    who.add_argument("--target", dest="report_target", type=target_arg, metavar="HOST:PORT")
     pr.add_argument("--duration", type=_capture_seconds, default=5.0, metavar="S",
                     help="seconds to record (default 5, at most 300)")
-    pr.add_argument("-o", "--output", required=True, metavar="FILE",
+    pr.add_argument("-o", "--output", required=True, type=_output_file, metavar="FILE",
                     help="trace file to write (gzip-compressed if it ends in .gz)")
     pr.add_argument("--device", action="store_true",
                     help="also jax.profiler / torch.profiler traces (the program opts in), "
@@ -281,7 +310,7 @@ def _report(args: argparse.Namespace) -> int:
 
 # ---- profile (profiler issue) ----
 def _capture_seconds(text: str) -> float:
-    value = _positive_seconds("--duration")(text)
+    value = seconds_arg("--duration")(text)
     if value > 300:
         raise UsageError(f"--duration is at most 300 seconds (5 minutes), got {text!r}")
     return value
@@ -386,6 +415,8 @@ def _run(args: argparse.Namespace) -> int:
         argv = argv[1:]
     if not argv:
         raise UsageError("run needs a command: tpu-info run -- python train.py")
+    if any("\0" in a for a in argv):
+        raise UsageError(f"run: the command has a NUL byte: {shown(' '.join(argv))}")
     try:
         return run_hooked(argv)
     except HookNotFoundError as e:

@@ -13,9 +13,18 @@ can read the 0600 record) knows: a client sends it as gRPC metadata
 
 A record is skipped, with a reason kept in :attr:`Scan.skipped` and logged,
 when its pid is dead (or was reused by a younger process), when it is corrupt,
-when it is not owned by the current user, or when it is a symlink or not a
-regular file. A directory that is a symlink, owned by someone else, or
-group/world writable is not read at all.
+when it is not owned by the current user, when it is a symlink or not a
+regular file, or when another user's socket listens on its port (its server
+is gone and someone else holds the port: never read). A directory that is a
+symlink, owned by someone else, or group/world writable is not read at all.
+
+A record of a dead process is removed when found, if it is this user's own
+regular file (never through a symlink, never another user's), it is still the
+file that was read (same inode, size and times), and no socket of this user
+listens on its port (a live process in another pid namespace that shares the
+directory keeps its record). A record of a live process is never removed.
+:class:`Rescanner` is :func:`scan` for loops: it reads the records again only
+when the directory changed.
 
 Example:
     >>> from tpu_info import discovery
@@ -31,6 +40,8 @@ import json
 import logging
 import os
 import stat
+import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,6 +66,7 @@ SYMLINK = "symlink"
 NOT_A_FILE = "not a regular file"
 UNSUPPORTED = "unsupported schema"
 UNREADABLE = "unreadable"
+PORT_TAKEN = "port held by another user"
 BAD_DIRECTORY = "unsafe runtime directory"
 
 
@@ -88,9 +100,11 @@ class Skipped:
     path: Path
     reason: str
     detail: str = ""
+    removed: bool = False
 
     def __str__(self) -> str:
-        return f"{self.path}: {self.reason}" + (f" ({self.detail})" if self.detail else "")
+        detail = ", ".join(d for d in (self.detail, "removed" if self.removed else "") if d)
+        return f"{self.path}: {self.reason}" + (f" ({detail})" if detail else "")
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +114,29 @@ class Scan:
     directory: Path
     processes: tuple[DiscoveredProcess, ...] = ()
     skipped: tuple[Skipped, ...] = field(default_factory=tuple)
+    files_read: int = 0
+
+    @property
+    def removed(self) -> int:
+        """How many records of dead processes this look removed."""
+        return sum(1 for s in self.skipped if s.removed)
+
+    def summary(self, first: int = 5) -> list[str]:
+        """What was skipped, in at most ``first + 2`` lines: removed records
+        counted in one line, the first ``first`` others one line each, the
+        rest counted by reason (``9,998 more records skipped: ...``)."""
+        lines = []
+        if self.removed:
+            lines.append(f"removed {self.removed:,} record(s) of exited processes from "
+                         f"{self.directory}")
+        kept = [s for s in self.skipped if not s.removed
+                and not (s.reason == UNREADABLE and s.detail == "vanished")]
+        lines += [str(s) for s in kept[:first]]
+        if len(kept) > first:
+            by_reason = Counter(s.reason for s in kept[first:])
+            lines.append(f"{len(kept) - first:,} more records skipped: " + ", ".join(
+                f"{n:,} {reason}" for reason, n in by_reason.most_common()))
+        return lines
 
 
 def runtime_dir(environ: Mapping[str, str] | None = None, uid: int | None = None) -> Path:
@@ -233,11 +270,70 @@ def _read_record(path: Path, uid: int) -> DiscoveredProcess | Skipped:
         return Skipped(path, CORRUPT, str(e))
 
 
+def _identity(path: Path) -> tuple[int, ...] | None:
+    """What changes when a file is replaced (rename) or rewritten in place."""
+    try:
+        st = path.lstat()
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_uid,
+            stat.S_IFMT(st.st_mode))
+
+
+def _remove_dead(path: Path, seen: tuple[int, ...] | None, uid: int) -> bool:
+    """Unlinks ``path`` if it is still the file judged dead (``seen``, taken
+    before it was read) and this user's regular file: a process that reused
+    the pid renames in a new file, which has another identity. ``lstat``
+    only: a symlink is never followed."""
+    if seen is None or seen[5] != uid or seen[6] != stat.S_IFREG or _identity(path) != seen:
+        return False
+    try:
+        os.unlink(path)
+    except OSError:
+        return False
+    return True
+
+
+PortOwners = Callable[[], "Mapping[int, set[int]] | None"]
+
+
+def _port_owners() -> Mapping[int, set[int]] | None:
+    from tpu_info.listeners import ProcNet
+
+    return ProcNet().owners_by_port()
+
+
+class _Owners:
+    """``port_owners()`` asked at most once per look, and only if needed."""
+
+    def __init__(self, ask: PortOwners) -> None:
+        self._ask = ask
+        self._asked = False
+        self._owners: Mapping[int, set[int]] | None = None
+
+    def of(self, port: int) -> set[int] | None:
+        if not self._asked:
+            self._asked, self._owners = True, self._ask()
+        return None if self._owners is None else self._owners.get(port, set())
+
+
+def _port_taken(p: DiscoveredProcess, owners: _Owners, uid: int) -> Skipped | None:
+    """A live record whose port another user's socket listens on: its server
+    is gone (or moved) and someone else holds the port now; never read."""
+    others = sorted((owners.of(p.port) or set()) - {uid})
+    if not others:
+        return None
+    return Skipped(p.path, PORT_TAKEN, f"pid {p.pid}'s port {p.port} is held by uid "
+                   f"{others[0]}: the record is stale or its port was taken")
+
+
 def scan(
     directory: str | os.PathLike[str] | None = None,
     *,
     alive: Callable[[int, float], bool] = pid_alive,
     uid: int | None = None,
+    remove_dead: bool = True,
+    port_owners: PortOwners = _port_owners,
 ) -> Scan:
     """Reads every record in ``directory`` (default :func:`runtime_dir`).
 
@@ -245,6 +341,10 @@ def scan(
         directory: the runtime directory to read.
         alive: ``alive(pid, start_time)``; records whose process is gone are skipped.
         uid: the user whose records count (default the effective uid).
+        remove_dead: remove this user's records of dead processes (see the module
+            docstring for when a record is kept anyway).
+        port_owners: ``{port: uids listening}`` on this host (None: cannot
+            tell); asked once per scan, only when there is a record to judge.
 
     Returns:
         The live processes (ordered by pid) and everything skipped, with reasons.
@@ -266,16 +366,82 @@ def scan(
         return Scan(path, skipped=(Skipped(path, BAD_DIRECTORY, e.strerror or str(e)),))
     found: list[DiscoveredProcess] = []
     skipped: list[Skipped] = []
+    owners = _Owners(port_owners)
     for name in names:
+        seen = _identity(path / name) if remove_dead else None
         result = _read_record(path / name, uid)
         if isinstance(result, DiscoveredProcess) and not alive(result.pid, result.start_time):
-            result = Skipped(result.path, DEAD, f"pid {result.pid}")
+            dead, removed, detail = result, False, f"pid {result.pid}"
+            if remove_dead:
+                if uid in (owners.of(dead.port) or ()):
+                    detail += f"; kept: a socket of yours listens on its port {dead.port}"
+                else:
+                    removed = _remove_dead(dead.path, seen, uid)
+            result = Skipped(dead.path, DEAD, detail, removed=removed)
+        elif isinstance(result, DiscoveredProcess):
+            result = _port_taken(result, owners, uid) or result
         if isinstance(result, DiscoveredProcess):
             found.append(result)
         else:
             skipped.append(result)
     found.sort(key=lambda p: p.pid)
-    return Scan(path, tuple(found), tuple(skipped))
+    return Scan(path, tuple(found), tuple(skipped), files_read=len(names))
+
+
+class Rescanner:
+    """:func:`scan` for a loop that asks every few seconds.
+
+    The records are read again only when the directory changed (its inode,
+    mode, owner, mtime or ctime): starting, exiting and removing records all
+    change it. Otherwise only the live processes found last time are checked
+    again (``alive``, and who holds their ports), and a change makes the next
+    look a full one (which removes a dead process's record). A directory
+    changed within ``settle_s`` of now is read every time, since two changes
+    within one timestamp tick look like one.
+
+    Args:
+        directory: the runtime directory (default :func:`runtime_dir`).
+        alive, uid, port_owners: as for :func:`scan`.
+        clock: wall clock, compared with the directory's mtime.
+        settle_s: how recent a change must be to be read again regardless.
+    """
+
+    def __init__(self, directory: str | os.PathLike[str] | None = None, *,
+                 alive: Callable[[int, float], bool] = pid_alive, uid: int | None = None,
+                 port_owners: PortOwners = _port_owners,
+                 clock: Callable[[], float] = time.time, settle_s: float = 2.0) -> None:
+        self.directory = Path(directory) if directory is not None else runtime_dir()
+        self.alive = alive
+        self.uid = os.geteuid() if uid is None else uid
+        self.port_owners = port_owners
+        self.clock = clock
+        self.settle_s = settle_s
+        self._key: tuple[int, ...] | None = None
+        self._last: Scan | None = None
+
+    def _stamp(self) -> tuple[tuple[int, ...] | None, bool]:
+        try:
+            st = self.directory.lstat()
+        except OSError:
+            return None, False
+        key = (st.st_dev, st.st_ino, st.st_mode, st.st_uid, st.st_mtime_ns, st.st_ctime_ns)
+        settled = self.clock() - max(st.st_mtime, st.st_ctime) > self.settle_s
+        return key, settled
+
+    def scan(self) -> Scan:
+        """The directory's records now; cheap when nothing changed."""
+        key, settled = self._stamp()
+        last = self._last
+        if last is not None and key is not None and key == self._key and settled:
+            owners = _Owners(self.port_owners)
+            if all(self.alive(p.pid, p.start_time) and not _port_taken(p, owners, self.uid)
+                   for p in last.processes):
+                return Scan(last.directory, last.processes,
+                            tuple(s for s in last.skipped if not s.removed))
+        result = scan(self.directory, alive=self.alive, uid=self.uid,
+                      port_owners=self.port_owners)
+        self._key, self._last = (key, result) if settled else (None, None)
+        return result
 
 
 def find_processes(
@@ -285,19 +451,21 @@ def find_processes(
 ) -> list[DiscoveredProcess]:
     """The live hooked processes of the current user on this host.
 
-    Skipped records are logged (dead pids at INFO, the rest at WARNING); use
-    :func:`scan` to get them as data.
+    Skipped records are logged in a few lines (:meth:`Scan.summary`; at INFO
+    when they are all dead pids, else WARNING); use :func:`scan` to get them
+    as data. Records of dead processes are removed (see :func:`scan`).
 
     Args:
         runtime_dir: the directory to read (default :func:`runtime_dir`).
         alive: ``alive(pid, start_time)`` liveness check (injectable for tests).
     """
     result = scan(runtime_dir, alive=alive)
-    for s in result.skipped:
-        if s.reason == UNREADABLE and s.detail == "vanished":
-            continue
-        log.log(logging.INFO if s.reason == DEAD else logging.WARNING,
-                "skipping discovery record %s", s)
+    lines = result.summary()
+    if result.removed:
+        log.info("discovery: %s", lines.pop(0))
+    quiet = all(s.reason == DEAD for s in result.skipped)
+    for line in lines:
+        log.log(logging.INFO if quiet else logging.WARNING, "skipping discovery record %s", line)
     return list(result.processes)
 
 

@@ -1,6 +1,12 @@
 """One look at everything ``tpu-info`` shows: local chips, discovered hooked
 processes, libtpu on localhost:8431 and the targets the user named.
 
+What is read without being named (:func:`local_targets`, shared with the
+dashboard): this user's discovery records whose port is not held by another
+user's socket, and ``localhost:8431`` only when it is libtpu this user may
+trust (:func:`tpu_info.listeners.judge_libtpu_port`) or a record of this user
+names it. Everything skipped is a note that ``doctor`` prints.
+
 Example:
     >>> g = gather([], timeout=0.5, probe_libtpu=False, scan_devices=False,
     ...            runtime_dir="/nonexistent")
@@ -10,9 +16,12 @@ Example:
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from tpu_info.discovery import Scan
+from tpu_info.listeners import ProcNet, judge_libtpu_port
 from tpu_info.model import LocalScan
 from tpu_info.targets import normalize
 from tpu_info.views import TargetView
@@ -34,6 +43,63 @@ class Gathered:
         return [v for v in self.views if not v.ok]
 
 
+@dataclass(frozen=True)
+class LocalTargets:
+    """What to read on this host without being told.
+
+    Attributes:
+        processes: ``(target, argv)`` of each discovered process to read.
+        libtpu: the libtpu target to read, or None.
+        notes: ``(where, reason)`` for what was skipped or removed, and why.
+    """
+
+    processes: list[tuple[str, tuple[str, ...]]]
+    libtpu: str | None
+    notes: list[tuple[str, str]]
+
+
+def local_targets(scan: Scan | None, net: ProcNet, *, uid: int | None = None,
+                  libtpu_target: str | None = LIBTPU_TARGET,
+                  named: Sequence[str] = ()) -> LocalTargets:
+    """Picks this host's targets from a discovery ``scan`` and ``/proc``.
+
+    Every process ``scan`` found is read (it already skipped records whose
+    port another user holds). ``libtpu_target`` is read when a record of this
+    user names it, or when :func:`judge_libtpu_port` accepts who listens; a
+    target the user ``named`` is left to them.
+    """
+    uid = os.geteuid() if uid is None else uid
+    notes: list[tuple[str, str]] = []
+    processes: list[tuple[str, tuple[str, ...]]] = []
+    if scan is not None:
+        notes += [("discovery", line) for line in scan.summary()]
+        processes = [(p.target, p.argv) for p in scan.processes]
+        if not scan.processes:
+            notes.append(("discovery", f"no hooked process of this user found in "
+                          f"{scan.directory} (start one with metrics.install() or "
+                          "`tpu-info run -- python ...`)"))
+    libtpu = None
+    recorded = {normalize(t) for t, _ in processes}
+    if libtpu_target is not None and normalize(libtpu_target) in recorded:
+        notes.append((libtpu_target, "read as a hooked process: a discovery record of yours "
+                      "names this port"))
+    elif libtpu_target is not None and normalize(libtpu_target) in map(normalize, named):
+        notes.append((libtpu_target, "read because you named it with --target, whoever "
+                      "listens there"))
+    elif libtpu_target is not None:
+        port = int(libtpu_target.rpartition(":")[2])
+        verdict = judge_libtpu_port(net.listeners(port), port, uid)
+        if verdict.read:
+            libtpu = libtpu_target
+            notes.append((libtpu_target, verdict.why))
+        elif verdict.listening:
+            notes.append((libtpu_target, verdict.why))
+        else:
+            notes.append((libtpu_target, f"libtpu not present: {verdict.why} (normal on "
+                          "machines without TPUs, or when no TPU program runs)"))
+    return LocalTargets(processes, libtpu, notes)
+
+
 def _read_hook_or_libtpu(client):  # type: ignore[no-untyped-def]
     """Our service first; a server that only speaks libtpu's is read as libtpu."""
     from tpu_info.errors import NotAMonitor
@@ -51,13 +117,15 @@ def gather(
     use_discovery: bool = True,
     probe_libtpu: bool = True,
     scan_devices: bool = True,
-    runtime_dir: str | None = None,
+    runtime_dir: str | os.PathLike[str] | None = None,
+    proc_root: str | os.PathLike[str] = "/proc",
+    libtpu_target: str = LIBTPU_TARGET,
 ) -> Gathered:
     """Reads every source at once; a failed target becomes a view with its error.
 
     Targets named by the user that fail are errors (exit code 1); libtpu's
-    default port answering nothing is only a note, since most machines have
-    no libtpu.
+    port is read only as :func:`local_targets` decides, and when it answers
+    nothing that is only a note, since most machines have no libtpu.
     """
     from tpu_info import devices, discovery
     from tpu_info.client import fan_out
@@ -67,24 +135,18 @@ def gather(
     for key, why in local.reasons.items():
         notes.append((f"local/{key}", why))
 
-    order: list[str] = []
-    implicit: set[str] = set()
-    discovered = 0
+    net = ProcNet(proc_root)
+    found = None
     if use_discovery:
-        scan = discovery.scan(runtime_dir)
-        for s in scan.skipped:
-            notes.append((f"discovery/{s.path.name}", f"{s.reason}: {s.detail}".rstrip(": ")))
-        for p in scan.processes:
-            order.append(p.target)
-            discovered += 1
-        if not scan.processes:
-            notes.append(("discovery", f"no hooked process of this user found in {scan.directory}"
-                          " (start one with metrics.install() or `tpu-info run -- python ...`)"))
-    for t in targets:
-        order.append(t)
-    if probe_libtpu:
-        order.append(LIBTPU_TARGET)
-        implicit.add(normalize(LIBTPU_TARGET))
+        found = discovery.scan(runtime_dir, port_owners=net.owners_by_port)
+    picked = local_targets(found, net, libtpu_target=libtpu_target if probe_libtpu else None,
+                           named=targets)
+    notes += picked.notes
+    order = [t for t, _ in picked.processes] + list(targets)
+    implicit: set[str] = set()
+    if picked.libtpu is not None:
+        order.append(picked.libtpu)
+        implicit.add(normalize(picked.libtpu))
     seen: set[str] = set()
     unique: list[str] = []
     for t in order:
@@ -92,9 +154,6 @@ def gather(
         if key not in seen:
             seen.add(key)
             unique.append(t)
-    # A target the user named explicitly is not implicit any more.
-    implicit -= {normalize(t) for t in targets}
-    implicit -= {normalize(t) for t in order[:discovered]}
 
     views: list[TargetView] = []
     for r in fan_out(unique, timeout=timeout, call=_read_hook_or_libtpu):
@@ -106,4 +165,4 @@ def gather(
                           "without TPUs, or when no TPU program runs)"))
         else:
             views.append(TargetView(r.target, None, error=str(r.error)))
-    return Gathered(views, local, notes, discovered)
+    return Gathered(views, local, notes, len(picked.processes))

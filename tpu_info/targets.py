@@ -1,14 +1,28 @@
 """``HOST:PORT`` targets: checked with a message that says what is wrong,
 read from a file, and normalized so two spellings of one place match.
 
+A host is an IPv4 address, an IPv6 address in brackets (``[::1]``, with an
+optional ``%zone``), or a DNS name whose labels are 1..63 characters (253 in
+all) of letters, digits, ``-`` and ``_``; an internationalized name is
+returned in its ASCII (IDNA) form, which is what a resolver looks up.
+
 Example:
     >>> validate_target("[::1]:8431"), normalize("127.0.0.1:8431")
     ('[::1]:8431', 'localhost:8431')
+    >>> validate_target("bücher.example:80")
+    'xn--bcher-kva.example:80'
 """
 
 from __future__ import annotations
 
+import ipaddress
+import string
+
 _LOOPBACK = {"localhost", "127.0.0.1", "::1", "[::1]"}
+MAX_TARGETS_FILE_BYTES = 1 << 20
+MAX_TARGETS = 4096
+_MAX_DNS_NAME = 253
+_DNS_CHARS = frozenset(string.ascii_letters + string.digits + "-_.")
 
 
 def normalize(target: str) -> str:
@@ -17,34 +31,71 @@ def normalize(target: str) -> str:
     return f"localhost:{port}" if host in _LOOPBACK else target
 
 
+def shown(text: str) -> str:
+    """``text`` as it may appear in a one-line message: characters a terminal
+    would act on (escapes, NUL, newlines, C1 controls) written as ``\\xNN``."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii")
+                   for c in text)
 
 
 def read_targets_file(path: str) -> list[str]:
     """``host:port`` per line; ``#`` comments and blank lines are skipped.
 
     Raises:
-        ValueError: unreadable file or a line that is not ``host:port``.
+        ValueError: unreadable, binary or oversized file (more than
+            :data:`MAX_TARGETS_FILE_BYTES` or :data:`MAX_TARGETS` targets), or
+            a line that is not ``host:port``.
     """
+    name = shown(path)
     try:
-        with open(path, encoding="utf-8") as f:
-            lines = f.read().splitlines()
-    except (OSError, UnicodeDecodeError) as e:
-        raise ValueError(f"cannot read targets file {path}: {e}") from e
+        with open(path, "rb") as f:
+            raw = f.read(MAX_TARGETS_FILE_BYTES + 1)
+    except (OSError, ValueError) as e:  # ValueError: a NUL in the path
+        raise ValueError(f"cannot read targets file {name}: "
+                         f"{getattr(e, 'strerror', None) or e}") from e
+    if len(raw) > MAX_TARGETS_FILE_BYTES:
+        raise ValueError(f"targets file {name} is larger than "
+                         f"{MAX_TARGETS_FILE_BYTES // 1024} KiB; expected HOST:PORT lines")
+    try:
+        lines = raw.decode("utf-8").splitlines()
+    except UnicodeDecodeError as e:
+        raise ValueError(f"cannot read targets file {name}: not UTF-8 text "
+                         f"(byte {e.start})") from e
     out = []
     for n, line in enumerate(lines, 1):
         text = line.split("#", 1)[0].strip()
         if not text:
             continue
         try:
-            validate_target(text)
+            out.append(validate_target(text))
         except ValueError as e:
-            raise ValueError(f"{path}:{n}: {e}") from e
-        out.append(text)
+            raise ValueError(f"{name}:{n}: {e}") from e
+        if len(out) > MAX_TARGETS:
+            raise ValueError(f"targets file {name} names more than {MAX_TARGETS} targets")
     return out
 
 
+def _check_dns_name(host: str, target: str) -> str:
+    """The ASCII form of DNS name ``host``; ValueError when it cannot be one."""
+    try:
+        ascii_host = host.encode("idna").decode("ascii")
+    except UnicodeError:
+        raise ValueError(f"target {shown(target)}: host is not a valid DNS name (labels of "
+                         "1..63 characters, separated by dots)") from None
+    bad = sorted(set(ascii_host) - _DNS_CHARS)
+    if bad:
+        raise ValueError(f"target {shown(target)}: host has {shown(''.join(bad))!r}; "
+                         "expected letters, digits, '-', '_' and '.'")
+    if len(ascii_host.rstrip(".")) > _MAX_DNS_NAME:
+        raise ValueError(f"target {shown(target)}: host is longer than {_MAX_DNS_NAME} "
+                         "characters")
+    return ascii_host
+
+
 def validate_target(target: str) -> str:
-    """Checks ``host:port`` / ``[v6]:port`` and returns it.
+    """Checks ``host:port`` / ``[v6]:port`` and returns it (a DNS name in ASCII).
 
     Raises:
         ValueError: with what is wrong and what is expected.
@@ -52,17 +103,33 @@ def validate_target(target: str) -> str:
     t = target.strip()
     if not t:
         raise ValueError("empty target; expected HOST:PORT, e.g. localhost:8431")
+    if not t.isprintable() or any(c.isspace() for c in t):
+        raise ValueError(f"target {shown(target)} is not HOST:PORT (it has spaces or "
+                         "control characters)")
+    if t.startswith("[") and t.endswith("]"):
+        raise ValueError(f"target {target!r} has no port; expected [IPv6]:PORT")
     host, sep, port = t.rpartition(":")
     if not sep:
         raise ValueError(f"target {target!r} has no port; expected HOST:PORT, e.g. {t}:8431")
-    if t.startswith("[") != host.endswith("]") or host.count("[") > 1:
+    if t.startswith("[") != host.endswith("]") or host.count("[") > 1 \
+            or host.count("]") > 1:
         raise ValueError(f"target {target!r} has unbalanced brackets; expected [IPv6]:PORT")
     if not host.strip("[]"):
         raise ValueError(f"target {target!r} has no host; expected HOST:PORT")
-    if any(c.isspace() for c in t) or any(c in host for c in "/?#@"):
+    if any(c in host for c in "/?#@"):
         raise ValueError(f"target {target!r} is not HOST:PORT")
     if ":" in host.strip("[]") and not host.startswith("["):
         raise ValueError(f"target {target!r}: write IPv6 addresses as [ADDR]:PORT")
-    if not port.isdigit() or not 0 < int(port) < 65536:
+    if not (port.isascii() and port.isdigit()) or not 0 < int(port) < 65536:
         raise ValueError(f"target {target!r} has port {port!r}; expected 1..65535")
-    return t
+    if host.startswith("["):
+        try:
+            ipaddress.IPv6Address(host[1:-1])
+        except ValueError:
+            raise ValueError(f"target {target!r}: {host} is not an IPv6 address") from None
+        return f"{host}:{int(port)}" if port != str(int(port)) else t
+    try:
+        ipaddress.IPv4Address(host)
+    except ValueError:
+        host = _check_dns_name(host, target)
+    return f"{host}:{int(port)}"

@@ -8,19 +8,28 @@ so ``tpu_info`` never imports ``tui``.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections.abc import Sequence
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="tpu-info --watch",
-                                description="Live dashboard of accelerators and XLA programs.")
-    p.add_argument("--target", action="append", default=[], metavar="HOST:PORT")
-    p.add_argument("--rate", type=float, default=1.0, metavar="S")
-    p.add_argument("--timeout", type=float, default=3.0, metavar="S")
+    """Parses ``argv`` (checked as ``tpu-info`` checks them) and runs the dashboard."""
+    from tpu_info.cli import EXIT_USAGE, Parser, UsageError, seconds_arg, target_arg
+
+    p = Parser(prog="tpu-info --watch",
+               description="Live dashboard of accelerators and XLA programs.")
+    p.add_argument("--target", action="append", default=[], type=target_arg,
+                   metavar="HOST:PORT")
+    p.add_argument("--rate", type=seconds_arg("--rate", 0.1), default=1.0, metavar="S")
+    p.add_argument("--timeout", type=seconds_arg("--timeout"), default=3.0, metavar="S")
     p.add_argument("--no-discovery", action="store_true")
-    args = p.parse_args(argv)
+    try:
+        args = p.parse_args(argv)
+    except UsageError as e:
+        print(f"tpu-info --watch: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except SystemExit as e:  # --help
+        return int(e.code or 0)
     from tui.app import run
 
     return run(args.target, args.rate, discover=not args.no_discovery, timeout=args.timeout)

@@ -21,7 +21,6 @@ Example:
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -29,7 +28,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 
-from tpu_info.client import Client, split_target
+from tpu_info.client import Client
 from tpu_info.errors import NotAMonitor, ServerError, TimedOut, TpuInfoError
 from tpu_info.model import Snapshot
 
@@ -251,38 +250,48 @@ class _Watchdog:
                 self._timer = None
 
 
-def _listens(target: str, timeout: float = 0.2) -> bool:
-    try:
-        host, port = split_target(target)
-        with socket.create_connection((host, port), timeout=timeout):
-            return True
-    except (OSError, TpuInfoError):
-        return False
-
-
 class DiscoveryLoop:
     """Rescans the runtime directory every ``every_s`` seconds.
 
     Posts :class:`Found` with every live hooked process, plus libtpu's
-    ``localhost:8431`` when something listens there and ``probe_libtpu``.
+    ``localhost:8431`` when ``probe_libtpu`` and it is libtpu this user may
+    read (:func:`tpu_info.gather.local_targets` decides, as for ``tpu-info``).
+    A look costs a ``stat`` of the directory and a read of ``/proc/net/tcp``
+    while nothing changes (:class:`tpu_info.discovery.Rescanner`).
+
+    Args:
+        runtime_dir: where discovery looks (default: the usual place).
+        every_s: seconds between looks.
+        probe_libtpu: also read libtpu's port when it is libtpu.
+        proc_root: where ``/proc`` is (tests point it at a fixture tree).
+        libtpu_target: libtpu's address.
     """
 
     def __init__(self, runtime_dir: str | Path | None = None, every_s: float = 2.0,
-                 probe_libtpu: bool = True) -> None:
+                 probe_libtpu: bool = True, *, proc_root: str | Path = "/proc",
+                 libtpu_target: str = LIBTPU_TARGET) -> None:
+        from tpu_info.discovery import Rescanner
+        from tpu_info.listeners import ProcNet
+
         self.runtime_dir = runtime_dir
         self.every_s = every_s
         self.probe_libtpu = probe_libtpu
+        self.libtpu_target = libtpu_target
+        self.net = ProcNet(proc_root)
+        self.rescanner = Rescanner(runtime_dir, port_owners=self.net.owners_by_port)
         self._stopped = threading.Event()
 
     def stop(self) -> None:
         self._stopped.set()
 
     def scan(self) -> Found:
-        from tpu_info import discovery
+        from tpu_info.gather import local_targets
 
-        found = [(p.target, p.argv) for p in discovery.scan(self.runtime_dir).processes]
-        if self.probe_libtpu and _listens(LIBTPU_TARGET):
-            found.append((LIBTPU_TARGET, ()))
+        picked = local_targets(self.rescanner.scan(), self.net,
+                               libtpu_target=self.libtpu_target if self.probe_libtpu else None)
+        found = list(picked.processes)
+        if picked.libtpu is not None:
+            found.append((picked.libtpu, ()))
         return Found(tuple(found))
 
     def run(self, sink: Sink, stop: threading.Event) -> None:
