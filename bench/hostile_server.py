@@ -1,0 +1,147 @@
+"""The client against a hostile server's huge reply: wall time and memory.
+
+A real gRPC server (:mod:`tests.hostile_server`, in its own process) answers
+every snapshot with 650,000 graphs (60 MB). Measured here:
+
+- ``tpu-info --timeout 3`` one-shot: wall time and max RSS of the command
+  (``wait4``'s ``ru_maxrss``), its exit code and its stderr line. The bound:
+  it ends within ``--timeout`` plus start-up, and its RSS stays near a plain
+  run's (the client's receive size and count bounds keep the reply out).
+- ``tpu-info --watch`` in a real terminal (tmux), when tmux is installed:
+  RSS after ``--watch-s`` seconds, whether it drew, and the seconds from
+  ``q`` to the process's exit (the bound: 1 s).
+
+Before issue 14 (fc0f0e4) this measured 6.2-8.5 s and 566-569 MB for the
+one-shot (load 2.9 on 2 cores), and a dashboard that grew past 1 GB and did
+not quit on ``q``; see the README's threat model for today's figures.
+
+    python bench/hostile_server.py            # 650,000 graphs, 20 s of --watch
+    python bench/hostile_server.py --smoke    # 100,000 graphs, 4 s of --watch
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import psutil
+from _common import ROOT, parser
+
+TIMEOUT_S = 3.0
+Q_BOUND_S = 1.0
+
+
+def _env() -> dict[str, str]:
+    return dict(os.environ, PYTHONPATH=str(ROOT), TPU_INFO_RUNTIME_DIR="/nonexistent-tpu-info")
+
+
+def start_server(graphs: int) -> tuple[subprocess.Popen[str], str, int]:
+    """The hostile server in its own process: (process, target, reply bytes)."""
+    p = subprocess.Popen([sys.executable, "-m", "tests.hostile_server", "huge", "--graphs",
+                          str(graphs)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         text=True, cwd=ROOT, env=_env())
+    assert p.stdout is not None
+    target, size = p.stdout.readline().split()
+    return p, target, int(size)
+
+
+def one_shot(target: str) -> tuple[float, float, int, str]:
+    """``tpu-info --timeout 3``: (wall s, max RSS MiB, exit code, stderr)."""
+    t0 = time.monotonic()
+    p = subprocess.Popen([sys.executable, "-m", "tpu_info.cli", "--no-discovery", "--target",
+                          target, "--timeout", str(TIMEOUT_S)], stdout=subprocess.DEVNULL,
+                         stderr=subprocess.PIPE, text=True, cwd=ROOT, env=_env())
+    assert p.stderr is not None
+    err = p.stderr.read()
+    _, status, usage = os.wait4(p.pid, 0)
+    wall = time.monotonic() - t0
+    p.returncode = os.waitstatus_to_exitcode(status)
+    return wall, usage.ru_maxrss / 1024, p.returncode, err.strip()
+
+
+def watch(target: str, seconds: float) -> tuple[float, float, str, float | None] | None:
+    """``--watch`` in tmux: (RSS MiB at the end, peak RSS MiB, what it shows,
+    seconds from ``q`` to its exit); None without tmux."""
+    tmux = shutil.which("tmux")
+    if tmux is None:
+        return None
+    sock = f"tpu-info-bench-{uuid.uuid4().hex[:8]}"
+
+    def run(*args: str) -> str:
+        return subprocess.run([tmux, "-L", sock, *args], capture_output=True, text=True,
+                              timeout=30, check=True).stdout
+
+    env = " ".join(f"{k}={v}" for k, v in _env().items() if k in ("PYTHONPATH",
+                                                                  "TPU_INFO_RUNTIME_DIR"))
+    ended = Path(tempfile.mkdtemp()) / "ended"
+    run("new-session", "-d", "-s", "w", "-x", "140", "-y", "40",
+        f"cd {ROOT} && env {env} {sys.executable} -m tui --no-discovery "
+        f"--target {target} --rate 0.5 --timeout {TIMEOUT_S}; date +%s.%N > {ended}; sleep 60")
+    try:
+        shell = psutil.Process(int(run("display", "-p", "-t", "w", "#{pane_pid}").strip()))
+        deadline = time.monotonic() + 10
+        while not shell.children() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        proc = shell.children()[0]
+        peak = 0.0
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            peak = max(peak, proc.memory_info().rss / 2**20)
+            time.sleep(0.25)
+        rss = proc.memory_info().rss / 2**20
+        pane = run("capture-pane", "-p", "-t", "w")
+        shown = ("its process row" if "huge" in pane else
+                 "the target disconnected" if "disconnected" in pane else "nothing")
+        sent = time.time()
+        run("send-keys", "-t", "w", "q")
+        quit_s: float | None = None
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and quit_s is None:
+            if ended.exists() and ended.read_text().strip():
+                quit_s = float(ended.read_text()) - sent
+            time.sleep(0.05)
+        if quit_s is None:
+            proc.kill()
+        return rss, max(peak, rss), shown, quit_s
+    finally:
+        subprocess.run([tmux, "-L", sock, "kill-server"], capture_output=True, timeout=30)
+
+
+def main() -> int:
+    p = parser(__doc__)
+    p.add_argument("--graphs", type=int, default=None)
+    p.add_argument("--watch-s", type=float, default=None)
+    args = p.parse_args()
+    graphs = args.graphs or (100_000 if args.smoke else 650_000)
+    watch_s = args.watch_s or (4.0 if args.smoke else 20.0)
+    server, target, size = start_server(graphs)
+    try:
+        print(f"hostile reply: {graphs:,} graphs, {size / 1e6:.1f} MB; "
+              f"load average {os.getloadavg()[0]:.2f}")
+        wall, rss, rc, err = one_shot(target)
+        print(f"tpu-info --timeout {TIMEOUT_S:g}: {wall:.2f} s wall (bound {TIMEOUT_S:g} s "
+              f"+ start-up), max RSS {rss:.0f} MiB, exit {rc}")
+        print(f"  stderr: {err[:200]}")
+        w = watch(target, watch_s)
+        if w is None:
+            print("--watch: tmux is not installed; skipped")
+        else:
+            rss_end, peak, shown, quit_s = w
+            q = f"{quit_s:.2f} s" if quit_s is not None else "did not quit in 90 s"
+            print(f"--watch for {watch_s:g} s: RSS {rss_end:.0f} MiB (peak {peak:.0f} MiB), "
+                  f"shows {shown}, q to exit {q} (bound {Q_BOUND_S:g} s)")
+    finally:
+        if server.stdin is not None:
+            server.stdin.close()
+        server.wait(timeout=30)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
