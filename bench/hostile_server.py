@@ -11,9 +11,13 @@ every snapshot with 650,000 graphs (60 MB). Measured here:
   RSS after ``--watch-s`` seconds, whether it drew, and the seconds from
   ``q`` to the process's exit (the bound: 1 s).
 
-Before issue 14 (fc0f0e4) this measured 6.2-8.5 s and 566-569 MB for the
-one-shot (load 2.9 on 2 cores), and a dashboard that grew past 1 GB and did
-not quit on ``q``; see the README's threat model for today's figures.
+Before issue 14 (fc0f0e4, load 2-3 on 2 cores): the one-shot took 6.2-8.8 s
+and 554-569 MiB (350,000 graphs: 7.2 s, 337 MiB); the dashboard held 954 MiB
+after 30 s (1.6 GB in another run), never showed the graphs, and had not quit
+90 s after ``q``. After: 0.4-0.7 s and 48 MiB (the reply is refused unread:
+over 32 MiB), 350,000 graphs 0.4 s and 184-192 MiB (cut to 2,000); the
+dashboard 61-65 MiB (650,000) or 450-490 MiB flat (350,000 every 0.5 s), q
+to exit 0.3-0.5 s.
 
     python bench/hostile_server.py            # 650,000 graphs, 20 s of --watch
     python bench/hostile_server.py --smoke    # 100,000 graphs, 4 s of --watch
@@ -31,10 +35,12 @@ import uuid
 from pathlib import Path
 
 import psutil
-from _common import ROOT, parser
+from _common import ROOT, parser, verdict
 
 TIMEOUT_S = 3.0
 Q_BOUND_S = 1.0
+RSS_BOUND_MIB = 300  # a plain run takes ~50 MiB; 350,000 graphs (under the byte bound) ~190
+WATCH_RSS_BOUND_MIB = 800  # 350,000 graphs every 0.5 s: ~450-500 MiB, flat
 
 
 def _env() -> dict[str, str]:
@@ -128,6 +134,8 @@ def main() -> int:
         print(f"tpu-info --timeout {TIMEOUT_S:g}: {wall:.2f} s wall (bound {TIMEOUT_S:g} s "
               f"+ start-up), max RSS {rss:.0f} MiB, exit {rc}")
         print(f"  stderr: {err[:200]}")
+        verdict("hostile one-shot wall s", wall, f"<= {TIMEOUT_S:g}", wall <= TIMEOUT_S)
+        verdict("hostile one-shot max RSS MiB", rss, f"<= {RSS_BOUND_MIB}", rss <= RSS_BOUND_MIB)
         w = watch(target, watch_s)
         if w is None:
             print("--watch: tmux is not installed; skipped")
@@ -136,6 +144,11 @@ def main() -> int:
             q = f"{quit_s:.2f} s" if quit_s is not None else "did not quit in 90 s"
             print(f"--watch for {watch_s:g} s: RSS {rss_end:.0f} MiB (peak {peak:.0f} MiB), "
                   f"shows {shown}, q to exit {q} (bound {Q_BOUND_S:g} s)")
+            quit_value = quit_s if quit_s is not None else 90.0
+            verdict("hostile watch q-to-exit s", quit_value, f"<= {Q_BOUND_S:g}",
+                    quit_value <= Q_BOUND_S)
+            verdict("hostile watch peak RSS MiB", peak, f"<= {WATCH_RSS_BOUND_MIB}",
+                    peak <= WATCH_RSS_BOUND_MIB)
     finally:
         if server.stdin is not None:
             server.stdin.close()

@@ -107,8 +107,10 @@ def nonfinite_snapshot(now: float) -> Snapshot:
     """A snapshot whose doubles are NaN or infinities wherever one fits."""
     nan, inf = math.nan, math.inf
     bad = Samples([now, nan, inf], [nan, inf, -inf])
+    # Totals are finite but for one (a client before issue 14 refused NaN
+    # totals only): min, max, rates, percentiles and recent samples are not.
     dists = tuple(DistributionReading(
-        name=name, unit=unit, count=3, total=inf if unit is Unit.BYTES else nan, min=-inf,
+        name=name, unit=unit, count=3, total=inf if name == "InboundData" else 30.0, min=-inf,
         max=nan, rate_per_second=nan, value_rate_per_second=inf,
         percentiles=((50.0, nan), (90.0, inf), (nan, 1.0)), recent=bad,
         buckets=BucketCounts(gamma=2.0, positive={1: 3}))
@@ -190,14 +192,17 @@ class HostileServer:
         services: ``monitor``, ``libtpu``, or both.
         graphs: graphs in a ``huge`` reply.
         interval_s: seconds between streamed replies.
+        delay_s: seconds each libtpu call waits before it answers (each
+            within any per-call timeout, together beyond it).
     """
 
     def __init__(self, kind: str, services: Sequence[str] = ("monitor",), *,
-                 graphs: int = 650_000, interval_s: float = 0.5) -> None:
+                 graphs: int = 650_000, interval_s: float = 0.5, delay_s: float = 0.0) -> None:
         if kind not in KINDS:
             raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
         self.kind = kind
         self.interval_s = interval_s
+        self.delay_s = delay_s
         self.calls = 0
         now = time.time()
         if kind == "huge":
@@ -263,6 +268,7 @@ class HostileServer:
     def _libtpu_metric(self, request: lpb.MetricRequest,
                        context: grpc.ServicerContext) -> lpb.MetricResponse:
         self.calls += 1
+        time.sleep(self.delay_s)
         if self.kind == "abort":
             self._fail(context)
         return _libtpu_reply(self.kind, request.metric_name)

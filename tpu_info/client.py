@@ -155,7 +155,7 @@ class Client:
         details = status_details(e)
         t = self.target
         if code == grpc.StatusCode.DEADLINE_EXCEEDED:
-            return TimedOut(f"no answer within {self._allowed():g}s", target=t)
+            return TimedOut(f"no answer within {self._allowed():.3g}s", target=t)
         if code == grpc.StatusCode.UNIMPLEMENTED:
             return NotAMonitor(f"a gRPC server answers here, but not {service} ({details})",
                                target=t)
@@ -188,7 +188,7 @@ class Client:
         end = now + self.timeout
         if self.deadline is not None:
             if now >= self.deadline:
-                raise TimedOut(f"no time left of {self._allowed():g}s", target=self.target)
+                raise TimedOut(f"no time left of {self._allowed():.3g}s", target=self.target)
             end = min(end, self.deadline)
         return end
 
@@ -456,7 +456,7 @@ def fan_out(
             else:
                 fut.cancel()
                 results.append(FanOutResult(targets[i], error=TimedOut(
-                    f"no answer within {timeout:g}s", target=targets[i]), seconds=timeout))
+                    f"no answer within {timeout:.3g}s", target=targets[i]), seconds=timeout))
         return results
     finally:
         pool.shutdown(wait=False, cancel_futures=True)

@@ -273,7 +273,7 @@ class Decoding:
 
     def check(self) -> None:
         if self.deadline is not None and time.monotonic() > self.deadline:
-            within = f" within {self.seconds:g}s" if self.seconds is not None else ""
+            within = f" within {self.seconds:.3g}s" if self.seconds is not None else ""
             raise TimedOut(f"the reply could not be decoded{within} (too large)")
 
     def num(self, value: float, where: str) -> float | None:
