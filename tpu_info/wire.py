@@ -235,12 +235,18 @@ MAX_RECENT = 1_024  # the hook keeps 64
 MAX_BUCKETS = 20_000  # per sign; the hook's dense span is 16,384
 MAX_METRICS = 4_096  # ListMetrics entries
 MAX_NOTES = 64  # left_out reasons kept per snapshot
-_CHECK_EVERY = 64  # records between two looks at the deadline
+_CHECK_EVERY = 64  # records decoded between two looks at the deadline
 
 
 def text(value: str) -> str:
     """A string from the wire, cleaned (:func:`tpu_info.safe.clean`)."""
+    if len(value) <= MAX_WIRE_TEXT and value.isprintable():  # most strings, at C speed
+        return value
     return clean(value, MAX_WIRE_TEXT)
+
+
+def _at(where: str, field: str) -> str:
+    return f"{where} {field}" if field else where
 
 
 class Decoding:
@@ -252,60 +258,58 @@ class Decoding:
         seconds: the whole allowance, for the error message.
     """
 
-    __slots__ = ("deadline", "notes", "seconds", "_n")
+    __slots__ = ("deadline", "notes", "seconds")
 
     def __init__(self, deadline: float | None = None, seconds: float | None = None) -> None:
         self.deadline = deadline
         self.seconds = seconds
         self.notes: list[tuple[str, str]] = []
-        self._n = 0
 
     def left_out(self, where: str, why: str) -> None:
         """Records that a value at ``where`` was kept out, and why."""
         self.notes.append((where, why))
 
-    def tick(self) -> None:
-        """Raises :class:`TimedOut` when the deadline has passed (looks every
-        few records)."""
-        self._n += 1
-        if self.deadline is not None and self._n % _CHECK_EVERY == 0:
-            self.check()
-
     def check(self) -> None:
+        """Raises :class:`TimedOut` when the deadline has passed."""
         if self.deadline is not None and time.monotonic() > self.deadline:
             within = f" within {self.seconds:.3g}s" if self.seconds is not None else ""
             raise TimedOut(f"the reply could not be decoded{within} (too large)")
 
-    def num(self, value: float, where: str) -> float | None:
+    # ``where`` and ``field`` name a value; they are joined only when it is kept out.
+
+    def num(self, value: float, where: str, field: str = "") -> float | None:
         """``value`` if finite, else None with the reason kept."""
         if math.isfinite(value):
             return value
-        self.left_out(where, f"not a finite number ({value!r}); shown as N/A")
+        self.left_out(_at(where, field), f"not a finite number ({value!r}); shown as N/A")
         return None
 
-    def num0(self, value: float, where: str) -> float:
+    def num0(self, value: float, where: str, field: str = "") -> float:
         """``value`` if finite, else 0.0 with the reason kept."""
         if math.isfinite(value):
             return value
-        self.left_out(where, f"not a finite number ({value!r}); shown as 0")
+        self.left_out(_at(where, field), f"not a finite number ({value!r}); shown as 0")
         return 0.0
 
     def opt(self, m: Any, field: str, where: str) -> float | None:
         """An ``optional double`` field: None when unset or not finite."""
-        return self.num(getattr(m, field), f"{where} {field}") if m.HasField(field) else None
+        return self.num(getattr(m, field), where, field) if m.HasField(field) else None
 
-    def bounded(self, items: Sequence[T], bound: int, what: str,
+    def bounded(self, items: Sequence[T], bound: int, where: str, field: str = "",
                 newest: bool = False) -> Sequence[T]:
         """The first (or, with ``newest``, the last) ``bound`` of ``items``."""
         n = len(items)
         if n <= bound:
             return items
-        self.left_out(what, f"the target sent {n:,}, more than the {bound:,} a real program "
-                      f"sends; the {'last' if newest else 'first'} {bound:,} are kept")
+        self.left_out(_at(where, field), f"the target sent {n:,}, more than the {bound:,} a "
+                      f"real program sends; the {'last' if newest else 'first'} {bound:,} "
+                      "are kept")
         return items[n - bound:] if newest else items[:bound]
 
-    def strings(self, items: Sequence[str], bound: int, what: str) -> tuple[str, ...]:
-        return tuple(text(s) for s in self.bounded(items, bound, what))
+    def strings(self, items: Sequence[str], bound: int, where: str,
+                field: str = "") -> tuple[str, ...]:
+        """The first ``bound`` strings of ``items``, cleaned."""
+        return tuple(map(text, self.bounded(items, bound, where, field)))
 
     def summary(self) -> tuple[tuple[str, str], ...]:
         """The reasons, at most :data:`MAX_NOTES` of them."""
@@ -432,7 +436,7 @@ def _distribution(m: pb.Distribution, dec: Decoding) -> DistributionReading | No
 
 def _cause(c: pb.RecompileCause, where: str, dec: Decoding) -> RecompileCause:
     return RecompileCause(
-        time_unix=dec.num0(c.time_unix, f"{where} cause time"),
+        time_unix=dec.num0(c.time_unix, where, "cause time"),
         description=text(c.description),
         location=text(c.location) if c.HasField("location") else None,
         argument=text(c.argument) if c.HasField("argument") else None,
@@ -450,21 +454,21 @@ def _graph(m: pb.Graph, dec: Decoding) -> GraphRecord:
         hash=hash_,
         name=text(m.name),
         engine=text(m.engine),
-        first_seen_unix=dec.num0(m.first_seen_unix, f"{where} first_seen_unix"),
-        last_seen_unix=dec.num0(m.last_seen_unix, f"{where} last_seen_unix"),
+        first_seen_unix=dec.num0(m.first_seen_unix, where, "first_seen_unix"),
+        last_seen_unix=dec.num0(m.last_seen_unix, where, "last_seen_unix"),
         compiles=m.compiles,
-        compile_seconds_total=dec.num0(m.compile_seconds_total, f"{where} compile_seconds_total"),
-        compile_seconds_last=dec.num0(m.compile_seconds_last, f"{where} compile_seconds_last"),
+        compile_seconds_total=dec.num0(m.compile_seconds_total, where, "compile_seconds_total"),
+        compile_seconds_last=dec.num0(m.compile_seconds_last, where, "compile_seconds_last"),
         cache_hits=m.cache_hits,
         executions=m.executions if m.HasField("executions") else None,
-        signature=dec.strings(m.signature, MAX_STRINGS, f"{where} signature"),
-        signatures=tuple(dec.strings(s.args, MAX_STRINGS, f"{where} signatures")
-                         for s in dec.bounded(m.signatures, MAX_SIGNATURES,
-                                              f"{where} signatures", newest=True))
+        signature=dec.strings(m.signature, MAX_STRINGS, where, "signature"),
+        signatures=tuple(dec.strings(s.args, MAX_STRINGS, where, "signatures")
+                         for s in dec.bounded(m.signatures, MAX_SIGNATURES, where,
+                                              "signatures", newest=True))
         if m.signatures else (),
         causes=() if not m.causes else tuple(
             _cause(c, where, dec)
-            for c in dec.bounded(m.causes, MAX_CAUSES, f"{where} causes", newest=True)),
+            for c in dec.bounded(m.causes, MAX_CAUSES, where, "causes", newest=True)),
     )
 
 
@@ -494,18 +498,24 @@ def _device(m: pb.Device, dec: Decoding) -> DeviceRecord:
 
 
 def _event(m: pb.Event, dec: Decoding) -> Event:
-    if m.seq < 1:
+    seq = m.seq
+    if seq < 1:
         raise WireError("event with sequence number 0")
-    where = f"event {m.seq}"
+    t = m.time_unix
+    value = m.value if m.HasField("value") else None
+    if not math.isfinite(t):  # events are many: their place is named only when needed
+        t = dec.num0(t, f"event {seq}", "time")
+    if value is not None and not math.isfinite(value):
+        value = dec.num(value, f"event {seq}", "value")
     return Event(
-        seq=m.seq,
-        time_unix=dec.num0(m.time_unix, f"{where} time"),
+        seq=seq,
+        time_unix=t,
         kind=text(m.kind),
         name=text(m.name),
         graph_hash=text(m.graph_hash),
         detail=text(m.detail),
         location=text(m.location) if m.HasField("location") else None,
-        value=dec.opt(m, "value", where),
+        value=value,
     )
 
 
@@ -533,18 +543,19 @@ class DecodeCache:
         old = self._kept.get(section, {})
         new: dict[bytes, Any] = {}
         out = []
-        for m in messages:
+        for i, m in enumerate(messages):
             key = m.SerializeToString()
             hit = old.get(key) or new.get(key)
             if hit is None:
                 mark = len(dec.notes)
                 hit = (decode(m, dec), tuple(dec.notes[mark:]))
+                if not i % _CHECK_EVERY:
+                    dec.check()
             elif hit[1]:
                 dec.notes.extend(hit[1])
             new[key] = hit
             if hit[0] is not None:
                 out.append(hit[0])
-            dec.tick()
         fresh[section] = new
         return tuple(out)
 
@@ -560,11 +571,12 @@ def _records(section: str, messages: Sequence[Any], decode: Callable[[Any, Decod
     if cache is not None:
         return cache.records(section, messages, decode, dec, fresh)
     out = []
-    for m in messages:
+    for i, m in enumerate(messages):
         record = decode(m, dec)
         if record is not None:
             out.append(record)
-        dec.tick()
+        if not i % _CHECK_EVERY:
+            dec.check()
     return tuple(out)
 
 
@@ -574,12 +586,12 @@ def _process(p: pb.Process, dec: Decoding) -> ProcessRecord:
     return ProcessRecord(
         pid=p.pid,
         name=text(p.name),
-        argv=dec.strings(p.argv, MAX_STRINGS, "process argv"),
+        argv=dec.strings(p.argv, MAX_STRINGS, "process", "argv"),
         host=text(p.host),
         user=text(p.user),
         engine=text(p.engine),
         versions={text(k): text(v) for k, v in versions},
-        start_time_unix=dec.num0(p.start_time_unix, "process start_time_unix"),
+        start_time_unix=dec.num0(p.start_time_unix, "process", "start_time_unix"),
     )
 
 
