@@ -113,6 +113,7 @@ class Client:
         self.target = target
         self.timeout = timeout
         self.deadline = deadline
+        self.max_message_bytes = max_message_bytes
         self._started = time.monotonic()
         # Snapshots of one target repeat most parts: those are not decoded again.
         self._parts = decode_cache if decode_cache is not None else wire.DecodeCache()
@@ -160,7 +161,8 @@ class Client:
             return NotAMonitor(f"a gRPC server answers here, but not {service} ({details})",
                                target=t)
         if code == grpc.StatusCode.RESOURCE_EXHAUSTED and "larger than max" in details:
-            return ReplyTooLarge(details, target=t)
+            return ReplyTooLarge(f"the reply is larger than the {self.max_message_bytes / 2**20:g}"
+                                 f" MiB this client accepts ({details})", target=t)
         if code == grpc.StatusCode.UNAVAILABLE:
             left = self.timeout - (time.monotonic() - started)
             if _something_listens(t, min(left, 1.0)):
