@@ -58,6 +58,7 @@ def test_numbers_that_are_not_finite_are_kept_out_with_their_reason(services):
     assert t["devices"] and all(d["busy_percent"] is None for d in t["devices"])
     assert all("not a finite number" in d["reasons"]["busy_percent"] for d in t["devices"])
     assert any("not a finite number" in n["reason"] for n in doc["na"])
+    assert any(f["kind"] == "kept_out" for f in t["findings"])  # the tables and --watch too
     for r in (j, table, doctor):
         assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
     assert "N/A" in table.stdout
@@ -81,6 +82,7 @@ async def test_dashboard_reads_numbers_that_are_not_finite_without_crashing():
             assert app.is_running
             busy = [v for s in d.samples for _, v in s.busy]
             assert busy and all(v is None for v in busy)
+            assert any(f.kind == "kept_out" for f in d.findings)  # its Findings panel says why
             app.stop_source()
 
 
