@@ -235,6 +235,7 @@ MAX_RECENT = 1_024  # the hook keeps 64
 MAX_BUCKETS = 20_000  # per sign; the hook's dense span is 16,384
 MAX_METRICS = 4_096  # ListMetrics entries
 MAX_NOTES = 64  # left_out reasons kept per snapshot
+MAX_UNIX_TIME = 253_402_300_799.0  # 9999-12-31T23:59:59Z, the last second datetime shows
 _CHECK_EVERY = 64  # records decoded between two looks at the deadline
 
 
@@ -289,6 +290,14 @@ class Decoding:
         if math.isfinite(value):
             return value
         self.left_out(_at(where, field), f"not a finite number ({value!r}); shown as 0")
+        return 0.0
+
+    def when(self, value: float, where: str, field: str = "") -> float:
+        """A unix time: ``value`` if a clock can show it (years 1970 to 9999),
+        else 0.0 with the reason kept."""
+        if 0.0 <= value <= MAX_UNIX_TIME:  # False for NaN too
+            return value
+        self.left_out(_at(where, field), f"not a time ({value!r}); shown as 0")
         return 0.0
 
     def opt(self, m: Any, field: str, where: str) -> float | None:
@@ -436,7 +445,7 @@ def _distribution(m: pb.Distribution, dec: Decoding) -> DistributionReading | No
 
 def _cause(c: pb.RecompileCause, where: str, dec: Decoding) -> RecompileCause:
     return RecompileCause(
-        time_unix=dec.num0(c.time_unix, where, "cause time"),
+        time_unix=dec.when(c.time_unix, where, "cause time"),
         description=text(c.description),
         location=text(c.location) if c.HasField("location") else None,
         argument=text(c.argument) if c.HasField("argument") else None,
@@ -454,8 +463,8 @@ def _graph(m: pb.Graph, dec: Decoding) -> GraphRecord:
         hash=hash_,
         name=text(m.name),
         engine=text(m.engine),
-        first_seen_unix=dec.num0(m.first_seen_unix, where, "first_seen_unix"),
-        last_seen_unix=dec.num0(m.last_seen_unix, where, "last_seen_unix"),
+        first_seen_unix=dec.when(m.first_seen_unix, where, "first_seen_unix"),
+        last_seen_unix=dec.when(m.last_seen_unix, where, "last_seen_unix"),
         compiles=m.compiles,
         compile_seconds_total=dec.num0(m.compile_seconds_total, where, "compile_seconds_total"),
         compile_seconds_last=dec.num0(m.compile_seconds_last, where, "compile_seconds_last"),
@@ -503,8 +512,8 @@ def _event(m: pb.Event, dec: Decoding) -> Event:
         raise WireError("event with sequence number 0")
     t = m.time_unix
     value = m.value if m.HasField("value") else None
-    if not math.isfinite(t):  # events are many: their place is named only when needed
-        t = dec.num0(t, f"event {seq}", "time")
+    if not 0.0 <= t <= MAX_UNIX_TIME:  # events are many: their place is named when needed
+        t = dec.when(t, f"event {seq}", "time")
     if value is not None and not math.isfinite(value):
         value = dec.num(value, f"event {seq}", "value")
     return Event(
@@ -591,7 +600,7 @@ def _process(p: pb.Process, dec: Decoding) -> ProcessRecord:
         user=text(p.user),
         engine=text(p.engine),
         versions={text(k): text(v) for k, v in versions},
-        start_time_unix=dec.num0(p.start_time_unix, "process", "start_time_unix"),
+        start_time_unix=dec.when(p.start_time_unix, "process", "start_time_unix"),
     )
 
 
@@ -618,8 +627,8 @@ def snapshot_from_proto(m: pb.Snapshot, cache: DecodeCache | None = None, *,
     check_version(m.protocol_version)
     dec = Decoding(deadline, seconds)
     dec.check()
-    if not math.isfinite(m.taken_at_unix):
-        raise WireError(f"taken_at_unix is not a finite number ({m.taken_at_unix!r})")
+    if not 0.0 <= m.taken_at_unix <= MAX_UNIX_TIME:
+        raise WireError(f"taken_at_unix is not a time ({m.taken_at_unix!r})")
     process = _process(m.process, dec) if m.HasField("process") else None
     counters = tuple(
         CounterReading(

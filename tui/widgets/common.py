@@ -51,7 +51,10 @@ class Palette:
 
 def hms(t: float, tz: tzinfo | None = None) -> str:
     """``15:06:40`` in ``tz`` (None: local time)."""
-    return datetime.fromtimestamp(t, tz=tz).strftime("%H:%M:%S")
+    try:
+        return datetime.fromtimestamp(t, tz=tz).strftime("%H:%M:%S")
+    except (ValueError, OverflowError, OSError):  # not a time a clock can show
+        return "--:--:--"
 
 
 def sparkline(values: Sequence[float | None], width: int, lo: float = 0.0,
