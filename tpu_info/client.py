@@ -1,9 +1,12 @@
 """gRPC client: one target (tpu-info's own service or libtpu's), or many at once.
 
 A :class:`Client` owns one channel and closes it; every failure is a
-:class:`~tpu_info.errors.TpuInfoError` naming the target. :func:`fan_out`
-asks many targets concurrently, each with its own deadline, so a slow or dead
-target costs its own timeout and nothing more.
+:class:`~tpu_info.errors.TpuInfoError` naming the target. A call's timeout
+covers decoding its reply too (:func:`tpu_info.wire.snapshot_from_proto`
+stops at the deadline), and replies over 32 MiB are refused unread.
+:func:`fan_out` asks many targets concurrently within one deadline, so a
+slow, dead or flooding target fails on its own and the round still ends in
+time.
 
 Example:
     >>> from tpu_info.client import Client, fan_out
