@@ -86,6 +86,7 @@ async def test_dashboard_reads_numbers_that_are_not_finite_without_crashing():
             app.stop_source()
 
 
+@pytest.mark.slow
 def test_dashboard_crash_is_one_line_and_exit_code_1(tmux_bin, tmp_path):  # noqa: F811
     """A bug on the UI thread (here: a panel that raises) ends the dashboard
     with one line, not a full-screen traceback, and a nonzero exit code."""
