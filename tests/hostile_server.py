@@ -50,6 +50,7 @@ from tpu_info.model import (
 )
 from tpu_info.proto import tpu_info_v1_pb2 as pb
 from tpu_info.proto import tpu_metric_service_pb2 as lpb
+from tpu_info.proto import tpu_metric_service_pb2_grpc as lpb_grpc
 
 # Each one has taken over a terminal somewhere.
 ESCAPES = ("\x1b]0;pwned-title\x07" "\x1b]52;c;cHduZWQ=\x07" "\x1b[2J\x1b[H"
@@ -214,7 +215,7 @@ class HostileServer:
         self.reply_bytes = len(self._reply)
         self._server = grpc.server(futures.ThreadPoolExecutor(8), options=[
             ("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", 1 << 20)])
-        handlers = []
+        handlers = []  # Monitor as raw bytes: a 60 MB reply is built once, not per call
         if "monitor" in services:
             handlers.append(grpc.method_handlers_generic_handler("tpu_info.v1.Monitor", {
                 "GetSnapshot": grpc.unary_unary_rpc_method_handler(self._snapshot),
@@ -222,17 +223,9 @@ class HostileServer:
                 "ListMetrics": grpc.unary_unary_rpc_method_handler(
                     self._list_metrics, response_serializer=pb.ListMetricsReply.SerializeToString),
             }))
-        if "libtpu" in services:
-            handlers.append(grpc.method_handlers_generic_handler(
-                "tpu.monitoring.runtime.RuntimeMetricService", {
-                    "GetRuntimeMetric": grpc.unary_unary_rpc_method_handler(
-                        self._libtpu_metric, request_deserializer=lpb.MetricRequest.FromString,
-                        response_serializer=lpb.MetricResponse.SerializeToString),
-                    "ListSupportedMetrics": grpc.unary_unary_rpc_method_handler(
-                        self._supported,
-                        response_serializer=lpb.ListSupportedMetricsResponse.SerializeToString),
-                }))
         self._server.add_generic_rpc_handlers(tuple(handlers))
+        if "libtpu" in services:
+            lpb_grpc.add_RuntimeMetricServiceServicer_to_server(_Libtpu(self), self._server)
         self.port = self._server.add_insecure_port("127.0.0.1:0")
         self.target = f"127.0.0.1:{self.port}"
         self._server.start()
@@ -263,23 +256,6 @@ class HostileServer:
         reply.metrics.add(name=_s("Metric"), kind="counter", unit=pb.UNIT_NUMBER, help=_s("h"))
         return reply
 
-    # libtpu -------------------------------------------------------------------
-
-    def _libtpu_metric(self, request: lpb.MetricRequest,
-                       context: grpc.ServicerContext) -> lpb.MetricResponse:
-        self.calls += 1
-        time.sleep(self.delay_s)
-        if self.kind == "abort":
-            self._fail(context)
-        return _libtpu_reply(self.kind, request.metric_name)
-
-    def _supported(self, request: object, context: grpc.ServicerContext):  # type: ignore[no-untyped-def]
-        if self.kind == "abort":
-            self._fail(context)
-        resp = lpb.ListSupportedMetricsResponse()
-        resp.supported_metric.add(metric_name=_s(libtpu.HBM_USAGE))
-        return resp
-
     # Lifecycle ------------------------------------------------------------------
 
     def stop(self) -> None:
@@ -290,6 +266,29 @@ class HostileServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+class _Libtpu(lpb_grpc.RuntimeMetricServiceServicer):
+    """libtpu's service (the generated servicer) answering as ``server`` says."""
+
+    def __init__(self, server: HostileServer) -> None:
+        self._srv = server
+
+    def GetRuntimeMetric(self, request: lpb.MetricRequest,  # noqa: N802 - the proto's name
+                         context: grpc.ServicerContext) -> lpb.MetricResponse:
+        self._srv.calls += 1
+        time.sleep(self._srv.delay_s)
+        if self._srv.kind == "abort":
+            self._srv._fail(context)
+        return _libtpu_reply(self._srv.kind, request.metric_name)
+
+    def ListSupportedMetrics(self, request: lpb.ListSupportedMetricsRequest,  # noqa: N802
+                             context: grpc.ServicerContext) -> lpb.ListSupportedMetricsResponse:
+        if self._srv.kind == "abort":
+            self._srv._fail(context)
+        resp = lpb.ListSupportedMetricsResponse()
+        resp.supported_metric.add(metric_name=_s(libtpu.HBM_USAGE))
+        return resp
 
 
 def main(argv: Sequence[str] | None = None) -> int:
