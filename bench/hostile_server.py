@@ -14,9 +14,9 @@ every snapshot with 650,000 graphs (60 MB). Measured here:
 Before issue 14 (fc0f0e4, load 2-3 on 2 cores): the one-shot took 6.2-8.8 s
 and 554-569 MiB (350,000 graphs: 7.2 s, 337 MiB); the dashboard held 954 MiB
 after 30 s (1.6 GB in another run), never showed the graphs, and had not quit
-90 s after ``q``. After: 0.4-0.7 s and 48 MiB (the reply is refused unread:
-over 32 MiB), 350,000 graphs 0.4 s and 184-192 MiB (cut to 2,000); the
-dashboard 61-65 MiB (650,000) or 450-490 MiB flat (350,000 every 0.5 s), q
+90 s after ``q``. After: 0.3-0.7 s and 44-48 MiB (the reply is refused unread:
+over 32 MiB), 350,000 graphs 0.4-0.6 s and 172-192 MiB (cut to 2,000); the
+dashboard 57-65 MiB (650,000) or 400-500 MiB flat (350,000 every 0.5 s), q
 to exit 0.3-0.5 s.
 
     python bench/hostile_server.py            # 650,000 graphs, 20 s of --watch
