@@ -12,13 +12,17 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from rich.cells import cell_len
 
+from tests.hostile_server import forbidden_in
 from tpu_info import cli, wire
 from tpu_info.errors import TpuInfoError
-from tpu_info.jsonview import to_json
+from tpu_info.jsonview import dumps, to_json
 from tpu_info.proto import tpu_info_v1_pb2 as pb
 from tpu_info.render import render_text
 from tpu_info.textreport import metrics_report
 from tpu_info.views import TargetView
+from tui.source import Conn, Update
+from tui.state import TargetData, series
+from tui.widgets.common import hms, sparkline
 
 FUZZ = settings(max_examples=150, deadline=None,
                 suppress_health_check=[HealthCheck.too_slow])
@@ -33,8 +37,21 @@ def _render_everything(msg: pb.Snapshot) -> None:
     for width in (80, 160):
         text = render_text(views, width=width)
         assert all(cell_len(line) <= width for line in text.splitlines())
-    json.dumps(to_json(views))
-    metrics_report(snap)
+        assert not forbidden_in(text)
+    json.loads(dumps(to_json(views)), parse_constant=_not_json)  # strict JSON
+    assert not forbidden_in(metrics_report(snap))
+    d = TargetData("fuzz:1")  # the dashboard's fold and its charts
+    for _ in range(2):
+        d.apply(Update("fuzz:1", Conn.STREAMING, snap))
+    for attr in ("h2d_bytes_per_s", "d2h_bytes_per_s"):
+        sparkline(series(d.samples, attr), 10)
+    for dev in snap.devices:
+        sparkline(series(d.samples, "busy", dev.id), 10, hi=100.0)
+        hms(snap.taken_at_unix)
+
+
+def _not_json(constant: str) -> None:
+    raise AssertionError(f"{constant} is not JSON")
 
 
 @FUZZ
@@ -81,6 +98,11 @@ def snapshots(draw) -> pb.Snapshot:  # type: ignore[no-untyped-def]
             d.min, d.max = draw(finite), draw(finite)
         d.percentile_percents.extend(draw(st.lists(finite, max_size=9)))
         d.percentile_values.extend(draw(st.lists(finite, max_size=9)))
+        n = draw(st.integers(0, 4))
+        d.recent_times_unix.extend(draw(st.lists(finite, min_size=n, max_size=n)))
+        d.recent_values.extend(draw(st.lists(finite, min_size=n, max_size=n)))
+        if draw(st.booleans()):
+            d.rate_per_second, d.value_rate_per_second = draw(finite), draw(finite)
         d.buckets.gamma = draw(finite)
         keys = draw(st.lists(st.integers(-(2**31), 2**31 - 1), max_size=5))
         d.buckets.positive_keys.extend(keys)
@@ -89,11 +111,14 @@ def snapshots(draw) -> pb.Snapshot:  # type: ignore[no-untyped-def]
     for _ in range(draw(st.integers(0, 3))):
         g = m.graphs.add(hash=draw(hostile), name=draw(hostile),
                          compiles=draw(st.integers(0, 2**64 - 1)),
-                         compile_seconds_total=draw(finite))
+                         compile_seconds_total=draw(finite), first_seen_unix=draw(finite),
+                         last_seen_unix=draw(finite))
         g.causes.add(description=draw(hostile), time_unix=draw(finite))
     for _ in range(draw(st.integers(0, 3))):
-        m.events.add(seq=draw(st.integers(0, 2**64 - 1)), kind=draw(hostile),
-                     detail=draw(hostile), time_unix=draw(finite))
+        e = m.events.add(seq=draw(st.integers(0, 2**64 - 1)), kind=draw(hostile),
+                         detail=draw(hostile), time_unix=draw(finite))
+        if draw(st.booleans()):
+            e.value = draw(finite)
     return m
 
 

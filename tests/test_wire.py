@@ -211,7 +211,7 @@ def test_encoder_keeps_key_fields_on_the_hooks_lists_only():
     data = encoder._encode_distribution(reading)
     assert keys.encoded[1] and encoder._encode_distribution(reading) == data
     for _ in range(3):
-        decoded = wire._distribution(pb.Distribution.FromString(data))
+        decoded = wire._distribution(pb.Distribution.FromString(data), wire.Decoding())
         assert type(decoded.buckets.positive.key_list) is list  # nothing can stick to it
         again = encoder._encode_distribution(decoded)
         assert pb.Distribution.FromString(again) == pb.Distribution.FromString(data)

@@ -19,8 +19,8 @@ printed); 2 usage error. Errors are one line on stderr, never a traceback.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -189,10 +189,22 @@ def _targets(args: argparse.Namespace) -> list[str]:
     return targets
 
 
+def _left(args: argparse.Namespace) -> float:
+    """Seconds left of the command's ``--timeout`` (its whole wall time)."""
+    return max(0.01, args.deadline - time.monotonic())
+
+
+def _say(message: object) -> None:
+    """One error line on stderr; what a server said is cleaned once more here."""
+    from tpu_info.safe import clean
+
+    print(f"tpu-info: {clean(message, 1000)}", file=sys.stderr)
+
+
 def _gather(args: argparse.Namespace, targets: list[str]):  # type: ignore[no-untyped-def]
     from tpu_info.gather import gather
 
-    return gather(targets, timeout=args.timeout, use_discovery=not args.no_discovery,
+    return gather(targets, timeout=_left(args), use_discovery=not args.no_discovery,
                   probe_libtpu=not args.no_discovery, scan_devices=not args.no_discovery)
 
 
@@ -243,6 +255,7 @@ def _show(args: argparse.Namespace, targets: list[str]) -> int:
         try:
             with Live(console=console, auto_refresh=False, screen=False) as live:
                 while True:
+                    args.deadline = time.monotonic() + args.timeout
                     g = _gather(args, targets)
                     live.update(_renderable(args, g, console.width), refresh=True)
                     time.sleep(args.rate)
@@ -250,11 +263,11 @@ def _show(args: argparse.Namespace, targets: list[str]) -> int:
             return EXIT_OK
     g = _gather(args, targets)
     if args.json:
-        from tpu_info.jsonview import to_json
+        from tpu_info.jsonview import dumps, to_json
 
         doc = to_json(g.views, local=g.local)
         doc["notes"] = [{"where": w, "reason": r} for w, r in g.notes]
-        print(json.dumps(doc, indent=2, sort_keys=False))
+        print(dumps(doc))
     else:
         if not g.views and not g.local.chips and not args.metrics:
             console.print("No accelerator and no hooked process found. Run `tpu-info doctor` "
@@ -262,7 +275,7 @@ def _show(args: argparse.Namespace, targets: list[str]) -> int:
         else:
             console.print(_renderable(args, g, console.width))
     for v in g.failed:
-        print(f"tpu-info: {v.target}: {v.error}", file=sys.stderr)
+        _say(v.error if v.error.startswith(f"{v.target}: ") else f"{v.target}: {v.error}")
     return EXIT_PARTIAL if g.failed else EXIT_OK
 
 
@@ -297,10 +310,10 @@ def _report(args: argparse.Namespace) -> int:
 
     target = _pick_target(args)
     try:
-        with Client(target, timeout=args.timeout) as c:
+        with Client(target, timeout=_left(args), deadline=args.deadline) as c:
             snap = c.snapshot()
     except TpuInfoError as e:
-        print(f"tpu-info: {e}", file=sys.stderr)
+        _say(e)
         return EXIT_PARTIAL
     text = (textreport.short_metrics_report(snap) if args.short
             else textreport.metrics_report(snap))
@@ -393,6 +406,7 @@ def _profile(args: argparse.Namespace) -> int:
 
 def _doctor(args: argparse.Namespace, targets: list[str]) -> int:
     from tpu_info import render
+    from tpu_info.safe import clean
 
     g = _gather(args, targets)
     lines = [f"{w}: {r}" for w, r in g.notes]
@@ -400,7 +414,7 @@ def _doctor(args: argparse.Namespace, targets: list[str]) -> int:
     lines += [f"{w}: {r}" for w, r in render.reasons(g.views, local=g.local)]
     print(f"tpu-info doctor: {len(g.views)} target(s) read, {g.discovered} discovered, "
           f"{len(g.local.chips)} local accelerator(s)")
-    for line in dict.fromkeys(lines):
+    for line in dict.fromkeys(clean(line, 1000) for line in lines):
         print(f"  - {line}")
     if not lines:
         print("  nothing to explain: every value was read")
@@ -430,6 +444,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Parses ``argv`` and runs the command; returns the exit code."""
     try:
         args = build_parser().parse_args(argv)
+        args.deadline = time.monotonic() + args.timeout  # --timeout is the whole command's
         if args.version:
             print(f"tpu-info {__version__}")
             return EXIT_OK

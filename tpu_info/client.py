@@ -1,9 +1,12 @@
 """gRPC client: one target (tpu-info's own service or libtpu's), or many at once.
 
 A :class:`Client` owns one channel and closes it; every failure is a
-:class:`~tpu_info.errors.TpuInfoError` naming the target. :func:`fan_out`
-asks many targets concurrently, each with its own deadline, so a slow or dead
-target costs its own timeout and nothing more.
+:class:`~tpu_info.errors.TpuInfoError` naming the target. A call's timeout
+covers decoding its reply too (:func:`tpu_info.wire.snapshot_from_proto`
+stops at the deadline), and replies over 32 MiB are refused unread.
+:func:`fan_out` asks many targets concurrently within one deadline, so a
+slow, dead or flooding target fails on its own and the round still ends in
+time.
 
 Example:
     >>> from tpu_info.client import Client, fan_out
@@ -45,6 +48,7 @@ from tpu_info.proto import tpu_info_v1_pb2 as pb
 from tpu_info.proto import tpu_info_v1_pb2_grpc as pb_grpc
 from tpu_info.proto import tpu_metric_service_pb2 as lpb
 from tpu_info.proto import tpu_metric_service_pb2_grpc as lpb_grpc
+from tpu_info.safe import clean
 from tpu_info.targets import validate_target
 
 T = TypeVar("T")
@@ -55,7 +59,11 @@ DEFAULT_KEEPALIVE_S = 10.0
 MAX_CAPTURE_S = 300.0
 MAX_CAPTURE_FILES = 64  # device files taken from one reply; the hook sends at most 16
 CAPTURE_MARGIN_S = 30.0  # beyond the window: building the trace, device profilers
-DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+# The largest snapshot a real hook sends: 2,000 graphs, each with its 32 causes
+# and 8 signatures (27 MiB with long descriptions and 20-argument signatures),
+# and 25,000 events (5 MiB). A 60 MB reply of 650,000 graphs is refused unread.
+DEFAULT_MAX_MESSAGE_BYTES = 32 * 1024 * 1024
+FAN_OUT_MARGIN_S = 0.5
 _LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1", "[::1]", "ip6-localhost"}
 
 
@@ -73,6 +81,11 @@ def split_target(target: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
+def status_details(e: grpc.RpcError) -> str:
+    """A failed call's status details, cleaned: a server chooses them."""
+    return clean((e.details() if hasattr(e, "details") else "") or "")
+
+
 def _something_listens(target: str, timeout: float) -> bool:
     try:
         host, port = split_target(target)
@@ -87,8 +100,10 @@ class Client:
 
     Args:
         target: ``host:port``.
-        timeout: seconds allowed for each call.
+        timeout: seconds allowed for each call, decoding its reply included.
         max_message_bytes: largest reply accepted (larger: :class:`ReplyTooLarge`).
+        deadline: ``time.monotonic()`` by which every call must have ended,
+            however many are made (None: each call has its ``timeout``).
 
     Loopback targets are dialled with ``grpc.local_channel_credentials()``
     (what libtpu expects; the hook accepts it too), others in plain text.
@@ -97,10 +112,14 @@ class Client:
     def __init__(self, target: str, timeout: float = DEFAULT_TIMEOUT_S, *,
                  max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
                  keepalive_s: float = DEFAULT_KEEPALIVE_S,
-                 decode_cache: wire.DecodeCache | None = None) -> None:
+                 decode_cache: wire.DecodeCache | None = None,
+                 deadline: float | None = None) -> None:
         host, _ = split_target(target)
         self.target = target
         self.timeout = timeout
+        self.deadline = deadline
+        self.max_message_bytes = max_message_bytes
+        self._started = time.monotonic()
         # Snapshots of one target repeat most parts: those are not decoded again.
         self._parts = decode_cache if decode_cache is not None else wire.DecodeCache()
         options = [
@@ -139,15 +158,16 @@ class Client:
 
     def _error(self, e: grpc.RpcError, service: str, started: float) -> TpuInfoError:
         code = e.code() if hasattr(e, "code") else None
-        details = (e.details() if hasattr(e, "details") else "") or ""
+        details = status_details(e)
         t = self.target
         if code == grpc.StatusCode.DEADLINE_EXCEEDED:
-            return TimedOut(f"no answer within {self.timeout:g}s", target=t)
+            return TimedOut(f"no answer within {self._allowed():.3g}s", target=t)
         if code == grpc.StatusCode.UNIMPLEMENTED:
             return NotAMonitor(f"a gRPC server answers here, but not {service} ({details})",
                                target=t)
         if code == grpc.StatusCode.RESOURCE_EXHAUSTED and "larger than max" in details:
-            return ReplyTooLarge(details, target=t)
+            return ReplyTooLarge(f"the reply is larger than the {self.max_message_bytes / 2**20:g}"
+                                 f" MiB this client accepts ({details})", target=t)
         if code == grpc.StatusCode.UNAVAILABLE:
             left = self.timeout - (time.monotonic() - started)
             if _something_listens(t, min(left, 1.0)):
@@ -160,10 +180,31 @@ class Client:
         name = code.name if code is not None else "UNKNOWN"
         return ServerError(f"{service} answered {name}: {details}", target=t)
 
-    def _call(self, rpc: Callable[..., T], request: object, service: str) -> T:
+    def _allowed(self) -> float:
+        """The seconds this client was given: ``timeout``, or less with a deadline."""
+        return self.timeout if self.deadline is None else min(
+            self.timeout, max(0.0, self.deadline - self._started))
+
+    def _call_deadline(self) -> float:
+        """When the call starting now (and the decoding of its reply) must end.
+
+        Raises:
+            TimedOut: the client's deadline has already passed.
+        """
+        now = time.monotonic()
+        end = now + self.timeout
+        if self.deadline is not None:
+            if now >= self.deadline:
+                raise TimedOut(f"no time left of {self._allowed():.3g}s", target=self.target)
+            end = min(end, self.deadline)
+        return end
+
+    def _call(self, rpc: Callable[..., T], request: object, service: str,
+              end: float | None = None) -> T:
         started = time.monotonic()
+        end = end if end is not None else self._call_deadline()
         try:
-            return rpc(request, timeout=self.timeout)
+            return rpc(request, timeout=max(0.001, end - started))
         except grpc.RpcError as e:
             raise self._error(e, service, started) from e
 
@@ -175,13 +216,15 @@ class Client:
         Raises:
             TpuInfoError: one of its subclasses, naming this target.
         """
+        end = self._call_deadline()
         msg = self._call(self._monitor.GetSnapshot,
                          pb.SnapshotRequest(events_since=events_since, max_events=max_events),
-                         "tpu_info.v1.Monitor")
-        return self._decode(self._snapshot_from_proto, msg)
+                         "tpu_info.v1.Monitor", end)
+        return self._decode(self._snapshot_from_proto, msg, end)
 
-    def _snapshot_from_proto(self, msg: pb.Snapshot) -> Snapshot:
-        return wire.snapshot_from_proto(msg, self._parts)
+    def _snapshot_from_proto(self, msg: pb.Snapshot, end: float | None = None) -> Snapshot:
+        return wire.snapshot_from_proto(msg, self._parts, deadline=end,
+                                        seconds=self._allowed())
 
     def stream(self, interval_s: float = 1.0, events_since: int = 0,
                duration_s: float | None = None) -> Iterator[Snapshot]:
@@ -199,7 +242,8 @@ class Client:
         call = self._monitor.StreamSnapshots(request, timeout=duration_s)
         try:
             for msg in call:
-                yield self._decode(self._snapshot_from_proto, msg)
+                yield self._decode(self._snapshot_from_proto, msg,
+                                   time.monotonic() + self.timeout)
         except grpc.RpcError as e:
             if (duration_s is not None and e.code() == grpc.StatusCode.DEADLINE_EXCEEDED
                     and time.monotonic() - started >= duration_s * 0.99):
@@ -264,7 +308,7 @@ class Client:
                                           timeout=duration_s + self.timeout + CAPTURE_MARGIN_S)
         except grpc.RpcError as e:
             code = e.code() if hasattr(e, "code") else None
-            details = (e.details() if hasattr(e, "details") else "") or ""
+            details = status_details(e)
             if code == grpc.StatusCode.ABORTED:
                 raise CaptureBusy(details, target=self.target) from e
             if code in (grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.UNAUTHENTICATED):
@@ -290,19 +334,20 @@ class Client:
                              files=tuple(files), notes=tuple(notes),
                              truncated=reply.truncated, event_count=reply.event_count)
 
-    def _decode(self, fn: Callable[[M], T], msg: M) -> T:
+    def _decode(self, fn: Callable[..., T], msg: M, *args: object) -> T:
         try:
-            return fn(msg)
-        except ProtocolMismatch as e:
+            return fn(msg, *args)
+        except (ProtocolMismatch, TimedOut) as e:
             raise e.with_target(self.target) from e
 
     # libtpu's RuntimeMetricService -------------------------------------------
 
     def _libtpu_metric(self, name: str, required: bool) -> lpb.MetricResponse | None:
         started = time.monotonic()
+        end = self._call_deadline()
         try:
             return self._libtpu.GetRuntimeMetric(lpb.MetricRequest(metric_name=name),
-                                                 timeout=self.timeout)
+                                                 timeout=max(0.001, end - started))
         except grpc.RpcError as e:
             if not required and e.code() == grpc.StatusCode.NOT_FOUND:
                 return None
@@ -313,7 +358,7 @@ class Client:
         resp = self._call(self._libtpu.ListSupportedMetrics,
                           lpb.ListSupportedMetricsRequest(),
                           "tpu.monitoring.runtime.RuntimeMetricService")
-        return [m.metric_name for m in resp.supported_metric]
+        return [wire.text(m.metric_name) for m in resp.supported_metric[:wire.MAX_METRICS]]
 
     def libtpu(self) -> Snapshot:
         """Reads libtpu's service (or a hook's copy of it) into a snapshot:
@@ -329,17 +374,16 @@ class Client:
         total = self._libtpu_metric(libtpu.HBM_TOTAL, required=True)
         duty = self._libtpu_metric(libtpu.DUTY_CYCLE, required=False)
         dists: list[DistributionReading] = []
+        notes: list[tuple[str, str]] = []
         for name in libtpu.LATENCY_NAMES:
             resp = self._libtpu_metric(name, required=False)
             if resp is not None:
-                dists.extend(self._decode(libtpu.readings_from_response, resp))
+                dists.extend(self._decode(libtpu.readings_from_response, resp, notes))
         if usage is None or total is None:  # required=True raises instead; for the type checker
             raise NotAMonitor("no HBM metrics", target=self.target)
-        try:
-            devices = libtpu.devices_from_responses(usage, total, duty)
-        except ProtocolMismatch as e:
-            raise e.with_target(self.target) from e
-        return Snapshot(taken_at_unix=time.time(), devices=devices, distributions=tuple(dists))
+        devices = self._decode(libtpu.devices_from_responses, usage, total, duty, notes)
+        return Snapshot(taken_at_unix=time.time(), devices=devices, distributions=tuple(dists),
+                        left_out=tuple(dict.fromkeys(notes))[:wire.MAX_NOTES])
 
 
 @dataclass(frozen=True, slots=True)
@@ -396,10 +440,12 @@ def _decode_cache(target: str) -> wire.DecodeCache:
         return cache
 
 
-def _ask(target: str, timeout: float, call: Callable[[Client], T]) -> FanOutResult[T]:
+def _ask(target: str, timeout: float, deadline: float,
+         call: Callable[[Client], T]) -> FanOutResult[T]:
     started = time.monotonic()
     try:
-        with Client(target, timeout=timeout, decode_cache=_decode_cache(target)) as client:
+        with Client(target, timeout=timeout, decode_cache=_decode_cache(target),
+                    deadline=deadline) as client:
             value = call(client)
         return FanOutResult(target, value=value, seconds=time.monotonic() - started)
     except TpuInfoError as e:
@@ -415,28 +461,29 @@ def fan_out(
 ) -> list[FanOutResult[T]]:
     """Asks every target at once; returns one result per target, in order.
 
-    Each target has its own ``timeout``; one that does not answer in time
-    yields :class:`TimedOut` while the others' answers are kept. The whole
-    round takes at most about ``timeout`` (plus a small margin), however many
-    targets hang.
+    The whole round, every call and the decoding of every reply included,
+    ends within ``timeout`` (plus a small margin), however many targets hang
+    or send replies too large to decode in time: a target that does not
+    finish yields :class:`TimedOut` while the others' answers are kept.
 
     Args:
         targets: ``host:port`` addresses.
-        timeout: seconds allowed per target.
+        timeout: seconds allowed for the round.
         call: what to ask each :class:`Client` (default: its snapshot).
         max_workers: threads used at most.
     """
     if not targets:
         return []
+    deadline = time.monotonic() + timeout
     pool = futures.ThreadPoolExecutor(max_workers=min(max_workers, len(targets)),
                                       thread_name_prefix="tpu-info-fanout")
     try:
-        pending = {pool.submit(_ask, t, timeout, call): i for i, t in enumerate(targets)}
-        # Each call carries its own gRPC deadline; the margin covers the
-        # thread hand-off and a connection probe, and guards against anything
-        # that would ignore the deadline.
-        rounds = -(-len(targets) // min(max_workers, len(targets)))
-        done, _ = futures.wait(pending, timeout=timeout * rounds + 2.0)
+        pending = {pool.submit(_ask, t, timeout, deadline, call): i
+                   for i, t in enumerate(targets)}
+        # Every call and decode carries the round's deadline; the margin
+        # covers the thread hand-off and a connection probe, and guards
+        # against anything that would ignore the deadline.
+        done, _ = futures.wait(pending, timeout=timeout + FAN_OUT_MARGIN_S)
         results: list[FanOutResult[T]] = []
         for fut, i in sorted(pending.items(), key=lambda kv: kv[1]):
             if fut in done:
@@ -444,7 +491,7 @@ def fan_out(
             else:
                 fut.cancel()
                 results.append(FanOutResult(targets[i], error=TimedOut(
-                    f"no answer within {timeout:g}s", target=targets[i]), seconds=timeout))
+                    f"no answer within {timeout:.3g}s", target=targets[i]), seconds=timeout))
         return results
     finally:
         pool.shutdown(wait=False, cancel_futures=True)

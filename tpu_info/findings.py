@@ -185,9 +185,18 @@ def hook_errors(s: Snapshot) -> Iterable[Finding]:
                       "info", None, 0.0, "hook_errors")
 
 
+def kept_out(s: Snapshot) -> Iterable[Finding]:
+    """Values the client refused when it decoded the reply (not finite, too many)."""
+    if s.left_out:
+        where, why = s.left_out[0]
+        more = f" and {len(s.left_out) - 1} more" if len(s.left_out) > 1 else ""
+        yield Finding(f"the target sent values this client kept out ({where}: {why}{more}); "
+                      "`tpu-info doctor` lists them all.", "warning", None, 0.0, "kept_out")
+
+
 RULES: tuple[Callable[[Snapshot], Iterable[Finding]], ...] = (
     recompiles, host_syncs, compile_share, memory_pressure, graph_breaks, cpu_fallbacks,
-    hook_errors,
+    hook_errors, kept_out,
 )
 
 

@@ -38,6 +38,8 @@ Top level::
 
 Times are seconds (``*_seconds``, ``time_unix``) or nanoseconds (``*_ns``);
 sizes are bytes. Strings from remote processes are cut to 4096 characters.
+The text is strict JSON (:func:`dumps`): a number that is not finite is
+``null``, with its reason in ``na``, never ``NaN`` or ``Infinity``.
 
 Example:
     >>> from tpu_info.views import Header, TargetView
@@ -49,6 +51,8 @@ Example:
 
 from __future__ import annotations
 
+import json
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -174,6 +178,30 @@ def to_json(views: Sequence[TargetView], *, local: LocalScan | None = None,
         "na": [{"where": w, "reason": why}
                for w, why in reasons(views, local=local, header=header)],
     }
+
+
+def _finite_only(value: Any, where: str, na: list[dict[str, str]]) -> Any:
+    """``value`` with every float that is not finite replaced by None (noted in ``na``)."""
+    if isinstance(value, float):
+        if math.isfinite(value):
+            return value
+        na.append({"where": where, "reason": f"not a finite number ({value!r})"})
+        return None
+    if isinstance(value, dict):
+        return {k: _finite_only(v, f"{where}/{k}", na) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite_only(v, f"{where}/{i}", na) for i, v in enumerate(value)]
+    return value
+
+
+def dumps(doc: dict[str, Any], indent: int | None = 2) -> str:
+    """``doc`` as strict JSON text: non-finite numbers become null (listed in
+    ``na``); ``allow_nan=False`` guards the promise."""
+    na: list[dict[str, str]] = []
+    clean_doc = _finite_only(doc, "", na)
+    if na:
+        clean_doc["na"] = list(clean_doc.get("na", [])) + na
+    return json.dumps(clean_doc, indent=indent, sort_keys=False, allow_nan=False)
 
 
 _NUM = {"type": ["number", "null"]}

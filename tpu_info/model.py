@@ -270,6 +270,9 @@ class Snapshot:
     events: tuple[Event, ...] = ()
     last_seq: int = 0
     uptime_seconds: float = 0.0
+    # (where, why) for each value a client kept out when it decoded this
+    # snapshot (not a finite number, beyond a count bound); empty in the hook.
+    left_out: tuple[tuple[str, str], ...] = ()
 
     def counter(self, name: str) -> int:
         """A counter's value, 0 if it never counted."""

@@ -494,8 +494,12 @@ def reasons(views: Sequence[TargetView], *, local: LocalScan | None = None,
     """``(where, reason)`` for every N/A the wide table would show, in order.
 
     ``where`` is a path such as ``devices/tpu0/hbm_used`` or
-    ``processes/127.0.0.1:8431/steps``.
+    ``processes/127.0.0.1:8431/steps``; values a client kept out of a reply
+    (not finite, beyond a bound) follow as ``targets/<target>/<where>``.
     """
     r = Reasons()
     _sections(views, local, header or Header(host="", time_unix=0.0), 10_000, top_graphs, r)
-    return [(where, clean(why)) for where, why in r.pairs]
+    for v in views:  # what the client kept out of each reply when it decoded it
+        for where, why in v.snapshot.left_out if v.snapshot is not None else ():
+            r.na(f"targets/{v.target}/{where}", f"kept out: {why}")
+    return [(clean(where), clean(why)) for where, why in r.pairs]

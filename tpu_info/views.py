@@ -22,7 +22,6 @@ from __future__ import annotations
 import math
 import socket
 import time
-import unicodedata
 from dataclasses import dataclass, field
 from datetime import datetime, tzinfo
 
@@ -37,9 +36,9 @@ from tpu_info.model import (
     RecompileCause,
     Snapshot,
 )
+from tpu_info.safe import MAX_TEXT, clean  # noqa: F401 - the renderers' one cleaner
 
 NA = "N/A"
-MAX_TEXT = 240  # longest remote string kept; the rest is cut with an ellipsis
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,20 +98,6 @@ class Reasons:
 
 
 # Formatting -----------------------------------------------------------------
-
-def clean(text: object, limit: int = MAX_TEXT) -> str:
-    """A remote string made safe to print: control characters (escape
-    sequences included) become U+FFFD and anything past ``limit`` is cut.
-
-    >>> clean("a\\x1b[31mb", 10)
-    'a\\ufffd[31mb'
-    """
-    s = str(text)
-    if len(s) > limit:
-        s = s[: limit - 1] + "…"
-    return "".join("\ufffd" if unicodedata.category(c) in ("Cc", "Cf") and c != "\t" else c
-                   for c in s).replace("\t", " ")
-
 
 def _sig3(x: float) -> str:
     return f"{x:.2f}" if x < 10 else f"{x:.1f}" if x < 100 else f"{x:.0f}"
@@ -219,9 +204,20 @@ def dist_percentile(d: DistributionReading, percent: float) -> tuple[float | Non
     if d.buckets is None:
         return None, f"P{percent:g} was not sent and the process sent no bucket counts"
     try:
-        return percentile(d.buckets, d.count, percent, d.min, d.max), ""
-    except ValueError as e:
+        value = percentile(d.buckets, d.count, percent, d.min, d.max)
+    except (ValueError, ArithmeticError) as e:  # a peer's buckets can overflow a double
         return None, f"bucket counts unusable ({e})"
+    if not math.isfinite(value):
+        return None, f"bucket counts unusable (P{percent:g} is {value!r})"
+    return value, ""
+
+
+def left_out(s: Snapshot, where: str) -> str:
+    """Why the client kept the value at ``where`` out of ``s`` ("" if it did not)."""
+    for w, why in s.left_out:
+        if w == where:
+            return f"the target sent a bad value: {why}"
+    return ""
 
 
 def transfer_stats(s: Snapshot) -> tuple[TransferStats, TransferStats]:
@@ -233,16 +229,18 @@ def transfer_stats(s: Snapshot) -> tuple[TransferStats, TransferStats]:
         count = t.count if t is not None else (b.count if b is not None else 0)
         nbytes: float | None = b.total if b is not None else None
         if b is None:
-            reasons["bytes"] = (f"no {words} transfers recorded" if count == 0
-                                else f"the engine does not report {bytes_name}")
+            reasons["bytes"] = (left_out(s, f"distribution {bytes_name}")
+                                or (f"no {words} transfers recorded" if count == 0
+                                    else f"the engine does not report {bytes_name}"))
             if count == 0:
                 nbytes = None
         values: dict[str, float | None] = {}
         for key, pct in QUANTILES:
             if t is None or t.count == 0:
                 values[key] = None
-                reasons[key] = (f"no {words} transfers recorded" if count == 0
-                                else f"the engine does not time {words} transfers")
+                reasons[key] = (left_out(s, f"distribution {time_name}")
+                                or (f"no {words} transfers recorded" if count == 0
+                                    else f"the engine does not time {words} transfers"))
                 continue
             values[key], why = dist_percentile(t, pct)
             if why:

@@ -7,7 +7,10 @@ faster, reusing what did not change); the client turns the message back into rec
 record cannot honestly hold (an unknown unit, arrays of unequal length, a
 negative count, a version this client does not speak) raises
 :class:`~tpu_info.errors.WireError` or
-:class:`~tpu_info.errors.ProtocolMismatch`, never an ``assert``.
+:class:`~tpu_info.errors.ProtocolMismatch`, never an ``assert``; counts are
+bounded before decoding, every string is cleaned of control characters, and
+a number that is not finite is kept out with its reason
+(:attr:`~tpu_info.model.Snapshot.left_out`).
 
 Example:
     >>> from tpu_info.model import Snapshot, CounterReading
@@ -18,12 +21,14 @@ Example:
 
 from __future__ import annotations
 
+import itertools
 import math
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from tpu_info.buckets import SortedCounts
-from tpu_info.errors import ProtocolMismatch, WireError
+from tpu_info.errors import ProtocolMismatch, TimedOut, WireError
 from tpu_info.model import (
     BucketCounts,
     CounterReading,
@@ -40,6 +45,7 @@ from tpu_info.model import (
     Unit,
 )
 from tpu_info.proto import tpu_info_v1_pb2 as pb
+from tpu_info.safe import MAX_WIRE_TEXT, clean
 
 T = TypeVar("T")
 
@@ -207,6 +213,120 @@ def metric_infos_to_proto(infos: Iterable[MetricInfo]) -> pb.ListMetricsReply:
 
 
 # proto -> model (client side) ------------------------------------------------
+#
+# A reply is a stranger's data. Counts are bounded before anything is decoded
+# (what a real hook stays under, README "Bounds"; beyond them a reply is cut),
+# every string is cleaned (tpu_info.safe.clean), and a number that is not
+# finite is kept out: an optional one becomes None, a required one 0, a
+# distribution whose total is not finite is left out; each time with the
+# reason in Snapshot.left_out. Structural nonsense raises WireError.
+
+MAX_GRAPHS = 2_000  # the hook's graph ledger
+MAX_EVENTS = 25_000  # the hook's two rings of 10,000, and one unfolded batch of 4,096
+MAX_DISTRIBUTIONS = 4_096
+MAX_COUNTERS = 4_096
+MAX_DEVICES = 1_024
+MAX_CAUSES = 32  # per graph, the hook's bound
+MAX_SIGNATURES = 8  # per graph, the hook's bound
+MAX_STRINGS = 4_096  # argv entries, or arguments of one signature
+MAX_VERSIONS = 256
+MAX_PERCENTILES = 64
+MAX_RECENT = 1_024  # the hook keeps 64
+MAX_BUCKETS = 20_000  # per sign; the hook's dense span is 16,384
+MAX_METRICS = 4_096  # ListMetrics entries
+MAX_NOTES = 64  # left_out reasons kept per snapshot
+MAX_UNIX_TIME = 253_402_300_799.0  # 9999-12-31T23:59:59Z, the last second datetime shows
+_CHECK_EVERY = 64  # records decoded between two looks at the deadline
+
+
+def text(value: str) -> str:
+    """A string from the wire, cleaned (:func:`tpu_info.safe.clean`)."""
+    if len(value) <= MAX_WIRE_TEXT and value.isprintable():  # most strings, at C speed
+        return value
+    return clean(value, MAX_WIRE_TEXT)
+
+
+def _at(where: str, field: str) -> str:
+    return f"{where} {field}" if field else where
+
+
+class Decoding:
+    """One reply being decoded: the reasons for what was kept out, and the
+    deadline the decode must meet.
+
+    Args:
+        deadline: ``time.monotonic()`` by which decoding must end (None: none).
+        seconds: the whole allowance, for the error message.
+    """
+
+    __slots__ = ("deadline", "notes", "seconds")
+
+    def __init__(self, deadline: float | None = None, seconds: float | None = None) -> None:
+        self.deadline = deadline
+        self.seconds = seconds
+        self.notes: list[tuple[str, str]] = []
+
+    def left_out(self, where: str, why: str) -> None:
+        """Records that a value at ``where`` was kept out, and why."""
+        self.notes.append((where, why))
+
+    def check(self) -> None:
+        """Raises :class:`TimedOut` when the deadline has passed."""
+        if self.deadline is not None and time.monotonic() > self.deadline:
+            within = f" within {self.seconds:.3g}s" if self.seconds is not None else ""
+            raise TimedOut(f"the reply could not be decoded{within} (too large)")
+
+    # ``where`` and ``field`` name a value; they are joined only when it is kept out.
+
+    def num(self, value: float, where: str, field: str = "") -> float | None:
+        """``value`` if finite, else None with the reason kept."""
+        if math.isfinite(value):
+            return value
+        self.left_out(_at(where, field), f"not a finite number ({value!r}); shown as N/A")
+        return None
+
+    def num0(self, value: float, where: str, field: str = "") -> float:
+        """``value`` if finite, else 0.0 with the reason kept."""
+        if math.isfinite(value):
+            return value
+        self.left_out(_at(where, field), f"not a finite number ({value!r}); shown as 0")
+        return 0.0
+
+    def when(self, value: float, where: str, field: str = "") -> float:
+        """A unix time: ``value`` if a clock can show it (years 1970 to 9999),
+        else 0.0 with the reason kept."""
+        if 0.0 <= value <= MAX_UNIX_TIME:  # False for NaN too
+            return value
+        self.left_out(_at(where, field), f"not a time ({value!r}); shown as 0")
+        return 0.0
+
+    def opt(self, m: Any, field: str, where: str) -> float | None:
+        """An ``optional double`` field: None when unset or not finite."""
+        return self.num(getattr(m, field), where, field) if m.HasField(field) else None
+
+    def bounded(self, items: Sequence[T], bound: int, where: str, field: str = "",
+                newest: bool = False) -> Sequence[T]:
+        """The first (or, with ``newest``, the last) ``bound`` of ``items``."""
+        n = len(items)
+        if n <= bound:
+            return items
+        self.left_out(_at(where, field), f"the target sent {n:,}, more than the {bound:,} a "
+                      f"real program sends; the {'last' if newest else 'first'} {bound:,} "
+                      "are kept")
+        return items[n - bound:] if newest else items[:bound]
+
+    def strings(self, items: Sequence[str], bound: int, where: str,
+                field: str = "") -> tuple[str, ...]:
+        """The first ``bound`` strings of ``items``, cleaned."""
+        return tuple(map(text, self.bounded(items, bound, where, field)))
+
+    def summary(self) -> tuple[tuple[str, str], ...]:
+        """The reasons, at most :data:`MAX_NOTES` of them."""
+        notes = list(dict.fromkeys(self.notes))
+        if len(notes) > MAX_NOTES:
+            more = len(notes) - MAX_NOTES + 1
+            notes = notes[: MAX_NOTES - 1] + [("snapshot", f"{more:,} more values kept out")]
+        return tuple(notes)
 
 
 def check_version(version: int) -> None:
@@ -230,28 +350,37 @@ def _unit(value: int, where: str) -> Unit:
         raise WireError(f"{where}: unknown unit {value} (client too old?)") from None
 
 
-def _finite(value: float, where: str) -> float:
-    if math.isnan(value):
-        raise WireError(f"{where}: NaN")
-    return value
-
-
 def _nonneg(value: int, where: str) -> int:
     if value < 0:
         raise WireError(f"{where}: negative value {value}")
     return value
 
 
-def _pairs(a: Sequence[float], b: Sequence[float], where: str) -> tuple[tuple[float, float], ...]:
+def _pairs(a: Sequence[float], b: Sequence[float], where: str,
+           dec: Decoding) -> tuple[tuple[float, float], ...]:
     if len(a) != len(b):
         raise WireError(f"{where}: {len(a)} keys but {len(b)} values")
-    return tuple(zip(a, b, strict=False))
+    pairs = tuple(zip(dec.bounded(a, MAX_PERCENTILES, where),
+                      dec.bounded(b, MAX_PERCENTILES, where), strict=True))
+    good = tuple((p, v) for p, v in pairs if math.isfinite(p) and math.isfinite(v))
+    if len(good) != len(pairs):
+        dec.left_out(where, f"{len(pairs) - len(good)} not finite; shown as N/A")
+    return good
 
 
-def _samples(times: Sequence[float], values: Sequence[float], where: str) -> Samples:
+def _samples(times: Sequence[float], values: Sequence[float], where: str,
+             dec: Decoding) -> Samples:
     if len(times) != len(values):
         raise WireError(f"{where}: {len(times)} times but {len(values)} values")
-    return Samples(times[:], values[:])  # one copy each out of the message, in C
+    times = dec.bounded(times, MAX_RECENT, where, newest=True)
+    values = dec.bounded(values, MAX_RECENT, where, newest=True)
+    s = Samples(times[:], values[:])  # one copy each out of the message, in C
+    if all(map(math.isfinite, s.times)) and all(map(math.isfinite, s.values)):
+        return s
+    keep = [i for i, (t, v) in enumerate(zip(s.times, s.values, strict=True))
+            if math.isfinite(t) and math.isfinite(v)]
+    dec.left_out(where, f"{len(s.times) - len(keep)} not finite; left out")
+    return Samples([s.times[i] for i in keep], [s.values[i] for i in keep])
 
 
 def _int_map(keys: Sequence[int], counts: Sequence[int], where: str,
@@ -259,6 +388,9 @@ def _int_map(keys: Sequence[int], counts: Sequence[int], where: str,
     """Bucket counts by key. Keys in value order (as the hook sends them:
     ascending, or descending for negative buckets) come back as two lists,
     without a dict; any other order as a dict."""
+    if len(keys) > MAX_BUCKETS:
+        raise WireError(f"{where}: {len(keys):,} buckets, more than the {MAX_BUCKETS:,} "
+                        "a real program sends")
     keys, counts = keys[:], counts[:]  # one copy each out of the message, in C
     if len(keys) != len(counts):
         raise WireError(f"{where}: {len(keys)} keys but {len(counts)} counts")
@@ -279,10 +411,14 @@ def _buckets(m: pb.Buckets, where: str) -> BucketCounts:
     return BucketCounts(gamma=gamma, positive=pos, negative=neg, zero=m.zero)
 
 
-def _distribution(m: pb.Distribution) -> DistributionReading:
-    where = f"distribution {m.name!r}"
-    lo = m.min if m.HasField("min") else None
-    hi = m.max if m.HasField("max") else None
+def _distribution(m: pb.Distribution, dec: Decoding) -> DistributionReading | None:
+    name = text(m.name)
+    where = f"distribution {name}"
+    unit = _unit(m.unit, where)
+    if not math.isfinite(m.total):
+        dec.left_out(where, f"its total is not a finite number ({m.total!r}); left out")
+        return None
+    lo, hi = dec.opt(m, "min", where), dec.opt(m, "max", where)
     if lo is not None and hi is not None and lo > hi:
         raise WireError(f"{where}: min {lo} > max {hi}")
     buckets = _buckets(m.buckets, where) if m.HasField("buckets") else None
@@ -291,88 +427,104 @@ def _distribution(m: pb.Distribution) -> DistributionReading:
         if in_buckets != m.count:
             raise WireError(f"{where}: buckets hold {in_buckets} samples, count says {m.count}")
     return DistributionReading(
-        name=m.name,
-        unit=_unit(m.unit, where),
+        name=name,
+        unit=unit,
         count=m.count,
-        total=_finite(m.total, where),
+        total=m.total,
         min=lo,
         max=hi,
-        rate_per_second=m.rate_per_second if m.HasField("rate_per_second") else None,
-        value_rate_per_second=(
-            m.value_rate_per_second if m.HasField("value_rate_per_second") else None
-        ),
-        percentiles=_pairs(m.percentile_percents, m.percentile_values, f"{where} percentiles"),
-        recent=_samples(m.recent_times_unix, m.recent_values, f"{where} recent samples"),
+        rate_per_second=dec.opt(m, "rate_per_second", where),
+        value_rate_per_second=dec.opt(m, "value_rate_per_second", where),
+        percentiles=_pairs(m.percentile_percents, m.percentile_values,
+                           f"{where} percentiles", dec),
+        recent=_samples(m.recent_times_unix, m.recent_values, f"{where} recent samples", dec),
         buckets=buckets,
-        help=m.help,
+        help=text(m.help),
     )
 
 
-def _graph(m: pb.Graph) -> GraphRecord:
-    if not m.hash:
-        raise WireError(f"graph {m.name!r} has an empty hash")
+def _cause(c: pb.RecompileCause, where: str, dec: Decoding) -> RecompileCause:
+    return RecompileCause(
+        time_unix=dec.when(c.time_unix, where, "cause time"),
+        description=text(c.description),
+        location=text(c.location) if c.HasField("location") else None,
+        argument=text(c.argument) if c.HasField("argument") else None,
+        before=text(c.before) if c.HasField("before") else None,
+        after=text(c.after) if c.HasField("after") else None,
+    )
+
+
+def _graph(m: pb.Graph, dec: Decoding) -> GraphRecord:
+    hash_ = text(m.hash)
+    if not hash_:
+        raise WireError(f"graph {text(m.name)!r} has an empty hash")
+    where = f"graph {hash_[:12]}"
     return GraphRecord(
-        hash=m.hash,
-        name=m.name,
-        engine=m.engine,
-        first_seen_unix=m.first_seen_unix,
-        last_seen_unix=m.last_seen_unix,
+        hash=hash_,
+        name=text(m.name),
+        engine=text(m.engine),
+        first_seen_unix=dec.when(m.first_seen_unix, where, "first_seen_unix"),
+        last_seen_unix=dec.when(m.last_seen_unix, where, "last_seen_unix"),
         compiles=m.compiles,
-        compile_seconds_total=m.compile_seconds_total,
-        compile_seconds_last=m.compile_seconds_last,
+        compile_seconds_total=dec.num0(m.compile_seconds_total, where, "compile_seconds_total"),
+        compile_seconds_last=dec.num0(m.compile_seconds_last, where, "compile_seconds_last"),
         cache_hits=m.cache_hits,
         executions=m.executions if m.HasField("executions") else None,
-        signature=tuple(m.signature),
-        signatures=tuple(tuple(s.args) for s in m.signatures) if m.signatures else (),
+        signature=dec.strings(m.signature, MAX_STRINGS, where, "signature"),
+        signatures=tuple(dec.strings(s.args, MAX_STRINGS, where, "signatures")
+                         for s in dec.bounded(m.signatures, MAX_SIGNATURES, where,
+                                              "signatures", newest=True))
+        if m.signatures else (),
         causes=() if not m.causes else tuple(
-            RecompileCause(
-                time_unix=c.time_unix,
-                description=c.description,
-                location=c.location if c.HasField("location") else None,
-                argument=c.argument if c.HasField("argument") else None,
-                before=c.before if c.HasField("before") else None,
-                after=c.after if c.HasField("after") else None,
-            )
-            for c in m.causes
-        ),
+            _cause(c, where, dec)
+            for c in dec.bounded(m.causes, MAX_CAUSES, where, "causes", newest=True)),
     )
 
 
-def _device(m: pb.Device) -> DeviceRecord:
+def _device(m: pb.Device, dec: Decoding) -> DeviceRecord:
     where = f"device {m.id}"
     mm = m.memory
 
     def opt_bytes(field: str) -> int | None:
         return _nonneg(getattr(mm, field), f"{where} {field}") if mm.HasField(field) else None
 
+    busy = dec.opt(m, "busy_percent", where)
     return DeviceRecord(
         id=m.id,
-        kind=m.kind,
-        platform=m.platform,
+        kind=text(m.kind),
+        platform=text(m.platform),
         memory=MemoryReading(
             used_bytes=opt_bytes("used_bytes"),
             peak_bytes=opt_bytes("peak_bytes"),
             limit_bytes=opt_bytes("limit_bytes"),
-            source=mm.source or "none",
-            reason=mm.reason,
+            source=text(mm.source) or "none",
+            reason=text(mm.reason),
         ),
-        busy_percent=m.busy_percent if m.HasField("busy_percent") else None,
-        busy_reason=m.busy_reason,
+        busy_percent=busy,
+        busy_reason=(f"the target sent {m.busy_percent!r}, not a finite number"
+                     if busy is None and m.HasField("busy_percent") else text(m.busy_reason)),
     )
 
 
-def _event(m: pb.Event) -> Event:
-    if m.seq < 1:
+def _event(m: pb.Event, dec: Decoding) -> Event:
+    seq = m.seq
+    if seq < 1:
         raise WireError("event with sequence number 0")
+    t = m.time_unix
+    value = m.value if m.HasField("value") else None
+    if not 0.0 <= t <= MAX_UNIX_TIME:  # events are many: their place is named when needed
+        t = dec.when(t, f"event {seq}", "time")
+    if value is not None and not math.isfinite(value):
+        value = dec.num(value, f"event {seq}", "value")
     return Event(
-        seq=m.seq,
-        time_unix=m.time_unix,
-        kind=m.kind,
-        name=m.name,
-        graph_hash=m.graph_hash,
-        detail=m.detail,
-        location=m.location if m.HasField("location") else None,
-        value=m.value if m.HasField("value") else None,
+        seq=seq,
+        time_unix=t,
+        kind=text(m.kind),
+        name=text(m.name),
+        graph_hash=text(m.graph_hash),
+        detail=text(m.detail),
+        location=text(m.location) if m.HasField("location") else None,
+        value=value,
     )
 
 
@@ -380,10 +532,11 @@ class DecodeCache:
     """Records decoded from one source's previous snapshot, by the bytes each
     came from. A source's next snapshot repeats most graphs, distributions
     and events byte for byte; a part whose bytes were decoded (and validated)
-    before is taken as it is: the same bytes are the same message, so the
-    same record. Re-serializing a part and looking it up costs a tenth of
-    decoding it (1,000 graphs: 0.7 vs 13 ms). Holds the latest snapshot's
-    parts only; safe to share between threads (a race only costs hits).
+    before is taken as it is, with the reasons for anything its decode kept
+    out: the same bytes are the same message, so the same record.
+    Re-serializing a part and looking it up costs a tenth of decoding it
+    (1,000 graphs: 0.7 vs 13 ms). Holds the latest snapshot's parts only;
+    safe to share between threads (a race only costs hits).
     """
 
     __slots__ = ("_kept",)
@@ -391,22 +544,27 @@ class DecodeCache:
     def __init__(self) -> None:
         self._kept: dict[str, dict[bytes, Any]] = {}
 
-    def records(self, section: str, messages: Iterable[Any], decode: Callable[[Any], T],
+    def records(self, section: str, messages: Iterable[Any],
+                decode: Callable[[Any, Decoding], T | None], dec: Decoding,
                 fresh: dict[str, dict[bytes, Any]]) -> tuple[T, ...]:
-        """``decode`` of each message, or the record its bytes gave before;
-        what this snapshot holds goes into ``fresh[section]``."""
+        """``decode`` of each message, or the record its bytes gave before
+        (None: kept out); what this snapshot holds goes into ``fresh[section]``."""
         old = self._kept.get(section, {})
         new: dict[bytes, Any] = {}
         out = []
-        for m in messages:
+        for i, m in enumerate(messages):
             key = m.SerializeToString()
-            record = old.get(key)
-            if record is None:
-                record = new.get(key)
-                if record is None:
-                    record = decode(m)
-            new[key] = record
-            out.append(record)
+            hit = old.get(key) or new.get(key)
+            if hit is None:
+                mark = len(dec.notes)
+                hit = (decode(m, dec), tuple(dec.notes[mark:]))
+                if not i % _CHECK_EVERY:
+                    dec.check()
+            elif hit[1]:
+                dec.notes.extend(hit[1])
+            new[key] = hit
+            if hit[0] is not None:
+                out.append(hit[0])
         fresh[section] = new
         return tuple(out)
 
@@ -415,62 +573,95 @@ class DecodeCache:
         self._kept = fresh
 
 
-def _records(section: str, messages: Iterable[Any], decode: Callable[[Any], T],
-             cache: DecodeCache | None, fresh: dict[str, dict[bytes, Any]]) -> tuple[T, ...]:
-    if cache is None:
-        return tuple(decode(m) for m in messages)
-    return cache.records(section, messages, decode, fresh)
+def _records(section: str, messages: Sequence[Any], decode: Callable[[Any, Decoding], T | None],
+             cache: DecodeCache | None, dec: Decoding, fresh: dict[str, dict[bytes, Any]],
+             bound: int, newest: bool = False) -> tuple[T, ...]:
+    messages = dec.bounded(messages, bound, section, newest=newest)
+    if cache is not None:
+        return cache.records(section, messages, decode, dec, fresh)
+    out = []
+    for i, m in enumerate(messages):
+        record = decode(m, dec)
+        if record is not None:
+            out.append(record)
+        if not i % _CHECK_EVERY:
+            dec.check()
+    return tuple(out)
 
 
-def snapshot_from_proto(m: pb.Snapshot, cache: DecodeCache | None = None) -> Snapshot:
+def _process(p: pb.Process, dec: Decoding) -> ProcessRecord:
+    versions = dec.bounded(list(itertools.islice(p.versions.items(), MAX_VERSIONS + 1)),
+                           MAX_VERSIONS, "process versions")
+    return ProcessRecord(
+        pid=p.pid,
+        name=text(p.name),
+        argv=dec.strings(p.argv, MAX_STRINGS, "process", "argv"),
+        host=text(p.host),
+        user=text(p.user),
+        engine=text(p.engine),
+        versions={text(k): text(v) for k, v in versions},
+        start_time_unix=dec.when(p.start_time_unix, "process", "start_time_unix"),
+    )
+
+
+def snapshot_from_proto(m: pb.Snapshot, cache: DecodeCache | None = None, *,
+                        deadline: float | None = None,
+                        seconds: float | None = None) -> Snapshot:
     """The :class:`Snapshot` a ``tpu_info.v1.Snapshot`` message describes.
 
     With ``cache`` (one per source), parts that arrived before unchanged are
-    not decoded again.
+    not decoded again. Values kept out (not finite, beyond a count bound) are
+    listed in :attr:`Snapshot.left_out` with the reason.
+
+    Args:
+        m: the message.
+        cache: the source's decode cache, if any.
+        deadline: ``time.monotonic()`` by which decoding must end.
+        seconds: the whole allowance, for the error message.
 
     Raises:
         ProtocolMismatch: the message carries no (or an unreadable) version.
         WireError: the contents are invalid (the message says what and where).
+        TimedOut: decoding did not end by ``deadline``.
     """
     check_version(m.protocol_version)
-    process = None
-    if m.HasField("process"):
-        p = m.process
-        process = ProcessRecord(
-            pid=p.pid,
-            name=p.name,
-            argv=tuple(p.argv),
-            host=p.host,
-            user=p.user,
-            engine=p.engine,
-            versions=dict(p.versions),
-            start_time_unix=p.start_time_unix,
-        )
+    dec = Decoding(deadline, seconds)
+    dec.check()
+    if not 0.0 <= m.taken_at_unix <= MAX_UNIX_TIME:
+        raise WireError(f"taken_at_unix is not a time ({m.taken_at_unix!r})")
+    process = _process(m.process, dec) if m.HasField("process") else None
     counters = tuple(
         CounterReading(
-            name=c.name,
-            value=_nonneg(c.value, f"counter {c.name!r}"),
-            unit=_unit(c.unit, f"counter {c.name!r}"),
-            help=c.help,
+            name=(name := text(c.name)),
+            value=_nonneg(c.value, f"counter {name!r}"),
+            unit=_unit(c.unit, f"counter {name!r}"),
+            help=text(c.help),
         )
-        for c in m.counters
+        for c in dec.bounded(m.counters, MAX_COUNTERS, "counters")
     )
+    devices = tuple(_device(d, dec) for d in dec.bounded(m.devices, MAX_DEVICES, "devices"))
     fresh: dict[str, dict[bytes, Any]] = {}
-    events = _records("events", m.events, _event, cache, fresh)
+    events = _records("events", m.events, _event, cache, dec, fresh, MAX_EVENTS, newest=True)
     if any(a.seq >= b.seq for a, b in zip(events, events[1:], strict=False)):
         raise WireError("events are not in increasing sequence order")
     if events and events[-1].seq > m.last_seq:
         raise WireError(f"event {events[-1].seq} is newer than last_seq {m.last_seq}")
+    distributions = _records("distributions", m.distributions, _distribution, cache, dec, fresh,
+                             MAX_DISTRIBUTIONS)
+    graphs = _records("graphs", m.graphs, _graph, cache, dec, fresh, MAX_GRAPHS)
+    uptime = dec.num0(m.uptime_seconds, "uptime_seconds")
+    dec.check()
     snapshot = Snapshot(
         taken_at_unix=m.taken_at_unix,
         process=process,
-        devices=tuple(_device(d) for d in m.devices),
+        devices=devices,
         counters=counters,
-        distributions=_records("distributions", m.distributions, _distribution, cache, fresh),
-        graphs=_records("graphs", m.graphs, _graph, cache, fresh),
+        distributions=distributions,
+        graphs=graphs,
         events=events,
         last_seq=m.last_seq,
-        uptime_seconds=m.uptime_seconds,
+        uptime_seconds=uptime,
+        left_out=dec.summary(),
     )
     if cache is not None:
         cache.keep(fresh)
@@ -478,15 +669,16 @@ def snapshot_from_proto(m: pb.Snapshot, cache: DecodeCache | None = None) -> Sna
 
 
 def metric_infos_from_proto(reply: pb.ListMetricsReply) -> list[MetricInfo]:
-    """The names a ``ListMetrics`` reply lists.
+    """The names a ``ListMetrics`` reply lists (the first :data:`MAX_METRICS`).
 
     Raises:
         ProtocolMismatch, WireError: as for :func:`snapshot_from_proto`.
     """
     check_version(reply.protocol_version)
     out = []
-    for i in reply.metrics:
+    for i in reply.metrics[:MAX_METRICS]:
+        name = text(i.name)
         if i.kind not in ("counter", "distribution"):
-            raise WireError(f"metric {i.name!r}: unknown kind {i.kind!r}")
-        out.append(MetricInfo(i.name, i.kind, _unit(i.unit, f"metric {i.name!r}"), i.help))
+            raise WireError(f"metric {name!r}: unknown kind {text(i.kind)!r}")
+        out.append(MetricInfo(name, i.kind, _unit(i.unit, f"metric {name!r}"), text(i.help)))
     return out

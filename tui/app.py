@@ -17,6 +17,7 @@ Example:
 from __future__ import annotations
 
 import asyncio
+import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -24,12 +25,14 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import tzinfo
 from pathlib import Path
 
+from rich.text import Text
 from textual import work
 from textual.app import App
 from textual.binding import Binding
 from textual.message import Message
 from textual.screen import Screen
 
+from tpu_info.safe import clean
 from tui.screens.detail import DetailScreen
 from tui.screens.help import HelpScreen
 from tui.screens.main import MainScreen
@@ -256,6 +259,14 @@ class WatchApp(App[int]):
     def on_unmount(self) -> None:
         self.stop_source()
 
+    def _fatal_error(self) -> None:
+        """An unexpected exception on the UI thread: the app ends with one line
+        on stderr instead of a full-screen traceback, and exit code 1."""
+        error = sys.exc_info()[1] or self._exception
+        self.stop_source()
+        self.panic(Text(f"tpu-info --watch: the dashboard stopped on an internal error: "
+                        f"{type(error).__name__}: {clean(error)}"))
+
 
 def run(targets: Sequence[str], rate: float = 1.0, *, discover: bool = True,
         timeout: float = 3.0, runtime_dir: str | Path | None = None) -> int:
@@ -275,4 +286,4 @@ def run(targets: Sequence[str], rate: float = 1.0, *, discover: bool = True,
         result = app.run()
     finally:
         source.stop()
-    return int(result or 0)
+    return app.return_code or int(result or 0)  # 1 after a crash, whatever run() returned

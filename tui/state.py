@@ -89,7 +89,8 @@ class TargetData:
         self.events.extend(new_events)
         self.samples.append(_sample(prev, s, new_events))
         key = (len(s.graphs), sum(g.compiles for g in s.graphs), s.counters,
-               tuple((d.name, d.count) for d in s.distributions), len(s.devices))
+               tuple((d.name, d.count) for d in s.distributions), len(s.devices),
+               s.left_out)
         if key != self._findings_key:
             self._findings_key = key
             self.findings = find(s)

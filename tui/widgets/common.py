@@ -7,12 +7,15 @@ on dark and light themes alike.
 Example:
     >>> sparkline([0, 1, 2, 3, None], 5, hi=3)
     '▁▃▆█ '
+    >>> sparkline([1.0, float("nan"), float("inf")], 3)
+    '█  '
     >>> hms(0.0, __import__("datetime").timezone.utc)
     '00:00:00'
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, tzinfo
@@ -48,7 +51,10 @@ class Palette:
 
 def hms(t: float, tz: tzinfo | None = None) -> str:
     """``15:06:40`` in ``tz`` (None: local time)."""
-    return datetime.fromtimestamp(t, tz=tz).strftime("%H:%M:%S")
+    try:
+        return datetime.fromtimestamp(t, tz=tz).strftime("%H:%M:%S")
+    except (ValueError, OverflowError, OSError):  # not a time a clock can show
+        return "--:--:--"
 
 
 def sparkline(values: Sequence[float | None], width: int, lo: float = 0.0,
@@ -61,7 +67,10 @@ def sparkline(values: Sequence[float | None], width: int, lo: float = 0.0,
     """
     if width <= 0:
         return ""
-    shown = list(values[-width:])
+    # A value that is not a finite number is drawn as not reported: the
+    # client keeps them out at decode time, but a rate derived from two huge
+    # readings can still overflow.
+    shown = [v if v is not None and math.isfinite(v) else None for v in values[-width:]]
     nums = [v for v in shown if v is not None]
     top = hi if hi is not None else (max(nums) if nums else 0.0)
     span = top - lo
@@ -78,7 +87,10 @@ def sparkline(values: Sequence[float | None], width: int, lo: float = 0.0,
 
 
 def bar(percent: float, palette: Palette, cells: int = BAR_CELLS) -> Text:
-    """``██████░░░░  62%`` coloured by how full it is."""
+    """``██████░░░░  62%`` coloured by how full it is (empty, ``N/A``, for a
+    number that is not finite)."""
+    if not math.isfinite(percent):
+        return Text.assemble(("░" * cells, palette.muted), f" {'N/A':>4}")
     full = max(0, min(cells, round(percent / 100 * cells)))
     style = palette.bad if percent >= 90 else palette.warn if percent >= 70 else palette.ok
     return Text.assemble(("█" * full, style), ("░" * (cells - full), palette.muted),
