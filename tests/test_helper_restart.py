@@ -22,8 +22,14 @@ DEADLINE_S = 30.0  # a failure bound, not a measurement: restarts take about a s
 
 
 def _helpers_of(pid: int) -> list[psutil.Process]:
-    return [c for c in psutil.Process(pid).children()
-            if "metrics.export.helper" in " ".join(c.cmdline())]
+    found = []
+    for c in psutil.Process(pid).children():
+        try:
+            if "metrics.export.helper" in " ".join(c.cmdline()):
+                found.append(c)
+        except psutil.Error:  # a dead helper its parent has not reaped yet
+            continue
+    return found
 
 
 def _record(path: Path) -> tuple[int, dict] | None:
