@@ -221,7 +221,7 @@ def free_port() -> int:
 def test_start_http_binds_loopback_by_default_and_stops():
     with prom.start_http(make_snapshot, port=0, environ={}) as server:
         assert server.bind == "127.0.0.1"
-        assert server._httpd.socket.getsockname()[0] == "127.0.0.1"
+        assert server.sockname[0] == "127.0.0.1"
         body = urllib.request.urlopen(server.url, timeout=10).read().decode()
         assert "tpu_info_uncached_compile_total 7.0" in body
         port = server.port
