@@ -22,7 +22,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ORDER = ["record_cost", "overhead_jax", "overhead_torch", "scrape", "fanout", "cli_startup",
-         "tui_cpu", "profiler_overhead", "load", "soak"]
+         "tui_cpu", "profiler_overhead", "load", "attack", "soak"]
 VERDICT = re.compile(r"^(?P<name>[^:\n]+): (?P<value>-?[\d.]+) \(target (?P<target>[^)]*)\) "
                      r"(?P<ok>OK|MISSED)\s*$", re.M)
 

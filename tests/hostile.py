@@ -153,16 +153,21 @@ class RawH2:
             pass
 
 
-def idle_connections(host: str, port: int, n: int, preface: bool = False
-                     ) -> list[socket.socket]:
-    """``n`` TCP connections that send nothing (or only the HTTP/2 preface).
+def idle_connections(host: str, port: int, n: int, preface: bool = False,
+                     within_s: float = 20.0) -> list[socket.socket]:
+    """``n`` TCP connections that send nothing (or only the HTTP/2 preface),
+    as many as connect within ``within_s`` (a server that stopped accepting
+    leaves connects hanging in its backlog).
 
     Connections the server closes at once are still returned (closed or
     not, they are this client's, not the server's)."""
     out = []
+    stop = time.monotonic() + within_s
     for _ in range(n):
+        if time.monotonic() > stop:
+            break
         try:
-            s = socket.create_connection((host, port), timeout=5.0)
+            s = socket.create_connection((host, port), timeout=1.0)
         except OSError:
             continue
         if preface:
@@ -174,12 +179,16 @@ def idle_connections(host: str, port: int, n: int, preface: bool = False
     return out
 
 
-def slowloris(host: str, port: int, n: int) -> list[socket.socket]:
-    """``n`` HTTP/1 connections that send a request line and never finish the headers."""
+def slowloris(host: str, port: int, n: int, within_s: float = 20.0) -> list[socket.socket]:
+    """``n`` HTTP/1 connections that send a request line and never finish the
+    headers (as many as connect within ``within_s``)."""
     out = []
+    stop = time.monotonic() + within_s
     for _ in range(n):
+        if time.monotonic() > stop:
+            break
         try:
-            s = socket.create_connection((host, port), timeout=5.0)
+            s = socket.create_connection((host, port), timeout=1.0)
             s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")
         except OSError:
             continue

@@ -18,7 +18,8 @@ import time
 from pathlib import Path
 
 import pytest
-from hostile import (
+
+from tests.hostile import (
     ENHANCE_YOUR_CALM,
     RawH2,
     close_all,
@@ -26,7 +27,6 @@ from hostile import (
     idle_connections,
     slowloris,
 )
-
 from tpu_info.client import Client
 from tpu_info.proto import tpu_info_v1_pb2 as pb
 

@@ -67,6 +67,7 @@ ANSWER_TIMEOUT_S = 10.0  # the program has this long to hand over a snapshot
 MIRROR_EVENTS = 10_000  # events the helper keeps (the program's ring size)
 MAX_EVENTS = 1000  # events in one answer, as in-process serving (snapshot.build)
 GC_INTERVAL_S = 2.0  # the helper's full garbage collections (see _collect_garbage)
+HELPER_CALLS_PER_S = 1000.0  # the helper's CallPacer (in-process serving: CALLS_PER_S)
 _HEADER = struct.Struct(">II")
 _MAX_FRAME = 256 * 1024 * 1024
 
@@ -401,7 +402,9 @@ def main(argv: list[str] | None = None) -> int:
                 kwargs["workers"] = int(head["workers"])
             if head.get("capture"):
                 kwargs["capture_fn"] = _capture_forwarder(mirror, channel)
-            server = Server(mirror.snapshot, **kwargs)
+            # Same limits as in-process serving; a higher call rate, since
+            # the program pays one refresh per REFRESH_S whatever it is.
+            server = Server(mirror.snapshot, calls_per_s=HELPER_CALLS_PER_S, **kwargs)
             try:
                 channel.send({"op": "bound", "port": server.bind()})
             except BindError as e:

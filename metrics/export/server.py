@@ -340,10 +340,10 @@ class MonitorServicer(pb_grpc.MonitorServicer):
 
     def ListMetrics(self, request: pb.ListMetricsRequest,
                     context: grpc.ServicerContext) -> bytes:
+        self._pace(context)
         listed = self._listed
         if listed is not None and listed[0] > time.monotonic():
             return listed[1]
-        self._pace(context)
         infos = {i.name: i for i in self._infos}
         snap = snapshot_or_abort(self.shared_snapshot, 2**62, context).snap
         for c in snap.counters:
