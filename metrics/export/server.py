@@ -100,6 +100,7 @@ MAX_METADATA_BYTES = 8 * 1024
 # frees its buffers, its worker thread and its stream slot.
 STALL_S = 10.0
 EVICT_STALLED_S = 1.0  # a new stream may take the slot of one stalled this long
+EVICT_WAIT_S = 3.0  # ... and waits this long for one to have stalled that long
 # Calls that reach Python (snapshots, stream answers, ListMetrics, libtpu's
 # calls) share one token bucket: excess calls wait in line (asleep, without
 # the GIL) and ones that would wait longer than MAX_PACE_S are refused, so
@@ -271,6 +272,22 @@ class MonitorServicer(pb_grpc.MonitorServicer):
                 built.answers[key] = answer
         return answer
 
+    def _evict_for_new_stream(self) -> bool:
+        """Every stream slot is taken: the stream whose peer has not read its
+        answer for longest gives way, if that is :data:`EVICT_STALLED_S` or
+        more (waiting up to :data:`EVICT_WAIT_S` for one to qualify). True
+        when this caller then holds a slot."""
+        deadline = time.monotonic() + EVICT_WAIT_S
+        while time.monotonic() < deadline:
+            if self._cancel_stalled(time.monotonic(), EVICT_STALLED_S, streams_only=True,
+                                    first_only=True):
+                # Its slot comes back when grpc has ended the cancelled call.
+                if self._streams.acquire(timeout=2.0):
+                    return True
+            elif self._streams.acquire(timeout=0.1):
+                return True
+        return False
+
     def _handed_over(self, context: grpc.ServicerContext, stream: bool) -> int:
         """Notes an answer given to grpc; :meth:`_delivered` (or the call's
         end) forgets it."""
@@ -304,11 +321,7 @@ class MonitorServicer(pb_grpc.MonitorServicer):
 
     def StreamSnapshots(self, request: pb.StreamRequest,
                         context: grpc.ServicerContext) -> Iterator[bytes]:
-        if not self._streams.acquire(blocking=False) and not (
-                # Every slot is taken: one whose peer stopped reading gives way.
-                self._cancel_stalled(time.monotonic(), EVICT_STALLED_S, streams_only=True,
-                                     first_only=True)
-                and self._streams.acquire(timeout=2.0)):
+        if not self._streams.acquire(blocking=False) and not self._evict_for_new_stream():
             context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
                           f"at most {self._max_streams} streams at once; try again later "
                           "or poll GetSnapshot")
