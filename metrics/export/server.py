@@ -10,6 +10,15 @@ both ways. ``Capture`` runs the injected ``capture_fn`` (see
 worker of its own (the pool has one more thread when ``capture_fn`` is
 given), so a concurrent capture is refused at once rather than queued.
 
+No client can make the server hold or do unbounded work (issue 14; figures
+in ``bench/attack.py``): connections, streams per connection, handshake,
+idle time and age are capped by grpc's channel arguments
+(:func:`server_options`), pings beyond the policy earn a GOAWAY, every call
+that reaches Python passes one token bucket (:class:`CallPacer`), requests
+share one snapshot build per :data:`ANSWER_TTL_S` whatever their
+``events_since``, and an answer its peer does not read is cancelled (after
+:data:`STALL_S`, or at once when a new stream needs the slot).
+
 Example:
     >>> from tpu_info.model import Snapshot
     >>> server = Server(lambda since: Snapshot(taken_at_unix=0.0), port=0)
@@ -83,7 +92,11 @@ MAX_RECEIVE_BYTES = 64 * 1024
 # finish the HTTP/2 handshake (a bare TCP connect, a preface alone) go after
 # HANDSHAKE_TIMEOUT_MS, ones without calls after IDLE_CONNECTION_MS.
 MAX_CONNECTIONS = 64
-MAX_STREAMS_PER_CONNECTION = 8  # HTTP/2 streams, unary calls included
+# HTTP/2 streams per connection, unary calls included. grpc clients in one
+# process share a connection per target, and a stream just finished still
+# counts on the server for a moment: a limit as low as the clients' own
+# concurrency (8 pollers) refuses some of their calls (REFUSED_STREAM).
+MAX_STREAMS_PER_CONNECTION = 32
 HANDSHAKE_TIMEOUT_MS = 5_000
 IDLE_CONNECTION_MS = 30_000
 MAX_CONNECTION_AGE_MS = 3_600_000  # then GOAWAY; calls get this long to finish:
