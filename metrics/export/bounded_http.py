@@ -20,7 +20,8 @@ around a selector:
 Every answer closes its connection (``Connection: close``).
 
 Example:
-    >>> server = BoundedHttpServer(lambda accept: (b"ok\\n", "text/plain"), "127.0.0.1", 0)
+    >>> server = BoundedHttpServer(lambda accept, encoding: (b"ok\\n", "text/plain", ""),
+    ...                            "127.0.0.1", 0)
     >>> server.start()
     >>> server.stop()
 """
