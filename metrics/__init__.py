@@ -87,11 +87,16 @@ def install(
     Args:
         engines: ``"auto"`` (the engines the program has already imported), or
             a list of names from :func:`metrics.engines.valid_names`.
-        serve: start the gRPC server (default: yes, unless ``$TPU_INFO_SERVE``
-            is ``0``). ``"process"`` (or ``$TPU_INFO_SERVE=process``) serves
-            from a helper process instead (see :mod:`metrics.export.helper`):
-            for programs watched by many clients at once. Loopback only
-            unless ``$TPU_INFO_BIND`` says otherwise.
+        serve: where the gRPC server runs. ``"process"`` (the default, or
+            ``$TPU_INFO_SERVE=process``): a helper process beside the program
+            (see :mod:`metrics.export.helper`), so no client, however
+            hostile, costs the program more than ten snapshot builds a
+            second. ``"thread"`` or ``True`` (``$TPU_INFO_SERVE=thread``): a
+            thread pool inside the program (no extra process, but every
+            call's grpcio work lands on the program's cores; see
+            ``bench/attack.py``; ``$TPU_INFO_SERVE=1`` too, as before).
+            ``False`` (``$TPU_INFO_SERVE=0``): no
+            server. Loopback only unless ``$TPU_INFO_BIND`` says otherwise.
         port: pin the server's port (default ``$TPU_INFO_PORT``, else 8431
             when free, else any free port).
         prometheus_port: also serve Prometheus' ``/metrics`` on this port
@@ -133,13 +138,32 @@ def install(
             engine.install()
             _installed[name] = engine
         if serve is None:
-            raw = os.environ.get("TPU_INFO_SERVE", "1").strip().lower()
-            serve = "process" if raw == "process" else raw not in ("0", "false", "no")
-        if serve not in (True, False, "process"):
-            raise ValueError(f"serve must be True, False or 'process', got {serve!r}")
+            serve = _serve_from_env(os.environ.get(ENV_SERVE, ""))
+        if serve not in (True, False, "process", "thread"):
+            raise ValueError(f"serve must be 'process', 'thread', True or False, got {serve!r}")
         if serve:
             _start_exporters(port, prometheus_port, in_helper=serve == "process")
     return rec
+
+
+ENV_SERVE = "TPU_INFO_SERVE"
+_SERVE_WORDS: dict[str, bool | str] = {
+    "": "process", "process": "process",
+    # As install(serve=True): in the program, what "1" always meant.
+    "thread": "thread", "1": "thread", "true": "thread", "yes": "thread",
+    "0": False, "false": False, "no": False,
+}
+
+
+def _serve_from_env(raw: str) -> bool | str:
+    """``$TPU_INFO_SERVE`` as ``install``'s ``serve``; an unknown word serves
+    the default way (logged once): the program must run on."""
+    word = raw.strip().lower()
+    if word not in _SERVE_WORDS:
+        log.warning("tpu-info: %s=%r is not one of process, thread, 1, 0; serving from "
+                    "a helper process", ENV_SERVE, raw)
+        return "process"
+    return _SERVE_WORDS[word]
 
 
 def _start_exporters(port: int | None, prometheus_port: int | None,

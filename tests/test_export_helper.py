@@ -133,3 +133,23 @@ def test_a_recompile_reaches_watchers_of_the_helper_through_a_flood_of_steps():
             assert e.detail == "x: f32[8] -> f32[9]" and e.name == "jit(f)"
     finally:
         exporter.stop()
+
+
+def test_serving_from_a_helper_is_the_default(tmp_path):
+    """Issue 14: in the program, a one-process flood costs it most of its step
+    rate (bench/attack.py); from the helper, ten snapshot builds a second."""
+    env = {"TPU_INFO_SERVE": "", "TPU_INFO_RUNTIME_DIR": str(tmp_path)}
+    with HookedProgram(env=env) as prog:
+        assert len(_helpers_of(prog.proc.pid)) == 1
+        with Client(prog.address, timeout=10) as c:
+            assert c.snapshot().process.pid == prog.proc.pid
+
+
+@pytest.mark.parametrize(("raw", "serve"), [
+    ("", "process"), ("process", "process"), (" Process ", "process"), ("thread", "thread"),
+    ("1", "thread"), ("true", "thread"), ("0", False), ("no", False), ("bogus", "process"),
+])
+def test_tpu_info_serve_words(raw: str, serve: object):
+    import metrics
+
+    assert metrics._serve_from_env(raw) == serve

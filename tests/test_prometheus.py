@@ -221,12 +221,36 @@ def free_port() -> int:
 def test_start_http_binds_loopback_by_default_and_stops():
     with prom.start_http(make_snapshot, port=0, environ={}) as server:
         assert server.bind == "127.0.0.1"
-        assert server._httpd.socket.getsockname()[0] == "127.0.0.1"
+        assert server.sockname[0] == "127.0.0.1"
         body = urllib.request.urlopen(server.url, timeout=10).read().decode()
         assert "tpu_info_uncached_compile_total 7.0" in body
         port = server.port
     with pytest.raises(OSError):
         socket.create_connection(("127.0.0.1", port), timeout=2).close()
+
+
+def test_scrapes_share_one_body_a_second_and_bad_requests_get_one_line():
+    import gzip
+
+    calls = []
+
+    def counted():
+        calls.append(1)
+        return make_snapshot()
+
+    with prom.start_http(counted, port=0, environ={}) as server:
+        request = urllib.request.Request(server.url, headers={"Accept-Encoding": "gzip"})
+        with urllib.request.urlopen(request, timeout=10) as r:
+            assert r.headers["Content-Encoding"] == "gzip"
+            assert b"tpu_info_uncached_compile_total 7.0" in gzip.decompress(r.read())
+        plain = urllib.request.urlopen(server.url, timeout=10).read()
+        assert b"tpu_info_uncached_compile_total 7.0" in plain
+        assert len(calls) <= 2  # one exposition per format and second, not per scrape
+        with socket.create_connection(("127.0.0.1", server.port), timeout=10) as s:
+            s.sendall(b"garbage\r\n\r\n")
+            assert s.recv(100).startswith(b"HTTP/1.1 400")
+        with pytest.raises(urllib.error.HTTPError, match="405"):
+            urllib.request.urlopen(urllib.request.Request(server.url, data=b"x"), timeout=10)
 
 
 def test_start_http_port_and_bind_from_environment(caplog):

@@ -42,8 +42,10 @@ def _loopback(ip: str) -> bool:
 
 
 def _listening(pid: int) -> set[tuple[str, int]]:
-    return {(c.laddr.ip, c.laddr.port) for c in psutil.Process(pid).net_connections("inet")
-            if c.status == psutil.CONN_LISTEN}
+    """What the program and its serving helper (the default) listen on."""
+    program = psutil.Process(pid)
+    return {(c.laddr.ip, c.laddr.port) for proc in [program, *program.children()]
+            for c in proc.net_connections("inet") if c.status == psutil.CONN_LISTEN}
 
 
 def _ports(p: subprocess.Popen[str]) -> tuple[int, int]:

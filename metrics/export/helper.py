@@ -78,6 +78,7 @@ MAX_EVENTS = 1000  # events in one answer, as in-process serving (snapshot.build
 GC_INTERVAL_S = 2.0  # the helper's full garbage collections (see _collect_garbage)
 RESTART_FIRST_S = 0.5  # a dead helper's first restart waits this long ...
 RESTART_MAX_S = 30.0  # ... doubling each try up to this (see HelperServer)
+HELPER_CALLS_PER_S = 1000.0  # the helper's CallPacer (in-process serving: CALLS_PER_S)
 _HEADER = struct.Struct(">II")
 _MAX_FRAME = 256 * 1024 * 1024
 
@@ -540,7 +541,9 @@ def main(argv: list[str] | None = None) -> int:
             if head.get("capture"):
                 kwargs["capture_fn"] = _capture_forwarder(mirror, channel,
                                                           str(head.get("capture_secret", "")))
-            server = Server(mirror.snapshot, **kwargs)
+            # Same limits as in-process serving; a higher call rate, since
+            # the program pays one refresh per REFRESH_S whatever it is.
+            server = Server(mirror.snapshot, calls_per_s=HELPER_CALLS_PER_S, **kwargs)
             try:
                 channel.send({"op": "bound", "port": server.bind()})
             except BindError as e:

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import bisect
 import functools
+import gzip
 import ipaddress
 import itertools
 import logging
@@ -46,10 +47,10 @@ import math
 import os
 import re
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any
 
-from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client import CollectorRegistry
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
@@ -57,8 +58,10 @@ from prometheus_client.core import (
     InfoMetricFamily,
     Metric,
 )
+from prometheus_client.exposition import choose_encoder
 
 from metrics import forksafe
+from metrics.export.bounded_http import BoundedHttpServer
 from tpu_info.model import DistributionReading, Snapshot, Unit
 
 log = logging.getLogger("metrics.export.prometheus")
@@ -68,6 +71,7 @@ TOP_GRAPHS = 20
 ENV_PORT = "TPU_INFO_PROMETHEUS_PORT"
 ENV_BIND = "TPU_INFO_PROMETHEUS_BIND"  # its own: TPU_INFO_BIND is the gRPC server's
 DEFAULT_BIND = "127.0.0.1"
+BODY_TTL_S = 1.0  # scrapes within this long of each other share one exposition
 
 
 def _decades(lo_exp: int, hi_exp: int, steps: Sequence[float]) -> tuple[float, ...]:
@@ -295,16 +299,44 @@ def _version_labels(versions: Mapping[str, str]) -> dict[str, str]:
     return {f"{snake_name(k)}_version": str(v) for k, v in sorted(versions.items())}
 
 
-class PrometheusServer:
-    """A running ``/metrics`` endpoint; :meth:`stop` shuts it down."""
+class CachedExposition:
+    """prometheus_client's exposition of ``registry``, rebuilt at most every
+    :data:`BODY_TTL_S` per format (text or OpenMetrics, gzipped or not):
+    however often it is scraped, the program builds one snapshot a second."""
 
-    def __init__(self, httpd: Any, thread: threading.Thread, bind: str,
+    def __init__(self, registry: CollectorRegistry, ttl_s: float = BODY_TTL_S) -> None:
+        self._registry = registry
+        self._ttl = ttl_s
+        self._bodies: dict[tuple[str, bool], tuple[float, bytes]] = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, accept: str, accept_encoding: str) -> tuple[bytes, str, str]:
+        encoder, content_type = choose_encoder(accept)
+        zipped = "gzip" in accept_encoding
+        key = (content_type, zipped)
+        now = time.monotonic()
+        with self._lock:
+            hit = self._bodies.get(key)
+            if hit is None or hit[0] <= now:
+                body = encoder(self._registry)
+                if zipped:
+                    body = gzip.compress(body, compresslevel=1)
+                self._bodies = {k: v for k, v in self._bodies.items() if v[0] > now}
+                hit = self._bodies[key] = (now + self._ttl, body)
+        return hit[1], content_type, "gzip" if zipped else ""
+
+
+class PrometheusServer:
+    """A running ``/metrics`` endpoint (a :class:`~metrics.export.bounded_http.
+    BoundedHttpServer`); :meth:`stop` shuts it down."""
+
+    def __init__(self, httpd: BoundedHttpServer, bind: str,
                  registry: CollectorRegistry) -> None:
         self._httpd = httpd
-        self._thread = thread
         self.bind = bind
         self.registry = registry
         self.port: int = httpd.server_address[1]
+        self.sockname = httpd.server_address
         self._stopped = False
         self._owner = forksafe.owned(self)
 
@@ -313,6 +345,7 @@ class PrometheusServer:
         the parent serves; the port is freed when the parent exits)."""
         if not self._stopped:  # a stopped one's port may be someone else's now
             self._stopped = True
+            self._httpd.close_in_fork_child()
             forksafe.close_sockets_on_port(self.port)
 
     @property
@@ -327,9 +360,7 @@ class PrometheusServer:
         if self._stopped or os.getpid() != self._owner:
             return
         self._stopped = True
-        self._httpd.shutdown()
-        self._httpd.server_close()
-        self._thread.join(timeout)
+        self._httpd.stop(timeout)
 
     def __enter__(self) -> PrometheusServer:
         return self
@@ -375,7 +406,9 @@ def start_http(
     environ: Mapping[str, str] | None = None,
     top_graphs: int = TOP_GRAPHS,
 ) -> PrometheusServer:
-    """Serves ``/metrics`` from a fresh registry on a daemon thread.
+    """Serves ``/metrics`` from a fresh registry on one daemon thread, with
+    bounded connections, timeouts and rate (:mod:`metrics.export.bounded_http`)
+    and the body cached for :data:`BODY_TTL_S`.
 
     Args:
         snapshot_fn: called at each scrape.
@@ -397,6 +430,6 @@ def start_http(
                     "who can reach this host can read this program's metrics", addr)
     registry = CollectorRegistry(auto_describe=False)
     registry.register(SnapshotCollector(snapshot_fn, top_graphs))
-    httpd, thread = start_http_server(resolve_port(port, env), addr=addr, registry=registry)
-    thread.name = "tpu-info-prometheus"
-    return PrometheusServer(httpd, thread, addr, registry)
+    httpd = BoundedHttpServer(CachedExposition(registry), addr, resolve_port(port, env))
+    httpd.start()
+    return PrometheusServer(httpd, addr, registry)

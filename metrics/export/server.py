@@ -12,6 +12,15 @@ UNIMPLEMENTED. A capture holds a worker of its own (the pool has one more
 thread when ``capture_fn`` is given), so a concurrent capture is refused at
 once rather than queued.
 
+No client can make the server hold or do unbounded work (issue 14; figures
+in ``bench/attack.py``): connections, streams per connection, handshake,
+idle time and age are capped by grpc's channel arguments
+(:func:`server_options`), pings beyond the policy earn a GOAWAY, every call
+that reaches Python passes one token bucket (:class:`CallPacer`), requests
+share one snapshot build per :data:`ANSWER_TTL_S` whatever their
+``events_since``, and an answer its peer does not read is cancelled (after
+:data:`STALL_S`, or at once when a new stream needs the slot).
+
 Example:
     >>> from tpu_info.model import Snapshot
     >>> server = Server(lambda since: Snapshot(taken_at_unix=0.0), port=0)
@@ -76,11 +85,114 @@ CaptureFn = Callable[[float, bool, threading.Event, Caller], CaptureLike]
 
 DEFAULT_WORKERS = 40  # threads start on demand; each open stream holds one
 RESERVED_WORKERS = 4  # never taken by streams: one-shot calls always find one
-ANSWER_TTL_S = 0.05   # identical requests this close together share one answer
+ANSWER_TTL_S = 0.05   # requests this close together share one snapshot build
+LIST_METRICS_TTL_S = 1.0  # ListMetrics answers are this old at most
 MIN_INTERVAL_MS = 50
 DEFAULT_INTERVAL_MS = 1000
 MAX_SEND_BYTES = 64 * 1024 * 1024
 MAX_RECEIVE_BYTES = 64 * 1024
+
+# What any client can make the server hold or do (issue 14). Connections
+# beyond the cap are closed as soon as they are accepted; ones that never
+# finish the HTTP/2 handshake (a bare TCP connect, a preface alone) go after
+# HANDSHAKE_TIMEOUT_MS, ones without calls after IDLE_CONNECTION_MS.
+MAX_CONNECTIONS = 64
+# HTTP/2 streams per connection, unary calls included. grpc clients in one
+# process share a connection per target, and a stream just finished still
+# counts on the server for a moment: a limit as low as the clients' own
+# concurrency (8 pollers) refuses some of their calls (REFUSED_STREAM).
+MAX_STREAMS_PER_CONNECTION = 32
+HANDSHAKE_TIMEOUT_MS = 5_000
+IDLE_CONNECTION_MS = 30_000
+MAX_CONNECTION_AGE_MS = 3_600_000  # then GOAWAY; calls get this long to finish:
+CONNECTION_AGE_GRACE_MS = 60_000
+KEEPALIVE_MS = 60_000  # the server pings its peers: dead ones go within 70 s
+KEEPALIVE_TIMEOUT_MS = 10_000
+# Our clients ping every 10 s on open calls (tpu_info.client): pings more
+# often than this earn strikes, and MAX_PING_STRIKES of them a GOAWAY.
+MIN_PING_INTERVAL_MS = 5_000
+MAX_PING_STRIKES = 2
+MAX_METADATA_BYTES = 8 * 1024
+# An answer grpc has not delivered this long after the handler produced it
+# (the peer does not read: a zero flow-control window) is cancelled, which
+# frees its buffers, its worker thread and its stream slot.
+STALL_S = 10.0
+EVICT_STALLED_S = 1.0  # a new stream may take the slot of one stalled this long
+EVICT_WAIT_S = 3.0  # ... and waits this long for one to have stalled that long
+# Calls that reach Python (snapshots, stream answers, ListMetrics, libtpu's
+# calls) share one token bucket: excess calls wait in line (asleep, without
+# the GIL) and ones that would wait longer than MAX_PACE_S are refused, so
+# no client can make the program build more than this many answers a second.
+CALLS_PER_S = 200.0
+CALL_BURST = 40
+MAX_PACE_S = 1.0
+
+
+def server_options() -> list[tuple[str, int]]:
+    """grpc channel arguments every server of ours gets (all honoured by grpcio 1.85's core)."""
+    return [
+        ("grpc.max_send_message_length", MAX_SEND_BYTES),
+        ("grpc.max_receive_message_length", MAX_RECEIVE_BYTES),
+        # Without this two processes could share 8431 on Linux.
+        ("grpc.so_reuseport", 0),
+        ("grpc.max_allowed_incoming_connections", MAX_CONNECTIONS),
+        ("grpc.server_handshake_timeout_ms", HANDSHAKE_TIMEOUT_MS),
+        ("grpc.max_connection_idle_ms", IDLE_CONNECTION_MS),
+        ("grpc.max_connection_age_ms", MAX_CONNECTION_AGE_MS),
+        ("grpc.max_connection_age_grace_ms", CONNECTION_AGE_GRACE_MS),
+        ("grpc.max_concurrent_streams", MAX_STREAMS_PER_CONNECTION),
+        ("grpc.keepalive_time_ms", KEEPALIVE_MS),
+        ("grpc.keepalive_timeout_ms", KEEPALIVE_TIMEOUT_MS),
+        ("grpc.http2.min_ping_interval_without_data_ms", MIN_PING_INTERVAL_MS),
+        ("grpc.http2.max_ping_strikes", MAX_PING_STRIKES),
+        ("grpc.max_metadata_size", MAX_METADATA_BYTES),
+    ]
+
+
+class CallPacer:
+    """A token bucket shared by every call that reaches Python.
+
+    :meth:`admit` reserves a token, sleeps until it is due (``time.sleep``
+    drops the GIL) and returns True, or returns False at once when it would
+    be due later than ``max_wait_s``. Reservations are served in arrival
+    order, so a flooding client waits in the same line as everyone else.
+    """
+
+    def __init__(self, rate: float = CALLS_PER_S, burst: int = CALL_BURST,
+                 max_wait_s: float = MAX_PACE_S) -> None:
+        self.rate = rate
+        self._burst = float(burst)
+        self._max_wait = max_wait_s
+        self._tokens = float(burst)
+        self._last = time.monotonic()
+        self._lock = threading.Lock()
+        self.refused = 0
+
+    def admit(self, max_wait_s: float | None = None) -> bool:
+        limit = self._max_wait if max_wait_s is None else max_wait_s
+        with self._lock:
+            now = time.monotonic()
+            self._tokens = min(self._burst, self._tokens + (now - self._last) * self.rate)
+            self._last = now
+            wait = (1.0 - self._tokens) / self.rate if self._tokens < 1.0 else 0.0
+            if wait > limit:
+                self.refused += 1
+                return False
+            self._tokens -= 1.0
+        if wait > 0:
+            time.sleep(wait)
+        return True
+
+
+@dataclasses.dataclass
+class _Build:
+    """One snapshot build, shared by every request until it expires."""
+
+    expires: float
+    since: int
+    snap: Snapshot
+    answers: dict[tuple[int, int], tuple[bytes, int]] = dataclasses.field(
+        default_factory=dict)
 
 
 class BindError(OSError):
@@ -98,7 +210,8 @@ class MonitorServicer(pb_grpc.MonitorServicer):
 
     def __init__(self, snapshot_fn: SnapshotFn, max_streams: int,
                  metric_infos: Iterable[MetricInfo] | None = None,
-                 capture_fn: CaptureFn | None = None) -> None:
+                 capture_fn: CaptureFn | None = None,
+                 pacer: CallPacer | None = None) -> None:
         self._snapshot_fn = snapshot_fn
         self._capture_fn = capture_fn
         self._capture_stops: set[threading.Event] = set()
@@ -106,40 +219,127 @@ class MonitorServicer(pb_grpc.MonitorServicer):
         self._streams = threading.BoundedSemaphore(max_streams)
         self._max_streams = max_streams
         self._cache = encoder.PartCache()
-        self._answers: dict[tuple[int, int], tuple[float, bytes, int]] = {}
-        self._answers_lock = threading.Lock()
+        self._build: _Build | None = None
+        self._build_lock = threading.Lock()
+        self._listed: tuple[float, bytes] | None = None
+        self.pacer = pacer or CallPacer()
+        # Answers handed to grpc and not yet delivered: id -> (since when,
+        # the call, whether a stream). Entries leave when the call ends.
+        self._undelivered: dict[int, tuple[float, grpc.ServicerContext, bool]] = {}
+        self._ids = iter(range(1, 2**62))
+        self._next_sweep = 0.0
         self.stopping = threading.Event()
+
+    def _pace(self, context: grpc.ServicerContext) -> None:
+        if not self.pacer.admit():
+            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                          f"more than {self.pacer.rate:g} calls a second; try again later")
+
+    def shared_snapshot(self, events_since: int) -> _Build:
+        """The current shared build, built anew (with ``events_since``) when
+        it expired or holds no events that far back. Whatever ``events_since``
+        each request carries, a flood costs the program at most a few builds
+        per :data:`ANSWER_TTL_S` (each one reaching further back than the last).
+
+        Raises:
+            Exception: whatever ``snapshot_fn`` raises.
+        """
+        now = time.monotonic()
+        if now >= self._next_sweep:
+            self._next_sweep = now + 1.0
+            self._cancel_stalled(now, STALL_S, streams_only=False)
+        with self._build_lock:  # one build at a time; the others share it
+            built = self._build
+            if built is None or built.expires <= now or events_since < built.since:
+                snap = self._snapshot_fn(events_since)
+                built = self._build = _Build(time.monotonic() + ANSWER_TTL_S,
+                                             events_since, snap)
+            return built
+
+    def paced_snapshot(self, events_since: int) -> Snapshot:
+        """The shared snapshot for callers without a context (libtpu's service).
+
+        Raises:
+            RuntimeError: the call rate is over :data:`CALLS_PER_S` (refused).
+        """
+        if not self.pacer.admit():
+            raise RuntimeError(f"more than {self.pacer.rate:g} calls a second; try again later")
+        return self.shared_snapshot(events_since).snap
 
     def _answer(self, events_since: int, max_events: int,
                 context: grpc.ServicerContext) -> tuple[bytes, int]:
-        """The serialized snapshot and its last_seq, shared by identical
-        requests within :data:`ANSWER_TTL_S`: many watchers and pollers cost
-        the program one snapshot per interval, not one per request."""
-        key = (events_since, max_events)
-        now = time.monotonic()
-        hit = self._answers.get(key)
-        if hit is not None and hit[0] > now:
-            return hit[1], hit[2]
-        snap = snapshot_or_abort(self._snapshot_fn, events_since, context)
-        if max_events and len(snap.events) > max_events:
-            snap = dataclasses.replace(snap, events=snap.events[-max_events:])
-        data = encoder.snapshot_to_bytes(snap, self._cache)
-        with self._answers_lock:
-            # Expired answers go at once: each stream asks with its own
-            # events_since, and answers carry up to a thousand events, so
-            # keeping them until a size limit held megabytes for nothing.
-            if len(self._answers) > 8:
-                self._answers = {k: v for k, v in self._answers.items() if v[0] > now}
-            self._answers[key] = (now + ANSWER_TTL_S, data, snap.last_seq)
-        return data, snap.last_seq
+        """The serialized snapshot and its last_seq, cut for this request
+        from the shared build (the events after ``events_since``)."""
+        built = snapshot_or_abort(self.shared_snapshot, events_since, context)
+        snap = built.snap
+        key = (min(events_since, snap.last_seq), max_events)
+        with self._build_lock:
+            hit = built.answers.get(key)
+        if hit is not None:
+            return hit
+        events = snap.events
+        if events_since > built.since:
+            events = tuple(e for e in events if e.seq > events_since)
+        if max_events and len(events) > max_events:
+            events = events[-max_events:]
+        if events is not snap.events:
+            snap = dataclasses.replace(snap, events=events)
+        with self._build_lock:  # the encoder's part cache is not thread-safe
+            answer = encoder.snapshot_to_bytes(snap, self._cache), snap.last_seq
+            if len(built.answers) < 64:
+                built.answers[key] = answer
+        return answer
+
+    def _evict_for_new_stream(self) -> bool:
+        """Every stream slot is taken: the stream whose peer has not read its
+        answer for longest gives way, if that is :data:`EVICT_STALLED_S` or
+        more (waiting up to :data:`EVICT_WAIT_S` for one to qualify). True
+        when this caller then holds a slot."""
+        deadline = time.monotonic() + EVICT_WAIT_S
+        while time.monotonic() < deadline:
+            if self._cancel_stalled(time.monotonic(), EVICT_STALLED_S, streams_only=True,
+                                    first_only=True):
+                # Its slot comes back when grpc has ended the cancelled call.
+                if self._streams.acquire(timeout=2.0):
+                    return True
+            elif self._streams.acquire(timeout=0.1):
+                return True
+        return False
+
+    def _handed_over(self, context: grpc.ServicerContext, stream: bool) -> int:
+        """Notes an answer given to grpc; :meth:`_delivered` (or the call's
+        end) forgets it."""
+        token = next(self._ids)
+        self._undelivered[token] = (time.monotonic(), context, stream)
+        if not stream and not context.add_callback(lambda: self._delivered(token)):
+            self._delivered(token)  # the call has already ended
+        return token
+
+    def _delivered(self, token: int) -> None:
+        self._undelivered.pop(token, None)
+
+    def _cancel_stalled(self, now: float, older_than_s: float, streams_only: bool,
+                        first_only: bool = False) -> int:
+        """Cancels calls whose answer has waited ``older_than_s`` for its peer
+        to read it (oldest first); returns how many."""
+        stalled = sorted((since, token, context) for token, (since, context, stream)
+                         in list(self._undelivered.items())
+                         if now - since >= older_than_s and (stream or not streams_only))
+        for _, token, context in stalled[:1] if first_only else stalled:
+            self._undelivered.pop(token, None)
+            context.cancel()
+        return min(len(stalled), 1) if first_only else len(stalled)
 
     def GetSnapshot(self, request: pb.SnapshotRequest,
                     context: grpc.ServicerContext) -> bytes:
-        return self._answer(request.events_since, request.max_events, context)[0]
+        self._pace(context)
+        data = self._answer(request.events_since, request.max_events, context)[0]
+        self._handed_over(context, stream=False)
+        return data
 
     def StreamSnapshots(self, request: pb.StreamRequest,
                         context: grpc.ServicerContext) -> Iterator[bytes]:
-        if not self._streams.acquire(blocking=False):
+        if not self._streams.acquire(blocking=False) and not self._evict_for_new_stream():
             context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
                           f"at most {self._max_streams} streams at once; try again later "
                           "or poll GetSnapshot")
@@ -155,24 +355,35 @@ class MonitorServicer(pb_grpc.MonitorServicer):
         interval_ms = request.interval_ms or DEFAULT_INTERVAL_MS
         interval_s = max(interval_ms, MIN_INTERVAL_MS) / 1000.0
         since = request.events_since
+        token = 0
         try:
             while context.is_active() and not self.stopping.is_set():
+                self.pacer.admit(max_wait_s=float("inf"))  # waits its turn, never refused
                 data, since = self._answer(since, request.max_events, context)
+                token = self._handed_over(context, stream=True)
                 yield data
+                self._delivered(token)
                 if wake.wait(interval_s) or self.stopping.is_set():
                     break
         finally:
+            self._delivered(token)
             release()
 
     def ListMetrics(self, request: pb.ListMetricsRequest,
-                    context: grpc.ServicerContext) -> pb.ListMetricsReply:
+                    context: grpc.ServicerContext) -> bytes:
+        self._pace(context)
+        listed = self._listed
+        if listed is not None and listed[0] > time.monotonic():
+            return listed[1]
         infos = {i.name: i for i in self._infos}
-        snap = snapshot_or_abort(self._snapshot_fn, 2**62, context)
+        snap = snapshot_or_abort(self.shared_snapshot, 2**62, context).snap
         for c in snap.counters:
             infos.setdefault(c.name, MetricInfo(c.name, "counter", c.unit, c.help))
         for d in snap.distributions:
             infos.setdefault(d.name, MetricInfo(d.name, "distribution", d.unit, d.help))
-        return wire.metric_infos_to_proto(infos[n] for n in sorted(infos))
+        data = wire.metric_infos_to_proto(infos[n] for n in sorted(infos)).SerializeToString()
+        self._listed = (time.monotonic() + LIST_METRICS_TTL_S, data)
+        return data
 
     def Capture(self, request: pb.CaptureRequest,
                 context: grpc.ServicerContext) -> pb.CaptureReply:
@@ -267,6 +478,12 @@ class Server:
         metric_infos: names ``ListMetrics`` lists (default: the catalog).
         host_name: ``GetTpuRuntimeStatus``'s host name (default: this host).
         capture_fn: runs ``Capture`` calls (default: none, UNIMPLEMENTED).
+        calls_per_s: calls a second that reach Python (see :class:`CallPacer`).
+
+    Every server gets :func:`server_options`: at most
+    :data:`MAX_CONNECTIONS` connections of :data:`MAX_STREAMS_PER_CONNECTION`
+    streams each, handshakes within :data:`HANDSHAKE_TIMEOUT_MS`, idle
+    connections closed, ping floods answered with GOAWAY.
     """
 
     def __init__(
@@ -280,34 +497,27 @@ class Server:
         metric_infos: Iterable[MetricInfo] | None = None,
         host_name: str | None = None,
         capture_fn: CaptureFn | None = None,
+        calls_per_s: float = CALLS_PER_S,
     ) -> None:
         self.address = address
         self.requested_port = port
         self.port = 0
         streams = (max_streams if max_streams is not None
                    else max(1, workers - min(RESERVED_WORKERS, workers - 1)))
-        self._monitor = MonitorServicer(snapshot_fn, streams, metric_infos, capture_fn)
+        pacer = CallPacer(calls_per_s, max(CALL_BURST, int(calls_per_s / 5)))
+        self._monitor = MonitorServicer(snapshot_fn, streams, metric_infos, capture_fn, pacer)
         if capture_fn is not None:
             workers += 1  # the one capture allowed at a time holds a worker of its own
         self._pool = futures.ThreadPoolExecutor(max_workers=workers,
                                                 thread_name_prefix="tpu-info-grpc")
         self._server = grpc.server(
             self._pool,
-            options=[
-                ("grpc.max_send_message_length", MAX_SEND_BYTES),
-                ("grpc.max_receive_message_length", MAX_RECEIVE_BYTES),
-                # Without this two processes could share 8431 on Linux.
-                ("grpc.so_reuseport", 0),
-                # Accept the clients' keepalive pings (they detect a hung
-                # peer) instead of answering frequent pings with GOAWAY.
-                ("grpc.http2.min_recv_ping_interval_without_data_ms", 500),
-                ("grpc.http2.max_ping_strikes", 0),
-            ],
+            options=server_options(),
             maximum_concurrent_rpcs=4 * workers,
         )
         self._server.add_generic_rpc_handlers((_monitor_handlers(self._monitor),))
         lpb_grpc.add_RuntimeMetricServiceServicer_to_server(
-            RuntimeMetricServicer(snapshot_fn, host_name), self._server)
+            RuntimeMetricServicer(self._monitor.paced_snapshot, host_name), self._server)
         self._started = False
         self._stopped = False
 
