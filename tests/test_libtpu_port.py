@@ -227,7 +227,9 @@ def test_own_process_with_libtpu_loaded_is_read(tmp_path: Path):
     lib = tmp_path / "site-packages" / "libtpu" / "libtpu.so"
     lib.parent.mkdir(parents=True)
     lib.write_bytes(b"\x7fELF" + b"\0" * 4092)
-    env = dict(os.environ, PYTHONPATH=str(ROOT), TPU_INFO_PORT="0",
+    # Served in the program, as libtpu serves from the process that loaded it
+    # (a helper would be the listener, without libtpu mapped).
+    env = dict(os.environ, PYTHONPATH=str(ROOT), TPU_INFO_PORT="0", TPU_INFO_SERVE="thread",
                TPU_INFO_RUNTIME_DIR=str(tmp_path / "rt"))
     procs = [subprocess.Popen([sys.executable, "-c", HOOKED, arg], stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, text=True, env=env, cwd=ROOT)
