@@ -40,7 +40,8 @@ import time
 import psutil
 from _common import ROOT, parser, verdict
 
-from tests import hostile  # the attack clients, shared with tests/test_hostile_clients.py
+# the attack clients, shared with tests/test_hostile_clients.py
+from tests import hostile_clients as hostile
 
 TRAINER = r"""
 import json, os, resource, sys, threading, time
@@ -80,7 +81,7 @@ FLOOD = r"""
 import itertools, sys, time
 sys.path.insert(0, sys.argv[4])
 import grpc
-from tests import hostile
+from tests import hostile_clients as hostile
 from tpu_info.proto import tpu_info_v1_pb2 as pb, tpu_info_v1_pb2_grpc as pb_grpc
 kind, address, prom, seconds = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[5])
 host, port = address.rsplit(":", 1)

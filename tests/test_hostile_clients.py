@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.hostile import (
+from tests.hostile_clients import (
     ENHANCE_YOUR_CALM,
     RawH2,
     close_all,

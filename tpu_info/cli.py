@@ -142,7 +142,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-discovery", action="store_true",
                    help="read only --target's, not this host's hooked processes and libtpu")
     p.add_argument("--timeout", type=seconds_arg("--timeout"), default=3.0, metavar="S",
-                   help="seconds allowed per target (default 3)")
+                   help="seconds the whole command may take, replies included (default 3)")
     p.add_argument("--no-color", action="store_true", help="plain text, no colours")
     sub = p.add_subparsers(dest="command", metavar="{report,profile,doctor,run}")
     r = sub.add_parser("report", help="a running program's metrics_report()")
