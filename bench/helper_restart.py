@@ -28,8 +28,11 @@ from tpu_info.client import Client
 
 def _helper(pid: int, not_pid: int = 0) -> psutil.Process | None:
     for c in psutil.Process(pid).children():
-        if "metrics.export.helper" in " ".join(c.cmdline()) and c.pid != not_pid:
-            return c
+        try:
+            if "metrics.export.helper" in " ".join(c.cmdline()) and c.pid != not_pid:
+                return c
+        except psutil.Error:  # a killed helper not reaped yet
+            continue
     return None
 
 
@@ -68,8 +71,8 @@ def main() -> int:
                     rec = _record(path)
                     if gone is None and (rec is None or rec[0] != before[0]):
                         gone = time.monotonic() - t0
-                    if rec is not None and rec[0] != before[0] and _reads(rec[1],
-                                                                          prog.proc.pid):
+                    # Not "another inode": a rewritten record may reuse the freed one.
+                    if gone is not None and rec is not None and _reads(rec[1], prog.proc.pid):
                         back = time.monotonic() - t0
                     time.sleep(0.005)
                 gone_ms.append(1e3 * (gone if gone is not None else 60))
