@@ -223,6 +223,7 @@ def test_the_peer_and_secret_predicates() -> None:
 
 ANOTHER_USER = r"""
 import gzip, os, shutil, sys, psutil  # everything imported (root's own files), then drop root
+import grpc._channel, grpc._interceptor  # grpc imports these lazily; a clone in a 0700 dir hides them
 from tpu_info import cli, discovery, client, errors, views
 cli.build_parser().parse_args(sys.argv[1:])
 os.setgid(65534); os.setuid(65534)
@@ -249,6 +250,7 @@ def test_another_user_gets_one_line_and_exit_1(start, tmp_path) -> None:
     # The same uid reaching the port with a raw stub is refused by the program.
     code = subprocess.run([sys.executable, "-c", r"""
 import os, sys, grpc
+import grpc._channel, grpc._interceptor  # imported lazily by grpc: before dropping root
 from tpu_info.proto import tpu_info_v1_pb2 as pb, tpu_info_v1_pb2_grpc as pb_grpc
 os.setgid(65534); os.setuid(65534)
 with grpc.insecure_channel(sys.argv[1]) as ch:
