@@ -505,22 +505,16 @@ def secret_for(target: str, processes: Iterable[DiscoveredProcess] | None = None
     return None
 
 
-def serves(pid: int, port: int) -> bool:
+def serves(pid: int, port: int, proc_root: str | os.PathLike[str] = "/proc") -> bool:
     """Whether ``pid`` or one of its children (the serve="process" helper)
-    listens on ``port``: the secret goes only to the process its record
-    names, never to whoever took the port of a helper that died. True when
-    psutil is not installed (then the record is trusted as it is)."""
-    try:
-        import psutil
+    holds a socket listening on ``port``: the secret goes only to the process
+    its record names, never to whoever took the port of a helper that died.
+    Read from ``proc_root`` as 8431's owners are (:mod:`tpu_info.listeners`);
+    False when it cannot tell."""
+    from tpu_info.listeners import ProcNet
 
-        proc = psutil.Process(pid)
-        for p in (proc, *proc.children()):
-            listing = getattr(p, "net_connections", None) or p.connections  # psutil < 6
-            for c in listing("inet"):
-                if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port:
-                    return True
-        return False
-    except ImportError:
-        return True
-    except Exception:  # noqa: BLE001 - psutil.Error: gone, not ours, or unsupported here
-        return False
+    net = ProcNet(proc_root)
+    for sock in net.listeners(port) or ():
+        if sock.pid is not None and pid in (sock.pid, net.parent(sock.pid)):
+            return True
+    return False

@@ -207,6 +207,14 @@ class ProcNet:
                 break
         return found
 
+    def parent(self, pid: int) -> int | None:
+        """``pid``'s parent (``/proc/<pid>/stat``), or None when it is gone."""
+        try:
+            stat = (self.root / str(pid) / "stat").read_text(errors="replace")
+            return int(stat[stat.rindex(")") + 2:].split()[1])
+        except (OSError, ValueError, IndexError):
+            return None
+
     def _command(self, pid: int) -> str:
         try:
             name = (self.root / str(pid) / "comm").read_text(errors="replace").strip()

@@ -40,7 +40,6 @@ from __future__ import annotations
 import bisect
 import functools
 import gzip
-import ipaddress
 import itertools
 import logging
 import math
@@ -62,6 +61,7 @@ from prometheus_client.exposition import choose_encoder
 
 from metrics import forksafe
 from metrics.export.bounded_http import BoundedHttpServer
+from tpu_info.discovery import is_loopback_host
 from tpu_info.model import DistributionReading, Snapshot, Unit
 
 log = logging.getLogger("metrics.export.prometheus")
@@ -369,13 +369,6 @@ class PrometheusServer:
         self.stop()
 
 
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def resolve_port(port: int | None, environ: Mapping[str, str] | None = None) -> int:
@@ -425,7 +418,7 @@ def start_http(
     """
     env = os.environ if environ is None else environ
     addr = bind or env.get(ENV_BIND, "").strip() or DEFAULT_BIND
-    if not is_loopback(addr):
+    if not is_loopback_host(addr):
         log.warning("tpu-info: Prometheus endpoint listens on %s (not loopback): anyone "
                     "who can reach this host can read this program's metrics", addr)
     registry = CollectorRegistry(auto_describe=False)
