@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import psutil
+import pytest
 
 from tests.conftest import ROOT
 
@@ -127,8 +128,22 @@ def test_client_refuses_oversized_replies():
 
 
 def test_server_caps_request_size():
-    import inspect
+    import grpc
 
-    from metrics.export import server
+    from metrics.export.limits import MAX_RECEIVE_BYTES
+    from metrics.export.server import Server
+    from tpu_info.model import Snapshot
 
-    assert "max_receive_message_length" in inspect.getsource(server)
+    server = Server(lambda since: Snapshot(taken_at_unix=0.0), port=0)
+    port = server.start()
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
+            call = ch.unary_unary("/tpu_info.v1.Monitor/GetSnapshot",
+                                  request_serializer=lambda b: b,
+                                  response_deserializer=lambda b: b)
+            assert call(b"", timeout=10) is not None  # an empty request is answered
+            with pytest.raises(grpc.RpcError) as e:
+                call(b"\x00" * (MAX_RECEIVE_BYTES + 1), timeout=10)
+            assert e.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    finally:
+        server.stop(grace=0)
