@@ -1,0 +1,159 @@
+"""``metrics.install()`` as a program's first lines: engines imported later are hooked.
+
+Real programs in subprocesses: install first, then ``import jax`` (or torch),
+and what the snapshot, the discovery record, ``doctor`` and the report say
+before and after the engine's import.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+CLI = [sys.executable, "-m", "tpu_info.cli"]
+
+# Prints one JSON line per stage; waits for a line on stdin before importing jax.
+JAX_LATE = textwrap.dedent("""
+    import json, sys
+    import metrics
+    metrics.install(serve="thread", port=0)
+
+    def state():
+        s = metrics.snapshot()
+        fs = [g for g in s.graphs if g.name == "jit(f)"]
+        return {"engine": s.process.engine, "waiting": getattr(s.process, "waiting", ""),
+                "address": metrics.exporter().address,
+                "report": metrics.metrics_report(),
+                "compiles": sum(g.compiles for g in fs),
+                "causes": [c.description for g in fs for c in g.causes]}
+
+    print(json.dumps(state()), flush=True)
+    sys.stdin.readline()
+    print("jax before import:", "jax" in sys.modules, file=sys.stderr)
+    import jax, jax.numpy as jnp
+
+    @jax.jit
+    def f(x):
+        return x * 2
+
+    f(jnp.ones(3)).block_until_ready()
+    f(jnp.ones(4)).block_until_ready()
+    print(json.dumps(state()), flush=True)
+    sys.stdin.readline()
+""")
+
+TORCH_LATE = textwrap.dedent("""
+    import json
+    import metrics
+    metrics.install(serve=False)
+    import torch
+
+    def double(x):
+        return x * 2
+
+    g = torch.compile(double, backend="eager", dynamic=False)
+    g(torch.ones(3))
+    g(torch.ones(4))
+    s = metrics.snapshot()
+    print(json.dumps({"engine": s.process.engine, "waiting": getattr(s.process, "waiting", ""),
+                      "compiles": sum(g.compiles for g in s.graphs),
+                      "causes": [c.description for g in s.graphs for c in g.causes]}))
+""")
+
+
+def _env(tmp_path: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    env["TPU_INFO_RUNTIME_DIR"] = str(tmp_path / "rt")
+    env["TPU_INFO_PORT"] = "0"
+    env["JAX_PLATFORMS"] = "cpu"
+    env["COLUMNS"] = "160"
+    return env
+
+
+def _record(env: dict[str, str]) -> dict:
+    (path,) = Path(env["TPU_INFO_RUNTIME_DIR"]).glob("*.json")
+    return json.loads(path.read_text())
+
+
+def _doctor(env: dict[str, str], address: str) -> str:
+    r = subprocess.run([*CLI, "--target", address, "--no-discovery", "doctor"],
+                       capture_output=True, text=True, timeout=60, env=env, cwd=ROOT)
+    return r.stdout + r.stderr
+
+
+def _findings(env: dict[str, str], address: str) -> str:
+    r = subprocess.run([*CLI, "--target", address, "--no-discovery"], capture_output=True,
+                       text=True, timeout=60, env=env, cwd=ROOT)
+    return r.stdout + r.stderr
+
+
+@pytest.mark.slow
+def test_install_before_jax_hooks_jax_when_imported(tmp_path):
+    env = _env(tmp_path)
+    proc = subprocess.Popen([sys.executable, "-c", JAX_LATE], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env, cwd=ROOT)
+    try:
+        assert proc.stdout is not None and proc.stdin is not None
+        before = json.loads(proc.stdout.readline())
+        # Waiting, and saying so everywhere, never "No problems found".
+        assert before["engine"] == "" and "jax" in before["waiting"].split(",")
+        assert "no engine imported yet: the hook waits for jax" in before["report"]
+        record = _record(env)
+        assert record["engine"] == "" and "jax" in record["waiting"]
+        doctor = _doctor(env, before["address"])
+        assert "no engine imported yet: the hook waits for jax" in doctor, doctor
+        table = _findings(env, before["address"])
+        assert "No problems found" not in table and "no engine imported yet" in table, table
+
+        proc.stdin.write("\n")
+        proc.stdin.flush()
+        after = json.loads(proc.stdout.readline())
+        assert after["engine"] == "jax" and "jax" not in after["waiting"].split(",")
+        assert after["compiles"] == 2
+        assert any("argument 'x' changed f32[3] -> f32[4]" in c for c in after["causes"]), after
+        record = _record(env)  # rewritten once jax was hooked
+        assert record["engine"] == "jax" and "jax" not in record["waiting"]
+        doctor = _doctor(env, after["address"])
+        assert "hooked jax" in doctor and "no engine imported yet" not in doctor, doctor
+        proc.stdin.write("\n")
+        proc.stdin.flush()
+        assert proc.wait(timeout=60) == 0
+        err = proc.stderr.read() if proc.stderr else ""
+        assert "jax before import: False" in err, err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.mark.slow
+def test_install_before_torch_hooks_torch_compile_when_imported(tmp_path):
+    r = subprocess.run([sys.executable, "-c", TORCH_LATE], capture_output=True, text=True,
+                       timeout=120, env=_env(tmp_path), cwd=ROOT)
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["engine"] == "torch_compile", out
+    assert out["compiles"] == 2, out
+    assert any("size mismatch at index 0. expected 3, actual 4" in c for c in out["causes"]), out
+
+
+def test_no_engine_ever_imported_says_so_in_the_report(tmp_path):
+    code = ("import metrics\nmetrics.install(serve=False)\n"
+            "print(getattr(metrics, 'waiting_engines', list)())\nprint(metrics.metrics_report())\n"
+            "import sys\nassert 'jax' not in sys.modules and 'torch' not in sys.modules\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=60, env=_env(tmp_path), cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    assert "'jax'" in r.stdout and "'torch_compile'" in r.stdout
+    assert "no engine imported yet: the hook waits for jax" in r.stdout
+    assert "metrics.install(engines=[...])" in r.stdout
+    assert r.stderr == ""
