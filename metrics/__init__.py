@@ -3,13 +3,15 @@
 Add two lines to a training program::
 
     import metrics
-    metrics.install()            # finds the engines the program imported
+    metrics.install()            # anywhere: engines imported later are hooked then
     ...
     metrics.mark_step()          # once per training step (optional)
     print(metrics.metrics_report())
 
 ``import metrics`` imports neither torch nor jax; engine adapters load only
-when :func:`install` finds their engine already imported or is asked for it.
+when :func:`install` finds their engine already imported, when the program
+imports it later (:mod:`metrics.importwatch`, the post-import hook that
+``tpu-info run`` uses too), or when it is asked for one by name.
 The functions :func:`counter_names`, :func:`counter_value`,
 :func:`metric_names`, :func:`metric_data`, :func:`clear_all`,
 :func:`clear_counters`, :func:`clear_metrics`, :func:`metrics_report` and
@@ -33,7 +35,8 @@ from tpu_info import textreport
 from tpu_info.model import Snapshot
 
 __all__ = [
-    "install", "uninstall", "installed_engines", "exporter", "prometheus_endpoint",
+    "install", "uninstall", "installed_engines", "waiting_engines", "exporter",
+    "prometheus_endpoint",
     "recorder", "mark_step", "track",
     "snapshot", "metrics_report", "short_metrics_report", "counter_names",
     "counter_value", "metric_names", "metric_data", "clear_all", "clear_counters",
@@ -88,8 +91,12 @@ def install(
     """Installs the hooks of ``engines`` (idempotent) and returns the recorder.
 
     Args:
-        engines: ``"auto"`` (the engines the program has already imported), or
-            a list of names from :func:`metrics.engines.valid_names`.
+        engines: ``"auto"``: the engines the program has already imported,
+            and each other engine once the program imports it (hooked when
+            its import finishes; :func:`waiting_engines` lists those not yet
+            imported). Or a list of names from
+            :func:`metrics.engines.valid_names`: each is loaded now, importing
+            its engine if the program has not yet.
         serve: where the gRPC server runs. ``"process"`` (the default, or
             ``$TPU_INFO_SERVE=process``): a helper process beside the program
             (see :mod:`metrics.export.helper`), so no client, however

@@ -157,3 +157,106 @@ def test_no_engine_ever_imported_says_so_in_the_report(tmp_path):
     assert "no engine imported yet: the hook waits for jax" in r.stdout
     assert "metrics.install(engines=[...])" in r.stdout
     assert r.stderr == ""
+
+
+# The post-import hook itself (metrics.importwatch), on real modules in a temp dir.
+
+@pytest.fixture
+def modules(tmp_path, monkeypatch):
+    """Writes modules into a fresh directory on sys.path; forgets them after."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+    written: list[str] = []
+
+    def write(name: str, body: str) -> str:
+        (tmp_path / f"{name}.py").write_text(body)
+        written.append(name)
+        return name
+
+    yield write
+    for name in written:
+        sys.modules.pop(name, None)
+
+
+def test_callback_runs_after_the_body_and_the_finder_leaves(modules):
+    from metrics import importwatch
+
+    name = modules("late_engine_a", "import builtins\nVALUE = 41 + 1\n")
+    seen = []
+    assert not importwatch.when_imported(name, lambda: seen.append(sys.modules[name].VALUE))
+    assert name in importwatch.waiting() and seen == []
+    __import__(name)
+    assert seen == [42]  # the whole body had run
+    assert name not in importwatch.waiting()
+    if not importwatch.waiting():
+        assert not any(type(f).__name__ == "_PostImportFinder" for f in sys.meta_path)
+    # Already imported: runs at once.
+    assert importwatch.when_imported(name, lambda: seen.append("now"))
+    assert seen == [42, "now"]
+
+
+def test_a_failing_callback_never_breaks_the_import(modules, monkeypatch):
+    from metrics import importwatch
+
+    errors = []
+    monkeypatch.setattr(importwatch, "on_error", lambda n, e: errors.append((n, str(e))))
+    name = modules("late_engine_b", "X = 1\n")
+
+    def boom() -> None:
+        raise RuntimeError("hook broke")
+
+    importwatch.when_imported(name, boom)
+    assert __import__(name).X == 1
+    assert errors == [(name, "hook broke")]
+
+
+def test_a_module_that_fails_to_import_fires_nothing_and_keeps_waiting(modules):
+    from metrics import importwatch
+
+    name = modules("late_engine_c", "raise ImportError('not here')\n")
+    seen = []
+    importwatch.when_imported(name, lambda: seen.append(1))
+    with pytest.raises(ImportError):
+        __import__(name)
+    assert seen == [] and name in importwatch.waiting()
+    importwatch.cancel(name)
+    assert name not in importwatch.waiting()
+
+
+def test_threads_importing_at_once_fire_each_callback_once(modules):
+    import threading
+
+    from metrics import importwatch
+
+    names = [modules(f"late_engine_t{i}", "import time\ntime.sleep(0.01)\n") for i in range(8)]
+    fired: list[str] = []
+    for n in names:
+        importwatch.when_imported(n, lambda n=n: fired.append(n))
+    threads = [threading.Thread(target=__import__, args=(n,)) for n in names for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(fired) == sorted(names)
+
+
+@pytest.mark.slow
+def test_tpu_info_run_shares_the_watcher_and_hooks_an_engine_imported_later(tmp_path):
+    from tests.test_run import run_in
+
+    code = textwrap.dedent("""
+        import sys
+        import jax, jax.numpy as jnp
+        import metrics, metrics.importwatch
+        print("shared:", sys.modules["metrics.importwatch"] is metrics.importwatch)
+        print("waiting:", "torch_compile" in metrics.waiting_engines())
+        import torch
+        torch.compile(lambda x: x + 1, backend="eager")(torch.ones(2))
+        print("engines:", sorted(e.name for e in metrics.installed_engines()))
+        print("torch compiles:", sum(g.compiles for g in metrics.snapshot().graphs
+                                     if g.engine == "torch_compile"))
+    """)
+    rc, out, err = run_in(tmp_path, code)
+    assert rc == 0, err
+    assert "shared: True" in out and "waiting: True" in out
+    assert "engines: ['jax', 'torch_compile']" in out
+    assert "torch compiles: 1" in out, out
