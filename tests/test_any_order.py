@@ -260,3 +260,36 @@ def test_tpu_info_run_shares_the_watcher_and_hooks_an_engine_imported_later(tmp_
     assert "shared: True" in out and "waiting: True" in out
     assert "engines: ['jax', 'torch_compile']" in out
     assert "torch compiles: 1" in out, out
+
+
+def test_a_fork_while_another_thread_holds_the_watchers_lock_does_not_hang(tmp_path):
+    (tmp_path / "late_engine_f.py").write_text("X = 1\n")
+    code = textwrap.dedent(f"""
+        import os, sys, threading, time
+        sys.path.insert(0, {str(tmp_path)!r})
+        from metrics import importwatch
+        held, done = threading.Event(), threading.Event()
+        def hold():
+            with importwatch._lock:
+                held.set()
+                done.wait()
+        threading.Thread(target=hold, daemon=True).start()
+        held.wait()
+        pid = os.fork()
+        if pid == 0:
+            seen = []
+            importwatch.when_imported("late_engine_f", lambda: seen.append(1))
+            import late_engine_f
+            os._exit(0 if seen == [1] else 3)
+        done.set()
+        for _ in range(200):
+            got, status = os.waitpid(pid, os.WNOHANG)
+            if got:
+                sys.exit(os.waitstatus_to_exitcode(status))
+            time.sleep(0.05)
+        os.kill(pid, 9)
+        sys.exit(4)
+    """)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=60, env=_env(tmp_path), cwd=ROOT)
+    assert r.returncode == 0, (r.returncode, r.stderr)
