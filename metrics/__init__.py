@@ -125,6 +125,8 @@ def install(
     Raises:
         ValueError: an unknown engine name; the message lists the valid ones.
     """
+    if _deferred:
+        _retry_deferred()
     auto = engines == "auto"
     if isinstance(engines, str):
         wanted = _engines.detect() if auto else [engines]
@@ -178,29 +180,50 @@ def _wait_for_the_others() -> None:
     _republish()
 
 
+_deferred = False  # an engine's hook could not take _lock at its import: retried later
+_LOCK_WAIT_S = 2.0
+
+
 def _hook_later(name: str) -> None:
-    """Runs in the thread whose import of ``name``'s engine just finished."""
+    """Runs in the thread whose import of ``name``'s engine just finished,
+    under that module's import lock. Another thread holding ``_lock`` may be
+    waiting for that very import (``install(engines=[...])`` loading the
+    same engine), so this never waits long for ``_lock``: it queues the hook
+    again, and ``mark_step()``, ``snapshot()`` or ``install()`` retries it."""
+    global _deferred
+    if not _lock.acquire(timeout=_LOCK_WAIT_S):
+        _deferred = True
+        importwatch.when_imported(_engines.ENGINES[name][1],
+                                  lambda name=name: _hook_later(name))
+        return
     try:
-        with _lock:
-            if name not in _waiting or name in _installed:
-                return
-            _waiting.discard(name)
-            superseded = any(s in _installed or _engines.ENGINES[s][1] in sys.modules
-                             for s in _engines.SUPERSEDED_BY.get(name, ()))
-            if not superseded:
-                _hook(name, recorder())
-            for other, by in _engines.SUPERSEDED_BY.items():
-                if name in by and other in _waiting:  # torch_xla came: no torch_lazy
-                    _waiting.discard(other)
-            _republish()
+        if name not in _waiting or name in _installed:
+            return
+        _waiting.discard(name)
+        superseded = any(s in _installed or _engines.ENGINES[s][1] in sys.modules
+                         for s in _engines.SUPERSEDED_BY.get(name, ()))
+        if not superseded:
+            _hook(name, recorder())
+        for other, by in _engines.SUPERSEDED_BY.items():
+            if name in by and other in _waiting:  # torch_xla came: no torch_lazy
+                _waiting.discard(other)
+        _republish()
     except Exception as e:  # noqa: BLE001 - the program's import must go on
         recorder().hook_failed(f"{name}.install", e)
         log.warning("tpu-info: could not hook %s after its import: %s", name, e)
+    finally:
+        _lock.release()
+
+
+def _retry_deferred() -> None:
+    global _deferred
+    _deferred = False
+    importwatch.check()
 
 
 def waiting_engines() -> list[str]:
     """Engines ``install()`` waits for: hooked once the program imports them."""
-    importwatch.check()  # an engine imported past the finder (a finder ahead of ours)
+    _retry_deferred()  # and an engine imported past the finder (a finder ahead of ours)
     with _lock:
         return sorted(_waiting)
 
@@ -338,6 +361,8 @@ def installed_engines() -> list[Any]:
 
 def mark_step() -> None:
     """Marks the end of one training step (counter ``MarkStep``, ``StepTime``)."""
+    if _deferred:
+        _retry_deferred()
     (_recorder or recorder()).mark_step()
 
 

@@ -293,3 +293,36 @@ def test_a_fork_while_another_thread_holds_the_watchers_lock_does_not_hang(tmp_p
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                        timeout=60, env=_env(tmp_path), cwd=ROOT)
     assert r.returncode == 0, (r.returncode, r.stderr)
+
+
+@pytest.mark.slow
+def test_an_engine_import_never_waits_long_for_a_busy_install(tmp_path):
+    # Another thread holds install()'s lock (as one loading the same engine
+    # would): jax's import goes on, and the hook is retried at mark_step().
+    code = textwrap.dedent("""
+        import threading, time
+        import metrics
+        metrics.install(serve=False)
+        metrics._LOCK_WAIT_S = 0.2
+        held, release = threading.Event(), threading.Event()
+        def busy():
+            with metrics._lock:
+                held.set()
+                release.wait()
+        t = threading.Thread(target=busy)
+        t.start()
+        held.wait()
+        t0 = time.monotonic()
+        import jax
+        waited = time.monotonic() - t0
+        print("during:", list(metrics._installed), waited < 30)
+        release.set()
+        t.join()
+        metrics.mark_step()
+        print("after:", [e.name for e in metrics.installed_engines()],
+              "jax" in metrics.waiting_engines())
+    """)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=120, env=_env(tmp_path), cwd=ROOT)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "during: [] True" in r.stdout and "after: ['jax'] False" in r.stdout, r.stdout
