@@ -113,6 +113,11 @@ def test_install_before_jax_hooks_jax_when_imported(tmp_path):
         assert "no engine imported yet: the hook waits for jax" in doctor, doctor
         table = _findings(env, before["address"])
         assert "No problems found" not in table and "no engine imported yet" in table, table
+        doc = json.loads(subprocess.run(
+            [*CLI, "--target", before["address"], "--no-discovery", "--json"],
+            capture_output=True, text=True, timeout=60, env=env, cwd=ROOT).stdout)
+        (target,) = [t for t in doc["targets"] if t["process"]]
+        assert "jax" in target["process"]["waiting"], target["process"]
 
         proc.stdin.write("\n")
         proc.stdin.flush()
