@@ -3,13 +3,15 @@
 Add two lines to a training program::
 
     import metrics
-    metrics.install()            # finds the engines the program imported
+    metrics.install()            # anywhere: engines imported later are hooked then
     ...
     metrics.mark_step()          # once per training step (optional)
     print(metrics.metrics_report())
 
 ``import metrics`` imports neither torch nor jax; engine adapters load only
-when :func:`install` finds their engine already imported or is asked for it.
+when :func:`install` finds their engine already imported, when the program
+imports it later (:mod:`metrics.importwatch`, the post-import hook that
+``tpu-info run`` uses too), or when it is asked for one by name.
 The functions :func:`counter_names`, :func:`counter_value`,
 :func:`metric_names`, :func:`metric_data`, :func:`clear_all`,
 :func:`clear_counters`, :func:`clear_metrics`, :func:`metrics_report` and
@@ -20,19 +22,21 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
 from metrics import engines as _engines
-from metrics import forksafe
+from metrics import forksafe, importwatch
 from metrics import snapshot as _snapshot
 from metrics.recorder import Recorder
 from tpu_info import textreport
 from tpu_info.model import Snapshot
 
 __all__ = [
-    "install", "uninstall", "installed_engines", "exporter", "prometheus_endpoint",
+    "install", "uninstall", "installed_engines", "waiting_engines", "exporter",
+    "prometheus_endpoint",
     "recorder", "mark_step", "track",
     "snapshot", "metrics_report", "short_metrics_report", "counter_names",
     "counter_value", "metric_names", "metric_data", "clear_all", "clear_counters",
@@ -44,6 +48,8 @@ F = TypeVar("F", bound=Callable[..., Any])
 _lock = threading.RLock()
 _recorder: Recorder | None = None
 _installed: dict[str, Any] = {}
+_waiting: set[str] = set()  # engines install("auto") waits for (metrics.importwatch)
+_explain_cache_misses = True  # what install() was last asked, for engines hooked later
 _exporter: Any = None
 _prometheus: Any = None
 _device_capture: bool | None = None  # install(device_capture=); None: $TPU_INFO_DEVICE_CAPTURE
@@ -85,8 +91,12 @@ def install(
     """Installs the hooks of ``engines`` (idempotent) and returns the recorder.
 
     Args:
-        engines: ``"auto"`` (the engines the program has already imported), or
-            a list of names from :func:`metrics.engines.valid_names`.
+        engines: ``"auto"``: the engines the program has already imported,
+            and each other engine once the program imports it (hooked when
+            its import finishes; :func:`waiting_engines` lists those not yet
+            imported). Or a list of names from
+            :func:`metrics.engines.valid_names`: each is loaded now, importing
+            its engine if the program has not yet.
         serve: where the gRPC server runs. ``"process"`` (the default, or
             ``$TPU_INFO_SERVE=process``): a helper process beside the program
             (see :mod:`metrics.export.helper`), so no client, however
@@ -115,8 +125,11 @@ def install(
     Raises:
         ValueError: an unknown engine name; the message lists the valid ones.
     """
+    if _deferred:
+        _retry_deferred()
+    auto = engines == "auto"
     if isinstance(engines, str):
-        wanted = _engines.detect() if engines == "auto" else [engines]
+        wanted = _engines.detect() if auto else [engines]
     else:
         wanted = list(engines)
     unknown = [e for e in wanted if e not in _engines.ENGINES]
@@ -125,25 +138,105 @@ def install(
             f"unknown engine(s) {', '.join(map(repr, unknown))}; "
             f"valid engines: {', '.join(_engines.valid_names())} (or 'auto')"
         )
-    global _device_capture
+    global _device_capture, _explain_cache_misses
     rec = recorder()
     with _lock:
         if device_capture is not None:
             _device_capture = bool(device_capture)
+        _explain_cache_misses = explain_cache_misses
         for name in wanted:
             if name in _installed:
                 continue
-            module = _engines.load(name)
-            engine = module.create(rec, explain_cache_misses=explain_cache_misses)
-            engine.install()
-            _installed[name] = engine
+            _hook(name, rec)
         if serve is None:
             serve = _serve_from_env(os.environ.get(ENV_SERVE, ""))
         if serve not in (True, False, "process", "thread"):
             raise ValueError(f"serve must be 'process', 'thread', True or False, got {serve!r}")
         if serve:
             _start_exporters(port, prometheus_port, in_helper=serve == "process")
+        if auto:
+            _wait_for_the_others()
+        else:
+            _republish()
     return rec
+
+
+def _hook(name: str, rec: Recorder) -> None:
+    """Loads and installs one engine's adapter (holding ``_lock``)."""
+    module = _engines.load(name)
+    engine = module.create(rec, explain_cache_misses=_explain_cache_misses)
+    engine.install()
+    _installed[name] = engine
+    _waiting.discard(name)
+
+
+def _wait_for_the_others() -> None:
+    """Hooks each engine not imported yet when its import finishes (holding ``_lock``)."""
+    for name, (_, trigger) in _engines.ENGINES.items():
+        if name in _installed or name in _waiting:
+            continue
+        _waiting.add(name)
+        importwatch.when_imported(trigger, lambda name=name: _hook_later(name))
+    _republish()
+
+
+_deferred = False  # an engine's hook could not take _lock at its import: retried later
+_LOCK_WAIT_S = 2.0
+
+
+def _hook_later(name: str) -> None:
+    """Runs in the thread whose import of ``name``'s engine just finished,
+    under that module's import lock. Another thread holding ``_lock`` may be
+    waiting for that very import (``install(engines=[...])`` loading the
+    same engine), so this never waits long for ``_lock``: it queues the hook
+    again, and ``mark_step()``, ``snapshot()`` or ``install()`` retries it."""
+    global _deferred
+    if not _lock.acquire(timeout=_LOCK_WAIT_S):
+        _deferred = True
+        importwatch.when_imported(_engines.ENGINES[name][1],
+                                  lambda name=name: _hook_later(name))
+        return
+    try:
+        if name not in _waiting or name in _installed:
+            return
+        _waiting.discard(name)
+        superseded = any(s in _installed or _engines.ENGINES[s][1] in sys.modules
+                         for s in _engines.SUPERSEDED_BY.get(name, ()))
+        if not superseded:
+            _hook(name, recorder())
+        for other, by in _engines.SUPERSEDED_BY.items():
+            if name in by and other in _waiting:  # torch_xla came: no torch_lazy
+                _waiting.discard(other)
+        _republish()
+    except Exception as e:  # noqa: BLE001 - the program's import must go on
+        recorder().hook_failed(f"{name}.install", e)
+        log.warning("tpu-info: could not hook %s after its import: %s", name, e)
+    finally:
+        _lock.release()
+
+
+def _retry_deferred() -> None:
+    global _deferred
+    _deferred = False
+    importwatch.check()
+
+
+def waiting_engines() -> list[str]:
+    """Engines ``install()`` waits for: hooked once the program imports them."""
+    _retry_deferred()  # and an engine imported past the finder (a finder ahead of ours)
+    with _lock:
+        return sorted(_waiting)
+
+
+def _republish() -> None:
+    """Rewrites the discovery record when the set of hooked engines changed."""
+    if _exporter is None or _exporter.stopped:
+        return
+    engines = installed_engines()
+    versions: dict[str, str] = {}
+    for e in engines:
+        versions.update(e.versions())
+    _exporter.republish(",".join(e.name for e in engines), versions, sorted(_waiting))
 
 
 ENV_SERVE = "TPU_INFO_SERVE"
@@ -251,6 +344,7 @@ def uninstall(*, stop_server: bool = False) -> None:
         for engine in reversed(list(_installed.values())):
             engine.uninstall()
         _installed.clear()
+        _waiting.clear()  # their callbacks, if they fire, find nothing to do
         if stop_server:
             if _exporter is not None:
                 _exporter.stop()
@@ -267,6 +361,8 @@ def installed_engines() -> list[Any]:
 
 def mark_step() -> None:
     """Marks the end of one training step (counter ``MarkStep``, ``StepTime``)."""
+    if _deferred:
+        _retry_deferred()
     (_recorder or recorder()).mark_step()
 
 
@@ -285,7 +381,8 @@ def track(fn: F | None = None, *, name: str | None = None) -> Any:
 
 def snapshot(events_since: int = 0) -> Snapshot:
     """A consistent snapshot of everything recorded (computed now)."""
-    return _snapshot.build(recorder(), installed_engines(), events_since)
+    waiting = waiting_engines() if _waiting else []
+    return _snapshot.build(recorder(), installed_engines(), events_since, waiting=waiting)
 
 
 def metrics_report() -> str:

@@ -37,20 +37,24 @@ from tpu_info.model import (
 _process_cache: dict[tuple[int, str, tuple[str, ...], float], ProcessRecord] = {}
 
 
-def process_record(recorder: Recorder, engines: Iterable[Engine]) -> ProcessRecord:
-    """Who this process is; built once per set of engines (and after a fork)."""
+def process_record(recorder: Recorder, engines: Iterable[Engine],
+                   waiting: Iterable[str] = ()) -> ProcessRecord:
+    """Who this process is; built once per set of engines hooked and waited
+    for (and after a fork)."""
     engines = list(engines)
+    wait = ",".join(waiting)
     key = (os.getpid(), ",".join(e.name for e in engines), tuple(sys.argv),
-           recorder.start_time_unix)
+           recorder.start_time_unix, wait)
     cached = _process_cache.get(key)
     if cached is None:
         if len(_process_cache) > 8:
             _process_cache.clear()
-        cached = _process_cache[key] = _build_process_record(recorder, engines)
+        cached = _process_cache[key] = _build_process_record(recorder, engines, wait)
     return cached
 
 
-def _build_process_record(recorder: Recorder, engines: list[Engine]) -> ProcessRecord:
+def _build_process_record(recorder: Recorder, engines: list[Engine],
+                          waiting: str = "") -> ProcessRecord:
     versions: dict[str, str] = {"python": sys.version.split()[0]}
     for e in engines:
         try:
@@ -69,6 +73,7 @@ def _build_process_record(recorder: Recorder, engines: list[Engine]) -> ProcessR
         host=socket.gethostname(),
         user=user,
         engine=",".join(e.name for e in engines),
+        waiting=waiting,
         versions=versions,
         start_time_unix=recorder.start_time_unix,
     )
@@ -132,9 +137,11 @@ def build(
     engines: Iterable[Engine] = (),
     events_since: int = 0,
     max_events: int | None = 1000,
+    waiting: Iterable[str] = (),
 ) -> Snapshot:
     """A whole snapshot: process, devices, counters, distributions, graphs,
-    and the events after ``events_since``."""
+    and the events after ``events_since``; ``waiting``: engines the hook
+    waits for (not imported yet)."""
     engines = list(engines)
     counters, dists = readings(recorder, engines)
     evicted = recorder.ledger.evicted
@@ -162,7 +169,7 @@ def build(
     now = time.time()
     return Snapshot(
         taken_at_unix=now,
-        process=process_record(recorder, engines),
+        process=process_record(recorder, engines, waiting),
         devices=tuple(devices),
         counters=counters,
         distributions=dists,

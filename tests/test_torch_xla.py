@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+import textwrap
 
 import pytest
 
@@ -176,3 +177,27 @@ def test_debug_parser_reads_complete_blocks_only(tmp_path):
         f.write(BLOCK[cut:] + BLOCK)
     assert [x.graph_hash for x in tail.read()] == [b.graph_hash] * 2
     assert tail.read() == []
+
+
+@pytest.mark.slow
+def test_install_before_torch_xla_hooks_it_when_imported(tmp_path):
+    code = textwrap.dedent("""
+        import metrics
+        metrics.install(serve=False)
+        import torch, torch_xla
+        d = torch_xla.device()
+        for n in (3, 4):
+            y = (torch.ones(n, device=d) * 2).sum()  # noqa: F841 - kept alive to the sync
+            torch_xla.sync()
+        s = metrics.snapshot()
+        print(s.process.engine, getattr(s.process, "waiting", ""), s.counter("UncachedCompile"))
+    """)
+    env = dict(os.environ)
+    for var in ("PT_XLA_DEBUG_LEVEL", "PT_XLA_DEBUG_FILE", "PT_XLA_DEBUG", "PYTHONPATH"):
+        env.pop(var, None)
+    env.update(PJRT_DEVICE="CPU", PYTHONPATH=str(ROOT), TPU_INFO_RUNTIME_DIR=str(tmp_path))
+    r = subprocess.run([xla_python(), "-c", code], capture_output=True, text=True,
+                       timeout=300, env=env, cwd=ROOT)
+    assert r.returncode == 0, r.stderr[-3000:]
+    # torch_lazy is not hooked nor awaited once torch_xla (which supersedes it) came.
+    assert r.stdout.split() == ["torch_compile,torch_xla", "jax", "2"], r.stdout

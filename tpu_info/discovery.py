@@ -85,6 +85,8 @@ class DiscoveredProcess:
     schema: int = SCHEMA_VERSION
     # Only the owner reads it; never printed (repr=False), sent only to this process.
     capture_secret: str = field(default="", repr=False)
+    # Engines the hook waits for (not imported yet when the record was written).
+    waiting: tuple[str, ...] = ()
 
     @property
     def target(self) -> str:
@@ -222,6 +224,9 @@ def parse_record(data: Any, path: Path) -> DiscoveredProcess:
         raise ValueError("argv is not a list of strings")
     if not all(isinstance(k, str) and isinstance(v, str) for k, v in versions.items()):
         raise ValueError("versions is not a map of strings")
+    waiting = data.get("waiting", [])
+    if not isinstance(waiting, list) or not all(isinstance(e, str) for e in waiting):
+        raise ValueError("waiting is not a list of strings")
     secret = data.get("capture_secret", "")
     if not isinstance(secret, str) or not secret.isascii() or not secret.isprintable():
         raise ValueError("capture_secret is not a printable ASCII string")
@@ -231,7 +236,7 @@ def parse_record(data: Any, path: Path) -> DiscoveredProcess:
         pid=pid, port=port, host=get("host", str), argv=tuple(argv),
         engine=get("engine", str), versions=dict(versions),
         start_time=float(get("start_time", (int, float))), path=path, schema=schema,
-        capture_secret=secret,
+        capture_secret=secret, waiting=tuple(waiting),
     )
 
 

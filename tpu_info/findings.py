@@ -16,7 +16,14 @@ import re
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 
-from tpu_info.model import FIRST_CALL, Finding, GraphRecord, RecompileCause, Snapshot
+from tpu_info.model import (
+    FIRST_CALL,
+    Finding,
+    GraphRecord,
+    ProcessRecord,
+    RecompileCause,
+    Snapshot,
+)
 
 _SHAPE_RE = re.compile(r"^(?P<dtype>[a-z]+\d*)\[(?P<dims>[^\]]*)\]")
 _NON_RECOMPILE = (FIRST_CALL,)
@@ -194,8 +201,28 @@ def kept_out(s: Snapshot) -> Iterable[Finding]:
                       "`tpu-info doctor` lists them all.", "warning", None, 0.0, "kept_out")
 
 
+def no_engine_reason(p: ProcessRecord) -> str:
+    """Why a hooked process records nothing, and the remedy (empty: an engine is hooked)."""
+    if p.engine:
+        return ""
+    waiting = [e for e in p.waiting.split(",") if e]
+    if waiting:
+        return (f"no engine imported yet: the hook waits for {', '.join(waiting)} "
+                "(hooked when its import finishes); import it, or call "
+                "metrics.install(engines=[...])")
+    return ("no engine hook is installed in the process: call metrics.install() "
+            "(before or after importing jax/torch), or start it with `tpu-info run`")
+
+
+def no_engine(s: Snapshot) -> Iterable[Finding]:
+    """The hook runs but no engine is hooked: nothing it shows means "no problems"."""
+    if s.process is not None and not s.process.engine:
+        yield Finding(f"nothing recorded: {no_engine_reason(s.process)}.", "warning", None,
+                      0.0, "no_engine")
+
+
 RULES: tuple[Callable[[Snapshot], Iterable[Finding]], ...] = (
-    recompiles, host_syncs, compile_share, memory_pressure, graph_breaks, cpu_fallbacks,
+    no_engine, recompiles, host_syncs, compile_share, memory_pressure, graph_breaks, cpu_fallbacks,
     hook_errors, kept_out,
 )
 

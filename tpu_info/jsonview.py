@@ -20,7 +20,7 @@ Top level::
     local_reasons     {"tpu"|"gpu"|"owners": why} for the local scan
     targets           one per target: target, source ("hook"|"libtpu"),
                       ok, error, process{pid, name, user, host, engine,
-                      versions, argv, start_time_unix} or null,
+                      versions, argv, start_time_unix, waiting: [engine]} or null,
                       uptime_seconds, steps (null if never marked),
                       compiles, cache_hits, hbm_used_bytes, hbm_limit_bytes,
                       devices[{id, kind, platform, hbm_used_bytes,
@@ -116,7 +116,8 @@ def _target(v: TargetView, top_graphs: int | None) -> dict[str, Any]:
         process=None if p is None else {
             "pid": p.pid, "name": _s(p.name), "user": _s(p.user), "host": _s(p.host),
             "engine": _s(p.engine), "versions": {_s(k): _s(x) for k, x in p.versions.items()},
-            "argv": [_s(a) for a in p.argv[:64]], "start_time_unix": p.start_time_unix},
+            "argv": [_s(a) for a in p.argv[:64]], "start_time_unix": p.start_time_unix,
+            "waiting": [_s(e) for e in p.waiting.split(",") if e]},
         uptime_seconds=s.uptime_seconds if s.uptime_seconds > 0 else None,
         steps=steps, compiles=s.counter("UncachedCompile"),
         cache_hits=s.counter("CachedCompile"), hbm_used_bytes=used, hbm_limit_bytes=limit,

@@ -244,6 +244,8 @@ class ProcessRecord:
     engine: str = ""
     versions: Mapping[str, str] = field(default_factory=dict)
     start_time_unix: float = 0.0
+    # Engines the hook waits for (comma separated): hooked once imported.
+    waiting: str = ""
 
 
 @dataclass(frozen=True, slots=True)

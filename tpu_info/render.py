@@ -37,7 +37,7 @@ from rich.table import Table
 from rich.text import Text
 
 from tpu_info.devices import accelerator_type
-from tpu_info.findings import diverging_graphs, find, short_location
+from tpu_info.findings import diverging_graphs, find, no_engine_reason, short_location
 from tpu_info.jsonview import JSON_SCHEMA, SCHEMA, to_json
 from tpu_info.model import GraphRecord, LocalScan
 from tpu_info.views import (
@@ -289,7 +289,7 @@ def processes_table(views: Sequence[TargetView], r: Reasons, width: int) -> Rend
             label = engine_label(p)
             engine = label if label else _na()
             if label is None:
-                r.na(f"{where}/engine", "no engine hook is installed in the process")
+                r.na(f"{where}/engine", no_engine_reason(p))
         used, _ = memory_totals(s)
         hbm: Cell = format_bytes(used) if used is not None else _na()
         if used is None:
@@ -438,6 +438,21 @@ def findings_table(views: Sequence[TargetView], local: LocalScan | None,
         return Text.assemble(("Findings\n", "bold"), "No problems found.") \
             if any(v.ok for v in views) else None
     return _table("Findings", cols, rows, width)
+
+
+def hooked_lines(views: Sequence[TargetView]) -> list[str]:
+    """For ``doctor``: per hooked process, which engines are hooked and which
+    the hook still waits for (those with nothing hooked are N/A reasons)."""
+    out = []
+    for v in views:
+        p = v.snapshot.process if v.snapshot is not None else None
+        if p is None or not p.engine:
+            continue
+        waiting = [e for e in p.waiting.split(",") if e]
+        tail = (f"; waiting for {', '.join(waiting)} (hooked when imported)" if waiting
+                else "")
+        out.append(f"{v.target}: hooked {engine_label(p)}{tail}")
+    return out
 
 
 # Entry points ---------------------------------------------------------------

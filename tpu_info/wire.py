@@ -185,6 +185,7 @@ def _head(s: Snapshot) -> pb.Snapshot:
         pm.engine = p.engine
         pm.versions.update(p.versions)
         pm.start_time_unix = p.start_time_unix
+        pm.waiting = p.waiting
     for dev in s.devices:
         _fill_device(msg.devices.add(), dev)
     for c in s.counters:
@@ -601,6 +602,7 @@ def _process(p: pb.Process, dec: Decoding) -> ProcessRecord:
         engine=text(p.engine),
         versions={text(k): text(v) for k, v in versions},
         start_time_unix=dec.when(p.start_time_unix, "process", "start_time_unix"),
+        waiting=text(p.waiting),
     )
 
 

@@ -6,9 +6,10 @@
 
 1. runs the ``sitecustomize`` that would have been found without us (the
    next one on ``sys.path``), so a site's or a virtualenv's own still works;
-2. when ``TPU_INFO_AUTOINSTALL=1``, adds a small import hook to
-   ``sys.meta_path`` that waits for ``jax`` (or ``torch``) to finish
-   importing and then calls ``metrics.install()``. Neither ``metrics`` nor
+2. when ``TPU_INFO_AUTOINSTALL=1``, loads :mod:`metrics.importwatch` (the
+   post-import hook ``metrics.install()`` uses for engines imported after
+   it) and waits for ``jax`` (or ``torch``, ``torch_xla``) to finish
+   importing, then calls ``metrics.install()``. Neither ``metrics`` nor
    any engine is imported before the program imports its engine, so a
    program that never imports one pays nothing and keeps its own module
    namespace.
@@ -28,18 +29,17 @@ import importlib.machinery
 import importlib.util
 import os
 import sys
-import threading
 from typing import Any
 
 ENV_FLAG = "TPU_INFO_AUTOINSTALL"
 # Top-level modules whose import means "the program uses this engine".
-WATCHED = frozenset({"jax", "torch", "torch_xla"})  # install() again adds each engine
+# install() then waits for the others itself (metrics.engines.ENGINES' triggers).
+WATCHED = frozenset({"jax", "torch", "torch_xla", "torch._lazy.ts_backend"})
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _METRICS_DIR = os.path.dirname(_HERE)
 _PACKAGE_ROOT = os.path.dirname(_METRICS_DIR)
 _reported = False
-_lock = threading.Lock()
 
 
 def _report(what: str, err: BaseException | None = None, unhooked: bool = True) -> None:
@@ -100,70 +100,42 @@ def _same_file(a: str, b: str) -> bool:
         return False
 
 
-class _EngineImportWatcher:
-    """A meta-path finder that runs ``callback`` after each watched module executes.
+def _load_importwatch() -> Any:
+    """``metrics.importwatch`` (the post-import hook ``metrics.install()`` uses
+    too), loaded from its file without importing the ``metrics`` package: the
+    same module object serves both once the program's engine brings metrics in."""
+    name = "metrics.importwatch"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(
+        name, os.path.join(_METRICS_DIR, "importwatch.py"))
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {_METRICS_DIR}/importwatch.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[name]
+        raise
+    return module
 
-    It finds nothing itself: it asks the finders after it for the spec and
-    wraps that spec's ``loader.exec_module`` (the loader is a fresh object per
-    spec, so the wrap touches nothing else).
-    """
 
-    def __init__(self, names: frozenset[str], callback: Any) -> None:
-        self._names = set(names)
-        self._callback = callback
-        self._busy = threading.local()
-
-    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
-        if fullname not in self._names or getattr(self._busy, "on", False):
-            return None
-        self._busy.on = True
-        try:
-            spec = None
-            for finder in sys.meta_path:
-                if finder is self or not hasattr(finder, "find_spec"):
-                    continue
-                spec = finder.find_spec(fullname, path, target)
-                if spec is not None:
-                    break
-        finally:
-            self._busy.on = False
-        loader = getattr(spec, "loader", None)
-        if loader is None or not hasattr(loader, "exec_module"):
-            return spec
-        original = loader.exec_module
-
-        def exec_module(module: Any) -> None:
-            original(module)
-            self._fire(fullname)
-
-        try:
-            loader.exec_module = exec_module
-        except Exception:  # noqa: BLE001 - a loader we cannot wrap: import normally
-            return spec
-        return spec
-
-    def _fire(self, fullname: str) -> None:
-        with _lock:
-            if fullname not in self._names:
-                return  # already fired for it
-            self._names.discard(fullname)
-            if not self._names:
-                try:
-                    sys.meta_path.remove(self)
-                except ValueError:
-                    pass
-        try:
-            self._callback()
-        except Exception as e:  # noqa: BLE001 - never break the program
-            _report("could not install the metrics hook", e)
+def _on_engine_import() -> None:
+    try:
+        _install_hook()
+    except Exception as e:  # noqa: BLE001 - never break the program
+        _report("could not install the metrics hook", e)
 
 
 def _arm() -> None:
-    pending = frozenset(n for n in WATCHED if n not in sys.modules)
-    if pending:
-        sys.meta_path.insert(0, _EngineImportWatcher(pending, _install_hook))
-    if pending != WATCHED:  # an engine is already imported (by a .pth file, say)
-        _install_hook()
+    """Calls ``metrics.install()`` when the first engine has been imported
+    (now, if one already is: by a .pth file, say); ``install()`` itself then
+    waits for the engines imported later, through the same watcher."""
+    watch = _load_importwatch()
+    watch.on_error = lambda name, err: _report("could not install the metrics hook", err)
+    for name in sorted(WATCHED):
+        watch.when_imported(name, _on_engine_import)
 
 
 try:

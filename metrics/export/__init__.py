@@ -81,7 +81,8 @@ class Exporter:
         self.port = server.port
         self.address = self._address(server.port)
         self.published = published
-        self._record: tuple[str, dict[str, str]] = ("", {})  # engine, versions
+        # engine, versions, waiting
+        self._record: tuple[str, dict[str, str], list[str]] = ("", {}, [])
         self._stop_lock = threading.Lock()
         self._stopped = False
         self._prev_sigterm: Any = None
@@ -92,11 +93,25 @@ class Exporter:
     def _address(self, port: int) -> str:
         return f"{self.host}:{port}" if ":" not in self.host else f"[{self.host}]:{port}"
 
-    def _publish(self, engine: str, versions: dict[str, str]) -> None:
-        self._record = (engine, versions)
-        self.published = _publish(self.port, self.host, engine, versions)
+    def _publish(self, engine: str, versions: dict[str, str],
+                 waiting: list[str] | None = None) -> None:
+        self._record = (engine, versions, list(waiting or []))
+        self.published = _publish(self.port, self.host, *self._record)
         if hasattr(self._server, "on_port_change"):  # a serving helper that may restart
             self._server.on_port_change = self._serving_moved
+
+    def republish(self, engine: str, versions: dict[str, str], waiting: list[str]) -> None:
+        """Rewrites the discovery record when the hooked or awaited engines
+        changed (an engine hooked after its late import); nothing when stopped,
+        in a forked child, or when nothing changed."""
+        with self._stop_lock:
+            if self._stopped or os.getpid() != self._owner:
+                return
+            if self._record == (engine, versions, list(waiting)):
+                return
+            self._record = (engine, dict(versions), list(waiting))
+            if self.published is not None:  # else: written when serving again
+                self.published = _publish(self.port, self.host, *self._record)
 
     def _serving_moved(self, port: int | None) -> None:
         """The server stopped serving (``None``: its record goes at once) or
@@ -184,14 +199,15 @@ def _stop_before_thread_pools(exporter: Exporter) -> None:
         pass
 
 
-def _publish(port: int, host: str, engine: str, versions: dict[str, str]) -> Any:
+def _publish(port: int, host: str, engine: str, versions: dict[str, str],
+             waiting: list[str] | None = None) -> Any:
     # ---- HOOK POINT: discovery publishing (metrics/export/discovery.py) ----
     try:
         from metrics.export import discovery  # type: ignore[attr-defined]
     except ImportError:
         return None
     try:
-        return discovery.publish(port, host, engine, versions)
+        return discovery.publish(port, host, engine, versions, waiting=waiting or ())
     except Exception as e:  # noqa: BLE001 - discovery is best effort; serving goes on
         log.warning("tpu-info: could not publish the discovery record: %r", e)
         return None

@@ -138,8 +138,10 @@ def record(
     pid: int | None = None,
     argv: Sequence[str] | None = None,
     start_time: float | None = None,
+    waiting: Sequence[str] = (),
 ) -> dict[str, Any]:
-    """The JSON-ready record ``publish`` writes."""
+    """The JSON-ready record ``publish`` writes (``waiting``: engines the hook
+    waits for, hooked once the program imports them)."""
     return {
         "schema": _reader.SCHEMA_VERSION,
         "pid": os.getpid() if pid is None else pid,
@@ -147,6 +149,7 @@ def record(
         "host": host,
         "argv": [str(a) for a in (sys.argv if argv is None else argv)],
         "engine": engine,
+        "waiting": [str(e) for e in waiting],
         "versions": {str(k): str(v) for k, v in versions.items()},
         "start_time": process_start_time() if start_time is None else float(start_time),
         "capture_secret": capture_secret(),
@@ -163,6 +166,7 @@ def publish(
     start_time: float | None = None,
     argv: Sequence[str] | None = None,
     register_cleanup: bool = True,
+    waiting: Sequence[str] = (),
 ) -> Path | None:
     """Writes (or rewrites) this process's discovery record.
 
@@ -171,6 +175,7 @@ def publish(
         host: the host a client on this machine dials (e.g. ``127.0.0.1``).
         engine: the installed engine names, comma separated.
         versions: engine and Python versions.
+        waiting: engines not imported yet that the hook waits for.
         runtime_dir: the directory (default :func:`tpu_info.discovery.runtime_dir`).
         start_time: the process's start time, Unix seconds (default: read
             from the OS; readers use it to tell a reused pid).
@@ -193,7 +198,8 @@ def publish(
     name = f"{pid}.json"
     try:
         payload = json.dumps(
-            record(port, host, engine, versions, pid=pid, argv=argv, start_time=start_time),
+            record(port, host, engine, versions, pid=pid, argv=argv, start_time=start_time,
+                   waiting=waiting),
             indent=1,
         ).encode("utf-8")
         dir_fd = ensure_private_dir(directory)

@@ -37,7 +37,7 @@ class StreamRequest(_message.Message):
     def __init__(self, interval_ms: _Optional[int] = ..., events_since: _Optional[int] = ..., max_events: _Optional[int] = ...) -> None: ...
 
 class Process(_message.Message):
-    __slots__ = ("pid", "name", "argv", "host", "user", "engine", "versions", "start_time_unix")
+    __slots__ = ("pid", "name", "argv", "host", "user", "engine", "versions", "start_time_unix", "waiting")
     class VersionsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -53,6 +53,7 @@ class Process(_message.Message):
     ENGINE_FIELD_NUMBER: _ClassVar[int]
     VERSIONS_FIELD_NUMBER: _ClassVar[int]
     START_TIME_UNIX_FIELD_NUMBER: _ClassVar[int]
+    WAITING_FIELD_NUMBER: _ClassVar[int]
     pid: int
     name: str
     argv: _containers.RepeatedScalarFieldContainer[str]
@@ -61,7 +62,8 @@ class Process(_message.Message):
     engine: str
     versions: _containers.ScalarMap[str, str]
     start_time_unix: float
-    def __init__(self, pid: _Optional[int] = ..., name: _Optional[str] = ..., argv: _Optional[_Iterable[str]] = ..., host: _Optional[str] = ..., user: _Optional[str] = ..., engine: _Optional[str] = ..., versions: _Optional[_Mapping[str, str]] = ..., start_time_unix: _Optional[float] = ...) -> None: ...
+    waiting: str
+    def __init__(self, pid: _Optional[int] = ..., name: _Optional[str] = ..., argv: _Optional[_Iterable[str]] = ..., host: _Optional[str] = ..., user: _Optional[str] = ..., engine: _Optional[str] = ..., versions: _Optional[_Mapping[str, str]] = ..., start_time_unix: _Optional[float] = ..., waiting: _Optional[str] = ...) -> None: ...
 
 class Memory(_message.Message):
     __slots__ = ("used_bytes", "peak_bytes", "limit_bytes", "source", "reason")
