@@ -310,6 +310,30 @@ def test_explanations_the_user_turns_on_later_are_printed_once():
     assert "changed f32[3] -> f32[4]" in r.stdout and "-> f32[5]" in r.stdout
 
 
+FALLBACK_PROGRAM = textwrap.dedent("""
+    import jax, jax.numpy as jnp, metrics
+    from jax._src.interpreters import partial_eval
+    del partial_eval.explain  # a JAX without the routine the hook calls
+    metrics.install()
+    f = jax.jit(lambda x: x + 1)
+    f(jnp.ones(3)); f(jnp.ones(4))
+    print("degraded", metrics.installed_engines()[0].degraded)
+    print("flag", jax.config.jax_explain_cache_misses)
+    print("causes", [c.description for g in metrics.snapshot().graphs for c in g.causes])
+    metrics.uninstall()
+    print("flag after uninstall", jax.config.jax_explain_cache_misses)
+""")
+
+
+def test_without_the_cheap_explainer_the_flag_gives_causes_and_is_put_back():
+    r = run_python(FALLBACK_PROGRAM)
+    assert r.returncode == 0, r.stderr
+    assert "cost O(variants) per compile: partial_eval.explain missing" in r.stdout
+    assert "flag True" in r.stdout and "flag after uninstall False" in r.stdout
+    assert "changed f32[3] -> f32[4]" in r.stdout
+    assert "TRACING CACHE MISS" not in r.stderr
+
+
 PERSISTENT_CACHE_PROGRAM = textwrap.dedent("""
     import json, jax, jax.numpy as jnp, metrics
     jax.config.update("jax_compilation_cache_dir", {cache!r})
