@@ -261,6 +261,79 @@ def test_explanations_not_printed_unless_user_asked():
     assert "changed f32[3] -> f32[4]" in r.stdout
 
 
+def test_a_miss_is_explained_against_the_previous_variant_only(fresh_metrics, monkeypatch):
+    """jax_explain_cache_misses compares each miss with every cached variant
+    (1,225 comparisons over 50 variants); the hook compares with one."""
+    from jax._src.interpreters import partial_eval as pe
+
+    compared = []
+    diff = pe.diff_tracing_cache_keys
+    monkeypatch.setattr(pe, "diff_tracing_cache_keys",
+                        lambda new, old: compared.append(1) or diff(new, old))
+
+    @jax.jit
+    def grow(x):
+        return x * 2
+
+    for rows in range(1, 51):
+        grow(jnp.zeros((rows, 3)))
+    assert len(compared) == 49  # one per recompile of grow, none for JAX's own functions
+    assert not jax.config.jax_explain_cache_misses  # the hook left the flag off
+    causes = [c.description for g in _graphs(fresh_metrics, "jit(grow)") for c in g.causes]
+    assert causes.count("first call") == 1
+    assert "argument 'x' changed f32[49,3] -> f32[50,3]" in causes
+
+
+LATE_FLAG_PROGRAM = textwrap.dedent("""
+    import jax, jax.numpy as jnp, metrics
+    metrics.install()
+    f = jax.jit(lambda x: x + 1)
+    f(jnp.ones(3)); f(jnp.ones(4))
+    print("flag after install", jax.config.jax_explain_cache_misses, flush=True)
+    jax.config.update("jax_explain_cache_misses", True)
+    f(jnp.ones(5))
+    metrics.uninstall()
+    print("flag after uninstall", jax.config.jax_explain_cache_misses)
+    print("causes", [c.description for g in metrics.snapshot().graphs for c in g.causes])
+""")
+
+
+def test_explanations_the_user_turns_on_later_are_printed_once():
+    r = run_python(LATE_FLAG_PROGRAM)
+    assert r.returncode == 0, r.stderr
+    assert "flag after install False" in r.stdout
+    assert "flag after uninstall True" in r.stdout
+    # Only the miss after the user's update is printed, by JAX itself (which
+    # compares with every variant), once.
+    assert r.stderr.count("TRACING CACHE MISS") == 1, r.stderr
+    assert "* at x, now f32[5] and before" in r.stderr
+    assert "changed f32[3] -> f32[4]" in r.stdout and "-> f32[5]" in r.stdout
+
+
+FALLBACK_PROGRAM = textwrap.dedent("""
+    import jax, jax.numpy as jnp, metrics
+    from jax._src.interpreters import partial_eval
+    del partial_eval.explain  # a JAX without the routine the hook calls
+    metrics.install()
+    f = jax.jit(lambda x: x + 1)
+    f(jnp.ones(3)); f(jnp.ones(4))
+    print("degraded", metrics.installed_engines()[0].degraded)
+    print("flag", jax.config.jax_explain_cache_misses)
+    print("causes", [c.description for g in metrics.snapshot().graphs for c in g.causes])
+    metrics.uninstall()
+    print("flag after uninstall", jax.config.jax_explain_cache_misses)
+""")
+
+
+def test_without_the_cheap_explainer_the_flag_gives_causes_and_is_put_back():
+    r = run_python(FALLBACK_PROGRAM)
+    assert r.returncode == 0, r.stderr
+    assert "cost O(variants) per compile: partial_eval.explain missing" in r.stdout
+    assert "flag True" in r.stdout and "flag after uninstall False" in r.stdout
+    assert "changed f32[3] -> f32[4]" in r.stdout
+    assert "TRACING CACHE MISS" not in r.stderr
+
+
 PERSISTENT_CACHE_PROGRAM = textwrap.dedent("""
     import json, jax, jax.numpy as jnp, metrics
     jax.config.update("jax_compilation_cache_dir", {cache!r})

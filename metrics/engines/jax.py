@@ -13,7 +13,10 @@ What it records:
   dtypes, weak types, shardings) from the lowering step.
 * Recompile causes: ``jax_explain_cache_misses`` records, captured from JAX's
   logger and parsed (which argument changed, old and new type, the user's
-  call site). If the user had not turned the flag on, nothing is printed.
+  call site). The flag stays as the user left it: with it off, JAX's own
+  explanation runs on each tracing-cache miss against the function's
+  previous variant only (``LastVariantExplainer``: O(1) per compile, where
+  the flag costs O(variants)) and nothing is printed.
 * Transfers: ``jax.device_put`` / ``jax.device_get`` calls, bytes and time.
 * Device memory at scrape time: ``device.memory_stats()`` where it exists,
   else the bytes of live arrays per device with host RAM as the limit.
@@ -25,6 +28,9 @@ crashes; ``JaxEngine.degraded`` lists what was unavailable):
 * ``jax._src.compiler._cache_read`` (wrapped: reads the cache key JAX made)
 * ``jax._src.compilation_cache.get_cache_key`` (fallback hash)
 * ``jax._src.interpreters.pxla.lower_sharding_computation`` (wrapped: signature)
+* ``jax._src.interpreters.partial_eval.trace_to_jaxpr`` (wrapped: misses, by
+  its ``cache_info``), ``.explain`` (called with one key); without them the
+  flag is turned on instead (every variant compared: slower compiles)
 * the loggers ``jax._src.interpreters.partial_eval`` and ``jax._src.pjit``
   (explain-cache-miss records)
 """
@@ -53,6 +59,7 @@ from metrics.engines._patching import Patches
 from metrics.engines.jax_describe import (
     EXPLAIN_LOGGERS,
     ExplainFilter,
+    LastVariantExplainer,
     format_aval,
     parse_cache_miss,
 )
@@ -104,6 +111,7 @@ class JaxEngine:
         self._filters: list[tuple[logging.Logger, logging.Filter]] = []
         self._explain = explain_cache_misses
         self._explain_was_on: bool | None = None
+        self._flag_set_by_us = False  # only where the cheap explainer cannot work
         self._skip = skip_prefixes(jax, sys.modules.get("jaxlib"))
         self._peak_live: dict[int, int] = {}
         self._compile_patched = False
@@ -148,8 +156,9 @@ class JaxEngine:
         for logger, flt in self._filters:
             logger.removeFilter(flt)
         self._filters.clear()
-        if self._explain_was_on is False:
+        if self._flag_set_by_us:
             jax.config.update("jax_explain_cache_misses", False)
+            self._flag_set_by_us = False
         self._compile_patched = False
 
     def _patch_compiler(self) -> None:
@@ -172,19 +181,36 @@ class JaxEngine:
 
     def _capture_explanations(self) -> None:
         try:
-            self._explain_was_on = bool(jax.config.jax_explain_cache_misses)
-            if not self._explain_was_on:
-                jax.config.update("jax_explain_cache_misses", True)
-        except AttributeError:
+            from jax._src import config as jax_config
+            from jax._src import source_info_util
+            from jax._src.interpreters import partial_eval as pe
+
+            flag = jax_config.explain_cache_misses
+            self._explain_was_on = bool(flag.value)
+        except (ImportError, AttributeError):
             self.degraded.append("jax_explain_cache_misses unavailable: no recompile causes")
             return
         try:  # our wrappers are library frames, not the user's call site
-            from jax._src import source_info_util
-
             source_info_util.register_exclusion(self._skip[0])
-        except (ImportError, AttributeError):
+        except AttributeError:
             self.degraded.append("call sites may point into the hook")
-        flt = ExplainFilter(self, passthrough=self._explain_was_on)
+        ours = threading.local()
+        why_not = LastVariantExplainer.usable(pe)
+        if why_not is None:
+            explainer = LastVariantExplainer(pe, flag, jax_config.trace_context,
+                                             source_info_util.is_user_filename, self)
+            self._patches.apply(pe, "trace_to_jaxpr", explainer.wrap)
+            ours = explainer.ours
+        elif not self._explain_was_on:
+            # The slow way: JAX compares each miss with every cached variant.
+            self.degraded.append(f"recompile causes cost O(variants) per compile: {why_not}")
+            jax.config.update("jax_explain_cache_misses", True)
+            self._flag_set_by_us = True
+
+        def users_own() -> bool:  # JAX's records go on only when the user turned the flag on
+            return bool(flag.value) and not self._flag_set_by_us
+
+        flt = ExplainFilter(self, users_own, ours)
         for lname in EXPLAIN_LOGGERS:
             logger = logging.getLogger(lname)
             logger.addFilter(flt)
@@ -200,7 +226,10 @@ class JaxEngine:
                 pending = _tls.causes = {}
             pending[func] = cause
         except Exception as e:  # noqa: BLE001
-            self.rec.hook_failed("jax.explain", e)
+            self.on_explain_failed(e)
+
+    def on_explain_failed(self, error: Exception) -> None:
+        self.rec.hook_failed("jax.explain", error)
 
     def on_lowering(self, fun_name: str, api_name: str, closed_jaxpr: Any,
                     in_shardings: Any) -> None:
