@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 from tpu_info.findings import diverging_graphs, find
 from tpu_info.model import GraphRecord, ProcessRecord, RecompileCause, Snapshot
 
@@ -204,3 +206,25 @@ def test_a_few_big_graphs_compiled_once_get_the_persistent_cache():
     (share,) = [f for f in fs if f.kind == "compile_share"]
     assert "persistent compilation cache" in share.message
     assert not any(f.kind == "eager_ops" for f in fs)
+
+
+def _findings_text(snapshot: Snapshot) -> str:
+    from rich.console import Console
+
+    from tpu_info.render import findings_table
+    from tpu_info.views import TargetView
+    out = findings_table([TargetView("127.0.0.1:8431", snapshot)], None, 160)
+    console = Console(width=160, record=True, file=open(os.devnull, "w"))  # noqa: SIM115
+    console.print(out)
+    return console.export_text()
+
+
+def test_no_problems_found_only_when_a_hooked_engine_recorded_something():
+    hooked = ProcessRecord(pid=7, name="train.py", engine="jax")
+    quiet = _findings_text(Snapshot(taken_at_unix=0.0, process=hooked))
+    assert "No problems found" not in quiet and "nothing recorded yet" in quiet, quiet
+    unhooked = _findings_text(Snapshot(taken_at_unix=0.0))
+    assert "No problems found" not in unhooked and "hook" in unhooked, unhooked
+    busy = Snapshot(taken_at_unix=0.0, process=hooked, graphs=(
+        GraphRecord("a" * 64, "jit(step)", "jax", 1.0, 1.0, compiles=1),))
+    assert "No problems found" in _findings_text(busy)

@@ -261,9 +261,22 @@ def no_engine(s: Snapshot) -> Iterable[Finding]:
                       0.0, "no_engine")
 
 
+def nothing_recorded(s: Snapshot) -> Iterable[Finding]:
+    """An engine is hooked but nothing was recorded: no finding is not "no problems"."""
+    p = s.process
+    if p is None or not p.engine:
+        return
+    if s.graphs or any(c.value for c in s.counters) or any(d.count for d in s.distributions):
+        return
+    yield Finding(f"nothing recorded yet by the {p.engine} hook (no compiles, steps or "
+                  "transfers), so there is nothing to judge: run a step, or check that the "
+                  f"program runs its work through {p.engine}.", "info", None, 0.0,
+                  "nothing_recorded")
+
+
 RULES: tuple[Callable[[Snapshot], Iterable[Finding]], ...] = (
     no_engine, recompiles, eager_ops, host_syncs, compile_share, memory_pressure, graph_breaks,
-    cpu_fallbacks, hook_errors, kept_out,
+    cpu_fallbacks, hook_errors, kept_out, nothing_recorded,
 )
 
 

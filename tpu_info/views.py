@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 import socket
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, tzinfo
 
@@ -250,6 +251,19 @@ def transfer_stats(s: Snapshot) -> tuple[TransferStats, TransferStats]:
         out.append(TransferStats(short, count, nbytes, values["p50_ns"], values["p90_ns"],
                                  values["p95_ns"], values["p999_ns"], reasons))
     return out[0], out[1]
+
+
+def no_findings_text(views: Sequence[TargetView]) -> str:
+    """What to say when no rule fired: "No problems found" only where a hooked engine
+    recorded something; otherwise what could not be seen."""
+    hooked = [v.snapshot for v in views if v.snapshot is not None
+              and v.snapshot.process is not None and v.snapshot.process.engine]
+    if any(s.graphs or any(c.value for c in s.counters) for s in hooked):
+        return "No problems found."
+    if hooked:
+        return "Nothing recorded yet: no compiles, steps or transfers to judge."
+    return ("No hooked program read: findings need the metrics hook in the program "
+            "(metrics.install(), or start it with `tpu-info run`).")
 
 
 def presentable(c: RecompileCause) -> RecompileCause:
