@@ -133,7 +133,7 @@ def test_mesh_context_change_is_config_context():
         "axis_types=(Auto,)),) and before ()", "/tmp/jx.py:28")
     f = _finding(_recompiled(cause))
     assert "mesh_context_manager changed () -> (Mesh(" in f.message
-    assert "(config/context" in f.message and "enter the mesh once" in f.message
+    assert "(config/context: mesh)" in f.message and "enter the mesh once" in f.message
     assert _PAD not in f.message
 
 
@@ -228,3 +228,22 @@ def test_no_problems_found_only_when_a_hooked_engine_recorded_something():
     busy = Snapshot(taken_at_unix=0.0, process=hooked, graphs=(
         GraphRecord("a" * 64, "jit(step)", "jax", 1.0, 1.0, compiles=1),))
     assert "No problems found" in _findings_text(busy)
+
+
+def test_one_finding_per_cause_kind_of_a_function():
+    from metrics.engines.jax_describe import parse_cache_miss
+    _, weak = parse_cache_miss(_WEAK_MISS, 2.0)
+    short = RecompileCause(3.0, "argument 'batch' changed f32[32,128] -> f32[17,128]",
+                           "/src/train.py:40", "batch", "f32[32,128]", "f32[17,128]")
+    s = Snapshot(taken_at_unix=0.0, graphs=(
+        GraphRecord("a" * 64, "jit(step)", "jax", 1.0, 1.0, compiles=1,
+                    compile_seconds_total=0.5, compile_seconds_last=0.5),
+        GraphRecord("b" * 64, "jit(step)", "jax", 2.0, 2.0, compiles=1,
+                    compile_seconds_total=0.4, compile_seconds_last=0.4, causes=(weak,)),
+        GraphRecord("c" * 64, "jit(step)", "jax", 3.0, 3.0, compiles=1,
+                    compile_seconds_total=0.3, compile_seconds_last=0.3, causes=(short,))))
+    fs = [f for f in find(s) if f.kind == "recompile"]
+    assert len(fs) == 2, fs
+    assert "recompiled 1 time for weak type" in fs[0].message and "jnp.asarray" in fs[0].message
+    assert abs(fs[0].seconds_lost - 0.4) < 1e-9 and abs(fs[1].seconds_lost - 0.3) < 1e-9
+    assert "(short last batch)" in fs[1].message and _PAD in fs[1].message

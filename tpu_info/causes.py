@@ -155,7 +155,7 @@ def _kind(cause: RecompileCause, text: str, before: str, after: str,
                 "device_put the inputs with one fixed sharding before the loop, and return "
                 "outputs with the sharding the next call expects.", False)
     if "mesh" in d or "context" in d.lower() or "config" in d.lower():
-        return ("config/context (e.g. a mesh)",
+        return ("config/context: mesh" if "mesh" in d else "config/context",
                 "A jax.config value or context manager (a mesh) differs between calls: enter "
                 "the mesh once around the whole loop (with jax.set_mesh(mesh)), not around "
                 "some calls; set config flags once at start-up.", False)

@@ -73,19 +73,35 @@ def recompiles(s: Snapshot) -> Iterable[Finding]:
                           "info", causes[-1].location, 0.0, "warm_up")
             continue
         if causes:
-            cause = causes[-1]
-            k = classify(cause, first_site)
-            msg = (f"{name} compiled {compiles} times ({_seconds(total)} compiling); "
-                   f"{_describe(k.text, cause)}. {k.advice}")
-            loc = cause.location
-            if k.expected:
-                yield Finding(msg, "info", loc, lost, "recompile")
-                continue
-        else:
-            msg = (f"{name} compiled {compiles} times ({_seconds(total)} compiling) "
-                   "for different inputs. Keep its input shapes fixed or run it inside jit.")
-            loc = None
+            yield from _by_kind(name, compiles, total, lost, graphs, first_site)
+            continue
+        msg = (f"{name} compiled {compiles} times ({_seconds(total)} compiling) "
+               "for different inputs. Keep its input shapes fixed or run it inside jit.")
+        loc = None
         yield Finding(msg, "warning", loc, lost, "recompile")
+
+
+def _by_kind(name: str, compiles: int, total: float, lost: float,
+             graphs: list[GraphRecord], first_site: str | None) -> Iterable[Finding]:
+    """One finding per kind of cause, each with its latest example and advice; the
+    compile time of each recompiled graph counts for the kind of its latest cause."""
+    kinds: dict[str, list[tuple[RecompileCause, float]]] = defaultdict(list)
+    for g in graphs:
+        real = [c for c in g.causes if c.description not in _NON_RECOMPILE]
+        if real:
+            latest = max(real, key=lambda c: c.time_unix)
+            kinds[classify(latest, first_site).kind].append((latest, g.compile_seconds_total))
+    for kind, seen in kinds.items():
+        cause = max((c for c, _ in seen), key=lambda c: c.time_unix)
+        k = classify(cause, first_site)
+        if len(kinds) == 1:
+            head, cost = f"{name} compiled {compiles} times ({_seconds(total)} compiling)", lost
+        else:
+            cost = min(lost, sum(sec for _, sec in seen))
+            head = (f"{name} recompiled {len(seen)} time{'s' * (len(seen) > 1)} for "
+                    f"{kind} ({_seconds(cost)} compiling)")
+        yield Finding(f"{head}; {_describe(k.text, cause)}. {k.advice}",
+                      "info" if k.expected else "warning", cause.location, cost, "recompile")
 
 
 
