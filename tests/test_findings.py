@@ -89,12 +89,22 @@ def test_eval_batch_from_a_second_call_site_is_not_a_short_last_batch():
     assert _PAD not in f.message and f.severity == "info"
 
 
-def test_larger_batch_is_a_second_batch_size():
+def test_eval_batch_from_a_second_site_in_torch_compile():
     # torch 2.13 Dynamo, training at 32 then evaluating the whole test set at once.
     cause = RecompileCause(2.0, "tensor 'x' size mismatch at index 0. expected 32, actual 1000",
                            "/src/train.py:60", "x", "f32[32,4]", "f32[1000,4]")
-    f = _finding(_recompiled(cause, name="forward", engine="torch_compile"))
-    assert "second batch size" in f.message and _PAD not in f.message
+    f = _finding(_recompiled(cause, name="forward", engine="torch_compile",
+                             first_site="/src/train.py:41"))
+    assert "size mismatch at index 0. expected 32, actual 1000 (second batch size" in f.message
+    assert _PAD not in f.message
+
+
+def test_larger_batch_at_the_same_site_varies():
+    cause = RecompileCause(2.0, "tensor 'x' size mismatch at index 0. expected 4, actual 8",
+                           "/src/train.py:41", "x", "f32[4,3]", "f32[8,3]")
+    f = _finding(_recompiled(cause, name="forward", engine="torch_compile",
+                             first_site="/src/train.py:41"))
+    assert "(batch size varies)" in f.message and _PAD not in f.message
 
 
 def test_short_last_batch_keeps_its_advice():

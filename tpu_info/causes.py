@@ -85,15 +85,19 @@ def _shape_kind(before: str, after: str, second_site: bool) -> tuple[str, str, b
 
 
 def _batch_kind(old: str, new: str, second_site: bool) -> tuple[str, str, bool]:
-    try:
-        shorter = int(new) < int(old)
-    except ValueError:
-        shorter = False
-    if second_site or not shorter:
+    if second_site:
         return ("second batch size, e.g. evaluation vs training",
                 "Expected once per size: each size compiles once and is cached after. "
                 "Keep the number of distinct sizes small (one for training, one for "
                 "evaluation), or pad evaluation batches to the training size.", True)
+    try:
+        shorter = int(new) < int(old)
+    except ValueError:
+        shorter = False
+    if not shorter:
+        return ("batch size varies",
+                "Pad or bucket batches to a few fixed sizes, or call evaluation at a "
+                "larger size from its own function (each size compiles once).", False)
     return ("short last batch",
             "Pad or bucket the last batch (or drop it: drop_last=True).", False)
 
@@ -104,12 +108,7 @@ def classify(cause: RecompileCause, first_site: str | None = None) -> CauseKind:
     second caller (evaluation), not a short last batch."""
     text = clean_text(cause.description)
     before, after = clean_type(cause.before), clean_type(cause.after)
-    if cause.argument and before and after:
-        text = f"argument '{cause.argument}' changed {before} -> {after}"
-        rest = clean_text(cause.description).split(" (also ", 1)
-        if len(rest) == 2:
-            text += " (also " + rest[1]
-    elif (m := _STATIC_RE.search(text)) is not None:
+    if (m := _STATIC_RE.search(text)) is not None:
         text = f"static argument at {m.group('where')} changed {m.group('old')} -> {m.group('new')}"
     elif (m := _MESH_RE.search(text.split("; ")[-1])) is not None:
         text = f"{m.group('what')} changed {m.group('old')} -> {m.group('new')}"
