@@ -78,7 +78,9 @@ def test_batch_size_change_recompiles_with_cause(rec):
 
     report = metrics.metrics_report()
     assert "tensor 'x' size mismatch at index 0. expected 4, actual 8" in report
-    assert "Pad or bucket the last batch" in report
+    # 4 -> 8 at one call site: the batch size varies (not a short last batch).
+    assert "(batch size varies)" in report and "Pad or bucket batches" in report
+    assert "Pad or bucket the last batch" not in report
 
 
 def test_graph_hash_is_stable_and_names_the_graph(rec):

@@ -16,6 +16,7 @@ import re
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 
+from tpu_info.causes import classify, warm_up
 from tpu_info.model import (
     FIRST_CALL,
     Finding,
@@ -25,7 +26,6 @@ from tpu_info.model import (
     Snapshot,
 )
 
-_SHAPE_RE = re.compile(r"^(?P<dtype>[a-z]+\d*)\[(?P<dims>[^\]]*)\]")
 _NON_RECOMPILE = (FIRST_CALL,)
 
 
@@ -40,28 +40,7 @@ def _seconds(s: float) -> str:
     return f"{s * 1e3:.0f} ms" if s < 1 else f"{s:.1f} s"
 
 
-def _advice(cause: RecompileCause) -> str:
-    before, after = cause.before or "", cause.after or ""
-    b, a = _SHAPE_RE.match(before), _SHAPE_RE.match(after)
-    if b and a:
-        if b.group("dtype") != a.group("dtype"):
-            return "Cast the input to one dtype before the call."
-        bd, ad = b.group("dims").split(","), a.group("dims").split(",")
-        if len(bd) == len(ad) and bd[1:] == ad[1:] and bd[0] != ad[0]:
-            return "Pad or bucket the last batch (or drop it)."
-        if before.endswith("{weak}") != after.endswith("{weak}"):
-            return "A Python scalar and an array alternate: pass jnp.asarray(x, dtype) every time."
-        return "Pad or bucket inputs to a few fixed shapes."
-    if "size mismatch" in cause.description:
-        return ("Pad or bucket inputs to a few fixed shapes, or mark the dimension dynamic "
-                "(torch._dynamo.mark_dynamic).")
-    if "static" in cause.description:
-        return "A static argument changed value: make it a traced argument or keep it fixed."
-    return "Keep input shapes, dtypes and static arguments fixed across steps."
-
-
-def _describe(cause: RecompileCause) -> str:
-    text = cause.description
+def _describe(text: str, cause: RecompileCause) -> str:
     if cause.location:
         text += f" at {short_location(cause.location)}"
     return text
@@ -79,21 +58,51 @@ def recompiles(s: Snapshot) -> Iterable[Finding]:
         causes = sorted((c for g in graphs for c in g.causes
                          if c.description not in _NON_RECOMPILE),
                         key=lambda c: c.time_unix)
-        if not causes and compiles < 10:
+        if not causes and (compiles < 10 or _single_op(name)):
             continue  # eager ops compile once per new shape: only many are news
         total = sum(g.compile_seconds_total for g in graphs)
         first = min((g for g in graphs if g.compiles), key=lambda g: g.first_seen_unix)
+        first_site = next((c.location for g in graphs for c in g.causes
+                           if c.description == FIRST_CALL and c.location), None)
         lost = max(0.0, total - first.compile_seconds_last)
+        if causes and warm_up(compiles, first.engine) and all(
+                c.description.startswith("new graph") for c in causes):
+            yield Finding(f"{name} compiled {compiles} times in its first steps "
+                          f"({_seconds(total)}): warm-up (step 0 has no optimizer state "
+                          "yet, so the next step is a new graph), not a problem.",
+                          "info", causes[-1].location, 0.0, "warm_up")
+            continue
         if causes:
-            cause = causes[-1]
-            msg = (f"{name} compiled {compiles} times ({_seconds(total)} compiling); "
-                   f"{_describe(cause)}. {_advice(cause)}")
-            loc = cause.location
-        else:
-            msg = (f"{name} compiled {compiles} times ({_seconds(total)} compiling) "
-                   "for different inputs. Keep its input shapes fixed or run it inside jit.")
-            loc = None
+            yield from _by_kind(name, compiles, total, lost, graphs, first_site)
+            continue
+        msg = (f"{name} compiled {compiles} times ({_seconds(total)} compiling) "
+               "for different inputs. Keep its input shapes fixed or run it inside jit.")
+        loc = None
         yield Finding(msg, "warning", loc, lost, "recompile")
+
+
+def _by_kind(name: str, compiles: int, total: float, lost: float,
+             graphs: list[GraphRecord], first_site: str | None) -> Iterable[Finding]:
+    """One finding per kind of cause, each with its latest example and advice; the
+    compile time of each recompiled graph counts for the kind of its latest cause."""
+    kinds: dict[str, list[tuple[RecompileCause, float]]] = defaultdict(list)
+    for g in graphs:
+        real = [c for c in g.causes if c.description not in _NON_RECOMPILE]
+        if real:
+            latest = max(real, key=lambda c: c.time_unix)
+            kinds[classify(latest, first_site).kind].append((latest, g.compile_seconds_total))
+    for kind, seen in kinds.items():
+        cause = max((c for c, _ in seen), key=lambda c: c.time_unix)
+        k = classify(cause, first_site)
+        if len(kinds) == 1:
+            head, cost = f"{name} compiled {compiles} times ({_seconds(total)} compiling)", lost
+        else:
+            cost = min(lost, sum(sec for _, sec in seen))
+            head = (f"{name} recompiled {len(seen)} time{'s' * (len(seen) > 1)} for "
+                    f"{kind} ({_seconds(cost)} compiling)")
+        yield Finding(f"{head}; {_describe(k.text, cause)}. {k.advice}",
+                      "info" if k.expected else "warning", cause.location, cost, "recompile")
+
 
 
 def host_syncs(s: Snapshot) -> Iterable[Finding]:
@@ -111,19 +120,66 @@ def host_syncs(s: Snapshot) -> Iterable[Finding]:
     )
 
 
+# What eager (un-jitted) JAX code compiles: one graph per primitive and shape.
+_SINGLE_OP_RE = re.compile(r"^jit\((?P<op>_?[a-z][a-z0-9_]*)\)$")
+_SINGLE_OPS = frozenset("""
+abs add and argmax argmin bitwise_and broadcast_in_dim ceil clamp clip concatenate
+convert_element_type cos cosh cumsum div divide dot dot_general dynamic_slice
+dynamic_update_slice eq equal exp expand_dims floor gather ge greater gt integer_pow iota
+le less log log1p logistic lt matmul max maximum mean min minimum mul multiply ne negative
+neg not or pow power reshape rsqrt scatter select_n sign sin sinh slice sqrt square
+squeeze sub subtract sum tanh tan transpose true_divide where _where xor zeros_like
+ones_like full full_like concatenate stack clip _mean _var _reduce_max _reduce_min
+_reduce_prod _reduce_sum _reduce_all _reduce_any var std einsum _einsum softmax relu
+""".split())
+
+
+def _single_op(name: str) -> bool:
+    m = _SINGLE_OP_RE.match(name)
+    return bool(m) and (m.group("op") in _SINGLE_OPS or m.group("op").startswith("_reduce_"))
+
+
+def eager_ops(s: Snapshot) -> Iterable[Finding]:
+    """Many tiny single-operation graphs: eager (un-jitted) JAX code compiling op by op."""
+    tiny = [g for g in s.graphs if g.compiles and _single_op(g.name)]
+    if len(tiny) < 10:
+        return
+    seconds = sum(g.compile_seconds_total for g in tiny)
+    ops = sorted({g.name for g in tiny}, key=lambda n: -sum(1 for g in tiny if g.name == n))
+    sites = [c.location for g in tiny for c in g.causes if c.location]
+    site = max(set(sites), key=sites.count) if sites else None
+    where = f" at {short_location(site)}" if site else ""
+    yield Finding(
+        f"{len(tiny)} single-operation graphs compiled ({_seconds(seconds)}; "
+        f"{', '.join(ops[:4])}{', ...' if len(ops) > 4 else ''}): eager, un-jitted code"
+        f"{where} compiles each op for each new shape. Wrap the loop body in jax.jit.",
+        "warning", site, seconds, "eager_ops")
+
+
 def compile_share(s: Snapshot) -> Iterable[Finding]:
     """Compiling took a large share of the program's life."""
     ct = s.distribution("CompileTime")
     if ct is None or s.uptime_seconds <= 0:
         return
     share = min(1.0, ct.total / 1e9 / s.uptime_seconds)
-    if share >= 0.25 and ct.count >= 3:
-        yield Finding(
-            f"compiling took {share:.0%} of the run so far ({ct.count} compiles, "
-            f"{_seconds(ct.total / 1e9)}). Enable the persistent compilation cache "
-            "and check the recompiles above.",
-            "info", None, 0.0, "compile_share",
-        )
+    if share < 0.25 or ct.count < 3:
+        return
+    head = (f"compiling took {share:.0%} of the run so far ({ct.count} compiles, "
+            f"{_seconds(ct.total / 1e9)})")
+    tiny = sum(g.compile_seconds_total for g in s.graphs if g.compiles and _single_op(g.name))
+    if tiny >= 0.5 * ct.total / 1e9:
+        yield Finding(f"{head}, mostly single-operation graphs of eager code (see above).",
+                      "info", None, 0.0, "compile_share")
+        return
+    recompiled = any(g.compiles > 1 for g in s.graphs) or len(
+        {g.name for g in s.graphs}) < len(s.graphs)
+    if recompiled:
+        yield Finding(f"{head}: check the recompiles above.", "info", None, 0.0,
+                      "compile_share")
+        return
+    yield Finding(f"{head}, each graph compiled once: a start-up cost. Enable the persistent "
+                  "compilation cache (jax.config.update('jax_compilation_cache_dir', DIR)) "
+                  "so the next run loads them.", "info", None, 0.0, "compile_share")
 
 
 def memory_pressure(s: Snapshot) -> Iterable[Finding]:
@@ -221,9 +277,22 @@ def no_engine(s: Snapshot) -> Iterable[Finding]:
                       0.0, "no_engine")
 
 
+def nothing_recorded(s: Snapshot) -> Iterable[Finding]:
+    """An engine is hooked but nothing was recorded: no finding is not "no problems"."""
+    p = s.process
+    if p is None or not p.engine:
+        return
+    if s.graphs or any(c.value for c in s.counters) or any(d.count for d in s.distributions):
+        return
+    yield Finding(f"nothing recorded yet by the {p.engine} hook (no compiles, steps or "
+                  "transfers), so there is nothing to judge: run a step, or check that the "
+                  f"program runs its work through {p.engine}.", "info", None, 0.0,
+                  "nothing_recorded")
+
+
 RULES: tuple[Callable[[Snapshot], Iterable[Finding]], ...] = (
-    no_engine, recompiles, host_syncs, compile_share, memory_pressure, graph_breaks, cpu_fallbacks,
-    hook_errors, kept_out,
+    no_engine, recompiles, eager_ops, host_syncs, compile_share, memory_pressure, graph_breaks,
+    cpu_fallbacks, hook_errors, kept_out, nothing_recorded,
 )
 
 

@@ -56,6 +56,7 @@ from tpu_info.views import (
     last_cause,
     memory_reason,
     memory_totals,
+    no_findings_text,
     top_graphs,
     transfer_stats,
 )
@@ -435,8 +436,9 @@ def findings_table(views: Sequence[TargetView], local: LocalScan | None,
                 where = f"{who} {short_location(f.location)}"
             rows.append([Text(level, style=style), where, f.message])
     if not rows:
-        return Text.assemble(("Findings\n", "bold"), "No problems found.") \
-            if any(v.ok for v in views) else None
+        if not any(v.ok for v in views):
+            return None
+        return Text.assemble(("Findings\n", "bold"), no_findings_text(views))
     return _table("Findings", cols, rows, width)
 
 

@@ -20,6 +20,7 @@ from collections.abc import Iterable, Sequence
 
 from tpu_info.findings import find, short_location
 from tpu_info.model import CounterReading, DistributionReading, GraphRecord, Snapshot, Unit
+from tpu_info.views import presentable
 
 # (suffix, nanoseconds, digits) from the largest part down to milliseconds;
 # microseconds with three decimals close every time value.
@@ -102,7 +103,7 @@ def _graph_lines(graphs: Sequence[GraphRecord], top: int) -> list[str]:
             f"  {g.short_hash:<12}  {g.compiles:>8}  {g.cache_hits:>5}  "
             f"{format_time_ns(g.compile_seconds_total * 1e9):>14}  {execs:>7}  {g.name}"
         )
-        cause = g.causes[-1] if g.causes else None
+        cause = presentable(g.causes[-1]) if g.causes else None
         if cause is not None:
             where = f" at {short_location(cause.location)}" if cause.location else ""
             lines.append(f"  {'':<12}  last cause: {cause.description}{where}")

@@ -22,12 +22,15 @@ from __future__ import annotations
 import math
 import socket
 import time
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 from datetime import datetime, tzinfo
 
 from tpu_info import __version__
 from tpu_info.buckets import percentile
+from tpu_info.causes import classify, clean_type
 from tpu_info.model import (
+    FIRST_CALL,
     ChipRecord,
     DistributionReading,
     GraphRecord,
@@ -250,10 +253,32 @@ def transfer_stats(s: Snapshot) -> tuple[TransferStats, TransferStats]:
     return out[0], out[1]
 
 
+def no_findings_text(views: Sequence[TargetView]) -> str:
+    """What to say when no rule fired: "No problems found" only where a hooked engine
+    recorded something; otherwise what could not be seen."""
+    hooked = [v.snapshot for v in views if v.snapshot is not None
+              and v.snapshot.process is not None and v.snapshot.process.engine]
+    if any(s.graphs or any(c.value for c in s.counters) for s in hooked):
+        return "No problems found."
+    if hooked:
+        return "Nothing recorded yet: no compiles, steps or transfers to judge."
+    return ("No hooked program read: findings need the metrics hook in the program "
+            "(metrics.install(), or start it with `tpu-info run`).")
+
+
+def presentable(c: RecompileCause) -> RecompileCause:
+    """``c`` in clean words for output: its kind named, no JAX doc URLs or raw
+    ``{weak_type=...}`` notation (the recorded cause stays as the engine said it)."""
+    if c.description == FIRST_CALL:
+        return c
+    return replace(c, description=classify(c).words, before=clean_type(c.before) or None,
+                   after=clean_type(c.after) or None)
+
+
 def last_cause(g: GraphRecord) -> RecompileCause | None:
-    """The latest cause that is a real recompile (not the first call)."""
-    real = [c for c in g.causes if c.description != "first call"]
-    return max(real, key=lambda c: c.time_unix) if real else None
+    """The latest cause that is a real recompile (not the first call), presentable."""
+    real = [c for c in g.causes if c.description != FIRST_CALL]
+    return presentable(max(real, key=lambda c: c.time_unix)) if real else None
 
 
 def top_graphs(s: Snapshot, n: int) -> list[GraphRecord]:

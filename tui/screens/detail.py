@@ -18,7 +18,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Static
 
 from tpu_info.model import GraphRecord
-from tpu_info.views import NA, clean, format_ns
+from tpu_info.views import NA, clean, format_ns, presentable
 from tui.state import TargetData
 from tui.widgets.common import Palette, hms
 
@@ -60,7 +60,7 @@ def detail_body(g: GraphRecord, d: TargetData, palette: Palette,
         t = Table(box=None, show_header=False, pad_edge=False, padding=(0, 2, 0, 0))
         t.add_column("time", no_wrap=True)
         t.add_column("cause", overflow="fold")
-        for c in sorted(g.causes, key=lambda c: c.time_unix, reverse=True):
+        for c in sorted(map(presentable, g.causes), key=lambda c: c.time_unix, reverse=True):
             what = Text(clean(c.description),
                         style=palette.warn if c.description != "first call" else "")
             what.append("\nat ")

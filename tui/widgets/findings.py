@@ -11,7 +11,7 @@ from rich.text import Text
 from textual.widgets import Static
 
 from tpu_info.findings import short_location
-from tpu_info.views import clean
+from tpu_info.views import TargetView, clean, no_findings_text
 from tui.source import Conn
 from tui.state import TargetData
 from tui.widgets.common import Palette, hms
@@ -42,8 +42,10 @@ def findings_table(targets: Sequence[TargetData], selected: TargetData | None,
             t.add_row(Text(word, style=style), clean(f.message + where, 600))
             n += 1
     if not n:
-        ok = selected is not None and selected.snapshot is not None
-        return Text("No problems found." if ok else "nothing read yet", style=palette.muted)
+        if selected is None or selected.snapshot is None:
+            return Text("nothing read yet", style=palette.muted)
+        said = no_findings_text([TargetView(selected.target, selected.snapshot)])
+        return Text(said, style=palette.muted)
     return t
 
 
