@@ -111,12 +111,19 @@ def pings():
         if not c.ping(100):
             break
     c.close()
+def spin():  # the control: burns the attacker's core, never touches the program
+    x = 0
+    for i in range(20_000):
+        x += i
 work = {"snapshot": snapshot, "list": list_metrics, "scrape": scrape, "garbage": garbage,
-        "ping": pings}[kind]
+        "ping": pings, "spin": spin}[kind]
 print(hostile.flood(work, 8, seconds), flush=True)
 """
 
-FLOODS = ["snapshot", "list", "scrape", "garbage", "ping"]
+# "spin" is the control: a process that only burns the other core. What it
+# costs the trainer (the two vCPUs of this VM share a physical core's caches
+# and often its pipeline) is the machine's floor, not the hook's doing.
+FLOODS = ["spin", "snapshot", "list", "scrape", "garbage", "ping"]
 CPUS = sorted(os.sched_getaffinity(0))  # before this process pins itself to the attacker's core
 
 
