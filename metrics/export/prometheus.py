@@ -345,8 +345,8 @@ class PrometheusServer:
         the parent serves; the port is freed when the parent exits)."""
         if not self._stopped:  # a stopped one's port may be someone else's now
             self._stopped = True
+            # The server knows every socket it holds: no need to scan /proc/self/fd.
             self._httpd.close_in_fork_child()
-            forksafe.close_sockets_on_port(self.port)
 
     @property
     def url(self) -> str:
