@@ -35,7 +35,6 @@ Example:
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import logging
 import os
@@ -46,6 +45,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from tpu_info.targets import is_loopback_host
 
 log = logging.getLogger("tpu_info.discovery")
 
@@ -472,21 +473,6 @@ def find_processes(
     for line in lines:
         log.log(logging.INFO if quiet else logging.WARNING, "skipping discovery record %s", line)
     return list(result.processes)
-
-
-def is_loopback_host(host: str) -> bool:
-    """Whether ``host`` (a name or an address, IPv6 with or without brackets)
-    is this host's loopback: ``localhost``, ``127.0.0.0/8``, ``::1`` or
-    IPv4-mapped loopback."""
-    host = host.strip().strip("[]").lower()
-    if host in ("localhost", "ip6-localhost", "ip6-loopback"):
-        return True
-    try:
-        addr = ipaddress.ip_address(host)
-    except ValueError:
-        return False
-    mapped = getattr(addr, "ipv4_mapped", None)
-    return addr.is_loopback or bool(mapped is not None and mapped.is_loopback)
 
 
 def secret_for(target: str, processes: Iterable[DiscoveredProcess] | None = None,

@@ -133,3 +133,18 @@ def validate_target(target: str) -> str:
     except ValueError:
         host = _check_dns_name(host, target)
     return f"{host}:{int(port)}"
+
+
+def is_loopback_host(host: str) -> bool:
+    """Whether ``host`` (a name or an address, IPv6 with or without brackets)
+    is this host's loopback: ``localhost``, ``127.0.0.0/8``, ``::1`` or
+    IPv4-mapped loopback."""
+    host = host.strip().strip("[]").lower()
+    if host in ("localhost", "ip6-localhost", "ip6-loopback"):
+        return True
+    try:
+        addr = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    mapped = getattr(addr, "ipv4_mapped", None)
+    return addr.is_loopback or bool(mapped is not None and mapped.is_loopback)

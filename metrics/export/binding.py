@@ -26,7 +26,7 @@ import socket
 import threading
 from collections.abc import Mapping
 
-from tpu_info.discovery import is_loopback_host
+from tpu_info.targets import is_loopback_host
 
 __all__ = ["GRPC_ENV", "PROMETHEUS_ENV", "LOOPBACK", "setting", "addresses", "is_loopback",
            "dial_host", "warn_once"]

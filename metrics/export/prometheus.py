@@ -61,8 +61,8 @@ from prometheus_client.exposition import choose_encoder
 
 from metrics import forksafe
 from metrics.export.bounded_http import BoundedHttpServer
-from tpu_info.discovery import is_loopback_host
 from tpu_info.model import DistributionReading, Snapshot, Unit
+from tpu_info.targets import is_loopback_host
 
 log = logging.getLogger("metrics.export.prometheus")
 
