@@ -26,12 +26,15 @@ from metrics import names
 from metrics.engines import Engine
 from metrics.recorder import Recorder
 from tpu_info.model import (
+    STEPS_MARKED,
     CounterReading,
     DeviceRecord,
     DistributionReading,
     ProcessRecord,
     Samples,
+    SiteReading,
     Snapshot,
+    StepsReading,
 )
 
 _process_cache: dict[tuple[int, str, tuple[str, ...], float], ProcessRecord] = {}
@@ -132,6 +135,42 @@ def readings(
     return (tuple(c_map[k] for k in sorted(c_map)), tuple(d_map[k] for k in sorted(d_map)))
 
 
+def _marked_steps(counters: tuple[CounterReading, ...],
+                  dists: tuple[DistributionReading, ...]) -> StepsReading | None:
+    marks = next((c.value for c in counters if c.name == names.MARK_STEP), 0)
+    if not marks:
+        return None
+    step_time = next((d for d in dists if d.name == names.STEP_TIME), None)
+    total = step_time.total / 1e9 if step_time is not None and step_time.count else None
+    if step_time is not None and step_time.count and step_time.count != marks:
+        total = total / step_time.count * marks if total is not None else None
+    return StepsReading(count=marks, source=STEPS_MARKED, seconds_total=total,
+                        basis="metrics.mark_step / metrics.track, or the engine's own steps")
+
+
+def diagnosis(recorder: Recorder, engines: list[Engine], counters: tuple[CounterReading, ...],
+              dists: tuple[DistributionReading, ...]) -> tuple[
+                  tuple[SiteReading, ...], StepsReading | None, tuple[str, ...]]:
+    """Every engine's sites (costliest first), the steps (marked ones win over
+    an engine's inference) and blind spots; an engine that fails here is
+    counted in ``HookErrors`` and skipped."""
+    sites: list[SiteReading] = []
+    blind: list[str] = []
+    steps = _marked_steps(counters, dists)
+    for e in engines:
+        try:
+            if hasattr(e, "sites"):
+                sites.extend(e.sites())
+            if steps is None and hasattr(e, "steps"):
+                steps = e.steps()
+            if hasattr(e, "blind_spots"):
+                blind.extend(e.blind_spots())
+        except Exception as err:  # noqa: BLE001 - diagnosis never breaks a scrape
+            recorder.hook_failed(f"{e.name}.diagnosis", err)
+    sites.sort(key=lambda x: (-x.seconds, -x.count, x.location))
+    return tuple(sites), steps, tuple(dict.fromkeys(blind))
+
+
 def build(
     recorder: Recorder,
     engines: Iterable[Engine] = (),
@@ -166,6 +205,7 @@ def build(
                 seen.add((d.platform, d.id))
                 devices.append(d)
     events, _dropped = recorder.events.since(events_since, limit=max_events)
+    sites, steps, blind_spots = diagnosis(recorder, engines, counters, dists)
     now = time.time()
     return Snapshot(
         taken_at_unix=now,
@@ -177,4 +217,7 @@ def build(
         events=tuple(events),
         last_seq=recorder.events.last_seq,
         uptime_seconds=now - recorder.start_time_unix,
+        sites=sites,
+        steps=steps,
+        blind_spots=blind_spots,
     )

@@ -18,7 +18,9 @@ from tpu_info.model import (
     ProcessRecord,
     RecompileCause,
     Samples,
+    SiteReading,
     Snapshot,
+    StepsReading,
     Unit,
 )
 from tpu_info.proto import tpu_info_v1_pb2 as pb
@@ -52,6 +54,10 @@ FULL = Snapshot(
             Event(5, 2.0, "step")),
     last_seq=5,
     uptime_seconds=1000.25,
+    sites=(SiteReading("sync", "/w/train.py:88", 120, 480, 0.002, "train", "float()", 3.0),
+           SiteReading("implicit_to_device", "/w/train.py:80", 60, 1 << 20, 0.01)),
+    steps=StepsReading(60, "inferred", "jit(step): most time", 12.5),
+    blind_spots=("np.asarray(x) on CPU",),
 )
 
 
@@ -270,3 +276,20 @@ def test_decode_cache_keeps_nothing_from_an_invalid_snapshot() -> None:
         wire.snapshot_from_proto(bad, cache)
     again = wire.snapshot_from_proto(good, cache)
     assert again == FULL and again.graphs[0] is first.graphs[0]
+
+
+def test_diagnosis_sections_travel_by_both_encoders_and_are_validated() -> None:
+    """Sites, steps and blind spots ride in the snapshot's head: the fast
+    encoder writes them as the proto does, and bad numbers are kept out."""
+    assert wire.snapshot_from_proto(pb.Snapshot.FromString(
+        encoder.snapshot_to_bytes(FULL, encoder.PartCache()))) == FULL
+    msg = wire.snapshot_to_proto(FULL)
+    msg.sites[0].seconds = float("nan")
+    msg.steps.seconds_total = float("inf")
+    msg.sites[1].detail = "x\x1b[2Jy"
+    got = wire.snapshot_from_proto(msg)
+    assert got.sites[0].seconds == 0.0 and got.steps.seconds_total is None
+    assert "\x1b" not in got.sites[1].detail
+    assert {w for w, _ in got.left_out} >= {"site '/w/train.py:88' seconds", "steps seconds_total"}
+    plain = wire.snapshot_from_proto(wire.snapshot_to_proto(Snapshot(taken_at_unix=1.0)))
+    assert plain.steps is None and plain.sites == () and plain.blind_spots == ()

@@ -97,13 +97,18 @@ def _target(v: TargetView, top_graphs: int | None) -> dict[str, Any]:
                            "error": _s(v.error) if v.snapshot is None else None}
     s: Snapshot | None = v.snapshot
     if s is None:
-        out.update(process=None, uptime_seconds=None, steps=None, compiles=None,
+        out.update(process=None, uptime_seconds=None, steps=None, steps_source=None,
+                   steps_basis=None, seconds_per_step=None, sites=[], blind_spots=[],
+                   compiles=None,
                    cache_hits=None, hbm_used_bytes=None, hbm_limit_bytes=None, devices=[],
                    transfers=None, graphs=[], findings=[])
         return out
     p = s.process
     used, limit = memory_totals(s)
     steps = s.counter("MarkStep") if any(c.name == "MarkStep" for c in s.counters) else None
+    st = s.steps
+    if st is not None:
+        steps = st.count
     graphs = sorted(s.graphs, key=lambda g: (-g.compile_seconds_total, -g.compiles, g.hash))
     if top_graphs is not None:
         graphs = graphs[:top_graphs]
@@ -119,7 +124,11 @@ def _target(v: TargetView, top_graphs: int | None) -> dict[str, Any]:
             "argv": [_s(a) for a in p.argv[:64]], "start_time_unix": p.start_time_unix,
             "waiting": [_s(e) for e in p.waiting.split(",") if e]},
         uptime_seconds=s.uptime_seconds if s.uptime_seconds > 0 else None,
-        steps=steps, compiles=s.counter("UncachedCompile"),
+        steps=steps,
+        steps_source=None if st is None else _s(st.source),
+        steps_basis=None if st is None else _s(st.basis),
+        seconds_per_step=None if st is None else st.seconds_per_step,
+        compiles=s.counter("UncachedCompile"),
         cache_hits=s.counter("CachedCompile"), hbm_used_bytes=used, hbm_limit_bytes=limit,
         devices=[{
             "id": d.id, "kind": _s(d.kind), "platform": _s(d.platform),
@@ -139,6 +148,10 @@ def _target(v: TargetView, top_graphs: int | None) -> dict[str, Any]:
                 "argument": _opt(c.argument), "before": _opt(c.before), "after": _opt(c.after),
                 "time_unix": c.time_unix},
         } for g in graphs],
+        sites=[{"kind": _s(x.kind), "location": _s(x.location), "function": _s(x.function),
+                "detail": _s(x.detail), "count": x.count, "bytes": x.bytes,
+                "seconds": x.seconds, "last_seen_unix": x.last_seen_unix} for x in s.sites],
+        blind_spots=[_s(b) for b in s.blind_spots],
         findings=[{"severity": f.severity, "kind": f.kind, "message": _s(f.message),
                    "location": _opt(f.location), "seconds_lost": f.seconds_lost}
                   for f in find(s)],
@@ -273,6 +286,15 @@ JSON_SCHEMA: dict[str, Any] = {
                                    "executions": _INT,
                                    "last_cause": {"type": ["object", "null"],
                                                   "required": ["description", "location"]}}}},
+                "steps_source": {"enum": ["marked", "inferred", None]},
+                "steps_basis": _STR, "seconds_per_step": _NUM,
+                "sites": {"type": "array", "items": {
+                    "type": "object",
+                    "required": ["kind", "location", "count", "bytes", "seconds"],
+                    "properties": {"kind": {"type": "string"}, "location": {"type": "string"},
+                                   "count": {"type": "integer"}, "bytes": {"type": "integer"},
+                                   "seconds": {"type": "number"}}}},
+                "blind_spots": {"type": "array", "items": {"type": "string"}},
                 "findings": {"type": "array", "items": {
                     "type": "object", "required": ["severity", "message", "location"],
                     "properties": {"severity": {"type": "string"},

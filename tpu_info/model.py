@@ -248,6 +248,66 @@ class ProcessRecord:
     waiting: str = ""
 
 
+class SiteKind(str, enum.Enum):
+    """What happened at a :class:`SiteReading`'s line."""
+
+    # Device -> host reads the program did not ask for with device_get:
+    # float(x), int(x), bool(x) (``if x > 0:``), x.tolist(), print(x).
+    SYNC = "sync"
+    # Host data moved to the device with no device_put: a numpy array passed
+    # into a jitted function, jnp.asarray(numpy), per-call shard transfers.
+    IMPLICIT_TO_DEVICE = "implicit_to_device"
+
+
+@dataclass(frozen=True, slots=True)
+class SiteReading:
+    """One line of the user's code that did something costly, every time.
+
+    ``location`` is ``/abs/path/file.py:LINE`` (resolved when read, never on
+    the hot path); ``detail`` says how (``float()``, ``print``,
+    ``jnp.asarray``, ``numpy argument of jit(step)``). ``kind`` is a
+    :class:`SiteKind` value (kept a plain string on the wire so a newer
+    hook's kinds still travel).
+    """
+
+    kind: str
+    location: str
+    count: int
+    bytes: int = 0
+    seconds: float = 0.0
+    function: str = ""
+    detail: str = ""
+    last_seen_unix: float = 0.0
+
+
+# StepsReading.source values.
+STEPS_MARKED = "marked"  # metrics.mark_step / metrics.track, or the engine's own steps
+STEPS_INFERRED = "inferred"  # picked by the hook from what the program did
+
+
+@dataclass(frozen=True, slots=True)
+class StepsReading:
+    """How many training steps ran and how long they took.
+
+    ``source`` is :data:`STEPS_MARKED` or :data:`STEPS_INFERRED`; ``basis``
+    says in words what a step was taken to be (``jit(train_step): the
+    compiled function with the most time, 1,200 calls``). ``seconds_total``
+    is the wall time the steps cover (first step start to last step end),
+    ``None`` when unknown.
+    """
+
+    count: int
+    source: str
+    basis: str = ""
+    seconds_total: float | None = None
+
+    @property
+    def seconds_per_step(self) -> float | None:
+        if not self.count or self.seconds_total is None:
+            return None
+        return self.seconds_total / self.count
+
+
 @dataclass(frozen=True, slots=True)
 class Finding:
     """A problem in plain words, worst first by ``seconds_lost``."""
@@ -275,6 +335,13 @@ class Snapshot:
     # (where, why) for each value a client kept out when it decoded this
     # snapshot (not a finite number, beyond a count bound); empty in the hook.
     left_out: tuple[tuple[str, str], ...] = ()
+    # Lines of the user's code that synced or moved data implicitly.
+    sites: tuple[SiteReading, ...] = ()
+    steps: StepsReading | None = None
+    # What the hook cannot see in this process, in words ("np.asarray(x) on
+    # CPU: numpy's zero-copy buffer protocol bypasses the hook"): a report
+    # that found nothing says these instead of "No problems found".
+    blind_spots: tuple[str, ...] = ()
 
     def counter(self, name: str) -> int:
         """A counter's value, 0 if it never counted."""

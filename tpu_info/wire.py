@@ -23,12 +23,12 @@ from __future__ import annotations
 
 import itertools
 import math
-import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from tpu_info.buckets import SortedCounts
-from tpu_info.errors import ProtocolMismatch, TimedOut, WireError
+from tpu_info.decoding import MAX_NOTES, MAX_UNIX_TIME, Decoding, text  # noqa: F401 - re-exported
+from tpu_info.errors import ProtocolMismatch, WireError
 from tpu_info.model import (
     BucketCounts,
     CounterReading,
@@ -45,7 +45,7 @@ from tpu_info.model import (
     Unit,
 )
 from tpu_info.proto import tpu_info_v1_pb2 as pb
-from tpu_info.safe import MAX_WIRE_TEXT, clean
+from tpu_info.wire_sites import fill_diagnosis, read_diagnosis
 
 T = TypeVar("T")
 
@@ -190,6 +190,7 @@ def _head(s: Snapshot) -> pb.Snapshot:
         _fill_device(msg.devices.add(), dev)
     for c in s.counters:
         msg.counters.add(name=c.name, value=c.value, unit=_UNIT_TO_PB[c.unit], help=c.help)
+    fill_diagnosis(msg, s)
     return msg
 
 
@@ -235,99 +236,7 @@ MAX_PERCENTILES = 64
 MAX_RECENT = 1_024  # the hook keeps 64
 MAX_BUCKETS = 20_000  # per sign; the hook's dense span is 16,384
 MAX_METRICS = 4_096  # ListMetrics entries
-MAX_NOTES = 64  # left_out reasons kept per snapshot
-MAX_UNIX_TIME = 253_402_300_799.0  # 9999-12-31T23:59:59Z, the last second datetime shows
 _CHECK_EVERY = 64  # records decoded between two looks at the deadline
-
-
-def text(value: str) -> str:
-    """A string from the wire, cleaned (:func:`tpu_info.safe.clean`)."""
-    if len(value) <= MAX_WIRE_TEXT and value.isprintable():  # most strings, at C speed
-        return value
-    return clean(value, MAX_WIRE_TEXT)
-
-
-def _at(where: str, field: str) -> str:
-    return f"{where} {field}" if field else where
-
-
-class Decoding:
-    """One reply being decoded: the reasons for what was kept out, and the
-    deadline the decode must meet.
-
-    Args:
-        deadline: ``time.monotonic()`` by which decoding must end (None: none).
-        seconds: the whole allowance, for the error message.
-    """
-
-    __slots__ = ("deadline", "notes", "seconds")
-
-    def __init__(self, deadline: float | None = None, seconds: float | None = None) -> None:
-        self.deadline = deadline
-        self.seconds = seconds
-        self.notes: list[tuple[str, str]] = []
-
-    def left_out(self, where: str, why: str) -> None:
-        """Records that a value at ``where`` was kept out, and why."""
-        self.notes.append((where, why))
-
-    def check(self) -> None:
-        """Raises :class:`TimedOut` when the deadline has passed."""
-        if self.deadline is not None and time.monotonic() > self.deadline:
-            within = f" within {self.seconds:.3g}s" if self.seconds is not None else ""
-            raise TimedOut(f"the reply could not be decoded{within} (too large)")
-
-    # ``where`` and ``field`` name a value; they are joined only when it is kept out.
-
-    def num(self, value: float, where: str, field: str = "") -> float | None:
-        """``value`` if finite, else None with the reason kept."""
-        if math.isfinite(value):
-            return value
-        self.left_out(_at(where, field), f"not a finite number ({value!r}); shown as N/A")
-        return None
-
-    def num0(self, value: float, where: str, field: str = "") -> float:
-        """``value`` if finite, else 0.0 with the reason kept."""
-        if math.isfinite(value):
-            return value
-        self.left_out(_at(where, field), f"not a finite number ({value!r}); shown as 0")
-        return 0.0
-
-    def when(self, value: float, where: str, field: str = "") -> float:
-        """A unix time: ``value`` if a clock can show it (years 1970 to 9999),
-        else 0.0 with the reason kept."""
-        if 0.0 <= value <= MAX_UNIX_TIME:  # False for NaN too
-            return value
-        self.left_out(_at(where, field), f"not a time ({value!r}); shown as 0")
-        return 0.0
-
-    def opt(self, m: Any, field: str, where: str) -> float | None:
-        """An ``optional double`` field: None when unset or not finite."""
-        return self.num(getattr(m, field), where, field) if m.HasField(field) else None
-
-    def bounded(self, items: Sequence[T], bound: int, where: str, field: str = "",
-                newest: bool = False) -> Sequence[T]:
-        """The first (or, with ``newest``, the last) ``bound`` of ``items``."""
-        n = len(items)
-        if n <= bound:
-            return items
-        self.left_out(_at(where, field), f"the target sent {n:,}, more than the {bound:,} a "
-                      f"real program sends; the {'last' if newest else 'first'} {bound:,} "
-                      "are kept")
-        return items[n - bound:] if newest else items[:bound]
-
-    def strings(self, items: Sequence[str], bound: int, where: str,
-                field: str = "") -> tuple[str, ...]:
-        """The first ``bound`` strings of ``items``, cleaned."""
-        return tuple(map(text, self.bounded(items, bound, where, field)))
-
-    def summary(self) -> tuple[tuple[str, str], ...]:
-        """The reasons, at most :data:`MAX_NOTES` of them."""
-        notes = list(dict.fromkeys(self.notes))
-        if len(notes) > MAX_NOTES:
-            more = len(notes) - MAX_NOTES + 1
-            notes = notes[: MAX_NOTES - 1] + [("snapshot", f"{more:,} more values kept out")]
-        return tuple(notes)
 
 
 def check_version(version: int) -> None:
@@ -652,6 +561,7 @@ def snapshot_from_proto(m: pb.Snapshot, cache: DecodeCache | None = None, *,
                              MAX_DISTRIBUTIONS)
     graphs = _records("graphs", m.graphs, _graph, cache, dec, fresh, MAX_GRAPHS)
     uptime = dec.num0(m.uptime_seconds, "uptime_seconds")
+    sites, steps, blind_spots = read_diagnosis(m, dec)
     dec.check()
     snapshot = Snapshot(
         taken_at_unix=m.taken_at_unix,
@@ -663,6 +573,9 @@ def snapshot_from_proto(m: pb.Snapshot, cache: DecodeCache | None = None, *,
         events=events,
         last_seq=m.last_seq,
         uptime_seconds=uptime,
+        sites=sites,
+        steps=steps,
+        blind_spots=blind_spots,
         left_out=dec.summary(),
     )
     if cache is not None:

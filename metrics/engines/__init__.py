@@ -49,6 +49,11 @@ class Engine(Protocol):
     # also define ``extra_readings() -> (counters, distributions)``, read at
     # scrape time and merged into the snapshot (see ``metrics.snapshot``),
     # and ``clear_readings()``, called by ``metrics.clear_*``.
+    # Optional diagnosis, read at scrape time (see ``metrics.snapshot.diagnosis``):
+    # ``sites() -> list[SiteReading]`` (lines of the user's code that synced or
+    # moved data implicitly, locations resolved now), ``steps() ->
+    # StepsReading | None`` (steps inferred when the program marks none) and
+    # ``blind_spots() -> list[str]`` (what the engine's hook cannot see here).
 
 
 def valid_names() -> list[str]:

@@ -227,8 +227,40 @@ class Event(_message.Message):
     value: float
     def __init__(self, seq: _Optional[int] = ..., time_unix: _Optional[float] = ..., kind: _Optional[str] = ..., name: _Optional[str] = ..., graph_hash: _Optional[str] = ..., detail: _Optional[str] = ..., location: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
 
+class Site(_message.Message):
+    __slots__ = ("kind", "location", "count", "bytes", "seconds", "function", "detail", "last_seen_unix")
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    LOCATION_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    BYTES_FIELD_NUMBER: _ClassVar[int]
+    SECONDS_FIELD_NUMBER: _ClassVar[int]
+    FUNCTION_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
+    LAST_SEEN_UNIX_FIELD_NUMBER: _ClassVar[int]
+    kind: str
+    location: str
+    count: int
+    bytes: int
+    seconds: float
+    function: str
+    detail: str
+    last_seen_unix: float
+    def __init__(self, kind: _Optional[str] = ..., location: _Optional[str] = ..., count: _Optional[int] = ..., bytes: _Optional[int] = ..., seconds: _Optional[float] = ..., function: _Optional[str] = ..., detail: _Optional[str] = ..., last_seen_unix: _Optional[float] = ...) -> None: ...
+
+class Steps(_message.Message):
+    __slots__ = ("count", "source", "basis", "seconds_total")
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    BASIS_FIELD_NUMBER: _ClassVar[int]
+    SECONDS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    count: int
+    source: str
+    basis: str
+    seconds_total: float
+    def __init__(self, count: _Optional[int] = ..., source: _Optional[str] = ..., basis: _Optional[str] = ..., seconds_total: _Optional[float] = ...) -> None: ...
+
 class Snapshot(_message.Message):
-    __slots__ = ("protocol_version", "taken_at_unix", "process", "devices", "counters", "distributions", "graphs", "events", "last_seq", "uptime_seconds")
+    __slots__ = ("protocol_version", "taken_at_unix", "process", "devices", "counters", "distributions", "graphs", "events", "last_seq", "uptime_seconds", "sites", "steps", "blind_spots")
     PROTOCOL_VERSION_FIELD_NUMBER: _ClassVar[int]
     TAKEN_AT_UNIX_FIELD_NUMBER: _ClassVar[int]
     PROCESS_FIELD_NUMBER: _ClassVar[int]
@@ -239,6 +271,9 @@ class Snapshot(_message.Message):
     EVENTS_FIELD_NUMBER: _ClassVar[int]
     LAST_SEQ_FIELD_NUMBER: _ClassVar[int]
     UPTIME_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    SITES_FIELD_NUMBER: _ClassVar[int]
+    STEPS_FIELD_NUMBER: _ClassVar[int]
+    BLIND_SPOTS_FIELD_NUMBER: _ClassVar[int]
     protocol_version: int
     taken_at_unix: float
     process: Process
@@ -249,7 +284,10 @@ class Snapshot(_message.Message):
     events: _containers.RepeatedCompositeFieldContainer[Event]
     last_seq: int
     uptime_seconds: float
-    def __init__(self, protocol_version: _Optional[int] = ..., taken_at_unix: _Optional[float] = ..., process: _Optional[_Union[Process, _Mapping]] = ..., devices: _Optional[_Iterable[_Union[Device, _Mapping]]] = ..., counters: _Optional[_Iterable[_Union[Counter, _Mapping]]] = ..., distributions: _Optional[_Iterable[_Union[Distribution, _Mapping]]] = ..., graphs: _Optional[_Iterable[_Union[Graph, _Mapping]]] = ..., events: _Optional[_Iterable[_Union[Event, _Mapping]]] = ..., last_seq: _Optional[int] = ..., uptime_seconds: _Optional[float] = ...) -> None: ...
+    sites: _containers.RepeatedCompositeFieldContainer[Site]
+    steps: Steps
+    blind_spots: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, protocol_version: _Optional[int] = ..., taken_at_unix: _Optional[float] = ..., process: _Optional[_Union[Process, _Mapping]] = ..., devices: _Optional[_Iterable[_Union[Device, _Mapping]]] = ..., counters: _Optional[_Iterable[_Union[Counter, _Mapping]]] = ..., distributions: _Optional[_Iterable[_Union[Distribution, _Mapping]]] = ..., graphs: _Optional[_Iterable[_Union[Graph, _Mapping]]] = ..., events: _Optional[_Iterable[_Union[Event, _Mapping]]] = ..., last_seq: _Optional[int] = ..., uptime_seconds: _Optional[float] = ..., sites: _Optional[_Iterable[_Union[Site, _Mapping]]] = ..., steps: _Optional[_Union[Steps, _Mapping]] = ..., blind_spots: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ListMetricsRequest(_message.Message):
     __slots__ = ()
