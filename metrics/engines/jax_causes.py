@@ -240,29 +240,28 @@ def placement(sharding: Any) -> str:
 
 
 class LoweringHistory:
-    """The previous lowering of each function (its input types and shardings),
-    to name recompiles JAX does not explain: the same types with an input on
-    another device (or committed before, uncommitted now) is a tracing-cache
-    hit and a lowering-cache miss, so no explanation is logged."""
+    """The input shardings each function was last lowered with, per input
+    types, to name recompiles JAX does not explain: the same types with an
+    input on another device (or committed before, uncommitted now) is a
+    tracing-cache hit and a lowering-cache miss, so no explanation is logged."""
 
     def __init__(self, limit: int = 4096) -> None:
         self._limit = limit
-        self._last: dict[Any, tuple[tuple[Any, ...], tuple[Any, ...]]] = {}
+        self._last: dict[Any, tuple[Any, ...]] = {}
 
     def moved(self, key: Any, avals: Sequence[Any], shardings: Sequence[Any],
               arg_names: Sequence[str | None]) -> RecompileCause | None:
-        """Remembers this lowering of ``key``; the cause when only the
-        placement of inputs changed since the previous one (time and location
-        are filled in by the caller)."""
-        now = (tuple(avals), tuple(shardings))
-        previous = self._last.pop(key, None)
+        """Remembers this lowering of function ``key``; the cause when it was
+        lowered before for the same input types with inputs placed elsewhere
+        (time and location are filled in by the caller)."""
+        variant, now = (key, tuple(avals)), tuple(shardings)
+        previous = self._last.pop(variant, None)
         if len(self._last) >= self._limit:
             self._last.pop(next(iter(self._last)))
-        self._last[key] = now
-        if previous is None or previous[0] != now[0] or len(previous[1]) != len(now[1]):
+        self._last[variant] = now
+        if previous is None or len(previous) != len(now):
             return None
-        moved = [i for i, (a, b) in enumerate(zip(previous[1], now[1], strict=True))
-                 if not _same(a, b)]
+        moved = [i for i, (a, b) in enumerate(zip(previous, now, strict=True)) if not _same(a, b)]
         if not moved:
             return None
 
@@ -270,9 +269,12 @@ class LoweringHistory:
             return (arg_names[i] if i < len(arg_names) else None) or f"#{i}"
 
         i = moved[0]
-        old, new = placement(previous[1][i]), placement(now[1][i])
-        if old == new:
-            return None
+        old, new = placement(previous[i]), placement(now[i])
+        if old == new:  # same devices: the memory kind (device vs pinned_host) differs
+            old, new = (f"{p} ({getattr(s, 'memory_kind', None)})"
+                        for p, s in ((old, previous[i]), (new, now[i])))
+            if old == new:
+                return None
         return RecompileCause(0.0, f"argument {quoted(name(i))} moved {old} -> {new}"
                               + _also([name(j) for j in moved[1:]]), None, name(i), old, new)
 
