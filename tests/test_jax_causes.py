@@ -304,3 +304,24 @@ def test_names_from_the_signature_with_the_users_own_flag_on(moves):
     assert kind == "static argument", message
     assert "static argument 'times' changed 2 -> 3 (static argument) at moves.py:" \
         f"{_program_line('# with the flag on')}. " in message, message
+
+
+def _parse(body: str):
+    from metrics.engines.jax_causes import parse_cache_miss
+    return parse_cache_miss("TRACING CACHE MISS at /tmp/t.py:9:2 (<module>):\n  for f defined "
+                            "at /tmp/t.py:3\n  all previously seen cache keys differ. For the "
+                            "closest previous key:\n" + body, 1.0)[1]
+
+
+def test_rare_bodies_in_one_clean_line():
+    many = _parse("  different input types:\n" + "".join(
+        f"  * at a{i}, now f32[{i + 1}] and before f32[{i}]\n" for i in range(5)))
+    assert many.description == "argument 'a0' changed f32[0] -> f32[1] (also 'a1', 'a2' and 2 more)"
+    counted = _parse("  Tracing context doesn't match, e.g. due to config or context manager.\n"
+                     "  * number of tracing context values differs: now 47 and before 46")
+    assert counted.description == ("tracing context changed (number of tracing context "
+                                   "values: 46 -> 47)")
+    assert _parse("  Debug info doesn't match.").description.startswith("debug info changed")
+    for c in (many, counted):
+        for field in (c.description, c.before, c.after):
+            assert "\n" not in (field or "") and "http" not in (field or "")
