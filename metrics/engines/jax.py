@@ -300,7 +300,7 @@ class JaxEngine:
         if loaded:
             ledger.cache_hit(graph_hash, name, ENGINE, sig)
         real = cause is not None and cause.description != FIRST_CALL
-        detail = cause.description if real else ""  # type: ignore[union-attr]
+        detail = cause.description if cause is not None and real else ""
         if loaded:
             detail = f"{detail}; backend cache hit" if detail else "backend cache hit"
         events.emit(ev.RECOMPILE if real else ev.COMPILE, name, graph_hash, detail, location,
