@@ -45,11 +45,13 @@ def test_compiles_and_recompiles_counted_exactly(fresh_metrics):
     assert kinds == ["compile", "recompile"]
 
 
-def _line_of(text: str) -> int:
-    with open(__file__) as f:
-        for i, line in enumerate(f, 1):
-            if text in line and "_line_of" not in line:
-                return i
+def _line_of(text: str, source: str | None = None) -> int:
+    if source is None:
+        with open(__file__) as f:
+            source = f.read()
+    for i, line in enumerate(source.splitlines(), 1):
+        if text in line and "_line_of" not in line:
+            return i
     raise AssertionError(text)
 
 
@@ -336,31 +338,50 @@ def test_without_the_cheap_explainer_the_flag_gives_causes_and_is_put_back():
 
 PERSISTENT_CACHE_PROGRAM = textwrap.dedent("""
     import json, jax, jax.numpy as jnp, metrics
+    from tpu_info.findings import recompiles
     jax.config.update("jax_compilation_cache_dir", {cache!r})
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
     metrics.install()
     @jax.jit
-    def cached_fn(x):
-        return jnp.sin(x) * 2
-    cached_fn(jnp.ones(16)).block_until_ready()
-    g = [g for g in metrics.snapshot().graphs if g.name == "jit(cached_fn)"][0]
-    print(json.dumps({{"compiles": g.compiles, "hits": g.cache_hits, "hash": g.hash,
-                      "cached": metrics.counter_value("CachedCompile")}}))
+    def cached_fn(x, lr):
+        return jnp.sin(x) * lr
+    cached_fn(jnp.ones(16), 0.5).block_until_ready()
+    cached_fn(jnp.ones(16), jnp.float32(0.5)).block_until_ready()  # the recompile
+    s = metrics.snapshot()
+    gs = [g for g in s.graphs if g.name == "jit(cached_fn)"]
+    print(json.dumps({{"compiles": [g.compiles for g in gs], "hits": [g.cache_hits for g in gs],
+                      "hashes": [g.hash for g in gs],
+                      "cached": metrics.counter_value("CachedCompile"),
+                      "uncached": metrics.counter_value("UncachedCompile"),
+                      "events": [(e.kind, e.detail) for e in s.events
+                                 if e.name == "jit(cached_fn)"],
+                      "findings": [(f.kind, f.message) for f in recompiles(s)]}}))
 """)
 
 
-def test_persistent_cache_hit_is_not_a_compile(tmp_path):
+def test_persistent_cache_hit_is_a_compile_whose_backend_was_loaded(tmp_path):
+    """A warm persistent cache skips only the backend compile: the function is
+    still traced, lowered and recompiled for the same cause, so the second run
+    shows the recompile, its cause and "backend cache hit" (it showed
+    "Compiles 0, Hits 1" and no finding)."""
     code = PERSISTENT_CACHE_PROGRAM.format(cache=str(tmp_path / "cache"))
-    runs = []
-    for _ in range(2):
-        r = run_python(code)
-        assert r.returncode == 0, r.stderr
-        runs.append(json.loads(r.stdout.strip().splitlines()[-1]))
-    assert (runs[0]["compiles"], runs[0]["hits"]) == (1, 0)
-    assert (runs[1]["compiles"], runs[1]["hits"]) == (0, 1)
-    assert runs[1]["cached"] >= 1
-    assert runs[0]["hash"] == runs[1]["hash"]
+    cold, warm = (json.loads(run_python(code).stdout.strip().splitlines()[-1])
+                  for _ in range(2))
+    assert (cold["compiles"], cold["hits"]) == ([1, 1], [0, 0])
+    assert (warm["compiles"], warm["hits"]) == ([1, 1], [1, 1])
+    assert warm["cached"] >= 2 and not warm["uncached"]
+    assert cold["hashes"] == warm["hashes"]
+    cause = "argument 'lr' changed f32[] (weak) -> f32[]"
+    assert warm["events"] == [["compile", "backend cache hit"],
+                              ["recompile", f"{cause}; backend cache hit"]]
+    line = _line_of("# the recompile", PERSISTENT_CACHE_PROGRAM)
+    [(kind, message)] = warm["findings"]
+    assert kind == "weak type", message
+    assert message.startswith("jit(cached_fn) compiled 2 times (") and \
+        ", 2 backend cache hits); " in message
+    assert f"{cause} (weak type) at <string>:{line}. " in message
+    assert "Pad or bucket" not in message and "persistent compilation cache" not in message
 
 
 def test_busy_percent_needs_tracked_calls():

@@ -4,7 +4,9 @@ What it records:
 
 * ``CompileTime`` (backend compile), ``TraceTime``, ``LoweringTime`` from
   ``jax.monitoring`` duration events; ``UncachedCompile`` per real compile and
-  ``CachedCompile`` per persistent-cache hit (a hit is never a compile).
+  ``CachedCompile`` per persistent-cache hit: in the graph ledger a hit is a
+  compile whose backend was loaded (it was traced and lowered, and has a
+  cause), so a warm cache does not hide a recompile.
 * The graph hash: JAX's compilation-cache key (sha256 over the module with
   debug info stripped, plus compile options and platform: stable across
   processes and when the source moves), taken from the key JAX computes
@@ -12,11 +14,13 @@ What it records:
 * The input signature of each compiled graph (argument names, shapes,
   dtypes, weak types, shardings) from the lowering step.
 * Recompile causes: ``jax_explain_cache_misses`` records, captured from JAX's
-  logger and parsed (which argument changed, old and new type, the user's
-  call site). The flag stays as the user left it: with it off, JAX's own
-  explanation runs on each tracing-cache miss against the function's
-  previous variant only (``LastVariantExplainer``: O(1) per compile, where
-  the flag costs O(variants)) and nothing is printed.
+  logger and parsed (which argument changed, by its parameter name, old and
+  new value, the user's call site), and the recompiles JAX does not explain
+  (an input moved to another device), from the previous lowering. The
+  flag stays as the user left it: with it off, JAX's own explanation runs
+  on each tracing-cache miss against the function's previous variant only
+  (``LastVariantExplainer``: O(1) per compile, where the flag costs
+  O(variants)) and nothing is printed.
 * Transfers: ``jax.device_put`` / ``jax.device_get`` calls, bytes and time.
 * Device memory at scrape time: ``device.memory_stats()`` where it exists,
   else the bytes of live arrays per device with host RAM as the limit.
@@ -38,6 +42,7 @@ crashes; ``JaxEngine.degraded`` lists what was unavailable):
 from __future__ import annotations
 
 import collections
+import dataclasses
 import functools
 import itertools
 import logging
@@ -56,6 +61,7 @@ from metrics import events as ev
 from metrics import names
 from metrics.engines._frames import host_ram, skip_prefixes, user_location
 from metrics.engines._patching import Patches
+from metrics.engines.jax_causes import LoweringHistory, param_path
 from metrics.engines.jax_describe import (
     EXPLAIN_LOGGERS,
     ExplainFilter,
@@ -114,6 +120,7 @@ class JaxEngine:
         self._flag_set_by_us = False  # only where the cheap explainer cannot work
         self._skip = skip_prefixes(jax, sys.modules.get("jaxlib"))
         self._peak_live: dict[int, int] = {}
+        self._lowerings = LoweringHistory()
         self._compile_patched = False
         dist, counter = recorder.distribution, recorder.counter
         self._compile_time = dist(names.COMPILE_TIME)
@@ -195,12 +202,13 @@ class JaxEngine:
         except AttributeError:
             self.degraded.append("call sites may point into the hook")
         ours = threading.local()
+        current: Callable[[], Any] = type(None)  # no explainer: no function to name
         why_not = LastVariantExplainer.usable(pe)
         if why_not is None:
             explainer = LastVariantExplainer(pe, flag, jax_config.trace_context,
                                              source_info_util.is_user_filename, self)
             self._patches.apply(pe, "trace_to_jaxpr", explainer.wrap)
-            ours = explainer.ours
+            ours, current = explainer.ours, explainer.current
         elif not self._explain_was_on:
             # The slow way: JAX compares each miss with every cached variant.
             self.degraded.append(f"recompile causes cost O(variants) per compile: {why_not}")
@@ -210,7 +218,7 @@ class JaxEngine:
         def users_own() -> bool:  # JAX's records go on only when the user turned the flag on
             return bool(flag.value) and not self._flag_set_by_us
 
-        flt = ExplainFilter(self, users_own, ours)
+        flt = ExplainFilter(self, users_own, ours, current)
         for lname in EXPLAIN_LOGGERS:
             logger = logging.getLogger(lname)
             logger.addFilter(flt)
@@ -218,9 +226,10 @@ class JaxEngine:
 
     # Callbacks (each runs inside the user's program: guarded) --------------
 
-    def on_cache_miss(self, message: str) -> None:
+    def on_cache_miss(self, message: str, fun: Any = None) -> None:
         try:
-            func, cause = parse_cache_miss(message, time.time())
+            func, cause = parse_cache_miss(message, time.time(),
+                                           functools.partial(param_path, fun))
             pending = getattr(_tls, "causes", None)
             if pending is None:
                 pending = _tls.causes = {}
@@ -243,7 +252,9 @@ class JaxEngine:
             shardings = list(in_shardings) if in_shardings is not None else []
             shardings += [None] * (len(avals) - len(shardings))
             sig = tuple(format_aval(n, a, s) for n, a, s in zip(arg_names, avals, shardings))
-            _tls.lowering = (f"{api_name}({fun_name})", fun_name, sig)
+            moved = self._lowerings.moved((fun_name, getattr(dbg, "func_src_info", None)),
+                                          avals, shardings, arg_names)
+            _tls.lowering = (f"{api_name}({fun_name})", fun_name, sig, moved)
         except Exception as e:  # noqa: BLE001
             self.rec.hook_failed("jax.lowering", e)
 
@@ -264,30 +275,36 @@ class JaxEngine:
         graph_hash = key.rsplit("-", 1)[-1]
         lowering = getattr(_tls, "lowering", None)
         _tls.lowering = None
+        moved = None
         if lowering is not None:
-            name, fun_name, sig = lowering
+            name, fun_name, sig, moved = lowering
         else:
             name = ctx.get("fun_name") or str(computation.operation.attributes["sym_name"])
             fun_name, sig = name, ()
         causes = getattr(_tls, "causes", None) or {}
         cause = causes.pop(fun_name, None)
         location = cause.location if cause else user_location(self._skip)
+        if cause is None and moved is not None:  # JAX explains no device move
+            cause = dataclasses.replace(moved, time_unix=time.time(), location=location)
         ledger, events = self.rec.ledger, self.rec.events
         _compile_seq[0] += 1
         _tls.last_compile = (_compile_seq[0], graph_hash)
-        if ctx.get("cache_hit"):
-            self._cached.inc()
-            ledger.cache_hit(graph_hash, name, ENGINE, sig)
-            events.emit(ev.CACHE_HIT, name, graph_hash, "persistent cache", location)
-            return
         seconds = wall_ns / 1e9
-        self._uncached.inc()
-        self._compile_time.observe(wall_ns)
-        ledger.compiled(graph_hash, name, ENGINE, seconds, sig, cause)
-        if cause is None or cause.description == FIRST_CALL:
-            events.emit(ev.COMPILE, name, graph_hash, "", location, seconds)
+        loaded = bool(ctx.get("cache_hit"))
+        if loaded:  # traced and lowered again; only the backend compile was loaded
+            self._cached.inc()
         else:
-            events.emit(ev.RECOMPILE, name, graph_hash, cause.description, location, seconds)
+            self._uncached.inc()
+            self._compile_time.observe(wall_ns)
+        ledger.compiled(graph_hash, name, ENGINE, seconds, sig, cause)
+        if loaded:
+            ledger.cache_hit(graph_hash, name, ENGINE, sig)
+        real = cause is not None and cause.description != FIRST_CALL
+        detail = cause.description if cause is not None and real else ""
+        if loaded:
+            detail = f"{detail}; backend cache hit" if detail else "backend cache hit"
+        events.emit(ev.RECOMPILE if real else ev.COMPILE, name, graph_hash, detail, location,
+                    seconds)
 
     def on_duration(self, event: str, seconds: float, fun_name: str | None) -> None:
         if event.endswith("/backend_compile_duration"):

@@ -1,6 +1,7 @@
-r"""How the JAX hook describes a compile: the cause JAX's
-``jax_explain_cache_misses`` gives (captured from its logger, parsed) and the
-input signature from the lowering step.
+"""How the JAX hook describes a compile: the cause JAX's
+``jax_explain_cache_misses`` gives (captured from its logger; parsed by
+:mod:`metrics.engines.jax_causes`) and the input signature from the
+lowering step.
 
 With the flag on, JAX compares every tracing-cache miss against every cached
 variant of every function (O(variants) per compile: 200 variants made a
@@ -9,69 +10,32 @@ flag off and runs JAX's own explanation on a miss against only the
 function's previous variant: the same text, O(1) per compile.
 
 Example:
-    >>> fn, cause = parse_cache_miss(
-    ...     "TRACING CACHE MISS at t.py:9 (f):\n  for f defined at t.py:3\n"
-    ...     "  * at x, now f32[4] and before f32[3]", 0.0)
-    >>> fn, cause.description, cause.location
-    ('f', "argument 'x' changed f32[3] -> f32[4]", 't.py:9')
+    >>> format_aval("lr", type("A", (), {"str_short": lambda s, short_dtypes: "f32[]",
+    ...                                  "weak_type": True})(), None)
+    'lr: f32[]{weak}'
 """
 
 from __future__ import annotations
 
 import logging
-import re
 import threading
 import weakref
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from tpu_info.model import FIRST_CALL, RecompileCause
+from metrics.engines.jax_causes import parse_cache_miss
+
+__all__ = ["EXPLAIN_LOGGERS", "ExplainFilter", "LastVariantExplainer", "format_aval",
+           "parse_cache_miss"]
 
 # Where JAX logs its explanations (0.10: partial_eval; older: pjit).
 EXPLAIN_LOGGERS = ("jax._src.interpreters.partial_eval", "jax._src.pjit")
-_MISS_RE = re.compile(r"TRACING CACHE MISS at (?P<loc>.+?:\d+)")
-_FUNC_RE = re.compile(r"(?:for|^\s*)\s*(?P<name>\S+?)(?: id=\d+)? defined at", re.M)
-_ARG_RE = re.compile(r"\* at (?P<arg>.+?), now (?P<new>\S+) and before (?P<old>\S+)")
-_NOISE = ("all previously seen cache keys differ", "For the closest previous key")
 
 
 class _Listener(Protocol):
-    def on_cache_miss(self, message: str) -> None: ...
+    def on_cache_miss(self, message: str, fun: Any = None) -> None: ...
 
     def on_explain_failed(self, error: Exception) -> None: ...
-
-
-def parse_cache_miss(message: str, now: float) -> tuple[str | None, RecompileCause]:
-    """Turns one ``jax_explain_cache_misses`` record into (function, cause)."""
-    loc = _MISS_RE.search(message)
-    func = _FUNC_RE.search(message)
-    changed = list(_ARG_RE.finditer(message))
-    arg = changed[0] if changed else None
-    body = [
-        ln.strip().lstrip("* ").rstrip(":")
-        for ln in message.splitlines()[1:]
-        if ln.strip() and not any(n in ln for n in _NOISE)
-    ]
-    body = [b for b in body if " defined at " not in b]
-    if "never seen function" in message:
-        description = FIRST_CALL
-    elif arg:
-        description = (f"argument '{arg.group('arg')}' changed "
-                       f"{arg.group('old')} -> {arg.group('new')}")
-        if len(changed) > 1:
-            others = ", ".join(f"'{m.group('arg')}'" for m in changed[1:4])
-            description += f" (also {others}{', ...' if len(changed) > 4 else ''})"
-    else:
-        description = "; ".join(body) or message.strip()
-    cause = RecompileCause(
-        time_unix=now,
-        description=description,
-        location=loc.group("loc") if loc else None,
-        argument=arg.group("arg") if arg else None,
-        before=arg.group("old") if arg else None,
-        after=arg.group("new") if arg else None,
-    )
-    return (func.group("name") if func else None), cause
 
 
 class ExplainFilter(logging.Filter):
@@ -79,11 +43,12 @@ class ExplainFilter(logging.Filter):
     asked for (``passthrough()``), never the ones the hook made itself."""
 
     def __init__(self, engine: _Listener, passthrough: Callable[[], bool],
-                 ours: threading.local) -> None:
+                 ours: threading.local, current: Callable[[], Any] = lambda: None) -> None:
         super().__init__()
         self.engine = engine
         self.passthrough = passthrough
         self._ours = ours
+        self._current = current  # the function being traced, for its parameter names
 
     def filter(self, record: logging.LogRecord) -> bool:
         try:
@@ -92,7 +57,7 @@ class ExplainFilter(logging.Filter):
             return True
         if not msg.startswith("TRACING CACHE MISS"):
             return True
-        self.engine.on_cache_miss(msg)
+        self.engine.on_cache_miss(msg, self._current())
         return not getattr(self._ours, "active", False) and self.passthrough()
 
 
@@ -117,7 +82,12 @@ class LastVariantExplainer:
         self.enabled = True
         self.ours = threading.local()  # .active while our explanation logs
         self._nested = threading.local()  # .misses: misses of calls nested in the current one
+        self._tracing = threading.local()  # .fun: the function whose trace may miss now
         self._last: weakref.WeakKeyDictionary[Any, tuple[Any, ...]] = weakref.WeakKeyDictionary()
+
+    def current(self) -> Any:
+        """The function JAX is explaining now (it explains while this wrapper runs)."""
+        return getattr(self._tracing, "fun", None)
 
     @staticmethod
     def usable(pe: Any) -> str | None:
@@ -133,10 +103,18 @@ class LastVariantExplainer:
         misses = original.cache_info
         nested, flag = self._nested, self._flag
 
+        tracing = self._tracing
+
         def trace_to_jaxpr(fun: Any, in_avals: Any, debug_info: Any, *context: Any,
                            **kwargs: Any) -> Any:
-            if not self.enabled or flag.value:
+            if not self.enabled:
                 return original(fun, in_avals, debug_info, *context, **kwargs)
+            if flag.value:  # JAX explains, inside this call: say whose parameters
+                outer_fun, tracing.fun = getattr(tracing, "fun", None), fun
+                try:
+                    return original(fun, in_avals, debug_info, *context, **kwargs)
+                finally:
+                    tracing.fun = outer_fun
             outer = getattr(nested, "misses", None)
             nested.misses = 0
             before = misses().misses
@@ -165,11 +143,11 @@ class LastVariantExplainer:
             previous = self._last.get(fun)
             self._last[fun] = key
             keys = [] if previous is None else [(lambda: fun, *previous)]
-            self.ours.active = True
+            self.ours.active, self._tracing.fun = True, fun
             try:
                 self._pe.explain(keys, fun, in_avals, debug_info, *context)
             finally:
-                self.ours.active = False
+                self.ours.active, self._tracing.fun = False, None
         except Exception as e:  # noqa: BLE001 - never into the program
             self._listener.on_explain_failed(e)
 
