@@ -140,12 +140,18 @@ class JaxEngine:
         self._busy_ns = 0  # time inside tracked calls, for the busy % estimate
         self._inferred_busy_ns = 0  # inside the other jitted calls: used without tracked ones
         self.call_times = CallTimes("jitted function")  # for the inferred step
-        recorder.on_reset(self.call_times.clear)
+        recorder.on_reset(self._forget_calls)
         self._jit_hooked = False
         # (monotonic ns, tracked busy ns, inferred busy ns) at recent readings;
         # the window of a reading starts at the newest mark at least a second old.
         self._busy_marks: deque[tuple[int, int, int]] = deque(
             [(time.monotonic_ns(), 0, 0)], maxlen=32)
+
+    def _forget_calls(self) -> None:
+        self.call_times.clear()
+        self._busy_ns = self._inferred_busy_ns = 0
+        self._busy_marks.clear()
+        self._busy_marks.append((time.monotonic_ns(), 0, 0))
 
     # Install / uninstall ---------------------------------------------------
 
