@@ -216,3 +216,24 @@ def test_install_before_import_wraps_jit():
                    "print(s.steps.count, s.steps.source)")
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["10", "inferred"]
+
+
+def test_inferred_steps_are_shown_as_inferred(fresh_metrics):
+    import metrics
+    from tpu_info.render import render_text
+    from tpu_info.views import TargetView, steps_label
+
+    @jax.jit
+    def train_step(x):
+        return x * 0.5
+
+    for _ in range(1200):
+        train_step(jnp.ones(2))
+    snap = metrics.snapshot()
+    assert steps_label(snap) == "1,200 (inferred: jit(train_step))"
+    assert steps_label(snap, short=True) == "~1,200"
+    table = render_text([TargetView("127.0.0.1:1", snap)], 200)
+    assert "1,200 (inferred: jit(train_step))" in table
+    report = metrics.metrics_report()
+    assert "Steps: 1,200 (inferred: jit(train_step))" in report
+    assert "basis: jit(train_step): the jitted function with the most time (1,200 calls)" in report
