@@ -237,3 +237,47 @@ def test_inferred_steps_are_shown_as_inferred(fresh_metrics):
     report = metrics.metrics_report()
     assert "Steps: 1,200 (inferred: jit(train_step))" in report
     assert "basis: jit(train_step): the jitted function with the most time (1,200 calls)" in report
+
+
+def test_uninstall_restores_jax_jit_and_wrapped_functions_pass_through():
+    r = run_python("import jax, jax.numpy as jnp, metrics\n"
+                   "from jax._src import api\n"
+                   "own = jax.jit\n"
+                   "metrics.install(serve=False)\n"
+                   "hooked = jax.jit(lambda x: x + 1)\n"
+                   "swapped = jax.jit is not own\n"
+                   "metrics.uninstall()\n"
+                   "print(swapped, jax.jit is own, hooked(jnp.ones(2)).tolist())")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["True", "True", "[2.0,", "2.0]"]
+
+
+def test_counted_calls_leave_no_garbage_collector_work(fresh_metrics):
+    """As for metrics.track: a counted call's record holds numbers and
+    existing objects only, so it does not drive the garbage collector."""
+    import gc
+
+    step = jax.jit(lambda p, x: p + x.sum())
+    x = jnp.ones(4)
+    p = step(jnp.zeros(()), x)
+    gc.collect()
+    gc.disable()
+    try:
+        before = gc.get_count()[0]
+        for _ in range(300):
+            p = step(p, x)
+        grown = gc.get_count()[0] - before
+    finally:
+        gc.enable()
+    plain = jax.jit.__wrapped__(lambda p, x: p + x.sum())
+    q = plain(jnp.zeros(()), x)
+    gc.collect()
+    gc.disable()
+    try:
+        before = gc.get_count()[0]
+        for _ in range(300):
+            q = plain(q, x)
+        own = gc.get_count()[0] - before
+    finally:
+        gc.enable()
+    assert grown - own < 30, f"the hook left {grown - own} objects in 300 calls"
