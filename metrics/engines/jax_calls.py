@@ -15,7 +15,7 @@ The wrapper keeps what user code reaches for on a jitted function
 ``__wrapped__``, ``__name__``, ``__doc__`` ...). Not seen: functions jitted
 before install, ``jax.jit`` reached through a name bound before install
 (``from jax import jit`` above ``metrics.install()``, ``jax._src.api.jit``),
-``jax.pmap``; :func:`blind_spots` says so.
+``jax.pmap``, calls of AOT-compiled functions; :func:`blind_spots` says so.
 
 Example:
     >>> import jax, metrics                                  # doctest: +SKIP
@@ -201,5 +201,6 @@ def blind_spots(hooked: bool) -> list[str]:
         "show no executions): install first, or wrap them in metrics.track.",
         "jax.jit reached through a name bound before install (from jax import jit above "
         "metrics.install(), jax._src.api.jit, libraries' own aliases) is not counted.",
-        "jax.pmap calls are not counted.",
+        "jax.pmap calls and calls of ahead-of-time compiled functions "
+        "(f.lower(x).compile()(x)) are not counted.",
     ]
