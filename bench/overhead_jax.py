@@ -10,8 +10,15 @@ and prints the median over pairs of steps/s with / without, for two MLPs:
 each batch counted, the step wrapped in metrics.track, metrics.mark_step()
 every step. Target >= 0.99. Also printed, in the same rounds: the loop left
 as it was with the hooks installed (what `tpu-info run` gives: transfers
-counted, no track or mark_step), and a 95 % bootstrap interval of each
-median, so a reader can tell a miss from this machine's noise.
+counted, no track or mark_step), the same with the step jitted after
+install (every call counted by the jax.jit wrapper), and a 95 % bootstrap
+interval of each median, so a reader can tell a miss from this machine's
+noise.
+
+Per call (a trivial jitted function, where the hook's share is largest): the
+same jitted function called plainly, through a bare pass-through Python
+wrapper, and through the hook's jax.jit wrapper; target: hooked <= 1.5x the
+bare wrapper.
 """
 
 from __future__ import annotations
@@ -71,7 +78,46 @@ def main() -> int:
     args = ap.parse_args()
     for size in SIZES if args.size == "all" else [args.size]:
         measure(size, args.smoke)
+    per_call(args.smoke)
     return 0
+
+
+def per_call(smoke: bool) -> None:
+    """One jitted function, three ways, in alternating blocks (us per call)."""
+    metrics.install(engines=["jax"], serve=False)
+    hooked = jax.jit(lambda x: x + 1)  # jitted after install: the hook's wrapper
+    plain = getattr(hooked, "_tpu_info_jitted", hooked)  # the same jitted function, unhooked
+
+    def bare(*args, **kwargs):  # type: ignore[no-untyped-def]
+        return plain(*args, **kwargs)
+
+    x = jnp.ones(4)
+    hooked(x).block_until_ready()
+    calls, rounds = 2000, 3 if smoke else 40
+    rng = random.Random(5)
+    times: dict[str, list[float]] = {"plain": [], "bare": [], "hooked": []}
+    over_bare, over_plain = [], []
+    for _ in range(rounds):
+        got = {}
+        order = [("plain", plain), ("bare", bare), ("hooked", hooked)]
+        rng.shuffle(order)
+        for label, fn in order:
+            start = time.perf_counter()
+            for _ in range(calls):
+                fn(x)
+            got[label] = (time.perf_counter() - start) / calls * 1e6
+            times[label].append(got[label])
+        over_bare.append(got["hooked"] / got["bare"])
+        over_plain.append(got["hooked"] / got["plain"])
+    metrics.uninstall()
+    load = os.getloadavg()[0]
+    print(f"[per call] us per call: plain {median(times['plain']):.2f}, bare wrapper "
+          f"{median(times['bare']):.2f}, hooked {median(times['hooked']):.2f} "
+          f"({calls} calls x {rounds} rounds, load average {load:.2f})")
+    print(f"[per call] hooked / plain {median(over_plain):.3f}; bare / plain "
+          f"{median(times['bare']) / median(times['plain']):.3f}")
+    r = median(over_bare)
+    verdict("overhead_jax per hooked call / bare wrapper", r, "<= 1.5", r <= 1.5)
 
 
 def measure(size: str, smoke: bool) -> None:
@@ -92,6 +138,8 @@ def measure(size: str, smoke: bool) -> None:
     metrics.install(engines=["jax"])
     tracked = metrics.track(plain)
     run(tracked, params, batches[:20], hooked=True)
+    jitted_after = make_step()  # what a program gets with install() at its top
+    run(jitted_after, params, batches[:20], hooked=False)
     metrics.uninstall()
 
     # The program installs once: hooks stay in, and "without" runs call the
@@ -103,11 +151,12 @@ def measure(size: str, smoke: bool) -> None:
     rng = random.Random(7)  # one generator: a random order per pair, the same every run
     order = [rng.random() < 0.5 for _ in range(rounds)]
     ratios, cpu_ratios, installed_ratios, without, with_ = [], [], [], [], []
+    after_ratios = []
     for i in range(rounds):
         # Alternate which run goes first so drift on a shared machine cancels;
         # the installed-only run goes between them.
         runs = [("without", plain, False, original_put), ("installed", plain, False, None),
-                ("with", tracked, True, None)]
+                ("after", jitted_after, False, None), ("with", tracked, True, None)]
         got = {}
         for label, fn, hooked, put in (runs if order[i] else runs[::-1]):
             got[label] = run(fn, params, batches, hooked, put)
@@ -116,6 +165,7 @@ def measure(size: str, smoke: bool) -> None:
         ratios.append(got["with"][0] / got["without"][0])
         cpu_ratios.append(got["with"][1] / got["without"][1])
         installed_ratios.append(got["installed"][0] / got["without"][0])
+        after_ratios.append(got["after"][0] / got["without"][0])
     metrics.uninstall()
     without = [w for w, _ in without]
     with_ = [w for w, _ in with_]
@@ -129,6 +179,8 @@ def measure(size: str, smoke: bool) -> None:
               f"median {median(ratios):.3f}, 95 % interval {_interval(ratios)}")
         print(f"[{size}] hooks installed, loop unchanged (transfers counted): "
               f"{median(installed_ratios):.3f}, 95 % interval {_interval(installed_ratios)}")
+        print(f"[{size}] ... and the step jitted after install (its calls counted): "
+              f"{median(after_ratios):.3f}, 95 % interval {_interval(after_ratios)}")
     r = median(ratios)
     verdict(f"overhead_jax {size} steps/s ratio (with/without)", r, ">= 0.99", r >= 0.99)
 

@@ -53,6 +53,7 @@ class Recorder:
         # monotonic_ns -> unix seconds, fixed once (journals keep raw clock readings).
         self.mono_to_unix = time.time() - time.monotonic_ns() / 1e9
         self._journals: list[Journal] = []
+        self._on_reset: list[Callable[[], None]] = []  # engines' own tallies
         self._flushing = threading.local()
         self._steps = self.journal(self._fold_steps)
         self._steps_queue = self._steps.queue
@@ -112,6 +113,12 @@ class Recorder:
         self.ledger.clear()
         self.events.clear()
         self._last_step_ns = None
+        for forget in self._on_reset:
+            forget()
+
+    def on_reset(self, forget: Callable[[], None]) -> None:
+        """Runs ``forget`` at every :meth:`reset` (an engine's own tallies)."""
+        self._on_reset.append(forget)
 
     # Steps -----------------------------------------------------------------
 

@@ -42,6 +42,7 @@ from tpu_info.jsonview import JSON_SCHEMA, SCHEMA, to_json
 from tpu_info.model import GraphRecord, LocalScan
 from tpu_info.views import (
     NA,
+    NO_STEPS,
     Header,
     Reasons,
     TargetView,
@@ -57,6 +58,7 @@ from tpu_info.views import (
     memory_reason,
     memory_totals,
     no_findings_text,
+    steps_label,
     top_graphs,
     transfer_stats,
 )
@@ -300,11 +302,10 @@ def processes_table(views: Sequence[TargetView], r: Reasons, width: int) -> Rend
             r.na(f"{where}/counters", why)
             rows.append([pid, name, user, engine, v.target, _na(), _na(), _na(), hbm])
             continue
-        steps: Cell = str(s.counter("MarkStep"))
-        if not any(c.name == "MarkStep" for c in s.counters):
-            steps = _na()
-            r.na(f"{where}/steps", "the program never called metrics.mark_step() "
-                 "(or its engine's step marker)")
+        label = steps_label(s)
+        steps: Cell = label if label is not None else _na()
+        if label is None:
+            r.na(f"{where}/steps", NO_STEPS)
         uptime: Cell = format_uptime(s.uptime_seconds) if s.uptime_seconds > 0 else _na()
         if s.uptime_seconds <= 0:
             r.na(f"{where}/uptime", "the target did not report its uptime")

@@ -19,8 +19,15 @@ import math
 from collections.abc import Iterable, Sequence
 
 from tpu_info.findings import find, short_location
-from tpu_info.model import CounterReading, DistributionReading, GraphRecord, Snapshot, Unit
-from tpu_info.views import presentable
+from tpu_info.model import (
+    STEPS_INFERRED,
+    CounterReading,
+    DistributionReading,
+    GraphRecord,
+    Snapshot,
+    Unit,
+)
+from tpu_info.views import clean, presentable, steps_label
 
 # (suffix, nanoseconds, digits) from the largest part down to milliseconds;
 # microseconds with three decimals close every time value.
@@ -110,6 +117,19 @@ def _graph_lines(graphs: Sequence[GraphRecord], top: int) -> list[str]:
     return lines
 
 
+def _steps_lines(snapshot: Snapshot) -> list[str]:
+    """``Steps: 1,200 (inferred: jit(train_step)), 2.1ms per step`` and, for
+    inferred steps, what the step was taken to be."""
+    st = snapshot.steps
+    if st is None or st.source != STEPS_INFERRED:
+        return []  # marked steps are the MarkStep counter above
+    per = st.seconds_per_step
+    lines = [f"Steps: {steps_label(snapshot)}"
+             + (f", {format_time_ns(per * 1e9)} per step" if per is not None else "")]
+    lines.append(f"  basis: {clean(st.basis, 200)}")
+    return lines
+
+
 def metrics_report(snapshot: Snapshot, top_graphs: int = 10) -> str:
     """The full report: every metric, every counter, graphs, findings."""
     lines: list[str] = []
@@ -117,6 +137,7 @@ def metrics_report(snapshot: Snapshot, top_graphs: int = 10) -> str:
         lines += metric_block(d)
     for c in snapshot.counters:
         lines += counter_block(c)
+    lines += _steps_lines(snapshot)
     lines += _graph_lines(snapshot.graphs, top_graphs)
     findings = find(snapshot)
     if findings:

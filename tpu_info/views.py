@@ -31,6 +31,7 @@ from tpu_info.buckets import percentile
 from tpu_info.causes import classify, clean_type
 from tpu_info.model import (
     FIRST_CALL,
+    STEPS_INFERRED,
     ChipRecord,
     DistributionReading,
     GraphRecord,
@@ -160,6 +161,26 @@ def engine_label(p: ProcessRecord) -> str | None:
     if not names:
         return None
     return ", ".join(f"{n} {p.versions[n]}" if n in p.versions else n for n in names)
+
+
+def steps_label(s: Snapshot, short: bool = False) -> str | None:
+    """Steps as tables show them: ``1,200`` when marked, ``1,200 (inferred:
+    jit(train_step))`` when the hook picked the step itself (``short``:
+    ``~1,200``); None when neither (see :data:`NO_STEPS`)."""
+    st = s.steps
+    if st is None:
+        if not any(c.name == "MarkStep" for c in s.counters):
+            return None
+        return f"{s.counter('MarkStep'):,}"
+    if st.source == STEPS_INFERRED:
+        if short:
+            return f"~{st.count:,}"
+        return f"{st.count:,} (inferred: {clean(st.basis.split(': ', 1)[0], 40)})"
+    return f"{st.count:,}"
+
+
+NO_STEPS = ("the program never called metrics.mark_step() (or its engine's step marker), "
+            "and no compiled function has run often enough to infer the step")
 
 
 def memory_totals(s: Snapshot) -> tuple[int | None, int | None]:

@@ -22,6 +22,9 @@ What it records:
   (``LastVariantExplainer``: O(1) per compile, where the flag costs
   O(variants)) and nothing is printed.
 * Transfers: ``jax.device_put`` / ``jax.device_get`` calls, bytes and time.
+* Calls of functions jitted after install (``jax.jit`` wrapped:
+  :mod:`metrics.engines.jax_calls`): executions per graph, host time, the
+  inferred step and busy % when the program never marks steps.
 * Device memory at scrape time: ``device.memory_stats()`` where it exists,
   else the bytes of live arrays per device with host RAM as the limit.
 
@@ -59,6 +62,7 @@ import numpy as np
 
 from metrics import events as ev
 from metrics import names
+from metrics.callstats import MIN_CALLS, CallTimes
 from metrics.engines._frames import host_ram, skip_prefixes, user_location
 from metrics.engines._patching import Patches
 from metrics.engines.jax_causes import LoweringHistory, param_path
@@ -71,7 +75,7 @@ from metrics.engines.jax_describe import (
 )
 from metrics.journal import FOLD_AT
 from metrics.recorder import Recorder
-from tpu_info.model import FIRST_CALL, DeviceRecord, MemoryReading
+from tpu_info.model import FIRST_CALL, DeviceRecord, MemoryReading, StepsReading
 
 ENGINE = "jax"
 
@@ -109,6 +113,7 @@ class JaxEngine:
     """Installs and removes the JAX hooks; one per process at a time."""
 
     name = ENGINE
+    implicit: Any = None  # set where implicit transfers are counted: numpy arguments go there
 
     def __init__(self, recorder: Recorder, explain_cache_misses: bool = True) -> None:
         self.rec = recorder
@@ -140,9 +145,20 @@ class JaxEngine:
         self.calls = recorder.journal(self._fold_calls)
         self.calls_queue = self.calls.queue
         self._busy_ns = 0  # time inside tracked calls, for the busy % estimate
-        # (monotonic ns, busy ns) at recent readings; the window of a reading
-        # starts at the newest mark at least a second old.
-        self._busy_marks: deque[tuple[int, int]] = deque([(time.monotonic_ns(), 0)], maxlen=32)
+        self._inferred_busy_ns = 0  # inside the other jitted calls: used without tracked ones
+        self.call_times = CallTimes("jitted function")  # for the inferred step
+        recorder.on_reset(self._forget_calls)
+        self._jit_hooked = False
+        # (monotonic ns, tracked busy ns, inferred busy ns) at recent readings;
+        # the window of a reading starts at the newest mark at least a second old.
+        self._busy_marks: deque[tuple[int, int, int]] = deque(
+            [(time.monotonic_ns(), 0, 0)], maxlen=32)
+
+    def _forget_calls(self) -> None:
+        self.call_times.clear()
+        self._busy_ns = self._inferred_busy_ns = 0
+        self._busy_marks.clear()
+        self._busy_marks.append((time.monotonic_ns(), 0, 0))
 
     # Install / uninstall ---------------------------------------------------
 
@@ -151,6 +167,9 @@ class JaxEngine:
         _register_listeners()
         self._patch_compiler()
         self._patch_transfers()
+        from metrics.engines import jax_calls
+
+        self._jit_hooked = self._patches.apply(jax, "jit", jax_calls.hook_jit)
         if self._explain:
             self._capture_explanations()
         _active = self
@@ -167,6 +186,7 @@ class JaxEngine:
             jax.config.update("jax_explain_cache_misses", False)
             self._flag_set_by_us = False
         self._compile_patched = False
+        self._jit_hooked = False
 
     def _patch_compiler(self) -> None:
         try:
@@ -354,11 +374,13 @@ class JaxEngine:
         """Tracked calls (``CALL_FIELDS`` items each: owner, key, start, end,
         compiled) -> ExecuteTime and executions of the graph each ran."""
         owners, keys = flat[0::CALL_FIELDS], flat[1::CALL_FIELDS]
-        ends, compiled = flat[3::CALL_FIELDS], flat[4::CALL_FIELDS]
+        starts, ends, compiled = flat[2::CALL_FIELDS], flat[3::CALL_FIELDS], flat[4::CALL_FIELDS]
         self._exec_count.inc(len(owners))
-        durations = list(map(operator.sub, ends, flat[2::CALL_FIELDS]))
+        durations = list(map(operator.sub, ends, starts))
         self._exec_time.observe_many(durations, ends)
-        self._busy_ns += sum(durations)
+        tracked_ns, other_ns = self.call_times.fold(owners, starts, ends, durations)
+        self._busy_ns += tracked_ns
+        self._inferred_busy_ns += other_ns
         executed = self.rec.ledger.executed
         if not any(compiled) and keys.count(None) == len(keys):
             # The usual batch: no call compiled and none carries a key, so
@@ -386,14 +408,24 @@ class JaxEngine:
 
     def busy_percent(self) -> tuple[float | None, str]:
         """Host-side busy % over the last second or more: time inside tracked
-        calls (``metrics.track``) over wall time, capped at 100. Dispatch is
+        calls (``metrics.track``) over wall time, capped at 100; without
+        tracked calls, inferred from the calls of jitted functions (the
+        reason says so) once one has run ``MIN_CALLS`` times. Dispatch is
         asynchronous, so a step that does not wait for its result reads low.
         Readers close together see the same window."""
+        from metrics.engines import jax_calls
+
         self.calls.flush()
-        now, busy = time.monotonic_ns(), self._busy_ns
-        if busy == 0:
-            return None, ("busy % is estimated from tracked calls: wrap the step with "
-                          "metrics.track(step) to see it")
+        now, tracked, inferred = time.monotonic_ns(), self._busy_ns, self._inferred_busy_ns
+        which, busy, reason = 1, tracked, ""
+        if tracked == 0:
+            if inferred == 0:
+                return None, ("busy % is estimated from calls of jitted functions and tracked "
+                              "ones: none counted yet (functions jitted before install are "
+                              "not seen; wrap the step with metrics.track(step) to see it)")
+            if self.call_times.dominant(False, MIN_CALLS) is None:
+                return None, jax_calls.BUSY_TOO_FEW
+            which, busy, reason = 2, inferred, jax_calls.BUSY_INFERRED
         marks = self._busy_marks
         start = marks[0]
         for mark in reversed(marks):
@@ -401,11 +433,24 @@ class JaxEngine:
                 start = mark
                 break
         if now - marks[-1][0] >= 250_000_000:
-            marks.append((now, busy))
+            marks.append((now, tracked, inferred))
         if now <= start[0]:
             return None, "busy % needs a moment of history"
-        share = (busy - start[1]) / (now - start[0])
-        return min(100.0, max(0.0, 100.0 * share)), ""
+        share = (busy - start[which]) / (now - start[0])
+        return min(100.0, max(0.0, 100.0 * share)), reason
+
+    def steps(self) -> StepsReading | None:
+        """Steps when the program never marks them: the tracked function
+        with the most time, else inferred from the jitted one (None with
+        too little history)."""
+        self.calls.flush()
+        return self.call_times.steps()
+
+    def blind_spots(self) -> list[str]:
+        """Calls the jitted-call count cannot see, in words."""
+        from metrics.engines import jax_calls
+
+        return jax_calls.blind_spots(self._jit_hooked)
 
     def devices(self) -> list[DeviceRecord]:
         """One record per local device, memory read now."""

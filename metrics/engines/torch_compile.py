@@ -59,12 +59,13 @@ import torch
 
 from metrics import events as ev
 from metrics import names
+from metrics.callstats import CallTimes
 from metrics.engines import _torchutil as tu
 from metrics.engines._frames import skip_prefixes, user_location
 from metrics.engines._patching import Patches
 from metrics.journal import FOLD_AT
 from metrics.recorder import Recorder
-from tpu_info.model import FIRST_CALL, DeviceRecord, RecompileCause
+from tpu_info.model import FIRST_CALL, DeviceRecord, RecompileCause, StepsReading
 
 ENGINE = "torch_compile"
 CALL_FIELDS = 3  # a compiled graph's call in the journal: (graph, start, end)
@@ -173,6 +174,8 @@ class TorchCompileEngine:
         # Calls of compiled graphs: one append each, folded before reads.
         self.calls = recorder.journal(self._fold_calls)
         self.calls_queue = self.calls.queue
+        self.call_times = CallTimes("compiled graph")  # the inferred step
+        recorder.on_reset(self.call_times.clear)
 
     # Install / uninstall ---------------------------------------------------
 
@@ -357,14 +360,22 @@ class TorchCompileEngine:
     def _fold_calls(self, flat: list[Any]) -> None:
         """Calls of compiled graphs (``CALL_FIELDS`` items each: graph,
         start, end) -> ExecuteTime and executions per graph."""
-        ends = flat[2::CALL_FIELDS]
+        graphs, starts, ends = flat[0::CALL_FIELDS], flat[1::CALL_FIELDS], flat[2::CALL_FIELDS]
         self._exec_count.inc(len(ends))
-        self._exec_time.observe_many(list(map(operator.sub, ends, flat[1::CALL_FIELDS])), ends)
+        durations = list(map(operator.sub, ends, starts))
+        self._exec_time.observe_many(durations, ends)
+        self.call_times.fold(graphs, starts, ends, durations)
         executed = self.rec.ledger.executed
-        for graph, n in collections.Counter(flat[0::CALL_FIELDS]).items():
+        for graph, n in collections.Counter(graphs).items():
             executed(graph.hash, graph.name, ENGINE, n)
 
     # Scrape time -----------------------------------------------------------
+
+    def steps(self) -> StepsReading | None:
+        """Steps inferred from the compiled graph with the most time (forward
+        graphs; None with too little history) when the program marks none."""
+        self.calls.flush()
+        return self.call_times.steps()
 
     def devices(self) -> list[DeviceRecord]:
         """CUDA devices, or a CPU record with the reason (none when torch_xla

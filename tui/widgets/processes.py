@@ -12,7 +12,15 @@ from datetime import tzinfo
 from rich.text import Text
 from textual.message import Message
 
-from tpu_info.views import NA, clean, engine_label, format_bytes, format_uptime, memory_totals
+from tpu_info.views import (
+    NA,
+    clean,
+    engine_label,
+    format_bytes,
+    format_uptime,
+    memory_totals,
+    steps_label,
+)
 from tui.source import Conn
 from tui.state import TargetData
 from tui.widgets.common import Palette, hms
@@ -87,7 +95,7 @@ class ProcessesPanel(LiveTable):
             "engine": Text(clean(engine_label(p) or NA, 16) if p else d.source, style=dim),
             "uptime": Text(format_uptime(s.uptime_seconds) if s.uptime_seconds > 0 else NA,
                            style=dim),
-            "steps": Text(str(s.counter("MarkStep")), style=dim),
+            "steps": Text(steps_label(s, short=True) or NA, style=dim),
             "compiles": Text(str(s.counter("UncachedCompile")), style=dim),
             "hbm": Text(format_bytes(used) if used is not None else NA, style=dim),
         })

@@ -1,0 +1,206 @@
+"""Counts every call of functions jitted after install, without wiring.
+
+At install ``jax.jit`` (the attribute users call) is replaced by a function
+that calls the original and wraps what it returns: each call of the jitted
+function then goes to the engine's calls journal, exactly as a
+``metrics.track`` call does (the graph it ran, host time from the call to its
+return: dispatch is asynchronous, so device time after the return is not in
+it). That fills in executions per graph, ``ExecuteTime``, the inferred step
+(:mod:`metrics.callstats`) and busy %. A top-level numpy argument is a
+host->device transfer nobody asked for; it is handed to ``engine.implicit``
+where that exists.
+
+The wrapper keeps what user code reaches for on a jitted function
+(``lower``, ``trace``, ``eval_shape``, ``clear_cache``, ``_cache_size``,
+``__wrapped__``, ``__name__``, ``__doc__`` ...). Not seen: functions jitted
+before install, ``jax.jit`` reached through a name bound before install
+(``from jax import jit`` above ``metrics.install()``, ``jax._src.api.jit``),
+``jax.pmap``, calls of AOT-compiled functions; :func:`blind_spots` says so.
+
+Example:
+    >>> import jax, metrics                                  # doctest: +SKIP
+    >>> metrics.install()                                    # doctest: +SKIP
+    >>> step = jax.jit(lambda x: x + 1)     # counted from here  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import time
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from metrics.callstats import MIN_CALLS
+from metrics.engines import jax as jx
+from metrics.journal import FOLD_AT
+
+# What user code and libraries read on a jitted function, besides its __dict__.
+_KEPT = ("__module__", "__name__", "__qualname__", "__doc__", "__annotations__",
+         "__wrapped__", "lower", "trace", "eval_shape", "clear_cache", "_cache_size",
+         "_cache_miss", "_clear_cache", "_fun")
+BUSY_INFERRED = ("inferred: host time inside calls of jitted functions (dispatch is "
+                 "asynchronous, so a step that does not wait for its result reads low); "
+                 "metrics.track(step) gives the step's own")
+BUSY_TOO_FEW = (f"busy % is inferred once a jitted function has run {MIN_CALLS} times; "
+                "or wrap the step with metrics.track(step) to see it")
+
+
+class Owner:
+    """One counted function: its name in the ledger and the graphs its calls ran."""
+
+    __slots__ = ("name", "graphs", "last_hash", "compiles")
+    explicit = False  # a function the user wrapped in metrics.track is explicit
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.graphs: dict[tuple[Any, ...], str] = {}
+        self.last_hash: str | None = None
+        self.compiles = 0  # seen during its calls; from two on, calls carry a key
+
+
+def counting(fn: Callable[..., Any], owner: Owner) -> Callable[..., Any]:
+    """``fn`` wrapped so each call counts as an execution of the graph it ran.
+
+    A call costs two clock reads and one journal write. While the function has
+    one graph, calls are attributed to it; once it has compiled twice, each
+    call also records the shapes and dtypes of its top-level arguments, which
+    pick the graph (a call that compiled teaches the mapping).
+    """
+    clock, seqs, tls, ndarray = time.monotonic_ns, jx._compile_seq, jx._tls, np.ndarray
+    fold_at = FOLD_AT * jx.CALL_FIELDS
+    label = f"numpy argument of {owner.name}"
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        eng = jx._active
+        if eng is None:
+            return fn(*args, **kwargs)
+        implicit = eng.implicit
+        if implicit is not None:
+            try:
+                for a in args:
+                    if type(a) is ndarray:  # top level only: deeper costs a tree walk
+                        implicit.host_arguments(a.nbytes, label)
+            except Exception as e:  # noqa: BLE001 - a hook never raises into the program
+                eng.rec.hook_failed("jax.implicit", e)
+        seq = seqs[0]
+        start = clock()
+        out = fn(*args, **kwargs) if kwargs else fn(*args)
+        end = clock()
+        compiled = None
+        if seqs[0] != seq:
+            last = getattr(tls, "last_compile", None)
+            if last is not None and last[0] > seq:
+                compiled = last[1]
+                owner.compiles += 1
+        key = None
+        if compiled is not None or owner.compiles > 1:
+            key = tuple((getattr(a, "shape", None), getattr(a, "dtype", None)) for a in args)
+        q = eng.calls_queue
+        q.extend((owner, key, start, end, compiled))  # fields: see jx.CALL_FIELDS
+        if len(q) >= fold_at:
+            eng.calls.flush()
+        return out
+
+    return call
+
+
+# One owner per (user function, jit options), so a function re-jitted every
+# call (``jax.jit(f)(x)`` in a loop) is still one function with its graphs.
+_owners: weakref.WeakKeyDictionary[Any, dict[str, Owner]] = weakref.WeakKeyDictionary()
+
+
+def _owner_for(fun: Any, jitted: Any, options: dict[str, Any]) -> Owner:
+    name = f"jit({getattr(jitted, '__name__', None) or getattr(fun, '__name__', 'fn')})"
+    try:
+        by_options = _owners.get(fun)
+        if by_options is None:
+            by_options = _owners[fun] = {}
+    except TypeError:  # not weakly referable (a builtin): its own owner
+        return Owner(name)
+    key = repr(sorted(options.items())) if options else ""
+    owner = by_options.get(key)
+    if owner is None:
+        if len(by_options) >= 64:
+            by_options.clear()
+        owner = by_options[key] = Owner(name)
+    return owner
+
+
+def wrap_jitted(jitted: Any, fun: Any, options: dict[str, Any]) -> Any:
+    """The counted stand-in for what ``jax.jit`` returned (that object
+    itself when it is not a jitted function)."""
+    if not callable(jitted) or not hasattr(jitted, "lower"):
+        return jitted
+    wrapper = counting(jitted, _owner_for(fun, jitted, options))
+    for attr in (*getattr(jitted, "__dict__", {}), *_KEPT):
+        try:
+            setattr(wrapper, attr, getattr(jitted, attr))
+        except (AttributeError, TypeError):
+            continue
+    wrapper._tpu_info_jitted = jitted  # type: ignore[attr-defined]  # metrics.track unwraps
+    return wrapper
+
+
+def hook_jit(original: Callable[..., Any]) -> Callable[..., Any]:
+    """The ``jax.jit`` installed in place of ``original``: the same call
+    shapes (``jax.jit(f, ...)``, ``@jax.jit``, ``jax.jit(static_argnums=1)``
+    as a decorator, ``functools.partial(jax.jit, ...)``)."""
+
+    def jit(*args: Any, **kwargs: Any) -> Any:
+        out = original(*args, **kwargs)
+        try:
+            if not args:  # options only: JAX returned a decorator
+                return _decorator(out, kwargs)
+            return wrap_jitted(out, args[0], kwargs)
+        except Exception as e:  # noqa: BLE001 - the user's jit must work unhooked
+            _failed(e)
+            return out
+
+    _like(jit, original)
+    return jit
+
+
+def _decorator(decorate: Callable[..., Any], options: dict[str, Any]) -> Callable[..., Any]:
+    def decorator(fun: Any) -> Any:
+        jitted = decorate(fun)
+        try:
+            return wrap_jitted(jitted, fun, options)
+        except Exception as e:  # noqa: BLE001
+            _failed(e)
+            return jitted
+
+    _like(decorator, decorate)
+    return decorator
+
+
+def _like(wrapper: Callable[..., Any], original: Callable[..., Any]) -> None:
+    for attr in ("__module__", "__name__", "__qualname__", "__doc__"):
+        try:
+            setattr(wrapper, attr, getattr(original, attr))
+        except (AttributeError, TypeError):
+            continue
+    wrapper.__wrapped__ = original  # type: ignore[attr-defined]
+
+
+def _failed(error: Exception) -> None:
+    eng = jx._active
+    if eng is not None:
+        eng.rec.hook_failed("jax.jit", error)
+
+
+def blind_spots(hooked: bool) -> list[str]:
+    """What the jitted-call count misses, one sentence each (``hooked``:
+    whether ``jax.jit`` could be wrapped at all)."""
+    if not hooked:
+        return ["jax.jit could not be wrapped: calls of jitted functions are not counted "
+                "(no executions, no inferred steps); metrics.track(step) counts them"]
+    return [
+        "Calls of functions jitted before metrics.install() are not counted (their graphs "
+        "show no executions): install first, or wrap them in metrics.track.",
+        "jax.jit reached through a name bound before install (from jax import jit above "
+        "metrics.install(), jax._src.api.jit, libraries' own aliases) is not counted.",
+        "jax.pmap calls and calls of ahead-of-time compiled functions "
+        "(f.lower(x).compile()(x)) are not counted.",
+    ]
