@@ -17,7 +17,10 @@ What it records:
   explanation runs on each tracing-cache miss against the function's
   previous variant only (``LastVariantExplainer``: O(1) per compile, where
   the flag costs O(variants)) and nothing is printed.
-* Transfers: ``jax.device_put`` / ``jax.device_get`` calls, bytes and time.
+* Transfers: ``jax.device_put`` / ``jax.device_get`` calls, bytes and time;
+  implicit ones both ways (``float(x)``, ``print(x)``, ``jnp.asarray(numpy)``,
+  numpy arguments sharded per call) with the user's line: see
+  :mod:`metrics.engines.jax_transfers` (``sites()``, ``blind_spots()``).
 * Device memory at scrape time: ``device.memory_stats()`` where it exists,
   else the bytes of live arrays per device with host RAM as the limit.
 
@@ -63,6 +66,7 @@ from metrics.engines.jax_describe import (
     format_aval,
     parse_cache_miss,
 )
+from metrics.engines.jax_transfers import ImplicitTransfers
 from metrics.journal import FOLD_AT
 from metrics.recorder import Recorder
 from tpu_info.model import FIRST_CALL, DeviceRecord, MemoryReading
@@ -136,6 +140,7 @@ class JaxEngine:
         # (monotonic ns, busy ns) at recent readings; the window of a reading
         # starts at the newest mark at least a second old.
         self._busy_marks: deque[tuple[int, int]] = deque([(time.monotonic_ns(), 0)], maxlen=32)
+        self.implicit = ImplicitTransfers(self)  # syncs and transfers nobody asked for
 
     # Install / uninstall ---------------------------------------------------
 
@@ -152,6 +157,7 @@ class JaxEngine:
         global _active
         if _active is self:
             _active = None
+        self.implicit.uninstall()
         self._patches.restore()
         for logger, flt in self._filters:
             logger.removeFilter(flt)
@@ -178,6 +184,8 @@ class JaxEngine:
     def _patch_transfers(self) -> None:
         self._patches.apply(jax, "device_put", lambda orig: _wrap_device_put(orig, self))
         self._patches.apply(jax, "device_get", lambda orig: _wrap_device_get(orig, self))
+        ours = [getattr(jax, n) for n in ("device_put", "device_get") if self._patches.has(n)]
+        self.implicit.install(self._patches, tuple(ours))
 
     def _capture_explanations(self) -> None:
         try:
@@ -366,6 +374,14 @@ class JaxEngine:
             executed(graph_hash, owner.name, ENGINE, n)
 
     # Scrape time -----------------------------------------------------------
+
+    def sites(self) -> list[Any]:
+        """Lines that synced or moved data implicitly (``SiteReading``s)."""
+        return self.implicit.sites()
+
+    def blind_spots(self) -> list[str]:
+        """What the JAX hook cannot see in this process, one sentence each."""
+        return self.implicit.blind_spots()
 
     def busy_percent(self) -> tuple[float | None, str]:
         """Host-side busy % over the last second or more: time inside tracked
