@@ -46,9 +46,26 @@ from metrics.engines._frames import skip_prefixes
 from metrics.journal import FOLD_AT
 from tpu_info.model import SiteKind, SiteReading
 
-# Record kinds in the journal.
-SYNC, IMPLICIT_H2D, EXPLICIT_D2H, EXPLICIT_H2D = 0, 1, 2, 3
-# (kind, code, offset, detail, start or None, end, bytes) per record.
+# Record kinds in the journal; UNTIMED_H2D: implicit, time unknown (the jit
+# wrapper's report), recorded with start == end.
+SYNC, IMPLICIT_H2D, EXPLICIT_D2H, EXPLICIT_H2D, UNTIMED_H2D = 0, 1, 2, 3, 4
+_SITE_KIND = {SYNC: SYNC, IMPLICIT_H2D: IMPLICIT_H2D, UNTIMED_H2D: IMPLICIT_H2D}
+
+
+def _kinds(*kinds: int) -> np.ndarray:
+    """A lookup table: record kind -> in ``kinds`` (the fold indexes it)."""
+    table = np.zeros(5, bool)
+    table[list(kinds)] = True
+    return table
+
+
+_H2D_TIMED = _kinds(IMPLICIT_H2D, EXPLICIT_H2D)
+_H2D_ALL = _kinds(IMPLICIT_H2D, EXPLICIT_H2D, UNTIMED_H2D)
+_D2H_ALL = _kinds(SYNC, EXPLICIT_D2H)
+_H2D_IMPLICIT = _kinds(IMPLICIT_H2D, UNTIMED_H2D)
+_D2H_IMPLICIT = _kinds(SYNC)
+_SITE_MASK = _kinds(SYNC, IMPLICIT_H2D, UNTIMED_H2D)
+# (kind, code, offset, detail, start, end, bytes) per record.
 FIELDS = 7
 MAX_SITES_PER_KIND = 256
 MAX_CODES = 1 << 16  # code objects classified and kept; beyond, classified each time
@@ -95,9 +112,12 @@ class ImplicitTransfers:
         self.rec = rec = engine.rec
         self.degraded: list[str] = engine.degraded
         self._skip = skip_prefixes(jax, sys.modules.get("jaxlib"), np)
-        self._codes: dict[Any, int] = {}
-        self._details: dict[Any, str] = {}
-        self._sites: dict[tuple[int, Any, int], _Site] = {}
+        # Keyed by id(code): a code object hashes its whole body (~0.5 us);
+        # the codes are kept alive in _held so an id is never reused.
+        self._codes: dict[int, int] = {}
+        self._details: dict[int, str] = {}
+        self._held: list[Any] = []
+        self._sites: dict[tuple[int, int, int], _Site] = {}
         self._per_kind = {SYNC: 0, IMPLICIT_H2D: 0}
         self._other: dict[int, _Site] = {}
         self._lock = threading.Lock()  # the site table: folds vs readers
@@ -127,7 +147,7 @@ class ImplicitTransfers:
         for fn in counted_elsewhere:
             code = getattr(fn, "__code__", None)
             if code is not None:
-                self._codes[code] = _COUNTED
+                self._hold(code, _COUNTED)
         self._patch_value(patches)
         self._patch_stage(patches)
         self._patch_shard_handlers()
@@ -165,7 +185,7 @@ class ImplicitTransfers:
             self.missing.append("jnp.asarray/jnp.array of host data are not counted: "
                                 "stage_p.impl missing")
             return
-        self._codes[stage_p.impl.__code__] = _COUNTED  # its first call shards numpy
+        self._hold(stage_p.impl.__code__, _COUNTED)  # its first call shards numpy
 
     def _patch_shard_handlers(self) -> None:
         try:
@@ -195,48 +215,48 @@ class ImplicitTransfers:
             cls = _LIB
         else:
             cls = _USER
-        if cls != _USER:
-            detail = _DETAILS.get(code.co_name)
-            if detail is not None:
-                self._details[code] = detail
         if len(self._codes) < MAX_CODES:
-            self._codes[code] = cls
+            self._hold(code, cls)
         return cls
 
-    def site_of(self, frame: Any, jit_counts: bool) -> tuple[Any, int, str | None, bool] | None:
-        """``(user code, instruction offset, detail, explicit)`` of the read or
-        transfer ``frame`` is inside; None when another hook counts it (the
-        ``jax.jit`` wrapper too, where ``jit_counts``)."""
-        codes, details, detail, explicit = self._codes, self._details, None, False
+    def _hold(self, code: Any, cls: int) -> None:
+        detail = _DETAILS.get(code.co_name) if cls != _USER else None
+        if detail is not None:
+            self._details[id(code)] = detail
+        self._held.append(code)
+        self._codes[id(code)] = cls
+
+    def record(self, kind: int, frame: Any, start: int, end: int, nbytes: int,
+               detail: str | None = None, jit_counts: bool = True) -> None:
+        """One transfer seen at ``frame``: walks out to the user's frame (the
+        code object and instruction offset are kept, the line is found when
+        read) and appends it; nothing when another hook counts it (the
+        ``jax.jit`` wrapper too, for a host->device transfer where
+        ``jit_counts``)."""
+        codes, details = self._codes, self._details
+        jit_counts = jit_counts and kind == IMPLICIT_H2D
+        found = None
         f = frame
         while f is not None:
             code = f.f_code
-            cls = codes.get(code)
+            cls = codes.get(id(code))
             if cls is None:
                 cls = self._classify(code)
             if cls == _USER:
-                return code, f.f_lasti, detail, explicit
+                break
             if cls == _COUNTED or (cls == _JIT_WRAPPER and jit_counts):
-                return None
+                return
             if cls == _EXPLICIT:
-                explicit = True
-            d = details.get(code)
+                kind = EXPLICIT_D2H if kind == SYNC else EXPLICIT_H2D
+            d = details.get(id(code))
             if d is not None:
-                detail = d
+                found = d
             f = f.f_back
-        return None, 0, detail, explicit
-
-    def record(self, kind: int, frame: Any, start: int | None, end: int, nbytes: int,
-               detail: str | None = None, jit_counts: bool = True) -> None:
-        """One transfer seen at ``frame`` (start None: not timed)."""
-        where = self.site_of(frame, jit_counts and kind == IMPLICIT_H2D)
-        if where is None:
-            return
-        code, offset, found, explicit = where
-        if explicit:
-            kind = EXPLICIT_D2H if kind == SYNC else EXPLICIT_H2D
+        else:
+            code = None
         q = self.queue
-        q.extend((kind, code, offset, detail or found, start, end, nbytes))
+        q.extend((kind, code, f.f_lasti if f is not None else 0, detail or found, start, end,
+                  nbytes))
         if len(q) >= FOLD_AT * FIELDS:
             self.journal.flush()
 
@@ -245,55 +265,72 @@ class ImplicitTransfers:
         in one call (``what``: "numpy argument of jit(step)"); recorded as an
         implicit host->device transfer at the user's line, not timed."""
         try:
-            self.record(IMPLICIT_H2D, sys._getframe(1), None, time.monotonic_ns(), int(nbytes),
-                        what, jit_counts=False)
+            now = time.monotonic_ns()
+            self.record(UNTIMED_H2D, sys._getframe(1), now, now, int(nbytes), what,
+                        jit_counts=False)
         except Exception as e:  # noqa: BLE001 - a hook never raises into the program
             self.rec.hook_failed("jax.host_arguments", e)
 
     # Fold and read -----------------------------------------------------------
 
     def _fold(self, flat: list[Any]) -> None:
+        """Records (``FIELDS`` each) -> times, bytes, the implicit counters and
+        the site table, grouped with numpy: no Python loop per record, only
+        per distinct site (a tuple per record alone costs more)."""
         w = FIELDS
-        timed: dict[int, tuple[list[int], list[int]]] = {k: ([], []) for k in range(4)}
-        sized: dict[int, tuple[list[int], list[int]]] = {k: ([], []) for k in range(4)}
+        n = len(flat) // w
+        kinds = np.fromiter(flat[0::w], np.int64, n)
+        ends = np.fromiter(flat[5::w], np.int64, n)
+        durations = ends - np.fromiter(flat[4::w], np.int64, n)
+        sizes = np.fromiter(flat[6::w], np.int64, n)
+        for timed, moved, time_d, bytes_d in ((_H2D_TIMED, _H2D_ALL, self._h2d_time,
+                                               self._outbound),
+                                              (_D2H_ALL, _D2H_ALL, self._d2h_time, self._inbound)):
+            for mask, dist in ((timed[kinds], time_d), (moved[kinds], bytes_d)):
+                if mask.any():
+                    dist.observe_many((durations if dist is time_d else sizes)[mask].tolist(),
+                                      ends[mask].tolist())
+        for implicit, count, total in ((_H2D_IMPLICIT, self._implicit_h2d, self._implicit_out),
+                                       (_D2H_IMPLICIT, self._implicit_d2h, self._implicit_in)):
+            mask = implicit[kinds]
+            k = int(mask.sum())
+            if k:
+                count.inc(k)
+                total.inc(int(sizes[mask].sum()))
+        keep = _SITE_MASK[kinds]
+        if not keep.any():
+            return
+        rows = np.flatnonzero(keep)
+        both = np.empty((rows.size, 2), np.int64)  # (id(code), offset * 8 + kind) per record
+        both[:, 0] = np.fromiter(map(id, flat[1::w]), np.int64, n)[rows]
+        both[:, 1] = np.fromiter(flat[2::w], np.int64, n)[rows] * 8 + kinds[rows]
+        _, first, inv = np.unique(both.view(np.dtype((np.void, 16))).ravel(),
+                                  return_index=True, return_inverse=True)
+        m = first.size
+        counts = np.bincount(inv, minlength=m).tolist()
+        nbytes = np.bincount(inv, weights=sizes[rows], minlength=m).tolist()
+        ns = np.bincount(inv, weights=durations[rows], minlength=m).tolist()
+        last = np.zeros(m, np.int64)
+        np.maximum.at(last, inv, ends[rows])
         with self._lock:
             sites, per_kind = self._sites, self._per_kind
-            for kind, code, offset, detail, start, end, nbytes in zip(
-                    flat[0::w], flat[1::w], flat[2::w], flat[3::w], flat[4::w], flat[5::w],
-                    flat[6::w]):
-                ns = 0 if start is None else end - start
-                if start is not None:
-                    timed[kind][0].append(ns)
-                    timed[kind][1].append(end)
-                sized[kind][0].append(nbytes)
-                sized[kind][1].append(end)
-                if kind > IMPLICIT_H2D:
-                    continue
-                key = (kind, code, offset)
+            for i, j in enumerate(rows[first].tolist()):
+                kind = _SITE_KIND[flat[w * j]]
+                code, offset = flat[w * j + 1], flat[w * j + 2]
+                key = (kind, id(code), offset)
                 site = sites.get(key)
                 if site is None:
                     if per_kind[kind] < MAX_SITES_PER_KIND:
                         per_kind[kind] += 1
-                        site = sites[key] = _Site(code, offset, detail)
+                        site = sites[key] = _Site(code, offset, flat[w * j + 3])
                     else:
                         site = self._other.get(kind)
                         if site is None:
                             site = self._other[kind] = _Site(None, 0, "more lines than kept")
-                site.count += 1
-                site.bytes += nbytes
-                site.ns += ns
-                site.last_end = end
-        for kinds, time_d, bytes_d in (((IMPLICIT_H2D, EXPLICIT_H2D), self._h2d_time,
-                                        self._outbound),
-                                       ((SYNC, EXPLICIT_D2H), self._d2h_time, self._inbound)):
-            for k in kinds:
-                time_d.observe_many(*timed[k])
-                bytes_d.observe_many(*sized[k])
-        for k, count, total in ((IMPLICIT_H2D, self._implicit_h2d, self._implicit_out),
-                                (SYNC, self._implicit_d2h, self._implicit_in)):
-            if sized[k][0]:
-                count.inc(len(sized[k][0]))
-                total.inc(sum(sized[k][0]))
+                site.count += counts[i]
+                site.bytes += int(nbytes[i])
+                site.ns += int(ns[i])
+                site.last_end = max(site.last_end, int(last[i]))
 
     def sites(self) -> list[SiteReading]:
         """One reading per line (per kind) that synced or moved data
@@ -387,7 +424,7 @@ def _nbytes(x: Any) -> int:
 # The hooks (each runs inside the user's program: guarded) -------------------
 
 def _value_property(original: property, impl: ImplicitTransfers) -> property:
-    fget, clock, getframe = original.fget, time.monotonic_ns, sys._getframe
+    fget, clock, getframe, record = original.fget, time.monotonic_ns, sys._getframe, impl.record
     assert fget is not None
 
     def _value(self: Any) -> Any:
@@ -397,7 +434,7 @@ def _value_property(original: property, impl: ImplicitTransfers) -> property:
         out = fget(self)
         end = clock()
         try:
-            impl.record(SYNC, getframe(1), start, end, out.nbytes)
+            record(SYNC, getframe(1), start, end, out.nbytes)
         except Exception as e:  # noqa: BLE001 - a hook never raises into the program
             impl.rec.hook_failed("jax.sync", e)
         return out
