@@ -162,6 +162,7 @@ def test_doctor_explains(hooked):
     assert r.returncode == 0, r.stderr
     assert "no TPU chips found" in r.stdout
     assert "libtpu not present" in r.stdout
+    assert "not counted: np.asarray(x), np.array(x), x.item()" in r.stdout
 
 
 def test_streaming_refreshes_until_interrupted(hooked):

@@ -214,3 +214,21 @@ def test_snapshot_over_grpc_carries_sites_and_blind_spots(xfer):
     site = next(s for s in got.sites if s.location == _here("float(jnp.sum(x))  # served sync"))
     assert (site.kind, site.count, site.bytes, site.detail) == ("sync", 4, 16, "float()")
     assert any("zero-copy buffer protocol" in b for b in got.blind_spots)
+
+
+def test_transfers_table_shows_the_implicit_split(xfer):
+    import metrics
+    from tpu_info.render import render_text
+    from tpu_info.views import TargetView, transfer_stats
+
+    x = jnp.arange(4.0) + 1
+    for _ in range(3):
+        float(jnp.sum(x))
+    jax.device_get(x)
+    jnp.asarray(np.ones(256, np.float32))
+    snap = metrics.snapshot()
+    h2d, d2h = transfer_stats(snap)
+    assert (d2h.count, d2h.implicit, d2h.implicit_bytes) == (4, 3, 12)
+    assert (h2d.count, h2d.implicit, h2d.implicit_bytes) == (1, 1, 1024)
+    text = render_text([TargetView("t:1", snap)], width=160)
+    assert "4 (3 implicit)" in text and "1 (1 implicit)" in text
