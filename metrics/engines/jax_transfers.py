@@ -112,10 +112,10 @@ class ImplicitTransfers:
         self.rec = rec = engine.rec
         self.degraded: list[str] = engine.degraded
         self._skip = skip_prefixes(jax, sys.modules.get("jaxlib"), np)
-        # Keyed by id(code): a code object hashes its whole body (~0.5 us);
+        # id(code) -> its class, or its detail (a library function that names
+        # the path). Keyed by id: a code object hashes its whole body (~0.5 us);
         # the codes are kept alive in _held so an id is never reused.
-        self._codes: dict[int, int] = {}
-        self._details: dict[int, str] = {}
+        self._codes: dict[int, int | str] = {}
         self._held: list[Any] = []
         self._sites: dict[tuple[int, int, int], _Site] = {}
         self._per_kind = {SYNC: 0, IMPLICIT_H2D: 0}
@@ -204,7 +204,7 @@ class ImplicitTransfers:
 
     # The frame walk (hot path) -----------------------------------------------
 
-    def _classify(self, code: Any) -> int:
+    def _classify(self, code: Any) -> int | str:
         fn = code.co_filename
         if fn.startswith(_METRICS_DIR):
             cls = _JIT_WRAPPER if fn == JIT_WRAPPER_FILE else _LIB
@@ -217,14 +217,15 @@ class ImplicitTransfers:
             cls = _USER
         if len(self._codes) < MAX_CODES:
             self._hold(code, cls)
-        return cls
+            return self._codes[id(code)]
+        detail = _DETAILS.get(code.co_name) if cls == _LIB else None
+        return cls if detail is None else detail
 
     def _hold(self, code: Any, cls: int) -> None:
-        detail = _DETAILS.get(code.co_name) if cls != _USER else None
-        if detail is not None:
-            self._details[id(code)] = detail
+        # A library function that names the path is kept as its detail.
+        detail = _DETAILS.get(code.co_name) if cls == _LIB else None
         self._held.append(code)
-        self._codes[id(code)] = cls
+        self._codes[id(code)] = cls if detail is None else detail
 
     def record(self, kind: int, frame: Any, start: int, end: int, nbytes: int,
                detail: str | None = None, jit_counts: bool = True) -> None:
@@ -233,24 +234,26 @@ class ImplicitTransfers:
         read) and appends it; nothing when another hook counts it (the
         ``jax.jit`` wrapper too, for a host->device transfer where
         ``jit_counts``)."""
-        codes, details = self._codes, self._details
+        get = self._codes.get
         jit_counts = jit_counts and kind == IMPLICIT_H2D
         found = None
         f = frame
-        while f is not None:
+        while f is not None:  # one dict lookup per frame: this is the hot path
             code = f.f_code
-            cls = codes.get(id(code))
-            if cls is None:
-                cls = self._classify(code)
-            if cls == _USER:
+            c = get(id(code))
+            if c is None:
+                c = self._classify(code)
+            if c is _LIB:
+                f = f.f_back
+                continue
+            if c.__class__ is str:  # a library function that names the path
+                found = c
+            elif c == _USER:
                 break
-            if cls == _COUNTED or (cls == _JIT_WRAPPER and jit_counts):
+            elif c == _COUNTED or (c == _JIT_WRAPPER and jit_counts):
                 return
-            if cls == _EXPLICIT:
+            elif c == _EXPLICIT:
                 kind = EXPLICIT_D2H if kind == SYNC else EXPLICIT_H2D
-            d = details.get(id(code))
-            if d is not None:
-                found = d
             f = f.f_back
         else:
             code = None
