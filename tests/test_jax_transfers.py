@@ -271,3 +271,27 @@ def test_a_fork_child_records_syncs_though_the_parent_held_the_site_lock():
     r = run_python(FORK, timeout=60, env={"JAX_PLATFORMS": "cpu"})
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip().splitlines()[-1] == "0"
+
+
+DEGRADED = textwrap.dedent("""
+    import json
+    import jax, numpy as np
+    from jax._src.interpreters import pxla
+    del pxla._shard_np_array  # as in a JAX that renamed it
+    import metrics
+    metrics.install(engines=["jax"], serve=False)
+    eng = next(e for e in metrics.installed_engines() if e.name == "jax")
+    float(jax.numpy.ones(3).sum())
+    print(json.dumps([eng.blind_spots(), eng.degraded, [s.detail for s in eng.sites()]]))
+""")
+
+
+def test_a_missing_private_name_degrades_with_a_reason_and_a_blind_spot():
+    r = run_python(DEGRADED, env={"JAX_PLATFORMS": "cpu"})
+    assert r.returncode == 0, r.stderr
+    spots, degraded, details = json.loads(r.stdout.strip().splitlines()[-1])
+    assert any(s.startswith("numpy arguments of jitted calls on several devices are not "
+                            "counted: pxla.shard_arg_handlers/_shard_np_array missing")
+               for s in spots)
+    assert any("_shard_np_array missing" in d for d in degraded)
+    assert details == ["float()"]  # the other hooks work
