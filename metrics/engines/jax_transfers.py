@@ -70,6 +70,8 @@ FIELDS = 7
 MAX_SITES_PER_KIND = 256
 MAX_CODES = 1 << 16  # code objects classified and kept; beyond, classified each time
 OTHER_SITES = "(other sites)"
+NO_USER_FRAME = "(no user frame)"
+_OVERFLOW = "more lines than kept"
 
 # What a frame is, decided once per code object.
 _USER, _LIB, _EXPLICIT, _COUNTED, _JIT_WRAPPER = range(5)
@@ -335,7 +337,7 @@ class ImplicitTransfers:
                     else:
                         site = self._other.get(kind)
                         if site is None:
-                            site = self._other[kind] = _Site(None, 0, "more lines than kept")
+                            site = self._other[kind] = _Site(None, 0, _OVERFLOW)
                 site.count += counts[i]
                 site.bytes += int(nbytes[i])
                 site.ns += int(ns[i])
@@ -353,7 +355,8 @@ class ImplicitTransfers:
             rows = [(kind, s.code, s.offset, s.detail, s.count, s.bytes, s.ns, s.last_end)
                     for kind, s in held]
         for kind, code, offset, detail, count, nbytes, ns, last_end in rows:
-            location, function = _where(code, offset)
+            location, function = ((OTHER_SITES, "") if detail == _OVERFLOW
+                                  else _where(code, offset))
             row = merged.get((kind, location))
             detail = detail or _GENERIC[kind]
             if row is None:
@@ -408,8 +411,8 @@ class ImplicitTransfers:
 
 def _where(code: Any, offset: int) -> tuple[str, str]:
     """``("/abs/file.py:LINE", function)`` of an instruction (read time only)."""
-    if code is None:
-        return OTHER_SITES, ""
+    if code is None:  # no frame outside the libraries (a library's own thread)
+        return NO_USER_FRAME, ""
     line = code.co_firstlineno
     for start, end, ln in code.co_lines():
         if start <= offset < end:
