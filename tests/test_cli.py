@@ -161,6 +161,7 @@ def test_doctor_explains(hooked):
     r = tpu_info("doctor", env=hooked.env)
     assert r.returncode == 0, r.stderr
     assert "no TPU chips found" in r.stdout
+    assert "not counted: np.asarray(x), np.array(x), x.item()" in r.stdout  # JAX on CPU
     assert "libtpu not present" in r.stdout
 
 

@@ -30,6 +30,10 @@ STEP_TIME = "StepTime"
 HOOK_ERRORS = "HookErrors"
 GRAPHS_EVICTED = "GraphsEvicted"
 GRAPH_BREAKS = "GraphBreaks"
+IMPLICIT_TRANSFER_TO_DEVICE = "ImplicitTransferToDevice"
+IMPLICIT_TRANSFER_FROM_DEVICE = "ImplicitTransferFromDevice"
+IMPLICIT_OUTBOUND_BYTES = "ImplicitOutboundBytes"
+IMPLICIT_INBOUND_BYTES = "ImplicitInboundBytes"
 
 # name -> (kind, unit, help). kind is "counter" or "distribution".
 CATALOG: dict[str, tuple[str, Unit, str]] = {
@@ -48,9 +52,12 @@ CATALOG: dict[str, tuple[str, Unit, str]] = {
                    "Wall time of each call of a tracked function, as its caller saw it."),
     EXECUTE_COUNT: ("counter", Unit.NUMBER, "Calls of tracked functions."),
     TRANSFER_TO_DEVICE_TIME: ("distribution", Unit.TIME_NS,
-                              "Time of each host->device transfer call (jax.device_put)."),
+                              "Time of each host->device transfer (jax.device_put, and the "
+                              "implicit ones the hook times: jnp.asarray of host data, numpy "
+                              "arguments sharded per call)."),
     TRANSFER_FROM_DEVICE_TIME: ("distribution", Unit.TIME_NS,
-                                "Time of each device->host transfer call (jax.device_get)."),
+                                "Time of each device->host transfer (jax.device_get, and "
+                                "implicit syncs: float(x), print(x), if x > 0:, ...)."),
     OUTBOUND_DATA: ("distribution", Unit.BYTES, "Bytes of each host->device transfer."),
     INBOUND_DATA: ("distribution", Unit.BYTES, "Bytes of each device->host transfer."),
     MARK_STEP: ("counter", Unit.NUMBER, "Training steps marked with metrics.mark_step()."),
@@ -62,6 +69,17 @@ CATALOG: dict[str, tuple[str, Unit, str]] = {
     GRAPH_BREAKS: ("counter", Unit.NUMBER,
                    "torch.compile graph breaks: Dynamo split a function into several "
                    "graphs with Python in between."),
+    IMPLICIT_TRANSFER_TO_DEVICE: ("counter", Unit.NUMBER,
+                                  "Host->device transfers nobody asked for (no device_put): "
+                                  "numpy arguments of jitted calls, jnp.asarray of host data; "
+                                  "part of OutboundData."),
+    IMPLICIT_TRANSFER_FROM_DEVICE: ("counter", Unit.NUMBER,
+                                    "Device->host syncs nobody asked for (no device_get): "
+                                    "float(x), int(x), bool(x), tolist(), print(x); part of "
+                                    "InboundData."),
+    IMPLICIT_OUTBOUND_BYTES: ("counter", Unit.BYTES,
+                              "Bytes of the implicit host->device transfers."),
+    IMPLICIT_INBOUND_BYTES: ("counter", Unit.BYTES, "Bytes of the implicit device->host syncs."),
 }
 
 

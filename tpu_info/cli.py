@@ -413,6 +413,7 @@ def _doctor(args: argparse.Namespace, targets: list[str]) -> int:
     lines += [f"{v.target}: {v.error}" for v in g.failed]
     lines += [f"{w}: {r}" for w, r in render.reasons(g.views, local=g.local)]
     lines += render.hooked_lines(g.views)
+    lines += render.blind_spot_lines(g.views)
     print(f"tpu-info doctor: {len(g.views)} target(s) read, {g.discovered} discovered, "
           f"{len(g.local.chips)} local accelerator(s)")
     for line in dict.fromkeys(clean(line, 1000) for line in lines):

@@ -395,7 +395,12 @@ def transfers_table(views: Sequence[TargetView], r: Reasons, width: int) -> Rend
             if t.bytes is None:
                 r.na(f"{where}/bytes", t.reasons.get("bytes", "not reported"))
             direction = "host->dev" if t.direction == "h2d" else "dev->host"
-            rows.append([pid, direction, str(t.count), nbytes, *cells, v.target])
+            count = str(t.count)
+            if t.implicit:  # the split, where the engine makes it
+                count += f" ({t.implicit} implicit)"
+                if t.implicit_bytes and t.bytes is not None:
+                    nbytes = f"{format_bytes(t.implicit_bytes)} of {nbytes}"
+            rows.append([pid, direction, count, nbytes, *cells, v.target])
     if not rows:
         return None
     return _table("Transfers", cols, rows, width)
@@ -456,6 +461,12 @@ def hooked_lines(views: Sequence[TargetView]) -> list[str]:
                 else "")
         out.append(f"{v.target}: hooked {engine_label(p)}{tail}")
     return out
+
+
+def blind_spot_lines(views: Sequence[TargetView]) -> list[str]:
+    """For ``doctor``: per process, what its hook cannot see (not counted)."""
+    return [f"{v.target}: not counted: {spot}" for v in views if v.snapshot is not None
+            for spot in v.snapshot.blind_spots]
 
 
 # Entry points ---------------------------------------------------------------

@@ -211,10 +211,16 @@ class TransferStats:
     p95_ns: float | None
     p999_ns: float | None
     reasons: dict[str, str] = field(default_factory=dict)
+    # Of ``count``, the transfers nobody asked for (None: the engine does not
+    # split them); ``implicit_bytes`` their bytes.
+    implicit: int | None = None
+    implicit_bytes: int | None = None
 
 
 _TRANSFERS = (("h2d", "host->device", "TransferToDeviceTime", "OutboundData"),
               ("d2h", "device->host", "TransferFromDeviceTime", "InboundData"))
+_IMPLICIT = {"h2d": ("ImplicitTransferToDevice", "ImplicitOutboundBytes"),
+             "d2h": ("ImplicitTransferFromDevice", "ImplicitInboundBytes")}
 QUANTILES = (("p50_ns", 50.0), ("p90_ns", 90.0), ("p95_ns", 95.0), ("p999_ns", 99.9))
 
 
@@ -250,7 +256,8 @@ def transfer_stats(s: Snapshot) -> tuple[TransferStats, TransferStats]:
     for short, words, time_name, bytes_name in _TRANSFERS:
         t, b = s.distribution(time_name), s.distribution(bytes_name)
         reasons: dict[str, str] = {}
-        count = t.count if t is not None else (b.count if b is not None else 0)
+        # Some transfers have bytes but no time (the jit wrapper's numpy arguments).
+        count = max(t.count if t is not None else 0, b.count if b is not None else 0)
         nbytes: float | None = b.total if b is not None else None
         if b is None:
             reasons["bytes"] = (left_out(s, f"distribution {bytes_name}")
@@ -269,8 +276,12 @@ def transfer_stats(s: Snapshot) -> tuple[TransferStats, TransferStats]:
             values[key], why = dist_percentile(t, pct)
             if why:
                 reasons[key] = why
+        implicit_name, implicit_bytes = _IMPLICIT[short]
+        split = any(c.name == implicit_name for c in s.counters)
         out.append(TransferStats(short, count, nbytes, values["p50_ns"], values["p90_ns"],
-                                 values["p95_ns"], values["p999_ns"], reasons))
+                                 values["p95_ns"], values["p999_ns"], reasons,
+                                 s.counter(implicit_name) if split else None,
+                                 s.counter(implicit_bytes) if split else None))
     return out[0], out[1]
 
 

@@ -21,7 +21,10 @@ What it records:
   on each tracing-cache miss against the function's previous variant only
   (``LastVariantExplainer``: O(1) per compile, where the flag costs
   O(variants)) and nothing is printed.
-* Transfers: ``jax.device_put`` / ``jax.device_get`` calls, bytes and time.
+* Transfers: ``jax.device_put`` / ``jax.device_get`` calls, bytes and time;
+  implicit ones both ways (``float(x)``, ``print(x)``, ``jnp.asarray(numpy)``,
+  numpy arguments sharded per call) with the user's line: see
+  :mod:`metrics.engines.jax_transfers` (``sites()``, ``blind_spots()``).
 * Calls of functions jitted after install (``jax.jit`` wrapped:
   :mod:`metrics.engines.jax_calls`): executions per graph, host time, the
   inferred step and busy % when the program never marks steps.
@@ -73,6 +76,7 @@ from metrics.engines.jax_describe import (
     format_aval,
     parse_cache_miss,
 )
+from metrics.engines.jax_transfers import ImplicitTransfers
 from metrics.journal import FOLD_AT
 from metrics.recorder import Recorder
 from tpu_info.model import FIRST_CALL, DeviceRecord, MemoryReading, StepsReading
@@ -153,6 +157,7 @@ class JaxEngine:
         # the window of a reading starts at the newest mark at least a second old.
         self._busy_marks: deque[tuple[int, int, int]] = deque(
             [(time.monotonic_ns(), 0, 0)], maxlen=32)
+        self.implicit = ImplicitTransfers(self)  # syncs and transfers nobody asked for
 
     def _forget_calls(self) -> None:
         self.call_times.clear()
@@ -178,6 +183,7 @@ class JaxEngine:
         global _active
         if _active is self:
             _active = None
+        self.implicit.uninstall()
         self._patches.restore()
         for logger, flt in self._filters:
             logger.removeFilter(flt)
@@ -205,6 +211,8 @@ class JaxEngine:
     def _patch_transfers(self) -> None:
         self._patches.apply(jax, "device_put", lambda orig: _wrap_device_put(orig, self))
         self._patches.apply(jax, "device_get", lambda orig: _wrap_device_get(orig, self))
+        ours = [getattr(jax, n) for n in ("device_put", "device_get") if self._patches.has(n)]
+        self.implicit.install(self._patches, tuple(ours))
 
     def _capture_explanations(self) -> None:
         try:
@@ -406,6 +414,11 @@ class JaxEngine:
 
     # Scrape time -----------------------------------------------------------
 
+    def sites(self) -> list[Any]:
+        """Lines that synced or moved data implicitly (``SiteReading``s)."""
+        return self.implicit.sites()
+
+
     def busy_percent(self) -> tuple[float | None, str]:
         """Host-side busy % over the last second or more: time inside tracked
         calls (``metrics.track``) over wall time, capped at 100; without
@@ -447,10 +460,11 @@ class JaxEngine:
         return self.call_times.steps()
 
     def blind_spots(self) -> list[str]:
-        """Calls the jitted-call count cannot see, in words."""
+        """What the JAX hook cannot see in this process, one sentence each:
+        calls the jitted-call count misses, then transfers and syncs."""
         from metrics.engines import jax_calls
 
-        return jax_calls.blind_spots(self._jit_hooked)
+        return jax_calls.blind_spots(self._jit_hooked) + self.implicit.blind_spots()
 
     def devices(self) -> list[DeviceRecord]:
         """One record per local device, memory read now."""

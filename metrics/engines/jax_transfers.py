@@ -1,0 +1,509 @@
+"""Transfers nobody asked for, in JAX, both ways, each with the user's line.
+
+Device -> host syncs: ``jax._src.array.ArrayImpl._value`` (a property) is
+what ``float(x)``, ``int(x)``, ``bool(x)`` (``if x > 0:``), ``x.tolist()``,
+``print(x)``/``str``/``repr``/``format`` and ``jax.device_get`` read; it is
+replaced by one that, when no host copy is cached yet (``_npy_value`` is
+None), times the read and notes the caller. Host -> device: the
+implementation of ``lax.stage_p`` (``jnp.asarray``/``jnp.array`` of host
+data) and the numpy entries of ``pxla.shard_arg_handlers`` (numpy arguments
+of a jitted call on several devices, sharded on every call); single-device
+jitted calls move numpy in C++, so the ``jax.jit`` wrapper reports those
+through :meth:`ImplicitTransfers.host_arguments`.
+
+The hot path walks out of library frames (jax, jaxlib, numpy, the standard
+library, this hook), deciding "library or not" once per code object, and
+appends the user's code object and instruction offset with the clock
+readings and byte count to a journal: one ``deque.extend``. Line numbers,
+file names and function names are resolved only when read
+(:meth:`ImplicitTransfers.sites`).
+
+Nothing is counted twice: a read under ``jax.device_get`` or a transfer
+under ``jax.device_put`` is explicit, and when the hook's own wrapper of
+either is on the stack that wrapper counts it; a transfer inside the
+``jax.jit`` wrapper is reported by that wrapper; the first call of the
+jitted ``stage`` under ``jnp.asarray`` is counted by the ``stage`` hook.
+
+Example (what a site reads as)::
+
+    SiteReading(kind="sync", location="/w/train.py:88", count=120, bytes=480,
+                seconds=0.002, function="train", detail="float()")
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from metrics import forksafe, names
+from metrics.engines._frames import skip_prefixes
+from metrics.journal import FOLD_AT
+from tpu_info.model import SiteKind, SiteReading
+
+# Record kinds in the journal; UNTIMED_H2D: implicit, time unknown (the jit
+# wrapper's report), recorded with start == end.
+SYNC, IMPLICIT_H2D, EXPLICIT_D2H, EXPLICIT_H2D, UNTIMED_H2D = 0, 1, 2, 3, 4
+_SITE_KIND = {SYNC: SYNC, IMPLICIT_H2D: IMPLICIT_H2D, UNTIMED_H2D: IMPLICIT_H2D}
+
+
+def _kinds(*kinds: int) -> np.ndarray:
+    """A lookup table: record kind -> in ``kinds`` (the fold indexes it)."""
+    table = np.zeros(5, bool)
+    table[list(kinds)] = True
+    return table
+
+
+_H2D_TIMED = _kinds(IMPLICIT_H2D, EXPLICIT_H2D)
+_H2D_ALL = _kinds(IMPLICIT_H2D, EXPLICIT_H2D, UNTIMED_H2D)
+_D2H_ALL = _kinds(SYNC, EXPLICIT_D2H)
+_H2D_IMPLICIT = _kinds(IMPLICIT_H2D, UNTIMED_H2D)
+_D2H_IMPLICIT = _kinds(SYNC)
+_SITE_MASK = _kinds(SYNC, IMPLICIT_H2D, UNTIMED_H2D)
+# (kind, code, offset, detail, start, end, bytes) per record.
+FIELDS = 7
+MAX_SITES_PER_KIND = 256
+MAX_CODES = 1 << 16  # code objects classified and kept; beyond, classified each time
+OTHER_SITES = "(other sites)"
+NO_USER_FRAME = "(no user frame)"
+_OVERFLOW = "more lines than kept"
+
+# What a frame is, decided once per code object.
+_USER, _LIB, _EXPLICIT, _COUNTED, _JIT_WRAPPER = range(5)
+
+# Library functions that name how the user got there: the outermost one seen
+# on the way out wins (``x.item()`` reaches ``_value`` through ``__array__``).
+_DETAILS = {
+    "__float__": "float()", "__int__": "int()", "__index__": "int index",
+    "__complex__": "complex()", "__bool__": "bool() (if/while on an array)",
+    "tolist": "tolist()", "_item": "item()", "__str__": "print()/str()",
+    "__repr__": "repr()", "__format__": "format()/f-string", "__array__": "np.asarray()",
+    "__reduce__": "pickle", "__iter__": "iteration", "device_get": "jax.device_get",
+    "device_put": "jax.device_put", "asarray": "jnp.asarray", "array": "jnp.array",
+    "cc_shard_arg": "host argument of a jitted call on several devices",
+    "_pjit_call_impl_python": "host argument of a jitted call",
+}
+_GENERIC = {SYNC: "device->host read", IMPLICIT_H2D: "host->device transfer"}
+_KIND_NAMES = {SYNC: SiteKind.SYNC.value, IMPLICIT_H2D: SiteKind.IMPLICIT_TO_DEVICE.value}
+
+_METRICS_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+JIT_WRAPPER_FILE = os.path.join(_METRICS_DIR, "engines", "jax_calls.py")
+
+
+class _Site:
+    __slots__ = ("code", "offset", "detail", "count", "bytes", "ns", "last_end")
+
+    def __init__(self, code: Any, offset: int, detail: str | None) -> None:
+        self.code, self.offset, self.detail = code, offset, detail
+        self.count = self.bytes = self.ns = 0
+        self.last_end = 0
+
+
+class ImplicitTransfers:
+    """Counts implicit transfers for one :class:`~metrics.engines.jax.JaxEngine`
+    (attached as ``engine.implicit``); folds them at read time."""
+
+    def __init__(self, engine: Any) -> None:
+        import jax
+
+        self.rec = rec = engine.rec
+        self.degraded: list[str] = engine.degraded
+        self._skip = skip_prefixes(jax, sys.modules.get("jaxlib"), np)
+        # id(code) -> its class, or its detail (a library function that names
+        # the path). Keyed by id: a code object hashes its whole body (~0.5 us);
+        # the codes are kept alive in _held so an id is never reused.
+        self._codes: dict[int, int | str] = {}
+        self._held: list[Any] = []
+        self._counted: set[int] = set()  # ids of the hook's own wrappers' code
+        self.put_code: Any = None
+        self._sites: dict[tuple[int, int, int], _Site] = {}
+        self._per_kind = {SYNC: 0, IMPLICIT_H2D: 0}
+        self._other: dict[int, _Site] = {}
+        self._lock = threading.Lock()  # the site table: folds vs readers
+        self._dict_patches: list[tuple[dict[Any, Any], Any, Any]] = []
+        self.missing: list[str] = []  # what could not be hooked, in words
+        self.journal = rec.journal(self._fold)
+        self.queue = self.journal.queue
+        dist, counter = rec.distribution, rec.counter
+        self._h2d_time, self._d2h_time = (dist(names.TRANSFER_TO_DEVICE_TIME),
+                                          dist(names.TRANSFER_FROM_DEVICE_TIME))
+        self._outbound, self._inbound = dist(names.OUTBOUND_DATA), dist(names.INBOUND_DATA)
+        self._implicit_h2d = counter(names.IMPLICIT_TRANSFER_TO_DEVICE)
+        self._implicit_d2h = counter(names.IMPLICIT_TRANSFER_FROM_DEVICE)
+        self._implicit_out = counter(names.IMPLICIT_OUTBOUND_BYTES)
+        self._implicit_in = counter(names.IMPLICIT_INBOUND_BYTES)
+        forksafe.owned(self)
+
+    def let_go_after_fork(self) -> None:
+        forksafe.free_locks(self)
+
+    # Install -----------------------------------------------------------------
+
+    def install(self, patches: Any, counted_elsewhere: tuple[Callable[..., Any], ...]) -> None:
+        """Hooks ``_value``, ``stage_p`` and the numpy shard handlers;
+        ``counted_elsewhere`` are the hook's own wrappers (their frames mean
+        "already counted")."""
+        for fn in counted_elsewhere:
+            code = getattr(fn, "__code__", None)
+            if code is not None:
+                self._hold(code, _COUNTED)
+                self._counted.add(id(code))
+            inner = getattr(getattr(fn, "__wrapped__", None), "__code__", None)
+            if inner is not None and inner.co_name == "device_put":
+                self.put_code = inner  # jax's own device_put, under the hook's wrapper
+        self._patch_value(patches)
+        self._patch_stage(patches)
+        self._patch_shard_handlers()
+
+    def uninstall(self) -> None:
+        for table, key, original in reversed(self._dict_patches):
+            table[key] = original
+        self._dict_patches.clear()
+
+    def _missing(self, what: str, why: str) -> None:
+        self.missing.append(f"{what} are not counted: {why}")
+        self.degraded.append(f"{what} not counted: {why}")
+
+    def _patch_value(self, patches: Any) -> None:
+        try:
+            from jax._src.array import ArrayImpl
+        except ImportError as e:
+            return self._missing("device->host syncs", f"jax._src.array.ArrayImpl missing ({e})")
+        prop = ArrayImpl.__dict__.get("_value")
+        if not isinstance(prop, property) or prop.fget is None:
+            return self._missing("device->host syncs",
+                                 "jax._src.array.ArrayImpl._value is not a property")
+        if not patches.apply(ArrayImpl, "_value", lambda orig: _value_property(orig, self)):
+            self.missing.append("device->host syncs are not counted: ArrayImpl._value missing")
+
+    def _patch_stage(self, patches: Any) -> None:
+        try:
+            from jax._src.core import stage_p
+        except ImportError as e:
+            return self._missing("jnp.asarray/jnp.array of host data",
+                                 f"jax._src.core.stage_p missing ({e})")
+        if not callable(getattr(stage_p, "impl", None)):
+            return self._missing("jnp.asarray/jnp.array of host data", "stage_p has no impl")
+        if not patches.apply(stage_p, "impl", lambda orig: _stage_impl(orig, self)):
+            self.missing.append("jnp.asarray/jnp.array of host data are not counted: "
+                                "stage_p.impl missing")
+            return
+        self._hold(stage_p.impl.__code__, _COUNTED)  # its first call shards numpy
+
+    def _patch_shard_handlers(self) -> None:
+        try:
+            from jax._src.interpreters import pxla
+
+            handlers = pxla.shard_arg_handlers
+            numpy_handler = pxla._shard_np_array
+        except (ImportError, AttributeError) as e:
+            return self._missing("numpy arguments of jitted calls on several devices",
+                                 f"pxla.shard_arg_handlers/_shard_np_array missing ({e})")
+        wrapped = _shard_handler(numpy_handler, self)
+        for key, handler in list(handlers.items()):
+            if handler is numpy_handler:
+                handlers[key] = wrapped
+                self._dict_patches.append((handlers, key, handler))
+
+    # The frame walk (hot path) -----------------------------------------------
+
+    def _classify(self, code: Any) -> int | str:
+        fn = code.co_filename
+        if fn.startswith(_METRICS_DIR):
+            cls = _JIT_WRAPPER if fn == JIT_WRAPPER_FILE else _LIB
+        elif code.co_name in ("device_get", "device_put") and fn.endswith(
+                os.path.join("jax", "_src", "api.py")):
+            cls = _EXPLICIT
+        elif fn.startswith(self._skip) or fn.startswith("<frozen"):
+            cls = _LIB
+        else:
+            cls = _USER
+        if len(self._codes) < MAX_CODES:
+            self._hold(code, cls)
+            return self._codes[id(code)]
+        detail = _DETAILS.get(code.co_name) if cls == _LIB else None
+        return cls if detail is None else detail
+
+    def _hold(self, code: Any, cls: int) -> None:
+        # A library function that names the path is kept as its detail.
+        detail = _DETAILS.get(code.co_name) if cls == _LIB else None
+        self._held.append(code)
+        self._codes[id(code)] = cls if detail is None else detail
+
+    def record(self, kind: int, frame: Any, start: int, end: int, nbytes: int,
+               detail: str | None = None, jit_counts: bool = True) -> None:
+        """One transfer seen at ``frame``: walks out to the user's frame (the
+        code object and instruction offset are kept, the line is found when
+        read) and appends it; nothing when another hook counts it (the
+        ``jax.jit`` wrapper too, for a host->device transfer where
+        ``jit_counts``)."""
+        get = self._codes.get
+        jit_counts = jit_counts and kind == IMPLICIT_H2D
+        found = None
+        f = frame
+        while f is not None:  # one dict lookup per frame: this is the hot path
+            code = f.f_code
+            c = get(id(code))
+            if c is None:
+                c = self._classify(code)
+            if c is _LIB:
+                f = f.f_back
+                continue
+            if c.__class__ is str:  # a library function that names the path
+                found = c
+            elif c == _USER:
+                break
+            elif c == _COUNTED or (c == _JIT_WRAPPER and jit_counts):
+                return
+            elif c == _EXPLICIT:
+                kind = EXPLICIT_D2H if kind == SYNC else EXPLICIT_H2D
+            f = f.f_back
+        else:
+            code = None
+        q = self.queue
+        q.extend((kind, code, f.f_lasti if f is not None else 0, detail or found, start, end,
+                  nbytes))
+        if len(q) >= FOLD_AT * FIELDS:
+            self.journal.flush()
+
+    def host_arguments(self, nbytes: int, what: str) -> None:
+        """The ``jax.jit`` wrapper saw host (numpy) arguments of ``nbytes``
+        in one call (``what``: "numpy argument of jit(step)"); recorded as an
+        implicit host->device transfer at the user's line, not timed."""
+        try:
+            now = time.monotonic_ns()
+            self.record(UNTIMED_H2D, sys._getframe(1), now, now, int(nbytes), what,
+                        jit_counts=False)
+        except Exception as e:  # noqa: BLE001 - a hook never raises into the program
+            self.rec.hook_failed("jax.host_arguments", e)
+
+    # Fold and read -----------------------------------------------------------
+
+    def _fold(self, flat: list[Any]) -> None:
+        """Records (``FIELDS`` each) -> times, bytes, the implicit counters and
+        the site table, grouped with numpy: no Python loop per record, only
+        per distinct site (a tuple per record alone costs more)."""
+        w = FIELDS
+        n = len(flat) // w
+        kinds = np.fromiter(flat[0::w], np.int64, n)
+        ends = np.fromiter(flat[5::w], np.int64, n)
+        durations = ends - np.fromiter(flat[4::w], np.int64, n)
+        sizes = np.fromiter(flat[6::w], np.int64, n)
+        for timed, moved, time_d, bytes_d in ((_H2D_TIMED, _H2D_ALL, self._h2d_time,
+                                               self._outbound),
+                                              (_D2H_ALL, _D2H_ALL, self._d2h_time, self._inbound)):
+            for mask, dist in ((timed[kinds], time_d), (moved[kinds], bytes_d)):
+                if mask.any():
+                    dist.observe_many((durations if dist is time_d else sizes)[mask].tolist(),
+                                      ends[mask].tolist())
+        for implicit, count, total in ((_H2D_IMPLICIT, self._implicit_h2d, self._implicit_out),
+                                       (_D2H_IMPLICIT, self._implicit_d2h, self._implicit_in)):
+            mask = implicit[kinds]
+            k = int(mask.sum())
+            if k:
+                count.inc(k)
+                total.inc(int(sizes[mask].sum()))
+        keep = _SITE_MASK[kinds]
+        if not keep.any():
+            return
+        rows = np.flatnonzero(keep)
+        both = np.empty((rows.size, 2), np.int64)  # (id(code), offset * 8 + kind) per record
+        both[:, 0] = np.fromiter(map(id, flat[1::w]), np.int64, n)[rows]
+        both[:, 1] = np.fromiter(flat[2::w], np.int64, n)[rows] * 8 + kinds[rows]
+        _, first, inv = np.unique(both.view(np.dtype((np.void, 16))).ravel(),
+                                  return_index=True, return_inverse=True)
+        m = first.size
+        counts = np.bincount(inv, minlength=m).tolist()
+        nbytes = np.bincount(inv, weights=sizes[rows], minlength=m).tolist()
+        ns = np.bincount(inv, weights=durations[rows], minlength=m).tolist()
+        last = np.zeros(m, np.int64)
+        np.maximum.at(last, inv, ends[rows])
+        with self._lock:
+            sites, per_kind = self._sites, self._per_kind
+            for i, j in enumerate(rows[first].tolist()):
+                kind = _SITE_KIND[flat[w * j]]
+                code, offset = flat[w * j + 1], flat[w * j + 2]
+                key = (kind, id(code), offset)
+                site = sites.get(key)
+                if site is None:
+                    if per_kind[kind] < MAX_SITES_PER_KIND:
+                        per_kind[kind] += 1
+                        site = sites[key] = _Site(code, offset, flat[w * j + 3])
+                    else:
+                        site = self._other.get(kind)
+                        if site is None:
+                            site = self._other[kind] = _Site(None, 0, _OVERFLOW)
+                site.count += counts[i]
+                site.bytes += int(nbytes[i])
+                site.ns += int(ns[i])
+                site.last_end = max(site.last_end, int(last[i]))
+
+    def sites(self) -> list[SiteReading]:
+        """One reading per line (per kind) that synced or moved data
+        implicitly, locations resolved now; the overflow as one entry."""
+        self.journal.flush()
+        to_unix = self.rec.mono_to_unix
+        merged: dict[tuple[int, str], list[Any]] = {}
+        with self._lock:
+            held = [(k[0], s) for k, s in self._sites.items()]
+            held += list(self._other.items())
+            rows = [(kind, s.code, s.offset, s.detail, s.count, s.bytes, s.ns, s.last_end)
+                    for kind, s in held]
+        for kind, code, offset, detail, count, nbytes, ns, last_end in rows:
+            location, function = ((OTHER_SITES, "") if detail == _OVERFLOW
+                                  else _where(code, offset))
+            row = merged.get((kind, location))
+            detail = detail or _GENERIC[kind]
+            if row is None:
+                merged[(kind, location)] = [count, nbytes, ns, last_end, function, [detail]]
+                continue
+            row[0] += count
+            row[1] += nbytes
+            row[2] += ns
+            row[3] = max(row[3], last_end)
+            if detail not in row[5]:
+                row[5].append(detail)
+        return [SiteReading(kind=_KIND_NAMES[kind], location=location, count=count,
+                            bytes=nbytes, seconds=ns / 1e9, function=function,
+                            detail=", ".join(details[:4]),
+                            last_seen_unix=last_end / 1e9 + to_unix)
+                for (kind, location), (count, nbytes, ns, last_end, function, details)
+                in merged.items()]
+
+    def clear(self) -> None:
+        """Forgets every site (the counters are the registry's)."""
+        self.journal.clear()
+        with self._lock:
+            self._sites.clear()
+            self._other.clear()
+            self._per_kind = {SYNC: 0, IMPLICIT_H2D: 0}
+
+    def blind_spots(self) -> list[str]:
+        """What this hook cannot see in this process, one sentence each."""
+        import jax
+
+        out = list(self.missing)
+        try:
+            platforms = {d.platform for d in jax.local_devices()}
+        except Exception:  # noqa: BLE001 - no backend yet: say nothing about it
+            platforms = set()
+        if "cpu" in platforms:
+            out.append("np.asarray(x), np.array(x), x.item() and memoryview(x) of a jax.Array "
+                       "on CPU read it through numpy's zero-copy buffer protocol and are not "
+                       "counted as device->host syncs")
+        if getattr(jax.jit, "__module__", "").startswith("metrics."):
+            out.append("numpy arguments of functions jitted before metrics.install(), and numpy "
+                       "leaves nested inside containers, are moved to one device in C++ and "
+                       "are not counted")
+        else:
+            out.append("numpy arguments of jitted functions running on one device are moved "
+                       "in C++ and are not counted (only the first call of each signature "
+                       "is seen)")
+        out.append("numpy operands of eager jnp operations (jnp.sin(a), x + a with a numpy "
+                   "array a) are moved in C++ after the first call and are not counted")
+        return out
+
+
+def _where(code: Any, offset: int) -> tuple[str, str]:
+    """``("/abs/file.py:LINE", function)`` of an instruction (read time only)."""
+    if code is None:  # no frame outside the libraries (a library's own thread)
+        return NO_USER_FRAME, ""
+    line = code.co_firstlineno
+    for start, end, ln in code.co_lines():
+        if start <= offset < end:
+            if ln is not None:
+                line = ln
+            break
+    path = code.co_filename
+    if not path.startswith("<"):
+        path = os.path.abspath(path)
+    return f"{path}:{line}", getattr(code, "co_qualname", code.co_name)
+
+
+def _nbytes(x: Any) -> int:
+    n = getattr(x, "nbytes", None)
+    if n is not None:
+        return int(n)
+    dtype = getattr(x, "dtype", None)
+    return int(dtype.itemsize) if dtype is not None else 8
+
+
+# The hooks (each runs inside the user's program: guarded) -------------------
+
+def _value_property(original: property, impl: ImplicitTransfers) -> property:
+    fget, clock, getframe, record = original.fget, time.monotonic_ns, sys._getframe, impl.record
+    assert fget is not None
+
+    def _value(self: Any) -> Any:
+        if self._npy_value is not None:  # the host copy is cached: nothing moves
+            return fget(self)
+        start = clock()
+        out = fget(self)
+        end = clock()
+        try:
+            record(SYNC, getframe(1), start, end, out.nbytes)
+        except Exception as e:  # noqa: BLE001 - a hook never raises into the program
+            impl.rec.hook_failed("jax.sync", e)
+        return out
+
+    _value.__wrapped__ = fget  # type: ignore[attr-defined]
+    return property(_value, original.fset, original.fdel, original.__doc__)
+
+
+def _stage_impl(original: Callable[..., Any], impl: ImplicitTransfers) -> Callable[..., Any]:
+    clock, getframe = time.monotonic_ns, sys._getframe
+
+    def stage_impl(*args: Any, **params: Any) -> Any:
+        start = clock()
+        out = original(*args, **params)
+        end = clock()
+        try:
+            if args and out is not args[0]:  # a jax.Array is returned as it is
+                impl.record(IMPLICIT_H2D, getframe(1), start, end, _nbytes(args[0]))
+        except Exception as e:  # noqa: BLE001
+            impl.rec.hook_failed("jax.stage", e)
+        return out
+
+    stage_impl.__wrapped__ = original  # type: ignore[attr-defined]
+    return stage_impl
+
+
+# Frames from the numpy shard handler up to jax.device_put: shard_args, its
+# profiler wrapper, _batched_device_put_impl (jax 0.10.2; elsewhere the walk
+# finds it, at its cost).
+_PUT_DEPTH = 4
+
+
+def _shard_handler(original: Callable[..., Any], impl: ImplicitTransfers) -> Callable[..., Any]:
+    clock, getframe = time.monotonic_ns, sys._getframe
+
+    counted = impl._counted
+
+    def shard_np_array(xs: Any, *args: Any, **kwargs: Any) -> Any:
+        start = clock()
+        out = original(xs, *args, **kwargs)
+        end = clock()
+        try:
+            # The usual batch: jax.device_put (4 frames up, in C) called from
+            # the hook's wrapper, which counts it; no walk.
+            put = getframe(_PUT_DEPTH)
+            if put.f_code is impl.put_code and id(put.f_back.f_code) in counted:
+                return out
+        except (ValueError, AttributeError):  # a shallower stack, or no f_back
+            pass
+        try:
+            # 0-d values are the library's own constants (jnp.ones' fill value
+            # on its first call), not the user's data.
+            if any(getattr(x, "ndim", 1) for x in xs):
+                impl.record(IMPLICIT_H2D, getframe(1), start, end, sum(map(_nbytes, xs)))
+        except Exception as e:  # noqa: BLE001
+            impl.rec.hook_failed("jax.shard_arg", e)
+        return out
+
+    shard_np_array.__wrapped__ = original  # type: ignore[attr-defined]
+    return shard_np_array
