@@ -11,9 +11,17 @@ hook watches Dynamo from the outside:
   input signature (symbolic sizes included), so it is stable across runs and
   when the source moves. The signature lists the user's inputs
   (``x: f32[s77,3]``); parameters and buffers count in the hash only.
-* Recompile causes: Dynamo's guard-failure text from its compilation
-  metrics (``tensor 'x' size mismatch at index 0. expected 4, actual 8``),
-  parsed into argument / before / after, with the user's call site.
+* Recompile causes: Dynamo's guard-failure text (``tensor 'x' size mismatch
+  at index 0. expected 4, actual 8``, ``GLOBAL_STATE changed: grad_mode``,
+  ``n == 2``, ``___check_obj_id(...)``), parsed into argument / before /
+  after, with the user's call site. Dynamo checks every cached graph and its
+  metrics keep the first failure only; the hook sees them all and keeps the
+  first that is not a global-state change (after an eval graph under
+  ``no_grad``, a training call at a new size is a size change). Python
+  numbers' new values are read off the frame.
+* A backend (Inductor FX/AOT) cache hit is still a Dynamo (re)compile: it
+  counts in the ledger as a compile with Dynamo's time and its cause, and as
+  a cache hit (``CachedCompile``; the event says "backend cache hit").
 * Graph breaks (``GraphBreaks``, and a ``graph_break`` event with the reason
   and the user's line).
 * Executions of each compiled graph and their time (``ExecuteComputation``,
@@ -37,6 +45,8 @@ crashes; ``TorchCompileEngine.degraded`` lists what was unavailable):
   ``CompilationMetrics`` record; needs ``config.log_compilation_metrics``)
 * ``torch._dynamo.symbolic_convert.InstructionTranslatorBase.log_graph_break``
   (wrapped: one graph break; ``exc.gb_type``, ``exc.real_stack``)
+* ``torch._dynamo.convert_frame.get_and_maybe_log_recompilation_reasons``
+  (wrapped: every cached graph's guard failure and the frame's locals)
 * ``torch.fx._lazy_graph_module._LazyGraphModule`` (resolved before wrapping,
   as Dynamo itself does)
 """
@@ -76,6 +86,10 @@ _MISMATCH = re.compile(
 _DTYPE = re.compile(r"tensor '(?P<arg>[^']+)' dtype mismatch\. expected (?P<exp>\S+), "
                     r"actual (?P<act>\S+)")
 _TENSOR = re.compile(r"tensor '(?P<arg>[^']+)'")
+_VALUE_GUARD = re.compile(r"^(?P<src>[\w.\[\]'\"]+) == (?P<val>-?[\w.+-]+)$")
+_LEN_GUARD = re.compile(r"^len\((?P<src>[^()]+)\) == (?P<val>\d+)$")
+_GUARD_COMMENT = re.compile(r"\s+#.*$")
+_SCALARS = (bool, int, float)
 _RESUME = re.compile(r"^torch_dynamo_resume_in_(?P<fn>.+)_at_(?P<line>\d+)$")
 _EXPLANATION = re.compile(r"Explanation:\s*(?P<text>.+)")
 
@@ -91,11 +105,30 @@ def source_name(source: str) -> str:
     return s
 
 
+def choose_reason(reasons: list[str]) -> str:
+    """The guard failure that explains a recompile, out of one per cached
+    graph: an entry that failed on global state (grad mode) was compiled for
+    the other mode, so the first failure of another kind is the real change."""
+    for r in reasons:
+        if "GLOBAL_STATE changed" not in r:
+            return r
+    return reasons[0]
+
+
+def guard_text(reason: str) -> str:
+    """A guard failure's first line without its compile id and Dynamo's
+    trailing ``# source  # file:line`` comment."""
+    first = reason.strip().splitlines()[0] if reason.strip() else reason
+    return _GUARD_COMMENT.sub("", _COMPILE_ID.sub("", first)).strip()
+
+
 def parse_recompile_reason(reason: str, now: float, location: str | None,
-                           before_types: dict[str, str] | None = None) -> RecompileCause:
+                           before_types: dict[str, str] | None = None,
+                           values: dict[str, str] | None = None) -> RecompileCause:
     """One guard-failure line -> a cause; ``before_types`` maps argument names
-    to the type the failing graph was compiled for (``f32[4,3]``)."""
-    text = _COMPILE_ID.sub("", reason.strip().splitlines()[0] if reason.strip() else reason)
+    to the type the failing graph was compiled for (``f32[4,3]``), ``values``
+    the Python numbers (and lengths) the frame was called with this time."""
+    text = guard_text(reason)
     arg = before = after = None
     m = _MISMATCH.search(text)
     if m:
@@ -114,6 +147,10 @@ def parse_recompile_reason(reason: str, now: float, location: str | None,
         arg, before, after = m.group("arg"), m.group("exp"), m.group("act")
     elif (m := _TENSOR.search(text)) is not None:
         arg = m.group("arg")
+    elif (m := _VALUE_GUARD.match(text) or _LEN_GUARD.match(text)) is not None:
+        arg = source_name(m.group("src"))
+        key = f"len({arg})" if text.startswith("len(") else arg
+        before, after = m.group("val"), (values or {}).get(key)
     return RecompileCause(time_unix=now, description=text, location=location,
                           argument=arg, before=before, after=after)
 
@@ -213,6 +250,14 @@ class TorchCompileEngine:
                                          "no recompile causes, graphs recorded without them")
             self._patches.apply(symbolic_convert.InstructionTranslatorBase, "log_graph_break",
                         _wrap_log_graph_break, ("self", "code_options", "reason", "exc"))
+            try:
+                from torch._dynamo import convert_frame
+            except Exception as e:  # noqa: BLE001
+                self.degraded.append(f"torch._dynamo.convert_frame unavailable: {e}")
+            else:
+                # Every cached graph's guard failure (metrics keep only the first).
+                patch(convert_frame, "get_and_maybe_log_recompilation_reasons",
+                      _wrap_recompilation_reasons, ("cache_entries", "frame"))
 
     # Callbacks (each runs inside the user's program: guarded) --------------
 
@@ -283,13 +328,19 @@ class TorchCompileEngine:
                 m.inductor_fx_remote_cache_miss_count or 0)
             cache_hit = hits > 0 and misses == 0
             frame_s = m.entire_frame_compile_time_s
-            self._record(graphs, m.recompile_reason, m.compile_id, frame_s, cache_hit,
-                         user_location(self._skip, 3))
+            reason, values = m.recompile_reason, None
+            seen = getattr(_tls, "reasons", None)
+            _tls.reasons = None
+            if reason and seen and seen[0][0] == reason:
+                reason, values = choose_reason(seen[0]), seen[1]
+            self._record(graphs, reason, m.compile_id, frame_s, cache_hit,
+                         user_location(self._skip, 3), values)
         except Exception as e:  # noqa: BLE001
             self.rec.hook_failed("torch_compile.metrics", e)
 
     def _record(self, graphs: list[_Graph], reason: str | None, compile_id: str | None,
-                frame_s: float | None, cache_hit: bool, location: str | None) -> None:
+                frame_s: float | None, cache_hit: bool, location: str | None,
+                values: dict[str, str] | None = None) -> None:
         now = time.time()
         before_types: dict[str, str] | None = None
         if reason:
@@ -302,7 +353,7 @@ class TorchCompileEngine:
                     if cid.split("/")[0] == frame:
                         before_types = self._types_by_compile_id[cid]
                         break
-            cause = parse_recompile_reason(reason, now, location, before_types)
+            cause = parse_recompile_reason(reason, now, location, before_types, values)
         else:
             cause = RecompileCause(time_unix=now, description=FIRST_CALL, location=location)
         backend_total = sum(g.backend_ns for g in graphs) / 1e9
@@ -314,18 +365,19 @@ class TorchCompileEngine:
             if compile_id:
                 self._remember_types(str(compile_id), g.types)
             seconds = g.backend_ns / 1e9 + trace_s / len(graphs)
+            # A backend cache hit is still a Dynamo (re)compile: Dynamo traced the
+            # frame again (its time, its guard failure); only the backend was loaded.
+            ledger.compiled(g.hash, g.name, ENGINE, seconds, g.signature, cause)
+            detail = "" if cause.description == FIRST_CALL else cause.description
             if cache_hit:
                 self._cached.inc()
                 ledger.cache_hit(g.hash, g.name, ENGINE, g.signature)
-                events.emit(ev.CACHE_HIT, g.name, g.hash, "backend cache", location, seconds)
-                continue
-            self._uncached.inc()
-            self._compile_time.observe(g.backend_ns)
-            ledger.compiled(g.hash, g.name, ENGINE, seconds, g.signature, cause)
-            if cause.description == FIRST_CALL:
-                events.emit(ev.COMPILE, g.name, g.hash, "", location, seconds)
+                detail = f"{detail}; backend cache hit" if detail else "backend cache hit"
             else:
-                events.emit(ev.RECOMPILE, g.name, g.hash, cause.description, location, seconds)
+                self._uncached.inc()
+                self._compile_time.observe(g.backend_ns)
+            kind = ev.COMPILE if cause.description == FIRST_CALL else ev.RECOMPILE
+            events.emit(kind, g.name, g.hash, detail, location, seconds)
 
     def _remember_types(self, compile_id: str, types: dict[str, str]) -> None:
         d = self._types_by_compile_id
@@ -458,6 +510,33 @@ def _wrap_log_graph_break(original: Callable[..., Any]) -> Callable[..., Any]:
 
     log_graph_break.__wrapped__ = original  # type: ignore[attr-defined]
     return log_graph_break
+
+
+def _wrap_recompilation_reasons(original: Callable[..., Any]) -> Callable[..., Any]:
+    def get_and_maybe_log_recompilation_reasons(cache_entries: Any, frame: Any, *args: Any,
+                                                **kwargs: Any) -> Any:
+        reasons = original(cache_entries, frame, *args, **kwargs)
+        if _active is not None and reasons:
+            try:
+                _tls.reasons = (list(reasons), _frame_values(frame))
+            except Exception as e:  # noqa: BLE001
+                _active.rec.hook_failed("torch_compile.reasons", e)
+        return reasons
+
+    get_and_maybe_log_recompilation_reasons.__wrapped__ = original  # type: ignore[attr-defined]
+    return get_and_maybe_log_recompilation_reasons
+
+
+def _frame_values(frame: Any) -> dict[str, str]:
+    """The frame's Python numbers and sequence lengths, for value guards
+    (``n == 2``, ``len(xs) == 2``): what they are on this call."""
+    out: dict[str, str] = {}
+    for name, value in frame.f_locals.items():
+        if type(value) in _SCALARS:
+            out[name] = repr(value)
+        elif type(value) in (list, tuple, dict):
+            out[f"len({name})"] = str(len(value))
+    return out
 
 
 def _wrap_torch_compile(original: Callable[..., Any]) -> Callable[..., Any]:
