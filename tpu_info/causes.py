@@ -124,7 +124,7 @@ def classify(cause: RecompileCause, first_site: str | None = None) -> CauseKind:
     elif (m := _MESH_RE.search(text.split("; ")[-1])) is not None:
         text = f"{m.group('what')} changed {m.group('old')} -> {m.group('new')}"
     second_site = bool(first_site and cause.location and first_site != cause.location)
-    torch_kind = _dynamo_kind(cause, second_site)
+    torch_kind = _torch_kind(cause, second_site)
     if torch_kind is not None:
         text = torch_kind[0]
         kind = torch_kind[1:]
@@ -182,11 +182,16 @@ def _kind(cause: RecompileCause, text: str, before: str, after: str,
             False)
 
 
-def _dynamo_kind(cause: RecompileCause,
-                 second_site: bool) -> tuple[str, str, str, bool] | None:
-    """A torch.compile guard failure -> (words, kind, advice, expected); None
-    when the description is not one of Dynamo's guard texts."""
+def _torch_kind(cause: RecompileCause,
+                second_site: bool) -> tuple[str, str, str, bool] | None:
+    """A torch.compile guard failure or torch_xla's own cause -> (words, kind,
+    advice, expected); None when the description is neither."""
     d = cause.description
+    if "access tensor value before" in d:
+        return ("a tensor's value is read before torch_xla.sync() (.item(), print, if on a "
+                "tensor)", "value access before sync",
+                "Move the .item() / print after torch_xla.sync(), or read the value every N "
+                "steps: each read cuts the step's graph there and waits for the device.", False)
     if m := _DYNAMO_TENSOR_RE.match(d):
         arg, what, exp, act = m.group("arg"), m.group("what"), m.group("exp"), m.group("act")
         if what == "requires_grad":
