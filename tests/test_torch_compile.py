@@ -313,3 +313,34 @@ def test_python_number_and_identity_guards_in_words(rec):
                                               lambda: call(torch.ones(4), lambda t: t + 1)])
     assert k.kind == "object identity" and k.words.startswith("'fn.__code__' is another object")
     assert "outside the loop" in k.advice
+
+
+class RecurrentNet(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lstm = torch.nn.LSTM(8, 16, batch_first=True)
+        self.fc = torch.nn.Linear(16, 1)
+
+    def forward(self, x):
+        out, _ = self.lstm(x)  # unresumable break
+        return self.fc(out[:, -1])
+
+
+def test_unresumable_graph_break_says_time_outside_graphs_and_dynamos_hint(rec):
+    import metrics
+    from tpu_info import findings
+
+    model = RecurrentNet()
+    compiled = torch.compile(model, backend="eager")
+    assert compiled._orig_mod is model  # still torch's OptimizedModule
+    x = torch.randn(4, 10, 8)
+    for _ in range(6):
+        compiled(x)
+        metrics.mark_step()
+    (f,) = [f for f in findings.find(metrics.snapshot()) if f.kind == "graph_break"]
+    line = _line_of("# unresumable break")
+    assert f"test_torch_compile.py:{line}" in f.message and "cannot resume from" in f.message
+    assert "LSTM" in f.message and "torch._dynamo.config.allow_rnn=True" in f.message
+    assert "of step time is spent outside compiled graphs" in f.message and "measured" in f.message
+    assert "Python in between" not in f.message and f.seconds_lost > 0
+    assert rec.registry.metric_data("EagerFallbackTime")[0] == 5  # the calls after the first

@@ -30,6 +30,7 @@ STEP_TIME = "StepTime"
 HOOK_ERRORS = "HookErrors"
 GRAPHS_EVICTED = "GraphsEvicted"
 GRAPH_BREAKS = "GraphBreaks"
+EAGER_FALLBACK_TIME = "EagerFallbackTime"
 
 # name -> (kind, unit, help). kind is "counter" or "distribution".
 CATALOG: dict[str, tuple[str, Unit, str]] = {
@@ -62,6 +63,9 @@ CATALOG: dict[str, tuple[str, Unit, str]] = {
     GRAPH_BREAKS: ("counter", Unit.NUMBER,
                    "torch.compile graph breaks: Dynamo split a function into several "
                    "graphs with Python in between."),
+    EAGER_FALLBACK_TIME: ("distribution", Unit.TIME_NS,
+                          "Wall time of each call of a torch.compile'd function that Dynamo "
+                          "could not resume after a graph break: it runs eagerly."),
 }
 
 

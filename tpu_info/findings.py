@@ -214,6 +214,9 @@ def graph_breaks(s: Snapshot) -> Iterable[Finding]:
             sites[e.location] = (e.name, e.detail)
     for loc, (name, detail) in sites.items():
         where = f" at {short_location(loc)}" if loc else ""
+        if _UNRESUMABLE in detail:
+            yield _unresumable_break(s, name, where, loc, detail)
+            continue
         yield Finding(
             f"graph break in {name}{where}: {detail}. Dynamo splits the function there "
             "into separate graphs with Python in between; rewrite that line so it can be "
@@ -259,6 +262,37 @@ def xla_value_access(s: Snapshot) -> Iterable[Finding]:
             f"{'s' * (compiles > 1)} compiled, {_seconds(compiled)}{reads}). Move the .item() "
             "/ print after torch_xla.sync(), or read the value every N steps.",
             "warning", site, compiled + waited, "value_access_before_sync")
+
+
+_UNRESUMABLE = "[unresumable]"  # metrics.engines.torch_compile.UNRESUMABLE
+
+
+def _unresumable_break(s: Snapshot, name: str, where: str, loc: str | None,
+                       detail: str) -> Finding:
+    """A graph break Dynamo cannot resume from: the whole function runs eagerly.
+    Its cost: the calls' wall time outside compiled graphs (measured)."""
+    reason, _, hints = detail.partition(_UNRESUMABLE)
+    hint = " ".join(h.strip() for h in hints.split("Hint:") if h.strip())
+    wall = s.distribution("EagerFallbackTime")
+    inside = s.distribution("ExecuteTime")
+    cost, measured = 0.0, ""
+    if wall is not None and wall.count and wall.total > 0:
+        outside = max(0.0, wall.total - (inside.total if inside is not None else 0.0)) / 1e9
+        steps = s.distribution("StepTime")
+        if steps is not None and steps.total > 0:
+            share, of = min(1.0, outside * 1e9 / steps.total), "of step time"
+        else:
+            share, of = outside * 1e9 / wall.total, f"of its {wall.count} calls' time"
+        cost = outside
+        measured = (f": {share:.0%} {of} is spent outside compiled graphs "
+                    f"({_seconds(outside)} of {_seconds(wall.total / 1e9)}, measured)")
+    advice = f" Dynamo's hint: {hint.rstrip('.')}." if hint else ""
+    return Finding(
+        f"graph break in {name}{where} that Dynamo cannot resume from: "
+        f"{reason.strip().rstrip('.')}. Dynamo gave up on the whole function and runs it "
+        f"eagerly on every call{measured}.{advice} Or move that code out of the compiled "
+        "function and compile the parts around it.",
+        "warning", loc, cost, "graph_break")
 
 
 def cpu_fallbacks(s: Snapshot) -> Iterable[Finding]:

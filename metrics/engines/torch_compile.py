@@ -92,6 +92,11 @@ _GUARD_COMMENT = re.compile(r"\s+#.*$")
 _SCALARS = (bool, int, float)
 _RESUME = re.compile(r"^torch_dynamo_resume_in_(?P<fn>.+)_at_(?P<line>\d+)$")
 _EXPLANATION = re.compile(r"Explanation:\s*(?P<text>.+)")
+_HINT = re.compile(r"^\s*Hint:\s*(?P<text>.+)$", re.MULTILINE)
+UNRESUMABLE = "[unresumable]"  # in a graph_break event's detail, before Dynamo's hints
+_FALLS_BACK = "falling back to eager"  # Dynamo's words when it gives up on the whole frame
+# Code objects of frames Dynamo gave up on: their calls are timed (EagerFallbackTime).
+_eager_codes: set[Any] = set()
 
 _tls = threading.local()
 _active: TorchCompileEngine | None = None
@@ -207,6 +212,7 @@ class TorchCompileEngine:
         self._exec_count = counter(names.EXECUTE_COUNT)
         self._exec_time = dist(names.EXECUTE_TIME)
         self._graph_breaks = counter(names.GRAPH_BREAKS)
+        self._eager_time = dist(names.EAGER_FALLBACK_TIME)
         # Calls of compiled graphs: one append each, folded before reads.
         self.calls = recorder.journal(self._fold_calls)
         self.calls_queue = self.calls.queue
@@ -218,8 +224,9 @@ class TorchCompileEngine:
         _active = self
         if "torch._dynamo" in sys.modules:
             self.hook_dynamo()
-        else:
-            self._patches.apply(torch, "compile", _wrap_torch_compile)
+        # Hooks Dynamo on first use, and times what it returns once Dynamo
+        # gives up on that frame (an unresumable graph break).
+        self._patches.apply(torch, "compile", _wrap_torch_compile)
 
     def uninstall(self) -> None:
         global _active
@@ -399,6 +406,13 @@ class TorchCompileEngine:
                 detail = f"{kind}: {expl.group('text').strip()}"
             else:
                 detail = kind or next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
+            if _FALLS_BACK in str(reason):
+                # Dynamo runs the whole frame eagerly from now on: say so, keep its hints.
+                hints = [h.strip() for h in _HINT.findall(text) if "report an issue" not in h]
+                detail = " ".join([detail, UNRESUMABLE, *(f"Hint: {h}" for h in hints)])
+                root = getattr(getattr(tx, "output", None), "root_tx", None) or tx
+                if getattr(root, "f_code", None) is not None:
+                    _eager_codes.add(root.f_code)
             code = getattr(tx, "f_code", None)
             qualname = getattr(code, "co_qualname", getattr(code, "co_name", "?"))
             self._graph_breaks.inc()
@@ -545,6 +559,55 @@ def _wrap_torch_compile(original: Callable[..., Any]) -> Callable[..., Any]:
         eng = _active
         if eng is not None:
             eng.hook_dynamo()
-        return original(*args, **kwargs)
+        out = original(*args, **kwargs)
+        model = args[0] if args else kwargs.get("model")
+        if model is None:  # torch.compile(backend=...) used as a decorator factory
+            return _then_time(out) if callable(out) else out
+        return _time_compiled(model, out)
 
     return compile
+
+
+def _then_time(decorate: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(decorate)
+    def decorator(model: Any) -> Any:
+        return _time_compiled(model, decorate(model))
+
+    return decorator
+
+
+def _time_compiled(model: Any, compiled: Any) -> Any:
+    """``compiled`` with its calls timed once Dynamo gave up on ``model``'s
+    frame; untouched when that cannot be done safely."""
+    try:
+        if isinstance(model, torch.nn.Module):
+            code = getattr(getattr(type(model), "forward", None), "__code__", None)
+            forward = getattr(compiled, "forward", None)
+            if code is not None and forward is not None and "forward" in vars(compiled):
+                compiled.forward = _timed(forward, code)
+            return compiled
+        code = getattr(model, "__code__", None)
+        return _timed(compiled, code) if code is not None and callable(compiled) else compiled
+    except Exception as e:  # noqa: BLE001
+        if _active is not None:
+            _active.rec.hook_failed("torch_compile.time", e)
+        return compiled
+
+
+def _timed(fn: Callable[..., Any], code: Any) -> Callable[..., Any]:
+    clock = time.monotonic_ns
+    compiling = torch.compiler.is_compiling
+
+    @functools.wraps(fn)
+    def timed(*args: Any, **kwargs: Any) -> Any:
+        if compiling() or code not in _eager_codes or _active is None:
+            return fn(*args, **kwargs)
+        start = clock()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            eng = _active
+            if eng is not None:
+                eng._eager_time.observe(clock() - start)
+
+    return timed
