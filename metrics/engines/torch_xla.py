@@ -282,8 +282,8 @@ class TorchXlaEngine:
 
 def _spawn_without_debug_file(original: Any, env: Any) -> Any:
     def spawn(fn: Any, nprocs: Any = None, *args: Any, **kwargs: Any) -> Any:
-        if nprocs == 1:
-            return original(fn, nprocs, *args, **kwargs)  # runs fn in this process
+        if nprocs == 1 or _active is None:
+            return original(fn, nprocs, *args, **kwargs)  # nprocs 1: fn runs in this process
         saved = {v: env.pop(v) for v in (FILE_VAR, LEVEL_VAR, OWNER_VAR) if v in env}
         try:
             return original(fn, nprocs, *args, **kwargs)
