@@ -54,6 +54,7 @@ def _default_error(name: str, err: BaseException) -> None:
 
 
 on_error: Callable[[str, BaseException], None] = _default_error
+_late: set[str] = set()  # watched while already importing: checked at the next import
 
 
 def ready(name: str) -> bool:
@@ -69,13 +70,18 @@ def when_imported(name: str, callback: Callback) -> bool:
     """Runs ``callback()`` once module ``name`` finished importing.
 
     Now, in this thread, when it already has; else in the thread that imports
-    it, right after its body ran. Returns True when it ran now.
+    it, right after its body ran. A module already importing (its loader ran
+    before we watched it: ``torch`` finishing inside ``import torch_xla``)
+    fires at the next import of any module after its body finished (its own
+    submodules, usually), or at :func:`check`. Returns True when it ran now.
     """
     global _finder
     if ready(name):
         _run(name, [callback])
         return True
     with _lock:
+        if name in sys.modules:
+            _late.add(name)
         _waiting.setdefault(name, []).append(callback)
         if _finder is None:
             _finder = _PostImportFinder()
@@ -96,6 +102,7 @@ def cancel(name: str) -> None:
     """Drops every callback waiting for ``name``."""
     with _lock:
         _waiting.pop(name, None)
+        _late.discard(name)
         _remove_if_idle()
 
 
@@ -113,8 +120,15 @@ def _remove_if_idle() -> None:
             pass
 
 
+def _fire_finished() -> None:
+    """Fires the modules that were mid-import when watched and have finished."""
+    for name in [n for n in list(_late) if ready(n)]:
+        _fire(name)
+
+
 def _fire(name: str) -> None:
     with _lock:
+        _late.discard(name)
         callbacks = _waiting.pop(name, [])
         _remove_if_idle()
     _run(name, callbacks)
@@ -138,7 +152,11 @@ class _PostImportFinder:
         self._busy = threading.local()
 
     def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
-        if fullname not in _waiting or getattr(self._busy, "on", False):
+        if getattr(self._busy, "on", False):
+            return None
+        if _late and fullname not in _waiting:
+            _fire_finished()
+        if fullname not in _waiting:
             return None
         self._busy.on = True  # our own look-up below must not come back here
         try:

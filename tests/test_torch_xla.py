@@ -201,3 +201,73 @@ def test_install_before_torch_xla_hooks_it_when_imported(tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     # torch_lazy is not hooked nor awaited once torch_xla (which supersedes it) came.
     assert r.stdout.split() == ["torch_compile,torch_xla", "jax", "2"], r.stdout
+
+
+LAUNCH_PROGRAM = r'''
+import torch_xla.distributed.xla_multiprocessing as xmp  # first: torch finishes inside it
+import json, os
+import torch
+import torch_xla
+
+
+def dump(who):
+    import metrics
+    from tpu_info import findings
+    s = metrics.snapshot()
+    doc = {"pid": os.getpid(), "engine": s.process.engine if s.process else None,
+           "graphs": [[g.name, g.compiles, [c.description for c in g.causes]] for g in s.graphs],
+           "findings": [[f.kind, f.severity, f.location, f.message] for f in findings.find(s)]}
+    with open(os.path.join(os.environ["OUT_DIR"], who + ".json"), "w") as f:
+        json.dump(doc, f)
+
+
+def _mp_fn(index):
+    dev = torch_xla.device()
+    model = torch.nn.Linear(8, 1).to(dev)
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    for step in range(5):
+        x = torch.randn(4, 8, device=dev)
+        loss = model(x).pow(2).mean()
+        loss.backward(); opt.step(); opt.zero_grad()
+        print("loss", loss.item())  # value read before the sync
+        torch_xla.sync()
+    dump("worker")
+
+
+if __name__ == "__main__":
+    torch_xla.launch(_mp_fn, args=())
+    dump("parent")
+'''
+
+
+@pytest.mark.slow
+def test_launch_worker_owns_its_graphs_and_value_access_is_named(tmp_path):
+    """``tpu-info run`` on the standard torch_xla.launch: the idle parent lists
+    no graphs, the worker lists its own, the hook installs without a false
+    message, and the .item() before the sync is named with its line."""
+    prog = tmp_path / "train.py"
+    prog.write_text(LAUNCH_PROGRAM)
+    env = dict(os.environ)
+    for var in ("PT_XLA_DEBUG_LEVEL", "PT_XLA_DEBUG_FILE", "PT_XLA_DEBUG"):
+        env.pop(var, None)
+    env.update(PJRT_DEVICE="CPU", PYTHONPATH=str(ROOT), OUT_DIR=str(tmp_path),
+               TPU_INFO_RUNTIME_DIR=str(tmp_path))
+    r = subprocess.run([sys.executable, "-m", "tpu_info.cli", "run", "--", xla_python(),
+                        str(prog)], capture_output=True, text=True, timeout=300, env=env,
+                       cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "could not install" not in r.stderr and "without the hook" not in r.stderr, r.stderr
+    parent = json.loads((tmp_path / "parent.json").read_text())
+    worker = json.loads((tmp_path / "worker.json").read_text())
+    assert parent["pid"] != worker["pid"]
+    assert parent["graphs"] == [], parent  # the worker's graphs are not the parent's
+    assert "torch_xla" in worker["engine"].split(",")
+    line = next(i for i, t in enumerate(LAUNCH_PROGRAM.splitlines(), 1) if "value read" in t)
+    found = {f[0]: f for f in worker["findings"]}
+    kind, severity, location, message = found["value_access_before_sync"]
+    assert location.endswith(f"train.py:{line}") and f"train.py:{line}" in message
+    assert "Move the .item()" in message and severity == "warning"
+    assert not any("_local_scalar_dense" in f[3] for f in worker["findings"])  # named above
+    warm = found["warm_up"]  # step 0 (no Adam state yet) vs step 1
+    assert warm[1] == "info" and "not a problem" in warm[3]
+    assert not any("Pad" in f[3] or "bucket" in f[3] for f in worker["findings"]), worker

@@ -34,6 +34,7 @@ IMPLICIT_TRANSFER_TO_DEVICE = "ImplicitTransferToDevice"
 IMPLICIT_TRANSFER_FROM_DEVICE = "ImplicitTransferFromDevice"
 IMPLICIT_OUTBOUND_BYTES = "ImplicitOutboundBytes"
 IMPLICIT_INBOUND_BYTES = "ImplicitInboundBytes"
+EAGER_FALLBACK_TIME = "EagerFallbackTime"
 
 # name -> (kind, unit, help). kind is "counter" or "distribution".
 CATALOG: dict[str, tuple[str, Unit, str]] = {
@@ -80,6 +81,9 @@ CATALOG: dict[str, tuple[str, Unit, str]] = {
     IMPLICIT_OUTBOUND_BYTES: ("counter", Unit.BYTES,
                               "Bytes of the implicit host->device transfers."),
     IMPLICIT_INBOUND_BYTES: ("counter", Unit.BYTES, "Bytes of the implicit device->host syncs."),
+    EAGER_FALLBACK_TIME: ("distribution", Unit.TIME_NS,
+                          "Wall time of each call of a torch.compile'd function that Dynamo "
+                          "could not resume after a graph break: it runs eagerly."),
 }
 
 

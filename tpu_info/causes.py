@@ -36,6 +36,17 @@ _MOVED_RE = re.compile(r"^argument \S.* moved ")
 _ARG_RE = re.compile(r"^argument \S.* changed ")
 _OPTION_RE = re.compile(r"^(?P<name>\w+) changed ")
 _NODE_RE = re.compile(r"^\w+(?:\(.*\)| of \d+)?$")  # dict('a', 'b'), list of 3, tuple, leaf
+# Dynamo's guard failures (torch.compile), after the compile id was stripped.
+_DYNAMO_TENSOR_RE = re.compile(
+    r"^tensor '(?P<arg>[^']+)' (?P<what>size|stride|dtype|rank|requires_grad|device index"
+    r"|dispatch key set) mismatch(?: at index (?P<i>\d+))?[.:]? expected (?P<exp>[^,]+?)"
+    r"(?:, actual (?P<act>\S+))?$")
+_DYNAMO_GLOBAL_RE = re.compile(r"^GLOBAL_STATE changed: (?P<what>.+)$")
+_DYNAMO_ID_RE = re.compile(r"^___check_(?P<what>obj|type)_id\((?P<src>[^,]+),")
+_DYNAMO_VALUE_RE = re.compile(r"^(?P<len>len\()?(?P<src>[^=()]+?)\)? == (?P<val>\S+)$")
+_TORCH_DTYPES = {"Float": "float32", "Double": "float64", "Half": "float16",
+                 "BFloat16": "bfloat16", "Long": "int64", "Int": "int32", "Short": "int16",
+                 "Char": "int8", "Byte": "uint8", "Bool": "bool", "ComplexFloat": "complex64"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,7 +139,11 @@ def classify(cause: RecompileCause, first_site: str | None = None) -> CauseKind:
     text = clean_text(cause.description)
     before, after = clean_type(cause.before), clean_type(cause.after)
     second_site = bool(first_site and cause.location and first_site != cause.location)
-    kind = _kind(cause, text, before, after, second_site)
+    torch_kind = _torch_kind(cause, second_site)
+    if torch_kind is not None:
+        text, kind = torch_kind[0], torch_kind[1:]
+    else:
+        kind = _kind(cause, text, before, after, second_site)
     also = _ALSO_RE.search(text)
     head = text[:also.start()] if also else text
     more = f"; also {also.group('others')}" if also else ""
@@ -205,6 +220,89 @@ def _static() -> tuple[str, str, bool]:
 _PYTREE = ("pytree structure",
            "Keep the structure fixed: pass the same containers on every call (same dict "
            "keys, list lengths, None vs array in the same places).", False)
+
+
+def _torch_kind(cause: RecompileCause,
+                second_site: bool) -> tuple[str, str, str, bool] | None:
+    """A torch.compile guard failure or torch_xla's own cause -> (words, kind,
+    advice, expected); None when the description is neither."""
+    d = cause.description
+    if "access tensor value before" in d:
+        return ("a tensor's value is read before torch_xla.sync() (.item(), print, if on a "
+                "tensor)", "value access before sync",
+                "Move the .item() / print after torch_xla.sync(), or read the value every N "
+                "steps: each read cuts the step's graph there and waits for the device.", False)
+    if m := _DYNAMO_TENSOR_RE.match(d):
+        arg, what, exp, act = m.group("arg"), m.group("what"), m.group("exp"), m.group("act")
+        if what == "requires_grad":
+            old = exp.endswith("=1")
+            return (f"tensor '{arg}' requires_grad changed {old} -> {not old}", "requires_grad",
+                    "The input needs grad on some calls and not on others (a model output vs "
+                    "plain data, a missing .detach()): pass it with the same requires_grad "
+                    "every call, and run evaluation under torch.no_grad().", False)
+        if what == "dtype":
+            old, new = _TORCH_DTYPES.get(exp, exp), _TORCH_DTYPES.get(act or "", act)
+            return (f"tensor '{arg}' dtype changed {old} -> {new}", "dtype",
+                    f"Cast the input to one dtype before the call (x.to(torch.{old})).", False)
+        words = (f"tensor '{arg}' {what} mismatch at index {m.group('i')}: {exp} -> {act}"
+                 if m.group("i") is not None else f"tensor '{arg}' {what} changed {exp} -> {act}")
+        if what == "size" and m.group("i") == "0":
+            return (words, *_batch_kind(exp, act or exp, second_site))
+        if what == "size":
+            return (words, "shape change in a non-batch dimension",
+                    "Bucket that dimension to a few fixed sizes, or mark it dynamic "
+                    "(torch._dynamo.mark_dynamic(x, dim)).", False)
+        if what == "rank":
+            return (words, "shape change (rank)",
+                    "Keep the input's rank fixed (reshape before the call).", False)
+        if what == "stride":
+            return (words, "memory layout (strides)",
+                    "The input arrives as another view (transposed, sliced): call "
+                    ".contiguous() on it before the compiled call.", False)
+        return (words, what, f"Keep the input's {what} the same on every call.", False)
+    if m := _DYNAMO_GLOBAL_RE.match(d):
+        what = m.group("what").strip()
+        if "grad_mode" in what:
+            return ("grad mode changed (torch.no_grad() around some calls, not others)",
+                    "grad_mode",
+                    "Expected once per mode: training runs with grad and evaluation under "
+                    "torch.no_grad() (or inference_mode), and each mode compiles its own graph "
+                    "once. Keep no_grad()/model.eval() around the same calls every time; if the "
+                    "mode flips inside one function, compile training and evaluation as two "
+                    "functions.", True)
+        return (f"global state changed: {what}", f"global state: {what.split('(')[0]}",
+                f"torch's global state ({what}) differs between calls: set it once for the "
+                "whole loop (enter torch.autocast / set deterministic algorithms, default "
+                "dtype, threads around all compiled calls or none).", False)
+    if m := _DYNAMO_ID_RE.match(d):
+        src = m.group("src").strip()
+        if m.group("what") == "type":
+            return (f"'{src}' changed type", "type change",
+                    "Pass the same type every call (always a tensor, not sometimes a Python "
+                    "number or None).", False)
+        return (f"'{src}' is another object than when compiled", "object identity",
+                "Dynamo guards on this object's identity: a function, lambda or module "
+                "created anew each call recompiles. Create it once outside the loop and "
+                "pass the same object (or make the value a tensor argument).", False)
+    if m := _DYNAMO_VALUE_RE.match(d):
+        arg = cause.argument or m.group("src")
+        new = cause.after or "another value"
+        if m.group("len"):
+            return (f"len({arg}) changed {m.group('val')} -> {new}", "sequence length",
+                    "A list or tuple argument changed length: Dynamo unrolls it per length. "
+                    "Pass a fixed number of items, or stack them into one tensor.", False)
+        if m.group("val") in ("True", "False"):
+            return (f"argument '{arg}' changed {m.group('val')} -> {new}", "Python bool flag",
+                    "Expected once per value: each value of a Python flag compiles its own "
+                    "graph, cached after that.", True)
+        number = "float" if "." in m.group("val") or "." in new else "int"
+        return (f"argument '{arg}' changed {m.group('val')} -> {new}",
+                f"Python {number} specialized",
+                f"Dynamo compiled the Python {number}'s value into the graph, so each new value "
+                f"recompiles: pass it as a tensor (torch.tensor({arg})), or make it dynamic "
+                "(torch.compile(dynamic=True), or torch._dynamo.mark_dynamic on the tensor "
+                "it comes from).", False)
+    return None
 
 
 def warm_up(graphs_compiles: int, engine: str) -> bool:

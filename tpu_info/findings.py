@@ -58,6 +58,8 @@ def recompiles(s: Snapshot) -> Iterable[Finding]:
         causes = sorted((c for g in graphs for c in g.causes
                          if c.description not in _NON_RECOMPILE),
                         key=lambda c: c.time_unix)
+        if causes and all(_XLA_VALUE_ACCESS in c.description for c in causes):
+            continue  # xla_value_access names it
         if not causes and (compiles < 10 or _single_op(name)):
             continue  # eager ops compile once per new shape: only many are news
         total = sum(g.compile_seconds_total for g in graphs)
@@ -218,6 +220,9 @@ def graph_breaks(s: Snapshot) -> Iterable[Finding]:
             sites[e.location] = (e.name, e.detail)
     for loc, (name, detail) in sites.items():
         where = f" at {short_location(loc)}" if loc else ""
+        if _UNRESUMABLE in detail:
+            yield _unresumable_break(s, name, where, loc, detail)
+            continue
         yield Finding(
             f"graph break in {name}{where}: {detail}. Dynamo splits the function there "
             "into separate graphs with Python in between; rewrite that line so it can be "
@@ -229,11 +234,80 @@ def graph_breaks(s: Snapshot) -> Iterable[Finding]:
                       "warning", None, 0.0, "graph_break")
 
 
+_XLA_VALUE_ACCESS = "access tensor value before"  # torch_xla's cause text
+
+
+def _value_access_graphs(s: Snapshot) -> list[GraphRecord]:
+    return [g for g in s.graphs if g.engine == "torch_xla"
+            and any(_XLA_VALUE_ACCESS in c.description for c in g.causes)]
+
+
+def xla_value_access(s: Snapshot) -> Iterable[Finding]:
+    """torch_xla compiled a graph because the program read a tensor's value
+    (``.item()``, ``print``, ``if t:``) before ``torch_xla.sync()``: each step
+    then runs the graph up to that line on its own and waits for the result."""
+    by_site: dict[str | None, list[GraphRecord]] = defaultdict(list)
+    for g in _value_access_graphs(s):
+        site = next((c.location for c in g.causes if _XLA_VALUE_ACCESS in c.description), None)
+        by_site[site].append(g)
+    steps = s.counter("MarkStep")
+    d2h = s.distribution("TransferFromDeviceTime")
+    for site, graphs in by_site.items():
+        compiles = sum(g.compiles for g in graphs)
+        compiled = sum(g.compile_seconds_total for g in graphs)
+        waited = d2h.total / 1e9 if d2h is not None and len(by_site) == 1 else 0.0
+        where = f" at {short_location(site)}" if site else ""
+        reads = (f"; {d2h.count} device->host reads in {steps} steps "
+                 f"({d2h.count / steps:.1f} per step, {_seconds(waited)} waiting, measured)"
+                 if d2h is not None and steps and waited else "")
+        yield Finding(
+            f"value access before sync{where}: the program reads a tensor's value there "
+            "before torch_xla.sync() (torch_xla: \"most likely user code trying to access "
+            "tensor value before torch_xla.sync\"), so each step cuts its graph at that line, "
+            f"runs the part so far and waits for it ({compiles} extra graph"
+            f"{'s' * (compiles > 1)} compiled, {_seconds(compiled)}{reads}). Move the .item() "
+            "/ print after torch_xla.sync(), or read the value every N steps.",
+            "warning", site, compiled + waited, "value_access_before_sync")
+
+
+_UNRESUMABLE = "[unresumable]"  # metrics.engines.torch_compile.UNRESUMABLE
+
+
+def _unresumable_break(s: Snapshot, name: str, where: str, loc: str | None,
+                       detail: str) -> Finding:
+    """A graph break Dynamo cannot resume from: the whole function runs eagerly.
+    Its cost: the calls' wall time outside compiled graphs (measured)."""
+    reason, _, hints = detail.partition(_UNRESUMABLE)
+    hint = " ".join(h.strip() for h in hints.split("Hint:") if h.strip())
+    wall = s.distribution("EagerFallbackTime")
+    inside = s.distribution("ExecuteTime")
+    cost, measured = 0.0, ""
+    if wall is not None and wall.count and wall.total > 0:
+        outside = max(0.0, wall.total - (inside.total if inside is not None else 0.0)) / 1e9
+        steps = s.distribution("StepTime")
+        if steps is not None and steps.total > 0:
+            share, of = min(1.0, outside * 1e9 / steps.total), "of step time"
+        else:
+            share, of = outside * 1e9 / wall.total, f"of its {wall.count} calls' time"
+        cost = outside
+        measured = (f": {share:.0%} {of} is spent outside compiled graphs "
+                    f"({_seconds(outside)} of {_seconds(wall.total / 1e9)}, measured)")
+    advice = f" Dynamo's hint: {hint.rstrip('.')}." if hint else ""
+    return Finding(
+        f"graph break in {name}{where} that Dynamo cannot resume from: "
+        f"{reason.strip().rstrip('.')}. Dynamo gave up on the whole function and runs it "
+        f"eagerly on every call{measured}.{advice} Or move that code out of the compiled "
+        "function and compile the parts around it.",
+        "warning", loc, cost, "graph_break")
+
+
 def cpu_fallbacks(s: Snapshot) -> Iterable[Finding]:
     """torch_xla's ``aten::`` counters: ops that ran on the CPU instead of XLA."""
     for c in s.counters:
         if not c.name.startswith("aten::") or not c.value:
             continue
+        if c.name == "aten::_local_scalar_dense" and _value_access_graphs(s):
+            continue  # named with its line by xla_value_access
         if c.name == "aten::_local_scalar_dense":
             msg = (f"{c.name} ran {c.value} times: a device tensor's value was read on the "
                    "host (.item(), printing, Python control flow on a tensor); each read "
@@ -298,7 +372,7 @@ def nothing_recorded(s: Snapshot) -> Iterable[Finding]:
 
 RULES: tuple[Callable[[Snapshot], Iterable[Finding]], ...] = (
     no_engine, recompiles, eager_ops, host_syncs, compile_share, memory_pressure, graph_breaks,
-    cpu_fallbacks, hook_errors, kept_out, nothing_recorded,
+    xla_value_access, cpu_fallbacks, hook_errors, kept_out, nothing_recorded,
 )
 
 

@@ -60,9 +60,16 @@ def valid_names() -> list[str]:
     return sorted(ENGINES)
 
 
+def _imported(module: str) -> bool:
+    """``module`` is imported and its body finished: one still importing (torch
+    finishing inside ``import torch_xla``) is waited for, never half-loaded."""
+    m = sys.modules.get(module)
+    return m is not None and not getattr(getattr(m, "__spec__", None), "_initializing", False)
+
+
 def detect() -> list[str]:
     """Engines whose library the program has already imported."""
-    found = [name for name, (_, module) in ENGINES.items() if module in sys.modules]
+    found = [name for name, (_, module) in ENGINES.items() if _imported(module)]
     return [n for n in found if not any(s in found for s in SUPERSEDED_BY.get(n, ()))]
 
 

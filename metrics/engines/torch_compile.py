@@ -11,9 +11,17 @@ hook watches Dynamo from the outside:
   input signature (symbolic sizes included), so it is stable across runs and
   when the source moves. The signature lists the user's inputs
   (``x: f32[s77,3]``); parameters and buffers count in the hash only.
-* Recompile causes: Dynamo's guard-failure text from its compilation
-  metrics (``tensor 'x' size mismatch at index 0. expected 4, actual 8``),
-  parsed into argument / before / after, with the user's call site.
+* Recompile causes: Dynamo's guard-failure text (``tensor 'x' size mismatch
+  at index 0. expected 4, actual 8``, ``GLOBAL_STATE changed: grad_mode``,
+  ``n == 2``, ``___check_obj_id(...)``), parsed into argument / before /
+  after, with the user's call site. Dynamo checks every cached graph and its
+  metrics keep the first failure only; the hook sees them all and keeps the
+  first that is not a global-state change (after an eval graph under
+  ``no_grad``, a training call at a new size is a size change). Python
+  numbers' new values are read off the frame.
+* A backend (Inductor FX/AOT) cache hit is still a Dynamo (re)compile: it
+  counts in the ledger as a compile with Dynamo's time and its cause, and as
+  a cache hit (``CachedCompile``; the event says "backend cache hit").
 * Graph breaks (``GraphBreaks``, and a ``graph_break`` event with the reason
   and the user's line).
 * Executions of each compiled graph and their time (``ExecuteComputation``,
@@ -37,6 +45,8 @@ crashes; ``TorchCompileEngine.degraded`` lists what was unavailable):
   ``CompilationMetrics`` record; needs ``config.log_compilation_metrics``)
 * ``torch._dynamo.symbolic_convert.InstructionTranslatorBase.log_graph_break``
   (wrapped: one graph break; ``exc.gb_type``, ``exc.real_stack``)
+* ``torch._dynamo.convert_frame.get_and_maybe_log_recompilation_reasons``
+  (wrapped: every cached graph's guard failure and the frame's locals)
 * ``torch.fx._lazy_graph_module._LazyGraphModule`` (resolved before wrapping,
   as Dynamo itself does)
 """
@@ -77,8 +87,17 @@ _MISMATCH = re.compile(
 _DTYPE = re.compile(r"tensor '(?P<arg>[^']+)' dtype mismatch\. expected (?P<exp>\S+), "
                     r"actual (?P<act>\S+)")
 _TENSOR = re.compile(r"tensor '(?P<arg>[^']+)'")
+_VALUE_GUARD = re.compile(r"^(?P<src>[\w.\[\]'\"]+) == (?P<val>-?[\w.+-]+)$")
+_LEN_GUARD = re.compile(r"^len\((?P<src>[^()]+)\) == (?P<val>\d+)$")
+_GUARD_COMMENT = re.compile(r"\s+#.*$")
+_SCALARS = (bool, int, float)
 _RESUME = re.compile(r"^torch_dynamo_resume_in_(?P<fn>.+)_at_(?P<line>\d+)$")
 _EXPLANATION = re.compile(r"Explanation:\s*(?P<text>.+)")
+_HINT = re.compile(r"^\s*Hint:\s*(?P<text>.+)$", re.MULTILINE)
+UNRESUMABLE = "[unresumable]"  # in a graph_break event's detail, before Dynamo's hints
+_FALLS_BACK = "falling back to eager"  # Dynamo's words when it gives up on the whole frame
+# Code objects of frames Dynamo gave up on: their calls are timed (EagerFallbackTime).
+_eager_codes: set[Any] = set()
 
 _tls = threading.local()
 _active: TorchCompileEngine | None = None
@@ -92,11 +111,30 @@ def source_name(source: str) -> str:
     return s
 
 
+def choose_reason(reasons: list[str]) -> str:
+    """The guard failure that explains a recompile, out of one per cached
+    graph: an entry that failed on global state (grad mode) was compiled for
+    the other mode, so the first failure of another kind is the real change."""
+    for r in reasons:
+        if "GLOBAL_STATE changed" not in r:
+            return r
+    return reasons[0]
+
+
+def guard_text(reason: str) -> str:
+    """A guard failure's first line without its compile id and Dynamo's
+    trailing ``# source  # file:line`` comment."""
+    first = reason.strip().splitlines()[0] if reason.strip() else reason
+    return _GUARD_COMMENT.sub("", _COMPILE_ID.sub("", first)).strip()
+
+
 def parse_recompile_reason(reason: str, now: float, location: str | None,
-                           before_types: dict[str, str] | None = None) -> RecompileCause:
+                           before_types: dict[str, str] | None = None,
+                           values: dict[str, str] | None = None) -> RecompileCause:
     """One guard-failure line -> a cause; ``before_types`` maps argument names
-    to the type the failing graph was compiled for (``f32[4,3]``)."""
-    text = _COMPILE_ID.sub("", reason.strip().splitlines()[0] if reason.strip() else reason)
+    to the type the failing graph was compiled for (``f32[4,3]``), ``values``
+    the Python numbers (and lengths) the frame was called with this time."""
+    text = guard_text(reason)
     arg = before = after = None
     m = _MISMATCH.search(text)
     if m:
@@ -115,6 +153,10 @@ def parse_recompile_reason(reason: str, now: float, location: str | None,
         arg, before, after = m.group("arg"), m.group("exp"), m.group("act")
     elif (m := _TENSOR.search(text)) is not None:
         arg = m.group("arg")
+    elif (m := _VALUE_GUARD.match(text) or _LEN_GUARD.match(text)) is not None:
+        arg = source_name(m.group("src"))
+        key = f"len({arg})" if text.startswith("len(") else arg
+        before, after = m.group("val"), (values or {}).get(key)
     return RecompileCause(time_unix=now, description=text, location=location,
                           argument=arg, before=before, after=after)
 
@@ -171,6 +213,7 @@ class TorchCompileEngine:
         self._exec_count = counter(names.EXECUTE_COUNT)
         self._exec_time = dist(names.EXECUTE_TIME)
         self._graph_breaks = counter(names.GRAPH_BREAKS)
+        self._eager_time = dist(names.EAGER_FALLBACK_TIME)
         # Calls of compiled graphs: one append each, folded before reads.
         self.calls = recorder.journal(self._fold_calls)
         self.calls_queue = self.calls.queue
@@ -184,8 +227,9 @@ class TorchCompileEngine:
         _active = self
         if "torch._dynamo" in sys.modules:
             self.hook_dynamo()
-        else:
-            self._patches.apply(torch, "compile", _wrap_torch_compile)
+        # Hooks Dynamo on first use, and times what it returns once Dynamo
+        # gives up on that frame (an unresumable graph break).
+        self._patches.apply(torch, "compile", _wrap_torch_compile)
 
     def uninstall(self) -> None:
         global _active
@@ -216,6 +260,14 @@ class TorchCompileEngine:
                                          "no recompile causes, graphs recorded without them")
             self._patches.apply(symbolic_convert.InstructionTranslatorBase, "log_graph_break",
                         _wrap_log_graph_break, ("self", "code_options", "reason", "exc"))
+            try:
+                from torch._dynamo import convert_frame
+            except Exception as e:  # noqa: BLE001
+                self.degraded.append(f"torch._dynamo.convert_frame unavailable: {e}")
+            else:
+                # Every cached graph's guard failure (metrics keep only the first).
+                patch(convert_frame, "get_and_maybe_log_recompilation_reasons",
+                      _wrap_recompilation_reasons, ("cache_entries", "frame"))
 
     # Callbacks (each runs inside the user's program: guarded) --------------
 
@@ -286,13 +338,19 @@ class TorchCompileEngine:
                 m.inductor_fx_remote_cache_miss_count or 0)
             cache_hit = hits > 0 and misses == 0
             frame_s = m.entire_frame_compile_time_s
-            self._record(graphs, m.recompile_reason, m.compile_id, frame_s, cache_hit,
-                         user_location(self._skip, 3))
+            reason, values = m.recompile_reason, None
+            seen = getattr(_tls, "reasons", None)
+            _tls.reasons = None
+            if reason and seen and seen[0][0] == reason:
+                reason, values = choose_reason(seen[0]), seen[1]
+            self._record(graphs, reason, m.compile_id, frame_s, cache_hit,
+                         user_location(self._skip, 3), values)
         except Exception as e:  # noqa: BLE001
             self.rec.hook_failed("torch_compile.metrics", e)
 
     def _record(self, graphs: list[_Graph], reason: str | None, compile_id: str | None,
-                frame_s: float | None, cache_hit: bool, location: str | None) -> None:
+                frame_s: float | None, cache_hit: bool, location: str | None,
+                values: dict[str, str] | None = None) -> None:
         now = time.time()
         before_types: dict[str, str] | None = None
         if reason:
@@ -305,7 +363,7 @@ class TorchCompileEngine:
                     if cid.split("/")[0] == frame:
                         before_types = self._types_by_compile_id[cid]
                         break
-            cause = parse_recompile_reason(reason, now, location, before_types)
+            cause = parse_recompile_reason(reason, now, location, before_types, values)
         else:
             cause = RecompileCause(time_unix=now, description=FIRST_CALL, location=location)
         backend_total = sum(g.backend_ns for g in graphs) / 1e9
@@ -317,18 +375,19 @@ class TorchCompileEngine:
             if compile_id:
                 self._remember_types(str(compile_id), g.types)
             seconds = g.backend_ns / 1e9 + trace_s / len(graphs)
+            # A backend cache hit is still a Dynamo (re)compile: Dynamo traced the
+            # frame again (its time, its guard failure); only the backend was loaded.
+            ledger.compiled(g.hash, g.name, ENGINE, seconds, g.signature, cause)
+            detail = "" if cause.description == FIRST_CALL else cause.description
             if cache_hit:
                 self._cached.inc()
                 ledger.cache_hit(g.hash, g.name, ENGINE, g.signature)
-                events.emit(ev.CACHE_HIT, g.name, g.hash, "backend cache", location, seconds)
-                continue
-            self._uncached.inc()
-            self._compile_time.observe(g.backend_ns)
-            ledger.compiled(g.hash, g.name, ENGINE, seconds, g.signature, cause)
-            if cause.description == FIRST_CALL:
-                events.emit(ev.COMPILE, g.name, g.hash, "", location, seconds)
+                detail = f"{detail}; backend cache hit" if detail else "backend cache hit"
             else:
-                events.emit(ev.RECOMPILE, g.name, g.hash, cause.description, location, seconds)
+                self._uncached.inc()
+                self._compile_time.observe(g.backend_ns)
+            kind = ev.COMPILE if cause.description == FIRST_CALL else ev.RECOMPILE
+            events.emit(kind, g.name, g.hash, detail, location, seconds)
 
     def _remember_types(self, compile_id: str, types: dict[str, str]) -> None:
         d = self._types_by_compile_id
@@ -350,6 +409,13 @@ class TorchCompileEngine:
                 detail = f"{kind}: {expl.group('text').strip()}"
             else:
                 detail = kind or next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
+            if _FALLS_BACK in str(reason):
+                # Dynamo runs the whole frame eagerly from now on: say so, keep its hints.
+                hints = [h.strip() for h in _HINT.findall(text) if "report an issue" not in h]
+                detail = " ".join([detail, UNRESUMABLE, *(f"Hint: {h}" for h in hints)])
+                root = getattr(getattr(tx, "output", None), "root_tx", None) or tx
+                if getattr(root, "f_code", None) is not None:
+                    _eager_codes.add(root.f_code)
             code = getattr(tx, "f_code", None)
             qualname = getattr(code, "co_qualname", getattr(code, "co_name", "?"))
             self._graph_breaks.inc()
@@ -471,12 +537,88 @@ def _wrap_log_graph_break(original: Callable[..., Any]) -> Callable[..., Any]:
     return log_graph_break
 
 
+def _wrap_recompilation_reasons(original: Callable[..., Any]) -> Callable[..., Any]:
+    def get_and_maybe_log_recompilation_reasons(cache_entries: Any, frame: Any, *args: Any,
+                                                **kwargs: Any) -> Any:
+        reasons = original(cache_entries, frame, *args, **kwargs)
+        if _active is not None and reasons:
+            try:
+                _tls.reasons = (list(reasons), _frame_values(frame))
+            except Exception as e:  # noqa: BLE001
+                _active.rec.hook_failed("torch_compile.reasons", e)
+        return reasons
+
+    get_and_maybe_log_recompilation_reasons.__wrapped__ = original  # type: ignore[attr-defined]
+    return get_and_maybe_log_recompilation_reasons
+
+
+def _frame_values(frame: Any) -> dict[str, str]:
+    """The frame's Python numbers and sequence lengths, for value guards
+    (``n == 2``, ``len(xs) == 2``): what they are on this call."""
+    out: dict[str, str] = {}
+    for name, value in frame.f_locals.items():
+        if type(value) in _SCALARS:
+            out[name] = repr(value)
+        elif type(value) in (list, tuple, dict):
+            out[f"len({name})"] = str(len(value))
+    return out
+
+
 def _wrap_torch_compile(original: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
     def compile(*args: Any, **kwargs: Any) -> Any:  # noqa: A001 - torch's own name
         eng = _active
         if eng is not None:
             eng.hook_dynamo()
-        return original(*args, **kwargs)
+        out = original(*args, **kwargs)
+        model = args[0] if args else kwargs.get("model")
+        if model is None:  # torch.compile(backend=...) used as a decorator factory
+            return _then_time(out) if callable(out) else out
+        return _time_compiled(model, out)
 
     return compile
+
+
+def _then_time(decorate: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(decorate)
+    def decorator(model: Any) -> Any:
+        return _time_compiled(model, decorate(model))
+
+    return decorator
+
+
+def _time_compiled(model: Any, compiled: Any) -> Any:
+    """``compiled`` with its calls timed once Dynamo gave up on ``model``'s
+    frame; untouched when that cannot be done safely."""
+    try:
+        if isinstance(model, torch.nn.Module):
+            code = getattr(getattr(type(model), "forward", None), "__code__", None)
+            forward = getattr(compiled, "forward", None)
+            if code is not None and forward is not None and "forward" in vars(compiled):
+                compiled.forward = _timed(forward, code)
+            return compiled
+        code = getattr(model, "__code__", None)
+        return _timed(compiled, code) if code is not None and callable(compiled) else compiled
+    except Exception as e:  # noqa: BLE001
+        if _active is not None:
+            _active.rec.hook_failed("torch_compile.time", e)
+        return compiled
+
+
+def _timed(fn: Callable[..., Any], code: Any) -> Callable[..., Any]:
+    clock = time.monotonic_ns
+    compiling = torch.compiler.is_compiling
+
+    @functools.wraps(fn)
+    def timed(*args: Any, **kwargs: Any) -> Any:
+        if compiling() or code not in _eager_codes or _active is None:
+            return fn(*args, **kwargs)
+        start = clock()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            eng = _active
+            if eng is not None:
+                eng._eager_time.observe(clock() - start)
+
+    return timed

@@ -57,6 +57,10 @@ from tpu_info.model import (
 
 ENGINE = "torch_xla"
 LEVEL_VAR, FILE_VAR = "PT_XLA_DEBUG_LEVEL", "PT_XLA_DEBUG_FILE"
+# The pid whose hook made PT_XLA_DEBUG_FILE: a worker that inherits the
+# variable (torch_xla.launch, xmp.spawn) makes its own file instead.
+OWNER_VAR = "TPU_INFO_XLA_DEBUG_OWNER"
+VALUE_ACCESS = "access tensor value before"  # torch_xla's cause for .item() before the sync
 _KNOWN_UNITS = {"InboundData": Unit.BYTES, "OutboundData": Unit.BYTES,
                 "TensorsGraphSize": Unit.NUMBER, "InputOutputAliasCount": Unit.NUMBER}
 
@@ -83,6 +87,7 @@ class TorchXlaEngine:
         self._env = os.environ if env is None else env
         self._debug_dir = debug_dir
         self._tail: DebugTail | None = None
+        self._pid = os.getpid()
         self._own_file = False
         self._base = _foreign.Baseline()
         self._units: dict[str, Unit] = dict(_KNOWN_UNITS)
@@ -106,6 +111,12 @@ class TorchXlaEngine:
 
     def _capture_analyses(self) -> None:
         env = self._env
+        self._pid = os.getpid()
+        owner = env.get(OWNER_VAR)
+        if env.get(FILE_VAR) and owner and owner != str(self._pid):
+            # Inherited from the hooked parent: that file is the parent's.
+            for var in (FILE_VAR, LEVEL_VAR, OWNER_VAR):
+                env.pop(var, None)
         if env.get(FILE_VAR):
             self._tail = DebugTail(env[FILE_VAR])
             if not env.get(LEVEL_VAR) and not env.get("PT_XLA_DEBUG"):
@@ -122,8 +133,9 @@ class TorchXlaEngine:
         except OSError as e:
             self.degraded.append(f"no file for torch_xla's compile analyses: {e}")
             return
-        env[LEVEL_VAR], env[FILE_VAR] = "1", path
+        env[LEVEL_VAR], env[FILE_VAR], env[OWNER_VAR] = "1", path, str(self._pid)
         self._tail, self._own_file = DebugTail(path), True
+        self._hook_spawn()
         atexit.register(self._tail.remove)
         if (met.counter_value("UncachedCompile") or 0) > 0:
             self.degraded.append("torch_xla compiled before install(): it may have read "
@@ -159,11 +171,27 @@ class TorchXlaEngine:
                                                tuple((float(t), float(v)) for t, v in samples)))
         return counters, dists
 
+    def _hook_spawn(self) -> None:
+        """Workers of ``torch_xla.launch`` / ``xmp.spawn`` start without our
+        debug file (a hooked worker makes its own): torch_xla would append
+        their analyses to it, and this process would list their graphs."""
+        try:
+            from torch_xla._internal import pjrt
+        except Exception as e:  # noqa: BLE001
+            self.degraded.append(f"torch_xla._internal.pjrt unavailable: {e}")
+            return
+        if not hasattr(pjrt, "spawn"):
+            self.degraded.append("torch_xla._internal.pjrt.spawn missing: workers inherit the "
+                                 "debug file")
+            return
+        if not getattr(pjrt.spawn, "_tpu_info", False):
+            pjrt.spawn = _spawn_without_debug_file(pjrt.spawn, self._env)
+
     def poll_analyses(self) -> int:
         """Reads new compile analyses into the ledger; returns how many."""
         tail = self._tail
-        if tail is None:
-            return 0
+        if tail is None or self._pid != os.getpid():
+            return 0  # a forked child: the file is its parent's
         with self._lock:
             try:
                 blocks = tail.read()
@@ -192,7 +220,10 @@ class TorchXlaEngine:
         previous = self._last_at.get(name)
         self._last_at[name] = block
         if previous is None:
-            description = FIRST_CALL
+            # A value read before the sync is news even on its first compile:
+            # keep torch_xla's own words (findings.xla_value_access names it).
+            description = (f"torch_xla: {block.cause}" if VALUE_ACCESS in block.cause
+                           else FIRST_CALL)
         else:
             changes = []
             if previous.inputs != block.inputs:
@@ -247,6 +278,21 @@ class TorchXlaEngine:
 
     def versions(self) -> dict[str, str]:
         return {"torch": torch.__version__, "torch_xla": torch_xla.__version__}
+
+
+def _spawn_without_debug_file(original: Any, env: Any) -> Any:
+    def spawn(fn: Any, nprocs: Any = None, *args: Any, **kwargs: Any) -> Any:
+        if nprocs == 1 or _active is None:
+            return original(fn, nprocs, *args, **kwargs)  # nprocs 1: fn runs in this process
+        saved = {v: env.pop(v) for v in (FILE_VAR, LEVEL_VAR, OWNER_VAR) if v in env}
+        try:
+            return original(fn, nprocs, *args, **kwargs)
+        finally:
+            env.update(saved)
+
+    spawn._tpu_info = True  # type: ignore[attr-defined]
+    spawn.__wrapped__ = original  # type: ignore[attr-defined]
+    return spawn
 
 
 def create(recorder: Recorder, explain_cache_misses: bool = True, **_: Any) -> TorchXlaEngine:
