@@ -213,7 +213,8 @@ print(json.dumps({
                 [[c.description, c.location] for c in g.causes]] for g in s.graphs],
     "counters": {c.name: c.value for c in s.counters},
     "events": [[e.kind, e.detail] for e in s.events if e.kind in ("compile", "recompile")],
-    "findings": [[f.kind, re.sub(r"\(\d[\d.]* m?s compiling\)", "(T)", f.message)]
+    "findings": [[f.kind, re.sub(r"\(\d[\d.]* m?s compiling(, \d+ backend cache hits?)?\)", "(T)",
+                                   f.message)]
                  for f in findings.find(s)],
 }))
 """
