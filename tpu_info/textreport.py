@@ -20,7 +20,7 @@ from collections.abc import Iterable, Sequence
 
 from tpu_info.findings import find, short_location
 from tpu_info.model import CounterReading, DistributionReading, GraphRecord, Snapshot, Unit
-from tpu_info.views import presentable
+from tpu_info.views import TargetView, no_findings_text, presentable
 
 # (suffix, nanoseconds, digits) from the largest part down to milliseconds;
 # microseconds with three decimals close every time value.
@@ -120,8 +120,10 @@ def metrics_report(snapshot: Snapshot, top_graphs: int = 10) -> str:
     lines += _graph_lines(snapshot.graphs, top_graphs)
     findings = find(snapshot)
     if findings:
-        lines.append("Findings:")
-        lines += [f"  - {f.message}" for f in findings]
+        lines.append("Findings:")  # costliest first
+        lines += [f"  - [{f.kind}] {f.message}" for f in findings]
+    elif lines:
+        lines += ["Findings:", f"  {no_findings_text([TargetView('', snapshot)])}"]
     return "\n".join(lines) + "\n" if lines else ""
 
 
