@@ -192,9 +192,9 @@ def eager_ops(s: Snapshot) -> Iterable[Finding]:
     step = step_function(s)
     if step is not None:
         line = f"the function that holds {short_location(site)}" if site else "that function"
-        advice = (f"It runs outside {step}, the step (the step itself is jitted): it is "
-                  "evaluation, metrics or initialisation code (e.g. an accuracy/eval "
-                  f"function). jit {line}, so it compiles once per shape as one graph.")
+        advice = (f"The step, {step}, is already jitted, so this is code outside it "
+                  "(evaluation, metrics or initialisation, e.g. an accuracy/eval function): "
+                  f"jit {line}, so it compiles once per shape as one graph.")
     else:
         advice = "Wrap the loop body in jax.jit (jit the step function)."
     c = cost_of(s, seconds, len(tiny))
