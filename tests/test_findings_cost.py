@@ -360,8 +360,7 @@ EAGER_PROGRAM = textwrap.dedent("""
         if i % 2 == 0:
             acc = accuracy(w, jnp.ones((16 + i, 8)))
     for f in find(metrics.snapshot()):
-        print(f.kind, f.location, f.per_step, f.seconds_per_step, f.share_of_step, "|",
-              f.message)
+        print(f.kind, f.location, getattr(f, "per_step", None), "|", f.message)
 """)
 
 

@@ -274,7 +274,7 @@ def memory_pressure(s: Snapshot) -> Iterable[Finding]:
                       "info", None, 0.0, "memory_uneven")
 
 
-_UNRESUMABLE_RE = re.compile(r"cannot resume|unresumable|can't resume|skipping frame", re.I)
+_UNRESUMABLE_RE = re.compile(r"cannot resume|unresumable|can.t resume", re.I)
 _HINT_RE = re.compile(r"\bHint:\s*(?P<hint>[^\n]+)")
 
 
@@ -290,7 +290,9 @@ def _unresumable(s: Snapshot, name: str, where: str, loc: str | None,
     if st is not None and st.seconds_total and ex is not None and ex.count:
         outside = max(0.0, st.seconds_total - ex.total / 1e9)
     if outside is None:
-        cost_words, fields = "its share of step time is not known (no timed steps)", {}
+        why = ("no timed steps" if st is None or not st.seconds_total
+               else "the compiled graphs' time is not recorded")
+        cost_words, fields = f"its share of step time is not known ({why})", {}
     else:
         c = cost_of(s, outside, None, "estimated as step time minus compiled-graph time")
         cost_words = (f"{share_words(c.share_of_step or 0.0)} of step time runs outside "
@@ -319,7 +321,7 @@ def graph_breaks(s: Snapshot) -> Iterable[Finding]:
             yield _unresumable(s, name, where, loc, detail)
             continue
         yield Finding(
-            f"graph break in {name}{where}: {detail}. Dynamo splits the function there "
+            f"graph break in {name}{where}: {detail.rstrip('.')}. Dynamo splits the function there "
             "into separate graphs with Python in between; rewrite that line so it can be "
             "traced (torch._dynamo.explain(fn)(*args) lists every break).",
             "warning", loc, 0.0, "graph_break")
