@@ -385,3 +385,16 @@ def test_real_jax_eager_eval_recompile_and_sync(tmp_path: Path):
     assert "per_step_sync" in by_kind and "1.0 per step" in by_kind["per_step_sync"]
     kinds = list(by_kind)
     assert kinds.index("eager_ops") < kinds.index("recompile_short_last_batch")
+
+
+def test_torch_xla_value_reads_and_syncs_get_torch_xla_advice():
+    xla = ProcessRecord(pid=3, name="t.py", engine="torch_xla")
+    d2h = DistributionReading("TransferFromDeviceTime", Unit.TIME_NS, 100, 8.4e6, 8e4, 9e4)
+    s = Snapshot(0.0, xla, counters=(CounterReading("MarkStep", 100),
+                                     CounterReading("aten::_local_scalar_dense", 100)),
+                 distributions=(d2h,))
+    read = _one(s, "value_read")
+    assert read.count == 100 and read.per_step == 1.0 and "1.0 per step" in read.message
+    assert "after torch_xla.sync()" in read.message
+    sync = _one(s, "per_step_sync")
+    assert "loss.item()" in sync.message and "jax" not in sync.message

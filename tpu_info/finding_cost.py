@@ -126,6 +126,14 @@ def cost_of(s: Snapshot, seconds: float, count: int | None, estimated: str = "")
     return Cost(max(0.0, seconds), count, bool(estimated), estimated, steps_of(s))
 
 
+def engine_of(s: Snapshot) -> str:
+    """The snapshot's engine (``jax``, ``torch_compile``, ``torch_xla``), for
+    advice in that engine's words; empty when unknown."""
+    if s.process is not None and s.process.engine:
+        return s.process.engine.split(",")[0].split(" ")[0]
+    return next((g.engine for g in s.graphs), "")
+
+
 def rank_key(f: Any) -> tuple[float, float, int]:
     """Costliest first (seconds lost, then share of step time); warnings before
     info at equal cost."""

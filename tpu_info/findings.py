@@ -20,9 +20,17 @@ import os
 import re
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
 
 from tpu_info.causes import CauseKind, classify, warm_up
-from tpu_info.finding_cost import cost_of, duration, rank_key, share_words, steps_of
+from tpu_info.finding_cost import (
+    cost_of,
+    duration,
+    engine_of,
+    rank_key,
+    share_words,
+    steps_of,
+)
 from tpu_info.model import (
     FIRST_CALL,
     Finding,
@@ -93,8 +101,10 @@ def recompiles(s: Snapshot) -> Iterable[Finding]:
             continue
         c = cost_of(s, lost, compiles - 1)
         msg = (f"{name} compiled {compiles} times ({_seconds(total)} compiling, {c.tail()}) "
-               "for different inputs, with no cause recorded. Keep its input shapes fixed or "
-               "run it inside jit.")
+               "for different inputs, with no cause recorded. "
+               + ("Keep its input shapes fixed or run it inside jit." if engine_of(s) == "jax"
+                  else "Keep its input shapes fixed (or mark the changing dimension dynamic: "
+                  "torch._dynamo.mark_dynamic(x, dim))."))
         yield Finding(msg, "warning", None, kind="recompile_no_cause", **c.fields())
 
 
@@ -215,12 +225,6 @@ _CACHE_ADVICE = {
 }
 
 
-def _engine(s: Snapshot) -> str:
-    if s.process is not None and s.process.engine:
-        return s.process.engine.split(",")[0].split(" ")[0]
-    return next((g.engine for g in s.graphs), "")
-
-
 def compile_share(s: Snapshot) -> Iterable[Finding]:
     """Compiling took a large share of the program's life."""
     ct = s.distribution("CompileTime")
@@ -245,7 +249,7 @@ def compile_share(s: Snapshot) -> Iterable[Finding]:
         yield Finding(f"{head}: check the recompiles above.", "info", None, 0.0,
                       "compile_share")
         return
-    engine = _engine(s)
+    engine = engine_of(s)
     if engine == "torch_xla" and ct.count <= 3:
         yield Finding(f"{head}: torch_xla compiles its first steps (warm-up), a start-up "
                       "cost that a longer run pays once.", "info", None, 0.0, "compile_share")
@@ -337,15 +341,23 @@ def cpu_fallbacks(s: Snapshot) -> Iterable[Finding]:
         if not c.name.startswith("aten::") or not c.value:
             continue
         if c.name == "aten::_local_scalar_dense":
-            msg = (f"{c.name} ran {c.value} times: a device tensor's value was read on the "
-                   "host (.item(), printing, Python control flow on a tensor); each read "
-                   "waits for the device and cuts the graph. Read values every N steps.")
+            cost = cost_of(s, 0.0, c.value)
+            often = (f"{cost.per_step:.1f} per step" if cost.per_step is not None
+                     else "steps are not known")
+            yield Finding(
+                f"{c.name} ran {c.value} times ({often}; its time is in TransferFromDeviceTime): "
+                "a device tensor's value was read on the host (.item(), printing, Python "
+                "control flow on a tensor); each read waits for the device, and a read "
+                "before torch_xla.sync() cuts the graph and compiles an extra one. Read "
+                "values every N steps, after torch_xla.sync().", "warning", None,
+                kind="value_read", count=c.value, per_step=cost.per_step)
+            continue
         else:
             msg = (f"{c.name} ran on the CPU {c.value} times: it falls back to the CPU "
                    "(no XLA lowering), so each call copies its inputs to the host and the "
                    "result back. Replace it with ops that lower, or keep it out of the step; "
                    "see torch_xla's TROUBLESHOOTING.md on aten:: counters.")
-        yield Finding(msg, "warning", None, 0.0, "cpu_fallback")
+        yield Finding(msg, "warning", None, 0.0, "cpu_fallback", count=c.value)
 
 
 def hook_errors(s: Snapshot) -> Iterable[Finding]:
@@ -450,5 +462,6 @@ def find(snapshot: Snapshot) -> list[Finding]:
     out: list[Finding] = []
     for rule in RULES:
         out.extend(rule(snapshot))
+    out = [f if f.kind else replace(f, kind="other") for f in out]  # kind is always set
     out.sort(key=rank_key)
     return out

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from tpu_info.finding_cost import Cost, cost_of, duration, size_words
+from tpu_info.finding_cost import Cost, cost_of, duration, engine_of, size_words
 from tpu_info.model import Finding, SiteKind, SiteReading, Snapshot
 
 # A site is a finding when it ran in at least half the steps (or, steps
@@ -134,6 +134,15 @@ def site_findings(s: Snapshot) -> Iterable[Finding]:
                 yield f
 
 
+_EXPLICIT_ADVICE = {
+    "jax": "Fetch values to the host every N steps instead (jax.device_get of a value "
+           "accumulated on the device).",
+    "torch_xla": "Read values (loss.item()) every N steps, after torch_xla.sync(), and "
+                 "accumulate on the device in between.",
+    "": "Fetch values to the host every N steps instead (accumulate them on the device).",
+}
+
+
 def explicit_syncs(s: Snapshot) -> Iterable[Finding]:
     """Device->host transfers in (nearly) every step that no sync line accounts
     for (explicit ``device_get``, or an older hook without sites)."""
@@ -147,8 +156,8 @@ def explicit_syncs(s: Snapshot) -> Iterable[Finding]:
     if count < 0.9 * c0.steps.count:
         return
     c = cost_of(s, seconds, count)
+    advice = _EXPLICIT_ADVICE.get(engine_of(s), _EXPLICIT_ADVICE[""])
     yield Finding(
         f"device->host transfers every step ({c.words()}): each one waits for the device. "
-        "Fetch values to the host every N steps instead (jax.device_get of a value "
-        "accumulated on the device).",
+        f"{advice}",
         "warning", None, kind="per_step_sync", **c.fields())
