@@ -398,3 +398,15 @@ def test_torch_xla_value_reads_and_syncs_get_torch_xla_advice():
     assert "after torch_xla.sync()" in read.message
     sync = _one(s, "per_step_sync")
     assert "loss.item()" in sync.message and "jax" not in sync.message
+
+
+def test_no_compilation_cache_advice_when_a_third_of_compiling_is_eager_ops():
+    tiny = tuple(GraphRecord(f"{i:064x}", "jit(add)", "jax", 1.0, 1.0, compiles=1,
+                             compile_seconds_total=0.05) for i in range(40))
+    big = (GraphRecord("f" * 64, "jit(train_step)", "jax", 1.0, 1.0, compiles=1,
+                       compile_seconds_total=4.0),)
+    ct = DistributionReading("CompileTime", Unit.TIME_NS, 41, 6e9, 0.05e9, 4e9)
+    s = Snapshot(0.0, JAX, graphs=tiny + big, distributions=(ct,), uptime_seconds=10.0)
+    f = _one(s, "compile_share")
+    assert "33% of it single-operation graphs of eager code" in f.message
+    assert "persistent compilation cache" not in f.message
