@@ -34,7 +34,7 @@ def test_recompile_finding_names_argument_and_line():
         GraphRecord("b" * 64, "jit(step)", "jax", 2.0, 2.0, compiles=1,
                     compile_seconds_total=0.4, compile_seconds_last=0.4, causes=(cause,))))
     (f,) = recompiles(s)
-    assert f.kind == "short last batch"
+    assert f.kind == "recompile_short_last_batch"
     assert "train.py:88" in f.message and "Pad or bucket the last batch" in f.message
     assert abs(f.seconds_lost - 0.4) < 1e-9
 
@@ -286,7 +286,7 @@ def test_one_finding_per_cause_kind_of_a_function():
         GraphRecord("c" * 64, "jit(step)", "jax", 3.0, 3.0, compiles=1,
                     compile_seconds_total=0.3, compile_seconds_last=0.3, causes=(short,))))
     fs = sorted(recompiles(s), key=lambda f: -f.seconds_lost)
-    assert [f.kind for f in fs] == ["weak type", "short last batch"], fs
+    assert [f.kind for f in fs] == ["recompile_weak_type", "recompile_short_last_batch"], fs
     assert "recompiled 1 time for weak type" in fs[0].message and "jnp.float32" in fs[0].message
     assert abs(fs[0].seconds_lost - 0.4) < 1e-9 and abs(fs[1].seconds_lost - 0.3) < 1e-9
     assert "(short last batch)" in fs[1].message and _PAD in fs[1].message

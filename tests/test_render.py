@@ -171,6 +171,11 @@ def _validate(instance, schema, path="$"):  # type: ignore[no-untyped-def]
                                                           and isinstance(instance, bool))
                  for n in names)
         assert ok, f"{path}: {instance!r} is not {names}"
+    if isinstance(instance, int | float) and not isinstance(instance, bool):
+        assert instance >= schema.get("minimum", instance), f"{path}: below minimum"
+        assert instance <= schema.get("maximum", instance), f"{path}: above maximum"
+    if isinstance(instance, str) and "pattern" in schema:
+        assert re.search(schema["pattern"], instance), f"{path}: {instance!r} does not match"
     if isinstance(instance, dict):
         for key in schema.get("required", []):
             assert key in instance, f"{path}: missing {key}"
@@ -220,7 +225,7 @@ def test_json_values_and_reasons():
     assert 7e6 < h2d["p999_ns"] <= 9.5e6 and h2d["p50_ns"] < h2d["p90_ns"] < h2d["p999_ns"]
     assert jax_t["graphs"][0]["hash"].startswith("3f9a1c0b7d2e")
     assert jax_t["graphs"][1]["last_cause"]["location"] == "/home/alice/project/train.py:88"
-    assert any(f["kind"] == "host_sync" for f in jax_t["findings"])
+    assert any(f["kind"] == "per_step_sync" for f in jax_t["findings"])
     assert torch_t["steps"] is None
     assert "bucket counts" in torch_t["transfers"]["h2d"]["reasons"]["p999_ns"]
     na = {(x["where"], x["reason"]) for x in doc["na"]}

@@ -1,7 +1,12 @@
 """Problems in plain words, computed from a snapshot, worst first.
 
 Each rule is a small pure function of :class:`~tpu_info.model.Snapshot`;
-:func:`find` runs them all and sorts by the time each problem cost.
+:func:`find` runs them all and ranks them by what each problem cost (seconds
+lost, then share of step time). Every finding has a stable ``kind``
+(``recompile_<cause>``, ``per_step_sync``, ``per_step_implicit_transfer``,
+``eager_ops``, ``graph_break_unresumable``, ``compile_share``, ...), the
+user's line where one is known, and its cost per step where steps are known
+(:mod:`tpu_info.finding_cost`).
 
 Example:
     >>> from tpu_info.model import Snapshot
@@ -15,8 +20,17 @@ import os
 import re
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
 
-from tpu_info.causes import classify, warm_up
+from tpu_info.causes import CauseKind, classify, warm_up
+from tpu_info.finding_cost import (
+    cost_of,
+    duration,
+    engine_of,
+    rank_key,
+    share_words,
+    steps_of,
+)
 from tpu_info.model import (
     FIRST_CALL,
     Finding,
@@ -25,6 +39,7 @@ from tpu_info.model import (
     RecompileCause,
     Snapshot,
 )
+from tpu_info.site_findings import explicit_syncs, site_findings
 
 _NON_RECOMPILE = (FIRST_CALL,)
 
@@ -36,8 +51,17 @@ def short_location(location: str | None) -> str:
     return os.path.basename(location)
 
 
-def _seconds(s: float) -> str:
-    return f"{s * 1e3:.0f} ms" if s < 1 else f"{s:.1f} s"
+_seconds = duration
+
+
+def cause_kind_name(k: CauseKind) -> str:
+    """A cause kind as a finding kind: ``second batch size, e.g. evaluation vs
+    training`` -> ``recompile_second_batch_size``; ``global state: grad_mode``
+    -> ``recompile_global_state_grad_mode``."""
+    head, _, tail = k.kind.split(",")[0].partition(":")
+    tail = tail.strip()
+    words = f"{head} {tail}" if tail and " " not in tail else head
+    return "recompile_" + (re.sub(r"[^a-z0-9]+", "_", words.lower()).strip("_") or "other")
 
 
 def _describe(text: str, cause: RecompileCause) -> str:
@@ -75,15 +99,18 @@ def recompiles(s: Snapshot) -> Iterable[Finding]:
                           "info", causes[-1].location, 0.0, "warm_up")
             continue
         if causes:
-            yield from _by_kind(name, compiles, total, lost, graphs, first_site)
+            yield from _by_kind(s, name, compiles, total, lost, graphs, first_site)
             continue
-        msg = (f"{name} compiled {compiles} times ({_seconds(total)} compiling) "
-               "for different inputs. Keep its input shapes fixed or run it inside jit.")
-        loc = None
-        yield Finding(msg, "warning", loc, lost, "recompile")
+        c = cost_of(s, lost, compiles - 1)
+        msg = (f"{name} compiled {compiles} times ({_seconds(total)} compiling, {c.tail()}) "
+               "for different inputs, with no cause recorded. "
+               + ("Keep its input shapes fixed or run it inside jit." if engine_of(s) == "jax"
+                  else "Keep its input shapes fixed (or mark the changing dimension dynamic: "
+                  "torch._dynamo.mark_dynamic(x, dim))."))
+        yield Finding(msg, "warning", None, kind="recompile_no_cause", **c.fields())
 
 
-def _by_kind(name: str, compiles: int, total: float, lost: float,
+def _by_kind(s: Snapshot, name: str, compiles: int, total: float, lost: float,
              graphs: list[GraphRecord], first_site: str | None) -> Iterable[Finding]:
     """One finding per kind of cause (its ``kind`` is the cause's kind), each with
     its latest example and advice; the compile time of each recompiled graph
@@ -102,30 +129,18 @@ def _by_kind(name: str, compiles: int, total: float, lost: float,
         hits = sum(g.cache_hits for g in mine if g.compiles)
         loaded = f", {hits} backend cache hit{'s' * (hits > 1)}" if hits else ""
         if len(kinds) == 1:
-            head = f"{name} compiled {compiles} times ({_seconds(total)} compiling{loaded})"
-            cost = lost
+            c = cost_of(s, lost, max(1, compiles - 1))
+            n = c.count or 0
+            head = (f"{name} compiled {compiles} times ({_seconds(total)} compiling{loaded}; "
+                    f"{n} recompile{'s' * (n != 1)}, {_seconds(lost)}: {c.tail()})")
         else:
-            cost = min(lost, sum(g.compile_seconds_total for _, g in seen))
+            c = cost_of(s, min(lost, sum(g.compile_seconds_total for _, g in seen)), len(seen))
             head = (f"{name} recompiled {len(seen)} time{'s' * (len(seen) > 1)} for "
-                    f"{kind} ({_seconds(cost)} compiling{loaded})")
+                    f"{kind} ({_seconds(c.seconds)} compiling{loaded}, {c.tail()})")
         yield Finding(f"{head}; {_describe(k.text, cause)}. {k.advice}",
-                      "info" if k.expected else "warning", cause.location, cost, k.kind)
+                      "info" if k.expected else "warning", cause.location,
+                      kind=cause_kind_name(k), **c.fields())
 
-
-
-def host_syncs(s: Snapshot) -> Iterable[Finding]:
-    """Device->host transfers in (nearly) every step stall the pipeline."""
-    steps = s.counter("MarkStep")
-    d2h = s.distribution("TransferFromDeviceTime")
-    if steps < 5 or d2h is None or d2h.count < 0.9 * steps:
-        return
-    per_step = d2h.count / steps
-    yield Finding(
-        f"{d2h.count} device->host transfers in {steps} steps ({per_step:.1f} per step, "
-        f"{_seconds(d2h.total / 1e9)} waiting): each one waits for the device. "
-        "Fetch values to the host every N steps instead.",
-        "warning", None, d2h.total / 1e9, "host_sync",
-    )
 
 
 # What eager (un-jitted) JAX code compiles: one graph per primitive and shape.
@@ -144,7 +159,39 @@ _reduce_prod _reduce_sum _reduce_all _reduce_any var std einsum _einsum softmax 
 
 def _single_op(name: str) -> bool:
     m = _SINGLE_OP_RE.match(name)
-    return bool(m) and (m.group("op") in _SINGLE_OPS or m.group("op").startswith("_reduce_"))
+    if not m:
+        return False
+    op = m.group("op")
+    return op in _SINGLE_OPS or op.lstrip("_") in _SINGLE_OPS or op.startswith("_reduce_")
+
+
+_JIT_NAME_RE = re.compile(r"\bjit\([^()]*\)")
+
+
+def step_function(s: Snapshot) -> str | None:
+    """The jitted function a step runs (``jit(train_step)``): named by the
+    inferred steps' basis, else the non-single-op graph called most (10+ times)."""
+    st = steps_of(s)
+    if st is not None and (m := _JIT_NAME_RE.search(st.basis)) and not _single_op(m.group()):
+        return m.group()
+    called = [g for g in s.graphs if (g.executions or 0) >= 10 and not _single_op(g.name)
+              and g.name.startswith("jit(")]
+    return max(called, key=lambda g: g.executions or 0).name if called else None
+
+
+def _eager_sites(s: Snapshot, tiny: list[GraphRecord]) -> list[str]:
+    """The lines that compiled single-op graphs, most frequent first (compile
+    events and graph causes carry them)."""
+    names = {g.hash for g in tiny}
+    sites = [e.location for e in s.events
+             if e.kind == "compile" and e.location and (e.graph_hash in names
+                                                        or _single_op(e.name))]
+    if not sites:
+        sites = [c.location for g in tiny for c in g.causes if c.location]
+    counts: dict[str, int] = defaultdict(int)
+    for loc in sites:
+        counts[loc] += 1
+    return sorted(counts, key=lambda loc: (-counts[loc], loc))
 
 
 def eager_ops(s: Snapshot) -> Iterable[Finding]:
@@ -154,14 +201,35 @@ def eager_ops(s: Snapshot) -> Iterable[Finding]:
         return
     seconds = sum(g.compile_seconds_total for g in tiny)
     ops = sorted({g.name for g in tiny}, key=lambda n: -sum(1 for g in tiny if g.name == n))
-    sites = [c.location for g in tiny for c in g.causes if c.location]
-    site = max(set(sites), key=sites.count) if sites else None
+    sites = _eager_sites(s, tiny)
+    site = sites[0] if sites else None
     where = f" at {short_location(site)}" if site else ""
+    if len(sites) > 1:
+        where += f" (and {len(sites) - 1} other line{'s' * (len(sites) > 2)})"
+    step = step_function(s)
+    if step is not None:
+        line = f"the function that holds {short_location(site)}" if site else "that function"
+        advice = (f"The step, {step}, is already jitted, so this is code outside it "
+                  "(evaluation, metrics or initialisation, e.g. an accuracy/eval function): "
+                  f"jit {line}, so it compiles once per shape as one graph.")
+    else:
+        advice = "Wrap the loop body in jax.jit (jit the step function)."
+    c = cost_of(s, seconds, len(tiny))
     yield Finding(
-        f"{len(tiny)} single-operation graphs compiled ({_seconds(seconds)}; "
-        f"{', '.join(ops[:4])}{', ...' if len(ops) > 4 else ''}): eager, un-jitted code"
-        f"{where} compiles each op for each new shape. Wrap the loop body in jax.jit.",
-        "warning", site, seconds, "eager_ops")
+        f"{len(tiny)} single-operation graphs compiled ({_seconds(seconds)} compiling, "
+        f"{c.tail()}; {', '.join(ops[:4])}{', ...' if len(ops) > 4 else ''}): eager, "
+        f"un-jitted code{where} compiles each op for each new shape. {advice}",
+        "warning", site, kind="eager_ops", **c.fields())
+
+
+_CACHE_ADVICE = {
+    "jax": "Enable the persistent compilation cache (jax.config.update("
+           "'jax_compilation_cache_dir', DIR)) so the next run loads them.",
+    "torch_compile": "Keep Inductor's FX graph cache warm across runs (on by default; point "
+                     "TORCHINDUCTOR_CACHE_DIR at a directory that persists).",
+    "torch_xla": "Enable torch_xla's persistent cache (torch_xla.runtime.initialize_cache(DIR)) "
+                 "so the next run loads them.",
+}
 
 
 def compile_share(s: Snapshot) -> Iterable[Finding]:
@@ -172,11 +240,14 @@ def compile_share(s: Snapshot) -> Iterable[Finding]:
     share = min(1.0, ct.total / 1e9 / s.uptime_seconds)
     if share < 0.25 or ct.count < 3:
         return
-    head = (f"compiling took {share:.0%} of the run so far ({ct.count} compiles, "
-            f"{_seconds(ct.total / 1e9)})")
-    tiny = sum(g.compile_seconds_total for g in s.graphs if g.compiles and _single_op(g.name))
-    if tiny >= 0.5 * ct.total / 1e9:
-        yield Finding(f"{head}, mostly single-operation graphs of eager code (see above).",
+    head = (f"compiling took {share_words(share)} of the run so far ({ct.count} compiles, "
+            f"{_seconds(ct.total / 1e9)}, measured)")
+    tiny = [g for g in s.graphs if g.compiles and _single_op(g.name)]
+    tiny_s = sum(g.compile_seconds_total for g in tiny)
+    if len(tiny) >= 10 and tiny_s >= 0.25 * ct.total / 1e9:
+        yield Finding(f"{head}, {share_words(tiny_s / (ct.total / 1e9))} of it single-operation "
+                      "graphs of eager code: see the eager_ops finding (jit that code; a "
+                      "compilation cache would not remove these).",
                       "info", None, 0.0, "compile_share")
         return
     recompiled = any(g.compiles > 1 for g in s.graphs) or len(
@@ -185,9 +256,14 @@ def compile_share(s: Snapshot) -> Iterable[Finding]:
         yield Finding(f"{head}: check the recompiles above.", "info", None, 0.0,
                       "compile_share")
         return
-    yield Finding(f"{head}, each graph compiled once: a start-up cost. Enable the persistent "
-                  "compilation cache (jax.config.update('jax_compilation_cache_dir', DIR)) "
-                  "so the next run loads them.", "info", None, 0.0, "compile_share")
+    engine = engine_of(s)
+    if engine == "torch_xla" and ct.count <= 3:
+        yield Finding(f"{head}: torch_xla compiles its first steps (warm-up), a start-up "
+                      "cost that a longer run pays once.", "info", None, 0.0, "compile_share")
+        return
+    advice = _CACHE_ADVICE.get(engine, "Cache compiled graphs across runs.")
+    yield Finding(f"{head}, each graph compiled once: a start-up cost. {advice}",
+                  "info", None, 0.0, "compile_share")
 
 
 def memory_pressure(s: Snapshot) -> Iterable[Finding]:
@@ -200,13 +276,45 @@ def memory_pressure(s: Snapshot) -> Iterable[Finding]:
         if share >= 0.9:
             yield Finding(f"device {d.id} memory at {share:.0%} of its limit: the next "
                           "larger batch or graph may run out of memory.",
-                          "warning", None, 0.0, "memory_high")
+                          "warning", None, 0.0, "memory_pressure")
     used = [d.memory.used_bytes for d in stats if d.memory.used_bytes]
     if len(used) >= 2 and max(used) > 2**30 and max(used) > 1.5 * min(used):  # type: ignore[type-var,operator]
         yield Finding(f"device memory is uneven: {min(used) / 2**30:.1f} to "  # type: ignore[type-var,operator]
                       f"{max(used) / 2**30:.1f} GiB across {len(used)} devices; "  # type: ignore[type-var,operator]
                       "check the sharding of the largest arrays.",
                       "info", None, 0.0, "memory_uneven")
+
+
+_UNRESUMABLE_RE = re.compile(r"cannot resume|unresumable|can.t resume", re.I)
+_HINT_RE = re.compile(r"\bHint:\s*(?P<hint>[^\n]+)")
+
+
+def _unresumable(s: Snapshot, name: str, where: str, loc: str | None,
+                 detail: str) -> Finding:
+    """A break Dynamo cannot resume from: the rest of the frame runs eagerly.
+    The share outside compiled graphs is step time minus the compiled graphs'
+    execute time (estimated); Dynamo's own hint is kept."""
+    hints = [m.group("hint").strip() for m in _HINT_RE.finditer(detail)]
+    reason = _HINT_RE.sub("", detail).strip().rstrip(".") or "no reason recorded"
+    st, ex = steps_of(s), s.distribution("ExecuteTime")
+    outside = None
+    if st is not None and st.seconds_total and ex is not None and ex.count:
+        outside = max(0.0, st.seconds_total - ex.total / 1e9)
+    if outside is None:
+        why = ("no timed steps" if st is None or not st.seconds_total
+               else "the compiled graphs' time is not recorded")
+        cost_words, fields = f"its share of step time is not known ({why})", {}
+    else:
+        c = cost_of(s, outside, None, "estimated as step time minus compiled-graph time")
+        cost_words = (f"{share_words(c.share_of_step or 0.0)} of step time runs outside "
+                      f"compiled graphs ({c.words()})")
+        fields = c.fields()
+    hint = f" Dynamo's hint: {' '.join(hints)}" if hints else ""
+    return Finding(
+        f"graph break in {name}{where} that Dynamo cannot resume from: {reason}. The rest "
+        f"of the function runs eagerly in Python, uncompiled; {cost_words}.{hint} Move the "
+        "unsupported call out of the compiled function (or rewrite it with traceable ops).",
+        "warning", loc, kind="graph_break_unresumable", **fields)
 
 
 def graph_breaks(s: Snapshot) -> Iterable[Finding]:
@@ -220,11 +328,14 @@ def graph_breaks(s: Snapshot) -> Iterable[Finding]:
             sites[e.location] = (e.name, e.detail)
     for loc, (name, detail) in sites.items():
         where = f" at {short_location(loc)}" if loc else ""
-        if _UNRESUMABLE in detail:
+        if _UNRESUMABLE in detail:  # the torch hook measured the eager time
             yield _unresumable_break(s, name, where, loc, detail)
             continue
+        if _UNRESUMABLE_RE.search(detail):
+            yield _unresumable(s, name, where, loc, detail)
+            continue
         yield Finding(
-            f"graph break in {name}{where}: {detail}. Dynamo splits the function there "
+            f"graph break in {name}{where}: {detail.rstrip('.')}. Dynamo splits the function there "
             "into separate graphs with Python in between; rewrite that line so it can be "
             "traced (torch._dynamo.explain(fn)(*args) lists every break).",
             "warning", loc, 0.0, "graph_break")
@@ -267,7 +378,8 @@ def xla_value_access(s: Snapshot) -> Iterable[Finding]:
             f"runs the part so far and waits for it ({compiles} extra graph"
             f"{'s' * (compiles > 1)} compiled, {_seconds(compiled)}{reads}). Move the .item() "
             "/ print after torch_xla.sync(), or read the value every N steps.",
-            "warning", site, compiled + waited, "value_access_before_sync")
+            "warning", site, kind="value_access_before_sync",
+            **cost_of(s, compiled + waited, d2h.count if d2h is not None else None).fields())
 
 
 _UNRESUMABLE = "[unresumable]"  # metrics.engines.torch_compile.UNRESUMABLE
@@ -293,12 +405,13 @@ def _unresumable_break(s: Snapshot, name: str, where: str, loc: str | None,
         measured = (f": {share:.0%} {of} is spent outside compiled graphs "
                     f"({_seconds(outside)} of {_seconds(wall.total / 1e9)}, measured)")
     advice = f" Dynamo's hint: {hint.rstrip('.')}." if hint else ""
+    fields = cost_of(s, cost, wall.count if wall is not None else None).fields()
     return Finding(
         f"graph break in {name}{where} that Dynamo cannot resume from: "
         f"{reason.strip().rstrip('.')}. Dynamo gave up on the whole function and runs it "
         f"eagerly on every call{measured}.{advice} Or move that code out of the compiled "
         "function and compile the parts around it.",
-        "warning", loc, cost, "graph_break")
+        "warning", loc, kind="graph_break_unresumable", **fields)
 
 
 def cpu_fallbacks(s: Snapshot) -> Iterable[Finding]:
@@ -309,15 +422,23 @@ def cpu_fallbacks(s: Snapshot) -> Iterable[Finding]:
         if c.name == "aten::_local_scalar_dense" and _value_access_graphs(s):
             continue  # named with its line by xla_value_access
         if c.name == "aten::_local_scalar_dense":
-            msg = (f"{c.name} ran {c.value} times: a device tensor's value was read on the "
-                   "host (.item(), printing, Python control flow on a tensor); each read "
-                   "waits for the device and cuts the graph. Read values every N steps.")
+            cost = cost_of(s, 0.0, c.value)
+            often = (f"{cost.per_step:.1f} per step" if cost.per_step is not None
+                     else "steps are not known")
+            yield Finding(
+                f"{c.name} ran {c.value} times ({often}; its time is in TransferFromDeviceTime): "
+                "a device tensor's value was read on the host (.item(), printing, Python "
+                "control flow on a tensor); each read waits for the device, and a read "
+                "before torch_xla.sync() cuts the graph and compiles an extra one. Read "
+                "values every N steps, after torch_xla.sync().", "warning", None,
+                kind="value_read", count=c.value, per_step=cost.per_step)
+            continue
         else:
             msg = (f"{c.name} ran on the CPU {c.value} times: it falls back to the CPU "
                    "(no XLA lowering), so each call copies its inputs to the host and the "
                    "result back. Replace it with ops that lower, or keep it out of the step; "
                    "see torch_xla's TROUBLESHOOTING.md on aten:: counters.")
-        yield Finding(msg, "warning", None, 0.0, "cpu_fallback")
+        yield Finding(msg, "warning", None, 0.0, "cpu_fallback", count=c.value)
 
 
 def hook_errors(s: Snapshot) -> Iterable[Finding]:
@@ -366,13 +487,18 @@ def nothing_recorded(s: Snapshot) -> Iterable[Finding]:
         return
     yield Finding(f"nothing recorded yet by the {p.engine} hook (no compiles, steps or "
                   "transfers), so there is nothing to judge: run a step, or check that the "
-                  f"program runs its work through {p.engine}.", "info", None, 0.0,
-                  "nothing_recorded")
+                  f"program runs its work through {p.engine}.{_unseen(s)}", "info", None,
+                  0.0, "nothing_recorded")
+
+
+def _unseen(s: Snapshot) -> str:
+    return f" Not counted here: {'; '.join(s.blind_spots)}." if s.blind_spots else ""
 
 
 RULES: tuple[Callable[[Snapshot], Iterable[Finding]], ...] = (
-    no_engine, recompiles, eager_ops, host_syncs, compile_share, memory_pressure, graph_breaks,
-    xla_value_access, cpu_fallbacks, hook_errors, kept_out, nothing_recorded,
+    no_engine, recompiles, eager_ops, site_findings, explicit_syncs, compile_share,
+    memory_pressure, graph_breaks, xla_value_access, cpu_fallbacks, hook_errors, kept_out,
+    nothing_recorded,
 )
 
 
@@ -413,9 +539,11 @@ def diverging_graphs(snapshots: Sequence[Snapshot]) -> list[Finding]:
 
 
 def find(snapshot: Snapshot) -> list[Finding]:
-    """Every finding, worst (most time lost) first, warnings before info."""
+    """Every finding, costliest first (seconds lost, then share of step time;
+    warnings before info at equal cost)."""
     out: list[Finding] = []
     for rule in RULES:
         out.extend(rule(snapshot))
-    out.sort(key=lambda f: (f.severity != "warning", -f.seconds_lost))
+    out = [f if f.kind else replace(f, kind="other") for f in out]  # kind is always set
+    out.sort(key=rank_key)
     return out

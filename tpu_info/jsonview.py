@@ -31,7 +31,13 @@ Top level::
                       graphs[{hash, name, engine, compiles, cache_hits,
                       compile_seconds_total, executions, last_cause}],
                       findings[{severity, kind, message, location,
-                      seconds_lost}]
+                      seconds_lost, count, per_step, seconds_per_step,
+                      share_of_step, cost_estimated}], costliest first:
+                      kind is a stable snake_case rule name
+                      (recompile_<cause>, per_step_sync,
+                      per_step_implicit_transfer, eager_ops, ...);
+                      per_step / seconds_per_step / share_of_step are
+                      null when the steps are not known
     job_findings      [{severity, kind, message}] across processes of one job
                       (same argv) that compiled a function to different graphs
     na                [{where, reason}] for every N/A the tables show
@@ -58,7 +64,7 @@ from typing import Any
 
 from tpu_info.devices import accelerator_type
 from tpu_info.findings import diverging_graphs, find
-from tpu_info.model import ChipRecord, LocalScan, Snapshot
+from tpu_info.model import ChipRecord, Finding, LocalScan, Snapshot
 from tpu_info.views import (
     Header,
     TargetView,
@@ -90,6 +96,13 @@ def _chip(c: ChipRecord, used: int | None, total: int | None, busy: float | None
         "cores_per_chip": c.cores_per_chip, "devices_per_chip": c.devices_per_chip,
         "owner_pids": list(c.owner_pids), "reasons": {k: _s(v) for k, v in reasons.items()},
     }
+
+
+def _finding(f: Finding) -> dict[str, Any]:
+    return {"severity": f.severity, "kind": f.kind, "message": _s(f.message),
+            "location": _opt(f.location), "seconds_lost": f.seconds_lost, "count": f.count,
+            "per_step": f.per_step, "seconds_per_step": f.seconds_per_step,
+            "share_of_step": f.share_of_step, "cost_estimated": f.cost_estimated}
 
 
 def _target(v: TargetView, top_graphs: int | None) -> dict[str, Any]:
@@ -152,9 +165,7 @@ def _target(v: TargetView, top_graphs: int | None) -> dict[str, Any]:
                 "detail": _s(x.detail), "count": x.count, "bytes": x.bytes,
                 "seconds": x.seconds, "last_seen_unix": x.last_seen_unix} for x in s.sites],
         blind_spots=[_s(b) for b in s.blind_spots],
-        findings=[{"severity": f.severity, "kind": f.kind, "message": _s(f.message),
-                   "location": _opt(f.location), "seconds_lost": f.seconds_lost}
-                  for f in find(s)],
+        findings=[_finding(f) for f in find(s)],
     )
     return out
 
@@ -296,9 +307,19 @@ JSON_SCHEMA: dict[str, Any] = {
                                    "seconds": {"type": "number"}}}},
                 "blind_spots": {"type": "array", "items": {"type": "string"}},
                 "findings": {"type": "array", "items": {
-                    "type": "object", "required": ["severity", "message", "location"],
+                    "type": "object",
+                    "required": ["severity", "kind", "message", "location", "seconds_lost",
+                                 "count", "per_step", "seconds_per_step", "share_of_step",
+                                 "cost_estimated"],
                     "properties": {"severity": {"type": "string"},
-                                   "message": {"type": "string"}, "location": _STR}}}}}},
+                                   "kind": {"type": "string", "pattern": "^[a-z][a-z0-9_]*$"},
+                                   "message": {"type": "string"}, "location": _STR,
+                                   "seconds_lost": {"type": "number", "minimum": 0},
+                                   "count": _INT, "per_step": _NUM,
+                                   "seconds_per_step": _NUM,
+                                   "share_of_step": {"type": ["number", "null"],
+                                                     "minimum": 0, "maximum": 1},
+                                   "cost_estimated": {"type": "boolean"}}}}}}},
         "na": {"type": "array", "items": {
             "type": "object", "required": ["where", "reason"],
             "properties": {"where": {"type": "string"}, "reason": {"type": "string"}}}},

@@ -310,13 +310,28 @@ class StepsReading:
 
 @dataclass(frozen=True, slots=True)
 class Finding:
-    """A problem in plain words, worst first by ``seconds_lost``."""
+    """A problem in plain words, ranked by what it cost (``seconds_lost``, then
+    ``share_of_step``).
+
+    ``kind`` is a stable snake_case name per rule (``per_step_sync``,
+    ``recompile_short_last_batch``, ``eager_ops``); ``location`` the user's
+    line; ``count`` how many times it happened; ``per_step`` how often per
+    step, ``seconds_per_step`` its cost per step and ``share_of_step`` (0..1)
+    that cost over the step time: ``None`` when the steps (or their time) are
+    not known, never guessed. ``cost_estimated`` says the cost was estimated
+    (bytes over a transfer rate) rather than timed.
+    """
 
     message: str
     severity: str = "warning"
     location: str | None = None
     seconds_lost: float = 0.0
     kind: str = ""
+    count: int | None = None
+    per_step: float | None = None
+    seconds_per_step: float | None = None
+    share_of_step: float | None = None
+    cost_estimated: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -37,6 +37,7 @@ from rich.table import Table
 from rich.text import Text
 
 from tpu_info.devices import accelerator_type
+from tpu_info.finding_cost import cost_cell
 from tpu_info.findings import diverging_graphs, find, no_engine_reason, short_location
 from tpu_info.jsonview import JSON_SCHEMA, SCHEMA, to_json
 from tpu_info.model import GraphRecord, LocalScan
@@ -409,9 +410,17 @@ def transfers_table(views: Sequence[TargetView], r: Reasons, width: int) -> Rend
 _LEVEL = {"warning": ("warn", "yellow"), "info": ("info", "cyan"), "error": ("FAIL", "red")}
 
 
+FINDING_TEXT = 600  # a finding's line, cost and advice: longer than other remote strings
+
+
+def _finding_text(message: str) -> Text:
+    return Text(clean(message, FINDING_TEXT))
+
+
 def findings_table(views: Sequence[TargetView], local: LocalScan | None,
                    width: int) -> RenderableType | None:
     cols = [Col("", min=4, max=4), Col("Where", min=5, want=10, max=24, flex=True),
+            Col("Cost", min=4, want=15, max=18, flex=True, optional=1),
             Col("Finding", min=20, want=40, max=max(20, width), flex=True, give=3, wrap=True)]
     rows: list[list[Cell]] = []
     has_tpus = local is not None and bool(local.tpus)
@@ -421,15 +430,15 @@ def findings_table(views: Sequence[TargetView], local: LocalScan | None,
         if v.source == "libtpu":
             if has_tpus:  # without chips, libtpu being absent is normal
                 level, style = _LEVEL["info"]
-                rows.append([Text(level, style=style), v.target,
+                rows.append([Text(level, style=style), v.target, "-",
                              f"libtpu's metric service did not answer ({v.error or 'not read'}); "
                              "chip HBM use and busy % are unknown until a TPU workload runs"])
             continue
         level, style = _LEVEL["error"]
-        rows.append([Text(level, style=style), v.target, v.error or "not read"])
+        rows.append([Text(level, style=style), v.target, "-", v.error or "not read"])
     for f in diverging_graphs([v.snapshot for v in views if v.snapshot is not None]):
         level, style = _LEVEL.get(f.severity, _LEVEL["info"])
-        rows.append([Text(level, style=style), "job", f.message])
+        rows.append([Text(level, style=style), "job", cost_cell(f), _finding_text(f.message)])
     for v in views:
         s = v.snapshot
         if s is None:
@@ -440,7 +449,7 @@ def findings_table(views: Sequence[TargetView], local: LocalScan | None,
             where = who
             if f.location and short_location(f.location) not in f.message:
                 where = f"{who} {short_location(f.location)}"
-            rows.append([Text(level, style=style), where, f.message])
+            rows.append([Text(level, style=style), where, cost_cell(f), _finding_text(f.message)])
     if not rows:
         if not any(v.ok for v in views):
             return None

@@ -27,7 +27,7 @@ from tpu_info.model import (
     Snapshot,
     Unit,
 )
-from tpu_info.views import clean, presentable, steps_label
+from tpu_info.views import TargetView, clean, no_findings_text, presentable, steps_label
 
 # (suffix, nanoseconds, digits) from the largest part down to milliseconds;
 # microseconds with three decimals close every time value.
@@ -141,8 +141,10 @@ def metrics_report(snapshot: Snapshot, top_graphs: int = 10) -> str:
     lines += _graph_lines(snapshot.graphs, top_graphs)
     findings = find(snapshot)
     if findings:
-        lines.append("Findings:")
-        lines += [f"  - {f.message}" for f in findings]
+        lines.append("Findings:")  # costliest first
+        lines += [f"  - [{f.kind}] {f.message}" for f in findings]
+    elif lines:
+        lines += ["Findings:", f"  {no_findings_text([TargetView('', snapshot)])}"]
     return "\n".join(lines) + "\n" if lines else ""
 
 

@@ -287,13 +287,17 @@ def transfer_stats(s: Snapshot) -> tuple[TransferStats, TransferStats]:
 
 def no_findings_text(views: Sequence[TargetView]) -> str:
     """What to say when no rule fired: "No problems found" only where a hooked engine
-    recorded something; otherwise what could not be seen."""
+    recorded something and could see everything; otherwise what it could not see
+    (the snapshot's blind spots)."""
     hooked = [v.snapshot for v in views if v.snapshot is not None
               and v.snapshot.process is not None and v.snapshot.process.engine]
+    blind = list(dict.fromkeys(b for s in hooked for b in s.blind_spots))
+    unseen = f"not counted here: {'; '.join(blind)}." if blind else ""
     if any(s.graphs or any(c.value for c in s.counters) for s in hooked):
-        return "No problems found."
+        return f"No problems seen; {unseen}" if blind else "No problems found."
     if hooked:
-        return "Nothing recorded yet: no compiles, steps or transfers to judge."
+        said = "Nothing recorded yet: no compiles, steps or transfers to judge."
+        return f"{said} Also {unseen}" if blind else said
     return ("No hooked program read: findings need the metrics hook in the program "
             "(metrics.install(), or start it with `tpu-info run`).")
 

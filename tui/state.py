@@ -90,7 +90,7 @@ class TargetData:
         self.samples.append(_sample(prev, s, new_events))
         key = (len(s.graphs), sum(g.compiles for g in s.graphs), s.counters,
                tuple((d.name, d.count) for d in s.distributions), len(s.devices),
-               s.left_out)
+               s.left_out, s.sites, s.steps, s.blind_spots)
         if key != self._findings_key:
             self._findings_key = key
             self.findings = find(s)

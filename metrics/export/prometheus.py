@@ -24,7 +24,11 @@ with it; the exact min and max clamp the ends.
 Other families: per-graph counters for the top :data:`TOP_GRAPHS` graphs by
 compile time (labels ``graph`` = short hash, ``name``, ``engine``: bounded),
 device memory gauges per device with a ``source`` label, the busy ratio,
-``tpu_info_process_info`` and the process start time.
+``tpu_info_process_info`` and the process start time, and per finding kind
+(``kind`` label: ``per_step_sync``, ``recompile_short_last_batch``, ...)
+``tpu_info_findings``, ``tpu_info_finding_seconds_lost`` and
+``tpu_info_finding_share_of_step_ratio``, from the same rules as the CLI,
+computed when scraped.
 
 Example:
     >>> import metrics
@@ -201,6 +205,7 @@ class SnapshotCollector:
         yield from self._graphs(snap)
         yield from self._devices(snap)
         yield from self._process(snap)
+        yield from self._findings(snap)
 
     def _counters(self, snap: Snapshot, seen: set[str]) -> Iterator[Metric]:
         for c in snap.counters:
@@ -293,6 +298,44 @@ class SnapshotCollector:
                                 "Start time of the hook, Unix seconds.", value=p.start_time_unix)
         yield GaugeMetricFamily(PREFIX + "uptime_seconds", "Seconds since the hook started.",
                                 value=snap.uptime_seconds)
+
+
+    def _findings(self, snap: Snapshot) -> Iterator[Metric]:
+        """One gauge per finding kind, computed now from the snapshot (the same
+        rules as the CLI): how many, the seconds they cost, their share of step time."""
+        from tpu_info.findings import find  # scrape time only: import metrics stays cheap
+
+        count = GaugeMetricFamily(PREFIX + "findings", "Findings of each kind "
+                                  "(tpu-info's rules over this snapshot).", labels=["kind"])
+        lost = GaugeMetricFamily(PREFIX + "finding_seconds_lost", "Seconds the findings of "
+                                 "each kind cost (measured or estimated).", labels=["kind"])
+        share = GaugeMetricFamily(PREFIX + "finding_share_of_step_ratio", "Share of step time "
+                                  "the findings of each kind cost (only kinds whose steps are "
+                                  "known).", labels=["kind"])
+        by_kind: dict[str, list[float]] = {}
+        shares: dict[str, float] = {}
+        try:
+            found = find(snap)
+        except Exception as e:  # noqa: BLE001 - a failing rule is a metric, not a 500
+            with self._lock:
+                self._errors += 1
+            log.warning("tpu-info: findings for Prometheus failed: %r", e)
+            found = []
+        for f in found:
+            kind = f.kind or "other"
+            n_lost = by_kind.setdefault(kind, [0.0, 0.0])
+            n_lost[0] += 1
+            n_lost[1] += f.seconds_lost
+            if f.share_of_step is not None:
+                shares[kind] = min(1.0, shares.get(kind, 0.0) + f.share_of_step)
+        for kind in sorted(by_kind):
+            count.add_metric([kind], by_kind[kind][0])
+            lost.add_metric([kind], by_kind[kind][1])
+            if kind in shares:
+                share.add_metric([kind], shares[kind])
+        yield count
+        yield lost
+        yield share
 
 
 def _version_labels(versions: Mapping[str, str]) -> dict[str, str]:

@@ -1,5 +1,6 @@
-"""Findings: problems in plain words for the picked process, worst first,
-plus one line per target that cannot be read."""
+"""Findings: problems in plain words for the picked process, costliest first
+(each with its cost per step, or in all when steps are unknown; ``~`` marks an
+estimate), plus one line per target that cannot be read."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from rich.table import Table
 from rich.text import Text
 from textual.widgets import Static
 
+from tpu_info.finding_cost import cost_cell
 from tpu_info.findings import short_location
 from tpu_info.views import TargetView, clean, no_findings_text
 from tui.source import Conn
@@ -24,13 +26,14 @@ def findings_table(targets: Sequence[TargetData], selected: TargetData | None,
              "error": ("FAIL", palette.bad)}
     t = Table(box=None, show_header=False, pad_edge=False, padding=(0, 1), expand=True)
     t.add_column("level", no_wrap=True, width=4)
+    t.add_column("cost", no_wrap=True, min_width=4, max_width=18)
     t.add_column("finding", ratio=1, overflow="fold")
     n = 0
     for d in targets:
         if d.state is Conn.DISCONNECTED:
             since = f" since {hms(d.since_unix, tz)}" if d.since_unix is not None else ""
             retry = f"; retrying in {d.retry_in_s:g}s (r: now)" if d.retry_in_s else ""
-            t.add_row(Text("FAIL", style=palette.bad),
+            t.add_row(Text("FAIL", style=palette.bad), "",
                       f"{clean(d.target, 60)} disconnected{since}: {clean(d.error)}{retry}")
             n += 1
     if selected is not None:
@@ -39,7 +42,8 @@ def findings_table(targets: Sequence[TargetData], selected: TargetData | None,
             where = ""
             if f.location and short_location(f.location) not in f.message:
                 where = f" [{short_location(f.location)}]"
-            t.add_row(Text(word, style=style), clean(f.message + where, 600))
+            t.add_row(Text(word, style=style), Text(cost_cell(f), style=palette.muted),
+                      clean(f.message + where, 600))
             n += 1
     if not n:
         if selected is None or selected.snapshot is None:
