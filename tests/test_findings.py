@@ -70,7 +70,7 @@ def test_weak_type_flip_in_clean_words_with_its_advice():
     f = _finding(_recompiled(cause))
     assert "argument 'lr' changed f32[] (weak) -> f32[] (weak type) at jx.py:11" in f.message
     assert "https://" not in f.message and "weak_type=" not in f.message
-    assert "jnp.float32(x)" in f.message and _PAD not in f.message and f.kind == "weak type"
+    assert "jnp.float32(x)" in f.message and _PAD not in f.message and f.kind == "recompile_weak_type"
 
 
 def test_weak_type_cause_is_clean_in_the_graph_table_and_json():
@@ -155,7 +155,7 @@ def test_mesh_context_change_is_config_context():
     f = _finding(_recompiled(cause))
     assert "abstract_mesh_context_manager changed None -> Mesh('d': 2) " \
         "(config/context: mesh) at jx.py:28" in f.message, f.message
-    assert "enter the mesh once" in f.message and f.kind == "config/context: mesh"
+    assert "enter the mesh once" in f.message and f.kind == "recompile_config_context_mesh"
     assert _PAD not in f.message and "jax.config.update" not in f.message
 
 
@@ -165,7 +165,7 @@ def test_config_option_is_named_with_its_advice():
         "  * jax_default_matmul_precision differs: now highest and before None")
     f = _finding(_recompiled(cause))
     assert "jax_default_matmul_precision changed None -> highest (config) at jx.py:28" \
-        in f.message and "set it once before the loop" in f.message and f.kind == "config"
+        in f.message and "set it once before the loop" in f.message and f.kind == "recompile_config"
     assert _PAD not in f.message and "mesh" not in f.message
 
 
@@ -178,7 +178,7 @@ def test_static_argument_value():
     f = _finding(_recompiled(cause))
     assert "static argument 'times' changed 2 -> 3 (static argument) at jx.py:15" in f.message
     assert "pass it as an array" in f.message and _PAD not in f.message
-    assert "structure" not in f.message and f.kind == "static argument"
+    assert "structure" not in f.message and f.kind == "recompile_static_argument"
 
 
 def test_raw_static_text_from_an_older_hook_still_gets_static_advice():
@@ -187,7 +187,7 @@ def test_raw_static_text_from_an_older_hook_still_gets_static_advice():
         "'jax._src.tree_util.Static'> with pytree metadata Static(val=2) and before <class "
         "'jax._src.tree_util.Static'> with pytree metadata Static(val=1), so the pytree node "
         "metadata does not match", "/tmp/jx.py:15")
-    assert _finding(_recompiled(cause)).kind == "static argument"
+    assert _finding(_recompiled(cause)).kind == "recompile_static_argument"
 
 
 def test_pytree_structure():

@@ -378,9 +378,9 @@ def test_persistent_cache_hit_is_a_compile_whose_backend_was_loaded(tmp_path):
                               ["recompile", f"{cause}; backend cache hit"]]
     line = _line_of("# the recompile", PERSISTENT_CACHE_PROGRAM)
     [(kind, message)] = warm["findings"]
-    assert kind == "weak type", message
+    assert kind == "recompile_weak_type", message
     assert message.startswith("jit(cached_fn) compiled 2 times (") and \
-        ", 2 backend cache hits); " in message
+        ", 2 backend cache hits; 1 recompile" in message
     assert f"{cause} (weak type) at <string>:{line}. " in message
     assert "Pad or bucket" not in message and "persistent compilation cache" not in message
 
