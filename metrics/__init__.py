@@ -180,7 +180,8 @@ def _wait_for_the_others() -> None:
     _republish()
 
 
-_deferred = False  # an engine's hook could not take _lock at its import: retried later
+# Engines whose hook could not take _lock at their import: retried later.
+_deferred: set[str] = set()
 _LOCK_WAIT_S = 2.0
 
 
@@ -190,11 +191,8 @@ def _hook_later(name: str) -> None:
     waiting for that very import (``install(engines=[...])`` loading the
     same engine), so this never waits long for ``_lock``: it queues the hook
     again, and ``mark_step()``, ``snapshot()`` or ``install()`` retries it."""
-    global _deferred
     if not _lock.acquire(timeout=_LOCK_WAIT_S):
-        _deferred = True
-        importwatch.when_imported(_engines.ENGINES[name][1],
-                                  lambda name=name: _hook_later(name))
+        _deferred.add(name)
         return
     try:
         if name not in _waiting or name in _installed:
@@ -216,8 +214,12 @@ def _hook_later(name: str) -> None:
 
 
 def _retry_deferred() -> None:
-    global _deferred
-    _deferred = False
+    while _deferred:
+        try:
+            name = _deferred.pop()
+        except KeyError:  # another thread took the last one
+            break
+        _hook_later(name)
     importwatch.check()
 
 

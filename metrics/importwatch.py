@@ -55,6 +55,9 @@ def _default_error(name: str, err: BaseException) -> None:
 
 on_error: Callable[[str, BaseException], None] = _default_error
 _late: set[str] = set()  # watched while already importing: checked at the next import
+# Watched modules whose body ran: importlib still marks them initializing while
+# their callbacks run (inside exec_module), yet they are whole.
+_finished: set[str] = set()
 
 
 def ready(name: str) -> bool:
@@ -63,7 +66,7 @@ def ready(name: str) -> bool:
     if module is None:
         return False
     spec = getattr(module, "__spec__", None)
-    return not getattr(spec, "_initializing", False)
+    return name in _finished or not getattr(spec, "_initializing", False)
 
 
 def when_imported(name: str, callback: Callback) -> bool:
@@ -178,6 +181,7 @@ class _PostImportFinder:
             original(module)
             # exec_module returned: the body ran; sys.modules holds it but
             # __spec__._initializing is still set, so fire directly.
+            _finished.add(fullname)
             _fire(fullname)
 
         try:

@@ -331,3 +331,30 @@ def test_an_engine_import_never_waits_long_for_a_busy_install(tmp_path):
                        timeout=120, env=_env(tmp_path), cwd=ROOT)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "during: [] True" in r.stdout and "after: ['jax'] False" in r.stdout, r.stdout
+
+
+def test_tpu_info_run_hooks_jax_before_the_programs_first_line_after_import(tmp_path):
+    """The engine is hooked while its import finishes (its module still marked
+    initializing by importlib), so functions jitted at module level right after
+    ``import jax`` are counted: executions and the inferred step."""
+    from tests.test_run import run_in
+
+    code = textwrap.dedent("""
+        import jax, jax.numpy as jnp
+        import metrics
+        print("hooked at import:", [e.name for e in metrics.installed_engines()])
+
+        @jax.jit
+        def step(x):
+            return x * 2 + 1
+
+        x = jnp.ones(4)
+        for _ in range(12):
+            x = step(x)
+        s = metrics.snapshot()
+        print("steps:", s.steps.count if s.steps else None, s.steps.source if s.steps else None)
+    """)
+    rc, out, err = run_in(tmp_path, code)
+    assert rc == 0, err
+    assert "hooked at import: ['jax']" in out, out
+    assert "steps: 12 inferred" in out, out

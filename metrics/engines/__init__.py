@@ -8,7 +8,6 @@ already imported by the program or is asked for it by name.
 from __future__ import annotations
 
 import importlib
-import sys
 from typing import Any, Protocol
 
 from tpu_info.model import DeviceRecord
@@ -62,9 +61,12 @@ def valid_names() -> list[str]:
 
 def _imported(module: str) -> bool:
     """``module`` is imported and its body finished: one still importing (torch
-    finishing inside ``import torch_xla``) is waited for, never half-loaded."""
-    m = sys.modules.get(module)
-    return m is not None and not getattr(getattr(m, "__spec__", None), "_initializing", False)
+    finishing inside ``import torch_xla``) is waited for, never half-loaded.
+    A module whose post-import callback is running (its body ran, importlib
+    still marks it initializing) counts as imported."""
+    from metrics import importwatch
+
+    return importwatch.ready(module)
 
 
 def detect() -> list[str]:
