@@ -163,7 +163,9 @@ def test_doctor_explains(hooked):
     assert r.returncode == 0, r.stderr
     assert "no TPU chips found" in r.stdout
     assert "not counted: np.asarray(x), np.array(x), x.item()" in r.stdout  # JAX on CPU
-    assert "libtpu not present" in r.stdout
+    # localhost:8431 is judged by who holds it: nobody here, or (on a busy
+    # machine) another program's hook; either way doctor says what it found.
+    assert "libtpu not present" in r.stdout or "localhost:8431: " in r.stdout, r.stdout
 
 
 def test_streaming_refreshes_until_interrupted(hooked):
