@@ -41,6 +41,33 @@ def user_location(skip: tuple[str, ...], depth: int = 2) -> str | None:
     return None
 
 
+def outer_user_call(skip: tuple[str, ...], depth: int = 2) -> str | None:
+    """``NAME() at file:line``: the call, in the outermost user function below
+    the module's top level, that leads to the innermost user line, with `` via
+    INNER()`` when another function holds that line; None when no user function
+    sits between them (the innermost line is then the one to name). Eager code
+    is reached this way (``main`` calls ``accuracy`` calls ``predict``): its
+    single-op compiles happen at ``predict``'s line, yet ``accuracy`` is what
+    to jit. Walks the whole stack, so it is for rare events (a compile)."""
+    try:
+        f = sys._getframe(depth)
+    except ValueError:
+        return None
+    frames = []  # the user's frames, innermost first
+    while f is not None:
+        fn = f.f_code.co_filename
+        if not fn.startswith(skip) and not fn.startswith("<"):
+            frames.append(f)
+        f = f.f_back
+    functions = [i for i, fr in enumerate(frames) if fr.f_code.co_name != "<module>"]
+    if not functions or functions[-1] == 0:
+        return None
+    outer = functions[-1]
+    callee, inner = frames[outer - 1].f_code.co_name, frames[0].f_code.co_name
+    via = f" via {inner}()" if inner != callee else ""
+    return f"{callee}() at {frames[outer].f_code.co_filename}:{frames[outer].f_lineno}{via}"
+
+
 @functools.lru_cache(maxsize=1)
 def host_ram() -> int | None:
     """Total host RAM (read once: it does not change under a process)."""
