@@ -189,3 +189,49 @@ def test_the_cli_reads_the_running_clinic(tmp_path):
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+# The same eager pattern as JAX's own examples/mnist_classifier_fromscratch.py: a
+# top-level loop calls accuracy(), which calls predict(); the ops compile inside
+# predict, yet accuracy() at the loop's line is what to jit.
+TOP_LEVEL_EAGER = '''
+import metrics; metrics.install(serve=False)
+import jax, jax.numpy as jnp
+from tpu_info.findings import find
+
+def predict(w, x):
+    h = jnp.tanh(x @ w)
+    return h - jax.nn.logsumexp(h, axis=1, keepdims=True)
+
+def accuracy(w, x):
+    return jnp.mean(jnp.argmax(predict(w, x), axis=1) == 0)
+
+@jax.jit
+def update(w, x):
+    return w - 0.01 * jnp.mean(predict(w, x))
+
+w = jnp.ones((8, 4))
+for epoch in range(3):
+    for i in range(10):
+        w = update(w, jnp.ones((16, 8)))
+    acc = accuracy(w, jnp.ones((32 + epoch, 8)))  # the call to jit
+for f in find(metrics.snapshot()):
+    print(f.kind, f.location, "|", f.message)
+'''
+
+
+@pytest.mark.slow
+def test_eager_ops_from_a_top_level_loop_name_the_call_at_the_loop(tmp_path):
+    prog = tmp_path / "fromscratch_like.py"
+    prog.write_text(TOP_LEVEL_EAGER)
+    line = next(n for n, text in enumerate(TOP_LEVEL_EAGER.splitlines(), start=1)
+                if "# the call to jit" in text)
+    r = subprocess.run([sys.executable, str(prog)], capture_output=True, text=True,
+                       timeout=120, env=_env(tmp_path), cwd=ROOT)
+    assert r.returncode == 0, r.stderr[-3000:]
+    eager = next(ln for ln in r.stdout.splitlines() if ln.startswith("eager_ops "))
+    assert f"eager_ops {prog}:{line} " in eager, eager
+    assert f"in accuracy(), called at fromscratch_like.py:{line}" in eager, eager
+    assert "in predict()" in eager and f"jit accuracy() (called at fromscratch_like.py:{line})" \
+        in eager, eager
+    assert "jit predict()" not in eager and "Wrap the loop body" not in eager
