@@ -235,3 +235,47 @@ def test_eager_ops_from_a_top_level_loop_name_the_call_at_the_loop(tmp_path):
     assert "in predict()" in eager and f"jit accuracy() (called at fromscratch_like.py:{line})" \
         in eager, eager
     assert "jit predict()" not in eager and "Wrap the loop body" not in eager
+
+
+# JAX's examples pass each batch as a tuple of numpy arrays: update(params, (x, y)).
+NESTED_NUMPY = '''
+import metrics; metrics.install(serve=False)
+import jax, jax.numpy as jnp, numpy as np
+from tpu_info.findings import find
+
+@jax.jit
+def update(w, batch):
+    x, y = batch
+    return w - 0.01 * jnp.mean((x @ w - y) ** 2)
+
+w = jnp.ones((512, 4))
+data = np.ones((512, 512), np.float32), np.ones((512, 4), np.float32)
+for i in range(40):
+    w = update(w, data)  # the transfer
+s = metrics.snapshot()
+for site in s.sites:
+    print("site", site.kind, site.location, site.count, site.bytes, site.detail)
+for spot in s.blind_spots:
+    print("blind", spot)
+for f in find(s):
+    print(f.kind, f.location, "|", f.message)
+'''
+
+
+@pytest.mark.slow
+def test_numpy_leaves_nested_in_a_batch_tuple_are_counted_every_call(tmp_path):
+    prog = tmp_path / "nested.py"
+    prog.write_text(NESTED_NUMPY)
+    line = next(n for n, text in enumerate(NESTED_NUMPY.splitlines(), start=1)
+                if "# the transfer" in text)
+    r = subprocess.run([sys.executable, str(prog)], capture_output=True, text=True,
+                       timeout=120, env=_env(tmp_path), cwd=ROOT)
+    assert r.returncode == 0, r.stderr[-3000:]
+    per_call = 512 * 512 * 4 + 512 * 4 * 4
+    site = f"site implicit_to_device {prog}:{line} 40 {40 * per_call} numpy argument of jit(update)"
+    assert site in r.stdout, r.stdout
+    assert "only the first call of each signature is seen" not in r.stdout
+    transfer = next(ln for ln in r.stdout.splitlines()
+                    if ln.startswith("per_step_implicit_transfer "))
+    assert f"numpy argument of jit(update) at nested.py:{line} copies 1.1 MB" in transfer, transfer
+    assert "estimated at" in transfer and "1.0 per step" in transfer, transfer
