@@ -54,7 +54,7 @@ def outer_user_call(skip: tuple[str, ...], depth: int = 2) -> str | None:
     """``NAME() at file:line``: the call of the outermost user function (below
     ``main()`` or the module's top level) that leads to the innermost user
     line, with `` via INNER()`` when another function holds that line; None
-    when that line is in the outermost function itself (name it instead).
+    when that line is in ``main()`` or at the top level (no call to name).
     Eager code is reached this way (``main`` calls ``accuracy`` calls
     ``predict``): its single-op compiles happen at ``predict``'s line, yet
     ``accuracy`` is what to jit. Walks the whole stack: for rare events (a compile)."""
@@ -76,8 +76,8 @@ def outer_user_call(skip: tuple[str, ...], depth: int = 2) -> str | None:
         caller, callee = outer, outer - 1
     else:  # the top level (or a library) calls it
         caller, callee = outer + 1, outer
-    if callee <= 0 or caller >= len(frames):
-        return None
+    if callee < 0 or caller >= len(frames):
+        return None  # no call: the line is in main() or at the top level itself
     name, inner = frames[callee].f_code.co_name, frames[0].f_code.co_name
     via = f" via {inner}()" if inner != name else ""
     return f"{name}() at {frames[caller].f_code.co_filename}:{frames[caller].f_lineno}{via}"
