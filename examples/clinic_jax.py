@@ -5,7 +5,7 @@
     tpu-info run -- python examples/clinic_jax.py --install none
 
 Each mistake is marked ``# MISTAKE(kind)`` on the line that makes it; the
-tests (tests/test_clinic.py) check that tpu-info names each one with that
+tests (tests/test_clinic_jax.py) check that tpu-info names each one with that
 line and its cost, and gives advice that fits. The program itself calls
 neither ``metrics.track`` nor ``metrics.mark_step``: the hook must see what
 it does on its own.
@@ -24,6 +24,9 @@ def _parse(argv: list[str]) -> argparse.Namespace:
                     help="when to call metrics.install() (none: under `tpu-info run`)")
     ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--report", action="store_true", help="print metrics_report() at the end")
+    ap.add_argument("--hold", action="store_true",
+                    help="stay alive after the loop until a line arrives on stdin "
+                         "(for `tpu-info` to read the running program)")
     return ap.parse_args(argv)
 
 
@@ -107,7 +110,10 @@ def main() -> int:
     if ARGS.report:
         import metrics
 
-        print(metrics.metrics_report())
+        print(metrics.metrics_report(), flush=True)
+    if ARGS.hold:
+        print("holding: press Enter to exit", file=sys.stderr, flush=True)
+        sys.stdin.readline()
     return 0
 
 

@@ -11,6 +11,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -171,6 +172,21 @@ def _eager_with_step() -> Snapshot:
     ct = DistributionReading("CompileTime", Unit.TIME_NS, 41, 2.5e9, 0.05e9, 0.5e9)
     return Snapshot(0.0, JAX, graphs=(*tiny, step), events=events, distributions=(ct,),
                     steps=STEPS, uptime_seconds=5.0)
+
+
+def test_eager_ops_name_the_outer_call_when_nested_functions_led_to_the_ops():
+    s = _eager_with_step()
+    via = "called from accuracy() at /src/mnist.py:104 via predict()"
+    own = "called from accuracy() at /src/mnist.py:104"
+    init = "called from init() at /src/mnist.py:90"
+    details = [via] * 20 + [own] * 15 + [init] * 5
+    s = replace(s, events=tuple(replace(e, detail=d) for e, d in zip(s.events, details,
+                                                                      strict=True)))
+    f = _one(s, "eager_ops")
+    assert f.location == "/src/mnist.py:104"
+    assert ("in accuracy(), called at mnist.py:104 (its ops at mnist.py:40 in predict() and "
+            "2 other lines; 1 other call compiles ops too)") in f.message, f.message
+    assert "jit accuracy() (called at mnist.py:104), so it compiles once" in f.message
 
 
 def test_eager_ops_name_their_line_and_say_jit_that_function_when_the_step_is_jitted():
@@ -374,10 +390,12 @@ def test_real_jax_eager_eval_recompile_and_sync(tmp_path: Path):
     assert r.returncode == 0, r.stderr[-3000:]
     by_kind = {line.split()[0]: line for line in r.stdout.splitlines()}
     eager = by_kind["eager_ops"]
-    assert f"{prog}:12 " in eager, eager  # accuracy()'s line with argmax, mean and ==
-    assert "eager, un-jitted code at mnist_like.py:12" in eager
+    assert f"{prog}:21 " in eager, eager  # the top-level call of accuracy()
+    # accuracy()'s own line with argmax, mean and ==
+    assert "eager, un-jitted code in accuracy(), called at mnist_like.py:21 (its ops at " \
+        "mnist_like.py:12" in eager, eager
     assert "The step, jit(train_step), is already jitted" in eager
-    assert "jit the function that holds mnist_like.py:12" in eager
+    assert "jit accuracy() (called at mnist_like.py:21)" in eager
     assert "wrap the loop body" not in eager.lower() and "persistent" not in r.stdout
     assert "of step time, measured" in eager
     rc = by_kind["recompile_short_last_batch"]

@@ -103,7 +103,10 @@ def test_buffer_protocol_reads_on_cpu_are_named_as_blind_spots(xfer):
     spots = eng.blind_spots()
     assert any(s.startswith("np.asarray(x), np.array(x), x.item() and memoryview(x)")
                and "CPU" in s for s in spots)
-    assert any("numpy arguments of jitted functions" in s for s in spots)
+    # jax.jit is wrapped here: what it still misses, not the unwrapped sentence
+    assert any("numpy arguments of functions jitted before metrics.install()" in s
+               for s in spots), spots
+    assert not any("only the first call of each signature" in s for s in spots)
 
 
 def test_host_arguments_from_the_jit_wrapper_count_bytes_untimed(xfer):

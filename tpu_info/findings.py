@@ -32,6 +32,7 @@ from tpu_info.finding_cost import (
     steps_of,
 )
 from tpu_info.model import (
+    CALLED_FROM,
     FIRST_CALL,
     Finding,
     GraphRecord,
@@ -179,19 +180,54 @@ def step_function(s: Snapshot) -> str | None:
     return max(called, key=lambda g: g.executions or 0).name if called else None
 
 
-def _eager_sites(s: Snapshot, tiny: list[GraphRecord]) -> list[str]:
-    """The lines that compiled single-op graphs, most frequent first (compile
-    events and graph causes carry them)."""
+_CALLED_FROM_RE = re.compile(re.escape(CALLED_FROM)
+                             + r"(?P<fn>\S+?)\(\) at (?P<loc>.+?:\d+)(?: via (?P<via>\S+?)\(\))?")
+
+
+def _eager_sites(s: Snapshot, tiny: list[GraphRecord]) -> list[tuple[str, str | None]]:
+    """Where single-op graphs compiled, most compiles first: (line, call), the
+    line that ran the op and the user's call that led there from the outermost
+    function (``accuracy() at /w/train.py:104 via predict()``) or None when the
+    line is in that function itself. Compile events carry both, causes the line."""
     names = {g.hash for g in tiny}
-    sites = [e.location for e in s.events
-             if e.kind == "compile" and e.location and (e.graph_hash in names
-                                                        or _single_op(e.name))]
+    sites: list[tuple[str, str | None]] = []
+    for e in s.events:
+        if e.kind == "compile" and e.location and (e.graph_hash in names or _single_op(e.name)):
+            m = _CALLED_FROM_RE.search(e.detail)
+            sites.append((e.location, m.group() if m else None))
     if not sites:
-        sites = [c.location for g in tiny for c in g.causes if c.location]
-    counts: dict[str, int] = defaultdict(int)
-    for loc in sites:
-        counts[loc] += 1
-    return sorted(counts, key=lambda loc: (-counts[loc], loc))
+        sites = [(c.location, None) for g in tiny for c in g.causes if c.location]
+    counts: dict[tuple[str, str | None], int] = defaultdict(int)
+    for site in sites:
+        counts[site] += 1
+    return sorted(counts, key=lambda site: (-counts[site], site[0], site[1] or ""))
+
+
+def _eager_where(sites: list[tuple[str, str | None]]) -> tuple[str | None, str, str]:
+    """(location, where, what to jit) for the eager-ops finding: the call to jit
+    when a user function led to the op lines, else the most frequent line."""
+    lines = list(dict.fromkeys(line for line, _ in sites))
+    calls: dict[tuple[str, str], list[str]] = defaultdict(list)  # (fn, call line) -> op lines
+    for line, call in sites:
+        if call and (m := _CALLED_FROM_RE.match(call)):
+            via = m.group("via")
+            calls[(m.group("fn"), m.group("loc"))].append(
+                f"{short_location(line)}{f' in {via}()' if via else ''}")
+    if not calls:
+        site = lines[0] if lines else None
+        where = f" at {short_location(site)}" if site else ""
+        if len(lines) > 1:
+            where += f" (and {len(lines) - 1} other line{'s' * (len(lines) > 2)})"
+        what = f"the function that holds {short_location(site)}" if site else "that function"
+        return site, where, what
+    (fn, loc), ops = max(calls.items(), key=lambda kv: len(kv[1]))
+    ops = list(dict.fromkeys(ops))
+    inner = ops[0] + (f" and {len(ops) - 1} other line{'s' * (len(ops) > 2)}"
+                      if len(ops) > 1 else "")
+    more = ("; 1 other call compiles ops too" if len(calls) == 2 else
+            f"; {len(calls) - 1} other calls compile ops too" if len(calls) > 2 else "")
+    where = f" in {fn}(), called at {short_location(loc)} (its ops at {inner}{more}),"
+    return loc, where, f"{fn}() (called at {short_location(loc)})"
 
 
 def eager_ops(s: Snapshot) -> Iterable[Finding]:
@@ -201,17 +237,12 @@ def eager_ops(s: Snapshot) -> Iterable[Finding]:
         return
     seconds = sum(g.compile_seconds_total for g in tiny)
     ops = sorted({g.name for g in tiny}, key=lambda n: -sum(1 for g in tiny if g.name == n))
-    sites = _eager_sites(s, tiny)
-    site = sites[0] if sites else None
-    where = f" at {short_location(site)}" if site else ""
-    if len(sites) > 1:
-        where += f" (and {len(sites) - 1} other line{'s' * (len(sites) > 2)})"
+    site, where, what = _eager_where(_eager_sites(s, tiny))
     step = step_function(s)
     if step is not None:
-        line = f"the function that holds {short_location(site)}" if site else "that function"
         advice = (f"The step, {step}, is already jitted, so this is code outside it "
                   "(evaluation, metrics or initialisation, e.g. an accuracy/eval function): "
-                  f"jit {line}, so it compiles once per shape as one graph.")
+                  f"jit {what}, so it compiles once per shape as one graph.")
     else:
         advice = "Wrap the loop body in jax.jit (jit the step function)."
     c = cost_of(s, seconds, len(tiny))

@@ -34,6 +34,10 @@ class Unit(str, enum.Enum):
 # The description of a compile that is a function's first, in every engine.
 FIRST_CALL = "first call"
 
+# Opens a first compile's event detail when the compile was reached through
+# nested user functions: ``called from accuracy() at /w/train.py:104 via predict()``.
+CALLED_FROM = "called from "
+
 # torch_xla's percentile set, in percent.
 PERCENTILES: tuple[float, ...] = (1.0, 5.0, 10.0, 20.0, 50.0, 80.0, 90.0, 95.0, 99.0)
 

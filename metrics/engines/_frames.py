@@ -41,6 +41,48 @@ def user_location(skip: tuple[str, ...], depth: int = 2) -> str | None:
     return None
 
 
+_ENTRY_POINTS = frozenset({"main", "_main", "run", "train", "cli"})
+
+
+def _is_entry_point(frame: Any) -> bool:
+    """A function that is the program itself (``main()``), not a helper to jit."""
+    code = frame.f_code
+    return code.co_name in _ENTRY_POINTS or code.co_argcount + code.co_kwonlyargcount == 0
+
+
+def outer_user_call(skip: tuple[str, ...], depth: int = 2) -> str | None:
+    """``NAME() at file:line``: the call of the outermost user function (below
+    ``main()`` or the module's top level) that leads to the innermost user
+    line, with `` via INNER()`` when another function holds that line; None
+    when that line is in ``main()`` or at the top level (no call to name).
+    Eager code is reached this way (``main`` calls ``accuracy`` calls
+    ``predict``): its single-op compiles happen at ``predict``'s line, yet
+    ``accuracy`` is what to jit. Walks the whole stack: for rare events (a compile)."""
+    try:
+        f = sys._getframe(depth)
+    except ValueError:
+        return None
+    frames = []  # the user's frames, innermost first
+    while f is not None:
+        fn = f.f_code.co_filename
+        if not fn.startswith(skip) and not fn.startswith("<"):
+            frames.append(f)
+        f = f.f_back
+    functions = [i for i, fr in enumerate(frames) if fr.f_code.co_name != "<module>"]
+    if not functions:
+        return None
+    outer = functions[-1]
+    if _is_entry_point(frames[outer]):  # main() calls the function to jit
+        caller, callee = outer, outer - 1
+    else:  # the top level (or a library) calls it
+        caller, callee = outer + 1, outer
+    if callee < 0 or caller >= len(frames):
+        return None  # no call: the line is in main() or at the top level itself
+    name, inner = frames[callee].f_code.co_name, frames[0].f_code.co_name
+    via = f" via {inner}()" if inner != name else ""
+    return f"{name}() at {frames[caller].f_code.co_filename}:{frames[caller].f_lineno}{via}"
+
+
 @functools.lru_cache(maxsize=1)
 def host_ram() -> int | None:
     """Total host RAM (read once: it does not change under a process)."""

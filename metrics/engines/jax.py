@@ -66,7 +66,7 @@ import numpy as np
 from metrics import events as ev
 from metrics import names
 from metrics.callstats import MIN_CALLS, CallTimes
-from metrics.engines._frames import host_ram, skip_prefixes, user_location
+from metrics.engines._frames import host_ram, outer_user_call, skip_prefixes, user_location
 from metrics.engines._patching import Patches
 from metrics.engines.jax_causes import LoweringHistory, param_path
 from metrics.engines.jax_describe import (
@@ -79,7 +79,7 @@ from metrics.engines.jax_describe import (
 from metrics.engines.jax_transfers import ImplicitTransfers
 from metrics.journal import FOLD_AT
 from metrics.recorder import Recorder
-from tpu_info.model import FIRST_CALL, DeviceRecord, MemoryReading, StepsReading
+from tpu_info.model import CALLED_FROM, FIRST_CALL, DeviceRecord, MemoryReading, StepsReading
 
 ENGINE = "jax"
 
@@ -329,6 +329,9 @@ class JaxEngine:
             ledger.cache_hit(graph_hash, name, ENGINE, sig)
         real = cause is not None and cause.description != FIRST_CALL
         detail = cause.description if cause is not None and real else ""
+        if not real and (outer := outer_user_call(self._skip)):
+            # eager code compiles op by op at its innermost line; name the call to jit too
+            detail = f"{CALLED_FROM}{outer}"
         if loaded:
             detail = f"{detail}; backend cache hit" if detail else "backend cache hit"
         events.emit(ev.RECOMPILE if real else ev.COMPILE, name, graph_hash, detail, location,

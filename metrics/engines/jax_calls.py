@@ -6,9 +6,11 @@ function then goes to the engine's calls journal, exactly as a
 ``metrics.track`` call does (the graph it ran, host time from the call to its
 return: dispatch is asynchronous, so device time after the return is not in
 it). That fills in executions per graph, ``ExecuteTime``, the inferred step
-(:mod:`metrics.callstats`) and busy %. A top-level numpy argument is a
+(:mod:`metrics.callstats`) and busy %. A numpy argument is a
 host->device transfer nobody asked for; it is handed to ``engine.implicit``
-where that exists.
+where that exists: top-level ones on every call, and ones nested in
+containers (an ``(images, labels)`` batch) at the places a compiling call
+had them (the tree is walked only when a call compiles).
 
 The wrapper keeps what user code reaches for on a jitted function
 (``lower``, ``trace``, ``eval_shape``, ``clear_cache``, ``_cache_size``,
@@ -50,7 +52,7 @@ BUSY_TOO_FEW = (f"busy % is inferred once a jitted function has run {MIN_CALLS} 
 class Owner:
     """One counted function: its name in the ledger and the graphs its calls ran."""
 
-    __slots__ = ("name", "graphs", "last_hash", "compiles")
+    __slots__ = ("name", "graphs", "last_hash", "compiles", "nested_numpy")
     explicit = False  # a function the user wrapped in metrics.track is explicit
 
     def __init__(self, name: str) -> None:
@@ -58,6 +60,50 @@ class Owner:
         self.graphs: dict[tuple[Any, ...], str] = {}
         self.last_hash: str | None = None
         self.compiles = 0  # seen during its calls; from two on, calls carry a key
+        # Where numpy leaves sat inside container arguments (a (images, labels)
+        # batch) when a call compiled: looked up on each call, no tree walk.
+        self.nested_numpy: tuple[tuple[Any, ...], ...] = ()
+
+
+NESTED_DEPTH = 4  # container levels searched for numpy leaves when a call compiles
+NESTED_LEAVES = 64  # numpy leaf paths kept per function
+
+
+def numpy_paths(args: tuple[Any, ...]) -> tuple[tuple[Any, ...], ...]:
+    """Index paths of numpy arrays nested in tuple/list/dict arguments (not
+    top-level ones, which each call checks itself); run when a call compiled."""
+    found: list[tuple[Any, ...]] = []
+
+    def walk(x: Any, path: tuple[Any, ...]) -> None:
+        if len(found) >= NESTED_LEAVES or len(path) > NESTED_DEPTH:
+            return
+        if type(x) is np.ndarray:
+            if len(path) > 1:
+                found.append(path)
+        elif type(x) in (tuple, list):
+            for i, v in enumerate(x):
+                walk(v, (*path, i))
+        elif type(x) is dict:
+            for k, v in x.items():
+                walk(v, (*path, k))
+
+    walk(args, ())
+    return tuple(found)
+
+
+def nested_numpy_bytes(args: tuple[Any, ...], paths: tuple[tuple[Any, ...], ...]) -> int:
+    """Bytes of the numpy leaves at ``paths`` in this call's arguments."""
+    total = 0
+    for path in paths:
+        x: Any = args
+        try:
+            for k in path:
+                x = x[k]
+        except (IndexError, KeyError, TypeError):
+            continue
+        if type(x) is np.ndarray:
+            total += x.nbytes
+    return total
 
 
 def counting(fn: Callable[..., Any], owner: Owner) -> Callable[..., Any]:
@@ -80,8 +126,10 @@ def counting(fn: Callable[..., Any], owner: Owner) -> Callable[..., Any]:
         if implicit is not None:
             try:
                 for a in args:
-                    if type(a) is ndarray:  # top level only: deeper costs a tree walk
+                    if type(a) is ndarray:  # nested ones: the paths learnt at a compile
                         implicit.host_arguments(a.nbytes, label)
+                if owner.nested_numpy and (n := nested_numpy_bytes(args, owner.nested_numpy)):
+                    implicit.host_arguments(n, label)
             except Exception as e:  # noqa: BLE001 - a hook never raises into the program
                 eng.rec.hook_failed("jax.implicit", e)
         seq = seqs[0]
@@ -94,6 +142,7 @@ def counting(fn: Callable[..., Any], owner: Owner) -> Callable[..., Any]:
             if last is not None and last[0] > seq:
                 compiled = last[1]
                 owner.compiles += 1
+                _learn_nested_numpy(eng, owner, args, label)
         key = None
         if compiled is not None or owner.compiles > 1:
             key = tuple((getattr(a, "shape", None), getattr(a, "dtype", None)) for a in args)
@@ -104,6 +153,17 @@ def counting(fn: Callable[..., Any], owner: Owner) -> Callable[..., Any]:
         return out
 
     return call
+
+
+def _learn_nested_numpy(eng: Any, owner: Owner, args: tuple[Any, ...], label: str) -> None:
+    """After a call that compiled: where its nested numpy leaves are (counted
+    for this call too). Once per compile, so the tree walk stays off the hot path."""
+    try:
+        was, owner.nested_numpy = owner.nested_numpy, numpy_paths(args)
+        if owner.nested_numpy and not was and eng.implicit is not None:
+            eng.implicit.host_arguments(nested_numpy_bytes(args, owner.nested_numpy), label)
+    except Exception as e:  # noqa: BLE001 - a hook never raises into the program
+        eng.rec.hook_failed("jax.implicit", e)
 
 
 # One owner per (user function, jit options), so a function re-jitted every

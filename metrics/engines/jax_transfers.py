@@ -396,10 +396,11 @@ class ImplicitTransfers:
             out.append("np.asarray(x), np.array(x), x.item() and memoryview(x) of a jax.Array "
                        "on CPU read it through numpy's zero-copy buffer protocol and are not "
                        "counted as device->host syncs")
-        if getattr(jax.jit, "__module__", "").startswith("metrics."):
-            out.append("numpy arguments of functions jitted before metrics.install(), and numpy "
-                       "leaves nested inside containers, are moved to one device in C++ and "
-                       "are not counted")
+        # The wrapper copies jax.jit's __module__; its code's file says whose it is.
+        if getattr(getattr(jax.jit, "__code__", None), "co_filename", "") == JIT_WRAPPER_FILE:
+            out.append("numpy arguments of functions jitted before metrics.install() are moved "
+                       "to one device in C++ and are not counted (nor numpy leaves in "
+                       "containers at places a compiling call did not have them)")
         else:
             out.append("numpy arguments of jitted functions running on one device are moved "
                        "in C++ and are not counted (only the first call of each signature "
