@@ -95,3 +95,50 @@ def test_eval_batch_size_is_not_a_short_last_batch(clinic):
         if any(f"clinic_xla.py:{n}" in msg for n in eval_lines):
             assert "short last batch" not in msg and "Pad" not in msg, msg
         assert "no cause recorded" not in msg, msg
+
+
+ANALYSIS_RACE = r"""
+import os, torch, torch_xla
+import metrics
+metrics.install()
+(eng,) = [e for e in metrics.installed_engines() if e.name == "torch_xla"]
+dev = torch_xla.device()
+x = torch.ones(4, device=dev) * 2
+torch_xla.sync()
+metrics.snapshot()
+# torch_xla writes a block before it compiles: one whose CompileTime sample is not there yet.
+early = '''Compilation Analysis: ================================================================================
+Compilation Analysis: Compilation Cause
+Compilation Analysis:   user torch_xla.sync
+Compilation Analysis: Graph Info:
+Compilation Analysis:   Graph Hash: 00000000000000000000000000000abc
+Compilation Analysis:   Number of Graph Inputs: 1
+Compilation Analysis:   Number of Graph Outputs: 1
+Compilation Analysis: Python Frame Triggered Execution:
+Compilation Analysis:   <module> (/home/me/train.py:9)
+Compilation Analysis: --------------------------------------------------------------------------------
+Compilation Analysis: ================================================================================
+'''
+with open(os.environ["PT_XLA_DEBUG_FILE"], "a") as f:
+    f.write(early)
+waiting = [g.hash for g in metrics.snapshot().graphs]
+y = torch.ones(8, device=dev) + 3
+torch_xla.sync()
+g = {g.hash: g for g in metrics.snapshot().graphs}
+print("waited", "00000000000000000000000000000abc" not in waiting)
+print("timed", g["00000000000000000000000000000abc"].compile_seconds_total > 0)
+"""
+
+
+def test_analysis_waits_for_its_compile_time_sample(tmp_path):
+    """A compile analysis read before torch_xla recorded that compile's time waits
+    for it (read at once it got 0 s and no sync, so a graph's warm-up read as new
+    shapes in pytorch/xla's test_train_mp_mnist.py under a 1 s scrape)."""
+    env = dict(os.environ, PJRT_DEVICE="CPU", PYTHONPATH=str(ROOT), TPU_INFO_PORT="0",
+               TPU_INFO_RUNTIME_DIR=str(tmp_path))
+    for var in ("PT_XLA_DEBUG_LEVEL", "PT_XLA_DEBUG_FILE", "PT_XLA_DEBUG"):
+        env.pop(var, None)
+    r = subprocess.run([xla_python(), "-c", ANALYSIS_RACE], capture_output=True, text=True,
+                       env=env, cwd=tmp_path, timeout=120)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "waited True" in r.stdout and "timed True" in r.stdout, r.stdout

@@ -342,3 +342,15 @@ def test_one_finding_per_cause_kind_of_a_function():
     assert "recompiled 1 time for weak type" in fs[0].message and "jnp.float32" in fs[0].message
     assert abs(fs[0].seconds_lost - 0.4) < 1e-9 and abs(fs[1].seconds_lost - 0.3) < 1e-9
     assert "(short last batch)" in fs[1].message and _PAD in fs[1].message
+
+
+def test_idle_torch_xla_launch_parent_is_not_no_problems():
+    # pytorch/xla's test_train_mp_mnist.py under tpu-info run: the parent only
+    # imported torch_xla (RegisterXLAFunctions) and spawned the worker.
+    from tpu_info.model import CounterReading
+    parent = ProcessRecord(pid=7, name="test_train_mp_mnist.py", engine="torch_compile,torch_xla")
+    s = Snapshot(taken_at_unix=0.0, process=parent,
+                 counters=(CounterReading("RegisterXLAFunctions", 1),))
+    (f,) = find(s)
+    assert f.kind == "nothing_recorded" and "each worker is hooked" in f.message
+    assert "No problems found" not in _findings_text(s)

@@ -231,7 +231,8 @@ def _torch_kind(cause: RecompileCause,
         step = int(m.group("step"))
         if _xla_warm_up(m):
             return (f"new graph at sync {step}, right after the last one at this line: "
-                    "torch_xla's warm-up (the first step has no optimizer state yet)", "warm-up",
+                    "torch_xla's warm-up (state the first step created now lives on the device)",
+                    "warm-up",
                     "Nothing to do: the first steps compile their graphs once.", True)
         after = f", {m.group('after')} syncs after the last new graph at this line" \
             if m.group("after") is not None else ""

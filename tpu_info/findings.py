@@ -42,6 +42,8 @@ from tpu_info.model import (
 from tpu_info.site_findings import explicit_syncs, site_findings
 
 _NON_RECOMPILE = (FIRST_CALL,)
+_XLA_WARM_UP = ("warm-up (the step after the first is a new graph once: optimizer state or "
+                "accumulators created by the first step now live on the device), not a problem.")
 
 
 def short_location(location: str | None) -> str:
@@ -94,8 +96,7 @@ def recompiles(s: Snapshot) -> Iterable[Finding]:
         if causes and warm_up(compiles, first.engine, tuple(causes)) and all(
                 c.description.startswith("new graph") for c in causes):
             yield Finding(f"{name} compiled {compiles} times in its first steps "
-                          f"({_seconds(total)}): warm-up (step 0 has no optimizer state "
-                          "yet, so the next step is a new graph), not a problem.",
+                          f"({_seconds(total)}): {_XLA_WARM_UP}",
                           "info", causes[-1].location, 0.0, "warm_up")
             continue
         if causes:
@@ -128,8 +129,7 @@ def _by_kind(s: Snapshot, name: str, compiles: int, total: float, lost: float,
         k = classify(cause, first_site)
         if k.kind == "warm-up":
             yield Finding(f"{name} compiled {len(seen)} new graph{'s' * (len(seen) > 1)} in its "
-                          "first steps: warm-up (step 0 has no optimizer state yet, so the next "
-                          "step is a new graph), not a problem.", "info", cause.location, 0.0,
+                          f"first steps: {_XLA_WARM_UP}", "info", cause.location, 0.0,
                           "warm_up")
             continue
         mine = graphs if len(kinds) == 1 else list({id(g): g for _, g in seen}.values())
@@ -438,8 +438,9 @@ def cpu_fallbacks(s: Snapshot) -> Iterable[Finding]:
             continue  # named with its line by xla_value_access
         if c.name == "aten::_local_scalar_dense":
             cost = cost_of(s, 0.0, c.value)
-            often = (f"{cost.per_step:.1f} per step" if cost.per_step is not None
-                     else "steps are not known")
+            p = cost.per_step
+            often = ("steps are not known" if p is None
+                     else f"{p:.1f} per step" if p >= 0.1 else f"{p:.2g} per step")
             if cost.per_step is not None and cost.per_step < 0.5:
                 # No compile was forced by them (else xla_value_access names them):
                 # occasional reads after the sync, e.g. logging every N steps.
@@ -508,12 +509,20 @@ def nothing_recorded(s: Snapshot) -> Iterable[Finding]:
     p = s.process
     if p is None or not p.engine:
         return
-    if s.graphs or any(c.value for c in s.counters) or any(d.count for d in s.distributions):
+    if s.graphs or any(c.value for c in s.counters if c.name not in _AT_IMPORT) or any(
+            d.count for d in s.distributions):
         return
+    launch = (" A torch_xla.launch / xmp.spawn parent runs no steps itself: each worker is "
+              "hooked and listed on its own (`tpu-info` lists their pids)."
+              if "torch_xla" in p.engine else "")
     yield Finding(f"nothing recorded yet by the {p.engine} hook (no compiles, steps or "
                   "transfers), so there is nothing to judge: run a step, or check that the "
-                  f"program runs its work through {p.engine}.{_unseen(s)}", "info", None,
-                  0.0, "nothing_recorded")
+                  f"program runs its work through {p.engine}.{launch}{_unseen(s)}", "info",
+                  None, 0.0, "nothing_recorded")
+
+
+# Counters an engine counts on import, before the program did anything.
+_AT_IMPORT = frozenset({"RegisterXLAFunctions"})
 
 
 def _unseen(s: Snapshot) -> str:

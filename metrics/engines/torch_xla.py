@@ -106,6 +106,7 @@ class TorchXlaEngine:
         self._units: dict[str, Unit] = dict(_KNOWN_UNITS)
         self._lock = threading.Lock()
         self._compiles_seen = 0
+        self._waiting: collections.deque[tuple[float, CompileAnalysis]] = collections.deque()
         self._last_at: dict[str, CompileAnalysis] = {}
         self._last_step_at: dict[str, int] = {}
         self._skip = skip_prefixes(torch, torch_xla)
@@ -225,13 +226,25 @@ class TorchXlaEngine:
             return 0  # a forked child: the file is its parent's
         with self._lock:
             try:
-                blocks = tail.read()
-                if not blocks:
+                now = time.monotonic()
+                self._waiting.extend((now, b) for b in tail.read())
+                if not self._waiting:
                     return 0
                 data = met.metric_data("CompileTime")
-                for block in blocks:
+                done = int(data[0]) if data else None
+                n = 0
+                # torch_xla writes the analysis before it compiles: a block whose
+                # CompileTime sample is not there yet waits (its time and its sync
+                # decide warm-up vs new shapes), unless it waited too long.
+                while self._waiting:
+                    since, block = self._waiting[0]
+                    if done is not None and self._compiles_seen >= done and \
+                            now - since < ANALYSIS_WAIT_S:
+                        break
+                    self._waiting.popleft()
                     self._ingest(block, data)
-                return len(blocks)
+                    n += 1
+                return n
             except Exception as e:  # noqa: BLE001
                 self.rec.hook_failed("torch_xla.analyses", e)
                 return 0
@@ -324,6 +337,7 @@ class TorchXlaEngine:
         return {"torch": torch.__version__, "torch_xla": torch_xla.__version__}
 
 
+ANALYSIS_WAIT_S = 30.0  # a compile analysis waits this long for its CompileTime sample
 STEPS_KEPT = 4096  # step marks kept for placing compiles (older compiles: step unknown)
 
 
