@@ -5,7 +5,7 @@
     tpu-info run -- python examples/clinic_torch.py --install none
 
 Each mistake is marked ``# MISTAKE(kind)`` on the line that makes it; the
-tests (tests/test_clinic.py) check that tpu-info names each one with that
+tests (tests/test_clinic_torch.py) check that tpu-info names each one with that
 line and its cost, and gives advice that fits. ``--backend aot_eager``
 skips Inductor's code generation (what the tests use: a cold Inductor
 compile takes about 20 s on a 2-core machine); ``TORCHINDUCTOR_CACHE_DIR``
@@ -64,13 +64,13 @@ def main() -> int:
     y_all = x_all[:, :1] * 0.5
     model, lstm = Net(), nn.LSTM(FEATURES, FEATURES, batch_first=True)
     step_fn = torch.compile(model, backend=ARGS.backend)
-    encode = torch.compile(lstm, backend=ARGS.backend)  # MISTAKE(graph_break_unresumable)
+    encode = torch.compile(lstm, backend=ARGS.backend)  # Dynamo cannot trace an LSTM
     opt = torch.optim.SGD([*model.parameters(), *lstm.parameters()], lr=0.05)
     for epoch in range(ARGS.epochs):
         model.train()
         for i, start in enumerate(range(0, ROWS, BATCH)):
             xb, yb = x_all[start:start + BATCH], y_all[start:start + BATCH]
-            xb = encode(xb.unsqueeze(1))[0].squeeze(1)
+            xb = encode(xb.unsqueeze(1))[0].squeeze(1)  # MISTAKE(graph_break_unresumable)
             scale = 1.0 + 0.25 * (i % 3)
             out = step_fn(xb, scale)  # MISTAKE(short_last_batch) MISTAKE(python_scalar)
             loss = torch.mean((out - yb) ** 2)

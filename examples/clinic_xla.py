@@ -49,7 +49,7 @@ def main() -> int:
     dev = torch_xla.device()
     model = torch.nn.Sequential(torch.nn.Linear(FEATURES, 16), torch.nn.Tanh(),
                                 torch.nn.Linear(16, 1)).to(dev)
-    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)  # state from step 1
     x_all, y_all = torch.randn(ROWS, FEATURES), torch.randn(ROWS, 1)
     kept = []
     for epoch in range(ARGS.epochs):

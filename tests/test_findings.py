@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 
+import pytest
+
 from tpu_info.findings import diverging_graphs, find, recompiles
 from tpu_info.model import GraphRecord, ProcessRecord, RecompileCause, Snapshot
 
@@ -218,6 +220,56 @@ def test_torch_xla_second_step_is_warm_up():
     assert f.severity == "info" and _PAD not in f.message
 
 
+def test_every_cause_of_a_graph_counts_not_only_its_latest():
+    # Dynamo recompiled one graph for the short batch (dynamic batch dim), then
+    # again for no_grad: both kinds are named, each at its own line.
+    size = RecompileCause(2.0, "tensor 'x' size mismatch at index 0. expected 32, actual 8",
+                          "t.py:75")
+    grad = RecompileCause(3.0, "GLOBAL_STATE changed: grad_mode", "t.py:82")
+    s = Snapshot(taken_at_unix=0.0, graphs=(
+        GraphRecord("a" * 64, "compile(Net.forward)", "torch_compile", 1.0, 1.0, compiles=1,
+                    compile_seconds_total=0.5, compile_seconds_last=0.5,
+                    causes=(RecompileCause(1.0, "first call", "t.py:75"),)),
+        GraphRecord("b" * 64, "compile(Net.forward)", "torch_compile", 2.0, 3.0, compiles=2,
+                    compile_seconds_total=0.4, compile_seconds_last=0.2, causes=(size, grad))))
+    found = {f.kind: f for f in recompiles(s)}
+    assert set(found) == {"recompile_short_last_batch", "recompile_grad_mode"}
+    short = found["recompile_short_last_batch"]
+    assert short.location == "t.py:75" and "32 -> 8" in short.message and _PAD in short.message
+    assert short.seconds_lost == pytest.approx(0.2) and "split evenly" in short.message
+    assert found["recompile_grad_mode"].location == "t.py:82"
+    assert _PAD not in found["recompile_grad_mode"].message
+
+
+def _xla_site(*causes: RecompileCause) -> Snapshot:
+    first = RecompileCause(0.5, "first call", "train.py:65")
+    graphs = [GraphRecord(f"{i:064x}", "xla(train.py:65)", "torch_xla", 1.0, 1.0, compiles=1,
+                          compile_seconds_total=0.3, compile_seconds_last=0.3, causes=(c,))
+              for i, c in enumerate((first, *causes))]
+    return Snapshot(taken_at_unix=0.0, graphs=tuple(graphs))
+
+
+def test_torch_xla_new_graph_after_steady_steps_is_new_shapes_not_warm_up():
+    warm = RecompileCause(2.0, "new graph at sync 2, 0 syncs after the last new graph at this "
+                          "line (graph inputs 7 -> 12); torch_xla: user torch_xla.sync",
+                          "train.py:65")
+    short = RecompileCause(3.0, "new graph at sync 7, 4 syncs after the last new graph at this "
+                           "line (same graph inputs and outputs: new shapes or values); "
+                           "torch_xla: user torch_xla.sync", "train.py:65")
+    found = {f.kind: f for f in recompiles(_xla_site(warm, short))}
+    assert set(found) == {"warm_up", "recompile_new_input_shapes"}, found
+    f = found["recompile_new_input_shapes"]
+    assert "short last batch" in f.message and "drop_last=True" in f.message
+    assert f.severity == "warning" and "warm-up" not in f.message
+    assert found["warm_up"].severity == "info" and "not a problem" in found["warm_up"].message
+    # A device loader syncs before the first step: the second graph is warm-up by its gap.
+    late = RecompileCause(2.0, "new graph at sync 4, 0 syncs after the last new graph at this "
+                          "line (same graph inputs and outputs: new shapes or values)",
+                          "train.py:65")
+    (f,) = recompiles(_xla_site(late))
+    assert f.kind == "warm_up"
+
+
 def _eager(n_ops: int, big: tuple[tuple[str, float], ...] = ()) -> Snapshot:
     from tpu_info.model import DistributionReading, Unit
     ops = ["jit(add)", "jit(multiply)", "jit(convert_element_type)", "jit(tanh)",
@@ -290,3 +342,15 @@ def test_one_finding_per_cause_kind_of_a_function():
     assert "recompiled 1 time for weak type" in fs[0].message and "jnp.float32" in fs[0].message
     assert abs(fs[0].seconds_lost - 0.4) < 1e-9 and abs(fs[1].seconds_lost - 0.3) < 1e-9
     assert "(short last batch)" in fs[1].message and _PAD in fs[1].message
+
+
+def test_idle_torch_xla_launch_parent_is_not_no_problems():
+    # pytorch/xla's test_train_mp_mnist.py under tpu-info run: the parent only
+    # imported torch_xla (RegisterXLAFunctions) and spawned the worker.
+    from tpu_info.model import CounterReading
+    parent = ProcessRecord(pid=7, name="test_train_mp_mnist.py", engine="torch_compile,torch_xla")
+    s = Snapshot(taken_at_unix=0.0, process=parent,
+                 counters=(CounterReading("RegisterXLAFunctions", 1),))
+    (f,) = find(s)
+    assert f.kind == "nothing_recorded" and "each worker is hooked" in f.message
+    assert "No problems found" not in _findings_text(s)

@@ -418,6 +418,17 @@ def test_torch_xla_value_reads_and_syncs_get_torch_xla_advice():
     assert "loss.item()" in sync.message and "jax" not in sync.message
 
 
+def test_torch_xla_occasional_value_reads_after_the_sync_are_not_a_warning():
+    # pytorch/xla's test_train_mp_mnist.py logs loss.item() every 20 steps in a step
+    # closure, after the sync: no extra graph, nothing to move.
+    xla = ProcessRecord(pid=3, name="t.py", engine="torch_xla")
+    s = Snapshot(0.0, xla, counters=(CounterReading("MarkStep", 770),
+                                     CounterReading("aten::_local_scalar_dense", 77)))
+    read = _one(s, "value_read")
+    assert read.severity == "info" and "nothing to do" in read.message
+    assert "one every 10 steps" in read.message and "cuts the graph" not in read.message
+
+
 def test_no_compilation_cache_advice_when_a_third_of_compiling_is_eager_ops():
     tiny = tuple(GraphRecord(f"{i:064x}", "jit(add)", "jax", 1.0, 1.0, compiles=1,
                              compile_seconds_total=0.05) for i in range(40))

@@ -227,6 +227,20 @@ def _torch_kind(cause: RecompileCause,
     """A torch.compile guard failure or torch_xla's own cause -> (words, kind,
     advice, expected); None when the description is neither."""
     d = cause.description
+    if (m := _XLA_NEW_GRAPH_RE.match(d)) is not None and "access tensor value before" not in d:
+        step = int(m.group("step"))
+        if _xla_warm_up(m):
+            return (f"new graph at sync {step}, right after the last one at this line: "
+                    "torch_xla's warm-up (state the first step created now lives on the device)",
+                    "warm-up",
+                    "Nothing to do: the first steps compile their graphs once.", True)
+        after = f", {m.group('after')} syncs after the last new graph at this line" \
+            if m.group("after") is not None else ""
+        return (f"new graph at sync {step}{after}, with the same graph inputs and outputs: "
+                "the tensors' shapes changed: a short last batch, or a new batch size",
+                "new input shapes",
+                "torch_xla compiles a graph for every new input shape: pad the last batch to "
+                "the full size or drop it (drop_last=True), and keep batch sizes fixed.", False)
     if "access tensor value before" in d:
         return ("a tensor's value is read before torch_xla.sync() (.item(), print, if on a "
                 "tensor)", "value access before sync",
@@ -298,14 +312,38 @@ def _torch_kind(cause: RecompileCause,
         number = "float" if "." in m.group("val") or "." in new else "int"
         return (f"argument '{arg}' changed {m.group('val')} -> {new}",
                 f"Python {number} specialized",
-                f"Dynamo compiled the Python {number}'s value into the graph, so each new value "
-                f"recompiles: pass it as a tensor (torch.tensor({arg})), or make it dynamic "
-                "(torch.compile(dynamic=True), or torch._dynamo.mark_dynamic on the tensor "
-                "it comes from).", False)
+                f"Dynamo compiled the Python {number}'s first value into the graph, so a new "
+                "value recompiled it (after that Dynamo treats it as dynamic, unless "
+                "automatic_dynamic_shapes is off or Python branches on it: then every value "
+                f"recompiles). Pass it as a tensor (torch.tensor({arg})), or compile with "
+                "torch.compile(dynamic=True), to avoid the recompile.", False)
     return None
 
 
-def warm_up(graphs_compiles: int, engine: str) -> bool:
+# torch_xla's first steps compile their own graphs (step 0 has no optimizer state).
+WARM_UP_STEPS = 2
+# The torch_xla hook's words for a new graph at a line, with the step it came in.
+_XLA_NEW_GRAPH_RE = re.compile(
+    r"^new graph at sync (?P<step>\d+)(?:, (?P<after>\d+) syncs after the last new graph "
+    r"at this line)?(?: \((?P<io>[^)]*)\))?")
+
+
+def warm_up(graphs_compiles: int, engine: str, causes: tuple[RecompileCause, ...] = ()) -> bool:
     """torch_xla compiles the first steps anew (step 0 has no optimizer state yet):
-    a couple of graphs at one site is warm-up, not a recompile problem."""
-    return engine == "torch_xla" and graphs_compiles <= 3
+    new graphs at one site in the first steps are warm-up, not a recompile problem.
+    Where the hook knows each new graph's step, that decides; else a couple of
+    graphs at one site count as warm-up."""
+    if engine != "torch_xla":
+        return False
+    steps = [_XLA_NEW_GRAPH_RE.match(c.description) for c in causes]
+    if steps and all(steps):
+        return all(_xla_warm_up(m) for m in steps if m)
+    return graphs_compiles <= 3
+
+
+def _xla_warm_up(m: re.Match[str]) -> bool:
+    """A new graph in the step right after the last new graph at its line (or,
+    where that is not known, in the first steps): warm-up."""
+    if m.group("after") is not None:
+        return m.group("after") == "0"
+    return int(m.group("step")) <= WARM_UP_STEPS

@@ -43,6 +43,8 @@ from tpu_info.model import (
 from tpu_info.site_findings import explicit_syncs, site_findings
 
 _NON_RECOMPILE = (FIRST_CALL,)
+_XLA_WARM_UP = ("warm-up (the step after the first is a new graph once: optimizer state or "
+                "accumulators created by the first step now live on the device), not a problem.")
 
 
 def short_location(location: str | None) -> str:
@@ -92,11 +94,10 @@ def recompiles(s: Snapshot) -> Iterable[Finding]:
         first_site = next((c.location for g in graphs for c in g.causes
                            if c.description == FIRST_CALL and c.location), None)
         lost = max(0.0, total - first.compile_seconds_last)
-        if causes and warm_up(compiles, first.engine) and all(
+        if causes and warm_up(compiles, first.engine, tuple(causes)) and all(
                 c.description.startswith("new graph") for c in causes):
             yield Finding(f"{name} compiled {compiles} times in its first steps "
-                          f"({_seconds(total)}): warm-up (step 0 has no optimizer state "
-                          "yet, so the next step is a new graph), not a problem.",
+                          f"({_seconds(total)}): {_XLA_WARM_UP}",
                           "info", causes[-1].location, 0.0, "warm_up")
             continue
         if causes:
@@ -114,19 +115,25 @@ def recompiles(s: Snapshot) -> Iterable[Finding]:
 def _by_kind(s: Snapshot, name: str, compiles: int, total: float, lost: float,
              graphs: list[GraphRecord], first_site: str | None) -> Iterable[Finding]:
     """One finding per kind of cause (its ``kind`` is the cause's kind), each with
-    its latest example and advice; the compile time of each recompiled graph
-    counts for the kind of its latest cause. Compiles whose backend came from a
-    persistent cache still recompiled (traced and lowered again): said so."""
+    its latest example and advice. Every recompile of a graph counts for the kind
+    of its own cause (a graph Dynamo recompiled for a short batch and again for
+    grad mode counts once for each), with the graph's compile time split evenly
+    among its compiles. Compiles whose backend came from a persistent cache still
+    recompiled (traced and lowered again): said so."""
     kinds: dict[str, list[tuple[RecompileCause, GraphRecord]]] = defaultdict(list)
     for g in graphs:
-        real = [c for c in g.causes if c.description not in _NON_RECOMPILE]
-        if real:
-            latest = max(real, key=lambda c: c.time_unix)
-            kinds[classify(latest, first_site).kind].append((latest, g))
+        for c in g.causes:
+            if c.description not in _NON_RECOMPILE:
+                kinds[classify(c, first_site).kind].append((c, g))
     for kind, seen in kinds.items():
         cause = max((c for c, _ in seen), key=lambda c: c.time_unix)
         k = classify(cause, first_site)
-        mine = graphs if len(kinds) == 1 else [g for _, g in seen]
+        if k.kind == "warm-up":
+            yield Finding(f"{name} compiled {len(seen)} new graph{'s' * (len(seen) > 1)} in its "
+                          f"first steps: {_XLA_WARM_UP}", "info", cause.location, 0.0,
+                          "warm_up")
+            continue
+        mine = graphs if len(kinds) == 1 else list({id(g): g for _, g in seen}.values())
         hits = sum(g.cache_hits for g in mine if g.compiles)
         loaded = f", {hits} backend cache hit{'s' * (hits > 1)}" if hits else ""
         if len(kinds) == 1:
@@ -135,7 +142,12 @@ def _by_kind(s: Snapshot, name: str, compiles: int, total: float, lost: float,
             head = (f"{name} compiled {compiles} times ({_seconds(total)} compiling{loaded}; "
                     f"{n} recompile{'s' * (n != 1)}, {_seconds(lost)}: {c.tail()})")
         else:
-            c = cost_of(s, min(lost, sum(g.compile_seconds_total for _, g in seen)), len(seen))
+            split = any(len({classify(x, first_site).kind for x in g.causes
+                             if x.description not in _NON_RECOMPILE}) > 1 for g in mine)
+            seconds = sum(g.compile_seconds_total / max(1, g.compiles) for _, g in seen)
+            c = cost_of(s, min(lost, seconds), len(seen),
+                        "estimated: a graph's compile time split evenly among its compiles"
+                        if split else "")
             head = (f"{name} recompiled {len(seen)} time{'s' * (len(seen) > 1)} for "
                     f"{kind} ({_seconds(c.seconds)} compiling{loaded}, {c.tail()})")
         yield Finding(f"{head}; {_describe(k.text, cause)}. {k.advice}",
@@ -365,11 +377,17 @@ def graph_breaks(s: Snapshot) -> Iterable[Finding]:
         if _UNRESUMABLE_RE.search(detail):
             yield _unresumable(s, name, where, loc, detail)
             continue
+        calls = sum(g.executions or 0 for g in s.graphs if g.name == name)
+        c = cost_of(s, 0.0, calls or None)
+        crossed = (f" It is crossed on every call ({calls:,} times, {c.per_step:.1f} per step; "
+                   "the graph ends, that line runs in Python, the next graph starts; the "
+                   "time in between is not measured)." if calls and c.per_step is not None
+                   else "")
         yield Finding(
             f"graph break in {name}{where}: {detail.rstrip('.')}. Dynamo splits the function there "
-            "into separate graphs with Python in between; rewrite that line so it can be "
-            "traced (torch._dynamo.explain(fn)(*args) lists every break).",
-            "warning", loc, 0.0, "graph_break")
+            f"into separate graphs with Python in between.{crossed} Rewrite that line so it "
+            "can be traced (torch._dynamo.explain(fn)(*args) lists every break).",
+            "warning", loc, kind="graph_break", **c.fields())
     if not sites:
         yield Finding(f"{n} torch.compile graph breaks (their reasons are no longer in the "
                       "recent events): run torch._dynamo.explain(fn)(*args) to list them.",
@@ -423,18 +441,15 @@ def _unresumable_break(s: Snapshot, name: str, where: str, loc: str | None,
     reason, _, hints = detail.partition(_UNRESUMABLE)
     hint = " ".join(h.strip() for h in hints.split("Hint:") if h.strip())
     wall = s.distribution("EagerFallbackTime")
-    inside = s.distribution("ExecuteTime")
     cost, measured = 0.0, ""
     if wall is not None and wall.count and wall.total > 0:
-        outside = max(0.0, wall.total - (inside.total if inside is not None else 0.0)) / 1e9
-        steps = s.distribution("StepTime")
-        if steps is not None and steps.total > 0:
-            share, of = min(1.0, outside * 1e9 / steps.total), "of step time"
-        else:
-            share, of = outside * 1e9 / wall.total, f"of its {wall.count} calls' time"
-        cost = outside
-        measured = (f": {share:.0%} {of} is spent outside compiled graphs "
-                    f"({_seconds(outside)} of {_seconds(wall.total / 1e9)}, measured)")
+        # Dynamo runs the whole function eagerly: all of its calls' time is outside graphs.
+        cost = wall.total / 1e9
+        c = cost_of(s, cost, wall.count)
+        share = (f"{share_words(c.share_of_step)} of step time"
+                 if c.share_of_step is not None else "all of its calls' time")
+        measured = (f": {share} is spent outside compiled graphs ({_seconds(cost)} in "
+                    f"{wall.count} calls, {c.tail()})")
     advice = f" Dynamo's hint: {hint.rstrip('.')}." if hint else ""
     fields = cost_of(s, cost, wall.count if wall is not None else None).fields()
     return Finding(
@@ -454,8 +469,19 @@ def cpu_fallbacks(s: Snapshot) -> Iterable[Finding]:
             continue  # named with its line by xla_value_access
         if c.name == "aten::_local_scalar_dense":
             cost = cost_of(s, 0.0, c.value)
-            often = (f"{cost.per_step:.1f} per step" if cost.per_step is not None
-                     else "steps are not known")
+            p = cost.per_step
+            often = ("steps are not known" if p is None
+                     else f"{p:.1f} per step" if p >= 0.1 else f"{p:.2g} per step")
+            if cost.per_step is not None and cost.per_step < 0.5:
+                # No compile was forced by them (else xla_value_access names them):
+                # occasional reads after the sync, e.g. logging every N steps.
+                yield Finding(
+                    f"{c.name} ran {c.value} times ({often}, about one every "
+                    f"{1 / max(cost.per_step, 1e-9):.0f} steps): occasional reads of a tensor's "
+                    "value on the host (logging every N steps), none of them before "
+                    "torch_xla.sync() (no extra graph was compiled for them): nothing to do.",
+                    "info", None, kind="value_read", count=c.value, per_step=cost.per_step)
+                continue
             yield Finding(
                 f"{c.name} ran {c.value} times ({often}; its time is in TransferFromDeviceTime): "
                 "a device tensor's value was read on the host (.item(), printing, Python "
@@ -514,12 +540,20 @@ def nothing_recorded(s: Snapshot) -> Iterable[Finding]:
     p = s.process
     if p is None or not p.engine:
         return
-    if s.graphs or any(c.value for c in s.counters) or any(d.count for d in s.distributions):
+    if s.graphs or any(c.value for c in s.counters if c.name not in _AT_IMPORT) or any(
+            d.count for d in s.distributions):
         return
+    launch = (" A torch_xla.launch / xmp.spawn parent runs no steps itself: each worker is "
+              "hooked and listed on its own (`tpu-info` lists their pids)."
+              if "torch_xla" in p.engine else "")
     yield Finding(f"nothing recorded yet by the {p.engine} hook (no compiles, steps or "
                   "transfers), so there is nothing to judge: run a step, or check that the "
-                  f"program runs its work through {p.engine}.{_unseen(s)}", "info", None,
-                  0.0, "nothing_recorded")
+                  f"program runs its work through {p.engine}.{launch}{_unseen(s)}", "info",
+                  None, 0.0, "nothing_recorded")
+
+
+# Counters an engine counts on import, before the program did anything.
+_AT_IMPORT = frozenset({"RegisterXLAFunctions"})
 
 
 def _unseen(s: Snapshot) -> str:

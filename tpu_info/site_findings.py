@@ -19,6 +19,7 @@ Example:
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
 
 from tpu_info.finding_cost import Cost, cost_of, duration, engine_of, size_words
@@ -156,8 +157,25 @@ def explicit_syncs(s: Snapshot) -> Iterable[Finding]:
     if count < 0.9 * c0.steps.count:
         return
     c = cost_of(s, seconds, count)
-    advice = _EXPLICIT_ADVICE.get(engine_of(s), _EXPLICIT_ADVICE[""])
+    engine = engine_of(s)
+    where = ""
+    if "torch_xla" in (s.process.engine if s.process is not None else "") or any(
+            g.engine == "torch_xla" for g in s.graphs):
+        engine, where = "torch_xla", _xla_sync_lines(s)
+    advice = _EXPLICIT_ADVICE.get(engine, _EXPLICIT_ADVICE[""])
     yield Finding(
-        f"device->host transfers every step ({c.words()}): each one waits for the device. "
+        f"device->host transfers every step ({c.words()}): each one waits for the device.{where} "
         f"{advice}",
         "warning", None, kind="per_step_sync", **c.fields())
+
+
+def _xla_sync_lines(s: Snapshot) -> str:
+    """Where torch_xla's device->host reads come from, as far as it can be
+    seen: its metrics have no lines, only the compiles a read forced do."""
+    lines = sorted({os.path.basename(c.location) for g in s.graphs if g.engine == "torch_xla"
+                    for c in g.causes if c.location and "access tensor value before"
+                    in c.description})
+    known = (f" Of these, the reads before the sync are at {', '.join(lines)} (named above)"
+             if lines else " None of them forced a compile")
+    return (f" torch_xla's transfer metrics carry no source lines.{known}; the rest (.cpu(), "
+            ".item() or printing after torch_xla.sync()) are not attributed to a line.")

@@ -344,9 +344,30 @@ class TorchCompileEngine:
             if reason and seen and seen[0][0] == reason:
                 reason, values = choose_reason(seen[0]), seen[1]
             self._record(graphs, reason, m.compile_id, frame_s, cache_hit,
-                         user_location(self._skip, 3), values)
+                         self._call_site(graphs[0].qualname), values)
         except Exception as e:  # noqa: BLE001
             self.rec.hook_failed("torch_compile.metrics", e)
+
+    def _call_site(self, qualname: str) -> str | None:
+        """The user's line that called the frame being compiled. A resume
+        function (the rest of ``f`` after a graph break) is called from ``f``
+        itself: its call site is ``f``'s caller, the line that passed the
+        arguments whose guards failed."""
+        m = _RESUME.match(qualname.rsplit(".", 1)[-1])
+        if m is None:
+            return user_location(self._skip, 4)
+        resumed = m.group("fn")
+        try:
+            f: Any = sys._getframe(3)
+        except ValueError:
+            return None
+        while f is not None:
+            fn = f.f_code.co_filename
+            if not fn.startswith(self._skip) and not fn.startswith("<") and not (
+                    f.f_code.co_name == resumed or _RESUME.match(f.f_code.co_name)):
+                return f"{fn}:{f.f_lineno}"
+            f = f.f_back
+        return None
 
     def _record(self, graphs: list[_Graph], reason: str | None, compile_id: str | None,
                 frame_s: float | None, cache_hit: bool, location: str | None,
@@ -401,7 +422,15 @@ class TorchCompileEngine:
             stack = getattr(exc, "real_stack", None)
             if not stack:
                 stack = torch._guards.TracingContext.extract_stack()
-            location = f"{stack[-1].filename}:{stack[-1].lineno}" if stack else None
+            # The innermost frame of the user's own code (a compiled torch.nn
+            # module breaks inside torch: its user line is where it is called).
+            frame = next((f for f in reversed(stack or [])
+                          if not str(f.filename).startswith(self._skip)), None)
+            if frame is not None:
+                location = f"{frame.filename}:{frame.lineno}"
+            else:  # the whole compiled frame is torch's: the user's line calls it
+                location = user_location(self._skip, 2) or (
+                    f"{stack[-1].filename}:{stack[-1].lineno}" if stack else None)
             text = str(exc) if exc is not None else reason
             kind = getattr(exc, "gb_type", None)
             expl = _EXPLANATION.search(text)
@@ -416,8 +445,12 @@ class TorchCompileEngine:
                 root = getattr(getattr(tx, "output", None), "root_tx", None) or tx
                 if getattr(root, "f_code", None) is not None:
                     _eager_codes.add(root.f_code)
+                _eager_codes.update(_wrapped_module_codes(root))
             code = getattr(tx, "f_code", None)
             qualname = getattr(code, "co_qualname", getattr(code, "co_name", "?"))
+            modules = _wrapped_modules(tx)
+            if modules and str(getattr(code, "co_filename", "")).startswith(self._skip):
+                qualname = f"{type(modules[0]).__name__}.forward"  # not torch's wrap_inline
             self._graph_breaks.inc()
             self.rec.events.emit(GRAPH_BREAK, display_name(qualname), "", detail[:500], location)
         except Exception as e:  # noqa: BLE001
@@ -457,6 +490,28 @@ class TorchCompileEngine:
 def create(recorder: Recorder, explain_cache_misses: bool = True, **_: Any) -> TorchCompileEngine:
     """The adapter ``metrics.install()`` uses; other engines' options are ignored."""
     return TorchCompileEngine(recorder, explain_cache_misses=explain_cache_misses)
+
+
+def _wrapped_modules(tx: Any) -> list[Any]:
+    """The torch.nn modules a frame closes over: a module compiled through
+    Dynamo's ``wrap_inline`` frame (``torch.compile(nn.LSTM(...))``)."""
+    out = []
+    for cell in getattr(tx, "closure", None) or ():
+        try:
+            value = cell.cell_contents
+        except ValueError:  # an empty cell
+            continue
+        if isinstance(value, torch.nn.Module):
+            out.append(value)
+    return out
+
+
+def _wrapped_module_codes(root: Any) -> list[Any]:
+    """The ``forward`` code of the modules behind a ``wrap_inline`` frame: the
+    frame Dynamo gave up on is that shared wrapper, the calls to time are the
+    module's."""
+    codes = (getattr(type(m).forward, "__code__", None) for m in _wrapped_modules(root))
+    return [c for c in codes if c is not None]
 
 
 # Module-level wrappers: they look up the active engine at call time, so

@@ -22,6 +22,16 @@ Nothing runs on the program's hot path: everything is read at scrape time.
 * Device memory: ``xm.get_memory_info`` where the PJRT plugin supports it;
   on the CPU it raises ``UNIMPLEMENTED``, which is reported as the reason.
 
+* The step each compile happened in: ``torch_xla.sync`` (what
+  ``xm.mark_step()`` and the device loaders call; wrapping the C step marker
+  instead would hide the ``sync`` frame torch_xla names its cause by) is
+  wrapped to append its end time (one append per step), and each
+  compile's ``CompileTime`` sample time is placed among them at scrape time
+  (a step is one sync: a device loader syncs once per batch). A new graph at
+  a line in the step right after the last one there is torch_xla's warm-up
+  (step 0 has no optimizer state yet); one after steps without a compile
+  there means the inputs changed (a short last batch, a new batch size).
+
 Private APIs used (behind checks): ``torch_xla._XLAC._get_graph_hash``
 (:func:`graph_hash`), ``torch_xla._XLAC._xla_runtime_is_initialized``
 (devices are not read before the program started the runtime).
@@ -30,6 +40,8 @@ Private APIs used (behind checks): ``torch_xla._XLAC._get_graph_hash``
 from __future__ import annotations
 
 import atexit
+import bisect
+import collections
 import os
 import tempfile
 import threading
@@ -43,6 +55,7 @@ import torch_xla.debug.metrics as met
 from metrics import events as ev
 from metrics.engines import _foreign
 from metrics.engines._frames import skip_prefixes
+from metrics.engines._patching import Patches
 from metrics.engines._xla_debug import CompileAnalysis, DebugTail
 from metrics.recorder import Recorder
 from tpu_info.model import (
@@ -93,8 +106,14 @@ class TorchXlaEngine:
         self._units: dict[str, Unit] = dict(_KNOWN_UNITS)
         self._lock = threading.Lock()
         self._compiles_seen = 0
+        self._waiting: collections.deque[tuple[float, CompileAnalysis]] = collections.deque()
         self._last_at: dict[str, CompileAnalysis] = {}
+        self._last_step_at: dict[str, int] = {}
         self._skip = skip_prefixes(torch, torch_xla)
+        self._patches = Patches(self.degraded)
+        # End times of the last step marks (appended by the wrapped step marker).
+        self.step_ends: collections.deque[float] = collections.deque(maxlen=STEPS_KEPT)
+        self.steps_marked = 0
 
     # Install / uninstall ---------------------------------------------------
 
@@ -103,11 +122,24 @@ class TorchXlaEngine:
         _active = self
         if self._explain and self._tail is None:
             self._capture_analyses()
+        if not self._patches.has("sync"):
+            self._patches.apply(torch_xla, "sync", _wrap_sync)
 
     def uninstall(self) -> None:
         global _active
         if _active is self:
             _active = None
+        self._patches.restore()
+
+    def step_of(self, when: float) -> int | None:
+        """The 0-based step a moment fell in (step marks ended before it);
+        None when it is older than the marks kept."""
+        ends = list(self.step_ends)
+        dropped = self.steps_marked - len(ends)
+        i = bisect.bisect_right(ends, when)
+        if i == 0 and dropped:
+            return None
+        return dropped + i
 
     def _capture_analyses(self) -> None:
         env = self._env
@@ -194,13 +226,25 @@ class TorchXlaEngine:
             return 0  # a forked child: the file is its parent's
         with self._lock:
             try:
-                blocks = tail.read()
-                if not blocks:
+                now = time.monotonic()
+                self._waiting.extend((now, b) for b in tail.read())
+                if not self._waiting:
                     return 0
                 data = met.metric_data("CompileTime")
-                for block in blocks:
+                done = int(data[0]) if data else None
+                n = 0
+                # torch_xla writes the analysis before it compiles: a block whose
+                # CompileTime sample is not there yet waits (its time and its sync
+                # decide warm-up vs new shapes), unless it waited too long.
+                while self._waiting:
+                    since, block = self._waiting[0]
+                    if done is not None and self._compiles_seen >= done and \
+                            now - since < ANALYSIS_WAIT_S:
+                        break
+                    self._waiting.popleft()
                     self._ingest(block, data)
-                return len(blocks)
+                    n += 1
+                return n
             except Exception as e:  # noqa: BLE001
                 self.rec.hook_failed("torch_xla.analyses", e)
                 return 0
@@ -208,17 +252,21 @@ class TorchXlaEngine:
     def _ingest(self, block: CompileAnalysis, compile_time: Any) -> None:
         index = self._compiles_seen
         self._compiles_seen += 1
-        seconds = 0.0
+        seconds, step = 0.0, None
         if compile_time:
             total, _, samples = compile_time
             first = int(total) - len(samples)
             if first <= index < int(total):
                 seconds = float(samples[index - first][1]) / 1e9
+                step = self.step_of(float(samples[index - first][0]))
         frame = block.user_frame(self._skip)
         location = f"{frame[1]}:{frame[2]}" if frame else None
         name = f"xla({os.path.basename(frame[1])}:{frame[2]})" if frame else "xla(?)"
         previous = self._last_at.get(name)
         self._last_at[name] = block
+        before = self._last_step_at.get(name)
+        if step is not None:
+            self._last_step_at[name] = step
         if previous is None:
             # A value read before the sync is news even on its first compile:
             # keep torch_xla's own words (findings.xla_value_access names it).
@@ -230,7 +278,16 @@ class TorchXlaEngine:
                 changes.append(f"graph inputs {previous.inputs} -> {block.inputs}")
             if previous.outputs != block.outputs:
                 changes.append(f"graph outputs {previous.outputs} -> {block.outputs}")
-            description = "new graph" + (f" ({', '.join(changes)})" if changes else "") + (
+            when = ""
+            if step is not None:
+                # torch_xla's cause words depend on it (warm-up vs changed inputs).
+                when = f" at sync {step + 1}"
+                if before is not None:
+                    when += f", {max(0, step - before - 1)} syncs after the last new graph at " \
+                            "this line"
+            description = "new graph" + when + (
+                f" ({', '.join(changes)})" if changes else
+                " (same graph inputs and outputs: new shapes or values)") + (
                 f"; torch_xla: {block.cause}" if block.cause else "")
         signature = (f"inputs: {block.inputs}", f"outputs: {block.outputs}")
         cause = RecompileCause(time_unix=time.time(), description=description,
@@ -278,6 +335,26 @@ class TorchXlaEngine:
 
     def versions(self) -> dict[str, str]:
         return {"torch": torch.__version__, "torch_xla": torch_xla.__version__}
+
+
+ANALYSIS_WAIT_S = 30.0  # a compile analysis waits this long for its CompileTime sample
+STEPS_KEPT = 4096  # step marks kept for placing compiles (older compiles: step unknown)
+
+
+def _wrap_sync(original: Any) -> Any:
+    clock = time.time  # CompileTime's sample clock
+
+    def sync(*args: Any, **kwargs: Any) -> Any:
+        out = original(*args, **kwargs)
+        eng = _active
+        if eng is not None:
+            eng.step_ends.append(clock())
+            eng.steps_marked += 1
+        return out
+
+    sync.__wrapped__ = original  # type: ignore[attr-defined]
+    sync.__doc__ = original.__doc__
+    return sync
 
 
 def _spawn_without_debug_file(original: Any, env: Any) -> Any:
