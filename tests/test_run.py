@@ -153,3 +153,13 @@ def test_signals_are_forwarded_to_the_child(tmp_path, sig, expected):
         if parent.poll() is None:
             parent.kill()
             parent.wait()
+
+
+def test_python_dash_m_tpu_info_is_the_command():
+    """``python -m tpu_info`` works where the console script is missing (an
+    engine's own venv) and imports neither torch nor jax."""
+    r = subprocess.run([sys.executable, "-m", "tpu_info", "run", "--", sys.executable, "-c",
+                        "import sys; print('torch' in sys.modules or 'jax' in sys.modules)"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "False"
