@@ -430,9 +430,11 @@ class TorchCompileEngine:
         self._exec_count.inc(len(ends))
         durations = list(map(operator.sub, ends, starts))
         self._exec_time.observe_many(durations, ends)
-        self.call_times.fold(graphs, starts, ends, durations)
+        uniq = set(graphs)
+        self.call_times.fold(graphs, starts, ends, durations, uniq)
         executed = self.rec.ledger.executed
-        for graph, n in collections.Counter(graphs).items():
+        per_graph = {graphs[0]: len(graphs)} if len(uniq) == 1 else collections.Counter(graphs)
+        for graph, n in per_graph.items():
             executed(graph.hash, graph.name, ENGINE, n)
 
     # Scrape time -----------------------------------------------------------
