@@ -480,6 +480,8 @@ def _value_property(original: property, impl: ImplicitTransfers) -> property:
     fget, clock, getframe, record = original.fget, time.monotonic_ns, sys._getframe, impl.record
     assert fget is not None
 
+    fold_at = FOLD_AT * FIELDS
+
     def _value(self: Any) -> Any:
         if self._npy_value is not None:  # the host copy is cached: nothing moves
             return fget(self)
@@ -487,7 +489,21 @@ def _value_property(original: property, impl: ImplicitTransfers) -> property:
         out = fget(self)
         end = clock()
         try:
-            record(SYNC, getframe(1), start, end, out.nbytes)
+            # The usual read: float()/int()/bool()/print() (a library frame
+            # that names the path) called from the user's line: two lookups,
+            # no walk, no call. Anything else walks.
+            f = getframe(1)
+            get = impl._codes.get
+            detail = get(id(f.f_code))
+            if detail.__class__ is str:
+                user = f.f_back
+                if user is not None and get(id(user.f_code)) == _USER:
+                    q = impl.queue
+                    q.extend((SYNC, user.f_code, user.f_lasti, detail, start, end, out.nbytes))
+                    if len(q) >= fold_at:
+                        impl.journal.flush()
+                    return out
+            record(SYNC, f, start, end, out.nbytes)
         except Exception as e:  # noqa: BLE001 - a hook never raises into the program
             impl.rec.hook_failed("jax.sync", e)
         return out
