@@ -542,17 +542,17 @@ def _shard_handler(original: Callable[..., Any], impl: ImplicitTransfers) -> Cal
     counted = impl._counted
 
     def shard_np_array(xs: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            # The usual batch: jax.device_put (4 frames up, in C) called from
+            # the hook's wrapper, which counts it; no walk, no clock.
+            put = getframe(_PUT_DEPTH)
+            if put.f_code is impl.put_code and id(put.f_back.f_code) in counted:
+                return original(xs, *args, **kwargs)
+        except (ValueError, AttributeError):  # a shallower stack, or no f_back
+            pass
         start = clock()
         out = original(xs, *args, **kwargs)
         end = clock()
-        try:
-            # The usual batch: jax.device_put (4 frames up, in C) called from
-            # the hook's wrapper, which counts it; no walk.
-            put = getframe(_PUT_DEPTH)
-            if put.f_code is impl.put_code and id(put.f_back.f_code) in counted:
-                return out
-        except (ValueError, AttributeError):  # a shallower stack, or no f_back
-            pass
         try:
             # 0-d values are the library's own constants (jnp.ones' fill value
             # on its first call), not the user's data.

@@ -613,7 +613,9 @@ def _timed(fn: Callable[..., Any], code: Any) -> Callable[..., Any]:
 
     @functools.wraps(fn)
     def timed(*args: Any, **kwargs: Any) -> Any:
-        if compiling() or code not in _eager_codes or _active is None:
+        # Cheapest first: a frame Dynamo compiled (the usual one) is not in
+        # _eager_codes, and is_compiling() is a Python call.
+        if code not in _eager_codes or _active is None or compiling():
             return fn(*args, **kwargs)
         start = clock()
         try:
