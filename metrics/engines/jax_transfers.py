@@ -497,9 +497,10 @@ def _value_property(original: property, impl: ImplicitTransfers) -> property:
             detail = get(id(f.f_code))
             if detail.__class__ is str:
                 user = f.f_back
-                if user is not None and get(id(user.f_code)) == _USER:
+                code = user.f_code if user is not None else None
+                if get(id(code)) == _USER:
                     q = impl.queue
-                    q.extend((SYNC, user.f_code, user.f_lasti, detail, start, end, out.nbytes))
+                    q.extend((SYNC, code, user.f_lasti, detail, start, end, out.nbytes))
                     if len(q) >= fold_at:
                         impl.journal.flush()
                     return out
