@@ -48,12 +48,17 @@ def contenders() -> dict[str, tuple[object, object, object]]:
             "stage": (impl, bare_impl, hooked_impl)}
 
 
-def use(places: dict[str, tuple[object, object, object]], which: int) -> None:
+def use(places: dict[str, tuple[object, object, object]], which: int,
+        only: str | None = None) -> None:
+    """Puts contender ``which`` (0 unhooked, 1 bare wrapper, 2 hooked) in
+    place, in every place or ``only`` one ("value", "stage")."""
     from jax._src.array import ArrayImpl
     from jax._src.core import stage_p
 
-    ArrayImpl._value = places["value"][which]
-    stage_p.impl = places["stage"][which]
+    if only in (None, "value"):
+        ArrayImpl._value = places["value"][which]
+    if only in (None, "stage"):
+        stage_p.impl = places["stage"][which]
 
 
 def main() -> int:

@@ -54,13 +54,16 @@ class CallTimes:
         self.dropped = 0
 
     def fold(self, owners: Sequence[Any], starts: Sequence[int], ends: Sequence[int],
-             durations: Sequence[int] | None = None) -> tuple[int, int]:
+             durations: Sequence[int] | None = None,
+             uniq: set[Any] | None = None) -> tuple[int, int]:
         """Adds one batch (records in journal order; each owner has ``name``
-        and, optionally, ``explicit``); returns the ns inside explicit
-        (tracked) calls and inside the others."""
+        and, optionally, ``explicit``; ``uniq``: ``set(owners)`` if the
+        caller has it); returns the ns inside explicit (tracked) calls and
+        inside the others."""
         if durations is None:
             durations = list(map(operator.sub, ends, starts))
-        uniq = set(owners)
+        if uniq is None:
+            uniq = set(owners)
         if len(uniq) == 1:
             parts = [(owners[0], len(owners), sum(durations), starts[0], ends[-1])]
         elif len(uniq) <= _FEW_OWNERS:

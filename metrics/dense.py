@@ -81,6 +81,15 @@ class DenseCounts:
             arr[i] += 1
         self.nonzero += filled
 
+    def add_key(self, key: int, times: int) -> None:
+        """Counts ``times`` samples of one key (:meth:`add_keys` of ``[key] * times``)."""
+        lo, _ = self.window(key, key)
+        self._cover(lo, lo)
+        i = lo - self.offset
+        if not self.counts[i]:
+            self.nonzero += 1
+        self.counts[i] += times
+
     def add_keys_numpy(self, np: Any, keys: Any) -> None:
         """:meth:`add_keys` for an int64 numpy array, in bulk."""
         lo, hi = self.window(int(keys.min()), int(keys.max()))

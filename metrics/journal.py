@@ -2,7 +2,7 @@
 
 A hot path (a training step, a transfer, a tracked call) appends one record
 to a :class:`Journal` - one value, a tuple, or the fields of a record through
-one ``deque.extend`` of a tuple (each atomic under the GIL, no lock) - and the
+one ``list.extend`` of a tuple (each atomic under the GIL, no lock) - and the
 journal's fold function turns batches of them into counters, distributions,
 graph executions and events: when :data:`FOLD_AT` records wait, and before
 anything reads the recorder (the recorder's ``flush``).
@@ -17,14 +17,11 @@ Example:
 
 from __future__ import annotations
 
-import itertools
 import threading
-from collections import deque
 from collections.abc import Callable
 from typing import Any
 
 FOLD_AT = 4096
-_NEVER = object()  # never appended: the end marker for popping a journal in C
 
 
 class Journal:
@@ -33,14 +30,18 @@ class Journal:
     __slots__ = ("_queue", "_fold", "_lock", "fold_at")
 
     def __init__(self, fold: Callable[[list[Any]], None], fold_at: int = FOLD_AT) -> None:
-        self._queue: deque[Any] = deque()
+        # A list, not a deque: a list is drained in bulk, one slice copy and
+        # one slice delete in C (a deque only pops one item per call: ~35 ns
+        # per field, a quarter of a call record's fold).
+        self._queue: list[Any] = []
         self._fold = fold
         self._lock = threading.Lock()
         self.fold_at = fold_at
 
     @property
-    def queue(self) -> deque[Any]:
-        """The deque hot paths append to directly (saves a call per record)."""
+    def queue(self) -> list[Any]:
+        """The list hot paths append to directly (saves a call per record);
+        only ``append`` and ``extend`` (of a tuple) may touch it there."""
         return self._queue
 
     def append(self, record: Any) -> None:
@@ -55,9 +56,12 @@ class Journal:
             q = self._queue
             n = len(q)
             if n:
-                # popleft until n are taken, in C (appends may go on meanwhile);
-                # the sentinel is no item's, so None can be an item.
-                self._fold(list(itertools.islice(iter(q.popleft, _NEVER), n)))
+                # Other threads only append, at the end: the first n items
+                # are this batch, whatever they add between the copy and the
+                # delete (each one step in C under the GIL).
+                batch = q[:n]
+                del q[:n]
+                self._fold(batch)
 
     def clear(self) -> None:
         with self._lock:

@@ -200,7 +200,11 @@ class Distribution:
         # Caller holds the lock; ``pairs`` is zip(times, values) if at hand.
         n = len(values)
         np = sys.modules.get("numpy")  # used only if the program loaded it
-        if np is not None and n >= 256:
+        if n > 1 and type(values) is list and values.count(values[0]) == n:
+            # One value repeated (4 bytes per float(loss)); min and max as
+            # the fold it stands in for gives them (numpy's are floats).
+            total, lo, hi, zero = self._fold_repeated(values[0], n, np is not None and n >= 256)
+        elif np is not None and n >= 256:
             total, lo, hi, zero = self._fold_numpy(np, values)
         else:
             total, lo, hi, zero = self._fold_python(values)
@@ -231,6 +235,26 @@ class Distribution:
             self._neg.add_keys(neg)
         # NaN is neither > 0 nor < 0: it lands with the zeros, as it always has.
         return _total(values), min(values), max(values), len(values) - len(pos) - len(neg)
+
+    def _fold_repeated(self, v: float, n: int,
+                       with_numpy: bool) -> tuple[float, float, float, int]:
+        """The fold of ``[v] * n`` in O(1): one key counted ``n`` times (found
+        as the fold it stands in for finds it: numpy's for a batch of 256 or
+        more), and ``float(v) * n``, the correctly rounded sum ``math.fsum``
+        gives."""
+        total = float(v) * n
+        if not v > 0 and not v < 0:  # zero or NaN: with the zeros, as in the other folds
+            lo = float(v) if with_numpy else v
+            return total, lo, lo, n
+        dense, size = (self._pos, v) if v > 0 else (self._neg, -v)
+        k = self._inv_log_gamma
+        if with_numpy:
+            np = sys.modules["numpy"]
+            key = np.nan_to_num(np.ceil(np.log(np.array([size], np.float64)) * k), posinf=EDGE)
+            dense.add_key(int(key[0]), n)
+            return total, float(v), float(v), 0
+        dense.add_key(math.ceil(math.log(size) * k) if size != math.inf else EDGE, n)
+        return total, v, v, 0
 
     def _fold_numpy(self, np: Any, values: Sequence[float]) -> tuple[float, float, float, int]:
         a = np.asarray(values, dtype=np.float64)

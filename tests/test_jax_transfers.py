@@ -161,6 +161,45 @@ def test_sites_are_bounded_per_kind(xfer):
     assert any(s.location == "(other sites)" and s.count == 44 for s in sync)
 
 
+def _fold_result(eng, rec, records, one_site_path):
+    from metrics.engines import jax_transfers as jt
+
+    impl = eng.implicit
+    impl.clear()
+    rec.registry.clear_all()
+    if not one_site_path:
+        impl._fold_one_site = lambda flat: False  # the grouped (numpy) path only
+    try:
+        impl._fold([field for r in records for field in r])
+    finally:
+        impl.__dict__.pop("_fold_one_site", None)
+    reg = rec.registry
+    sites = sorted((k[0], k[2], s.code is not None, s.detail, s.count, s.bytes, s.ns, s.last_end)
+                   for k, s in impl._sites.items())
+    counters = [reg.counter_value(n) for n in ("ImplicitTransferToDevice",
+                                                "ImplicitTransferFromDevice",
+                                                "ImplicitOutboundBytes", "ImplicitInboundBytes")]
+    dists = [reg.metric_data(n) for n in ("TransferToDeviceTime", "TransferFromDeviceTime",
+                                          "OutboundData", "InboundData")]
+    assert jt.FIELDS == 7
+    return sites, counters, dists
+
+
+@pytest.mark.parametrize("kind", [0, 1, 2, 3, 4])
+def test_the_one_site_fold_counts_what_the_grouped_fold_counts(xfer, kind):
+    """A batch from one line (the usual one) folds on a shortcut; it must
+    give exactly what the general, grouped fold gives."""
+    rec, eng = xfer
+    code = _fold_result.__code__
+    records = [(kind, code, 42, "float()", 1000 * i, 1000 * i + 7 + i, 4 + i % 3)
+               for i in range(50)]
+    fast = _fold_result(eng, rec, records, one_site_path=True)
+    grouped = _fold_result(eng, rec, records, one_site_path=False)
+    assert fast == grouped
+    mixed = [*records, (kind, code, 43, "float()", 10**6, 10**6 + 5, 8)]  # a second line
+    assert _fold_result(eng, rec, mixed, True) == _fold_result(eng, rec, mixed, False)
+
+
 MESH = textwrap.dedent("""
     import json, os
     import jax, jax.numpy as jnp, numpy as np

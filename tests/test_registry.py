@@ -324,3 +324,24 @@ def test_a_reading_leaves_the_garbage_collector_little_to_walk():
         gc.enable()
     assert len(r.buckets.positive) > 400 and len(r.recent) == 64
     assert walked < 150, f"a reading holds {walked} references for the collector to walk"
+
+
+@pytest.mark.parametrize("value", [4, 4.0, 0, 0.0, -3, 1e308, math.inf, -math.inf, 7.3e-9,
+                                   2**60, 1.0000001, -2.5e-300])
+@pytest.mark.parametrize("n", [2, 255, 256, 4096])
+def test_a_repeated_value_folds_exactly_as_the_general_fold(value, n):
+    """A batch of one value (4 bytes per float(loss)) takes an O(1) fold;
+    the distribution must hold exactly what the general fold leaves."""
+
+    def state(d):  # type: ignore[no-untyped-def]
+        return (d._count, d._sum, d._min, type(d._min), d._max, type(d._max), d._zero,
+                list(d._pos.counts), d._pos.offset, d._pos.nonzero, list(d._neg.counts),
+                d._neg.offset, d._neg.nonzero, list(d._recent), d._first_ns, d._last_ns)
+
+    fast, general = Distribution("a"), Distribution("b")
+    for d in (fast, general):
+        d.observe_many([3, 9], [1, 2])
+    times = list(range(10, 10 + n))
+    fast.observe_many([value] * n, times)
+    general.observe_many(tuple([value] * n), times)  # not a list: the general fold
+    assert state(fast) == state(general)

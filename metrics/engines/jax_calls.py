@@ -122,37 +122,54 @@ def counting(fn: Callable[..., Any], owner: Owner) -> Callable[..., Any]:
         eng = jx._active
         if eng is None:
             return fn(*args, **kwargs)
-        implicit = eng.implicit
-        if implicit is not None:
-            try:
-                for a in args:
-                    if type(a) is ndarray:  # nested ones: the paths learnt at a compile
-                        implicit.host_arguments(a.nbytes, label)
-                if owner.nested_numpy and (n := nested_numpy_bytes(args, owner.nested_numpy)):
-                    implicit.host_arguments(n, label)
-            except Exception as e:  # noqa: BLE001 - a hook never raises into the program
-                eng.rec.hook_failed("jax.implicit", e)
+        try:
+            host = ndarray in map(type, args)  # top level, in C; nested: paths learnt at a compile
+        except Exception:  # noqa: BLE001 - a metaclass's __eq__ never raises into the program
+            host = False
+        if host or owner.nested_numpy:
+            _host_arguments(eng, owner, args, label)
         seq = seqs[0]
         start = clock()
         out = fn(*args, **kwargs) if kwargs else fn(*args)
         end = clock()
-        compiled = None
-        if seqs[0] != seq:
-            last = getattr(tls, "last_compile", None)
-            if last is not None and last[0] > seq:
-                compiled = last[1]
-                owner.compiles += 1
-                _learn_nested_numpy(eng, owner, args, label)
-        key = None
-        if compiled is not None or owner.compiles > 1:
-            key = tuple((getattr(a, "shape", None), getattr(a, "dtype", None)) for a in args)
         q = eng.calls_queue
-        q.extend((owner, key, start, end, compiled))  # fields: see jx.CALL_FIELDS
+        if seqs[0] == seq and owner.compiles < 2:
+            # The usual call: nothing compiled, one graph: no key.
+            q.extend((owner, None, start, end, None))  # fields: see jx.CALL_FIELDS
+        else:
+            compiled = None
+            if seqs[0] != seq:
+                last = getattr(tls, "last_compile", None)
+                if last is not None and last[0] > seq:
+                    compiled = last[1]
+                    owner.compiles += 1
+                    _learn_nested_numpy(eng, owner, args, label)
+            key = None
+            if compiled is not None or owner.compiles > 1:
+                key = tuple((getattr(a, "shape", None), getattr(a, "dtype", None))
+                            for a in args)
+            q.extend((owner, key, start, end, compiled))
         if len(q) >= fold_at:
             eng.calls.flush()
         return out
 
     return call
+
+
+def _host_arguments(eng: Any, owner: Owner, args: tuple[Any, ...], label: str) -> None:
+    """The numpy arguments of one call, top-level and at the nested paths
+    learnt when it compiled, to ``engine.implicit`` (off the usual path)."""
+    implicit = eng.implicit
+    if implicit is None:
+        return
+    try:
+        for a in args:
+            if type(a) is np.ndarray:
+                implicit.host_arguments(a.nbytes, label)
+        if owner.nested_numpy and (n := nested_numpy_bytes(args, owner.nested_numpy)):
+            implicit.host_arguments(n, label)
+    except Exception as e:  # noqa: BLE001 - a hook never raises into the program
+        eng.rec.hook_failed("jax.implicit", e)
 
 
 def _learn_nested_numpy(eng: Any, owner: Owner, args: tuple[Any, ...], label: str) -> None:

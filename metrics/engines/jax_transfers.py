@@ -32,6 +32,8 @@ Example (what a site reads as)::
 
 from __future__ import annotations
 
+import itertools
+import operator
 import os
 import sys
 import threading
@@ -288,6 +290,8 @@ class ImplicitTransfers:
         """Records (``FIELDS`` each) -> times, bytes, the implicit counters and
         the site table, grouped with numpy: no Python loop per record, only
         per distinct site (a tuple per record alone costs more)."""
+        if self._fold_one_site(flat):
+            return
         w = FIELDS
         n = len(flat) // w
         kinds = np.fromiter(flat[0::w], np.int64, n)
@@ -324,24 +328,61 @@ class ImplicitTransfers:
         last = np.zeros(m, np.int64)
         np.maximum.at(last, inv, ends[rows])
         with self._lock:
-            sites, per_kind = self._sites, self._per_kind
             for i, j in enumerate(rows[first].tolist()):
-                kind = _SITE_KIND[flat[w * j]]
-                code, offset = flat[w * j + 1], flat[w * j + 2]
-                key = (kind, id(code), offset)
-                site = sites.get(key)
+                self._add_site(flat[w * j], flat[w * j + 1], flat[w * j + 2], flat[w * j + 3],
+                               counts[i], int(nbytes[i]), int(ns[i]), int(last[i]))
+
+    def _fold_one_site(self, flat: list[Any]) -> bool:
+        """The usual batch (one kind of record, all from one line: a
+        ``float(loss)`` per step) folded with list operations in C, no numpy
+        grouping; False (nothing done) for any other batch."""
+        w = FIELDS
+        kinds, codes, offsets = flat[0::w], flat[1::w], flat[2::w]
+        kind, code, offset = kinds[0], codes[0], offsets[0]
+        n = len(kinds)
+        if (kinds.count(kind) != n or offsets.count(offset) != n
+                or not all(map(operator.is_, codes, itertools.repeat(code)))):
+            return False
+        ends, sizes = flat[5::w], flat[6::w]
+        durations = list(map(operator.sub, ends, flat[4::w]))
+        if _H2D_TIMED[kind]:
+            self._h2d_time.observe_many(durations, ends)
+        elif _D2H_ALL[kind]:
+            self._d2h_time.observe_many(durations, ends)
+        if _H2D_ALL[kind]:
+            self._outbound.observe_many(sizes, ends)
+        elif _D2H_ALL[kind]:
+            self._inbound.observe_many(sizes, ends)
+        moved = sum(sizes)
+        if _H2D_IMPLICIT[kind]:
+            self._implicit_h2d.inc(n)
+            self._implicit_out.inc(moved)
+        elif _D2H_IMPLICIT[kind]:
+            self._implicit_d2h.inc(n)
+            self._implicit_in.inc(moved)
+        if _SITE_MASK[kind]:
+            with self._lock:
+                self._add_site(kind, code, offset, flat[3], n, moved, sum(durations), max(ends))
+        return True
+
+    def _add_site(self, kind: int, code: Any, offset: int, detail: str | None, count: int,
+                  nbytes: int, ns: int, last_end: int) -> None:
+        """Adds one site's records of a batch (caller holds the lock)."""
+        kind = _SITE_KIND[kind]
+        key = (kind, id(code), offset)
+        site = self._sites.get(key)
+        if site is None:
+            if self._per_kind[kind] < MAX_SITES_PER_KIND:
+                self._per_kind[kind] += 1
+                site = self._sites[key] = _Site(code, offset, detail)
+            else:
+                site = self._other.get(kind)
                 if site is None:
-                    if per_kind[kind] < MAX_SITES_PER_KIND:
-                        per_kind[kind] += 1
-                        site = sites[key] = _Site(code, offset, flat[w * j + 3])
-                    else:
-                        site = self._other.get(kind)
-                        if site is None:
-                            site = self._other[kind] = _Site(None, 0, _OVERFLOW)
-                site.count += counts[i]
-                site.bytes += int(nbytes[i])
-                site.ns += int(ns[i])
-                site.last_end = max(site.last_end, int(last[i]))
+                    site = self._other[kind] = _Site(None, 0, _OVERFLOW)
+        site.count += count
+        site.bytes += nbytes
+        site.ns += ns
+        site.last_end = max(site.last_end, last_end)
 
     def sites(self) -> list[SiteReading]:
         """One reading per line (per kind) that synced or moved data
@@ -440,6 +481,8 @@ def _value_property(original: property, impl: ImplicitTransfers) -> property:
     fget, clock, getframe, record = original.fget, time.monotonic_ns, sys._getframe, impl.record
     assert fget is not None
 
+    fold_at = FOLD_AT * FIELDS
+
     def _value(self: Any) -> Any:
         if self._npy_value is not None:  # the host copy is cached: nothing moves
             return fget(self)
@@ -447,7 +490,22 @@ def _value_property(original: property, impl: ImplicitTransfers) -> property:
         out = fget(self)
         end = clock()
         try:
-            record(SYNC, getframe(1), start, end, out.nbytes)
+            # The usual read: float()/int()/bool()/print() (a library frame
+            # that names the path) called from the user's line: two lookups,
+            # no walk, no call. Anything else walks.
+            f = getframe(1)
+            get = impl._codes.get
+            detail = get(id(f.f_code))
+            if detail.__class__ is str:
+                user = f.f_back
+                code = user.f_code if user is not None else None
+                if get(id(code)) == _USER:
+                    q = impl.queue
+                    q.extend((SYNC, code, user.f_lasti, detail, start, end, out.nbytes))
+                    if len(q) >= fold_at:
+                        impl.journal.flush()
+                    return out
+            record(SYNC, f, start, end, out.nbytes)
         except Exception as e:  # noqa: BLE001 - a hook never raises into the program
             impl.rec.hook_failed("jax.sync", e)
         return out
@@ -486,17 +544,17 @@ def _shard_handler(original: Callable[..., Any], impl: ImplicitTransfers) -> Cal
     counted = impl._counted
 
     def shard_np_array(xs: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            # The usual batch: jax.device_put (4 frames up, in C) called from
+            # the hook's wrapper, which counts it; no walk, no clock.
+            put = getframe(_PUT_DEPTH)
+            if put.f_code is impl.put_code and id(put.f_back.f_code) in counted:
+                return original(xs, *args, **kwargs)
+        except (ValueError, AttributeError):  # a shallower stack, or no f_back
+            pass
         start = clock()
         out = original(xs, *args, **kwargs)
         end = clock()
-        try:
-            # The usual batch: jax.device_put (4 frames up, in C) called from
-            # the hook's wrapper, which counts it; no walk.
-            put = getframe(_PUT_DEPTH)
-            if put.f_code is impl.put_code and id(put.f_back.f_code) in counted:
-                return out
-        except (ValueError, AttributeError):  # a shallower stack, or no f_back
-            pass
         try:
             # 0-d values are the library's own constants (jnp.ones' fill value
             # on its first call), not the user's data.

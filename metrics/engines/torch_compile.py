@@ -463,9 +463,11 @@ class TorchCompileEngine:
         self._exec_count.inc(len(ends))
         durations = list(map(operator.sub, ends, starts))
         self._exec_time.observe_many(durations, ends)
-        self.call_times.fold(graphs, starts, ends, durations)
+        uniq = set(graphs)
+        self.call_times.fold(graphs, starts, ends, durations, uniq)
         executed = self.rec.ledger.executed
-        for graph, n in collections.Counter(graphs).items():
+        per_graph = {graphs[0]: len(graphs)} if len(uniq) == 1 else collections.Counter(graphs)
+        for graph, n in per_graph.items():
             executed(graph.hash, graph.name, ENGINE, n)
 
     # Scrape time -----------------------------------------------------------
@@ -666,7 +668,9 @@ def _timed(fn: Callable[..., Any], code: Any) -> Callable[..., Any]:
 
     @functools.wraps(fn)
     def timed(*args: Any, **kwargs: Any) -> Any:
-        if compiling() or code not in _eager_codes or _active is None:
+        # Cheapest first: a frame Dynamo compiled (the usual one) is not in
+        # _eager_codes, and is_compiling() is a Python call.
+        if code not in _eager_codes or _active is None or compiling():
             return fn(*args, **kwargs)
         start = clock()
         try:
