@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from profiler.annotations import Record
-from tpu_info.model import Event
+from tpu_info.model import CALLED_FROM, Event
 
 __all__ = ["Window", "build", "encode", "STEPS_TID", "COMPILES_TID", "TRANSFERS_TID",
            "EVENTS_TID", "EXECUTIONS_TID"]
@@ -217,8 +217,11 @@ def _engine_events(w: Window, clock: _Clock) -> tuple[list[dict[str, Any]], dict
             base["location"] = e.location
         if e.kind in _COMPILE_KINDS:
             seconds = max(e.value or 0.0, 0.0)
+            cause = e.detail
+            if cause.startswith(CALLED_FROM):  # a first compile reached through helpers
+                base["called_from"], cause = cause[len(CALLED_FROM):], ""
             args = dict(base, kind=e.kind, compile_seconds=seconds,
-                        cause=e.detail or ("first compile" if e.kind == "compile" else ""))
+                        cause=cause or ("first compile" if e.kind == "compile" else ""))
             start = clock.clamp(round(clock.unix(e.time_unix) - seconds * 1e6, 3))
             compiles.append(_span(f"{e.kind} {e.name}", start, ts, w.pid, COMPILES_TID,
                                   "compile", args))

@@ -137,12 +137,17 @@ def test_each_mistake_is_named_with_its_line_kind_and_cost(reports, mode):
 
 @pytest.mark.slow
 def test_tpu_info_run_finds_what_install_first_finds(reports):
-    first = {(k, re.search(r"clinic_jax\.py:\d+", m).group())  # type: ignore[union-attr]
-             for k, m in findings_of(reports["first"]) if "clinic_jax.py:" in m}
+    """The marked mistakes come out the same way in every mode (findings near a
+    threshold, such as a tiny transfer under load, may come and go)."""
+    marked = {(FINDING_KIND[m], f"clinic_jax.py:{n}") for m, n in mistakes().items()}
+
+    def named(mode: str) -> set[tuple[str, str]]:
+        return {(k, w) for k, m in findings_of(reports[mode])
+                for w in re.findall(r"clinic_jax\.py:\d+", m)} & marked
+
+    assert named("first") == marked
     for mode in ("after", "run"):
-        other = {(k, re.search(r"clinic_jax\.py:\d+", m).group())  # type: ignore[union-attr]
-                 for k, m in findings_of(reports[mode]) if "clinic_jax.py:" in m}
-        assert other == first, mode
+        assert named(mode) == named("first"), mode
     for mode in ("first", "after", "run"):
         report = reports[mode]
         assert "ImplicitTransferToDevice" in report and "ImplicitTransferFromDevice" in report

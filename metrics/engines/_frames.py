@@ -41,6 +41,7 @@ def user_location(skip: tuple[str, ...], depth: int = 2) -> str | None:
     return None
 
 
+_INSTALLED = (f"{os.sep}site-packages{os.sep}", f"{os.sep}dist-packages{os.sep}")
 _ENTRY_POINTS = frozenset({"main", "_main", "run", "train", "cli"})
 
 
@@ -65,6 +66,8 @@ def outer_user_call(skip: tuple[str, ...], depth: int = 2) -> str | None:
     frames = []  # the user's frames, innermost first
     while f is not None:
         fn = f.f_code.co_filename
+        if frames and any(d in fn for d in _INSTALLED):
+            break  # the program's launcher (pytest, a CLI's entry point): not the user's
         if not fn.startswith(skip) and not fn.startswith("<"):
             frames.append(f)
         f = f.f_back
