@@ -276,3 +276,30 @@ def test_counted_calls_leave_no_garbage_collector_work(fresh_metrics):
     finally:
         gc.enable()
     assert grown - own < 30, f"the hook left {grown - own} objects in 300 calls"
+
+
+_SYNC_STEPS = """
+import json, jax, jax.numpy as jnp
+step = jax.jit(lambda x: x * 0.5 + 1)   # jitted before install: its calls are not seen
+import metrics
+metrics.install(serve=False)
+x, total = jnp.ones(()), 0.0
+for _ in range(15):
+    x = step(x)
+    total += float(x)   # the step's sync
+s = metrics.snapshot()
+print(json.dumps([s.steps.count, s.steps.source, s.steps.basis, s.steps.seconds_total]))
+"""
+
+
+def test_steps_inferred_from_the_most_frequent_sync_when_no_jitted_call_is_seen(tmp_path):
+    """A step jitted before install is invisible, but its per-step float()
+    is not: the steps come from that line, labelled, with no invented time."""
+    script = tmp_path / "sync_steps.py"
+    script.write_text(_SYNC_STEPS)
+    r = run_python(f"exec(compile(open({str(script)!r}).read(), {str(script)!r}, 'exec'))")
+    assert r.returncode == 0, r.stderr
+    count, source, basis, seconds = json.loads(r.stdout.strip().splitlines()[-1])
+    assert (count, source, seconds) == (15, "inferred", None)
+    line = next(i for i, t in enumerate(_SYNC_STEPS.splitlines(), 1) if "the step's sync" in t)
+    assert basis.startswith(f"float() at sync_steps.py:{line}: the most frequent device->host")

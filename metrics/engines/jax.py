@@ -53,6 +53,7 @@ import functools
 import itertools
 import logging
 import operator
+import os
 import sys
 import threading
 import time
@@ -79,7 +80,15 @@ from metrics.engines.jax_describe import (
 from metrics.engines.jax_transfers import ImplicitTransfers
 from metrics.journal import FOLD_AT
 from metrics.recorder import Recorder
-from tpu_info.model import CALLED_FROM, FIRST_CALL, DeviceRecord, MemoryReading, StepsReading
+from tpu_info.model import (
+    CALLED_FROM,
+    FIRST_CALL,
+    STEPS_INFERRED,
+    DeviceRecord,
+    MemoryReading,
+    SiteKind,
+    StepsReading,
+)
 
 ENGINE = "jax"
 
@@ -462,10 +471,25 @@ class JaxEngine:
 
     def steps(self) -> StepsReading | None:
         """Steps when the program never marks them: the tracked function
-        with the most time, else inferred from the jitted one (None with
-        too little history)."""
+        with the most time, else inferred from the jitted one, else from the
+        line that syncs device->host most often (a loop's ``float(loss)``:
+        functions jitted before install are not counted, their syncs are);
+        None with too little history."""
         self.calls.flush()
-        return self.call_times.steps()
+        found = self.call_times.steps()
+        if found is not None:
+            return found
+        syncs = [x for x in self.implicit.sites()
+                 if x.kind == SiteKind.SYNC.value and ":" in x.location]
+        if not syncs:
+            return None
+        top = max(syncs, key=lambda x: (x.count, x.location))
+        if top.count < MIN_CALLS:
+            return None
+        where = f"{top.detail or 'sync'} at {os.path.basename(top.location)}"
+        return StepsReading(count=top.count, source=STEPS_INFERRED, seconds_total=None,
+                            basis=f"{where}: the most frequent device->host sync "
+                                  f"({top.count:,} times); step time unknown")
 
     def blind_spots(self) -> list[str]:
         """What the JAX hook cannot see in this process, one sentence each:
