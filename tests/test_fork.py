@@ -216,7 +216,9 @@ hung = 0
 for _ in range(30):
     pid = os.fork()
     if pid == 0:
-        signal.alarm(3)  # a child stuck on a lock its parent's thread held dies of it
+        # A child stuck on a lock its parent's thread held never finishes and dies
+        # of this; a live child takes ~50 ms, and 10 s leaves room for a VM stall.
+        signal.alarm(10)
         for _ in range(3000):  # enough to fold the step journal
             metrics.mark_step()
         metrics.snapshot()
