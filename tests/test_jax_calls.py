@@ -145,7 +145,7 @@ def test_the_wrapper_keeps_what_user_code_uses(fresh_metrics):
 
     assert Model.apply(None, jnp.ones(1)).tolist() == [2.0]
     execs = [g.executions for g in fresh_metrics.ledger.snapshot() if g.name == "jit(power)"]
-    assert sorted(map(str, execs)) == ["2", "None"]  # pw(x, 2) twice; the AOT graph: not counted
+    assert sorted(map(str, execs)) == ["1", "2"]  # pw(x, 2) twice; the AOT graph once
 
 
 def test_rejit_every_call_is_one_function(fresh_metrics):
@@ -177,15 +177,19 @@ def test_numpy_arguments_go_to_the_implicit_counter(fresh_metrics):
 _BEFORE_INSTALL = """
 import json, jax, jax.numpy as jnp
 early = jax.jit(lambda x: x * 3)      # jitted before install: not counted
+early_aot = jax.jit(lambda x: x * 5).lower(jnp.ones(2)).compile()  # counted, no graph
 import metrics
 metrics.install(serve=False)
 late = jax.jit(lambda x: x * 4)
 for _ in range(12):
     early(jnp.ones(2)); late(jnp.ones(2))
+for _ in range(3):
+    early_aot(jnp.ones(2))
 s = metrics.snapshot()
 print(json.dumps({"blind": list(s.blind_spots),
                   "execs": sorted(str(g.executions) for g in s.graphs if g.name == "jit(<lambda>)"),
-                  "steps": s.steps.count}))
+                  "steps": s.steps.count,
+                  "counted": metrics.recorder().registry.counter_value("ExecuteComputation")}))
 """
 
 
@@ -193,10 +197,13 @@ def test_functions_jitted_before_install_are_a_blind_spot():
     r = run_python(_BEFORE_INSTALL)
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
-    assert any("jitted before metrics.install()" in b for b in out["blind"])
-    assert any("pmap" in b for b in out["blind"])
+    assert any("jitted or pmapped before metrics.install()" in b for b in out["blind"])
+    assert not any("not counted: jax.stages" in b or "pmap could not" in b for b in out["blind"])
     assert out["execs"] == ["12", "None"]  # late counted, early not
     assert out["steps"] == 12
+    assert out["counted"] == 12 + 3  # late's calls and the AOT ones compiled before install
+    assert any("compiled before metrics.install() are counted but not attributed" in b
+               for b in out["blind"])
 
 
 def test_install_before_import_wraps_jit():
@@ -279,27 +286,156 @@ def test_counted_calls_leave_no_garbage_collector_work(fresh_metrics):
 
 
 _SYNC_STEPS = """
-import json, jax, jax.numpy as jnp
-step = jax.jit(lambda x: x * 0.5 + 1)   # jitted before install: its calls are not seen
+import json, time, jax, jax.numpy as jnp
+
+@jax.jit
+def step(w, x):   # jitted before install: its calls are not seen
+    for _ in range(4):
+        w = jnp.tanh(x @ w)
+    return w, (w * w).sum()
+
 import metrics
 metrics.install(serve=False)
-x, total = jnp.ones(()), 0.0
-for _ in range(15):
-    x = step(x)
-    total += float(x)   # the step's sync
+w, x = jnp.full((256, 256), 0.01), jnp.ones((256, 256))
+for _ in range(2):   # compiled for the loop's own arguments before it
+    w, loss = step(w, x)
+    float(loss)
+start = time.perf_counter()
+for _ in range(40):
+    w, loss = step(w, x)
+    total = float(loss)   # the step's sync
+loop = (time.perf_counter() - start) / 40
 s = metrics.snapshot()
-print(json.dumps([s.steps.count, s.steps.source, s.steps.basis, s.steps.seconds_total]))
+dev = s.devices[0]
+print(json.dumps([s.steps.count, s.steps.source, s.steps.basis, s.steps.seconds_per_step, loop,
+                  dev.busy_percent, dev.busy_reason]))
 """
 
 
 def test_steps_inferred_from_the_most_frequent_sync_when_no_jitted_call_is_seen(tmp_path):
     """A step jitted before install is invisible, but its per-step float()
-    is not: the steps come from that line, labelled, with no invented time."""
+    is not: the steps come from that line, labelled, and the time between
+    its first and last sync over the syncs between is the step time (within
+    a wide factor of the loop's own measure: wall times on a shared machine);
+    busy % is the wait at that line."""
     script = tmp_path / "sync_steps.py"
     script.write_text(_SYNC_STEPS)
     r = run_python(f"exec(compile(open({str(script)!r}).read(), {str(script)!r}, 'exec'))")
     assert r.returncode == 0, r.stderr
-    count, source, basis, seconds = json.loads(r.stdout.strip().splitlines()[-1])
-    assert (count, source, seconds) == (15, "inferred", None)
+    count, source, basis, per_step, loop, busy, reason = json.loads(
+        r.stdout.strip().splitlines()[-1])
+    assert (count, source) == (40, "inferred")
     line = next(i for i, t in enumerate(_SYNC_STEPS.splitlines(), 1) if "the step's sync" in t)
-    assert basis.startswith(f"float() at sync_steps.py:{line}: the most frequent device->host")
+    assert basis == (f"float() at sync_steps.py:{line}: the most frequent device->host sync "
+                     "(40 times); step time from its first sync to its last")
+    assert per_step is not None and 0.5 * loop <= per_step <= 2.0 * loop, (per_step, loop)
+    assert busy is not None and 0.0 <= busy <= 100.0
+    assert reason.startswith("inferred (a lower bound): host time waiting at float() at "
+                             f"sync_steps.py:{line}, the step's sync"), reason
+
+
+def test_aot_compiled_calls_count_as_executions_of_their_graph(fresh_metrics):
+    """``f.lower(x).compile()`` then the Compiled called: each call is an
+    execution of the graph it runs, whether or not compile() compiled anew
+    (JAX reuses the executable of a call with the same signature)."""
+    import metrics
+
+    def triple(x):
+        return x * 3
+
+    f = jax.jit(triple)
+    x = jnp.ones(5)
+    f(x)  # the graph compiles here; compile() below reuses it
+    compiled = f.lower(x).compile()
+    for _ in range(7):
+        compiled(x)
+
+    def shift(v):
+        return v - 1
+
+    fresh = jax.jit(shift).lower(jnp.ones(3)).compile()  # compiles only here
+    for _ in range(12):
+        fresh(jnp.ones(3))
+    assert _executions(fresh_metrics, "jit(triple)") == {("x: f32[5]",): 8}
+    assert _executions(fresh_metrics, "jit(shift)") == {("v: f32[3]",): 12}
+    assert fresh_metrics.registry.counter_value("ExecuteComputation") == 20
+    steps = metrics.snapshot().steps
+    assert (steps.count, steps.source) == (12, "inferred")
+    assert steps.basis.startswith("jit(shift): the jitted function with the most time")
+    assert not any("compile()" in b and "not counted" in b for b in metrics.snapshot().blind_spots)
+
+
+def test_a_tracked_aot_compiled_function_counts_once(fresh_metrics):
+    import metrics
+
+    def halve(x):
+        return x / 2
+
+    compiled = jax.jit(halve).lower(jnp.ones(4)).compile()
+    tracked = metrics.track(compiled)
+    for _ in range(5):
+        tracked(jnp.ones(4))
+    steps = metrics.snapshot().steps
+    assert (steps.count, steps.source) == (5, "marked")
+    assert steps.basis.startswith("metrics.track(jit(halve))")
+    assert _executions(fresh_metrics, "jit(halve)") == {("x: f32[4]",): 5}
+
+
+_PMAP = """
+import json, os
+os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
+import jax, jax.numpy as jnp
+import metrics
+metrics.install(serve=False)
+
+def double(x):
+    return x * 2
+
+p = jax.pmap(double)
+x = jnp.ones((2, 3))   # not yet sharded: each call reshards it (its own graph)
+for _ in range(12):
+    p(x)
+s = metrics.snapshot()
+print(json.dumps({"execs": {g.name: g.executions for g in s.graphs if g.executions},
+                  "steps": [s.steps.count, s.steps.basis],
+                  "blind": list(s.blind_spots)}))
+"""
+
+
+def test_pmap_calls_count_as_executions_of_their_graph():
+    """``jax.pmap`` is wrapped at install like ``jax.jit``: each call is an
+    execution of the pmapped graph (in JAX 0.10 a jit of shard_map), not of
+    the resharding graph its first call compiles after it."""
+    r = run_python(_PMAP)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["execs"] == {"jit(_fun)": 12}, out
+    assert out["steps"] == [12, "pmap(double): the jitted function with the most time (12 calls)"]
+    assert not any("pmap could not" in b for b in out["blind"])
+
+
+_AOT_PMAP_MISSING = """
+import json
+import jax, jax.numpy as jnp
+import jax._src.stages as stages
+compiled_class, pmap = stages.Compiled, jax.pmap
+del stages.Compiled, jax.pmap   # as in a JAX that moved them
+import metrics
+metrics.install(serve=False)
+stages.Compiled, jax.pmap = compiled_class, pmap
+eng = next(e for e in metrics.installed_engines() if e.name == "jax")
+run = jax.jit(lambda x: x + 1).lower(jnp.ones(2)).compile()
+print(json.dumps([eng.blind_spots(), eng.degraded, run(jnp.ones(2)).tolist()]))
+"""
+
+
+def test_missing_aot_and_pmap_names_degrade_with_a_reason_and_a_blind_spot():
+    r = run_python(_AOT_PMAP_MISSING)
+    assert r.returncode == 0, r.stderr
+    spots, degraded, value = json.loads(r.stdout.strip().splitlines()[-1])
+    assert value == [2.0, 2.0]
+    assert "jax.pmap could not be wrapped: calls of pmapped functions are not counted." in spots
+    assert any(s.startswith("Calls of ahead-of-time compiled functions (f.lower(x).compile()(x)) "
+                            "are not counted") for s in spots)
+    assert any("AOT-compiled calls not counted: jax._src.stages missing" in d for d in degraded)
+    assert any("pmap missing" in d for d in degraded)

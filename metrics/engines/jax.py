@@ -21,15 +21,21 @@ What it records:
   on each tracing-cache miss against the function's previous variant only
   (``LastVariantExplainer``: O(1) per compile, where the flag costs
   O(variants)) and nothing is printed.
-* Transfers: ``jax.device_put`` / ``jax.device_get`` calls, bytes and time;
-  implicit ones both ways (``float(x)``, ``print(x)``, ``jnp.asarray(numpy)``,
-  numpy arguments sharded per call) with the user's line: see
+* Transfers: ``jax.device_put`` / ``jax.device_get`` calls, bytes and time
+  (:mod:`metrics.engines.jax_explicit`); implicit ones both ways
+  (``float(x)``, ``print(x)``, ``jnp.asarray(numpy)``, numpy arguments
+  sharded per call) with the user's line: see
   :mod:`metrics.engines.jax_transfers` (``sites()``, ``blind_spots()``).
-* Calls of functions jitted after install (``jax.jit`` wrapped:
-  :mod:`metrics.engines.jax_calls`): executions per graph, host time, the
-  inferred step and busy % when the program never marks steps.
-* Device memory at scrape time: ``device.memory_stats()`` where it exists,
-  else the bytes of live arrays per device with host RAM as the limit.
+* Calls of functions jitted or pmapped after install (``jax.jit`` and
+  ``jax.pmap`` wrapped: :mod:`metrics.engines.jax_calls`) and of AOT-compiled
+  ones (:mod:`metrics.engines.jax_aot`): executions per graph and host time
+  (:mod:`metrics.engines.jax_executions`); the inferred step and busy % when
+  the program never marks steps (:mod:`metrics.engines.jax_steps`).
+* Device memory at scrape time (:mod:`metrics.engines.jax_devices`).
+
+What the hooks share (the installed engine, the compile count, the
+thread-local compile state) is :mod:`metrics.engines.jax_state`: the
+wrappers import it, never this module.
 
 Private JAX APIs used (each behind a check that degrades the feature, never
 crashes; ``JaxEngine.degraded`` lists what was unavailable):
@@ -43,31 +49,28 @@ crashes; ``JaxEngine.degraded`` lists what was unavailable):
   flag is turned on instead (every variant compared: slower compiles)
 * the loggers ``jax._src.interpreters.partial_eval`` and ``jax._src.pjit``
   (explain-cache-miss records)
+* ``jax._src.stages.Compiled.__call__`` (wrapped on the class: AOT calls) and
+  ``Compiled._executable.xla_executable.fingerprint`` (their graph)
 """
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import functools
-import itertools
 import logging
-import operator
-import os
 import sys
 import threading
 import time
-from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
 import jax
-import numpy as np
 
 from metrics import events as ev
 from metrics import names
-from metrics.callstats import MIN_CALLS, CallTimes
-from metrics.engines._frames import host_ram, outer_user_call, skip_prefixes, user_location
+from metrics.engines import jax_aot, jax_calls
+from metrics.engines import jax_state as state
+from metrics.engines._frames import outer_user_call, skip_prefixes, user_location
 from metrics.engines._patching import Patches
 from metrics.engines.jax_causes import LoweringHistory, param_path
 from metrics.engines.jax_describe import (
@@ -77,49 +80,17 @@ from metrics.engines.jax_describe import (
     format_aval,
     parse_cache_miss,
 )
+from metrics.engines.jax_devices import DeviceMemory
+from metrics.engines.jax_executions import Executions
+from metrics.engines.jax_explicit import ExplicitTransfers
+from metrics.engines.jax_state import ENGINE
+from metrics.engines.jax_steps import StepWatch
 from metrics.engines.jax_transfers import ImplicitTransfers
-from metrics.journal import FOLD_AT
 from metrics.recorder import Recorder
-from tpu_info.model import (
-    CALLED_FROM,
-    FIRST_CALL,
-    STEPS_INFERRED,
-    DeviceRecord,
-    MemoryReading,
-    SiteKind,
-    StepsReading,
-)
+from tpu_info.model import CALLED_FROM, FIRST_CALL, DeviceRecord, SiteReading, StepsReading
 
-ENGINE = "jax"
-
-_tls = threading.local()
-# Bumped by every compile; a tracked call compares it before and after, which
-# is cheaper than resetting a thread-local on every call.
-_compile_seq = [0]
-_active: JaxEngine | None = None
+_tls = state.local
 _listeners_registered = False
-
-
-def _leaf_bytes(tree: Any, host_only: bool) -> int:
-    if type(tree) is np.ndarray:  # fast path: the usual batch
-        return tree.nbytes
-    total = 0
-    for leaf in jax.tree_util.tree_leaves(tree):
-        if host_only and isinstance(leaf, jax.Array):
-            continue
-        nbytes = getattr(leaf, "nbytes", None)
-        total += int(nbytes) if nbytes is not None else 8
-    return total
-
-
-# Hot paths write each record as its fields, in one ``deque.extend`` (atomic
-# under the GIL, like an append): the journal then holds only numbers and
-# existing objects, so records waiting to be folded make no new objects for
-# the garbage collector to count and trace, and a fold takes each field as
-# one slice. Transfers: (to_device, start, end, bytes). Tracked calls:
-# (owner, key, start, end, compiled graph or None).
-TRANSFER_FIELDS = 4
-CALL_FIELDS = 5
 
 
 class JaxEngine:
@@ -137,7 +108,7 @@ class JaxEngine:
         self._explain_was_on: bool | None = None
         self._flag_set_by_us = False  # only where the cheap explainer cannot work
         self._skip = skip_prefixes(jax, sys.modules.get("jaxlib"))
-        self._peak_live: dict[int, int] = {}
+        self._memory = DeviceMemory()
         self._lowerings = LoweringHistory()
         self._compile_patched = False
         dist, counter = recorder.distribution, recorder.counter
@@ -146,52 +117,33 @@ class JaxEngine:
         self._lowering_time = dist(names.LOWERING_TIME)
         self._uncached = counter(names.UNCACHED_COMPILE)
         self._cached = counter(names.CACHED_COMPILE)
-        self._h2d_time = dist(names.TRANSFER_TO_DEVICE_TIME)
-        self._d2h_time = dist(names.TRANSFER_FROM_DEVICE_TIME)
-        self._outbound = dist(names.OUTBOUND_DATA)
-        self._inbound = dist(names.INBOUND_DATA)
-        self._exec_count = counter(names.EXECUTE_COUNT)
-        self._exec_time = dist(names.EXECUTE_TIME)
-        # Hot paths append raw records; folded into the above before reads.
-        self.transfers = recorder.journal(self._fold_transfers)
-        self.transfers_queue = self.transfers.queue
-        self.calls = recorder.journal(self._fold_calls)
-        self.calls_queue = self.calls.queue
-        self._busy_ns = 0  # time inside tracked calls, for the busy % estimate
-        self._inferred_busy_ns = 0  # inside the other jitted calls: used without tracked ones
-        self.call_times = CallTimes("jitted function")  # for the inferred step
-        recorder.on_reset(self._forget_calls)
-        self._jit_hooked = False
-        # (monotonic ns, tracked busy ns, inferred busy ns) at recent readings;
-        # the window of a reading starts at the newest mark at least a second old.
-        self._busy_marks: deque[tuple[int, int, int]] = deque(
-            [(time.monotonic_ns(), 0, 0)], maxlen=32)
+        # Hot paths append raw records to these journals, folded before reads.
+        self.explicit = ExplicitTransfers(recorder)  # device_put / device_get
+        self.runs = Executions(recorder)  # counted calls: executions per graph
+        self.calls, self.calls_queue = self.runs.journal, self.runs.queue  # the wrappers write
         self.implicit = ImplicitTransfers(self)  # syncs and transfers nobody asked for
+        self.step_watch = StepWatch(self.runs, self.implicit)
+        recorder.on_reset(self._forget_calls)
+        self._hooked: dict[str, bool] = {}  # "jit", "pmap", "aot": whether each is counted
 
     def _forget_calls(self) -> None:
-        self.call_times.clear()
-        self._busy_ns = self._inferred_busy_ns = 0
-        self._busy_marks.clear()
-        self._busy_marks.append((time.monotonic_ns(), 0, 0))
+        self.runs.forget()
+        self.step_watch.forget()
 
     # Install / uninstall ---------------------------------------------------
 
     def install(self) -> None:
-        global _active
         _register_listeners()
         self._patch_compiler()
         self._patch_transfers()
-        from metrics.engines import jax_calls
-
-        self._jit_hooked = self._patches.apply(jax, "jit", jax_calls.hook_jit)
+        self._patch_calls()
         if self._explain:
             self._capture_explanations()
-        _active = self
+        state.active = self
 
     def uninstall(self) -> None:
-        global _active
-        if _active is self:
-            _active = None
+        if state.active is self:
+            state.active = None
         self.implicit.uninstall()
         self._patches.restore()
         for logger, flt in self._filters:
@@ -201,7 +153,7 @@ class JaxEngine:
             jax.config.update("jax_explain_cache_misses", False)
             self._flag_set_by_us = False
         self._compile_patched = False
-        self._jit_hooked = False
+        self._hooked.clear()
 
     def _patch_compiler(self) -> None:
         try:
@@ -218,10 +170,15 @@ class JaxEngine:
                     ("closed_jaxpr", "api_name", "fun_name", "in_shardings"))
 
     def _patch_transfers(self) -> None:
-        self._patches.apply(jax, "device_put", lambda orig: _wrap_device_put(orig, self))
-        self._patches.apply(jax, "device_get", lambda orig: _wrap_device_get(orig, self))
-        ours = [getattr(jax, n) for n in ("device_put", "device_get") if self._patches.has(n)]
-        self.implicit.install(self._patches, tuple(ours))
+        self.implicit.install(self._patches, self.explicit.install(self._patches, self))
+
+    def _patch_calls(self) -> None:
+        """Counts calls without wiring: ``jax.jit`` and ``jax.pmap`` wrap what
+        they return; AOT-compiled calls are counted by ``Compiled.__call__``."""
+        apply = self._patches.apply
+        self._hooked["jit"] = apply(jax, "jit", jax_calls.hook_jit)
+        self._hooked["pmap"] = apply(jax, "pmap", jax_calls.hook_pmap)
+        self._hooked["aot"] = jax_aot.install(self._patches)
 
     def _capture_explanations(self) -> None:
         try:
@@ -324,8 +281,7 @@ class JaxEngine:
         if cause is None and moved is not None:  # JAX explains no device move
             cause = dataclasses.replace(moved, time_unix=time.time(), location=location)
         ledger, events = self.rec.ledger, self.rec.events
-        _compile_seq[0] += 1
-        _tls.last_compile = (_compile_seq[0], graph_hash)
+        state.note_compile(graph_hash)
         seconds = wall_ns / 1e9
         loaded = bool(ctx.get("cache_hit"))
         if loaded:  # traced and lowered again; only the backend compile was loaded
@@ -334,6 +290,7 @@ class JaxEngine:
             self._uncached.inc()
             self._compile_time.observe(wall_ns)
         ledger.compiled(graph_hash, name, ENGINE, seconds, sig, cause)
+        jax_aot.remember(ctx.get("executable"), graph_hash, name)
         if loaded:
             ledger.cache_hit(graph_hash, name, ENGINE, sig)
         real = cause is not None and cause.description != FIRST_CALL
@@ -369,171 +326,28 @@ class JaxEngine:
             else:
                 self._cached.inc()
 
-    def _fold_transfers(self, flat: list[Any]) -> None:
-        """Transfer records (``TRANSFER_FIELDS`` items each) -> times, bytes
-        and events (made when read)."""
-        to_device, starts = flat[0::TRANSFER_FIELDS], flat[1::TRANSFER_FIELDS]
-        ends, sizes = flat[2::TRANSFER_FIELDS], flat[3::TRANSFER_FIELDS]
-        if all(to_device):  # the usual batch: every record a device_put
-            sides = ((self._h2d_time, self._outbound, starts, ends, sizes),)
-        else:
-            pick, back = itertools.compress, [not t for t in to_device]
-            sides = tuple(
-                (time_d, bytes_d, list(pick(starts, mask)), list(pick(ends, mask)),
-                 list(pick(sizes, mask)))
-                for time_d, bytes_d, mask in ((self._h2d_time, self._outbound, to_device),
-                                              (self._d2h_time, self._inbound, back)))
-        for time_d, bytes_d, s, e, b in sides:
-            if e:
-                time_d.observe_many(list(map(operator.sub, e, s)), e)
-                bytes_d.observe_many(b, e)
-        self.rec.events.emit_batch(len(ends), functools.partial(
-            _transfer_rows, flat, self.rec.mono_to_unix))
-
-    def _fold_calls(self, flat: list[Any]) -> None:
-        """Tracked calls (``CALL_FIELDS`` items each: owner, key, start, end,
-        compiled) -> ExecuteTime and executions of the graph each ran."""
-        owners, keys = flat[0::CALL_FIELDS], flat[1::CALL_FIELDS]
-        starts, ends, compiled = flat[2::CALL_FIELDS], flat[3::CALL_FIELDS], flat[4::CALL_FIELDS]
-        self._exec_count.inc(len(owners))
-        durations = list(map(operator.sub, ends, starts))
-        self._exec_time.observe_many(durations, ends)
-        uniq = set(owners)
-        tracked_ns, other_ns = self.call_times.fold(owners, starts, ends, durations, uniq)
-        self._busy_ns += tracked_ns
-        self._inferred_busy_ns += other_ns
-        executed = self.rec.ledger.executed
-        if not any(compiled) and keys.count(None) == len(keys):
-            # The usual batch: no call compiled and none carries a key, so
-            # each ran its function's last graph; counted per function in C
-            # (one function, the usual case, needs no count: Counter costs
-            # ~60 ns a record).
-            per_owner = ({owners[0]: len(owners)} if len(uniq) == 1
-                         else collections.Counter(owners))
-            for owner, n in per_owner.items():
-                if owner.last_hash:
-                    executed(owner.last_hash, owner.name, ENGINE, n)
-            return
-        runs: dict[tuple[Any, str], int] = {}  # (tracked function, graph) -> calls
-        for owner, key, graph in zip(owners, keys, compiled, strict=True):
-            known = owner.graphs
-            if graph:
-                if key is not None:
-                    known[key] = graph
-                graph_hash = graph
-            else:
-                graph_hash = (known.get(key) if key is not None else None) or owner.last_hash
-            if graph_hash:
-                owner.last_hash = graph_hash
-                runs[(owner, graph_hash)] = runs.get((owner, graph_hash), 0) + 1
-        for (owner, graph_hash), n in runs.items():
-            executed(graph_hash, owner.name, ENGINE, n)
-
     # Scrape time -----------------------------------------------------------
 
-    def sites(self) -> list[Any]:
-        """Lines that synced or moved data implicitly (``SiteReading``s)."""
+    def sites(self) -> list[SiteReading]:
+        """Lines that synced or moved data implicitly."""
         return self.implicit.sites()
 
-
     def busy_percent(self) -> tuple[float | None, str]:
-        """Host-side busy % over the last second or more: time inside tracked
-        calls (``metrics.track``) over wall time, capped at 100; without
-        tracked calls, inferred from the calls of jitted functions (the
-        reason says so) once one has run ``MIN_CALLS`` times. Dispatch is
-        asynchronous, so a step that does not wait for its result reads low.
-        Readers close together see the same window."""
-        from metrics.engines import jax_calls
-
-        self.calls.flush()
-        now, tracked, inferred = time.monotonic_ns(), self._busy_ns, self._inferred_busy_ns
-        which, busy, reason = 1, tracked, ""
-        if tracked == 0:
-            if inferred == 0:
-                return None, ("busy % is estimated from calls of jitted functions and tracked "
-                              "ones: none counted yet (functions jitted before install are "
-                              "not seen; wrap the step with metrics.track(step) to see it)")
-            if self.call_times.dominant(False, MIN_CALLS) is None:
-                return None, jax_calls.BUSY_TOO_FEW
-            which, busy, reason = 2, inferred, jax_calls.BUSY_INFERRED
-        marks = self._busy_marks
-        start = marks[0]
-        for mark in reversed(marks):
-            if now - mark[0] >= 1_000_000_000:
-                start = mark
-                break
-        if now - marks[-1][0] >= 250_000_000:
-            marks.append((now, tracked, inferred))
-        if now <= start[0]:
-            return None, "busy % needs a moment of history"
-        share = (busy - start[which]) / (now - start[0])
-        return min(100.0, max(0.0, 100.0 * share)), reason
+        """Host-side busy % and its reason (:meth:`StepWatch.busy_percent`)."""
+        return self.step_watch.busy_percent()
 
     def steps(self) -> StepsReading | None:
-        """Steps when the program never marks them: the tracked function
-        with the most time, else inferred from the jitted one, else from the
-        line that syncs device->host most often (a loop's ``float(loss)``:
-        functions jitted before install are not counted, their syncs are);
-        None with too little history."""
-        self.calls.flush()
-        found = self.call_times.steps()
-        if found is not None:
-            return found
-        syncs = [x for x in self.implicit.sites()
-                 if x.kind == SiteKind.SYNC.value and ":" in x.location]
-        if not syncs:
-            return None
-        top = max(syncs, key=lambda x: (x.count, x.location))
-        if top.count < MIN_CALLS:
-            return None
-        where = f"{top.detail or 'sync'} at {os.path.basename(top.location)}"
-        return StepsReading(count=top.count, source=STEPS_INFERRED, seconds_total=None,
-                            basis=f"{where}: the most frequent device->host sync "
-                                  f"({top.count:,} times); step time unknown")
+        """Steps when the program never marks them (:mod:`metrics.engines.jax_steps`)."""
+        return self.step_watch.steps()
 
     def blind_spots(self) -> list[str]:
         """What the JAX hook cannot see in this process, one sentence each:
-        calls the jitted-call count misses, then transfers and syncs."""
-        from metrics.engines import jax_calls
-
-        return jax_calls.blind_spots(self._jit_hooked) + self.implicit.blind_spots()
+        calls the executions count misses, then transfers and syncs."""
+        return jax_calls.blind_spots(self._hooked) + self.implicit.blind_spots()
 
     def devices(self) -> list[DeviceRecord]:
         """One record per local device, memory read now."""
-        devs = jax.local_devices()
-        busy, busy_reason = self.busy_percent()
-        live: dict[int, int] | None = None
-        out = []
-        for d in devs:
-            stats = None
-            try:
-                stats = d.memory_stats()
-            except Exception:  # noqa: BLE001 - some plugins raise instead of None
-                stats = None
-            if stats:
-                mem = MemoryReading(
-                    used_bytes=stats.get("bytes_in_use"),
-                    peak_bytes=stats.get("peak_bytes_in_use"),
-                    limit_bytes=stats.get("bytes_limit"),
-                    source="memory_stats",
-                )
-            else:
-                if live is None:
-                    live = _live_bytes_by_device()
-                used = live.get(d.id, 0)
-                peak = max(self._peak_live.get(d.id, 0), used)
-                self._peak_live[d.id] = peak
-                mem = MemoryReading(
-                    used_bytes=used, peak_bytes=peak, limit_bytes=host_ram(),
-                    source="live_arrays",
-                    reason=f"{d.platform} has no allocator stats: live jax.Array bytes, "
-                           "limit is host RAM; peak is the highest seen at a scrape",
-                )
-            out.append(DeviceRecord(
-                id=d.id, kind=getattr(d, "device_kind", d.platform), platform=d.platform,
-                memory=mem, busy_percent=busy, busy_reason=busy_reason,
-            ))
-        return out
+        return self._memory.records(self.busy_percent())
 
     def versions(self) -> dict[str, str]:
         v = {"jax": jax.__version__}
@@ -551,25 +365,6 @@ def create(recorder: Recorder, explain_cache_misses: bool = True, **_: Any) -> J
     return JaxEngine(recorder, explain_cache_misses=explain_cache_misses)
 
 
-def _live_bytes_by_device() -> dict[int, int]:
-    out: dict[int, int] = {}
-    for arr in jax.live_arrays():
-        try:
-            devs = list(arr.sharding.addressable_devices)
-            if len(devs) == 1:
-                out[devs[0].id] = out.get(devs[0].id, 0) + arr.nbytes
-                continue
-            shard_shape = arr.sharding.shard_shape(arr.shape)
-            n = arr.dtype.itemsize
-            for dim in shard_shape:
-                n *= dim
-            for dev in devs:
-                out[dev.id] = out.get(dev.id, 0) + n
-        except Exception:  # noqa: BLE001 - deleted or exotic arrays are skipped
-            continue
-    return out
-
-
 def _register_listeners() -> None:
     global _listeners_registered
     if _listeners_registered:
@@ -577,7 +372,7 @@ def _register_listeners() -> None:
     import jax.monitoring as mon
 
     def on_duration(event: str, duration: float, **kw: Any) -> None:
-        eng = _active
+        eng = state.active
         if eng is not None:
             try:
                 eng.on_duration(event, duration, kw.get("fun_name"))
@@ -585,7 +380,7 @@ def _register_listeners() -> None:
                 eng.rec.hook_failed("jax.monitoring", e)
 
     def on_event(event: str, **kw: Any) -> None:
-        eng = _active
+        eng = state.active
         if eng is not None:
             try:
                 eng.on_event(event)
@@ -600,7 +395,7 @@ def _register_listeners() -> None:
 def _wrap_compile(original: Callable[..., Any]) -> Callable[..., Any]:
     def compile_or_get_cached(backend: Any, computation: Any, devices: Any,
                               compile_options: Any, *args: Any, **kwargs: Any) -> Any:
-        eng = _active
+        eng = state.active
         if eng is None:
             return original(backend, computation, devices, compile_options, *args, **kwargs)
         outer = getattr(_tls, "compile", None)
@@ -611,6 +406,7 @@ def _wrap_compile(original: Callable[..., Any]) -> Callable[..., Any]:
             result = original(backend, computation, devices, compile_options, *args, **kwargs)
         finally:
             _tls.compile = outer
+        ctx["executable"] = result  # AOT-compiled calls find their graph by it
         eng.on_compiled(ctx, computation, devices, compile_options, backend,
                         time.perf_counter_ns() - start)
         return result
@@ -633,76 +429,10 @@ def _wrap_cache_read(original: Callable[..., Any]) -> Callable[..., Any]:
 def _wrap_lowering(original: Callable[..., Any]) -> Callable[..., Any]:
     def lower_sharding_computation(closed_jaxpr: Any, api_name: Any, fun_name: Any,
                                    in_shardings: Any, *args: Any, **kwargs: Any) -> Any:
-        eng = _active
+        eng = state.active
         if eng is not None:
             eng.on_lowering(fun_name, api_name, closed_jaxpr, in_shardings)
         return original(closed_jaxpr, api_name, fun_name, in_shardings, *args, **kwargs)
 
     lower_sharding_computation.__wrapped__ = original  # type: ignore[attr-defined]
     return lower_sharding_computation
-
-
-def _transfer_rows(flat: list[Any], offset: float, first: int) -> Iterable[tuple[Any, ...]]:
-    """Event rows of a folded batch of transfers (made when first read)."""
-    w = TRANSFER_FIELDS
-    return ev.rows_of(first, [e / 1e9 + offset for e in flat[2::w]],
-                      [ev.TRANSFER_TO_DEVICE if t else ev.TRANSFER_FROM_DEVICE for t in flat[0::w]],
-                      [float(b) for b in flat[3::w]])
-
-
-def _record_transfer(eng: JaxEngine, to_device: bool, tree: Any, start: int, end: int) -> None:
-    """The general case: pytrees, lists, scalars (walks the leaves)."""
-    try:
-        nbytes = _leaf_bytes(tree, to_device)
-    except Exception as e:  # noqa: BLE001 - a hook never raises into the program
-        eng.rec.hook_failed("jax.transfer", e)
-        return
-    q = eng.transfers_queue
-    q.extend((to_device, start, end, nbytes))
-    if len(q) >= FOLD_AT * TRANSFER_FIELDS:
-        eng.transfers.flush()
-
-
-def _wrap_device_put(original: Callable[..., Any], engine: JaxEngine) -> Callable[..., Any]:
-    # Runs on every batch: names bound once, no calls but the clock's.
-    clock, ndarray = time.monotonic_ns, np.ndarray
-    queue, flush = engine.transfers_queue, engine.transfers.flush
-    extend, fold_at = queue.extend, FOLD_AT * TRANSFER_FIELDS
-
-    # jax.device_put(x, device=None, *, src=..., donate=..., may_alias=...):
-    # the common call passes x (and a device) alone, which a plain positional
-    # call forwards faster than *args/**kwargs.
-    def device_put(x: Any, device: Any = None, **kwargs: Any) -> Any:
-        if _active is not engine:
-            return original(x, device, **kwargs)
-        start = clock()
-        out = original(x, device, **kwargs) if kwargs else original(x, device)
-        if type(x) is ndarray:  # the usual batch: inline, no walk
-            extend((True, start, clock(), x.nbytes))
-            if len(queue) >= fold_at:
-                flush()
-        else:
-            _record_transfer(engine, True, x, start, clock())
-        return out
-
-    device_put.__wrapped__ = original  # type: ignore[attr-defined]
-    device_put.__doc__ = original.__doc__
-    return device_put
-
-
-def _wrap_device_get(original: Callable[..., Any], engine: JaxEngine) -> Callable[..., Any]:
-    clock = time.monotonic_ns
-
-    def device_get(x: Any, *args: Any, **kwargs: Any) -> Any:
-        if _active is not engine:
-            return original(x, *args, **kwargs)
-        start = clock()
-        out = original(x, *args, **kwargs)
-        _record_transfer(engine, False, out, start, clock())
-        return out
-
-    device_get.__wrapped__ = original  # type: ignore[attr-defined]
-    device_get.__doc__ = original.__doc__
-    return device_get
-
-

@@ -14,10 +14,12 @@ had them (the tree is walked only when a call compiles).
 
 The wrapper keeps what user code reaches for on a jitted function
 (``lower``, ``trace``, ``eval_shape``, ``clear_cache``, ``_cache_size``,
-``__wrapped__``, ``__name__``, ``__doc__`` ...). Not seen: functions jitted
-before install, ``jax.jit`` reached through a name bound before install
-(``from jax import jit`` above ``metrics.install()``, ``jax._src.api.jit``),
-``jax.pmap``, calls of AOT-compiled functions; :func:`blind_spots` says so.
+``__wrapped__``, ``__name__``, ``__doc__`` ...). ``jax.pmap`` is wrapped the
+same way (:func:`hook_pmap`); calls of AOT-compiled functions are counted by
+:mod:`metrics.engines.jax_aot`. Not seen: functions jitted before install,
+``jax.jit`` reached through a name bound before install (``from jax import
+jit`` above ``metrics.install()``, ``jax._src.api.jit``); :func:`blind_spots`
+says so.
 
 Example:
     >>> import jax, metrics                                  # doctest: +SKIP
@@ -34,19 +36,13 @@ from typing import Any
 
 import numpy as np
 
-from metrics.callstats import MIN_CALLS
-from metrics.engines import jax as jx
+from metrics.engines import jax_state as jx
 from metrics.journal import FOLD_AT
 
 # What user code and libraries read on a jitted function, besides its __dict__.
 _KEPT = ("__module__", "__name__", "__qualname__", "__doc__", "__annotations__",
          "__wrapped__", "lower", "trace", "eval_shape", "clear_cache", "_cache_size",
          "_cache_miss", "_clear_cache", "_fun")
-BUSY_INFERRED = ("inferred: host time inside calls of jitted functions (dispatch is "
-                 "asynchronous, so a step that does not wait for its result reads low); "
-                 "metrics.track(step) gives the step's own")
-BUSY_TOO_FEW = (f"busy % is inferred once a jitted function has run {MIN_CALLS} times; "
-                "or wrap the step with metrics.track(step) to see it")
 
 
 class Owner:
@@ -114,12 +110,12 @@ def counting(fn: Callable[..., Any], owner: Owner) -> Callable[..., Any]:
     call also records the shapes and dtypes of its top-level arguments, which
     pick the graph (a call that compiled teaches the mapping).
     """
-    clock, seqs, tls, ndarray = time.monotonic_ns, jx._compile_seq, jx._tls, np.ndarray
+    clock, seqs, ndarray = time.monotonic_ns, jx.compile_seq, np.ndarray
     fold_at = FOLD_AT * jx.CALL_FIELDS
     label = f"numpy argument of {owner.name}"
 
     def call(*args: Any, **kwargs: Any) -> Any:
-        eng = jx._active
+        eng = jx.active
         if eng is None:
             return fn(*args, **kwargs)
         try:
@@ -139,9 +135,8 @@ def counting(fn: Callable[..., Any], owner: Owner) -> Callable[..., Any]:
         else:
             compiled = None
             if seqs[0] != seq:
-                last = getattr(tls, "last_compile", None)
-                if last is not None and last[0] > seq:
-                    compiled = last[1]
+                compiled = jx.compiled_since(seq)
+                if compiled is not None:
                     owner.compiles += 1
                     _learn_nested_numpy(eng, owner, args, label)
             key = None
@@ -188,15 +183,15 @@ def _learn_nested_numpy(eng: Any, owner: Owner, args: tuple[Any, ...], label: st
 _owners: weakref.WeakKeyDictionary[Any, dict[str, Owner]] = weakref.WeakKeyDictionary()
 
 
-def _owner_for(fun: Any, jitted: Any, options: dict[str, Any]) -> Owner:
-    name = f"jit({getattr(jitted, '__name__', None) or getattr(fun, '__name__', 'fn')})"
+def _owner_for(fun: Any, jitted: Any, options: dict[str, Any], kind: str) -> Owner:
+    name = f"{kind}({getattr(jitted, '__name__', None) or getattr(fun, '__name__', 'fn')})"
     try:
         by_options = _owners.get(fun)
         if by_options is None:
             by_options = _owners[fun] = {}
     except TypeError:  # not weakly referable (a builtin): its own owner
         return Owner(name)
-    key = repr(sorted(options.items())) if options else ""
+    key = kind + repr(sorted(options.items())) if options else kind
     owner = by_options.get(key)
     if owner is None:
         if len(by_options) >= 64:
@@ -205,12 +200,13 @@ def _owner_for(fun: Any, jitted: Any, options: dict[str, Any]) -> Owner:
     return owner
 
 
-def wrap_jitted(jitted: Any, fun: Any, options: dict[str, Any]) -> Any:
-    """The counted stand-in for what ``jax.jit`` returned (that object
-    itself when it is not a jitted function)."""
+def wrap_jitted(jitted: Any, fun: Any, options: dict[str, Any], kind: str = "jit") -> Any:
+    """The counted stand-in for what ``jax.jit`` (``kind`` "jit") or
+    ``jax.pmap`` ("pmap") returned (that object itself when it is not a
+    jitted function)."""
     if not callable(jitted) or not hasattr(jitted, "lower"):
         return jitted
-    wrapper = counting(jitted, _owner_for(fun, jitted, options))
+    wrapper = counting(jitted, _owner_for(fun, jitted, options, kind))
     for attr in (*getattr(jitted, "__dict__", {}), *_KEPT):
         try:
             setattr(wrapper, attr, getattr(jitted, attr))
@@ -229,8 +225,8 @@ def hook_jit(original: Callable[..., Any]) -> Callable[..., Any]:
         out = original(*args, **kwargs)
         try:
             if not args:  # options only: JAX returned a decorator
-                return _decorator(out, kwargs)
-            return wrap_jitted(out, args[0], kwargs)
+                return _decorator(out, kwargs, "jit")
+            return wrap_jitted(out, args[0], kwargs, "jit")
         except Exception as e:  # noqa: BLE001 - the user's jit must work unhooked
             _failed(e)
             return out
@@ -239,11 +235,31 @@ def hook_jit(original: Callable[..., Any]) -> Callable[..., Any]:
     return jit
 
 
-def _decorator(decorate: Callable[..., Any], options: dict[str, Any]) -> Callable[..., Any]:
+def hook_pmap(original: Callable[..., Any]) -> Callable[..., Any]:
+    """The ``jax.pmap`` installed in place of ``original``: what it returns
+    is counted like a jitted function (``pmap(f)`` in the ledger's calls; in
+    JAX 0.10 its graph is a ``jit`` of shard_map)."""
+
+    def pmap(*args: Any, **kwargs: Any) -> Any:
+        out = original(*args, **kwargs)
+        try:
+            if not args:  # options only (functools.partial style): a decorator
+                return _decorator(out, kwargs, "pmap")
+            return wrap_jitted(out, args[0], kwargs, "pmap")
+        except Exception as e:  # noqa: BLE001 - the user's pmap must work unhooked
+            _failed(e)
+            return out
+
+    _like(pmap, original)
+    return pmap
+
+
+def _decorator(decorate: Callable[..., Any], options: dict[str, Any],
+               kind: str) -> Callable[..., Any]:
     def decorator(fun: Any) -> Any:
         jitted = decorate(fun)
         try:
-            return wrap_jitted(jitted, fun, options)
+            return wrap_jitted(jitted, fun, options, kind)
         except Exception as e:  # noqa: BLE001
             _failed(e)
             return jitted
@@ -262,22 +278,33 @@ def _like(wrapper: Callable[..., Any], original: Callable[..., Any]) -> None:
 
 
 def _failed(error: Exception) -> None:
-    eng = jx._active
+    eng = jx.active
     if eng is not None:
         eng.rec.hook_failed("jax.jit", error)
 
 
-def blind_spots(hooked: bool) -> list[str]:
-    """What the jitted-call count misses, one sentence each (``hooked``:
-    whether ``jax.jit`` could be wrapped at all)."""
-    if not hooked:
-        return ["jax.jit could not be wrapped: calls of jitted functions are not counted "
-                "(no executions, no inferred steps); metrics.track(step) counts them"]
-    return [
-        "Calls of functions jitted before metrics.install() are not counted (their graphs "
-        "show no executions): install first, or wrap them in metrics.track.",
-        "jax.jit reached through a name bound before install (from jax import jit above "
-        "metrics.install(), jax._src.api.jit, libraries' own aliases) is not counted.",
-        "jax.pmap calls and calls of ahead-of-time compiled functions "
-        "(f.lower(x).compile()(x)) are not counted.",
-    ]
+def blind_spots(hooked: dict[str, bool]) -> list[str]:
+    """What the executions count misses, one sentence each (``hooked``:
+    whether ``"jit"``, ``"pmap"`` and ``"aot"`` (``Compiled.__call__``)
+    could be hooked at all)."""
+    if not hooked.get("jit"):
+        out = ["jax.jit could not be wrapped: calls of jitted functions are not counted "
+               "(no executions, no inferred steps); metrics.track(step) counts them"]
+    else:
+        out = [
+            "Calls of functions jitted or pmapped before metrics.install() are not counted "
+            "(their graphs show no executions): install first, or wrap them in "
+            "metrics.track.",
+            "jax.jit or jax.pmap reached through a name bound before install (from jax "
+            "import jit above metrics.install(), jax._src.api.jit, libraries' own aliases) "
+            "is not counted.",
+        ]
+    if not hooked.get("pmap"):
+        out.append("jax.pmap could not be wrapped: calls of pmapped functions are not counted.")
+    if not hooked.get("aot"):
+        out.append("Calls of ahead-of-time compiled functions (f.lower(x).compile()(x)) are "
+                   "not counted: jax.stages.Compiled.__call__ could not be hooked.")
+    else:
+        out.append("Calls of ahead-of-time compiled functions compiled before "
+                   "metrics.install() are counted but not attributed to a graph.")
+    return out

@@ -1,6 +1,10 @@
 """``metrics.track`` for JAX: count and time calls of a jitted function and
 attribute each to the graph it ran.
 
+It goes through the counting wrappers' public seam only
+(:func:`metrics.engines.jax_calls.counting`, :func:`metrics.engines.jax_aot.adopt`),
+never the engine module's state.
+
 Example:
     >>> import jax, metrics
     >>> step = metrics.track(jax.jit(lambda x: x + 1))   # doctest: +SKIP
@@ -12,6 +16,7 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
+from metrics.engines import jax_aot
 from metrics.engines.jax_calls import Owner, counting
 
 
@@ -28,8 +33,12 @@ def track(fn: Callable[..., Any], name: str | None = None) -> Callable[..., Any]
 
     A call costs two clock reads and one journal write (see
     :func:`metrics.engines.jax_calls.counting`). A function the hook already
-    counts (jitted after install) is unwrapped first: each call counts once.
+    counts is counted once: one jitted after install is unwrapped first; an
+    AOT-compiled one (``f.lower(x).compile()``) is returned as it is, its
+    calls counted as tracked by the hook on ``Compiled.__call__``.
     """
     fn = getattr(fn, "_tpu_info_jitted", fn)
+    if jax_aot.counts(fn):
+        return jax_aot.adopt(fn, Tracked(name or jax_aot.owner_of(fn).name))
     owner = Tracked(name or f"jit({getattr(fn, '__name__', 'fn')})")
     return functools.wraps(fn)(counting(fn, owner))

@@ -39,7 +39,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -98,12 +98,27 @@ JIT_WRAPPER_FILE = os.path.join(_METRICS_DIR, "engines", "jax_calls.py")
 
 
 class _Site:
-    __slots__ = ("code", "offset", "detail", "count", "bytes", "ns", "last_end")
+    __slots__ = ("code", "offset", "detail", "count", "bytes", "ns", "first_end", "last_end",
+                 "where")
 
     def __init__(self, code: Any, offset: int, detail: str | None) -> None:
         self.code, self.offset, self.detail = code, offset, detail
         self.count = self.bytes = self.ns = 0
+        self.first_end: int | None = None  # monotonic ns: the first record's end
         self.last_end = 0
+        self.where: tuple[str, str] | None = None  # (location, function), resolved once read
+
+
+class SyncLine(NamedTuple):
+    """One line's device->host syncs (monotonic ns), for steps inferred from
+    them: ``(last_end - first_end) / (count - 1)`` is the time between two."""
+
+    location: str
+    detail: str
+    count: int
+    ns: int  # host time inside the syncs
+    first_end: int
+    last_end: int
 
 
 class ImplicitTransfers:
@@ -327,10 +342,13 @@ class ImplicitTransfers:
         ns = np.bincount(inv, weights=durations[rows], minlength=m).tolist()
         last = np.zeros(m, np.int64)
         np.maximum.at(last, inv, ends[rows])
+        earliest = np.full(m, np.iinfo(np.int64).max, np.int64)
+        np.minimum.at(earliest, inv, ends[rows])
         with self._lock:
             for i, j in enumerate(rows[first].tolist()):
                 self._add_site(flat[w * j], flat[w * j + 1], flat[w * j + 2], flat[w * j + 3],
-                               counts[i], int(nbytes[i]), int(ns[i]), int(last[i]))
+                               counts[i], int(nbytes[i]), int(ns[i]), int(last[i]),
+                               int(earliest[i]))
 
     def _fold_one_site(self, flat: list[Any]) -> bool:
         """The usual batch (one kind of record, all from one line: a
@@ -362,11 +380,12 @@ class ImplicitTransfers:
             self._implicit_in.inc(moved)
         if _SITE_MASK[kind]:
             with self._lock:
-                self._add_site(kind, code, offset, flat[3], n, moved, sum(durations), max(ends))
+                self._add_site(kind, code, offset, flat[3], n, moved, sum(durations), max(ends),
+                               min(ends))
         return True
 
     def _add_site(self, kind: int, code: Any, offset: int, detail: str | None, count: int,
-                  nbytes: int, ns: int, last_end: int) -> None:
+                  nbytes: int, ns: int, last_end: int, first_end: int) -> None:
         """Adds one site's records of a batch (caller holds the lock)."""
         kind = _SITE_KIND[kind]
         key = (kind, id(code), offset)
@@ -383,38 +402,61 @@ class ImplicitTransfers:
         site.bytes += nbytes
         site.ns += ns
         site.last_end = max(site.last_end, last_end)
+        if site.first_end is None or first_end < site.first_end:
+            site.first_end = first_end
 
     def sites(self) -> list[SiteReading]:
         """One reading per line (per kind) that synced or moved data
         implicitly, locations resolved now; the overflow as one entry."""
-        self.journal.flush()
         to_unix = self.rec.mono_to_unix
-        merged: dict[tuple[int, str], list[Any]] = {}
-        with self._lock:
-            held = [(k[0], s) for k, s in self._sites.items()]
-            held += list(self._other.items())
-            rows = [(kind, s.code, s.offset, s.detail, s.count, s.bytes, s.ns, s.last_end)
-                    for kind, s in held]
-        for kind, code, offset, detail, count, nbytes, ns, last_end in rows:
-            location, function = ((OTHER_SITES, "") if detail == _OVERFLOW
-                                  else _where(code, offset))
-            row = merged.get((kind, location))
-            detail = detail or _GENERIC[kind]
-            if row is None:
-                merged[(kind, location)] = [count, nbytes, ns, last_end, function, [detail]]
-                continue
-            row[0] += count
-            row[1] += nbytes
-            row[2] += ns
-            row[3] = max(row[3], last_end)
-            if detail not in row[5]:
-                row[5].append(detail)
         return [SiteReading(kind=_KIND_NAMES[kind], location=location, count=count,
                             bytes=nbytes, seconds=ns / 1e9, function=function,
                             detail=", ".join(details[:4]),
                             last_seen_unix=last_end / 1e9 + to_unix)
-                for (kind, location), (count, nbytes, ns, last_end, function, details)
-                in merged.items()]
+                for (kind, location), (count, nbytes, ns, _, last_end, function, details)
+                in self._by_line().items()]
+
+    def sync_lines(self) -> list[SyncLine]:
+        """Device->host syncs per line of the user's code (not the overflow
+        entry, nor syncs with no user frame), with their first and last time."""
+        return [SyncLine(location, ", ".join(details[:4]), count, ns, first, last)
+                for (kind, location), (count, _, ns, first, last, _, details)
+                in self._by_line().items()
+                if kind == SYNC and location not in (OTHER_SITES, NO_USER_FRAME)]
+
+    def _by_line(self) -> dict[tuple[int, str], list[Any]]:
+        """(kind, location) -> [count, bytes, ns, first end, last end,
+        function, details]: the sites merged per line (several instructions
+        of one line are one line), folded first."""
+        self.journal.flush()
+        merged: dict[tuple[int, str], list[Any]] = {}
+        with self._lock:
+            held = [(k[0], s) for k, s in self._sites.items()]
+            held += list(self._other.items())
+            rows = [(kind, s, s.detail, s.count, s.bytes, s.ns, s.first_end, s.last_end)
+                    for kind, s in held]
+        for kind, site, detail, count, nbytes, ns, first_end, last_end in rows:
+            if detail == _OVERFLOW:
+                location, function = OTHER_SITES, ""
+            else:
+                if site.where is None:  # the line is found once per site
+                    site.where = _where(site.code, site.offset)
+                location, function = site.where
+            row = merged.get((kind, location))
+            detail = detail or _GENERIC[kind]
+            first_end = last_end if first_end is None else first_end
+            if row is None:
+                merged[(kind, location)] = [count, nbytes, ns, first_end, last_end, function,
+                                            [detail]]
+                continue
+            row[0] += count
+            row[1] += nbytes
+            row[2] += ns
+            row[3] = min(row[3], first_end)
+            row[4] = max(row[4], last_end)
+            if detail not in row[6]:
+                row[6].append(detail)
+        return merged
 
     def clear(self) -> None:
         """Forgets every site (the counters are the registry's)."""

@@ -1,0 +1,83 @@
+"""Executions per graph: the calls journal that every counting wrapper writes
+(``jax.jit``'s, ``jax.pmap``'s, AOT-compiled calls', ``metrics.track``'s)
+folded into ``ExecuteComputation``/``ExecuteTime``, the executions of each
+graph in the ledger, and the call times steps and busy % are inferred from
+(:mod:`metrics.engines.jax_steps`).
+
+A record is ``CALL_FIELDS`` items: (owner, key, start, end, compiled graph
+or None); ``owner`` is a :class:`metrics.engines.jax_calls.Owner`, ``key``
+the shapes and dtypes that pick its graph once it has more than one.
+
+Example:
+    >>> from metrics.recorder import Recorder              # doctest: +SKIP
+    >>> runs = Executions(Recorder())                      # doctest: +SKIP
+    >>> runs.queue.extend((owner, None, 0, 10, None)); runs.journal.flush()  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import collections
+import operator
+from typing import Any
+
+from metrics import names
+from metrics.callstats import CallTimes
+from metrics.engines.jax_state import CALL_FIELDS, ENGINE
+from metrics.recorder import Recorder
+
+
+class Executions:
+    """Counted calls of one engine: the journal and what its fold fills in."""
+
+    def __init__(self, recorder: Recorder) -> None:
+        self.rec = recorder
+        self._exec_count = recorder.counter(names.EXECUTE_COUNT)
+        self._exec_time = recorder.distribution(names.EXECUTE_TIME)
+        self.journal = recorder.journal(self._fold)
+        self.queue = self.journal.queue
+        self.call_times = CallTimes("jitted function")  # for the inferred step
+        self.tracked_ns = 0  # time inside tracked calls, for the busy % estimate
+        self.inferred_ns = 0  # inside the other counted calls: used without tracked ones
+
+    def forget(self) -> None:
+        """Forgets call times (the counters and the ledger are the recorder's)."""
+        self.call_times.clear()
+        self.tracked_ns = self.inferred_ns = 0
+
+    def _fold(self, flat: list[Any]) -> None:
+        """Counted calls -> ExecuteTime and executions of the graph each ran."""
+        owners, keys = flat[0::CALL_FIELDS], flat[1::CALL_FIELDS]
+        starts, ends, compiled = flat[2::CALL_FIELDS], flat[3::CALL_FIELDS], flat[4::CALL_FIELDS]
+        self._exec_count.inc(len(owners))
+        durations = list(map(operator.sub, ends, starts))
+        self._exec_time.observe_many(durations, ends)
+        uniq = set(owners)
+        tracked_ns, other_ns = self.call_times.fold(owners, starts, ends, durations, uniq)
+        self.tracked_ns += tracked_ns
+        self.inferred_ns += other_ns
+        executed = self.rec.ledger.executed
+        if not any(compiled) and keys.count(None) == len(keys):
+            # The usual batch: no call compiled and none carries a key, so
+            # each ran its function's last graph; counted per function in C
+            # (one function, the usual case, needs no count: Counter costs
+            # ~60 ns a record).
+            per_owner = ({owners[0]: len(owners)} if len(uniq) == 1
+                         else collections.Counter(owners))
+            for owner, n in per_owner.items():
+                if owner.last_hash:
+                    executed(owner.last_hash, owner.name, ENGINE, n)
+            return
+        runs: dict[tuple[Any, str], int] = {}  # (counted function, graph) -> calls
+        for owner, key, graph in zip(owners, keys, compiled, strict=True):
+            known = owner.graphs
+            if graph:
+                if key is not None:
+                    known[key] = graph
+                graph_hash = graph
+            else:
+                graph_hash = (known.get(key) if key is not None else None) or owner.last_hash
+            if graph_hash:
+                owner.last_hash = graph_hash
+                runs[(owner, graph_hash)] = runs.get((owner, graph_hash), 0) + 1
+        for (owner, graph_hash), n in runs.items():
+            executed(graph_hash, owner.name, ENGINE, n)

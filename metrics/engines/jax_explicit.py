@@ -1,0 +1,155 @@
+"""Transfers the program asks for: ``jax.device_put`` and ``jax.device_get``
+wrapped at install, each call's bytes and time recorded into
+``TransferToDeviceTime``/``OutboundData`` and
+``TransferFromDeviceTime``/``InboundData`` with an event per transfer.
+
+The hot path (a numpy batch into ``device_put``) reads the clock twice and
+writes one journal record; pytrees are walked for their bytes. Implicit
+transfers (``float(x)``, ``jnp.asarray(numpy)``) are
+:mod:`metrics.engines.jax_transfers`' and never counted here too.
+
+Example:
+    >>> import jax, numpy as np, metrics                      # doctest: +SKIP
+    >>> metrics.install(); jax.device_put(np.ones(4))  # counted  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import operator
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import jax
+import numpy as np
+
+from metrics import events as ev
+from metrics import names
+from metrics.engines import jax_state as state
+from metrics.engines.jax_state import TRANSFER_FIELDS
+from metrics.journal import FOLD_AT
+from metrics.recorder import Recorder
+
+
+class ExplicitTransfers:
+    """``device_put``/``device_get`` calls of one engine: the journal its
+    wrappers write and the fold that turns records into readings."""
+
+    def __init__(self, recorder: Recorder) -> None:
+        self.rec = recorder
+        dist = recorder.distribution
+        self._h2d_time = dist(names.TRANSFER_TO_DEVICE_TIME)
+        self._d2h_time = dist(names.TRANSFER_FROM_DEVICE_TIME)
+        self._outbound = dist(names.OUTBOUND_DATA)
+        self._inbound = dist(names.INBOUND_DATA)
+        self.journal = recorder.journal(self._fold)
+        self.queue = self.journal.queue
+
+    def install(self, patches: Any, engine: Any) -> tuple[Callable[..., Any], ...]:
+        """Wraps ``jax.device_put``/``jax.device_get`` (counted while
+        ``engine`` is the active one); returns the wrappers applied."""
+        patches.apply(jax, "device_put", lambda orig: _wrap_device_put(orig, engine, self))
+        patches.apply(jax, "device_get", lambda orig: _wrap_device_get(orig, engine, self))
+        return tuple(getattr(jax, n) for n in ("device_put", "device_get") if patches.has(n))
+
+    def _fold(self, flat: list[Any]) -> None:
+        """Transfer records (``TRANSFER_FIELDS`` items each) -> times, bytes
+        and events (made when read)."""
+        to_device, starts = flat[0::TRANSFER_FIELDS], flat[1::TRANSFER_FIELDS]
+        ends, sizes = flat[2::TRANSFER_FIELDS], flat[3::TRANSFER_FIELDS]
+        if all(to_device):  # the usual batch: every record a device_put
+            sides = ((self._h2d_time, self._outbound, starts, ends, sizes),)
+        else:
+            pick, back = itertools.compress, [not t for t in to_device]
+            sides = tuple(
+                (time_d, bytes_d, list(pick(starts, mask)), list(pick(ends, mask)),
+                 list(pick(sizes, mask)))
+                for time_d, bytes_d, mask in ((self._h2d_time, self._outbound, to_device),
+                                              (self._d2h_time, self._inbound, back)))
+        for time_d, bytes_d, s, e, b in sides:
+            if e:
+                time_d.observe_many(list(map(operator.sub, e, s)), e)
+                bytes_d.observe_many(b, e)
+        self.rec.events.emit_batch(len(ends), functools.partial(
+            _transfer_rows, flat, self.rec.mono_to_unix))
+
+
+def _leaf_bytes(tree: Any, host_only: bool) -> int:
+    if type(tree) is np.ndarray:  # fast path: the usual batch
+        return tree.nbytes
+    total = 0
+    for leaf in jax.tree_util.tree_leaves(tree):
+        if host_only and isinstance(leaf, jax.Array):
+            continue
+        nbytes = getattr(leaf, "nbytes", None)
+        total += int(nbytes) if nbytes is not None else 8
+    return total
+
+
+def _transfer_rows(flat: list[Any], offset: float, first: int) -> Iterable[tuple[Any, ...]]:
+    """Event rows of a folded batch of transfers (made when first read)."""
+    w = TRANSFER_FIELDS
+    return ev.rows_of(first, [e / 1e9 + offset for e in flat[2::w]],
+                      [ev.TRANSFER_TO_DEVICE if t else ev.TRANSFER_FROM_DEVICE for t in flat[0::w]],
+                      [float(b) for b in flat[3::w]])
+
+
+def _record_transfer(seen: ExplicitTransfers, to_device: bool, tree: Any, start: int,
+                     end: int) -> None:
+    """The general case: pytrees, lists, scalars (walks the leaves)."""
+    try:
+        nbytes = _leaf_bytes(tree, to_device)
+    except Exception as e:  # noqa: BLE001 - a hook never raises into the program
+        seen.rec.hook_failed("jax.transfer", e)
+        return
+    q = seen.queue
+    q.extend((to_device, start, end, nbytes))
+    if len(q) >= FOLD_AT * TRANSFER_FIELDS:
+        seen.journal.flush()
+
+
+def _wrap_device_put(original: Callable[..., Any], engine: Any,
+                     seen: ExplicitTransfers) -> Callable[..., Any]:
+    # Runs on every batch: names bound once, no calls but the clock's.
+    clock, ndarray = time.monotonic_ns, np.ndarray
+    queue, flush = seen.queue, seen.journal.flush
+    extend, fold_at = queue.extend, FOLD_AT * TRANSFER_FIELDS
+
+    # jax.device_put(x, device=None, *, src=..., donate=..., may_alias=...):
+    # the common call passes x (and a device) alone, which a plain positional
+    # call forwards faster than *args/**kwargs.
+    def device_put(x: Any, device: Any = None, **kwargs: Any) -> Any:
+        if state.active is not engine:
+            return original(x, device, **kwargs)
+        start = clock()
+        out = original(x, device, **kwargs) if kwargs else original(x, device)
+        if type(x) is ndarray:  # the usual batch: inline, no walk
+            extend((True, start, clock(), x.nbytes))
+            if len(queue) >= fold_at:
+                flush()
+        else:
+            _record_transfer(seen, True, x, start, clock())
+        return out
+
+    device_put.__wrapped__ = original  # type: ignore[attr-defined]
+    device_put.__doc__ = original.__doc__
+    return device_put
+
+
+def _wrap_device_get(original: Callable[..., Any], engine: Any,
+                     seen: ExplicitTransfers) -> Callable[..., Any]:
+    clock = time.monotonic_ns
+
+    def device_get(x: Any, *args: Any, **kwargs: Any) -> Any:
+        if state.active is not engine:
+            return original(x, *args, **kwargs)
+        start = clock()
+        out = original(x, *args, **kwargs)
+        _record_transfer(seen, False, out, start, clock())
+        return out
+
+    device_get.__wrapped__ = original  # type: ignore[attr-defined]
+    device_get.__doc__ = original.__doc__
+    return device_get

@@ -1,0 +1,148 @@
+"""Steps and busy % when the program marks no step, from what the hook saw.
+
+In order of trust: the function wrapped in ``metrics.track`` with the most
+time; else the counted jitted function with the most time (called at least
+``MIN_CALLS`` times: :mod:`metrics.callstats`); else, when no jitted call
+is seen (the step was jitted before install), the line that syncs
+device->host most often (a loop's ``float(loss)``), whose time between its
+first and last sync over the syncs between gives the step time. Each is
+labelled: ``source`` says inferred, ``basis`` says from what.
+
+Busy % is host-side: time inside tracked calls, else inside counted jitted
+calls, else waiting at the step's sync line, over the wall time of a window
+of a second or more. Dispatch is asynchronous, so the first two read low for
+a step that does not wait for its result; the wait at a sync misses the
+device time the host overlapped with its own work (a lower bound).
+
+Example:
+    >>> eng.steps.steps().basis                               # doctest: +SKIP
+    'float() at train.py:41: the most frequent device->host sync (1,200 times); ...'
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import deque
+from typing import Any
+
+from metrics.callstats import MIN_CALLS
+from metrics.engines.jax_executions import Executions
+from tpu_info.model import STEPS_INFERRED, StepsReading
+
+BUSY_INFERRED = ("inferred: host time inside calls of jitted functions (dispatch is "
+                 "asynchronous, so a step that does not wait for its result reads low); "
+                 "metrics.track(step) gives the step's own")
+BUSY_TOO_FEW = (f"busy % is inferred once a jitted function has run {MIN_CALLS} times; "
+                "or wrap the step with metrics.track(step) to see it")
+BUSY_NOTHING = ("busy % is estimated from calls of jitted functions and tracked ones, or "
+                "from the line that syncs device->host most often: none counted yet "
+                "(functions jitted before install are not seen; wrap the step with "
+                "metrics.track(step) to see it)")
+WINDOW_NS = 1_000_000_000  # a reading's window starts at the newest mark this old
+MARK_EVERY_NS = 250_000_000
+
+
+def _sync_busy_reason(where: str) -> str:
+    return (f"inferred (a lower bound): host time waiting at {where}, the step's sync, over "
+            "wall time (the step's calls are not seen: jitted before install); "
+            "metrics.track(step) gives the step's own")
+
+
+class StepWatch:
+    """Steps and busy % of one JAX engine, read at scrape time from its
+    counted calls (``runs``) and its implicit syncs (``implicit``: an
+    :class:`~metrics.engines.jax_transfers.ImplicitTransfers`)."""
+
+    def __init__(self, runs: Executions, implicit: Any) -> None:
+        self.runs = runs
+        self.implicit = implicit
+        # (monotonic ns, tracked ns, inferred ns, {sync line: ns}) at recent
+        # readings; the window of a reading starts at the newest mark at
+        # least a second old. The sync times are kept only while syncs are
+        # the basis (None otherwise).
+        self._marks: deque[tuple[int, int, int, dict[str, int] | None]] = deque(maxlen=32)
+        self.forget()
+
+    def forget(self) -> None:
+        """Starts over (``metrics.clear_*``): no marks before now."""
+        self._marks.clear()
+        self._marks.append((time.monotonic_ns(), 0, 0, {}))
+
+    def _step_sync(self) -> tuple[Any, dict[str, int]] | None:
+        """The line that syncs most often (at least ``MIN_CALLS`` times) and
+        the host ns inside the syncs of every line; None without one."""
+        lines = self.implicit.sync_lines() if self.implicit is not None else []
+        lines = [x for x in lines if ":" in x.location]
+        if not lines:
+            return None
+        top = max(lines, key=lambda x: (x.count, x.location))
+        if top.count < MIN_CALLS:
+            return None
+        return top, {x.location: x.ns for x in lines}
+
+    def busy_percent(self) -> tuple[float | None, str]:
+        """Host-side busy % over the last second or more, capped at 100, and
+        its reason ("" for tracked calls, the measured case). Readers close
+        together see the same window."""
+        self.runs.journal.flush()
+        now, tracked, inferred = time.monotonic_ns(), self.runs.tracked_ns, self.runs.inferred_ns
+        syncs: dict[str, int] | None = None
+        if tracked:
+            which, busy, reason = 1, tracked, ""
+        elif inferred:
+            if self.runs.call_times.dominant(False, MIN_CALLS) is None:
+                return None, BUSY_TOO_FEW
+            which, busy, reason = 2, inferred, BUSY_INFERRED
+        else:
+            found = self._step_sync()
+            if found is None:
+                return None, BUSY_NOTHING
+            top, syncs = found
+            which, busy, reason = 3, top.ns, _sync_busy_reason(_where(top))
+        marks = self._marks
+        start = marks[0]
+        for mark in reversed(marks):
+            if now - mark[0] >= WINDOW_NS:
+                start = mark
+                break
+        if now - marks[-1][0] >= MARK_EVERY_NS:
+            marks.append((now, tracked, inferred, syncs))
+        if now <= start[0]:
+            return None, "busy % needs a moment of history"
+        if which == 3:
+            # A mark taken before syncs were the basis has none: the line's
+            # whole time counts (its syncs began after that mark or at it).
+            before = (start[3] or {}).get(top.location, 0)
+        else:
+            before = start[which]
+        share = (busy - before) / (now - start[0])
+        return min(100.0, max(0.0, 100.0 * share)), reason
+
+    def steps(self) -> StepsReading | None:
+        """Steps when the program never marks them (see the module's
+        docstring for the order); None with too little history."""
+        self.runs.journal.flush()
+        found = self.runs.call_times.steps()
+        if found is not None:
+            return found
+        sync = self._step_sync()
+        if sync is None:
+            return None
+        top = sync[0]
+        seconds_total = None
+        timing = "step time unknown"
+        if top.count > 1 and top.last_end > top.first_end:
+            # count syncs have count - 1 steps between them; the total is
+            # scaled to count steps so the time per step reads right.
+            per_step = (top.last_end - top.first_end) / 1e9 / (top.count - 1)
+            seconds_total = per_step * top.count
+            timing = "step time from its first sync to its last"
+        return StepsReading(count=top.count, source=STEPS_INFERRED, seconds_total=seconds_total,
+                            basis=f"{_where(top)}: the most frequent device->host sync "
+                                  f"({top.count:,} times); {timing}")
+
+
+def _where(line: Any) -> str:
+    """``float() at train.py:41`` for a sync line."""
+    return f"{line.detail or 'sync'} at {os.path.basename(line.location)}"
