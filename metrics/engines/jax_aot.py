@@ -55,6 +55,9 @@ def install(patches: Any) -> bool:
     except ImportError as e:
         patches.degraded.append(f"AOT-compiled calls not counted: jax._src.stages missing ({e})")
         return False
+    if not getattr(Compiled, "__dictoffset__", 0):  # the hook keeps its state on the object
+        patches.degraded.append("AOT-compiled calls not counted: Compiled objects have no __dict__")
+        return False
     return patches.apply(Compiled, "__call__", hook_call)
 
 
