@@ -290,7 +290,6 @@ class JaxEngine:
             self._uncached.inc()
             self._compile_time.observe(wall_ns)
         ledger.compiled(graph_hash, name, ENGINE, seconds, sig, cause)
-        jax_aot.remember(ctx.get("executable"), graph_hash, name)
         if loaded:
             ledger.cache_hit(graph_hash, name, ENGINE, sig)
         real = cause is not None and cause.description != FIRST_CALL
@@ -302,6 +301,7 @@ class JaxEngine:
             detail = f"{detail}; backend cache hit" if detail else "backend cache hit"
         events.emit(ev.RECOMPILE if real else ev.COMPILE, name, graph_hash, detail, location,
                     seconds)
+        jax_aot.remember(ctx.get("executable"), graph_hash, name)
 
     def on_duration(self, event: str, seconds: float, fun_name: str | None) -> None:
         if event.endswith("/backend_compile_duration"):

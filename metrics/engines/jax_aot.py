@@ -39,7 +39,11 @@ _known: dict[Any, tuple[str, str]] = {}
 def remember(executable: Any, graph_hash: str, name: str) -> None:
     """Notes which graph ``executable`` (what the backend compile returned)
     runs; called once per compile, off any call's path (~0.6 us)."""
-    fingerprint = getattr(executable, "fingerprint", None)
+    try:
+        fingerprint = executable.fingerprint
+        hash(fingerprint)
+    except Exception:  # noqa: BLE001 - a backend without fingerprints: AOT calls have no graph
+        return
     if fingerprint is None:
         return
     if len(_known) >= MAX_KNOWN:
