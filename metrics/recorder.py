@@ -18,11 +18,12 @@ from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 from metrics import events as ev
-from metrics import forksafe, names
+from metrics import forksafe
 from metrics.events import EventLog
 from metrics.graphs import GraphLedger
 from metrics.journal import FOLD_AT, Journal
 from metrics.registry import Counter, Distribution, Registry
+from tpu_info import catalog as names
 
 log = logging.getLogger("metrics")
 _clock = time.monotonic_ns

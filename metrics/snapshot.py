@@ -22,9 +22,9 @@ import time
 from collections.abc import Iterable
 from dataclasses import replace
 
-from metrics import names
 from metrics.engines import Engine
 from metrics.recorder import Recorder
+from tpu_info import catalog as names
 from tpu_info.model import (
     STEPS_MARKED,
     CounterReading,

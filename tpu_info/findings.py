@@ -22,6 +22,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 
+from tpu_info import catalog
 from tpu_info.causes import CauseKind, classify, warm_up
 from tpu_info.finding_cost import (
     cost_of,
@@ -34,6 +35,7 @@ from tpu_info.finding_cost import (
 from tpu_info.model import (
     CALLED_FROM,
     FIRST_CALL,
+    EventKind,
     Finding,
     GraphRecord,
     ProcessRecord,
@@ -204,7 +206,8 @@ def _eager_sites(s: Snapshot, tiny: list[GraphRecord]) -> list[tuple[str, str | 
     names = {g.hash for g in tiny}
     sites: list[tuple[str, str | None]] = []
     for e in s.events:
-        if e.kind == "compile" and e.location and (e.graph_hash in names or _single_op(e.name)):
+        if e.kind == EventKind.COMPILE and e.location and (e.graph_hash in names
+                                                           or _single_op(e.name)):
             m = _CALLED_FROM_RE.search(e.detail)
             sites.append((e.location, m.group() if m else None))
     if not sites:
@@ -277,7 +280,7 @@ _CACHE_ADVICE = {
 
 def compile_share(s: Snapshot) -> Iterable[Finding]:
     """Compiling took a large share of the program's life."""
-    ct = s.distribution("CompileTime")
+    ct = s.distribution(catalog.COMPILE_TIME)
     if ct is None or s.uptime_seconds <= 0:
         return
     share = min(1.0, ct.total / 1e9 / s.uptime_seconds)
@@ -339,7 +342,7 @@ def _unresumable(s: Snapshot, name: str, where: str, loc: str | None,
     execute time (estimated); Dynamo's own hint is kept."""
     hints = [m.group("hint").strip() for m in _HINT_RE.finditer(detail)]
     reason = _HINT_RE.sub("", detail).strip().rstrip(".") or "no reason recorded"
-    st, ex = steps_of(s), s.distribution("ExecuteTime")
+    st, ex = steps_of(s), s.distribution(catalog.EXECUTE_TIME)
     outside = None
     if st is not None and st.seconds_total and ex is not None and ex.count:
         outside = max(0.0, st.seconds_total - ex.total / 1e9)
@@ -362,12 +365,12 @@ def _unresumable(s: Snapshot, name: str, where: str, loc: str | None,
 
 def graph_breaks(s: Snapshot) -> Iterable[Finding]:
     """torch.compile graph breaks, one finding per break site seen in the events."""
-    n = s.counter("GraphBreaks")
+    n = s.counter(catalog.GRAPH_BREAKS)
     if not n:
         return
     sites: dict[str | None, tuple[str, str]] = {}
     for e in s.events:
-        if e.kind == "graph_break":
+        if e.kind == EventKind.GRAPH_BREAK:
             sites[e.location] = (e.name, e.detail)
     for loc, (name, detail) in sites.items():
         where = f" at {short_location(loc)}" if loc else ""
@@ -410,8 +413,8 @@ def xla_value_access(s: Snapshot) -> Iterable[Finding]:
     for g in _value_access_graphs(s):
         site = next((c.location for c in g.causes if _XLA_VALUE_ACCESS in c.description), None)
         by_site[site].append(g)
-    steps = s.counter("MarkStep")
-    d2h = s.distribution("TransferFromDeviceTime")
+    steps = s.counter(catalog.MARK_STEP)
+    d2h = s.distribution(catalog.TRANSFER_FROM_DEVICE_TIME)
     for site, graphs in by_site.items():
         compiles = sum(g.compiles for g in graphs)
         compiled = sum(g.compile_seconds_total for g in graphs)
@@ -440,7 +443,7 @@ def _unresumable_break(s: Snapshot, name: str, where: str, loc: str | None,
     Its cost: the calls' wall time outside compiled graphs (measured)."""
     reason, _, hints = detail.partition(_UNRESUMABLE)
     hint = " ".join(h.strip() for h in hints.split("Hint:") if h.strip())
-    wall = s.distribution("EagerFallbackTime")
+    wall = s.distribution(catalog.EAGER_FALLBACK_TIME)
     cost, measured = 0.0, ""
     if wall is not None and wall.count and wall.total > 0:
         # Dynamo runs the whole function eagerly: all of its calls' time is outside graphs.
@@ -499,7 +502,7 @@ def cpu_fallbacks(s: Snapshot) -> Iterable[Finding]:
 
 
 def hook_errors(s: Snapshot) -> Iterable[Finding]:
-    n = s.counter("HookErrors")
+    n = s.counter(catalog.HOOK_ERRORS)
     if n:
         yield Finding(f"the tpu-info hook failed {n} times and skipped those records "
                       "(the program itself was not affected); see its log for the first error.",

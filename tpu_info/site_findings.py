@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 
+from tpu_info.catalog import OUTBOUND_DATA, TRANSFER_FROM_DEVICE_TIME, TRANSFER_TO_DEVICE_TIME
 from tpu_info.finding_cost import Cost, cost_of, duration, engine_of, size_words
 from tpu_info.model import Finding, SiteKind, SiteReading, Snapshot
 
@@ -46,7 +47,7 @@ def _short(location: str) -> str:
 def _rate(s: Snapshot) -> tuple[float, str]:
     """Bytes per second for an untimed host->device copy: this process's own
     timed transfers when it has some, else :data:`ASSUMED_BYTES_PER_S`."""
-    t, b = s.distribution("TransferToDeviceTime"), s.distribution("OutboundData")
+    t, b = s.distribution(TRANSFER_TO_DEVICE_TIME), s.distribution(OUTBOUND_DATA)
     if t is not None and b is not None and t.count and t.total > 0 and b.total > 0:
         rate = b.total / (t.total / 1e9)
         return rate, f"estimated at this process's timed transfer rate, {size_words(rate)}/s"
@@ -148,7 +149,7 @@ def explicit_syncs(s: Snapshot) -> Iterable[Finding]:
     """Device->host transfers in (nearly) every step that no sync line accounts
     for (explicit ``device_get``, or an older hook without sites)."""
     c0 = cost_of(s, 0.0, None)
-    d2h = s.distribution("TransferFromDeviceTime")
+    d2h = s.distribution(TRANSFER_FROM_DEVICE_TIME)
     if c0.steps is None or c0.steps.count < 5 or d2h is None:
         return
     at_sites = [x for x in s.sites if x.kind == SiteKind.SYNC.value]

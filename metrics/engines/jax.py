@@ -65,7 +65,6 @@ import jax
 import numpy as np
 
 from metrics import events as ev
-from metrics import names
 from metrics.callstats import MIN_CALLS, CallTimes
 from metrics.engines._frames import host_ram, outer_user_call, skip_prefixes, user_location
 from metrics.engines._patching import Patches
@@ -80,6 +79,7 @@ from metrics.engines.jax_describe import (
 from metrics.engines.jax_transfers import ImplicitTransfers
 from metrics.journal import FOLD_AT
 from metrics.recorder import Recorder
+from tpu_info import catalog as names
 from tpu_info.model import (
     CALLED_FROM,
     FIRST_CALL,
