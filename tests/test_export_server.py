@@ -336,6 +336,12 @@ def test_cli_and_dashboard_read_a_libtpu_only_server_the_same_way() -> None:
         server.stop(0)
 
 
+def test_start_says_its_default_worker_count() -> None:
+    from metrics.export.server import DEFAULT_WORKERS
+
+    assert f"(default {DEFAULT_WORKERS}," in " ".join(export.start.__doc__.split())
+
+
 # start(): ports, binding, signals -------------------------------------------
 
 def test_pinned_port_taken_is_bind_error(monkeypatch) -> None:
