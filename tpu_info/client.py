@@ -33,6 +33,7 @@ import grpc
 
 from tpu_info import discovery, libtpu, wire
 from tpu_info.captures import CaptureFile, RemoteCapture
+from tpu_info.discovery_record import CAPTURE_TOKEN_METADATA
 from tpu_info.errors import (
     CaptureBusy,
     CaptureRefused,
@@ -317,7 +318,7 @@ class Client:
                                  "the user who runs the program, on its host",
                                  target=self.target)
         request = pb.CaptureRequest(duration_ms=max(1, round(duration_s * 1000)), device=device)
-        metadata = [(discovery.CAPTURE_TOKEN_METADATA, secret)] if secret else None
+        metadata = [(CAPTURE_TOKEN_METADATA, secret)] if secret else None
         started = time.monotonic()
         try:
             reply = self._monitor.Capture(request, metadata=metadata,
