@@ -487,4 +487,3 @@ class MetricInfo:
     kind: str
     unit: Unit
     help: str = ""
-

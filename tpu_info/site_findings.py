@@ -24,7 +24,7 @@ from collections.abc import Iterable
 
 from tpu_info.catalog import OUTBOUND_DATA, TRANSFER_FROM_DEVICE_TIME, TRANSFER_TO_DEVICE_TIME
 from tpu_info.finding_cost import Cost, cost_of, duration, engine_of, size_words
-from tpu_info.model import Finding, SiteKind, SiteReading, Snapshot
+from tpu_info.model import Finding, Severity, SiteKind, SiteReading, Snapshot
 
 # A site is a finding when it ran in at least half the steps (or, steps
 # unknown, this many times) and cost at least this much, in all and as a share.
@@ -117,14 +117,14 @@ def _finding(s: Snapshot, site: SiteReading) -> Finding | None:
             f"{where} reads a value back to the host {_how_often(c)} ({c.words()}): the host "
             "waits for the device to finish, then the device waits for the host. "
             f"{_sync_advice(site.detail)}",
-            "warning", site.location, kind="per_step_sync", **c.fields())
+            Severity.WARNING, site.location, kind="per_step_sync", **c.fields())
     each = size_words(site.bytes / site.count) if site.count else size_words(0)
     what = site.detail or "host data"
     return Finding(
         f"{what} at {_short(site.location)} copies {each} to the device {_how_often(c)} "
         f"({c.words()}): the copy sits on the step's critical path. "
         f"{_transfer_advice(site.detail)}",
-        "warning", site.location, kind="per_step_implicit_transfer", **c.fields())
+        Severity.WARNING, site.location, kind="per_step_implicit_transfer", **c.fields())
 
 
 def site_findings(s: Snapshot) -> Iterable[Finding]:
@@ -167,7 +167,7 @@ def explicit_syncs(s: Snapshot) -> Iterable[Finding]:
     yield Finding(
         f"device->host transfers every step ({c.words()}): each one waits for the device.{where} "
         f"{advice}",
-        "warning", None, kind="per_step_sync", **c.fields())
+        Severity.WARNING, None, kind="per_step_sync", **c.fields())
 
 
 def _xla_sync_lines(s: Snapshot) -> str:

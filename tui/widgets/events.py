@@ -22,8 +22,10 @@ from tui.widgets.table import LiveTable
 
 SHOWN = 100  # newest matching events kept as rows
 EMPTY = "__empty__"
-_TRANSFERS = {EventKind.TRANSFER_TO_DEVICE: "h->d", EventKind.TRANSFER_FROM_DEVICE: "d->h"}
-_KINDS = {**_TRANSFERS, EventKind.CACHE_HIT: "cache hit", EventKind.HOOK_ERROR: "hook error"}
+_TRANSFERS: dict[str, str] = {EventKind.TRANSFER_TO_DEVICE: "h->d",
+                              EventKind.TRANSFER_FROM_DEVICE: "d->h"}
+_KINDS: dict[str, str] = {**_TRANSFERS, EventKind.CACHE_HIT: "cache hit",
+                          EventKind.HOOK_ERROR: "hook error"}
 COLUMNS = [("time", "Time", 8), ("age", "Age", 5), ("kind", "Kind", 9), ("name", "Name", None),
            ("detail", "Detail", None)]
 
@@ -84,8 +86,9 @@ class EventsPanel(LiveTable):
             self.drop_row(key)
             self._ages.pop(key, None)
         now = data.snapshot.taken_at_unix if data is not None and data.snapshot else 0.0
-        style = {EventKind.RECOMPILE: f"bold {palette.warn}", EventKind.COMPILE: palette.warn,
-                 EventKind.HOOK_ERROR: palette.bad, EventKind.STEP: palette.muted}
+        style: dict[str, str] = {
+            EventKind.RECOMPILE: f"bold {palette.warn}", EventKind.COMPILE: palette.warn,
+            EventKind.HOOK_ERROR: palette.bad, EventKind.STEP: palette.muted}
         added = False
         for e in wanted:
             key = str(e.seq)
