@@ -17,8 +17,8 @@ event; rows are made only for the events a reader asks for.
 Example:
     >>> log = EventLog(capacity=2)
     >>> for i in range(3):
-    ...     _ = log.emit("step", value=i)
-    >>> _ = log.emit("compile", name="jit(f)")
+    ...     _ = log.emit(STEP, value=i)
+    >>> _ = log.emit(COMPILE, name="jit(f)")
     >>> [e.seq for e in log.since(0)[0]]
     [2, 3, 4]
 """
@@ -34,7 +34,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from tpu_info.model import Event
+from tpu_info.model import Event, EventKind
 
 _Question = tuple[int, "int | None"]  # (since seq, limit)
 _Row = tuple[Any, ...]  # (seq, time_unix, kind, name, graph_hash, detail, location, value)
@@ -50,14 +50,15 @@ def _seq_of(t: tuple[Any, ...]) -> int:
     return t[0]
 
 
-# Kinds the hook emits; renderers may meet others from newer hooks.
-COMPILE = "compile"
-RECOMPILE = "recompile"
-CACHE_HIT = "cache_hit"
-TRANSFER_TO_DEVICE = "transfer_to_device"
-TRANSFER_FROM_DEVICE = "transfer_from_device"
-STEP = "step"
-HOOK_ERROR = "hook_error"
+# The kinds the hook emits (the contract's EventKind), by their short names here.
+COMPILE = EventKind.COMPILE
+RECOMPILE = EventKind.RECOMPILE
+CACHE_HIT = EventKind.CACHE_HIT
+TRANSFER_TO_DEVICE = EventKind.TRANSFER_TO_DEVICE
+TRANSFER_FROM_DEVICE = EventKind.TRANSFER_FROM_DEVICE
+STEP = EventKind.STEP
+HOOK_ERROR = EventKind.HOOK_ERROR
+GRAPH_BREAK = EventKind.GRAPH_BREAK
 
 FREQUENT = frozenset({STEP, TRANSFER_TO_DEVICE, TRANSFER_FROM_DEVICE})  # the flood kinds
 _ROWS_CHUNK = 1024  # ready rows gathered in one chunk at most (then a new one)

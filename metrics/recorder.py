@@ -18,11 +18,12 @@ from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 from metrics import events as ev
-from metrics import forksafe, names
+from metrics import forksafe
 from metrics.events import EventLog
 from metrics.graphs import GraphLedger
 from metrics.journal import FOLD_AT, Journal
 from metrics.registry import Counter, Distribution, Registry
+from tpu_info import catalog as names
 
 log = logging.getLogger("metrics")
 _clock = time.monotonic_ns
@@ -50,8 +51,9 @@ class Recorder:
         self._mark_step = self.counter(names.MARK_STEP)
         self._step_time = self.distribution(names.STEP_TIME)
         self._hook_errors = self.counter(names.HOOK_ERRORS)
-        # monotonic_ns -> unix seconds, fixed once (journals keep raw clock readings).
-        self.mono_to_unix = time.time() - time.monotonic_ns() / 1e9
+        # monotonic_ns -> unix seconds (journals keep raw clock readings): the
+        # registry's, so an event and its sample carry one time.
+        self.mono_to_unix = self.registry.mono_to_unix
         self._journals: list[Journal] = []
         self._on_reset: list[Callable[[], None]] = []  # engines' own tallies
         self._flushing = threading.local()

@@ -394,8 +394,9 @@ class Registry:
         self._sorted_counters: list[Counter] = []
         self._sorted_dists: list[Distribution] = []
         self._clock = clock
-        # Fixed once, so unchanged readings can be reused across snapshots.
-        self._offset = time.time() - clock() / 1e9
+        # ``clock`` -> unix seconds, fixed once, so unchanged readings can be
+        # reused across snapshots; the recorder dates its events with it too.
+        self.mono_to_unix = time.time() - clock() / 1e9
         # Called before every read: folds hot-path journals in (the recorder's).
         self.before_read: Callable[[], None] = _nothing
 
@@ -472,7 +473,7 @@ class Registry:
     # Scrape time -----------------------------------------------------------
 
     def _mono_to_unix(self) -> float:
-        return self._offset
+        return self.mono_to_unix
 
     def snapshot(self) -> tuple[tuple[CounterReading, ...], tuple[DistributionReading, ...]]:
         """Consistent copies of every non-empty counter and distribution."""

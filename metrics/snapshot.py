@@ -9,7 +9,8 @@ merged with the registry's by name: counters of the same name add up (each
 source counts different events: our hooks never count what the engine
 counts), except ``MarkStep``, where several markers may mark the same steps
 and the larger count wins; distributions of the same name add counts and
-totals (percentiles then come from the larger one and carry no buckets).
+totals, and their buckets when both have buckets of one width (percentiles
+then come from the added buckets; else from the larger one, with no buckets).
 """
 
 from __future__ import annotations
@@ -22,11 +23,14 @@ import time
 from collections.abc import Iterable
 from dataclasses import replace
 
-from metrics import names
 from metrics.engines import Engine
 from metrics.recorder import Recorder
+from tpu_info import catalog as names
+from tpu_info.buckets import merge_buckets, percentiles
 from tpu_info.model import (
+    PERCENTILES,
     STEPS_MARKED,
+    BucketCounts,
     CounterReading,
     DeviceRecord,
     DistributionReading,
@@ -99,16 +103,32 @@ def _merge_distribution(a: DistributionReading, b: DistributionReading) -> Distr
     maxs = [v for v in (a.max, b.max) if v is not None]
     rates = [r for r in (a.rate_per_second, b.rate_per_second) if r is not None]
     vrates = [r for r in (a.value_rate_per_second, b.value_rate_per_second) if r is not None]
-    bigger = a if a.count >= b.count else b
+    count, lo, hi = a.count + b.count, min(mins) if mins else None, max(maxs) if maxs else None
+    buckets = _merged_buckets(a, b)
+    if buckets is not None:
+        pct = tuple(zip(PERCENTILES, percentiles(buckets, count, PERCENTILES, lo, hi),
+                        strict=True))
+    else:
+        pct = (a if a.count >= b.count else b).percentiles
     return replace(
-        a, count=a.count + b.count, total=a.total + b.total,
-        min=min(mins) if mins else None, max=max(maxs) if maxs else None,
+        a, count=count, total=a.total + b.total, min=lo, max=hi,
         rate_per_second=sum(rates) if rates else None,
         value_rate_per_second=sum(vrates) if vrates else None,
-        percentiles=bigger.percentiles,
+        percentiles=pct,
         recent=Samples.of(sorted([*a.recent, *b.recent])[-64:]),
-        buckets=None, help=a.help or b.help,
+        buckets=buckets, help=a.help or b.help,
     )
+
+
+def _merged_buckets(a: DistributionReading, b: DistributionReading) -> BucketCounts | None:
+    """Both parts' buckets added, when each part holds all its samples in
+    buckets of one width; else None (an engine's own metric keeps no buckets)."""
+    if a.buckets is None or b.buckets is None:
+        return None
+    try:
+        return merge_buckets((a.buckets, b.buckets))
+    except ValueError:  # different bucket widths cannot be added
+        return None
 
 
 def readings(

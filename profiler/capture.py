@@ -36,11 +36,12 @@ from pathlib import Path
 from typing import Any
 
 import metrics
-from metrics import names
 from metrics.recorder import Recorder
 from profiler import annotations, chrome
 from profiler.device import DeviceTraces
 from profiler.errors import CaptureBusy, InvalidCapture
+from tpu_info import catalog as names
+from tpu_info.model import EventKind
 
 __all__ = ["Capture", "CaptureResult", "MAX_DURATION_S", "DEFAULT_MAX_ANNOTATIONS",
            "DEFAULT_MAX_EVENTS", "DEFAULT_MAX_BYTES", "DEFAULT_SAMPLE_INTERVAL_S"]
@@ -244,7 +245,7 @@ class Capture:
 def _last_step_before(rec: Recorder, seq: int) -> float | None:
     events, _ = rec.events.since(max(0, seq - rec.events.capacity))
     for e in reversed(events):
-        if e.seq <= seq and e.kind == "step":
+        if e.seq <= seq and e.kind == EventKind.STEP:
             return e.time_unix
     return None
 

@@ -2,7 +2,7 @@
 
 :func:`build` turns what a capture gathered (annotation records, the
 recorder's events, sampled memory and execution counts) into a trace
-document: ``X`` spans for annotations, steps, compiles and executions,
+document: ``X`` spans for annotations, steps and compiles,
 ``i`` instants for transfers and cache hits, ``C`` counter tracks for HBM
 in use, compiles, transfer bytes and executions, and ``M`` names for the
 process and every track. :func:`encode` serializes it under a byte cap.
@@ -28,10 +28,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from profiler.annotations import Record
-from tpu_info.model import CALLED_FROM, Event
+from tpu_info.model import CALLED_FROM, COMPILE_KINDS, TRANSFER_KINDS, Event, EventKind
 
 __all__ = ["Window", "build", "encode", "STEPS_TID", "COMPILES_TID", "TRANSFERS_TID",
-           "EVENTS_TID", "EXECUTIONS_TID"]
+           "EVENTS_TID"]
 
 # Tracks of engine events get thread ids no real thread has (Linux caps
 # thread ids at 2**22), sorted above the program's own threads.
@@ -39,15 +39,10 @@ _BASE = 0x7FFF0000
 STEPS_TID = _BASE + 1
 COMPILES_TID = _BASE + 2   # further lanes: COMPILES_TID + 100 * k
 TRANSFERS_TID = _BASE + 3
-EXECUTIONS_TID = _BASE + 4
 EVENTS_TID = _BASE + 5
 COUNTERS_TID = _BASE
 _TRACK_NAMES = {STEPS_TID: "steps (metrics.mark_step)", COMPILES_TID: "compiles",
-                TRANSFERS_TID: "transfers", EXECUTIONS_TID: "executions",
-                EVENTS_TID: "other hook events"}
-
-_COMPILE_KINDS = ("compile", "recompile")
-_EXECUTE_KINDS = ("execute", "execution")
+                TRANSFERS_TID: "transfers", EVENTS_TID: "other hook events"}
 
 
 @dataclass
@@ -172,7 +167,7 @@ def _step_spans(w: Window, clock: _Clock) -> list[dict[str, Any]]:
     prev = w.last_step_unix
     n = w.steps_before
     for e in w.events:
-        if e.kind != "step":
+        if e.kind != EventKind.STEP:
             continue
         n += 1
         end = clock.clamp(clock.unix(e.time_unix))
@@ -202,7 +197,6 @@ def _lanes(spans: list[dict[str, Any]], first_tid: int) -> set[int]:
 def _engine_events(w: Window, clock: _Clock) -> tuple[list[dict[str, Any]], dict[int, str]]:
     out: list[dict[str, Any]] = []
     compiles: list[dict[str, Any]] = []
-    executions: list[dict[str, Any]] = []
     tracks: dict[int, str] = {}
     n_compiles = 0
     moved = {"to_device": 0.0, "from_device": 0.0}
@@ -215,23 +209,19 @@ def _engine_events(w: Window, clock: _Clock) -> tuple[list[dict[str, Any]], dict
             base["graph_hash"] = e.graph_hash
         if e.location:
             base["location"] = e.location
-        if e.kind in _COMPILE_KINDS:
+        if e.kind in COMPILE_KINDS:
             seconds = max(e.value or 0.0, 0.0)
             cause = e.detail
             if cause.startswith(CALLED_FROM):  # a first compile reached through helpers
                 base["called_from"], cause = cause[len(CALLED_FROM):], ""
             args = dict(base, kind=e.kind, compile_seconds=seconds,
-                        cause=cause or ("first compile" if e.kind == "compile" else ""))
+                        cause=cause or ("first compile" if e.kind == EventKind.COMPILE else ""))
             start = clock.clamp(round(clock.unix(e.time_unix) - seconds * 1e6, 3))
             compiles.append(_span(f"{e.kind} {e.name}", start, ts, w.pid, COMPILES_TID,
                                   "compile", args))
             n_compiles += 1
             out.append(_counter("compiles", ts, w.pid, {"compiles": n_compiles}))
-        elif e.kind in _EXECUTE_KINDS and e.value is not None:
-            start = clock.clamp(round(clock.unix(e.time_unix) - max(e.value, 0.0) * 1e6, 3))
-            executions.append(_span(f"execute {e.name}", start, ts, w.pid, EXECUTIONS_TID,
-                                    "execute", dict(base, seconds=e.value)))
-        elif e.kind in ("transfer_to_device", "transfer_from_device"):
+        elif e.kind in TRANSFER_KINDS:
             direction = e.kind.removeprefix("transfer_")
             nbytes = float(e.value or 0.0)
             moved[direction] += nbytes
@@ -239,11 +229,11 @@ def _engine_events(w: Window, clock: _Clock) -> tuple[list[dict[str, Any]], dict
                                 "transfer", dict(base, bytes=int(nbytes))))
             out.append(_counter("transfer bytes", ts, w.pid, dict(moved)))
             tracks[TRANSFERS_TID] = _TRACK_NAMES[TRANSFERS_TID]
-        elif e.kind == "cache_hit":
+        elif e.kind == EventKind.CACHE_HIT:
             out.append(_instant(f"cache hit {e.name}", ts, w.pid, COMPILES_TID, "compile",
                                 dict(base, detail=e.detail)))
             tracks[COMPILES_TID] = _TRACK_NAMES[COMPILES_TID]
-        elif e.kind != "step":
+        elif e.kind != EventKind.STEP:
             args = dict(base, detail=e.detail) if e.detail else base
             if e.value is not None:
                 args["value"] = e.value
@@ -253,10 +243,7 @@ def _engine_events(w: Window, clock: _Clock) -> tuple[list[dict[str, Any]], dict
     for tid in _lanes(compiles, COMPILES_TID):
         k = (tid - COMPILES_TID) // 100
         tracks[tid] = "compiles" + (f" ({k + 1})" if k else "")
-    for tid in _lanes(executions, EXECUTIONS_TID):
-        k = (tid - EXECUTIONS_TID) // 100
-        tracks[tid] = "executions" + (f" ({k + 1})" if k else "")
-    return out + compiles + executions, tracks
+    return out + compiles, tracks
 
 
 def _sampled(w: Window, clock: _Clock) -> list[dict[str, Any]]:

@@ -2,7 +2,9 @@
 
 Each carries ``grpc_status``, the name of the ``grpc.StatusCode`` the hook's
 server answers a remote capture with when the error happens there (the
-server reads the name; it never imports the profiler).
+server reads the name; it never imports the profiler). :class:`CaptureBusy`
+is :class:`tpu_info.errors.CaptureBusy`: one error whether the capture that
+was refused is local or remote.
 
 Example:
     >>> from profiler.errors import CaptureBusy
@@ -12,6 +14,8 @@ Example:
 
 from __future__ import annotations
 
+from tpu_info.errors import CaptureBusy
+
 __all__ = ["ProfilerError", "CaptureBusy", "InvalidCapture", "ServerNotStarted"]
 
 
@@ -19,12 +23,6 @@ class ProfilerError(Exception):
     """Base class of the profiler's errors."""
 
     grpc_status = "INTERNAL"
-
-
-class CaptureBusy(ProfilerError):
-    """Another capture is running in this process (one at a time); retry when it ends."""
-
-    grpc_status = "ABORTED"
 
 
 class InvalidCapture(ProfilerError, ValueError):

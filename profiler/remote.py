@@ -15,7 +15,7 @@ Example:
     >>> import threading
     >>> out = capture(0.05, device=False, stop=threading.Event())
     >>> out.format, out.files
-    ('chrome-json', [])
+    ('chrome-json', ())
 """
 
 from __future__ import annotations
@@ -28,13 +28,13 @@ import sys
 import tempfile
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from profiler.capture import Capture
 from profiler.errors import InvalidCapture
+from tpu_info.captures import CaptureFile, RemoteCapture
 
-__all__ = ["capture", "RemoteCapture", "RemoteFile", "MAX_FILE_BYTES", "MAX_FILES",
+__all__ = ["capture", "MAX_FILE_BYTES", "MAX_FILES",
            "MAX_DEVICE_DURATION_S", "TEMP_PREFIX"]
 
 MAX_FILE_BYTES = 24 * 1024 * 1024  # device files sent back, all together
@@ -44,30 +44,6 @@ MAX_FILES = 16                     # device files sent back (jax writes 1-2, tor
 MAX_DEVICE_DURATION_S = 10.0
 TEMP_PREFIX = "tpu-info-capture-"  # + "<pid>-<random>"
 _SWEEP_ENTRIES = 10_000  # temp-dir entries looked at for abandoned folders, at most
-
-
-@dataclass(frozen=True)
-class RemoteFile:
-    """One device-trace file: ``name`` is relative to the capture's folder (a
-    label for the client, which chooses its own file names); ``data`` its bytes.
-    ``server_path`` is always empty: no file is left on the program's host."""
-
-    name: str
-    size_bytes: int
-    data: bytes | None = None
-    server_path: str = ""
-
-
-@dataclass
-class RemoteCapture:
-    """What the server puts in a ``CaptureReply``."""
-
-    trace: bytes
-    format: str = "chrome-json"
-    files: list[RemoteFile] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    truncated: bool = False
-    event_count: int = 0
 
 
 def capture(duration_s: float, device: bool, stop: threading.Event) -> RemoteCapture:
@@ -87,36 +63,40 @@ def capture(duration_s: float, device: bool, stop: threading.Event) -> RemoteCap
         tmp = Path(tempfile.mkdtemp(prefix=f"{TEMP_PREFIX}{os.getpid()}-"))
     try:
         result = Capture(duration_s, device_dir=tmp).run(stop)
-        out = RemoteCapture(trace=result.trace, notes=list(result.notes),
-                            truncated=result.truncated, event_count=result.event_count)
+        files: tuple[CaptureFile, ...] = ()
+        notes, truncated = result.notes, result.truncated
         if tmp is not None:
-            _attach(out, tmp, result.device_files)
-        return out
+            files, left_out = _read_files(tmp, result.device_files)
+            if left_out:
+                notes, truncated = (*notes, left_out), True
+        return RemoteCapture(trace=result.trace, files=files, notes=tuple(notes),
+                             truncated=truncated, event_count=result.event_count)
     finally:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
             _return_freed_memory()
 
 
-def _attach(out: RemoteCapture, folder: Path, paths: Sequence[Path]) -> None:
-    """Reads the device files into ``out`` in order while they fit the caps;
-    the rest are named in a note (their folder is removed all the same)."""
+def _read_files(folder: Path, paths: Sequence[Path]) -> tuple[tuple[CaptureFile, ...], str]:
+    """The device files in order while they fit the caps, and a note naming
+    the rest ("" when none was left out; their folder is removed all the same)."""
     room = MAX_FILE_BYTES
+    files: list[CaptureFile] = []
     left_out: list[tuple[str, int]] = []
     for p in paths:
         name = p.relative_to(folder).as_posix()
         size = p.stat().st_size
-        if len(out.files) >= MAX_FILES or size > room:
+        if len(files) >= MAX_FILES or size > room:
             left_out.append((name, size))
             continue
-        out.files.append(RemoteFile(name, size, data=p.read_bytes()))
+        files.append(CaptureFile(name, size, data=p.read_bytes()))
         room -= size
-    if left_out:
-        total = sum(s for _, s in left_out)
-        out.truncated = True
-        out.notes.append(f"{len(left_out)} device trace file(s) ({total / 1e6:.1f} MB) left out: "
-                         f"a capture sends at most {MAX_FILES} files and "
-                         f"{MAX_FILE_BYTES // 2**20} MiB; record a shorter window")
+    if not left_out:
+        return tuple(files), ""
+    total = sum(s for _, s in left_out)
+    return tuple(files), (f"{len(left_out)} device trace file(s) ({total / 1e6:.1f} MB) left "
+                          f"out: a capture sends at most {MAX_FILES} files and "
+                          f"{MAX_FILE_BYTES // 2**20} MiB; record a shorter window")
 
 
 def _sweep_abandoned(root: Path) -> None:

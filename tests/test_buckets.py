@@ -8,14 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tpu_info.buckets import (
-    merge_buckets,
-    ordered_buckets,
-    percentile,
-    percentiles,
-    total_count,
-    value_at_rank,
-)
+from tpu_info.buckets import merge_buckets, percentile, percentiles
 from tpu_info.model import BucketCounts
 
 GAMMA = 1.02
@@ -72,13 +65,15 @@ def test_p999_sees_the_tail():
     assert 100.0 < p999 <= 10_000.0
 
 
-def test_order_merge_and_errors():
-    b = _buckets([-5.0, 0.0, 0.0, 3.0])
-    values = [v for v, _ in ordered_buckets(b)]
-    assert values == sorted(values) and total_count(b) == 4
-    assert value_at_rank(ordered_buckets(b), 1) == 0.0
+def test_merge_adds_counts_in_value_order_and_errors():
+    b = _buckets([-5.0, -0.5, 0.0, 0.0, 3.0])
     m = merge_buckets([b, b])
-    assert m is not None and total_count(m) == 8 and m.zero == 4
+    assert m is not None and m.zero == 4
+    assert dict(m.positive) == {k: 2 * n for k, n in b.positive.items()}
+    assert dict(m.negative) == {k: 2 * n for k, n in b.negative.items()}
+    assert list(m.positive) == sorted(m.positive)
+    assert list(m.negative) == sorted(m.negative, reverse=True)
+    assert percentiles(m, 10, (0.0, 100.0)) == percentiles(b, 5, (0.0, 100.0))
     assert merge_buckets([]) is None
     with pytest.raises(ValueError):
         merge_buckets([b, BucketCounts(gamma=1.1, positive={})])
@@ -87,4 +82,4 @@ def test_order_merge_and_errors():
     with pytest.raises(ValueError):
         percentile(b, 4, 101.0)
     with pytest.raises(ValueError):
-        value_at_rank([], 0)
+        percentile(BucketCounts(gamma=GAMMA, positive={}), 1, 50.0)

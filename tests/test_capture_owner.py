@@ -34,7 +34,7 @@ from tpu_info.proto import tpu_info_v1_pb2_grpc as pb_grpc
 
 pytestmark = pytest.mark.slow
 
-KEY = "tpu-info-capture-token"  # the wire contract (tpu_info.discovery.CAPTURE_TOKEN_METADATA)
+KEY = "tpu-info-capture-token"  # the wire contract (tpu_info.discovery_record.CAPTURE_TOKEN_METADATA)
 
 PROGRAM = r"""
 import os, sys, threading, time

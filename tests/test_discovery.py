@@ -352,6 +352,17 @@ def test_reader_imports_no_metrics_or_engines():
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT, timeout=60)
 
 
+def test_the_writer_shares_the_record_rules_not_the_reader():
+    """The hook in the user's program loads what a record is, never the
+    directory scan (``tpu_info.discovery``, /proc listeners, psutil)."""
+    code = ("import sys, metrics.export, metrics.export.discovery; "
+            "assert 'tpu_info.discovery_record' in sys.modules; "
+            "bad = [m for m in ('tpu_info.discovery', 'tpu_info.listeners') if m in sys.modules]; "
+            "assert not bad, bad")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT, timeout=60,
+                   env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+
 # Real processes -----------------------------------------------------------------
 
 PUBLISHER = textwrap.dedent("""

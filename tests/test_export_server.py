@@ -304,6 +304,44 @@ def test_our_client_says_libtpu_only_server_is_not_a_monitor() -> None:
         server.stop(0)
 
 
+def test_cli_and_dashboard_read_a_libtpu_only_server_the_same_way() -> None:
+    """One hook-or-libtpu reader (``Client.read``) behind ``tpu-info`` and
+    ``--watch``: both call a libtpu-only server libtpu."""
+    from tpu_info.gather import gather
+    from tui.source import Conn, TargetReader
+
+    server = grpc.server(__import__("concurrent.futures").futures.ThreadPoolExecutor(2))
+    from metrics.export.libtpu_service import RuntimeMetricServicer
+
+    lpb_grpc.add_RuntimeMetricServiceServicer_to_server(
+        RuntimeMetricServicer(lambda s: _fixed_snapshot()), server)
+    target = f"127.0.0.1:{server.add_insecure_port('127.0.0.1:0')}"
+    server.start()
+    try:
+        with Client(target, timeout=5) as c:
+            assert [c.read()[0], c.read()[0]] == ["libtpu", "libtpu"]
+        g = gather([target], timeout=5, use_discovery=False, probe_libtpu=False,
+                   scan_devices=False)
+        assert [(v.source, len(v.snapshot.devices)) for v in g.views] == [("libtpu", 2)]
+        got, stop = [], threading.Event()
+
+        def sink(update) -> None:
+            got.append(update)
+            if update.snapshot is not None or len(got) > 5:
+                stop.set()
+
+        TargetReader(target, interval_s=0.05, timeout_s=5).run(sink, stop)
+        assert [(u.state, u.source) for u in got] == [(Conn.POLLING, "libtpu")]
+    finally:
+        server.stop(0)
+
+
+def test_start_says_its_default_worker_count() -> None:
+    from metrics.export.server import DEFAULT_WORKERS
+
+    assert f"(default {DEFAULT_WORKERS}," in " ".join(export.start.__doc__.split())
+
+
 # start(): ports, binding, signals -------------------------------------------
 
 def test_pinned_port_taken_is_bind_error(monkeypatch) -> None:

@@ -20,7 +20,7 @@ from metrics import export
 from tests.conftest import ROOT
 from tests.test_profiler_format import validate_trace
 from tpu_info.client import Client
-from tpu_info.discovery import CAPTURE_TOKEN_METADATA
+from tpu_info.discovery_record import CAPTURE_TOKEN_METADATA
 from tpu_info.errors import CaptureBusy, ServerError
 from tpu_info.proto import tpu_info_v1_pb2 as pb
 from tpu_info.proto import tpu_info_v1_pb2_grpc as pb_grpc

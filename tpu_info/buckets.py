@@ -36,36 +36,6 @@ def bucket_value(gamma: float, key: int) -> float:
     return 2.0 * gamma**key / (gamma + 1.0)
 
 
-def ordered_buckets(b: BucketCounts) -> list[tuple[float, int]]:
-    """(representative value, count) pairs in ascending value order."""
-    out = [(-bucket_value(b.gamma, k), b.negative[k]) for k in sorted(b.negative, reverse=True)]
-    if b.zero:
-        out.append((0.0, b.zero))
-    out.extend((bucket_value(b.gamma, k), b.positive[k]) for k in sorted(b.positive))
-    return out
-
-
-def total_count(b: BucketCounts) -> int:
-    """Samples held by all buckets together."""
-    return sum(b.positive.values()) + sum(b.negative.values()) + b.zero
-
-
-def value_at_rank(ordered: list[tuple[float, int]], rank: int) -> float:
-    """The estimate of the ``rank``-th smallest sample (0-based).
-
-    Raises:
-        ValueError: ``ordered`` is empty.
-    """
-    if not ordered:
-        raise ValueError("no buckets to read a rank from")
-    seen = 0
-    for value, n in ordered:
-        seen += n
-        if rank < seen:
-            return value
-    return ordered[-1][0]
-
-
 def percentile(
     b: BucketCounts, count: int, percent: float,
     lo: float | None = None, hi: float | None = None,
@@ -235,7 +205,9 @@ def interpolate(
 
 
 def merge_buckets(parts: Iterable[BucketCounts]) -> BucketCounts | None:
-    """Adds bucket counts of distributions that share one ``gamma``.
+    """Adds bucket counts of distributions that share one ``gamma`` (a fleet
+    view's processes, or an engine's part and the registry's in a snapshot);
+    the counts come back in value order, as the hook's own readings hold them.
 
     Raises:
         ValueError: the parts have different bucket widths.
@@ -255,4 +227,5 @@ def merge_buckets(parts: Iterable[BucketCounts]) -> BucketCounts | None:
         for k, n in p.negative.items():
             neg[k] = neg.get(k, 0) + n
         zero += p.zero
-    return BucketCounts(gamma=gamma, positive=pos, negative=neg, zero=zero)
+    return BucketCounts(gamma=gamma, positive=SortedCounts.of(pos),
+                        negative=SortedCounts.of(neg, descending=True), zero=zero)

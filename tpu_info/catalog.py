@@ -3,7 +3,7 @@
 Names follow torch_xla's where one exists, so ``metrics_report()`` reads the
 same; new ones are CamelCase the same way. The README's table is this one.
 It lives in ``tpu_info`` so the CLI knows the names without importing the
-hook (``metrics.names`` re-exports it).
+hook.
 
 Example:
     >>> CATALOG[COMPILE_TIME][0]

@@ -150,7 +150,6 @@ def build_parser() -> argparse.ArgumentParser:
     who.add_argument("--pid", type=_pid, help="the hooked process with this pid")
     who.add_argument("--target", dest="report_target", type=target_arg, metavar="HOST:PORT")
     r.add_argument("--short", action="store_true", help="short_metrics_report()")
-    # ---- profile (profiler issue) ----
     pr = sub.add_parser("profile", help="capture a Chrome/Perfetto trace of a running program")
     who = pr.add_mutually_exclusive_group()
     who.add_argument("--pid", type=_pid, help="the hooked process with this pid")
@@ -162,7 +161,6 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--device", action="store_true",
                     help="also jax.profiler / torch.profiler traces (the program opts in), "
                          "beside FILE as <name>.device-N.*")
-    # ---- end profile ----
     sub.add_parser("doctor", help="explain every N/A and what to do")
     run = sub.add_parser("run", help="run a Python program with the hook installed")
     run.add_argument("argv", nargs=argparse.REMAINDER, help="-- python train.py ...")
@@ -321,7 +319,6 @@ def _report(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-# ---- profile (profiler issue) ----
 def _capture_seconds(text: str) -> float:
     value = seconds_arg("--duration")(text)
     if value > 300:
@@ -401,7 +398,6 @@ def _profile(args: argparse.Namespace) -> int:
     for note in cap.notes:
         print(f"note: {clean(note)}")
     return EXIT_OK
-# ---- end profile ----
 
 
 def _doctor(args: argparse.Namespace, targets: list[str]) -> int:

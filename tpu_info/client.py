@@ -32,6 +32,8 @@ from typing import Generic, TypeVar
 import grpc
 
 from tpu_info import discovery, libtpu, wire
+from tpu_info.captures import CaptureFile, RemoteCapture
+from tpu_info.discovery_record import CAPTURE_TOKEN_METADATA
 from tpu_info.errors import (
     CaptureBusy,
     CaptureRefused,
@@ -49,7 +51,7 @@ from tpu_info.proto import tpu_info_v1_pb2_grpc as pb_grpc
 from tpu_info.proto import tpu_metric_service_pb2 as lpb
 from tpu_info.proto import tpu_metric_service_pb2_grpc as lpb_grpc
 from tpu_info.safe import clean
-from tpu_info.targets import validate_target
+from tpu_info.targets import is_loopback_host, validate_target
 
 T = TypeVar("T")
 M = TypeVar("M")
@@ -64,7 +66,6 @@ CAPTURE_MARGIN_S = 30.0  # beyond the window: building the trace, device profile
 # and 25,000 events (5 MiB). A 60 MB reply of 650,000 graphs is refused unread.
 DEFAULT_MAX_MESSAGE_BYTES = 32 * 1024 * 1024
 FAN_OUT_MARGIN_S = 0.5
-_LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1", "[::1]", "ip6-localhost"}
 
 
 def split_target(target: str) -> tuple[str, int]:
@@ -122,6 +123,7 @@ class Client:
         self._started = time.monotonic()
         # Snapshots of one target repeat most parts: those are not decoded again.
         self._parts = decode_cache if decode_cache is not None else wire.DecodeCache()
+        self._only_libtpu = False  # the server answered that it is not our Monitor
         options = [
             ("grpc.max_receive_message_length", max_message_bytes),
             ("grpc.max_send_message_length", 1024 * 1024),
@@ -134,7 +136,7 @@ class Client:
             ("grpc.keepalive_timeout_ms", int(max(0.5, keepalive_s / 2) * 1000)),
             ("grpc.http2.max_pings_without_data", 0),
         ]
-        if host in _LOCAL_HOSTS:
+        if is_loopback_host(host):
             self._channel = grpc.secure_channel(target, grpc.local_channel_credentials(),
                                                 options=options)
         else:
@@ -222,6 +224,21 @@ class Client:
                          "tpu_info.v1.Monitor", end)
         return self._decode(self._snapshot_from_proto, msg, end)
 
+    def read(self, events_since: int = 0) -> tuple[str, Snapshot]:
+        """``("hook", snapshot)``, or ``("libtpu", snapshot)`` from libtpu's
+        service when the server speaks only that one (then this client asks
+        only libtpu's from then on): how the CLI and the dashboard read a target.
+
+        Raises:
+            TpuInfoError: one of its subclasses, naming this target.
+        """
+        if not self._only_libtpu:
+            try:
+                return "hook", self.snapshot(events_since)
+            except NotAMonitor:
+                self._only_libtpu = True
+        return "libtpu", self.libtpu()
+
     def _snapshot_from_proto(self, msg: pb.Snapshot, end: float | None = None) -> Snapshot:
         return wire.snapshot_from_proto(msg, self._parts, deadline=end,
                                         seconds=self._allowed())
@@ -301,7 +318,7 @@ class Client:
                                  "the user who runs the program, on its host",
                                  target=self.target)
         request = pb.CaptureRequest(duration_ms=max(1, round(duration_s * 1000)), device=device)
-        metadata = [(discovery.CAPTURE_TOKEN_METADATA, secret)] if secret else None
+        metadata = [(CAPTURE_TOKEN_METADATA, secret)] if secret else None
         started = time.monotonic()
         try:
             reply = self._monitor.Capture(request, metadata=metadata,
@@ -384,30 +401,6 @@ class Client:
         devices = self._decode(libtpu.devices_from_responses, usage, total, duty, notes)
         return Snapshot(taken_at_unix=time.time(), devices=devices, distributions=tuple(dists),
                         left_out=tuple(dict.fromkeys(notes))[:wire.MAX_NOTES])
-
-
-@dataclass(frozen=True, slots=True)
-class CaptureFile:
-    """A device-profiler file of a remote capture: ``name`` is the server's
-    label for it (relative to the capture's folder; never use it as a local
-    path); ``data`` is None when an older hook kept it (``server_path``)."""
-
-    name: str
-    size_bytes: int
-    data: bytes | None
-    server_path: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class RemoteCapture:
-    """A remote capture's reply: the Chrome trace JSON and what came with it."""
-
-    trace: bytes
-    format: str = "chrome-json"
-    files: tuple[CaptureFile, ...] = ()
-    notes: tuple[str, ...] = ()
-    truncated: bool = False
-    event_count: int = 0
 
 
 @dataclass(frozen=True, slots=True)

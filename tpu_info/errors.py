@@ -66,8 +66,12 @@ class ServerError(TpuInfoError):
 
 
 class CaptureBusy(ServerError):
-    """The hook refused a trace capture because another one is running there;
-    retry when it ends."""
+    """A trace capture was refused because another one is running in that
+    process; retry when it ends. The profiler raises it in the program (one
+    capture at a time), and the client raises it when the hook answered so
+    (``grpc_status``: the status the hook's server answers with)."""
+
+    grpc_status = "ABORTED"
 
 
 class CaptureRefused(ServerError):

@@ -20,7 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from tpu_info.model import STEPS_MARKED, Snapshot, StepsReading
+from tpu_info.catalog import MARK_STEP, STEP_TIME
+from tpu_info.model import STEPS_MARKED, Severity, Snapshot, StepsReading
 
 
 def duration(seconds: float) -> str:
@@ -52,10 +53,10 @@ def steps_of(s: Snapshot) -> StepsReading | None:
     counter (and ``StepTime`` total) as marked steps. None when nothing counts steps."""
     if s.steps is not None and s.steps.count > 0:
         return s.steps
-    marks = s.counter("MarkStep")
+    marks = s.counter(MARK_STEP)
     if not marks:
         return None
-    step_time = s.distribution("StepTime")
+    step_time = s.distribution(STEP_TIME)
     total = None
     if step_time is not None and step_time.count:
         total = step_time.total / 1e9 / step_time.count * marks
@@ -137,7 +138,7 @@ def engine_of(s: Snapshot) -> str:
 def rank_key(f: Any) -> tuple[float, float, int]:
     """Costliest first (seconds lost, then share of step time); warnings before
     info at equal cost."""
-    return (-f.seconds_lost, -(f.share_of_step or 0.0), f.severity != "warning")
+    return (-f.seconds_lost, -(f.share_of_step or 0.0), f.severity != Severity.WARNING)
 
 
 def cost_cell(f: Any) -> str:

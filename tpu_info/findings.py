@@ -22,6 +22,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 
+from tpu_info import catalog
 from tpu_info.causes import CauseKind, classify, warm_up
 from tpu_info.finding_cost import (
     cost_of,
@@ -34,10 +35,12 @@ from tpu_info.finding_cost import (
 from tpu_info.model import (
     CALLED_FROM,
     FIRST_CALL,
+    EventKind,
     Finding,
     GraphRecord,
     ProcessRecord,
     RecompileCause,
+    Severity,
     Snapshot,
 )
 from tpu_info.site_findings import explicit_syncs, site_findings
@@ -98,7 +101,7 @@ def recompiles(s: Snapshot) -> Iterable[Finding]:
                 c.description.startswith("new graph") for c in causes):
             yield Finding(f"{name} compiled {compiles} times in its first steps "
                           f"({_seconds(total)}): {_XLA_WARM_UP}",
-                          "info", causes[-1].location, 0.0, "warm_up")
+                          Severity.INFO, causes[-1].location, 0.0, "warm_up")
             continue
         if causes:
             yield from _by_kind(s, name, compiles, total, lost, graphs, first_site)
@@ -109,7 +112,7 @@ def recompiles(s: Snapshot) -> Iterable[Finding]:
                + ("Keep its input shapes fixed or run it inside jit." if engine_of(s) == "jax"
                   else "Keep its input shapes fixed (or mark the changing dimension dynamic: "
                   "torch._dynamo.mark_dynamic(x, dim))."))
-        yield Finding(msg, "warning", None, kind="recompile_no_cause", **c.fields())
+        yield Finding(msg, Severity.WARNING, None, kind="recompile_no_cause", **c.fields())
 
 
 def _by_kind(s: Snapshot, name: str, compiles: int, total: float, lost: float,
@@ -130,7 +133,7 @@ def _by_kind(s: Snapshot, name: str, compiles: int, total: float, lost: float,
         k = classify(cause, first_site)
         if k.kind == "warm-up":
             yield Finding(f"{name} compiled {len(seen)} new graph{'s' * (len(seen) > 1)} in its "
-                          f"first steps: {_XLA_WARM_UP}", "info", cause.location, 0.0,
+                          f"first steps: {_XLA_WARM_UP}", Severity.INFO, cause.location, 0.0,
                           "warm_up")
             continue
         mine = graphs if len(kinds) == 1 else list({id(g): g for _, g in seen}.values())
@@ -151,7 +154,7 @@ def _by_kind(s: Snapshot, name: str, compiles: int, total: float, lost: float,
             head = (f"{name} recompiled {len(seen)} time{'s' * (len(seen) > 1)} for "
                     f"{kind} ({_seconds(c.seconds)} compiling{loaded}, {c.tail()})")
         yield Finding(f"{head}; {_describe(k.text, cause)}. {k.advice}",
-                      "info" if k.expected else "warning", cause.location,
+                      Severity.INFO if k.expected else Severity.WARNING, cause.location,
                       kind=cause_kind_name(k), **c.fields())
 
 
@@ -204,7 +207,8 @@ def _eager_sites(s: Snapshot, tiny: list[GraphRecord]) -> list[tuple[str, str | 
     names = {g.hash for g in tiny}
     sites: list[tuple[str, str | None]] = []
     for e in s.events:
-        if e.kind == "compile" and e.location and (e.graph_hash in names or _single_op(e.name)):
+        if e.kind == EventKind.COMPILE and e.location and (e.graph_hash in names
+                                                           or _single_op(e.name)):
             m = _CALLED_FROM_RE.search(e.detail)
             sites.append((e.location, m.group() if m else None))
     if not sites:
@@ -262,7 +266,7 @@ def eager_ops(s: Snapshot) -> Iterable[Finding]:
         f"{len(tiny)} single-operation graphs compiled ({_seconds(seconds)} compiling, "
         f"{c.tail()}; {', '.join(ops[:4])}{', ...' if len(ops) > 4 else ''}): eager, "
         f"un-jitted code{where} compiles each op for each new shape. {advice}",
-        "warning", site, kind="eager_ops", **c.fields())
+        Severity.WARNING, site, kind="eager_ops", **c.fields())
 
 
 _CACHE_ADVICE = {
@@ -277,7 +281,7 @@ _CACHE_ADVICE = {
 
 def compile_share(s: Snapshot) -> Iterable[Finding]:
     """Compiling took a large share of the program's life."""
-    ct = s.distribution("CompileTime")
+    ct = s.distribution(catalog.COMPILE_TIME)
     if ct is None or s.uptime_seconds <= 0:
         return
     share = min(1.0, ct.total / 1e9 / s.uptime_seconds)
@@ -291,22 +295,23 @@ def compile_share(s: Snapshot) -> Iterable[Finding]:
         yield Finding(f"{head}, {share_words(tiny_s / (ct.total / 1e9))} of it single-operation "
                       "graphs of eager code: see the eager_ops finding (jit that code; a "
                       "compilation cache would not remove these).",
-                      "info", None, 0.0, "compile_share")
+                      Severity.INFO, None, 0.0, "compile_share")
         return
     recompiled = any(g.compiles > 1 for g in s.graphs) or len(
         {g.name for g in s.graphs}) < len(s.graphs)
     if recompiled:
-        yield Finding(f"{head}: check the recompiles above.", "info", None, 0.0,
+        yield Finding(f"{head}: check the recompiles above.", Severity.INFO, None, 0.0,
                       "compile_share")
         return
     engine = engine_of(s)
     if engine == "torch_xla" and ct.count <= 3:
         yield Finding(f"{head}: torch_xla compiles its first steps (warm-up), a start-up "
-                      "cost that a longer run pays once.", "info", None, 0.0, "compile_share")
+                      "cost that a longer run pays once.", Severity.INFO, None, 0.0,
+                      "compile_share")
         return
     advice = _CACHE_ADVICE.get(engine, "Cache compiled graphs across runs.")
     yield Finding(f"{head}, each graph compiled once: a start-up cost. {advice}",
-                  "info", None, 0.0, "compile_share")
+                  Severity.INFO, None, 0.0, "compile_share")
 
 
 def memory_pressure(s: Snapshot) -> Iterable[Finding]:
@@ -319,13 +324,13 @@ def memory_pressure(s: Snapshot) -> Iterable[Finding]:
         if share >= 0.9:
             yield Finding(f"device {d.id} memory at {share:.0%} of its limit: the next "
                           "larger batch or graph may run out of memory.",
-                          "warning", None, 0.0, "memory_pressure")
+                          Severity.WARNING, None, 0.0, "memory_pressure")
     used = [d.memory.used_bytes for d in stats if d.memory.used_bytes]
     if len(used) >= 2 and max(used) > 2**30 and max(used) > 1.5 * min(used):  # type: ignore[type-var,operator]
         yield Finding(f"device memory is uneven: {min(used) / 2**30:.1f} to "  # type: ignore[type-var,operator]
                       f"{max(used) / 2**30:.1f} GiB across {len(used)} devices; "  # type: ignore[type-var,operator]
                       "check the sharding of the largest arrays.",
-                      "info", None, 0.0, "memory_uneven")
+                      Severity.INFO, None, 0.0, "memory_uneven")
 
 
 _UNRESUMABLE_RE = re.compile(r"cannot resume|unresumable|can.t resume", re.I)
@@ -339,7 +344,7 @@ def _unresumable(s: Snapshot, name: str, where: str, loc: str | None,
     execute time (estimated); Dynamo's own hint is kept."""
     hints = [m.group("hint").strip() for m in _HINT_RE.finditer(detail)]
     reason = _HINT_RE.sub("", detail).strip().rstrip(".") or "no reason recorded"
-    st, ex = steps_of(s), s.distribution("ExecuteTime")
+    st, ex = steps_of(s), s.distribution(catalog.EXECUTE_TIME)
     outside = None
     if st is not None and st.seconds_total and ex is not None and ex.count:
         outside = max(0.0, st.seconds_total - ex.total / 1e9)
@@ -357,17 +362,17 @@ def _unresumable(s: Snapshot, name: str, where: str, loc: str | None,
         f"graph break in {name}{where} that Dynamo cannot resume from: {reason}. The rest "
         f"of the function runs eagerly in Python, uncompiled; {cost_words}.{hint} Move the "
         "unsupported call out of the compiled function (or rewrite it with traceable ops).",
-        "warning", loc, kind="graph_break_unresumable", **fields)
+        Severity.WARNING, loc, kind="graph_break_unresumable", **fields)
 
 
 def graph_breaks(s: Snapshot) -> Iterable[Finding]:
     """torch.compile graph breaks, one finding per break site seen in the events."""
-    n = s.counter("GraphBreaks")
+    n = s.counter(catalog.GRAPH_BREAKS)
     if not n:
         return
     sites: dict[str | None, tuple[str, str]] = {}
     for e in s.events:
-        if e.kind == "graph_break":
+        if e.kind == EventKind.GRAPH_BREAK:
             sites[e.location] = (e.name, e.detail)
     for loc, (name, detail) in sites.items():
         where = f" at {short_location(loc)}" if loc else ""
@@ -387,11 +392,11 @@ def graph_breaks(s: Snapshot) -> Iterable[Finding]:
             f"graph break in {name}{where}: {detail.rstrip('.')}. Dynamo splits the function there "
             f"into separate graphs with Python in between.{crossed} Rewrite that line so it "
             "can be traced (torch._dynamo.explain(fn)(*args) lists every break).",
-            "warning", loc, kind="graph_break", **c.fields())
+            Severity.WARNING, loc, kind="graph_break", **c.fields())
     if not sites:
         yield Finding(f"{n} torch.compile graph breaks (their reasons are no longer in the "
                       "recent events): run torch._dynamo.explain(fn)(*args) to list them.",
-                      "warning", None, 0.0, "graph_break")
+                      Severity.WARNING, None, 0.0, "graph_break")
 
 
 _XLA_VALUE_ACCESS = "access tensor value before"  # torch_xla's cause text
@@ -410,8 +415,8 @@ def xla_value_access(s: Snapshot) -> Iterable[Finding]:
     for g in _value_access_graphs(s):
         site = next((c.location for c in g.causes if _XLA_VALUE_ACCESS in c.description), None)
         by_site[site].append(g)
-    steps = s.counter("MarkStep")
-    d2h = s.distribution("TransferFromDeviceTime")
+    steps = s.counter(catalog.MARK_STEP)
+    d2h = s.distribution(catalog.TRANSFER_FROM_DEVICE_TIME)
     for site, graphs in by_site.items():
         compiles = sum(g.compiles for g in graphs)
         compiled = sum(g.compile_seconds_total for g in graphs)
@@ -427,7 +432,7 @@ def xla_value_access(s: Snapshot) -> Iterable[Finding]:
             f"runs the part so far and waits for it ({compiles} extra graph"
             f"{'s' * (compiles > 1)} compiled, {_seconds(compiled)}{reads}). Move the .item() "
             "/ print after torch_xla.sync(), or read the value every N steps.",
-            "warning", site, kind="value_access_before_sync",
+            Severity.WARNING, site, kind="value_access_before_sync",
             **cost_of(s, compiled + waited, d2h.count if d2h is not None else None).fields())
 
 
@@ -440,7 +445,7 @@ def _unresumable_break(s: Snapshot, name: str, where: str, loc: str | None,
     Its cost: the calls' wall time outside compiled graphs (measured)."""
     reason, _, hints = detail.partition(_UNRESUMABLE)
     hint = " ".join(h.strip() for h in hints.split("Hint:") if h.strip())
-    wall = s.distribution("EagerFallbackTime")
+    wall = s.distribution(catalog.EAGER_FALLBACK_TIME)
     cost, measured = 0.0, ""
     if wall is not None and wall.count and wall.total > 0:
         # Dynamo runs the whole function eagerly: all of its calls' time is outside graphs.
@@ -457,7 +462,7 @@ def _unresumable_break(s: Snapshot, name: str, where: str, loc: str | None,
         f"{reason.strip().rstrip('.')}. Dynamo gave up on the whole function and runs it "
         f"eagerly on every call{measured}.{advice} Or move that code out of the compiled "
         "function and compile the parts around it.",
-        "warning", loc, kind="graph_break_unresumable", **fields)
+        Severity.WARNING, loc, kind="graph_break_unresumable", **fields)
 
 
 def cpu_fallbacks(s: Snapshot) -> Iterable[Finding]:
@@ -480,14 +485,14 @@ def cpu_fallbacks(s: Snapshot) -> Iterable[Finding]:
                     f"{1 / max(cost.per_step, 1e-9):.0f} steps): occasional reads of a tensor's "
                     "value on the host (logging every N steps), none of them before "
                     "torch_xla.sync() (no extra graph was compiled for them): nothing to do.",
-                    "info", None, kind="value_read", count=c.value, per_step=cost.per_step)
+                    Severity.INFO, None, kind="value_read", count=c.value, per_step=cost.per_step)
                 continue
             yield Finding(
                 f"{c.name} ran {c.value} times ({often}; its time is in TransferFromDeviceTime): "
                 "a device tensor's value was read on the host (.item(), printing, Python "
                 "control flow on a tensor); each read waits for the device, and a read "
                 "before torch_xla.sync() cuts the graph and compiles an extra one. Read "
-                "values every N steps, after torch_xla.sync().", "warning", None,
+                "values every N steps, after torch_xla.sync().", Severity.WARNING, None,
                 kind="value_read", count=c.value, per_step=cost.per_step)
             continue
         else:
@@ -495,15 +500,15 @@ def cpu_fallbacks(s: Snapshot) -> Iterable[Finding]:
                    "(no XLA lowering), so each call copies its inputs to the host and the "
                    "result back. Replace it with ops that lower, or keep it out of the step; "
                    "see torch_xla's TROUBLESHOOTING.md on aten:: counters.")
-        yield Finding(msg, "warning", None, 0.0, "cpu_fallback", count=c.value)
+        yield Finding(msg, Severity.WARNING, None, 0.0, "cpu_fallback", count=c.value)
 
 
 def hook_errors(s: Snapshot) -> Iterable[Finding]:
-    n = s.counter("HookErrors")
+    n = s.counter(catalog.HOOK_ERRORS)
     if n:
         yield Finding(f"the tpu-info hook failed {n} times and skipped those records "
                       "(the program itself was not affected); see its log for the first error.",
-                      "info", None, 0.0, "hook_errors")
+                      Severity.INFO, None, 0.0, "hook_errors")
 
 
 def kept_out(s: Snapshot) -> Iterable[Finding]:
@@ -512,7 +517,7 @@ def kept_out(s: Snapshot) -> Iterable[Finding]:
         where, why = s.left_out[0]
         more = f" and {len(s.left_out) - 1} more" if len(s.left_out) > 1 else ""
         yield Finding(f"the target sent values this client kept out ({where}: {why}{more}); "
-                      "`tpu-info doctor` lists them all.", "warning", None, 0.0, "kept_out")
+                      "`tpu-info doctor` lists them all.", Severity.WARNING, None, 0.0, "kept_out")
 
 
 def no_engine_reason(p: ProcessRecord) -> str:
@@ -531,7 +536,7 @@ def no_engine_reason(p: ProcessRecord) -> str:
 def no_engine(s: Snapshot) -> Iterable[Finding]:
     """The hook runs but no engine is hooked: nothing it shows means "no problems"."""
     if s.process is not None and not s.process.engine:
-        yield Finding(f"nothing recorded: {no_engine_reason(s.process)}.", "warning", None,
+        yield Finding(f"nothing recorded: {no_engine_reason(s.process)}.", Severity.WARNING, None,
                       0.0, "no_engine")
 
 
@@ -548,7 +553,7 @@ def nothing_recorded(s: Snapshot) -> Iterable[Finding]:
               if "torch_xla" in p.engine else "")
     yield Finding(f"nothing recorded yet by the {p.engine} hook (no compiles, steps or "
                   "transfers), so there is nothing to judge: run a step, or check that the "
-                  f"program runs its work through {p.engine}.{launch}{_unseen(s)}", "info",
+                  f"program runs its work through {p.engine}.{launch}{_unseen(s)}", Severity.INFO,
                   None, 0.0, "nothing_recorded")
 
 
@@ -599,7 +604,7 @@ def diverging_graphs(snapshots: Sequence[Snapshot]) -> list[Finding]:
                 f"{len(pids)} processes of {' '.join(argv)[:60]} compiled {name} to different "
                 f"graphs ({sample}): their input shapes, shardings or flags differ. Compare "
                 "the signatures in `tpu-info --json`; a multi-host job can hang on this.",
-                "warning", None, 0.0, "diverging_graphs"))
+                Severity.WARNING, None, 0.0, "diverging_graphs"))
     return out
 
 

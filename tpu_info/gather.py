@@ -100,16 +100,6 @@ def local_targets(scan: Scan | None, net: ProcNet, *, uid: int | None = None,
     return LocalTargets(processes, libtpu, notes)
 
 
-def _read_hook_or_libtpu(client):  # type: ignore[no-untyped-def]
-    """Our service first; a server that only speaks libtpu's is read as libtpu."""
-    from tpu_info.errors import NotAMonitor
-
-    try:
-        return "hook", client.snapshot()
-    except NotAMonitor:
-        return "libtpu", client.libtpu()
-
-
 def gather(
     targets: Sequence[str],
     timeout: float = 3.0,
@@ -128,7 +118,7 @@ def gather(
     nothing that is only a note, since most machines have no libtpu.
     """
     from tpu_info import devices, discovery
-    from tpu_info.client import fan_out
+    from tpu_info.client import Client, fan_out
 
     notes: list[tuple[str, str]] = []
     local = devices.scan_local() if scan_devices else LocalScan()
@@ -156,7 +146,7 @@ def gather(
             unique.append(t)
 
     views: list[TargetView] = []
-    for r in fan_out(unique, timeout=timeout, call=_read_hook_or_libtpu):
+    for r in fan_out(unique, timeout=timeout, call=Client.read):
         if r.ok:
             source, snap = r.value  # type: ignore[misc]
             views.append(TargetView(r.target, snap, source=source))

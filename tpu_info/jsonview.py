@@ -62,6 +62,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from tpu_info.catalog import CACHED_COMPILE, MARK_STEP, UNCACHED_COMPILE
 from tpu_info.devices import accelerator_type
 from tpu_info.findings import diverging_graphs, find
 from tpu_info.model import ChipRecord, Finding, LocalScan, Snapshot
@@ -118,7 +119,7 @@ def _target(v: TargetView, top_graphs: int | None) -> dict[str, Any]:
         return out
     p = s.process
     used, limit = memory_totals(s)
-    steps = s.counter("MarkStep") if any(c.name == "MarkStep" for c in s.counters) else None
+    steps = s.counter(MARK_STEP) if any(c.name == MARK_STEP for c in s.counters) else None
     st = s.steps
     if st is not None:
         steps = st.count
@@ -141,8 +142,8 @@ def _target(v: TargetView, top_graphs: int | None) -> dict[str, Any]:
         steps_source=None if st is None else _s(st.source),
         steps_basis=None if st is None else _s(st.basis),
         seconds_per_step=None if st is None else st.seconds_per_step,
-        compiles=s.counter("UncachedCompile"),
-        cache_hits=s.counter("CachedCompile"), hbm_used_bytes=used, hbm_limit_bytes=limit,
+        compiles=s.counter(UNCACHED_COMPILE),
+        cache_hits=s.counter(CACHED_COMPILE), hbm_used_bytes=used, hbm_limit_bytes=limit,
         devices=[{
             "id": d.id, "kind": _s(d.kind), "platform": _s(d.platform),
             "hbm_used_bytes": d.memory.used_bytes, "hbm_peak_bytes": d.memory.peak_bytes,

@@ -26,6 +26,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from tpu_info.catalog import EXECUTE_TIME, TRANSFER_FROM_DEVICE_TIME, TRANSFER_TO_DEVICE_TIME
 from tpu_info.errors import WireError
 from tpu_info.model import (
     PERCENTILES,
@@ -51,9 +52,9 @@ HLO_EXEC_TIMING = "hlo.execution.timing.distribution.microseconds"
 
 # libtpu latency metric -> the torch_xla-style name the model uses.
 LATENCY_NAMES: dict[str, str] = {
-    HOST_TO_DEVICE: "TransferToDeviceTime",
-    DEVICE_TO_HOST: "TransferFromDeviceTime",
-    HLO_EXEC_TIMING: "ExecuteTime",
+    HOST_TO_DEVICE: TRANSFER_TO_DEVICE_TIME,
+    DEVICE_TO_HOST: TRANSFER_FROM_DEVICE_TIME,
+    HLO_EXEC_TIMING: EXECUTE_TIME,
 }
 
 DEVICE_ID_KEY = "device-id"

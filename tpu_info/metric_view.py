@@ -19,7 +19,12 @@ from collections.abc import Sequence
 from rich.table import Table
 from rich.text import Text
 
-from tpu_info.catalog import CATALOG
+from tpu_info.catalog import (
+    CATALOG,
+    EXECUTE_TIME,
+    TRANSFER_FROM_DEVICE_TIME,
+    TRANSFER_TO_DEVICE_TIME,
+)
 from tpu_info.model import DistributionReading, Unit
 from tpu_info.views import NA, TargetView, clean, format_bytes, format_ns
 
@@ -31,9 +36,9 @@ GOOGLE_METRICS: dict[str, tuple[str, str]] = {
     "runtime_hbm_utilization": ("@hbm", "HBM used and total per device"),
     "tensorcore_idle_duration": ("@none", "TensorCore idle time (libtpu only)"),
     "hlo_queue_size": ("@none", "programs queued per device (libtpu only)"),
-    "hlo_exec_timing": ("ExecuteTime", "program execution time"),
-    "host_to_device_transfer_latency": ("TransferToDeviceTime", "host->device transfer latency"),
-    "device_to_host_transfer_latency": ("TransferFromDeviceTime", "device->host transfer latency"),
+    "hlo_exec_timing": (EXECUTE_TIME, "program execution time"),
+    "host_to_device_transfer_latency": (TRANSFER_TO_DEVICE_TIME, "host->device transfer latency"),
+    "device_to_host_transfer_latency": (TRANSFER_FROM_DEVICE_TIME, "device->host transfer latency"),
     "buffer_transfer_latency": ("@none", "DCN transfer latency (multi-slice libtpu only)"),
     "inbound_buffer_transfer_latency": ("@none", "DCN inbound latency (multi-slice libtpu only)"),
     "collective_e2e_latency": ("@none", "collective end-to-end latency (libtpu only)"),

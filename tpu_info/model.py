@@ -194,9 +194,35 @@ class GraphRecord:
         return self.hash[:12]
 
 
+class EventKind(enum.StrEnum):
+    """What an :class:`Event` records: the kinds the hook emits.
+
+    ``Event.kind`` is one of these, or a plain string that is equal to one
+    (decoded from the wire), or a kind a newer hook emits: renderers show an
+    unknown kind as it is.
+    """
+
+    COMPILE = "compile"  # a graph's first compile
+    RECOMPILE = "recompile"  # a known function compiled again (``detail``: the cause)
+    CACHE_HIT = "cache_hit"  # a compile a cache answered
+    TRANSFER_TO_DEVICE = "transfer_to_device"  # ``value``: bytes
+    TRANSFER_FROM_DEVICE = "transfer_from_device"  # ``value``: bytes
+    STEP = "step"
+    HOOK_ERROR = "hook_error"  # an exception inside the hook, counted and swallowed
+    GRAPH_BREAK = "graph_break"  # torch.compile split a function (``detail``: why)
+
+
+# Kinds that are a compile (``value``: its seconds) and a transfer (``value``: bytes).
+COMPILE_KINDS = frozenset({EventKind.COMPILE, EventKind.RECOMPILE})
+TRANSFER_KINDS = frozenset({EventKind.TRANSFER_TO_DEVICE, EventKind.TRANSFER_FROM_DEVICE})
+
+
 @dataclass(frozen=True, slots=True)
 class Event:
-    """One entry of the recent-events ring; ``seq`` grows by one per event."""
+    """One entry of the recent-events ring; ``seq`` grows by one per event.
+
+    ``kind`` is an :class:`EventKind` (a plain string on the wire).
+    """
 
     seq: int
     time_unix: float
@@ -312,6 +338,22 @@ class StepsReading:
         return self.seconds_total / self.count
 
 
+class Severity(enum.StrEnum):
+    """How much a :class:`Finding` matters; ``label`` is its word in tables."""
+
+    ERROR = "error"  # something could not be read at all
+    WARNING = "warning"  # costs the program time: worth fixing
+    INFO = "info"  # worth knowing; nothing to fix
+
+    @property
+    def label(self) -> str:
+        """The four-letter word tables show: ``FAIL``, ``warn``, ``info``."""
+        return _SEVERITY_LABELS[self]
+
+
+_SEVERITY_LABELS = {Severity.ERROR: "FAIL", Severity.WARNING: "warn", Severity.INFO: "info"}
+
+
 @dataclass(frozen=True, slots=True)
 class Finding:
     """A problem in plain words, ranked by what it cost (``seconds_lost``, then
@@ -323,11 +365,13 @@ class Finding:
     step, ``seconds_per_step`` its cost per step and ``share_of_step`` (0..1)
     that cost over the step time: ``None`` when the steps (or their time) are
     not known, never guessed. ``cost_estimated`` says the cost was estimated
-    (bytes over a transfer rate) rather than timed.
+    (bytes over a transfer rate) rather than timed. ``severity`` is a
+    :class:`Severity` (a plain string given to the constructor becomes one;
+    an unknown one is :attr:`Severity.INFO`).
     """
 
     message: str
-    severity: str = "warning"
+    severity: Severity = Severity.WARNING
     location: str | None = None
     seconds_lost: float = 0.0
     kind: str = ""
@@ -336,6 +380,14 @@ class Finding:
     seconds_per_step: float | None = None
     share_of_step: float | None = None
     cost_estimated: bool = False
+
+    def __post_init__(self) -> None:
+        if type(self.severity) is not Severity:  # mapped here, once, for every reader
+            severity = _SEVERITY_OF.get(self.severity, Severity.INFO)
+            object.__setattr__(self, "severity", severity)
+
+
+_SEVERITY_OF: dict[str, Severity] = {s.value: s for s in Severity}
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,11 +36,12 @@ from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from tpu_info.catalog import UNCACHED_COMPILE
 from tpu_info.devices import accelerator_type
 from tpu_info.finding_cost import cost_cell
 from tpu_info.findings import diverging_graphs, find, no_engine_reason, short_location
 from tpu_info.jsonview import JSON_SCHEMA, SCHEMA, to_json
-from tpu_info.model import GraphRecord, LocalScan
+from tpu_info.model import GraphRecord, LocalScan, Severity
 from tpu_info.views import (
     NA,
     NO_STEPS,
@@ -311,7 +312,7 @@ def processes_table(views: Sequence[TargetView], r: Reasons, width: int) -> Rend
         if s.uptime_seconds <= 0:
             r.na(f"{where}/uptime", "the target did not report its uptime")
         rows.append([pid, name, user, engine, v.target, uptime, steps,
-                     str(s.counter("UncachedCompile")), hbm])
+                     str(s.counter(UNCACHED_COMPILE)), hbm])
     if not rows:
         return Text.assemble(("Processes\n", "bold"), "No hooked processes found.")
     return _table("Processes", cols, rows, width)
@@ -407,7 +408,8 @@ def transfers_table(views: Sequence[TargetView], r: Reasons, width: int) -> Rend
     return _table("Transfers", cols, rows, width)
 
 
-_LEVEL = {"warning": ("warn", "yellow"), "info": ("info", "cyan"), "error": ("FAIL", "red")}
+_LEVEL = {s: (s.label, style) for s, style in
+          ((Severity.WARNING, "yellow"), (Severity.INFO, "cyan"), (Severity.ERROR, "red"))}
 
 
 FINDING_TEXT = 600  # a finding's line, cost and advice: longer than other remote strings
@@ -429,15 +431,15 @@ def findings_table(views: Sequence[TargetView], local: LocalScan | None,
             continue
         if v.source == "libtpu":
             if has_tpus:  # without chips, libtpu being absent is normal
-                level, style = _LEVEL["info"]
+                level, style = _LEVEL[Severity.INFO]
                 rows.append([Text(level, style=style), v.target, "-",
                              f"libtpu's metric service did not answer ({v.error or 'not read'}); "
                              "chip HBM use and busy % are unknown until a TPU workload runs"])
             continue
-        level, style = _LEVEL["error"]
+        level, style = _LEVEL[Severity.ERROR]
         rows.append([Text(level, style=style), v.target, "-", v.error or "not read"])
     for f in diverging_graphs([v.snapshot for v in views if v.snapshot is not None]):
-        level, style = _LEVEL.get(f.severity, _LEVEL["info"])
+        level, style = _LEVEL[f.severity]
         rows.append([Text(level, style=style), "job", cost_cell(f), _finding_text(f.message)])
     for v in views:
         s = v.snapshot
@@ -445,7 +447,7 @@ def findings_table(views: Sequence[TargetView], local: LocalScan | None,
             continue
         who = f"pid {s.process.pid}" if s.process else v.target
         for f in find(s):
-            level, style = _LEVEL.get(f.severity, _LEVEL["info"])
+            level, style = _LEVEL[f.severity]
             where = who
             if f.location and short_location(f.location) not in f.message:
                 where = f"{who} {short_location(f.location)}"

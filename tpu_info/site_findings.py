@@ -22,8 +22,9 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 
+from tpu_info.catalog import OUTBOUND_DATA, TRANSFER_FROM_DEVICE_TIME, TRANSFER_TO_DEVICE_TIME
 from tpu_info.finding_cost import Cost, cost_of, duration, engine_of, size_words
-from tpu_info.model import Finding, SiteKind, SiteReading, Snapshot
+from tpu_info.model import Finding, Severity, SiteKind, SiteReading, Snapshot
 
 # A site is a finding when it ran in at least half the steps (or, steps
 # unknown, this many times) and cost at least this much, in all and as a share.
@@ -46,7 +47,7 @@ def _short(location: str) -> str:
 def _rate(s: Snapshot) -> tuple[float, str]:
     """Bytes per second for an untimed host->device copy: this process's own
     timed transfers when it has some, else :data:`ASSUMED_BYTES_PER_S`."""
-    t, b = s.distribution("TransferToDeviceTime"), s.distribution("OutboundData")
+    t, b = s.distribution(TRANSFER_TO_DEVICE_TIME), s.distribution(OUTBOUND_DATA)
     if t is not None and b is not None and t.count and t.total > 0 and b.total > 0:
         rate = b.total / (t.total / 1e9)
         return rate, f"estimated at this process's timed transfer rate, {size_words(rate)}/s"
@@ -116,14 +117,14 @@ def _finding(s: Snapshot, site: SiteReading) -> Finding | None:
             f"{where} reads a value back to the host {_how_often(c)} ({c.words()}): the host "
             "waits for the device to finish, then the device waits for the host. "
             f"{_sync_advice(site.detail)}",
-            "warning", site.location, kind="per_step_sync", **c.fields())
+            Severity.WARNING, site.location, kind="per_step_sync", **c.fields())
     each = size_words(site.bytes / site.count) if site.count else size_words(0)
     what = site.detail or "host data"
     return Finding(
         f"{what} at {_short(site.location)} copies {each} to the device {_how_often(c)} "
         f"({c.words()}): the copy sits on the step's critical path. "
         f"{_transfer_advice(site.detail)}",
-        "warning", site.location, kind="per_step_implicit_transfer", **c.fields())
+        Severity.WARNING, site.location, kind="per_step_implicit_transfer", **c.fields())
 
 
 def site_findings(s: Snapshot) -> Iterable[Finding]:
@@ -148,7 +149,7 @@ def explicit_syncs(s: Snapshot) -> Iterable[Finding]:
     """Device->host transfers in (nearly) every step that no sync line accounts
     for (explicit ``device_get``, or an older hook without sites)."""
     c0 = cost_of(s, 0.0, None)
-    d2h = s.distribution("TransferFromDeviceTime")
+    d2h = s.distribution(TRANSFER_FROM_DEVICE_TIME)
     if c0.steps is None or c0.steps.count < 5 or d2h is None:
         return
     at_sites = [x for x in s.sites if x.kind == SiteKind.SYNC.value]
@@ -166,7 +167,7 @@ def explicit_syncs(s: Snapshot) -> Iterable[Finding]:
     yield Finding(
         f"device->host transfers every step ({c.words()}): each one waits for the device.{where} "
         f"{advice}",
-        "warning", None, kind="per_step_sync", **c.fields())
+        Severity.WARNING, None, kind="per_step_sync", **c.fields())
 
 
 def _xla_sync_lines(s: Snapshot) -> str:

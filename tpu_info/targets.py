@@ -18,7 +18,8 @@ from __future__ import annotations
 import ipaddress
 import string
 
-_LOOPBACK = {"localhost", "127.0.0.1", "::1", "[::1]"}
+# This host's loopback by name; addresses are judged by ``ipaddress``.
+_LOOPBACK_NAMES = frozenset({"localhost", "ip6-localhost", "ip6-loopback"})
 MAX_TARGETS_FILE_BYTES = 1 << 20
 MAX_TARGETS = 4096
 _MAX_DNS_NAME = 253
@@ -26,9 +27,10 @@ _DNS_CHARS = frozenset(string.ascii_letters + string.digits + "-_.")
 
 
 def normalize(target: str) -> str:
-    """``127.0.0.1:8431`` and ``localhost:8431`` name one place."""
+    """``127.0.0.1:8431``, ``[::1]:8431`` and ``localhost:8431`` name one place
+    (any loopback host, :func:`is_loopback_host`, becomes ``localhost``)."""
     host, _, port = target.rpartition(":")
-    return f"localhost:{port}" if host in _LOOPBACK else target
+    return f"localhost:{port}" if is_loopback_host(host) else target
 
 
 def shown(text: str) -> str:
@@ -140,7 +142,7 @@ def is_loopback_host(host: str) -> bool:
     is this host's loopback: ``localhost``, ``127.0.0.0/8``, ``::1`` or
     IPv4-mapped loopback."""
     host = host.strip().strip("[]").lower()
-    if host in ("localhost", "ip6-localhost", "ip6-loopback"):
+    if host in _LOOPBACK_NAMES:
         return True
     try:
         addr = ipaddress.ip_address(host)

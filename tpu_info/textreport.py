@@ -18,6 +18,14 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 
+from tpu_info.catalog import (
+    CACHED_COMPILE,
+    COMPILE_TIME,
+    EXECUTE_TIME,
+    MARK_STEP,
+    TRANSFER_FROM_DEVICE_TIME,
+    TRANSFER_TO_DEVICE_TIME,
+)
 from tpu_info.findings import find, short_location
 from tpu_info.model import (
     STEPS_INFERRED,
@@ -35,9 +43,9 @@ _TIME_PARTS = (("d", 86_400 * 10**9, 2), ("h", 3_600 * 10**9, 2), ("m", 60 * 10*
                ("s", 10**9, 2), ("ms", 10**6, 3))
 _BYTE_SUFFIXES = ("B", "KB", "MB", "GB", "TB", "PB")
 
-DEFAULT_SHORT_COUNTERS = ("CachedCompile", "MarkStep")
-DEFAULT_SHORT_METRICS = ("CompileTime", "ExecuteTime", "TransferToDeviceTime",
-                         "TransferFromDeviceTime")
+DEFAULT_SHORT_COUNTERS = (CACHED_COMPILE, MARK_STEP)
+DEFAULT_SHORT_METRICS = (COMPILE_TIME, EXECUTE_TIME, TRANSFER_TO_DEVICE_TIME,
+                         TRANSFER_FROM_DEVICE_TIME)
 
 
 def format_time_ns(value: float) -> str:
@@ -163,13 +171,13 @@ def short_metrics_report(
     lines: list[str] = []
     if default:
         # torch_xla's order: CachedCompile, the timing metrics, MarkStep, aten::*.
-        if "CachedCompile" in counters:
-            lines += counter_block(counters["CachedCompile"])
+        if CACHED_COMPILE in counters:
+            lines += counter_block(counters[CACHED_COMPILE])
         for name in wanted_metrics:
             if name in dists:
                 lines += metric_block(dists[name])
-        if "MarkStep" in counters:
-            lines += counter_block(counters["MarkStep"])
+        if MARK_STEP in counters:
+            lines += counter_block(counters[MARK_STEP])
         for c in snapshot.counters:
             if c.name.startswith("aten::"):
                 lines += counter_block(c)

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, tzinfo
 
-from tpu_info import __version__
+from tpu_info import __version__, catalog
 from tpu_info.buckets import percentile
 from tpu_info.causes import classify, clean_type
 from tpu_info.model import (
@@ -169,9 +169,9 @@ def steps_label(s: Snapshot, short: bool = False) -> str | None:
     ``~1,200``); None when neither (see :data:`NO_STEPS`)."""
     st = s.steps
     if st is None:
-        if not any(c.name == "MarkStep" for c in s.counters):
+        if not any(c.name == catalog.MARK_STEP for c in s.counters):
             return None
-        return f"{s.counter('MarkStep'):,}"
+        return f"{s.counter(catalog.MARK_STEP):,}"
     if st.source == STEPS_INFERRED:
         if short:
             return f"~{st.count:,}"
@@ -217,10 +217,10 @@ class TransferStats:
     implicit_bytes: int | None = None
 
 
-_TRANSFERS = (("h2d", "host->device", "TransferToDeviceTime", "OutboundData"),
-              ("d2h", "device->host", "TransferFromDeviceTime", "InboundData"))
-_IMPLICIT = {"h2d": ("ImplicitTransferToDevice", "ImplicitOutboundBytes"),
-             "d2h": ("ImplicitTransferFromDevice", "ImplicitInboundBytes")}
+_TRANSFERS = (("h2d", "host->device", catalog.TRANSFER_TO_DEVICE_TIME, catalog.OUTBOUND_DATA),
+              ("d2h", "device->host", catalog.TRANSFER_FROM_DEVICE_TIME, catalog.INBOUND_DATA))
+_IMPLICIT = {"h2d": (catalog.IMPLICIT_TRANSFER_TO_DEVICE, catalog.IMPLICIT_OUTBOUND_BYTES),
+             "d2h": (catalog.IMPLICIT_TRANSFER_FROM_DEVICE, catalog.IMPLICIT_INBOUND_BYTES)}
 QUANTILES = (("p50_ns", 50.0), ("p90_ns", 90.0), ("p95_ns", 95.0), ("p999_ns", 99.9))
 
 

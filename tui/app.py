@@ -33,6 +33,7 @@ from textual.message import Message
 from textual.screen import Screen
 
 from tpu_info.safe import clean
+from tpu_info.targets import normalize
 from tui.screens.detail import DetailScreen
 from tui.screens.help import HelpScreen
 from tui.screens.main import MainScreen
@@ -42,14 +43,6 @@ from tui.widgets.graphs import SORTS, GraphsPanel
 from tui.widgets.processes import ProcessesPanel
 
 MIN_INTERVAL_S = 0.1
-_LOOPBACK = {"localhost", "127.0.0.1", "::1", "[::1]"}
-
-
-def same_place(target: str) -> str:
-    """``127.0.0.1:8431`` and ``localhost:8431`` name one place."""
-    host, _, port = target.rpartition(":")
-    return f"localhost:{port}" if host in _LOOPBACK else target
-
 
 class SourceMessage(Message):
     """One :class:`~tui.source.Update` or :class:`~tui.source.Found` from a loop."""
@@ -163,14 +156,14 @@ class WatchApp(App[int]):
 
     def _found(self, found: Found) -> None:
         """New hooked processes join; one that replaces a dead one takes its place."""
-        known = {same_place(t) for t in self.state.targets}
+        known = {normalize(t) for t in self.state.targets}
         for target, argv in found.processes:
-            if same_place(target) in known:
+            if normalize(target) in known:
                 d = self.state.targets.get(target)
                 if d is not None and argv:
                     d.argv = argv
                 continue
-            known.add(same_place(target))
+            known.add(normalize(target))
             self._dropped.discard(target)
             old = next((d for d in self.state.ordered() if argv and d.argv == argv
                         and d.state is Conn.DISCONNECTED), None)

@@ -22,6 +22,16 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from tpu_info.buckets import percentile
+from tpu_info.catalog import (
+    CACHED_COMPILE,
+    COMPILE_TIME,
+    INBOUND_DATA,
+    MARK_STEP,
+    OUTBOUND_DATA,
+    TRANSFER_FROM_DEVICE_TIME,
+    TRANSFER_TO_DEVICE_TIME,
+    UNCACHED_COMPILE,
+)
 from tpu_info.model import (
     PERCENTILES,
     BucketCounts,
@@ -29,6 +39,7 @@ from tpu_info.model import (
     DeviceRecord,
     DistributionReading,
     Event,
+    EventKind,
     GraphRecord,
     MemoryReading,
     ProcessRecord,
@@ -71,11 +82,11 @@ def dist(name: str, unit: Unit, samples: list[float], gamma: float = 1.02) -> Di
 
 _CAUSE = RecompileCause(NOW - 14, "argument 'batch' changed f32[32,128] -> f32[17,128]",
                         f"{TRAIN}:88", "batch", "f32[32,128]", "f32[17,128]")
-_H2D = dist("TransferToDeviceTime", Unit.TIME_NS,
+_H2D = dist(TRANSFER_TO_DEVICE_TIME, Unit.TIME_NS,
             [180_000 * (1 + (i % 10) / 10) for i in range(239)] + [9.5e6])
-_D2H = dist("TransferFromDeviceTime", Unit.TIME_NS,
+_D2H = dist(TRANSFER_FROM_DEVICE_TIME, Unit.TIME_NS,
             [1.1e6 * (1 + (i % 10) / 10) for i in range(118)])
-_COMPILE = dist("CompileTime", Unit.TIME_NS, [4.2e9, 3.9e9, 1.25e9, 4e6, 4e6, 4e6])
+_COMPILE = dist(COMPILE_TIME, Unit.TIME_NS, [4.2e9, 3.9e9, 1.25e9, 4e6, 4e6, 4e6])
 
 
 def _graphs(k: int) -> tuple[GraphRecord, ...]:
@@ -109,13 +120,13 @@ def _graphs(k: int) -> tuple[GraphRecord, ...]:
 
 
 def _events(k: int, t: float, seq: int) -> tuple[tuple[Event, ...], int]:
-    out = [Event(seq + 1, t - 0.5, "step")]
+    out = [Event(seq + 1, t - 0.5, EventKind.STEP)]
     if k % 3 == 0:
-        out.append(Event(seq + 2, t - 0.4, "transfer_to_device", value=float(4 * 2**20)))
+        out.append(Event(seq + 2, t - 0.4, EventKind.TRANSFER_TO_DEVICE, value=float(4 * 2**20)))
     if k % 10 == 5:
-        out.append(Event(len(out) + seq + 1, t - 0.3, "transfer_from_device", value=4.0))
+        out.append(Event(len(out) + seq + 1, t - 0.3, EventKind.TRANSFER_FROM_DEVICE, value=4.0))
     if k == 45:
-        out.append(Event(len(out) + seq + 1, t - 0.9, "recompile", "jit(train_step)",
+        out.append(Event(len(out) + seq + 1, t - 0.9, EventKind.RECOMPILE, "jit(train_step)",
                          "b71e55aa90c4" + "1" * 52, _CAUSE.description, _CAUSE.location, 3.9))
     out = [replace(e, seq=seq + i + 1) for i, e in enumerate(out)]
     return tuple(out), seq + len(out)
@@ -141,12 +152,12 @@ def demo_frame(k: int, seq: int, t: float, devices: int = 4) -> tuple[Snapshot, 
                               versions={"jax": "0.10.0", "jaxlib": "0.10.0"},
                               start_time_unix=NOW - 725),
         devices=devs,
-        counters=(CounterReading("CachedCompile", 1), CounterReading("MarkStep", 61 + k),
-                  CounterReading("UncachedCompile", 5 + (k >= 45))),
+        counters=(CounterReading(CACHED_COMPILE, 1), CounterReading(MARK_STEP, 61 + k),
+                  CounterReading(UNCACHED_COMPILE, 5 + (k >= 45))),
         distributions=(_COMPILE, _H2D,
-                       DistributionReading("OutboundData", Unit.BYTES, 40 + k // 3,
+                       DistributionReading(OUTBOUND_DATA, Unit.BYTES, 40 + k // 3,
                                            float(out_bytes), 4.0 * 2**20, 16.0 * 2**20),
-                       _D2H, DistributionReading("InboundData", Unit.BYTES, 118, 472.0, 4.0, 4.0)),
+                       _D2H, DistributionReading(INBOUND_DATA, Unit.BYTES, 118, 472.0, 4.0, 4.0)),
         graphs=_graphs(k), events=events, last_seq=last,
     ), last
 
@@ -235,8 +246,8 @@ def synthetic(devices: int = 8, graphs: int = 500, interval_s: float = 1.0,
             table[i] = replace(g, executions=(g.executions or 0) + 1, last_seen_unix=now())
         seq = state["seq"]
         t = now()
-        events = (Event(seq + 1, t, "step"),
-                  Event(seq + 2, t, "transfer_to_device", value=float(2**20)))
+        events = (Event(seq + 1, t, EventKind.STEP),
+                  Event(seq + 2, t, EventKind.TRANSFER_TO_DEVICE, value=float(2**20)))
         state["seq"] = seq + 2
         state["out"] += 2**20
         devs = tuple(DeviceRecord(id=i, kind="TPU v5 lite", platform="tpu", memory=MemoryReading(
@@ -244,10 +255,10 @@ def synthetic(devices: int = 8, graphs: int = 500, interval_s: float = 1.0,
             source="memory_stats"), busy_percent=float((n * 7 + i) % 100))
             for i in range(devices))
         snap = Snapshot(taken_at_unix=t, uptime_seconds=60.0 + n, process=proc, devices=devs,
-                        counters=(CounterReading("MarkStep", n),
-                                  CounterReading("UncachedCompile", graphs)),
+                        counters=(CounterReading(MARK_STEP, n),
+                                  CounterReading(UNCACHED_COMPILE, graphs)),
                         distributions=(_H2D, DistributionReading(
-                            "OutboundData", Unit.BYTES, n + 1, state["out"], 2**20, 2**20)),
+                            OUTBOUND_DATA, Unit.BYTES, n + 1, state["out"], 2**20, 2**20)),
                         graphs=tuple(table), events=events, last_seq=seq + 2)
         return [Update("127.0.0.1:50000", Conn.STREAMING, snap)]
 

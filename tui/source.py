@@ -30,11 +30,11 @@ from pathlib import Path
 
 from tpu_info.client import Client
 from tpu_info.errors import NotAMonitor, ServerError, TimedOut, TpuInfoError
+from tpu_info.gather import LIBTPU_TARGET, local_targets
 from tpu_info.model import Snapshot
 
 Clock = Callable[[], float]
 BACKOFF_S: tuple[float, ...] = (0.5, 1.0, 2.0, 4.0, 8.0, 15.0)
-LIBTPU_TARGET = "localhost:8431"
 
 
 class Conn(StrEnum):
@@ -208,20 +208,13 @@ class TargetReader:
             if self._silent:  # the watchdog closed the channel under the stream
                 raise TimedOut("no answer", target=self.target) from None
         # Streaming refused (too many streams, an older hook, or libtpu): poll.
-        use_libtpu = False
         while not done():
             started = time.monotonic()
             try:
-                if not use_libtpu:
-                    try:
-                        snap = client.snapshot(events_since=since)
-                    except NotAMonitor:
-                        use_libtpu = True
-                if use_libtpu:
-                    snap = client.libtpu()
+                source, snap = client.read(since)
             except ValueError:  # the watchdog closed the channel between calls
                 raise TimedOut("no answer", target=self.target) from None
-            yield snap, Conn.POLLING, "libtpu" if use_libtpu else "hook"
+            yield snap, Conn.POLLING, source
             since = snap.last_seq or since
             self._stopped.wait(max(0.0, self.interval_s - (time.monotonic() - started)))
 
@@ -285,8 +278,6 @@ class DiscoveryLoop:
         self._stopped.set()
 
     def scan(self) -> Found:
-        from tpu_info.gather import local_targets
-
         picked = local_targets(self.rescanner.scan(), self.net,
                                libtpu_target=self.libtpu_target if self.probe_libtpu else None)
         found = list(picked.processes)

@@ -22,8 +22,9 @@ import itertools
 from collections import deque
 from dataclasses import dataclass, field
 
+from tpu_info.catalog import INBOUND_DATA, OUTBOUND_DATA
 from tpu_info.findings import find
-from tpu_info.model import Event, Finding, Snapshot
+from tpu_info.model import COMPILE_KINDS, Event, Finding, Snapshot
 from tui.source import Conn, Update
 
 HISTORY = 300  # samples kept per target: five minutes at the default 1 s
@@ -115,10 +116,10 @@ def _sample(prev: Snapshot | None, s: Snapshot, new_events: list[Event]) -> Samp
         time_unix=s.taken_at_unix,
         hbm_used=tuple((d.id, d.memory.used_bytes) for d in s.devices),
         busy=tuple((d.id, d.busy_percent) for d in s.devices),
-        h2d_bytes_per_s=_rate(prev, s, "OutboundData"),
-        d2h_bytes_per_s=_rate(prev, s, "InboundData"),
+        h2d_bytes_per_s=_rate(prev, s, OUTBOUND_DATA),
+        d2h_bytes_per_s=_rate(prev, s, INBOUND_DATA),
         events=len(new_events),
-        compiles=sum(1 for e in new_events if e.kind in ("compile", "recompile")),
+        compiles=sum(1 for e in new_events if e.kind in COMPILE_KINDS),
     )
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 
-from metrics import names
+from tpu_info import catalog as names
 from tpu_info.model import PERCENTILES, CounterReading, DistributionReading, Samples, Unit
 
 _TIME_PART = re.compile(r"(\d+(?:\.\d+)?)(d|h|m(?!s)|s|ms|us|ns)")

@@ -67,7 +67,6 @@ from typing import Any
 import jax
 
 from metrics import events as ev
-from metrics import names
 from metrics.engines import jax_aot, jax_calls
 from metrics.engines import jax_state as state
 from metrics.engines._frames import outer_user_call, skip_prefixes, user_location
@@ -87,6 +86,7 @@ from metrics.engines.jax_state import ENGINE
 from metrics.engines.jax_steps import StepWatch
 from metrics.engines.jax_transfers import ImplicitTransfers
 from metrics.recorder import Recorder
+from tpu_info import catalog as names
 from tpu_info.model import CALLED_FROM, FIRST_CALL, DeviceRecord, SiteReading, StepsReading
 
 _tls = state.local

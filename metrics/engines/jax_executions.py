@@ -20,10 +20,10 @@ import collections
 import operator
 from typing import Any
 
-from metrics import names
 from metrics.callstats import CallTimes
 from metrics.engines.jax_state import CALL_FIELDS, ENGINE
 from metrics.recorder import Recorder
+from tpu_info import catalog as names
 
 
 class Executions:

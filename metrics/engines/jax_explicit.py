@@ -26,11 +26,11 @@ import jax
 import numpy as np
 
 from metrics import events as ev
-from metrics import names
 from metrics.engines import jax_state as state
 from metrics.engines.jax_state import TRANSFER_FIELDS
 from metrics.journal import FOLD_AT
 from metrics.recorder import Recorder
+from tpu_info import catalog as names
 
 
 class ExplicitTransfers:

@@ -43,9 +43,10 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from metrics import forksafe, names
+from metrics import forksafe
 from metrics.engines._frames import skip_prefixes
 from metrics.journal import FOLD_AT
+from tpu_info import catalog as names
 from tpu_info.model import SiteKind, SiteReading
 
 # Record kinds in the journal; UNTIMED_H2D: implicit, time unknown (the jit

@@ -68,18 +68,18 @@ from typing import Any
 import torch
 
 from metrics import events as ev
-from metrics import names
 from metrics.callstats import CallTimes
 from metrics.engines import _torchutil as tu
 from metrics.engines._frames import skip_prefixes, user_location
 from metrics.engines._patching import Patches
 from metrics.journal import FOLD_AT
 from metrics.recorder import Recorder
+from tpu_info import catalog as names
 from tpu_info.model import FIRST_CALL, DeviceRecord, RecompileCause, StepsReading
 
 ENGINE = "torch_compile"
 CALL_FIELDS = 3  # a compiled graph's call in the journal: (graph, start, end)
-GRAPH_BREAK = "graph_break"
+GRAPH_BREAK = ev.GRAPH_BREAK
 _COMPILE_ID = re.compile(r"^\s*\[?\d+/\d+\]?:\s*")
 _MISMATCH = re.compile(
     r"tensor '(?P<arg>[^']+)' (?P<what>size|stride) mismatch at index (?P<i>\d+)\. "

@@ -45,11 +45,11 @@ import torch
 import torch._lazy
 
 from metrics import events as ev
-from metrics import names
 from metrics.engines import _foreign
 from metrics.engines._frames import skip_prefixes, user_location
 from metrics.engines._patching import Patches
 from metrics.recorder import Recorder
+from tpu_info import catalog as names
 from tpu_info.model import (
     FIRST_CALL,
     CounterReading,

@@ -33,7 +33,7 @@ from types import FrameType
 from typing import Any
 
 from metrics import forksafe
-from metrics.export import binding
+from metrics.export import binding, discovery
 from metrics.export.server import BindError, CaptureFn, Server, SnapshotFn
 
 __all__ = ["start", "Exporter", "BindError", "LIBTPU_PORT", "LOOPBACK"]
@@ -201,11 +201,6 @@ def _stop_before_thread_pools(exporter: Exporter) -> None:
 
 def _publish(port: int, host: str, engine: str, versions: dict[str, str],
              waiting: list[str] | None = None) -> Any:
-    # ---- HOOK POINT: discovery publishing (metrics/export/discovery.py) ----
-    try:
-        from metrics.export import discovery  # type: ignore[attr-defined]
-    except ImportError:
-        return None
     try:
         return discovery.publish(port, host, engine, versions, waiting=waiting or ())
     except Exception as e:  # noqa: BLE001 - discovery is best effort; serving goes on
@@ -214,11 +209,6 @@ def _publish(port: int, host: str, engine: str, versions: dict[str, str],
 
 
 def _unpublish() -> None:
-    # ---- HOOK POINT: discovery unpublishing ----
-    try:
-        from metrics.export import discovery  # type: ignore[attr-defined]
-    except ImportError:
-        return
     try:
         discovery.unpublish()
     except Exception as e:  # noqa: BLE001 - best effort at shutdown
@@ -248,7 +238,8 @@ def start(
             else loopback.
         engine: engine names for the discovery record (for example ``"jax"``).
         versions: versions for the discovery record.
-        workers: server threads (default 4).
+        workers: most server threads (default 40, started on demand; each
+            open stream holds one).
         server_factory: builds the :class:`Server` (tests inject one).
         capture_fn: runs ``Monitor.Capture`` calls (default: none, answered
             UNIMPLEMENTED); see :data:`metrics.export.server.CaptureFn`.

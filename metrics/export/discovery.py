@@ -3,7 +3,7 @@
 :func:`publish` writes ``<pid>.json`` (pid, port, host, argv, engine,
 versions, start time, schema version, and the capture secret of
 :func:`capture_secret`) into the private runtime directory
-(:func:`tpu_info.discovery.runtime_dir`): the directory is created with mode
+(:func:`tpu_info.discovery_record.runtime_dir`): the directory is created with mode
 0700 and refused when it is a symlink, owned by another user, or group/world
 writable; the file is created 0600 under a temporary name and renamed into
 place, so a reader never sees half a record. The record is removed at exit:
@@ -38,7 +38,7 @@ from types import FrameType
 from typing import Any
 
 from metrics import forksafe
-from tpu_info import discovery as _reader
+from tpu_info import discovery_record as _record
 
 log = logging.getLogger("metrics.export.discovery")
 
@@ -68,13 +68,13 @@ def ensure_private_dir(path: Path) -> int:
         pass
     else:
         os.chmod(path, 0o700)  # whatever the umask did
-    reason = _reader.unsafe_directory_reason(os.lstat(path))
+    reason = _record.unsafe_directory_reason(os.lstat(path))
     if reason:
         raise OSError(f"{path} {reason}")
     flags = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | os.O_NOFOLLOW
     fd = os.open(path, flags)
     try:  # the same checks on what we opened, in case it was swapped
-        reason = _reader.unsafe_directory_reason(os.fstat(fd))
+        reason = _record.unsafe_directory_reason(os.fstat(fd))
         if reason:
             raise OSError(f"{path} {reason}")
     except BaseException:
@@ -143,7 +143,7 @@ def record(
     """The JSON-ready record ``publish`` writes (``waiting``: engines the hook
     waits for, hooked once the program imports them)."""
     return {
-        "schema": _reader.SCHEMA_VERSION,
+        "schema": _record.SCHEMA_VERSION,
         "pid": os.getpid() if pid is None else pid,
         "port": int(port),
         "host": host,
@@ -176,7 +176,7 @@ def publish(
         engine: the installed engine names, comma separated.
         versions: engine and Python versions.
         waiting: engines not imported yet that the hook waits for.
-        runtime_dir: the directory (default :func:`tpu_info.discovery.runtime_dir`).
+        runtime_dir: the directory (default :func:`tpu_info.discovery_record.runtime_dir`).
         start_time: the process's start time, Unix seconds (default: read
             from the OS; readers use it to tell a reused pid).
         argv: the command line (default ``sys.argv``).
@@ -193,7 +193,7 @@ def publish(
         could not be written.
     """
     global _published
-    directory = Path(runtime_dir) if runtime_dir is not None else _reader.runtime_dir()
+    directory = Path(runtime_dir) if runtime_dir is not None else _record.runtime_dir()
     pid = os.getpid()
     name = f"{pid}.json"
     try:

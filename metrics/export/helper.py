@@ -65,6 +65,7 @@ from metrics.export.server import (
     capture_status,
 )
 from tpu_info import encoder, wire
+from tpu_info.captures import CaptureFile, RemoteCapture
 from tpu_info.model import Snapshot
 from tpu_info.proto import tpu_info_v1_pb2 as pb
 
@@ -409,16 +410,6 @@ class _RemoteError(Exception):
             self.grpc_status = status
 
 
-@dataclasses.dataclass
-class _Capture:
-    trace: bytes
-    format: str
-    files: list[Any]
-    notes: list[str]
-    truncated: bool
-    event_count: int
-
-
 class _Mirror:
     """The program's snapshot as the helper last fetched it, with the events
     of the fetches before; refreshed on demand, at most every REFRESH_S."""
@@ -494,7 +485,7 @@ class _Mirror:
 
 def _capture_forwarder(mirror: _Mirror, channel: _Channel, secret: str) -> CaptureFn:
     def capture(duration_s: float, device: bool, stop: threading.Event,
-                caller: Caller) -> _Capture:
+                caller: Caller) -> RemoteCapture:
         owner.check(caller, secret)  # here first; the program checks again
         def waiting(request_id: int) -> None:
             if stop.is_set():
@@ -504,8 +495,10 @@ def _capture_forwarder(mirror: _Mirror, channel: _Channel, secret: str) -> Captu
                                  "token": caller.token, "peer": caller.peer},
                                 duration_s + 60.0, waiting)
         reply = pb.CaptureReply.FromString(payload)
-        return _Capture(reply.trace, reply.format, list(reply.files), list(reply.notes),
-                        reply.truncated, reply.event_count)
+        files = tuple(CaptureFile(f.name, f.size_bytes, f.data, f.server_path)
+                      for f in reply.files)
+        return RemoteCapture(reply.trace, reply.format, files, tuple(reply.notes),
+                             reply.truncated, reply.event_count)
 
     return capture
 

@@ -60,12 +60,6 @@ DESCRIPTIONS: dict[str, str] = {
 }
 SUPPORTED: tuple[str, ...] = tuple(DESCRIPTIONS)
 
-_DISTRIBUTION_SOURCES = {
-    libtpu.HOST_TO_DEVICE: "TransferToDeviceTime",
-    libtpu.DEVICE_TO_HOST: "TransferFromDeviceTime",
-    libtpu.HLO_EXEC_TIMING: "ExecuteTime",
-}
-
 
 def _to_libtpu_distribution(d: DistributionReading, out: lpb.Distribution) -> None:
     """Fills ``out`` from ``d`` (microseconds when ``d`` is in nanoseconds)."""
@@ -129,7 +123,7 @@ def metric_response(name: str, snap: Snapshot) -> lpb.MetricResponse | None:
                 m.gauge.as_double = dev.busy_percent or 0.0
         return resp
 
-    dist = snap.distribution(_DISTRIBUTION_SOURCES[name])
+    dist = snap.distribution(libtpu.LATENCY_NAMES[name])
     if dist is None or dist.count == 0:
         return resp
     if name == libtpu.HLO_EXEC_TIMING:

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 import grpc
 
-from tpu_info.discovery import CAPTURE_TOKEN_METADATA
+from tpu_info.discovery_record import CAPTURE_TOKEN_METADATA
 from tpu_info.targets import is_loopback_host
 
 __all__ = ["TOKEN_KEY", "Caller", "NotOwner", "caller_of", "check", "is_loopback_peer"]

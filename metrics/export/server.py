@@ -34,13 +34,12 @@ import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator
 from concurrent import futures
-from typing import Any, Protocol
+from typing import Any
 
 import grpc
 
-from metrics import names
 from metrics.export import binding
 from metrics.export.libtpu_service import RuntimeMetricServicer, snapshot_or_abort
 from metrics.export.limits import (
@@ -53,7 +52,9 @@ from metrics.export.limits import (
     server_options,
 )
 from metrics.export.owner import Caller, caller_of
+from tpu_info import catalog as names
 from tpu_info import encoder, wire
+from tpu_info.captures import RemoteCapture
 from tpu_info.model import MetricInfo, Snapshot
 from tpu_info.proto import tpu_info_v1_pb2 as pb
 from tpu_info.proto import tpu_info_v1_pb2_grpc as pb_grpc
@@ -66,31 +67,13 @@ SnapshotFn = Callable[[int], Snapshot]
 MAX_CAPTURE_MS = 300_000
 
 
-class CaptureFileLike(Protocol):
-    name: str
-    size_bytes: int
-    data: bytes | None
-    server_path: str
-
-
-class CaptureLike(Protocol):
-    """What a capture function returns (``profiler.remote.RemoteCapture``)."""
-
-    trace: bytes
-    format: str
-    files: Sequence[CaptureFileLike]
-    notes: Sequence[str]
-    truncated: bool
-    event_count: int
-
-
 # capture_fn(duration_s, device, stop, caller) checks the caller (who, from
 # where: metrics.export.owner), then records until the duration ends or
 # ``stop`` is set (the client went away, the server stops). Errors it raises
 # answer with the status named by their ``grpc_status`` attribute
 # (PERMISSION_DENIED for a caller who is not the owner, ABORTED for a capture
 # already running), INVALID_ARGUMENT for a ValueError, else INTERNAL.
-CaptureFn = Callable[[float, bool, threading.Event, Caller], CaptureLike]
+CaptureFn = Callable[[float, bool, threading.Event, Caller], RemoteCapture]
 
 DEFAULT_WORKERS = 40  # threads start on demand; each open stream holds one
 RESERVED_WORKERS = 4  # never taken by streams: one-shot calls always find one
@@ -115,7 +98,7 @@ class BindError(OSError):
 
 
 def catalog_infos() -> list[MetricInfo]:
-    """Every name in :data:`metrics.names.CATALOG` as a :class:`MetricInfo`."""
+    """Every name in :data:`tpu_info.catalog.CATALOG` as a :class:`MetricInfo`."""
     return [MetricInfo(name, kind, unit, help)
             for name, (kind, unit, help) in sorted(names.CATALOG.items())]
 
@@ -333,7 +316,7 @@ class MonitorServicer(pb_grpc.MonitorServicer):
             stop.set()
 
 
-def capture_reply(out: CaptureLike) -> pb.CaptureReply:
+def capture_reply(out: RemoteCapture) -> pb.CaptureReply:
     """The ``Capture`` reply carrying what a capture function returned."""
     return pb.CaptureReply(
         trace=out.trace, format=out.format, protocol_version=wire.PROTOCOL_VERSION,

@@ -14,7 +14,7 @@ from datetime import tzinfo
 from rich.text import Text
 
 from tpu_info.findings import short_location
-from tpu_info.model import Event
+from tpu_info.model import COMPILE_KINDS, Event, EventKind
 from tpu_info.views import clean, format_bytes
 from tui.state import TargetData
 from tui.widgets.common import Palette, hms
@@ -22,8 +22,10 @@ from tui.widgets.table import LiveTable
 
 SHOWN = 100  # newest matching events kept as rows
 EMPTY = "__empty__"
-_TRANSFERS = {"transfer_to_device": "h->d", "transfer_from_device": "d->h"}
-_KINDS = {**_TRANSFERS, "cache_hit": "cache hit", "hook_error": "hook error"}
+_TRANSFERS: dict[str, str] = {EventKind.TRANSFER_TO_DEVICE: "h->d",
+                              EventKind.TRANSFER_FROM_DEVICE: "d->h"}
+_KINDS: dict[str, str] = {**_TRANSFERS, EventKind.CACHE_HIT: "cache hit",
+                          EventKind.HOOK_ERROR: "hook error"}
 COLUMNS = [("time", "Time", 8), ("age", "Age", 5), ("kind", "Kind", 9), ("name", "Name", None),
            ("detail", "Detail", None)]
 
@@ -33,7 +35,7 @@ def detail(e: Event) -> str:
     if e.kind in _TRANSFERS and e.value is not None:
         return format_bytes(e.value)
     parts = [e.detail]
-    if e.kind in ("compile", "recompile") and e.value is not None:
+    if e.kind in COMPILE_KINDS and e.value is not None:
         parts.append(f"{e.value * 1e3:.0f} ms" if e.value < 1 else f"{e.value:.1f} s")
     if e.location:
         parts.append(f"at {short_location(e.location)}")
@@ -84,8 +86,9 @@ class EventsPanel(LiveTable):
             self.drop_row(key)
             self._ages.pop(key, None)
         now = data.snapshot.taken_at_unix if data is not None and data.snapshot else 0.0
-        style = {"recompile": f"bold {palette.warn}", "compile": palette.warn,
-                 "hook_error": palette.bad, "step": palette.muted}
+        style: dict[str, str] = {
+            EventKind.RECOMPILE: f"bold {palette.warn}", EventKind.COMPILE: palette.warn,
+            EventKind.HOOK_ERROR: palette.bad, EventKind.STEP: palette.muted}
         added = False
         for e in wanted:
             key = str(e.seq)

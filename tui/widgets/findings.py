@@ -13,6 +13,7 @@ from textual.widgets import Static
 
 from tpu_info.finding_cost import cost_cell
 from tpu_info.findings import short_location
+from tpu_info.model import Severity
 from tpu_info.views import TargetView, clean, no_findings_text
 from tui.source import Conn
 from tui.state import TargetData
@@ -22,8 +23,8 @@ from tui.widgets.common import Palette, hms
 def findings_table(targets: Sequence[TargetData], selected: TargetData | None,
                    palette: Palette, tz: tzinfo | None) -> Table | Text:
     """Unreadable targets first, then the picked process's findings."""
-    level = {"warning": ("warn", palette.warn), "info": ("info", palette.accent),
-             "error": ("FAIL", palette.bad)}
+    style = {Severity.WARNING: palette.warn, Severity.INFO: palette.accent,
+             Severity.ERROR: palette.bad}
     t = Table(box=None, show_header=False, pad_edge=False, padding=(0, 1), expand=True)
     t.add_column("level", no_wrap=True, width=4)
     t.add_column("cost", no_wrap=True, min_width=4, max_width=18)
@@ -33,16 +34,16 @@ def findings_table(targets: Sequence[TargetData], selected: TargetData | None,
         if d.state is Conn.DISCONNECTED:
             since = f" since {hms(d.since_unix, tz)}" if d.since_unix is not None else ""
             retry = f"; retrying in {d.retry_in_s:g}s (r: now)" if d.retry_in_s else ""
-            t.add_row(Text("FAIL", style=palette.bad), "",
+            t.add_row(Text(Severity.ERROR.label, style=style[Severity.ERROR]), "",
                       f"{clean(d.target, 60)} disconnected{since}: {clean(d.error)}{retry}")
             n += 1
     if selected is not None:
         for f in selected.findings:
-            word, style = level.get(f.severity, level["info"])
             where = ""
             if f.location and short_location(f.location) not in f.message:
                 where = f" [{short_location(f.location)}]"
-            t.add_row(Text(word, style=style), Text(cost_cell(f), style=palette.muted),
+            t.add_row(Text(f.severity.label, style=style[f.severity]),
+                      Text(cost_cell(f), style=palette.muted),
                       clean(f.message + where, 600))
             n += 1
     if not n:

@@ -12,6 +12,7 @@ from datetime import tzinfo
 from rich.text import Text
 from textual.message import Message
 
+from tpu_info.catalog import UNCACHED_COMPILE
 from tpu_info.views import (
     NA,
     clean,
@@ -96,7 +97,7 @@ class ProcessesPanel(LiveTable):
             "uptime": Text(format_uptime(s.uptime_seconds) if s.uptime_seconds > 0 else NA,
                            style=dim),
             "steps": Text(steps_label(s, short=True) or NA, style=dim),
-            "compiles": Text(str(s.counter("UncachedCompile")), style=dim),
+            "compiles": Text(str(s.counter(UNCACHED_COMPILE)), style=dim),
             "hbm": Text(format_bytes(used) if used is not None else NA, style=dim),
         })
         return cells
