@@ -16,6 +16,13 @@ what they cost.
   (``EagerFallbackTime``; :func:`time_compiled`), and the event keeps
   Dynamo's hints after :data:`UNRESUMABLE`.
 
+Private names used (each read with ``getattr``; a missing one loses the
+break's line or its measured time, never the program): the graph-break
+exception's ``real_stack`` (else ``torch._guards.TracingContext``), the
+translator's ``output.root_tx`` with its ``f_code``, ``lineno`` and
+``closure``, and Dynamo's resume-function naming
+(``torch_dynamo_resume_in_<fn>_at_<line>``, torch 2.x).
+
 Example:
     >>> display_name("Net.torch_dynamo_resume_in_forward_at_56")
     'compile(Net.forward@56)'
@@ -34,6 +41,7 @@ from typing import Any
 
 import torch
 
+from metrics.engines._frames import user_location
 from tpu_info.model import SiteKind, SiteReading
 
 _RESUME = re.compile(r"^torch_dynamo_resume_in_(?P<fn>.+)_at_(?P<line>\d+)$")
@@ -90,6 +98,33 @@ def break_detail(reason: Any, exc: Any) -> tuple[str, bool]:
         return detail, False
     hints = [h.strip() for h in _HINT.findall(text) if "report an issue" not in h]
     return " ".join([detail, UNRESUMABLE, *(f"Hint: {h}" for h in hints)]), True
+
+
+def break_location(exc: Any, skip: tuple[str, ...]) -> str | None:
+    """The user's line of a break: the innermost frame of the user's own code
+    in Dynamo's stack (a compiled torch.nn module breaks inside torch: its
+    user line is where it is called)."""
+    stack = getattr(exc, "real_stack", None)
+    if not stack:
+        stack = torch._guards.TracingContext.extract_stack()
+    frame = next((f for f in reversed(stack or []) if not str(f.filename).startswith(skip)),
+                 None)
+    if frame is not None:
+        return f"{frame.filename}:{frame.lineno}"
+    # The whole compiled frame is torch's: the user's line calls it.
+    return user_location(skip, 3) or (f"{stack[-1].filename}:{stack[-1].lineno}"
+                                      if stack else None)
+
+
+def break_name(tx: Any, skip: tuple[str, ...]) -> str:
+    """The graph name of the frame that broke; a module compiled through
+    torch's ``wrap_inline`` frame is named by its class (``LSTM.forward``)."""
+    code = getattr(tx, "f_code", None)
+    qualname = getattr(code, "co_qualname", getattr(code, "co_name", "?"))
+    modules = wrapped_modules(tx)
+    if modules and str(getattr(code, "co_filename", "")).startswith(skip):
+        qualname = f"{type(modules[0]).__name__}.forward"
+    return display_name(qualname)
 
 
 class BreakGaps:

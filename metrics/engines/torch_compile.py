@@ -216,7 +216,7 @@ class TorchCompileEngine:
         if getattr(output, "package", None) is not None:
             return fn  # precompile packages serialize the callable: leave it alone
         try:
-            return _runner(_resolve_lazy(fn), graph)
+            return _runner(tu.resolve_lazy(fn), graph)
         except Exception as e:  # noqa: BLE001
             self.rec.hook_failed("torch_compile.wrap", e)
             return fn
@@ -328,18 +328,7 @@ class TorchCompileEngine:
 
     def on_graph_break(self, tx: Any, reason: str, exc: Any) -> None:
         try:
-            stack = getattr(exc, "real_stack", None)
-            if not stack:
-                stack = torch._guards.TracingContext.extract_stack()
-            # The innermost frame of the user's own code (a compiled torch.nn
-            # module breaks inside torch: its user line is where it is called).
-            frame = next((f for f in reversed(stack or [])
-                          if not str(f.filename).startswith(self._skip)), None)
-            if frame is not None:
-                location = f"{frame.filename}:{frame.lineno}"
-            else:  # the whole compiled frame is torch's: the user's line calls it
-                location = user_location(self._skip, 2) or (
-                    f"{stack[-1].filename}:{stack[-1].lineno}" if stack else None)
+            location = brk.break_location(exc, self._skip)
             detail, unresumable = brk.break_detail(reason, exc)
             root = getattr(getattr(tx, "output", None), "root_tx", None) or tx
             if unresumable:  # Dynamo runs the whole frame eagerly from now on
@@ -349,13 +338,8 @@ class TorchCompileEngine:
                 # The rest of the frame resumes at the root's current line.
                 function, _ = brk.function_of(root.f_code)
                 self.gaps.located(function, root.lineno, location, f"compile({function[1]})")
-            code = getattr(tx, "f_code", None)
-            qualname = getattr(code, "co_qualname", getattr(code, "co_name", "?"))
-            modules = brk.wrapped_modules(tx)
-            if modules and str(getattr(code, "co_filename", "")).startswith(self._skip):
-                qualname = f"{type(modules[0]).__name__}.forward"  # not torch's wrap_inline
             self._graph_breaks.inc()
-            self.rec.events.emit(GRAPH_BREAK, brk.display_name(qualname), "", detail[:500],
+            self.rec.events.emit(GRAPH_BREAK, brk.break_name(tx, self._skip), "", detail[:500],
                                  location)
         except Exception as e:  # noqa: BLE001
             self.rec.hook_failed("torch_compile.graph_break", e)
@@ -408,23 +392,6 @@ def create(recorder: Recorder, explain_cache_misses: bool = True, **_: Any) -> T
 
 # Module-level wrappers: they look up the active engine at call time, so
 # uninstall() only has to restore attributes and clear ``_active``.
-
-def _resolve_lazy(fn: Any) -> Any:
-    """What Dynamo does with a lazily recompiled GraphModule, done before we
-    wrap it (Dynamo's own check cannot see through the wrapper)."""
-    try:
-        from torch.fx._lazy_graph_module import _LazyGraphModule
-    except ImportError:
-        return fn
-    owner = getattr(fn, "__self__", None)
-    if isinstance(fn, _LazyGraphModule):
-        _LazyGraphModule.force_recompile(fn)
-        return fn
-    if isinstance(owner, _LazyGraphModule) and getattr(fn, "__name__", "") == "_lazy_forward":
-        _LazyGraphModule.force_recompile(owner)
-        return owner.forward
-    return fn
-
 
 def _runner(fn: Callable[..., Any], graph: _Graph) -> Callable[..., Any]:
     clock = time.monotonic_ns  # the distributions' clock
