@@ -163,7 +163,7 @@ def test_recompile_of_a_function_split_by_a_break_is_one_finding(rec):
 
 class _Part:
     def __init__(self, function, line) -> None:
-        self.function, self.resume_line = function, line
+        self.function, self.break_key = function, None if line is None else (function, line)
 
 
 def test_break_gaps_pair_parts_of_one_function_only():

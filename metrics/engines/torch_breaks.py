@@ -34,6 +34,8 @@ from __future__ import annotations
 
 import bisect
 import functools
+import itertools
+import operator
 import re
 import time
 from collections.abc import Callable
@@ -50,6 +52,7 @@ _HINT = re.compile(r"^\s*Hint:\s*(?P<text>.+)$", re.MULTILINE)
 UNRESUMABLE = "[unresumable]"  # in a graph_break event's detail, before Dynamo's hints
 _FALLS_BACK = "falling back to eager"  # Dynamo's words when it gives up on the whole frame
 _KEEP_COMPILES = 256  # recent compile times kept to tell a compile from a gap
+_BREAK_KEY = operator.attrgetter("break_key")
 GAP_DETAIL = "Python between compiled graphs (a graph break Dynamo resumes from)"
 
 # A function's identity across its parts: (file, the user's qualname).
@@ -134,7 +137,8 @@ class BreakGaps:
     and the gap between the two calls its time. A gap in which Dynamo
     compiled (the first call, a recompile) is counted but not timed: the
     break's time is its untimed crossings at the mean of the timed ones.
-    Graphs need ``function`` (:data:`Function`) and ``resume_line``."""
+    Graphs need ``function`` (:data:`Function`) and ``break_key``
+    (``(function, resume line)`` for a resume part, else None)."""
 
     def __init__(self) -> None:
         self._last: tuple[Any, int] = (None, 0)  # the previous batch's last call
@@ -157,23 +161,29 @@ class BreakGaps:
 
     def fold(self, graphs: list[Any], starts: list[int], ends: list[int]) -> None:
         """Calls in the order they ended (``graph``, ``start``, ``end`` in ns)."""
-        prev, prev_end = self._last
+        last, last_end = self._last
+        self._last = (graphs[-1], ends[-1]) if graphs else self._last
+        keys = list(map(_BREAK_KEY, graphs))  # in C: only resume parts are looked at
         gaps, compiles = self._gaps, self._compiles
-        for g, start, end in zip(graphs, starts, ends):
-            line = g.resume_line
-            if line is not None and prev is not None and prev.function == g.function:
-                key = (g.function, line)
-                acc = gaps.get(key)
-                if acc is None:
-                    acc = gaps[key] = [0, 0, 0]
-                acc[0] += 1
-                i = bisect.bisect_right(compiles, prev_end)
-                if i == len(compiles) or compiles[i] >= start:  # no compile in the gap
-                    acc[1] += 1
-                    acc[2] += max(0, start - prev_end)
-            prev, prev_end = g, end
-        self._last = (prev, prev_end)
-        if gaps:
+        crossed = False
+        for i in itertools.compress(range(len(keys)), keys):
+            prev, prev_end = (graphs[i - 1], ends[i - 1]) if i else (last, last_end)
+            key = keys[i]
+            if prev is None or prev.function != key[0]:
+                continue  # another function's graph ran in between
+            acc = gaps.get(key)
+            if acc is None:
+                acc = gaps[key] = [0, 0, 0]
+            acc[0] += 1
+            crossed = True
+            start = starts[i]
+            if compiles and compiles[-1] > prev_end:  # a compile since: in this gap?
+                j = bisect.bisect_right(compiles, prev_end)
+                if compiles[j] < start:
+                    continue
+            acc[1] += 1
+            acc[2] += max(0, start - prev_end)
+        if crossed:
             now = time.time()
             for key in gaps:
                 self._seen[key] = now

@@ -96,7 +96,7 @@ class _Graph:
     """One backend compile waiting for its frame's compilation metrics."""
 
     __slots__ = ("hash", "name", "signature", "types", "backend_ns", "qualname", "function",
-                 "resume_line")
+                 "resume_line", "break_key")
 
     def __init__(self, graph_hash: str, code: Any, signature: tuple[str, ...],
                  types: dict[str, str], backend_ns: int) -> None:
@@ -105,6 +105,8 @@ class _Graph:
         self.name = brk.display_name(self.qualname)
         # The user's function and the line this part resumes at (None: its start).
         self.function, self.resume_line = brk.function_of(code)
+        # The break this part follows (BreakGaps pairs its calls), None for the start.
+        self.break_key = None if self.resume_line is None else (self.function, self.resume_line)
         self.signature = signature
         self.types = types
         self.backend_ns = backend_ns
