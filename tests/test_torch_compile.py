@@ -158,6 +158,7 @@ def test_recompile_of_a_function_split_by_a_break_is_one_finding(rec):
     assert f.kind == "recompile_batch_size_varies", f.message
     assert f.message.startswith("compile(_split) compiled 2 times") and "1 recompile," in f.message
     assert "tensor 'x' size mismatch at index 0: 4 -> 8" in f.message
+    assert "compiling in 2 graphs split by graph breaks" in f.message
     assert f.location.endswith(f"test_torch_compile.py:{_line_of('# the split call')}")
 
 

@@ -161,21 +161,21 @@ def _by_kind(s: Snapshot, name: str, compiles: int, total: float, lost: float,
         mine = graphs if len(kinds) == 1 else list({id(g): g for _, g in seen}.values())
         hits = sum(g.cache_hits for g in mine if g.compiles)
         loaded = f", {hits} backend cache hit{'s' * (hits > 1)}" if hits else ""
+        per_part: dict[str, int] = defaultdict(int)  # recompiles of this kind per part
+        for _, g in seen:
+            per_part[g.name] += 1
+        across = f" in {len(per_part)} graphs split by graph breaks" if len(per_part) > 1 else ""
         if len(kinds) == 1:
             c = cost_of(s, lost, max(1, compiles - 1))
             n = c.count or 0
-            head = (f"{name} compiled {compiles} times ({_seconds(total)} compiling{loaded}; "
+            head = (f"{name} compiled {compiles} times ({_seconds(total)} compiling{across}"
+                    f"{loaded}; "
                     f"{n} recompile{'s' * (n != 1)}, {_seconds(lost)}: {c.tail()})")
         else:
             split = any(len({classify(x, first_site).kind for x in g.causes
                              if x.description not in _NON_RECOMPILE}) > 1 for g in mine)
             seconds = sum(g.compile_seconds_total / max(1, g.compiles) for _, g in seen)
-            per_part: dict[str, int] = defaultdict(int)
-            for _, g in seen:
-                per_part[g.name] += 1
             n = max(per_part.values())  # one call recompiles each part once
-            across = (f" in {len(per_part)} graphs split by graph breaks"
-                      if len(per_part) > 1 else "")
             c = cost_of(s, min(lost, seconds), n,
                         "estimated: a graph's compile time split evenly among its compiles"
                         if split else "")
