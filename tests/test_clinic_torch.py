@@ -118,6 +118,8 @@ def test_short_last_batch_named_at_the_call(clinic):
 def test_python_scalar_in_words_with_fitting_advice(clinic):
     (msg,) = _at(clinic, "recompile_python_float_specialized", "python_scalar")
     assert "argument 'scale' changed 1.0 -> 1.25 (Python float specialized)" in msg
+    assert "recompiled 1 time " in msg and "in compile(Net.forward@56), the part after a " \
+        "graph break" in msg  # only the graph after the break reads scale
     assert _COST.search(msg) and "torch.tensor(scale)" in msg
     assert "==" not in msg and "torch_dynamo_resume" not in msg  # no raw guard text
     assert "each new value recompiles" not in msg  # Dynamo makes it dynamic after one

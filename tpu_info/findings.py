@@ -164,7 +164,9 @@ def _by_kind(s: Snapshot, name: str, compiles: int, total: float, lost: float,
         per_part: dict[str, int] = defaultdict(int)  # recompiles of this kind per part
         for _, g in seen:
             per_part[g.name] += 1
-        across = f" in {len(per_part)} graphs split by graph breaks" if len(per_part) > 1 else ""
+        across = (f" in {len(per_part)} graphs split by graph breaks" if len(per_part) > 1
+                  else "" if name in per_part else f" in {next(iter(per_part))}, the part "
+                  "after a graph break")
         if len(kinds) == 1:
             c = cost_of(s, lost, max(1, compiles - 1))
             n = c.count or 0
