@@ -75,9 +75,29 @@ def test_every_mistake_is_marked():
                           "python_scalar", "grad_mode"}
 
 
-def test_graph_break_named_with_its_line_and_how_often(clinic):
+# The finding kind each marked mistake must be named by.
+KINDS = {"graph_break": "graph_break", "graph_break_unresumable": "graph_break_unresumable",
+         "short_last_batch": "recompile_short_last_batch",
+         "python_scalar": "recompile_python_float_specialized",
+         "grad_mode": "recompile_grad_mode"}
+
+
+def test_one_finding_per_mistake(clinic):
+    """A recompile of a function split by a graph break is one finding, not
+    one for the function and one for its resume function."""
+    named = {mistake: _at(clinic, kind, mistake) for mistake, kind in KINDS.items()}
+    assert {m: len(msgs) for m, msgs in named.items()} == dict.fromkeys(KINDS, 1), clinic
+    assert len(clinic) == len(KINDS), clinic
+
+
+def test_graph_break_named_with_its_line_how_often_and_its_measured_cost(clinic):
     (msg,) = _at(clinic, "graph_break", "graph_break")
     assert "Tensor.item()" in msg and "1.0 per step" in msg
+    # The Python between the two graphs, timed: per crossing, per step, share, measured.
+    assert re.search(r"Each crossing runs Python between the two graphs for \d[\d.]* (us|ms)"
+                     r" \(16 times, 1\.0 per step, [\d.]+ (us|ms)/step, [\d.]+% of step time, "
+                     r"measured\)", msg), msg
+    assert "not measured" not in msg
 
 
 def test_unresumable_break_at_the_users_call_with_time_outside_graphs(clinic):
@@ -89,22 +109,25 @@ def test_unresumable_break_at_the_users_call_with_time_outside_graphs(clinic):
 
 
 def test_short_last_batch_named_at_the_call(clinic):
-    msgs = _at(clinic, "recompile_short_last_batch", "short_last_batch")
-    assert msgs and all("32 -> 8" in m and _COST.search(m) for m in msgs)
-    assert all("Pad or bucket the last batch" in m for m in msgs)
+    (msg,) = _at(clinic, "recompile_short_last_batch", "short_last_batch")
+    assert "tensor 'x' size mismatch at index 0: 32 -> 8" in msg and _COST.search(msg)
+    assert "recompiled 1 time " in msg and "in 2 graphs split by graph breaks" in msg
+    assert "Pad or bucket the last batch" in msg
 
 
 def test_python_scalar_in_words_with_fitting_advice(clinic):
     (msg,) = _at(clinic, "recompile_python_float_specialized", "python_scalar")
     assert "argument 'scale' changed 1.0 -> 1.25 (Python float specialized)" in msg
+    assert "recompiled 1 time " in msg and "in compile(Net.forward@56), the part after a " \
+        "graph break" in msg  # only the graph after the break reads scale
     assert _COST.search(msg) and "torch.tensor(scale)" in msg
     assert "==" not in msg and "torch_dynamo_resume" not in msg  # no raw guard text
     assert "each new value recompiles" not in msg  # Dynamo makes it dynamic after one
 
 
 def test_grad_mode_at_the_eval_line_without_batch_advice(clinic):
-    msgs = _at(clinic, "recompile_grad_mode", "grad_mode")
-    assert msgs and all(_COST.search(m) and "no_grad" in m for m in msgs)
+    (msg,) = _at(clinic, "recompile_grad_mode", "grad_mode")
+    assert _COST.search(msg) and "no_grad" in msg and "recompiled 1 time " in msg
 
 
 def test_no_wrong_advice(clinic):

@@ -100,27 +100,92 @@ def test_graph_hash_is_stable_and_names_the_graph(rec):
     assert len({x.hash for x in rec.ledger.snapshot()}) == 2
 
 
-def test_graph_break_detected_with_reason_and_line(rec):
+def test_graph_break_detected_with_reason_line_and_measured_time(rec):
+    import metrics
+
     def chatty(x):
         y = x * 2
         print("step")  # graph break here
         return y + 1
 
     compiled = torch.compile(chatty, backend="aot_eager")
-    for _ in range(3):
+    for _ in range(6):
         compiled(torch.ones(4))
+        metrics.mark_step()
     assert rec.registry.counter_value("GraphBreaks") == 1
     (brk,) = [e for e in rec.events.since(0)[0] if e.kind == "graph_break"]
     assert "print" in brk.detail and brk.detail.startswith("Failed to trace builtin operator")
     assert brk.location.endswith(f"test_torch_compile.py:{_line_of('# graph break here')}")
     names = {g.name for g in rec.ledger.snapshot()}
     line = _line_of("# graph break here")
-    assert f"compile(chatty@{line})" in names  # the rest of the function, its own graph
+    fn = "test_graph_break_detected_with_reason_line_and_measured_time.<locals>.chatty"
+    assert names == {f"compile({fn})", f"compile({fn}@{line})"}  # the rest: its own graph
+    from tpu_info import findings
+
+    snap = metrics.snapshot()
+    # The Python between the two graphs: every crossing counted, timed where
+    # Dynamo did not compile in between (the first call compiles the rest).
+    (site,) = [x for x in snap.sites if x.kind == "graph_break"]
+    assert site.location.endswith(f"test_torch_compile.py:{line}") and site.count == 6
+    assert site.function == f"compile({fn})" and site.seconds > 0
+    (f,) = [f for f in findings.find(snap) if f.kind == "graph_break"]
+    assert "print" in f.message and f":{line}" in f.message
+    assert "Each crossing runs Python between the two graphs" in f.message
+    assert "6 times, 1.0 per step" in f.message and "measured" in f.message
+    assert f.seconds_lost == site.seconds and f.share_of_step is not None and f.count == 6
+
+
+def _split(x):
+    y = x * 2
+    torch._dynamo.graph_break()  # splits _split in two graphs
+    return y + 1
+
+
+def test_recompile_of_a_function_split_by_a_break_is_one_finding(rec):
+    """Both parts of a function recompile for one new size: one finding, with
+    the function's own argument (``x``, not the resumed part's local ``y``)."""
     import metrics
     from tpu_info import findings
 
-    found = [f for f in findings.find(metrics.snapshot()) if f.kind == "graph_break"]
-    assert found and "print" in found[0].message and f":{line}" in found[0].message
+    compiled = torch.compile(_split, backend="eager")
+    for n in (4, 4, 8, 8):
+        compiled(torch.ones(n, 3))  # the split call
+    line = _line_of("# splits _split")
+    assert sorted(g.name for g in rec.ledger.snapshot()) == [
+        "compile(_split)", "compile(_split)", f"compile(_split@{line})",
+        f"compile(_split@{line})"]
+    (f,) = [f for f in findings.find(metrics.snapshot()) if f.kind.startswith("recompile")]
+    assert f.kind == "recompile_batch_size_varies", f.message
+    assert f.message.startswith("compile(_split) compiled 2 times") and "1 recompile," in f.message
+    assert "tensor 'x' size mismatch at index 0: 4 -> 8" in f.message
+    assert "compiling in 2 graphs split by graph breaks" in f.message
+    assert f.location.endswith(f"test_torch_compile.py:{_line_of('# the split call')}")
+
+
+class _Part:
+    def __init__(self, function, line) -> None:
+        self.function, self.break_key = function, None if line is None else (function, line)
+
+
+def test_break_gaps_pair_parts_of_one_function_only():
+    from metrics.engines.torch_breaks import BreakGaps
+
+    f = ("t.py", "f")
+    head, rest, other = _Part(f, None), _Part(f, 7), _Part(("t.py", "g"), None)
+    gaps = BreakGaps()
+    gaps.located(f, 7, "/src/t.py:7", "compile(f)")
+    gaps.fold([head, rest], [0, 150], [100, 200])  # 50 ns of Python in between
+    gaps.compiled(1150)  # Dynamo compiled in the next gap: counted, not timed
+    gaps.fold([head, rest, head, other, rest], [1000, 1200, 2000, 2200, 2300],
+              [1100, 1300, 2100, 2250, 2400])  # another function's graph in between: none
+    gaps.fold([head], [3000], [3100])
+    gaps.fold([rest], [3160], [3200])  # a crossing split between two folds: 60 ns
+    (site,) = gaps.sites()
+    assert (site.kind, site.location, site.function) == ("graph_break", "/src/t.py:7",
+                                                         "compile(f)")
+    assert site.count == 3 and site.seconds == pytest.approx((50 + 60) / 2 * 3 / 1e9)
+    gaps.clear()
+    assert gaps.sites() == []
 
 
 def test_hook_failure_is_counted_not_raised(rec, monkeypatch):

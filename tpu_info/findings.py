@@ -41,6 +41,7 @@ from tpu_info.model import (
     ProcessRecord,
     RecompileCause,
     Severity,
+    SiteKind,
     Snapshot,
 )
 from tpu_info.site_findings import explicit_syncs, site_findings
@@ -76,13 +77,34 @@ def _describe(text: str, cause: RecompileCause) -> str:
     return text
 
 
+_PART_RE = re.compile(r"^(?P<fn>compile\(.+)@\d+\)$")
+
+
+def function_name(name: str) -> str:
+    """The function a graph compiles part of: torch.compile's graphs of the
+    rest of a function after a graph break (``compile(Net.forward@56)``)
+    belong to ``compile(Net.forward)``; other names are their own."""
+    m = _PART_RE.match(name)
+    return f"{m.group('fn')})" if m else name
+
+
+def _parts(graphs: list[GraphRecord]) -> dict[str, list[GraphRecord]]:
+    by_part: dict[str, list[GraphRecord]] = defaultdict(list)
+    for g in graphs:
+        by_part[g.name].append(g)
+    return by_part
+
+
 def recompiles(s: Snapshot) -> Iterable[Finding]:
-    """A function compiled more than once, with the latest real cause."""
+    """A function compiled more than once, with the latest real cause. The
+    graphs of one function split by graph breaks count as one: a call that
+    recompiles both parts is one recompile (the most any part compiled)."""
     by_name: dict[str, list[GraphRecord]] = defaultdict(list)
     for g in s.graphs:
-        by_name[g.name].append(g)
+        by_name[function_name(g.name)].append(g)
     for name, graphs in by_name.items():
-        compiles = sum(g.compiles for g in graphs)
+        parts = _parts(graphs).values()
+        compiles = max(sum(g.compiles for g in part) for part in parts)
         if compiles < 2:
             continue
         causes = sorted((c for g in graphs for c in g.causes
@@ -93,11 +115,12 @@ def recompiles(s: Snapshot) -> Iterable[Finding]:
         if not causes and (compiles < 10 or _single_op(name)):
             continue  # eager ops compile once per new shape: only many are news
         total = sum(g.compile_seconds_total for g in graphs)
-        first = min((g for g in graphs if g.compiles), key=lambda g: g.first_seen_unix)
+        firsts = [min(compiled, key=lambda g: g.first_seen_unix) for part in parts
+                  if (compiled := [g for g in part if g.compiles])]
         first_site = next((c.location for g in graphs for c in g.causes
                            if c.description == FIRST_CALL and c.location), None)
-        lost = max(0.0, total - first.compile_seconds_last)
-        if causes and warm_up(compiles, first.engine, tuple(causes)) and all(
+        lost = max(0.0, total - sum(g.compile_seconds_last for g in firsts))
+        if causes and warm_up(compiles, graphs[0].engine, tuple(causes)) and all(
                 c.description.startswith("new graph") for c in causes):
             yield Finding(f"{name} compiled {compiles} times in its first steps "
                           f"({_seconds(total)}): {_XLA_WARM_UP}",
@@ -129,7 +152,9 @@ def _by_kind(s: Snapshot, name: str, compiles: int, total: float, lost: float,
             if c.description not in _NON_RECOMPILE:
                 kinds[classify(c, first_site).kind].append((c, g))
     for kind, seen in kinds.items():
-        cause = max((c for c, _ in seen), key=lambda c: c.time_unix)
+        # The function's own graph names the user's argument (a later part, a local).
+        own = [c for c, g in seen if g.name == name]
+        cause = max(own or [c for c, _ in seen], key=lambda c: c.time_unix)
         k = classify(cause, first_site)
         if k.kind == "warm-up":
             yield Finding(f"{name} compiled {len(seen)} new graph{'s' * (len(seen) > 1)} in its "
@@ -139,20 +164,28 @@ def _by_kind(s: Snapshot, name: str, compiles: int, total: float, lost: float,
         mine = graphs if len(kinds) == 1 else list({id(g): g for _, g in seen}.values())
         hits = sum(g.cache_hits for g in mine if g.compiles)
         loaded = f", {hits} backend cache hit{'s' * (hits > 1)}" if hits else ""
+        per_part: dict[str, int] = defaultdict(int)  # recompiles of this kind per part
+        for _, g in seen:
+            per_part[g.name] += 1
+        across = (f" in {len(per_part)} graphs split by graph breaks" if len(per_part) > 1
+                  else "" if name in per_part else f" in {next(iter(per_part))}, the part "
+                  "after a graph break")
         if len(kinds) == 1:
             c = cost_of(s, lost, max(1, compiles - 1))
             n = c.count or 0
-            head = (f"{name} compiled {compiles} times ({_seconds(total)} compiling{loaded}; "
+            head = (f"{name} compiled {compiles} times ({_seconds(total)} compiling{across}"
+                    f"{loaded}; "
                     f"{n} recompile{'s' * (n != 1)}, {_seconds(lost)}: {c.tail()})")
         else:
             split = any(len({classify(x, first_site).kind for x in g.causes
                              if x.description not in _NON_RECOMPILE}) > 1 for g in mine)
             seconds = sum(g.compile_seconds_total / max(1, g.compiles) for _, g in seen)
-            c = cost_of(s, min(lost, seconds), len(seen),
+            n = max(per_part.values())  # one call recompiles each part once
+            c = cost_of(s, min(lost, seconds), n,
                         "estimated: a graph's compile time split evenly among its compiles"
                         if split else "")
-            head = (f"{name} recompiled {len(seen)} time{'s' * (len(seen) > 1)} for "
-                    f"{kind} ({_seconds(c.seconds)} compiling{loaded}, {c.tail()})")
+            head = (f"{name} recompiled {n} time{'s' * (n > 1)} for {kind} "
+                    f"({_seconds(c.seconds)} compiling{across}{loaded}, {c.tail()})")
         yield Finding(f"{head}; {_describe(k.text, cause)}. {k.advice}",
                       Severity.INFO if k.expected else Severity.WARNING, cause.location,
                       kind=cause_kind_name(k), **c.fields())
@@ -382,12 +415,19 @@ def graph_breaks(s: Snapshot) -> Iterable[Finding]:
         if _UNRESUMABLE_RE.search(detail):
             yield _unresumable(s, name, where, loc, detail)
             continue
+        gap = next((x for x in s.sites if x.kind == SiteKind.GRAPH_BREAK.value
+                    and x.location == loc and x.count), None)
         calls = sum(g.executions or 0 for g in s.graphs if g.name == name)
-        c = cost_of(s, 0.0, calls or None)
-        crossed = (f" It is crossed on every call ({calls:,} times, {c.per_step:.1f} per step; "
-                   "the graph ends, that line runs in Python, the next graph starts; the "
-                   "time in between is not measured)." if calls and c.per_step is not None
-                   else "")
+        if gap is not None:  # the torch hook timed the Python between the two graphs
+            c = cost_of(s, gap.seconds, gap.count)
+            crossed = (f" Each crossing runs Python between the two graphs for "
+                       f"{_seconds(gap.seconds / gap.count)} ({c.words()}).")
+        else:
+            c = cost_of(s, 0.0, calls or None)
+            crossed = (f" It is crossed on every call ({calls:,} times, {c.per_step:.1f} per "
+                       "step; the graph ends, that line runs in Python, the next graph "
+                       "starts; the time in between is not measured)."
+                       if calls and c.per_step is not None else "")
         yield Finding(
             f"graph break in {name}{where}: {detail.rstrip('.')}. Dynamo splits the function there "
             f"into separate graphs with Python in between.{crossed} Rewrite that line so it "

@@ -287,6 +287,9 @@ class SiteKind(str, enum.Enum):
     # Host data moved to the device with no device_put: a numpy array passed
     # into a jitted function, jnp.asarray(numpy), per-call shard transfers.
     IMPLICIT_TO_DEVICE = "implicit_to_device"
+    # A torch.compile graph break Dynamo resumes from: ``seconds`` is the
+    # Python run between the two compiled graphs, ``count`` the crossings.
+    GRAPH_BREAK = "graph_break"
 
 
 @dataclass(frozen=True, slots=True)

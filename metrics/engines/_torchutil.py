@@ -41,6 +41,24 @@ def tensor_type(value: Any) -> str | None:
     return f"{short_dtype(dtype)}[{','.join(str(d) for d in shape)}]"
 
 
+def resolve_lazy(fn: Any) -> Any:
+    """What Dynamo does with a lazily recompiled GraphModule, done before a
+    hook wraps the backend's callable (Dynamo's own check cannot see through
+    the wrapper)."""
+    try:
+        from torch.fx._lazy_graph_module import _LazyGraphModule
+    except ImportError:
+        return fn
+    owner = getattr(fn, "__self__", None)
+    if isinstance(fn, _LazyGraphModule):
+        _LazyGraphModule.force_recompile(fn)
+        return fn
+    if isinstance(owner, _LazyGraphModule) and getattr(fn, "__name__", "") == "_lazy_forward":
+        _LazyGraphModule.force_recompile(owner)
+        return owner.forward
+    return fn
+
+
 def torch_devices(torch: Any) -> list[DeviceRecord]:
     """CUDA devices with the caching allocator's numbers, or one CPU record
     saying why there are none. Never initializes CUDA itself."""

@@ -11,19 +11,19 @@ hook watches Dynamo from the outside:
   input signature (symbolic sizes included), so it is stable across runs and
   when the source moves. The signature lists the user's inputs
   (``x: f32[s77,3]``); parameters and buffers count in the hash only.
-* Recompile causes: Dynamo's guard-failure text (``tensor 'x' size mismatch
-  at index 0. expected 4, actual 8``, ``GLOBAL_STATE changed: grad_mode``,
-  ``n == 2``, ``___check_obj_id(...)``), parsed into argument / before /
-  after, with the user's call site. Dynamo checks every cached graph and its
-  metrics keep the first failure only; the hook sees them all and keeps the
-  first that is not a global-state change (after an eval graph under
-  ``no_grad``, a training call at a new size is a size change). Python
-  numbers' new values are read off the frame.
+* Recompile causes: Dynamo's guard failures parsed into argument / before /
+  after (:mod:`metrics.engines.torch_guards`), with the user's call site.
+  Dynamo checks every cached graph and its metrics keep the first failure
+  only; the hook sees them all and keeps the first that is not a
+  global-state change (after an eval graph under ``no_grad``, a training
+  call at a new size is a size change).
 * A backend (Inductor FX/AOT) cache hit is still a Dynamo (re)compile: it
   counts in the ledger as a compile with Dynamo's time and its cause, and as
   a cache hit (``CachedCompile``; the event says "backend cache hit").
 * Graph breaks (``GraphBreaks``, and a ``graph_break`` event with the reason
-  and the user's line).
+  and the user's line); the Python time across a break Dynamo resumes from,
+  and the eager time of a frame it gave up on
+  (:mod:`metrics.engines.torch_breaks`).
 * Executions of each compiled graph and their time (``ExecuteComputation``,
   ``ExecuteTime``): the backend's callable is wrapped (forward graphs only;
   backward runs inside autograd).
@@ -57,11 +57,9 @@ import collections
 import functools
 import hashlib
 import operator
-import re
 import sys
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
@@ -70,123 +68,45 @@ import torch
 from metrics import events as ev
 from metrics.callstats import CallTimes
 from metrics.engines import _torchutil as tu
+from metrics.engines import torch_breaks as brk
 from metrics.engines._frames import skip_prefixes, user_location
 from metrics.engines._patching import Patches
+from metrics.engines.torch_guards import (
+    TypesByCompile,
+    choose_reason,
+    frame_values,
+    parse_recompile_reason,
+    source_name,
+)
 from metrics.journal import FOLD_AT
 from metrics.recorder import Recorder
 from tpu_info import catalog as names
-from tpu_info.model import FIRST_CALL, DeviceRecord, RecompileCause, StepsReading
+from tpu_info.model import FIRST_CALL, DeviceRecord, RecompileCause, SiteReading, StepsReading
 
 ENGINE = "torch_compile"
 CALL_FIELDS = 3  # a compiled graph's call in the journal: (graph, start, end)
 GRAPH_BREAK = ev.GRAPH_BREAK
-_COMPILE_ID = re.compile(r"^\s*\[?\d+/\d+\]?:\s*")
-_MISMATCH = re.compile(
-    r"tensor '(?P<arg>[^']+)' (?P<what>size|stride) mismatch at index (?P<i>\d+)\. "
-    r"expected (?P<exp>[^,]+), actual (?P<act>\S+)")
-_DTYPE = re.compile(r"tensor '(?P<arg>[^']+)' dtype mismatch\. expected (?P<exp>\S+), "
-                    r"actual (?P<act>\S+)")
-_TENSOR = re.compile(r"tensor '(?P<arg>[^']+)'")
-_VALUE_GUARD = re.compile(r"^(?P<src>[\w.\[\]'\"]+) == (?P<val>-?[\w.+-]+)$")
-_LEN_GUARD = re.compile(r"^len\((?P<src>[^()]+)\) == (?P<val>\d+)$")
-_GUARD_COMMENT = re.compile(r"\s+#.*$")
-_SCALARS = (bool, int, float)
-_RESUME = re.compile(r"^torch_dynamo_resume_in_(?P<fn>.+)_at_(?P<line>\d+)$")
-_EXPLANATION = re.compile(r"Explanation:\s*(?P<text>.+)")
-_HINT = re.compile(r"^\s*Hint:\s*(?P<text>.+)$", re.MULTILINE)
-UNRESUMABLE = "[unresumable]"  # in a graph_break event's detail, before Dynamo's hints
-_FALLS_BACK = "falling back to eager"  # Dynamo's words when it gives up on the whole frame
-# Code objects of frames Dynamo gave up on: their calls are timed (EagerFallbackTime).
-_eager_codes: set[Any] = set()
+UNRESUMABLE = brk.UNRESUMABLE
 
 _tls = threading.local()
 _active: TorchCompileEngine | None = None
 
 
-def source_name(source: str) -> str:
-    """Dynamo's source string -> the user's spelling: ``L['x']`` -> ``x``,
-    ``L['self']._modules['fc']._parameters['weight']`` -> ``self.fc.weight``."""
-    s = re.sub(r"^[LG]\['([^']+)'\]", r"\1", source)
-    s = re.sub(r"\._(?:modules|parameters|buffers)\['([^']+)'\]", r".\1", s)
-    return s
-
-
-def choose_reason(reasons: list[str]) -> str:
-    """The guard failure that explains a recompile, out of one per cached
-    graph: an entry that failed on global state (grad mode) was compiled for
-    the other mode, so the first failure of another kind is the real change."""
-    for r in reasons:
-        if "GLOBAL_STATE changed" not in r:
-            return r
-    return reasons[0]
-
-
-def guard_text(reason: str) -> str:
-    """A guard failure's first line without its compile id and Dynamo's
-    trailing ``# source  # file:line`` comment."""
-    first = reason.strip().splitlines()[0] if reason.strip() else reason
-    return _GUARD_COMMENT.sub("", _COMPILE_ID.sub("", first)).strip()
-
-
-def parse_recompile_reason(reason: str, now: float, location: str | None,
-                           before_types: dict[str, str] | None = None,
-                           values: dict[str, str] | None = None) -> RecompileCause:
-    """One guard-failure line -> a cause; ``before_types`` maps argument names
-    to the type the failing graph was compiled for (``f32[4,3]``), ``values``
-    the Python numbers (and lengths) the frame was called with this time."""
-    text = guard_text(reason)
-    arg = before = after = None
-    m = _MISMATCH.search(text)
-    if m:
-        arg = m.group("arg")
-        old = (before_types or {}).get(arg)
-        dims = _dims(old) if old else None
-        i = int(m.group("i"))
-        if m.group("what") == "size" and dims is not None and i < len(dims):
-            new = list(dims)
-            new[i] = m.group("act")
-            dtype = old.split("[", 1)[0]  # type: ignore[union-attr]
-            before, after = old, f"{dtype}[{','.join(new)}]"
-        else:
-            before, after = m.group("exp"), m.group("act")
-    elif (m := _DTYPE.search(text)) is not None:
-        arg, before, after = m.group("arg"), m.group("exp"), m.group("act")
-    elif (m := _TENSOR.search(text)) is not None:
-        arg = m.group("arg")
-    elif (m := _VALUE_GUARD.match(text) or _LEN_GUARD.match(text)) is not None:
-        arg = source_name(m.group("src"))
-        key = f"len({arg})" if text.startswith("len(") else arg
-        before, after = m.group("val"), (values or {}).get(key)
-    return RecompileCause(time_unix=now, description=text, location=location,
-                          argument=arg, before=before, after=after)
-
-
-def _dims(type_str: str) -> list[str] | None:
-    if "[" not in type_str or not type_str.endswith("]"):
-        return None
-    inner = type_str.split("[", 1)[1][:-1]
-    return inner.split(",") if inner else []
-
-
-def display_name(qualname: str) -> str:
-    """``compile(M.forward)``; Dynamo's resume functions after a graph break
-    become ``compile(f@33)`` (the rest of ``f`` from line 33)."""
-    m = _RESUME.match(qualname.rsplit(".", 1)[-1])
-    if m:
-        return f"compile({m.group('fn')}@{m.group('line')})"
-    return f"compile({qualname})"
-
-
 class _Graph:
     """One backend compile waiting for its frame's compilation metrics."""
 
-    __slots__ = ("hash", "name", "signature", "types", "backend_ns", "qualname")
+    __slots__ = ("hash", "name", "signature", "types", "backend_ns", "qualname", "function",
+                 "resume_line", "break_key")
 
-    def __init__(self, graph_hash: str, qualname: str, signature: tuple[str, ...],
+    def __init__(self, graph_hash: str, code: Any, signature: tuple[str, ...],
                  types: dict[str, str], backend_ns: int) -> None:
         self.hash = graph_hash
-        self.qualname = qualname
-        self.name = display_name(qualname)
+        self.qualname = getattr(code, "co_qualname", code.co_name)
+        self.name = brk.display_name(self.qualname)
+        # The user's function and the line this part resumes at (None: its start).
+        self.function, self.resume_line = brk.function_of(code)
+        # The break this part follows (BreakGaps pairs its calls), None for the start.
+        self.break_key = None if self.resume_line is None else (self.function, self.resume_line)
         self.signature = signature
         self.types = types
         self.backend_ns = backend_ns
@@ -203,7 +123,7 @@ class TorchCompileEngine:
         self._patches = Patches(self.degraded)
         self._dynamo_hooked = False
         self._lock = threading.Lock()
-        self._types_by_compile_id: OrderedDict[str, dict[str, str]] = OrderedDict()
+        self._types = TypesByCompile()
         self._skip = skip_prefixes(torch)
         dist, counter = recorder.distribution, recorder.counter
         self._compile_time = dist(names.COMPILE_TIME)
@@ -218,13 +138,17 @@ class TorchCompileEngine:
         self.calls = recorder.journal(self._fold_calls)
         self.calls_queue = self.calls.queue
         self.call_times = CallTimes("compiled graph")  # the inferred step
+        self.gaps = brk.BreakGaps()  # Python across resumable graph breaks
+        self._resumes = False  # a resume function compiled: pair calls at fold time
         recorder.on_reset(self.call_times.clear)
+        recorder.on_reset(self.gaps.clear)
 
     # Install / uninstall ---------------------------------------------------
 
     def install(self) -> None:
         global _active
         _active = self
+        brk.watch(self._eager_time, self.rec.hook_failed)
         if "torch._dynamo" in sys.modules:
             self.hook_dynamo()
         # Hooks Dynamo on first use, and times what it returns once Dynamo
@@ -235,6 +159,7 @@ class TorchCompileEngine:
         global _active
         if _active is self:
             _active = None
+            brk.unwatch()
         self._patches.restore()
         self._dynamo_hooked = False
 
@@ -293,14 +218,13 @@ class TorchCompileEngine:
         if getattr(output, "package", None) is not None:
             return fn  # precompile packages serialize the callable: leave it alone
         try:
-            return _runner(_resolve_lazy(fn), graph)
+            return _runner(tu.resolve_lazy(fn), graph)
         except Exception as e:  # noqa: BLE001
             self.rec.hook_failed("torch_compile.wrap", e)
             return fn
 
     def _describe(self, output: Any, gm: Any, backend_ns: int) -> _Graph:
         code = output.root_tx.f_code
-        qualname = getattr(code, "co_qualname", code.co_name)
         backend = output.compiler_fn
         backend_name = (getattr(backend, "compiler_name", None)
                         or getattr(backend, "__name__", None) or type(backend).__name__)
@@ -321,10 +245,14 @@ class TorchCompileEngine:
             sig.append(f"{src_name}: {t}")
             types[src_name] = t
         digest = hashlib.sha256("\n".join(hashed).encode()).hexdigest()[:32]
-        return _Graph(digest, qualname, tuple(sig), types, backend_ns)
+        graph = _Graph(digest, code, tuple(sig), types, backend_ns)
+        if graph.resume_line is not None:
+            self._resumes = True
+        return graph
 
     def on_compilation_metrics(self, m: Any) -> None:
         try:
+            self.gaps.compiled(time.monotonic_ns())
             if m.is_forward is False or m.is_runtime:
                 return  # backward / runtime records: no Dynamo graph of their own
             pending = getattr(_tls, "pending", None)
@@ -344,19 +272,18 @@ class TorchCompileEngine:
             if reason and seen and seen[0][0] == reason:
                 reason, values = choose_reason(seen[0]), seen[1]
             self._record(graphs, reason, m.compile_id, frame_s, cache_hit,
-                         self._call_site(graphs[0].qualname), values)
+                         self._call_site(graphs[0]), values)
         except Exception as e:  # noqa: BLE001
             self.rec.hook_failed("torch_compile.metrics", e)
 
-    def _call_site(self, qualname: str) -> str | None:
+    def _call_site(self, graph: _Graph) -> str | None:
         """The user's line that called the frame being compiled. A resume
         function (the rest of ``f`` after a graph break) is called from ``f``
         itself: its call site is ``f``'s caller, the line that passed the
         arguments whose guards failed."""
-        m = _RESUME.match(qualname.rsplit(".", 1)[-1])
-        if m is None:
+        if graph.resume_line is None:
             return user_location(self._skip, 4)
-        resumed = m.group("fn")
+        resumed = graph.function[1].rsplit(".", 1)[-1]
         try:
             f: Any = sys._getframe(3)
         except ValueError:
@@ -364,7 +291,7 @@ class TorchCompileEngine:
         while f is not None:
             fn = f.f_code.co_filename
             if not fn.startswith(self._skip) and not fn.startswith("<") and not (
-                    f.f_code.co_name == resumed or _RESUME.match(f.f_code.co_name)):
+                    f.f_code.co_name == resumed or brk.resumed(f.f_code.co_name)):
                 return f"{fn}:{f.f_lineno}"
             f = f.f_back
         return None
@@ -373,17 +300,8 @@ class TorchCompileEngine:
                 frame_s: float | None, cache_hit: bool, location: str | None,
                 values: dict[str, str] | None = None) -> None:
         now = time.time()
-        before_types: dict[str, str] | None = None
         if reason:
-            failed = _COMPILE_ID.match(reason)
-            key = failed.group(0).strip(" []:") if failed else None
-            before_types = self._types_by_compile_id.get(key) if key else None
-            if before_types is None and self._types_by_compile_id and compile_id:
-                frame = str(compile_id).split("/")[0]
-                for cid in reversed(self._types_by_compile_id):
-                    if cid.split("/")[0] == frame:
-                        before_types = self._types_by_compile_id[cid]
-                        break
+            before_types = self._types.before(reason, compile_id)
             cause = parse_recompile_reason(reason, now, location, before_types, values)
         else:
             cause = RecompileCause(time_unix=now, description=FIRST_CALL, location=location)
@@ -394,7 +312,7 @@ class TorchCompileEngine:
         ledger, events = self.rec.ledger, self.rec.events
         for g in graphs:
             if compile_id:
-                self._remember_types(str(compile_id), g.types)
+                self._types.remember(str(compile_id), g.types)
             seconds = g.backend_ns / 1e9 + trace_s / len(graphs)
             # A backend cache hit is still a Dynamo (re)compile: Dynamo traced the
             # frame again (its time, its guard failure); only the backend was loaded.
@@ -410,55 +328,28 @@ class TorchCompileEngine:
             kind = ev.COMPILE if cause.description == FIRST_CALL else ev.RECOMPILE
             events.emit(kind, g.name, g.hash, detail, location, seconds)
 
-    def _remember_types(self, compile_id: str, types: dict[str, str]) -> None:
-        d = self._types_by_compile_id
-        d[compile_id] = types
-        d.move_to_end(compile_id)
-        while len(d) > 512:
-            d.popitem(last=False)
-
     def on_graph_break(self, tx: Any, reason: str, exc: Any) -> None:
         try:
-            stack = getattr(exc, "real_stack", None)
-            if not stack:
-                stack = torch._guards.TracingContext.extract_stack()
-            # The innermost frame of the user's own code (a compiled torch.nn
-            # module breaks inside torch: its user line is where it is called).
-            frame = next((f for f in reversed(stack or [])
-                          if not str(f.filename).startswith(self._skip)), None)
-            if frame is not None:
-                location = f"{frame.filename}:{frame.lineno}"
-            else:  # the whole compiled frame is torch's: the user's line calls it
-                location = user_location(self._skip, 2) or (
-                    f"{stack[-1].filename}:{stack[-1].lineno}" if stack else None)
-            text = str(exc) if exc is not None else reason
-            kind = getattr(exc, "gb_type", None)
-            expl = _EXPLANATION.search(text)
-            if kind and expl:
-                detail = f"{kind}: {expl.group('text').strip()}"
-            else:
-                detail = kind or next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
-            if _FALLS_BACK in str(reason):
-                # Dynamo runs the whole frame eagerly from now on: say so, keep its hints.
-                hints = [h.strip() for h in _HINT.findall(text) if "report an issue" not in h]
-                detail = " ".join([detail, UNRESUMABLE, *(f"Hint: {h}" for h in hints)])
-                root = getattr(getattr(tx, "output", None), "root_tx", None) or tx
-                if getattr(root, "f_code", None) is not None:
-                    _eager_codes.add(root.f_code)
-                _eager_codes.update(_wrapped_module_codes(root))
-            code = getattr(tx, "f_code", None)
-            qualname = getattr(code, "co_qualname", getattr(code, "co_name", "?"))
-            modules = _wrapped_modules(tx)
-            if modules and str(getattr(code, "co_filename", "")).startswith(self._skip):
-                qualname = f"{type(modules[0]).__name__}.forward"  # not torch's wrap_inline
+            location = brk.break_location(exc, self._skip)
+            detail, unresumable = brk.break_detail(reason, exc)
+            root = getattr(getattr(tx, "output", None), "root_tx", None) or tx
+            if unresumable:  # Dynamo runs the whole frame eagerly from now on
+                brk.gave_up_on(root)
+            elif getattr(root, "f_code", None) is not None and isinstance(
+                    getattr(root, "lineno", None), int):
+                # The rest of the frame resumes at the root's current line.
+                function, _ = brk.function_of(root.f_code)
+                self.gaps.located(function, root.lineno, location, f"compile({function[1]})")
             self._graph_breaks.inc()
-            self.rec.events.emit(GRAPH_BREAK, display_name(qualname), "", detail[:500], location)
+            self.rec.events.emit(GRAPH_BREAK, brk.break_name(tx, self._skip), "", detail[:500],
+                                 location)
         except Exception as e:  # noqa: BLE001
             self.rec.hook_failed("torch_compile.graph_break", e)
 
     def _fold_calls(self, flat: list[Any]) -> None:
         """Calls of compiled graphs (``CALL_FIELDS`` items each: graph,
-        start, end) -> ExecuteTime and executions per graph."""
+        start, end) -> ExecuteTime, executions per graph, and (once a resume
+        function compiled) the Python run across graph breaks."""
         graphs, starts, ends = flat[0::CALL_FIELDS], flat[1::CALL_FIELDS], flat[2::CALL_FIELDS]
         self._exec_count.inc(len(ends))
         durations = list(map(operator.sub, ends, starts))
@@ -469,6 +360,8 @@ class TorchCompileEngine:
         per_graph = {graphs[0]: len(graphs)} if len(uniq) == 1 else collections.Counter(graphs)
         for graph, n in per_graph.items():
             executed(graph.hash, graph.name, ENGINE, n)
+        if self._resumes:
+            self.gaps.fold(graphs, starts, ends)
 
     # Scrape time -----------------------------------------------------------
 
@@ -477,6 +370,11 @@ class TorchCompileEngine:
         graphs; None with too little history) when the program marks none."""
         self.calls.flush()
         return self.call_times.steps()
+
+    def sites(self) -> list[SiteReading]:
+        """Resumable graph breaks with the Python time across them (measured)."""
+        self.calls.flush()
+        return self.gaps.sites()
 
     def devices(self) -> list[DeviceRecord]:
         """CUDA devices, or a CPU record with the reason (none when torch_xla
@@ -494,47 +392,8 @@ def create(recorder: Recorder, explain_cache_misses: bool = True, **_: Any) -> T
     return TorchCompileEngine(recorder, explain_cache_misses=explain_cache_misses)
 
 
-def _wrapped_modules(tx: Any) -> list[Any]:
-    """The torch.nn modules a frame closes over: a module compiled through
-    Dynamo's ``wrap_inline`` frame (``torch.compile(nn.LSTM(...))``)."""
-    out = []
-    for cell in getattr(tx, "closure", None) or ():
-        try:
-            value = cell.cell_contents
-        except ValueError:  # an empty cell
-            continue
-        if isinstance(value, torch.nn.Module):
-            out.append(value)
-    return out
-
-
-def _wrapped_module_codes(root: Any) -> list[Any]:
-    """The ``forward`` code of the modules behind a ``wrap_inline`` frame: the
-    frame Dynamo gave up on is that shared wrapper, the calls to time are the
-    module's."""
-    codes = (getattr(type(m).forward, "__code__", None) for m in _wrapped_modules(root))
-    return [c for c in codes if c is not None]
-
-
 # Module-level wrappers: they look up the active engine at call time, so
 # uninstall() only has to restore attributes and clear ``_active``.
-
-def _resolve_lazy(fn: Any) -> Any:
-    """What Dynamo does with a lazily recompiled GraphModule, done before we
-    wrap it (Dynamo's own check cannot see through the wrapper)."""
-    try:
-        from torch.fx._lazy_graph_module import _LazyGraphModule
-    except ImportError:
-        return fn
-    owner = getattr(fn, "__self__", None)
-    if isinstance(fn, _LazyGraphModule):
-        _LazyGraphModule.force_recompile(fn)
-        return fn
-    if isinstance(owner, _LazyGraphModule) and getattr(fn, "__name__", "") == "_lazy_forward":
-        _LazyGraphModule.force_recompile(owner)
-        return owner.forward
-    return fn
-
 
 def _runner(fn: Callable[..., Any], graph: _Graph) -> Callable[..., Any]:
     clock = time.monotonic_ns  # the distributions' clock
@@ -600,25 +459,13 @@ def _wrap_recompilation_reasons(original: Callable[..., Any]) -> Callable[..., A
         reasons = original(cache_entries, frame, *args, **kwargs)
         if _active is not None and reasons:
             try:
-                _tls.reasons = (list(reasons), _frame_values(frame))
+                _tls.reasons = (list(reasons), frame_values(frame))
             except Exception as e:  # noqa: BLE001
                 _active.rec.hook_failed("torch_compile.reasons", e)
         return reasons
 
     get_and_maybe_log_recompilation_reasons.__wrapped__ = original  # type: ignore[attr-defined]
     return get_and_maybe_log_recompilation_reasons
-
-
-def _frame_values(frame: Any) -> dict[str, str]:
-    """The frame's Python numbers and sequence lengths, for value guards
-    (``n == 2``, ``len(xs) == 2``): what they are on this call."""
-    out: dict[str, str] = {}
-    for name, value in frame.f_locals.items():
-        if type(value) in _SCALARS:
-            out[name] = repr(value)
-        elif type(value) in (list, tuple, dict):
-            out[f"len({name})"] = str(len(value))
-    return out
 
 
 def _wrap_torch_compile(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -630,54 +477,7 @@ def _wrap_torch_compile(original: Callable[..., Any]) -> Callable[..., Any]:
         out = original(*args, **kwargs)
         model = args[0] if args else kwargs.get("model")
         if model is None:  # torch.compile(backend=...) used as a decorator factory
-            return _then_time(out) if callable(out) else out
-        return _time_compiled(model, out)
+            return brk.time_decorated(out) if callable(out) else out
+        return brk.time_compiled(model, out)
 
     return compile
-
-
-def _then_time(decorate: Callable[..., Any]) -> Callable[..., Any]:
-    @functools.wraps(decorate)
-    def decorator(model: Any) -> Any:
-        return _time_compiled(model, decorate(model))
-
-    return decorator
-
-
-def _time_compiled(model: Any, compiled: Any) -> Any:
-    """``compiled`` with its calls timed once Dynamo gave up on ``model``'s
-    frame; untouched when that cannot be done safely."""
-    try:
-        if isinstance(model, torch.nn.Module):
-            code = getattr(getattr(type(model), "forward", None), "__code__", None)
-            forward = getattr(compiled, "forward", None)
-            if code is not None and forward is not None and "forward" in vars(compiled):
-                compiled.forward = _timed(forward, code)
-            return compiled
-        code = getattr(model, "__code__", None)
-        return _timed(compiled, code) if code is not None and callable(compiled) else compiled
-    except Exception as e:  # noqa: BLE001
-        if _active is not None:
-            _active.rec.hook_failed("torch_compile.time", e)
-        return compiled
-
-
-def _timed(fn: Callable[..., Any], code: Any) -> Callable[..., Any]:
-    clock = time.monotonic_ns
-    compiling = torch.compiler.is_compiling
-
-    @functools.wraps(fn)
-    def timed(*args: Any, **kwargs: Any) -> Any:
-        # Cheapest first: a frame Dynamo compiled (the usual one) is not in
-        # _eager_codes, and is_compiling() is a Python call.
-        if code not in _eager_codes or _active is None or compiling():
-            return fn(*args, **kwargs)
-        start = clock()
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            eng = _active
-            if eng is not None:
-                eng._eager_time.observe(clock() - start)
-
-    return timed

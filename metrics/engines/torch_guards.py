@@ -1,0 +1,148 @@
+r"""Dynamo's guard failures (why torch.compile recompiled a frame) as causes:
+argument, before and after.
+
+Dynamo checks every cached graph of a frame and explains each failure in a
+line (measured on torch 2.13): ``tensor 'x' size mismatch at index 0.
+expected 4, actual 8``, ``tensor 'x' dtype mismatch. expected Float, actual
+Double``, ``GLOBAL_STATE changed: grad_mode``, ``L['n'] == 2`` (a Python
+number compiled in), ``len(L['xs']) == 2``, ``___check_obj_id(...)``, each
+after a compile id (``0/0: ``) and before ``# source  # file:line``. Sizes
+become full types (``f32[4,3] -> f32[8,3]``) from the types the failing graph
+was compiled for (:class:`TypesByCompile`); Python numbers' new values are
+read off the frame (:func:`frame_values`). Kinds are named later, by
+:func:`tpu_info.causes.classify`.
+
+Example:
+    >>> c = parse_recompile_reason(
+    ...     "0/0: tensor 'x' size mismatch at index 0. expected 4, actual 8", 0.0, "t.py:9",
+    ...     {"x": "f32[4,3]"})
+    >>> c.argument, c.before, c.after
+    ('x', 'f32[4,3]', 'f32[8,3]')
+"""
+
+from __future__ import annotations
+
+import re
+from collections import OrderedDict
+from typing import Any
+
+from tpu_info.model import RecompileCause
+
+COMPILE_ID = re.compile(r"^\s*\[?\d+/\d+\]?:\s*")
+_MISMATCH = re.compile(
+    r"tensor '(?P<arg>[^']+)' (?P<what>size|stride) mismatch at index (?P<i>\d+)\. "
+    r"expected (?P<exp>[^,]+), actual (?P<act>\S+)")
+_DTYPE = re.compile(r"tensor '(?P<arg>[^']+)' dtype mismatch\. expected (?P<exp>\S+), "
+                    r"actual (?P<act>\S+)")
+_TENSOR = re.compile(r"tensor '(?P<arg>[^']+)'")
+_VALUE_GUARD = re.compile(r"^(?P<src>[\w.\[\]'\"]+) == (?P<val>-?[\w.+-]+)$")
+_LEN_GUARD = re.compile(r"^len\((?P<src>[^()]+)\) == (?P<val>\d+)$")
+_GUARD_COMMENT = re.compile(r"\s+#.*$")
+_SCALARS = (bool, int, float)
+_MAX_COMPILES = 512  # compile ids whose input types are kept
+
+
+def source_name(source: str) -> str:
+    """Dynamo's source string -> the user's spelling: ``L['x']`` -> ``x``,
+    ``L['self']._modules['fc']._parameters['weight']`` -> ``self.fc.weight``."""
+    s = re.sub(r"^[LG]\['([^']+)'\]", r"\1", source)
+    s = re.sub(r"\._(?:modules|parameters|buffers)\['([^']+)'\]", r".\1", s)
+    return s
+
+
+def choose_reason(reasons: list[str]) -> str:
+    """The guard failure that explains a recompile, out of one per cached
+    graph: an entry that failed on global state (grad mode) was compiled for
+    the other mode, so the first failure of another kind is the real change."""
+    for r in reasons:
+        if "GLOBAL_STATE changed" not in r:
+            return r
+    return reasons[0]
+
+
+def guard_text(reason: str) -> str:
+    """A guard failure's first line without its compile id and Dynamo's
+    trailing ``# source  # file:line`` comment."""
+    first = reason.strip().splitlines()[0] if reason.strip() else reason
+    return _GUARD_COMMENT.sub("", COMPILE_ID.sub("", first)).strip()
+
+
+def parse_recompile_reason(reason: str, now: float, location: str | None,
+                           before_types: dict[str, str] | None = None,
+                           values: dict[str, str] | None = None) -> RecompileCause:
+    """One guard-failure line -> a cause; ``before_types`` maps argument names
+    to the type the failing graph was compiled for (``f32[4,3]``), ``values``
+    the Python numbers (and lengths) the frame was called with this time."""
+    text = guard_text(reason)
+    arg = before = after = None
+    m = _MISMATCH.search(text)
+    if m:
+        arg = m.group("arg")
+        old = (before_types or {}).get(arg)
+        dims = _dims(old) if old else None
+        i = int(m.group("i"))
+        if m.group("what") == "size" and dims is not None and i < len(dims):
+            new = list(dims)
+            new[i] = m.group("act")
+            dtype = old.split("[", 1)[0]  # type: ignore[union-attr]
+            before, after = old, f"{dtype}[{','.join(new)}]"
+        else:
+            before, after = m.group("exp"), m.group("act")
+    elif (m := _DTYPE.search(text)) is not None:
+        arg, before, after = m.group("arg"), m.group("exp"), m.group("act")
+    elif (m := _TENSOR.search(text)) is not None:
+        arg = m.group("arg")
+    elif (m := _VALUE_GUARD.match(text) or _LEN_GUARD.match(text)) is not None:
+        arg = source_name(m.group("src"))
+        key = f"len({arg})" if text.startswith("len(") else arg
+        before, after = m.group("val"), (values or {}).get(key)
+    return RecompileCause(time_unix=now, description=text, location=location,
+                          argument=arg, before=before, after=after)
+
+
+def _dims(type_str: str) -> list[str] | None:
+    if "[" not in type_str or not type_str.endswith("]"):
+        return None
+    inner = type_str.split("[", 1)[1][:-1]
+    return inner.split(",") if inner else []
+
+
+def frame_values(frame: Any) -> dict[str, str]:
+    """The frame's Python numbers and sequence lengths, for value guards
+    (``n == 2``, ``len(xs) == 2``): what they are on this call."""
+    out: dict[str, str] = {}
+    for name, value in frame.f_locals.items():
+        if type(value) in _SCALARS:
+            out[name] = repr(value)
+        elif type(value) in (list, tuple, dict):
+            out[f"len({name})"] = str(len(value))
+    return out
+
+
+class TypesByCompile:
+    """The input types each compile (``frame/attempt`` id) was made for, so a
+    guard failure naming a compile id can say what the failing graph expected;
+    the last :data:`_MAX_COMPILES` kept."""
+
+    def __init__(self) -> None:
+        self._types: OrderedDict[str, dict[str, str]] = OrderedDict()
+
+    def remember(self, compile_id: str, types: dict[str, str]) -> None:
+        d = self._types
+        d[compile_id] = types
+        d.move_to_end(compile_id)
+        while len(d) > _MAX_COMPILES:
+            d.popitem(last=False)
+
+    def before(self, reason: str, compile_id: str | None) -> dict[str, str] | None:
+        """The types of the graph whose guard ``reason`` failed: the compile id
+        it names, else the latest compile of the same frame as ``compile_id``."""
+        failed = COMPILE_ID.match(reason)
+        key = failed.group(0).strip(" []:") if failed else None
+        found = self._types.get(key) if key else None
+        if found is None and self._types and compile_id:
+            frame = str(compile_id).split("/")[0]
+            for cid in reversed(self._types):
+                if cid.split("/")[0] == frame:
+                    return self._types[cid]
+        return found
