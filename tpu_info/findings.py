@@ -248,7 +248,7 @@ def eager_ops(s: Snapshot) -> Iterable[Finding]:
     if len(tiny) < 10:
         return
     seconds = sum(g.compile_seconds_total for g in tiny)
-    ops = sorted({g.name for g in tiny}, key=lambda n: -sum(1 for g in tiny if g.name == n))
+    ops = sorted({g.name for g in tiny}, key=lambda n: (-sum(1 for g in tiny if g.name == n), n))
     site, where, what = _eager_where(_eager_sites(s, tiny))
     step = step_function(s)
     if step is not None:
