@@ -15,7 +15,7 @@ Example:
     >>> run = readings([TargetView("h:1", Snapshot(taken_at_unix=0.0))],
     ...                header=Header(host="h", time_unix=0.0))
     >>> run.targets[0].process.steps.reason[:31]
-    'the program never called metri'
+    'the program never called metric'
     >>> run.targets[0].process.steps.text()
     'N/A'
 """
@@ -26,7 +26,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from tpu_info.devices import accelerator_type
 from tpu_info.finding_cost import cost_cell
 from tpu_info.findings import diverging_graphs, find, no_engine_reason, short_location
 from tpu_info.model import DeviceRecord, Finding, GraphRecord, LocalScan, Snapshot
@@ -409,6 +408,8 @@ def readings(views: Sequence[TargetView], *, local: LocalScan | None = None,
         header: time and host; None means now, here.
         top_graphs: graphs kept per process (by compile time).
     """
+    from tpu_info.devices import accelerator_type  # the host scan: not for `import metrics`
+
     header = header or Header.now()
     views = list(views)
     usage, folded = chip_usage(local, views)
