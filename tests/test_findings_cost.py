@@ -450,6 +450,7 @@ async def test_findings_say_the_same_words_in_cli_json_tui_and_report():
     from datetime import UTC
 
     from rich.console import Console
+    from rich.text import Text as RichText
 
     from tpu_info.derived import findings_of
     from tpu_info.jsonview import to_json
@@ -471,10 +472,13 @@ async def test_findings_say_the_same_words_in_cli_json_tui_and_report():
     app = WatchApp(FakeSource([Update(MAIN, Conn.STREAMING, snap)]), 1.0,
                    clock=FrozenClock(), tz=UTC, tick_s=None)
     async with app.run_test(size=(200, 50)) as pilot:
-        await pilot.pause()
+        panel = app.main.query_one(FindingsPanel)
+        for _ in range(100):  # until the update is drawn (a loaded machine takes a while)
+            await pilot.pause(0.05)
+            if not isinstance(panel.content, str | RichText):
+                break
         console = io.StringIO()
-        Console(width=190, file=console, color_system=None).print(
-            app.main.query_one(FindingsPanel).content)
+        Console(width=190, file=console, color_system=None).print(panel.content)
         tui = console.getvalue()
 
     def squeeze(text: str) -> str:  # tables wrap long words over lines

@@ -312,9 +312,12 @@ async def test_tui_shows_why_each_na_is_na_in_the_words_of_doctor():
     assert memory == "the CPU backend has no memory statistics"
     app = make(FakeSource([Update(MAIN, Conn.STREAMING, snap)]))
     async with app.run_test(size=WIDE) as pilot:
-        await pilot.pause()
         devices = app.main.query_one(DevicesPanel)
         key = f"{MAIN}|0"
+        for _ in range(100):  # until the update is drawn (a loaded machine takes a while)
+            await pilot.pause(0.05)
+            if key in devices.row_keys and app.main.query_one(GraphsPanel).tooltip:
+                break
         # The history columns say why there is nothing to draw.
         assert str(devices.get_cell(key, "busy")) == "N/A"
         assert str(devices.get_cell(key, "busy_hist")) == busy
@@ -326,7 +329,10 @@ async def test_tui_shows_why_each_na_is_na_in_the_words_of_doctor():
             app.main.query_one(TransfersPanel).tooltip)
         # n lists every N/A: the same (where, why) pairs as `tpu-info doctor`.
         await pilot.press("n")
-        await pilot.pause()
+        for _ in range(40):
+            await pilot.pause(0.05)
+            if isinstance(app.screen, ReasonsScreen):
+                break
         assert isinstance(app.screen, ReasonsScreen)
         shown = text_of(app.screen.query_one("#reasons-body", Static))
         for where, reason in doctor:

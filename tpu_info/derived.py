@@ -23,7 +23,7 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Generic, TypeVar
 
 from tpu_info.finding_cost import cost_cell
@@ -74,10 +74,6 @@ class Derived(Generic[T]):
         if self.value is not None:
             return fmt(self.value)
         return NA if self.reason else "-"
-
-    def why(self, what: str) -> str:
-        """``what: reason`` for a missing value ("" when it is there)."""
-        return f"{what}: {self.reason}" if self.value is None and self.reason else ""
 
 
 class _Row:
@@ -169,46 +165,51 @@ class ProcessRow:
     na: tuple[tuple[str, str], ...] = ()
 
 
+def _all_missing(target: str, why: str, na: list[tuple[str, str]]) -> ProcessRow:
+    gone: Derived = Derived(None, why)  # type: ignore[type-arg]
+    return ProcessRow(target, gone, gone, gone, gone, gone, gone, gone, gone, gone, tuple(na))
+
+
 def process_row(v: TargetView) -> ProcessRow | None:
     """``v`` as a process row; None for a libtpu probe that failed (its failure
     explains the chips' N/As instead)."""
     s = v.snapshot
     r = _Row(f"processes/{v.target}")
-    if s is None:
-        if v.source == "libtpu":
-            return None
-        why = v.error or "not read"
-        r.get("", None, why)
-        na = Derived(None, why)
-        return ProcessRow(v.target, na, na, na, na, na, na, na, na, na, tuple(r.na))  # type: ignore[arg-type]
-    p = s.process
     libtpu = v.source == "libtpu"
+    if s is None:
+        if libtpu:
+            return None
+        r.get("", None, v.error or "not read")
+        return _all_missing(v.target, v.error or "not read", r.na)
+    p = s.process
     if p is None:
         why = ("libtpu's service reports devices, not processes" if libtpu
                else "the target sent no process record")
         r.get("process", None, why)
-        none = Derived(None, why)
-        pid, user = none, none
-        name = Derived("libtpu") if libtpu else none
-        engine = Derived("libtpu") if libtpu else none
+        row = _all_missing(v.target, why, [])
+        if libtpu:
+            row = replace(row, name=Derived("libtpu"), engine=Derived("libtpu"))
     else:
-        pid, name = Derived(p.pid), Derived(p.name) if p.name else Derived(None, "not reported")
-        user = r.get("user", p.user or None, "the process did not report its user")
-        engine = r.get("engine", engine_label(p), no_engine_reason(p))
+        row = ProcessRow(
+            v.target, Derived(p.pid), Derived.of(p.name or None, "not reported"),
+            r.get("user", p.user or None, "the process did not report its user"),
+            r.get("engine", engine_label(p), no_engine_reason(p)),
+            *([Derived()] * 5))
     used, _ = memory_totals(s)
     hbm = r.get("hbm", used, memory_reason(s))
     if libtpu:
         why = "libtpu's service does not count steps, compiles or uptime"
         r.get("counters", None, why)
-        none = Derived(None, why)
-        return ProcessRow(v.target, pid, name, user, engine, none, none, none, none,  # type: ignore[arg-type]
-                          hbm, tuple(r.na))
+        gone: Derived = Derived(None, why)  # type: ignore[type-arg]
+        return replace(row, uptime_seconds=gone, steps=gone, steps_short=gone, compiles=gone,
+                       hbm_used_bytes=hbm, na=tuple(r.na))
     steps = r.get("steps", steps_label(s), NO_STEPS)
-    short = Derived.of(steps_label(s, short=True), steps.reason)
     uptime = r.get("uptime", s.uptime_seconds if s.uptime_seconds > 0 else None,
                    "the target did not report its uptime")
-    return ProcessRow(v.target, pid, name, user, engine, uptime, steps, short,  # type: ignore[arg-type]
-                      Derived(s.counter("UncachedCompile")), hbm, tuple(r.na))
+    return replace(row, uptime_seconds=uptime, steps=steps,
+                   steps_short=Derived.of(steps_label(s, short=True), steps.reason),
+                   compiles=Derived(s.counter("UncachedCompile")), hbm_used_bytes=hbm,
+                   na=tuple(r.na))
 
 
 # Graphs and transfers ---------------------------------------------------------
