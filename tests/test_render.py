@@ -309,3 +309,16 @@ def test_outputs_are_siblings_over_one_view():
     doc = to_json(views, local=local, header=header())
     assert [(n["where"], n["reason"]) for n in doc["na"]] == reasons(views, local=local,
                                                                      header=header())
+
+
+def test_metric_view_says_the_same_why_as_the_tables():
+    from rich.console import Console
+
+    from tpu_info.metric_view import metric_table
+    views, local = SCENARIOS["cpu_host"]()
+    why = dict(reasons(views, local=local, header=header()))
+    console = Console(width=200, record=True, file=open(os.devnull, "w"))  # noqa: SIM115
+    console.print(metric_table("duty_cycle_percent", views))
+    busy = next(r for w, r in why.items() if w.startswith("devices/127.0.0.1") and
+                w.endswith("/busy"))
+    assert f"N/A: {busy}" in console.export_text()
