@@ -294,8 +294,10 @@ def test_cli_table_and_report_rank_with_cost():
     report = metrics_report(_busy())
     tail = report.split("Findings:\n")[1].splitlines()
     assert tail[0].startswith("  - [per_step_sync] float() at train.py:88")
-    assert tail[1].startswith("  - [per_step_implicit_transfer] numpy argument of jit(step)")
-    assert tail[2].startswith("  - [recompile_short_last_batch]")
+    assert tail[1] == "    cost: 4.1 ms/step 3.0%"  # the table's cost cell
+    assert tail[2].startswith("  - [per_step_implicit_transfer] numpy argument of jit(step)")
+    assert tail[3] == "    cost: ~3.2 ms/step 2.3%"
+    assert tail[4].startswith("  - [recompile_short_last_batch]")
 
 
 async def test_tui_findings_panel_ranks_and_shows_cost():
@@ -439,3 +441,60 @@ def test_no_compilation_cache_advice_when_a_third_of_compiling_is_eager_ops():
     f = _one(s, "compile_share")
     assert "33% of it single-operation graphs of eager code" in f.message
     assert "persistent compilation cache" not in f.message
+
+
+async def test_findings_say_the_same_words_in_cli_json_tui_and_report():
+    """One snapshot with findings through all four outputs: each shows every
+    finding's words and cost as the views derive them, and its kind where the
+    output names kinds (JSON, the report)."""
+    from datetime import UTC
+
+    from rich.console import Console
+    from rich.text import Text as RichText
+
+    from tpu_info.derived import findings_of
+    from tpu_info.jsonview import to_json
+    from tpu_info.render import render_text
+    from tpu_info.textreport import metrics_report
+    from tpu_info.views import Header, TargetView
+    from tui.app import WatchApp
+    from tui.fake import MAIN, FakeSource, FrozenClock
+    from tui.source import Conn, Update
+    from tui.widgets.findings import FindingsPanel
+
+    snap = replace(_busy(), taken_at_unix=1.0)
+    lines = findings_of(snap)
+    assert len(lines) >= 3 and {f.cost for f in lines} - {"-"}
+    head = Header(host="h", time_unix=0.0, tz=UTC)
+    cli = render_text([TargetView(MAIN, snap)], 200, header=head)
+    doc = to_json([TargetView(MAIN, snap)], header=head)["targets"][0]["findings"]
+    report = metrics_report(snap)
+    app = WatchApp(FakeSource([Update(MAIN, Conn.STREAMING, snap)]), 1.0,
+                   clock=FrozenClock(), tz=UTC, tick_s=None)
+    async with app.run_test(size=(200, 50)) as pilot:
+        panel = app.main.query_one(FindingsPanel)
+        for _ in range(100):  # until the update is drawn (a loaded machine takes a while)
+            await pilot.pause(0.05)
+            if not isinstance(panel.content, str | RichText):
+                break
+        console = io.StringIO()
+        Console(width=190, file=console, color_system=None).print(panel.content)
+        tui = console.getvalue()
+
+    def squeeze(text: str) -> str:  # tables wrap long words over lines
+        return "".join(text.split())
+
+    cli_findings = cli[cli.index("\nFindings"):]
+    assert [f["kind"] for f in doc] == [f.kind for f in lines]
+    for f, j in zip(lines, doc, strict=True):
+        for name, shown in (("cli", cli_findings), ("tui", tui), ("report", report)):
+            assert squeeze(f.text) in squeeze(shown), (name, f.kind)
+        assert j["message"] == f.text and j["cost"] == f.cost
+        assert f"  - [{f.kind}] {f.text}" in report
+        if f.cost != "-":
+            assert f"  - [{f.kind}] {f.text}\n    cost: {f.cost}\n" in report + "\n"
+            for name, shown in (("cli", cli_findings), ("tui", tui)):
+                # the row that starts the finding carries its level and cost
+                assert any(ln.lstrip().startswith(f.level) and f.cost in ln
+                           and squeeze(f.text)[:20] in squeeze(ln)
+                           for ln in shown.splitlines()), (name, f.kind)

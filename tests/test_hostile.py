@@ -96,7 +96,7 @@ def test_dashboard_crash_is_one_line_and_exit_code_1(tmux_bin, tmp_path):  # noq
         prog.write_text(
             "import sys\nimport tui.widgets.devices as panel\n"
             "def broken(*a, **k):\n    raise ValueError('a bug \\x1b[2J')\n"
-            "panel.sparkline = broken\nfrom tui.__main__ import main\n"
+            "panel.device_row = broken\nfrom tui.__main__ import main\n"
             f"sys.exit(main(['--no-discovery', '--target', {srv.target!r}, '--rate', '0.2']))\n")
         env = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in _env().items()
                       if k in ("PYTHONPATH", "PATH", "HOME", "TPU_INFO_RUNTIME_DIR"))

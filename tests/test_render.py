@@ -281,3 +281,44 @@ def test_render_imports_nothing_heavy():
     res = run_python(code)
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip() == "[]"
+
+
+def test_outputs_are_siblings_over_one_view():
+    """--json, the text report and the tables each read tpu_info.derived; none
+    renders another (the N/A list once came from drawing the tables at width
+    10,000, so `jsonview` imported `render`)."""
+    import subprocess
+    import sys
+
+    code = ("import sys; sys.path.insert(0, 'tests')\n"
+            "from fixtures.snapshots import SCENARIOS, header\n"
+            "from tpu_info.jsonview import to_json\n"
+            "from tpu_info.textreport import metrics_report\n"
+            "views, local = SCENARIOS['tpu_host']()\n"
+            "doc = to_json(views, local=local, header=header())\n"
+            "[metrics_report(v.snapshot) for v in views if v.snapshot]\n"
+            "assert doc['na'], doc\n"
+            "print(sorted(m for m in sys.modules if m.startswith(('tpu_info.render', 'rich'))))\n")
+    root = Path(__file__).resolve().parent.parent
+    out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": str(root)}, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
+    # ... and the N/A list is the tables': every N/A drawn has its reason there.
+    views, local = SCENARIOS["tpu_host"]()
+    doc = to_json(views, local=local, header=header())
+    assert [(n["where"], n["reason"]) for n in doc["na"]] == reasons(views, local=local,
+                                                                     header=header())
+
+
+def test_metric_view_says_the_same_why_as_the_tables():
+    from rich.console import Console
+
+    from tpu_info.metric_view import metric_table
+    views, local = SCENARIOS["cpu_host"]()
+    why = dict(reasons(views, local=local, header=header()))
+    console = Console(width=200, record=True, file=open(os.devnull, "w"))  # noqa: SIM115
+    console.print(metric_table("duty_cycle_percent", views))
+    busy = next(r for w, r in why.items() if w.startswith("devices/127.0.0.1") and
+                w.endswith("/busy"))
+    assert f"N/A: {busy}" in console.export_text()

@@ -280,3 +280,64 @@ async def test_remote_target_down_from_the_start_is_listed():
         assert list(app.state.targets) == [MAIN, REMOTE]
         assert app.state.targets[REMOTE].state is Conn.DISCONNECTED
         assert "10.0.0.7:8431 disconnected since 15:05:05" in header(app)
+
+
+# Why N/A -----------------------------------------------------------------------------
+
+def _unreported() -> Snapshot:
+    """A process whose engine reports no device memory and no busy %, and a graph
+    whose engine does not count executions: every N/A has a reason to show."""
+    from tpu_info.model import DeviceRecord, MemoryReading
+    dev = DeviceRecord(0, "cpu", "cpu", MemoryReading(
+        None, source="none", reason="the CPU backend has no memory statistics"))
+    return Snapshot(NOW, ProcessRecord(pid=7, name="train.py", engine="torch_xla"),
+                    devices=(dev,), uptime_seconds=30.0,
+                    graphs=(GraphRecord("ab" * 32, "SyncTensorsGraph", "torch_xla", NOW - 9,
+                                        NOW - 1, compiles=1, compile_seconds_total=0.5),))
+
+
+async def test_tui_shows_why_each_na_is_na_in_the_words_of_doctor():
+    from tpu_info.render import reasons
+    from tpu_info.views import Header, TargetView
+    from tui.screens.reasons import ReasonsScreen
+    from tui.widgets.devices import DevicesPanel
+    from tui.widgets.transfers import TransfersPanel
+
+    snap = _unreported()
+    doctor = reasons([TargetView(MAIN, snap)], header=Header(host="", time_unix=0.0))
+    why = dict(doctor)
+    memory = why[f"devices/{MAIN}/cpu:0/hbm_used"]
+    busy = why[f"devices/{MAIN}/cpu:0/busy"]
+    execs = why[f"compilation/{MAIN}/{'ab' * 6}/executions"]
+    assert memory == "the CPU backend has no memory statistics"
+    app = make(FakeSource([Update(MAIN, Conn.STREAMING, snap)]))
+    async with app.run_test(size=WIDE) as pilot:
+        devices = app.main.query_one(DevicesPanel)
+        key = f"{MAIN}|0"
+        for _ in range(100):  # until the update is drawn (a loaded machine takes a while)
+            await pilot.pause(0.05)
+            if key in devices.row_keys and app.main.query_one(GraphsPanel).tooltip:
+                break
+        # The history columns say why there is nothing to draw.
+        assert str(devices.get_cell(key, "busy")) == "N/A"
+        assert str(devices.get_cell(key, "busy_hist")) == busy
+        assert str(devices.get_cell(key, "hbm_hist")) == memory
+        # Each panel's tooltip says why its N/As are N/A.
+        assert memory in str(devices.tooltip) and busy in str(devices.tooltip)
+        assert execs in str(app.main.query_one(GraphsPanel).tooltip)
+        assert "no host->device transfers recorded" in str(
+            app.main.query_one(TransfersPanel).tooltip)
+        # n lists every N/A: the same (where, why) pairs as `tpu-info doctor`.
+        await pilot.press("n")
+        for _ in range(40):
+            await pilot.pause(0.05)
+            if isinstance(app.screen, ReasonsScreen):
+                break
+        assert isinstance(app.screen, ReasonsScreen)
+        shown = text_of(app.screen.query_one("#reasons-body", Static))
+        for where, reason in doctor:
+            if not where.startswith("header/"):
+                assert where in shown and " ".join(reason.split()[:4]) in shown, where
+        await pilot.press("escape")
+        await pilot.pause()
+        assert not isinstance(app.screen, ReasonsScreen)

@@ -17,6 +17,7 @@ Example:
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,6 +34,14 @@ def duration(seconds: float) -> str:
     if seconds < 1:
         return f"{seconds * 1e3:.0f} ms"
     return f"{seconds:.1f} s"
+
+
+def short_location(location: str | None) -> str:
+    """Where a finding happened, as its words say it: ``/abs/path/train.py:88``
+    -> ``train.py:88``."""
+    if not location:
+        return ""
+    return os.path.basename(location)
 
 
 def share_words(share: float) -> str:

@@ -32,12 +32,14 @@ Top level::
                       compile_seconds_total, executions, last_cause}],
                       findings[{severity, kind, message, location,
                       seconds_lost, count, per_step, seconds_per_step,
-                      share_of_step, cost_estimated}], costliest first:
+                      share_of_step, cost_estimated, cost}], costliest first:
                       kind is a stable snake_case rule name
                       (recompile_<cause>, per_step_sync,
                       per_step_implicit_transfer, eager_ops, ...);
                       per_step / seconds_per_step / share_of_step are
-                      null when the steps are not known
+                      null when the steps are not known; cost is the
+                      table's cost cell ("4.1 ms/step 3.0%", "~2.8 s"
+                      estimated, "-" nothing measurable)
     job_findings      [{severity, kind, message}] across processes of one job
                       (same argv) that compiled a function to different graphs
     na                [{where, reason}] for every N/A the tables show
@@ -63,17 +65,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from tpu_info.catalog import CACHED_COMPILE, MARK_STEP, UNCACHED_COMPILE
-from tpu_info.devices import accelerator_type
-from tpu_info.findings import diverging_graphs, find
-from tpu_info.model import ChipRecord, Finding, LocalScan, Snapshot
-from tpu_info.views import (
-    Header,
-    TargetView,
-    chip_usage,
-    last_cause,
-    memory_totals,
-    transfer_stats,
-)
+from tpu_info.derived import FindingLine, TargetReadings, readings
+from tpu_info.model import ChipRecord, LocalScan, Snapshot
+from tpu_info.views import Header, TargetView, last_cause, memory_totals, transfer_stats
 
 SCHEMA = "tpu-info/v1"
 MAX_JSON_TEXT = 4096
@@ -99,14 +93,18 @@ def _chip(c: ChipRecord, used: int | None, total: int | None, busy: float | None
     }
 
 
-def _finding(f: Finding) -> dict[str, Any]:
+def _finding(line: FindingLine) -> dict[str, Any]:
+    f = line.finding
+    assert f is not None
     return {"severity": f.severity, "kind": f.kind, "message": _s(f.message),
             "location": _opt(f.location), "seconds_lost": f.seconds_lost, "count": f.count,
             "per_step": f.per_step, "seconds_per_step": f.seconds_per_step,
-            "share_of_step": f.share_of_step, "cost_estimated": f.cost_estimated}
+            "share_of_step": f.share_of_step, "cost_estimated": f.cost_estimated,
+            "cost": line.cost}
 
 
-def _target(v: TargetView, top_graphs: int | None) -> dict[str, Any]:
+def _target(t: TargetReadings, top_graphs: int | None) -> dict[str, Any]:
+    v = t.view
     out: dict[str, Any] = {"target": _s(v.target), "source": v.source, "ok": v.ok,
                            "error": _s(v.error) if v.snapshot is None else None}
     s: Snapshot | None = v.snapshot
@@ -127,10 +125,10 @@ def _target(v: TargetView, top_graphs: int | None) -> dict[str, Any]:
     if top_graphs is not None:
         graphs = graphs[:top_graphs]
     transfers = {}
-    for t in transfer_stats(s):
-        transfers[t.direction] = {
-            "count": t.count, "bytes": t.bytes, "p50_ns": t.p50_ns, "p90_ns": t.p90_ns,
-            "p95_ns": t.p95_ns, "p999_ns": t.p999_ns, "reasons": dict(t.reasons)}
+    for x in transfer_stats(s):
+        transfers[x.direction] = {
+            "count": x.count, "bytes": x.bytes, "p50_ns": x.p50_ns, "p90_ns": x.p90_ns,
+            "p95_ns": x.p95_ns, "p999_ns": x.p999_ns, "reasons": dict(x.reasons)}
     out.update(
         process=None if p is None else {
             "pid": p.pid, "name": _s(p.name), "user": _s(p.user), "host": _s(p.host),
@@ -166,7 +164,7 @@ def _target(v: TargetView, top_graphs: int | None) -> dict[str, Any]:
                 "detail": _s(x.detail), "count": x.count, "bytes": x.bytes,
                 "seconds": x.seconds, "last_seen_unix": x.last_seen_unix} for x in s.sites],
         blind_spots=[_s(b) for b in s.blind_spots],
-        findings=[_finding(f) for f in find(s)],
+        findings=[_finding(f) for f in t.findings],
     )
     return out
 
@@ -181,28 +179,23 @@ def to_json(views: Sequence[TargetView], *, local: LocalScan | None = None,
         header: time and host; None means now, here.
         top_graphs: keep only this many graphs per target (None: all).
     """
-    from tpu_info.render import reasons  # the tables decide what is N/A
-
-    header = header or Header.now()
-    usage, _ = chip_usage(local, list(views))
-    libtpu = header.libtpu_version or next(
-        (v.snapshot.process.versions["libtpu"] for v in views
-         if v.snapshot and v.snapshot.process and "libtpu" in v.snapshot.process.versions), None)
+    run = readings(views, local=local, header=header)  # its N/As are the tables'
+    header = run.header
     return {
         "schema": SCHEMA,
         "tpu_info_version": header.version,
         "host": _s(header.host),
         "time_unix": header.time_unix,
-        "libtpu_version": _opt(libtpu),
-        "accelerator_type": header.accelerator_type or (accelerator_type(local) if local else None),
+        "libtpu_version": _opt(run.libtpu_version.value),
+        "accelerator_type": run.accelerator.value,
         "chips": [_chip(u.chip, u.hbm_used_bytes, u.hbm_total_bytes, u.busy_percent, u.reasons)
-                  for u in usage],
+                  for u in run.usage],
         "local_reasons": dict(local.reasons) if local else {},
-        "targets": [_target(v, top_graphs) for v in views],
-        "job_findings": [{"severity": f.severity, "kind": f.kind, "message": _s(f.message)}
-                         for f in diverging_graphs([v.snapshot for v in views if v.snapshot])],
-        "na": [{"where": w, "reason": why}
-               for w, why in reasons(views, local=local, header=header)],
+        "targets": [_target(t, top_graphs) for t in run.targets],
+        "job_findings": [{"severity": f.finding.severity, "kind": f.kind,
+                          "message": _s(f.finding.message)}
+                         for f in run.job_findings if f.finding is not None],
+        "na": [{"where": w, "reason": why} for w, why in run.reasons()],
     }
 
 
@@ -320,7 +313,8 @@ JSON_SCHEMA: dict[str, Any] = {
                                    "seconds_per_step": _NUM,
                                    "share_of_step": {"type": ["number", "null"],
                                                      "minimum": 0, "maximum": 1},
-                                   "cost_estimated": {"type": "boolean"}}}}}}},
+                                   "cost_estimated": {"type": "boolean"},
+                                   "cost": {"type": "string"}}}}}}},
         "na": {"type": "array", "items": {
             "type": "object", "required": ["where", "reason"],
             "properties": {"where": {"type": "string"}, "reason": {"type": "string"}}}},

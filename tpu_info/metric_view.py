@@ -2,7 +2,8 @@
 
 Google's short names keep their meaning (PROTOCOL-libtpu.md); our own names
 (``CompileTime``, ``MarkStep``, ...) work too. Tables are pure functions of
-the gathered views.
+the gathered views; a device's N/A says the same why as the tables
+(:func:`tpu_info.derived.device_row`).
 
 Example:
     >>> resolve("host_to_device_transfer_latency")
@@ -25,6 +26,7 @@ from tpu_info.catalog import (
     TRANSFER_FROM_DEVICE_TIME,
     TRANSFER_TO_DEVICE_TIME,
 )
+from tpu_info.derived import device_row
 from tpu_info.model import DistributionReading, Unit
 from tpu_info.views import NA, TargetView, clean, format_bytes, format_ns
 
@@ -128,14 +130,15 @@ def metric_table(name: str, views: Sequence[TargetView],
                 t.add_row(Text(clean(v.target)), NA, Text(f"{NA}: {clean(v.error)}"))
                 continue
             for d in v.snapshot.devices:
+                row = device_row(v, d)  # the tables' values, and their reasons
                 if ours == "@hbm":
-                    m = d.memory
-                    val = (f"{format_bytes(m.used_bytes)} / {format_bytes(m.limit_bytes)}"
-                           if m.used_bytes is not None and m.limit_bytes else
-                           f"{NA}: {clean(m.reason or 'not reported')}")
+                    used, total = row.hbm_used, row.hbm_total
+                    val = (f"{format_bytes(used.value)} / {format_bytes(total.value)}"
+                           if used.value is not None and total.value else
+                           f"{NA}: {clean(used.reason or total.reason or 'not reported')}")
                 else:
-                    val = (f"{d.busy_percent:.1f}%" if d.busy_percent is not None
-                           else f"{NA}: {clean(d.busy_reason or 'not reported')}")
+                    val = (f"{row.busy.value:.1f}%" if row.busy.value is not None
+                           else f"{NA}: {clean(row.busy.reason)}")
                 t.add_row(Text(clean(v.target)), Text(f"{d.id} {clean(d.kind)}"), Text(val))
         return t
     if ours == "@none":

@@ -23,7 +23,14 @@ import os
 from collections.abc import Iterable
 
 from tpu_info.catalog import OUTBOUND_DATA, TRANSFER_FROM_DEVICE_TIME, TRANSFER_TO_DEVICE_TIME
-from tpu_info.finding_cost import Cost, cost_of, duration, engine_of, size_words
+from tpu_info.finding_cost import (
+    Cost,
+    cost_of,
+    duration,
+    engine_of,
+    short_location,
+    size_words,
+)
 from tpu_info.model import Finding, Severity, SiteKind, SiteReading, Snapshot
 
 # A site is a finding when it ran in at least half the steps (or, steps
@@ -37,11 +44,6 @@ MIN_SHARE = 0.005
 # PCIe-class rate, plus a fixed wait per device->host read.
 ASSUMED_BYTES_PER_S = 10e9
 ASSUMED_SYNC_S = 10e-6
-
-
-def _short(location: str) -> str:
-    from tpu_info.findings import short_location  # one place for the rule
-    return short_location(location)
 
 
 def _rate(s: Snapshot) -> tuple[float, str]:
@@ -111,7 +113,7 @@ def _finding(s: Snapshot, site: SiteReading) -> Finding | None:
     c = _site_cost(s, site)
     if not _worth_saying(c):
         return None
-    where = f"{site.detail or 'a read'} at {_short(site.location)}"
+    where = f"{site.detail or 'a read'} at {short_location(site.location)}"
     if site.kind == SiteKind.SYNC.value:
         return Finding(
             f"{where} reads a value back to the host {_how_often(c)} ({c.words()}): the host "
@@ -121,7 +123,7 @@ def _finding(s: Snapshot, site: SiteReading) -> Finding | None:
     each = size_words(site.bytes / site.count) if site.count else size_words(0)
     what = site.detail or "host data"
     return Finding(
-        f"{what} at {_short(site.location)} copies {each} to the device {_how_often(c)} "
+        f"{what} at {short_location(site.location)} copies {each} to the device {_how_often(c)} "
         f"({c.words()}): the copy sits on the step's critical path. "
         f"{_transfer_advice(site.detail)}",
         Severity.WARNING, site.location, kind="per_step_implicit_transfer", **c.fields())

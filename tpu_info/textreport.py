@@ -26,7 +26,8 @@ from tpu_info.catalog import (
     TRANSFER_FROM_DEVICE_TIME,
     TRANSFER_TO_DEVICE_TIME,
 )
-from tpu_info.findings import find, short_location
+from tpu_info.derived import FindingLine, findings_of
+from tpu_info.findings import short_location
 from tpu_info.model import (
     STEPS_INFERRED,
     CounterReading,
@@ -138,8 +139,18 @@ def _steps_lines(snapshot: Snapshot) -> list[str]:
     return lines
 
 
+def finding_lines(f: FindingLine) -> list[str]:
+    """``  - [kind] words [line]`` and, when it cost something measurable, its
+    cost as the tables show it (``    cost: 4.1 ms/step 3.0%``)."""
+    out = [f"  - [{f.kind}] {f.text}" + (f" [{f.at}]" if f.at else "")]
+    if f.cost != "-":
+        out.append(f"    cost: {f.cost}")
+    return out
+
+
 def metrics_report(snapshot: Snapshot, top_graphs: int = 10) -> str:
-    """The full report: every metric, every counter, graphs, findings."""
+    """The full report: every metric, every counter, graphs, findings (in the
+    words of the tables: :mod:`tpu_info.derived`)."""
     lines: list[str] = []
     for d in snapshot.distributions:
         lines += metric_block(d)
@@ -147,10 +158,11 @@ def metrics_report(snapshot: Snapshot, top_graphs: int = 10) -> str:
         lines += counter_block(c)
     lines += _steps_lines(snapshot)
     lines += _graph_lines(snapshot.graphs, top_graphs)
-    findings = find(snapshot)
+    findings = findings_of(snapshot)
     if findings:
         lines.append("Findings:")  # costliest first
-        lines += [f"  - [{f.kind}] {f.message}" for f in findings]
+        for f in findings:
+            lines += finding_lines(f)
     elif lines:
         lines += ["Findings:", f"  {no_findings_text([TargetView('', snapshot)])}"]
     return "\n".join(lines) + "\n" if lines else ""

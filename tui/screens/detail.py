@@ -17,6 +17,7 @@ from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Footer, Static
 
+from tpu_info.derived import graph_row
 from tpu_info.model import GraphRecord
 from tpu_info.views import NA, clean, format_ns, presentable
 from tui.state import TargetData
@@ -41,6 +42,7 @@ def detail_body(g: GraphRecord, d: TargetData, palette: Palette,
     """Everything known about graph ``g`` of target ``d``."""
     snap = d.snapshot
     pid = snap.process.pid if snap is not None and snap.process else None
+    row = graph_row(d.target, g)  # the CLI's values and reasons
     parts: list[RenderableType] = [
         Text.assemble((clean(g.name), f"bold {palette.warn}" if g.compiles > 1 else "bold"),
                       "  ", (g.hash, palette.muted)),
@@ -49,9 +51,8 @@ def detail_body(g: GraphRecord, d: TargetData, palette: Palette,
              ("compiles", f"{g.compiles}  ({format_ns(g.compile_seconds_total * 1e9)} total, "
                           f"last {format_ns(g.compile_seconds_last * 1e9)})"),
              ("cache hits", str(g.cache_hits)),
-             ("executions", str(g.executions) if g.executions is not None
-              else f"{NA} ({clean(g.engine) or 'the engine'} does not count executions "
-                   "per graph)"),
+             ("executions", row.executions.text() if g.executions is not None
+              else f"{NA} ({clean(row.executions.reason)})"),
              ("first seen", hms(g.first_seen_unix, tz)),
              ("last seen", hms(g.last_seen_unix, tz))]),
         _section(f"Compile causes ({len(g.causes)}), newest first"),
@@ -72,7 +73,8 @@ def detail_body(g: GraphRecord, d: TargetData, palette: Palette,
             t.add_row(hms(c.time_unix, tz), what)
         parts.append(t)
     else:
-        parts.append(Text("(no cause recorded)", style=palette.muted))
+        parts.append(Text(f"({clean(row.cause.reason or 'no cause recorded')})",
+                          style=palette.muted))
     parts += [
         _section("Signature"),
         Text(", ".join(clean(a, 80) for a in g.signature) or "(not reported)",

@@ -17,6 +17,7 @@ KEYS = (
     ("tab", "next panel (shift+tab: previous)"),
     ("enter", "on a graph: its detail; on a process: pick it"),
     ("r", "reconnect disconnected targets now"),
+    ("n", "why each N/A is N/A (hovering a panel says it too)"),
     ("?", "this help (esc closes)"),
 )
 

@@ -4,7 +4,7 @@ Wide terminals (140 columns and 30 rows, or more) show every panel at once:
 devices and processes across the top, graphs on the left, transfers, events
 and findings on the right. Narrow ones (80x24) keep devices on top and show one of the
 other panels below, named in a tab line; ``tab`` moves between panels in both
-layouts.
+layouts. ``n`` lists why each N/A is N/A; each panel's tooltip says it too.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from textual.widget import Widget
 from textual.widgets import Footer, Input, Static
 
 from tpu_info.views import clean
+from tui.screens.reasons import ReasonsScreen
 from tui.source import Conn
 from tui.state import WatchState
 from tui.widgets.common import Palette, hms
@@ -86,6 +87,7 @@ class MainScreen(Screen[None]):
         Binding("tab", "next_panel", "Panel", priority=True),
         Binding("shift+tab", "prev_panel", "Prev panel", show=False, priority=True),
         Binding("escape", "close_filter", "Close filter", show=False),
+        Binding("n", "why_na", "Why N/A", show=False),
     ]
 
     def __init__(self, state: WatchState, clock: Callable[[], float], tz: tzinfo | None) -> None:
@@ -169,6 +171,10 @@ class MainScreen(Screen[None]):
 
     def action_prev_panel(self) -> None:
         self.action_next_panel(-1)
+
+    def action_why_na(self) -> None:
+        """Lists why each N/A is N/A (the words of ``tpu-info doctor``)."""
+        self.app.push_screen(ReasonsScreen(self.state.ordered()))
 
     # Filter -----------------------------------------------------------------
 

@@ -16,13 +16,17 @@ Example:
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, tzinfo
+from typing import TYPE_CHECKING
 
 from rich.text import Text
 
-from tpu_info.views import format_percent
+from tpu_info.views import TargetView, clean, format_percent
+
+if TYPE_CHECKING:
+    from tui.state import TargetData
 
 BLOCKS = " ▁▂▃▄▅▆▇█"
 BAR_CELLS = 10
@@ -109,3 +113,27 @@ def cell_signature(value: object) -> object:
     if isinstance(value, Text):
         return (value.plain, str(value.style), tuple(value.spans))
     return value
+
+
+def view_of(d: TargetData) -> TargetView:
+    """``d`` as the CLI's :class:`~tpu_info.views.TargetView`, so the panels read
+    the same derived values (:mod:`tpu_info.derived`) as the tables."""
+    return TargetView(d.target, d.snapshot, d.error or d.state.value, d.source)
+
+
+def reasons_tip(pairs: Iterable[tuple[str, str]], limit: int = 12) -> str | None:
+    """A panel's tooltip: why each N/A in it is N/A, one line per reason
+    (``tpu:0/busy, tpu:1/busy: the engine does not report busy %``); None
+    when nothing is missing."""
+    by_reason: dict[str, list[str]] = {}
+    for where, why in pairs:
+        what = by_reason.setdefault(clean(why, 200), [])
+        short = clean(where.split("/", 2)[-1], 40)
+        if short not in what:
+            what.append(short)
+    if not by_reason:
+        return None
+    lines = [f"{', '.join(w[:4])}{' ...' if len(w) > 4 else ''}: {why}"
+             for why, w in list(by_reason.items())[:limit]]
+    more = len(by_reason) - limit
+    return "N/A because\n" + "\n".join(lines) + (f"\n(+{more} more: press n)" if more > 0 else "")

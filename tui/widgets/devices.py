@@ -4,7 +4,9 @@ One row per device of every target read so far; a last row marks, on the same
 time axis as the history sparklines, the updates that brought compile events
 (``▲``), so a compile lines up with the HBM or busy-% change it caused. Rows
 are updated cell by cell; the table is rebuilt only when its shape changes
-(devices come or go, the terminal is resized).
+(devices come or go, the terminal is resized). A reading that is missing says
+why in its history column (and in the panel's tooltip), in the words of
+``tpu-info doctor`` (:func:`tpu_info.derived.device_row`).
 """
 
 from __future__ import annotations
@@ -14,9 +16,10 @@ from collections.abc import Sequence
 
 from rich.text import Text
 
+from tpu_info.derived import device_row
 from tpu_info.views import NA, clean
 from tui.state import TargetData, series
-from tui.widgets.common import BAR_CELLS, Palette, bar, sparkline, timeline
+from tui.widgets.common import BAR_CELLS, Palette, bar, reasons_tip, sparkline, timeline, view_of
 from tui.widgets.table import LiveTable
 
 WIDE = 120  # from this width on: a PID column and a busy-% history column
@@ -79,8 +82,12 @@ class DevicesPanel(LiveTable):
         if shape != self._shape:
             self._shape = shape
             self.reset(cols)
+        missing: list[tuple[str, str]] = []
         for (key, d, dev_id), label in zip(rows, labels, strict=True):
-            self.put_row(key, self._row(d, dev_id, label, spark, palette))
+            self.put_row(key, self._row(d, dev_id, label, spark, palette, missing))
+        tip = reasons_tip(missing)
+        if tip != self.tooltip:
+            self.tooltip = tip
         if sel is not None:
             marks = [s.compiles for s in itertools.islice(reversed(sel.samples), spark)][::-1]
             cells = {"device": Text("compiles", style=palette.muted),
@@ -88,27 +95,33 @@ class DevicesPanel(LiveTable):
                      "busy_hist": Text(timeline(marks, spark), style=palette.warn)}
             self.put_row(EVENTS_ROW, cells)
 
-    def _row(self, d: TargetData, dev_id: int, label: str, spark: int,
-             palette: Palette) -> dict[str, object]:
+    def _row(self, d: TargetData, dev_id: int, label: str, spark: int, palette: Palette,
+             missing: list[tuple[str, str]]) -> dict[str, object]:
         snap = d.snapshot
         assert snap is not None
         dev = next(x for x in snap.devices if x.id == dev_id)
-        m = dev.memory
+        row = device_row(view_of(d), dev)
+        missing += row.na
+        used, total = row.hbm_used.value, row.hbm_total.value
         dim = "" if d.connected else palette.muted
-        hbm_hi = float(m.limit_bytes) if m.limit_bytes else None
-        pct: object = (bar(100.0 * m.used_bytes / m.limit_bytes, palette)
-                       if m.used_bytes is not None and m.limit_bytes else Text(NA, palette.muted))
-        busy = dev.busy_percent
+        pct: object = (bar(row.hbm_percent.value, palette) if row.hbm_percent.value is not None
+                       else Text(NA, palette.muted))
+        busy = row.busy.value
+        history = series(d.samples, "hbm_used", dev_id, spark)
+        never = used is None and all(v is None for v in history)  # then say why
+        hbm_hist = (clean(row.hbm_used.reason, 200) if never
+                    else sparkline(history, spark, hi=float(total) if total else None))
         return {
             "device": Text(clean(label, 24), style=dim),
             "pid": Text(str(snap.process.pid) if snap.process else "-", style=dim),
-            "hbm": Text(_gib(m.used_bytes, m.limit_bytes), style=dim),
+            "hbm": Text(_gib(used, total), style=dim),
             "pct": pct,
-            "hbm_hist": Text(sparkline(series(d.samples, "hbm_used", dev_id, spark), spark,
-                                       hi=hbm_hi), style=dim or palette.accent),
+            "hbm_hist": Text(hbm_hist, style=dim or (palette.muted if never else palette.accent),
+                             no_wrap=True, overflow="ellipsis"),
             "busy": Text(f"{busy:.0f}%" if busy is not None else NA,
                          style=dim if busy is not None else palette.muted),
             "busy_hist": Text(sparkline(series(d.samples, "busy", dev_id, spark), spark, hi=100.0)
-                              if busy is not None else "not reported",
-                              style=dim or (palette.ok if busy is not None else palette.muted)),
+                              if busy is not None else clean(row.busy.reason, 200),
+                              style=dim or (palette.ok if busy is not None else palette.muted),
+                              no_wrap=True, overflow="ellipsis"),
         }

@@ -1,6 +1,7 @@
 """Findings: problems in plain words for the picked process, costliest first
 (each with its cost per step, or in all when steps are unknown; ``~`` marks an
-estimate), plus one line per target that cannot be read."""
+estimate), plus one line per target that cannot be read. The words, levels and
+costs are the CLI's (:class:`tpu_info.derived.FindingLine`)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,7 @@ from rich.table import Table
 from rich.text import Text
 from textual.widgets import Static
 
-from tpu_info.finding_cost import cost_cell
-from tpu_info.findings import short_location
+from tpu_info.derived import finding_line
 from tpu_info.model import Severity
 from tpu_info.views import TargetView, clean, no_findings_text
 from tui.source import Conn
@@ -23,8 +23,8 @@ from tui.widgets.common import Palette, hms
 def findings_table(targets: Sequence[TargetData], selected: TargetData | None,
                    palette: Palette, tz: tzinfo | None) -> Table | Text:
     """Unreadable targets first, then the picked process's findings."""
-    style = {Severity.WARNING: palette.warn, Severity.INFO: palette.accent,
-             Severity.ERROR: palette.bad}
+    style = {Severity.WARNING.label: palette.warn, Severity.INFO.label: palette.accent,
+             Severity.ERROR.label: palette.bad}
     t = Table(box=None, show_header=False, pad_edge=False, padding=(0, 1), expand=True)
     t.add_column("level", no_wrap=True, width=4)
     t.add_column("cost", no_wrap=True, min_width=4, max_width=18)
@@ -38,13 +38,10 @@ def findings_table(targets: Sequence[TargetData], selected: TargetData | None,
                       f"{clean(d.target, 60)} disconnected{since}: {clean(d.error)}{retry}")
             n += 1
     if selected is not None:
-        for f in selected.findings:
-            where = ""
-            if f.location and short_location(f.location) not in f.message:
-                where = f" [{short_location(f.location)}]"
-            t.add_row(Text(f.severity.label, style=style[f.severity]),
-                      Text(cost_cell(f), style=palette.muted),
-                      clean(f.message + where, 600))
+        for f in (finding_line(x, selected.target) for x in selected.findings):
+            t.add_row(Text(f.level, style=style.get(f.level, palette.accent)),
+                      Text(f.cost, style=palette.muted),
+                      Text(f.text + (f" [{f.at}]" if f.at else "")))
             n += 1
     if not n:
         if selected is None or selected.snapshot is None:

@@ -4,6 +4,8 @@ A graph whose function compiled more than once is highlighted (``↻``). Rows
 are keyed by graph hash and updated in place; a graph whose record did not
 change costs one comparison. The table is re-sorted only when a sort value
 changed or rows came or went. Enter posts :class:`GraphsPanel.Opened`.
+Executions and causes are the CLI's (:func:`tpu_info.derived.graph_row`);
+the panel's tooltip says why each N/A is N/A.
 """
 
 from __future__ import annotations
@@ -13,11 +15,11 @@ from collections import Counter
 from rich.text import Text
 from textual.message import Message
 
-from tpu_info.findings import short_location
+from tpu_info.derived import graph_row
 from tpu_info.model import GraphRecord
-from tpu_info.views import NA, clean, format_ns, last_cause
+from tpu_info.views import clean, format_ns
 from tui.state import TargetData
-from tui.widgets.common import Palette
+from tui.widgets.common import Palette, reasons_tip
 from tui.widgets.table import LiveTable
 
 SORTS = ("compiles", "compile time", "executions")
@@ -55,6 +57,7 @@ class GraphsPanel(LiveTable):
         self.border_title = "Graphs"
         self._shape: tuple[object, ...] | None = None
         self._shown: dict[str, tuple[GraphRecord, bool]] = {}
+        self._missing: dict[str, tuple[tuple[str, str], ...]] = {}  # hash -> its N/As
         self.target: str | None = None
         self._fresh = True
 
@@ -79,6 +82,7 @@ class GraphsPanel(LiveTable):
             self._shape = shape
             self.target = target
             self._shown.clear()
+            self._missing.clear()
             self.reset(cols)
             self._fresh = True
         per_name = Counter[str]()
@@ -90,8 +94,10 @@ class GraphsPanel(LiveTable):
         for h in [h for h in self._shown if h not in wanted]:
             self.drop_row(h)
             del self._shown[h]
+            self._missing.pop(h, None)
             resort = True
         wide = "cause" in {c[0] for c in cols}
+        drawn = False
         for g in keep:
             flag = per_name[g.name] > 1
             old = self._shown.get(g.hash)
@@ -100,7 +106,14 @@ class GraphsPanel(LiveTable):
             if old is None or sort_key(sort, old[0]) != sort_key(sort, g):
                 resort = True
             self._shown[g.hash] = (g, flag)
-            self.put_row(g.hash, self._cells(g, flag, palette, wide, bool(shape[-1])))
+            drawn = True
+            self.put_row(g.hash, self._cells(target or "", g, flag, palette, wide,
+                                             bool(shape[-1])))
+        if drawn or resort:  # the N/As changed only if a row did
+            tip = reasons_tip(p for na in self._missing.values() for p in na
+                              if wide or not p[0].endswith("/cause"))
+            if tip != self.tooltip:
+                self.tooltip = tip
         if resort or sort != getattr(self, "_sort", None):
             self._sort = sort
             self._resort(sort)
@@ -111,8 +124,10 @@ class GraphsPanel(LiveTable):
         if fresh:
             self.move_cursor(0)
 
-    def _cells(self, g: GraphRecord, flag: bool, palette: Palette, wide: bool,
+    def _cells(self, target: str, g: GraphRecord, flag: bool, palette: Palette, wide: bool,
                live: bool) -> dict[str, object]:
+        row = graph_row(target, g)
+        self._missing[g.hash] = row.na
         base = "" if live else palette.muted
         name_style = f"bold {palette.warn}" if flag else base
         cells: dict[str, object] = {
@@ -122,16 +137,14 @@ class GraphsPanel(LiveTable):
             "compiles": Text(str(g.compiles), style=name_style if g.compiles > 1 else base,
                              justify="right"),
             "time": Text(format_ns(g.compile_seconds_total * 1e9), style=base, justify="right"),
-            "execs": Text(str(g.executions) if g.executions is not None else NA,
+            "execs": Text(row.executions.text(),
                           style=base if g.executions is not None else palette.muted,
                           justify="right"),
             "hits": Text(str(g.cache_hits), style=base, justify="right"),
         }
         if wide:
-            c = last_cause(g)
-            where = f" at {short_location(c.location)}" if c and c.location else ""
-            cells["cause"] = Text(clean(c.description + where) if c else "-",
-                                  style=palette.warn if c else palette.muted,
+            cells["cause"] = Text(row.cause.text(),
+                                  style=palette.warn if row.cause.value else palette.muted,
                                   no_wrap=True, overflow="ellipsis")
         return cells
 

@@ -2,6 +2,8 @@
 
 Moving the cursor (or pressing Enter) posts :class:`ProcessesPanel.Picked`;
 the app then shows that process's graphs, transfers, events and findings.
+Values are the CLI's (:func:`tpu_info.derived.process_row`); the panel's
+tooltip says why each N/A is N/A.
 """
 
 from __future__ import annotations
@@ -12,19 +14,11 @@ from datetime import tzinfo
 from rich.text import Text
 from textual.message import Message
 
-from tpu_info.catalog import UNCACHED_COMPILE
-from tpu_info.views import (
-    NA,
-    clean,
-    engine_label,
-    format_bytes,
-    format_uptime,
-    memory_totals,
-    steps_label,
-)
+from tpu_info.derived import process_row
+from tpu_info.views import clean, format_bytes, format_uptime
 from tui.source import Conn
 from tui.state import TargetData
-from tui.widgets.common import Palette, hms
+from tui.widgets.common import Palette, hms, reasons_tip, view_of
 from tui.widgets.header import GLYPH
 from tui.widgets.table import LiveTable
 
@@ -71,34 +65,37 @@ class ProcessesPanel(LiveTable):
         if self.row_keys != keys or wide != self._wide:
             self._wide = wide
             self.reset([c for c in COLUMNS if wide or c[0] not in NARROW])
+        missing: list[tuple[str, str]] = []
         for d in targets:
-            self.put_row(d.target, self._cells(d, palette, tz))
+            self.put_row(d.target, self._cells(d, palette, tz, missing))
+        tip = reasons_tip(missing)
+        if tip != self.tooltip:
+            self.tooltip = tip
         if selected in keys:
             row = keys.index(selected)  # type: ignore[arg-type]
             if self.cursor_row != row:
                 self.move_cursor(row)
 
-    def _cells(self, d: TargetData, palette: Palette, tz: tzinfo | None) -> dict[str, object]:
+    def _cells(self, d: TargetData, palette: Palette, tz: tzinfo | None,
+               missing: list[tuple[str, str]]) -> dict[str, object]:
         style = {Conn.STREAMING: palette.ok, Conn.POLLING: palette.ok,
                  Conn.CONNECTING: palette.muted, Conn.DISCONNECTED: palette.bad}[d.state]
         dim = "" if d.connected else palette.muted
         cells: dict[str, object] = {"state": Text(GLYPH[d.state], style=style),
                                     "target": Text(f"{clean(d.target, 40)} "
                                                    f"{status_words(d, tz)}", style=dim)}
-        s = d.snapshot
-        if s is None:
+        row = process_row(view_of(d)) if d.snapshot is not None else None
+        if row is None:
             return cells
-        p = s.process
-        used, _ = memory_totals(s)
+        missing += row.na
         cells.update({
-            "pid": Text(str(p.pid) if p else "-", style=dim),
-            "name": Text(clean(p.name, 20) if p else d.source, style=dim),
-            "engine": Text(clean(engine_label(p) or NA, 16) if p else d.source, style=dim),
-            "uptime": Text(format_uptime(s.uptime_seconds) if s.uptime_seconds > 0 else NA,
-                           style=dim),
-            "steps": Text(steps_label(s, short=True) or NA, style=dim),
-            "compiles": Text(str(s.counter(UNCACHED_COMPILE)), style=dim),
-            "hbm": Text(format_bytes(used) if used is not None else NA, style=dim),
+            "pid": Text(row.pid.text(), style=dim),
+            "name": Text(clean(row.name.text(), 20), style=dim),
+            "engine": Text(clean(row.engine.text(), 16), style=dim),
+            "uptime": Text(row.uptime_seconds.text(format_uptime), style=dim),
+            "steps": Text(row.steps_short.text(), style=dim),
+            "compiles": Text(row.compiles.text(), style=dim),
+            "hbm": Text(row.hbm_used_bytes.text(format_bytes), style=dim),
         })
         return cells
 

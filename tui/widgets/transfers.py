@@ -1,13 +1,16 @@
 """Transfers: host->device and device->host counts, bytes, byte-rate history
-(same time axis as the device charts) and latency percentiles."""
+(same time axis as the device charts) and latency percentiles, as the CLI
+derives them (:func:`tpu_info.derived.transfer_rows`); the panel's tooltip
+says why each N/A is N/A."""
 
 from __future__ import annotations
 
 from rich.text import Text
 
-from tpu_info.views import NA, format_bytes, format_ns, transfer_stats
+from tpu_info.derived import Derived, transfer_rows
+from tpu_info.views import NA, format_bytes, format_ns
 from tui.state import TargetData, series
-from tui.widgets.common import Palette, sparkline
+from tui.widgets.common import Palette, reasons_tip, sparkline, view_of
 from tui.widgets.table import GAP, Column, LiveTable
 
 COMPACT = 70  # narrower than this: no history, no P90
@@ -47,25 +50,28 @@ class TransfersPanel(LiveTable):
         if data is None or data.snapshot is None:
             self.put_row("h2d", {"dir": Text("no process picked" if data is None
                                              else "not read yet", style=palette.muted)})
+            self.tooltip = None
             return
         spark_w = next((w for key, _, w in cols if key == "history"), 0) or 0
         muted = Text(NA, style=palette.muted)
-        for stats, attr in zip(transfer_stats(data.snapshot),
-                               ("h2d_bytes_per_s", "d2h_bytes_per_s"), strict=True):
+
+        def ns(d: Derived[float]) -> Text:
+            return Text(format_ns(d.value), justify="right") if d.value is not None else muted
+
+        rows = transfer_rows(view_of(data))
+        for row, attr in zip(rows, ("h2d_bytes_per_s", "d2h_bytes_per_s"), strict=True):
             values = series(data.samples, attr, last=max(spark_w, RATE_SAMPLES))
             recent = [v for v in values[-RATE_SAMPLES:] if v is not None]
-            self.put_row(stats.direction, {
-                "dir": "h->d" if stats.direction == "h2d" else "d->h",
-                "count": Text(str(stats.count), justify="right"),
-                "bytes": Text(format_bytes(stats.bytes) if stats.bytes is not None else NA,
-                              justify="right"),
+            self.put_row(row.direction, {
+                "dir": "h->d" if row.direction == "h2d" else "d->h",
+                "count": Text(str(row.count), justify="right"),
+                "bytes": Text(row.bytes.text(format_bytes), justify="right"),
                 "rate": Text(_rate(sum(recent) / len(recent) if recent else None),
                              justify="right"),
                 "history": Text(sparkline(values, spark_w), style=palette.accent),
-                "p50": Text(format_ns(stats.p50_ns), justify="right")
-                if stats.p50_ns is not None else muted,
-                "p90": Text(format_ns(stats.p90_ns), justify="right")
-                if stats.p90_ns is not None else muted,
-                "p999": Text(format_ns(stats.p999_ns), justify="right")
-                if stats.p999_ns is not None else muted,
+                "p50": ns(row.p50_ns), "p90": ns(row.p90_ns), "p999": ns(row.p999_ns),
             })
+        shown = {c[0] for c in cols} | {"bytes"}
+        tip = reasons_tip(p for row in rows for p in row.na if p[0].rpartition("/")[2] in shown)
+        if tip != self.tooltip:
+            self.tooltip = tip
