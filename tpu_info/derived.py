@@ -26,6 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Generic, TypeVar
 
+from tpu_info.catalog import UNCACHED_COMPILE
 from tpu_info.finding_cost import cost_cell
 from tpu_info.findings import diverging_graphs, find, no_engine_reason, short_location
 from tpu_info.model import DeviceRecord, Finding, GraphRecord, LocalScan, Snapshot
@@ -208,7 +209,7 @@ def process_row(v: TargetView) -> ProcessRow | None:
                    "the target did not report its uptime")
     return replace(row, uptime_seconds=uptime, steps=steps,
                    steps_short=Derived.of(steps_label(s, short=True), steps.reason),
-                   compiles=Derived(s.counter("UncachedCompile")), hbm_used_bytes=hbm,
+                   compiles=Derived(s.counter(UNCACHED_COMPILE)), hbm_used_bytes=hbm,
                    na=tuple(r.na))
 
 

@@ -21,8 +21,15 @@ import re
 from collections import defaultdict
 from collections.abc import Iterable
 
+from tpu_info.catalog import (
+    EAGER_FALLBACK_TIME,
+    EXECUTE_TIME,
+    GRAPH_BREAKS,
+    MARK_STEP,
+    TRANSFER_FROM_DEVICE_TIME,
+)
 from tpu_info.finding_cost import cost_of, duration, share_words, short_location, steps_of
-from tpu_info.model import Finding, GraphRecord, Snapshot
+from tpu_info.model import EventKind, Finding, GraphRecord, Snapshot
 
 _UNRESUMABLE_RE = re.compile(r"cannot resume|unresumable|can.t resume", re.I)
 _HINT_RE = re.compile(r"\bHint:\s*(?P<hint>[^\n]+)")
@@ -35,7 +42,7 @@ def _unresumable(s: Snapshot, name: str, where: str, loc: str | None,
     execute time (estimated); Dynamo's own hint is kept."""
     hints = [m.group("hint").strip() for m in _HINT_RE.finditer(detail)]
     reason = _HINT_RE.sub("", detail).strip().rstrip(".") or "no reason recorded"
-    st, ex = steps_of(s), s.distribution("ExecuteTime")
+    st, ex = steps_of(s), s.distribution(EXECUTE_TIME)
     outside = None
     if st is not None and st.seconds_total and ex is not None and ex.count:
         outside = max(0.0, st.seconds_total - ex.total / 1e9)
@@ -58,12 +65,12 @@ def _unresumable(s: Snapshot, name: str, where: str, loc: str | None,
 
 def graph_breaks(s: Snapshot) -> Iterable[Finding]:
     """torch.compile graph breaks, one finding per break site seen in the events."""
-    n = s.counter("GraphBreaks")
+    n = s.counter(GRAPH_BREAKS)
     if not n:
         return
     sites: dict[str | None, tuple[str, str]] = {}
     for e in s.events:
-        if e.kind == "graph_break":
+        if e.kind == EventKind.GRAPH_BREAK:
             sites[e.location] = (e.name, e.detail)
     for loc, (name, detail) in sites.items():
         where = f" at {short_location(loc)}" if loc else ""
@@ -106,8 +113,8 @@ def xla_value_access(s: Snapshot) -> Iterable[Finding]:
     for g in _value_access_graphs(s):
         site = next((c.location for c in g.causes if XLA_VALUE_ACCESS in c.description), None)
         by_site[site].append(g)
-    steps = s.counter("MarkStep")
-    d2h = s.distribution("TransferFromDeviceTime")
+    steps = s.counter(MARK_STEP)
+    d2h = s.distribution(TRANSFER_FROM_DEVICE_TIME)
     for site, graphs in by_site.items():
         compiles = sum(g.compiles for g in graphs)
         compiled = sum(g.compile_seconds_total for g in graphs)
@@ -136,7 +143,7 @@ def _unresumable_break(s: Snapshot, name: str, where: str, loc: str | None,
     Its cost: the calls' wall time outside compiled graphs (measured)."""
     reason, _, hints = detail.partition(_UNRESUMABLE)
     hint = " ".join(h.strip() for h in hints.split("Hint:") if h.strip())
-    wall = s.distribution("EagerFallbackTime")
+    wall = s.distribution(EAGER_FALLBACK_TIME)
     cost, measured = 0.0, ""
     if wall is not None and wall.count and wall.total > 0:
         # Dynamo runs the whole function eagerly: all of its calls' time is outside graphs.

@@ -34,7 +34,7 @@ def findings_table(targets: Sequence[TargetData], selected: TargetData | None,
         if d.state is Conn.DISCONNECTED:
             since = f" since {hms(d.since_unix, tz)}" if d.since_unix is not None else ""
             retry = f"; retrying in {d.retry_in_s:g}s (r: now)" if d.retry_in_s else ""
-            t.add_row(Text(Severity.ERROR.label, style=style[Severity.ERROR]), "",
+            t.add_row(Text(Severity.ERROR.label, style=style[Severity.ERROR.label]), "",
                       f"{clean(d.target, 60)} disconnected{since}: {clean(d.error)}{retry}")
             n += 1
     if selected is not None:
