@@ -47,7 +47,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 _lock = threading.RLock()
 _recorder: Recorder | None = None
-_installed: dict[str, Any] = {}
+_installed: dict[str, _engines.Engine] = {}
 _waiting: set[str] = set()  # engines install("auto") waits for (metrics.importwatch)
 _explain_cache_misses = True  # what install() was last asked, for engines hooked later
 _exporter: Any = None
@@ -132,7 +132,7 @@ def install(
         wanted = _engines.detect() if auto else [engines]
     else:
         wanted = list(engines)
-    unknown = [e for e in wanted if e not in _engines.ENGINES]
+    unknown = [e for e in wanted if e not in _engines.valid_names()]
     if unknown:
         raise ValueError(
             f"unknown engine(s) {', '.join(map(repr, unknown))}; "
@@ -163,8 +163,7 @@ def install(
 
 def _hook(name: str, rec: Recorder) -> None:
     """Loads and installs one engine's adapter (holding ``_lock``)."""
-    module = _engines.load(name)
-    engine = module.create(rec, explain_cache_misses=_explain_cache_misses)
+    engine = _engines.create(name, rec, explain_cache_misses=_explain_cache_misses)
     engine.install()
     _installed[name] = engine
     _waiting.discard(name)
@@ -172,11 +171,11 @@ def _hook(name: str, rec: Recorder) -> None:
 
 def _wait_for_the_others() -> None:
     """Hooks each engine not imported yet when its import finishes (holding ``_lock``)."""
-    for name, (_, trigger) in _engines.ENGINES.items():
-        if name in _installed or name in _waiting:
+    for spec in _engines.specs():
+        if spec.name in _installed or spec.name in _waiting:
             continue
-        _waiting.add(name)
-        importwatch.when_imported(trigger, lambda name=name: _hook_later(name))
+        _waiting.add(spec.name)
+        importwatch.when_imported(spec.trigger, lambda name=spec.name: _hook_later(name))
     _republish()
 
 
@@ -198,13 +197,12 @@ def _hook_later(name: str) -> None:
         if name not in _waiting or name in _installed:
             return
         _waiting.discard(name)
-        superseded = any(s in _installed or _engines.ENGINES[s][1] in sys.modules
-                         for s in _engines.SUPERSEDED_BY.get(name, ()))
-        if not superseded:
+        present = {*_installed, *(e.name for e in _engines.specs() if e.trigger in sys.modules)}
+        if not _engines.superseded(name, present):
             _hook(name, recorder())
-        for other, by in _engines.SUPERSEDED_BY.items():
-            if name in by and other in _waiting:  # torch_xla came: no torch_lazy
-                _waiting.discard(other)
+        for other in _engines.specs():
+            if name in other.superseded_by and other.name in _waiting:  # torch_xla came:
+                _waiting.discard(other.name)  # no torch_lazy
         _republish()
     except Exception as e:  # noqa: BLE001 - the program's import must go on
         recorder().hook_failed(f"{name}.install", e)
@@ -356,7 +354,8 @@ def uninstall(*, stop_server: bool = False) -> None:
                 _prometheus = None
 
 
-def installed_engines() -> list[Any]:
+def installed_engines() -> list[_engines.Engine]:
+    """The engines hooked now, in the order they were hooked."""
     with _lock:
         return list(_installed.values())
 
@@ -400,8 +399,9 @@ def short_metrics_report(
     return textreport.short_metrics_report(snapshot(), counter_names, metric_names)
 
 
-def _extra_engines() -> list[Any]:
-    return [e for e in installed_engines() if hasattr(e, "extra_readings")]
+def _extra_engines() -> list[_engines.Engine]:
+    """The engines that keep counters of their own (torch._lazy, torch_xla)."""
+    return [e for e in installed_engines() if e.keeps_readings]
 
 
 def counter_names() -> list[str]:

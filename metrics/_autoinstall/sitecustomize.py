@@ -32,9 +32,6 @@ import sys
 from typing import Any
 
 ENV_FLAG = "TPU_INFO_AUTOINSTALL"
-# Top-level modules whose import means "the program uses this engine".
-# install() then waits for the others itself (metrics.engines.ENGINES' triggers).
-WATCHED = frozenset({"jax", "torch", "torch_xla", "torch._lazy.ts_backend"})
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _METRICS_DIR = os.path.dirname(_HERE)
@@ -100,17 +97,18 @@ def _same_file(a: str, b: str) -> bool:
         return False
 
 
-def _load_importwatch() -> Any:
-    """``metrics.importwatch`` (the post-import hook ``metrics.install()`` uses
-    too), loaded from its file without importing the ``metrics`` package: the
-    same module object serves both once the program's engine brings metrics in."""
-    name = "metrics.importwatch"
+def _load_standalone(name: str) -> Any:
+    """A module of ``metrics`` that imports only the standard library
+    (``metrics.importwatch``, the post-import hook ``metrics.install()`` uses
+    too; ``metrics.engines.registry``, the engines and their triggers), loaded
+    from its file without importing the ``metrics`` package: the same module
+    object serves both once the program's engine brings metrics in."""
     if name in sys.modules:
         return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(
-        name, os.path.join(_METRICS_DIR, "importwatch.py"))
+    path = os.path.join(_PACKAGE_ROOT, *name.split(".")) + ".py"
+    spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
-        raise ImportError(f"cannot load {_METRICS_DIR}/importwatch.py")
+        raise ImportError(f"cannot load {path}")
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     try:
@@ -132,10 +130,17 @@ def _arm() -> None:
     """Calls ``metrics.install()`` when the first engine has been imported
     (now, if one already is: by a .pth file, say); ``install()`` itself then
     waits for the engines imported later, through the same watcher."""
-    watch = _load_importwatch()
+    watch = _load_standalone("metrics.importwatch")
     watch.on_error = lambda name, err: _report("could not install the metrics hook", err)
-    for name in sorted(WATCHED):
+    for name in sorted(watched()):
         watch.when_imported(name, _on_engine_import)
+
+
+def watched() -> frozenset[str]:
+    """Modules whose import means "the program uses this engine": every
+    engine's trigger in :mod:`metrics.engines.registry`. ``install()`` then
+    waits for the others itself, through the same watcher and registry."""
+    return frozenset(_load_standalone("metrics.engines.registry").triggers())
 
 
 try:

@@ -69,6 +69,7 @@ from metrics import names
 from metrics.callstats import MIN_CALLS, CallTimes
 from metrics.engines._frames import host_ram, outer_user_call, skip_prefixes, user_location
 from metrics.engines._patching import Patches
+from metrics.engines.base import EngineBase
 from metrics.engines.jax_causes import LoweringHistory, param_path
 from metrics.engines.jax_describe import (
     EXPLAIN_LOGGERS,
@@ -122,7 +123,7 @@ TRANSFER_FIELDS = 4
 CALL_FIELDS = 5
 
 
-class JaxEngine:
+class JaxEngine(EngineBase):
     """Installs and removes the JAX hooks; one per process at a time."""
 
     name = ENGINE

@@ -73,6 +73,7 @@ from metrics.callstats import CallTimes
 from metrics.engines import _torchutil as tu
 from metrics.engines._frames import skip_prefixes, user_location
 from metrics.engines._patching import Patches
+from metrics.engines.base import EngineBase
 from metrics.journal import FOLD_AT
 from metrics.recorder import Recorder
 from tpu_info.model import FIRST_CALL, DeviceRecord, RecompileCause, StepsReading
@@ -192,7 +193,7 @@ class _Graph:
         self.backend_ns = backend_ns
 
 
-class TorchCompileEngine:
+class TorchCompileEngine(EngineBase):
     """Installs and removes the Dynamo hooks; one active per process."""
 
     name = ENGINE

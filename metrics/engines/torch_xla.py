@@ -57,6 +57,7 @@ from metrics.engines import _foreign
 from metrics.engines._frames import skip_prefixes
 from metrics.engines._patching import Patches
 from metrics.engines._xla_debug import CompileAnalysis, DebugTail
+from metrics.engines.base import EngineBase
 from metrics.recorder import Recorder
 from tpu_info.model import (
     FIRST_CALL,
@@ -87,10 +88,11 @@ def graph_hash(tensors: Any) -> str:
     return h.hex() if isinstance(h, (bytes, bytearray)) else str(h)
 
 
-class TorchXlaEngine:
+class TorchXlaEngine(EngineBase):
     """Reads torch_xla's counters, metrics and compile analyses at scrape time."""
 
     name = ENGINE
+    keeps_readings = True  # extra_readings: the engine's own counters
 
     def __init__(self, recorder: Recorder, explain_cache_misses: bool = True,
                  env: dict[str, str] | None = None, debug_dir: str | None = None) -> None:
