@@ -21,7 +21,6 @@ The functions :func:`counter_names`, :func:`counter_value`,
 from __future__ import annotations
 
 import logging
-import os
 import sys
 import threading
 from collections.abc import Callable, Iterable, Sequence
@@ -149,7 +148,9 @@ def install(
                 continue
             _hook(name, rec)
         if serve is None:
-            serve = _serve_from_env(os.environ.get(ENV_SERVE, ""))
+            from metrics.export import config
+
+            serve = config.serve()
         if serve not in (True, False, "process", "thread"):
             raise ValueError(f"serve must be 'process', 'thread', True or False, got {serve!r}")
         if serve:
@@ -239,32 +240,13 @@ def _republish() -> None:
     _exporter.republish(",".join(e.name for e in engines), versions, sorted(_waiting))
 
 
-ENV_SERVE = "TPU_INFO_SERVE"
-_SERVE_WORDS: dict[str, bool | str] = {
-    "": "process", "process": "process",
-    # As install(serve=True): in the program, what "1" always meant.
-    "thread": "thread", "1": "thread", "true": "thread", "yes": "thread",
-    "0": False, "false": False, "no": False,
-}
-
-
-def _serve_from_env(raw: str) -> bool | str:
-    """``$TPU_INFO_SERVE`` as ``install``'s ``serve``; an unknown word serves
-    the default way (logged once): the program must run on."""
-    word = raw.strip().lower()
-    if word not in _SERVE_WORDS:
-        log.warning("tpu-info: %s=%r is not one of process, thread, 1, 0; serving from "
-                    "a helper process", ENV_SERVE, raw)
-        return "process"
-    return _SERVE_WORDS[word]
-
-
 def _start_exporters(port: int | None, prometheus_port: int | None,
                      in_helper: bool = False) -> None:
     """Starts the gRPC server (and Prometheus endpoint) once; failures are
     logged, never raised: the program runs on without them."""
     global _exporter, _prometheus
     from metrics import export
+    from metrics.export import config
 
     engines = installed_engines()
     versions: dict[str, str] = {}
@@ -283,7 +265,7 @@ def _start_exporters(port: int | None, prometheus_port: int | None,
         except Exception as e:  # noqa: BLE001 - never break the program for its monitor
             log.warning("tpu-info: metrics server not started: %s", e)
     if _prometheus is None and (prometheus_port is not None
-                                or os.environ.get("TPU_INFO_PROMETHEUS_PORT")):
+                                or config.is_set(config.PROMETHEUS_PORT)):
         try:
             from metrics.export import prometheus
 
@@ -304,24 +286,25 @@ def device_capture_allowed() -> bool:
     """Whether remote captures may run the device profilers (see :func:`install`)."""
     if _device_capture is not None:
         return _device_capture
-    return os.environ.get("TPU_INFO_DEVICE_CAPTURE", "").strip().lower() in ("1", "true", "yes")
+    from metrics.export import config
+
+    return config.flag(config.DEVICE_CAPTURE)
 
 
 def _capture(duration_s: float, device: bool, stop: threading.Event, caller: Any) -> Any:
     """Runs one ``Monitor.Capture`` on the server's thread (or, with the
     helper, on a thread of this program): only for the program's owner on
-    this host, device traces only when the program opted in. The profiler
-    is loaded here, on the first capture allowed, never at import or install."""
-    from metrics.export import discovery, owner
+    this host, device traces only when the program opted in. The capture
+    itself is the one ``import profiler`` registered
+    (:mod:`metrics.export.captures`): metrics never imports the profiler."""
+    from metrics.export import captures, discovery, owner
 
     owner.check(caller, discovery.capture_secret())
     if device and not device_capture_allowed():
         raise DeviceCaptureOff("device traces are off in this program (they cost it "
                                "gigabytes of memory); it opts in with "
                                "TPU_INFO_DEVICE_CAPTURE=1 or metrics.install(device_capture=True)")
-    from profiler import remote
-
-    return remote.capture(duration_s, device, stop)
+    return captures.run(duration_s, device, stop)
 
 
 def exporter() -> Any:

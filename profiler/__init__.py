@@ -20,7 +20,9 @@ Example:
     'trace.json.gz'
 
 ``import profiler`` imports neither jax nor torch; annotations cost one
-flag check while no capture runs.
+flag check while no capture runs. It registers :func:`profiler.remote.capture`
+with the exporter (:func:`metrics.export.register_capture`), so ``tpu-info
+profile`` can trace the program: ``metrics`` never imports ``profiler``.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from metrics.export import captures
 from profiler.annotations import StepTrace, Trace
 from profiler.capture import (
     DEFAULT_MAX_ANNOTATIONS,
@@ -38,10 +41,14 @@ from profiler.capture import (
 )
 from profiler.errors import CaptureBusy, InvalidCapture, ProfilerError, ServerNotStarted
 from profiler.local import TraceSession
+from profiler.remote import capture as _remote_capture
 
 __all__ = ["Trace", "StepTrace", "start_server", "trace", "TraceSession", "CaptureResult",
            "ProfilerError", "CaptureBusy", "InvalidCapture", "ServerNotStarted",
            "MAX_DURATION_S"]
+
+
+captures.register_capture(_remote_capture)  # what the exporter's Monitor.Capture runs
 
 
 def start_server(port: int | None = None) -> str:

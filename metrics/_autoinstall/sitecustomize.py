@@ -8,8 +8,11 @@
    next one on ``sys.path``), so a site's or a virtualenv's own still works;
 2. when ``TPU_INFO_AUTOINSTALL=1``, loads :mod:`metrics.importwatch` (the
    post-import hook ``metrics.install()`` uses for engines imported after
-   it) and waits for ``jax`` (or ``torch``, ``torch_xla``) to finish
-   importing, then calls ``metrics.install()``. Neither ``metrics`` nor
+   it) and waits for any engine's trigger in :mod:`metrics.engines.registry`
+   (``jax``, ``torch``, ``torch_xla``, ...) to finish importing, then calls
+   ``metrics.install()`` and registers a capture that loads ``profiler`` at
+   the first ``tpu-info profile`` (this file is the program's start-up code,
+   outside the ``metrics`` package's layers). Neither ``metrics`` nor
    any engine is imported before the program imports its engine, so a
    program that never imports one pays nothing and keeps its own module
    namespace.
@@ -88,6 +91,25 @@ def _install_hook() -> None:
     import metrics
 
     metrics.install()
+    _offer_captures()
+
+
+def _offer_captures() -> None:
+    """Lets ``tpu-info profile`` trace the program, which never imported the
+    profiler: this start-up code (not the ``metrics`` package, which never
+    imports ``profiler``) wires the two together, and the profiler loads at
+    the first capture allowed. A program's own ``import profiler`` replaces it."""
+    from metrics.export import captures
+
+    if captures.registered_capture() is None:
+        captures.register_capture(_capture_with_profiler)
+
+
+def _capture_with_profiler(duration_s: float, device: bool, stop: Any) -> Any:
+    import profiler  # noqa: F401 - registers profiler.remote.capture in place of this
+    from profiler import remote
+
+    return remote.capture(duration_s, device, stop)
 
 
 def _same_file(a: str, b: str) -> bool:

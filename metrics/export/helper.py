@@ -54,7 +54,7 @@ from typing import Any
 
 from metrics import forksafe
 from metrics.events import EventLog
-from metrics.export import discovery, owner
+from metrics.export import config, discovery, owner
 from metrics.export.owner import Caller
 from metrics.export.server import (
     BindError,
@@ -190,7 +190,7 @@ class HelperServer:
         # Forty server threads would each get a malloc arena of their own,
         # and freed memory would stay spread over them: two keep RSS steady.
         env.setdefault("MALLOC_ARENA_MAX", "2")
-        env.pop("TPU_INFO_AUTOINSTALL", None)  # `tpu-info run`'s bootstrap: not for the helper
+        env.pop(config.AUTOINSTALL.name, None)  # `tpu-info run`'s bootstrap: not for the helper
         self._env = env
         self._link = self._spawn()
 
