@@ -44,11 +44,11 @@ for line in sys.stdin:
 class Program:
     def __init__(self, tmp_path: Path, serve: str) -> None:
         self.runtime = tmp_path / "rt"
-        env = dict(os.environ, PYTHONPATH=str(ROOT), TPU_INFO_RUNTIME_DIR=str(self.runtime),
-                   TPU_INFO_PORT="0")
+        self.env = dict(os.environ, PYTHONPATH=str(ROOT),
+                        TPU_INFO_RUNTIME_DIR=str(self.runtime), TPU_INFO_PORT="0")
         self.proc = subprocess.Popen([sys.executable, "-c", PROGRAM, serve],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+                                     stderr=subprocess.PIPE, text=True, env=self.env, cwd=ROOT)
         line = self.proc.stdout.readline()
         assert line, self.proc.stderr.read()
         self.address = line.strip()
@@ -102,6 +102,14 @@ def test_a_capture_needs_the_profiler_and_never_loads_it(tmp_path, serve) -> Non
         assert err.code() == grpc.StatusCode.FAILED_PRECONDITION
         assert "import profiler" in err.details() and "\n" not in err.details()
         assert prog.ask("modules") == []  # metrics never imports the profiler
+        if serve == "thread":  # what `tpu-info profile` says: one line, exit 1
+            r = subprocess.run([sys.executable, "-m", "tpu_info", "profile", "--target",
+                                prog.address, "--duration", "0.1", "-o",
+                                str(tmp_path / "t.json")], capture_output=True, text=True,
+                               timeout=60, cwd=ROOT, env=prog.env)
+            assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+            [line] = [x for x in r.stderr.splitlines() if "import profiler" in x]
+            assert not (tmp_path / "t.json").exists()
         assert "profiler" in prog.ask("import profiler")  # after install(): registers itself
         assert json.loads(_capture(prog.address, prog.secret).trace)["traceEvents"]
     finally:
