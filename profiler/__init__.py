@@ -27,6 +27,7 @@ profile`` can trace the program: ``metrics`` never imports ``profiler``.
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -41,14 +42,21 @@ from profiler.capture import (
 )
 from profiler.errors import CaptureBusy, InvalidCapture, ProfilerError, ServerNotStarted
 from profiler.local import TraceSession
-from profiler.remote import capture as _remote_capture
 
 __all__ = ["Trace", "StepTrace", "start_server", "trace", "TraceSession", "CaptureResult",
            "ProfilerError", "CaptureBusy", "InvalidCapture", "ServerNotStarted",
            "MAX_DURATION_S"]
 
 
-captures.register_capture(_remote_capture)  # what the exporter's Monitor.Capture runs
+def _remote_capture(duration_s: float, device: bool, stop: threading.Event) -> Any:
+    """What the exporter's ``Monitor.Capture`` runs: :func:`profiler.remote.capture`
+    (loaded at the first capture: ``import profiler`` stays light)."""
+    from profiler import remote
+
+    return remote.capture(duration_s, device, stop)
+
+
+captures.register_capture(_remote_capture)
 
 
 def start_server(port: int | None = None) -> str:

@@ -257,7 +257,9 @@ def start(
         >>> exporter = start(lambda since: None, port=0)  # doctest: +SKIP
     """
     if server_factory is None:
-        from metrics.export.server import Server as server_factory
+        from metrics.export.server import Server
+
+        server_factory = Server
     address = binding.setting(bind, binding.GRPC_ENV)
     binding.warn_once("the gRPC server", address,
                       "read this program's metrics (captures stay loopback-only, for its owner)")
