@@ -29,7 +29,7 @@ import psutil
 from _common import ROOT, parser, verdict
 
 VICTIM = r"""
-import os, sys, time, jax, jax.numpy as jnp, metrics
+import os, sys, time, jax, jax.numpy as jnp, metrics, profiler  # profiler: the capture
 metrics.install(engines=["jax"], serve=os.environ.get("VICTIM_SERVE") or None)
 @jax.jit
 def step(w, x):

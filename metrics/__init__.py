@@ -21,7 +21,6 @@ The functions :func:`counter_names`, :func:`counter_value`,
 from __future__ import annotations
 
 import logging
-import os
 import sys
 import threading
 from collections.abc import Callable, Iterable, Sequence
@@ -47,7 +46,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 _lock = threading.RLock()
 _recorder: Recorder | None = None
-_installed: dict[str, Any] = {}
+_installed: dict[str, _engines.Engine] = {}
 _waiting: set[str] = set()  # engines install("auto") waits for (metrics.importwatch)
 _explain_cache_misses = True  # what install() was last asked, for engines hooked later
 _exporter: Any = None
@@ -132,7 +131,7 @@ def install(
         wanted = _engines.detect() if auto else [engines]
     else:
         wanted = list(engines)
-    unknown = [e for e in wanted if e not in _engines.ENGINES]
+    unknown = [e for e in wanted if e not in _engines.valid_names()]
     if unknown:
         raise ValueError(
             f"unknown engine(s) {', '.join(map(repr, unknown))}; "
@@ -149,7 +148,9 @@ def install(
                 continue
             _hook(name, rec)
         if serve is None:
-            serve = _serve_from_env(os.environ.get(ENV_SERVE, ""))
+            from metrics.export import config
+
+            serve = config.serve()
         if serve not in (True, False, "process", "thread"):
             raise ValueError(f"serve must be 'process', 'thread', True or False, got {serve!r}")
         if serve:
@@ -163,8 +164,7 @@ def install(
 
 def _hook(name: str, rec: Recorder) -> None:
     """Loads and installs one engine's adapter (holding ``_lock``)."""
-    module = _engines.load(name)
-    engine = module.create(rec, explain_cache_misses=_explain_cache_misses)
+    engine = _engines.create(name, rec, explain_cache_misses=_explain_cache_misses)
     engine.install()
     _installed[name] = engine
     _waiting.discard(name)
@@ -172,11 +172,11 @@ def _hook(name: str, rec: Recorder) -> None:
 
 def _wait_for_the_others() -> None:
     """Hooks each engine not imported yet when its import finishes (holding ``_lock``)."""
-    for name, (_, trigger) in _engines.ENGINES.items():
-        if name in _installed or name in _waiting:
+    for spec in _engines.specs():
+        if spec.name in _installed or spec.name in _waiting:
             continue
-        _waiting.add(name)
-        importwatch.when_imported(trigger, lambda name=name: _hook_later(name))
+        _waiting.add(spec.name)
+        importwatch.when_imported(spec.trigger, lambda name=spec.name: _hook_later(name))
     _republish()
 
 
@@ -198,13 +198,12 @@ def _hook_later(name: str) -> None:
         if name not in _waiting or name in _installed:
             return
         _waiting.discard(name)
-        superseded = any(s in _installed or _engines.ENGINES[s][1] in sys.modules
-                         for s in _engines.SUPERSEDED_BY.get(name, ()))
-        if not superseded:
+        present = {*_installed, *(e.name for e in _engines.specs() if e.trigger in sys.modules)}
+        if not _engines.superseded(name, present):
             _hook(name, recorder())
-        for other, by in _engines.SUPERSEDED_BY.items():
-            if name in by and other in _waiting:  # torch_xla came: no torch_lazy
-                _waiting.discard(other)
+        for other in _engines.specs():
+            if name in other.superseded_by and other.name in _waiting:  # torch_xla came:
+                _waiting.discard(other.name)  # no torch_lazy
         _republish()
     except Exception as e:  # noqa: BLE001 - the program's import must go on
         recorder().hook_failed(f"{name}.install", e)
@@ -241,32 +240,13 @@ def _republish() -> None:
     _exporter.republish(",".join(e.name for e in engines), versions, sorted(_waiting))
 
 
-ENV_SERVE = "TPU_INFO_SERVE"
-_SERVE_WORDS: dict[str, bool | str] = {
-    "": "process", "process": "process",
-    # As install(serve=True): in the program, what "1" always meant.
-    "thread": "thread", "1": "thread", "true": "thread", "yes": "thread",
-    "0": False, "false": False, "no": False,
-}
-
-
-def _serve_from_env(raw: str) -> bool | str:
-    """``$TPU_INFO_SERVE`` as ``install``'s ``serve``; an unknown word serves
-    the default way (logged once): the program must run on."""
-    word = raw.strip().lower()
-    if word not in _SERVE_WORDS:
-        log.warning("tpu-info: %s=%r is not one of process, thread, 1, 0; serving from "
-                    "a helper process", ENV_SERVE, raw)
-        return "process"
-    return _SERVE_WORDS[word]
-
-
 def _start_exporters(port: int | None, prometheus_port: int | None,
                      in_helper: bool = False) -> None:
     """Starts the gRPC server (and Prometheus endpoint) once; failures are
     logged, never raised: the program runs on without them."""
     global _exporter, _prometheus
     from metrics import export
+    from metrics.export import config
 
     engines = installed_engines()
     versions: dict[str, str] = {}
@@ -285,7 +265,7 @@ def _start_exporters(port: int | None, prometheus_port: int | None,
         except Exception as e:  # noqa: BLE001 - never break the program for its monitor
             log.warning("tpu-info: metrics server not started: %s", e)
     if _prometheus is None and (prometheus_port is not None
-                                or os.environ.get("TPU_INFO_PROMETHEUS_PORT")):
+                                or config.is_set(config.PROMETHEUS_PORT)):
         try:
             from metrics.export import prometheus
 
@@ -306,24 +286,25 @@ def device_capture_allowed() -> bool:
     """Whether remote captures may run the device profilers (see :func:`install`)."""
     if _device_capture is not None:
         return _device_capture
-    return os.environ.get("TPU_INFO_DEVICE_CAPTURE", "").strip().lower() in ("1", "true", "yes")
+    from metrics.export import config
+
+    return config.flag(config.DEVICE_CAPTURE)
 
 
 def _capture(duration_s: float, device: bool, stop: threading.Event, caller: Any) -> Any:
     """Runs one ``Monitor.Capture`` on the server's thread (or, with the
     helper, on a thread of this program): only for the program's owner on
-    this host, device traces only when the program opted in. The profiler
-    is loaded here, on the first capture allowed, never at import or install."""
-    from metrics.export import discovery, owner
+    this host, device traces only when the program opted in. The capture
+    itself is the one ``import profiler`` registered
+    (:mod:`metrics.export.captures`): metrics never imports the profiler."""
+    from metrics.export import captures, discovery, owner
 
     owner.check(caller, discovery.capture_secret())
     if device and not device_capture_allowed():
         raise DeviceCaptureOff("device traces are off in this program (they cost it "
                                "gigabytes of memory); it opts in with "
                                "TPU_INFO_DEVICE_CAPTURE=1 or metrics.install(device_capture=True)")
-    from profiler import remote
-
-    return remote.capture(duration_s, device, stop)
+    return captures.run(duration_s, device, stop)
 
 
 def exporter() -> Any:
@@ -356,7 +337,8 @@ def uninstall(*, stop_server: bool = False) -> None:
                 _prometheus = None
 
 
-def installed_engines() -> list[Any]:
+def installed_engines() -> list[_engines.Engine]:
+    """The engines hooked now, in the order they were hooked."""
     with _lock:
         return list(_installed.values())
 
@@ -400,8 +382,9 @@ def short_metrics_report(
     return textreport.short_metrics_report(snapshot(), counter_names, metric_names)
 
 
-def _extra_engines() -> list[Any]:
-    return [e for e in installed_engines() if hasattr(e, "extra_readings")]
+def _extra_engines() -> list[_engines.Engine]:
+    """The engines that keep counters of their own (torch._lazy, torch_xla)."""
+    return [e for e in installed_engines() if e.keeps_readings]
 
 
 def counter_names() -> list[str]:

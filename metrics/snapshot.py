@@ -4,7 +4,7 @@ All expensive work (percentiles, device memory, copies) happens here, on the
 caller's thread, never on the program's hot path.
 
 Engines that keep their own counters (torch._lazy, torch_xla) contribute
-them here through an optional ``extra_readings()`` method, read now and
+them here through :meth:`~metrics.engines.base.Engine.extra_readings`, read now and
 merged with the registry's by name: counters of the same name add up (each
 source counts different events: our hooks never count what the engine
 counts), except ``MarkStep``, where several markers may mark the same steps
@@ -140,11 +140,10 @@ def readings(
     c_map = {c.name: c for c in counters}
     d_map = {d.name: d for d in dists}
     for e in engines:
-        extra = getattr(e, "extra_readings", None)
-        if extra is None:
+        if not e.keeps_readings:
             continue
         try:
-            more_c, more_d = extra()
+            more_c, more_d = e.extra_readings()
         except Exception as err:  # noqa: BLE001 - an engine's readings never break a scrape
             recorder.hook_failed(f"{e.name}.readings", err)
             continue
@@ -179,12 +178,10 @@ def diagnosis(recorder: Recorder, engines: list[Engine], counters: tuple[Counter
     steps = _marked_steps(counters, dists)
     for e in engines:
         try:
-            if hasattr(e, "sites"):
-                sites.extend(e.sites())
-            if steps is None and hasattr(e, "steps"):
+            sites.extend(e.sites())
+            if steps is None:
                 steps = e.steps()
-            if hasattr(e, "blind_spots"):
-                blind.extend(e.blind_spots())
+            blind.extend(e.blind_spots())
         except Exception as err:  # noqa: BLE001 - diagnosis never breaks a scrape
             recorder.hook_failed(f"{e.name}.diagnosis", err)
     sites.sort(key=lambda x: (-x.seconds, -x.count, x.location))

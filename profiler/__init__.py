@@ -20,14 +20,18 @@ Example:
     'trace.json.gz'
 
 ``import profiler`` imports neither jax nor torch; annotations cost one
-flag check while no capture runs.
+flag check while no capture runs. It registers :func:`profiler.remote.capture`
+with the exporter (:func:`metrics.export.register_capture`), so ``tpu-info
+profile`` can trace the program: ``metrics`` never imports ``profiler``.
 """
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Any
 
+from metrics.export import captures
 from profiler.annotations import StepTrace, Trace
 from profiler.capture import (
     DEFAULT_MAX_ANNOTATIONS,
@@ -42,6 +46,17 @@ from profiler.local import TraceSession
 __all__ = ["Trace", "StepTrace", "start_server", "trace", "TraceSession", "CaptureResult",
            "ProfilerError", "CaptureBusy", "InvalidCapture", "ServerNotStarted",
            "MAX_DURATION_S"]
+
+
+def _remote_capture(duration_s: float, device: bool, stop: threading.Event) -> Any:
+    """What the exporter's ``Monitor.Capture`` runs: :func:`profiler.remote.capture`
+    (loaded at the first capture: ``import profiler`` stays light)."""
+    from profiler import remote
+
+    return remote.capture(duration_s, device, stop)
+
+
+captures.register_capture(_remote_capture)
 
 
 def start_server(port: int | None = None) -> str:

@@ -1,7 +1,8 @@
 """Device-level traces for a capture window: ``jax.profiler`` and ``torch.profiler``.
 
 Only engines the program has already imported are profiled (this module
-never imports jax or torch on its own). Each profiler writes into its own
+never imports jax or torch on its own); which profiler covers which engine
+is :mod:`metrics.engines.registry`'s ``device_profiler``. Each profiler writes into its own
 folder under the capture's output folder; :meth:`DeviceTraces.stop` returns
 the files written, and every failure becomes a note instead of an error, so
 the host-side trace is never lost to a device profiler's trouble.
@@ -20,6 +21,8 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+from metrics.engines import registry
 
 __all__ = ["DeviceTraces"]
 
@@ -41,36 +44,46 @@ class DeviceTraces:
 
     def start(self) -> None:
         """Starts what can be started; failures become :attr:`notes`."""
-        if "jax" not in self._modules and "torch" not in self._modules:
-            self.notes.append("device trace: no engine imported (jax or torch)")
+        libraries = registry.device_profilers()
+        present = [lib for lib in libraries if lib in self._modules]
+        if not present:
+            self.notes.append(f"device trace: no engine imported ({' or '.join(libraries)})")
             return
-        if "jax" in self._modules:
-            try:
-                import jax.profiler
+        for lib in present:
+            starter = getattr(self, f"_start_{lib}", None)
+            if starter is None:
+                self.notes.append(f"device trace: no device profiler for {lib} here")
+                continue
+            starter()
 
-                path = self.out_dir / "jax"
-                path.mkdir(parents=True, exist_ok=True)
-                jax.profiler.start_trace(str(path))
-                self._jax = jax.profiler
-            except Exception as e:  # noqa: BLE001 - the host trace goes on without it
-                self.notes.append(f"device trace: jax.profiler did not start: {e}")
-        if "torch" in self._modules:
-            try:
-                import torch
-                from torch.profiler import ProfilerActivity, profile
+    def _start_jax(self) -> None:
+        try:
+            import jax.profiler
 
-                activities = [ProfilerActivity.CPU]
-                if torch.cuda.is_available():
-                    activities.append(ProfilerActivity.CUDA)
-                prof = profile(activities=activities)
-                prof.__enter__()
-                self._torch = prof
-                self.notes.append("device trace: torch.profiler records the operators of "
-                                  "the thread that started it (the capture's thread) and the "
-                                  "device kernels; operators on the program's threads may "
-                                  "be missing")
-            except Exception as e:  # noqa: BLE001
-                self.notes.append(f"device trace: torch.profiler did not start: {e}")
+            path = self.out_dir / "jax"
+            path.mkdir(parents=True, exist_ok=True)
+            jax.profiler.start_trace(str(path))
+            self._jax = jax.profiler
+        except Exception as e:  # noqa: BLE001 - the host trace goes on without it
+            self.notes.append(f"device trace: jax.profiler did not start: {e}")
+
+    def _start_torch(self) -> None:
+        try:
+            import torch
+            from torch.profiler import ProfilerActivity, profile
+
+            activities = [ProfilerActivity.CPU]
+            if torch.cuda.is_available():
+                activities.append(ProfilerActivity.CUDA)
+            prof = profile(activities=activities)
+            prof.__enter__()
+            self._torch = prof
+            self.notes.append("device trace: torch.profiler records the operators of "
+                              "the thread that started it (the capture's thread) and the "
+                              "device kernels; operators on the program's threads may "
+                              "be missing")
+        except Exception as e:  # noqa: BLE001
+            self.notes.append(f"device trace: torch.profiler did not start: {e}")
 
     def stop(self) -> list[Path]:
         """Stops the profilers; returns every file they wrote, sorted."""

@@ -14,6 +14,7 @@ PROGRAM = r"""
 import json, os, sys
 import jax, jax.numpy as jnp
 import metrics
+import profiler  # registers the capture the server runs (test_export_helper captures)
 
 metrics.install(engines=["jax"], port=int(os.environ.get("HOOK_PORT", "0")))
 

@@ -38,7 +38,7 @@ KEY = "tpu-info-capture-token"  # the wire contract (tpu_info.discovery_record.C
 
 PROGRAM = r"""
 import os, sys, threading, time
-import jax, jax.numpy as jnp, metrics
+import jax, jax.numpy as jnp, metrics, profiler  # profiler: registers the capture
 if os.environ.get("CAP_BYTES"):  # a lower cap on device files sent, to overflow it cheaply
     import profiler.remote
     profiler.remote.MAX_FILE_BYTES = int(os.environ["CAP_BYTES"])

@@ -24,11 +24,11 @@ TRACER = r"""
 import json, os, signal, sys
 import grpc, psutil
 import metrics
-from metrics.export import discovery, helper, prometheus, server
+from metrics.export import discovery, helper, helper_channel, prometheus, server
 
 OUT = sys.argv[1]
 WATCHED = (os.path.dirname(grpc.__file__), server.__file__, helper.__file__,
-           prometheus.__file__)
+           helper_channel.__file__, prometheus.__file__)
 
 def trace_calls():
     hits = os.path.join(OUT, f"calls-{os.getpid()}.txt")

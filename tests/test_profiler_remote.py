@@ -16,6 +16,7 @@ import grpc
 import pytest
 
 import metrics
+import profiler  # noqa: F401 - registers the capture the `served` fixture's server runs
 from metrics import export
 from tests.conftest import ROOT
 from tests.test_profiler_format import validate_trace
@@ -28,10 +29,11 @@ from tpu_info.proto import tpu_info_v1_pb2_grpc as pb_grpc
 CLI = [sys.executable, "-m", "tpu_info.cli"]
 
 # A training loop that only uses the Core API (install, track, mark_step):
-# a recompile every 10 steps, a transfer each way every step.
+# a recompile every 10 steps, a transfer each way every step. It imports the
+# profiler (nothing else of it): that registers the capture the server runs.
 PROGRAM = r"""
 import sys, threading, time
-import jax, jax.numpy as jnp, metrics
+import jax, jax.numpy as jnp, metrics, profiler
 metrics.install(engines=["jax"])
 done = threading.Event()
 threading.Thread(target=lambda: (sys.stdin.read(), done.set()), daemon=True).start()

@@ -8,8 +8,11 @@
    next one on ``sys.path``), so a site's or a virtualenv's own still works;
 2. when ``TPU_INFO_AUTOINSTALL=1``, loads :mod:`metrics.importwatch` (the
    post-import hook ``metrics.install()`` uses for engines imported after
-   it) and waits for ``jax`` (or ``torch``, ``torch_xla``) to finish
-   importing, then calls ``metrics.install()``. Neither ``metrics`` nor
+   it) and waits for any engine's trigger in :mod:`metrics.engines.registry`
+   (``jax``, ``torch``, ``torch_xla``, ...) to finish importing, then calls
+   ``metrics.install()`` and registers a capture that loads ``profiler`` at
+   the first ``tpu-info profile`` (this file is the program's start-up code,
+   outside the ``metrics`` package's layers). Neither ``metrics`` nor
    any engine is imported before the program imports its engine, so a
    program that never imports one pays nothing and keeps its own module
    namespace.
@@ -32,9 +35,6 @@ import sys
 from typing import Any
 
 ENV_FLAG = "TPU_INFO_AUTOINSTALL"
-# Top-level modules whose import means "the program uses this engine".
-# install() then waits for the others itself (metrics.engines.ENGINES' triggers).
-WATCHED = frozenset({"jax", "torch", "torch_xla", "torch._lazy.ts_backend"})
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _METRICS_DIR = os.path.dirname(_HERE)
@@ -91,6 +91,25 @@ def _install_hook() -> None:
     import metrics
 
     metrics.install()
+    _offer_captures()
+
+
+def _offer_captures() -> None:
+    """Lets ``tpu-info profile`` trace the program, which never imported the
+    profiler: this start-up code (not the ``metrics`` package, which never
+    imports ``profiler``) wires the two together, and the profiler loads at
+    the first capture allowed. A program's own ``import profiler`` replaces it."""
+    from metrics.export import captures
+
+    if captures.registered_capture() is None:
+        captures.register_capture(_capture_with_profiler)
+
+
+def _capture_with_profiler(duration_s: float, device: bool, stop: Any) -> Any:
+    import profiler  # noqa: F401 - registers profiler.remote.capture in place of this
+    from profiler import remote
+
+    return remote.capture(duration_s, device, stop)
 
 
 def _same_file(a: str, b: str) -> bool:
@@ -100,17 +119,18 @@ def _same_file(a: str, b: str) -> bool:
         return False
 
 
-def _load_importwatch() -> Any:
-    """``metrics.importwatch`` (the post-import hook ``metrics.install()`` uses
-    too), loaded from its file without importing the ``metrics`` package: the
-    same module object serves both once the program's engine brings metrics in."""
-    name = "metrics.importwatch"
+def _load_standalone(name: str) -> Any:
+    """A module of ``metrics`` that imports only the standard library
+    (``metrics.importwatch``, the post-import hook ``metrics.install()`` uses
+    too; ``metrics.engines.registry``, the engines and their triggers), loaded
+    from its file without importing the ``metrics`` package: the same module
+    object serves both once the program's engine brings metrics in."""
     if name in sys.modules:
         return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(
-        name, os.path.join(_METRICS_DIR, "importwatch.py"))
+    path = os.path.join(_PACKAGE_ROOT, *name.split(".")) + ".py"
+    spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
-        raise ImportError(f"cannot load {_METRICS_DIR}/importwatch.py")
+        raise ImportError(f"cannot load {path}")
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     try:
@@ -132,10 +152,17 @@ def _arm() -> None:
     """Calls ``metrics.install()`` when the first engine has been imported
     (now, if one already is: by a .pth file, say); ``install()`` itself then
     waits for the engines imported later, through the same watcher."""
-    watch = _load_importwatch()
+    watch = _load_standalone("metrics.importwatch")
     watch.on_error = lambda name, err: _report("could not install the metrics hook", err)
-    for name in sorted(WATCHED):
+    for name in sorted(watched()):
         watch.when_imported(name, _on_engine_import)
+
+
+def watched() -> frozenset[str]:
+    """Modules whose import means "the program uses this engine": every
+    engine's trigger in :mod:`metrics.engines.registry`. ``install()`` then
+    waits for the others itself, through the same watcher and registry."""
+    return frozenset(_load_standalone("metrics.engines.registry").triggers())
 
 
 try:

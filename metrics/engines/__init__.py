@@ -3,60 +3,47 @@
 ``import metrics`` never imports an engine: :func:`load` imports the adapter
 (and thereby the engine) only when ``metrics.install()`` finds the engine
 already imported by the program or is asked for it by name.
+
+* :mod:`metrics.engines.registry`: the one table of engines (name, the
+  module whose import triggers it, its adapter module, load order), read by
+  ``install()``, the ``tpu-info run`` bootstrap and the profiler.
+* :mod:`metrics.engines.base`: :class:`Engine`, the typed protocol every
+  adapter meets, and :class:`EngineBase`, the defaults of the optional
+  readings.
+
+Adding an engine: an adapter module (a subclass of :class:`EngineBase` and
+a ``create(recorder, explain_cache_misses=...)``) and one entry in
+:data:`metrics.engines.registry.ENGINES`.
 """
 
 from __future__ import annotations
 
 import importlib
-from typing import Any, Protocol
+from typing import Protocol
 
-from tpu_info.model import DeviceRecord
+from metrics.engines import registry
+from metrics.engines.base import Engine, EngineBase, Readings
+from metrics.engines.registry import EngineSpec, spec
+from metrics.recorder import Recorder
 
-# engine name -> (adapter module, the module whose presence in sys.modules
-# means the program uses that engine)
-#
-# Auto-detection for PyTorch: ``torch`` imported -> ``torch_compile`` (its
-# hooks cost nothing until torch.compile runs); ``torch._lazy.ts_backend``
-# imported (the program called ``torch._lazy.ts_backend.init()``) ->
-# ``torch_lazy``; ``torch_xla`` imported -> ``torch_xla``, which then
-# replaces ``torch_lazy``: both read the same lazy-tensor counters.
-ENGINES: dict[str, tuple[str, str]] = {
-    "jax": ("metrics.engines.jax", "jax"),
-    "torch_compile": ("metrics.engines.torch_compile", "torch"),
-    "torch_lazy": ("metrics.engines.torch_lazy", "torch._lazy.ts_backend"),
-    "torch_xla": ("metrics.engines.torch_xla", "torch_xla"),
-}
-
-# engine -> engines that, when detected too, make it redundant
-SUPERSEDED_BY: dict[str, tuple[str, ...]] = {
-    "torch_lazy": ("torch_xla",),
-}
+__all__ = ["Engine", "EngineBase", "EngineSpec", "Readings", "Adapter", "specs",
+           "valid_names", "detect", "superseded", "load", "create", "spec"]
 
 
-class Engine(Protocol):
-    """What ``install()`` and the snapshot builder need of an adapter."""
+class Adapter(Protocol):
+    """An adapter module: what :func:`create` calls."""
 
-    name: str
-    degraded: list[str]
+    def create(self, recorder: Recorder, explain_cache_misses: bool = True) -> Engine: ...
 
-    def install(self) -> None: ...
-    def uninstall(self) -> None: ...
-    def devices(self) -> list[DeviceRecord]: ...
-    def versions(self) -> dict[str, str]: ...
 
-    # Optional: engines that keep their own counters (torch._lazy, torch_xla)
-    # also define ``extra_readings() -> (counters, distributions)``, read at
-    # scrape time and merged into the snapshot (see ``metrics.snapshot``),
-    # and ``clear_readings()``, called by ``metrics.clear_*``.
-    # Optional diagnosis, read at scrape time (see ``metrics.snapshot.diagnosis``):
-    # ``sites() -> list[SiteReading]`` (lines of the user's code that synced or
-    # moved data implicitly, locations resolved now), ``steps() ->
-    # StepsReading | None`` (steps inferred when the program marks none) and
-    # ``blind_spots() -> list[str]`` (what the engine's hook cannot see here).
+def specs() -> tuple[EngineSpec, ...]:
+    """Every engine, in load order (:data:`metrics.engines.registry.ENGINES`)."""
+    return registry.ENGINES
 
 
 def valid_names() -> list[str]:
-    return sorted(ENGINES)
+    """Every engine name ``metrics.install(engines=[...])`` accepts, sorted."""
+    return registry.names()
 
 
 def _imported(module: str) -> bool:
@@ -69,13 +56,23 @@ def _imported(module: str) -> bool:
     return importwatch.ready(module)
 
 
+def superseded(name: str, present: set[str] | list[str]) -> bool:
+    """Whether an engine in ``present`` makes ``name`` redundant."""
+    return any(s in present for s in spec(name).superseded_by)
+
+
 def detect() -> list[str]:
-    """Engines whose library the program has already imported."""
-    found = [name for name, (_, module) in ENGINES.items() if _imported(module)]
-    return [n for n in found if not any(s in found for s in SUPERSEDED_BY.get(n, ()))]
+    """Engines whose library the program has already imported, in load order."""
+    found = [e.name for e in specs() if _imported(e.trigger)]
+    return [n for n in found if not superseded(n, found)]
 
 
-def load(name: str) -> Any:
+def load(name: str) -> Adapter:
     """The adapter module for ``name``; imports the engine itself."""
-    module, _ = ENGINES[name]
-    return importlib.import_module(module)
+    module: Adapter = importlib.import_module(spec(name).adapter)  # type: ignore[assignment]
+    return module
+
+
+def create(name: str, recorder: Recorder, explain_cache_misses: bool = True) -> Engine:
+    """Loads ``name``'s adapter and creates its engine (not installed yet)."""
+    return load(name).create(recorder, explain_cache_misses=explain_cache_misses)

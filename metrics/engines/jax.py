@@ -71,6 +71,7 @@ from metrics.engines import jax_aot, jax_calls
 from metrics.engines import jax_state as state
 from metrics.engines._frames import outer_user_call, skip_prefixes, user_location
 from metrics.engines._patching import Patches
+from metrics.engines.base import EngineBase
 from metrics.engines.jax_causes import LoweringHistory, param_path
 from metrics.engines.jax_describe import (
     EXPLAIN_LOGGERS,
@@ -93,7 +94,7 @@ _tls = state.local
 _listeners_registered = False
 
 
-class JaxEngine:
+class JaxEngine(EngineBase):
     """Installs and removes the JAX hooks; one per process at a time."""
 
     name = ENGINE

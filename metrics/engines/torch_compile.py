@@ -71,6 +71,7 @@ from metrics.engines import _torchutil as tu
 from metrics.engines import torch_breaks as brk
 from metrics.engines._frames import skip_prefixes, user_location
 from metrics.engines._patching import Patches
+from metrics.engines.base import EngineBase
 from metrics.engines.torch_guards import (
     TypesByCompile,
     choose_reason,
@@ -112,7 +113,7 @@ class _Graph:
         self.backend_ns = backend_ns
 
 
-class TorchCompileEngine:
+class TorchCompileEngine(EngineBase):
     """Installs and removes the Dynamo hooks; one active per process."""
 
     name = ENGINE

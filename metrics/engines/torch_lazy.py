@@ -48,6 +48,7 @@ from metrics import events as ev
 from metrics.engines import _foreign
 from metrics.engines._frames import skip_prefixes, user_location
 from metrics.engines._patching import Patches
+from metrics.engines.base import EngineBase
 from metrics.recorder import Recorder
 from tpu_info import catalog as names
 from tpu_info.model import (
@@ -105,10 +106,11 @@ def diff_graphs(old: str, new: str) -> str:
     return "graph changed: " + ("; ".join(parts) if parts else "same ops, other structure")
 
 
-class TorchLazyEngine:
+class TorchLazyEngine(EngineBase):
     """Wraps ``torch._lazy.mark_step`` and reads the engine's counters."""
 
     name = ENGINE
+    keeps_readings = True  # extra_readings: the engine's own counters
 
     def __init__(self, recorder: Recorder, **_: Any) -> None:
         self.rec = recorder

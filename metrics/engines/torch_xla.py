@@ -57,6 +57,8 @@ from metrics.engines import _foreign
 from metrics.engines._frames import skip_prefixes
 from metrics.engines._patching import Patches
 from metrics.engines._xla_debug import CompileAnalysis, DebugTail
+from metrics.engines.base import EngineBase
+from metrics.export import config
 from metrics.recorder import Recorder
 from tpu_info.model import (
     FIRST_CALL,
@@ -72,7 +74,7 @@ ENGINE = "torch_xla"
 LEVEL_VAR, FILE_VAR = "PT_XLA_DEBUG_LEVEL", "PT_XLA_DEBUG_FILE"
 # The pid whose hook made PT_XLA_DEBUG_FILE: a worker that inherits the
 # variable (torch_xla.launch, xmp.spawn) makes its own file instead.
-OWNER_VAR = "TPU_INFO_XLA_DEBUG_OWNER"
+OWNER_VAR = config.XLA_DEBUG_OWNER.name
 VALUE_ACCESS = "access tensor value before"  # torch_xla's cause for .item() before the sync
 _KNOWN_UNITS = {"InboundData": Unit.BYTES, "OutboundData": Unit.BYTES,
                 "TensorsGraphSize": Unit.NUMBER, "InputOutputAliasCount": Unit.NUMBER}
@@ -87,10 +89,11 @@ def graph_hash(tensors: Any) -> str:
     return h.hex() if isinstance(h, (bytes, bytearray)) else str(h)
 
 
-class TorchXlaEngine:
+class TorchXlaEngine(EngineBase):
     """Reads torch_xla's counters, metrics and compile analyses at scrape time."""
 
     name = ENGINE
+    keeps_readings = True  # extra_readings: the engine's own counters
 
     def __init__(self, recorder: Recorder, explain_cache_misses: bool = True,
                  env: dict[str, str] | None = None, debug_dir: str | None = None) -> None:

@@ -30,13 +30,17 @@ import socket
 import threading
 from collections.abc import Callable
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from metrics import forksafe
-from metrics.export import binding, discovery
-from metrics.export.server import BindError, CaptureFn, Server, SnapshotFn
+from metrics.export import binding, config, discovery
+from metrics.export.binding import BindError
+from metrics.export.captures import CaptureFn, register_capture
 
-__all__ = ["start", "Exporter", "BindError", "LIBTPU_PORT", "LOOPBACK"]
+if TYPE_CHECKING:  # the server (and grpc) loads in start(): `import profiler` stays light
+    from metrics.export.server import Server, SnapshotFn
+
+__all__ = ["start", "Exporter", "BindError", "LIBTPU_PORT", "LOOPBACK", "register_capture"]
 
 log = logging.getLogger("metrics.export")
 
@@ -45,16 +49,7 @@ LOOPBACK = binding.LOOPBACK
 
 
 def _env_port() -> int | None:
-    raw = os.environ.get("TPU_INFO_PORT", "").strip()
-    if not raw:
-        return None
-    try:
-        port = int(raw)
-    except ValueError:
-        raise ValueError(f"TPU_INFO_PORT must be a port number, got {raw!r}") from None
-    if not 0 <= port <= 65535:
-        raise ValueError(f"TPU_INFO_PORT must be in 0..65535, got {port}")
-    return port
+    return config.port(config.PORT)
 
 
 def _port_free(address: str, port: int) -> bool:
@@ -223,7 +218,7 @@ def start(
     engine: str = "",
     versions: dict[str, str] | None = None,
     workers: int | None = None,
-    server_factory: Callable[..., Server] = Server,
+    server_factory: Callable[..., Server] | None = None,
     capture_fn: CaptureFn | None = None,
 ) -> Exporter:
     """Starts serving ``snapshot_fn``'s snapshots and returns the exporter.
@@ -240,7 +235,8 @@ def start(
         versions: versions for the discovery record.
         workers: most server threads (default 40, started on demand; each
             open stream holds one).
-        server_factory: builds the :class:`Server` (tests inject one).
+        server_factory: builds the :class:`~metrics.export.server.Server`
+            (default; the serving helper and tests inject another).
         capture_fn: runs ``Monitor.Capture`` calls (default: none, answered
             UNIMPLEMENTED); see :data:`metrics.export.server.CaptureFn`.
 
@@ -251,6 +247,10 @@ def start(
     Example:
         >>> exporter = start(lambda since: None, port=0)  # doctest: +SKIP
     """
+    if server_factory is None:
+        from metrics.export.server import Server
+
+        server_factory = Server
     address = binding.setting(bind, binding.GRPC_ENV)
     binding.warn_once("the gRPC server", address,
                       "read this program's metrics (captures stay loopback-only, for its owner)")

@@ -26,18 +26,25 @@ import socket
 import threading
 from collections.abc import Mapping
 
+from metrics.export import config
 from tpu_info.targets import is_loopback_host
 
-__all__ = ["GRPC_ENV", "PROMETHEUS_ENV", "LOOPBACK", "setting", "addresses", "is_loopback",
-           "dial_host", "warn_once"]
+__all__ = ["GRPC_ENV", "PROMETHEUS_ENV", "LOOPBACK", "BindError", "setting", "addresses",
+           "is_loopback", "dial_host", "warn_once"]
 
 log = logging.getLogger("metrics.export")
 
-GRPC_ENV = "TPU_INFO_BIND"
-PROMETHEUS_ENV = "TPU_INFO_PROMETHEUS_BIND"
+GRPC_ENV = config.BIND.name
+PROMETHEUS_ENV = config.PROMETHEUS_BIND.name
 LOOPBACK = "127.0.0.1"
 _IPV4_ANY = "0.0.0.0"
 _ANY = ("::", "[::]")
+
+
+
+class BindError(OSError):
+    """The server could not bind the requested address and port."""
+
 
 _warned: set[tuple[str, str]] = set()
 _warned_lock = threading.Lock()

@@ -64,6 +64,7 @@ from prometheus_client.core import (
 from prometheus_client.exposition import choose_encoder
 
 from metrics import forksafe
+from metrics.export import config
 from metrics.export.bounded_http import BoundedHttpServer
 from tpu_info.model import DistributionReading, Snapshot, Unit
 from tpu_info.targets import is_loopback_host
@@ -72,8 +73,8 @@ log = logging.getLogger("metrics.export.prometheus")
 
 PREFIX = "tpu_info_"
 TOP_GRAPHS = 20
-ENV_PORT = "TPU_INFO_PROMETHEUS_PORT"
-ENV_BIND = "TPU_INFO_PROMETHEUS_BIND"  # its own: TPU_INFO_BIND is the gRPC server's
+ENV_PORT = config.PROMETHEUS_PORT.name
+ENV_BIND = config.PROMETHEUS_BIND.name  # its own: TPU_INFO_BIND is the gRPC server's
 DEFAULT_BIND = "127.0.0.1"
 BODY_TTL_S = 1.0  # scrapes within this long of each other share one exposition
 
@@ -422,16 +423,8 @@ def resolve_port(port: int | None, environ: Mapping[str, str] | None = None) -> 
     """
     if port is not None:
         return int(port)
-    raw = (os.environ if environ is None else environ).get(ENV_PORT, "").strip()
-    if not raw:
-        return 0
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ValueError(f"{ENV_PORT}={raw!r} is not a port number") from None
-    if not 0 <= value < 65536:
-        raise ValueError(f"{ENV_PORT}={raw!r} is out of range")
-    return value
+    value = config.port(config.PROMETHEUS_PORT, environ)
+    return 0 if value is None else value
 
 
 def start_http(
@@ -460,7 +453,7 @@ def start_http(
         ValueError: ``$TPU_INFO_PROMETHEUS_PORT`` is not a port number.
     """
     env = os.environ if environ is None else environ
-    addr = bind or env.get(ENV_BIND, "").strip() or DEFAULT_BIND
+    addr = bind or config.text(config.PROMETHEUS_BIND, env) or DEFAULT_BIND
     if not is_loopback_host(addr):
         log.warning("tpu-info: Prometheus endpoint listens on %s (not loopback): anyone "
                     "who can reach this host can read this program's metrics", addr)

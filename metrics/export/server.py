@@ -6,11 +6,11 @@ of its threads when a request arrives, by the injected ``snapshot_fn`` (this
 module never reaches for global metrics state). Streams are capped below the
 pool size so one-shot calls always find a free worker. Messages are bounded
 both ways. ``Capture`` runs the injected ``capture_fn`` (see
-:data:`CaptureFn`) with the :class:`~metrics.export.owner.Caller` (token and
-peer), which decides who may capture; without one it answers
-UNIMPLEMENTED. A capture holds a worker of its own (the pool has one more
-thread when ``capture_fn`` is given), so a concurrent capture is refused at
-once rather than queued.
+:data:`metrics.export.captures.CaptureFn`) with the
+:class:`~metrics.export.owner.Caller` (token and peer), which decides who
+may capture; without one it answers UNIMPLEMENTED. A capture holds a
+worker of its own (the pool has one more thread when ``capture_fn`` is
+given), so a concurrent capture is refused at once rather than queued.
 
 No client can make the server hold or do unbounded work (issue 14; figures
 in ``bench/attack.py``): connections, streams per connection, handshake,
@@ -41,6 +41,8 @@ from typing import Any
 import grpc
 
 from metrics.export import binding
+from metrics.export.binding import BindError
+from metrics.export.captures import CaptureFn
 from metrics.export.libtpu_service import RuntimeMetricServicer, snapshot_or_abort
 from metrics.export.limits import (
     CALL_BURST,
@@ -51,7 +53,7 @@ from metrics.export.limits import (
     CallPacer,
     server_options,
 )
-from metrics.export.owner import Caller, caller_of
+from metrics.export.owner import caller_of
 from tpu_info import catalog as names
 from tpu_info import encoder, wire
 from tpu_info.captures import RemoteCapture
@@ -66,14 +68,6 @@ SnapshotFn = Callable[[int], Snapshot]
 
 MAX_CAPTURE_MS = 300_000
 
-
-# capture_fn(duration_s, device, stop, caller) checks the caller (who, from
-# where: metrics.export.owner), then records until the duration ends or
-# ``stop`` is set (the client went away, the server stops). Errors it raises
-# answer with the status named by their ``grpc_status`` attribute
-# (PERMISSION_DENIED for a caller who is not the owner, ABORTED for a capture
-# already running), INVALID_ARGUMENT for a ValueError, else INTERNAL.
-CaptureFn = Callable[[float, bool, threading.Event, Caller], RemoteCapture]
 
 DEFAULT_WORKERS = 40  # threads start on demand; each open stream holds one
 RESERVED_WORKERS = 4  # never taken by streams: one-shot calls always find one
@@ -91,10 +85,6 @@ class _Build:
     snap: Snapshot
     answers: dict[tuple[int, int], tuple[bytes, int]] = dataclasses.field(
         default_factory=dict)
-
-
-class BindError(OSError):
-    """The server could not bind the requested address and port."""
 
 
 def catalog_infos() -> list[MetricInfo]:

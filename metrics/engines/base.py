@@ -1,0 +1,119 @@
+"""What an engine adapter is: :class:`Engine`, the typed protocol that
+``metrics.install()``, the snapshot builder and the report call, and
+:class:`EngineBase`, the base class that gives every optional reading its
+"nothing here" default.
+
+An adapter subclasses :class:`EngineBase`, sets ``name`` (its entry in
+:mod:`metrics.engines.registry`), defines :meth:`~Engine.install` and
+:meth:`~Engine.uninstall`, and overrides only the readings it has. Every
+method but ``install`` runs at scrape time on the server's (or report's)
+thread; an exception there is counted in ``HookErrors`` and skipped by the
+caller, never raised into the program.
+
+Example:
+    >>> class Quiet(EngineBase):
+    ...     name = "quiet"
+    ...     def install(self) -> None: ...
+    ...     def uninstall(self) -> None: ...
+    >>> e = Quiet()
+    >>> e.sites(), e.steps(), e.blind_spots(), e.extra_readings(), e.keeps_readings
+    ([], None, [], ((), ()), False)
+    >>> isinstance(e, Engine)
+    True
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+from tpu_info.model import (
+    CounterReading,
+    DeviceRecord,
+    DistributionReading,
+    SiteReading,
+    StepsReading,
+)
+
+__all__ = ["Engine", "EngineBase", "Readings"]
+
+# An engine's own counters and distributions, read now.
+Readings = tuple[Sequence[CounterReading], Sequence[DistributionReading]]
+
+
+@runtime_checkable
+class Engine(Protocol):
+    """One engine's adapter, as its callers see it."""
+
+    name: str
+    # What the hook could not set up here (a private name missing, ...): one
+    # reason each; shown as the engine's degraded notes, never raised.
+    degraded: list[str]
+    # Whether extra_readings() can return anything (callers skip the merge
+    # when no engine keeps readings of its own).
+    keeps_readings: bool
+
+    def install(self) -> None:
+        """Installs the hooks (idempotent)."""
+
+    def uninstall(self) -> None:
+        """Removes the hooks; what was recorded stays."""
+
+    def devices(self) -> list[DeviceRecord]:
+        """The devices the engine sees, with memory read now."""
+
+    def versions(self) -> dict[str, str]:
+        """Library name -> version, for the process record."""
+
+    def extra_readings(self) -> Readings:
+        """Counters and distributions the engine keeps itself (torch._lazy,
+        torch_xla), merged with the registry's by name (:mod:`metrics.snapshot`)."""
+
+    def clear_readings(self, counters: bool = True, metrics: bool = True) -> None:
+        """``metrics.clear_*``: forget the engine's own readings from now on."""
+
+    def sites(self) -> list[SiteReading]:
+        """Lines of the user's code that synced or moved data implicitly."""
+
+    def steps(self) -> StepsReading | None:
+        """Steps inferred when the program marks none."""
+
+    def blind_spots(self) -> list[str]:
+        """What the engine's hook cannot see in this process."""
+
+
+class EngineBase:
+    """Defaults for every optional reading: an adapter overrides what it has."""
+
+    name: str = ""
+    keeps_readings: bool = False
+
+    def __init__(self) -> None:
+        self.degraded: list[str] = []
+
+    def install(self) -> None:
+        raise NotImplementedError
+
+    def uninstall(self) -> None:
+        raise NotImplementedError
+
+    def devices(self) -> list[DeviceRecord]:
+        return []
+
+    def versions(self) -> dict[str, str]:
+        return {}
+
+    def extra_readings(self) -> Readings:
+        return (), ()
+
+    def clear_readings(self, counters: bool = True, metrics: bool = True) -> None:
+        return None
+
+    def sites(self) -> list[SiteReading]:
+        return []
+
+    def steps(self) -> StepsReading | None:
+        return None
+
+    def blind_spots(self) -> list[str]:
+        return []

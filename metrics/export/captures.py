@@ -1,0 +1,106 @@
+"""The trace capture the exporter serves, registered by whoever provides one.
+
+``metrics`` records; ``profiler`` captures, and depends on ``metrics``, so
+``metrics`` never imports ``profiler``. Instead ``import profiler`` calls
+:func:`register_capture` with its capture (``profiler.remote.capture``),
+and ``Monitor.Capture`` runs whatever is registered when a call comes, so
+the order of ``import profiler`` and ``metrics.install()`` does not matter.
+A program that never imported the profiler answers FAILED_PRECONDITION
+with one line saying so (after the owner check: nobody else learns even
+that); ``tpu-info run`` (the program's stand-in start-up code, which wires
+the two together) registers one that loads the profiler at the first
+capture.
+
+This module imports only the standard library: ``import profiler`` reaches
+it without loading grpc.
+
+Example:
+    >>> import threading
+    >>> previous = registered_capture()
+    >>> register_capture(lambda duration_s, device, stop: f"{duration_s:g} s")
+    >>> run(0.5, False, threading.Event())
+    '0.5 s'
+    >>> register_capture(previous)
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from metrics.export.owner import Caller
+
+__all__ = ["CaptureLike", "CaptureFileLike", "CaptureFn", "Recorder", "ProfilerNotLoaded",
+           "register_capture", "registered_capture", "run", "NOT_LOADED"]
+
+
+class CaptureFileLike(Protocol):
+    name: str
+    size_bytes: int
+    data: bytes | None
+    server_path: str
+
+
+class CaptureLike(Protocol):
+    """What a capture returns (``profiler.remote.RemoteCapture``)."""
+
+    trace: bytes
+    format: str
+    files: Sequence[CaptureFileLike]
+    notes: Sequence[str]
+    truncated: bool
+    event_count: int
+
+
+# recorder(duration_s, device, stop): records until the duration ends or
+# ``stop`` is set, returns the trace; what :func:`register_capture` takes.
+Recorder = Callable[[float, bool, threading.Event], CaptureLike]
+
+# capture_fn(duration_s, device, stop, caller): what the server calls (the
+# program's gate: metrics._capture). It checks the caller (who, from where:
+# metrics.export.owner), then records until the duration ends or ``stop``
+# is set (the client went away, the server stops). Errors it raises answer
+# with the status named by their ``grpc_status`` attribute
+# (PERMISSION_DENIED for a caller who is not the owner, ABORTED for a
+# capture already running), INVALID_ARGUMENT for a ValueError, else INTERNAL.
+CaptureFn = Callable[[float, bool, threading.Event, "Caller"], CaptureLike]
+
+NOT_LOADED = ("this program has not loaded the profiler, so it cannot be traced: add "
+              "`import profiler` to it (or start it with `tpu-info run`)")
+
+
+class ProfilerNotLoaded(Exception):
+    """A capture was asked for, but nothing registered one (no ``import profiler``)."""
+
+    grpc_status = "FAILED_PRECONDITION"
+
+
+_lock = threading.Lock()
+_registered: Recorder | None = None
+
+
+def register_capture(recorder: Recorder | None) -> None:
+    """Makes ``recorder`` the capture ``Monitor.Capture`` runs (None: none);
+    the last registration wins."""
+    global _registered
+    with _lock:
+        _registered = recorder
+
+
+def registered_capture() -> Recorder | None:
+    """The registered capture, or None."""
+    return _registered
+
+
+def run(duration_s: float, device: bool, stop: threading.Event) -> CaptureLike:
+    """Runs the registered capture.
+
+    Raises:
+        ProfilerNotLoaded: nothing is registered.
+    """
+    recorder = _registered
+    if recorder is None:
+        raise ProfilerNotLoaded(NOT_LOADED)
+    return recorder(duration_s, device, stop)
