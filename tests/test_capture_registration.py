@@ -22,7 +22,7 @@ import grpc
 import pytest
 
 from tests.conftest import ROOT
-from tpu_info.discovery import CAPTURE_TOKEN_METADATA
+from tpu_info.discovery_record import CAPTURE_TOKEN_METADATA
 from tpu_info.proto import tpu_info_v1_pb2 as pb
 from tpu_info.proto import tpu_info_v1_pb2_grpc as pb_grpc
 

@@ -23,7 +23,7 @@ SOURCES = ("metrics", "profiler", "tpu_info", "tui")
 # Where a variable is named outside the config module, and why.
 ELSEWHERE = {
     # tpu_info never imports metrics: the CLI reads the discovery directory too.
-    "tpu_info/discovery.py": {"ENV_RUNTIME_DIR": config.RUNTIME_DIR},
+    "tpu_info/discovery_record.py": {"ENV_RUNTIME_DIR": config.RUNTIME_DIR},
     # tpu_info never imports metrics: `tpu-info run` sets the bootstrap's flag.
     "tpu_info/run.py": {"ENV_FLAG": config.AUTOINSTALL},
     # The bootstrap runs before `metrics` may be imported.
@@ -71,7 +71,8 @@ def test_only_the_config_module_names_a_variable_in_code() -> None:
                     wrong.append(f"{where}:{node.lineno}: {node.value!r}")
     assert not wrong, "read through metrics.export.config instead:\n" + "\n".join(wrong)
     import metrics._autoinstall.sitecustomize as boot  # not armed: no TPU_INFO_AUTOINSTALL
-    from tpu_info import discovery, run
+    from tpu_info import discovery_record as discovery
+    from tpu_info import run
 
     assert discovery.ENV_RUNTIME_DIR == config.RUNTIME_DIR.name
     assert run.ENV_FLAG == boot.ENV_FLAG == config.AUTOINSTALL.name

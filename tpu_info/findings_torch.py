@@ -29,7 +29,7 @@ from tpu_info.catalog import (
     TRANSFER_FROM_DEVICE_TIME,
 )
 from tpu_info.finding_cost import cost_of, duration, share_words, short_location, steps_of
-from tpu_info.model import EventKind, Finding, GraphRecord, Snapshot
+from tpu_info.model import EventKind, Finding, GraphRecord, SiteKind, Snapshot
 
 _UNRESUMABLE_RE = re.compile(r"cannot resume|unresumable|can.t resume", re.I)
 _HINT_RE = re.compile(r"\bHint:\s*(?P<hint>[^\n]+)")
@@ -80,12 +80,19 @@ def graph_breaks(s: Snapshot) -> Iterable[Finding]:
         if _UNRESUMABLE_RE.search(detail):
             yield _unresumable(s, name, where, loc, detail)
             continue
+        gap = next((x for x in s.sites if x.kind == SiteKind.GRAPH_BREAK.value
+                    and x.location == loc and x.count), None)
         calls = sum(g.executions or 0 for g in s.graphs if g.name == name)
-        c = cost_of(s, 0.0, calls or None)
-        crossed = (f" It is crossed on every call ({calls:,} times, {c.per_step:.1f} per step; "
-                   "the graph ends, that line runs in Python, the next graph starts; the "
-                   "time in between is not measured)." if calls and c.per_step is not None
-                   else "")
+        if gap is not None:  # the torch hook timed the Python between the two graphs
+            c = cost_of(s, gap.seconds, gap.count)
+            crossed = (f" Each crossing runs Python between the two graphs for "
+                       f"{duration(gap.seconds / gap.count)} ({c.words()}).")
+        else:
+            c = cost_of(s, 0.0, calls or None)
+            crossed = (f" It is crossed on every call ({calls:,} times, {c.per_step:.1f} per "
+                       "step; the graph ends, that line runs in Python, the next graph "
+                       "starts; the time in between is not measured)."
+                       if calls and c.per_step is not None else "")
         yield Finding(
             f"graph break in {name}{where}: {detail.rstrip('.')}. Dynamo splits the function there "
             f"into separate graphs with Python in between.{crossed} Rewrite that line so it "

@@ -11,7 +11,8 @@ that); ``tpu-info run`` (the program's stand-in start-up code, which wires
 the two together) registers one that loads the profiler at the first
 capture.
 
-This module imports only the standard library: ``import profiler`` reaches
+This module imports only the standard library and the contract's capture
+record (:class:`tpu_info.captures.RemoteCapture`): ``import profiler`` reaches
 it without loading grpc.
 
 Example:
@@ -26,37 +27,21 @@ Example:
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from tpu_info.captures import RemoteCapture
 
 if TYPE_CHECKING:
     from metrics.export.owner import Caller
 
-__all__ = ["CaptureLike", "CaptureFileLike", "CaptureFn", "Recorder", "ProfilerNotLoaded",
+__all__ = ["CaptureFn", "Recorder", "ProfilerNotLoaded",
            "register_capture", "registered_capture", "run", "NOT_LOADED"]
-
-
-class CaptureFileLike(Protocol):
-    name: str
-    size_bytes: int
-    data: bytes | None
-    server_path: str
-
-
-class CaptureLike(Protocol):
-    """What a capture returns (``profiler.remote.RemoteCapture``)."""
-
-    trace: bytes
-    format: str
-    files: Sequence[CaptureFileLike]
-    notes: Sequence[str]
-    truncated: bool
-    event_count: int
 
 
 # recorder(duration_s, device, stop): records until the duration ends or
 # ``stop`` is set, returns the trace; what :func:`register_capture` takes.
-Recorder = Callable[[float, bool, threading.Event], CaptureLike]
+Recorder = Callable[[float, bool, threading.Event], RemoteCapture]
 
 # capture_fn(duration_s, device, stop, caller): what the server calls (the
 # program's gate: metrics._capture). It checks the caller (who, from where:
@@ -65,7 +50,7 @@ Recorder = Callable[[float, bool, threading.Event], CaptureLike]
 # with the status named by their ``grpc_status`` attribute
 # (PERMISSION_DENIED for a caller who is not the owner, ABORTED for a
 # capture already running), INVALID_ARGUMENT for a ValueError, else INTERNAL.
-CaptureFn = Callable[[float, bool, threading.Event, "Caller"], CaptureLike]
+CaptureFn = Callable[[float, bool, threading.Event, "Caller"], RemoteCapture]
 
 NOT_LOADED = ("this program has not loaded the profiler, so it cannot be traced: add "
               "`import profiler` to it (or start it with `tpu-info run`)")
@@ -94,7 +79,7 @@ def registered_capture() -> Recorder | None:
     return _registered
 
 
-def run(duration_s: float, device: bool, stop: threading.Event) -> CaptureLike:
+def run(duration_s: float, device: bool, stop: threading.Event) -> RemoteCapture:
     """Runs the registered capture.
 
     Raises:

@@ -30,7 +30,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from tpu_info.discovery import ENV_RUNTIME_DIR
+from tpu_info.discovery_record import ENV_RUNTIME_DIR
 
 __all__ = ["Variable", "VARIABLES", "PORT", "BIND", "PROMETHEUS_PORT", "PROMETHEUS_BIND",
            "SERVE", "DEVICE_CAPTURE", "RUNTIME_DIR", "AUTOINSTALL", "XLA_DEBUG_OWNER",
