@@ -35,6 +35,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from tpu_info.model import Event
+from tpu_info.reuse import Kept
 
 _Question = tuple[int, "int | None"]  # (since seq, limit)
 _Row = tuple[Any, ...]  # (seq, time_unix, kind, name, graph_hash, detail, location, value)
@@ -75,8 +76,9 @@ class EventLog:
         self._next_seq = 1
         self._lock = threading.Lock()
         self._built: dict[int, Event] = {}  # Events already made from rows
-        # Answers given since the rings last changed, by (seq, limit).
-        self._memo: tuple[tuple[int, ...], dict[_Question, _Answer]] = ((-1,), {})
+        # Answers given since the rings last changed, by (seq, limit); kept
+        # by the rings' state (tpu_info.reuse's rule).
+        self._memo: Kept[dict[_Question, _Answer]] = Kept()
         self._last = 0
         self._clock = clock
         # Called before every read: folds hot-path journals in (the recorder's).
@@ -207,10 +209,8 @@ class EventLog:
         # (a watcher polling an idle program, many clients asking alike).
         state = (last, chunks[0][0] + chunks[0][2] if chunks else 0,
                  notable[0][0] if notable else 0)
-        memo = self._memo
-        if memo[0] != state:
-            memo = self._memo = (state, {})
-        answer = memo[1].get((seq, limit))
+        answers = self._memo.get(state, dict)
+        answer = answers.get((seq, limit))
         if answer is not None:
             return answer  # immutable: shared by everyone who asks the same
         part_n = notable[bisect.bisect_right(notable, seq, key=_seq_of):]
@@ -245,8 +245,8 @@ class EventLog:
             out.append(e)
         self._built = made  # keeps only what the last reader saw
         answer = (tuple(out), dropped)
-        if len(memo[1]) < 8:  # a few distinct questions per state
-            memo[1][(seq, limit)] = answer
+        if len(answers) < 8:  # a few distinct questions per state
+            answers[(seq, limit)] = answer
         return answer
 
     def _materialize(self, first: int, n: int, expand: Expand) -> list[_Row]:
@@ -269,7 +269,7 @@ class EventLog:
             self._frequent_held = 0
             self._notable.clear()
         self._built = {}
-        self._memo = ((-1,), {})
+        self._memo.forget()
 
 
 def rows_of(first: int, times_unix: Iterable[float], kind: str | Iterable[str],

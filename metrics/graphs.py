@@ -28,6 +28,7 @@ from collections import OrderedDict, deque
 from collections.abc import Callable
 
 from tpu_info.model import GraphRecord, RecompileCause
+from tpu_info.reuse import Kept
 
 _FOLD_AT = 4096  # executions waiting before the recording thread folds them
 
@@ -36,7 +37,7 @@ class _Entry:
     __slots__ = (
         "hash", "name", "engine", "first_seen", "last_seen", "compiles",
         "compile_total", "compile_last", "cache_hits", "executions",
-        "signature", "signatures", "causes", "cached", "history",
+        "signature", "signatures", "causes", "changes", "kept", "history",
     )
 
     def __init__(self, graph_hash: str, name: str, engine: str, now: float,
@@ -54,20 +55,21 @@ class _Entry:
         self.signature: tuple[str, ...] = ()
         self.signatures: deque[tuple[str, ...]] = deque(maxlen=max_signatures)
         self.causes: deque[RecompileCause] = deque(maxlen=max_causes)
-        self.cached: GraphRecord | None = None  # reset by every change
-        # (signatures, causes) as tuples, reset only by a compile: records of
-        # execution-only changes share them, so encoders can reuse their bytes.
-        self.history: tuple[tuple[tuple[str, ...], ...], tuple[RecompileCause, ...]] | None = None
+        # Versions for tpu_info.reuse's rule: every change counts in
+        # ``changes`` (the record), only a compile in ``compiles`` (the
+        # (signatures, causes) tuples: records of execution-only changes
+        # share them, so encoders can reuse their bytes).
+        self.changes = 0
+        self.kept: Kept[GraphRecord] = Kept()
+        self.history: Kept[tuple[tuple[tuple[str, ...], ...], tuple[RecompileCause, ...]]] = (
+            Kept())
 
     def record(self) -> GraphRecord:
-        if self.cached is None:
-            self.cached = self._build()
-        return self.cached
+        return self.kept.get(self.changes, self._build)
 
     def _build(self) -> GraphRecord:
-        if self.history is None:
-            self.history = (tuple(self.signatures), tuple(self.causes))
-        signatures, causes = self.history
+        signatures, causes = self.history.get(
+            self.compiles, lambda: (tuple(self.signatures), tuple(self.causes)))
         return GraphRecord(
             hash=self.hash, name=self.name, engine=self.engine,
             first_seen_unix=self.first_seen, last_seen_unix=self.last_seen,
@@ -99,11 +101,12 @@ class GraphLedger:
         # Called before every read: folds hot-path journals in (the recorder's).
         self.before_read: Callable[[], None] = lambda: None
         self.evicted = 0
-        self._snapshot: tuple[GraphRecord, ...] | None = None  # until the next change
+        self._changes = 0  # of any entry, or of the set of entries
+        self._snapshot: Kept[tuple[GraphRecord, ...]] = Kept()  # by _changes
 
     def _touch(self, graph_hash: str, name: str, engine: str) -> _Entry:
         # Caller holds the lock.
-        self._snapshot = None
+        self._changes += 1
         now = self._clock()
         e = self._entries.get(graph_hash)
         if e is None:
@@ -117,7 +120,7 @@ class GraphLedger:
         else:
             e.last_seen = now
             self._entries.move_to_end(graph_hash)
-        e.cached = None
+        e.changes += 1
         return e
 
     def compiled(
@@ -133,7 +136,6 @@ class GraphLedger:
         with self._lock:
             self._fold()
             e = self._touch(graph_hash, name, engine)
-            e.history = None
             e.compiles += 1
             e.compile_total += seconds
             e.compile_last = seconds
@@ -180,7 +182,7 @@ class GraphLedger:
             self._entries.clear()
             self._first_seen.clear()
             self.evicted = 0
-            self._snapshot = None
+            self._snapshot.forget()
 
     def snapshot(self) -> tuple[GraphRecord, ...]:
         """Copies of all entries, in the order they were first seen (stable
@@ -189,6 +191,5 @@ class GraphLedger:
         self.before_read()
         with self._lock:
             self._fold()
-            if self._snapshot is None:
-                self._snapshot = tuple(e.record() for e in self._first_seen.values())
-            return self._snapshot
+            return self._snapshot.get(
+                self._changes, lambda: tuple(e.record() for e in self._first_seen.values()))

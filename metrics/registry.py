@@ -50,6 +50,7 @@ from tpu_info.model import (
     Samples,
     Unit,
 )
+from tpu_info.reuse import Kept
 
 RECENT = 64
 FOLD_AT = 1024  # samples waiting before the recording thread folds them
@@ -75,7 +76,7 @@ class Counter:
         self._ones = itertools.count()
         self._extra = 0
         self._lock = threading.Lock()
-        self._reading: CounterReading | None = None  # the last one handed out
+        self._reading: Kept[CounterReading] = Kept()  # by value (tpu_info.reuse)
 
     def inc(self, amount: int = 1) -> None:
         """Adds ``amount`` (default 1)."""
@@ -93,9 +94,10 @@ class Counter:
 
     def reading(self) -> CounterReading:
         """The value now, as a reading (the previous one while unchanged)."""
-        value, last = self.value, self._reading
-        if last is None or last.value != value:
-            last = self._reading = CounterReading(self.name, value, self.unit, self.help)
+        value = self.value
+        last = self._reading.at(value)
+        if last is None:
+            last = self._reading.put(value, CounterReading(self.name, value, self.unit, self.help))
         return last
 
     def reset(self) -> None:
@@ -117,7 +119,7 @@ class Distribution:
     __slots__ = (
         "name", "unit", "help", "gamma", "_inv_log_gamma", "_lock", "_pending",
         "_count", "_sum", "_min", "_max", "_pos", "_neg", "_zero",
-        "_first_ns", "_last_ns", "_recent", "_clock", "_cached", "_cached_offset",
+        "_first_ns", "_last_ns", "_recent", "_clock", "_kept",
     )
 
     def __init__(
@@ -152,8 +154,8 @@ class Distribution:
         self._first_ns = 0
         self._last_ns = 0
         self._recent: deque[tuple[int, float]] = deque(maxlen=RECENT)
-        self._cached: DistributionReading | None = None
-        self._cached_offset = 0.0
+        # The last reading, by (count, clock offset): tpu_info.reuse's rule.
+        self._kept: Kept[DistributionReading] = Kept()
 
     def observe(self, value: float) -> None:
         """Records one sample: one clock read and one deque append."""
@@ -280,8 +282,8 @@ class Distribution:
                      mono_to_unix: float) -> Samples:
         """``recent`` on the unix clock, reusing the previous reading's
         samples that are still recent: a scrape converts only the new ones."""
-        previous = self._cached
-        if (previous is not None and self._cached_offset == mono_to_unix
+        previous = self._kept.peek()
+        if (previous is not None and self._kept.version == (previous.count, mono_to_unix)
                 and type(previous.recent) is Samples):
             new = count - previous.count
             kept = len(recent) - new  # the newest ``kept`` of the previous samples stay
@@ -298,12 +300,16 @@ class Distribution:
         """A consistent copy with percentiles and rates computed now (or the
         previous reading when nothing was recorded since: scrapes of many
         idle distributions stay cheap)."""
-        cached = self._cached
-        if cached is not None and not self._pending and cached.count == self._count:
-            return cached  # nothing recorded since: no fold, no lock
+        kept = self._kept
+        if not self._pending:
+            cached = kept.at((self._count, mono_to_unix))
+            if cached is not None:
+                return cached  # nothing recorded since: no fold, no lock
         self._fold()
-        if cached is not None and cached.count == self._count:
+        cached = kept.at((self._count, mono_to_unix))
+        if cached is not None:
             return cached
+        cached = kept.peek()
         with self._lock:
             count, total = self._count, self._sum
             lo, hi = self._min, self._max
@@ -321,10 +327,10 @@ class Distribution:
                 values = percentiles_numpy(np, self.gamma, self._neg, zero, self._pos,
                                            count, PERCENTILES, lo, hi)
         if count == 0:
-            return DistributionReading(
+            return kept.put((0, mono_to_unix), DistributionReading(
                 name=self.name, unit=self.unit, count=0, total=0.0,
                 min=None, max=None, help=self.help,
-            )
+            ))
         buckets = BucketCounts(gamma=self.gamma, positive=pos, negative=neg, zero=zero)
         if values is None:
             values = sorted_percentiles(
@@ -343,8 +349,7 @@ class Distribution:
             recent=self._recent_unix(count, recent, mono_to_unix),
             buckets=buckets, help=self.help,
         )
-        self._cached, self._cached_offset = reading, mono_to_unix
-        return reading
+        return kept.put((count, mono_to_unix), reading)
 
 
 # The bucket counts of a side with no samples (most distributions have no
@@ -391,8 +396,10 @@ class Registry:
         self._lock = threading.Lock()
         self._counters: dict[str, Counter] = {}
         self._distributions: dict[str, Distribution] = {}
-        self._sorted_counters: list[Counter] = []
-        self._sorted_dists: list[Distribution] = []
+        # Sorted by name, by how many there are: names are only ever added
+        # (clears keep them), so the same number is the same list.
+        self._sorted_counters: Kept[list[Counter]] = Kept()
+        self._sorted_dists: Kept[list[Distribution]] = Kept()
         self._clock = clock
         # Fixed once, so unchanged readings can be reused across snapshots.
         self._offset = time.time() - clock() / 1e9
@@ -478,13 +485,11 @@ class Registry:
         """Consistent copies of every non-empty counter and distribution."""
         self.before_read()
         with self._lock:
-            # Names are only ever added (clears keep them): re-sort only
-            # when one was.
-            if len(self._sorted_counters) != len(self._counters):
-                self._sorted_counters = sorted(self._counters.values(), key=_name_of)
-            if len(self._sorted_dists) != len(self._distributions):
-                self._sorted_dists = sorted(self._distributions.values(), key=_name_of)
-            counters, dists = self._sorted_counters, self._sorted_dists
+            counters = self._sorted_counters.get(
+                len(self._counters), lambda: sorted(self._counters.values(), key=_name_of))
+            dists = self._sorted_dists.get(
+                len(self._distributions),
+                lambda: sorted(self._distributions.values(), key=_name_of))
         offset = self._mono_to_unix()
         return (
             tuple(r for r in map(Counter.reading, counters) if r.value),

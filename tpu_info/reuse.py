@@ -35,7 +35,7 @@ Example:
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable
 from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
@@ -60,7 +60,17 @@ class Kept(Generic[T]):
         """The object kept at ``version``, or ``build()``'s, kept from now on."""
         if self.version is not _UNSET and self.version == version:
             return self.value  # type: ignore[return-value]
-        value = build()
+        return self.put(version, build())
+
+    def at(self, version: Hashable) -> T | None:
+        """The object kept at ``version``, or None."""
+        if self.version is not _UNSET and self.version == version:
+            return self.value
+        return None
+
+    def put(self, version: Hashable, value: T) -> T:
+        """Keeps ``value`` as the object of ``version`` (for producers that
+        learn the version while building) and returns it."""
         self.version, self.value = version, value
         return value
 
@@ -128,7 +138,3 @@ def each(records: tuple[Any, ...], derive: Callable[[Any], V],
         out.append(derive(r) if v is _UNSET else v)
     return records, out
 
-
-def same_objects(a: Sequence[Any], b: Sequence[Any]) -> bool:
-    """True when ``a`` and ``b`` hold the very same objects, in order."""
-    return len(a) == len(b) and all(map(operator.is_, a, b))
