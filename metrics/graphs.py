@@ -9,9 +9,10 @@ Bounds (eviction rule): at most ``max_graphs`` entries; when full, the entry
 seen least recently is dropped (LRU: every compile, hit or execution counts as
 a sighting) and ``evicted`` grows by one. Per entry, the last
 ``max_causes`` causes and ``max_signatures`` distinct signatures are kept.
-Executions are appended without a lock and folded in before the next change
-or snapshot, so ``last_seen`` of a graph that only executes has the
-resolution of the scrape interval.
+Executions are appended to a journal without a lock and folded in before
+the next change or snapshot (:mod:`metrics.journal`'s policy), so
+``last_seen`` of a graph that only executes has the resolution of the
+scrape interval.
 
 Example:
     >>> ledger = GraphLedger()
@@ -27,10 +28,9 @@ import time
 from collections import OrderedDict, deque
 from collections.abc import Callable
 
+from metrics.journal import FOLD_AT, Journal
 from tpu_info.model import GraphRecord, RecompileCause
 from tpu_info.reuse import Kept
-
-_FOLD_AT = 4096  # executions waiting before the recording thread folds them
 
 
 class _Entry:
@@ -97,7 +97,9 @@ class GraphLedger:
         self._lock = threading.Lock()
         self._entries: OrderedDict[str, _Entry] = OrderedDict()  # least recently seen first
         self._first_seen: dict[str, _Entry] = {}  # the same entries, in the order first seen
-        self._pending: deque[tuple[str, str, str, int]] = deque()
+        # (hash, name, engine, n) of executions, folded under the ledger's lock.
+        self._executions = Journal(self._fold_executions, lock=self._lock)
+        self._queue = self._executions.queue
         # Called before every read: folds hot-path journals in (the recorder's).
         self.before_read: Callable[[], None] = lambda: None
         self.evicted = 0
@@ -134,7 +136,7 @@ class GraphLedger:
     ) -> None:
         """Records one real compile of ``graph_hash``."""
         with self._lock:
-            self._fold()
+            self._executions.flush_held()
             e = self._touch(graph_hash, name, engine)
             e.compiles += 1
             e.compile_total += seconds
@@ -150,7 +152,7 @@ class GraphLedger:
                   signature: tuple[str, ...] = ()) -> None:
         """Records a compile avoided by a cache (persistent or in-memory)."""
         with self._lock:
-            self._fold()
+            self._executions.flush_held()
             e = self._touch(graph_hash, name, engine)
             e.cache_hits += 1
             if signature and not e.signature:
@@ -159,18 +161,16 @@ class GraphLedger:
     def executed(self, graph_hash: str, name: str, engine: str, n: int = 1) -> None:
         """Records ``n`` executions of a graph: one lock-free append, folded in
         before the next change or snapshot (this runs on every training step)."""
-        pending = self._pending
-        pending.append((graph_hash, name, engine, n))
-        if len(pending) >= _FOLD_AT:
-            with self._lock:
-                self._fold()
+        q = self._queue
+        q.append((graph_hash, name, engine, n))
+        if len(q) >= FOLD_AT:
+            self._executions.flush()
 
-    def _fold(self) -> None:
-        # Caller holds the lock.
-        pending = self._pending
-        for _ in range(len(pending)):
-            graph_hash, name, engine, n = pending.popleft()
-            e = self._touch(graph_hash, name, engine)
+    def _fold_executions(self, batch: list[tuple[str, str, str, int]]) -> None:
+        # The journal's fold: the caller holds the lock.
+        touch = self._touch
+        for graph_hash, name, engine, n in batch:
+            e = touch(graph_hash, name, engine)
             e.executions = (e.executions or 0) + n
 
     def __len__(self) -> int:
@@ -178,7 +178,7 @@ class GraphLedger:
 
     def clear(self) -> None:
         with self._lock:
-            self._pending.clear()
+            self._queue.clear()
             self._entries.clear()
             self._first_seen.clear()
             self.evicted = 0
@@ -190,6 +190,6 @@ class GraphLedger:
         change)."""
         self.before_read()
         with self._lock:
-            self._fold()
+            self._executions.flush_held()
             return self._snapshot.get(
                 self._changes, lambda: tuple(e.record() for e in self._first_seen.values()))

@@ -18,14 +18,15 @@ A :class:`Distribution` keeps, since its last clear:
 * the last :data:`RECENT` samples with their times (torch_xla's
   ``metric_data`` third element).
 
-Recording does no arithmetic: samples wait in a deque (at most
-:data:`FOLD_AT`) and are folded into the aggregates in batches.
+Recording does no arithmetic: samples wait in a journal (at most
+:data:`metrics.journal.SAMPLES_FOLD_AT`) and are folded into the aggregates
+in batches, as :mod:`metrics.journal` says for everything deferred.
 
 Example:
     >>> reg = Registry()
     >>> reg.counter("MarkStep").inc()
     >>> reg.distribution("CompileTime", Unit.TIME_NS).observe(2_800_000)
-    >>> reg.snapshot().counters[0].value
+    >>> reg.snapshot()[0][0].value
     1
 """
 
@@ -41,6 +42,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from metrics.dense import EDGE, DenseCounts, percentiles_numpy
+from metrics.journal import SAMPLES_FOLD_AT, Journal
 from tpu_info.buckets import SortedCounts, sorted_percentiles
 from tpu_info.model import (
     PERCENTILES,
@@ -53,7 +55,6 @@ from tpu_info.model import (
 from tpu_info.reuse import Kept
 
 RECENT = 64
-FOLD_AT = 1024  # samples waiting before the recording thread folds them
 DEFAULT_ALPHA = 0.005
 # Filled buckets from which a reading's percentiles come from numpy (when the
 # program has it loaded): fewer, and the pure-Python pass is as fast.
@@ -109,15 +110,16 @@ class Counter:
 class Distribution:
     """Samples of one quantity (time in ns, bytes or a plain number).
 
-    ``observe`` appends ``(time, value)`` to a deque (atomic under the GIL,
-    no lock); the samples are folded into count, sum, min, max and buckets
-    in batches: by whichever thread finds :data:`FOLD_AT` of them waiting,
-    and by every reading. So recording is O(1) amortized and memory stays
-    bounded.
+    ``observe`` appends ``(time, value)`` to the distribution's journal
+    (atomic under the GIL, no lock); the samples are folded into count,
+    sum, min, max and buckets in batches, by the policy of
+    :mod:`metrics.journal`: by whichever thread finds
+    :data:`~metrics.journal.SAMPLES_FOLD_AT` of them waiting, and by every
+    reading. So recording is O(1) amortized and memory stays bounded.
     """
 
     __slots__ = (
-        "name", "unit", "help", "gamma", "_inv_log_gamma", "_lock", "_pending",
+        "name", "unit", "help", "gamma", "_inv_log_gamma", "_lock", "_samples", "_queue",
         "_count", "_sum", "_min", "_max", "_pos", "_neg", "_zero",
         "_first_ns", "_last_ns", "_recent", "_clock", "_kept",
     )
@@ -139,7 +141,8 @@ class Distribution:
         self._inv_log_gamma = 1.0 / math.log(self.gamma)
         self._lock = threading.Lock()
         self._clock = clock
-        self._pending: deque[tuple[int, float]] = deque()
+        self._samples = Journal(self._fold_samples, SAMPLES_FOLD_AT, lock=self._lock)
+        self._queue = self._samples.queue  # (clock_ns, value) pairs
         self._reset()
 
     def _reset(self) -> None:
@@ -158,19 +161,19 @@ class Distribution:
         self._kept: Kept[DistributionReading] = Kept()
 
     def observe(self, value: float) -> None:
-        """Records one sample: one clock read and one deque append."""
-        pending = self._pending
-        pending.append((self._clock(), value))
-        if len(pending) >= FOLD_AT:
-            self._fold()
+        """Records one sample: one clock read and one list append."""
+        q = self._queue
+        q.append((self._clock(), value))
+        if len(q) >= SAMPLES_FOLD_AT:
+            self._samples.flush()
 
     def observe_at(self, value: float, clock_ns: int) -> None:
         """Records one sample taken at ``clock_ns`` (``time.monotonic_ns``, the
         distributions' clock): how journals fold samples recorded earlier."""
-        pending = self._pending
-        pending.append((clock_ns, value))
-        if len(pending) >= FOLD_AT:
-            self._fold()
+        q = self._queue
+        q.append((clock_ns, value))
+        if len(q) >= SAMPLES_FOLD_AT:
+            self._samples.flush()
 
     def observe_many(self, values: Sequence[float], clock_ns: Sequence[int]) -> None:
         """Records samples taken at the matching ``clock_ns`` (how journals
@@ -179,23 +182,17 @@ class Distribution:
         if not values:
             return
         with self._lock:
-            self._take_pending()
+            self._samples.flush_held()
             self._add(clock_ns, values, None)
 
     def _fold(self) -> None:
         """Moves waiting samples into the aggregates (under the lock)."""
-        if not self._pending:  # the common case at scrape time: nothing to take
-            return
-        with self._lock:
-            self._take_pending()
+        if self._queue:  # the common case at scrape time: nothing to take
+            self._samples.flush()
 
-    def _take_pending(self) -> None:
-        # Caller holds the lock.
-        pending = self._pending
-        n = len(pending)
-        if n:
-            batch = list(itertools.islice(iter(pending.popleft, None), n))
-            self._add([t for t, _ in batch], [v for _, v in batch], batch)
+    def _fold_samples(self, batch: list[tuple[int, float]]) -> None:
+        # The journal's fold: the caller holds the lock.
+        self._add([t for t, _ in batch], [v for _, v in batch], batch)
 
     def _add(self, times: Sequence[int], values: Sequence[float],
              pairs: list[tuple[int, float]] | None) -> None:
@@ -271,11 +268,11 @@ class Distribution:
 
     @property
     def count(self) -> int:
-        return self._count + len(self._pending)
+        return self._count + len(self._queue)
 
     def reset(self) -> None:
         with self._lock:
-            self._pending.clear()
+            self._queue.clear()
             self._reset()
 
     def _recent_unix(self, count: int, recent: list[tuple[int, float]],
@@ -301,7 +298,7 @@ class Distribution:
         previous reading when nothing was recorded since: scrapes of many
         idle distributions stay cheap)."""
         kept = self._kept
-        if not self._pending:
+        if not self._queue:
             cached = kept.at((self._count, mono_to_unix))
             if cached is not None:
                 return cached  # nothing recorded since: no fold, no lock
