@@ -65,7 +65,8 @@ class _Entry:
             Kept())
 
     def record(self) -> GraphRecord:
-        return self.kept.get(self.changes, self._build)
+        kept = self.kept  # read in place: this runs for every entry of a snapshot
+        return kept.value if kept.version == self.changes else kept.put(self.changes, self._build())
 
     def _build(self) -> GraphRecord:
         signatures, causes = self.history.get(
@@ -103,15 +104,18 @@ class GraphLedger:
         # Called before every read: folds hot-path journals in (the recorder's).
         self.before_read: Callable[[], None] = lambda: None
         self.evicted = 0
-        self._changes = 0  # of any entry, or of the set of entries
-        self._snapshot: Kept[tuple[GraphRecord, ...]] = Kept()  # by _changes
+        # The last snapshot, made again only where entries changed (the reuse
+        # rule of tpu_info.reuse): positions hold while no entry comes or goes.
+        self._members = 0  # entries added, evicted or cleared
+        self._dirty: set[_Entry] = set()  # entries changed since the last snapshot
+        self._last: tuple[int, tuple[GraphRecord, ...], dict[str, int]] | None = None
 
     def _touch(self, graph_hash: str, name: str, engine: str) -> _Entry:
         # Caller holds the lock.
-        self._changes += 1
         now = self._clock()
         e = self._entries.get(graph_hash)
         if e is None:
+            self._members += 1
             e = _Entry(graph_hash, name, engine, now, self._max_causes, self._max_signatures)
             self._entries[graph_hash] = e
             self._first_seen[graph_hash] = e
@@ -123,6 +127,7 @@ class GraphLedger:
             e.last_seen = now
             self._entries.move_to_end(graph_hash)
         e.changes += 1
+        self._dirty.add(e)
         return e
 
     def compiled(
@@ -182,7 +187,9 @@ class GraphLedger:
             self._entries.clear()
             self._first_seen.clear()
             self.evicted = 0
-            self._snapshot.forget()
+            self._members += 1
+            self._dirty.clear()
+            self._last = None
 
     def snapshot(self) -> tuple[GraphRecord, ...]:
         """Copies of all entries, in the order they were first seen (stable
@@ -191,5 +198,19 @@ class GraphLedger:
         self.before_read()
         with self._lock:
             self._executions.flush_held()
-            return self._snapshot.get(
-                self._changes, lambda: tuple(e.record() for e in self._first_seen.values()))
+            last, dirty = self._last, self._dirty
+            if last is not None and last[0] == self._members:
+                if not dirty:
+                    return last[1]
+                records = list(last[1])
+                at = last[2]
+                for e in dirty:
+                    records[at[e.hash]] = e.record()
+                index = at
+            else:
+                records = [e.record() for e in self._first_seen.values()]
+                index = {h: i for i, h in enumerate(self._first_seen)}
+            dirty.clear()
+            snap = tuple(records)
+            self._last = (self._members, snap, index)
+            return snap

@@ -297,16 +297,15 @@ class Distribution:
         """A consistent copy with percentiles and rates computed now (or the
         previous reading when nothing was recorded since: scrapes of many
         idle distributions stay cheap)."""
-        kept = self._kept
-        if not self._queue:
-            cached = kept.at((self._count, mono_to_unix))
-            if cached is not None:
-                return cached  # nothing recorded since: no fold, no lock
+        kept = self._kept  # read in place: this runs for every distribution of a scrape
+        version = (self._count, mono_to_unix)
+        if not self._queue and kept.version == version:
+            return kept.value  # type: ignore[return-value]  # nothing recorded since
         self._fold()
-        cached = kept.at((self._count, mono_to_unix))
-        if cached is not None:
-            return cached
-        cached = kept.peek()
+        version = (self._count, mono_to_unix)
+        if kept.version == version:
+            return kept.value  # type: ignore[return-value]
+        cached = kept.value
         with self._lock:
             count, total = self._count, self._sum
             lo, hi = self._min, self._max

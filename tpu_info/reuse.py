@@ -48,7 +48,9 @@ class Kept(Generic[T]):
     """The producer side: one object, built at a version, handed out again
     while the version compares equal (and only then: any change of version
     builds a new object). Not locked: callers that build under their own
-    lock call it there; elsewhere a race only builds twice."""
+    lock call it there; elsewhere a race only builds twice. A read path that
+    runs per record may test ``version`` and take ``value`` in place (no
+    call); it must :meth:`put` what it builds."""
 
     __slots__ = ("version", "value")
 
