@@ -185,3 +185,27 @@ def test_the_encoder_encodes_only_what_is_a_new_object(monkeypatch) -> None:
     rec.ledger.executed(f"{3:064x}", "f", "jax")
     encoder.snapshot_to_bytes(build(rec, (), 0), cache)
     assert encoded == [f"{3:064x}"]
+
+
+def test_graph_ledger_snapshot_made_in_part_equals_one_made_whole() -> None:
+    """The ledger re-makes only changed entries' records; through compiles,
+    hits, executions, evictions and clears it equals a whole rebuild."""
+    import random
+
+    rng = random.Random(5)
+    ledger = GraphLedger(max_graphs=6)
+    for step in range(400):
+        h = f"{rng.randrange(10):x}"
+        op = rng.random()
+        if op < 0.2:
+            ledger.compiled(h, "f", "jax", 0.1, (f"x{step % 3}",))
+        elif op < 0.3:
+            ledger.cache_hit(h, "f", "jax")
+        elif op < 0.995:
+            ledger.executed(h, "f", "jax")
+        else:
+            ledger.clear()
+        if rng.random() < 0.3:
+            got = ledger.snapshot()
+            assert got == tuple(e.record() for e in ledger._first_seen.values())
+            assert [g.hash for g in got] == list(ledger._first_seen)
