@@ -177,7 +177,7 @@ def test_a_field_the_plan_does_not_name_goes_through_the_plain_codec(monkeypatch
     so the new field is not dropped."""
     short = encoder.FastFields(pb.Event, direct=("seq", "time_unix", "kind"),
                                filled=("name", "graph_hash", "detail", "location"))
-    assert not short.complete and short.missing == {"value"}
+    assert not short.complete and "value" in short.missing
     monkeypatch.setattr(encoder, "EVENT", short)
     e = Event(3, 1.0, "step", value=2.5)
     assert pb.Event.FromString(encoder._encode_event(e)).value == 2.5
