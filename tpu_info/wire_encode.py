@@ -60,6 +60,7 @@ def fill_buckets(msg: pb.Buckets, b: BucketCounts, keys: bool = True) -> None:
 
 def fill_distribution(m: pb.Distribution, d: DistributionReading,
                        buckets: bool = True) -> None:
+    """Writes ``d`` into ``m`` (without its buckets when ``buckets`` is false)."""
     m.name = d.name
     m.unit = UNIT_TO_PB[d.unit]
     m.count = d.count
@@ -87,6 +88,7 @@ def fill_distribution(m: pb.Distribution, d: DistributionReading,
 
 
 def fill_graph(m: pb.Graph, g: GraphRecord) -> None:
+    """Writes ``g`` into ``m``: its counts and its history."""
     m.hash = g.hash
     m.name = g.name
     m.engine = g.engine
@@ -102,6 +104,7 @@ def fill_graph(m: pb.Graph, g: GraphRecord) -> None:
 
 
 def fill_history(m: pb.Graph, g: GraphRecord) -> None:
+    """Writes ``g``'s signatures and recompile causes into ``m``."""
     m.signature.extend(g.signature)
     for sig in g.signatures:
         m.signatures.add().args.extend(sig)
@@ -118,6 +121,7 @@ def fill_history(m: pb.Graph, g: GraphRecord) -> None:
 
 
 def fill_device(m: pb.Device, d: DeviceRecord) -> None:
+    """Writes ``d`` (its memory included) into ``m``."""
     m.id = d.id
     m.kind = d.kind
     m.platform = d.platform
@@ -137,6 +141,7 @@ def fill_device(m: pb.Device, d: DeviceRecord) -> None:
 
 
 def fill_event(m: pb.Event, e: Event) -> None:
+    """Writes ``e`` into ``m``."""
     m.seq = e.seq
     m.time_unix = e.time_unix
     m.kind = e.kind
@@ -150,7 +155,7 @@ def fill_event(m: pb.Event, e: Event) -> None:
 
 
 def fill_head(s: Snapshot) -> pb.Snapshot:
-    """Everything but distributions, graphs and events."""
+    """The message of ``s`` without its distributions, graphs and events."""
     msg = pb.Snapshot(
         protocol_version=PROTOCOL_VERSION,
         taken_at_unix=s.taken_at_unix,
