@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from tpu_info.buckets import StableKeys, bucket_value, interpolate
+from tpu_info.reuse import Kept
 
 MAX_SPAN = 16_384  # buckets at most (128 KiB): a value ratio of ~10**35 each way at 0.5 %
 EDGE = 1 << 40  # the key of an infinite value: beyond any window, so the edge bucket
@@ -41,10 +42,11 @@ class DenseCounts:
         self.offset = 0
         self.anchor: int | None = None  # the first key: the span is bounded around it
         # Buckets holding something. A count never drops back to zero, so
-        # while this stays put so does the set of filled keys, and _keys (the
-        # list readings hand out, which encoders cache by identity) is kept.
+        # while this stays put so does the set of filled keys: the key list
+        # readings hand out is kept by it (tpu_info.reuse's rule; encoders
+        # keep the list's encoding on it).
         self.nonzero = 0
-        self._keys = StableKeys()
+        self._keys: Kept[StableKeys] = Kept()
 
     def window(self, lo: int, hi: int) -> tuple[int, int]:
         """``lo``..``hi`` clamped to the keys this may hold."""
@@ -108,16 +110,17 @@ class DenseCounts:
         traverse (with lists, a young collection in a scrape cost 1.5-3.5 ms)."""
         if np is not None:
             return self._filled_numpy(np, descending)
-        if len(self._keys) != self.nonzero:
+        keys = self._keys.at(self.nonzero)
+        if keys is None:
             keys = StableKeys(list(itertools.compress(
                 range(self.offset, self.offset + len(self.counts)), self.counts)))
             if descending:
                 keys.reverse()
-            self._keys = keys
+            self._keys.put(self.nonzero, keys)
         counts = array.array("q", list(filter(None, self.counts)))
         if descending:
             counts.reverse()
-        return self._keys, counts
+        return keys, counts
 
     def _filled_numpy(self, np: Any, descending: bool) -> tuple[StableKeys, array.array[int]]:
         # One mask and two copies in C; about 3x faster than filter().
@@ -125,11 +128,12 @@ class DenseCounts:
         if descending:
             view = view[::-1]
         mask = view != 0
-        if len(self._keys) != self.nonzero:
+        keys = self._keys.at(self.nonzero)
+        if keys is None:
             at = np.flatnonzero(mask)
-            keys = (self.offset + len(view) - 1 - at) if descending else (self.offset + at)
-            self._keys = StableKeys(keys.tobytes())  # int64 already
-        return self._keys, array.array("q", view[mask].tobytes())
+            found = (self.offset + len(view) - 1 - at) if descending else (self.offset + at)
+            keys = self._keys.put(self.nonzero, StableKeys(found.tobytes()))  # int64 already
+        return keys, array.array("q", view[mask].tobytes())
 
 
 def percentiles_numpy(

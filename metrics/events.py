@@ -32,17 +32,29 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from tpu_info.model import Event, EventKind
+from tpu_info.reuse import Kept
 
 _Question = tuple[int, "int | None"]  # (since seq, limit)
 _Row = tuple[Any, ...]  # (seq, time_unix, kind, name, graph_hash, detail, location, value)
 # All rows of a batch whose first event is numbered ``first``.
 Expand = Callable[[int], Iterable[_Row]]
-# (first seq, events in the batch, first one still held, rows or None, expand or None):
-# a chunk of ready rows has ``expand`` None; a lazy one has rows None.
-_Chunk = tuple[int, int, int, "list[_Row] | None", "Expand | None"]
+
+
+class Chunk(NamedTuple):
+    """One batch of frequent events in the ring (immutable: readers copy the
+    ring and keep their copy's counts). Made per batch, never per event of a
+    training step (steps and transfers come through journals, as batches)."""
+
+    first: int  # sequence number of the batch's first event
+    n: int  # events in the batch
+    start: int  # index of the first one still held (the ring trims from the front)
+    rows: list[_Row] | None  # ready rows, or None while lazy
+    expand: Expand | None  # what makes the rows of a lazy batch, or None when ready
+
+
 _Answer = tuple[tuple[Event, ...], int]  # (events, dropped)
 
 
@@ -70,14 +82,15 @@ class EventLog:
 
     def __init__(self, capacity: int = 10_000, clock: Callable[[], float] = time.time) -> None:
         self.capacity = capacity
-        self._frequent: deque[_Chunk] = deque()
+        self._frequent: deque[Chunk] = deque()
         self._frequent_held = 0  # events the chunks hold from their first held one on
         self._notable: deque[_Row] = deque(maxlen=capacity)
         self._next_seq = 1
         self._lock = threading.Lock()
         self._built: dict[int, Event] = {}  # Events already made from rows
-        # Answers given since the rings last changed, by (seq, limit).
-        self._memo: tuple[tuple[int, ...], dict[_Question, _Answer]] = ((-1,), {})
+        # Answers given since the rings last changed, by (seq, limit); kept
+        # by the rings' state (tpu_info.reuse's rule).
+        self._memo: Kept[dict[_Question, _Answer]] = Kept()
         self._last = 0
         self._clock = clock
         # Called before every read: folds hot-path journals in (the recorder's).
@@ -91,30 +104,32 @@ class EventLog:
             return
         ring = self._frequent
         if ring:  # gather single rows into the newest chunk while numbers run on
-            first, n, start, rows, expand = ring[-1]
-            if rows is not None and first + n == row[0] and n < _ROWS_CHUNK:
+            last = ring[-1]
+            rows = last.rows
+            if rows is not None and last.first + last.n == row[0] and last.n < _ROWS_CHUNK:
                 rows.append(row)  # readers' copies of the chunk still say n
-                ring[-1] = (first, n + 1, start, rows, None)
+                ring[-1] = last._replace(n=last.n + 1)
                 self._frequent_held += 1
                 self._trim()
                 return
-        self._add_chunk((row[0], 1, 0, [row], None))
+        self._add_chunk(Chunk(row[0], 1, 0, [row], None))
 
-    def _add_chunk(self, chunk: _Chunk) -> None:
+    def _add_chunk(self, chunk: Chunk) -> None:
         self._frequent.append(chunk)
-        self._frequent_held += chunk[1]
+        self._frequent_held += chunk.n
         self._trim()
 
     def _trim(self) -> None:
         ring, excess = self._frequent, self._frequent_held - self.capacity
         while excess > 0:
-            first, n, start, rows, expand = ring[0]
-            if n - start <= excess:
+            oldest = ring[0]
+            held = oldest.n - oldest.start
+            if held <= excess:
                 ring.popleft()
-                excess -= n - start
-                self._frequent_held -= n - start
+                excess -= held
+                self._frequent_held -= held
             else:
-                ring[0] = (first, n, start + excess, rows, expand)
+                ring[0] = oldest._replace(start=oldest.start + excess)
                 self._frequent_held -= excess
                 excess = 0
 
@@ -159,7 +174,7 @@ class EventLog:
             if kind in FREQUENT if isinstance(kind, str) else FREQUENT.issuperset(kind):
                 keep = min(n, self.capacity)  # hold no more rows than the ring keeps
                 if keep:
-                    self._add_chunk((first + n - keep, keep, 0, rows[n - keep:], None))
+                    self._add_chunk(Chunk(first + n - keep, keep, 0, rows[n - keep:], None))
             else:  # kinds of both sorts in one batch
                 for row in rows:
                     self._add_row(row)
@@ -175,7 +190,7 @@ class EventLog:
         with self._lock:
             first = self._next_seq
             self._next_seq = first + n
-            self._add_chunk((first, n, 0, None, expand))
+            self._add_chunk(Chunk(first, n, 0, None, expand))
             self._last = first + n - 1
 
     def mirror(self, events: Iterable[Event]) -> None:
@@ -206,22 +221,20 @@ class EventLog:
         # number and the first one each ring holds name their contents: the
         # same question then gets the same answer, without building again
         # (a watcher polling an idle program, many clients asking alike).
-        state = (last, chunks[0][0] + chunks[0][2] if chunks else 0,
+        state = (last, chunks[0].first + chunks[0].start if chunks else 0,
                  notable[0][0] if notable else 0)
-        memo = self._memo
-        if memo[0] != state:
-            memo = self._memo = (state, {})
-        answer = memo[1].get((seq, limit))
+        answers = self._memo.get(state, dict)
+        answer = answers.get((seq, limit))
         if answer is not None:
             return answer  # immutable: shared by everyone who asks the same
         part_n = notable[bisect.bisect_right(notable, seq, key=_seq_of):]
         spans = []  # (chunk, lo): its events from lo on come after seq; newest first
         n_frequent = 0
         for chunk in reversed(chunks):
-            first, n, start = chunk[0], chunk[1], chunk[2]
+            first, n = chunk.first, chunk.n
             if first + n - 1 <= seq:
                 break
-            lo = max(start, seq - first + 1)
+            lo = max(chunk.start, seq - first + 1)
             spans.append((chunk, lo))
             n_frequent += n - lo
         # Numbers run 1..last without gaps, so what is not in a ring was dropped.
@@ -246,8 +259,8 @@ class EventLog:
             out.append(e)
         self._built = made  # keeps only what the last reader saw
         answer = (tuple(out), dropped)
-        if len(memo[1]) < 8:  # a few distinct questions per state
-            memo[1][(seq, limit)] = answer
+        if len(answers) < 8:  # a few distinct questions per state
+            answers[(seq, limit)] = answer
         return answer
 
     def _materialize(self, first: int, n: int, expand: Expand) -> list[_Row]:
@@ -259,8 +272,8 @@ class EventLog:
             ring = self._frequent
             for i in range(len(ring) - 1, -1, -1):
                 chunk = ring[i]
-                if chunk[0] == first and chunk[4] is expand:
-                    ring[i] = (first, n, chunk[2], rows, None)  # its start may have moved
+                if chunk.first == first and chunk.expand is expand:
+                    ring[i] = chunk._replace(rows=rows, expand=None)  # its start may have moved
                     break
         return rows
 
@@ -270,7 +283,7 @@ class EventLog:
             self._frequent_held = 0
             self._notable.clear()
         self._built = {}
-        self._memo = ((-1,), {})
+        self._memo.forget()
 
 
 def rows_of(first: int, times_unix: Iterable[float], kind: str | Iterable[str],
@@ -283,13 +296,13 @@ def rows_of(first: int, times_unix: Iterable[float], kind: str | Iterable[str],
                rep(None), rep(None) if values is None else values)
 
 
-def _newest(spans: list[tuple[_Chunk, int]], room: int) -> list[tuple[_Chunk, int]]:
+def _newest(spans: list[tuple[Chunk, int]], room: int) -> list[tuple[Chunk, int]]:
     """``spans`` (newest first) cut to their newest ``room`` events."""
     out = []
     for chunk, lo in spans:
         if room <= 0:
             break
-        n = chunk[1]
+        n = chunk.n
         if n - lo > room:
             lo = n - room
         out.append((chunk, lo))

@@ -9,9 +9,10 @@ Bounds (eviction rule): at most ``max_graphs`` entries; when full, the entry
 seen least recently is dropped (LRU: every compile, hit or execution counts as
 a sighting) and ``evicted`` grows by one. Per entry, the last
 ``max_causes`` causes and ``max_signatures`` distinct signatures are kept.
-Executions are appended without a lock and folded in before the next change
-or snapshot, so ``last_seen`` of a graph that only executes has the
-resolution of the scrape interval.
+Executions are appended to a journal without a lock and folded in before
+the next change or snapshot (:mod:`metrics.journal`'s policy), so
+``last_seen`` of a graph that only executes has the resolution of the
+scrape interval.
 
 Example:
     >>> ledger = GraphLedger()
@@ -27,16 +28,16 @@ import time
 from collections import OrderedDict, deque
 from collections.abc import Callable
 
+from metrics.journal import FOLD_AT, Journal
 from tpu_info.model import GraphRecord, RecompileCause
-
-_FOLD_AT = 4096  # executions waiting before the recording thread folds them
+from tpu_info.reuse import Kept
 
 
 class _Entry:
     __slots__ = (
         "hash", "name", "engine", "first_seen", "last_seen", "compiles",
         "compile_total", "compile_last", "cache_hits", "executions",
-        "signature", "signatures", "causes", "cached", "history",
+        "signature", "signatures", "causes", "changes", "kept", "history",
     )
 
     def __init__(self, graph_hash: str, name: str, engine: str, now: float,
@@ -54,20 +55,22 @@ class _Entry:
         self.signature: tuple[str, ...] = ()
         self.signatures: deque[tuple[str, ...]] = deque(maxlen=max_signatures)
         self.causes: deque[RecompileCause] = deque(maxlen=max_causes)
-        self.cached: GraphRecord | None = None  # reset by every change
-        # (signatures, causes) as tuples, reset only by a compile: records of
-        # execution-only changes share them, so encoders can reuse their bytes.
-        self.history: tuple[tuple[tuple[str, ...], ...], tuple[RecompileCause, ...]] | None = None
+        # Versions for tpu_info.reuse's rule: every change counts in
+        # ``changes`` (the record), only a compile in ``compiles`` (the
+        # (signatures, causes) tuples: records of execution-only changes
+        # share them, so encoders can reuse their bytes).
+        self.changes = 0
+        self.kept: Kept[GraphRecord] = Kept()
+        self.history: Kept[tuple[tuple[tuple[str, ...], ...], tuple[RecompileCause, ...]]] = (
+            Kept())
 
     def record(self) -> GraphRecord:
-        if self.cached is None:
-            self.cached = self._build()
-        return self.cached
+        kept = self.kept  # read in place: this runs for every entry of a snapshot
+        return kept.value if kept.version == self.changes else kept.put(self.changes, self._build())
 
     def _build(self) -> GraphRecord:
-        if self.history is None:
-            self.history = (tuple(self.signatures), tuple(self.causes))
-        signatures, causes = self.history
+        signatures, causes = self.history.get(
+            self.compiles, lambda: (tuple(self.signatures), tuple(self.causes)))
         return GraphRecord(
             hash=self.hash, name=self.name, engine=self.engine,
             first_seen_unix=self.first_seen, last_seen_unix=self.last_seen,
@@ -95,18 +98,24 @@ class GraphLedger:
         self._lock = threading.Lock()
         self._entries: OrderedDict[str, _Entry] = OrderedDict()  # least recently seen first
         self._first_seen: dict[str, _Entry] = {}  # the same entries, in the order first seen
-        self._pending: deque[tuple[str, str, str, int]] = deque()
+        # (hash, name, engine, n) of executions, folded under the ledger's lock.
+        self._executions = Journal(self._fold_executions, lock=self._lock)
+        self._queue = self._executions.queue
         # Called before every read: folds hot-path journals in (the recorder's).
         self.before_read: Callable[[], None] = lambda: None
         self.evicted = 0
-        self._snapshot: tuple[GraphRecord, ...] | None = None  # until the next change
+        # The last snapshot, made again only where entries changed (the reuse
+        # rule of tpu_info.reuse): positions hold while no entry comes or goes.
+        self._members = 0  # entries added, evicted or cleared
+        self._dirty: set[_Entry] = set()  # entries changed since the last snapshot
+        self._last: tuple[int, tuple[GraphRecord, ...], dict[str, int]] | None = None
 
     def _touch(self, graph_hash: str, name: str, engine: str) -> _Entry:
         # Caller holds the lock.
-        self._snapshot = None
         now = self._clock()
         e = self._entries.get(graph_hash)
         if e is None:
+            self._members += 1
             e = _Entry(graph_hash, name, engine, now, self._max_causes, self._max_signatures)
             self._entries[graph_hash] = e
             self._first_seen[graph_hash] = e
@@ -117,7 +126,8 @@ class GraphLedger:
         else:
             e.last_seen = now
             self._entries.move_to_end(graph_hash)
-        e.cached = None
+        e.changes += 1
+        self._dirty.add(e)
         return e
 
     def compiled(
@@ -131,9 +141,8 @@ class GraphLedger:
     ) -> None:
         """Records one real compile of ``graph_hash``."""
         with self._lock:
-            self._fold()
+            self._executions.flush_held()
             e = self._touch(graph_hash, name, engine)
-            e.history = None
             e.compiles += 1
             e.compile_total += seconds
             e.compile_last = seconds
@@ -148,7 +157,7 @@ class GraphLedger:
                   signature: tuple[str, ...] = ()) -> None:
         """Records a compile avoided by a cache (persistent or in-memory)."""
         with self._lock:
-            self._fold()
+            self._executions.flush_held()
             e = self._touch(graph_hash, name, engine)
             e.cache_hits += 1
             if signature and not e.signature:
@@ -157,18 +166,16 @@ class GraphLedger:
     def executed(self, graph_hash: str, name: str, engine: str, n: int = 1) -> None:
         """Records ``n`` executions of a graph: one lock-free append, folded in
         before the next change or snapshot (this runs on every training step)."""
-        pending = self._pending
-        pending.append((graph_hash, name, engine, n))
-        if len(pending) >= _FOLD_AT:
-            with self._lock:
-                self._fold()
+        q = self._queue
+        q.append((graph_hash, name, engine, n))
+        if len(q) >= FOLD_AT:
+            self._executions.flush()
 
-    def _fold(self) -> None:
-        # Caller holds the lock.
-        pending = self._pending
-        for _ in range(len(pending)):
-            graph_hash, name, engine, n = pending.popleft()
-            e = self._touch(graph_hash, name, engine)
+    def _fold_executions(self, batch: list[tuple[str, str, str, int]]) -> None:
+        # The journal's fold: the caller holds the lock.
+        touch = self._touch
+        for graph_hash, name, engine, n in batch:
+            e = touch(graph_hash, name, engine)
             e.executions = (e.executions or 0) + n
 
     def __len__(self) -> int:
@@ -176,11 +183,13 @@ class GraphLedger:
 
     def clear(self) -> None:
         with self._lock:
-            self._pending.clear()
+            self._queue.clear()
             self._entries.clear()
             self._first_seen.clear()
             self.evicted = 0
-            self._snapshot = None
+            self._members += 1
+            self._dirty.clear()
+            self._last = None
 
     def snapshot(self) -> tuple[GraphRecord, ...]:
         """Copies of all entries, in the order they were first seen (stable
@@ -188,7 +197,20 @@ class GraphLedger:
         change)."""
         self.before_read()
         with self._lock:
-            self._fold()
-            if self._snapshot is None:
-                self._snapshot = tuple(e.record() for e in self._first_seen.values())
-            return self._snapshot
+            self._executions.flush_held()
+            last, dirty = self._last, self._dirty
+            if last is not None and last[0] == self._members:
+                if not dirty:
+                    return last[1]
+                records = list(last[1])
+                at = last[2]
+                for e in dirty:
+                    records[at[e.hash]] = e.record()
+                index = at
+            else:
+                records = [e.record() for e in self._first_seen.values()]
+                index = {h: i for i, h in enumerate(self._first_seen)}
+            dirty.clear()
+            snap = tuple(records)
+            self._last = (self._members, snap, index)
+            return snap

@@ -18,14 +18,15 @@ A :class:`Distribution` keeps, since its last clear:
 * the last :data:`RECENT` samples with their times (torch_xla's
   ``metric_data`` third element).
 
-Recording does no arithmetic: samples wait in a deque (at most
-:data:`FOLD_AT`) and are folded into the aggregates in batches.
+Recording does no arithmetic: samples wait in a journal (at most
+:data:`metrics.journal.SAMPLES_FOLD_AT`) and are folded into the aggregates
+in batches, as :mod:`metrics.journal` says for everything deferred.
 
 Example:
     >>> reg = Registry()
     >>> reg.counter("MarkStep").inc()
     >>> reg.distribution("CompileTime", Unit.TIME_NS).observe(2_800_000)
-    >>> reg.snapshot().counters[0].value
+    >>> reg.snapshot()[0][0].value
     1
 """
 
@@ -41,6 +42,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from metrics.dense import EDGE, DenseCounts, percentiles_numpy
+from metrics.journal import SAMPLES_FOLD_AT, Journal
 from tpu_info.buckets import SortedCounts, sorted_percentiles
 from tpu_info.model import (
     PERCENTILES,
@@ -50,9 +52,9 @@ from tpu_info.model import (
     Samples,
     Unit,
 )
+from tpu_info.reuse import Kept
 
 RECENT = 64
-FOLD_AT = 1024  # samples waiting before the recording thread folds them
 DEFAULT_ALPHA = 0.005
 # Filled buckets from which a reading's percentiles come from numpy (when the
 # program has it loaded): fewer, and the pure-Python pass is as fast.
@@ -75,7 +77,7 @@ class Counter:
         self._ones = itertools.count()
         self._extra = 0
         self._lock = threading.Lock()
-        self._reading: CounterReading | None = None  # the last one handed out
+        self._reading: Kept[CounterReading] = Kept()  # by value (tpu_info.reuse)
 
     def inc(self, amount: int = 1) -> None:
         """Adds ``amount`` (default 1)."""
@@ -93,9 +95,10 @@ class Counter:
 
     def reading(self) -> CounterReading:
         """The value now, as a reading (the previous one while unchanged)."""
-        value, last = self.value, self._reading
-        if last is None or last.value != value:
-            last = self._reading = CounterReading(self.name, value, self.unit, self.help)
+        value = self.value
+        last = self._reading.at(value)
+        if last is None:
+            last = self._reading.put(value, CounterReading(self.name, value, self.unit, self.help))
         return last
 
     def reset(self) -> None:
@@ -107,17 +110,18 @@ class Counter:
 class Distribution:
     """Samples of one quantity (time in ns, bytes or a plain number).
 
-    ``observe`` appends ``(time, value)`` to a deque (atomic under the GIL,
-    no lock); the samples are folded into count, sum, min, max and buckets
-    in batches: by whichever thread finds :data:`FOLD_AT` of them waiting,
-    and by every reading. So recording is O(1) amortized and memory stays
-    bounded.
+    ``observe`` appends ``(time, value)`` to the distribution's journal
+    (atomic under the GIL, no lock); the samples are folded into count,
+    sum, min, max and buckets in batches, by the policy of
+    :mod:`metrics.journal`: by whichever thread finds
+    :data:`~metrics.journal.SAMPLES_FOLD_AT` of them waiting, and by every
+    reading. So recording is O(1) amortized and memory stays bounded.
     """
 
     __slots__ = (
-        "name", "unit", "help", "gamma", "_inv_log_gamma", "_lock", "_pending",
+        "name", "unit", "help", "gamma", "_inv_log_gamma", "_lock", "_samples", "_queue",
         "_count", "_sum", "_min", "_max", "_pos", "_neg", "_zero",
-        "_first_ns", "_last_ns", "_recent", "_clock", "_cached", "_cached_offset",
+        "_first_ns", "_last_ns", "_recent", "_clock", "_kept",
     )
 
     def __init__(
@@ -137,7 +141,8 @@ class Distribution:
         self._inv_log_gamma = 1.0 / math.log(self.gamma)
         self._lock = threading.Lock()
         self._clock = clock
-        self._pending: deque[tuple[int, float]] = deque()
+        self._samples = Journal(self._fold_samples, SAMPLES_FOLD_AT, lock=self._lock)
+        self._queue = self._samples.queue  # (clock_ns, value) pairs
         self._reset()
 
     def _reset(self) -> None:
@@ -152,23 +157,23 @@ class Distribution:
         self._first_ns = 0
         self._last_ns = 0
         self._recent: deque[tuple[int, float]] = deque(maxlen=RECENT)
-        self._cached: DistributionReading | None = None
-        self._cached_offset = 0.0
+        # The last reading, by (count, clock offset): tpu_info.reuse's rule.
+        self._kept: Kept[DistributionReading] = Kept()
 
     def observe(self, value: float) -> None:
-        """Records one sample: one clock read and one deque append."""
-        pending = self._pending
-        pending.append((self._clock(), value))
-        if len(pending) >= FOLD_AT:
-            self._fold()
+        """Records one sample: one clock read and one list append."""
+        q = self._queue
+        q.append((self._clock(), value))
+        if len(q) >= SAMPLES_FOLD_AT:
+            self._samples.flush()
 
     def observe_at(self, value: float, clock_ns: int) -> None:
         """Records one sample taken at ``clock_ns`` (``time.monotonic_ns``, the
         distributions' clock): how journals fold samples recorded earlier."""
-        pending = self._pending
-        pending.append((clock_ns, value))
-        if len(pending) >= FOLD_AT:
-            self._fold()
+        q = self._queue
+        q.append((clock_ns, value))
+        if len(q) >= SAMPLES_FOLD_AT:
+            self._samples.flush()
 
     def observe_many(self, values: Sequence[float], clock_ns: Sequence[int]) -> None:
         """Records samples taken at the matching ``clock_ns`` (how journals
@@ -177,23 +182,17 @@ class Distribution:
         if not values:
             return
         with self._lock:
-            self._take_pending()
+            self._samples.flush_held()
             self._add(clock_ns, values, None)
 
     def _fold(self) -> None:
         """Moves waiting samples into the aggregates (under the lock)."""
-        if not self._pending:  # the common case at scrape time: nothing to take
-            return
-        with self._lock:
-            self._take_pending()
+        if self._queue:  # the common case at scrape time: nothing to take
+            self._samples.flush()
 
-    def _take_pending(self) -> None:
-        # Caller holds the lock.
-        pending = self._pending
-        n = len(pending)
-        if n:
-            batch = list(itertools.islice(iter(pending.popleft, None), n))
-            self._add([t for t, _ in batch], [v for _, v in batch], batch)
+    def _fold_samples(self, batch: list[tuple[int, float]]) -> None:
+        # The journal's fold: the caller holds the lock.
+        self._add([t for t, _ in batch], [v for _, v in batch], batch)
 
     def _add(self, times: Sequence[int], values: Sequence[float],
              pairs: list[tuple[int, float]] | None) -> None:
@@ -269,19 +268,19 @@ class Distribution:
 
     @property
     def count(self) -> int:
-        return self._count + len(self._pending)
+        return self._count + len(self._queue)
 
     def reset(self) -> None:
         with self._lock:
-            self._pending.clear()
+            self._queue.clear()
             self._reset()
 
     def _recent_unix(self, count: int, recent: list[tuple[int, float]],
                      mono_to_unix: float) -> Samples:
         """``recent`` on the unix clock, reusing the previous reading's
         samples that are still recent: a scrape converts only the new ones."""
-        previous = self._cached
-        if (previous is not None and self._cached_offset == mono_to_unix
+        previous = self._kept.peek()
+        if (previous is not None and self._kept.version == (previous.count, mono_to_unix)
                 and type(previous.recent) is Samples):
             new = count - previous.count
             kept = len(recent) - new  # the newest ``kept`` of the previous samples stay
@@ -298,12 +297,15 @@ class Distribution:
         """A consistent copy with percentiles and rates computed now (or the
         previous reading when nothing was recorded since: scrapes of many
         idle distributions stay cheap)."""
-        cached = self._cached
-        if cached is not None and not self._pending and cached.count == self._count:
-            return cached  # nothing recorded since: no fold, no lock
+        kept = self._kept  # read in place: this runs for every distribution of a scrape
+        version = (self._count, mono_to_unix)
+        if not self._queue and kept.version == version:
+            return kept.value  # type: ignore[return-value]  # nothing recorded since
         self._fold()
-        if cached is not None and cached.count == self._count:
-            return cached
+        version = (self._count, mono_to_unix)
+        if kept.version == version:
+            return kept.value  # type: ignore[return-value]
+        cached = kept.value
         with self._lock:
             count, total = self._count, self._sum
             lo, hi = self._min, self._max
@@ -321,10 +323,10 @@ class Distribution:
                 values = percentiles_numpy(np, self.gamma, self._neg, zero, self._pos,
                                            count, PERCENTILES, lo, hi)
         if count == 0:
-            return DistributionReading(
+            return kept.put((0, mono_to_unix), DistributionReading(
                 name=self.name, unit=self.unit, count=0, total=0.0,
                 min=None, max=None, help=self.help,
-            )
+            ))
         buckets = BucketCounts(gamma=self.gamma, positive=pos, negative=neg, zero=zero)
         if values is None:
             values = sorted_percentiles(
@@ -343,8 +345,7 @@ class Distribution:
             recent=self._recent_unix(count, recent, mono_to_unix),
             buckets=buckets, help=self.help,
         )
-        self._cached, self._cached_offset = reading, mono_to_unix
-        return reading
+        return kept.put((count, mono_to_unix), reading)
 
 
 # The bucket counts of a side with no samples (most distributions have no
@@ -391,8 +392,10 @@ class Registry:
         self._lock = threading.Lock()
         self._counters: dict[str, Counter] = {}
         self._distributions: dict[str, Distribution] = {}
-        self._sorted_counters: list[Counter] = []
-        self._sorted_dists: list[Distribution] = []
+        # Sorted by name, by how many there are: names are only ever added
+        # (clears keep them), so the same number is the same list.
+        self._sorted_counters: Kept[list[Counter]] = Kept()
+        self._sorted_dists: Kept[list[Distribution]] = Kept()
         self._clock = clock
         # ``clock`` -> unix seconds, fixed once, so unchanged readings can be
         # reused across snapshots; the recorder dates its events with it too.
@@ -479,13 +482,11 @@ class Registry:
         """Consistent copies of every non-empty counter and distribution."""
         self.before_read()
         with self._lock:
-            # Names are only ever added (clears keep them): re-sort only
-            # when one was.
-            if len(self._sorted_counters) != len(self._counters):
-                self._sorted_counters = sorted(self._counters.values(), key=_name_of)
-            if len(self._sorted_dists) != len(self._distributions):
-                self._sorted_dists = sorted(self._distributions.values(), key=_name_of)
-            counters, dists = self._sorted_counters, self._sorted_dists
+            counters = self._sorted_counters.get(
+                len(self._counters), lambda: sorted(self._counters.values(), key=_name_of))
+            dists = self._sorted_dists.get(
+                len(self._distributions),
+                lambda: sorted(self._distributions.values(), key=_name_of))
         offset = self._mono_to_unix()
         return (
             tuple(r for r in map(Counter.reading, counters) if r.value),

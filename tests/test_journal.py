@@ -56,3 +56,41 @@ def test_single_values_none_included_and_clear():
     journal.clear()
     journal.flush()
     assert folded == [1, None, 2]
+
+
+def test_every_deferral_is_a_journal_folded_by_the_one_policy():
+    """What the hot path defers (steps, samples, graph executions, engine
+    journals) waits in journals only; each folds on the appending thread at
+    its threshold and before anything reads what it folds into."""
+    from metrics import journal
+    from metrics.recorder import Recorder
+
+    rec = Recorder()
+    dist = rec.registry.distribution("D")
+    deferrals = {"samples": dist._samples, "executions": rec.ledger._executions,
+                 "steps": rec._steps}
+    assert all(type(j) is journal.Journal for j in deferrals.values())
+    assert {j.fold_at for j in deferrals.values()} <= {journal.FOLD_AT, journal.SAMPLES_FOLD_AT}
+    # Policy 2: a read sees everything appended before it.
+    dist.observe(1.0)
+    rec.ledger.compiled("h", "f", "jax", 0.1)
+    rec.ledger.executed("h", "f", "jax", n=3)
+    rec.mark_step()
+    rec.mark_step()
+    assert [len(j) for j in deferrals.values()] == [1, 1, 2]
+    _, dists = rec.registry.snapshot()
+    assert [d.count for d in dists if d.name == "D"] == [1]
+    assert rec.ledger.snapshot()[0].executions == 3
+    assert rec.registry.counter_value("MarkStep") == 2
+    assert [len(j) for j in deferrals.values()] == [0, 0, 0]
+    # Policy 1: the appending thread folds at the threshold, nothing waits beyond it.
+    for i in range(journal.SAMPLES_FOLD_AT):
+        dist.observe(float(i))
+    for _ in range(journal.FOLD_AT):
+        rec.ledger.executed("h", "f", "jax")
+        rec.mark_step()
+    assert [len(j) for j in deferrals.values()] == [0, 0, 0]
+    # A compile reads the entry: the executions before it are folded first.
+    rec.ledger.executed("h", "f", "jax")
+    rec.ledger.compiled("h", "f", "jax", 0.1)
+    assert len(deferrals["executions"]) == 0

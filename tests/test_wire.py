@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tpu_info import encoder, wire
+from tpu_info import encoder, wire, wire_encode
 from tpu_info.errors import ProtocolMismatch, WireError
 from tpu_info.model import (
     BucketCounts,
@@ -157,7 +157,7 @@ def test_events_written_directly_parse_like_filled_messages():
     events.append(Event(3, 1.0, "recompile", "jit(f)", "ab12", "x changed", "t.py:3", 0.5))
     for e in events:
         filled = pb.Event()
-        wire._fill_event(filled, e)
+        wire_encode.fill_event(filled, e)
         assert pb.Event.FromString(encoder._encode_event(e)) == filled, e
 
 
@@ -178,7 +178,7 @@ def test_graphs_written_from_cached_history_parse_like_filled_messages():
             signatures=rng.choice([(), (("x: f32[2]",), ("x: f32[3]", "y: i32[]"))]),
             causes=rng.choice([(), causes]))
         filled = pb.Graph()
-        wire._fill_graph(filled, g)
+        wire_encode.fill_graph(filled, g)
         assert pb.Graph.FromString(encoder._encode_graph(g)) == filled, g
 
 

@@ -3,14 +3,27 @@ from a :class:`~tpu_info.model.Snapshot`, reusing the encodings of parts that
 did not change since the previous snapshot (:class:`PartCache`).
 
 Everything here produces bytes that parse to exactly the message
-:func:`tpu_info.wire.snapshot_to_proto` builds (tests compare them); fields
-may come in another order, which protobuf parsers accept.
+:func:`tpu_info.wire_encode.snapshot_to_proto` builds (tests compare them,
+field by field); fields may come in another order, which protobuf parsers
+accept.
+
+How the fast path stays the plain codec's twin: each message it writes has
+a :class:`FastFields` plan naming the fields it writes itself (``direct``:
+their tags and value encodings come from the generated descriptor, at
+import) and the fields it leaves to the plain codec's fillers
+(``filled``: :mod:`tpu_info.wire_encode`). A field in neither, one added
+to the ``.proto`` since, makes the plan incomplete: that message then goes
+through the plain codec whole (slower, nothing dropped), and
+``tests/test_encoder_fields.py`` fails until the plan names it.
+
+Reuse follows :mod:`tpu_info.reuse`: a record that did not change is the
+same object, so encodings are kept by the identity of what they encode.
 
 Example:
     >>> from tpu_info.model import Snapshot
     >>> cache = PartCache()
     >>> data = snapshot_to_bytes(Snapshot(taken_at_unix=1.0), cache)
-    >>> wire.snapshot_from_proto(pb.Snapshot.FromString(data)).taken_at_unix
+    >>> pb.Snapshot.FromString(data).taken_at_unix
     1.0
 """
 
@@ -22,32 +35,14 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from tpu_info import wire
+from google.protobuf.descriptor import FieldDescriptor as FD
+
+from tpu_info import reuse, wire_encode
 from tpu_info.buckets import SortedCounts, StableKeys
 from tpu_info.model import DistributionReading, Event, GraphRecord, Snapshot
 from tpu_info.proto import tpu_info_v1_pb2 as pb
-from tpu_info.wire import _fill_distribution, _fill_event, _fill_history, _head
 
 _DOUBLE = struct.Struct("<d")
-_KIND_FIELDS: dict[str, bytes] = {}  # kind -> its encoded field 3, built once per kind
-
-
-def _encode_event(e: Event) -> bytes:
-    """An ``Event``'s encoding. Steps and transfers (only seq, time, kind and
-    value set: nearly all events) are written directly, three times faster
-    than filling a message; the bytes parse to the same message."""
-    if e.name or e.graph_hash or e.detail or e.location is not None:
-        m = pb.Event()
-        _fill_event(m, e)
-        return m.SerializeToString()
-    kind = _KIND_FIELDS.get(e.kind)
-    if kind is None:
-        raw = e.kind.encode()
-        kind = _KIND_FIELDS[e.kind] = b"\x1a" + _varint(len(raw)) + raw if raw else b""
-    if e.value is None:
-        return b"".join((b"\x08", _varint(e.seq), b"\x11", _DOUBLE.pack(e.time_unix), kind))
-    return b"".join((b"\x08", _varint(e.seq), b"\x11", _DOUBLE.pack(e.time_unix), kind,
-                     b"\x41", _DOUBLE.pack(e.value)))
 
 
 def _varint(n: int) -> bytes:
@@ -68,23 +63,132 @@ def _varint(n: int) -> bytes:
             return bytes(out)
 
 
-def _field_prefix(field: str) -> bytes:
-    number = pb.Snapshot.DESCRIPTOR.fields_by_name[field].number
-    return _varint(number << 3 | 2)  # wire type 2: length-delimited
+def _signed(n: int) -> bytes:
+    return _varint(n & 0xFFFF_FFFF_FFFF_FFFF)  # a negative one: two's complement, 10 bytes
 
 
-_DIST_TAG = _field_prefix("distributions")
-_GRAPH_TAG = _field_prefix("graphs")
-_EVENT_TAG = _field_prefix("events")
+def _string(v: str) -> bytes:
+    raw = v.encode()
+    return _varint(len(raw)) + raw
+
+
+# Value encodings of the scalar types the fast path writes itself.
+_PUT: dict[int, Callable[[Any], bytes]] = {
+    FD.TYPE_DOUBLE: _DOUBLE.pack, FD.TYPE_UINT64: _varint, FD.TYPE_UINT32: _varint,
+    FD.TYPE_INT64: _signed, FD.TYPE_INT32: _signed, FD.TYPE_ENUM: _signed,
+    FD.TYPE_BOOL: _varint, FD.TYPE_STRING: _string,
+}
+_LENGTH_DELIMITED = frozenset({FD.TYPE_STRING, FD.TYPE_BYTES, FD.TYPE_MESSAGE})
+_FIXED64 = frozenset({FD.TYPE_DOUBLE, FD.TYPE_FIXED64, FD.TYPE_SFIXED64})
+_FIXED32 = frozenset({FD.TYPE_FLOAT, FD.TYPE_FIXED32, FD.TYPE_SFIXED32})
+
+
+def field_tag(fd: Any) -> bytes:
+    """A field's key on the wire (number and wire type), from its descriptor."""
+    if fd.type in _LENGTH_DELIMITED or fd.is_repeated and fd.is_packed:
+        wire_type = 2
+    elif fd.type in _FIXED64:
+        wire_type = 1
+    elif fd.type in _FIXED32:
+        wire_type = 5
+    else:
+        wire_type = 0
+    return _varint(fd.number << 3 | wire_type)
+
+
+class FastFields:
+    """How the fast path writes one message (see the module docstring).
+
+    Args:
+        message: the generated message class.
+        direct: fields the fast path writes itself.
+        filled: fields it leaves to the plain codec's filler.
+
+    Raises:
+        ValueError: a named field is not in the message (renamed or gone).
+    """
+
+    def __init__(self, message: Any, direct: tuple[str, ...], filled: tuple[str, ...]) -> None:
+        fields = message.DESCRIPTOR.fields_by_name
+        unknown = (set(direct) | set(filled)) - set(fields)
+        if unknown:
+            raise ValueError(f"{message.DESCRIPTOR.full_name} has no field {sorted(unknown)}")
+        self.message = message
+        self.direct = direct
+        self.filled = filled
+        self.missing = frozenset(fields) - set(direct) - set(filled)
+        self.complete = not self.missing  # else: the plain codec writes it whole
+        self.tags = {name: field_tag(fields[name]) for name in direct}
+        # The filled fields of a record, and their values when none is set
+        # (None where the field has presence, the proto default otherwise).
+        self.filled_values: Callable[[Any], tuple[Any, ...]] = (
+            operator.attrgetter(*filled) if len(filled) > 1
+            else (lambda r: (getattr(r, filled[0]),)) if filled else (lambda r: ()))
+        self.filled_unset = tuple(
+            None if fields[n].has_presence else () if fields[n].is_repeated
+            else fields[n].default_value for n in filled)
+
+    def put(self, name: str) -> Callable[[Any], bytes]:
+        """The value encoding of direct scalar field ``name``, by its type."""
+        fd = self.message.DESCRIPTOR.fields_by_name[name]
+        if fd.is_repeated or fd.type not in _PUT:
+            raise ValueError(f"{fd.full_name}: not a scalar the fast path writes")
+        return _PUT[fd.type]
+
+
+SNAPSHOT = FastFields(pb.Snapshot, direct=("distributions", "graphs", "events"), filled=(
+    "protocol_version", "taken_at_unix", "process", "devices", "counters", "last_seq",
+    "uptime_seconds", "sites", "steps", "blind_spots"))
+EVENT = FastFields(pb.Event, direct=("seq", "time_unix", "kind", "value"),
+                   filled=("name", "graph_hash", "detail", "location"))
+GRAPH = FastFields(pb.Graph, direct=(
+    "last_seen_unix", "compiles", "compile_seconds_total", "compile_seconds_last",
+    "cache_hits", "executions"), filled=(
+    "hash", "name", "engine", "first_seen_unix", "signature", "signatures", "causes"))
+DISTRIBUTION = FastFields(pb.Distribution, direct=("buckets",), filled=(
+    "name", "unit", "count", "total", "min", "max", "rate_per_second",
+    "value_rate_per_second", "percentile_percents", "percentile_values",
+    "recent_times_unix", "recent_values", "help"))
+BUCKETS = FastFields(pb.Buckets, direct=("positive_keys", "negative_keys"),
+                     filled=("gamma", "positive_counts", "negative_counts", "zero"))
+PLANS = (SNAPSHOT, EVENT, GRAPH, DISTRIBUTION, BUCKETS)  # every message the fast path writes
+
+_DIST_TAG, _GRAPH_TAG, _EVENT_TAG = (SNAPSHOT.tags[n] for n in SNAPSHOT.direct)
+
+
+# Events ------------------------------------------------------------------
+
+_SEQ, _TIME, _KIND, _VALUE = (EVENT.tags[n] for n in EVENT.direct)
+_put_seq, _put_time, _put_value = EVENT.put("seq"), EVENT.put("time_unix"), EVENT.put("value")
+_KIND_FIELDS: dict[str, bytes] = {}  # kind -> its encoded field, built once per kind
+
+
+def _encode_event(e: Event) -> bytes:
+    """An ``Event``'s encoding. Steps and transfers (only the direct fields
+    set: nearly all events) are written directly, three times faster than
+    filling a message; the bytes parse to the same message."""
+    if not EVENT.complete or EVENT.filled_values(e) != EVENT.filled_unset:
+        m = pb.Event()
+        wire_encode.fill_event(m, e)
+        return m.SerializeToString()
+    kind = _KIND_FIELDS.get(e.kind)
+    if kind is None:
+        kind = _KIND_FIELDS[e.kind] = _KIND + _string(e.kind) if e.kind else b""
+    if e.value is None:
+        return b"".join((_SEQ, _put_seq(e.seq), _TIME, _put_time(e.time_unix), kind))
+    return b"".join((_SEQ, _put_seq(e.seq), _TIME, _put_time(e.time_unix), kind,
+                     _VALUE, _put_value(e.value)))
+
+
+# Sections (distributions, graphs) ------------------------------------------
 
 
 class PartCache:
     """Encoded distributions, graphs and events of the previous snapshot.
 
-    The hook reuses the records of unchanged parts and keeps their order
-    from one snapshot to the next, so encoding costs in proportion to what
-    changed: a C-level identity comparison against the previous snapshot's
-    records finds the changed ones, and unchanged parts are joined as bytes
+    The hook reuses the records of unchanged parts (:mod:`tpu_info.reuse`)
+    and keeps their order from one snapshot to the next, so encoding costs
+    in proportion to what changed: unchanged parts are joined as bytes
     (protobuf's repeated fields are concatenations of their elements'
     encodings). Thread-safe: each call swaps in fresh state.
     """
@@ -120,7 +224,7 @@ class PartCache:
         new_sections = {}
         for tag, records, build in ((_DIST_TAG, s.distributions, _encode_distribution),
                                     (_GRAPH_TAG, s.graphs, _encode_graph)):
-            section = _encode_section(tag, tuple(records), build, sections.get(tag))
+            section = reuse.each(tuple(records), _framed(tag, build), sections.get(tag))
             new_sections[tag] = section
             chunks.extend(section[1])
         with self._lock:
@@ -128,38 +232,23 @@ class PartCache:
         return b"".join(chunks)
 
 
-def _encode_section(
-    tag: bytes, records: tuple[Any, ...], build: Callable[[Any], bytes],
-    old: tuple[tuple[Any, ...], list[bytes]] | None,
-) -> tuple[tuple[Any, ...], list[bytes]]:
-    """The encodings of ``records`` (each with its field tag and length),
-    reusing ``old``'s for records that are the very same objects."""
+def _framed(tag: bytes, build: Callable[[Any], bytes]) -> Callable[[Any], bytes]:
+    """``build``'s encoding of a record with its field tag and length."""
     def encoded(r: Any) -> bytes:
         body = build(r)
         return tag + _varint(len(body)) + body
-
-    if old is not None and len(old[0]) == len(records):
-        # Same positions (the usual case: order is stable): compare in C.
-        chunks = list(old[1])
-        for i, same in enumerate(map(operator.is_, records, old[0])):
-            if not same:
-                chunks[i] = encoded(records[i])
-        return records, chunks
-    # Records added or gone: match by identity. ``old`` still holds its
-    # records, so no new object can carry one of their ids.
-    by_id = {id(r): c for r, c in zip(*old, strict=True)} if old is not None else {}
-    chunks = []
-    for r in records:
-        c = by_id.get(id(r))
-        chunks.append(c if c is not None else encoded(r))
-    return records, chunks
+    return encoded
 
 
-_BUCKETS_TAG = _varint(pb.Distribution.DESCRIPTOR.fields_by_name["buckets"].number << 3 | 2)
+# Distributions -----------------------------------------------------------
+
+_BUCKETS_TAG = DISTRIBUTION.tags["buckets"]
+
+
 def _key_field(keys: Sequence[int], negative: bool) -> bytes:
     """The encoded key field of a bucket key list. The hook's own lists
-    (StableKeys, replaced only when a bucket fills for the first time) carry
-    their encoding with them, so most readings encode only their counts and
+    (StableKeys, never changed while alive: the reuse rule) carry their
+    encoding with them, so most readings encode only their counts and
     nothing outlives the list; other lists (decoded ones) are encoded anew."""
     stable = type(keys) is StableKeys
     if stable:
@@ -177,53 +266,64 @@ def _key_field(keys: Sequence[int], negative: bool) -> bytes:
 def _encode_distribution(d: DistributionReading) -> bytes:
     m = pb.Distribution()
     b = d.buckets
-    if b is None or not (isinstance(b.positive, SortedCounts)
-                         and isinstance(b.negative, SortedCounts)):
-        _fill_distribution(m, d)
+    if (b is None or not (DISTRIBUTION.complete and BUCKETS.complete)
+            or not (isinstance(b.positive, SortedCounts)
+                    and isinstance(b.negative, SortedCounts))):
+        wire_encode.fill_distribution(m, d)
         return m.SerializeToString()
     # The hook's own reading: the buckets are written as their counts plus
     # the cached key fields (fields may come in any order on the wire).
-    _fill_distribution(m, d, buckets=False)
-    counts = pb.Buckets(gamma=b.gamma, zero=b.zero)
-    counts.positive_counts.extend(b.positive.count_list)
-    counts.negative_counts.extend(b.negative.count_list)
+    wire_encode.fill_distribution(m, d, buckets=False)
+    counts = pb.Buckets()
+    wire_encode.fill_buckets(counts, b, keys=False)
     body = b"".join((counts.SerializeToString(),
                      _key_field(b.positive.key_list, False) if b.positive else b"",
                      _key_field(b.negative.key_list, True) if b.negative else b""))
     return m.SerializeToString() + _BUCKETS_TAG + _varint(len(body)) + body
 
 
+# Graphs ------------------------------------------------------------------
+
 # Encoded identity and history of graphs (hash, name, engine, first seen,
-# signatures, causes), by the identity of the hook's tuples, which it keeps
-# until the graph compiles again: an execution re-encodes only the counts.
-_GRAPH_STATIC: dict[tuple[Any, ...], tuple[tuple[Any, ...], bytes]] = {}
-_GRAPH_STATIC_MAX = 4096  # twice the ledger's bound; about 2 MB at most
+# signatures, causes: the filled fields), by the identity of the hook's
+# objects, which it keeps until the graph compiles again: an execution
+# re-encodes only the counts. Twice the ledger's bound; about 2 MB at most.
+_GRAPH_STATIC: reuse.ByIdentity[bytes] = reuse.ByIdentity(bound=4096)
+# The counts' tags, in the plan's order (a field added to ``direct`` and not
+# written below fails the unpacking here, and the field walk in the tests).
+_LAST_SEEN, _COMPILES, _SECONDS_TOTAL, _SECONDS_LAST, _HITS, _EXECUTIONS = (
+    GRAPH.tags[n] for n in GRAPH.direct)
+_put_float, _put_count = GRAPH.put("last_seen_unix"), GRAPH.put("compiles")
+
+
+def _graph_static(g: GraphRecord) -> bytes:
+    m = pb.Graph()
+    wire_encode.fill_graph(m, g)
+    for name in GRAPH.direct:
+        m.ClearField(name)
+    return m.SerializeToString()
 
 
 def _encode_graph(g: GraphRecord) -> bytes:
-    key = (g.hash, g.name, g.engine, g.first_seen_unix,
-           id(g.signature), id(g.signatures), id(g.causes))
-    hit = _GRAPH_STATIC.get(key)
-    held = (g.signature, g.signatures, g.causes)  # held: their ids stay theirs
-    if hit is None or any(a is not b for a, b in zip(hit[0], held, strict=True)):
-        m = pb.Graph(hash=g.hash, name=g.name, engine=g.engine,
-                     first_seen_unix=g.first_seen_unix)
-        _fill_history(m, g)
-        if len(_GRAPH_STATIC) >= _GRAPH_STATIC_MAX:
-            _GRAPH_STATIC.clear()
-        hit = _GRAPH_STATIC[key] = (held, m.SerializeToString())
-    # The counts, written directly (fields 5-10; zeros left out as protobuf does).
-    parts = [hit[1], b"\x29", _DOUBLE.pack(g.last_seen_unix)]
+    if not GRAPH.complete:
+        m = pb.Graph()
+        wire_encode.fill_graph(m, g)
+        return m.SerializeToString()
+    parts = [_GRAPH_STATIC.get(GRAPH.filled_values(g), lambda: _graph_static(g))]
+    # The counts, written directly; unset ones left out, as protobuf does
+    # (written one by one: a loop over the plan costs twice as much).
+    if g.last_seen_unix:
+        parts += (_LAST_SEEN, _put_float(g.last_seen_unix))
     if g.compiles:
-        parts += (b"\x30", _varint(g.compiles))
+        parts += (_COMPILES, _put_count(g.compiles))
     if g.compile_seconds_total:
-        parts += (b"\x39", _DOUBLE.pack(g.compile_seconds_total))
+        parts += (_SECONDS_TOTAL, _put_float(g.compile_seconds_total))
     if g.compile_seconds_last:
-        parts += (b"\x41", _DOUBLE.pack(g.compile_seconds_last))
+        parts += (_SECONDS_LAST, _put_float(g.compile_seconds_last))
     if g.cache_hits:
-        parts += (b"\x48", _varint(g.cache_hits))
+        parts += (_HITS, _put_count(g.cache_hits))
     if g.executions is not None:
-        parts += (b"\x50", _varint(g.executions))
+        parts += (_EXECUTIONS, _put_count(g.executions))
     return b"".join(parts)
 
 
@@ -232,6 +332,6 @@ def snapshot_to_bytes(s: Snapshot, cache: PartCache | None = None) -> bytes:
 
     With ``cache`` (one per server), unchanged parts are not encoded again.
     """
-    if cache is None:
-        return wire.snapshot_to_proto(s).SerializeToString()
-    return cache.encode(s, _head(s))
+    if cache is None or not SNAPSHOT.complete:
+        return wire_encode.snapshot_to_proto(s).SerializeToString()
+    return cache.encode(s, wire_encode.fill_head(s))
