@@ -126,7 +126,6 @@ class JaxEngine:
     """Installs and removes the JAX hooks; one per process at a time."""
 
     name = ENGINE
-    implicit: Any = None  # set where implicit transfers are counted: numpy arguments go there
 
     def __init__(self, recorder: Recorder, explain_cache_misses: bool = True) -> None:
         self.rec = recorder
@@ -218,10 +217,15 @@ class JaxEngine:
                     ("closed_jaxpr", "api_name", "fun_name", "in_shardings"))
 
     def _patch_transfers(self) -> None:
-        self._patches.apply(jax, "device_put", lambda orig: _wrap_device_put(orig, self))
+        # Explicit device_puts of host data are counted by the numpy shard
+        # handler (one hook per put); jax.device_put is wrapped only where
+        # that cannot tell them apart.
+        self.implicit.install(self._patches)
+        if not self.implicit.explicit_puts_counted:
+            self._patches.apply(jax, "device_put", lambda orig: _wrap_device_put(orig, self))
         self._patches.apply(jax, "device_get", lambda orig: _wrap_device_get(orig, self))
-        ours = [getattr(jax, n) for n in ("device_put", "device_get") if self._patches.has(n)]
-        self.implicit.install(self._patches, tuple(ours))
+        self.implicit.counted_by(*[getattr(jax, n) for n in ("device_put", "device_get")
+                                   if self._patches.has(n)])
 
     def _capture_explanations(self) -> None:
         try:
