@@ -4,7 +4,7 @@ machine). The budgets hold the overhead bench's figures in place: a change
 that adds work to a hot path shows here first.
 
 Measured on CPython 3.11 / JAX 0.10.2 (before the overhead passes -> after):
-float(x) 146 -> 90 -> 92, a jitted call 86 -> 76 -> 74, jax.device_put of
+float(x) 146 -> 90 -> 84 (92 at 26a32f9), a jitted call 86 -> 76 -> 74, jax.device_put of
 numpy 95 -> 83 (a device_put wrapper and the numpy shard handler) -> 60 (the
 handler alone: one hook per put).
 """
@@ -58,7 +58,7 @@ def test_float_of_an_array_costs_no_frame_walk(fresh_metrics):
     scalar = jnp.float32(3.0) * 2
     counts = _opcodes_in_metrics(lambda: float(scalar))
     assert set(counts) == {"_value"}, counts  # no call out of the hook
-    assert sum(counts.values()) <= 100, counts
+    assert sum(counts.values()) <= 86, counts
 
 
 def test_a_jitted_call_stays_within_budget(fresh_metrics):

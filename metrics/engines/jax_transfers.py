@@ -445,10 +445,12 @@ def _where(code: Any, offset: int) -> tuple[str, str]:
 # The hooks (each runs inside the user's program: guarded) -------------------
 
 def _value_property(original: property, impl: ImplicitTransfers) -> property:
+    # Runs on every float(loss): what it reads is bound once (the code table,
+    # the journal's list and its flush are the same objects for the hook's life).
     fget, clock, getframe, record = original.fget, time.monotonic_ns, sys._getframe, impl.record
     assert fget is not None
-
-    fold_at = FOLD_AT * FIELDS
+    get, queue, flush, user_class = impl._codes.get, impl.queue, impl.journal.flush, _USER
+    extend, fold_at = queue.extend, FOLD_AT * FIELDS
 
     def _value(self: Any) -> Any:
         if self._npy_value is not None:  # the host copy is cached: nothing moves
@@ -461,16 +463,13 @@ def _value_property(original: property, impl: ImplicitTransfers) -> property:
             # that names the path) called from the user's line: two lookups,
             # no walk, no call. Anything else walks.
             f = getframe(1)
-            get = impl._codes.get
             detail = get(id(f.f_code))
             if detail.__class__ is str:
                 user = f.f_back
-                code = user.f_code if user is not None else None
-                if get(id(code)) == _USER:
-                    q = impl.queue
-                    q.extend((SYNC, code, user.f_lasti, detail, start, end, out.nbytes))
-                    if len(q) >= fold_at:
-                        impl.journal.flush()
+                if user is not None and get(id(code := user.f_code)) == user_class:
+                    extend((SYNC, code, user.f_lasti, detail, start, end, out.nbytes))
+                    if len(queue) >= fold_at:
+                        flush()
                     return out
             record(SYNC, f, start, end, out.nbytes)
         except Exception as e:  # noqa: BLE001 - a hook never raises into the program
