@@ -14,7 +14,8 @@ machine) and "mnist" (784-128-10, batch 32, ~0.25 ms). The contenders:
   bare pass-through Python wrapper: the floor any Python hook pays there;
 * loop unchanged: what a program with ``metrics.install()`` at its top gets,
   every hook on: the step jitted after install (each call counted by the
-  ``jax.jit`` wrapper), ``jax.device_put`` counted, the implicit transfer and
+  ``jax.jit`` wrapper), ``jax.device_put`` counted (by the numpy shard
+  handler, the one hook a put runs), the implicit transfer and
   sync hooks and recompile causes installed. Target >= 0.99 on "mnist";
   "tiny" is reported against the bare-wrapper floor (target >= 0.99 of it);
 * jitted before install: the same loop, its step jitted before install
@@ -26,9 +27,10 @@ A 95 % bootstrap interval of each median tells a miss from this machine's
 noise; the load average is printed before and after.
 
 Per call, in alternating blocks (where the hook's share is largest): a
-trivial jitted function, ``float(x)`` of a ready scalar and ``jnp.asarray``
-of a 4 KB numpy batch, each unhooked, through a bare pass-through Python
-wrapper in the hook's place, and hooked; target: hooked <= 1.5x the bare
+trivial jitted function, ``float(x)`` of a ready scalar, ``jnp.asarray``
+of a 4 KB numpy batch and ``jax.device_put`` of the MNIST batch (counted in
+the numpy shard handler: one hook per put), each unhooked, through a bare
+pass-through Python wrapper in the hook's place, and hooked; target: hooked <= 1.5x the bare
 wrapper, judged on this process's CPU time per call (the hook's cost is CPU
 work; on a shared machine wall time is mostly the wait for a core); wall
 time is printed too.
@@ -105,14 +107,19 @@ def per_call(smoke: bool) -> None:
         return plain(*args, **kwargs)
 
     places = contenders()
+    hooked_handlers, own_handlers = _shard_handlers()
+    bare_handlers = {k: _bare(h) for k, h in own_handlers.items()}
+    handlers = (own_handlers, bare_handlers, hooked_handlers)
     x, scalar = jnp.ones(4), jnp.float32(3.0) * 2
-    batch = np.ones((32, 32), np.float32)
+    batch, mnist_batch = np.ones((32, 32), np.float32), np.ones((32, 784), np.float32)
     hooked(x).block_until_ready()
     ways = ("unhooked", "bare wrapper", "hooked")
     cases = {
         "jit call": ([lambda: plain(x), lambda: bare(x), lambda: hooked(x)], None, 2000),
         "float(x)": ([lambda: float(scalar)] * 3, "value", 4000),
         "jnp.asarray(4 KB numpy)": ([lambda: jnp.asarray(batch)] * 3, "stage", 1000),
+        "jax.device_put(100 KB numpy)": ([lambda: jax.device_put(mnist_batch)] * 3, "shard",
+                                         500),
     }
     rounds = 3 if smoke else 40
     rng = random.Random(5)
@@ -126,7 +133,9 @@ def per_call(smoke: bool) -> None:
             order = list(range(3))
             rng.shuffle(order)
             for i in order:
-                if place is not None:
+                if place == "shard":
+                    _set_shard_handlers(handlers[i])
+                elif place is not None:
                     use(places, i, only=place)
                 fn, start, cpu = fns[i], time.perf_counter(), time.process_time()
                 for _ in range(calls):
@@ -136,6 +145,7 @@ def per_call(smoke: bool) -> None:
                 cpu_times[case][ways[i]].append(got[ways[i]])
             over_bare[case].append(got["hooked"] / got["bare wrapper"])
     use(places, 2)
+    _set_shard_handlers(hooked_handlers)
     metrics.uninstall()
     load = os.getloadavg()[0]
     for case in cases:
@@ -250,6 +260,14 @@ def _shard_handlers() -> tuple[dict[object, object], dict[object, object]]:
         return {}, {}
     hooked = {k: h for k, h in pxla.shard_arg_handlers.items() if hasattr(h, "__wrapped__")}
     return hooked, {k: h.__wrapped__ for k, h in hooked.items()}  # type: ignore[attr-defined]
+
+
+def _bare(handler):  # type: ignore[no-untyped-def]
+    """A bare pass-through wrapper of a shard handler: the floor in its place."""
+    def bare_handler(xs, *args):  # type: ignore[no-untyped-def]
+        return handler(xs, *args)
+
+    return bare_handler
 
 
 def _set_shard_handlers(handlers: dict[object, object]) -> None:

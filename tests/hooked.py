@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 PROGRAM = r"""
 import json, os, sys
-import jax, jax.numpy as jnp
+import jax, jax.numpy as jnp, numpy as np
 import metrics
 import profiler  # registers the capture the server runs (test_export_helper captures)
 
@@ -27,7 +27,7 @@ for n in (8, 8, 16, 16, 16):
     tf(jnp.ones(n)).block_until_ready()
 keep = []
 for i in range(int(os.environ.get("TRANSFERS", "20"))):
-    y = jax.device_put(jnp.arange(1000.0 + i))
+    y = jax.device_put(np.arange(1000.0 + i, dtype=np.float32))  # host data: a transfer
     keep.append(jax.device_get(y))
 ex = metrics.exporter()
 print(json.dumps({"port": ex.port, "address": ex.address}), flush=True)

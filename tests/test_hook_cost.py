@@ -3,8 +3,10 @@ inside ``metrics/`` per call (deterministic, unlike wall time on a shared
 machine). The budgets hold the overhead bench's figures in place: a change
 that adds work to a hot path shows here first.
 
-Measured on CPython 3.11 / JAX 0.10.2 (before the overhead pass -> after):
-float(x) 146 -> 90, a jitted call 86 -> 73, jax.device_put of numpy 95 -> 83.
+Measured on CPython 3.11 / JAX 0.10.2 (before the overhead passes -> after):
+float(x) 146 -> 90 -> 84 (92 at 26a32f9), a jitted call 86 -> 76 -> 74, jax.device_put of
+numpy 95 -> 83 (a device_put wrapper and the numpy shard handler) -> 60 (the
+handler alone: one hook per put).
 """
 
 from __future__ import annotations
@@ -56,14 +58,22 @@ def test_float_of_an_array_costs_no_frame_walk(fresh_metrics):
     scalar = jnp.float32(3.0) * 2
     counts = _opcodes_in_metrics(lambda: float(scalar))
     assert set(counts) == {"_value"}, counts  # no call out of the hook
-    assert sum(counts.values()) <= 100, counts
+    assert sum(counts.values()) <= 86, counts
 
 
-def test_a_jitted_call_and_a_device_put_stay_within_budget(fresh_metrics):
+def test_a_jitted_call_stays_within_budget(fresh_metrics):
     step = jax.jit(lambda x: x + 1)  # after install: the hook's wrapper counts it
     x = jnp.ones(4)
     counts = _opcodes_in_metrics(lambda: step(x))
-    assert set(counts) == {"call"} and counts["call"] <= 80, counts
+    assert set(counts) == {"call"} and counts["call"] <= 75, counts
+
+
+def test_a_device_put_runs_one_hook(fresh_metrics):
+    """An explicit device_put of a batch is counted in the numpy shard
+    handler, which every put of host data runs anyway: no device_put
+    wrapper on top of it (two hooks and a frame check per put, before)."""
     batch = np.ones((32, 784), np.float32)
     counts = _opcodes_in_metrics(lambda: jax.device_put(batch))
-    assert sum(counts.values()) <= 88, counts  # the wrapper and the numpy shard handler
+    assert set(counts) == {"shard_np_array"}, counts
+    assert sum(counts.values()) <= 62, counts
+    assert fresh_metrics.registry.metric_data("OutboundData")[:2] == (2, 2 * batch.nbytes)

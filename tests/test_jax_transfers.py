@@ -92,6 +92,40 @@ def test_device_get_is_counted_once_as_explicit(xfer):
     assert host.shape == (16,)
 
 
+def test_a_device_put_bound_before_install_is_counted_once_with_its_event(xfer):
+    """Every explicit put of host data is counted in one place (the numpy
+    shard handler, under JAX's own explicit_device_put mark), also through
+    a name bound before install; a put of an array already on the device
+    moves nothing and is not a transfer."""
+    rec, _ = xfer
+    own_put = getattr(jax.device_put, "__wrapped__", jax.device_put)  # `from jax import ...`
+    own_put(np.ones(16, np.float32))
+    on_device = jax.device_put(np.ones(8, np.float32))
+    jax.device_put(on_device)
+    assert rec.registry.metric_data("OutboundData")[:2] == (2, 96)
+    assert rec.registry.metric_data("TransferToDeviceTime")[0] == 2
+    assert not rec.registry.counter_value("ImplicitTransferToDevice")
+    kinds = [e.kind for e in rec.events.since(0)[0]]
+    assert kinds.count("transfer_to_device") == 2
+
+
+def test_one_object_owns_the_numpy_argument_of_a_jitted_call(xfer):
+    """The jit wrapper's report and the frame walk's "already counted"
+    come from JitArguments alone (no file check, no engine default)."""
+    from metrics.engines import jax_calls
+    from metrics.engines.jax import JaxEngine
+
+    _, eng = xfer
+    assert "implicit" not in vars(JaxEngine)
+    step = jax.jit(lambda x: x * 2)
+    owner = eng.implicit.jit_arguments
+    assert owner.reported_under(step.__code__) and owner.jit_hooked()
+    assert not owner.reported_under(jax_calls.hook_jit.__code__)
+    step(np.ones(4, np.float32))  # compiles: the shard handler sees it too
+    step(np.ones(4, np.float32))
+    assert xfer[0].registry.counter_value("ImplicitTransferToDevice") == 2
+
+
 def test_buffer_protocol_reads_on_cpu_are_named_as_blind_spots(xfer):
     _, eng = xfer
     x = jnp.arange(4.0) * 2
@@ -316,16 +350,42 @@ DEGRADED = textwrap.dedent("""
     metrics.install(engines=["jax"], serve=False)
     eng = next(e for e in metrics.installed_engines() if e.name == "jax")
     float(jax.numpy.ones(3).sum())
-    print(json.dumps([eng.blind_spots(), eng.degraded, [s.detail for s in eng.sites()]]))
+    jax.device_put(np.ones(4, np.float32))  # counted by the device_put wrapper instead
+    print(json.dumps([eng.blind_spots(), eng.degraded, [s.detail for s in eng.sites()],
+                      metrics.recorder().registry.metric_data("OutboundData")[:2]]))
 """)
+
+# JAX without its explicit_device_put mark: jax.device_put is wrapped and the
+# shard handler's frame walk leaves those puts to the wrapper.
+NO_MARK = textwrap.dedent("""
+    import json
+    import jax, numpy as np
+    import jax._src.lib as lib
+    lib.guard_lib = None
+    import metrics
+    metrics.install(engines=["jax"], serve=False)
+    jax.device_put(np.ones(4, np.float32))
+    jax.numpy.asarray(np.ones(2, np.float32))
+    reg = metrics.recorder().registry
+    print(json.dumps([hasattr(jax.device_put, "__wrapped__"),
+                      reg.metric_data("OutboundData")[:2],
+                      reg.counter_value("ImplicitTransferToDevice")]))
+""")
+
+
+def test_without_jax_s_explicit_put_mark_a_put_is_counted_once_by_a_wrapper():
+    r = run_python(NO_MARK, env={"JAX_PLATFORMS": "cpu"})
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout.strip().splitlines()[-1]) == [True, [2, 24], 1]
 
 
 def test_a_missing_private_name_degrades_with_a_reason_and_a_blind_spot():
     r = run_python(DEGRADED, env={"JAX_PLATFORMS": "cpu"})
     assert r.returncode == 0, r.stderr
-    spots, degraded, details = json.loads(r.stdout.strip().splitlines()[-1])
+    spots, degraded, details, outbound = json.loads(r.stdout.strip().splitlines()[-1])
     assert any(s.startswith("numpy arguments of jitted calls on several devices are not "
                             "counted: pxla.shard_arg_handlers/_shard_np_array missing")
                for s in spots)
     assert any("_shard_np_array missing" in d for d in degraded)
     assert details == ["float()"]  # the other hooks work
+    assert outbound == [1, 16]

@@ -98,7 +98,6 @@ class JaxEngine(EngineBase):
     """Installs and removes the JAX hooks; one per process at a time."""
 
     name = ENGINE
-    implicit: Any = None  # set where implicit transfers are counted: numpy arguments go there
 
     def __init__(self, recorder: Recorder, explain_cache_misses: bool = True) -> None:
         self.rec = recorder
@@ -171,7 +170,12 @@ class JaxEngine(EngineBase):
                     ("closed_jaxpr", "api_name", "fun_name", "in_shardings"))
 
     def _patch_transfers(self) -> None:
-        self.implicit.install(self._patches, self.explicit.install(self._patches, self))
+        # Explicit device_puts of host data are counted by the numpy shard
+        # handler (one hook per put); jax.device_put is wrapped only where
+        # that cannot tell them apart.
+        self.implicit.install(self._patches)
+        put = not self.implicit.explicit_puts_counted
+        self.implicit.counted_by(*self.explicit.install(self._patches, self, put=put))
 
     def _patch_calls(self) -> None:
         """Counts calls without wiring: ``jax.jit`` and ``jax.pmap`` wrap what

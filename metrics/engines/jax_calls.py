@@ -7,10 +7,10 @@ function then goes to the engine's calls journal, exactly as a
 return: dispatch is asynchronous, so device time after the return is not in
 it). That fills in executions per graph, ``ExecuteTime``, the inferred step
 (:mod:`metrics.callstats`) and busy %. A numpy argument is a
-host->device transfer nobody asked for; it is handed to ``engine.implicit``
-where that exists: top-level ones on every call, and ones nested in
-containers (an ``(images, labels)`` batch) at the places a compiling call
-had them (the tree is walked only when a call compiles).
+host->device transfer nobody asked for; :class:`JitArguments` counts it:
+top-level ones on every call, and ones nested in containers (an
+``(images, labels)`` batch) at the places a compiling call had them (the
+tree is walked only when a call compiles).
 
 The wrapper keeps what user code reaches for on a jitted function
 (``lower``, ``trace``, ``eval_shape``, ``clear_cache``, ``_cache_size``,
@@ -102,6 +102,56 @@ def nested_numpy_bytes(args: tuple[Any, ...], paths: tuple[tuple[Any, ...], ...]
     return total
 
 
+class JitArguments:
+    """The one owner of "a numpy argument of a jitted call" (one per
+    :class:`~metrics.engines.jax_transfers.ImplicitTransfers`).
+
+    On one device JAX moves a numpy argument of a jitted call in C++, where
+    no hook sees it, so the ``jax.jit`` wrapper hands each call's arguments
+    here (:meth:`report`: top-level numpy ones on every call, nested ones at
+    the paths learnt when a call compiled). A compiling call, or one on
+    several devices, also passes them through the numpy shard handler; the
+    frame walk drops that record when a frame of the wrapper is on the
+    stack (:meth:`reported_under`), since :meth:`report` counted it.
+    """
+
+    def __init__(self, transfers: Any) -> None:
+        self._transfers = transfers
+
+    @staticmethod
+    def reported_under(code: Any) -> bool:
+        """Whether a frame of ``code`` is a jax.jit wrapper's call (whose
+        numpy arguments :meth:`report` counted)."""
+        return code is _CALL_CODE
+
+    @staticmethod
+    def jit_hooked() -> bool:
+        """Whether ``jax.jit`` is the hook's wrapper now."""
+        import jax
+
+        return getattr(jax.jit, "__code__", None) is _JIT_CODE
+
+    def report(self, owner: Owner, args: tuple[Any, ...]) -> None:
+        """The numpy arguments of one call, top-level and at the nested paths
+        learnt when it compiled (off the usual path: only calls that have them)."""
+        label = f"numpy argument of {owner.name}"
+        host = self._transfers.host_arguments
+        for a in args:
+            if type(a) is np.ndarray:
+                host(a.nbytes, label)
+        if owner.nested_numpy and (n := nested_numpy_bytes(args, owner.nested_numpy)):
+            host(n, label)
+
+    def learn_nested(self, owner: Owner, args: tuple[Any, ...]) -> None:
+        """After a call that compiled: where its nested numpy leaves are
+        (counted for this call too). Once per compile, so the tree walk stays
+        off the hot path."""
+        was, owner.nested_numpy = owner.nested_numpy, numpy_paths(args)
+        if owner.nested_numpy and not was:
+            self._transfers.host_arguments(nested_numpy_bytes(args, owner.nested_numpy),
+                                           f"numpy argument of {owner.name}")
+
+
 def counting(fn: Callable[..., Any], owner: Owner) -> Callable[..., Any]:
     """``fn`` wrapped so each call counts as an execution of the graph it ran.
 
@@ -110,72 +160,62 @@ def counting(fn: Callable[..., Any], owner: Owner) -> Callable[..., Any]:
     call also records the shapes and dtypes of its top-level arguments, which
     pick the graph (a call that compiled teaches the mapping).
     """
-    clock, seqs, ndarray = time.monotonic_ns, jx.compile_seq, np.ndarray
+    # Every call runs this: names bound once, one attribute read of the
+    # engine's state, no call but the clock's and the journal's; the rest is
+    # off the usual path (a call with numpy arguments, or one that compiled).
+    clock, seqs, ndarray, state = time.monotonic_ns, jx.compile_seq, np.ndarray, jx
     fold_at = FOLD_AT * jx.CALL_FIELDS
-    label = f"numpy argument of {owner.name}"
 
     def call(*args: Any, **kwargs: Any) -> Any:
-        eng = jx.active
+        eng = state.active
         if eng is None:
             return fn(*args, **kwargs)
         try:
-            host = ndarray in map(type, args)  # top level, in C; nested: paths learnt at a compile
-        except Exception:  # noqa: BLE001 - a metaclass's __eq__ never raises into the program
-            host = False
-        if host or owner.nested_numpy:
-            _host_arguments(eng, owner, args, label)
+            # Top level in C; nested: the paths learnt at a compile.
+            if owner.nested_numpy or ndarray in map(type, args):
+                eng.implicit.jit_arguments.report(owner, args)
+        except Exception as e:  # noqa: BLE001 - a hook never raises into the program
+            eng.rec.hook_failed("jax.implicit", e)
         seq = seqs[0]
         start = clock()
-        out = fn(*args, **kwargs) if kwargs else fn(*args)
+        out = fn(*args, **kwargs) if kwargs else fn(*args)  # no dict copy in the usual call
         end = clock()
-        q = eng.calls_queue
         if seqs[0] == seq and owner.compiles < 2:
             # The usual call: nothing compiled, one graph: no key.
+            q = eng.calls_queue
             q.extend((owner, None, start, end, None))  # fields: see jx.CALL_FIELDS
+            if len(q) >= fold_at:
+                eng.calls.flush()
         else:
-            compiled = None
-            if seqs[0] != seq:
-                compiled = jx.compiled_since(seq)
-                if compiled is not None:
-                    owner.compiles += 1
-                    _learn_nested_numpy(eng, owner, args, label)
-            key = None
-            if compiled is not None or owner.compiles > 1:
-                key = tuple((getattr(a, "shape", None), getattr(a, "dtype", None))
-                            for a in args)
-            q.extend((owner, key, start, end, compiled))
-        if len(q) >= fold_at:
-            eng.calls.flush()
+            _keyed_call(eng, owner, args, seq, start, end)
         return out
 
     return call
 
 
-def _host_arguments(eng: Any, owner: Owner, args: tuple[Any, ...], label: str) -> None:
-    """The numpy arguments of one call, top-level and at the nested paths
-    learnt when it compiled, to ``engine.implicit`` (off the usual path)."""
-    implicit = eng.implicit
-    if implicit is None:
-        return
-    try:
-        for a in args:
-            if type(a) is np.ndarray:
-                implicit.host_arguments(a.nbytes, label)
-        if owner.nested_numpy and (n := nested_numpy_bytes(args, owner.nested_numpy)):
-            implicit.host_arguments(n, label)
-    except Exception as e:  # noqa: BLE001 - a hook never raises into the program
-        eng.rec.hook_failed("jax.implicit", e)
+def _keyed_call(eng: Any, owner: Owner, args: tuple[Any, ...], seq: int, start: int,
+                end: int) -> None:
+    """A call that compiled, or of a function with several graphs: recorded
+    with the graph it compiled or the key (shapes, dtypes) that picks it."""
+    compiled = None
+    if jx.compile_seq[0] != seq:
+        compiled = jx.compiled_since(seq)
+        if compiled is not None:
+            owner.compiles += 1
+            try:
+                eng.implicit.jit_arguments.learn_nested(owner, args)
+            except Exception as e:  # noqa: BLE001 - a hook never raises into the program
+                eng.rec.hook_failed("jax.implicit", e)
+    key = None
+    if compiled is not None or owner.compiles > 1:
+        key = tuple((getattr(a, "shape", None), getattr(a, "dtype", None)) for a in args)
+    q = eng.calls_queue
+    q.extend((owner, key, start, end, compiled))
+    if len(q) >= FOLD_AT * jx.CALL_FIELDS:
+        eng.calls.flush()
 
 
-def _learn_nested_numpy(eng: Any, owner: Owner, args: tuple[Any, ...], label: str) -> None:
-    """After a call that compiled: where its nested numpy leaves are (counted
-    for this call too). Once per compile, so the tree walk stays off the hot path."""
-    try:
-        was, owner.nested_numpy = owner.nested_numpy, numpy_paths(args)
-        if owner.nested_numpy and not was and eng.implicit is not None:
-            eng.implicit.host_arguments(nested_numpy_bytes(args, owner.nested_numpy), label)
-    except Exception as e:  # noqa: BLE001 - a hook never raises into the program
-        eng.rec.hook_failed("jax.implicit", e)
+_CALL_CODE = counting(lambda: None, Owner("")).__code__  # every wrapper's call runs it
 
 
 # One owner per (user function, jit options), so a function re-jitted every
@@ -281,6 +321,9 @@ def _failed(error: Exception) -> None:
     eng = jx.active
     if eng is not None:
         eng.rec.hook_failed("jax.jit", error)
+
+
+_JIT_CODE = hook_jit(lambda: None).__code__  # the installed jax.jit's
 
 
 def blind_spots(hooked: dict[str, bool]) -> list[str]:

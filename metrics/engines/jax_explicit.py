@@ -47,10 +47,14 @@ class ExplicitTransfers:
         self.journal = recorder.journal(self._fold)
         self.queue = self.journal.queue
 
-    def install(self, patches: Any, engine: Any) -> tuple[Callable[..., Any], ...]:
-        """Wraps ``jax.device_put``/``jax.device_get`` (counted while
-        ``engine`` is the active one); returns the wrappers applied."""
-        patches.apply(jax, "device_put", lambda orig: _wrap_device_put(orig, engine, self))
+    def install(self, patches: Any, engine: Any, put: bool = True
+                ) -> tuple[Callable[..., Any], ...]:
+        """Wraps ``jax.device_get`` and, when ``put``, ``jax.device_put``
+        (counted while ``engine`` is the active one); returns the wrappers
+        applied. Without ``put`` the numpy shard handler counts explicit puts
+        (JAX marks them), one hook per put."""
+        if put:
+            patches.apply(jax, "device_put", lambda orig: _wrap_device_put(orig, engine, self))
         patches.apply(jax, "device_get", lambda orig: _wrap_device_get(orig, engine, self))
         return tuple(getattr(jax, n) for n in ("device_put", "device_get") if patches.has(n))
 

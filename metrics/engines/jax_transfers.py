@@ -4,25 +4,24 @@ Device -> host syncs: ``jax._src.array.ArrayImpl._value`` (a property) is
 what ``float(x)``, ``int(x)``, ``bool(x)`` (``if x > 0:``), ``x.tolist()``,
 ``print(x)``/``str``/``repr``/``format`` and ``jax.device_get`` read; it is
 replaced by one that, when no host copy is cached yet (``_npy_value`` is
-None), times the read and notes the caller. Host -> device: the
-implementation of ``lax.stage_p`` (``jnp.asarray``/``jnp.array`` of host
-data) and the numpy entries of ``pxla.shard_arg_handlers`` (numpy arguments
-of a jitted call on several devices, sharded on every call); single-device
-jitted calls move numpy in C++, so the ``jax.jit`` wrapper reports those
-through :meth:`ImplicitTransfers.host_arguments`.
+None), times the read and notes the caller. Host -> device: the hooks of
+:mod:`metrics.engines.jax_to_device` (``jnp.asarray`` of host data, the
+numpy shard handlers) and the ``jax.jit`` wrapper's report of numpy
+arguments (:class:`~metrics.engines.jax_calls.JitArguments`) record here.
 
 The hot path walks out of library frames (jax, jaxlib, numpy, the standard
 library, this hook), deciding "library or not" once per code object, and
 appends the user's code object and instruction offset with the clock
-readings and byte count to a journal: one ``deque.extend``. Line numbers,
+readings and byte count to a journal: one ``list.extend``. Line numbers,
 file names and function names are resolved only when read
 (:meth:`ImplicitTransfers.sites`).
 
 Nothing is counted twice: a read under ``jax.device_get`` or a transfer
 under ``jax.device_put`` is explicit, and when the hook's own wrapper of
-either is on the stack that wrapper counts it; a transfer inside the
-``jax.jit`` wrapper is reported by that wrapper; the first call of the
-jitted ``stage`` under ``jnp.asarray`` is counted by the ``stage`` hook.
+either is on the stack that wrapper counts it; a numpy argument of a call
+of the ``jax.jit`` wrapper is its report's (:class:`JitArguments` says
+which frames those are); the first call of the jitted ``stage`` under
+``jnp.asarray`` is counted by the ``stage`` hook.
 
 Example (what a site reads as)::
 
@@ -44,6 +43,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from metrics import forksafe
+from metrics.engines import jax_to_device as to_device
 from metrics.engines._frames import skip_prefixes
 from metrics.journal import FOLD_AT
 from tpu_info import catalog as names
@@ -52,6 +52,7 @@ from tpu_info.model import SiteKind, SiteReading
 # Record kinds in the journal; UNTIMED_H2D: implicit, time unknown (the jit
 # wrapper's report), recorded with start == end.
 SYNC, IMPLICIT_H2D, EXPLICIT_D2H, EXPLICIT_H2D, UNTIMED_H2D = 0, 1, 2, 3, 4
+assert to_device.IMPLICIT_H2D == IMPLICIT_H2D
 _SITE_KIND = {SYNC: SYNC, IMPLICIT_H2D: IMPLICIT_H2D, UNTIMED_H2D: IMPLICIT_H2D}
 
 
@@ -95,7 +96,6 @@ _GENERIC = {SYNC: "device->host read", IMPLICIT_H2D: "host->device transfer"}
 _KIND_NAMES = {SYNC: SiteKind.SYNC.value, IMPLICIT_H2D: SiteKind.IMPLICIT_TO_DEVICE.value}
 
 _METRICS_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
-JIT_WRAPPER_FILE = os.path.join(_METRICS_DIR, "engines", "jax_calls.py")
 
 
 class _Site:
@@ -130,6 +130,7 @@ class ImplicitTransfers:
         import jax
 
         self.rec = rec = engine.rec
+        self._engine = engine  # its transfer journal takes the explicit device_puts
         self.degraded: list[str] = engine.degraded
         self._skip = skip_prefixes(jax, sys.modules.get("jaxlib"), np)
         # id(code) -> its class, or its detail (a library function that names
@@ -137,13 +138,11 @@ class ImplicitTransfers:
         # the codes are kept alive in _held so an id is never reused.
         self._codes: dict[int, int | str] = {}
         self._held: list[Any] = []
-        self._counted: set[int] = set()  # ids of the hook's own wrappers' code
-        self.put_code: Any = None
         self._sites: dict[tuple[int, int, int], _Site] = {}
         self._per_kind = {SYNC: 0, IMPLICIT_H2D: 0}
         self._other: dict[int, _Site] = {}
         self._lock = threading.Lock()  # the site table: folds vs readers
-        self._dict_patches: list[tuple[dict[Any, Any], Any, Any]] = []
+        self.dict_patches: list[tuple[dict[Any, Any], Any, Any]] = []
         self.missing: list[str] = []  # what could not be hooked, in words
         self.journal = rec.journal(self._fold)
         self.queue = self.journal.queue
@@ -155,6 +154,10 @@ class ImplicitTransfers:
         self._implicit_d2h = counter(names.IMPLICIT_TRANSFER_FROM_DEVICE)
         self._implicit_out = counter(names.IMPLICIT_OUTBOUND_BYTES)
         self._implicit_in = counter(names.IMPLICIT_INBOUND_BYTES)
+        from metrics.engines.jax_calls import JitArguments
+
+        self.jit_arguments = JitArguments(self)  # numpy arguments of jitted calls
+        self.explicit_puts_counted = False  # by the numpy shard handler (see install)
         forksafe.owned(self)
 
     def let_go_after_fork(self) -> None:
@@ -162,28 +165,29 @@ class ImplicitTransfers:
 
     # Install -----------------------------------------------------------------
 
-    def install(self, patches: Any, counted_elsewhere: tuple[Callable[..., Any], ...]) -> None:
-        """Hooks ``_value``, ``stage_p`` and the numpy shard handlers;
-        ``counted_elsewhere`` are the hook's own wrappers (their frames mean
-        "already counted")."""
-        for fn in counted_elsewhere:
+    def install(self, patches: Any) -> None:
+        """Hooks ``_value``, ``stage_p`` and the numpy shard handlers (which
+        count the engine's explicit ``jax.device_put``s of host data where JAX
+        marks them: ``explicit_puts_counted``)."""
+        self._patch_value(patches)
+        to_device.patch_stage(self, patches, _COUNTED)
+        self.explicit_puts_counted = to_device.patch_shard_handlers(self, self._engine)
+
+    def counted_by(self, *wrappers: Callable[..., Any]) -> None:
+        """The hook's own wrappers (of ``jax.device_get``, ...): a transfer
+        under one of them is that wrapper's to count."""
+        for fn in wrappers:
             code = getattr(fn, "__code__", None)
             if code is not None:
-                self._hold(code, _COUNTED)
-                self._counted.add(id(code))
-            inner = getattr(getattr(fn, "__wrapped__", None), "__code__", None)
-            if inner is not None and inner.co_name == "device_put":
-                self.put_code = inner  # jax's own device_put, under the hook's wrapper
-        self._patch_value(patches)
-        self._patch_stage(patches)
-        self._patch_shard_handlers()
+                self.hold(code, _COUNTED)
 
     def uninstall(self) -> None:
-        for table, key, original in reversed(self._dict_patches):
+        for table, key, original in reversed(self.dict_patches):
             table[key] = original
-        self._dict_patches.clear()
+        self.dict_patches.clear()
 
-    def _missing(self, what: str, why: str) -> None:
+    def not_counted(self, what: str, why: str) -> None:
+        """``what`` could not be hooked (``why``): said in doctor and the report."""
         self.missing.append(f"{what} are not counted: {why}")
         self.degraded.append(f"{what} not counted: {why}")
 
@@ -191,49 +195,21 @@ class ImplicitTransfers:
         try:
             from jax._src.array import ArrayImpl
         except ImportError as e:
-            return self._missing("device->host syncs", f"jax._src.array.ArrayImpl missing ({e})")
+            return self.not_counted("device->host syncs",
+                                    f"jax._src.array.ArrayImpl missing ({e})")
         prop = ArrayImpl.__dict__.get("_value")
         if not isinstance(prop, property) or prop.fget is None:
-            return self._missing("device->host syncs",
-                                 "jax._src.array.ArrayImpl._value is not a property")
+            return self.not_counted("device->host syncs",
+                                    "jax._src.array.ArrayImpl._value is not a property")
         if not patches.apply(ArrayImpl, "_value", lambda orig: _value_property(orig, self)):
             self.missing.append("device->host syncs are not counted: ArrayImpl._value missing")
-
-    def _patch_stage(self, patches: Any) -> None:
-        try:
-            from jax._src.core import stage_p
-        except ImportError as e:
-            return self._missing("jnp.asarray/jnp.array of host data",
-                                 f"jax._src.core.stage_p missing ({e})")
-        if not callable(getattr(stage_p, "impl", None)):
-            return self._missing("jnp.asarray/jnp.array of host data", "stage_p has no impl")
-        if not patches.apply(stage_p, "impl", lambda orig: _stage_impl(orig, self)):
-            self.missing.append("jnp.asarray/jnp.array of host data are not counted: "
-                                "stage_p.impl missing")
-            return
-        self._hold(stage_p.impl.__code__, _COUNTED)  # its first call shards numpy
-
-    def _patch_shard_handlers(self) -> None:
-        try:
-            from jax._src.interpreters import pxla
-
-            handlers = pxla.shard_arg_handlers
-            numpy_handler = pxla._shard_np_array
-        except (ImportError, AttributeError) as e:
-            return self._missing("numpy arguments of jitted calls on several devices",
-                                 f"pxla.shard_arg_handlers/_shard_np_array missing ({e})")
-        wrapped = _shard_handler(numpy_handler, self)
-        for key, handler in list(handlers.items()):
-            if handler is numpy_handler:
-                handlers[key] = wrapped
-                self._dict_patches.append((handlers, key, handler))
 
     # The frame walk (hot path) -----------------------------------------------
 
     def _classify(self, code: Any) -> int | str:
         fn = code.co_filename
         if fn.startswith(_METRICS_DIR):
-            cls = _JIT_WRAPPER if fn == JIT_WRAPPER_FILE else _LIB
+            cls = _JIT_WRAPPER if self.jit_arguments.reported_under(code) else _LIB
         elif code.co_name in ("device_get", "device_put") and fn.endswith(
                 os.path.join("jax", "_src", "api.py")):
             cls = _EXPLICIT
@@ -242,26 +218,27 @@ class ImplicitTransfers:
         else:
             cls = _USER
         if len(self._codes) < MAX_CODES:
-            self._hold(code, cls)
+            self.hold(code, cls)
             return self._codes[id(code)]
         detail = _DETAILS.get(code.co_name) if cls == _LIB else None
         return cls if detail is None else detail
 
-    def _hold(self, code: Any, cls: int) -> None:
-        # A library function that names the path is kept as its detail.
+    def hold(self, code: Any, cls: int) -> None:
+        """``code``'s class, kept (a library function that names the path is
+        kept as its detail)."""
         detail = _DETAILS.get(code.co_name) if cls == _LIB else None
         self._held.append(code)
         self._codes[id(code)] = cls if detail is None else detail
 
     def record(self, kind: int, frame: Any, start: int, end: int, nbytes: int,
-               detail: str | None = None, jit_counts: bool = True) -> None:
+               detail: str | None = None) -> None:
         """One transfer seen at ``frame``: walks out to the user's frame (the
         code object and instruction offset are kept, the line is found when
-        read) and appends it; nothing when another hook counts it (the
-        ``jax.jit`` wrapper too, for a host->device transfer where
-        ``jit_counts``)."""
+        read) and appends it; nothing when another hook counts it (a timed
+        host->device transfer under the ``jax.jit`` wrapper is a numpy
+        argument its report counted: :class:`JitArguments`)."""
         get = self._codes.get
-        jit_counts = jit_counts and kind == IMPLICIT_H2D
+        under_jit_counted = kind == IMPLICIT_H2D
         found = None
         f = frame
         while f is not None:  # one dict lookup per frame: this is the hot path
@@ -276,7 +253,7 @@ class ImplicitTransfers:
                 found = c
             elif c == _USER:
                 break
-            elif c == _COUNTED or (c == _JIT_WRAPPER and jit_counts):
+            elif c == _COUNTED or (c == _JIT_WRAPPER and under_jit_counted):
                 return
             elif c == _EXPLICIT:
                 kind = EXPLICIT_D2H if kind == SYNC else EXPLICIT_H2D
@@ -290,13 +267,12 @@ class ImplicitTransfers:
             self.journal.flush()
 
     def host_arguments(self, nbytes: int, what: str) -> None:
-        """The ``jax.jit`` wrapper saw host (numpy) arguments of ``nbytes``
-        in one call (``what``: "numpy argument of jit(step)"); recorded as an
+        """Host (numpy) arguments of ``nbytes`` in one jitted call (``what``:
+        "numpy argument of jit(step)", from :class:`JitArguments`): an
         implicit host->device transfer at the user's line, not timed."""
         try:
             now = time.monotonic_ns()
-            self.record(UNTIMED_H2D, sys._getframe(1), now, now, int(nbytes), what,
-                        jit_counts=False)
+            self.record(UNTIMED_H2D, sys._getframe(1), now, now, int(nbytes), what)
         except Exception as e:  # noqa: BLE001 - a hook never raises into the program
             self.rec.hook_failed("jax.host_arguments", e)
 
@@ -480,8 +456,7 @@ class ImplicitTransfers:
             out.append("np.asarray(x), np.array(x), x.item() and memoryview(x) of a jax.Array "
                        "on CPU read it through numpy's zero-copy buffer protocol and are not "
                        "counted as device->host syncs")
-        # The wrapper copies jax.jit's __module__; its code's file says whose it is.
-        if getattr(getattr(jax.jit, "__code__", None), "co_filename", "") == JIT_WRAPPER_FILE:
+        if self.jit_arguments.jit_hooked():
             out.append("numpy arguments of functions jitted before metrics.install() are moved "
                        "to one device in C++ and are not counted (nor numpy leaves in "
                        "containers at places a compiling call did not have them)")
@@ -510,21 +485,15 @@ def _where(code: Any, offset: int) -> tuple[str, str]:
     return f"{path}:{line}", getattr(code, "co_qualname", code.co_name)
 
 
-def _nbytes(x: Any) -> int:
-    n = getattr(x, "nbytes", None)
-    if n is not None:
-        return int(n)
-    dtype = getattr(x, "dtype", None)
-    return int(dtype.itemsize) if dtype is not None else 8
-
-
 # The hooks (each runs inside the user's program: guarded) -------------------
 
 def _value_property(original: property, impl: ImplicitTransfers) -> property:
+    # Runs on every float(loss): what it reads is bound once (the code table,
+    # the journal's list and its flush are the same objects for the hook's life).
     fget, clock, getframe, record = original.fget, time.monotonic_ns, sys._getframe, impl.record
     assert fget is not None
-
-    fold_at = FOLD_AT * FIELDS
+    get, queue, flush, user_class = impl._codes.get, impl.queue, impl.journal.flush, _USER
+    extend, fold_at = queue.extend, FOLD_AT * FIELDS
 
     def _value(self: Any) -> Any:
         if self._npy_value is not None:  # the host copy is cached: nothing moves
@@ -537,16 +506,13 @@ def _value_property(original: property, impl: ImplicitTransfers) -> property:
             # that names the path) called from the user's line: two lookups,
             # no walk, no call. Anything else walks.
             f = getframe(1)
-            get = impl._codes.get
             detail = get(id(f.f_code))
             if detail.__class__ is str:
                 user = f.f_back
-                code = user.f_code if user is not None else None
-                if get(id(code)) == _USER:
-                    q = impl.queue
-                    q.extend((SYNC, code, user.f_lasti, detail, start, end, out.nbytes))
-                    if len(q) >= fold_at:
-                        impl.journal.flush()
+                if user is not None and get(id(code := user.f_code)) == user_class:
+                    extend((SYNC, code, user.f_lasti, detail, start, end, out.nbytes))
+                    if len(queue) >= fold_at:
+                        flush()
                     return out
             record(SYNC, f, start, end, out.nbytes)
         except Exception as e:  # noqa: BLE001 - a hook never raises into the program
@@ -555,57 +521,3 @@ def _value_property(original: property, impl: ImplicitTransfers) -> property:
 
     _value.__wrapped__ = fget  # type: ignore[attr-defined]
     return property(_value, original.fset, original.fdel, original.__doc__)
-
-
-def _stage_impl(original: Callable[..., Any], impl: ImplicitTransfers) -> Callable[..., Any]:
-    clock, getframe = time.monotonic_ns, sys._getframe
-
-    def stage_impl(*args: Any, **params: Any) -> Any:
-        start = clock()
-        out = original(*args, **params)
-        end = clock()
-        try:
-            if args and out is not args[0]:  # a jax.Array is returned as it is
-                impl.record(IMPLICIT_H2D, getframe(1), start, end, _nbytes(args[0]))
-        except Exception as e:  # noqa: BLE001
-            impl.rec.hook_failed("jax.stage", e)
-        return out
-
-    stage_impl.__wrapped__ = original  # type: ignore[attr-defined]
-    return stage_impl
-
-
-# Frames from the numpy shard handler up to jax.device_put: shard_args, its
-# profiler wrapper, _batched_device_put_impl (jax 0.10.2; elsewhere the walk
-# finds it, at its cost).
-_PUT_DEPTH = 4
-
-
-def _shard_handler(original: Callable[..., Any], impl: ImplicitTransfers) -> Callable[..., Any]:
-    clock, getframe = time.monotonic_ns, sys._getframe
-
-    counted = impl._counted
-
-    def shard_np_array(xs: Any, *args: Any, **kwargs: Any) -> Any:
-        try:
-            # The usual batch: jax.device_put (4 frames up, in C) called from
-            # the hook's wrapper, which counts it; no walk, no clock.
-            put = getframe(_PUT_DEPTH)
-            if put.f_code is impl.put_code and id(put.f_back.f_code) in counted:
-                return original(xs, *args, **kwargs)
-        except (ValueError, AttributeError):  # a shallower stack, or no f_back
-            pass
-        start = clock()
-        out = original(xs, *args, **kwargs)
-        end = clock()
-        try:
-            # 0-d values are the library's own constants (jnp.ones' fill value
-            # on its first call), not the user's data.
-            if any(getattr(x, "ndim", 1) for x in xs):
-                impl.record(IMPLICIT_H2D, getframe(1), start, end, sum(map(_nbytes, xs)))
-        except Exception as e:  # noqa: BLE001
-            impl.rec.hook_failed("jax.shard_arg", e)
-        return out
-
-    shard_np_array.__wrapped__ = original  # type: ignore[attr-defined]
-    return shard_np_array

@@ -1,0 +1,149 @@
+"""Host -> device transfers in JAX, explicit and implicit: the hooks.
+
+Two places see host data move to a device (each installed by
+:meth:`~metrics.engines.jax_transfers.ImplicitTransfers.install`):
+
+* the implementation of ``lax.stage_p``: ``jnp.asarray``/``jnp.array`` of
+  host data (implicit);
+* the numpy entries of ``pxla.shard_arg_handlers``: every ``jax.device_put``
+  of host data (numpy arrays, Python scalars), which JAX marks with its own
+  thread-local ``explicit_device_put`` state, is counted here as explicit,
+  into the engine's transfer journal (with its event), so a ``device_put``
+  runs one hook, not a wrapper and a handler; anything else the handler
+  shards (numpy arguments of a jitted call on several devices, on every
+  call; of any jitted call when it compiles) is implicit.
+
+Numpy arguments of single-device jitted calls move in C++, unseen here: the
+``jax.jit`` wrapper reports them through
+:class:`~metrics.engines.jax_calls.JitArguments`, which owns that seam.
+
+Where JAX's ``explicit_device_put`` state is missing, ``jax.device_put`` is
+wrapped instead (:func:`explicit_puts_marked` is False) and the handler's
+frame walk tells its puts apart.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+from metrics.engines.jax_state import TRANSFER_FIELDS
+from metrics.journal import FOLD_AT
+
+IMPLICIT_H2D = 1  # jax_transfers' record kind (kept equal there)
+
+
+def nbytes_of(x: Any) -> int:
+    n = getattr(x, "nbytes", None)
+    if n is not None:
+        return int(n)
+    dtype = getattr(x, "dtype", None)
+    return int(dtype.itemsize) if dtype is not None else 8
+
+
+def _guard_state() -> Callable[[], Any] | None:
+    """JAX's per-thread transfer state (``explicit_device_put`` is True
+    inside ``jax.device_put``/``device_put_sharded``/``_replicated``), or None."""
+    try:
+        from jax._src.lib import guard_lib
+
+        state = guard_lib.thread_local_state
+        if isinstance(state().explicit_device_put, bool):
+            return state
+    except (ImportError, AttributeError, TypeError):
+        pass
+    return None
+
+
+def explicit_puts_marked() -> bool:
+    """Whether the numpy shard handler can tell a ``jax.device_put`` apart
+    (else the engine wraps ``jax.device_put``)."""
+    return _guard_state() is not None
+
+
+def patch_stage(impl: Any, patches: Any, counted: int) -> None:
+    """``stage_p.impl``: ``jnp.asarray``/``jnp.array`` of host data."""
+    what = "jnp.asarray/jnp.array of host data"
+    try:
+        from jax._src.core import stage_p
+    except ImportError as e:
+        return impl.not_counted(what, f"jax._src.core.stage_p missing ({e})")
+    if not callable(getattr(stage_p, "impl", None)):
+        return impl.not_counted(what, "stage_p has no impl")
+    if not patches.apply(stage_p, "impl", lambda orig: _stage_impl(orig, impl)):
+        impl.missing.append(f"{what} are not counted: stage_p.impl missing")
+        return
+    impl.hold(stage_p.impl.__code__, counted)  # its first call shards numpy
+
+
+def patch_shard_handlers(impl: Any, engine: Any) -> bool:
+    """The numpy entries of ``pxla.shard_arg_handlers``; True where explicit
+    ``jax.device_put``s of host data are counted there."""
+    try:
+        from jax._src.interpreters import pxla
+
+        handlers = pxla.shard_arg_handlers
+        numpy_handler = pxla._shard_np_array
+    except (ImportError, AttributeError) as e:
+        impl.not_counted("numpy arguments of jitted calls on several devices",
+                         f"pxla.shard_arg_handlers/_shard_np_array missing ({e})")
+        return False
+    state = _guard_state()
+    wrapped = _shard_handler(numpy_handler, impl, engine, state)
+    for key, handler in list(handlers.items()):
+        if handler is numpy_handler:
+            handlers[key] = wrapped
+            impl.dict_patches.append((handlers, key, handler))
+    return state is not None and wrapped in handlers.values()
+
+
+# The hooks (each runs inside the user's program: guarded) -------------------
+
+def _stage_impl(original: Callable[..., Any], impl: Any) -> Callable[..., Any]:
+    clock, getframe = time.monotonic_ns, sys._getframe
+
+    def stage_impl(*args: Any, **params: Any) -> Any:
+        start = clock()
+        out = original(*args, **params)
+        end = clock()
+        try:
+            if args and out is not args[0]:  # a jax.Array is returned as it is
+                impl.record(IMPLICIT_H2D, getframe(1), start, end, nbytes_of(args[0]))
+        except Exception as e:  # noqa: BLE001
+            impl.rec.hook_failed("jax.stage", e)
+        return out
+
+    stage_impl.__wrapped__ = original  # type: ignore[attr-defined]
+    return stage_impl
+
+
+def _shard_handler(original: Callable[..., Any], impl: Any, engine: Any,
+                   state: Callable[[], Any] | None) -> Callable[..., Any]:
+    # Runs on every device_put of a batch: names bound once, no call but
+    # the clock's and JAX's state's on the explicit path.
+    clock, getframe = time.monotonic_ns, sys._getframe
+    queue, flush = engine.explicit.queue, engine.explicit.journal.flush
+    extend, fold_at = queue.extend, FOLD_AT * TRANSFER_FIELDS
+
+    def shard_np_array(xs: Any, *args: Any) -> Any:
+        start = clock()
+        out = original(xs, *args)
+        end = clock()
+        try:
+            if state is not None and state().explicit_device_put:
+                extend((True, start, end,
+                        xs[0].nbytes if len(xs) == 1 else sum(map(nbytes_of, xs))))
+                if len(queue) >= fold_at:
+                    flush()
+            # 0-d values are the library's own constants (jnp.ones' fill
+            # value on its first call), not the user's data.
+            elif any(getattr(x, "ndim", 1) for x in xs):
+                impl.record(IMPLICIT_H2D, getframe(1), start, end, sum(map(nbytes_of, xs)))
+        except Exception as e:  # noqa: BLE001
+            impl.rec.hook_failed("jax.shard_arg", e)
+        return out
+
+    shard_np_array.__wrapped__ = original  # type: ignore[attr-defined]
+    return shard_np_array
