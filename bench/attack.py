@@ -232,8 +232,8 @@ def flood_ratio(t: Trainer, kind: str, seconds: float) -> dict:
 
 def lockout(t: Trainer) -> str:
     """Whether a real watcher gets a snapshot while 40 streams never read."""
-    from tpu_info.client import Client
-    from tpu_info.errors import TpuInfoError
+    from tpu_info.contract.errors import TpuInfoError
+    from tpu_info.net.client import Client
     from tpu_info.proto import tpu_info_v1_pb2 as pb
 
     request = pb.StreamRequest(interval_ms=50).SerializeToString()

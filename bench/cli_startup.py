@@ -52,7 +52,7 @@ def main() -> int:
                    PYTHONPATH=str(ROOT))
         genv = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
         genv["PYTHONPATH"] = str(gdir)
-        ours_cmd = [sys.executable, "-m", "tpu_info.cli"]
+        ours_cmd = [sys.executable, "-m", "tpu_info"]
         google_cmd = [sys.executable, "-S", "-c",
                       "import sys; from tpu_info import cli; sys.exit(cli.print_chip_info())"]
         with HookedProgram(env={"TPU_INFO_RUNTIME_DIR": rt, "TPU_INFO_PORT": "0"}):
@@ -70,7 +70,7 @@ def main() -> int:
                 version.append(dt)
             _, rg = timed(google_cmd, genv, rt)
             print(f"google tpu-info says: {rg.stdout.strip()[:80]!r}")
-            imp = subprocess.run([*ours_cmd[:1], "-X", "importtime", "-m", "tpu_info.cli"],
+            imp = subprocess.run([*ours_cmd[:1], "-X", "importtime", "-m", "tpu_info"],
                                  capture_output=True, text=True, env=env, cwd=str(ROOT))
     o, g, v = statistics.median(ours), statistics.median(google), statistics.median(version)
     print(f"tpu-info one-shot (1 hooked process): median {o * 1e3:.0f} ms over {rounds} runs")

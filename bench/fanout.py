@@ -29,16 +29,16 @@ import time
 import psutil
 from _common import ROOT, parser, verdict
 
-from tpu_info import wire
-from tpu_info.client import Client, fan_out
+from tpu_info.net.client import Client, fan_out
 from tpu_info.proto import tpu_info_v1_pb2 as pb
+from tpu_info.wire import codec as wire
 
 SERVER = r"""
 import json, random, sys, threading, time
-from metrics.recorder import Recorder
-from metrics.snapshot import build
+from metrics.recording.recorder import Recorder
+from metrics.recording.snapshot import build
 from metrics import export
-from tpu_info.model import Unit
+from tpu_info.contract.model import Unit
 rng = random.Random(1)
 rec = Recorder()
 for i in range(100):

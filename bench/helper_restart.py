@@ -23,7 +23,7 @@ import psutil
 from _common import parser, verdict
 
 from tests.hooked import HookedProgram
-from tpu_info.client import Client
+from tpu_info.net.client import Client
 
 
 def _helper(pid: int, not_pid: int = 0) -> psutil.Process | None:

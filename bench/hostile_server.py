@@ -60,7 +60,7 @@ def start_server(graphs: int) -> tuple[subprocess.Popen[str], str, int]:
 def one_shot(target: str) -> tuple[float, float, int, str]:
     """``tpu-info --timeout 3``: (wall s, max RSS MiB, exit code, stderr)."""
     t0 = time.monotonic()
-    p = subprocess.Popen([sys.executable, "-m", "tpu_info.cli", "--no-discovery", "--target",
+    p = subprocess.Popen([sys.executable, "-m", "tpu_info", "--no-discovery", "--target",
                           target, "--timeout", str(TIMEOUT_S)], stdout=subprocess.DEVNULL,
                          stderr=subprocess.PIPE, text=True, cwd=ROOT, env=_env())
     assert p.stderr is not None

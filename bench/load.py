@@ -40,7 +40,7 @@ if BARE:
     # answering every call with one snapshot encoded now (no work per call).
     from concurrent import futures
     import grpc
-    from tpu_info import encoder
+    from tpu_info.wire import encoder
     from tpu_info.proto import tpu_info_v1_pb2 as pb
     canned = encoder.snapshot_to_bytes(metrics.snapshot())
     def stream(request, context):
@@ -78,8 +78,8 @@ sys.stdin.readline()  # keep serving until the load generator is done
 LOADER = r"""
 import json, sys, threading, time
 sys.path.insert(0, sys.argv[3])
-from tpu_info.client import Client
-from tpu_info.errors import TpuInfoError
+from tpu_info.net.client import Client
+from tpu_info.contract.errors import TpuInfoError
 target, seconds = sys.argv[1], float(sys.argv[2])
 errors = []; calls = [0]; streamed = [0]
 stop = time.monotonic() + seconds

@@ -15,7 +15,7 @@ import numpy  # noqa: F401 - loaded in every JAX/PyTorch program; the fold uses 
 import prometheus_client as prom
 from _common import median, parser, verdict
 
-from metrics.registry import Counter, Distribution
+from metrics.recording.registry import Counter, Distribution
 
 
 def main() -> int:

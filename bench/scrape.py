@@ -6,7 +6,7 @@ against prometheus_client's generate_latest over the same recorder, same run.
 Data: 1,000 graphs (signature, two causes each), 200 distributions of 2,000
 log-normal samples each, 1,000 events, a few counters; between scrapes 10 %
 of the distributions and 5 % of the graphs change. "ours" is what the
-gRPC server does per request: ``metrics.snapshot.build`` +
+gRPC server does per request: ``metrics.recording.snapshot.build`` +
 ``encoder.snapshot_to_bytes`` with the server's ``PartCache``; "prometheus" is
 ``generate_latest`` over the project's ``SnapshotCollector`` reading the same
 recorder. Targets: ours p99 <= 5 ms; ratio (ours p50 / prometheus p50) <= 1.
@@ -29,10 +29,10 @@ from _common import parser, verdict
 from prometheus_client import CollectorRegistry, generate_latest
 
 from metrics.export.prometheus import SnapshotCollector
-from metrics.recorder import Recorder
-from metrics.snapshot import build as build_snapshot
-from tpu_info import encoder
-from tpu_info.model import RecompileCause, Unit
+from metrics.recording.recorder import Recorder
+from metrics.recording.snapshot import build as build_snapshot
+from tpu_info.contract.model import RecompileCause, Unit
+from tpu_info.wire import encoder
 
 
 def build_recorder(graphs: int, dists: int, samples: int) -> Recorder:

@@ -16,10 +16,10 @@ import numpy  # noqa: F401 - loaded in every JAX/PyTorch program; the fold uses 
 import psutil
 from _common import parser, verdict
 
-from metrics.recorder import Recorder
-from metrics.snapshot import build
-from tpu_info.model import RecompileCause, Unit
-from tpu_info.textreport import metrics_report
+from metrics.recording.recorder import Recorder
+from metrics.recording.snapshot import build
+from tpu_info.contract.model import RecompileCause, Unit
+from tpu_info.outputs.textreport import metrics_report
 
 
 def main() -> int:

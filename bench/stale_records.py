@@ -48,7 +48,7 @@ def doctor(directory: Path) -> tuple[int, float, float, int]:
     env = dict(os.environ, TPU_INFO_RUNTIME_DIR=str(directory),
                PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     t0, c0 = time.monotonic(), resource.getrusage(resource.RUSAGE_CHILDREN)
-    r = subprocess.run([sys.executable, "-m", "tpu_info.cli", "--timeout", "1", "doctor"],
+    r = subprocess.run([sys.executable, "-m", "tpu_info", "--timeout", "1", "doctor"],
                        capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
     c1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (c1.ru_utime - c0.ru_utime) + (c1.ru_stime - c0.ru_stime)

@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def tpu_info(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "tpu_info.cli", *args], env=env, cwd=ROOT,
+    return subprocess.run([sys.executable, "-m", "tpu_info", *args], env=env, cwd=ROOT,
                           capture_output=True, text=True, timeout=60)
 
 

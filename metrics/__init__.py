@@ -10,7 +10,7 @@ Add two lines to a training program::
 
 ``import metrics`` imports neither torch nor jax; engine adapters load only
 when :func:`install` finds their engine already imported, when the program
-imports it later (:mod:`metrics.importwatch`, the post-import hook that
+imports it later (:mod:`metrics.engines.importwatch`, the post-import hook that
 ``tpu-info run`` uses too), or when it is asked for one by name.
 The functions :func:`counter_names`, :func:`counter_value`,
 :func:`metric_names`, :func:`metric_data`, :func:`clear_all`,
@@ -27,11 +27,12 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
 from metrics import engines as _engines
-from metrics import forksafe, importwatch
-from metrics import snapshot as _snapshot
-from metrics.recorder import Recorder
-from tpu_info import textreport
-from tpu_info.model import Snapshot
+from metrics.engines import importwatch
+from metrics.recording import forksafe
+from metrics.recording import snapshot as _snapshot
+from metrics.recording.recorder import Recorder
+from tpu_info.contract.model import Snapshot
+from tpu_info.outputs import textreport
 
 __all__ = [
     "install", "uninstall", "installed_engines", "waiting_engines", "exporter",
@@ -47,7 +48,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 _lock = threading.RLock()
 _recorder: Recorder | None = None
 _installed: dict[str, _engines.Engine] = {}
-_waiting: set[str] = set()  # engines install("auto") waits for (metrics.importwatch)
+_waiting: set[str] = set()  # engines install("auto") waits for (metrics.engines.importwatch)
 _explain_cache_misses = True  # what install() was last asked, for engines hooked later
 _exporter: Any = None
 _prometheus: Any = None

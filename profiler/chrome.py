@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from profiler.annotations import Record
-from tpu_info.model import CALLED_FROM, COMPILE_KINDS, TRANSFER_KINDS, Event, EventKind
+from tpu_info.contract.model import CALLED_FROM, COMPILE_KINDS, TRANSFER_KINDS, Event, EventKind
 
 __all__ = ["Window", "build", "encode", "STEPS_TID", "COMPILES_TID", "TRANSFERS_TID",
            "EVENTS_TID"]

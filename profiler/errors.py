@@ -3,7 +3,7 @@
 Each carries ``grpc_status``, the name of the ``grpc.StatusCode`` the hook's
 server answers a remote capture with when the error happens there (the
 server reads the name; it never imports the profiler). :class:`CaptureBusy`
-is :class:`tpu_info.errors.CaptureBusy`: one error whether the capture that
+is :class:`tpu_info.contract.errors.CaptureBusy`: one error whether the capture that
 was refused is local or remote.
 
 Example:
@@ -14,7 +14,7 @@ Example:
 
 from __future__ import annotations
 
-from tpu_info.errors import CaptureBusy
+from tpu_info.contract.errors import CaptureBusy
 
 __all__ = ["ProfilerError", "CaptureBusy", "InvalidCapture", "ServerNotStarted"]
 

@@ -32,7 +32,7 @@ from pathlib import Path
 
 from profiler.capture import Capture
 from profiler.errors import InvalidCapture
-from tpu_info.captures import CaptureFile, RemoteCapture
+from tpu_info.contract.captures import CaptureFile, RemoteCapture
 
 __all__ = ["capture", "MAX_FILE_BYTES", "MAX_FILES",
            "MAX_DEVICE_DURATION_S", "TEMP_PREFIX"]

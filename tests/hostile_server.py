@@ -33,8 +33,7 @@ from concurrent import futures
 
 import grpc
 
-from tpu_info import libtpu, wire
-from tpu_info.model import (
+from tpu_info.contract.model import (
     BucketCounts,
     CounterReading,
     DeviceRecord,
@@ -51,6 +50,8 @@ from tpu_info.model import (
 from tpu_info.proto import tpu_info_v1_pb2 as pb
 from tpu_info.proto import tpu_metric_service_pb2 as lpb
 from tpu_info.proto import tpu_metric_service_pb2_grpc as lpb_grpc
+from tpu_info.wire import codec as wire
+from tpu_info.wire import libtpu
 
 # Each one has taken over a terminal somewhere.
 ESCAPES = ("\x1b]0;pwned-title\x07" "\x1b]52;c;cHduZWQ=\x07" "\x1b[2J\x1b[H"

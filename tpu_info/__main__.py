@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 
-from tpu_info.cli import main
+from tpu_info.commands.cli import main
 
 if __name__ == "__main__":
     sys.exit(main())

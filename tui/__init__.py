@@ -1,6 +1,6 @@
 """``tpu-info --watch``: the live Textual dashboard.
 
-The package draws only from :mod:`tpu_info.model` records; ``tpu_info`` never
+The package draws only from :mod:`tpu_info.contract.model` records; ``tpu_info`` never
 imports it (the CLI imports :func:`tui.app.run` inside the ``--watch`` branch).
 
 Example:

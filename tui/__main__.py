@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Parses ``argv`` (checked as ``tpu-info`` checks them) and runs the dashboard."""
-    from tpu_info.cli import EXIT_USAGE, Parser, UsageError, seconds_arg, target_arg
+    from tpu_info.commands.cli import EXIT_USAGE, Parser, UsageError, seconds_arg, target_arg
 
     p = Parser(prog="tpu-info --watch",
                description="Live dashboard of accelerators and XLA programs.")

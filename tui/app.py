@@ -32,8 +32,8 @@ from textual.binding import Binding
 from textual.message import Message
 from textual.screen import Screen
 
-from tpu_info.safe import clean
-from tpu_info.targets import normalize
+from tpu_info.contract.safe import clean
+from tpu_info.net.targets import normalize
 from tui.screens.detail import DetailScreen
 from tui.screens.help import HelpScreen
 from tui.screens.main import MainScreen

@@ -1,6 +1,6 @@
 """Deterministic data for tests and benchmarks: a frozen clock and fake sources.
 
-The records are real :mod:`tpu_info.model` records, built from constants, so
+The records are real :mod:`tpu_info.contract.model` records, built from constants, so
 snapshot tests exercise the same drawing code as live targets. A fake stands
 in only for the network: :class:`FakeSource` delivers a fixed history on
 mount and, when asked, keeps producing synthetic frames from a thread loop
@@ -21,8 +21,8 @@ import threading
 from collections.abc import Callable
 from dataclasses import replace
 
-from tpu_info.buckets import percentile
-from tpu_info.catalog import (
+from tpu_info.contract.buckets import percentile
+from tpu_info.contract.catalog import (
     CACHED_COMPILE,
     COMPILE_TIME,
     INBOUND_DATA,
@@ -32,7 +32,7 @@ from tpu_info.catalog import (
     TRANSFER_TO_DEVICE_TIME,
     UNCACHED_COMPILE,
 )
-from tpu_info.model import (
+from tpu_info.contract.model import (
     PERCENTILES,
     BucketCounts,
     CounterReading,

@@ -28,10 +28,10 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 
-from tpu_info.client import Client
-from tpu_info.errors import NotAMonitor, ServerError, TimedOut, TpuInfoError
-from tpu_info.gather import LIBTPU_TARGET, local_targets
-from tpu_info.model import Snapshot
+from tpu_info.commands.gather import LIBTPU_TARGET, local_targets
+from tpu_info.contract.errors import NotAMonitor, ServerError, TimedOut, TpuInfoError
+from tpu_info.contract.model import Snapshot
+from tpu_info.net.client import Client
 
 Clock = Callable[[], float]
 BACKOFF_S: tuple[float, ...] = (0.5, 1.0, 2.0, 4.0, 8.0, 15.0)
@@ -114,7 +114,7 @@ class TargetReader:
         timeout_s: deadline for each unary call.
         clock: wall clock for "disconnected since".
         backoff_s: successive waits after failures (the last repeats).
-        client_factory: builds a :class:`~tpu_info.client.Client` (injectable).
+        client_factory: builds a :class:`~tpu_info.net.client.Client` (injectable).
     """
 
     def __init__(self, target: str, interval_s: float, timeout_s: float = 3.0, *,
@@ -248,9 +248,9 @@ class DiscoveryLoop:
 
     Posts :class:`Found` with every live hooked process, plus libtpu's
     ``localhost:8431`` when ``probe_libtpu`` and it is libtpu this user may
-    read (:func:`tpu_info.gather.local_targets` decides, as for ``tpu-info``).
+    read (:func:`tpu_info.commands.gather.local_targets` decides, as for ``tpu-info``).
     A look costs a ``stat`` of the directory and a read of ``/proc/net/tcp``
-    while nothing changes (:class:`tpu_info.discovery.Rescanner`).
+    while nothing changes (:class:`tpu_info.net.discovery.Rescanner`).
 
     Args:
         runtime_dir: where discovery looks (default: the usual place).
@@ -263,8 +263,8 @@ class DiscoveryLoop:
     def __init__(self, runtime_dir: str | Path | None = None, every_s: float = 2.0,
                  probe_libtpu: bool = True, *, proc_root: str | Path = "/proc",
                  libtpu_target: str = LIBTPU_TARGET) -> None:
-        from tpu_info.discovery import Rescanner
-        from tpu_info.listeners import ProcNet
+        from tpu_info.host.listeners import ProcNet
+        from tpu_info.net.discovery import Rescanner
 
         self.runtime_dir = runtime_dir
         self.every_s = every_s

@@ -7,7 +7,7 @@ event timeline share one time axis. Everything here is pure data handling on
 the UI thread: no I/O, no widgets.
 
 Example:
-    >>> from tpu_info.model import Snapshot
+    >>> from tpu_info.contract.model import Snapshot
     >>> from tui.source import Conn, Update
     >>> d = TargetData("h:1")
     >>> d.apply(Update("h:1", Conn.STREAMING, Snapshot(taken_at_unix=5.0)))
@@ -22,9 +22,9 @@ import itertools
 from collections import deque
 from dataclasses import dataclass, field
 
-from tpu_info.catalog import INBOUND_DATA, OUTBOUND_DATA
-from tpu_info.findings import find
-from tpu_info.model import COMPILE_KINDS, Event, Finding, Snapshot
+from tpu_info.contract.catalog import INBOUND_DATA, OUTBOUND_DATA
+from tpu_info.contract.model import COMPILE_KINDS, Event, Finding, Snapshot
+from tpu_info.views.findings import find
 from tui.source import Conn, Update
 
 HISTORY = 300  # samples kept per target: five minutes at the default 1 s

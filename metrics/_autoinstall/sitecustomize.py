@@ -6,7 +6,7 @@
 
 1. runs the ``sitecustomize`` that would have been found without us (the
    next one on ``sys.path``), so a site's or a virtualenv's own still works;
-2. when ``TPU_INFO_AUTOINSTALL=1``, loads :mod:`metrics.importwatch` (the
+2. when ``TPU_INFO_AUTOINSTALL=1``, loads :mod:`metrics.engines.importwatch` (the
    post-import hook ``metrics.install()`` uses for engines imported after
    it) and waits for any engine's trigger in :mod:`metrics.engines.registry`
    (``jax``, ``torch``, ``torch_xla``, ...) to finish importing, then calls
@@ -121,7 +121,7 @@ def _same_file(a: str, b: str) -> bool:
 
 def _load_standalone(name: str) -> Any:
     """A module of ``metrics`` that imports only the standard library
-    (``metrics.importwatch``, the post-import hook ``metrics.install()`` uses
+    (``metrics.engines.importwatch``, the post-import hook ``metrics.install()`` uses
     too; ``metrics.engines.registry``, the engines and their triggers), loaded
     from its file without importing the ``metrics`` package: the same module
     object serves both once the program's engine brings metrics in."""
@@ -152,7 +152,7 @@ def _arm() -> None:
     """Calls ``metrics.install()`` when the first engine has been imported
     (now, if one already is: by a .pth file, say); ``install()`` itself then
     waits for the engines imported later, through the same watcher."""
-    watch = _load_standalone("metrics.importwatch")
+    watch = _load_standalone("metrics.engines.importwatch")
     watch.on_error = lambda name, err: _report("could not install the metrics hook", err)
     for name in sorted(watched()):
         watch.when_imported(name, _on_engine_import)

@@ -21,10 +21,11 @@ from __future__ import annotations
 import importlib
 from typing import Protocol
 
-from metrics.engines import registry
+# importwatch: bound here too, as `tpu-info run`'s bootstrap may have loaded it by file
+from metrics.engines import importwatch, registry
 from metrics.engines.base import Engine, EngineBase, Readings
 from metrics.engines.registry import EngineSpec, spec
-from metrics.recorder import Recorder
+from metrics.recording.recorder import Recorder
 
 __all__ = ["Engine", "EngineBase", "EngineSpec", "Readings", "Adapter", "specs",
            "valid_names", "detect", "superseded", "load", "create", "spec"]
@@ -51,8 +52,6 @@ def _imported(module: str) -> bool:
     finishing inside ``import torch_xla``) is waited for, never half-loaded.
     A module whose post-import callback is running (its body ran, importlib
     still marks it initializing) counts as imported."""
-    from metrics import importwatch
-
     return importwatch.ready(module)
 
 

@@ -18,8 +18,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 
-from tpu_info import catalog as names
-from tpu_info.model import PERCENTILES, CounterReading, DistributionReading, Samples, Unit
+from tpu_info.contract import catalog as names
+from tpu_info.contract.model import PERCENTILES, CounterReading, DistributionReading, Samples, Unit
 
 _TIME_PART = re.compile(r"(\d+(?:\.\d+)?)(d|h|m(?!s)|s|ms|us|ns)")
 _TIME_NS = {"d": 86400e9, "h": 3600e9, "m": 60e9, "s": 1e9, "ms": 1e6, "us": 1e3, "ns": 1.0}

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from metrics.engines._frames import host_ram
-from tpu_info.model import DeviceRecord, MemoryReading
+from tpu_info.contract.model import DeviceRecord, MemoryReading
 
 _DTYPES = {
     "float32": "f32", "float": "f32", "float64": "f64", "double": "f64",

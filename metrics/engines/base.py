@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
-from tpu_info.model import (
+from tpu_info.contract.model import (
     CounterReading,
     DeviceRecord,
     DistributionReading,

@@ -66,7 +66,6 @@ from typing import Any
 
 import jax
 
-from metrics import events as ev
 from metrics.engines import jax_aot, jax_calls
 from metrics.engines import jax_state as state
 from metrics.engines._frames import outer_user_call, skip_prefixes, user_location
@@ -86,9 +85,10 @@ from metrics.engines.jax_explicit import ExplicitTransfers
 from metrics.engines.jax_state import ENGINE
 from metrics.engines.jax_steps import StepWatch
 from metrics.engines.jax_transfers import ImplicitTransfers
-from metrics.recorder import Recorder
-from tpu_info import catalog as names
-from tpu_info.model import CALLED_FROM, FIRST_CALL, DeviceRecord, SiteReading, StepsReading
+from metrics.recording import events as ev
+from metrics.recording.recorder import Recorder
+from tpu_info.contract import catalog as names
+from tpu_info.contract.model import CALLED_FROM, FIRST_CALL, DeviceRecord, SiteReading, StepsReading
 
 _tls = state.local
 _listeners_registered = False

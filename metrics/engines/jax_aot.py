@@ -26,7 +26,7 @@ from typing import Any
 
 from metrics.engines import jax_state as state
 from metrics.engines.jax_calls import Owner
-from metrics.journal import FOLD_AT
+from metrics.recording.journal import FOLD_AT
 
 OWNER_ATTR = "_tpu_info_owner"  # set on a Compiled object at its first counted call
 UNKNOWN = "aot(compiled before install)"

@@ -6,7 +6,7 @@ function then goes to the engine's calls journal, exactly as a
 ``metrics.track`` call does (the graph it ran, host time from the call to its
 return: dispatch is asynchronous, so device time after the return is not in
 it). That fills in executions per graph, ``ExecuteTime``, the inferred step
-(:mod:`metrics.callstats`) and busy %. A numpy argument is a
+(:mod:`metrics.recording.callstats`) and busy %. A numpy argument is a
 host->device transfer nobody asked for; :class:`JitArguments` counts it:
 top-level ones on every call, and ones nested in containers (an
 ``(images, labels)`` batch) at the places a compiling call had them (the
@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from metrics.engines import jax_state as jx
-from metrics.journal import FOLD_AT
+from metrics.recording.journal import FOLD_AT
 
 # What user code and libraries read on a jitted function, besides its __dict__.
 _KEPT = ("__module__", "__name__", "__qualname__", "__doc__", "__annotations__",

@@ -1,6 +1,6 @@
 r"""JAX's recompile explanations, and the recompiles it does not explain, in
 one form: ``argument 'NAME' changed OLD -> NEW`` (the kind is named later,
-by :func:`tpu_info.causes.classify`).
+by :func:`tpu_info.views.causes.classify`).
 
 JAX's ``jax_explain_cache_misses`` text has a body per kind of change
 (measured on JAX 0.10.2):
@@ -36,7 +36,7 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from tpu_info.model import FIRST_CALL, RecompileCause
+from tpu_info.contract.model import FIRST_CALL, RecompileCause
 
 _MISS_RE = re.compile(r"TRACING CACHE MISS at (?P<loc>.+?:\d+)")
 _FUNC_RE = re.compile(r"(?:for|^\s*)\s*(?P<name>\S+?)(?: id=\d+)? defined at", re.M)

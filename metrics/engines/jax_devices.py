@@ -12,7 +12,7 @@ from __future__ import annotations
 import jax
 
 from metrics.engines._frames import host_ram
-from tpu_info.model import DeviceRecord, MemoryReading
+from tpu_info.contract.model import DeviceRecord, MemoryReading
 
 
 class DeviceMemory:

@@ -9,7 +9,7 @@ or None); ``owner`` is a :class:`metrics.engines.jax_calls.Owner`, ``key``
 the shapes and dtypes that pick its graph once it has more than one.
 
 Example:
-    >>> from metrics.recorder import Recorder              # doctest: +SKIP
+    >>> from metrics.recording.recorder import Recorder              # doctest: +SKIP
     >>> runs = Executions(Recorder())                      # doctest: +SKIP
     >>> runs.queue.extend((owner, None, 0, 10, None)); runs.journal.flush()  # doctest: +SKIP
 """
@@ -20,10 +20,10 @@ import collections
 import operator
 from typing import Any
 
-from metrics.callstats import CallTimes
 from metrics.engines.jax_state import CALL_FIELDS, ENGINE
-from metrics.recorder import Recorder
-from tpu_info import catalog as names
+from metrics.recording.callstats import CallTimes
+from metrics.recording.recorder import Recorder
+from tpu_info.contract import catalog as names
 
 
 class Executions:

@@ -25,12 +25,12 @@ from typing import Any
 import jax
 import numpy as np
 
-from metrics import events as ev
 from metrics.engines import jax_state as state
 from metrics.engines.jax_state import TRANSFER_FIELDS
-from metrics.journal import FOLD_AT
-from metrics.recorder import Recorder
-from tpu_info import catalog as names
+from metrics.recording import events as ev
+from metrics.recording.journal import FOLD_AT
+from metrics.recording.recorder import Recorder
+from tpu_info.contract import catalog as names
 
 
 class ExplicitTransfers:

@@ -2,7 +2,7 @@
 
 In order of trust: the function wrapped in ``metrics.track`` with the most
 time; else the counted jitted function with the most time (called at least
-``MIN_CALLS`` times: :mod:`metrics.callstats`); else, when no jitted call
+``MIN_CALLS`` times: :mod:`metrics.recording.callstats`); else, when no jitted call
 is seen (the step was jitted before install), the line that syncs
 device->host most often (a loop's ``float(loss)``), whose time between its
 first and last sync over the syncs between gives the step time. Each is
@@ -26,9 +26,9 @@ import time
 from collections import deque
 from typing import Any
 
-from metrics.callstats import MIN_CALLS
 from metrics.engines.jax_executions import Executions
-from tpu_info.model import STEPS_INFERRED, StepsReading
+from metrics.recording.callstats import MIN_CALLS
+from tpu_info.contract.model import STEPS_INFERRED, StepsReading
 
 BUSY_INFERRED = ("inferred: host time inside calls of jitted functions (dispatch is "
                  "asynchronous, so a step that does not wait for its result reads low); "

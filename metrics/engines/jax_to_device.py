@@ -30,7 +30,7 @@ from collections.abc import Callable
 from typing import Any
 
 from metrics.engines.jax_state import TRANSFER_FIELDS
-from metrics.journal import FOLD_AT
+from metrics.recording.journal import FOLD_AT
 
 IMPLICIT_H2D = 1  # jax_transfers' record kind (kept equal there)
 

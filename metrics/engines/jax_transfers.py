@@ -42,12 +42,12 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from metrics import forksafe
 from metrics.engines import jax_to_device as to_device
 from metrics.engines._frames import skip_prefixes
-from metrics.journal import FOLD_AT
-from tpu_info import catalog as names
-from tpu_info.model import SiteKind, SiteReading
+from metrics.recording import forksafe
+from metrics.recording.journal import FOLD_AT
+from tpu_info.contract import catalog as names
+from tpu_info.contract.model import SiteKind, SiteReading
 
 # Record kinds in the journal; UNTIMED_H2D: implicit, time unknown (the jit
 # wrapper's report), recorded with start == end.

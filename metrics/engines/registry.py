@@ -7,7 +7,7 @@ profiler's device traces (which profiler covers it) all read this table.
 
 This module imports only the standard library, and nothing of ``metrics``:
 the ``tpu-info run`` bootstrap loads it by file before the program runs,
-as it loads :mod:`metrics.importwatch`.
+as it loads :mod:`metrics.engines.importwatch`.
 
 Example:
     >>> [e.name for e in ENGINES]

@@ -44,7 +44,7 @@ from typing import Any
 import torch
 
 from metrics.engines._frames import user_location
-from tpu_info.model import SiteKind, SiteReading
+from tpu_info.contract.model import SiteKind, SiteReading
 
 _RESUME = re.compile(r"^torch_dynamo_resume_in_(?P<fn>.+)_at_(?P<line>\d+)$")
 _EXPLANATION = re.compile(r"Explanation:\s*(?P<text>.+)")

@@ -65,8 +65,6 @@ from typing import Any
 
 import torch
 
-from metrics import events as ev
-from metrics.callstats import CallTimes
 from metrics.engines import _torchutil as tu
 from metrics.engines import torch_breaks as brk
 from metrics.engines._frames import skip_prefixes, user_location
@@ -79,10 +77,18 @@ from metrics.engines.torch_guards import (
     parse_recompile_reason,
     source_name,
 )
-from metrics.journal import FOLD_AT
-from metrics.recorder import Recorder
-from tpu_info import catalog as names
-from tpu_info.model import FIRST_CALL, DeviceRecord, RecompileCause, SiteReading, StepsReading
+from metrics.recording import events as ev
+from metrics.recording.callstats import CallTimes
+from metrics.recording.journal import FOLD_AT
+from metrics.recording.recorder import Recorder
+from tpu_info.contract import catalog as names
+from tpu_info.contract.model import (
+    FIRST_CALL,
+    DeviceRecord,
+    RecompileCause,
+    SiteReading,
+    StepsReading,
+)
 
 ENGINE = "torch_compile"
 CALL_FIELDS = 3  # a compiled graph's call in the journal: (graph, start, end)

@@ -10,7 +10,7 @@ after a compile id (``0/0: ``) and before ``# source  # file:line``. Sizes
 become full types (``f32[4,3] -> f32[8,3]``) from the types the failing graph
 was compiled for (:class:`TypesByCompile`); Python numbers' new values are
 read off the frame (:func:`frame_values`). Kinds are named later, by
-:func:`tpu_info.causes.classify`.
+:func:`tpu_info.views.causes.classify`.
 
 Example:
     >>> c = parse_recompile_reason(
@@ -26,7 +26,7 @@ import re
 from collections import OrderedDict
 from typing import Any
 
-from tpu_info.model import RecompileCause
+from tpu_info.contract.model import RecompileCause
 
 COMPILE_ID = re.compile(r"^\s*\[?\d+/\d+\]?:\s*")
 _MISMATCH = re.compile(

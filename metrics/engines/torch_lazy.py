@@ -44,14 +44,14 @@ from typing import Any
 import torch
 import torch._lazy
 
-from metrics import events as ev
 from metrics.engines import _foreign
 from metrics.engines._frames import skip_prefixes, user_location
 from metrics.engines._patching import Patches
 from metrics.engines.base import EngineBase
-from metrics.recorder import Recorder
-from tpu_info import catalog as names
-from tpu_info.model import (
+from metrics.recording import events as ev
+from metrics.recording.recorder import Recorder
+from tpu_info.contract import catalog as names
+from tpu_info.contract.model import (
     FIRST_CALL,
     CounterReading,
     DeviceRecord,

@@ -18,7 +18,7 @@ Nothing runs on the program's hot path: everything is read at scrape time.
   compiles, so install before the first step. A program that set its own
   ``PT_XLA_DEBUG_FILE`` keeps it; we only read it.
 * ``aten::*`` counters (ops that fell back to the CPU) become findings
-  (``tpu_info.findings.cpu_fallbacks``).
+  (``tpu_info.views.findings.cpu_fallbacks``).
 * Device memory: ``xm.get_memory_info`` where the PJRT plugin supports it;
   on the CPU it raises ``UNIMPLEMENTED``, which is reported as the reason.
 
@@ -52,15 +52,15 @@ import torch
 import torch_xla
 import torch_xla.debug.metrics as met
 
-from metrics import events as ev
 from metrics.engines import _foreign
 from metrics.engines._frames import skip_prefixes
 from metrics.engines._patching import Patches
 from metrics.engines._xla_debug import CompileAnalysis, DebugTail
 from metrics.engines.base import EngineBase
 from metrics.export import config
-from metrics.recorder import Recorder
-from tpu_info.model import (
+from metrics.recording import events as ev
+from metrics.recording.recorder import Recorder
+from tpu_info.contract.model import (
     FIRST_CALL,
     CounterReading,
     DeviceRecord,

@@ -9,7 +9,7 @@ endpoint has its own setting, and captures stay loopback-only).
 The exporter stops cleanly at interpreter exit and on SIGTERM (the previous
 SIGTERM handler still runs afterwards). A forked child owns none of it: its
 exit and its SIGTERM do what they would without the hook, and it closes its
-copies of the server's sockets (see :mod:`metrics.forksafe`).
+copies of the server's sockets (see :mod:`metrics.recording.forksafe`).
 
 Example:
     >>> import metrics
@@ -32,10 +32,10 @@ from collections.abc import Callable
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
-from metrics import forksafe
 from metrics.export import binding, config, discovery
 from metrics.export.binding import BindError
 from metrics.export.captures import CaptureFn, register_capture
+from metrics.recording import forksafe
 
 if TYPE_CHECKING:  # the server (and grpc) loads in start(): `import profiler` stays light
     from metrics.export.server import Server, SnapshotFn

@@ -27,7 +27,7 @@ import threading
 from collections.abc import Mapping
 
 from metrics.export import config
-from tpu_info.targets import is_loopback_host
+from tpu_info.net.targets import is_loopback_host
 
 __all__ = ["GRPC_ENV", "PROMETHEUS_ENV", "LOOPBACK", "BindError", "setting", "addresses",
            "is_loopback", "dial_host", "warn_once"]

@@ -12,7 +12,7 @@ the two together) registers one that loads the profiler at the first
 capture.
 
 This module imports only the standard library and the contract's capture
-record (:class:`tpu_info.captures.RemoteCapture`): ``import profiler`` reaches
+record (:class:`tpu_info.contract.captures.RemoteCapture`): ``import profiler`` reaches
 it without loading grpc.
 
 Example:
@@ -30,7 +30,7 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from tpu_info.captures import RemoteCapture
+from tpu_info.contract.captures import RemoteCapture
 
 if TYPE_CHECKING:
     from metrics.export.owner import Caller

@@ -7,11 +7,11 @@ README's table of variables lists :data:`VARIABLES` in this order and with
 these meanings (``tests/test_config.py`` holds the two together). Three are
 also named outside ``metrics``, where this module cannot be imported, and
 the test checks they agree: ``TPU_INFO_RUNTIME_DIR`` (read by
-``tpu_info.discovery``, shared with the CLI) and ``TPU_INFO_AUTOINSTALL``
-(set by ``tpu_info.run``, read by the ``tpu-info run`` bootstrap before
+``tpu_info.net.discovery``, shared with the CLI) and ``TPU_INFO_AUTOINSTALL``
+(set by ``tpu_info.commands.run``, read by the ``tpu-info run`` bootstrap before
 ``metrics`` is imported).
 
-This module imports only the standard library and ``tpu_info.discovery``'s
+This module imports only the standard library and ``tpu_info.net.discovery``'s
 constant.
 
 Example:
@@ -30,7 +30,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from tpu_info.discovery_record import ENV_RUNTIME_DIR
+from tpu_info.contract.discovery_record import ENV_RUNTIME_DIR
 
 __all__ = ["Variable", "VARIABLES", "PORT", "BIND", "PROMETHEUS_PORT", "PROMETHEUS_BIND",
            "SERVE", "DEVICE_CAPTURE", "RUNTIME_DIR", "AUTOINSTALL", "XLA_DEBUG_OWNER",
@@ -95,7 +95,7 @@ RUNTIME_DIR = Variable(
 AUTOINSTALL = Variable(
     "TPU_INFO_AUTOINSTALL", "unset",
     "set by `tpu-info run`: the bootstrap loads the post-import hook "
-    "(`metrics/importwatch.py`, without importing `metrics`) and calls `metrics.install()` "
+    "(`metrics/engines/importwatch.py`, without importing `metrics`) and calls `metrics.install()` "
     "once the program imports jax, torch or torch_xla; engines imported after that are "
     "hooked by the same hook",
     set_by_tpu_info=True)

@@ -3,14 +3,14 @@
 :func:`publish` writes ``<pid>.json`` (pid, port, host, argv, engine,
 versions, start time, schema version, and the capture secret of
 :func:`capture_secret`) into the private runtime directory
-(:func:`tpu_info.discovery_record.runtime_dir`): the directory is created with mode
+(:func:`tpu_info.contract.discovery_record.runtime_dir`): the directory is created with mode
 0700 and refused when it is a symlink, owned by another user, or group/world
 writable; the file is created 0600 under a temporary name and renamed into
 place, so a reader never sees half a record. The record is removed at exit:
 ``publish`` registers an ``atexit`` handler and, when called from the main
 thread, a SIGTERM handler (see :func:`publish` for how it chains). A forked
 child neither removes its parent's record nor writes one unless it publishes
-its own (:mod:`metrics.forksafe`).
+its own (:mod:`metrics.recording.forksafe`).
 
 Nothing here raises into the program: any failure is one logged warning and
 ``publish`` returns ``None``.
@@ -37,8 +37,8 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from metrics import forksafe
-from tpu_info import discovery_record as _record
+from metrics.recording import forksafe
+from tpu_info.contract import discovery_record as _record
 
 log = logging.getLogger("metrics.export.discovery")
 
@@ -176,7 +176,7 @@ def publish(
         engine: the installed engine names, comma separated.
         versions: engine and Python versions.
         waiting: engines not imported yet that the hook waits for.
-        runtime_dir: the directory (default :func:`tpu_info.discovery_record.runtime_dir`).
+        runtime_dir: the directory (default :func:`tpu_info.contract.discovery_record.runtime_dir`).
         start_time: the process's start time, Unix seconds (default: read
             from the OS; readers use it to tell a reused pid).
         argv: the command line (default ``sys.argv``).

@@ -49,7 +49,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from metrics import forksafe
 from metrics.export import config, discovery
 from metrics.export.helper_channel import Channel, send_quietly
 from metrics.export.owner import Caller
@@ -60,7 +59,8 @@ from metrics.export.server import (
     capture_reply,
     capture_status,
 )
-from tpu_info import encoder
+from metrics.recording import forksafe
+from tpu_info.wire import encoder
 
 __all__ = ["HelperServer", "START_TIMEOUT_S", "RESTART_FIRST_S", "RESTART_MAX_S"]
 

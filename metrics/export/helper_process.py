@@ -22,15 +22,15 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from metrics.events import EventLog
 from metrics.export import owner
 from metrics.export.helper_channel import Channel
 from metrics.export.owner import Caller
 from metrics.export.server import BindError, CaptureFn, Server
-from tpu_info import wire
-from tpu_info.captures import CaptureFile, RemoteCapture
-from tpu_info.model import Snapshot
+from metrics.recording.events import EventLog
+from tpu_info.contract.captures import CaptureFile, RemoteCapture
+from tpu_info.contract.model import Snapshot
 from tpu_info.proto import tpu_info_v1_pb2 as pb
+from tpu_info.wire import codec as wire
 
 __all__ = ["main", "REFRESH_S", "ANSWER_TIMEOUT_S", "MIRROR_EVENTS", "MAX_EVENTS",
            "GC_INTERVAL_S", "HELPER_CALLS_PER_S"]

@@ -28,7 +28,7 @@ the lower bound of the lowest non-empty bucket, so bucket ``i >= 1`` starts at
 negative samples. ``sum_of_squared_deviation`` is not tracked and is 0.
 
 Example:
-    >>> from tpu_info.model import Snapshot
+    >>> from tpu_info.contract.model import Snapshot
     >>> resp = metric_response(libtpu.HBM_USAGE, Snapshot(taken_at_unix=0.0))
     >>> resp.metric.name
     'tpu.runtime.hbm.memory.usage.bytes'
@@ -41,10 +41,10 @@ from collections.abc import Callable
 
 import grpc
 
-from tpu_info import libtpu
-from tpu_info.model import DistributionReading, Snapshot, Unit
+from tpu_info.contract.model import DistributionReading, Snapshot, Unit
 from tpu_info.proto import tpu_metric_service_pb2 as lpb
 from tpu_info.proto import tpu_metric_service_pb2_grpc as lpb_grpc
+from tpu_info.wire import libtpu
 
 # A sequence number past any real one: snapshots for libtpu carry no events.
 NO_EVENTS = 2**62

@@ -38,7 +38,7 @@ MAX_CONNECTION_AGE_MS = 3_600_000  # then GOAWAY; calls get this long to finish:
 CONNECTION_AGE_GRACE_MS = 60_000
 KEEPALIVE_MS = 60_000  # the server pings its peers: dead ones go within 70 s
 KEEPALIVE_TIMEOUT_MS = 10_000
-# Our clients ping every 10 s on open calls (tpu_info.client): pings more
+# Our clients ping every 10 s on open calls (tpu_info.net.client): pings more
 # often than this earn strikes, and MAX_PING_STRIKES of them a GOAWAY.
 MIN_PING_INTERVAL_MS = 5_000
 MAX_PING_STRIKES = 2

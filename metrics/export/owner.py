@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 
 import grpc
 
-from tpu_info.discovery_record import CAPTURE_TOKEN_METADATA
-from tpu_info.targets import is_loopback_host
+from tpu_info.contract.discovery_record import CAPTURE_TOKEN_METADATA
+from tpu_info.net.targets import is_loopback_host
 
 __all__ = ["TOKEN_KEY", "Caller", "NotOwner", "caller_of", "check", "is_loopback_peer"]
 

@@ -63,11 +63,11 @@ from prometheus_client.core import (
 )
 from prometheus_client.exposition import choose_encoder
 
-from metrics import forksafe
 from metrics.export import config
 from metrics.export.bounded_http import BoundedHttpServer
-from tpu_info.model import DistributionReading, Snapshot, Unit
-from tpu_info.targets import is_loopback_host
+from metrics.recording import forksafe
+from tpu_info.contract.model import DistributionReading, Snapshot, Unit
+from tpu_info.net.targets import is_loopback_host
 
 log = logging.getLogger("metrics.export.prometheus")
 
@@ -172,7 +172,7 @@ class SnapshotCollector:
     """A prometheus_client collector over ``snapshot_fn()``, read at scrape time.
 
     Args:
-        snapshot_fn: returns the current :class:`tpu_info.model.Snapshot`.
+        snapshot_fn: returns the current :class:`tpu_info.contract.model.Snapshot`.
         top_graphs: how many graphs (by total compile time) get their own labels.
     """
 
@@ -304,7 +304,7 @@ class SnapshotCollector:
     def _findings(self, snap: Snapshot) -> Iterator[Metric]:
         """One gauge per finding kind, computed now from the snapshot (the same
         rules as the CLI): how many, the seconds they cost, their share of step time."""
-        from tpu_info.findings import find  # scrape time only: import metrics stays cheap
+        from tpu_info.views.findings import find  # scrape time only: import metrics stays cheap
 
         count = GaugeMetricFamily(PREFIX + "findings", "Findings of each kind "
                                   "(tpu-info's rules over this snapshot).", labels=["kind"])

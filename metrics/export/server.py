@@ -22,7 +22,7 @@ share one snapshot build per :data:`ANSWER_TTL_S` whatever their
 :data:`STALL_S`, or at once when a new stream needs the slot).
 
 Example:
-    >>> from tpu_info.model import Snapshot
+    >>> from tpu_info.contract.model import Snapshot
     >>> server = Server(lambda since: Snapshot(taken_at_unix=0.0), port=0)
     >>> port = server.start()
     >>> server.stop(grace=0)
@@ -54,13 +54,14 @@ from metrics.export.limits import (
     server_options,
 )
 from metrics.export.owner import caller_of
-from tpu_info import catalog as names
-from tpu_info import encoder, wire
-from tpu_info.captures import RemoteCapture
-from tpu_info.model import MetricInfo, Snapshot
+from tpu_info.contract import catalog as names
+from tpu_info.contract.captures import RemoteCapture
+from tpu_info.contract.model import MetricInfo, Snapshot
 from tpu_info.proto import tpu_info_v1_pb2 as pb
 from tpu_info.proto import tpu_info_v1_pb2_grpc as pb_grpc
 from tpu_info.proto import tpu_metric_service_pb2_grpc as lpb_grpc
+from tpu_info.wire import codec as wire
+from tpu_info.wire import encoder
 
 log = logging.getLogger("metrics.export")
 
@@ -88,7 +89,7 @@ class _Build:
 
 
 def catalog_infos() -> list[MetricInfo]:
-    """Every name in :data:`tpu_info.catalog.CATALOG` as a :class:`MetricInfo`."""
+    """Every name in :data:`tpu_info.contract.catalog.CATALOG` as a :class:`MetricInfo`."""
     return [MetricInfo(name, kind, unit, help)
             for name, (kind, unit, help) in sorted(names.CATALOG.items())]
 

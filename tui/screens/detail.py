@@ -17,9 +17,9 @@ from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Footer, Static
 
-from tpu_info.derived import graph_row
-from tpu_info.model import GraphRecord
-from tpu_info.views import NA, clean, format_ns, presentable
+from tpu_info.contract.model import GraphRecord
+from tpu_info.views.derived import graph_row
+from tpu_info.views.values import NA, clean, format_ns, presentable
 from tui.state import TargetData
 from tui.widgets.common import Palette, hms
 

@@ -23,7 +23,7 @@ from textual.timer import Timer
 from textual.widget import Widget
 from textual.widgets import Footer, Input, Static
 
-from tpu_info.views import clean
+from tpu_info.views.values import clean
 from tui.screens.reasons import ReasonsScreen
 from tui.source import Conn
 from tui.state import WatchState

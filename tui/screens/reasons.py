@@ -1,6 +1,6 @@
 """Why N/A (``n``): every value the dashboard cannot show, and why.
 
-The list is :meth:`tpu_info.derived.RunReadings.reasons` of the targets as
+The list is :meth:`tpu_info.views.derived.RunReadings.reasons` of the targets as
 read so far: the same ``where: why`` lines as ``tpu-info doctor`` and the
 ``na`` list of ``tpu-info --json``.
 """
@@ -17,8 +17,8 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
-from tpu_info.derived import readings
-from tpu_info.views import Header, clean
+from tpu_info.views.derived import readings
+from tpu_info.views.values import Header, clean
 from tui.state import TargetData
 from tui.widgets.common import view_of
 

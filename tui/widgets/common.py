@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 from rich.text import Text
 
-from tpu_info.views import TargetView, clean, format_percent
+from tpu_info.views.values import TargetView, clean, format_percent
 
 if TYPE_CHECKING:
     from tui.state import TargetData
@@ -116,8 +116,8 @@ def cell_signature(value: object) -> object:
 
 
 def view_of(d: TargetData) -> TargetView:
-    """``d`` as the CLI's :class:`~tpu_info.views.TargetView`, so the panels read
-    the same derived values (:mod:`tpu_info.derived`) as the tables."""
+    """``d`` as the CLI's :class:`~tpu_info.views.values.TargetView`, so the panels read
+    the same derived values (:mod:`tpu_info.views.derived`) as the tables."""
     return TargetView(d.target, d.snapshot, d.error or d.state.value, d.source)
 
 

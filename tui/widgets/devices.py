@@ -6,7 +6,7 @@ time axis as the history sparklines, the updates that brought compile events
 are updated cell by cell; the table is rebuilt only when its shape changes
 (devices come or go, the terminal is resized). A reading that is missing says
 why in its history column (and in the panel's tooltip), in the words of
-``tpu-info doctor`` (:func:`tpu_info.derived.device_row`).
+``tpu-info doctor`` (:func:`tpu_info.views.derived.device_row`).
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from collections.abc import Sequence
 
 from rich.text import Text
 
-from tpu_info.derived import device_row
-from tpu_info.views import NA, clean
+from tpu_info.views.derived import device_row
+from tpu_info.views.values import NA, clean
 from tui.state import TargetData, series
 from tui.widgets.common import BAR_CELLS, Palette, bar, reasons_tip, sparkline, timeline, view_of
 from tui.widgets.table import LiveTable

@@ -13,9 +13,9 @@ from datetime import tzinfo
 
 from rich.text import Text
 
-from tpu_info.findings import short_location
-from tpu_info.model import COMPILE_KINDS, Event, EventKind
-from tpu_info.views import clean, format_bytes
+from tpu_info.contract.model import COMPILE_KINDS, Event, EventKind
+from tpu_info.views.findings import short_location
+from tpu_info.views.values import clean, format_bytes
 from tui.state import TargetData
 from tui.widgets.common import Palette, hms
 from tui.widgets.table import LiveTable

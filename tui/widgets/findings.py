@@ -1,7 +1,7 @@
 """Findings: problems in plain words for the picked process, costliest first
 (each with its cost per step, or in all when steps are unknown; ``~`` marks an
 estimate), plus one line per target that cannot be read. The words, levels and
-costs are the CLI's (:class:`tpu_info.derived.FindingLine`)."""
+costs are the CLI's (:class:`tpu_info.views.derived.FindingLine`)."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from rich.table import Table
 from rich.text import Text
 from textual.widgets import Static
 
-from tpu_info.derived import finding_line
-from tpu_info.model import Severity
-from tpu_info.views import TargetView, clean, no_findings_text
+from tpu_info.contract.model import Severity
+from tpu_info.views.derived import finding_line
+from tpu_info.views.values import TargetView, clean, no_findings_text
 from tui.source import Conn
 from tui.state import TargetData
 from tui.widgets.common import Palette, hms

@@ -4,7 +4,7 @@ A graph whose function compiled more than once is highlighted (``↻``). Rows
 are keyed by graph hash and updated in place; a graph whose record did not
 change costs one comparison. The table is re-sorted only when a sort value
 changed or rows came or went. Enter posts :class:`GraphsPanel.Opened`.
-Executions and causes are the CLI's (:func:`tpu_info.derived.graph_row`);
+Executions and causes are the CLI's (:func:`tpu_info.views.derived.graph_row`);
 the panel's tooltip says why each N/A is N/A.
 """
 
@@ -15,9 +15,9 @@ from collections import Counter
 from rich.text import Text
 from textual.message import Message
 
-from tpu_info.derived import graph_row
-from tpu_info.model import GraphRecord
-from tpu_info.views import clean, format_ns
+from tpu_info.contract.model import GraphRecord
+from tpu_info.views.derived import graph_row
+from tpu_info.views.values import clean, format_ns
 from tui.state import TargetData
 from tui.widgets.common import Palette, reasons_tip
 from tui.widgets.table import LiveTable

@@ -16,7 +16,7 @@ from datetime import tzinfo
 from rich.text import Text
 from textual.widgets import Static
 
-from tpu_info.views import clean
+from tpu_info.views.values import clean
 from tui.source import Conn
 from tui.state import TargetData
 from tui.widgets.common import Palette, hms

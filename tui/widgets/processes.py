@@ -2,7 +2,7 @@
 
 Moving the cursor (or pressing Enter) posts :class:`ProcessesPanel.Picked`;
 the app then shows that process's graphs, transfers, events and findings.
-Values are the CLI's (:func:`tpu_info.derived.process_row`); the panel's
+Values are the CLI's (:func:`tpu_info.views.derived.process_row`); the panel's
 tooltip says why each N/A is N/A.
 """
 
@@ -14,8 +14,8 @@ from datetime import tzinfo
 from rich.text import Text
 from textual.message import Message
 
-from tpu_info.derived import process_row
-from tpu_info.views import clean, format_bytes, format_uptime
+from tpu_info.views.derived import process_row
+from tpu_info.views.values import clean, format_bytes, format_uptime
 from tui.source import Conn
 from tui.state import TargetData
 from tui.widgets.common import Palette, hms, reasons_tip, view_of

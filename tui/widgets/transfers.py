@@ -1,14 +1,14 @@
 """Transfers: host->device and device->host counts, bytes, byte-rate history
 (same time axis as the device charts) and latency percentiles, as the CLI
-derives them (:func:`tpu_info.derived.transfer_rows`); the panel's tooltip
+derives them (:func:`tpu_info.views.derived.transfer_rows`); the panel's tooltip
 says why each N/A is N/A."""
 
 from __future__ import annotations
 
 from rich.text import Text
 
-from tpu_info.derived import Derived, transfer_rows
-from tpu_info.views import NA, format_bytes, format_ns
+from tpu_info.views.derived import Derived, transfer_rows
+from tpu_info.views.values import NA, format_bytes, format_ns
 from tui.state import TargetData, series
 from tui.widgets.common import Palette, reasons_tip, sparkline, view_of
 from tui.widgets.table import GAP, Column, LiveTable

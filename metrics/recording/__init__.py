@@ -1,0 +1,1 @@
+"""Recording: counters, distributions, graph ledger, events, snapshots."""

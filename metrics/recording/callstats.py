@@ -1,0 +1,153 @@
+"""Calls and host time per compiled function, and the step they suggest.
+
+Engines fold their calls journals through :meth:`CallTimes.fold` (a batch at a
+time, never per call); :meth:`CallTimes.steps` then names the step when the
+program never marks one: among functions called at least ``min_calls``
+times, the one with the most time inside its calls (ties: more calls). A
+function the user wrapped in ``metrics.track`` (``explicit``) wins over any
+the hook only watched, whatever their times.
+
+Example:
+    >>> import types
+    >>> step = types.SimpleNamespace(name="jit(step)", explicit=False)
+    >>> times = CallTimes("jitted function")
+    >>> times.fold([step] * 12, list(range(12)), list(range(1, 13)))
+    (0, 12)
+    >>> times.steps().basis
+    'jit(step): the jitted function with the most time (12 calls)'
+"""
+
+from __future__ import annotations
+
+import itertools
+import operator
+from collections.abc import Sequence
+from typing import Any
+
+from tpu_info.contract.model import STEPS_INFERRED, STEPS_MARKED, StepsReading
+
+MIN_CALLS = 10  # fewer calls than this are too little history to call a step
+_FEW_OWNERS = 8  # up to this many functions in a batch: grouped in C, by mask
+
+
+class FunctionCalls:
+    """Calls of one function (by name): count, host ns inside them, and the
+    monotonic ns of the first call's start and the last call's end."""
+
+    __slots__ = ("calls", "ns", "first", "last")
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.ns = 0
+        self.first: int | None = None
+        self.last = 0
+
+
+class CallTimes:
+    """Per-function call times of one engine; bounded to ``max_functions``
+    names (later names are not kept; ``dropped`` counts their batches)."""
+
+    def __init__(self, what: str, max_functions: int = 1024) -> None:
+        self.what = what  # "jitted function", "compiled graph": for the basis
+        self.by_key: dict[tuple[str, bool], FunctionCalls] = {}
+        self.max_functions = max_functions
+        self.dropped = 0
+
+    def fold(self, owners: Sequence[Any], starts: Sequence[int], ends: Sequence[int],
+             durations: Sequence[int] | None = None,
+             uniq: set[Any] | None = None) -> tuple[int, int]:
+        """Adds one batch (records in journal order; each owner has ``name``
+        and, optionally, ``explicit``; ``uniq``: ``set(owners)`` if the
+        caller has it); returns the ns inside explicit (tracked) calls and
+        inside the others."""
+        if durations is None:
+            durations = list(map(operator.sub, ends, starts))
+        if uniq is None:
+            uniq = set(owners)
+        if len(uniq) == 1:
+            parts = [(owners[0], len(owners), sum(durations), starts[0], ends[-1])]
+        elif len(uniq) <= _FEW_OWNERS:
+            parts = []
+            for o in uniq:
+                mask = list(map(operator.is_, owners, itertools.repeat(o)))
+                s = list(itertools.compress(starts, mask))
+                e = list(itertools.compress(ends, mask))
+                parts.append((o, len(s), sum(itertools.compress(durations, mask)), s[0], e[-1]))
+        else:  # many functions in one batch (a function re-jitted per call): a loop
+            acc: dict[Any, list[int]] = {}
+            for o, s, e, d in zip(owners, starts, ends, durations, strict=True):
+                a = acc.get(o)
+                if a is None:
+                    acc[o] = [1, d, s, e]
+                else:
+                    a[0] += 1
+                    a[1] += d
+                    a[3] = e
+            parts = [(o, *a) for o, a in acc.items()]
+        explicit_ns = inferred_ns = 0
+        for owner, n, ns, first, last in parts:
+            explicit = bool(getattr(owner, "explicit", False))
+            if explicit:
+                explicit_ns += ns
+            else:
+                inferred_ns += ns
+            f = self._entry(owner.name, explicit)
+            if f is None:
+                continue
+            f.calls += n
+            f.ns += ns
+            if f.first is None:
+                f.first = first
+            f.last = max(f.last, last)
+        return explicit_ns, inferred_ns
+
+    def _entry(self, name: str, explicit: bool) -> FunctionCalls | None:
+        key = (name, explicit)
+        f = self.by_key.get(key)
+        if f is None:
+            if len(self.by_key) >= self.max_functions:
+                self.dropped += 1
+                return None
+            f = self.by_key[key] = FunctionCalls()
+        return f
+
+    def dominant(self, explicit: bool, min_calls: int) -> tuple[str, FunctionCalls] | None:
+        """The function with the most time among those called ``min_calls``
+        times or more (ties: more calls, then the name)."""
+        best = None
+        for (name, exp), f in list(self.by_key.items()):
+            if exp is not explicit or f.calls < min_calls:
+                continue
+            rank = (f.ns, f.calls, name)
+            if best is None or rank > best[0]:
+                best = (rank, name, f)
+        return None if best is None else (best[1], best[2])
+
+    def steps(self, min_calls: int = MIN_CALLS) -> StepsReading | None:
+        """Steps from the tracked function with the most time, else inferred
+        from the watched one (None with too little history)."""
+        tracked = self.dominant(True, 1)
+        if tracked is not None:
+            name, f = tracked
+            basis = (f"metrics.track({name}): the tracked function with the most time "
+                     f"({f.calls:,} calls)")
+            return StepsReading(count=f.calls, source=STEPS_MARKED, basis=basis,
+                                seconds_total=_span(f))
+        inferred = self.dominant(False, min_calls)
+        if inferred is None:
+            return None
+        name, f = inferred
+        return StepsReading(count=f.calls, source=STEPS_INFERRED,
+                            basis=f"{name}: the {self.what} with the most time ({f.calls:,} calls)",
+                            seconds_total=_span(f))
+
+    def clear(self) -> None:
+        self.by_key.clear()
+        self.dropped = 0
+
+
+def _span(f: FunctionCalls) -> float | None:
+    """Wall seconds from the first call's start to the last call's end."""
+    if f.first is None or f.last <= f.first:
+        return None
+    return (f.last - f.first) / 1e9

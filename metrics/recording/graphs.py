@@ -1,0 +1,216 @@
+"""Ledger of compiled graphs: one entry per graph hash.
+
+Each entry holds the function's name, engine, first and last time seen,
+compiles, compile time (total and last), cache hits, executions (where the
+engine tells), the latest input signature, the last few distinct signatures,
+and the recompile causes with the user's source line.
+
+Bounds (eviction rule): at most ``max_graphs`` entries; when full, the entry
+seen least recently is dropped (LRU: every compile, hit or execution counts as
+a sighting) and ``evicted`` grows by one. Per entry, the last
+``max_causes`` causes and ``max_signatures`` distinct signatures are kept.
+Executions are appended to a journal without a lock and folded in before
+the next change or snapshot (:mod:`metrics.recording.journal`'s policy), so
+``last_seen`` of a graph that only executes has the resolution of the
+scrape interval.
+
+Example:
+    >>> ledger = GraphLedger()
+    >>> ledger.compiled("ab12", "jit(f)", "jax", seconds=0.5, signature=("f32[2]",))
+    >>> ledger.snapshot()[0].compiles
+    1
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict, deque
+from collections.abc import Callable
+
+from metrics.recording.journal import FOLD_AT, Journal
+from tpu_info.contract.model import GraphRecord, RecompileCause
+from tpu_info.contract.reuse import Kept
+
+
+class _Entry:
+    __slots__ = (
+        "hash", "name", "engine", "first_seen", "last_seen", "compiles",
+        "compile_total", "compile_last", "cache_hits", "executions",
+        "signature", "signatures", "causes", "changes", "kept", "history",
+    )
+
+    def __init__(self, graph_hash: str, name: str, engine: str, now: float,
+                 max_causes: int, max_signatures: int) -> None:
+        self.hash = graph_hash
+        self.name = name
+        self.engine = engine
+        self.first_seen = now
+        self.last_seen = now
+        self.compiles = 0
+        self.compile_total = 0.0
+        self.compile_last = 0.0
+        self.cache_hits = 0
+        self.executions: int | None = None
+        self.signature: tuple[str, ...] = ()
+        self.signatures: deque[tuple[str, ...]] = deque(maxlen=max_signatures)
+        self.causes: deque[RecompileCause] = deque(maxlen=max_causes)
+        # Versions for tpu_info.contract.reuse's rule: every change counts in
+        # ``changes`` (the record), only a compile in ``compiles`` (the
+        # (signatures, causes) tuples: records of execution-only changes
+        # share them, so encoders can reuse their bytes).
+        self.changes = 0
+        self.kept: Kept[GraphRecord] = Kept()
+        self.history: Kept[tuple[tuple[tuple[str, ...], ...], tuple[RecompileCause, ...]]] = (
+            Kept())
+
+    def record(self) -> GraphRecord:
+        kept = self.kept  # read in place: this runs for every entry of a snapshot
+        return kept.value if kept.version == self.changes else kept.put(self.changes, self._build())
+
+    def _build(self) -> GraphRecord:
+        signatures, causes = self.history.get(
+            self.compiles, lambda: (tuple(self.signatures), tuple(self.causes)))
+        return GraphRecord(
+            hash=self.hash, name=self.name, engine=self.engine,
+            first_seen_unix=self.first_seen, last_seen_unix=self.last_seen,
+            compiles=self.compiles, compile_seconds_total=self.compile_total,
+            compile_seconds_last=self.compile_last, cache_hits=self.cache_hits,
+            executions=self.executions, signature=self.signature,
+            signatures=signatures, causes=causes,
+        )
+
+
+class GraphLedger:
+    """Thread-safe, bounded ledger of compiled graphs (see module docstring)."""
+
+    def __init__(
+        self,
+        max_graphs: int = 2000,
+        max_causes: int = 32,
+        max_signatures: int = 8,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.max_graphs = max_graphs
+        self._max_causes = max_causes
+        self._max_signatures = max_signatures
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._entries: OrderedDict[str, _Entry] = OrderedDict()  # least recently seen first
+        self._first_seen: dict[str, _Entry] = {}  # the same entries, in the order first seen
+        # (hash, name, engine, n) of executions, folded under the ledger's lock.
+        self._executions = Journal(self._fold_executions, lock=self._lock)
+        self._queue = self._executions.queue
+        # Called before every read: folds hot-path journals in (the recorder's).
+        self.before_read: Callable[[], None] = lambda: None
+        self.evicted = 0
+        # The last snapshot, made again only where entries changed (the reuse
+        # rule of tpu_info.contract.reuse): positions hold while no entry comes or goes.
+        self._members = 0  # entries added, evicted or cleared
+        self._dirty: set[_Entry] = set()  # entries changed since the last snapshot
+        self._last: tuple[int, tuple[GraphRecord, ...], dict[str, int]] | None = None
+
+    def _touch(self, graph_hash: str, name: str, engine: str) -> _Entry:
+        # Caller holds the lock.
+        now = self._clock()
+        e = self._entries.get(graph_hash)
+        if e is None:
+            self._members += 1
+            e = _Entry(graph_hash, name, engine, now, self._max_causes, self._max_signatures)
+            self._entries[graph_hash] = e
+            self._first_seen[graph_hash] = e
+            while len(self._entries) > self.max_graphs:
+                gone, _ = self._entries.popitem(last=False)
+                del self._first_seen[gone]
+                self.evicted += 1
+        else:
+            e.last_seen = now
+            self._entries.move_to_end(graph_hash)
+        e.changes += 1
+        self._dirty.add(e)
+        return e
+
+    def compiled(
+        self,
+        graph_hash: str,
+        name: str,
+        engine: str,
+        seconds: float,
+        signature: tuple[str, ...] = (),
+        cause: RecompileCause | None = None,
+    ) -> None:
+        """Records one real compile of ``graph_hash``."""
+        with self._lock:
+            self._executions.flush_held()
+            e = self._touch(graph_hash, name, engine)
+            e.compiles += 1
+            e.compile_total += seconds
+            e.compile_last = seconds
+            if signature:
+                e.signature = signature
+                if not e.signatures or e.signatures[-1] != signature:
+                    e.signatures.append(signature)
+            if cause is not None:
+                e.causes.append(cause)
+
+    def cache_hit(self, graph_hash: str, name: str, engine: str,
+                  signature: tuple[str, ...] = ()) -> None:
+        """Records a compile avoided by a cache (persistent or in-memory)."""
+        with self._lock:
+            self._executions.flush_held()
+            e = self._touch(graph_hash, name, engine)
+            e.cache_hits += 1
+            if signature and not e.signature:
+                e.signature = signature
+
+    def executed(self, graph_hash: str, name: str, engine: str, n: int = 1) -> None:
+        """Records ``n`` executions of a graph: one lock-free append, folded in
+        before the next change or snapshot (this runs on every training step)."""
+        q = self._queue
+        q.append((graph_hash, name, engine, n))
+        if len(q) >= FOLD_AT:
+            self._executions.flush()
+
+    def _fold_executions(self, batch: list[tuple[str, str, str, int]]) -> None:
+        # The journal's fold: the caller holds the lock.
+        touch = self._touch
+        for graph_hash, name, engine, n in batch:
+            e = touch(graph_hash, name, engine)
+            e.executions = (e.executions or 0) + n
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._queue.clear()
+            self._entries.clear()
+            self._first_seen.clear()
+            self.evicted = 0
+            self._members += 1
+            self._dirty.clear()
+            self._last = None
+
+    def snapshot(self) -> tuple[GraphRecord, ...]:
+        """Copies of all entries, in the order they were first seen (stable
+        from one snapshot to the next, so encoders can reuse what did not
+        change)."""
+        self.before_read()
+        with self._lock:
+            self._executions.flush_held()
+            last, dirty = self._last, self._dirty
+            if last is not None and last[0] == self._members:
+                if not dirty:
+                    return last[1]
+                records = list(last[1])
+                at = last[2]
+                for e in dirty:
+                    records[at[e.hash]] = e.record()
+                index = at
+            else:
+                records = [e.record() for e in self._first_seen.values()]
+                index = {h: i for i, h in enumerate(self._first_seen)}
+            dirty.clear()
+            snap = tuple(records)
+            self._last = (self._members, snap, index)
+            return snap

@@ -1,0 +1,1 @@
+"""Tests of the in-process hook: recording, engines, export."""

@@ -1,0 +1,1 @@
+"""Tests of the profiler: spans, captures, trace formats."""

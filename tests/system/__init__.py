@@ -1,0 +1,1 @@
+"""Whole-system and fault tests: real programs, forks, hostile peers, security."""

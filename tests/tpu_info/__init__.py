@@ -1,0 +1,1 @@
+"""Tests of the CLI package: contract, wire, networking, host scan, views, outputs."""

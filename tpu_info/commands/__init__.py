@@ -1,0 +1,1 @@
+"""Commands: `tpu-info` and its subcommands, gathering, exit codes."""

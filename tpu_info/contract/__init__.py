@@ -1,0 +1,1 @@
+"""The contract: typed records, enums, metric names, the bucket scheme."""

@@ -1,0 +1,98 @@
+"""Every counter and distribution name the hook records, with unit and help.
+
+Names follow torch_xla's where one exists, so ``metrics_report()`` reads the
+same; new ones are CamelCase the same way. The README's table is this one.
+It lives in ``tpu_info`` so the CLI knows the names without importing the
+hook.
+
+Example:
+    >>> CATALOG[COMPILE_TIME][0]
+    'distribution'
+"""
+
+from __future__ import annotations
+
+from tpu_info.contract.model import Unit
+
+COMPILE_TIME = "CompileTime"
+TRACE_TIME = "TraceTime"
+LOWERING_TIME = "LoweringTime"
+UNCACHED_COMPILE = "UncachedCompile"
+CACHED_COMPILE = "CachedCompile"
+EXECUTE_TIME = "ExecuteTime"
+EXECUTE_COUNT = "ExecuteComputation"
+TRANSFER_TO_DEVICE_TIME = "TransferToDeviceTime"
+TRANSFER_FROM_DEVICE_TIME = "TransferFromDeviceTime"
+OUTBOUND_DATA = "OutboundData"
+INBOUND_DATA = "InboundData"
+MARK_STEP = "MarkStep"
+STEP_TIME = "StepTime"
+HOOK_ERRORS = "HookErrors"
+GRAPHS_EVICTED = "GraphsEvicted"
+GRAPH_BREAKS = "GraphBreaks"
+IMPLICIT_TRANSFER_TO_DEVICE = "ImplicitTransferToDevice"
+IMPLICIT_TRANSFER_FROM_DEVICE = "ImplicitTransferFromDevice"
+IMPLICIT_OUTBOUND_BYTES = "ImplicitOutboundBytes"
+IMPLICIT_INBOUND_BYTES = "ImplicitInboundBytes"
+EAGER_FALLBACK_TIME = "EagerFallbackTime"
+
+# name -> (kind, unit, help). kind is "counter" or "distribution".
+CATALOG: dict[str, tuple[str, Unit, str]] = {
+    COMPILE_TIME: ("distribution", Unit.TIME_NS,
+                   "Backend (XLA) compile time of each real compile."),
+    TRACE_TIME: ("distribution", Unit.TIME_NS,
+                 "Time tracing Python into a graph (JAX: to a jaxpr; torch.compile: "
+                 "Dynamo's bytecode tracing of one frame)."),
+    LOWERING_TIME: ("distribution", Unit.TIME_NS,
+                    "Time lowering a jaxpr to an MLIR module (JAX)."),
+    UNCACHED_COMPILE: ("counter", Unit.NUMBER,
+                       "Graphs compiled by the backend (cache misses)."),
+    CACHED_COMPILE: ("counter", Unit.NUMBER,
+                     "Compiles avoided by a cache (JAX: persistent compilation cache hits)."),
+    EXECUTE_TIME: ("distribution", Unit.TIME_NS,
+                   "Wall time of each call of a tracked function, as its caller saw it."),
+    EXECUTE_COUNT: ("counter", Unit.NUMBER, "Calls of tracked functions."),
+    TRANSFER_TO_DEVICE_TIME: ("distribution", Unit.TIME_NS,
+                              "Time of each host->device transfer (jax.device_put, and the "
+                              "implicit ones the hook times: jnp.asarray of host data, numpy "
+                              "arguments sharded per call)."),
+    TRANSFER_FROM_DEVICE_TIME: ("distribution", Unit.TIME_NS,
+                                "Time of each device->host transfer (jax.device_get, and "
+                                "implicit syncs: float(x), print(x), if x > 0:, ...)."),
+    OUTBOUND_DATA: ("distribution", Unit.BYTES, "Bytes of each host->device transfer."),
+    INBOUND_DATA: ("distribution", Unit.BYTES, "Bytes of each device->host transfer."),
+    MARK_STEP: ("counter", Unit.NUMBER, "Training steps marked with metrics.mark_step()."),
+    STEP_TIME: ("distribution", Unit.TIME_NS, "Wall time between consecutive mark_step() calls."),
+    HOOK_ERRORS: ("counter", Unit.NUMBER,
+                  "Exceptions inside the hook, counted and swallowed."),
+    GRAPHS_EVICTED: ("counter", Unit.NUMBER,
+                     "Graph-ledger entries dropped (least recently seen) to stay bounded."),
+    GRAPH_BREAKS: ("counter", Unit.NUMBER,
+                   "torch.compile graph breaks: Dynamo split a function into several "
+                   "graphs with Python in between."),
+    IMPLICIT_TRANSFER_TO_DEVICE: ("counter", Unit.NUMBER,
+                                  "Host->device transfers nobody asked for (no device_put): "
+                                  "numpy arguments of jitted calls, jnp.asarray of host data; "
+                                  "part of OutboundData."),
+    IMPLICIT_TRANSFER_FROM_DEVICE: ("counter", Unit.NUMBER,
+                                    "Device->host syncs nobody asked for (no device_get): "
+                                    "float(x), int(x), bool(x), tolist(), print(x); part of "
+                                    "InboundData."),
+    IMPLICIT_OUTBOUND_BYTES: ("counter", Unit.BYTES,
+                              "Bytes of the implicit host->device transfers."),
+    IMPLICIT_INBOUND_BYTES: ("counter", Unit.BYTES, "Bytes of the implicit device->host syncs."),
+    EAGER_FALLBACK_TIME: ("distribution", Unit.TIME_NS,
+                          "Wall time of each call of a torch.compile'd function that Dynamo "
+                          "could not resume after a graph break: it runs eagerly."),
+}
+
+
+def help_for(name: str) -> str:
+    """The help text of a known name, else empty."""
+    entry = CATALOG.get(name)
+    return entry[2] if entry else ""
+
+
+def unit_for(name: str) -> Unit:
+    entry = CATALOG.get(name)
+    return entry[1] if entry else Unit.NUMBER

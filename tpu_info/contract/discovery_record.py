@@ -1,0 +1,134 @@
+"""The discovery record: the rules its writer and its reader share.
+
+Each hooked process writes ``<pid>.json`` into a private runtime directory
+(:func:`runtime_dir`; private as :func:`unsafe_directory_reason` checks) and
+removes it at exit. ``metrics.export.discovery`` writes it;
+:mod:`tpu_info.net.discovery` reads the directory and judges the records.
+:func:`parse_record` says what a valid record is. A record carries
+``capture_secret``, a random token only the owner (who can read the 0600
+record) knows, sent as gRPC metadata (:data:`CAPTURE_TOKEN_METADATA`) to ask
+for a trace capture.
+
+Example:
+    >>> from pathlib import Path
+    >>> p = parse_record({"schema": 1, "pid": 42, "port": 8431, "host": "localhost",
+    ...                   "argv": ["train.py"], "engine": "jax", "versions": {},
+    ...                   "start_time": 0.0}, Path("/run/tpu-info/42.json"))
+    >>> p.target
+    'localhost:8431'
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+SCHEMA_VERSION = 1
+ENV_RUNTIME_DIR = "TPU_INFO_RUNTIME_DIR"
+ENV_XDG_RUNTIME_DIR = "XDG_RUNTIME_DIR"
+MAX_RECORD_BYTES = 64 * 1024
+# The gRPC metadata key a client sends the record's capture secret under.
+CAPTURE_TOKEN_METADATA = "tpu-info-capture-token"
+
+
+@dataclass(frozen=True, slots=True)
+class DiscoveredProcess:
+    """One hooked process's discovery record."""
+
+    pid: int
+    port: int
+    host: str
+    argv: tuple[str, ...]
+    engine: str
+    versions: Mapping[str, str]
+    start_time: float
+    path: Path
+    schema: int = SCHEMA_VERSION
+    # Only the owner reads it; never printed (repr=False), sent only to this process.
+    capture_secret: str = field(default="", repr=False)
+    # Engines the hook waits for (not imported yet when the record was written).
+    waiting: tuple[str, ...] = ()
+
+    @property
+    def target(self) -> str:
+        """``host:port`` for a gRPC client (IPv6 hosts in brackets)."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{host}:{self.port}"
+
+
+def runtime_dir(environ: Mapping[str, str] | None = None, uid: int | None = None) -> Path:
+    """The private directory for discovery records.
+
+    ``$TPU_INFO_RUNTIME_DIR``, else ``$XDG_RUNTIME_DIR/tpu-info``, else
+    ``/tmp/tpu-info-<uid>``.
+
+    Args:
+        environ: the environment to read (default ``os.environ``).
+        uid: the user id for the fallback (default the effective uid).
+    """
+    env = os.environ if environ is None else environ
+    explicit = env.get(ENV_RUNTIME_DIR)
+    if explicit:
+        return Path(explicit)
+    xdg = env.get(ENV_XDG_RUNTIME_DIR)
+    if xdg:
+        return Path(xdg) / "tpu-info"
+    return Path("/tmp") / f"tpu-info-{os.geteuid() if uid is None else uid}"
+
+
+def unsafe_directory_reason(st: os.stat_result, uid: int | None = None) -> str | None:
+    """Why a directory with ``lstat`` result ``st`` is not private, else None."""
+    uid = os.geteuid() if uid is None else uid
+    if stat.S_ISLNK(st.st_mode):
+        return "is a symlink"
+    if not stat.S_ISDIR(st.st_mode):
+        return "is not a directory"
+    if st.st_uid != uid:
+        return f"is owned by uid {st.st_uid}, not {uid}"
+    if st.st_mode & 0o022:
+        return f"is group or world writable (mode {stat.S_IMODE(st.st_mode):04o})"
+    return None
+
+
+def parse_record(data: Any, path: Path) -> DiscoveredProcess:
+    """Validates a decoded record; raises ``ValueError`` saying what is wrong."""
+    if not isinstance(data, dict):
+        raise ValueError("not a JSON object")
+    schema = data.get("schema")
+    if not isinstance(schema, int) or isinstance(schema, bool):
+        raise ValueError("missing schema version")
+
+    def get(key: str, kind: type | tuple[type, ...]) -> Any:
+        value = data.get(key)
+        if not isinstance(value, kind) or isinstance(value, bool):
+            raise ValueError(f"field {key!r} missing or not {getattr(kind, '__name__', kind)}")
+        return value
+
+    pid = get("pid", int)
+    port = get("port", int)
+    if not 0 < port < 65536:
+        raise ValueError(f"port {port} out of range")
+    argv = get("argv", list)
+    versions = get("versions", dict)
+    if not all(isinstance(a, str) for a in argv):
+        raise ValueError("argv is not a list of strings")
+    if not all(isinstance(k, str) and isinstance(v, str) for k, v in versions.items()):
+        raise ValueError("versions is not a map of strings")
+    waiting = data.get("waiting", [])
+    if not isinstance(waiting, list) or not all(isinstance(e, str) for e in waiting):
+        raise ValueError("waiting is not a list of strings")
+    secret = data.get("capture_secret", "")
+    if not isinstance(secret, str) or not secret.isascii() or not secret.isprintable():
+        raise ValueError("capture_secret is not a printable ASCII string")
+    if path.name != f"{pid}.json":
+        raise ValueError(f"pid {pid} does not match the file name")
+    return DiscoveredProcess(
+        pid=pid, port=port, host=get("host", str), argv=tuple(argv),
+        engine=get("engine", str), versions=dict(versions),
+        start_time=float(get("start_time", (int, float))), path=path, schema=schema,
+        capture_secret=secret, waiting=tuple(waiting),
+    )

@@ -1,0 +1,492 @@
+"""Plain typed records that every renderer consumes.
+
+One fetch produces one :class:`Snapshot`; tables, reports, findings and the
+dashboard are pure functions of it. The in-process hook builds snapshots from
+its registry, the gRPC client builds them from the wire, and both sides speak
+only these records. Nothing here imports grpc, torch or jax.
+
+A reading that is missing is ``None`` with the reason kept beside it (for
+example :attr:`MemoryReading.reason`), so renderers never show a bare "N/A".
+
+Example:
+    >>> from tpu_info.contract.model import Unit, CounterReading
+    >>> CounterReading(name="MarkStep", value=3, unit=Unit.NUMBER).value
+    3
+"""
+
+from __future__ import annotations
+
+import array
+import enum
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import overload
+
+
+class Unit(str, enum.Enum):
+    """What a counter or distribution counts; drives formatting."""
+
+    TIME_NS = "ns"
+    BYTES = "bytes"
+    NUMBER = "1"
+
+
+# The description of a compile that is a function's first, in every engine.
+FIRST_CALL = "first call"
+
+# Opens a first compile's event detail when the compile was reached through
+# nested user functions: ``called from accuracy() at /w/train.py:104 via predict()``.
+CALLED_FROM = "called from "
+
+# torch_xla's percentile set, in percent.
+PERCENTILES: tuple[float, ...] = (1.0, 5.0, 10.0, 20.0, 50.0, 80.0, 90.0, 95.0, 99.0)
+
+
+@dataclass(frozen=True, slots=True)
+class CounterReading:
+    """A monotonic integer counter at snapshot time."""
+
+    name: str
+    value: int
+    unit: Unit = Unit.NUMBER
+    help: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class BucketCounts:
+    """Log-spaced bucket counts of a distribution (mergeable by adding counts).
+
+    Bucket ``i`` holds samples ``v`` with ``gamma**(i-1) < |v| <= gamma**i``;
+    ``negative`` holds the same for negative samples; ``zero`` counts zeros.
+    """
+
+    gamma: float
+    positive: Mapping[int, int]
+    negative: Mapping[int, int] = field(default_factory=dict)
+    zero: int = 0
+
+
+class Samples(Sequence[tuple[float, float]]):
+    """Recent samples, ``(unix_time, value)`` pairs in time order, held as
+    two arrays of doubles (``times``, ``values``; the wire's own shape).
+
+    It reads like a tuple of pairs, but a reading's 64 samples are three
+    objects instead of 65 tuples: the garbage collector has nothing inside
+    to walk (each scrape makes readings, and a collection that lands in one
+    walks every young object), and a decode copies two arrays in C.
+
+    Example:
+        >>> s = Samples([1.0, 2.0], [10.0, 20.0])
+        >>> s[-1], len(s), s == ((1.0, 10.0), (2.0, 20.0))
+        ((2.0, 20.0), 2, True)
+    """
+
+    __slots__ = ("times", "values")
+
+    def __init__(self, times: Iterable[float] = (), values: Iterable[float] = ()) -> None:
+        self.times = times if type(times) is array.array else array.array("d", times)
+        self.values = values if type(values) is array.array else array.array("d", values)
+        if len(self.times) != len(self.values):
+            raise ValueError(f"{len(self.times)} times but {len(self.values)} values")
+
+    @classmethod
+    def of(cls, pairs: Iterable[tuple[float, float]]) -> Samples:
+        """Samples from ``(time, value)`` pairs."""
+        pairs = list(pairs)
+        return cls([t for t, _ in pairs], [v for _, v in pairs])
+
+    def __len__(self) -> int:
+        return len(self.times)
+
+    @overload
+    def __getitem__(self, i: int) -> tuple[float, float]: ...
+    @overload
+    def __getitem__(self, i: slice) -> Samples: ...
+    def __getitem__(self, i: int | slice) -> tuple[float, float] | Samples:
+        if isinstance(i, slice):
+            return Samples(self.times[i], self.values[i])
+        return (self.times[i], self.values[i])
+
+    def __iter__(self) -> Iterator[tuple[float, float]]:
+        return zip(self.times, self.values, strict=True)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Samples):
+            return self.times == other.times and self.values == other.values
+        if isinstance(other, Sequence) and not isinstance(other, str | bytes):
+            return tuple(self) == tuple(other)
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(tuple(self))
+
+    def __repr__(self) -> str:
+        return f"Samples({list(self)!r})"
+
+
+@dataclass(frozen=True, slots=True)
+class DistributionReading:
+    """A distribution (torch_xla's "Metric") at snapshot time.
+
+    ``percentiles`` pairs each percent in :data:`PERCENTILES` with its value,
+    estimated from ``buckets`` to within the bucket's relative error of the
+    exact (numpy, linear-interpolation) percentile of every sample recorded
+    since the last clear.
+    """
+
+    name: str
+    unit: Unit
+    count: int
+    total: float
+    min: float | None
+    max: float | None
+    rate_per_second: float | None = None
+    value_rate_per_second: float | None = None
+    percentiles: tuple[tuple[float, float], ...] = ()
+    recent: Sequence[tuple[float, float]] = ()  # a Samples from the hook and the wire
+    buckets: BucketCounts | None = None
+    help: str = ""
+
+    @property
+    def mean(self) -> float | None:
+        return self.total / self.count if self.count else None
+
+    def percentile(self, percent: float) -> float | None:
+        """The value at ``percent`` if it was computed, else None."""
+        for p, v in self.percentiles:
+            if p == percent:
+                return v
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class RecompileCause:
+    """Why a graph was (re)compiled, in the engine's words and ours."""
+
+    time_unix: float
+    description: str
+    location: str | None = None
+    argument: str | None = None
+    before: str | None = None
+    after: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GraphRecord:
+    """One compiled graph, identified by its hash."""
+
+    hash: str
+    name: str
+    engine: str
+    first_seen_unix: float
+    last_seen_unix: float
+    compiles: int = 0
+    compile_seconds_total: float = 0.0
+    compile_seconds_last: float = 0.0
+    cache_hits: int = 0
+    executions: int | None = None
+    signature: tuple[str, ...] = ()
+    signatures: tuple[tuple[str, ...], ...] = ()
+    causes: tuple[RecompileCause, ...] = ()
+
+    @property
+    def short_hash(self) -> str:
+        return self.hash[:12]
+
+
+class EventKind(enum.StrEnum):
+    """What an :class:`Event` records: the kinds the hook emits.
+
+    ``Event.kind`` is one of these, or a plain string that is equal to one
+    (decoded from the wire), or a kind a newer hook emits: renderers show an
+    unknown kind as it is.
+    """
+
+    COMPILE = "compile"  # a graph's first compile
+    RECOMPILE = "recompile"  # a known function compiled again (``detail``: the cause)
+    CACHE_HIT = "cache_hit"  # a compile a cache answered
+    TRANSFER_TO_DEVICE = "transfer_to_device"  # ``value``: bytes
+    TRANSFER_FROM_DEVICE = "transfer_from_device"  # ``value``: bytes
+    STEP = "step"
+    HOOK_ERROR = "hook_error"  # an exception inside the hook, counted and swallowed
+    GRAPH_BREAK = "graph_break"  # torch.compile split a function (``detail``: why)
+
+
+# Kinds that are a compile (``value``: its seconds) and a transfer (``value``: bytes).
+COMPILE_KINDS = frozenset({EventKind.COMPILE, EventKind.RECOMPILE})
+TRANSFER_KINDS = frozenset({EventKind.TRANSFER_TO_DEVICE, EventKind.TRANSFER_FROM_DEVICE})
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One entry of the recent-events ring; ``seq`` grows by one per event.
+
+    ``kind`` is an :class:`EventKind` (a plain string on the wire).
+    """
+
+    seq: int
+    time_unix: float
+    kind: str
+    name: str = ""
+    graph_hash: str = ""
+    detail: str = ""
+    location: str | None = None
+    value: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryReading:
+    """Device memory in bytes; ``source`` says where the numbers came from.
+
+    Sources: ``memory_stats`` (the runtime's allocator), ``live_arrays`` (sum
+    of live array buffers; limit is host RAM), ``libtpu``, ``nvml``, or
+    ``none`` with ``reason`` saying why nothing could be read.
+    """
+
+    used_bytes: int | None
+    peak_bytes: int | None = None
+    limit_bytes: int | None = None
+    source: str = "none"
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceRecord:
+    """One accelerator as a hooked process (or the host) sees it."""
+
+    id: int
+    kind: str
+    platform: str
+    memory: MemoryReading
+    busy_percent: float | None = None
+    busy_reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessRecord:
+    """The hooked process."""
+
+    pid: int
+    name: str
+    argv: tuple[str, ...] = ()
+    host: str = ""
+    user: str = ""
+    engine: str = ""
+    versions: Mapping[str, str] = field(default_factory=dict)
+    start_time_unix: float = 0.0
+    # Engines the hook waits for (comma separated): hooked once imported.
+    waiting: str = ""
+
+
+class SiteKind(str, enum.Enum):
+    """What happened at a :class:`SiteReading`'s line."""
+
+    # Device -> host reads the program did not ask for with device_get:
+    # float(x), int(x), bool(x) (``if x > 0:``), x.tolist(), print(x).
+    SYNC = "sync"
+    # Host data moved to the device with no device_put: a numpy array passed
+    # into a jitted function, jnp.asarray(numpy), per-call shard transfers.
+    IMPLICIT_TO_DEVICE = "implicit_to_device"
+    # A torch.compile graph break Dynamo resumes from: ``seconds`` is the
+    # Python run between the two compiled graphs, ``count`` the crossings.
+    GRAPH_BREAK = "graph_break"
+
+
+@dataclass(frozen=True, slots=True)
+class SiteReading:
+    """One line of the user's code that did something costly, every time.
+
+    ``location`` is ``/abs/path/file.py:LINE`` (resolved when read, never on
+    the hot path); ``detail`` says how (``float()``, ``print``,
+    ``jnp.asarray``, ``numpy argument of jit(step)``). ``kind`` is a
+    :class:`SiteKind` value (kept a plain string on the wire so a newer
+    hook's kinds still travel).
+    """
+
+    kind: str
+    location: str
+    count: int
+    bytes: int = 0
+    seconds: float = 0.0
+    function: str = ""
+    detail: str = ""
+    last_seen_unix: float = 0.0
+
+
+# StepsReading.source values.
+STEPS_MARKED = "marked"  # metrics.mark_step / metrics.track, or the engine's own steps
+STEPS_INFERRED = "inferred"  # picked by the hook from what the program did
+
+
+@dataclass(frozen=True, slots=True)
+class StepsReading:
+    """How many training steps ran and how long they took.
+
+    ``source`` is :data:`STEPS_MARKED` or :data:`STEPS_INFERRED`; ``basis``
+    says in words what a step was taken to be (``jit(train_step): the
+    compiled function with the most time, 1,200 calls``). ``seconds_total``
+    is the wall time the steps cover (first step start to last step end),
+    ``None`` when unknown.
+    """
+
+    count: int
+    source: str
+    basis: str = ""
+    seconds_total: float | None = None
+
+    @property
+    def seconds_per_step(self) -> float | None:
+        if not self.count or self.seconds_total is None:
+            return None
+        return self.seconds_total / self.count
+
+
+class Severity(enum.StrEnum):
+    """How much a :class:`Finding` matters; ``label`` is its word in tables."""
+
+    ERROR = "error"  # something could not be read at all
+    WARNING = "warning"  # costs the program time: worth fixing
+    INFO = "info"  # worth knowing; nothing to fix
+
+    @property
+    def label(self) -> str:
+        """The four-letter word tables show: ``FAIL``, ``warn``, ``info``."""
+        return _SEVERITY_LABELS[self]
+
+
+_SEVERITY_LABELS = {Severity.ERROR: "FAIL", Severity.WARNING: "warn", Severity.INFO: "info"}
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """A problem in plain words, ranked by what it cost (``seconds_lost``, then
+    ``share_of_step``).
+
+    ``kind`` is a stable snake_case name per rule (``per_step_sync``,
+    ``recompile_short_last_batch``, ``eager_ops``); ``location`` the user's
+    line; ``count`` how many times it happened; ``per_step`` how often per
+    step, ``seconds_per_step`` its cost per step and ``share_of_step`` (0..1)
+    that cost over the step time: ``None`` when the steps (or their time) are
+    not known, never guessed. ``cost_estimated`` says the cost was estimated
+    (bytes over a transfer rate) rather than timed. ``severity`` is a
+    :class:`Severity` (a plain string given to the constructor becomes one;
+    an unknown one is :attr:`Severity.INFO`).
+    """
+
+    message: str
+    severity: Severity = Severity.WARNING
+    location: str | None = None
+    seconds_lost: float = 0.0
+    kind: str = ""
+    count: int | None = None
+    per_step: float | None = None
+    seconds_per_step: float | None = None
+    share_of_step: float | None = None
+    cost_estimated: bool = False
+
+    def __post_init__(self) -> None:
+        if type(self.severity) is not Severity:  # mapped here, once, for every reader
+            severity = _SEVERITY_OF.get(self.severity, Severity.INFO)
+            object.__setattr__(self, "severity", severity)
+
+
+_SEVERITY_OF: dict[str, Severity] = {s.value: s for s in Severity}
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """Everything one fetch knows about one hooked process."""
+
+    taken_at_unix: float
+    process: ProcessRecord | None = None
+    devices: tuple[DeviceRecord, ...] = ()
+    counters: tuple[CounterReading, ...] = ()
+    distributions: tuple[DistributionReading, ...] = ()
+    graphs: tuple[GraphRecord, ...] = ()
+    events: tuple[Event, ...] = ()
+    last_seq: int = 0
+    uptime_seconds: float = 0.0
+    # (where, why) for each value a client kept out when it decoded this
+    # snapshot (not a finite number, beyond a count bound); empty in the hook.
+    left_out: tuple[tuple[str, str], ...] = ()
+    # Lines of the user's code that synced or moved data implicitly.
+    sites: tuple[SiteReading, ...] = ()
+    steps: StepsReading | None = None
+    # What the hook cannot see in this process, in words ("np.asarray(x) on
+    # CPU: numpy's zero-copy buffer protocol bypasses the hook"): a report
+    # that found nothing says these instead of "No problems found".
+    blind_spots: tuple[str, ...] = ()
+
+    def counter(self, name: str) -> int:
+        """A counter's value, 0 if it never counted."""
+        for c in self.counters:
+            if c.name == name:
+                return c.value
+        return 0
+
+    def distribution(self, name: str) -> DistributionReading | None:
+        for d in self.distributions:
+            if d.name == name:
+                return d
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class ChipRecord:
+    """One accelerator found on this machine, outside any process.
+
+    TPU chips come from sysfs, NVIDIA GPUs from NVML. ``reasons`` maps a field
+    name (``hbm_used_bytes``, ``owner_pids``, ...) to why it is missing or
+    incomplete, so a renderer can show "N/A" and ``doctor`` can say why.
+    """
+
+    index: int
+    vendor: str  # "tpu" or "nvidia"
+    kind: str  # "v5e", "v4", "NVIDIA H100 80GB HBM3", ...
+    device_path: str | None
+    pci_address: str
+    hbm_total_bytes: int | None = None
+    hbm_used_bytes: int | None = None
+    busy_percent: float | None = None
+    cores_per_chip: int | None = None
+    devices_per_chip: int | None = None
+    owner_pids: tuple[int, ...] = ()
+    reasons: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        """``tpu0``, ``gpu1``: how tables name the chip."""
+        return f"{'gpu' if self.vendor == 'nvidia' else 'tpu'}{self.index}"
+
+
+@dataclass(frozen=True, slots=True)
+class LocalScan:
+    """Every local accelerator, and why some could not be seen.
+
+    ``reasons`` maps a scope (``tpu``, ``gpu``, ``owners``) to a sentence:
+    no TPU chips in sysfs, NVML absent, no permission to read ``/proc``.
+    """
+
+    chips: tuple[ChipRecord, ...] = ()
+    reasons: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def tpus(self) -> tuple[ChipRecord, ...]:
+        return tuple(c for c in self.chips if c.vendor == "tpu")
+
+    @property
+    def gpus(self) -> tuple[ChipRecord, ...]:
+        return tuple(c for c in self.chips if c.vendor == "nvidia")
+
+
+@dataclass(frozen=True, slots=True)
+class MetricInfo:
+    """One name a hook records (``tpu_info.v1.Monitor/ListMetrics``).
+
+    ``kind`` is ``"counter"`` or ``"distribution"``.
+    """
+
+    name: str
+    kind: str
+    unit: Unit
+    help: str = ""

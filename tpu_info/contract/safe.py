@@ -1,0 +1,43 @@
+"""Text from the network, made safe before anything else sees it.
+
+Every string a target sends passes :func:`clean` when it is decoded
+(:mod:`tpu_info.wire.codec`, :mod:`tpu_info.wire.libtpu`, gRPC status details in
+:mod:`tpu_info.net.client`), and renderers pass what they print through it again
+with a shorter limit: control characters (ESC and with it OSC titles, OSC 52
+clipboard writes and CSI sequences; BEL; the C1 range U+0080-U+009F), format
+characters (bidi overrides and isolates, zero-width ones) and line or
+paragraph separators become U+FFFD, so no remote string can drive a terminal.
+
+Example:
+    >>> clean("a\\x1b]0;title\\x07b\\u202ec", 40)
+    'a\\ufffd]0;title\\ufffdb\\ufffdc'
+"""
+
+from __future__ import annotations
+
+import unicodedata
+
+MAX_TEXT = 240  # longest remote string a table shows; the rest is cut with an ellipsis
+MAX_WIRE_TEXT = 4096  # longest remote string a client keeps at all
+
+# Categories that never print as themselves: controls, format characters
+# (bidi, zero-width), surrogates, private use, unassigned, line/paragraph breaks.
+_UNSAFE = frozenset(("Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"))
+
+
+def clean(text: object, limit: int = MAX_TEXT) -> str:
+    """A remote string made safe to print: control and format characters
+    (escape sequences, bidi overrides included) become U+FFFD, a tab a space,
+    and anything past ``limit`` characters is cut with an ellipsis.
+
+    >>> clean("a\\x1b[31mb", 10)
+    'a\\ufffd[31mb'
+    """
+    s = text if type(text) is str else str(text)
+    if len(s) > limit:
+        s = s[: limit - 1] + "…"
+    if s.isprintable():  # the common case, in C: no control, format or separator character
+        return s
+    return "".join(" " if c == "\t" else "\ufffd" if unicodedata.category(c) in _UNSAFE
+                   else c for c in s)
+

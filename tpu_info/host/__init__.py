@@ -1,0 +1,1 @@
+"""The host scan: local accelerators (TPU sysfs, NVML), port owners."""

@@ -1,0 +1,1 @@
+"""Networking: the client (ours and libtpu's service), targets, the discovery reader."""

@@ -1,0 +1,1 @@
+"""Outputs: tables, JSON and the text report over the same views."""

@@ -1,0 +1,1 @@
+"""Views: derived values, findings and N/A reasons (one place for words)."""

@@ -1,0 +1,163 @@
+"""What a finding cost: per step, as a share of step time, measured or estimated.
+
+One place turns "this happened N times and took S seconds" into the fields a
+:class:`~tpu_info.contract.model.Finding` carries and the words its message says, so
+every rule states its cost the same way. Per-step figures exist only when the
+snapshot knows its steps (marked or inferred); without them the words give the
+total and say the steps are not known, never a guessed per-step figure.
+
+Example:
+    >>> from tpu_info.contract.model import Snapshot, StepsReading
+    >>> s = Snapshot(0.0, steps=StepsReading(1200, "inferred", "jit(step)", 164.0))
+    >>> cost_of(s, 4.92, 1200).words()
+    '1,200 times, 1.0 per step, 4.1 ms/step, 3.0% of step time, measured'
+    >>> cost_of(Snapshot(0.0), 4.92, 1200).words()
+    '1,200 times, 4.9 s in all, measured; steps are not known, so no per-step figure'
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from tpu_info.contract.catalog import MARK_STEP, STEP_TIME
+from tpu_info.contract.model import STEPS_MARKED, Severity, Snapshot, StepsReading
+
+
+def duration(seconds: float) -> str:
+    """``0.0041`` -> ``4.1 ms``; ``0.00003`` -> ``30 us``; ``12.3`` -> ``12.3 s``."""
+    if seconds < 1e-3:
+        return f"{seconds * 1e6:.0f} us"
+    if seconds < 0.01:
+        return f"{seconds * 1e3:.1f} ms"
+    if seconds < 1:
+        return f"{seconds * 1e3:.0f} ms"
+    return f"{seconds:.1f} s"
+
+
+def short_location(location: str | None) -> str:
+    """Where a finding happened, as its words say it: ``/abs/path/train.py:88``
+    -> ``train.py:88``."""
+    if not location:
+        return ""
+    return os.path.basename(location)
+
+
+def share_words(share: float) -> str:
+    """``0.03`` -> ``3.0%``; ``0.004`` -> ``0.4%``; ``0.5`` -> ``50%``."""
+    return f"{share:.0%}" if share >= 0.1 else f"{share * 100:.1f}%"
+
+
+def size_words(nbytes: float) -> str:
+    """``3_200_000`` -> ``3.2 MB`` (decimal units, as transfer rates are quoted)."""
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:.1f} {unit}"
+    return f"{nbytes:.0f} B"
+
+
+def steps_of(s: Snapshot) -> StepsReading | None:
+    """The snapshot's steps; for an older hook without them, its ``MarkStep``
+    counter (and ``StepTime`` total) as marked steps. None when nothing counts steps."""
+    if s.steps is not None and s.steps.count > 0:
+        return s.steps
+    marks = s.counter(MARK_STEP)
+    if not marks:
+        return None
+    step_time = s.distribution(STEP_TIME)
+    total = None
+    if step_time is not None and step_time.count:
+        total = step_time.total / 1e9 / step_time.count * marks
+    return StepsReading(marks, STEPS_MARKED, "metrics.mark_step", total)
+
+
+@dataclass(frozen=True, slots=True)
+class Cost:
+    """A finding's cost. ``how`` says how it was estimated when ``estimated``
+    (``"estimated at 10 GB/s"``); a timed cost says ``measured``."""
+
+    seconds: float
+    count: int | None
+    estimated: bool
+    how: str
+    steps: StepsReading | None
+
+    @property
+    def per_step(self) -> float | None:
+        if self.steps is None or self.count is None:
+            return None
+        return self.count / self.steps.count
+
+    @property
+    def seconds_per_step(self) -> float | None:
+        return None if self.steps is None else self.seconds / self.steps.count
+
+    @property
+    def share_of_step(self) -> float | None:
+        if self.steps is None or not self.steps.seconds_total:
+            return None
+        return min(1.0, self.seconds / self.steps.seconds_total)
+
+    def label(self) -> str:
+        return self.how if self.estimated else "measured"
+
+    def tail(self) -> str:
+        """The per-step part: ``1.0 per step, 4.1 ms/step, 3.0% of step time,
+        measured``, or ``measured; steps are not known, so no per-step figure``."""
+        if self.steps is None:
+            return f"{self.label()}; steps are not known, so no per-step figure"
+        parts = []
+        if (p := self.per_step) is not None:
+            parts.append(f"{p:.2g} per step" if p < 0.1 else f"{p:.1f} per step")
+        parts.append(f"{duration(self.seconds_per_step or 0.0)}/step")
+        if (share := self.share_of_step) is not None:
+            parts.append(f"{share_words(share)} of step time")
+        return ", ".join(parts) + f", {self.label()}"
+
+    def words(self) -> str:
+        """``1,200 times, 1.0 per step, 4.1 ms/step, 3.0% of step time, measured``;
+        without steps ``1,200 times, 4.9 s in all, measured; steps are not known...``."""
+        parts = [] if self.count is None else [f"{self.count:,} time{'s' * (self.count != 1)}"]
+        if self.steps is None:
+            parts.append(f"{duration(self.seconds)} in all")
+        return ", ".join(parts + [self.tail()])
+
+    def fields(self) -> dict[str, Any]:
+        """The :class:`~tpu_info.contract.model.Finding` fields this cost fills."""
+        return {"seconds_lost": self.seconds, "count": self.count, "per_step": self.per_step,
+                "seconds_per_step": self.seconds_per_step, "share_of_step": self.share_of_step,
+                "cost_estimated": self.estimated}
+
+
+def cost_of(s: Snapshot, seconds: float, count: int | None, estimated: str = "") -> Cost:
+    """The cost of something that happened ``count`` times and took ``seconds``
+    in ``s``; ``estimated`` names how the seconds were estimated (empty: measured)."""
+    return Cost(max(0.0, seconds), count, bool(estimated), estimated, steps_of(s))
+
+
+def engine_of(s: Snapshot) -> str:
+    """The snapshot's engine (``jax``, ``torch_compile``, ``torch_xla``), for
+    advice in that engine's words; empty when unknown."""
+    if s.process is not None and s.process.engine:
+        return s.process.engine.split(",")[0].split(" ")[0]
+    return next((g.engine for g in s.graphs), "")
+
+
+def rank_key(f: Any) -> tuple[float, float, int]:
+    """Costliest first (seconds lost, then share of step time); warnings before
+    info at equal cost."""
+    return (-f.seconds_lost, -(f.share_of_step or 0.0), f.severity != Severity.WARNING)
+
+
+def cost_cell(f: Any) -> str:
+    """A finding's cost in a table cell: ``4.1 ms/step 3.0%``, ``2.8 s`` when
+    steps are unknown, ``-`` when it cost nothing measurable; ``~`` marks an
+    estimate."""
+    mark = "~" if f.cost_estimated else ""
+    if f.seconds_per_step is not None and f.seconds_lost > 0:
+        share = f" {share_words(f.share_of_step)}" if f.share_of_step is not None else ""
+        return f"{mark}{duration(f.seconds_per_step)}/step{share}"
+    if f.seconds_lost > 0:
+        return f"{mark}{duration(f.seconds_lost)}"
+    return "-"

@@ -1,0 +1,467 @@
+"""Every value the outputs show, decided once per run: the value, or why it is missing.
+
+:func:`readings` turns the :class:`~tpu_info.views.values.TargetView` s of one run
+(plus the local scan and the header) into rows of :class:`Derived` values:
+each is a value, or ``None`` with the reason it is missing (not connected,
+the engine does not report it, no permission). The tables
+(:mod:`tpu_info.outputs.render`), ``--json`` (:mod:`tpu_info.outputs.jsonview`), ``doctor``
+and the dashboard read these rows, so an N/A says the same why everywhere;
+:meth:`RunReadings.reasons` lists them all. Findings come out here too, as
+:class:`FindingLine` s (level, where, words, cost), for the same reason.
+
+Example:
+    >>> from tpu_info.contract.model import Snapshot
+    >>> from tpu_info.views.values import Header, TargetView
+    >>> run = readings([TargetView("h:1", Snapshot(taken_at_unix=0.0))],
+    ...                header=Header(host="h", time_unix=0.0))
+    >>> run.targets[0].process.steps.reason[:31]
+    'the program never called metric'
+    >>> run.targets[0].process.steps.text()
+    'N/A'
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import Generic, TypeVar
+
+from tpu_info.contract.catalog import UNCACHED_COMPILE
+from tpu_info.contract.model import DeviceRecord, Finding, GraphRecord, LocalScan, Snapshot
+from tpu_info.views.cost import cost_cell
+from tpu_info.views.findings import diverging_graphs, find, no_engine_reason, short_location
+from tpu_info.views.values import (
+    NA,
+    NO_STEPS,
+    ChipUsage,
+    Header,
+    Reasons,
+    TargetView,
+    TransferStats,
+    chip_usage,
+    clean,
+    engine_label,
+    last_cause,
+    memory_reason,
+    memory_totals,
+    no_findings_text,
+    steps_label,
+    transfer_stats,
+)
+from tpu_info.views.values import top_graphs as ranked_graphs
+
+T = TypeVar("T")
+U = TypeVar("U")
+
+
+@dataclass(frozen=True, slots=True)
+class Derived(Generic[T]):
+    """A value an output shows, or why it cannot.
+
+    ``value`` None with a ``reason`` is an N/A; None without one means the
+    value does not apply (tables show ``-``).
+    """
+
+    value: T | None = None
+    reason: str = ""
+
+    @classmethod
+    def of(cls, value: T | None, reason: str) -> Derived[T]:
+        """``value``, or the missing value with ``reason``."""
+        return cls(value) if value is not None else cls(None, reason)
+
+    def text(self, fmt: Callable[[T], str] = str) -> str:  # type: ignore[assignment]
+        """``fmt(value)``, ``N/A`` when missing, ``-`` when it does not apply."""
+        if self.value is not None:
+            return fmt(self.value)
+        return NA if self.reason else "-"
+
+
+class _Row:
+    """Builds one row's values and the ``(where, reason)`` of each N/A in it."""
+
+    def __init__(self, where: str) -> None:
+        self.where = where
+        self.na: list[tuple[str, str]] = []
+
+    def get(self, name: str, value: U | None, reason: str, applies: bool = True) -> Derived[U]:
+        if value is not None:
+            return Derived(value)
+        if not applies:
+            return Derived()
+        self.na.append((f"{self.where}/{name}" if name else self.where, reason))
+        return Derived(None, reason)
+
+
+# Devices --------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class DeviceRow:
+    """A local chip, or a device one process reported."""
+
+    label: str  # tpu0, or platform:id
+    kind: str
+    path: Derived[str]  # a chip's device node; a process's target
+    hbm_used: Derived[int]
+    hbm_total: Derived[int]
+    hbm_percent: Derived[float]
+    busy: Derived[float]
+    pids: Derived[str]
+    na: tuple[tuple[str, str], ...] = ()
+
+
+def chip_row(u: ChipUsage) -> DeviceRow:
+    """One local chip with what libtpu said about it."""
+    c = u.chip
+    r = _Row(f"devices/{c.name}")
+    why_used = u.reasons.get("hbm_used_bytes", "not reported")
+    used = r.get("hbm_used", u.hbm_used_bytes, why_used)
+    total = r.get("hbm_total", u.hbm_total_bytes, u.reasons.get("hbm_total_bytes", "not reported"))
+    owners = ", ".join(map(str, c.owner_pids)) or "-"
+    pids = r.get("pids", None if not c.owner_pids and "owner_pids" in u.reasons else owners,
+                 u.reasons.get("owner_pids", ""))
+    path = r.get("path", c.device_path or None, u.reasons.get("device_path", "not reported"))
+    busy = r.get("busy", u.busy_percent, u.reasons.get("busy_percent", "not reported"))
+    pct = r.get("hbm_percent", _percent(u.hbm_used_bytes, u.hbm_total_bytes), why_used)
+    kind = f"TPU {c.kind}" if c.vendor == "tpu" else c.kind
+    return DeviceRow(c.name, kind, path, used, total, pct, busy, pids, tuple(r.na))
+
+
+def device_row(v: TargetView, d: DeviceRecord) -> DeviceRow:
+    """One device of the process read at ``v`` (``v.snapshot`` is set)."""
+    s = v.snapshot
+    assert s is not None
+    r = _Row(f"devices/{v.target}/{d.platform}:{d.id}")
+    m = d.memory
+    why = m.reason or f"the engine does not report device memory ({m.source})"
+    used = r.get("hbm_used", m.used_bytes, why)
+    total = r.get("hbm_total", m.limit_bytes, m.reason or "the engine reports no memory limit")
+    busy = r.get("busy", d.busy_percent, d.busy_reason or "the engine does not report busy %")
+    pct = r.get("hbm_percent", _percent(m.used_bytes, m.limit_bytes), why)
+    pid = Derived(str(s.process.pid) if s.process else "-")
+    return DeviceRow(f"{d.platform}:{d.id}", d.kind, Derived(v.target), used, total, pct, busy,
+                     pid, tuple(r.na))
+
+
+def _percent(used: int | None, total: int | None) -> float | None:
+    return None if used is None or not total else 100.0 * used / total
+
+
+# Processes ------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class ProcessRow:
+    """One target as a process: who it is and its running totals."""
+
+    target: str
+    pid: Derived[int]
+    name: Derived[str]
+    user: Derived[str]
+    engine: Derived[str]
+    uptime_seconds: Derived[float]
+    steps: Derived[str]  # 1,200 (inferred: jit(train_step))
+    steps_short: Derived[str]  # ~1,200
+    compiles: Derived[int]
+    hbm_used_bytes: Derived[int]
+    na: tuple[tuple[str, str], ...] = ()
+
+
+def _all_missing(target: str, why: str, na: list[tuple[str, str]]) -> ProcessRow:
+    gone: Derived = Derived(None, why)  # type: ignore[type-arg]
+    return ProcessRow(target, gone, gone, gone, gone, gone, gone, gone, gone, gone, tuple(na))
+
+
+def process_row(v: TargetView) -> ProcessRow | None:
+    """``v`` as a process row; None for a libtpu probe that failed (its failure
+    explains the chips' N/As instead)."""
+    s = v.snapshot
+    r = _Row(f"processes/{v.target}")
+    libtpu = v.source == "libtpu"
+    if s is None:
+        if libtpu:
+            return None
+        r.get("", None, v.error or "not read")
+        return _all_missing(v.target, v.error or "not read", r.na)
+    p = s.process
+    if p is None:
+        why = ("libtpu's service reports devices, not processes" if libtpu
+               else "the target sent no process record")
+        r.get("process", None, why)
+        row = _all_missing(v.target, why, [])
+        if libtpu:
+            row = replace(row, name=Derived("libtpu"), engine=Derived("libtpu"))
+    else:
+        row = ProcessRow(
+            v.target, Derived(p.pid), Derived.of(p.name or None, "not reported"),
+            r.get("user", p.user or None, "the process did not report its user"),
+            r.get("engine", engine_label(p), no_engine_reason(p)),
+            *([Derived()] * 5))
+    used, _ = memory_totals(s)
+    hbm = r.get("hbm", used, memory_reason(s))
+    if libtpu:
+        why = "libtpu's service does not count steps, compiles or uptime"
+        r.get("counters", None, why)
+        gone: Derived = Derived(None, why)  # type: ignore[type-arg]
+        return replace(row, uptime_seconds=gone, steps=gone, steps_short=gone, compiles=gone,
+                       hbm_used_bytes=hbm, na=tuple(r.na))
+    steps = r.get("steps", steps_label(s), NO_STEPS)
+    uptime = r.get("uptime", s.uptime_seconds if s.uptime_seconds > 0 else None,
+                   "the target did not report its uptime")
+    return replace(row, uptime_seconds=uptime, steps=steps,
+                   steps_short=Derived.of(steps_label(s, short=True), steps.reason),
+                   compiles=Derived(s.counter(UNCACHED_COMPILE)), hbm_used_bytes=hbm,
+                   na=tuple(r.na))
+
+
+# Graphs and transfers ---------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class GraphRow:
+    """One compiled graph: its executions and its last recompile cause."""
+
+    graph: GraphRecord
+    executions: Derived[int]
+    cause: Derived[str]  # "argument 'batch' changed ... at train.py:88"
+    na: tuple[tuple[str, str], ...] = ()
+
+
+def graph_row(target: str, g: GraphRecord) -> GraphRow:
+    r = _Row(f"compilation/{target}/{g.short_hash}")
+    execs = r.get("executions", g.executions,
+                  f"{g.engine or 'the engine'} does not count executions per graph")
+    c = last_cause(g)
+    words = None if c is None else clean(
+        c.description + (f" at {short_location(c.location)}" if c.location else ""))
+    cause = r.get("cause", words, "the engine gave no cause for the recompile",
+                  applies=g.compiles > 1)
+    return GraphRow(g, execs, cause, tuple(r.na))
+
+
+@dataclass(frozen=True, slots=True)
+class TransferRow:
+    """Transfers one way: count, bytes and latency percentiles (ns)."""
+
+    stats: TransferStats
+    bytes: Derived[float]
+    p50_ns: Derived[float]
+    p90_ns: Derived[float]
+    p95_ns: Derived[float]
+    p999_ns: Derived[float]
+    na: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def direction(self) -> str:
+        return self.stats.direction
+
+    @property
+    def count(self) -> int:
+        return self.stats.count
+
+
+def transfer_rows(v: TargetView) -> tuple[TransferRow, TransferRow]:
+    """Both directions of ``v``'s snapshot (which is set)."""
+    assert v.snapshot is not None
+    out = []
+    for t in transfer_stats(v.snapshot):
+        r = _Row(f"transfers/{v.target}/{t.direction}")
+        why = t.reasons.get
+        pcts = [r.get(key[:-3], getattr(t, key), why(key, "not reported"))
+                for key in ("p50_ns", "p90_ns", "p95_ns", "p999_ns")]
+        nbytes = r.get("bytes", t.bytes, why("bytes", "not reported"))
+        out.append(TransferRow(t, nbytes, *pcts, na=tuple(r.na)))
+    return out[0], out[1]
+
+
+# Findings -------------------------------------------------------------------
+
+FINDING_TEXT = 600  # a finding's line, cost and advice: longer than other remote strings
+
+
+@dataclass(frozen=True, slots=True)
+class FindingLine:
+    """A finding in the words every output shows.
+
+    Attributes:
+        level: ``warn``, ``info`` or ``FAIL``.
+        kind: the rule's stable name (``per_step_sync``); ``unreadable`` or
+            ``libtpu_unanswered`` for a target that could not be read.
+        where: ``pid 4242``, ``job``, or a target's address.
+        at: the short source line when the words do not name it ("" otherwise).
+        text: the message, cleaned for a terminal.
+        cost: ``4.1 ms/step 3.0%``, ``~2.8 s`` (estimated), ``-`` (nothing measurable).
+        finding: the record it came from (None for an unreadable target).
+    """
+
+    level: str
+    kind: str
+    where: str
+    at: str
+    text: str
+    cost: str
+    finding: Finding | None = None
+
+
+def finding_line(f: Finding, where: str) -> FindingLine:
+    loc = short_location(f.location)
+    at = loc if f.location and loc not in f.message else ""
+    return FindingLine(f.severity.label, f.kind, where, at,
+                       clean(f.message, FINDING_TEXT), cost_cell(f), f)
+
+
+def findings_of(s: Snapshot, where: str = "") -> tuple[FindingLine, ...]:
+    """The findings of one snapshot, costliest first, ``where`` its process."""
+    return tuple(finding_line(f, where) for f in find(s))
+
+
+def _problems(views: Sequence[TargetView], local: LocalScan | None) -> list[FindingLine]:
+    """Targets that could not be read, as lines above the findings."""
+    out = []
+    has_tpus = local is not None and bool(local.tpus)
+    for v in views:
+        if v.snapshot is not None:
+            continue
+        if v.source == "libtpu":
+            if has_tpus:  # without chips, libtpu being absent is normal
+                out.append(FindingLine(
+                    "info", "libtpu_unanswered", v.target, "", clean(
+                        f"libtpu's metric service did not answer ({v.error or 'not read'}); "
+                        "chip HBM use and busy % are unknown until a TPU workload runs"), "-"))
+            continue
+        out.append(FindingLine("FAIL", "unreadable", v.target, "", clean(v.error or "not read"),
+                               "-"))
+    return out
+
+
+# One run --------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class TargetReadings:
+    """Everything derived from one target."""
+
+    view: TargetView
+    process: ProcessRow | None
+    devices: tuple[DeviceRow, ...]  # empty when folded into the local chips
+    graphs: tuple[GraphRow, ...]  # the top graphs by compile time
+    transfers: tuple[TransferRow, ...]  # h2d, d2h (empty when not read)
+    findings: tuple[FindingLine, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class RunReadings:
+    """Everything the outputs show of one run, each value with its reason."""
+
+    header: Header
+    libtpu_version: Derived[str]
+    accelerator: Derived[str]
+    chips: tuple[DeviceRow, ...]
+    usage: tuple[ChipUsage, ...]
+    targets: tuple[TargetReadings, ...]
+    no_devices: str  # why the Devices section is empty ("" when it is not)
+    problems: tuple[FindingLine, ...]  # targets that could not be read
+    job_findings: tuple[FindingLine, ...]
+    no_findings: str  # what to say when no rule fired
+
+    @property
+    def findings(self) -> tuple[FindingLine, ...]:
+        """Unreadable targets, job-wide findings, then each target's."""
+        return self.problems + self.job_findings + tuple(
+            f for t in self.targets for f in t.findings)
+
+    def reasons(self) -> list[tuple[str, str]]:
+        """``(where, reason)`` for every N/A the tables show, in table order, then
+        what the client kept out of each reply (``targets/<target>/<where>``)."""
+        r = Reasons()
+        pairs = [*self.header_na(), *(p for c in self.chips for p in c.na),
+                 *(p for t in self.targets for d in t.devices for p in d.na)]
+        if self.no_devices:
+            pairs.append(("devices", self.no_devices))
+        pairs += [p for t in self.targets if t.process for p in t.process.na]
+        pairs += [p for t in self.targets for g in t.graphs for p in g.na]
+        pairs += [p for t in self.targets for x in t.transfers if x.count for p in x.na]
+        for where, why in pairs:
+            r.na(where, why)
+        for t in self.targets:
+            s = t.view.snapshot
+            for where, why in s.left_out if s is not None else ():
+                r.na(f"targets/{t.view.target}/{where}", f"kept out: {why}")
+        return [(clean(where), clean(why)) for where, why in r.pairs]
+
+    def header_na(self) -> list[tuple[str, str]]:
+        return [(f"header/{name}", d.reason) for name, d in
+                (("libtpu", self.libtpu_version), ("accelerator", self.accelerator))
+                if d.value is None]
+
+
+def libtpu_version(header: Header, views: Sequence[TargetView]) -> str | None:
+    """libtpu's version: the header's, else the first a process reported."""
+    return header.libtpu_version or next(
+        (v.snapshot.process.versions["libtpu"] for v in views
+         if v.snapshot and v.snapshot.process and "libtpu" in v.snapshot.process.versions), None)
+
+
+def readings(views: Sequence[TargetView], *, local: LocalScan | None = None,
+             header: Header | None = None, top_graphs: int = 5) -> RunReadings:
+    """Derives every value of one run once (see the module docstring).
+
+    Args:
+        views: one per target, read or failed.
+        local: this machine's accelerators (``devices.scan_local()``).
+        header: time and host; None means now, here.
+        top_graphs: graphs kept per process (by compile time).
+    """
+    from tpu_info.host.devices import accelerator_type  # the host scan: not for `import metrics`
+
+    header = header or Header.now()
+    views = list(views)
+    usage, folded = chip_usage(local, views)
+    chips = tuple(chip_row(u) for u in usage)
+    targets = []
+    for v in views:
+        s = v.snapshot
+        if s is None:
+            targets.append(TargetReadings(v, process_row(v), (), (), (), ()))
+            continue
+        who = f"pid {s.process.pid}" if s.process else v.target
+        devices = () if id(v) in folded else tuple(device_row(v, d) for d in s.devices)
+        targets.append(TargetReadings(
+            v, process_row(v), devices,
+            tuple(graph_row(v.target, g) for g in ranked_graphs(s, top_graphs)),
+            transfer_rows(v), findings_of(s, who)))
+    no_devices = ""
+    if not chips and not any(t.devices for t in targets):
+        no_devices = "; ".join(clean(x) for x in (local.reasons.values() if local else ())) \
+            or "no local scan and no process reported devices"
+    accel = header.accelerator_type or (accelerator_type(local) if local else None)
+    job = diverging_graphs([v.snapshot for v in views if v.snapshot is not None])
+    return RunReadings(
+        header,
+        Derived.of(libtpu_version(header, views), "no libtpu package here and no process "
+                "reported a libtpu version"),
+        Derived.of(accel, (local.reasons.get("tpu") if local else None)
+                or "the local machine was not scanned"),
+        chips, tuple(usage), tuple(targets), no_devices, tuple(_problems(views, local)),
+        tuple(finding_line(f, "job") for f in job), no_findings_text(views))
+
+
+
+# doctor -----------------------------------------------------------------------
+
+def hooked_lines(views: Sequence[TargetView]) -> list[str]:
+    """For ``doctor``: per hooked process, which engines are hooked and which
+    the hook still waits for (those with nothing hooked are N/A reasons)."""
+    out = []
+    for v in views:
+        p = v.snapshot.process if v.snapshot is not None else None
+        if p is None or not p.engine:
+            continue
+        waiting = [e for e in p.waiting.split(",") if e]
+        tail = (f"; waiting for {', '.join(waiting)} (hooked when imported)" if waiting
+                else "")
+        out.append(f"{v.target}: hooked {engine_label(p)}{tail}")
+    return out
+
+
+def blind_spot_lines(views: Sequence[TargetView]) -> list[str]:
+    """For ``doctor``: per process, what its hook cannot see (not counted)."""
+    return [f"{v.target}: not counted: {spot}" for v in views if v.snapshot is not None
+            for spot in v.snapshot.blind_spots]

@@ -1,0 +1,483 @@
+"""Problems in plain words, computed from a snapshot, worst first.
+
+Each rule is a small pure function of :class:`~tpu_info.contract.model.Snapshot`;
+:func:`find` runs them all and ranks them by what each problem cost (seconds
+lost, then share of step time). Every finding has a stable ``kind``
+(``recompile_<cause>``, ``per_step_sync``, ``per_step_implicit_transfer``,
+``eager_ops``, ``graph_break_unresumable``, ``compile_share``, ...), the
+user's line where one is known, and its cost per step where steps are known
+(:mod:`tpu_info.views.cost`). Rules over one kind of record live beside
+this module: :mod:`tpu_info.views.sites` (lines that synced or copied every
+step) and :mod:`tpu_info.views.findings_torch` (graph breaks, torch_xla's value
+reads and CPU fallbacks); :data:`RULES` lists them all.
+
+Example:
+    >>> from tpu_info.contract.model import Snapshot
+    >>> find(Snapshot(taken_at_unix=0.0))
+    []
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
+
+from tpu_info.contract import catalog
+from tpu_info.contract.model import (
+    CALLED_FROM,
+    FIRST_CALL,
+    EventKind,
+    Finding,
+    GraphRecord,
+    ProcessRecord,
+    RecompileCause,
+    Severity,
+    Snapshot,
+)
+from tpu_info.views.causes import CauseKind, classify, warm_up
+from tpu_info.views.cost import (
+    cost_of,
+    duration,
+    engine_of,
+    rank_key,
+    share_words,
+    short_location,
+    steps_of,
+)
+from tpu_info.views.findings_torch import (
+    XLA_VALUE_ACCESS,
+    cpu_fallbacks,
+    graph_breaks,
+    xla_value_access,
+)
+from tpu_info.views.sites import explicit_syncs, site_findings
+
+_NON_RECOMPILE = (FIRST_CALL,)
+_XLA_WARM_UP = ("warm-up (the step after the first is a new graph once: optimizer state or "
+                "accumulators created by the first step now live on the device), not a problem.")
+
+
+_seconds = duration
+
+
+def cause_kind_name(k: CauseKind) -> str:
+    """A cause kind as a finding kind: ``second batch size, e.g. evaluation vs
+    training`` -> ``recompile_second_batch_size``; ``global state: grad_mode``
+    -> ``recompile_global_state_grad_mode``."""
+    head, _, tail = k.kind.split(",")[0].partition(":")
+    tail = tail.strip()
+    words = f"{head} {tail}" if tail and " " not in tail else head
+    return "recompile_" + (re.sub(r"[^a-z0-9]+", "_", words.lower()).strip("_") or "other")
+
+
+def _describe(text: str, cause: RecompileCause) -> str:
+    if cause.location:
+        text += f" at {short_location(cause.location)}"
+    return text
+
+
+_PART_RE = re.compile(r"^(?P<fn>compile\(.+)@\d+\)$")
+
+
+def function_name(name: str) -> str:
+    """The function a graph compiles part of: torch.compile's graphs of the
+    rest of a function after a graph break (``compile(Net.forward@56)``)
+    belong to ``compile(Net.forward)``; other names are their own."""
+    m = _PART_RE.match(name)
+    return f"{m.group('fn')})" if m else name
+
+
+def _parts(graphs: list[GraphRecord]) -> dict[str, list[GraphRecord]]:
+    by_part: dict[str, list[GraphRecord]] = defaultdict(list)
+    for g in graphs:
+        by_part[g.name].append(g)
+    return by_part
+
+
+def recompiles(s: Snapshot) -> Iterable[Finding]:
+    """A function compiled more than once, with the latest real cause. The
+    graphs of one function split by graph breaks count as one: a call that
+    recompiles both parts is one recompile (the most any part compiled)."""
+    by_name: dict[str, list[GraphRecord]] = defaultdict(list)
+    for g in s.graphs:
+        by_name[function_name(g.name)].append(g)
+    for name, graphs in by_name.items():
+        parts = _parts(graphs).values()
+        compiles = max(sum(g.compiles for g in part) for part in parts)
+        if compiles < 2:
+            continue
+        causes = sorted((c for g in graphs for c in g.causes
+                         if c.description not in _NON_RECOMPILE),
+                        key=lambda c: c.time_unix)
+        if causes and all(XLA_VALUE_ACCESS in c.description for c in causes):
+            continue  # xla_value_access names it
+        if not causes and (compiles < 10 or _single_op(name)):
+            continue  # eager ops compile once per new shape: only many are news
+        total = sum(g.compile_seconds_total for g in graphs)
+        firsts = [min(compiled, key=lambda g: g.first_seen_unix) for part in parts
+                  if (compiled := [g for g in part if g.compiles])]
+        first_site = next((c.location for g in graphs for c in g.causes
+                           if c.description == FIRST_CALL and c.location), None)
+        lost = max(0.0, total - sum(g.compile_seconds_last for g in firsts))
+        if causes and warm_up(compiles, graphs[0].engine, tuple(causes)) and all(
+                c.description.startswith("new graph") for c in causes):
+            yield Finding(f"{name} compiled {compiles} times in its first steps "
+                          f"({_seconds(total)}): {_XLA_WARM_UP}",
+                          Severity.INFO, causes[-1].location, 0.0, "warm_up")
+            continue
+        if causes:
+            yield from _by_kind(s, name, compiles, total, lost, graphs, first_site)
+            continue
+        c = cost_of(s, lost, compiles - 1)
+        msg = (f"{name} compiled {compiles} times ({_seconds(total)} compiling, {c.tail()}) "
+               "for different inputs, with no cause recorded. "
+               + ("Keep its input shapes fixed or run it inside jit." if engine_of(s) == "jax"
+                  else "Keep its input shapes fixed (or mark the changing dimension dynamic: "
+                  "torch._dynamo.mark_dynamic(x, dim))."))
+        yield Finding(msg, Severity.WARNING, None, kind="recompile_no_cause", **c.fields())
+
+
+def _by_kind(s: Snapshot, name: str, compiles: int, total: float, lost: float,
+             graphs: list[GraphRecord], first_site: str | None) -> Iterable[Finding]:
+    """One finding per kind of cause (its ``kind`` is the cause's kind), each with
+    its latest example and advice. Every recompile of a graph counts for the kind
+    of its own cause (a graph Dynamo recompiled for a short batch and again for
+    grad mode counts once for each), with the graph's compile time split evenly
+    among its compiles. Compiles whose backend came from a persistent cache still
+    recompiled (traced and lowered again): said so."""
+    kinds: dict[str, list[tuple[RecompileCause, GraphRecord]]] = defaultdict(list)
+    for g in graphs:
+        for c in g.causes:
+            if c.description not in _NON_RECOMPILE:
+                kinds[classify(c, first_site).kind].append((c, g))
+    for kind, seen in kinds.items():
+        # The function's own graph names the user's argument (a later part, a local).
+        own = [c for c, g in seen if g.name == name]
+        cause = max(own or [c for c, _ in seen], key=lambda c: c.time_unix)
+        k = classify(cause, first_site)
+        if k.kind == "warm-up":
+            yield Finding(f"{name} compiled {len(seen)} new graph{'s' * (len(seen) > 1)} in its "
+                          f"first steps: {_XLA_WARM_UP}", Severity.INFO, cause.location, 0.0,
+                          "warm_up")
+            continue
+        mine = graphs if len(kinds) == 1 else list({id(g): g for _, g in seen}.values())
+        hits = sum(g.cache_hits for g in mine if g.compiles)
+        loaded = f", {hits} backend cache hit{'s' * (hits > 1)}" if hits else ""
+        per_part: dict[str, int] = defaultdict(int)  # recompiles of this kind per part
+        for _, g in seen:
+            per_part[g.name] += 1
+        across = (f" in {len(per_part)} graphs split by graph breaks" if len(per_part) > 1
+                  else "" if name in per_part else f" in {next(iter(per_part))}, the part "
+                  "after a graph break")
+        if len(kinds) == 1:
+            c = cost_of(s, lost, max(1, compiles - 1))
+            n = c.count or 0
+            head = (f"{name} compiled {compiles} times ({_seconds(total)} compiling{across}"
+                    f"{loaded}; "
+                    f"{n} recompile{'s' * (n != 1)}, {_seconds(lost)}: {c.tail()})")
+        else:
+            split = any(len({classify(x, first_site).kind for x in g.causes
+                             if x.description not in _NON_RECOMPILE}) > 1 for g in mine)
+            seconds = sum(g.compile_seconds_total / max(1, g.compiles) for _, g in seen)
+            n = max(per_part.values())  # one call recompiles each part once
+            c = cost_of(s, min(lost, seconds), n,
+                        "estimated: a graph's compile time split evenly among its compiles"
+                        if split else "")
+            head = (f"{name} recompiled {n} time{'s' * (n > 1)} for {kind} "
+                    f"({_seconds(c.seconds)} compiling{across}{loaded}, {c.tail()})")
+        yield Finding(f"{head}; {_describe(k.text, cause)}. {k.advice}",
+                      Severity.INFO if k.expected else Severity.WARNING, cause.location,
+                      kind=cause_kind_name(k), **c.fields())
+
+
+
+# What eager (un-jitted) JAX code compiles: one graph per primitive and shape.
+_SINGLE_OP_RE = re.compile(r"^jit\((?P<op>_?[a-z][a-z0-9_]*)\)$")
+_SINGLE_OPS = frozenset("""
+abs add and argmax argmin bitwise_and broadcast_in_dim ceil clamp clip concatenate
+convert_element_type cos cosh cumsum div divide dot dot_general dynamic_slice
+dynamic_update_slice eq equal exp expand_dims floor gather ge greater gt integer_pow iota
+le less log log1p logistic lt matmul max maximum mean min minimum mul multiply ne negative
+neg not or pow power reshape rsqrt scatter select_n sign sin sinh slice sqrt square
+squeeze sub subtract sum tanh tan transpose true_divide where _where xor zeros_like
+ones_like full full_like concatenate stack clip _mean _var _reduce_max _reduce_min
+_reduce_prod _reduce_sum _reduce_all _reduce_any var std einsum _einsum softmax relu
+""".split())
+
+
+def _single_op(name: str) -> bool:
+    m = _SINGLE_OP_RE.match(name)
+    if not m:
+        return False
+    op = m.group("op")
+    return op in _SINGLE_OPS or op.lstrip("_") in _SINGLE_OPS or op.startswith("_reduce_")
+
+
+_JIT_NAME_RE = re.compile(r"\bjit\([^()]*\)")
+
+
+def step_function(s: Snapshot) -> str | None:
+    """The jitted function a step runs (``jit(train_step)``): named by the
+    inferred steps' basis, else the non-single-op graph called most (10+ times)."""
+    st = steps_of(s)
+    if st is not None and (m := _JIT_NAME_RE.search(st.basis)) and not _single_op(m.group()):
+        return m.group()
+    called = [g for g in s.graphs if (g.executions or 0) >= 10 and not _single_op(g.name)
+              and g.name.startswith("jit(")]
+    return max(called, key=lambda g: g.executions or 0).name if called else None
+
+
+_CALLED_FROM_RE = re.compile(re.escape(CALLED_FROM)
+                             + r"(?P<fn>\S+?)\(\) at (?P<loc>.+?:\d+)(?: via (?P<via>\S+?)\(\))?")
+
+
+def _eager_sites(s: Snapshot, tiny: list[GraphRecord]) -> list[tuple[str, str | None]]:
+    """Where single-op graphs compiled, most compiles first: (line, call), the
+    line that ran the op and the user's call that led there from the outermost
+    function (``accuracy() at /w/train.py:104 via predict()``) or None when the
+    line is in that function itself. Compile events carry both, causes the line."""
+    names = {g.hash for g in tiny}
+    sites: list[tuple[str, str | None]] = []
+    for e in s.events:
+        if e.kind == EventKind.COMPILE and e.location and (e.graph_hash in names
+                                                           or _single_op(e.name)):
+            m = _CALLED_FROM_RE.search(e.detail)
+            sites.append((e.location, m.group() if m else None))
+    if not sites:
+        sites = [(c.location, None) for g in tiny for c in g.causes if c.location]
+    counts: dict[tuple[str, str | None], int] = defaultdict(int)
+    for site in sites:
+        counts[site] += 1
+    return sorted(counts, key=lambda site: (-counts[site], site[0], site[1] or ""))
+
+
+def _eager_where(sites: list[tuple[str, str | None]]) -> tuple[str | None, str, str]:
+    """(location, where, what to jit) for the eager-ops finding: the call to jit
+    when a user function led to the op lines, else the most frequent line."""
+    lines = list(dict.fromkeys(line for line, _ in sites))
+    calls: dict[tuple[str, str], list[str]] = defaultdict(list)  # (fn, call line) -> op lines
+    for line, call in sites:
+        if call and (m := _CALLED_FROM_RE.match(call)):
+            via = m.group("via")
+            calls[(m.group("fn"), m.group("loc"))].append(
+                f"{short_location(line)}{f' in {via}()' if via else ''}")
+    if not calls:
+        site = lines[0] if lines else None
+        where = f" at {short_location(site)}" if site else ""
+        if len(lines) > 1:
+            where += f" (and {len(lines) - 1} other line{'s' * (len(lines) > 2)})"
+        what = f"the function that holds {short_location(site)}" if site else "that function"
+        return site, where, what
+    (fn, loc), ops = max(calls.items(), key=lambda kv: len(kv[1]))
+    ops = list(dict.fromkeys(ops))
+    inner = ops[0] + (f" and {len(ops) - 1} other line{'s' * (len(ops) > 2)}"
+                      if len(ops) > 1 else "")
+    more = ("; 1 other call compiles ops too" if len(calls) == 2 else
+            f"; {len(calls) - 1} other calls compile ops too" if len(calls) > 2 else "")
+    where = f" in {fn}(), called at {short_location(loc)} (its ops at {inner}{more}),"
+    return loc, where, f"{fn}() (called at {short_location(loc)})"
+
+
+def eager_ops(s: Snapshot) -> Iterable[Finding]:
+    """Many tiny single-operation graphs: eager (un-jitted) JAX code compiling op by op."""
+    tiny = [g for g in s.graphs if g.compiles and _single_op(g.name)]
+    if len(tiny) < 10:
+        return
+    seconds = sum(g.compile_seconds_total for g in tiny)
+    ops = sorted({g.name for g in tiny}, key=lambda n: (-sum(1 for g in tiny if g.name == n), n))
+    site, where, what = _eager_where(_eager_sites(s, tiny))
+    step = step_function(s)
+    if step is not None:
+        advice = (f"The step, {step}, is already jitted, so this is code outside it "
+                  "(evaluation, metrics or initialisation, e.g. an accuracy/eval function): "
+                  f"jit {what}, so it compiles once per shape as one graph.")
+    else:
+        advice = "Wrap the loop body in jax.jit (jit the step function)."
+    c = cost_of(s, seconds, len(tiny))
+    yield Finding(
+        f"{len(tiny)} single-operation graphs compiled ({_seconds(seconds)} compiling, "
+        f"{c.tail()}; {', '.join(ops[:4])}{', ...' if len(ops) > 4 else ''}): eager, "
+        f"un-jitted code{where} compiles each op for each new shape. {advice}",
+        Severity.WARNING, site, kind="eager_ops", **c.fields())
+
+
+_CACHE_ADVICE = {
+    "jax": "Enable the persistent compilation cache (jax.config.update("
+           "'jax_compilation_cache_dir', DIR)) so the next run loads them.",
+    "torch_compile": "Keep Inductor's FX graph cache warm across runs (on by default; point "
+                     "TORCHINDUCTOR_CACHE_DIR at a directory that persists).",
+    "torch_xla": "Enable torch_xla's persistent cache (torch_xla.runtime.initialize_cache(DIR)) "
+                 "so the next run loads them.",
+}
+
+
+def compile_share(s: Snapshot) -> Iterable[Finding]:
+    """Compiling took a large share of the program's life."""
+    ct = s.distribution(catalog.COMPILE_TIME)
+    if ct is None or s.uptime_seconds <= 0:
+        return
+    share = min(1.0, ct.total / 1e9 / s.uptime_seconds)
+    if share < 0.25 or ct.count < 3:
+        return
+    head = (f"compiling took {share_words(share)} of the run so far ({ct.count} compiles, "
+            f"{_seconds(ct.total / 1e9)}, measured)")
+    tiny = [g for g in s.graphs if g.compiles and _single_op(g.name)]
+    tiny_s = sum(g.compile_seconds_total for g in tiny)
+    if len(tiny) >= 10 and tiny_s >= 0.25 * ct.total / 1e9:
+        yield Finding(f"{head}, {share_words(tiny_s / (ct.total / 1e9))} of it single-operation "
+                      "graphs of eager code: see the eager_ops finding (jit that code; a "
+                      "compilation cache would not remove these).",
+                      Severity.INFO, None, 0.0, "compile_share")
+        return
+    recompiled = any(g.compiles > 1 for g in s.graphs) or len(
+        {g.name for g in s.graphs}) < len(s.graphs)
+    if recompiled:
+        yield Finding(f"{head}: check the recompiles above.", Severity.INFO, None, 0.0,
+                      "compile_share")
+        return
+    engine = engine_of(s)
+    if engine == "torch_xla" and ct.count <= 3:
+        yield Finding(f"{head}: torch_xla compiles its first steps (warm-up), a start-up "
+                      "cost that a longer run pays once.", Severity.INFO, None, 0.0,
+                      "compile_share")
+        return
+    advice = _CACHE_ADVICE.get(engine, "Cache compiled graphs across runs.")
+    yield Finding(f"{head}, each graph compiled once: a start-up cost. {advice}",
+                  Severity.INFO, None, 0.0, "compile_share")
+
+
+def memory_pressure(s: Snapshot) -> Iterable[Finding]:
+    """Device memory near its limit, or uneven across devices."""
+    stats = [d for d in s.devices
+             if d.memory.source != "live_arrays" and d.memory.used_bytes is not None
+             and d.memory.limit_bytes]
+    for d in stats:
+        share = d.memory.used_bytes / d.memory.limit_bytes  # type: ignore[operator]
+        if share >= 0.9:
+            yield Finding(f"device {d.id} memory at {share:.0%} of its limit: the next "
+                          "larger batch or graph may run out of memory.",
+                          Severity.WARNING, None, 0.0, "memory_pressure")
+    used = [d.memory.used_bytes for d in stats if d.memory.used_bytes]
+    if len(used) >= 2 and max(used) > 2**30 and max(used) > 1.5 * min(used):  # type: ignore[type-var,operator]
+        yield Finding(f"device memory is uneven: {min(used) / 2**30:.1f} to "  # type: ignore[type-var,operator]
+                      f"{max(used) / 2**30:.1f} GiB across {len(used)} devices; "  # type: ignore[type-var,operator]
+                      "check the sharding of the largest arrays.",
+                      Severity.INFO, None, 0.0, "memory_uneven")
+
+
+def hook_errors(s: Snapshot) -> Iterable[Finding]:
+    n = s.counter(catalog.HOOK_ERRORS)
+    if n:
+        yield Finding(f"the tpu-info hook failed {n} times and skipped those records "
+                      "(the program itself was not affected); see its log for the first error.",
+                      Severity.INFO, None, 0.0, "hook_errors")
+
+
+def kept_out(s: Snapshot) -> Iterable[Finding]:
+    """Values the client refused when it decoded the reply (not finite, too many)."""
+    if s.left_out:
+        where, why = s.left_out[0]
+        more = f" and {len(s.left_out) - 1} more" if len(s.left_out) > 1 else ""
+        yield Finding(f"the target sent values this client kept out ({where}: {why}{more}); "
+                      "`tpu-info doctor` lists them all.", Severity.WARNING, None, 0.0, "kept_out")
+
+
+def no_engine_reason(p: ProcessRecord) -> str:
+    """Why a hooked process records nothing, and the remedy (empty: an engine is hooked)."""
+    if p.engine:
+        return ""
+    waiting = [e for e in p.waiting.split(",") if e]
+    if waiting:
+        return (f"no engine imported yet: the hook waits for {', '.join(waiting)} "
+                "(hooked when its import finishes); import it, or call "
+                "metrics.install(engines=[...])")
+    return ("no engine hook is installed in the process: call metrics.install() "
+            "(before or after importing jax/torch), or start it with `tpu-info run`")
+
+
+def no_engine(s: Snapshot) -> Iterable[Finding]:
+    """The hook runs but no engine is hooked: nothing it shows means "no problems"."""
+    if s.process is not None and not s.process.engine:
+        yield Finding(f"nothing recorded: {no_engine_reason(s.process)}.", Severity.WARNING, None,
+                      0.0, "no_engine")
+
+
+def nothing_recorded(s: Snapshot) -> Iterable[Finding]:
+    """An engine is hooked but nothing was recorded: no finding is not "no problems"."""
+    p = s.process
+    if p is None or not p.engine:
+        return
+    if s.graphs or any(c.value for c in s.counters if c.name not in _AT_IMPORT) or any(
+            d.count for d in s.distributions):
+        return
+    launch = (" A torch_xla.launch / xmp.spawn parent runs no steps itself: each worker is "
+              "hooked and listed on its own (`tpu-info` lists their pids)."
+              if "torch_xla" in p.engine else "")
+    yield Finding(f"nothing recorded yet by the {p.engine} hook (no compiles, steps or "
+                  "transfers), so there is nothing to judge: run a step, or check that the "
+                  f"program runs its work through {p.engine}.{launch}{_unseen(s)}", Severity.INFO,
+                  None, 0.0, "nothing_recorded")
+
+
+# Counters an engine counts on import, before the program did anything.
+_AT_IMPORT = frozenset({"RegisterXLAFunctions"})
+
+
+def _unseen(s: Snapshot) -> str:
+    return f" Not counted here: {'; '.join(s.blind_spots)}." if s.blind_spots else ""
+
+
+RULES: tuple[Callable[[Snapshot], Iterable[Finding]], ...] = (
+    no_engine, recompiles, eager_ops, site_findings, explicit_syncs, compile_share,
+    memory_pressure, graph_breaks, xla_value_access, cpu_fallbacks, hook_errors, kept_out,
+    nothing_recorded,
+)
+
+
+def diverging_graphs(snapshots: Sequence[Snapshot]) -> list[Finding]:
+    """Processes of one job (same program and arguments) that compiled the
+    same function to different graphs: their inputs, shardings or flags
+    differ, which in a multi-host job often means a hang at the next
+    collective."""
+    jobs: dict[tuple[str, ...], list[Snapshot]] = defaultdict(list)
+    for s in snapshots:
+        if s.process is not None and s.process.argv:
+            jobs[tuple(s.process.argv)].append(s)
+    out: list[Finding] = []
+    for argv, members in jobs.items():
+        if len(members) < 2:
+            continue
+        by_fn: dict[str, dict[int, set[str]]] = defaultdict(dict)
+        for s in members:
+            pid = s.process.pid if s.process else 0
+            for g in s.graphs:
+                if g.compiles or g.cache_hits:
+                    by_fn[g.name].setdefault(pid, set()).add(g.hash)
+        for name, per_pid in sorted(by_fn.items()):
+            if len(per_pid) < 2:
+                continue
+            distinct = {frozenset(h) for h in per_pid.values()}
+            if len(distinct) < 2:
+                continue
+            pids = sorted(per_pid)
+            sample = "; ".join(f"pid {p}: {', '.join(h[:12] for h in sorted(per_pid[p])[:2])}"
+                               for p in pids[:3])
+            out.append(Finding(
+                f"{len(pids)} processes of {' '.join(argv)[:60]} compiled {name} to different "
+                f"graphs ({sample}): their input shapes, shardings or flags differ. Compare "
+                "the signatures in `tpu-info --json`; a multi-host job can hang on this.",
+                Severity.WARNING, None, 0.0, "diverging_graphs"))
+    return out
+
+
+def find(snapshot: Snapshot) -> list[Finding]:
+    """Every finding, costliest first (seconds lost, then share of step time;
+    warnings before info at equal cost)."""
+    out: list[Finding] = []
+    for rule in RULES:
+        out.extend(rule(snapshot))
+    out = [f if f.kind else replace(f, kind="other") for f in out]  # kind is always set
+    out.sort(key=rank_key)
+    return out

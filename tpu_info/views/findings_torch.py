@@ -1,0 +1,208 @@
+"""Findings of the torch engines: graph breaks, torch_xla value reads, CPU fallbacks.
+
+Pure functions of a :class:`~tpu_info.contract.model.Snapshot`, each yielding
+:class:`~tpu_info.contract.model.Finding` s, listed in :data:`tpu_info.views.findings.RULES`:
+:func:`graph_breaks` (torch.compile: where Dynamo split a function, and the
+breaks it cannot resume from, with their share of step time),
+:func:`xla_value_access` (torch_xla compiled an extra graph because a tensor's
+value was read before ``torch_xla.sync()``) and :func:`cpu_fallbacks`
+(torch_xla's ``aten::`` counters).
+
+Example:
+    >>> from tpu_info.contract.model import CounterReading, Snapshot
+    >>> s = Snapshot(0.0, counters=(CounterReading("aten::nonzero", 3),))
+    >>> [f.kind for f in cpu_fallbacks(s)]
+    ['cpu_fallback']
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from collections.abc import Iterable
+
+from tpu_info.contract.catalog import (
+    EAGER_FALLBACK_TIME,
+    EXECUTE_TIME,
+    GRAPH_BREAKS,
+    MARK_STEP,
+    TRANSFER_FROM_DEVICE_TIME,
+)
+from tpu_info.contract.model import EventKind, Finding, GraphRecord, SiteKind, Snapshot
+from tpu_info.views.cost import cost_of, duration, share_words, short_location, steps_of
+
+_UNRESUMABLE_RE = re.compile(r"cannot resume|unresumable|can.t resume", re.I)
+_HINT_RE = re.compile(r"\bHint:\s*(?P<hint>[^\n]+)")
+
+
+def _unresumable(s: Snapshot, name: str, where: str, loc: str | None,
+                 detail: str) -> Finding:
+    """A break Dynamo cannot resume from: the rest of the frame runs eagerly.
+    The share outside compiled graphs is step time minus the compiled graphs'
+    execute time (estimated); Dynamo's own hint is kept."""
+    hints = [m.group("hint").strip() for m in _HINT_RE.finditer(detail)]
+    reason = _HINT_RE.sub("", detail).strip().rstrip(".") or "no reason recorded"
+    st, ex = steps_of(s), s.distribution(EXECUTE_TIME)
+    outside = None
+    if st is not None and st.seconds_total and ex is not None and ex.count:
+        outside = max(0.0, st.seconds_total - ex.total / 1e9)
+    if outside is None:
+        why = ("no timed steps" if st is None or not st.seconds_total
+               else "the compiled graphs' time is not recorded")
+        cost_words, fields = f"its share of step time is not known ({why})", {}
+    else:
+        c = cost_of(s, outside, None, "estimated as step time minus compiled-graph time")
+        cost_words = (f"{share_words(c.share_of_step or 0.0)} of step time runs outside "
+                      f"compiled graphs ({c.words()})")
+        fields = c.fields()
+    hint = f" Dynamo's hint: {' '.join(hints)}" if hints else ""
+    return Finding(
+        f"graph break in {name}{where} that Dynamo cannot resume from: {reason}. The rest "
+        f"of the function runs eagerly in Python, uncompiled; {cost_words}.{hint} Move the "
+        "unsupported call out of the compiled function (or rewrite it with traceable ops).",
+        "warning", loc, kind="graph_break_unresumable", **fields)
+
+
+def graph_breaks(s: Snapshot) -> Iterable[Finding]:
+    """torch.compile graph breaks, one finding per break site seen in the events."""
+    n = s.counter(GRAPH_BREAKS)
+    if not n:
+        return
+    sites: dict[str | None, tuple[str, str]] = {}
+    for e in s.events:
+        if e.kind == EventKind.GRAPH_BREAK:
+            sites[e.location] = (e.name, e.detail)
+    for loc, (name, detail) in sites.items():
+        where = f" at {short_location(loc)}" if loc else ""
+        if _UNRESUMABLE in detail:  # the torch hook measured the eager time
+            yield _unresumable_break(s, name, where, loc, detail)
+            continue
+        if _UNRESUMABLE_RE.search(detail):
+            yield _unresumable(s, name, where, loc, detail)
+            continue
+        gap = next((x for x in s.sites if x.kind == SiteKind.GRAPH_BREAK.value
+                    and x.location == loc and x.count), None)
+        calls = sum(g.executions or 0 for g in s.graphs if g.name == name)
+        if gap is not None:  # the torch hook timed the Python between the two graphs
+            c = cost_of(s, gap.seconds, gap.count)
+            crossed = (f" Each crossing runs Python between the two graphs for "
+                       f"{duration(gap.seconds / gap.count)} ({c.words()}).")
+        else:
+            c = cost_of(s, 0.0, calls or None)
+            crossed = (f" It is crossed on every call ({calls:,} times, {c.per_step:.1f} per "
+                       "step; the graph ends, that line runs in Python, the next graph "
+                       "starts; the time in between is not measured)."
+                       if calls and c.per_step is not None else "")
+        yield Finding(
+            f"graph break in {name}{where}: {detail.rstrip('.')}. Dynamo splits the function there "
+            f"into separate graphs with Python in between.{crossed} Rewrite that line so it "
+            "can be traced (torch._dynamo.explain(fn)(*args) lists every break).",
+            "warning", loc, kind="graph_break", **c.fields())
+    if not sites:
+        yield Finding(f"{n} torch.compile graph breaks (their reasons are no longer in the "
+                      "recent events): run torch._dynamo.explain(fn)(*args) to list them.",
+                      "warning", None, 0.0, "graph_break")
+
+
+XLA_VALUE_ACCESS = "access tensor value before"  # torch_xla's cause text
+
+
+def _value_access_graphs(s: Snapshot) -> list[GraphRecord]:
+    return [g for g in s.graphs if g.engine == "torch_xla"
+            and any(XLA_VALUE_ACCESS in c.description for c in g.causes)]
+
+
+def xla_value_access(s: Snapshot) -> Iterable[Finding]:
+    """torch_xla compiled a graph because the program read a tensor's value
+    (``.item()``, ``print``, ``if t:``) before ``torch_xla.sync()``: each step
+    then runs the graph up to that line on its own and waits for the result."""
+    by_site: dict[str | None, list[GraphRecord]] = defaultdict(list)
+    for g in _value_access_graphs(s):
+        site = next((c.location for c in g.causes if XLA_VALUE_ACCESS in c.description), None)
+        by_site[site].append(g)
+    steps = s.counter(MARK_STEP)
+    d2h = s.distribution(TRANSFER_FROM_DEVICE_TIME)
+    for site, graphs in by_site.items():
+        compiles = sum(g.compiles for g in graphs)
+        compiled = sum(g.compile_seconds_total for g in graphs)
+        waited = d2h.total / 1e9 if d2h is not None and len(by_site) == 1 else 0.0
+        where = f" at {short_location(site)}" if site else ""
+        reads = (f"; {d2h.count} device->host reads in {steps} steps "
+                 f"({d2h.count / steps:.1f} per step, {duration(waited)} waiting, measured)"
+                 if d2h is not None and steps and waited else "")
+        yield Finding(
+            f"value access before sync{where}: the program reads a tensor's value there "
+            "before torch_xla.sync() (torch_xla: \"most likely user code trying to access "
+            "tensor value before torch_xla.sync\"), so each step cuts its graph at that line, "
+            f"runs the part so far and waits for it ({compiles} extra graph"
+            f"{'s' * (compiles > 1)} compiled, {duration(compiled)}{reads}). Move the .item() "
+            "/ print after torch_xla.sync(), or read the value every N steps.",
+            "warning", site, kind="value_access_before_sync",
+            **cost_of(s, compiled + waited, d2h.count if d2h is not None else None).fields())
+
+
+_UNRESUMABLE = "[unresumable]"  # metrics.engines.torch_compile.UNRESUMABLE
+
+
+def _unresumable_break(s: Snapshot, name: str, where: str, loc: str | None,
+                       detail: str) -> Finding:
+    """A graph break Dynamo cannot resume from: the whole function runs eagerly.
+    Its cost: the calls' wall time outside compiled graphs (measured)."""
+    reason, _, hints = detail.partition(_UNRESUMABLE)
+    hint = " ".join(h.strip() for h in hints.split("Hint:") if h.strip())
+    wall = s.distribution(EAGER_FALLBACK_TIME)
+    cost, measured = 0.0, ""
+    if wall is not None and wall.count and wall.total > 0:
+        # Dynamo runs the whole function eagerly: all of its calls' time is outside graphs.
+        cost = wall.total / 1e9
+        c = cost_of(s, cost, wall.count)
+        share = (f"{share_words(c.share_of_step)} of step time"
+                 if c.share_of_step is not None else "all of its calls' time")
+        measured = (f": {share} is spent outside compiled graphs ({duration(cost)} in "
+                    f"{wall.count} calls, {c.tail()})")
+    advice = f" Dynamo's hint: {hint.rstrip('.')}." if hint else ""
+    fields = cost_of(s, cost, wall.count if wall is not None else None).fields()
+    return Finding(
+        f"graph break in {name}{where} that Dynamo cannot resume from: "
+        f"{reason.strip().rstrip('.')}. Dynamo gave up on the whole function and runs it "
+        f"eagerly on every call{measured}.{advice} Or move that code out of the compiled "
+        "function and compile the parts around it.",
+        "warning", loc, kind="graph_break_unresumable", **fields)
+
+
+def cpu_fallbacks(s: Snapshot) -> Iterable[Finding]:
+    """torch_xla's ``aten::`` counters: ops that ran on the CPU instead of XLA."""
+    for c in s.counters:
+        if not c.name.startswith("aten::") or not c.value:
+            continue
+        if c.name == "aten::_local_scalar_dense" and _value_access_graphs(s):
+            continue  # named with its line by xla_value_access
+        if c.name == "aten::_local_scalar_dense":
+            cost = cost_of(s, 0.0, c.value)
+            p = cost.per_step
+            often = ("steps are not known" if p is None
+                     else f"{p:.1f} per step" if p >= 0.1 else f"{p:.2g} per step")
+            if cost.per_step is not None and cost.per_step < 0.5:
+                # No compile was forced by them (else xla_value_access names them):
+                # occasional reads after the sync, e.g. logging every N steps.
+                yield Finding(
+                    f"{c.name} ran {c.value} times ({often}, about one every "
+                    f"{1 / max(cost.per_step, 1e-9):.0f} steps): occasional reads of a tensor's "
+                    "value on the host (logging every N steps), none of them before "
+                    "torch_xla.sync() (no extra graph was compiled for them): nothing to do.",
+                    "info", None, kind="value_read", count=c.value, per_step=cost.per_step)
+                continue
+            yield Finding(
+                f"{c.name} ran {c.value} times ({often}; its time is in TransferFromDeviceTime): "
+                "a device tensor's value was read on the host (.item(), printing, Python "
+                "control flow on a tensor); each read waits for the device, and a read "
+                "before torch_xla.sync() cuts the graph and compiles an extra one. Read "
+                "values every N steps, after torch_xla.sync().", "warning", None,
+                kind="value_read", count=c.value, per_step=cost.per_step)
+            continue
+        else:
+            msg = (f"{c.name} ran on the CPU {c.value} times: it falls back to the CPU "
+                   "(no XLA lowering), so each call copies its inputs to the host and the "
+                   "result back. Replace it with ops that lower, or keep it out of the step; "
+                   "see torch_xla's TROUBLESHOOTING.md on aten:: counters.")
+        yield Finding(msg, "warning", None, 0.0, "cpu_fallback", count=c.value)

@@ -1,0 +1,172 @@
+"""``tpu-info --metric NAME [-f 'percentile:[p50,p90]']`` and ``--list_metrics``.
+
+Google's short names keep their meaning (PROTOCOL-libtpu.md); our own names
+(``CompileTime``, ``MarkStep``, ...) work too. Tables are pure functions of
+the gathered views; a device's N/A says the same why as the tables
+(:func:`tpu_info.views.derived.device_row`).
+
+Example:
+    >>> resolve("host_to_device_transfer_latency")
+    'TransferToDeviceTime'
+    >>> parse_filter("percentile:[p50,p999]")
+    ('p50', 'p999')
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from rich.table import Table
+from rich.text import Text
+
+from tpu_info.contract.catalog import (
+    CATALOG,
+    EXECUTE_TIME,
+    TRANSFER_FROM_DEVICE_TIME,
+    TRANSFER_TO_DEVICE_TIME,
+)
+from tpu_info.contract.model import DistributionReading, Unit
+from tpu_info.views.derived import device_row
+from tpu_info.views.values import NA, TargetView, clean, format_bytes, format_ns
+
+# Google's short name -> (our distribution/counter name or a device reading, help)
+GOOGLE_METRICS: dict[str, tuple[str, str]] = {
+    "hbm_usage": ("@hbm", "HBM used and total per device"),
+    "duty_cycle_percent": ("@duty", "busy % per device"),
+    "tensorcore_utilization": ("@duty", "busy % per device (TensorCore utilization)"),
+    "runtime_hbm_utilization": ("@hbm", "HBM used and total per device"),
+    "tensorcore_idle_duration": ("@none", "TensorCore idle time (libtpu only)"),
+    "hlo_queue_size": ("@none", "programs queued per device (libtpu only)"),
+    "hlo_exec_timing": (EXECUTE_TIME, "program execution time"),
+    "host_to_device_transfer_latency": (TRANSFER_TO_DEVICE_TIME, "host->device transfer latency"),
+    "device_to_host_transfer_latency": (TRANSFER_FROM_DEVICE_TIME, "device->host transfer latency"),
+    "buffer_transfer_latency": ("@none", "DCN transfer latency (multi-slice libtpu only)"),
+    "inbound_buffer_transfer_latency": ("@none", "DCN inbound latency (multi-slice libtpu only)"),
+    "collective_e2e_latency": ("@none", "collective end-to-end latency (libtpu only)"),
+    "host_compute_latency": ("@none", "host compute latency (libtpu only)"),
+}
+PERCENTILE_COLUMNS = {"p1": 1.0, "p5": 5.0, "p10": 10.0, "p20": 20.0, "p50": 50.0, "p80": 80.0,
+                      "p90": 90.0, "p95": 95.0, "p99": 99.0, "p999": 99.9}
+DEFAULT_PERCENTILES = ("p50", "p90", "p95", "p999")
+_FILTER_RE = re.compile(r"^\s*percentile\s*:\s*\[([^\]]*)\]\s*$")
+
+
+def valid_names() -> list[str]:
+    return sorted(GOOGLE_METRICS) + sorted(CATALOG)
+
+
+def resolve(name: str) -> str:
+    """Our name for ``name`` (Google's short names accepted, spaces as ``_``).
+
+    Raises:
+        ValueError: unknown name; the message lists the valid ones.
+    """
+    key = name.strip().replace(" ", "_")
+    if key in GOOGLE_METRICS:
+        return GOOGLE_METRICS[key][0]
+    for ours in CATALOG:
+        if ours.lower() == key.lower():
+            return ours
+    raise ValueError(f"unknown metric {name!r}; valid metrics: {', '.join(valid_names())}")
+
+
+def parse_filter(text: str) -> tuple[str, ...]:
+    """``percentile:[p50,p90]`` -> ``('p50', 'p90')``.
+
+    Raises:
+        ValueError: not that form, or an unknown percentile.
+    """
+    m = _FILTER_RE.match(text)
+    if not m:
+        raise ValueError(f"filter {text!r} is not of the form 'percentile:[p50,p90]'")
+    cols = tuple(c.strip().lower() for c in m.group(1).split(",") if c.strip())
+    bad = [c for c in cols if c not in PERCENTILE_COLUMNS]
+    if bad or not cols:
+        raise ValueError(f"filter {text!r}: percentiles must be among "
+                         f"{', '.join(PERCENTILE_COLUMNS)}")
+    return cols
+
+
+def list_metrics_table() -> Table:
+    t = Table(title="Metrics", title_justify="left")
+    t.add_column("name", no_wrap=True)
+    t.add_column("unit")
+    t.add_column("meaning", overflow="fold")
+    for name, (_, help_) in sorted(GOOGLE_METRICS.items()):
+        t.add_row(name, "", help_ + " (Google's tpu-info name)")
+    for name, (kind, unit, help_) in sorted(CATALOG.items()):
+        t.add_row(name, unit.value, f"{kind}: {help_}")
+    return t
+
+
+def _value(v: float, unit: Unit) -> str:
+    if unit is Unit.TIME_NS:
+        return format_ns(v)
+    if unit is Unit.BYTES:
+        return format_bytes(v)
+    return f"{v:.6g}"
+
+
+def _percentile(d: DistributionReading, p: float) -> float | None:
+    from tpu_info.contract.buckets import percentile
+
+    if d.buckets is not None and d.count:
+        return percentile(d.buckets, d.count, p, d.min, d.max)
+    return d.percentile(p)
+
+
+def metric_table(name: str, views: Sequence[TargetView],
+                 columns: Sequence[str] = DEFAULT_PERCENTILES) -> Table:
+    """One table for one metric across every view."""
+    ours = resolve(name)
+    t = Table(title=f"{clean(name)}", title_justify="left")
+    t.add_column("target", no_wrap=True, overflow="ellipsis", max_width=28)
+    if ours in ("@hbm", "@duty"):
+        t.add_column("device", no_wrap=True)
+        t.add_column("HBM used / total" if ours == "@hbm" else "busy %", no_wrap=True)
+        for v in views:
+            if not v.ok or v.snapshot is None:
+                t.add_row(Text(clean(v.target)), NA, Text(f"{NA}: {clean(v.error)}"))
+                continue
+            for d in v.snapshot.devices:
+                row = device_row(v, d)  # the tables' values, and their reasons
+                if ours == "@hbm":
+                    used, total = row.hbm_used, row.hbm_total
+                    val = (f"{format_bytes(used.value)} / {format_bytes(total.value)}"
+                           if used.value is not None and total.value else
+                           f"{NA}: {clean(used.reason or total.reason or 'not reported')}")
+                else:
+                    val = (f"{row.busy.value:.1f}%" if row.busy.value is not None
+                           else f"{NA}: {clean(row.busy.reason)}")
+                t.add_row(Text(clean(v.target)), Text(f"{d.id} {clean(d.kind)}"), Text(val))
+        return t
+    if ours == "@none":
+        t.add_column("value")
+        for v in views:
+            t.add_row(Text(clean(v.target)),
+                      f"{NA}: only libtpu on a TPU VM reports {clean(name)}")
+        return t
+    kind = CATALOG[ours][0]
+    if kind == "counter":
+        t.add_column("value", justify="right")
+        for v in views:
+            val = str(v.snapshot.counter(ours)) if v.snapshot else f"{NA}: {clean(v.error)}"
+            t.add_row(Text(clean(v.target)), Text(val))
+        return t
+    t.add_column("count", justify="right")
+    for c in columns:
+        t.add_column(c.upper(), justify="right", no_wrap=True)
+    for v in views:
+        d = v.snapshot.distribution(ours) if v.snapshot else None
+        if d is None or not d.count:
+            why = clean(v.error) if not v.ok else f"no {ours} samples recorded"
+            t.add_row(Text(clean(v.target)), "0", *[NA] * len(columns))
+            t.caption = f"{NA}: {why}"
+            continue
+        cells = []
+        for c in columns:
+            p = _percentile(d, PERCENTILE_COLUMNS[c])
+            cells.append(NA if p is None else _value(p, d.unit))
+        t.add_row(Text(clean(v.target)), str(d.count), *cells)
+    return t

@@ -1,0 +1,188 @@
+"""Findings from the lines that synced or moved data every step (``Snapshot.sites``).
+
+A device->host sync (``float(loss)``, ``print(x)``, ``if x > 0:``) at a line
+that runs about once per step stops the host until the device finishes, and
+the device then idles while Python catches up; a numpy batch passed straight
+into a jitted function copies it to the device on the step's critical path.
+Each finding names the line, how often it ran per step, and its cost per step
+and as a share of step time: timed by the hook (measured), or, where only bytes
+are known, estimated from a transfer rate (and labelled so).
+
+Example:
+    >>> from tpu_info.contract.model import SiteReading, Snapshot, StepsReading
+    >>> s = Snapshot(0.0, steps=StepsReading(1200, "inferred", "jit(step)", 164.0),
+    ...              sites=(SiteReading("sync", "/src/train.py:88", 1200, 4800, 4.92,
+    ...                                 detail="float()"),))
+    >>> [f.kind for f in site_findings(s)]
+    ['per_step_sync']
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+
+from tpu_info.contract.catalog import (
+    OUTBOUND_DATA,
+    TRANSFER_FROM_DEVICE_TIME,
+    TRANSFER_TO_DEVICE_TIME,
+)
+from tpu_info.contract.model import Finding, Severity, SiteKind, SiteReading, Snapshot
+from tpu_info.views.cost import (
+    Cost,
+    cost_of,
+    duration,
+    engine_of,
+    short_location,
+    size_words,
+)
+
+# A site is a finding when it ran in at least half the steps (or, steps
+# unknown, this many times) and cost at least this much, in all and as a share.
+PER_STEP_AT_LEAST = 0.5
+COUNT_WITHOUT_STEPS = 100
+MIN_SECONDS = 1e-3
+MIN_SHARE = 0.005
+
+# For sites the hook counted but could not time: a host<->device copy at a
+# PCIe-class rate, plus a fixed wait per device->host read.
+ASSUMED_BYTES_PER_S = 10e9
+ASSUMED_SYNC_S = 10e-6
+
+
+def _rate(s: Snapshot) -> tuple[float, str]:
+    """Bytes per second for an untimed host->device copy: this process's own
+    timed transfers when it has some, else :data:`ASSUMED_BYTES_PER_S`."""
+    t, b = s.distribution(TRANSFER_TO_DEVICE_TIME), s.distribution(OUTBOUND_DATA)
+    if t is not None and b is not None and t.count and t.total > 0 and b.total > 0:
+        rate = b.total / (t.total / 1e9)
+        return rate, f"estimated at this process's timed transfer rate, {size_words(rate)}/s"
+    return ASSUMED_BYTES_PER_S, f"estimated at {size_words(ASSUMED_BYTES_PER_S)}/s"
+
+
+def _site_cost(s: Snapshot, site: SiteReading) -> Cost:
+    if site.seconds > 0:
+        return cost_of(s, site.seconds, site.count)
+    rate, how = _rate(s)
+    fixed = ASSUMED_SYNC_S * site.count if site.kind == SiteKind.SYNC.value else 0.0
+    if fixed:
+        how += f" plus {duration(ASSUMED_SYNC_S)} a read"
+    return cost_of(s, fixed + site.bytes / rate, site.count, how)
+
+
+def _worth_saying(c: Cost) -> bool:
+    if c.seconds < MIN_SECONDS:
+        return False
+    if c.steps is None:
+        return (c.count or 0) >= COUNT_WITHOUT_STEPS
+    if (c.per_step or 0.0) < PER_STEP_AT_LEAST:
+        return False
+    return c.share_of_step is None or c.share_of_step >= MIN_SHARE
+
+
+def _how_often(c: Cost) -> str:
+    p = c.per_step
+    if p is None:
+        return f"{c.count:,} times"
+    if p >= 1.5:
+        return f"{p:.0f} times every step"
+    return "every step" if p >= 0.9 else "in most steps"
+
+
+def _sync_advice(detail: str) -> str:
+    d = detail.lower()
+    if "print" in d or "repr" in d or "str" in d or "format" in d:
+        return ("Print every N steps, or use jax.debug.print inside the jitted function "
+                "(it prints without stopping the host).")
+    if "bool" in d or " if" in d or "control" in d:
+        return ("Python control flow on a device value: branch on the device (jnp.where, "
+                "lax.cond inside jit), or check it every N steps.")
+    return ("Log every N steps, or keep the value on the device (accumulate with jnp and "
+            "read once).")
+
+
+def _transfer_advice(detail: str) -> str:
+    d = detail.lower()
+    if "shard" in d:
+        return ("device_put the batch with its sharding in the data loader "
+                "(jax.device_put(batch, sharding)), ahead of the step.")
+    if "asarray" in d or "array" in d.split("(")[0]:
+        return ("Convert once outside the loop, or device_put the data in the data loader "
+                "(prefetch ahead of the step) instead of converting it inside the step.")
+    return ("device_put the data once, or prefetch it (e.g. jax.device_put in the data "
+            "loader / flax's prefetch_to_device).")
+
+
+def _finding(s: Snapshot, site: SiteReading) -> Finding | None:
+    c = _site_cost(s, site)
+    if not _worth_saying(c):
+        return None
+    where = f"{site.detail or 'a read'} at {short_location(site.location)}"
+    if site.kind == SiteKind.SYNC.value:
+        return Finding(
+            f"{where} reads a value back to the host {_how_often(c)} ({c.words()}): the host "
+            "waits for the device to finish, then the device waits for the host. "
+            f"{_sync_advice(site.detail)}",
+            Severity.WARNING, site.location, kind="per_step_sync", **c.fields())
+    each = size_words(site.bytes / site.count) if site.count else size_words(0)
+    what = site.detail or "host data"
+    return Finding(
+        f"{what} at {short_location(site.location)} copies {each} to the device {_how_often(c)} "
+        f"({c.words()}): the copy sits on the step's critical path. "
+        f"{_transfer_advice(site.detail)}",
+        Severity.WARNING, site.location, kind="per_step_implicit_transfer", **c.fields())
+
+
+def site_findings(s: Snapshot) -> Iterable[Finding]:
+    """One finding per costly sync or implicit-transfer line; cheap lines are not news."""
+    for site in s.sites:
+        if site.kind in (SiteKind.SYNC.value, SiteKind.IMPLICIT_TO_DEVICE.value):
+            f = _finding(s, site)
+            if f is not None:
+                yield f
+
+
+_EXPLICIT_ADVICE = {
+    "jax": "Fetch values to the host every N steps instead (jax.device_get of a value "
+           "accumulated on the device).",
+    "torch_xla": "Read values (loss.item()) every N steps, after torch_xla.sync(), and "
+                 "accumulate on the device in between.",
+    "": "Fetch values to the host every N steps instead (accumulate them on the device).",
+}
+
+
+def explicit_syncs(s: Snapshot) -> Iterable[Finding]:
+    """Device->host transfers in (nearly) every step that no sync line accounts
+    for (explicit ``device_get``, or an older hook without sites)."""
+    c0 = cost_of(s, 0.0, None)
+    d2h = s.distribution(TRANSFER_FROM_DEVICE_TIME)
+    if c0.steps is None or c0.steps.count < 5 or d2h is None:
+        return
+    at_sites = [x for x in s.sites if x.kind == SiteKind.SYNC.value]
+    count = d2h.count - sum(x.count for x in at_sites)
+    seconds = d2h.total / 1e9 - sum(x.seconds for x in at_sites)
+    if count < 0.9 * c0.steps.count:
+        return
+    c = cost_of(s, seconds, count)
+    engine = engine_of(s)
+    where = ""
+    if "torch_xla" in (s.process.engine if s.process is not None else "") or any(
+            g.engine == "torch_xla" for g in s.graphs):
+        engine, where = "torch_xla", _xla_sync_lines(s)
+    advice = _EXPLICIT_ADVICE.get(engine, _EXPLICIT_ADVICE[""])
+    yield Finding(
+        f"device->host transfers every step ({c.words()}): each one waits for the device.{where} "
+        f"{advice}",
+        Severity.WARNING, None, kind="per_step_sync", **c.fields())
+
+
+def _xla_sync_lines(s: Snapshot) -> str:
+    """Where torch_xla's device->host reads come from, as far as it can be
+    seen: its metrics have no lines, only the compiles a read forced do."""
+    lines = sorted({os.path.basename(c.location) for g in s.graphs if g.engine == "torch_xla"
+                    for c in g.causes if c.location and "access tensor value before"
+                    in c.description})
+    known = (f" Of these, the reads before the sync are at {', '.join(lines)} (named above)"
+             if lines else " None of them forced a compile")
+    return (f" torch_xla's transfer metrics carry no source lines.{known}; the rest (.cpu(), "
+            ".item() or printing after torch_xla.sync()) are not attributed to a line.")

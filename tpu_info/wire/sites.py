@@ -1,0 +1,62 @@
+"""The diagnosis sections of a ``tpu_info.v1.Snapshot``: sites, steps and
+blind spots (what the hook saw the program do at its own lines, how many
+steps it ran, and what the hook could not see).
+
+Example:
+    >>> from tpu_info.wire.decoding import Decoding
+    >>> from tpu_info.contract.model import SiteReading, Snapshot
+    >>> from tpu_info.proto import tpu_info_v1_pb2 as pb
+    >>> msg = pb.Snapshot()
+    >>> fill_diagnosis(msg, Snapshot(1.0, sites=(SiteReading("sync", "t.py:3", 7),)))
+    >>> read_diagnosis(msg, Decoding())[0][0].count
+    7
+"""
+
+from __future__ import annotations
+
+from tpu_info.contract.model import SiteReading, Snapshot, StepsReading
+from tpu_info.proto import tpu_info_v1_pb2 as pb
+from tpu_info.wire.decoding import Decoding, text
+
+MAX_SITES = 1_024  # the hook keeps at most 256 per kind
+MAX_BLIND_SPOTS = 64
+
+
+def fill_diagnosis(msg: pb.Snapshot, s: Snapshot) -> None:
+    """Writes ``s``'s sites, steps and blind spots into ``msg``."""
+    for site in s.sites:
+        msg.sites.add(kind=site.kind, location=site.location, count=site.count,
+                      bytes=site.bytes, seconds=site.seconds, function=site.function,
+                      detail=site.detail, last_seen_unix=site.last_seen_unix)
+    st = s.steps
+    if st is not None:
+        msg.steps.count = st.count
+        msg.steps.source = st.source
+        msg.steps.basis = st.basis
+        if st.seconds_total is not None:
+            msg.steps.seconds_total = st.seconds_total
+    msg.blind_spots.extend(s.blind_spots)
+
+
+def _site(m: pb.Site, dec: Decoding) -> SiteReading:
+    where = f"site {text(m.location)!r}"
+    return SiteReading(
+        kind=text(m.kind), location=text(m.location), count=m.count, bytes=m.bytes,
+        seconds=max(0.0, dec.num0(m.seconds, where, "seconds")),
+        function=text(m.function), detail=text(m.detail),
+        last_seen_unix=dec.when(m.last_seen_unix, where, "last_seen_unix"),
+    )
+
+
+def read_diagnosis(m: pb.Snapshot, dec: Decoding) -> tuple[
+        tuple[SiteReading, ...], StepsReading | None, tuple[str, ...]]:
+    """``(sites, steps, blind_spots)`` of a message, validated and bounded."""
+    sites = tuple(_site(x, dec) for x in dec.bounded(m.sites, MAX_SITES, "sites"))
+    steps = None
+    if m.HasField("steps"):
+        total = dec.opt(m.steps, "seconds_total", "steps")
+        steps = StepsReading(count=m.steps.count, source=text(m.steps.source),
+                             basis=text(m.steps.basis),
+                             seconds_total=None if total is None else max(0.0, total))
+    blind = dec.strings(m.blind_spots, MAX_BLIND_SPOTS, "blind_spots")
+    return sites, steps, blind
