@@ -14,7 +14,7 @@ library, this hook), deciding "library or not" once per code object, and
 appends the user's code object and instruction offset with the clock
 readings and byte count to a journal: one ``list.extend``. Line numbers,
 file names and function names are resolved only when read
-(:meth:`ImplicitTransfers.sites`).
+(:mod:`metrics.engines.jax_sites`, the read side).
 
 Nothing is counted twice: a read under ``jax.device_get`` or a transfer
 under ``jax.device_put`` is explicit, and when the hook's own wrapper of
@@ -22,11 +22,6 @@ either is on the stack that wrapper counts it; a numpy argument of a call
 of the ``jax.jit`` wrapper is its report's (:class:`JitArguments` says
 which frames those are); the first call of the jitted ``stage`` under
 ``jnp.asarray`` is counted by the ``stage`` hook.
-
-Example (what a site reads as)::
-
-    SiteReading(kind="sync", location="/w/train.py:88", count=120, bytes=480,
-                seconds=0.002, function="train", detail="float()")
 """
 
 from __future__ import annotations
@@ -38,20 +33,23 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
+from metrics.engines import jax_sites
 from metrics.engines import jax_to_device as to_device
 from metrics.engines._frames import skip_prefixes
+from metrics.engines.jax_sites import IMPLICIT_H2D, OVERFLOW, SYNC, SyncLine
 from metrics.recording import forksafe
 from metrics.recording.journal import FOLD_AT
 from tpu_info.contract import catalog as names
-from tpu_info.contract.model import SiteKind, SiteReading
+from tpu_info.contract.model import SiteReading
 
-# Record kinds in the journal; UNTIMED_H2D: implicit, time unknown (the jit
-# wrapper's report), recorded with start == end.
-SYNC, IMPLICIT_H2D, EXPLICIT_D2H, EXPLICIT_H2D, UNTIMED_H2D = 0, 1, 2, 3, 4
+# Record kinds in the journal (SYNC, IMPLICIT_H2D: the kinds a site is kept
+# under, jax_sites'); UNTIMED_H2D: implicit, time unknown (the jit wrapper's
+# report), recorded with start == end.
+EXPLICIT_D2H, EXPLICIT_H2D, UNTIMED_H2D = 2, 3, 4
 assert to_device.IMPLICIT_H2D == IMPLICIT_H2D
 _SITE_KIND = {SYNC: SYNC, IMPLICIT_H2D: IMPLICIT_H2D, UNTIMED_H2D: IMPLICIT_H2D}
 
@@ -73,9 +71,6 @@ _SITE_MASK = _kinds(SYNC, IMPLICIT_H2D, UNTIMED_H2D)
 FIELDS = 7
 MAX_SITES_PER_KIND = 256
 MAX_CODES = 1 << 16  # code objects classified and kept; beyond, classified each time
-OTHER_SITES = "(other sites)"
-NO_USER_FRAME = "(no user frame)"
-_OVERFLOW = "more lines than kept"
 
 # What a frame is, decided once per code object.
 _USER, _LIB, _EXPLICIT, _COUNTED, _JIT_WRAPPER = range(5)
@@ -92,8 +87,6 @@ _DETAILS = {
     "cc_shard_arg": "host argument of a jitted call on several devices",
     "_pjit_call_impl_python": "host argument of a jitted call",
 }
-_GENERIC = {SYNC: "device->host read", IMPLICIT_H2D: "host->device transfer"}
-_KIND_NAMES = {SYNC: SiteKind.SYNC.value, IMPLICIT_H2D: SiteKind.IMPLICIT_TO_DEVICE.value}
 
 _METRICS_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
@@ -108,18 +101,6 @@ class _Site:
         self.first_end: int | None = None  # monotonic ns: the first record's end
         self.last_end = 0
         self.where: tuple[str, str] | None = None  # (location, function), resolved once read
-
-
-class SyncLine(NamedTuple):
-    """One line's device->host syncs (monotonic ns), for steps inferred from
-    them: ``(last_end - first_end) / (count - 1)`` is the time between two."""
-
-    location: str
-    detail: str
-    count: int
-    ns: int  # host time inside the syncs
-    first_end: int
-    last_end: int
 
 
 class ImplicitTransfers:
@@ -374,7 +355,7 @@ class ImplicitTransfers:
             else:
                 site = self._other.get(kind)
                 if site is None:
-                    site = self._other[kind] = _Site(None, 0, _OVERFLOW)
+                    site = self._other[kind] = _Site(None, 0, OVERFLOW)
         site.count += count
         site.bytes += nbytes
         site.ns += ns
@@ -382,58 +363,17 @@ class ImplicitTransfers:
         if site.first_end is None or first_end < site.first_end:
             site.first_end = first_end
 
+    # Read (metrics.engines.jax_sites) ---------------------------------------
+
     def sites(self) -> list[SiteReading]:
         """One reading per line (per kind) that synced or moved data
         implicitly, locations resolved now; the overflow as one entry."""
-        to_unix = self.rec.mono_to_unix
-        return [SiteReading(kind=_KIND_NAMES[kind], location=location, count=count,
-                            bytes=nbytes, seconds=ns / 1e9, function=function,
-                            detail=", ".join(details[:4]),
-                            last_seen_unix=last_end / 1e9 + to_unix)
-                for (kind, location), (count, nbytes, ns, _, last_end, function, details)
-                in self._by_line().items()]
+        return jax_sites.readings(self)
 
     def sync_lines(self) -> list[SyncLine]:
-        """Device->host syncs per line of the user's code (not the overflow
-        entry, nor syncs with no user frame), with their first and last time."""
-        return [SyncLine(location, ", ".join(details[:4]), count, ns, first, last)
-                for (kind, location), (count, _, ns, first, last, _, details)
-                in self._by_line().items()
-                if kind == SYNC and location not in (OTHER_SITES, NO_USER_FRAME)]
-
-    def _by_line(self) -> dict[tuple[int, str], list[Any]]:
-        """(kind, location) -> [count, bytes, ns, first end, last end,
-        function, details]: the sites merged per line (several instructions
-        of one line are one line), folded first."""
-        self.journal.flush()
-        merged: dict[tuple[int, str], list[Any]] = {}
-        with self._lock:
-            held = [(k[0], s) for k, s in self._sites.items()]
-            held += list(self._other.items())
-            rows = [(kind, s, s.detail, s.count, s.bytes, s.ns, s.first_end, s.last_end)
-                    for kind, s in held]
-        for kind, site, detail, count, nbytes, ns, first_end, last_end in rows:
-            if detail == _OVERFLOW:
-                location, function = OTHER_SITES, ""
-            else:
-                if site.where is None:  # the line is found once per site
-                    site.where = _where(site.code, site.offset)
-                location, function = site.where
-            row = merged.get((kind, location))
-            detail = detail or _GENERIC[kind]
-            first_end = last_end if first_end is None else first_end
-            if row is None:
-                merged[(kind, location)] = [count, nbytes, ns, first_end, last_end, function,
-                                            [detail]]
-                continue
-            row[0] += count
-            row[1] += nbytes
-            row[2] += ns
-            row[3] = min(row[3], first_end)
-            row[4] = max(row[4], last_end)
-            if detail not in row[6]:
-                row[6].append(detail)
-        return merged
+        """Device->host syncs per line of the user's code, with their first
+        and last time (:func:`~metrics.engines.jax_sites.sync_lines`)."""
+        return jax_sites.sync_lines(self)
 
     def clear(self) -> None:
         """Forgets every site (the counters are the registry's)."""
@@ -445,44 +385,7 @@ class ImplicitTransfers:
 
     def blind_spots(self) -> list[str]:
         """What this hook cannot see in this process, one sentence each."""
-        import jax
-
-        out = list(self.missing)
-        try:
-            platforms = {d.platform for d in jax.local_devices()}
-        except Exception:  # noqa: BLE001 - no backend yet: say nothing about it
-            platforms = set()
-        if "cpu" in platforms:
-            out.append("np.asarray(x), np.array(x), x.item() and memoryview(x) of a jax.Array "
-                       "on CPU read it through numpy's zero-copy buffer protocol and are not "
-                       "counted as device->host syncs")
-        if self.jit_arguments.jit_hooked():
-            out.append("numpy arguments of functions jitted before metrics.install() are moved "
-                       "to one device in C++ and are not counted (nor numpy leaves in "
-                       "containers at places a compiling call did not have them)")
-        else:
-            out.append("numpy arguments of jitted functions running on one device are moved "
-                       "in C++ and are not counted (only the first call of each signature "
-                       "is seen)")
-        out.append("numpy operands of eager jnp operations (jnp.sin(a), x + a with a numpy "
-                   "array a) are moved in C++ after the first call and are not counted")
-        return out
-
-
-def _where(code: Any, offset: int) -> tuple[str, str]:
-    """``("/abs/file.py:LINE", function)`` of an instruction (read time only)."""
-    if code is None:  # no frame outside the libraries (a library's own thread)
-        return NO_USER_FRAME, ""
-    line = code.co_firstlineno
-    for start, end, ln in code.co_lines():
-        if start <= offset < end:
-            if ln is not None:
-                line = ln
-            break
-    path = code.co_filename
-    if not path.startswith("<"):
-        path = os.path.abspath(path)
-    return f"{path}:{line}", getattr(code, "co_qualname", code.co_name)
+        return jax_sites.blind_spots(self)
 
 
 # The hooks (each runs inside the user's program: guarded) -------------------

@@ -1,0 +1,144 @@
+"""The read side of the JAX transfer hook: its site table, per user line.
+
+:class:`~metrics.engines.jax_transfers.ImplicitTransfers` folds each
+implicit transfer into a site (one per kind, code object and instruction
+offset, at most ``MAX_SITES_PER_KIND`` per kind, the rest in one overflow
+site). Here, at read time only, the sites are folded first, their lines
+found (once per site), merged per line (several instructions of one line
+are one line) and read out as :class:`~tpu_info.contract.model.SiteReading`\\ s
+(:func:`readings`) or as the sync lines steps are inferred from
+(:func:`sync_lines`); :func:`blind_spots` says what the hook cannot see.
+
+Example (what a site reads as)::
+
+    SiteReading(kind="sync", location="/w/train.py:88", count=120, bytes=480,
+                seconds=0.002, function="train", detail="float()")
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, NamedTuple
+
+from tpu_info.contract.model import SiteKind, SiteReading
+
+# The kinds a site is kept under (jax_transfers' record kinds of the same
+# numbers; an untimed host->device record is kept as IMPLICIT_H2D).
+SYNC, IMPLICIT_H2D = 0, 1
+OTHER_SITES = "(other sites)"
+NO_USER_FRAME = "(no user frame)"
+OVERFLOW = "more lines than kept"  # the detail of the overflow site
+
+_GENERIC = {SYNC: "device->host read", IMPLICIT_H2D: "host->device transfer"}
+_KIND_NAMES = {SYNC: SiteKind.SYNC.value, IMPLICIT_H2D: SiteKind.IMPLICIT_TO_DEVICE.value}
+
+
+class SyncLine(NamedTuple):
+    """One line's device->host syncs (monotonic ns), for steps inferred from
+    them: ``(last_end - first_end) / (count - 1)`` is the time between two."""
+
+    location: str
+    detail: str
+    count: int
+    ns: int  # host time inside the syncs
+    first_end: int
+    last_end: int
+
+
+def readings(impl: Any) -> list[SiteReading]:
+    """One reading per line (per kind) that synced or moved data implicitly
+    under ``impl`` (an ``ImplicitTransfers``), locations resolved now; the
+    overflow as one entry."""
+    to_unix = impl.rec.mono_to_unix
+    return [SiteReading(kind=_KIND_NAMES[kind], location=location, count=count,
+                        bytes=nbytes, seconds=ns / 1e9, function=function,
+                        detail=", ".join(details[:4]),
+                        last_seen_unix=last_end / 1e9 + to_unix)
+            for (kind, location), (count, nbytes, ns, _, last_end, function, details)
+            in by_line(impl).items()]
+
+
+def sync_lines(impl: Any) -> list[SyncLine]:
+    """Device->host syncs per line of the user's code (not the overflow
+    entry, nor syncs with no user frame), with their first and last time."""
+    return [SyncLine(location, ", ".join(details[:4]), count, ns, first, last)
+            for (kind, location), (count, _, ns, first, last, _, details)
+            in by_line(impl).items()
+            if kind == SYNC and location not in (OTHER_SITES, NO_USER_FRAME)]
+
+
+def by_line(impl: Any) -> dict[tuple[int, str], list[Any]]:
+    """(kind, location) -> [count, bytes, ns, first end, last end, function,
+    details]: ``impl``'s sites merged per line, folded first."""
+    impl.journal.flush()
+    merged: dict[tuple[int, str], list[Any]] = {}
+    with impl._lock:
+        held = [(k[0], s) for k, s in impl._sites.items()]
+        held += list(impl._other.items())
+        rows = [(kind, s, s.detail, s.count, s.bytes, s.ns, s.first_end, s.last_end)
+                for kind, s in held]
+    for kind, site, detail, count, nbytes, ns, first_end, last_end in rows:
+        if detail == OVERFLOW:
+            location, function = OTHER_SITES, ""
+        else:
+            if site.where is None:  # the line is found once per site
+                site.where = where(site.code, site.offset)
+            location, function = site.where
+        row = merged.get((kind, location))
+        detail = detail or _GENERIC[kind]
+        first_end = last_end if first_end is None else first_end
+        if row is None:
+            merged[(kind, location)] = [count, nbytes, ns, first_end, last_end, function,
+                                        [detail]]
+            continue
+        row[0] += count
+        row[1] += nbytes
+        row[2] += ns
+        row[3] = min(row[3], first_end)
+        row[4] = max(row[4], last_end)
+        if detail not in row[6]:
+            row[6].append(detail)
+    return merged
+
+
+def where(code: Any, offset: int) -> tuple[str, str]:
+    """``("/abs/file.py:LINE", function)`` of an instruction (read time only)."""
+    if code is None:  # no frame outside the libraries (a library's own thread)
+        return NO_USER_FRAME, ""
+    line = code.co_firstlineno
+    for start, end, ln in code.co_lines():
+        if start <= offset < end:
+            if ln is not None:
+                line = ln
+            break
+    path = code.co_filename
+    if not path.startswith("<"):
+        path = os.path.abspath(path)
+    return f"{path}:{line}", getattr(code, "co_qualname", code.co_name)
+
+
+def blind_spots(impl: Any) -> list[str]:
+    """What ``impl`` (an ``ImplicitTransfers``) cannot see in this process,
+    one sentence each."""
+    import jax
+
+    out = list(impl.missing)
+    try:
+        platforms = {d.platform for d in jax.local_devices()}
+    except Exception:  # noqa: BLE001 - no backend yet: say nothing about it
+        platforms = set()
+    if "cpu" in platforms:
+        out.append("np.asarray(x), np.array(x), x.item() and memoryview(x) of a jax.Array "
+                   "on CPU read it through numpy's zero-copy buffer protocol and are not "
+                   "counted as device->host syncs")
+    if impl.jit_arguments.jit_hooked():
+        out.append("numpy arguments of functions jitted before metrics.install() are moved "
+                   "to one device in C++ and are not counted (nor numpy leaves in "
+                   "containers at places a compiling call did not have them)")
+    else:
+        out.append("numpy arguments of jitted functions running on one device are moved "
+                   "in C++ and are not counted (only the first call of each signature "
+                   "is seen)")
+    out.append("numpy operands of eager jnp operations (jnp.sin(a), x + a with a numpy "
+               "array a) are moved in C++ after the first call and are not counted")
+    return out
