@@ -40,7 +40,7 @@ import time
 import psutil
 from _common import ROOT, parser, verdict
 
-# the attack clients, shared with tests/test_hostile_clients.py
+# the attack clients, shared with tests/system/test_hostile_clients.py
 from tests import hostile_clients as hostile
 
 TRAINER = r"""

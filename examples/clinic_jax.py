@@ -5,7 +5,7 @@
     tpu-info run -- python examples/clinic_jax.py --install none
 
 Each mistake is marked ``# MISTAKE(kind)`` on the line that makes it; the
-tests (tests/test_clinic_jax.py) check that tpu-info names each one with that
+tests (tests/system/test_clinic_jax.py) check that tpu-info names each one with that
 line and its cost, and gives advice that fits. The program itself calls
 neither ``metrics.track`` nor ``metrics.mark_step``: the hook must see what
 it does on its own.

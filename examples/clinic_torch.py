@@ -5,7 +5,7 @@
     tpu-info run -- python examples/clinic_torch.py --install none
 
 Each mistake is marked ``# MISTAKE(kind)`` on the line that makes it; the
-tests (tests/test_clinic_torch.py) check that tpu-info names each one with that
+tests (tests/system/test_clinic_torch.py) check that tpu-info names each one with that
 line and its cost, and gives advice that fits. ``--backend aot_eager``
 skips Inductor's code generation (what the tests use: a cold Inductor
 compile takes about 20 s on a 2-core machine); ``TORCHINDUCTOR_CACHE_DIR``

@@ -7,7 +7,7 @@ Runs in torch_xla's own environment (``make xla-env``), on any PJRT device:
     PJRT_DEVICE=CPU tpu-info run -- python examples/clinic_xla.py --install none
 
 Each mistake is marked ``# MISTAKE(kind)`` on the line that makes it; the
-tests (tests/test_clinic.py) check that tpu-info names each one with that
+tests (tests/system/test_clinic_xla.py) check that tpu-info names each one with that
 line, and that torch_xla's normal warm-up (step 0 and step 1 compile
 different graphs) is not reported as a mistake.
 """

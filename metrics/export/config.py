@@ -4,7 +4,7 @@ names each, its default, how it is parsed and what it means.
 Callers read a variable through this module (:func:`port`, :func:`flag`,
 :func:`text`, :func:`serve`), never ``os.environ`` with a literal name; the
 README's table of variables lists :data:`VARIABLES` in this order and with
-these meanings (``tests/test_config.py`` holds the two together). Three are
+these meanings (``tests/metrics/test_config.py`` holds the two together). Three are
 also named outside ``metrics``, where this module cannot be imported, and
 the test checks they agree: ``TPU_INFO_RUNTIME_DIR`` (read by
 ``tpu_info.net.discovery``, shared with the CLI) and ``TPU_INFO_AUTOINSTALL``
@@ -112,7 +112,7 @@ VARIABLES: tuple[Variable, ...] = (PORT, BIND, PROMETHEUS_BIND, DEVICE_CAPTURE, 
 
 
 def readme_table() -> str:
-    """README's table of variables (``tests/test_config.py`` finds it there verbatim)."""
+    """README's table of variables (``tests/metrics/test_config.py`` finds it there verbatim)."""
     rows = ["| environment variable | default | meaning |", "|---|---|---|"]
     rows += [f"| `{v.name}` | {v.default} | {v.meaning} |" for v in VARIABLES]
     return "\n".join(rows)
