@@ -260,38 +260,29 @@ def hook_jit(original: Callable[..., Any]) -> Callable[..., Any]:
     """The ``jax.jit`` installed in place of ``original``: the same call
     shapes (``jax.jit(f, ...)``, ``@jax.jit``, ``jax.jit(static_argnums=1)``
     as a decorator, ``functools.partial(jax.jit, ...)``)."""
-
-    def jit(*args: Any, **kwargs: Any) -> Any:
-        out = original(*args, **kwargs)
-        try:
-            if not args:  # options only: JAX returned a decorator
-                return _decorator(out, kwargs, "jit")
-            return wrap_jitted(out, args[0], kwargs, "jit")
-        except Exception as e:  # noqa: BLE001 - the user's jit must work unhooked
-            _failed(e)
-            return out
-
-    _like(jit, original)
-    return jit
+    return _hooked(original, "jit")
 
 
 def hook_pmap(original: Callable[..., Any]) -> Callable[..., Any]:
     """The ``jax.pmap`` installed in place of ``original``: what it returns
     is counted like a jitted function (``pmap(f)`` in the ledger's calls; in
     JAX 0.10 its graph is a ``jit`` of shard_map)."""
+    return _hooked(original, "pmap")
 
-    def pmap(*args: Any, **kwargs: Any) -> Any:
+
+def _hooked(original: Callable[..., Any], kind: str) -> Callable[..., Any]:
+    def transform(*args: Any, **kwargs: Any) -> Any:
         out = original(*args, **kwargs)
         try:
-            if not args:  # options only (functools.partial style): a decorator
-                return _decorator(out, kwargs, "pmap")
-            return wrap_jitted(out, args[0], kwargs, "pmap")
-        except Exception as e:  # noqa: BLE001 - the user's pmap must work unhooked
+            if not args:  # options only: JAX returned a decorator
+                return _decorator(out, kwargs, kind)
+            return wrap_jitted(out, args[0], kwargs, kind)
+        except Exception as e:  # noqa: BLE001 - the user's jit/pmap must work unhooked
             _failed(e)
             return out
 
-    _like(pmap, original)
-    return pmap
+    _like(transform, original)
+    return transform
 
 
 def _decorator(decorate: Callable[..., Any], options: dict[str, Any],
