@@ -39,9 +39,9 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import Any
 
-from metrics.recording.dense import EDGE, DenseCounts, percentiles_numpy
+from metrics.recording.dense import EDGE, DenseCounts, fold_numpy, percentiles_numpy
+from metrics.recording.dense import fsum_total as _total
 from metrics.recording.journal import SAMPLES_FOLD_AT, Journal
 from tpu_info.contract.buckets import SortedCounts, sorted_percentiles
 from tpu_info.contract.model import (
@@ -199,12 +199,12 @@ class Distribution:
         # Caller holds the lock; ``pairs`` is zip(times, values) if at hand.
         n = len(values)
         np = sys.modules.get("numpy")  # used only if the program loaded it
-        if n > 1 and type(values) is list and values.count(values[0]) == n:
+        if n > 1 and type(values) is list and _repeated(values, n):
             # One value repeated (4 bytes per float(loss)); min and max as
             # the fold it stands in for gives them (numpy's are floats).
             total, lo, hi, zero = self._fold_repeated(values[0], n, np is not None and n >= 256)
         elif np is not None and n >= 256:
-            total, lo, hi, zero = self._fold_numpy(np, values)
+            total, lo, hi, zero = fold_numpy(np, values, self._inv_log_gamma, self._pos, self._neg)
         else:
             total, lo, hi, zero = self._fold_python(values)
         if self._count == 0:
@@ -254,17 +254,6 @@ class Distribution:
             return total, float(v), float(v), 0
         dense.add_key(math.ceil(math.log(size) * k) if size != math.inf else EDGE, n)
         return total, v, v, 0
-
-    def _fold_numpy(self, np: Any, values: Sequence[float]) -> tuple[float, float, float, int]:
-        a = np.asarray(values, dtype=np.float64)
-        k = self._inv_log_gamma
-        placed = 0
-        for dense, part in ((self._pos, a[a > 0]), (self._neg, -a[a < 0])):
-            if part.size:
-                keys = np.nan_to_num(np.ceil(np.log(part) * k), posinf=EDGE)
-                dense.add_keys_numpy(np, keys.astype(np.int64))
-                placed += part.size
-        return _total(values), float(a.min()), float(a.max()), int(a.size - placed)
 
     @property
     def count(self) -> int:
@@ -365,12 +354,11 @@ def _pairs(percents: Sequence[float], values: Sequence[float],
                  for p, v, old in zip(percents, values, previous))
 
 
-def _total(values: Sequence[float]) -> float:
-    """The exact sum (``math.fsum``); inf and -inf together make NaN, not an error."""
-    try:
-        return float(math.fsum(values))
-    except (ValueError, OverflowError):
-        return float(sum(values))
+def _repeated(values: list[float], n: int) -> bool:
+    """Whether ``values`` is one value ``n`` times (``list.count``'s identity-
+    or-equal test); the last item rules out most batches without a pass."""
+    first, last = values[0], values[-1]
+    return (last is first or last == first) and values.count(first) == n
 
 
 def _nothing() -> None:

@@ -345,3 +345,60 @@ def test_a_repeated_value_folds_exactly_as_the_general_fold(value, n):
     fast.observe_many([value] * n, times)
     general.observe_many(tuple([value] * n), times)  # not a list: the general fold
     assert state(fast) == state(general)
+
+
+def _same(a: float, b: float) -> bool:
+    return a == b or (a != a and b != b)  # NaN reads as NaN
+
+
+_BATCH_KINDS = {
+    "durations": lambda rng: [rng.randrange(1, 10**9) for _ in range(4096)],
+    "signed ints": lambda rng: [rng.randrange(-10**6, 10**6) for _ in range(3000)],
+    "floats": lambda rng: [rng.lognormvariate(3, 4) * rng.choice([1, -1]) for _ in range(2000)],
+    "whole floats": lambda rng: [float(rng.randrange(1, 10**6)) for _ in range(500)],
+    "ints then a float": lambda rng: [rng.randrange(1, 10**6) for _ in range(300)] + [2.5],
+    "ints past 2**53": lambda rng: [2**53 + rng.randrange(10) for _ in range(300)],
+    "ints past int64": lambda rng: [2**70] + [rng.randrange(9) for _ in range(299)],
+    "signed zeros": lambda rng: [-0.0] * 300,
+    "zero sum": lambda rng: [5, -5] * 150,
+    # (Not NaN: there min and max already differ between the two folds.)
+    "infinities": lambda rng: [math.inf, -math.inf, 0.0, 1.0, -3] * 60,
+    "bools and numpy ints": lambda rng: [True, 2, 3] * 100 + [np.int64(7)] * 10,
+    "a tuple": lambda rng: tuple(rng.randrange(1, 10**9) for _ in range(1000)),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(_BATCH_KINDS))
+def test_the_numpy_batch_fold_reads_as_the_per_sample_fold(kind):
+    """One batch of 256 or more folds through numpy (fromiter or an int64
+    array, the int64 sum standing in for fsum); the same samples in batches
+    under 256 take the pure-Python per-sample fold. Buckets, percentiles,
+    count, min and max must be identical, and the sum is fsum's float."""
+    values = _BATCH_KINDS[kind](random.Random(len(kind)))
+    batch, singles = Distribution("a"), Distribution("b")
+    batch.observe_many(values, list(range(len(values))))
+    for start in range(0, len(values), 200):
+        chunk = list(values[start:start + 200])
+        singles.observe_many(chunk, list(range(start, start + len(chunk))))
+    a, b = batch.reading(0.0), singles.reading(0.0)
+    assert a.buckets == b.buckets and a.count == b.count == len(values)
+    assert _same(a.min, float(b.min)) and _same(a.max, float(b.max))  # numpy's are floats
+    assert all(p == q and _same(x, y) for (p, x), (q, y) in zip(a.percentiles, b.percentiles))
+    try:
+        expected = math.fsum(values)
+    except (ValueError, OverflowError):
+        expected = float(sum(values))
+    assert repr(a.total) == repr(float(expected))  # -0.0 stays -0.0
+
+
+def test_a_nan_in_a_numpy_batch_still_puts_infinities_in_the_edge_buckets():
+    values = [math.nan, -math.inf, math.inf, 2.0] * 100
+    batch, singles = Distribution("a"), Distribution("b")
+    batch.observe_many(values, list(range(len(values))))
+    for start in range(0, len(values), 200):
+        singles.observe_many(values[start:start + 200], list(range(200)))
+
+    def counts(d):  # type: ignore[no-untyped-def]
+        return [list(map(list, side.filled())) for side in (d._pos, d._neg)], d._zero
+
+    assert counts(batch) == counts(singles)
