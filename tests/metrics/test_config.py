@@ -27,7 +27,7 @@ ELSEWHERE = {
     # tpu_info never imports metrics: `tpu-info run` sets the bootstrap's flag.
     "tpu_info/commands/run.py": {"ENV_FLAG": config.AUTOINSTALL},
     # The bootstrap runs before `metrics` may be imported.
-    "metrics/_autoinstall/sitecustomize.py": {"ENV_FLAG": config.AUTOINSTALL},
+    "profiler/_autoinstall/sitecustomize.py": {"ENV_FLAG": config.AUTOINSTALL},
 }
 
 
@@ -70,7 +70,7 @@ def test_only_the_config_module_names_a_variable_in_code() -> None:
                 if node.value not in {v.name for v in allowed.values()}:
                     wrong.append(f"{where}:{node.lineno}: {node.value!r}")
     assert not wrong, "read through metrics.export.config instead:\n" + "\n".join(wrong)
-    import metrics._autoinstall.sitecustomize as boot  # not armed: no TPU_INFO_AUTOINSTALL
+    import profiler._autoinstall.sitecustomize as boot  # not armed: no TPU_INFO_AUTOINSTALL
     from tpu_info.commands import run
     from tpu_info.contract import discovery_record as discovery
 

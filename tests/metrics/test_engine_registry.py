@@ -77,7 +77,7 @@ def fake_engine(tmp_path, monkeypatch):
 
 def _bootstrap():  # type: ignore[no-untyped-def]
     """The ``tpu-info run`` bootstrap as a module (not armed: no TPU_INFO_AUTOINSTALL)."""
-    path = ROOT / "metrics" / "_autoinstall" / "sitecustomize.py"
+    path = ROOT / "profiler" / "_autoinstall" / "sitecustomize.py"
     spec = importlib.util.spec_from_file_location("tpu_info_bootstrap_under_test", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)

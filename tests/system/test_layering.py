@@ -11,11 +11,9 @@ specific module file it names. Then:
 * ``metrics`` imports neither ``profiler`` nor ``tui``;
 * ``tui`` imports neither ``metrics`` nor ``profiler``.
 
-``metrics._autoinstall.sitecustomize`` is the one exception to the layers:
-``tpu-info run`` puts its folder first on the program's ``PYTHONPATH`` and
-Python runs it as the top-level ``sitecustomize`` (nothing imports it as
-part of ``metrics``): it is the program's start-up code, which wires
-``metrics`` and ``profiler`` together.
+``tpu-info run``'s start-up code (``profiler._autoinstall.sitecustomize``)
+wires ``metrics`` and ``profiler`` together, so it lives in ``profiler``, the
+one package allowed to import both: there are no exceptions to the layers.
 
 And no module outside generated code is over :data:`MAX_LINES` lines.
 """
@@ -38,8 +36,6 @@ FORBIDDEN = {
     "tui": ("metrics", "profiler"),
 }
 MAX_LINES = 500
-# Start-up code that composes the layers (see the module docstring).
-ENTRY_POINTS = frozenset({"metrics._autoinstall.sitecustomize"})
 # tpu_info's layers (README "Layout"), lowest first: a module imports its own
 # layer and the ones before it, never one after. The protos are the wire's
 # generated half.
@@ -180,7 +176,7 @@ def test_no_import_cycle_between_files() -> None:
 def test_layers_import_one_way(package: str) -> None:
     graph = import_graph()
     wrong = sorted(f"{src} imports {dst}" for src, dsts in graph.items()
-                   if src.split(".")[0] == package and src not in ENTRY_POINTS
+                   if src.split(".")[0] == package
                    for dst in dsts if dst.split(".")[0] in FORBIDDEN[package])
     assert not wrong, "\n".join(wrong)
 
@@ -212,7 +208,7 @@ def test_tpu_info_layers_import_downwards() -> None:
 def test_metrics_uses_only_the_contract_and_the_wire_of_tpu_info() -> None:
     graph = import_graph()
     wrong = sorted(f"{src} imports {dst}" for src, dsts in graph.items()
-                   if src.split(".")[0] == "metrics" and src not in ENTRY_POINTS
+                   if src.split(".")[0] == "metrics"
                    for dst in dsts if dst.split(".")[0] == "tpu_info"
                    and not dst.startswith(METRICS_MAY_USE) and dst not in METRICS_ALSO)
     assert not wrong, "\n".join(wrong)

@@ -52,7 +52,7 @@ def test_autoinstall_dir_found_without_importing_metrics():
             "assert 'metrics' not in sys.modules and 'jax' not in sys.modules; print(d)")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
                          text=True, timeout=60, check=True).stdout.strip()
-    assert Path(out) == ROOT / "metrics" / "_autoinstall"
+    assert Path(out) == ROOT / "profiler" / "_autoinstall"
 
 
 def test_hooked_env_puts_bootstrap_first():

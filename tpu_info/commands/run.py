@@ -1,6 +1,6 @@
 """``tpu-info run -- python train.py ...``: run an unmodified program hooked.
 
-:func:`run_hooked` starts the command with ``metrics/_autoinstall`` first on
+:func:`run_hooked` starts the command with ``profiler/_autoinstall`` first on
 ``PYTHONPATH`` and ``TPU_INFO_AUTOINSTALL=1``; that directory's
 ``sitecustomize.py`` calls ``metrics.install()`` as soon as the program has
 imported its engine (see its docstring). Every Python process the command
@@ -45,16 +45,16 @@ _FORWARDED = (signal.SIGINT, signal.SIGTERM)
 
 
 class HookNotFoundError(RuntimeError):
-    """The ``metrics`` package (and its bootstrap) is not installed."""
+    """The bootstrap (``profiler/_autoinstall``) is not installed."""
 
 
 def autoinstall_dir() -> Path:
     """The directory holding the bootstrap ``sitecustomize.py``.
 
     Raises:
-        HookNotFoundError: ``metrics`` is not importable or lacks the bootstrap.
+        HookNotFoundError: ``profiler`` is not importable or lacks the bootstrap.
     """
-    spec = importlib.util.find_spec("metrics")  # finds, does not import
+    spec = importlib.util.find_spec("profiler")  # finds, does not import
     locations = list(spec.submodule_search_locations or []) if spec else []
     for loc in locations:
         candidate = Path(loc) / "_autoinstall"
@@ -62,8 +62,8 @@ def autoinstall_dir() -> Path:
             return candidate
     where = ", ".join(locations) or "not found"
     raise HookNotFoundError(
-        f"the metrics package with its _autoinstall bootstrap is not installed "
-        f"(metrics: {where}); reinstall tpu-info"
+        f"the profiler package with its _autoinstall bootstrap is not installed "
+        f"(profiler: {where}); reinstall tpu-info"
     )
 
 

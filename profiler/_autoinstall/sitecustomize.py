@@ -11,9 +11,9 @@
    it) and waits for any engine's trigger in :mod:`metrics.engines.registry`
    (``jax``, ``torch``, ``torch_xla``, ...) to finish importing, then calls
    ``metrics.install()`` and registers a capture that loads ``profiler`` at
-   the first ``tpu-info profile`` (this file is the program's start-up code,
-   outside the ``metrics`` package's layers). Neither ``metrics`` nor
-   any engine is imported before the program imports its engine, so a
+   the first ``tpu-info profile`` (this file lives in ``profiler``, the one
+   package that may use both: ``metrics`` never imports ``profiler``).
+   Neither ``metrics`` nor any engine is imported before the program imports its engine, so a
    program that never imports one pays nothing and keeps its own module
    namespace.
 
@@ -23,7 +23,7 @@ its own top-level module called ``metrics`` (ours would shadow it).
 
 Example (what ``tpu-info run -- python train.py`` does)::
 
-    PYTHONPATH=.../metrics/_autoinstall TPU_INFO_AUTOINSTALL=1 python train.py
+    PYTHONPATH=.../profiler/_autoinstall TPU_INFO_AUTOINSTALL=1 python train.py
 """
 
 from __future__ import annotations
@@ -37,8 +37,8 @@ from typing import Any
 ENV_FLAG = "TPU_INFO_AUTOINSTALL"
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
-_METRICS_DIR = os.path.dirname(_HERE)
-_PACKAGE_ROOT = os.path.dirname(_METRICS_DIR)
+_PACKAGE_ROOT = os.path.dirname(os.path.dirname(_HERE))  # beside profiler: metrics
+_METRICS_DIR = os.path.join(_PACKAGE_ROOT, "metrics")
 _reported = False
 
 
