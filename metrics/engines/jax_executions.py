@@ -33,6 +33,7 @@ class Executions:
         self.rec = recorder
         self._exec_count = recorder.counter(names.EXECUTE_COUNT)
         self._exec_time = recorder.distribution(names.EXECUTE_TIME)
+        self._busy_time = recorder.counter(names.DEVICE_BUSY_TIME)
         self.journal = recorder.journal(self._fold)
         self.queue = self.journal.queue
         self.call_times = CallTimes("jitted function")  # for the inferred step
@@ -55,6 +56,9 @@ class Executions:
         tracked_ns, other_ns = self.call_times.fold(owners, starts, ends, durations, uniq)
         self.tracked_ns += tracked_ns
         self.inferred_ns += other_ns
+        # The busy-% basis as a counter (rate() of it is the busy ratio):
+        # tracked time once there is any, counted jitted calls before.
+        self._busy_time.inc(tracked_ns if self.tracked_ns else other_ns)
         executed = self.rec.ledger.executed
         if not any(compiled) and keys.count(None) == len(keys):
             # The usual batch: no call compiled and none carries a key, so

@@ -4,7 +4,9 @@
 ``collect()``, on the HTTP server's thread, so the program's hot path never
 formats anything. The families, their names and the histogram edges are
 :mod:`tpu_info.outputs.prometheus`'s (the host exporter builds the same ones);
-this module adds the server, the body cache and the scrape-error counter.
+this module adds the server, the body cache, the scrape-error counter and
+prometheus_client's default ``process_*``, ``python_info`` and
+``python_gc_*`` collectors (:func:`make_registry`).
 
 Example:
     >>> import metrics
@@ -24,7 +26,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
 from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.exposition import choose_encoder
 
@@ -155,6 +157,19 @@ class PrometheusServer:
         self.stop()
 
 
+def make_registry(snapshot_fn: Callable[[], Snapshot],
+                  top_graphs: int = TOP_GRAPHS) -> CollectorRegistry:
+    """A fresh registry with our collector and prometheus_client's default
+    ones (``process_*``: CPU, memory, fds, start time; ``python_info``;
+    ``python_gc_*``), which every Prometheus dashboard expects of a process."""
+    registry = CollectorRegistry(auto_describe=False)
+    ProcessCollector(registry=registry)
+    PlatformCollector(registry=registry)
+    GCCollector(registry=registry)
+    registry.register(SnapshotCollector(snapshot_fn, top_graphs))
+    return registry
+
+
 def resolve_port(port: int | None, environ: Mapping[str, str] | None = None) -> int:
     """``port``, else ``$TPU_INFO_PROMETHEUS_PORT``, else 0 (ephemeral).
 
@@ -197,8 +212,7 @@ def start_http(
     if not is_loopback_host(addr):
         log.warning("tpu-info: Prometheus endpoint listens on %s (not loopback): anyone "
                     "who can reach this host can read this program's metrics", addr)
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(SnapshotCollector(snapshot_fn, top_graphs))
+    registry = make_registry(snapshot_fn, top_graphs)
     httpd = BoundedHttpServer(CachedExposition(registry), addr, resolve_port(port, env))
     httpd.start()
     return PrometheusServer(httpd, addr, registry)

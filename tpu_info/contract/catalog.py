@@ -35,6 +35,7 @@ IMPLICIT_TRANSFER_FROM_DEVICE = "ImplicitTransferFromDevice"
 IMPLICIT_OUTBOUND_BYTES = "ImplicitOutboundBytes"
 IMPLICIT_INBOUND_BYTES = "ImplicitInboundBytes"
 EAGER_FALLBACK_TIME = "EagerFallbackTime"
+DEVICE_BUSY_TIME = "DeviceBusyTime"
 
 # name -> (kind, unit, help). kind is "counter" or "distribution".
 CATALOG: dict[str, tuple[str, Unit, str]] = {
@@ -84,6 +85,10 @@ CATALOG: dict[str, tuple[str, Unit, str]] = {
     EAGER_FALLBACK_TIME: ("distribution", Unit.TIME_NS,
                           "Wall time of each call of a torch.compile'd function that Dynamo "
                           "could not resume after a graph break: it runs eagerly."),
+    DEVICE_BUSY_TIME: ("counter", Unit.TIME_NS,
+                       "Host time inside tracked calls (metrics.track), or before the first "
+                       "one inside counted jitted calls: the time busy % is the share of "
+                       "(JAX)."),
 }
 
 

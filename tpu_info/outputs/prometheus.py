@@ -9,35 +9,52 @@ both call :func:`families`.
 Names are ``tpu_info_`` + snake_case + unit suffix: ``CompileTime`` (ns) ->
 ``tpu_info_compile_time_seconds``, ``OutboundData`` ->
 ``tpu_info_outbound_data_bytes``, the counter ``UncachedCompile`` ->
-``tpu_info_uncached_compile_total``.
+``tpu_info_uncached_compile_total``. One family per concept, with labels:
+the engines' per-op counters (``lazy::add``, ``xla::mm``, ``aten::nonzero``,
+torch._lazy's and torch_xla's ``ns::op`` names) are the one family
+``tpu_info_ops_total{namespace="lazy",op="add"}`` (``aten``: ops that fell
+back to the CPU). Every counter and distribution of the catalog
+(:mod:`tpu_info.contract.catalog`) is present from the first scrape, at zero
+until it counts, so ``increase()`` and alerts see the first event.
 
 Distributions are exported as **histograms**, not summaries. A summary's
 quantiles cannot be combined across processes or hosts (the mean of p99s is
 not a p99), while histogram buckets add up, which is what a fleet needs
 (``histogram_quantile(0.99, sum by (le) (rate(..._bucket[5m])))``) and what
-our own log-spaced buckets were chosen for. Our fine buckets (0.5 % relative
-error, up to thousands of them) are coarsened to a fixed, bounded set of
-``le`` edges per unit (:data:`EDGES`): 1-2.5-5 per decade from 1 us to
-1000 s for times, powers of 4 from 1 B to 1 TiB for bytes, powers of 10 for
-plain numbers. A fine bucket ``(g**(k-1), g**k]`` is counted under the first
-edge above its lower bound, so a sample exactly on an edge (4096 bytes)
-lands in that edge's bucket, every sample <= an edge is counted under it, and
-only samples within one fine bucket (about 1 %) above an edge can be counted
-with it; the exact min and max clamp the ends.
+our own log-spaced buckets were chosen for. They are classic histograms:
+prometheus_client 0.26 writes native (sparse) histograms only in its
+experimental OpenMetrics 2.0 text, which Prometheus does not read (it takes
+native histograms from the protobuf format only, which prometheus_client
+does not write). So our fine buckets (0.5 % relative error, up to thousands
+of them) are coarsened to a fixed, bounded set of ``le`` edges per unit
+(:data:`EDGES`): 1-1.5-2-3-5-7 per decade from 1 us to 1000 s for times
+(neighbours at most 1.67x apart), powers of 2 from 1 B to 1 TiB for bytes,
+1-2-5 per decade for plain numbers. A fine bucket ``(g**(k-1), g**k]`` is
+counted under the first edge above its lower bound, so a sample exactly on
+an edge (4096 bytes) lands in that edge's bucket, every sample <= an edge is
+counted under it, and only samples within one fine bucket (about 1 %) above
+an edge can be counted with it; the exact min and max clamp the ends.
 
-Other families: per-graph counters for the top :data:`TOP_GRAPHS` graphs by
-compile time (labels ``graph`` = short hash, ``name``, ``engine``: bounded),
-device memory gauges per device with a ``source`` label, the busy ratio,
-``tpu_info_process_info`` and the process start time, and per finding kind
-(``kind`` label: ``per_step_sync``, ``recompile_short_last_batch``, ...)
-``tpu_info_findings``, ``tpu_info_finding_seconds_lost`` and
-``tpu_info_finding_share_of_step_ratio``, from the same rules as the CLI,
-computed when scraped.
+Per-graph counters (``tpu_info_graph_compiles_total`` and its siblings,
+labels ``graph`` = short hash, ``name``, ``engine``) follow
+:mod:`tpu_info.outputs.graph_series`' rule: the first :data:`TOP_GRAPHS`
+graphs the process compiled keep a series each for its life, every later
+graph adds into ``graph="other"``; series only grow and never vanish as the
+ledger evicts graphs (``tpu_info_graphs_evicted_total`` counts those).
+
+Other families: device memory gauges per device with a ``source`` label, the
+busy ratio (a windowed gauge; ``rate(tpu_info_device_busy_time_seconds_total
+[1m])`` is the same estimate as a counter), ``tpu_info_process_info`` and the
+process start time, and per finding kind (``kind`` label: ``per_step_sync``,
+``recompile_short_last_batch``, ...) ``tpu_info_findings``,
+``tpu_info_finding_seconds_lost`` and ``tpu_info_finding_share_of_step_ratio``,
+from the same rules as the CLI, computed when scraped.
 
 Example:
     >>> from tpu_info.contract.model import Snapshot
-    >>> sorted(f.name for f in families(Snapshot(taken_at_unix=0.0), {"host": "h1"}))[:2]
-    ['tpu_info_device_busy_ratio', 'tpu_info_device_memory_limit_bytes']
+    >>> fams = {f.name: f for f in families(Snapshot(taken_at_unix=0.0), {"host": "h1"})}
+    >>> fams["tpu_info_graphs_evicted"].samples[0].value, fams["tpu_info_ops"].type
+    (0.0, 'counter')
 """
 
 from __future__ import annotations
@@ -59,12 +76,14 @@ from prometheus_client.core import (
     Metric,
 )
 
+from tpu_info.contract import catalog
 from tpu_info.contract.model import DistributionReading, Snapshot, Unit
+from tpu_info.outputs.graph_series import GraphSeries
 
 log = logging.getLogger("tpu_info.outputs.prometheus")
 
 PREFIX = "tpu_info_"
-TOP_GRAPHS = 20
+TOP_GRAPHS = 20  # graphs with a series of their own (tpu_info.outputs.graph_series)
 
 
 def _decades(lo_exp: int, hi_exp: int, steps: Sequence[float]) -> tuple[float, ...]:
@@ -72,11 +91,12 @@ def _decades(lo_exp: int, hi_exp: int, steps: Sequence[float]) -> tuple[float, .
     return tuple(out) + (float(f"1e{hi_exp}"),)
 
 
-# Histogram `le` edges in the exported unit (seconds, bytes, plain numbers).
+# Histogram `le` edges in the exported unit (seconds, bytes, plain numbers):
+# fixed (a bucket series never comes or goes) and bounded.
 EDGES: dict[Unit, tuple[float, ...]] = {
-    Unit.TIME_NS: _decades(-6, 3, (1, 2.5, 5)),           # 1 us .. 1000 s: 28 edges
-    Unit.BYTES: tuple(float(4**i) for i in range(21)),    # 1 B .. 1 TiB: 21 edges
-    Unit.NUMBER: _decades(-3, 9, (1,)),                    # 0.001 .. 1e9: 13 edges
+    Unit.TIME_NS: _decades(-6, 3, (1, 1.5, 2, 3, 5, 7)),   # 1 us .. 1000 s: 55 edges
+    Unit.BYTES: tuple(float(2**i) for i in range(41)),     # 1 B .. 1 TiB: 41 edges
+    Unit.NUMBER: _decades(-3, 9, (1, 2, 5)),               # 0.001 .. 1e9: 37 edges
 }
 # Recorded unit -> exported unit.
 SCALE = {Unit.TIME_NS: 1e-9, Unit.BYTES: 1.0, Unit.NUMBER: 1.0}
@@ -166,6 +186,7 @@ class SeriesState:
 
     def __init__(self, top_graphs: int = TOP_GRAPHS) -> None:
         self.top_graphs = top_graphs
+        self.graphs = GraphSeries(top_graphs)
         self.errors = 0  # rules that failed while building families
         self._lock = threading.Lock()
 
@@ -232,13 +253,33 @@ def families(snapshot: Snapshot, labels: Mapping[str, str] | None = None, *,
     yield from _findings(f, snapshot, st)
 
 
+def _split_op(name: str) -> tuple[str, str] | None:
+    """``"lazy::add"`` -> ``("lazy", "add")``; None for a name without a namespace."""
+    ns, sep, op = name.partition("::")
+    return (ns, op) if sep and ns and op else None
+
+
 def _counters(f: _Families, snap: Snapshot, seen: set[str]) -> Iterator[Metric]:
+    ops = f.counter(PREFIX + "ops", "Ops the engine counted, by namespace (torch._lazy's "
+                    "lazy::, torch_xla's xla::; aten::: ops that fell back to the CPU).",
+                    ["namespace", "op"])
+    seen.add(ops.name)
     for c in snap.counters:
+        split = _split_op(c.name)
+        if split is not None:
+            f.add(ops, split, c.value)
+            continue
         name = metric_name(c.name, c.unit)
         if name in seen:
             continue
         seen.add(name)
         yield f.one(f.counter(name, c.help or c.name), c.value * SCALE[c.unit])
+    yield ops
+    for cname, (kind, unit, doc) in catalog.CATALOG.items():
+        name = metric_name(cname, unit)
+        if kind == "counter" and name not in seen:  # present at zero until it counts
+            seen.add(name)
+            yield f.one(f.counter(name, doc), 0.0)
     yield f.one(f.counter(PREFIX + "events", "Events recorded (the last sequence number)."),
                 snap.last_seq)
 
@@ -255,27 +296,32 @@ def _distributions(f: _Families, snap: Snapshot, seen: set[str]) -> Iterator[Met
         buckets = [(_fmt_edge(e), float(n)) for e, n in zip(edges, cum, strict=True)]
         buckets.append(("+Inf", float(d.count)))
         yield f.histogram(name, d.help or d.name, buckets, d.total * scale)
+    for dname, (kind, unit, doc) in catalog.CATALOG.items():
+        name = metric_name(dname, unit)
+        if kind == "distribution" and name not in seen:  # empty until it counts
+            seen.add(name)
+            empty = [(_fmt_edge(e), 0.0) for e in EDGES[unit]] + [("+Inf", 0.0)]
+            yield f.histogram(name, doc, empty, 0.0)
 
 
 def _graphs(f: _Families, snap: Snapshot, st: SeriesState) -> Iterator[Metric]:
     labels = ["graph", "name", "engine"]
-    top_n = st.top_graphs
-    g_compiles = f.counter(PREFIX + "graph_compiles", f"Compiles of each graph (top {top_n} "
-                           "graphs by compile time).", labels)
-    g_seconds = f.counter(PREFIX + "graph_compile_seconds", "Total compile time of each graph "
-                          f"(top {top_n}).", labels)
-    g_hits = f.counter(PREFIX + "graph_cache_hits", "Compile-cache hits of each graph "
-                       f"(top {top_n}).", labels)
-    g_exec = f.counter(PREFIX + "graph_executions", "Counted executions of each graph "
-                       f"(top {top_n}; only graphs whose calls are tracked).", labels)
-    top = sorted(snap.graphs, key=lambda g: (-g.compile_seconds_total, -g.compiles, g.hash))
-    for g in top[:top_n]:
-        values = [g.short_hash, g.name, g.engine]
-        f.add(g_compiles, values, g.compiles)
-        f.add(g_seconds, values, g.compile_seconds_total)
-        f.add(g_hits, values, g.cache_hits)
-        if g.executions is not None:
-            f.add(g_exec, values, g.executions)
+    which = (f"the first {st.top_graphs} graphs compiled, then graph=\"other\" for the rest; "
+             "tpu_info.outputs.graph_series")
+    g_compiles = f.counter(PREFIX + "graph_compiles", f"Compiles of each graph ({which}).",
+                           labels)
+    g_seconds = f.counter(PREFIX + "graph_compile_seconds",
+                          f"Total compile time of each graph ({which}).", labels)
+    g_hits = f.counter(PREFIX + "graph_cache_hits",
+                       f"Compile-cache hits of each graph ({which}).", labels)
+    g_exec = f.counter(PREFIX + "graph_executions", f"Counted executions of each graph "
+                       f"({which}; only graphs whose calls are counted).", labels)
+    for row in st.graphs.rows(snap.graphs):
+        f.add(g_compiles, row.labels, row.compiles)
+        f.add(g_seconds, row.labels, row.compile_seconds)
+        f.add(g_hits, row.labels, row.cache_hits)
+        if row.executions is not None:
+            f.add(g_exec, row.labels, row.executions)
     yield g_compiles
     yield g_seconds
     yield g_hits

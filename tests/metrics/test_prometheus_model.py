@@ -1,0 +1,187 @@
+"""The Prometheus data model (issue 17, item 2): one family per concept with
+labels, every counter present from the start, stable bounded per-graph series,
+the default process collectors, busy time as a counter, promtool clean."""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import subprocess
+import time
+import urllib.request
+
+import jax
+import jax.numpy as jnp
+import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from metrics.export import prometheus as prom
+from metrics.recording import snapshot as snapshot_build
+from metrics.recording.recorder import Recorder
+from tests.metrics.test_prometheus import make_snapshot, samples
+from tpu_info.contract import catalog
+from tpu_info.contract.model import CounterReading, GraphRecord
+
+
+def parse(text: str) -> dict[str, object]:
+    return {f.name: f for f in text_string_to_metric_families(text)}
+
+
+def exposition(snapshot_fn, top_graphs: int = prom.TOP_GRAPHS) -> tuple[str, CollectorRegistry]:
+    reg = CollectorRegistry()
+    reg.register(prom.SnapshotCollector(snapshot_fn, top_graphs))
+    return generate_latest(reg).decode(), reg
+
+
+def promtool_check(text: str) -> None:
+    promtool = shutil.which("promtool") or "/usr/bin/promtool"
+    if not shutil.which(promtool):
+        pytest.skip("promtool not installed (Debian package prometheus)")
+    r = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True,
+                       text=True, timeout=30)
+    assert r.returncode == 0 and not (r.stdout + r.stderr).strip(), r.stdout + r.stderr
+
+
+def test_engine_op_counters_are_one_family_with_an_op_label():
+    ops = {"lazy::add": 5, "lazy::mm": 2, "xla::addmm": 3, "aten::nonzero": 1}
+    snap = dataclasses.replace(make_snapshot(), counters=make_snapshot().counters + tuple(
+        CounterReading(name, n) for name, n in ops.items()))
+    text, _ = exposition(lambda: snap)
+    fams = parse(text)
+    assert not [n for n in fams if n.startswith(("tpu_info_lazy_", "tpu_info_xla_",
+                                                 "tpu_info_aten_"))], sorted(fams)
+    got = {(s.labels["namespace"], s.labels["op"]): s.value for s in fams["tpu_info_ops"].samples}
+    assert got == {("lazy", "add"): 5, ("lazy", "mm"): 2, ("xla", "addmm"): 3,
+                   ("aten", "nonzero"): 1}
+    assert fams["tpu_info_ops"].type == "counter"
+    promtool_check(text)
+
+
+def test_every_counter_is_present_at_zero_before_the_first_event():
+    snap = snapshot_build.build(Recorder())  # a real recorder that saw nothing yet
+    text, _ = exposition(lambda: snap)
+    fams = parse(text)
+    for name in ("cached_compile", "uncached_compile", "hook_errors", "graphs_evicted",
+                 "mark_step", "graph_breaks", "device_busy_time_seconds"):
+        s = samples(fams[f"tpu_info_{name}"])
+        assert s == {(f"tpu_info_{name}_total", ()): 0.0}, name
+    for kind_name, (_kind, unit, _) in catalog.CATALOG.items():
+        assert prom.metric_name(kind_name, unit) in fams, kind_name
+    ct = samples(fams["tpu_info_compile_time_seconds"])
+    assert ct[("tpu_info_compile_time_seconds_count", ())] == 0
+    assert ct[("tpu_info_compile_time_seconds_bucket", (("le", "+Inf"),))] == 0
+    other = ("tpu_info_graph_compiles_total",
+             (("engine", ""), ("graph", "other"), ("name", "other graphs")))
+    assert samples(fams["tpu_info_graph_compiles"]) == {other: 0.0}
+    promtool_check(text)
+
+
+def _graph(i: int, compiles: int, seconds: float) -> GraphRecord:
+    return GraphRecord(hash=f"{i:04x}" + "0" * 60, name=f"jit(f{i})", engine="jax",
+                       first_seen_unix=float(i), last_seen_unix=float(i), compiles=compiles,
+                       compile_seconds_total=seconds, cache_hits=compiles, executions=compiles)
+
+
+def test_graph_series_are_stable_and_grow_across_graph_churn():
+    """Graphs come and go (the ledger evicts; later graphs compile longer, so a
+    top-by-compile-time rule would swap series): the set of series stays the
+    same, bounded, and no value goes down."""
+    top = 5
+    ledgers = [
+        [_graph(i, 1, 0.1) for i in range(8)],
+        [_graph(i, 2, 0.2) for i in range(8)],
+        # g0..g3 evicted, g8..g19 arrive with long compiles
+        [_graph(i, 2, 0.2) for i in range(4, 8)] + [_graph(i, 3, 9.0) for i in range(8, 20)],
+        # g0 compiles again: a fresh ledger entry, its counts from 1
+        [_graph(0, 1, 0.1)] + [_graph(i, 3, 9.0) for i in range(8, 20)],
+    ]
+    rounds = iter(ledgers)
+    base = make_snapshot()
+    collector_fn = lambda: dataclasses.replace(base, graphs=tuple(next(rounds)))  # noqa: E731
+    reg = CollectorRegistry()
+    reg.register(prom.SnapshotCollector(collector_fn, top))
+    series_sets, previous = [], {}
+    for _ in ledgers:
+        fams = parse(generate_latest(reg).decode())
+        now = {}
+        for fam in ("tpu_info_graph_compiles", "tpu_info_graph_compile_seconds",
+                    "tpu_info_graph_cache_hits", "tpu_info_graph_executions"):
+            now.update(samples(fams[fam]))
+        series_sets.append(set(now))
+        for key, value in previous.items():
+            assert now[key] >= value, (key, value, now[key])
+        previous = now
+    assert all(s == series_sets[0] for s in series_sets), series_sets
+    assert len(series_sets[0]) == 4 * (top + 1)
+    compiles = {dict(k[1])["graph"]: v for k, v in previous.items()
+                if k[0] == "tpu_info_graph_compiles_total"}
+    assert compiles[f"{0:04x}" + "0" * 8] == 2 + 1  # kept 2, then counted 1 more
+    # other: g5..g7 (2 each, evicted later) + g8..g19 (3 each)
+    assert compiles["other"] == 3 * 2 + 12 * 3
+    assert samples(fams["tpu_info_graphs_evicted"]) == {("tpu_info_graphs_evicted_total",
+                                                          ()): 0.0}
+
+
+def test_families_add_constant_labels_to_every_series_and_stay_promtool_clean():
+    """The host exporter's call: one process's families with host/pid/rank on
+    every series (the process info's own host/pid give way)."""
+    from tpu_info.outputs import prometheus as families_mod
+
+    snap = dataclasses.replace(make_snapshot(), counters=make_snapshot().counters
+                               + (CounterReading("lazy::add", 4),))
+    labels = {"host": "tpu-vm-3", "pid": "4242", "rank": "7"}
+    state = families_mod.SeriesState()
+
+    class One:
+        def collect(self):
+            return families_mod.families(snap, labels, state=state)
+
+    reg = CollectorRegistry(auto_describe=False)
+    reg.register(One())
+    text = generate_latest(reg).decode()
+    every = [s for f in text_string_to_metric_families(text) for s in f.samples]
+    assert every and all({k: s.labels.get(k) for k in labels} == labels for s in every)
+    [info] = [s for s in every if s.name == "tpu_info_process_info"]
+    assert info.labels["name"] == "train.py" and info.labels["pid"] == "4242"
+    promtool_check(text)
+
+
+def test_served_endpoint_has_the_default_process_and_python_collectors():
+    with prom.start_http(make_snapshot, port=0, environ={}) as server:
+        body = urllib.request.urlopen(server.url, timeout=10).read().decode()
+    fams = parse(body)
+    for name in ("process_cpu_seconds", "process_resident_memory_bytes", "process_open_fds",
+                 "process_start_time_seconds", "python_info", "python_gc_collections"):
+        assert name in fams, name
+    assert "tpu_info_uncached_compile" in fams
+    promtool_check(body)
+
+
+def test_busy_time_is_a_counter_of_the_tracked_time(fresh_metrics):
+    import metrics
+
+    @jax.jit
+    def work(x):
+        return (x @ x).sum()
+
+    def step(x):
+        time.sleep(0.005)
+        return work(x).block_until_ready()
+
+    tracked = metrics.track(step)
+    x = jnp.ones((32, 32))
+    tracked(x)
+    before = metrics.snapshot().counter(catalog.DEVICE_BUSY_TIME)
+    start = time.monotonic_ns()
+    for _ in range(20):
+        tracked(x)
+    wall_ns = time.monotonic_ns() - start
+    snap = metrics.snapshot()
+    busy_ns = snap.counter(catalog.DEVICE_BUSY_TIME) - before
+    assert 20 * 5_000_000 <= busy_ns <= wall_ns  # at least the sleeps, at most the loop
+    fams = parse(exposition(lambda: snap)[0])
+    [(key, value)] = samples(fams["tpu_info_device_busy_time_seconds"]).items()
+    assert key[0] == "tpu_info_device_busy_time_seconds_total"
+    assert fams["tpu_info_device_busy_time_seconds"].type == "counter"
+    assert value == pytest.approx(snap.counter(catalog.DEVICE_BUSY_TIME) / 1e9)
