@@ -148,8 +148,15 @@ def test_families_add_constant_labels_to_every_series_and_stay_promtool_clean():
 
 
 def test_served_endpoint_has_the_default_process_and_python_collectors():
+    from prometheus_client.openmetrics import parser as om_parser
+
     with prom.start_http(make_snapshot, port=0, environ={}) as server:
         body = urllib.request.urlopen(server.url, timeout=10).read().decode()
+        om = urllib.request.Request(server.url, headers={
+            "Accept": "application/openmetrics-text; version=1.0.0"})
+        om_body = urllib.request.urlopen(om, timeout=10).read().decode()
+    om_names = {f.name for f in om_parser.text_string_to_metric_families(om_body)}
+    assert {"process_cpu_seconds", "tpu_info_ops", "tpu_info_graph_compiles"} <= om_names
     fams = parse(body)
     for name in ("process_cpu_seconds", "process_resident_memory_bytes", "process_open_fds",
                  "process_start_time_seconds", "python_info", "python_gc_collections"):
