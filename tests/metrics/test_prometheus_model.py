@@ -192,3 +192,35 @@ def test_busy_time_is_a_counter_of_the_tracked_time(fresh_metrics):
     assert key[0] == "tpu_info_device_busy_time_seconds_total"
     assert fams["tpu_info_device_busy_time_seconds"].type == "counter"
     assert value == pytest.approx(snap.counter(catalog.DEVICE_BUSY_TIME) / 1e9)
+
+
+LAZY_PROGRAM = """
+import json, torch, torch._lazy, torch._lazy.ts_backend
+import metrics
+from prometheus_client import CollectorRegistry, generate_latest
+from metrics.export import prometheus as prom
+torch._lazy.ts_backend.init()
+metrics.install(engines=["torch_lazy"], serve=False)
+x, w = torch.ones(5, 7, device="lazy"), torch.ones(7, 2, device="lazy")
+for _ in range(3):
+    y = (x @ w).tanh() + 1
+    torch._lazy.mark_step()
+reg = CollectorRegistry()
+reg.register(prom.SnapshotCollector(metrics.snapshot))
+print(generate_latest(reg).decode())
+"""
+
+
+@pytest.mark.slow
+def test_real_torch_lazy_ops_are_one_family():
+    pytest.importorskip("torch._lazy")
+    from tests.conftest import run_python
+
+    r = run_python(LAZY_PROGRAM, timeout=180)
+    assert r.returncode == 0, r.stderr[-2000:]
+    fams = parse(r.stdout)
+    assert not [n for n in fams if n.startswith("tpu_info_lazy_")], sorted(fams)
+    ops = {s.labels["op"]: s.value for s in fams["tpu_info_ops"].samples
+           if s.labels["namespace"] == "lazy"}
+    assert ops.get("tanh") == 3 and len(ops) >= 3, ops
+    promtool_check(r.stdout)
