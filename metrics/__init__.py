@@ -424,6 +424,7 @@ def counter_value(name: str) -> int | None:
 
 
 def metric_names() -> list[str]:
+    """Metrics (distributions) that hold samples, engines' own included."""
     extra = _extra_engines()
     if not extra:
         return recorder().registry.metric_names()
@@ -450,11 +451,13 @@ def _clear_engines(counters: bool, metrics: bool) -> None:
 
 
 def clear_counters() -> None:
+    """Sets every counter back to zero (see :func:`clear_all`)."""
     recorder().registry.clear_counters()
     _clear_engines(True, False)
 
 
 def clear_metrics() -> None:
+    """Empties every metric (distribution; see :func:`clear_all`)."""
     recorder().registry.clear_metrics()
     _clear_engines(False, True)
 
