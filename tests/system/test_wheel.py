@@ -1,9 +1,10 @@
 """The built wheel, installed alone into a fresh venv (its dependencies from
 the package index, no torch, no jax, no numpy), works as a user gets it:
-``tpu-info`` with nothing to show, a pure-Python hooked program (``import
-metrics``, no engine) that ``tpu-info`` and ``tpu-info --watch`` (in tmux)
-read, and ``mypy --strict`` on a typed script, which sees the package only
-through its ``py.typed``. The torch_xla venv (``make xla-env``) resolves our
+``tpu-info`` with nothing to show, ``tpu-info run``'s start-up hook, a
+pure-Python hooked program (``import metrics``, no engine) that ``tpu-info``,
+``tpu-info report`` and ``tpu-info --watch`` (in tmux) read, and ``mypy
+--strict`` on a typed script, which sees the package only through its
+``py.typed``. The torch_xla venv (``make xla-env``) resolves our
 ``[torch]`` extra without touching its torch.
 
 Nothing here runs from the source tree: every command's working directory is
@@ -155,6 +156,13 @@ def test_wheel_alone_in_a_fresh_venv(installed, tmp_path):
     r = _run([tpu_info], scratch, env)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "no hooked process found" in r.stdout and "Traceback" not in r.stderr
+
+    # `tpu-info run` finds its start-up hook inside the installed profiler
+    # package: the post-import watch is loaded, metrics itself is not (no engine).
+    watch = ("import sys; m = sys.modules\n"
+             "print('metrics.engines.importwatch' in m, 'metrics' in m)")
+    r = _run([tpu_info, "run", "--", py, "-c", watch], scratch, env)
+    assert r.returncode == 0 and r.stdout.split() == ["True", "False"], r.stdout + r.stderr
 
     prog = subprocess.Popen([py, "-c", HOOKED], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=env, cwd=scratch)
