@@ -22,9 +22,12 @@ import shutil
 import subprocess
 import sys
 import time
+import tomllib
 from pathlib import Path
 
 import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 from tests.conftest import ROOT
 from tests.system.test_typing import GOOD, have_mypy, mypy_errors
@@ -110,6 +113,20 @@ def _run(args: list[str], cwd: Path, env: dict[str, str], timeout: float = 120,
          stdin: str | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(args, capture_output=True, text=True, timeout=timeout, cwd=cwd,
                           env=env, input=stdin)
+
+
+def test_distribution_metadata():
+    """Our own name (Google's is ``tpu-info``), the extras users ask for, and a
+    ``[torch]`` that can never make pip replace an installed torch."""
+    project = tomllib.loads((Path(ROOT) / "pyproject.toml").read_text())["project"]
+    assert project["name"] == DIST and project["scripts"] == {
+        "tpu-info": "tpu_info.commands.cli:run"}
+    extras = project["optional-dependencies"]
+    assert {"jax", "tpu", "nvidia", "torch"} <= extras.keys()
+    assert any(r.startswith("jax[tpu]") for r in extras["tpu"])
+    assert any(r.startswith("nvidia-ml-py") for r in extras["nvidia"])
+    names = {canonicalize_name(Requirement(r).name) for r in extras["torch"]}
+    assert not names & {"torch", "torch-xla"}, extras["torch"]
 
 
 def test_track_without_numpy():
