@@ -254,10 +254,15 @@ def test_torch_extra_leaves_torch_xla_venv_alone(installed):
     if importlib.util.find_spec("pip") is None:
         pytest.skip("no pip")
     report = scratch / "resolve.json"
-    r = subprocess.run([xla_python, "-m", "pip", "install", "--dry-run", "--quiet",
-                        "--report", str(report), f"{DIST}[torch] @ {wheel.as_uri()}"],
-                       capture_output=True, text=True, timeout=300, cwd=scratch,
-                       env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
-    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
-    would = [i["metadata"]["name"] for i in json.loads(report.read_text())["install"]]
-    assert would == [DIST], would
+    # As installed, and as upgraded with every dependency (the most pip may move).
+    for upgrade in ([], ["--upgrade", "--upgrade-strategy", "eager"]):
+        r = subprocess.run([xla_python, "-m", "pip", "install", "--dry-run", "--quiet", *upgrade,
+                            "--report", str(report), f"{DIST}[torch] @ {wheel.as_uri()}"],
+                           capture_output=True, text=True, timeout=300, cwd=scratch,
+                           env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+        assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+        would = [i["metadata"]["name"] for i in json.loads(report.read_text())["install"]]
+        assert DIST in would and not [n for n in would if n.startswith(
+            ("torch", "nvidia", "cuda", "triton"))], (upgrade, would)
+        if not upgrade:
+            assert would == [DIST], would
