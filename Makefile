@@ -10,7 +10,13 @@ PYTEST_ARGS ?= -q
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -c constraints.txt -e '.[jax,torch,dev]'
+	@# A .venv made before the rename holds our editable `tpu-info`: remove it
+	@# first (never Google's: that one is not editable), or it would take the
+	@# console script with it when uninstalled later.
+	$(PY) -m pip show tpu-info 2>/dev/null | grep '^Editable project location:' >/dev/null \
+		&& $(PY) -m pip uninstall -q -y tpu-info || true
+	@# torch by name: the [torch] extra never installs or changes torch.
+	$(PY) -m pip install -q -c constraints.txt -e '.[jax,torch,dev]' torch
 	touch $(STAMP)
 
 venv: $(STAMP)

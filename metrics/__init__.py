@@ -24,7 +24,7 @@ import logging
 import sys
 import threading
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
 
 from metrics import engines as _engines
 from metrics.engines import importwatch
@@ -33,6 +33,10 @@ from metrics.recording import snapshot as _snapshot
 from metrics.recording.recorder import Recorder
 from tpu_info.contract.model import Snapshot
 from tpu_info.outputs import textreport
+
+if TYPE_CHECKING:  # loaded by install(serve=...), never at import
+    from metrics.export import Exporter
+    from metrics.export.prometheus import PrometheusServer
 
 __all__ = [
     "install", "uninstall", "installed_engines", "waiting_engines", "exporter",
@@ -43,15 +47,16 @@ __all__ = [
     "clear_metrics", "Recorder",
 ]
 
-F = TypeVar("F", bound=Callable[..., Any])
+P = ParamSpec("P")
+R = TypeVar("R")
 
 _lock = threading.RLock()
 _recorder: Recorder | None = None
 _installed: dict[str, _engines.Engine] = {}
 _waiting: set[str] = set()  # engines install("auto") waits for (metrics.engines.importwatch)
 _explain_cache_misses = True  # what install() was last asked, for engines hooked later
-_exporter: Any = None
-_prometheus: Any = None
+_exporter: Exporter | None = None
+_prometheus: PrometheusServer | None = None
 _device_capture: bool | None = None  # install(device_capture=); None: $TPU_INFO_DEVICE_CAPTURE
 log = logging.getLogger("metrics")
 
@@ -308,12 +313,12 @@ def _capture(duration_s: float, device: bool, stop: threading.Event, caller: Any
     return captures.run(duration_s, device, stop)
 
 
-def exporter() -> Any:
+def exporter() -> Exporter | None:
     """The running gRPC exporter (``.address``, ``.port``), or None."""
     return _exporter
 
 
-def prometheus_endpoint() -> Any:
+def prometheus_endpoint() -> PrometheusServer | None:
     """The running Prometheus endpoint (``.port``), or None."""
     return _prometheus
 
@@ -351,11 +356,22 @@ def mark_step() -> None:
     (_recorder or recorder()).mark_step()
 
 
-def track(fn: F | None = None, *, name: str | None = None) -> Any:
+@overload
+def track(fn: Callable[P, R], *, name: str | None = None) -> Callable[P, R]: ...
+
+
+@overload
+def track(fn: None = None, *,
+          name: str | None = None) -> Callable[[Callable[P, R]], Callable[P, R]]: ...
+
+
+def track(fn: Callable[..., Any] | None = None, *, name: str | None = None) -> Any:
     """Counts and times calls of a jitted function (``ExecuteTime``).
 
-    Use as ``step = metrics.track(jax.jit(step))`` or as a decorator. Each call
-    is also counted as an execution of the graph it ran in the graph ledger.
+    Use as ``step = metrics.track(jax.jit(step))`` or as a decorator
+    (``@metrics.track`` or ``@metrics.track(name="eval")``). Each call is also
+    counted as an execution of the graph it ran in the graph ledger. The
+    result has ``fn``'s signature for type checkers (parameters and result).
     """
     if fn is None:
         return lambda f: track(f, name=name)
@@ -408,6 +424,7 @@ def counter_value(name: str) -> int | None:
 
 
 def metric_names() -> list[str]:
+    """Metrics (distributions) that hold samples, engines' own included."""
     extra = _extra_engines()
     if not extra:
         return recorder().registry.metric_names()
@@ -434,11 +451,13 @@ def _clear_engines(counters: bool, metrics: bool) -> None:
 
 
 def clear_counters() -> None:
+    """Sets every counter back to zero (see :func:`clear_all`)."""
     recorder().registry.clear_counters()
     _clear_engines(True, False)
 
 
 def clear_metrics() -> None:
+    """Empties every metric (distribution; see :func:`clear_all`)."""
     recorder().registry.clear_metrics()
     _clear_engines(False, True)
 

@@ -39,6 +39,11 @@ if [ ! -f "$stamp" ]; then
     "psutil>=5.9" "prometheus-client>=0.20" "pytest>=8" numpy
   touch "$stamp"
 fi
+# A venv built before the rename holds our editable `tpu-info` (the old
+# distribution name): remove it, so only xla-tpu-info maps the packages.
+if "$PY" -m pip show tpu-info 2>/dev/null | grep '^Editable project location:' >/dev/null; then
+  "$PY" -m pip uninstall -q -y tpu-info >&2
+fi
 # Always (re)point the editable install at this clone: cheap, no downloads.
 "$PY" -m pip install -q --no-deps -e "$ROOT" >&2
 echo "$PY"

@@ -34,10 +34,14 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
-
 from metrics.engines import jax_state as jx
 from metrics.recording.journal import FOLD_AT
+
+try:
+    from numpy import ndarray as _NDARRAY
+except ImportError:  # no numpy, so no jax: metrics.track() of a plain function still counts
+    class _NDARRAY:  # type: ignore[no-redef]  # nothing is of this type
+        pass
 
 # What user code and libraries read on a jitted function, besides its __dict__.
 _KEPT = ("__module__", "__name__", "__qualname__", "__doc__", "__annotations__",
@@ -73,7 +77,7 @@ def numpy_paths(args: tuple[Any, ...]) -> tuple[tuple[Any, ...], ...]:
     def walk(x: Any, path: tuple[Any, ...]) -> None:
         if len(found) >= NESTED_LEAVES or len(path) > NESTED_DEPTH:
             return
-        if type(x) is np.ndarray:
+        if type(x) is _NDARRAY:
             if len(path) > 1:
                 found.append(path)
         elif type(x) in (tuple, list):
@@ -97,7 +101,7 @@ def nested_numpy_bytes(args: tuple[Any, ...], paths: tuple[tuple[Any, ...], ...]
                 x = x[k]
         except (IndexError, KeyError, TypeError):
             continue
-        if type(x) is np.ndarray:
+        if type(x) is _NDARRAY:
             total += x.nbytes
     return total
 
@@ -137,7 +141,7 @@ class JitArguments:
         label = f"numpy argument of {owner.name}"
         host = self._transfers.host_arguments
         for a in args:
-            if type(a) is np.ndarray:
+            if type(a) is _NDARRAY:
                 host(a.nbytes, label)
         if owner.nested_numpy and (n := nested_numpy_bytes(args, owner.nested_numpy)):
             host(n, label)
@@ -163,7 +167,7 @@ def counting(fn: Callable[..., Any], owner: Owner) -> Callable[..., Any]:
     # Every call runs this: names bound once, one attribute read of the
     # engine's state, no call but the clock's and the journal's; the rest is
     # off the usual path (a call with numpy arguments, or one that compiled).
-    clock, seqs, ndarray, state = time.monotonic_ns, jx.compile_seq, np.ndarray, jx
+    clock, seqs, ndarray, state = time.monotonic_ns, jx.compile_seq, _NDARRAY, jx
     fold_at = FOLD_AT * jx.CALL_FIELDS
 
     def call(*args: Any, **kwargs: Any) -> Any:

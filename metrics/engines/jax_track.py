@@ -14,10 +14,13 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import Any
+from typing import ParamSpec, TypeVar, cast
 
 from metrics.engines import jax_aot
 from metrics.engines.jax_calls import Owner, counting
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 class Tracked(Owner):
@@ -28,7 +31,7 @@ class Tracked(Owner):
     explicit = True
 
 
-def track(fn: Callable[..., Any], name: str | None = None) -> Callable[..., Any]:
+def track(fn: Callable[P, R], name: str | None = None) -> Callable[P, R]:
     """Wraps ``fn`` so each call counts as an execution of the graph it ran.
 
     A call costs two clock reads and one journal write (see
@@ -39,6 +42,6 @@ def track(fn: Callable[..., Any], name: str | None = None) -> Callable[..., Any]
     """
     fn = getattr(fn, "_tpu_info_jitted", fn)
     if jax_aot.counts(fn):
-        return jax_aot.adopt(fn, Tracked(name or jax_aot.owner_of(fn).name))
+        return cast("Callable[P, R]", jax_aot.adopt(fn, Tracked(name or jax_aot.owner_of(fn).name)))
     owner = Tracked(name or f"jit({getattr(fn, '__name__', 'fn')})")
-    return functools.wraps(fn)(counting(fn, owner))
+    return cast("Callable[P, R]", functools.wraps(fn)(counting(fn, owner)))
