@@ -4,13 +4,13 @@ about 1,200 steps a second with a recompile 20 s before the end)."""
 
 from __future__ import annotations
 
+from tests.tui.test_tui import make, text_of
 from tpu_info.contract.model import DeviceRecord, Event, EventKind, MemoryReading, ProcessRecord
 from tpu_info.contract.model import Snapshot as Snap
 from tpu_info.views.cost import duration
 from tpu_info.views.derived import readings
 from tpu_info.views.steps import step_line
 from tpu_info.views.values import NO_STEPS, Header, TargetView
-from tests.tui.test_tui import make, text_of
 from tui import recorded
 from tui.app import WatchApp
 from tui.fake import NOW, FakeSource
