@@ -29,7 +29,13 @@ from tpu_info.contract.catalog import STEP_TIME
 from tpu_info.contract.model import STEPS_INFERRED, Snapshot
 from tpu_info.views.cost import steps_of
 from tpu_info.views.derived import Derived, device_row, process_row
-from tpu_info.views.values import NO_STEPS, TargetView, clean, dist_percentile
+from tpu_info.views.values import (
+    NO_STEPS,
+    TargetView,
+    clean,
+    dist_percentile,
+    transfer_stats,
+)
 
 NO_RATE = "steps/s needs two readings with steps between them"
 
@@ -76,6 +82,18 @@ def steps_per_second(prev: Snapshot | None, s: Snapshot) -> float | None:
     if now is None or dt <= 0 or (then is not None and now < then):
         return None
     return (now - (then or 0)) / dt
+
+
+def transfers_per_second(prev: Snapshot | None, s: Snapshot) -> tuple[float, float] | None:
+    """Host->device and device->host transfers a second between two readings
+    (the counts of the Transfers table); None without a usable earlier one."""
+    if prev is None or s.taken_at_unix <= prev.taken_at_unix:
+        return None
+    dt = s.taken_at_unix - prev.taken_at_unix
+    now, then = transfer_stats(s), transfer_stats(prev)
+    if any(a.count < b.count for a, b in zip(now, then, strict=True)):
+        return None
+    return ((now[0].count - then[0].count) / dt, (now[1].count - then[1].count) / dt)
 
 
 def interval_step_seconds(prev: Snapshot | None, s: Snapshot) -> float | None:

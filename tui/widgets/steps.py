@@ -25,7 +25,7 @@ from textual.widgets import Static
 
 from tpu_info.views.cost import duration
 from tpu_info.views.derived import Derived, graph_row
-from tpu_info.views.steps import step_line
+from tpu_info.views.steps import step_line, transfers_per_second
 from tpu_info.views.values import clean, format_percent, last_cause
 from tui.state import TargetData, series
 from tui.widgets.common import Palette, reasons_tip, sparkline, view_of
@@ -65,7 +65,9 @@ def last_recompile(data: TargetData) -> Text | None:
 
 
 def rate_text(v: float) -> str:
-    """``1,234``, ``12.5``, ``0.40`` (steps a second)."""
+    """``1,234``, ``12.5``, ``0.40``, ``0`` (events a second)."""
+    if v == 0:
+        return "0"
     if v >= 100:
         return f"{v:,.0f}"
     return f"{v:.1f}" if v >= 1 else f"{v:.2f}"
@@ -113,6 +115,8 @@ class StepsPanel(Static):
         line = step_line(view_of(data), data.previous)
         muted = palette.muted
         t = Text(no_wrap=True, overflow="ellipsis")
+        if not data.connected:
+            t.append("last read: ", style=f"bold {palette.bad}")
         if line.steps.value is None:
             t.append("steps N/A", style=f"bold {palette.warn}")
             t.append(f"  {clean(line.steps.reason, 160)}", style=muted)
@@ -132,6 +136,10 @@ class StepsPanel(Static):
         else:
             t.append("N/A", style=f"bold {palette.warn}")
             t.append(f" ({clean(line.busy.reason, 120)})", style=muted)
+        moves = transfers_per_second(data.previous, data.snapshot)
+        if moves is not None:
+            t.append(f"  transfers h->d {rate_text(moves[0])}/s d->h {rate_text(moves[1])}/s",
+                     style=muted)
         if line.steps.value is not None and line.p50_seconds.value is None:
             t.append(f"  P50/P99 N/A: {clean(line.p50_seconds.reason, 120)}", style=muted)
         if rows >= FULL:
