@@ -124,7 +124,7 @@ def flood_frame(k: int, seq: int, t: float, *, pid: int = 5151, user: str = "ali
             busy_percent=busy),),
         counters=(CounterReading(CACHED_COMPILE, int(k >= 20)), CounterReading(MARK_STEP, marks),
                   CounterReading(UNCACHED_COMPILE, 1 + (k >= RECOMPILE_AT))),
-        distributions=(_H2D, step_time,
+        distributions=(replace(_H2D, count=10 * (k + 1)), step_time,
                        DistributionReading(OUTBOUND_DATA, Unit.BYTES, 10 * (k + 1),
                                            4096.0 * 10 * (k + 1), 4096.0, 4096.0)),
         graphs=_graphs(k), events=events, last_seq=events[-1].seq,

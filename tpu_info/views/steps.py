@@ -86,12 +86,14 @@ def steps_per_second(prev: Snapshot | None, s: Snapshot) -> float | None:
 
 def transfers_per_second(prev: Snapshot | None, s: Snapshot) -> tuple[float, float] | None:
     """Host->device and device->host transfers a second between two readings
-    (the counts of the Transfers table); None without a usable earlier one."""
+    (the counts of the Transfers table); None without a usable earlier one,
+    or when the process never recorded a transfer."""
     if prev is None or s.taken_at_unix <= prev.taken_at_unix:
         return None
     dt = s.taken_at_unix - prev.taken_at_unix
     now, then = transfer_stats(s), transfer_stats(prev)
-    if any(a.count < b.count for a, b in zip(now, then, strict=True)):
+    if not (now[0].count or now[1].count) or any(
+            a.count < b.count for a, b in zip(now, then, strict=True)):
         return None
     return ((now[0].count - then[0].count) / dt, (now[1].count - then[1].count) / dt)
 
