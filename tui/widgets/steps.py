@@ -23,6 +23,7 @@ from rich.text import Text
 from textual.events import Resize
 from textual.widgets import Static
 
+from tpu_info.contract.model import GraphRecord
 from tpu_info.views.cost import duration
 from tpu_info.views.derived import Derived, graph_row
 from tpu_info.views.steps import step_line, transfers_per_second
@@ -47,21 +48,28 @@ def markers(d: TargetData, width: int) -> str:
     return " " * (width - len(shown)) + cells
 
 
-def last_recompile(data: TargetData) -> Text | None:
-    """``last recompile 20s ago: jit(train_step): argument 'x' changed ... at
-    loop.py:14``, from the graph whose real recompile is newest (None: none)."""
+def newest_recompile(data: TargetData) -> tuple[float, GraphRecord] | None:
+    """The graph whose real recompile is newest, and when (None: none)."""
     s = data.snapshot
-    if s is None:
+    found = [(c.time_unix, g) for g in (s.graphs if s is not None else ())
+             if g.causes and (c := last_cause(g)) is not None]
+    return max(found, key=lambda x: x[0]) if found else None
+
+
+def last_recompile(data: TargetData,
+                   newest: tuple[float, GraphRecord] | None | bool = True) -> Text | None:
+    """``last recompile 20s ago: jit(train_step): argument 'x' changed ... at
+    loop.py:14`` in the CLI's words (:func:`~tpu_info.views.derived.graph_row`);
+    ``newest`` is :func:`newest_recompile`'s answer when known."""
+    if newest is True:
+        newest = newest_recompile(data)
+    if not newest or data.snapshot is None:
         return None
-    found = [(c.time_unix, g) for g in s.graphs if g.compiles >= 1
-             and (c := last_cause(g)) is not None]
-    if not found:
-        return None
-    when, g = max(found, key=lambda x: x[0])
-    row = graph_row(data.target, g)
-    age = max(0.0, s.taken_at_unix - when)
+    when, g = newest  # type: ignore[misc]
+    age = max(0.0, data.snapshot.taken_at_unix - when)
     return Text.assemble(("last recompile ", "bold"), f"{age:.0f}s ago: ",
-                         (clean(g.name, 60), "bold"), ": ", row.cause.text())
+                         (clean(g.name, 60), "bold"), ": ",
+                         graph_row(data.target, g).cause.text())
 
 
 def rate_text(v: float) -> str:
@@ -85,6 +93,7 @@ class StepsPanel(Static):
         self.border_title = "Steps"
         self._last: tuple[object, ...] | None = None
         self._args: tuple[TargetData | None, Palette] | None = None
+        self._cause: tuple[object, tuple[float, GraphRecord] | None] = (None, None)
 
     def on_resize(self, _event: Resize) -> None:
         if self._args is not None:
@@ -100,15 +109,26 @@ class StepsPanel(Static):
         if key == self._last:
             return
         self._last = key
-        text, tip = self.render_text(data, palette, width, rows)
-        self.update(text)
+        cause = None
+        if data is not None and data.snapshot is not None:
+            # A new recompile adds a graph or a compile: scan the graphs only then.
+            g = data.snapshot.graphs
+            p = data.snapshot.process
+            ckey = (data.target, p.pid if p else None, p.start_time_unix if p else None,
+                    len(g), sum(x.compiles for x in g))
+            if ckey != self._cause[0]:
+                self._cause = (ckey, newest_recompile(data))
+            cause = last_recompile(data, self._cause[1])
+        text, tip = self.render_text(data, palette, width, rows, cause)
+        self.update(text, layout=False)  # a fixed height: no relayout
         if tip != self.tooltip:
             self.tooltip = tip
 
     @staticmethod
     def render_text(data: TargetData | None, palette: Palette, width: int,
-                    rows: int = FULL) -> tuple[Text, str | None]:
-        """The lines that fit ``rows`` and the tooltip (why each N/A is N/A)."""
+                    rows: int = FULL, cause: Text | None | bool = True) -> tuple[Text, str | None]:
+        """The lines that fit ``rows`` and the tooltip (why each N/A is N/A);
+        ``cause`` is the last-recompile line (True: find it)."""
         if data is None or data.snapshot is None:
             words = "no process picked" if data is None else "not read yet"
             return Text(words, style=palette.muted), None
@@ -152,8 +172,9 @@ class StepsPanel(Static):
             t.append(f"{'compiles':<{LABEL}}", style=muted)
             t.append(markers(data, spark_w), style=palette.warn)
         if rows >= 2:
-            cause = last_recompile(data)
+            if cause is True:
+                cause = last_recompile(data)
             t.append("\n")
-            t.append_text(cause if cause is not None
+            t.append_text(cause if isinstance(cause, Text)
                           else Text("no recompile seen", style=muted))
         return t, reasons_tip(line.na)
