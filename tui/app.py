@@ -34,6 +34,7 @@ from textual.screen import Screen
 
 from tpu_info.contract.safe import clean
 from tpu_info.net.targets import normalize
+from tui.pick import best, this_user
 from tui.screens.detail import DetailScreen
 from tui.screens.help import HelpScreen
 from tui.screens.main import MainScreen
@@ -88,6 +89,7 @@ class WatchApp(App[int]):
         self._draw_pending = False
         self._user_picked = False
         self._dropped: set[str] = set()
+        self._me = this_user()
         self.main = MainScreen(self.state, clock, tz)
 
     def get_default_screen(self) -> Screen[None]:
@@ -146,16 +148,16 @@ class WatchApp(App[int]):
         return item.target
 
     def _auto_pick(self) -> None:
+        """Until the user picks, shows this user's newest process (:mod:`tui.pick`)."""
         s = self.state
         if self._user_picked and s.selected in s.targets:
             return
-        cur = s.current()
-        if cur is None or cur.snapshot is None:
-            best = next((d for d in s.ordered() if d.snapshot is not None), None)
-            s.selected = best.target if best else next(iter(s.targets), None)
+        top = best(s.ordered(), s.started, self._me)
+        s.selected = top.target if top is not None else None
 
     def _found(self, found: Found) -> None:
         """New hooked processes join; one that replaces a dead one takes its place."""
+        self.state.started.update(found.started)
         known = {normalize(t) for t in self.state.targets}
         for target, argv in found.processes:
             if normalize(target) in known:

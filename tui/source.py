@@ -71,9 +71,11 @@ class Update:
 
 @dataclass(frozen=True, slots=True)
 class Found:
-    """Discovery's view of the live hooked processes: ``(target, argv)``."""
+    """Discovery's view of the live hooked processes: ``(target, argv)``, and
+    ``started``: ``(target, start time)`` of those this user's records name."""
 
     processes: tuple[tuple[str, tuple[str, ...]], ...] = field(default_factory=tuple)
+    started: tuple[tuple[str, float], ...] = field(default_factory=tuple)
 
 
 Sink = Callable[[Update | Found], None]
@@ -278,12 +280,14 @@ class DiscoveryLoop:
         self._stopped.set()
 
     def scan(self) -> Found:
-        picked = local_targets(self.rescanner.scan(), self.net,
+        scan = self.rescanner.scan()
+        picked = local_targets(scan, self.net,
                                libtpu_target=self.libtpu_target if self.probe_libtpu else None)
         found = list(picked.processes)
         if picked.libtpu is not None:
             found.append((picked.libtpu, ()))
-        return Found(tuple(found))
+        started = tuple((p.target, p.start_time or 0.0) for p in scan.processes)
+        return Found(tuple(found), started)
 
     def run(self, sink: Sink, stop: threading.Event) -> None:
         while not (stop.is_set() or self._stopped.is_set()):

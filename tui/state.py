@@ -23,12 +23,25 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from tpu_info.contract.catalog import INBOUND_DATA, OUTBOUND_DATA
-from tpu_info.contract.model import COMPILE_KINDS, Event, Finding, Snapshot
+from tpu_info.contract.model import (
+    COMPILE_KINDS,
+    TRANSFER_KINDS,
+    Event,
+    EventKind,
+    Finding,
+    Snapshot,
+)
 from tpu_info.views.findings import find
+from tpu_info.views.steps import interval_step_seconds, steps_per_second
 from tui.source import Conn, Update
 
 HISTORY = 300  # samples kept per target: five minutes at the default 1 s
 EVENTS = 500  # newest events kept per target
+# Steps and transfers come by the thousand a second: they are rates (the step
+# line, Transfers), never rows, and never push a compile out of the ring.
+RATE_KINDS = frozenset({EventKind.STEP, *TRANSFER_KINDS})
+# Events the dashboard itself notices (their ``seq`` is negative).
+DISCONNECT, RECONNECT, FINDING = "disconnect", "reconnect", "finding"
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +55,9 @@ class Sample:
     d2h_bytes_per_s: float | None = None
     events: int = 0  # events that arrived with this sample
     compiles: int = 0  # compile and recompile events among them
+    recompiles: int = 0  # recompile events among them
+    steps_per_s: float | None = None  # since the sample before
+    step_s: float | None = None  # mean step time since the sample before
 
 
 @dataclass
@@ -51,6 +67,7 @@ class TargetData:
     target: str
     state: Conn = Conn.CONNECTING
     snapshot: Snapshot | None = None
+    previous: Snapshot | None = None  # the reading before (for rates)
     error: str = ""
     since_unix: float | None = None
     retry_in_s: float | None = None
@@ -58,10 +75,13 @@ class TargetData:
     argv: tuple[str, ...] = ()
     samples: deque[Sample] = field(default_factory=lambda: deque(maxlen=HISTORY))
     events: deque[Event] = field(default_factory=lambda: deque(maxlen=EVENTS))
+    noticed: deque[Event] = field(default_factory=lambda: deque(maxlen=EVENTS))
     findings: list[Finding] = field(default_factory=list)
     version: int = 0  # bumps on every applied update
     _identity: tuple[int, float] | None = None
     _findings_key: tuple[object, ...] | None = None
+    _last_seq: int = 0
+    _noticed_n: int = 0
 
     @property
     def connected(self) -> bool:
@@ -74,6 +94,10 @@ class TargetData:
         if u.snapshot is None:
             changed = (u.state, u.error, u.since_unix) != (self.state, self.error,
                                                              self.since_unix)
+            if u.state is Conn.DISCONNECTED and self.state is not Conn.DISCONNECTED \
+                    and self.snapshot is not None:
+                self._notice(DISCONNECT, u.since_unix or self.snapshot.taken_at_unix,
+                             self.target, u.error)
             self.state, self.error, self.since_unix = u.state, u.error, u.since_unix
             self.retry_in_s = u.retry_in_s
             return changed
@@ -82,20 +106,34 @@ class TargetData:
         if self._identity is not None and identity != self._identity:
             self.samples.clear()  # a restarted program: its history starts again
             self.events.clear()
+            self._last_seq = 0
         self._identity = identity
         prev = self.snapshot
+        if self.state is Conn.DISCONNECTED and prev is not None:
+            self._notice(RECONNECT, s.taken_at_unix, self.target, u.state.value)
         self.state, self.error, self.since_unix, self.retry_in_s = u.state, "", None, None
-        self.snapshot = s
-        new_events = [e for e in s.events if not self.events or e.seq > self.events[-1].seq]
-        self.events.extend(new_events)
+        self.snapshot, self.previous = s, prev
+        new_events = [e for e in s.events if e.seq > self._last_seq]
+        self._last_seq = max(self._last_seq, s.last_seq, *(e.seq for e in new_events[-1:]))
+        self.events.extend(e for e in new_events if e.kind not in RATE_KINDS)
         self.samples.append(_sample(prev, s, new_events))
         key = (len(s.graphs), sum(g.compiles for g in s.graphs), s.counters,
                tuple((d.name, d.count) for d in s.distributions), len(s.devices),
                s.left_out, s.sites, s.steps, s.blind_spots)
         if key != self._findings_key:
             self._findings_key = key
+            seen = {(f.kind, f.location) for f in self.findings}
             self.findings = find(s)
+            for f in self.findings:
+                if (f.kind, f.location) not in seen:
+                    self._notice(FINDING, s.taken_at_unix, f.kind, f.message, f.location)
         return True
+
+    def _notice(self, kind: str, time_unix: float, name: str, detail: str,
+                location: str | None = None) -> None:
+        """Records something the dashboard noticed as an event row."""
+        self._noticed_n += 1
+        self.noticed.append(Event(-self._noticed_n, time_unix, kind, name, "", detail, location))
 
 
 def _rate(prev: Snapshot | None, s: Snapshot, name: str) -> float | None:
@@ -120,6 +158,9 @@ def _sample(prev: Snapshot | None, s: Snapshot, new_events: list[Event]) -> Samp
         d2h_bytes_per_s=_rate(prev, s, INBOUND_DATA),
         events=len(new_events),
         compiles=sum(1 for e in new_events if e.kind in COMPILE_KINDS),
+        recompiles=sum(1 for e in new_events if e.kind == EventKind.RECOMPILE),
+        steps_per_s=steps_per_second(prev, s),
+        step_s=interval_step_seconds(prev, s),
     )
 
 
@@ -153,6 +194,7 @@ class WatchState:
     paused: bool = False
     sort: str = "compiles"
     filter: str = ""
+    started: dict[str, float] = field(default_factory=dict)  # this user's, from discovery
 
     def ordered(self) -> list[TargetData]:
         return list(self.targets.values())

@@ -37,3 +37,30 @@ def test_detail_screen(snap_compare, size):
 @pytest.mark.parametrize("size", SIZES)
 def test_disconnected(snap_compare, size):
     assert snap_compare(app(disconnected=True), terminal_size=SIZES[size])
+
+
+FLOOD_SIZES = {"160x45": (160, 45), "80x24": (80, 24)}
+
+
+def flood_app(**kw: object) -> WatchApp:
+    from tui.recorded import flood
+
+    return WatchApp(flood(**kw), 1.0, clock=FrozenClock(), tz=UTC,  # type: ignore[arg-type]
+                    tick_s=None)
+
+
+@pytest.mark.parametrize("size", FLOOD_SIZES)
+def test_step_flood(snap_compare, size):
+    """~1,200 steps/s: the step line (rate, P50/P99, busy, markers, the last
+    recompile's cause) and events without a single step row."""
+    assert snap_compare(flood_app(), terminal_size=FLOOD_SIZES[size])
+
+
+def test_step_flood_disconnected(snap_compare):
+    assert snap_compare(flood_app(disconnected=True), terminal_size=FLOOD_SIZES["160x45"])
+
+
+def test_help_screen(snap_compare):
+    """Every key and every panel, read from the bindings and the screen."""
+    assert snap_compare(flood_app(), press=["question_mark"],
+                        terminal_size=FLOOD_SIZES["160x45"])

@@ -9,6 +9,7 @@ fails the test is skipped, or fails under ``CI=true``.
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -136,3 +137,65 @@ def test_watch_flag_reaches_the_dashboard_only_through_the_cli(tmp_path):
                        env=dict(os.environ, PYTHONPATH=str(ROOT)))
     assert r.returncode == 2 and "positive number" in r.stderr
     assert Path(ROOT, "tui", "app.py").exists()
+
+
+FAST_PROGRAM = r"""
+import sys, threading, time, jax, jax.numpy as jnp, metrics
+metrics.install()
+@jax.jit
+def train_step(x):
+    return (x * 2).sum()
+x = jnp.ones((32, 4))
+train_step(x).block_until_ready()
+print(metrics.exporter().address, flush=True)
+stop = threading.Event()
+threading.Thread(target=lambda: (sys.stdin.read(), stop.set()), daemon=True).start()
+start, changed = time.monotonic(), False
+while not stop.is_set() and time.monotonic() - start < 90:
+    train_step(x)
+    metrics.mark_step()
+    if not changed and time.monotonic() - start > 2:
+        x, changed = jnp.ones((33, 4)), True  # one recompile, its cause: the batch size
+"""
+
+
+def _steps_per_s(text: str) -> float:
+    found = re.search(r"([\d,.]+) steps/s", text)
+    return float(found.group(1).replace(",", "")) if found else 0.0
+
+
+def test_recompile_and_its_cause_on_screen_while_steps_flood(tmux_bin, tmp_path):
+    """A real hooked JAX loop at more than 1,000 steps a second that recompiles
+    once: at 160x45 the pane shows the step rate, the recompile event and its
+    cause (in the step line and the events panel), and no step rows."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT), TPU_INFO_RUNTIME_DIR=str(tmp_path / "rt"),
+               TPU_INFO_PORT="0")
+    prog = subprocess.Popen([sys.executable, "-c", FAST_PROGRAM], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env, cwd=ROOT)
+    pane = None
+    try:
+        assert prog.stdout is not None and prog.stdout.readline(), prog.stderr.read()  # type: ignore[union-attr]
+        script = tmp_path / "watch.sh"
+        exports = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in env.items()
+                          if k in ("PYTHONPATH", "TPU_INFO_RUNTIME_DIR", "PATH", "HOME",
+                                   "JAX_PLATFORMS", "XLA_FLAGS"))
+        # The pane's size, not the one pytest's terminal left in the environment.
+        script.write_text(f"{exports}unset COLUMNS LINES\ncd {shlex.quote(str(ROOT))}\n"
+                          f"{shlex.quote(sys.executable)} -m tpu_info --watch --rate 0.5\n"
+                          "sleep 60\n")
+        pane = Pane(tmux_bin, f"sh {shlex.quote(str(script))}", width=160, height=45)
+        cause = "argument 'x' changed f32[32,4] -> f32[33,4]"
+        row = re.compile(r"\d+s\s+recompile\s+jit\(train_step\)\s+argument 'x' changed")
+        shown = pane.wait_for(lambda t: cause in t and bool(row.search(t))
+                              and _steps_per_s(t) > 1000, timeout=40)
+        assert "last recompile" in shown  # the step line names it too
+        assert not re.search(r"\d+s\s+step\s", shown), shown  # steps are a rate, never rows
+        print(shown)  # what a user sees (pytest -s)
+        pane.keys("q")
+    finally:
+        if pane is not None:
+            pane.close()
+        if prog.poll() is None:
+            prog.kill()
+        prog.wait(timeout=30)

@@ -34,6 +34,7 @@ from tui.widgets.findings import FindingsPanel
 from tui.widgets.graphs import GraphsPanel
 from tui.widgets.header import HeaderBar, HeaderInfo
 from tui.widgets.processes import ProcessesPanel
+from tui.widgets.steps import StepsPanel
 from tui.widgets.transfers import TransfersPanel
 
 if TYPE_CHECKING:
@@ -81,6 +82,7 @@ class MainScreen(Screen[None]):
     MainScreen.-narrow #side > .panel { height: 1fr; max-height: 100%; }
     MainScreen.-narrow #processes { height: 1fr; max-height: 100%; }
     MainScreen.-narrow #devices { max-height: 45%; }
+    MainScreen.-narrow #steps { height: 4; }
     """
 
     BINDINGS = [
@@ -107,6 +109,7 @@ class MainScreen(Screen[None]):
         yield DevicesPanel(id="devices", classes="panel")
         yield PanelTabs(id="tabs")
         yield ProcessesPanel(id="processes", classes="panel")
+        yield StepsPanel(id="steps", classes="panel")
         with Horizontal(id="bottom"):
             yield GraphsPanel(id="graphs", classes="panel")
             with Vertical(id="side"):
@@ -216,6 +219,7 @@ class MainScreen(Screen[None]):
         if target is None or target == s.selected:
             self.query_one(GraphsPanel).show(current, s.sort, s.filter, palette)
             self.query_one(TransfersPanel).show(current, palette)
+            self.query_one(StepsPanel).show(current, palette)
             self._banner()
         self._show_slow(force=target is None)
 

@@ -1,10 +1,17 @@
-"""Events: the picked process's recent events, newest first.
+"""Events: what happened to the picked process, newest first.
+
+Rows are the events that matter: compiles, recompiles with their cause,
+graph breaks, cache hits, hook errors, and what the dashboard noticed itself
+(a finding appearing, a disconnect, a reconnect). Steps and transfers come by
+the thousand a second, so they are rates (the step line, Transfers), never
+rows (:data:`tui.state.RATE_KINDS`).
 
 Each row carries its clock time and its age against the latest sample, the
-same time axis as the device and transfer sparklines (one column per
-update), so "recompile -15s" sits next to the dip 15 columns from the right
-of a sparkline at 1 s. Rows are keyed by sequence number; an update draws
-only the rows it added and, once a second, the ages.
+same time axis as the sparklines (one column per update), so "recompile 15s"
+sits next to the dip 15 columns from the right of a sparkline at 1 s. An age
+is never negative: an event stamped after the reading (clock skew between
+threads or hosts) is 0 s old. Rows are keyed by sequence number; an update
+draws only the rows it added and, once a second, the ages.
 """
 
 from __future__ import annotations
@@ -16,7 +23,7 @@ from rich.text import Text
 from tpu_info.contract.model import COMPILE_KINDS, Event, EventKind
 from tpu_info.views.findings import short_location
 from tpu_info.views.values import clean, format_bytes
-from tui.state import TargetData
+from tui.state import DISCONNECT, FINDING, RATE_KINDS, RECONNECT, TargetData
 from tui.widgets.common import Palette, hms
 from tui.widgets.table import LiveTable
 
@@ -25,9 +32,34 @@ EMPTY = "__empty__"
 _TRANSFERS: dict[str, str] = {EventKind.TRANSFER_TO_DEVICE: "h->d",
                               EventKind.TRANSFER_FROM_DEVICE: "d->h"}
 _KINDS: dict[str, str] = {**_TRANSFERS, EventKind.CACHE_HIT: "cache hit",
-                          EventKind.HOOK_ERROR: "hook error"}
-COLUMNS = [("time", "Time", 8), ("age", "Age", 5), ("kind", "Kind", 9), ("name", "Name", None),
-           ("detail", "Detail", None)]
+                          EventKind.HOOK_ERROR: "hook error",
+                          EventKind.GRAPH_BREAK: "graph break"}
+COLUMNS = [("time", "Time", 8), ("age", "Age", 5), ("kind", "Kind", 11),
+           ("name", "Name", 16), ("detail", "Detail", None)]
+WITH_TIME = 100  # narrower panels drop the clock time (the age says when)
+
+
+def columns(width: int) -> list[tuple[str, str, int | None]]:
+    """The columns that fit ``width``: the detail (a recompile's cause) gets the rest."""
+    return COLUMNS if width >= WITH_TIME else COLUMNS[1:]
+
+
+def age_text(now: float, then: float) -> str:
+    """``15s``: how long before ``now`` the event was; never negative.
+
+    >>> age_text(100.0, 85.2), age_text(100.0, 100.4)
+    ('15s', '0s')
+    """
+    return f"{max(0.0, now - then):.0f}s"
+
+
+def shown_events(data: TargetData, text: str, limit: int = 0) -> list[Event]:
+    """The rows of ``data``: its notable events and what the dashboard
+    noticed, newest first, matching ``text`` (at most ``limit``; 0: all)."""
+    merged = sorted((e for e in (*data.events, *data.noticed)
+                     if e.kind not in RATE_KINDS and matches(e, text)),
+                    key=lambda e: (e.time_unix, e.seq), reverse=True)
+    return merged[:limit] if limit else merged
 
 
 def detail(e: Event) -> str:
@@ -49,7 +81,8 @@ def matches(e: Event, text: str) -> bool:
 
 
 class EventsPanel(LiveTable):
-    """Recent events of the picked process, newest on top."""
+    """Compiles, recompiles and their causes, graph breaks, findings and disconnects
+    of the picked process, newest on top (steps and transfers are rates)."""
 
     def __init__(self, **kwargs: object) -> None:
         super().__init__(cursor=False, **kwargs)  # type: ignore[arg-type]
@@ -60,18 +93,13 @@ class EventsPanel(LiveTable):
     def show(self, data: TargetData | None, text: str, palette: Palette,
              tz: tzinfo | None) -> None:
         """Adds new events, drops old ones, and refreshes ages when they tick."""
-        shape = (data.target if data else None, text, palette)
+        cols = columns(self.size.width or 80)
+        shape = (data.target if data else None, text, palette, len(cols))
         if shape != self._shape:
             self._shape = shape
             self._ages.clear()
-            self.reset(COLUMNS)
-        wanted: list[Event] = []
-        if data is not None:
-            for e in reversed(data.events):
-                if len(wanted) >= SHOWN:
-                    break
-                if matches(e, text):
-                    wanted.append(e)
+            self.reset(cols)
+        wanted = shown_events(data, text, SHOWN) if data is not None else []
         if not wanted:
             for key in list(self.row_keys):
                 if key != EMPTY:
@@ -85,14 +113,18 @@ class EventsPanel(LiveTable):
         for key in [k for k in self.row_keys if k not in keep]:
             self.drop_row(key)
             self._ages.pop(key, None)
-        now = data.snapshot.taken_at_unix if data is not None and data.snapshot else 0.0
+        now = max(data.snapshot.taken_at_unix if data is not None and data.snapshot else 0.0,
+                  data.noticed[-1].time_unix if data is not None and data.noticed else 0.0)
         style: dict[str, str] = {
             EventKind.RECOMPILE: f"bold {palette.warn}", EventKind.COMPILE: palette.warn,
-            EventKind.HOOK_ERROR: palette.bad, EventKind.STEP: palette.muted}
+            EventKind.HOOK_ERROR: palette.bad, EventKind.GRAPH_BREAK: palette.warn,
+            DISCONNECT: f"bold {palette.bad}", RECONNECT: palette.ok, FINDING: palette.accent,
+            EventKind.CACHE_HIT: palette.muted}
         added = False
+        order = {str(e.seq): i for i, e in enumerate(wanted)}
         for e in wanted:
             key = str(e.seq)
-            age = f"-{max(0.0, now - e.time_unix):.0f}s"
+            age = age_text(now, e.time_unix)
             if self._ages.get(key) == age:
                 continue
             added = added or key not in self._ages
@@ -102,4 +134,4 @@ class EventsPanel(LiveTable):
                 "kind": Text(clean(_KINDS.get(e.kind, e.kind), 12), style=style.get(e.kind, "")),
                 "name": clean(e.name, 60), "detail": clean(detail(e), 120)})
         if added:
-            self.order(int, reverse=True)
+            self.order(order.__getitem__)

@@ -23,7 +23,7 @@ from tui.widgets.header import GLYPH
 from tui.widgets.table import LiveTable
 
 COLUMNS = [("state", "", 1), ("pid", "PID", 7), ("name", "Name", 20),
-           ("engine", "Engine", 16), ("uptime", "Up", 6), ("steps", "Steps", 6),
+           ("engine", "Engine", 16), ("uptime", "Up", 6), ("steps", "Steps", 10),
            ("compiles", "Compiles", 8), ("hbm", "HBM", 9), ("target", "Target", None)]
 NARROW = ("uptime", "steps", "compiles")  # dropped below WIDE columns
 WIDE = 120
