@@ -32,7 +32,8 @@ Top level::
                       compile_seconds_total, executions, last_cause}],
                       findings[{severity, kind, message, location,
                       seconds_lost, count, per_step, seconds_per_step,
-                      share_of_step, cost_estimated, cost}], costliest first:
+                      share_of_step, cost_estimated, bytes_per_step, cost}],
+                      costliest first:
                       kind is a stable snake_case rule name
                       (recompile_<cause>, per_step_sync,
                       per_step_implicit_transfer, eager_ops, ...);
@@ -100,7 +101,7 @@ def _finding(line: FindingLine) -> dict[str, Any]:
             "location": _opt(f.location), "seconds_lost": f.seconds_lost, "count": f.count,
             "per_step": f.per_step, "seconds_per_step": f.seconds_per_step,
             "share_of_step": f.share_of_step, "cost_estimated": f.cost_estimated,
-            "cost": line.cost}
+            "bytes_per_step": f.bytes_per_step, "cost": line.cost}
 
 
 def _target(t: TargetReadings, top_graphs: int | None) -> dict[str, Any]:
@@ -314,6 +315,7 @@ JSON_SCHEMA: dict[str, Any] = {
                                    "share_of_step": {"type": ["number", "null"],
                                                      "minimum": 0, "maximum": 1},
                                    "cost_estimated": {"type": "boolean"},
+                                   "bytes_per_step": _NUM,
                                    "cost": {"type": "string"}}}}}}},
         "na": {"type": "array", "items": {
             "type": "object", "required": ["where", "reason"],
