@@ -85,10 +85,16 @@ from metrics.engines.jax_explicit import ExplicitTransfers
 from metrics.engines.jax_state import ENGINE
 from metrics.engines.jax_steps import StepWatch
 from metrics.engines.jax_transfers import ImplicitTransfers
-from metrics.recording import events as ev
 from metrics.recording.recorder import Recorder
 from tpu_info.contract import catalog as names
-from tpu_info.contract.model import CALLED_FROM, FIRST_CALL, DeviceRecord, SiteReading, StepsReading
+from tpu_info.contract.model import (
+    CALLED_FROM,
+    FIRST_CALL,
+    DeviceRecord,
+    EventKind,
+    SiteReading,
+    StepsReading,
+)
 
 _tls = state.local
 _listeners_registered = False
@@ -304,8 +310,8 @@ class JaxEngine(EngineBase):
             detail = f"{CALLED_FROM}{outer}"
         if loaded:
             detail = f"{detail}; backend cache hit" if detail else "backend cache hit"
-        events.emit(ev.RECOMPILE if real else ev.COMPILE, name, graph_hash, detail, location,
-                    seconds)
+        kind = EventKind.RECOMPILE if real else EventKind.COMPILE
+        events.emit(kind, name, graph_hash, detail, location, seconds)
         jax_aot.remember(ctx.get("executable"), graph_hash, name)
 
     def on_duration(self, event: str, seconds: float, fun_name: str | None) -> None:
@@ -317,7 +323,7 @@ class JaxEngine(EngineBase):
                 self._compile_time.observe(seconds * 1e9)
                 name = fun_name or "unknown"
                 self.rec.ledger.compiled("name:" + name, name, ENGINE, seconds)
-                self.rec.events.emit(ev.COMPILE, name, "", "", None, seconds)
+                self.rec.events.emit(EventKind.COMPILE, name, "", "", None, seconds)
         elif event.endswith("/jaxpr_trace_duration"):
             self._trace_time.observe(seconds * 1e9)
         elif event.endswith("/jaxpr_to_mlir_module_duration"):

@@ -24,6 +24,7 @@ from metrics.recording.graphs import GraphLedger
 from metrics.recording.journal import FOLD_AT, Journal
 from metrics.recording.registry import Counter, Distribution, Registry
 from tpu_info.contract import catalog as names
+from tpu_info.contract.model import EventKind
 
 log = logging.getLogger("metrics")
 _clock = time.monotonic_ns
@@ -158,7 +159,7 @@ class Recorder:
                 log.warning("tpu-info hook %s failed and was skipped: %r "
                             "(further failures there are only counted in HookErrors)",
                             where, error)
-            self.events.emit(ev.HOOK_ERROR, name=where, detail=repr(error)[:200])
+            self.events.emit(EventKind.HOOK_ERROR, name=where, detail=repr(error)[:200])
         except Exception:  # noqa: BLE001 - never let accounting itself raise
             pass
 
@@ -181,4 +182,4 @@ class Recorder:
 
 def _step_rows(times: list[int], offset: float, first: int) -> Iterable[Any]:
     """Event rows of a folded batch of steps (made when first read)."""
-    return ev.rows_of(first, [t / 1e9 + offset for t in times], ev.STEP)
+    return ev.rows_of(first, [t / 1e9 + offset for t in times], EventKind.STEP)
