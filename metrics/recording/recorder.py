@@ -24,7 +24,7 @@ from metrics.recording.graphs import GraphLedger
 from metrics.recording.journal import FOLD_AT, Journal
 from metrics.recording.registry import Counter, Distribution, Registry
 from tpu_info.contract import catalog as names
-from tpu_info.contract.model import EventKind
+from tpu_info.contract.model import EventKind, Unit
 
 log = logging.getLogger("metrics")
 _clock = time.monotonic_ns
@@ -99,13 +99,18 @@ class Recorder:
         finally:
             flag.on = False
 
-    def counter(self, name: str) -> Counter:
-        """The counter ``name`` with the unit and help of the catalog."""
-        return self.registry.counter(name, names.unit_for(name), names.help_for(name))
+    def counter(self, name: str, unit: Unit | None = None, help: str | None = None) -> Counter:
+        """The counter ``name``, created on first use with ``unit`` and
+        ``help`` (the catalog's where not given)."""
+        return self.registry.counter(name, names.unit_for(name) if unit is None else unit,
+                                     names.help_for(name) if help is None else help)
 
-    def distribution(self, name: str) -> Distribution:
-        """The distribution ``name`` with the unit and help of the catalog."""
-        return self.registry.distribution(name, names.unit_for(name), names.help_for(name))
+    def distribution(self, name: str, unit: Unit | None = None,
+                     help: str | None = None) -> Distribution:
+        """The distribution ``name``, created on first use with ``unit`` and
+        ``help`` (the catalog's where not given)."""
+        return self.registry.distribution(name, names.unit_for(name) if unit is None else unit,
+                                          names.help_for(name) if help is None else help)
 
     def reset(self) -> None:
         """Forgets everything recorded: counters, distributions, graphs,

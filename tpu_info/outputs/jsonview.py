@@ -41,6 +41,11 @@ Top level::
                       null when the steps are not known; cost is the
                       table's cost cell ("4.1 ms/step 3.0%", "~2.8 s"
                       estimated, "-" nothing measurable)
+                      custom_metrics[{name, kind, unit, help, value | count,
+                      total, min, max, p50, p90, p99}]: metrics outside the
+                      catalog (the program's metrics.counter/distribution,
+                      jax.monitoring events, engines' per-op counters), in
+                      their recorded unit ("ns", "bytes", "1")
     job_findings      [{severity, kind, message}] across processes of one job
                       (same argv) that compiled a function to different graphs
     na                [{where, reason}] for every N/A the tables show
@@ -67,6 +72,7 @@ from typing import Any
 
 from tpu_info.contract.catalog import CACHED_COMPILE, MARK_STEP, UNCACHED_COMPILE
 from tpu_info.contract.model import ChipRecord, LocalScan, Snapshot
+from tpu_info.views.custom import CustomMetric, custom_metrics
 from tpu_info.views.derived import FindingLine, TargetReadings, readings
 from tpu_info.views.values import Header, TargetView, last_cause, memory_totals, transfer_stats
 
@@ -104,6 +110,17 @@ def _finding(line: FindingLine) -> dict[str, Any]:
             "bytes_per_step": f.bytes_per_step, "cost": line.cost}
 
 
+def _custom(m: CustomMetric) -> dict[str, Any]:
+    out: dict[str, Any] = {"name": _s(m.name), "kind": m.kind, "unit": m.unit,
+                           "help": _s(m.help)}
+    if m.kind == "counter":
+        out["value"] = m.value
+    else:
+        out.update(count=m.count, total=m.total, min=m.min, max=m.max,
+                   **{f"p{p:g}": v for p, v in m.percentiles})
+    return out
+
+
 def _target(t: TargetReadings, top_graphs: int | None) -> dict[str, Any]:
     v = t.view
     out: dict[str, Any] = {"target": _s(v.target), "source": v.source, "ok": v.ok,
@@ -114,7 +131,7 @@ def _target(t: TargetReadings, top_graphs: int | None) -> dict[str, Any]:
                    steps_basis=None, seconds_per_step=None, sites=[], blind_spots=[],
                    compiles=None,
                    cache_hits=None, hbm_used_bytes=None, hbm_limit_bytes=None, devices=[],
-                   transfers=None, graphs=[], findings=[])
+                   transfers=None, graphs=[], findings=[], custom_metrics=[])
         return out
     p = s.process
     used, limit = memory_totals(s)
@@ -166,6 +183,7 @@ def _target(t: TargetReadings, top_graphs: int | None) -> dict[str, Any]:
                 "seconds": x.seconds, "last_seen_unix": x.last_seen_unix} for x in s.sites],
         blind_spots=[_s(b) for b in s.blind_spots],
         findings=[_finding(f) for f in t.findings],
+        custom_metrics=[_custom(m) for m in custom_metrics(s)],
     )
     return out
 
@@ -301,6 +319,14 @@ JSON_SCHEMA: dict[str, Any] = {
                                    "count": {"type": "integer"}, "bytes": {"type": "integer"},
                                    "seconds": {"type": "number"}}}},
                 "blind_spots": {"type": "array", "items": {"type": "string"}},
+                "custom_metrics": {"type": "array", "items": {
+                    "type": "object", "required": ["name", "kind", "unit", "help"],
+                    "properties": {"name": {"type": "string"},
+                                   "kind": {"enum": ["counter", "distribution"]},
+                                   "unit": {"enum": ["ns", "bytes", "1"]},
+                                   "help": {"type": "string"}, "value": _INT,
+                                   "count": _INT, "total": _NUM, "min": _NUM, "max": _NUM,
+                                   "p50": _NUM, "p90": _NUM, "p99": _NUM}}},
                 "findings": {"type": "array", "items": {
                     "type": "object",
                     "required": ["severity", "kind", "message", "location", "seconds_lost",
