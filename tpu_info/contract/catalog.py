@@ -35,6 +35,7 @@ IMPLICIT_TRANSFER_FROM_DEVICE = "ImplicitTransferFromDevice"
 IMPLICIT_OUTBOUND_BYTES = "ImplicitOutboundBytes"
 IMPLICIT_INBOUND_BYTES = "ImplicitInboundBytes"
 EAGER_FALLBACK_TIME = "EagerFallbackTime"
+MONITORING_DROPPED = "JaxMonitoringDropped"
 
 # name -> (kind, unit, help). kind is "counter" or "distribution".
 CATALOG: dict[str, tuple[str, Unit, str]] = {
@@ -84,6 +85,9 @@ CATALOG: dict[str, tuple[str, Unit, str]] = {
     EAGER_FALLBACK_TIME: ("distribution", Unit.TIME_NS,
                           "Wall time of each call of a torch.compile'd function that Dynamo "
                           "could not resume after a graph break: it runs eagerly."),
+    MONITORING_DROPPED: ("counter", Unit.NUMBER,
+                         "jax.monitoring records (events, durations, scalars) under names "
+                         "beyond the distinct names kept: counted here, not by name."),
 }
 
 
