@@ -60,3 +60,10 @@ def test_implicit_transfer_estimated_from_the_process_own_transfer_rate():
     for few in (_rate_snap(2, 2e9, 1e9), _rate_snap(10, 5e5, 1e6)):
         f = _one(few, "per_step_implicit_transfer")
         assert "estimated at an assumed 10 GB/s" in f.message
+
+
+def test_small_shares_keep_two_digits():
+    from tpu_info.views.cost import share_words
+
+    assert [share_words(x) for x in (0.5, 0.03, 0.004, 0.00031, 3e-7)] == [
+        "50%", "3.0%", "0.4%", "0.031%", "<0.001%"]

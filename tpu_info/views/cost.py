@@ -46,10 +46,13 @@ def short_location(location: str | None) -> str:
 
 def share_words(share: float) -> str:
     """``0.03`` -> ``3.0%``; ``0.004`` -> ``0.4%``; ``0.5`` -> ``50%``;
-    ``0.00031`` -> ``0.031%`` (a small share keeps two digits, never ``0.0%``)."""
+    ``0.00031`` -> ``0.031%`` (a small share keeps two digits, never ``0.0%``);
+    below ``1e-5``, ``<0.001%``."""
     if share >= 0.1:
         return f"{share:.0%}"
-    return f"{share * 100:.1f}%" if share >= 0.01 else f"{share * 100:.2g}%"
+    if share >= 0.01:
+        return f"{share * 100:.1f}%"
+    return f"{share * 100:.2g}%" if share >= 1e-5 else "<0.001%"
 
 
 def size_words(nbytes: float) -> str:
