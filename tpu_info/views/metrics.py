@@ -180,8 +180,8 @@ def metric_table(name: str, views: Sequence[TargetView],
             if not v.ok or v.snapshot is None:
                 t.add_row(Text(clean(v.target)), NA, Text(f"{NA}: {clean(v.error)}"))
                 continue
-            for d in v.snapshot.devices:
-                row = device_row(v, d)  # the tables' values, and their reasons
+            for dev in v.snapshot.devices:
+                row = device_row(v, dev)  # the tables' values, and their reasons
                 if ours == "@hbm":
                     used, total = row.hbm_used, row.hbm_total
                     val = (f"{format_bytes(used.value)} / {format_bytes(total.value)}"
@@ -190,7 +190,8 @@ def metric_table(name: str, views: Sequence[TargetView],
                 else:
                     val = (f"{row.busy.value:.1f}%" if row.busy.value is not None
                            else f"{NA}: {clean(row.busy.reason)}")
-                t.add_row(Text(clean(v.target)), Text(f"{d.id} {clean(d.kind)}"), Text(val))
+                t.add_row(Text(clean(v.target)), Text(f"{dev.id} {clean(dev.kind)}"),
+                          Text(val))
         return t
     if ours == "@none":
         t.add_column("value")
