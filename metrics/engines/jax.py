@@ -66,7 +66,7 @@ from typing import Any
 
 import jax
 
-from metrics.engines import jax_aot, jax_calls
+from metrics.engines import jax_aot, jax_calls, jax_monitoring
 from metrics.engines import jax_state as state
 from metrics.engines._frames import outer_user_call, skip_prefixes, user_location
 from metrics.engines._patching import Patches
@@ -82,16 +82,24 @@ from metrics.engines.jax_describe import (
 from metrics.engines.jax_devices import DeviceMemory
 from metrics.engines.jax_executions import Executions
 from metrics.engines.jax_explicit import ExplicitTransfers
+from metrics.engines.jax_monitoring import MonitoringRecords
 from metrics.engines.jax_state import ENGINE
 from metrics.engines.jax_steps import StepWatch
 from metrics.engines.jax_transfers import ImplicitTransfers
-from metrics.recording import events as ev
 from metrics.recording.recorder import Recorder
 from tpu_info.contract import catalog as names
-from tpu_info.contract.model import CALLED_FROM, FIRST_CALL, DeviceRecord, SiteReading, StepsReading
+from tpu_info.contract.model import (
+    CALLED_FROM,
+    FIRST_CALL,
+    DeviceRecord,
+    EventKind,
+    SiteReading,
+    StepsReading,
+)
 
 _tls = state.local
 _listeners_registered = False
+_listeners_missing: list[str] = []  # jax.monitoring kinds not listened to, in words
 
 
 class JaxEngine(EngineBase):
@@ -122,6 +130,7 @@ class JaxEngine(EngineBase):
         self.runs = Executions(recorder)  # counted calls: executions per graph
         self.calls, self.calls_queue = self.runs.journal, self.runs.queue  # the wrappers write
         self.implicit = ImplicitTransfers(self)  # syncs and transfers nobody asked for
+        self.monitoring = MonitoringRecords(recorder)  # every jax.monitoring record, by name
         self.step_watch = StepWatch(self.runs, self.implicit)
         recorder.on_reset(self._forget_calls)
         self._hooked: dict[str, bool] = {}  # "jit", "pmap", "aot": whether each is counted
@@ -134,6 +143,7 @@ class JaxEngine(EngineBase):
 
     def install(self) -> None:
         _register_listeners()
+        self.degraded.extend(_listeners_missing)
         self._patch_compiler()
         self._patch_transfers()
         self._patch_calls()
@@ -304,8 +314,8 @@ class JaxEngine(EngineBase):
             detail = f"{CALLED_FROM}{outer}"
         if loaded:
             detail = f"{detail}; backend cache hit" if detail else "backend cache hit"
-        events.emit(ev.RECOMPILE if real else ev.COMPILE, name, graph_hash, detail, location,
-                    seconds)
+        kind = EventKind.RECOMPILE if real else EventKind.COMPILE
+        events.emit(kind, name, graph_hash, detail, location, seconds)
         jax_aot.remember(ctx.get("executable"), graph_hash, name)
 
     def on_duration(self, event: str, seconds: float, fun_name: str | None) -> None:
@@ -317,7 +327,7 @@ class JaxEngine(EngineBase):
                 self._compile_time.observe(seconds * 1e9)
                 name = fun_name or "unknown"
                 self.rec.ledger.compiled("name:" + name, name, ENGINE, seconds)
-                self.rec.events.emit(ev.COMPILE, name, "", "", None, seconds)
+                self.rec.events.emit(EventKind.COMPILE, name, "", "", None, seconds)
         elif event.endswith("/jaxpr_trace_duration"):
             self._trace_time.observe(seconds * 1e9)
         elif event.endswith("/jaxpr_to_mlir_module_duration"):
@@ -380,6 +390,7 @@ def _register_listeners() -> None:
         eng = state.active
         if eng is not None:
             try:
+                eng.monitoring.duration(event, duration)
                 eng.on_duration(event, duration, kw.get("fun_name"))
             except Exception as e:  # noqa: BLE001
                 eng.rec.hook_failed("jax.monitoring", e)
@@ -388,12 +399,14 @@ def _register_listeners() -> None:
         eng = state.active
         if eng is not None:
             try:
+                eng.monitoring.event(event)
                 eng.on_event(event)
             except Exception as e:  # noqa: BLE001
                 eng.rec.hook_failed("jax.monitoring", e)
 
     mon.register_event_duration_secs_listener(on_duration)
     mon.register_event_listener(on_event)
+    _listeners_missing.extend(jax_monitoring.register(mon, lambda: state.active))
     _listeners_registered = True
 
 

@@ -31,6 +31,7 @@ from metrics.recording import events as ev
 from metrics.recording.journal import FOLD_AT
 from metrics.recording.recorder import Recorder
 from tpu_info.contract import catalog as names
+from tpu_info.contract.model import EventKind
 
 
 class ExplicitTransfers:
@@ -96,7 +97,8 @@ def _transfer_rows(flat: list[Any], offset: float, first: int) -> Iterable[tuple
     """Event rows of a folded batch of transfers (made when first read)."""
     w = TRANSFER_FIELDS
     return ev.rows_of(first, [e / 1e9 + offset for e in flat[2::w]],
-                      [ev.TRANSFER_TO_DEVICE if t else ev.TRANSFER_FROM_DEVICE for t in flat[0::w]],
+                      [EventKind.TRANSFER_TO_DEVICE if t else EventKind.TRANSFER_FROM_DEVICE
+                       for t in flat[0::w]],
                       [float(b) for b in flat[3::w]])
 
 

@@ -77,7 +77,6 @@ from metrics.engines.torch_guards import (
     parse_recompile_reason,
     source_name,
 )
-from metrics.recording import events as ev
 from metrics.recording.callstats import CallTimes
 from metrics.recording.journal import FOLD_AT
 from metrics.recording.recorder import Recorder
@@ -85,6 +84,7 @@ from tpu_info.contract import catalog as names
 from tpu_info.contract.model import (
     FIRST_CALL,
     DeviceRecord,
+    EventKind,
     RecompileCause,
     SiteReading,
     StepsReading,
@@ -92,7 +92,6 @@ from tpu_info.contract.model import (
 
 ENGINE = "torch_compile"
 CALL_FIELDS = 3  # a compiled graph's call in the journal: (graph, start, end)
-GRAPH_BREAK = ev.GRAPH_BREAK
 UNRESUMABLE = brk.UNRESUMABLE
 
 _tls = threading.local()
@@ -332,7 +331,7 @@ class TorchCompileEngine(EngineBase):
             else:
                 self._uncached.inc()
                 self._compile_time.observe(g.backend_ns)
-            kind = ev.COMPILE if cause.description == FIRST_CALL else ev.RECOMPILE
+            kind = EventKind.COMPILE if cause.description == FIRST_CALL else EventKind.RECOMPILE
             events.emit(kind, g.name, g.hash, detail, location, seconds)
 
     def on_graph_break(self, tx: Any, reason: str, exc: Any) -> None:
@@ -348,8 +347,8 @@ class TorchCompileEngine(EngineBase):
                 function, _ = brk.function_of(root.f_code)
                 self.gaps.located(function, root.lineno, location, f"compile({function[1]})")
             self._graph_breaks.inc()
-            self.rec.events.emit(GRAPH_BREAK, brk.break_name(tx, self._skip), "", detail[:500],
-                                 location)
+            self.rec.events.emit(EventKind.GRAPH_BREAK, brk.break_name(tx, self._skip), "",
+                                 detail[:500], location)
         except Exception as e:  # noqa: BLE001
             self.rec.hook_failed("torch_compile.graph_break", e)
 

@@ -48,7 +48,6 @@ from metrics.engines import _foreign
 from metrics.engines._frames import skip_prefixes, user_location
 from metrics.engines._patching import Patches
 from metrics.engines.base import EngineBase
-from metrics.recording import events as ev
 from metrics.recording.recorder import Recorder
 from tpu_info.contract import catalog as names
 from tpu_info.contract.model import (
@@ -56,6 +55,7 @@ from tpu_info.contract.model import (
     CounterReading,
     DeviceRecord,
     DistributionReading,
+    EventKind,
     MemoryReading,
     RecompileCause,
 )
@@ -182,7 +182,7 @@ class TorchLazyEngine(EngineBase):
                 cause = RecompileCause(time_unix=time.time(), description=description,
                                        location=location)
                 ledger.compiled(h, name, ENGINE, seconds, (), cause)
-                kind = ev.COMPILE if old is None else ev.RECOMPILE
+                kind = EventKind.COMPILE if old is None else EventKind.RECOMPILE
                 self.rec.events.emit(kind, name, h, "" if old is None else description,
                                      location, seconds)
             else:

@@ -58,13 +58,13 @@ from metrics.engines._patching import Patches
 from metrics.engines._xla_debug import CompileAnalysis, DebugTail
 from metrics.engines.base import EngineBase
 from metrics.export import config
-from metrics.recording import events as ev
 from metrics.recording.recorder import Recorder
 from tpu_info.contract.model import (
     FIRST_CALL,
     CounterReading,
     DeviceRecord,
     DistributionReading,
+    EventKind,
     MemoryReading,
     RecompileCause,
     Unit,
@@ -296,7 +296,7 @@ class TorchXlaEngine(EngineBase):
         cause = RecompileCause(time_unix=time.time(), description=description,
                                location=location)
         self.rec.ledger.compiled(block.graph_hash, name, ENGINE, seconds, signature, cause)
-        kind = ev.COMPILE if previous is None else ev.RECOMPILE
+        kind = EventKind.COMPILE if previous is None else EventKind.RECOMPILE
         self.rec.events.emit(kind, name, block.graph_hash,
                              block.cause if previous is None else description, location, seconds)
 

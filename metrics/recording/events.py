@@ -15,10 +15,11 @@ batch with a function that turns any part of it into event rows
 event; rows are made only for the events a reader asks for.
 
 Example:
+    >>> from tpu_info.contract.model import EventKind
     >>> log = EventLog(capacity=2)
     >>> for i in range(3):
-    ...     _ = log.emit(STEP, value=i)
-    >>> _ = log.emit(COMPILE, name="jit(f)")
+    ...     _ = log.emit(EventKind.STEP, value=i)
+    >>> _ = log.emit(EventKind.COMPILE, name="jit(f)")
     >>> [e.seq for e in log.since(0)[0]]
     [2, 3, 4]
 """
@@ -62,17 +63,8 @@ def _seq_of(t: tuple[Any, ...]) -> int:
     return t[0]
 
 
-# The kinds the hook emits (the contract's EventKind), by their short names here.
-COMPILE = EventKind.COMPILE
-RECOMPILE = EventKind.RECOMPILE
-CACHE_HIT = EventKind.CACHE_HIT
-TRANSFER_TO_DEVICE = EventKind.TRANSFER_TO_DEVICE
-TRANSFER_FROM_DEVICE = EventKind.TRANSFER_FROM_DEVICE
-STEP = EventKind.STEP
-HOOK_ERROR = EventKind.HOOK_ERROR
-GRAPH_BREAK = EventKind.GRAPH_BREAK
-
-FREQUENT = frozenset({STEP, TRANSFER_TO_DEVICE, TRANSFER_FROM_DEVICE})  # the flood kinds
+FREQUENT = frozenset({EventKind.STEP, EventKind.TRANSFER_TO_DEVICE,
+                      EventKind.TRANSFER_FROM_DEVICE})  # the flood kinds
 _ROWS_CHUNK = 1024  # ready rows gathered in one chunk at most (then a new one)
 
 

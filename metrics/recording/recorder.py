@@ -24,6 +24,7 @@ from metrics.recording.graphs import GraphLedger
 from metrics.recording.journal import FOLD_AT, Journal
 from metrics.recording.registry import Counter, Distribution, Registry
 from tpu_info.contract import catalog as names
+from tpu_info.contract.model import EventKind, Unit
 
 log = logging.getLogger("metrics")
 _clock = time.monotonic_ns
@@ -98,13 +99,18 @@ class Recorder:
         finally:
             flag.on = False
 
-    def counter(self, name: str) -> Counter:
-        """The counter ``name`` with the unit and help of the catalog."""
-        return self.registry.counter(name, names.unit_for(name), names.help_for(name))
+    def counter(self, name: str, unit: Unit | None = None, help: str | None = None) -> Counter:
+        """The counter ``name``, created on first use with ``unit`` and
+        ``help`` (the catalog's where not given)."""
+        return self.registry.counter(name, names.unit_for(name) if unit is None else unit,
+                                     names.help_for(name) if help is None else help)
 
-    def distribution(self, name: str) -> Distribution:
-        """The distribution ``name`` with the unit and help of the catalog."""
-        return self.registry.distribution(name, names.unit_for(name), names.help_for(name))
+    def distribution(self, name: str, unit: Unit | None = None,
+                     help: str | None = None) -> Distribution:
+        """The distribution ``name``, created on first use with ``unit`` and
+        ``help`` (the catalog's where not given)."""
+        return self.registry.distribution(name, names.unit_for(name) if unit is None else unit,
+                                          names.help_for(name) if help is None else help)
 
     def reset(self) -> None:
         """Forgets everything recorded: counters, distributions, graphs,
@@ -158,7 +164,7 @@ class Recorder:
                 log.warning("tpu-info hook %s failed and was skipped: %r "
                             "(further failures there are only counted in HookErrors)",
                             where, error)
-            self.events.emit(ev.HOOK_ERROR, name=where, detail=repr(error)[:200])
+            self.events.emit(EventKind.HOOK_ERROR, name=where, detail=repr(error)[:200])
         except Exception:  # noqa: BLE001 - never let accounting itself raise
             pass
 
@@ -181,4 +187,4 @@ class Recorder:
 
 def _step_rows(times: list[int], offset: float, first: int) -> Iterable[Any]:
     """Event rows of a folded batch of steps (made when first read)."""
-    return ev.rows_of(first, [t / 1e9 + offset for t in times], ev.STEP)
+    return ev.rows_of(first, [t / 1e9 + offset for t in times], EventKind.STEP)

@@ -415,6 +415,10 @@ class Registry:
                     )
         return d
 
+    def existing_distribution(self, name: str) -> Distribution | None:
+        """The distribution called ``name`` if one was made, else None."""
+        return self._distributions.get(name)
+
     # torch_xla.debug.metrics call shapes -----------------------------------
 
     def counter_names(self) -> list[str]:

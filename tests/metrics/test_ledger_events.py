@@ -206,3 +206,20 @@ def test_a_big_batch_of_ready_rows_holds_only_what_the_ring_keeps():
     events, dropped = log.since(0)
     assert [e.value for e in events] == [float(i) for i in range(4900, 5000)]
     assert dropped == 4900 and log.last_seq == 5000
+
+
+def test_event_kinds_have_one_name_each():
+    """Engines emit the contract's EventKind members; metrics.recording.events
+    keeps no alias constants for them."""
+    import re
+    from pathlib import Path
+
+    from metrics.recording import events
+    from tpu_info.contract.model import EventKind
+
+    assert not [k.name for k in EventKind if hasattr(events, k.name)]
+    root = Path(__file__).resolve().parents[2] / "metrics"
+    aliases = [f"{p.relative_to(root)}:{n}" for p in root.rglob("*.py")
+               for n, line in enumerate(p.read_text().splitlines(), 1)
+               if re.search(r"\bev\.[A-Z_]+\b", line)]
+    assert not aliases, aliases

@@ -49,6 +49,7 @@ print(json.dumps({
     "engines": sorted(e.name for e in metrics.installed_engines()),
     "ours": {n: metrics.counter_value(n) for n in COUNTERS},
     "theirs": {n: met.counter_value(n) for n in COUNTERS},
+    "fallback_ops": [sorted(metrics.executed_fallback_ops()), sorted(met.executed_fallback_ops())],
     "compile_time": [metrics.metric_data("CompileTime")[:2], met.metric_data("CompileTime")[:2]],
     "graphs": [[g.hash, g.name, g.compiles, g.causes[-1].description, g.causes[-1].location]
                for g in snap.graphs],
@@ -109,6 +110,12 @@ def test_compile_counts_equal_torch_xlas_own(xla_program):
     assert first[4].endswith(f":{_program_line('# step line')}")
     assert doc["devices"] == [["cpu", "xm.get_memory_info: UNIMPLEMENTED: "
                                       "GetAllocatorStats is not supported"]]
+
+
+def test_executed_fallback_ops_answers_as_torch_xlas_own(xla_program):
+    doc, _ = xla_program
+    ours, theirs = doc["fallback_ops"]
+    assert ours == theirs and "aten::nonzero" in ours, doc["fallback_ops"]
 
 
 def test_cpu_fallback_becomes_a_finding(xla_program):

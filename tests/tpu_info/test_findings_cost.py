@@ -86,29 +86,6 @@ def test_sync_with_steps_unknown_gives_the_total_and_no_per_step_figure():
     assert f.count == 1200
 
 
-def test_implicit_transfer_without_timing_is_estimated_and_says_so():
-    f = _one(_snap(_h2d()), "per_step_implicit_transfer")
-    assert f.message.startswith(
-        "numpy argument of jit(step) at train.py:80 copies 32.0 MB to the device every step "
-        "(1,200 times, 1.0 per step, 3.2 ms/step, 2.3% of step time, estimated at 10.0 GB/s)")
-    assert "device_put the data once, or prefetch" in f.message
-    assert "prefetch_to_device" in f.message
-    assert f.cost_estimated and f.seconds_lost == pytest.approx(3.84)
-    # The threshold is a share of step time: the same copy in steps 20x longer
-    # (0.1% of step time) is not worth a finding.
-    slow = StepsReading(1200, "marked", "metrics.mark_step", seconds_total=3300.0)
-    assert not [f for f in find(_snap(_h2d(), steps=slow))
-                if f.kind == "per_step_implicit_transfer"]
-
-
-def test_implicit_transfer_estimated_from_the_process_own_transfer_rate():
-    timed = DistributionReading("TransferToDeviceTime", Unit.TIME_NS, 10, 1e9, 1e8, 1e8)
-    sent = DistributionReading("OutboundData", Unit.BYTES, 10, 2e9, 2e8, 2e8)
-    f = _one(_snap(_h2d(), distributions=(timed, sent)), "per_step_implicit_transfer")
-    assert "estimated at this process's timed transfer rate, 2.0 GB/s" in f.message
-    assert f.seconds_lost == pytest.approx(32_000_000 * 1200 / 2e9)
-
-
 def test_cheap_or_rare_sites_are_not_findings():
     cheap = _sync(seconds=0.0005)
     rare = _sync(count=100, seconds=3.0)  # one step in 12: logging every N steps already

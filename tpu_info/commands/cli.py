@@ -52,10 +52,10 @@ class _MetricAction(argparse.Action):
 
     def __call__(self, parser: argparse.ArgumentParser, ns: argparse.Namespace,
                  values: Any, option_string: str | None = None) -> None:
-        from tpu_info.views.metrics import resolve
+        from tpu_info.views.metrics import resolve_or_custom
 
         try:
-            resolve(values)
+            resolve_or_custom(values)
         except ValueError as e:
             raise UsageError(str(e)) from e
         ns.metrics = list(ns.metrics or []) + [[values, None]]
@@ -245,6 +245,8 @@ def _watch(args: argparse.Namespace, targets: list[str]) -> int:
 
 
 def _show(args: argparse.Namespace, targets: list[str]) -> int:
+    from tpu_info.views.metrics import unknown_metric
+
     console = _console(args)
     if args.streaming:
         import time
@@ -261,6 +263,8 @@ def _show(args: argparse.Namespace, targets: list[str]) -> int:
         except KeyboardInterrupt:
             return EXIT_OK
     g = _gather(args, targets)
+    if bad := unknown_metric([name for name, _ in args.metrics or ()], g.views):
+        raise UsageError(bad)
     if args.json:
         from tpu_info.outputs.jsonview import dumps, to_json
 

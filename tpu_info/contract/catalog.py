@@ -36,6 +36,7 @@ IMPLICIT_OUTBOUND_BYTES = "ImplicitOutboundBytes"
 IMPLICIT_INBOUND_BYTES = "ImplicitInboundBytes"
 EAGER_FALLBACK_TIME = "EagerFallbackTime"
 DEVICE_BUSY_TIME = "DeviceBusyTime"
+MONITORING_DROPPED = "JaxMonitoringDropped"
 
 # name -> (kind, unit, help). kind is "counter" or "distribution".
 CATALOG: dict[str, tuple[str, Unit, str]] = {
@@ -89,6 +90,9 @@ CATALOG: dict[str, tuple[str, Unit, str]] = {
                        "Host time inside tracked calls (metrics.track), or before the first "
                        "one inside counted jitted calls: the time busy % is the share of "
                        "(JAX)."),
+    MONITORING_DROPPED: ("counter", Unit.NUMBER,
+                         "jax.monitoring records (events, durations, scalars) under names "
+                         "beyond the distinct names kept: counted here, not by name."),
 }
 
 

@@ -368,7 +368,9 @@ class Finding:
     step, ``seconds_per_step`` its cost per step and ``share_of_step`` (0..1)
     that cost over the step time: ``None`` when the steps (or their time) are
     not known, never guessed. ``cost_estimated`` says the cost was estimated
-    (bytes over a transfer rate) rather than timed. ``severity`` is a
+    (bytes over a transfer rate) rather than timed; ``bytes_per_step`` is what
+    a transfer finding moved per step (None for other kinds, or steps unknown).
+    ``severity`` is a
     :class:`Severity` (a plain string given to the constructor becomes one;
     an unknown one is :attr:`Severity.INFO`).
     """
@@ -383,6 +385,7 @@ class Finding:
     seconds_per_step: float | None = None
     share_of_step: float | None = None
     cost_estimated: bool = False
+    bytes_per_step: float | None = None
 
     def __post_init__(self) -> None:
         if type(self.severity) is not Severity:  # mapped here, once, for every reader

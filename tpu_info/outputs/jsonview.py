@@ -32,7 +32,8 @@ Top level::
                       compile_seconds_total, executions, last_cause}],
                       findings[{severity, kind, message, location,
                       seconds_lost, count, per_step, seconds_per_step,
-                      share_of_step, cost_estimated, cost}], costliest first:
+                      share_of_step, cost_estimated, bytes_per_step, cost}],
+                      costliest first:
                       kind is a stable snake_case rule name
                       (recompile_<cause>, per_step_sync,
                       per_step_implicit_transfer, eager_ops, ...);
@@ -40,6 +41,11 @@ Top level::
                       null when the steps are not known; cost is the
                       table's cost cell ("4.1 ms/step 3.0%", "~2.8 s"
                       estimated, "-" nothing measurable)
+                      custom_metrics[{name, kind, unit, help, value | count,
+                      total, min, max, p50, p90, p99}]: metrics outside the
+                      catalog (the program's metrics.counter/distribution,
+                      jax.monitoring events, engines' per-op counters), in
+                      their recorded unit ("ns", "bytes", "1")
     job_findings      [{severity, kind, message}] across processes of one job
                       (same argv) that compiled a function to different graphs
     na                [{where, reason}] for every N/A the tables show
@@ -66,6 +72,7 @@ from typing import Any
 
 from tpu_info.contract.catalog import CACHED_COMPILE, MARK_STEP, UNCACHED_COMPILE
 from tpu_info.contract.model import ChipRecord, LocalScan, Snapshot
+from tpu_info.views.custom import CustomMetric, custom_metrics
 from tpu_info.views.derived import FindingLine, TargetReadings, readings
 from tpu_info.views.values import Header, TargetView, last_cause, memory_totals, transfer_stats
 
@@ -100,7 +107,18 @@ def _finding(line: FindingLine) -> dict[str, Any]:
             "location": _opt(f.location), "seconds_lost": f.seconds_lost, "count": f.count,
             "per_step": f.per_step, "seconds_per_step": f.seconds_per_step,
             "share_of_step": f.share_of_step, "cost_estimated": f.cost_estimated,
-            "cost": line.cost}
+            "bytes_per_step": f.bytes_per_step, "cost": line.cost}
+
+
+def _custom(m: CustomMetric) -> dict[str, Any]:
+    out: dict[str, Any] = {"name": _s(m.name), "kind": m.kind, "unit": m.unit,
+                           "help": _s(m.help)}
+    if m.kind == "counter":
+        out["value"] = m.value
+    else:
+        out.update(count=m.count, total=m.total, min=m.min, max=m.max,
+                   **{f"p{p:g}": v for p, v in m.percentiles})
+    return out
 
 
 def _target(t: TargetReadings, top_graphs: int | None) -> dict[str, Any]:
@@ -113,7 +131,7 @@ def _target(t: TargetReadings, top_graphs: int | None) -> dict[str, Any]:
                    steps_basis=None, seconds_per_step=None, sites=[], blind_spots=[],
                    compiles=None,
                    cache_hits=None, hbm_used_bytes=None, hbm_limit_bytes=None, devices=[],
-                   transfers=None, graphs=[], findings=[])
+                   transfers=None, graphs=[], findings=[], custom_metrics=[])
         return out
     p = s.process
     used, limit = memory_totals(s)
@@ -165,6 +183,7 @@ def _target(t: TargetReadings, top_graphs: int | None) -> dict[str, Any]:
                 "seconds": x.seconds, "last_seen_unix": x.last_seen_unix} for x in s.sites],
         blind_spots=[_s(b) for b in s.blind_spots],
         findings=[_finding(f) for f in t.findings],
+        custom_metrics=[_custom(m) for m in custom_metrics(s)],
     )
     return out
 
@@ -300,6 +319,14 @@ JSON_SCHEMA: dict[str, Any] = {
                                    "count": {"type": "integer"}, "bytes": {"type": "integer"},
                                    "seconds": {"type": "number"}}}},
                 "blind_spots": {"type": "array", "items": {"type": "string"}},
+                "custom_metrics": {"type": "array", "items": {
+                    "type": "object", "required": ["name", "kind", "unit", "help"],
+                    "properties": {"name": {"type": "string"},
+                                   "kind": {"enum": ["counter", "distribution"]},
+                                   "unit": {"enum": ["ns", "bytes", "1"]},
+                                   "help": {"type": "string"}, "value": _INT,
+                                   "count": _INT, "total": _NUM, "min": _NUM, "max": _NUM,
+                                   "p50": _NUM, "p90": _NUM, "p99": _NUM}}},
                 "findings": {"type": "array", "items": {
                     "type": "object",
                     "required": ["severity", "kind", "message", "location", "seconds_lost",
@@ -314,6 +341,7 @@ JSON_SCHEMA: dict[str, Any] = {
                                    "share_of_step": {"type": ["number", "null"],
                                                      "minimum": 0, "maximum": 1},
                                    "cost_estimated": {"type": "boolean"},
+                                   "bytes_per_step": _NUM,
                                    "cost": {"type": "string"}}}}}}},
         "na": {"type": "array", "items": {
             "type": "object", "required": ["where", "reason"],

@@ -45,8 +45,14 @@ def short_location(location: str | None) -> str:
 
 
 def share_words(share: float) -> str:
-    """``0.03`` -> ``3.0%``; ``0.004`` -> ``0.4%``; ``0.5`` -> ``50%``."""
-    return f"{share:.0%}" if share >= 0.1 else f"{share * 100:.1f}%"
+    """``0.03`` -> ``3.0%``; ``0.004`` -> ``0.4%``; ``0.5`` -> ``50%``;
+    ``0.00031`` -> ``0.031%`` (a small share keeps two digits, never ``0.0%``);
+    below ``1e-5``, ``<0.001%``."""
+    if share >= 0.1:
+        return f"{share:.0%}"
+    if share >= 0.01:
+        return f"{share * 100:.1f}%"
+    return f"{share * 100:.2g}%" if share >= 1e-5 else "<0.001%"
 
 
 def size_words(nbytes: float) -> str:
@@ -110,7 +116,8 @@ class Cost:
         parts = []
         if (p := self.per_step) is not None:
             parts.append(f"{p:.2g} per step" if p < 0.1 else f"{p:.1f} per step")
-        parts.append(f"{duration(self.seconds_per_step or 0.0)}/step")
+        mark = "~" if self.estimated else ""
+        parts.append(f"{mark}{duration(self.seconds_per_step or 0.0)}/step")
         if (share := self.share_of_step) is not None:
             parts.append(f"{share_words(share)} of step time")
         return ", ".join(parts) + f", {self.label()}"

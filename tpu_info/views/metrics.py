@@ -1,7 +1,10 @@
 """``tpu-info --metric NAME [-f 'percentile:[p50,p90]']`` and ``--list_metrics``.
 
 Google's short names keep their meaning (PROTOCOL-libtpu.md); our own names
-(``CompileTime``, ``MarkStep``, ...) work too. Tables are pure functions of
+(``CompileTime``, ``MarkStep``, ...) work too, and so does a name outside the
+catalog that a target records (``metrics.distribution("DataLoadTime", ...)``,
+a ``jax.monitoring`` event such as ``/myapp/checkpoint/save``): its table
+shows the value in its unit, with its help below. Tables are pure functions of
 the gathered views; a device's N/A says the same why as the tables
 (:func:`tpu_info.views.derived.device_row`).
 
@@ -26,7 +29,7 @@ from tpu_info.contract.catalog import (
     TRANSFER_FROM_DEVICE_TIME,
     TRANSFER_TO_DEVICE_TIME,
 )
-from tpu_info.contract.model import DistributionReading, Unit
+from tpu_info.contract.model import CounterReading, DistributionReading, Unit
 from tpu_info.views.derived import device_row
 from tpu_info.views.values import NA, TargetView, clean, format_bytes, format_ns
 
@@ -69,6 +72,52 @@ def resolve(name: str) -> str:
         if ours.lower() == key.lower():
             return ours
     raise ValueError(f"unknown metric {name!r}; valid metrics: {', '.join(valid_names())}")
+
+
+# A name outside the catalog: what metrics.counter/distribution and
+# jax.monitoring accept, without spaces or control characters.
+_CUSTOM_RE = re.compile(r"^[A-Za-z0-9_/:.\-]{1,200}$")
+
+
+def resolve_or_custom(name: str) -> str:
+    """:func:`resolve`'s name, or ``name`` itself when it could be a metric a
+    target records outside the catalog (checked once targets are read:
+    :func:`unknown_metric`).
+
+    Raises:
+        ValueError: not a known name and not a possible metric name.
+    """
+    try:
+        return resolve(name)
+    except ValueError:
+        if _CUSTOM_RE.match(name.strip()):
+            return name.strip()
+        raise
+
+
+def unknown_metric(names: Sequence[str], views: Sequence[TargetView]) -> str | None:
+    """The one-line error for the first name that is neither known nor
+    recorded by any view (a ``--metric`` name outside the catalog), or None."""
+    for name in names:
+        try:
+            resolve(name)
+            continue
+        except ValueError:
+            pass
+        if not any(_custom_reading(v, name) is not None for v in views):
+            return (f"unknown metric {name!r}: not a known name and no target read records "
+                    f"it; valid metrics: {', '.join(valid_names())}")
+    return None
+
+
+def _custom_reading(v: TargetView, name: str) -> CounterReading | DistributionReading | None:
+    s = v.snapshot
+    if s is None:
+        return None
+    d = s.distribution(name)
+    if d is not None:
+        return d
+    return next((c for c in s.counters if c.name == name), None)
 
 
 def parse_filter(text: str) -> tuple[str, ...]:
@@ -119,7 +168,9 @@ def _percentile(d: DistributionReading, p: float) -> float | None:
 def metric_table(name: str, views: Sequence[TargetView],
                  columns: Sequence[str] = DEFAULT_PERCENTILES) -> Table:
     """One table for one metric across every view."""
-    ours = resolve(name)
+    ours = resolve_or_custom(name)
+    if ours not in CATALOG and ours not in ("@hbm", "@duty", "@none"):
+        return _custom_table(ours, views, columns)
     t = Table(title=f"{clean(name)}", title_justify="left")
     t.add_column("target", no_wrap=True, overflow="ellipsis", max_width=28)
     if ours in ("@hbm", "@duty"):
@@ -129,8 +180,8 @@ def metric_table(name: str, views: Sequence[TargetView],
             if not v.ok or v.snapshot is None:
                 t.add_row(Text(clean(v.target)), NA, Text(f"{NA}: {clean(v.error)}"))
                 continue
-            for d in v.snapshot.devices:
-                row = device_row(v, d)  # the tables' values, and their reasons
+            for dev in v.snapshot.devices:
+                row = device_row(v, dev)  # the tables' values, and their reasons
                 if ours == "@hbm":
                     used, total = row.hbm_used, row.hbm_total
                     val = (f"{format_bytes(used.value)} / {format_bytes(total.value)}"
@@ -139,7 +190,8 @@ def metric_table(name: str, views: Sequence[TargetView],
                 else:
                     val = (f"{row.busy.value:.1f}%" if row.busy.value is not None
                            else f"{NA}: {clean(row.busy.reason)}")
-                t.add_row(Text(clean(v.target)), Text(f"{d.id} {clean(d.kind)}"), Text(val))
+                t.add_row(Text(clean(v.target)), Text(f"{dev.id} {clean(dev.kind)}"),
+                          Text(val))
         return t
     if ours == "@none":
         t.add_column("value")
@@ -169,4 +221,36 @@ def metric_table(name: str, views: Sequence[TargetView],
             p = _percentile(d, PERCENTILE_COLUMNS[c])
             cells.append(NA if p is None else _value(p, d.unit))
         t.add_row(Text(clean(v.target)), str(d.count), *cells)
+    return t
+
+
+def _custom_table(name: str, views: Sequence[TargetView], columns: Sequence[str]) -> Table:
+    """A metric outside the catalog: a counter's value or a distribution's
+    count and percentiles, in its unit, with its help as the caption."""
+    t = Table(title=clean(name), title_justify="left")
+    t.add_column("target", no_wrap=True, overflow="ellipsis", max_width=28)
+    found = [(v, _custom_reading(v, name)) for v in views]
+    dist = any(isinstance(r, DistributionReading) for _, r in found)
+    if dist:
+        t.add_column("count", justify="right")
+        for c in columns:
+            t.add_column(c.upper(), justify="right", no_wrap=True)
+    else:
+        t.add_column("value", justify="right")
+    width = 1 + len(columns) if dist else 1
+    about = ""
+    for v, r in found:
+        if r is None:
+            why = clean(v.error) if not v.ok else f"this target records no {clean(name)}"
+            t.add_row(Text(clean(v.target)), Text(f"{NA}: {why}"), *[""] * (width - 1))
+            continue
+        about = about or (f"{clean(r.help)} " if r.help else "") + f"(unit: {r.unit.value})"
+        if isinstance(r, DistributionReading):
+            cells = [NA if (p := _percentile(r, PERCENTILE_COLUMNS[c])) is None
+                     else _value(p, r.unit) for c in columns]
+            t.add_row(Text(clean(v.target)), str(r.count), *cells)
+        else:
+            value = _value(r.value, r.unit) if r.unit is not Unit.NUMBER else str(r.value)
+            t.add_row(Text(clean(v.target)), Text(value), *[""] * (width - 1))
+    t.caption = about or None
     return t

@@ -44,40 +44,76 @@ COUNT_WITHOUT_STEPS = 100
 MIN_SECONDS = 1e-3
 MIN_SHARE = 0.005
 
+# A host->device copy of at least this much in (nearly) every step, over at
+# least this many steps, is named whatever its share: it sits on the step's
+# critical path, and a shorter step (a faster device, a smaller model) makes
+# the same copy weigh more. Below MIN_SHARE it is said as info, not a warning.
+MIN_BYTES_PER_STEP = 64e3
+MIN_STEPS = 10
+
 # For sites the hook counted but could not time: a host<->device copy at a
 # PCIe-class rate, plus a fixed wait per device->host read.
 ASSUMED_BYTES_PER_S = 10e9
 ASSUMED_SYNC_S = 10e-6
+# This program's own timed host->device transfers give the rate instead when
+# there are at least this many, moving at least this much in all (fewer or
+# smaller ones measure latency, not bandwidth).
+MIN_TIMED_TRANSFERS = 3
+MIN_TIMED_BYTES = 1e6
 
 
-def _rate(s: Snapshot) -> tuple[float, str]:
-    """Bytes per second for an untimed host->device copy: this process's own
-    timed transfers when it has some, else :data:`ASSUMED_BYTES_PER_S`."""
+def _rate_words(bytes_per_s: float) -> str:
+    """``9.8e9`` -> ``9.8 GB/s``; ``1e10`` -> ``10 GB/s``; ``4.7e8`` -> ``0.47 GB/s``."""
+    g = bytes_per_s / 1e9
+    return f"{g:.2g} GB/s" if g < 10 else f"{g:.0f} GB/s"
+
+
+def _untimed_h2d_bytes(s: Snapshot) -> int:
+    """Bytes of host->device copies counted without a time (the ``jax.jit``
+    wrapper's numpy arguments): in ``OutboundData``, not in its time."""
+    return sum(x.bytes for x in s.sites
+               if x.kind == SiteKind.IMPLICIT_TO_DEVICE.value and x.seconds <= 0)
+
+
+def transfer_rate(s: Snapshot) -> tuple[float, str]:
+    """Bytes per second for an untimed host->device copy, and how it was
+    found: this program's own timed transfers (``TransferToDeviceTime`` over
+    the bytes they moved: ``OutboundData`` less the untimed copies) when there
+    are enough, else :data:`ASSUMED_BYTES_PER_S`."""
     t, b = s.distribution(TRANSFER_TO_DEVICE_TIME), s.distribution(OUTBOUND_DATA)
-    if t is not None and b is not None and t.count and t.total > 0 and b.total > 0:
-        rate = b.total / (t.total / 1e9)
-        return rate, f"estimated at this process's timed transfer rate, {size_words(rate)}/s"
-    return ASSUMED_BYTES_PER_S, f"estimated at {size_words(ASSUMED_BYTES_PER_S)}/s"
+    if t is not None and b is not None and t.count >= MIN_TIMED_TRANSFERS and t.total > 0:
+        timed_bytes = b.total - _untimed_h2d_bytes(s)
+        if timed_bytes >= MIN_TIMED_BYTES:
+            rate = timed_bytes / (t.total / 1e9)
+            return rate, (f"estimated at {_rate_words(rate)} measured on this program's "
+                          f"{t.count:,} timed transfers")
+    return ASSUMED_BYTES_PER_S, f"estimated at an assumed {_rate_words(ASSUMED_BYTES_PER_S)}"
 
 
 def _site_cost(s: Snapshot, site: SiteReading) -> Cost:
     if site.seconds > 0:
         return cost_of(s, site.seconds, site.count)
-    rate, how = _rate(s)
+    rate, how = transfer_rate(s)
     fixed = ASSUMED_SYNC_S * site.count if site.kind == SiteKind.SYNC.value else 0.0
     if fixed:
         how += f" plus {duration(ASSUMED_SYNC_S)} a read"
     return cost_of(s, fixed + site.bytes / rate, site.count, how)
 
 
-def _worth_saying(c: Cost) -> bool:
-    if c.seconds < MIN_SECONDS:
-        return False
+def _costly(c: Cost) -> bool:
+    return c.seconds >= MIN_SECONDS and (c.share_of_step is None
+                                         or c.share_of_step >= MIN_SHARE)
+
+
+def _worth_saying(c: Cost, site: SiteReading) -> bool:
     if c.steps is None:
-        return (c.count or 0) >= COUNT_WITHOUT_STEPS
+        return c.seconds >= MIN_SECONDS and (c.count or 0) >= COUNT_WITHOUT_STEPS
     if (c.per_step or 0.0) < PER_STEP_AT_LEAST:
         return False
-    return c.share_of_step is None or c.share_of_step >= MIN_SHARE
+    if _costly(c):
+        return True
+    return (site.kind == SiteKind.IMPLICIT_TO_DEVICE.value and c.steps.count >= MIN_STEPS
+            and site.bytes / c.steps.count >= MIN_BYTES_PER_STEP)
 
 
 def _how_often(c: Cost) -> str:
@@ -109,13 +145,18 @@ def _transfer_advice(detail: str) -> str:
     if "asarray" in d or "array" in d.split("(")[0]:
         return ("Convert once outside the loop, or device_put the data in the data loader "
                 "(prefetch ahead of the step) instead of converting it inside the step.")
+    if "jit" in d:
+        return ("Put the batch on the device before the call: jax.device_put it in the data "
+                "loader one step ahead (double-buffer: batch n+1 copies while step n runs; "
+                "flax's prefetch_to_device does this), or device_put the whole data set once "
+                "if it fits and index it on the device.")
     return ("device_put the data once, or prefetch it (e.g. jax.device_put in the data "
             "loader / flax's prefetch_to_device).")
 
 
 def _finding(s: Snapshot, site: SiteReading) -> Finding | None:
     c = _site_cost(s, site)
-    if not _worth_saying(c):
+    if not _worth_saying(c, site):
         return None
     where = f"{site.detail or 'a read'} at {short_location(site.location)}"
     if site.kind == SiteKind.SYNC.value:
@@ -126,11 +167,17 @@ def _finding(s: Snapshot, site: SiteReading) -> Finding | None:
             Severity.WARNING, site.location, kind="per_step_sync", **c.fields())
     each = size_words(site.bytes / site.count) if site.count else size_words(0)
     what = site.detail or "host data"
+    costly = _costly(c)
+    weight = "" if costly else (
+        " It is cheap at this step time, but it grows with the batch and weighs more "
+        "where steps are shorter (an accelerator).")
+    per_step = None if c.steps is None else site.bytes / c.steps.count
     return Finding(
         f"{what} at {short_location(site.location)} copies {each} to the device {_how_often(c)} "
-        f"({c.words()}): the copy sits on the step's critical path. "
+        f"({c.words()}): the copy sits on the step's critical path.{weight} "
         f"{_transfer_advice(site.detail)}",
-        Severity.WARNING, site.location, kind="per_step_implicit_transfer", **c.fields())
+        Severity.WARNING if costly else Severity.INFO, site.location,
+        kind="per_step_implicit_transfer", bytes_per_step=per_step, **c.fields())
 
 
 def site_findings(s: Snapshot) -> Iterable[Finding]:

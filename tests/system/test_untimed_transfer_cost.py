@@ -1,0 +1,111 @@
+"""A numpy batch passed straight into a jitted function each step: the jit
+wrapper counts the copy but cannot time it (JAX moves it in C++), so its cost
+is estimated from bytes and a rate (this program's own timed transfers when
+it has enough, else an assumed one), labelled so, and named with its line,
+per-step count, bytes per step and share of step in the findings, the report,
+the CLI table and the JSON; a one-off copy stays quiet. Real JAX on CPU."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+PROGRAM = '''
+import json, sys
+import metrics; metrics.install(serve=False)
+import jax, jax.numpy as jnp, numpy as np
+from tpu_info.outputs.jsonview import to_json
+from tpu_info.outputs.render import render_text
+from tpu_info.outputs.textreport import metrics_report
+from tpu_info.views.findings import find
+from tpu_info.views.values import Header, TargetView
+
+@jax.jit
+def update(w, batch):
+    x, y = batch
+    return w - 0.01 * jnp.mean((x @ w - y) ** 2)
+
+@jax.jit
+def once(a):
+    return a.sum()
+
+w = jnp.ones((784, 10))
+x, y = np.ones((128, 784), np.float32), np.ones((128, 10), np.float32)
+once(np.ones((2048, 1024), np.float32)).block_until_ready()  # the one-off copy
+for i in range(40):
+    w = update(w, (x, y))  # the per-step copy
+w.block_until_ready()
+if sys.argv[1] == "timed":  # explicit, timed puts give this program's own rate
+    for i in range(4):
+        jax.device_put(np.ones((512, 1024), np.float32)).block_until_ready()
+
+def show(f):
+    return {k: getattr(f, k) for k in ("kind", "location", "count", "per_step",
+            "bytes_per_step", "seconds_per_step", "share_of_step", "cost_estimated",
+            "message")}
+
+s = metrics.snapshot()
+view = [TargetView("127.0.0.1:1", s)]
+head = Header(host="h", time_unix=0.0)
+print(json.dumps({
+    "findings": [show(f) for f in find(s) if f.kind == "per_step_implicit_transfer"],
+    "report": metrics_report(s),
+    "cli": render_text(view, 400, header=head),
+    "json": [f for f in to_json(view, header=head)["targets"][0]["findings"]
+             if f["kind"] == "per_step_implicit_transfer"],
+}))
+'''
+
+
+def _run(tmp_path: Path, mode: str) -> tuple[dict, int]:
+    prog = tmp_path / "numpy_batch.py"
+    prog.write_text(PROGRAM)
+    env = dict(os.environ, PYTHONPATH=str(ROOT), JAX_PLATFORMS="cpu",
+               TPU_INFO_RUNTIME_DIR=str(tmp_path / "rt"))
+    r = subprocess.run([sys.executable, str(prog), mode], cwd=ROOT, capture_output=True,
+                       text=True, timeout=120, env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    line = next(n for n, text in enumerate(PROGRAM.splitlines(), start=1)
+                if "# the per-step copy" in text)
+    return json.loads(r.stdout.splitlines()[-1]), line
+
+
+def _check(out: dict, line: int, rate_words: str) -> dict:
+    (f,) = out["findings"]  # the per-step copy only: the one-off stays quiet
+    assert f["location"].endswith(f"numpy_batch.py:{line}"), f
+    assert f["count"] == 40 and f["per_step"] == pytest.approx(1.0)
+    assert f["bytes_per_step"] == 128 * (784 + 10) * 4
+    assert f["cost_estimated"] and f["seconds_per_step"] > 0 and f["share_of_step"] > 0
+    msg = f["message"]
+    assert f"numpy argument of jit(update) at numpy_batch.py:{line} copies 406.5 KB" in msg
+    assert "every step (40 times, 1.0 per step, ~" in msg and "of step time, " in msg
+    assert rate_words in msg, msg
+    assert "jax.device_put it in the data loader one step ahead" in msg
+    assert "double-buffer" in msg and "Pad or bucket" not in msg
+    assert f"  - [per_step_implicit_transfer] {msg[:300]}" in out["report"]  # cut at 500
+    cli = "".join(out["cli"].split())  # the table wraps long words over lines
+    assert f"numpy_batch.py:{line}copies406.5KB" in cli and "".join(msg.split())[:200] in cli
+    (j,) = out["json"]
+    assert j["message"] == msg and j["bytes_per_step"] == f["bytes_per_step"]
+    assert j["cost"].startswith("~") and j["cost_estimated"] is True
+    return f
+
+
+@pytest.mark.slow
+def test_numpy_batch_every_step_is_named_with_an_assumed_rate(tmp_path: Path):
+    out, line = _run(tmp_path, "untimed")
+    _check(out, line, "estimated at an assumed 10 GB/s")
+
+
+@pytest.mark.slow
+def test_numpy_batch_every_step_is_costed_at_the_program_own_measured_rate(tmp_path: Path):
+    out, line = _run(tmp_path, "timed")
+    f = _check(out, line, "measured on this program's")
+    assert "GB/s measured on this program's 4 timed transfers" in f["message"], f["message"]

@@ -1,0 +1,69 @@
+"""An implicit host->device copy the hook counted but could not time (the
+jax.jit wrapper's numpy arguments): its cost is bytes over a rate, this
+program's own timed transfers when there are enough, else an assumed one, and
+the finding says which; a per-step copy of a batch is named whatever its
+share, a one-off or a scalar is not. Real JAX runs: tests/system/test_untimed_transfer_cost.py."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from tests.tpu_info.test_findings_cost import _h2d, _one, _snap
+from tpu_info.contract.model import DistributionReading, Snapshot, StepsReading, Unit
+from tpu_info.views.findings import find
+
+
+def test_implicit_transfer_without_timing_is_estimated_and_says_so():
+    f = _one(_snap(_h2d()), "per_step_implicit_transfer")
+    assert f.message.startswith(
+        "numpy argument of jit(step) at train.py:80 copies 32.0 MB to the device every step "
+        "(1,200 times, 1.0 per step, ~3.2 ms/step, 2.3% of step time, estimated at an assumed "
+        "10 GB/s)")
+    assert "jax.device_put it in the data loader one step ahead" in f.message
+    assert "double-buffer" in f.message and "prefetch_to_device" in f.message
+    assert f.cost_estimated and f.seconds_lost == pytest.approx(3.84)
+    assert f.bytes_per_step == 32e6 and f.severity == "warning"
+    # The same copy in steps 20x longer (0.12% of step time) is still named:
+    # it is on every step's critical path; as info, saying it is cheap here.
+    slow = StepsReading(1200, "marked", "metrics.mark_step", seconds_total=3300.0)
+    f = _one(_snap(_h2d(), steps=slow), "per_step_implicit_transfer")
+    assert f.severity == "info" and "0.12% of step time" in f.message
+    assert "cheap at this step time" in f.message
+
+
+def test_one_off_or_small_implicit_transfers_are_not_findings():
+    one_off = _h2d(count=1, nbytes=400_000_000)
+    scalar = replace(_h2d(nbytes=8 * 1200), location="/src/train.py:81")  # lr as a numpy scalar
+    rare = replace(_h2d(count=100, nbytes=100 * 32_000_000), location="/src/train.py:82")
+    assert not [f for f in find(_snap(one_off, scalar, rare))
+                if f.kind == "per_step_implicit_transfer"]
+
+
+def _rate_snap(timed_count: int, timed_bytes: float, timed_ns: float) -> Snapshot:
+    site = _h2d()
+    timed = DistributionReading("TransferToDeviceTime", Unit.TIME_NS, timed_count, timed_ns,
+                                1e8, 1e8)
+    # OutboundData holds every host->device copy: the timed ones and the jit
+    # wrapper's untimed numpy arguments.
+    sent = DistributionReading("OutboundData", Unit.BYTES, timed_count + site.count,
+                               timed_bytes + site.bytes, 2e8, 2e8)
+    return _snap(site, distributions=(timed, sent))
+
+
+def test_implicit_transfer_estimated_from_the_process_own_transfer_rate():
+    f = _one(_rate_snap(10, 2e9, 1e9), "per_step_implicit_transfer")
+    assert "estimated at 2 GB/s measured on this program's 10 timed transfers" in f.message
+    assert f.seconds_lost == pytest.approx(32_000_000 * 1200 / 2e9)
+    # Too few or too small timed transfers measure latency, not bandwidth.
+    for few in (_rate_snap(2, 2e9, 1e9), _rate_snap(10, 5e5, 1e6)):
+        f = _one(few, "per_step_implicit_transfer")
+        assert "estimated at an assumed 10 GB/s" in f.message
+
+
+def test_small_shares_keep_two_digits():
+    from tpu_info.views.cost import share_words
+
+    assert [share_words(x) for x in (0.5, 0.03, 0.004, 0.00031, 3e-7)] == [
+        "50%", "3.0%", "0.4%", "0.031%", "<0.001%"]
