@@ -35,6 +35,7 @@ from metrics import engines as _engines
 from metrics.engines import importwatch
 from metrics.recording import custom as _custom
 from metrics.recording import forksafe
+from metrics.recording import readings as _readings
 from metrics.recording import snapshot as _snapshot
 from metrics.recording.recorder import Recorder
 from metrics.recording.registry import Counter, Distribution
@@ -406,47 +407,24 @@ def short_metrics_report(
     return textreport.short_metrics_report(snapshot(), counter_names, metric_names)
 
 
-def _extra_engines() -> list[_engines.Engine]:
-    """The engines that keep counters of their own (torch._lazy, torch_xla)."""
-    return [e for e in installed_engines() if e.keeps_readings]
-
-
 def counter_names() -> list[str]:
     """Counters that hold something, engines' own counters included."""
-    extra = _extra_engines()
-    if not extra:
-        return recorder().registry.counter_names()
-    return [c.name for c in _snapshot.readings(recorder(), extra)[0]]
+    return _readings.counter_names(recorder(), installed_engines())
 
 
 def counter_value(name: str) -> int | None:
     """A counter's value (engines' own counters merged), None if it never counted."""
-    extra = _extra_engines()
-    if not extra:
-        return recorder().registry.counter_value(name)
-    for c in _snapshot.readings(recorder(), extra)[0]:
-        if c.name == name:
-            return c.value
-    return None
+    return _readings.counter_value(recorder(), installed_engines(), name)
 
 
 def metric_names() -> list[str]:
     """Metrics (distributions) that hold samples, engines' own included."""
-    extra = _extra_engines()
-    if not extra:
-        return recorder().registry.metric_names()
-    return [d.name for d in _snapshot.readings(recorder(), extra)[1]]
+    return _readings.metric_names(recorder(), installed_engines())
 
 
 def metric_data(name: str) -> tuple[int, float, tuple[tuple[float, float], ...]] | None:
     """``(total_samples, accumulator, ((unix_time, value), ...))`` or None."""
-    extra = _extra_engines()
-    if not extra:
-        return recorder().registry.metric_data(name)
-    for d in _snapshot.readings(recorder(), extra)[1]:
-        if d.name == name:
-            return (d.count, d.total, tuple(d.recent))
-    return None
+    return _readings.metric_data(recorder(), installed_engines(), name)
 
 
 def executed_fallback_ops() -> list[str]:
@@ -481,24 +459,14 @@ def distribution(name: str, *, unit: Unit | str = Unit.NUMBER,
     return _custom.define(recorder(), "distribution", name, unit, help)
 
 
-def _clear_engines(counters: bool, metrics: bool) -> None:
-    for e in _extra_engines():
-        try:
-            e.clear_readings(counters=counters, metrics=metrics)
-        except Exception as err:  # noqa: BLE001
-            recorder().hook_failed(f"{e.name}.clear", err)
-
-
 def clear_counters() -> None:
     """Sets every counter back to zero (see :func:`clear_all`)."""
-    recorder().registry.clear_counters()
-    _clear_engines(True, False)
+    _readings.clear(recorder(), installed_engines(), counters=True, metrics=False)
 
 
 def clear_metrics() -> None:
     """Empties every metric (distribution; see :func:`clear_all`)."""
-    recorder().registry.clear_metrics()
-    _clear_engines(False, True)
+    _readings.clear(recorder(), installed_engines(), counters=False, metrics=True)
 
 
 def clear_all() -> None:
@@ -507,5 +475,4 @@ def clear_all() -> None:
     Engines' own counters (torch._lazy, torch_xla) are not reset inside the
     engine: what they held is subtracted from then on.
     """
-    recorder().registry.clear_all()
-    _clear_engines(True, True)
+    _readings.clear(recorder(), installed_engines(), counters=True, metrics=True)
