@@ -1,0 +1,363 @@
+"""Prometheus metric families from one :class:`~tpu_info.contract.model.Snapshot`.
+
+The pure half of the Prometheus exposition: no server, no cache, no state
+beyond what a :class:`SeriesState` carries between scrapes of one process.
+The hook's in-process endpoint (``metrics.export.prometheus``) and the host
+exporter (one call per hooked process, with ``host``/``pid``/``rank`` labels)
+both call :func:`families`.
+
+Names are ``tpu_info_`` + snake_case + unit suffix: ``CompileTime`` (ns) ->
+``tpu_info_compile_time_seconds``, ``OutboundData`` ->
+``tpu_info_outbound_data_bytes``, the counter ``UncachedCompile`` ->
+``tpu_info_uncached_compile_total``.
+
+Distributions are exported as **histograms**, not summaries. A summary's
+quantiles cannot be combined across processes or hosts (the mean of p99s is
+not a p99), while histogram buckets add up, which is what a fleet needs
+(``histogram_quantile(0.99, sum by (le) (rate(..._bucket[5m])))``) and what
+our own log-spaced buckets were chosen for. Our fine buckets (0.5 % relative
+error, up to thousands of them) are coarsened to a fixed, bounded set of
+``le`` edges per unit (:data:`EDGES`): 1-2.5-5 per decade from 1 us to
+1000 s for times, powers of 4 from 1 B to 1 TiB for bytes, powers of 10 for
+plain numbers. A fine bucket ``(g**(k-1), g**k]`` is counted under the first
+edge above its lower bound, so a sample exactly on an edge (4096 bytes)
+lands in that edge's bucket, every sample <= an edge is counted under it, and
+only samples within one fine bucket (about 1 %) above an edge can be counted
+with it; the exact min and max clamp the ends.
+
+Other families: per-graph counters for the top :data:`TOP_GRAPHS` graphs by
+compile time (labels ``graph`` = short hash, ``name``, ``engine``: bounded),
+device memory gauges per device with a ``source`` label, the busy ratio,
+``tpu_info_process_info`` and the process start time, and per finding kind
+(``kind`` label: ``per_step_sync``, ``recompile_short_last_batch``, ...)
+``tpu_info_findings``, ``tpu_info_finding_seconds_lost`` and
+``tpu_info_finding_share_of_step_ratio``, from the same rules as the CLI,
+computed when scraped.
+
+Example:
+    >>> from tpu_info.contract.model import Snapshot
+    >>> sorted(f.name for f in families(Snapshot(taken_at_unix=0.0), {"host": "h1"}))[:2]
+    ['tpu_info_device_busy_ratio', 'tpu_info_device_memory_limit_bytes']
+"""
+
+from __future__ import annotations
+
+import bisect
+import functools
+import itertools
+import logging
+import math
+import re
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    InfoMetricFamily,
+    Metric,
+)
+
+from tpu_info.contract.model import DistributionReading, Snapshot, Unit
+
+log = logging.getLogger("tpu_info.outputs.prometheus")
+
+PREFIX = "tpu_info_"
+TOP_GRAPHS = 20
+
+
+def _decades(lo_exp: int, hi_exp: int, steps: Sequence[float]) -> tuple[float, ...]:
+    out = [float(f"{m}e{e}") for e in range(lo_exp, hi_exp) for m in steps]
+    return tuple(out) + (float(f"1e{hi_exp}"),)
+
+
+# Histogram `le` edges in the exported unit (seconds, bytes, plain numbers).
+EDGES: dict[Unit, tuple[float, ...]] = {
+    Unit.TIME_NS: _decades(-6, 3, (1, 2.5, 5)),           # 1 us .. 1000 s: 28 edges
+    Unit.BYTES: tuple(float(4**i) for i in range(21)),    # 1 B .. 1 TiB: 21 edges
+    Unit.NUMBER: _decades(-3, 9, (1,)),                    # 0.001 .. 1e9: 13 edges
+}
+# Recorded unit -> exported unit.
+SCALE = {Unit.TIME_NS: 1e-9, Unit.BYTES: 1.0, Unit.NUMBER: 1.0}
+_SUFFIX = {Unit.TIME_NS: "seconds", Unit.BYTES: "bytes", Unit.NUMBER: ""}
+
+_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
+_INVALID = re.compile(r"[^a-zA-Z0-9_]")
+
+
+def snake_name(name: str) -> str:
+    """``"TransferToDeviceTime"`` -> ``"transfer_to_device_time"`` (valid in Prometheus)."""
+    s = _INVALID.sub("_", _CAMEL.sub("_", name)).lower()
+    s = re.sub(r"_+", "_", s).strip("_")
+    return s if s and not s[0].isdigit() else f"_{s}"
+
+
+def metric_name(name: str, unit: Unit) -> str:
+    """The exported base name (without ``_total``/``_bucket``) of a recorded name."""
+    base = PREFIX + snake_name(name)
+    suffix = _SUFFIX[unit]
+    if suffix and not base.endswith("_" + suffix):
+        base += "_" + suffix
+    return base
+
+
+@functools.lru_cache(maxsize=64)
+def _edge_keys(gamma: float, edges: tuple[float, ...], scale: float) -> tuple[int, ...]:
+    """Each edge's fine-bucket key, computed as the registry keys a sample."""
+    inv_log_gamma = 1.0 / math.log(gamma)
+    keys = []
+    for edge in edges:
+        recorded = edge / scale
+        nearest = round(recorded)
+        if nearest and abs(recorded - nearest) <= 1e-9 * recorded:
+            recorded = float(nearest)  # 1e-6 s -> exactly 1000 ns
+        keys.append(math.ceil(math.log(recorded) * inv_log_gamma))
+    return tuple(keys)
+
+
+def cumulative_buckets(
+    reading: DistributionReading, edges: Sequence[float], scale: float = 1.0
+) -> list[int]:
+    """Cumulative sample counts at or below each edge (``le``), from the log buckets.
+
+    A fine bucket is counted under an edge when its key is at most the key
+    the edge itself would get, so every sample <= edge is counted, samples
+    exactly on an edge are placed exactly, and at most one fine bucket above
+    the edge is counted with it. Cost: one sort of the bucket keys.
+
+    Args:
+        reading: the distribution (its ``buckets`` in the recorded unit).
+        edges: ascending positive edges in the exported unit.
+        scale: recorded unit -> exported unit (``1e-9`` for ns -> s).
+    """
+    count = reading.count
+    out = [0] * len(edges)
+    b = reading.buckets
+    if b is not None:
+        below_all = b.zero + sum(b.negative.values())
+        keys = sorted(b.positive)
+        prefix = list(itertools.accumulate(map(b.positive.__getitem__, keys)))
+        for i, edge_key in enumerate(_edge_keys(b.gamma, tuple(edges), scale)):
+            j = bisect.bisect_right(keys, edge_key)
+            out[i] = below_all + (prefix[j - 1] if j else 0)
+    lo = reading.min * scale if reading.min is not None else None
+    hi = reading.max * scale if reading.max is not None else None
+    for i, edge in enumerate(edges):
+        if hi is not None and edge >= hi:
+            out[i] = count
+        elif lo is not None and edge < lo:
+            out[i] = 0
+        out[i] = min(out[i], count)
+    return out
+
+
+def _fmt_edge(edge: float) -> str:
+    return repr(float(edge))
+
+
+class SeriesState:
+    """What :func:`families` keeps between scrapes of one process: create one
+    per process and pass it to every call for that process.
+
+    Args:
+        top_graphs: how many graphs get their own ``graph`` label.
+    """
+
+    def __init__(self, top_graphs: int = TOP_GRAPHS) -> None:
+        self.top_graphs = top_graphs
+        self.errors = 0  # rules that failed while building families
+        self._lock = threading.Lock()
+
+    def failed(self) -> int:
+        """Counts one failure; returns how many so far."""
+        with self._lock:
+            self.errors += 1
+            return self.errors
+
+
+class _Families:
+    """Family constructors that add the constant labels to every series."""
+
+    def __init__(self, labels: Mapping[str, str]) -> None:
+        self.names = list(labels)
+        self.values = [str(v) for v in labels.values()]
+
+    def counter(self, name: str, doc: str, labels: Sequence[str] = ()) -> CounterMetricFamily:
+        return CounterMetricFamily(name, doc, labels=self.names + list(labels))
+
+    def gauge(self, name: str, doc: str, labels: Sequence[str] = ()) -> GaugeMetricFamily:
+        return GaugeMetricFamily(name, doc, labels=self.names + list(labels))
+
+    def add(self, family: Metric, values: Sequence[str], value: float) -> None:
+        family.add_metric(self.values + list(values), value)  # type: ignore[attr-defined]
+
+    def one(self, family: CounterMetricFamily | GaugeMetricFamily, value: float) -> Metric:
+        family.add_metric(self.values, value)
+        return family
+
+    def histogram(self, name: str, doc: str, buckets: list[tuple[str, float]],
+                  sum_value: float) -> HistogramMetricFamily:
+        fam = HistogramMetricFamily(name, doc, labels=self.names)
+        fam.add_metric(self.values, buckets, sum_value)
+        return fam
+
+    def info(self, name: str, doc: str, info: Mapping[str, str]) -> InfoMetricFamily:
+        own = {k: v for k, v in info.items() if k not in self.names}
+        fam = InfoMetricFamily(name, doc, labels=self.names)
+        fam.add_metric(self.values, own)
+        return fam
+
+
+def families(snapshot: Snapshot, labels: Mapping[str, str] | None = None, *,
+             state: SeriesState | None = None) -> Iterator[Metric]:
+    """Every Prometheus family of one process's snapshot.
+
+    Args:
+        snapshot: the process's snapshot.
+        labels: constant labels added to every series (``host``, ``pid``,
+            ``rank``, ...); where a family has a label of the same name (the
+            process info's ``host``, ``pid``), the constant one wins.
+        state: this process's :class:`SeriesState` (one per process, kept
+            between scrapes); default a fresh one.
+    """
+    st = state if state is not None else SeriesState()
+    f = _Families(labels or {})
+    seen: set[str] = set()
+    yield from _counters(f, snapshot, seen)
+    yield from _distributions(f, snapshot, seen)
+    yield from _graphs(f, snapshot, st)
+    yield from _devices(f, snapshot)
+    yield from _process(f, snapshot)
+    yield from _findings(f, snapshot, st)
+
+
+def _counters(f: _Families, snap: Snapshot, seen: set[str]) -> Iterator[Metric]:
+    for c in snap.counters:
+        name = metric_name(c.name, c.unit)
+        if name in seen:
+            continue
+        seen.add(name)
+        yield f.one(f.counter(name, c.help or c.name), c.value * SCALE[c.unit])
+    yield f.one(f.counter(PREFIX + "events", "Events recorded (the last sequence number)."),
+                snap.last_seq)
+
+
+def _distributions(f: _Families, snap: Snapshot, seen: set[str]) -> Iterator[Metric]:
+    for d in snap.distributions:
+        name = metric_name(d.name, d.unit)
+        if name in seen:
+            continue
+        seen.add(name)
+        edges = EDGES[d.unit]
+        scale = SCALE[d.unit]
+        cum = cumulative_buckets(d, edges, scale)
+        buckets = [(_fmt_edge(e), float(n)) for e, n in zip(edges, cum, strict=True)]
+        buckets.append(("+Inf", float(d.count)))
+        yield f.histogram(name, d.help or d.name, buckets, d.total * scale)
+
+
+def _graphs(f: _Families, snap: Snapshot, st: SeriesState) -> Iterator[Metric]:
+    labels = ["graph", "name", "engine"]
+    top_n = st.top_graphs
+    g_compiles = f.counter(PREFIX + "graph_compiles", f"Compiles of each graph (top {top_n} "
+                           "graphs by compile time).", labels)
+    g_seconds = f.counter(PREFIX + "graph_compile_seconds", "Total compile time of each graph "
+                          f"(top {top_n}).", labels)
+    g_hits = f.counter(PREFIX + "graph_cache_hits", "Compile-cache hits of each graph "
+                       f"(top {top_n}).", labels)
+    g_exec = f.counter(PREFIX + "graph_executions", "Counted executions of each graph "
+                       f"(top {top_n}; only graphs whose calls are tracked).", labels)
+    top = sorted(snap.graphs, key=lambda g: (-g.compile_seconds_total, -g.compiles, g.hash))
+    for g in top[:top_n]:
+        values = [g.short_hash, g.name, g.engine]
+        f.add(g_compiles, values, g.compiles)
+        f.add(g_seconds, values, g.compile_seconds_total)
+        f.add(g_hits, values, g.cache_hits)
+        if g.executions is not None:
+            f.add(g_exec, values, g.executions)
+    yield g_compiles
+    yield g_seconds
+    yield g_hits
+    yield g_exec
+    yield f.one(f.gauge(PREFIX + "graphs", "Distinct graphs in the ledger."), len(snap.graphs))
+
+
+def _devices(f: _Families, snap: Snapshot) -> Iterator[Metric]:
+    labels = ["device", "kind", "platform", "source"]
+    fams = {
+        "used": f.gauge(PREFIX + "device_memory_used_bytes", "Device memory in use.", labels),
+        "peak": f.gauge(PREFIX + "device_memory_peak_bytes", "Peak device memory in use.",
+                        labels),
+        "limit": f.gauge(PREFIX + "device_memory_limit_bytes",
+                         "Device memory the program may use.", labels),
+    }
+    busy = f.gauge(PREFIX + "device_busy_ratio",
+                   "Estimated fraction of time the device was busy.",
+                   ["device", "kind", "platform"])
+    for dev in snap.devices:
+        m = dev.memory
+        values = [str(dev.id), dev.kind, dev.platform, m.source]
+        for key, v in (("used", m.used_bytes), ("peak", m.peak_bytes),
+                       ("limit", m.limit_bytes)):
+            if v is not None:
+                f.add(fams[key], values, v)
+        if dev.busy_percent is not None:
+            f.add(busy, values[:3], dev.busy_percent / 100.0)
+    yield from fams.values()
+    yield busy
+
+
+def _process(f: _Families, snap: Snapshot) -> Iterator[Metric]:
+    p = snap.process
+    if p is None:
+        return
+    info = {"pid": str(p.pid), "name": p.name, "host": p.host, "user": p.user,
+            "engine": p.engine}
+    info.update(_version_labels(p.versions))
+    yield f.info(PREFIX + "process", "The hooked process.", info)
+    yield f.one(f.gauge(PREFIX + "process_start_time_seconds",
+                        "Start time of the hook, Unix seconds."), p.start_time_unix)
+    yield f.one(f.gauge(PREFIX + "uptime_seconds", "Seconds since the hook started."),
+                snap.uptime_seconds)
+
+
+def _findings(f: _Families, snap: Snapshot, st: SeriesState) -> Iterator[Metric]:
+    """One gauge per finding kind, computed now from the snapshot (the same
+    rules as the CLI): how many, the seconds they cost, their share of step time."""
+    from tpu_info.views.findings import find  # scrape time only: importing stays cheap
+
+    count = f.gauge(PREFIX + "findings", "Findings of each kind "
+                    "(tpu-info's rules over this snapshot).", ["kind"])
+    lost = f.gauge(PREFIX + "finding_seconds_lost", "Seconds the findings of "
+                   "each kind cost (measured or estimated).", ["kind"])
+    share = f.gauge(PREFIX + "finding_share_of_step_ratio", "Share of step time "
+                    "the findings of each kind cost (only kinds whose steps are "
+                    "known).", ["kind"])
+    by_kind: dict[str, list[float]] = {}
+    shares: dict[str, float] = {}
+    try:
+        found = find(snap)
+    except Exception as e:  # noqa: BLE001 - a failing rule is a metric, not a 500
+        st.failed()
+        log.warning("tpu-info: findings for Prometheus failed: %r", e)
+        found = []
+    for finding in found:
+        kind = finding.kind or "other"
+        n_lost = by_kind.setdefault(kind, [0.0, 0.0])
+        n_lost[0] += 1
+        n_lost[1] += finding.seconds_lost
+        if finding.share_of_step is not None:
+            shares[kind] = min(1.0, shares.get(kind, 0.0) + finding.share_of_step)
+    for kind in sorted(by_kind):
+        f.add(count, [kind], by_kind[kind][0])
+        f.add(lost, [kind], by_kind[kind][1])
+        if kind in shares:
+            f.add(share, [kind], shares[kind])
+    yield count
+    yield lost
+    yield share
+
+
+def _version_labels(versions: Mapping[str, str]) -> dict[str, str]:
+    return {f"{snake_name(k)}_version": str(v) for k, v in sorted(versions.items())}
