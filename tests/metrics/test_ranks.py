@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from metrics.engines import EngineBase, ranks
@@ -60,3 +62,36 @@ p = metrics.snapshot().process
 print(p.process_index, p.process_count, p.process_index_source)
 """, env={"JAX_PLATFORMS": "cpu", "RANK": "", "WORLD_SIZE": ""})
     assert out.stdout.split()[-3:] == ["0", "1", "jax"], out.stderr[-2000:]
+
+
+DISTRIBUTED = """
+import os, sys
+import jax
+jax.distributed.initialize(coordinator_address=os.environ["COORD"], num_processes=2,
+                           process_id=int(sys.argv[1]), initialization_timeout=60)
+import metrics
+metrics.install(engines=["jax"], serve=False)
+p = metrics.snapshot().process
+print(p.process_index, p.process_count, p.process_index_source, flush=True)
+os._exit(0)  # no shutdown barrier: the two stop in any order
+"""
+
+
+@pytest.mark.slow
+def test_the_ranks_of_a_jax_distributed_job_say_which_they_are():
+    import socket
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = dict(os.environ, PYTHONPATH=str(ROOT), JAX_PLATFORMS="cpu", XLA_FLAGS="",
+               COORD=f"127.0.0.1:{port}", RANK="")
+    procs = [subprocess.Popen([sys.executable, "-c", DISTRIBUTED, str(i)], env=env, cwd=ROOT,
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+             for i in (0, 1)]
+    outs = [p.communicate(timeout=120)[0].split()[-3:] for p in procs]
+    assert outs == [["0", "2", "jax"], ["1", "2", "jax"]]
