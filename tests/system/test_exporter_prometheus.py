@@ -19,9 +19,11 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import shutil
 import textwrap
 import time
 import urllib.error
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -73,6 +75,7 @@ def test_prometheus_finds_the_odd_rank_and_the_uneven_host(prometheus_binary: st
     sd.mkdir()
     sysfs = build_sysfs(tmp_path, MACHINES["v5e"])
     procs: list[subprocess.Popen] = []
+    urls: list[str] = []
     prometheus = None
     try:
         for host, index, shape, hold in RANKS:
@@ -95,6 +98,7 @@ def test_prometheus_finds_the_odd_rank_and_the_uneven_host(prometheus_binary: st
                 env=env))
             line = procs[-1].stderr.readline() if procs[-1].stderr else ""
             assert "serving http://" in line, line
+            urls.append(line.split("serving ")[1].split()[0])
         config = tmp_path / "prometheus.yml"
         config.write_text(textwrap.dedent(f"""
             global:
@@ -132,6 +136,13 @@ def test_prometheus_finds_the_odd_rank_and_the_uneven_host(prometheus_binary: st
         uneven = query(api_port, f"max by (host) ({per_process}) / "
                        f"min by (host) ({per_process}) > 4")
         assert [s["metric"]["host"] for s in uneven] == ["hostB"], uneven
+
+        promtool = shutil.which("promtool")
+        if promtool is not None:  # the Debian package ships it beside prometheus
+            body = urllib.request.urlopen(urls[1], timeout=10).read()
+            lint = subprocess.run([promtool, "check", "metrics"], input=body,
+                                  capture_output=True, timeout=60)
+            assert lint.returncode == 0, lint.stdout + lint.stderr
     finally:
         if prometheus is not None:
             prometheus.terminate()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -160,3 +161,13 @@ def test_the_command_serves_writes_file_sd_and_cleans_up(tmp_path):
         proc.terminate()
         assert proc.wait(30) == 0
     assert not sd.exists()
+
+
+def test_the_example_scrape_config_is_valid():
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.skip("promtool not installed (Debian package 'prometheus')")
+    r = subprocess.run([promtool, "check", "config",
+                        str(ROOT / "examples" / "prometheus" / "prometheus.yml")],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
