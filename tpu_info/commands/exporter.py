@@ -58,6 +58,7 @@ DEFAULT_INTERVAL_S = 5.0
 DEFAULT_TIMEOUT_S = 2.0
 MAX_TARGETS = 256  # hooked processes asked per poll at most (a host runs a few dozen)
 MAX_WORKERS = 64
+MAX_FORMATS = 4  # (Accept, gzip) pairs whose bodies are kept and encoded by each poll
 
 
 def program_name(argv: tuple[str, ...]) -> str:
@@ -203,8 +204,13 @@ class HostExporter:
                                               self.polls, self.poll_errors))
         merged = host_fams.merge(itertools.chain.from_iterable(fams))
         with self._lock:
+            asked = list(self._bodies)
+        # The formats scrapers asked for last time are encoded here, on the
+        # poll's thread, so a scrape only sends bytes.
+        bodies = {key: _encode(merged, *key) for key in asked}
+        with self._lock:
             self._families = merged
-            self._bodies = {}
+            self._bodies = bodies
 
     # Serving -----------------------------------------------------------------
 
@@ -215,19 +221,19 @@ class HostExporter:
         yield from current
 
     def body(self, accept: str, accept_encoding: str) -> tuple[bytes, str, str]:
-        """The exposition of the last poll in the format the scraper asks for,
-        encoded once per poll and format (on the HTTP thread, the only caller)."""
-        encoder, content_type = choose_encoder(accept)
+        """The exposition of the last poll in the format the scraper asks for:
+        encoded once per poll and format (by the poll itself for the formats
+        asked before)."""
+        _, content_type = choose_encoder(accept)
         zipped = "gzip" in accept_encoding
-        key = (content_type, zipped)
+        key = (accept, zipped)
         with self._lock:
             bodies, current = self._bodies, self._families
         hit = bodies.get(key)
         if hit is None:
-            hit = encoder(_Families(current))  # type: ignore[arg-type]
-            if zipped:
-                hit = gzip.compress(hit, compresslevel=1)
-            bodies[key] = hit  # the poll swaps in a fresh dict with fresh families
+            hit = _encode(current, accept, zipped)
+            if len(bodies) < MAX_FORMATS:  # a client inventing headers gets no cache
+                bodies[key] = hit
         return hit, content_type, "gzip" if zipped else ""
 
     def _loop(self) -> None:
@@ -267,6 +273,12 @@ class HostExporter:
             self._httpd.stop()
         if self._thread is not None:
             self._thread.join(self.options.timeout_s + 5.0)
+
+
+def _encode(fams: list[Metric], accept: str, zipped: bool) -> bytes:
+    encoder, _ = choose_encoder(accept)
+    body = encoder(_Families(fams))  # type: ignore[arg-type]
+    return gzip.compress(body, compresslevel=1) if zipped else body
 
 
 def write_sd_file(path: Path, address: str, labels: Mapping[str, str]) -> None:
