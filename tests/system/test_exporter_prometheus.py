@@ -17,9 +17,9 @@ exporters through the file_sd JSON they write (``--sd-file``).
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
-import shutil
 import textwrap
 import time
 import urllib.error
