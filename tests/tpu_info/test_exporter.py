@@ -15,6 +15,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -171,3 +172,28 @@ def test_the_example_scrape_config_is_valid():
                         str(ROOT / "examples" / "prometheus" / "prometheus.yml")],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_a_scrape_is_answered_while_a_poll_waits_on_a_silent_target(tmp_path):
+    runtime = tmp_path / "run"
+    runtime.mkdir(mode=0o700)
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(16)
+    (runtime / f"{os.getpid()}.json").write_text(json.dumps({
+        "schema": 1, "pid": os.getpid(), "port": silent.getsockname()[1], "host": "127.0.0.1",
+        "argv": ["silent.py"], "engine": "jax", "versions": {}, "start_time": time.time()}))
+    ex = HostExporter(ExporterOptions(host_label="h1", runtime_dir=runtime, timeout_s=4.0,
+                                      interval_s=60.0, libtpu_target=None),
+                      scan_chips=lambda: scan_local("/nonexistent", nvml_loader=None))
+    try:
+        port = ex.start("127.0.0.1", 0)
+        polling = threading.Thread(target=ex.poll)
+        polling.start()
+        body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read()
+        assert polling.is_alive()  # answered from the last poll, not after this one
+        assert b'tpu_info_target_up{host="h1",pid="' in body and b"} 0.0" in body
+        polling.join()
+    finally:
+        ex.stop()
+        silent.close()
