@@ -114,6 +114,8 @@ def test_processes_come_and_go_and_a_silent_one_costs_its_timeout(tmp_path, v5e_
                 for line in _series(body, "tpu_info_target_up")}
         assert pids == {str(second.pid), str(os.getpid())}  # the exited one dropped out
         assert len(ex._states) == 1
+        assert 'tpu_info_exporter_skipped_records{host="h1",job="llama",reason="dead pid"}' \
+            not in body  # its record was removed at exit, not left for us to judge
     finally:
         ex.stop()
         silent.close()
@@ -162,6 +164,20 @@ def test_the_command_serves_writes_file_sd_and_cleans_up(tmp_path):
         proc.terminate()
         assert proc.wait(30) == 0
     assert not sd.exists()
+
+
+def test_an_unsafe_runtime_directory_is_said_and_counted(tmp_path, caplog):
+    runtime = tmp_path / "run"
+    runtime.mkdir(mode=0o777)
+    runtime.chmod(0o777)
+    ex = HostExporter(ExporterOptions(host_label="h1", runtime_dir=runtime, libtpu_target=None),
+                      scan_chips=lambda: scan_local("/nonexistent", nvml_loader=None))
+    ex.poll()
+    ex.poll()
+    body = ex.body("", "")[0].decode()
+    assert 'tpu_info_exporter_skipped_records{host="h1",reason="unsafe runtime directory"} 1.0' \
+        in body
+    assert caplog.text.count("not reading") == 1
 
 
 def test_the_example_scrape_config_is_valid():

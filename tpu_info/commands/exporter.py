@@ -35,6 +35,7 @@ import os
 import socket
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -144,6 +145,7 @@ class HostExporter:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._httpd: BoundedHttpServer | None = None
+        self._warned: set[str] = set()  # directory problems said once
         self.polls = 0
         self.poll_errors = 0
         self.last_poll_s = 0.0
@@ -200,8 +202,13 @@ class HostExporter:
             del self._ranks[gone]
         self.polls += 1
         self.last_poll_s = time.monotonic() - started
+        skipped = Counter(s.reason for s in scan.skipped if not s.removed)
+        for s in scan.skipped:
+            if s.reason == discovery.BAD_DIRECTORY and str(s) not in self._warned:
+                self._warned.add(str(s))
+                log.warning("tpu-info exporter: not reading %s", s)
         fams.append(host_fams.target_families(health, self.options.labels, self.last_poll_s,
-                                              self.polls, self.poll_errors))
+                                              self.polls, self.poll_errors, skipped))
         merged = host_fams.merge(itertools.chain.from_iterable(fams))
         with self._lock:
             asked = list(self._bodies)

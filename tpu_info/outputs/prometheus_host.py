@@ -89,7 +89,8 @@ class TargetHealth:
 
 
 def target_families(targets: Iterable[TargetHealth], labels: Mapping[str, str],
-                    poll_seconds: float, polls: int, poll_errors: int = 0) -> Iterator[Metric]:
+                    poll_seconds: float, polls: int, poll_errors: int = 0,
+                    skipped: Mapping[str, int] | None = None) -> Iterator[Metric]:
     """``tpu_info_target_up`` (1 answered, 0 failed or timed out) and the
     seconds each target took, per target; the exporter's own poll figures.
 
@@ -100,6 +101,8 @@ def target_families(targets: Iterable[TargetHealth], labels: Mapping[str, str],
         poll_seconds: how long the last poll took.
         polls: polls so far.
         poll_errors: polls that failed (a bug: every target's failure is its ``up``).
+        skipped: discovery records (or the directory) not used, by reason
+            (``dead pid``, ``not owned by the current user``, ...).
     """
     names, values = list(labels), [str(v) for v in labels.values()]
     targets = list(targets)
@@ -123,7 +126,11 @@ def target_families(targets: Iterable[TargetHealth], labels: Mapping[str, str],
     errors = CounterMetricFamily(PREFIX + "exporter_poll_errors", "Polls that failed as a "
                                  "whole (a target's failure is its target_up).", labels=names)
     errors.add_metric(values, poll_errors)
-    yield from (up, took, count, duration, done, errors)
+    left = _gauge("exporter_skipped_records", "Discovery records (or the runtime directory) "
+                  "the last poll did not use, by reason.", [*names, "reason"])
+    for reason, n in sorted((skipped or {}).items()):
+        left.add_metric([*values, reason], n)
+    yield from (up, took, count, duration, done, errors, left)
 
 
 def merge(families: Iterable[Metric]) -> list[Metric]:
