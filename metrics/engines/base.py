@@ -16,8 +16,8 @@ Example:
     ...     def install(self) -> None: ...
     ...     def uninstall(self) -> None: ...
     >>> e = Quiet()
-    >>> e.sites(), e.steps(), e.blind_spots(), e.extra_readings(), e.keeps_readings
-    ([], None, [], ((), ()), False)
+    >>> e.sites(), e.steps(), e.blind_spots(), e.extra_readings(), e.keeps_readings, e.rank()
+    ([], None, [], ((), ()), False, None)
     >>> isinstance(e, Engine)
     True
 """
@@ -27,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
+from metrics.engines.ranks import Rank
 from tpu_info.contract.model import (
     CounterReading,
     DeviceRecord,
@@ -81,6 +82,9 @@ class Engine(Protocol):
     def blind_spots(self) -> list[str]:
         """What the engine's hook cannot see in this process."""
 
+    def rank(self) -> Rank | None:
+        """This process's rank in its job as the engine knows it (:mod:`metrics.engines.ranks`)."""
+
 
 class EngineBase:
     """Defaults for every optional reading: an adapter overrides what it has."""
@@ -117,3 +121,6 @@ class EngineBase:
 
     def blind_spots(self) -> list[str]:
         return []
+
+    def rank(self) -> Rank | None:
+        return None

@@ -66,7 +66,7 @@ from typing import Any
 
 import jax
 
-from metrics.engines import jax_aot, jax_calls, jax_monitoring
+from metrics.engines import jax_aot, jax_calls, jax_monitoring, ranks
 from metrics.engines import jax_state as state
 from metrics.engines._frames import outer_user_call, skip_prefixes, user_location
 from metrics.engines._patching import Patches
@@ -363,6 +363,9 @@ class JaxEngine(EngineBase):
     def devices(self) -> list[DeviceRecord]:
         """One record per local device, memory read now."""
         return self._memory.records(self.busy_percent())
+
+    def rank(self) -> ranks.Rank | None:
+        return ranks.from_jax()
 
     def versions(self) -> dict[str, str]:
         v = {"jax": jax.__version__}

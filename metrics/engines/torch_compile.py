@@ -66,6 +66,7 @@ from typing import Any
 import torch
 
 from metrics.engines import _torchutil as tu
+from metrics.engines import ranks
 from metrics.engines import torch_breaks as brk
 from metrics.engines._frames import skip_prefixes, user_location
 from metrics.engines._patching import Patches
@@ -388,6 +389,9 @@ class TorchCompileEngine(EngineBase):
         if "torch_xla" in sys.modules and not torch.cuda.is_available():
             return []
         return tu.torch_devices(torch)
+
+    def rank(self) -> ranks.Rank | None:
+        return ranks.from_torch_distributed()
 
     def versions(self) -> dict[str, str]:
         return {"torch": torch.__version__}

@@ -44,7 +44,7 @@ from typing import Any
 import torch
 import torch._lazy
 
-from metrics.engines import _foreign
+from metrics.engines import _foreign, ranks
 from metrics.engines._frames import skip_prefixes, user_location
 from metrics.engines._patching import Patches
 from metrics.engines.base import EngineBase
@@ -236,6 +236,9 @@ class TorchLazyEngine(EngineBase):
             memory=MemoryReading(None, source="none",
                                  reason="torch._lazy keeps no device memory statistics"),
             busy_reason="busy % is not measured by the torch hook")]
+
+    def rank(self) -> ranks.Rank | None:
+        return ranks.from_torch_distributed()
 
     def versions(self) -> dict[str, str]:
         return {"torch": torch.__version__}

@@ -52,7 +52,7 @@ import torch
 import torch_xla
 import torch_xla.debug.metrics as met
 
-from metrics.engines import _foreign
+from metrics.engines import _foreign, ranks
 from metrics.engines._frames import skip_prefixes
 from metrics.engines._patching import Patches
 from metrics.engines._xla_debug import CompileAnalysis, DebugTail
@@ -335,6 +335,9 @@ class TorchXlaEngine(EngineBase):
                                     memory=mem,
                                     busy_reason="busy % is not measured by the torch_xla hook"))
         return out
+
+    def rank(self) -> ranks.Rank | None:
+        return ranks.from_torch_xla() or ranks.from_torch_distributed()
 
     def versions(self) -> dict[str, str]:
         return {"torch": torch.__version__, "torch_xla": torch_xla.__version__}

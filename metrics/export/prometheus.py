@@ -31,9 +31,9 @@ from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.exposition import choose_encoder
 
 from metrics.export import config
-from metrics.export.bounded_http import BoundedHttpServer
 from metrics.recording import forksafe
 from tpu_info.contract.model import Snapshot
+from tpu_info.net.bounded_http import BoundedHttpServer
 from tpu_info.net.targets import is_loopback_host
 from tpu_info.outputs.prometheus import (  # noqa: F401 - re-exported: the names are ours too
     EDGES,
@@ -115,7 +115,7 @@ class CachedExposition:
 
 
 class PrometheusServer:
-    """A running ``/metrics`` endpoint (a :class:`~metrics.export.bounded_http.
+    """A running ``/metrics`` endpoint (a :class:`~tpu_info.net.bounded_http.
     BoundedHttpServer`); :meth:`stop` shuts it down."""
 
     def __init__(self, httpd: BoundedHttpServer, bind: str,
@@ -191,7 +191,7 @@ def start_http(
     top_graphs: int = TOP_GRAPHS,
 ) -> PrometheusServer:
     """Serves ``/metrics`` from a fresh registry on one daemon thread, with
-    bounded connections, timeouts and rate (:mod:`metrics.export.bounded_http`)
+    bounded connections, timeouts and rate (:mod:`tpu_info.net.bounded_http`)
     and the body cached for :data:`BODY_TTL_S`.
 
     Args:

@@ -23,7 +23,8 @@ import time
 from collections.abc import Iterable
 from dataclasses import replace
 
-from metrics.engines import Engine
+from metrics.engines import Engine, ranks
+from metrics.engines.ranks import Rank
 from metrics.recording.recorder import Recorder
 from tpu_info.contract import catalog as names
 from tpu_info.contract.buckets import merge_buckets, percentiles
@@ -41,7 +42,7 @@ from tpu_info.contract.model import (
     StepsReading,
 )
 
-_process_cache: dict[tuple[int, str, tuple[str, ...], float], ProcessRecord] = {}
+_process_cache: dict[tuple[object, ...], ProcessRecord] = {}
 
 
 def process_record(recorder: Recorder, engines: Iterable[Engine],
@@ -50,14 +51,34 @@ def process_record(recorder: Recorder, engines: Iterable[Engine],
     for (and after a fork)."""
     engines = list(engines)
     wait = ",".join(waiting)
+    rank = job_rank(engines)
     key = (os.getpid(), ",".join(e.name for e in engines), tuple(sys.argv),
-           recorder.start_time_unix, wait)
+           recorder.start_time_unix, wait, rank)
     cached = _process_cache.get(key)
     if cached is None:
         if len(_process_cache) > 8:
             _process_cache.clear()
-        cached = _process_cache[key] = _build_process_record(recorder, engines, wait)
+        cached = _process_cache[key] = replace(
+            _build_process_record(recorder, engines, wait),
+            process_index=rank.index if rank else None, process_count=rank.count if rank else None,
+            process_index_source=rank.source if rank else "")
     return cached
+
+
+def job_rank(engines: Iterable[Engine]) -> Rank | None:
+    """This process's rank, read now (a program may join its process group
+    after install()): the first engine that knows of more than one process,
+    else ``$RANK``, else what an engine said (rank 0 of 1)."""
+    single = None
+    for e in engines:
+        try:
+            rank = e.rank()
+        except Exception:  # noqa: BLE001 - a rank probe never breaks a scrape
+            rank = None
+        if rank is not None and (rank.count or 0) > 1:
+            return rank
+        single = single or rank
+    return ranks.from_environment() or single
 
 
 def _build_process_record(recorder: Recorder, engines: list[Engine],

@@ -41,7 +41,7 @@ MAX_LINES = 500
 # generated half.
 TPU_INFO_LAYERS = (("contract",), ("proto", "wire"), ("net", "host"), ("views",), ("outputs",),
                    ("commands",))
-# What the hook may use of tpu_info: the contract and the wire, and four pure
+# What the hook may use of tpu_info: the contract and the wire, and five
 # modules, each for one job (named here so a new one is a decision, not drift).
 METRICS_MAY_USE = ("tpu_info.contract", "tpu_info.proto", "tpu_info.wire")
 METRICS_ALSO = {
@@ -49,6 +49,8 @@ METRICS_ALSO = {
     "tpu_info.views.findings": "Prometheus' per-kind finding gauges come from the same rules",
     "tpu_info.outputs.textreport": "metrics_report() is the text report over the same views",
     "tpu_info.outputs.prometheus": "the endpoint serves the families the host exporter builds",
+    "tpu_info.net.bounded_http": "the one bounded HTTP server: the hook's /metrics and the "
+                                 "host exporter's (tpu-info exporter) serve through it",
 }
 
 

@@ -150,6 +150,15 @@ def test_huge_hostile_string_is_cut():
     assert len(doc["targets"][0]["process"]["name"]) == 4096
 
 
+def test_json_carries_the_rank():
+    s = replace(torch_eager(), process=ProcessRecord(pid=9, name="train.py", process_index=3,
+                                                     process_count=8))
+    doc = to_json([TargetView("t:1", s)], header=header())
+    validate(doc)
+    assert doc["targets"][0]["process"]["process_index"] == 3
+    assert doc["targets"][0]["process"]["process_count"] == 8
+
+
 def test_color_output_has_styles_and_plain_has_none():
     assert ANSI.search(_render("tpu_host", 120, color=True))
     assert not ANSI.search(_render("tpu_host", 120, color=False))

@@ -31,7 +31,8 @@ FULL = Snapshot(
     taken_at_unix=1_700_000_000.25,
     process=ProcessRecord(pid=42, name="train.py", argv=("train.py", "--x"), host="h",
                           user="u", engine="jax", versions={"jax": "0.10.2"},
-                          start_time_unix=1_699_999_000.0),
+                          start_time_unix=1_699_999_000.0, process_index=3, process_count=8,
+                          process_index_source="jax"),
     devices=(
         DeviceRecord(0, "TPU v5e", "tpu", MemoryReading(1, 2, 3, "memory_stats"), 55.5),
         DeviceRecord(1, "cpu", "cpu", MemoryReading(None, source="none", reason="no stats"),
@@ -67,6 +68,17 @@ def test_full_round_trip_is_lossless() -> None:
     msg = wire.snapshot_to_proto(FULL)
     again = pb.Snapshot.FromString(msg.SerializeToString())
     assert wire.snapshot_from_proto(again) == FULL
+
+
+def test_rank_travels_and_a_wild_one_is_kept_out() -> None:
+    msg = wire.snapshot_to_proto(FULL)
+    unset = pb.Snapshot.FromString(msg.SerializeToString())
+    unset.process.ClearField("process_index")
+    assert wire.snapshot_from_proto(unset).process.process_index is None
+    msg.process.process_index = -1
+    snap = wire.snapshot_from_proto(msg)
+    assert snap.process.process_index is None and snap.process.process_count == 8
+    assert any("process_index" in where for where, _ in snap.left_out)
 
 
 def test_recent_samples_read_like_a_tuple_of_pairs() -> None:

@@ -11,6 +11,7 @@
                                       a Chrome/Perfetto trace of a running program
     tpu-info doctor                   why each N/A, and what to do
     tpu-info run -- python train.py   start a program with the hook installed
+    tpu-info exporter [--listen H:P]  one Prometheus endpoint: this host's chips and processes
 
 Exit codes: 0 all good; 1 some targets failed (what could be read is still
 printed); 2 usage error. Errors are one line on stderr, never a traceback.
@@ -25,6 +26,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from tpu_info import __version__
+from tpu_info.commands import exporter_cli
 from tpu_info.net.targets import shown
 
 EXIT_OK = 0
@@ -144,7 +146,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=seconds_arg("--timeout"), default=3.0, metavar="S",
                    help="seconds the whole command may take, replies included (default 3)")
     p.add_argument("--no-color", action="store_true", help="plain text, no colours")
-    sub = p.add_subparsers(dest="command", metavar="{report,profile,doctor,run}")
+    sub = p.add_subparsers(dest="command", metavar="{report,profile,doctor,run,exporter}")
     r = sub.add_parser("report", help="a running program's metrics_report()")
     who = r.add_mutually_exclusive_group()
     who.add_argument("--pid", type=_pid, help="the hooked process with this pid")
@@ -164,6 +166,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("doctor", help="explain every N/A and what to do")
     run = sub.add_parser("run", help="run a Python program with the hook installed")
     run.add_argument("argv", nargs=argparse.REMAINDER, help="-- python train.py ...")
+    exporter_cli.add_parser(sub, seconds_arg, UsageError)
     p.set_defaults(metrics=[])
     return p
 
@@ -458,6 +461,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return EXIT_OK
         if args.command == "run":
             return _run(args)
+        if args.command == "exporter":
+            return exporter_cli.run(args, UsageError)
         if args.command == "report":
             return _report(args)
         if args.command == "profile":

@@ -276,6 +276,11 @@ class ProcessRecord:
     start_time_unix: float = 0.0
     # Engines the hook waits for (comma separated): hooked once imported.
     waiting: str = ""
+    # Rank among the job's processes and how many there are (None: nothing
+    # says); the source is jax, torch.distributed, torch_xla or env.
+    process_index: int | None = None
+    process_count: int | None = None
+    process_index_source: str = ""
 
 
 class SiteKind(str, enum.Enum):

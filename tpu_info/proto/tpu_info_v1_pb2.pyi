@@ -37,7 +37,7 @@ class StreamRequest(_message.Message):
     def __init__(self, interval_ms: _Optional[int] = ..., events_since: _Optional[int] = ..., max_events: _Optional[int] = ...) -> None: ...
 
 class Process(_message.Message):
-    __slots__ = ("pid", "name", "argv", "host", "user", "engine", "versions", "start_time_unix", "waiting")
+    __slots__ = ("pid", "name", "argv", "host", "user", "engine", "versions", "start_time_unix", "waiting", "process_index", "process_count", "process_index_source")
     class VersionsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -54,6 +54,9 @@ class Process(_message.Message):
     VERSIONS_FIELD_NUMBER: _ClassVar[int]
     START_TIME_UNIX_FIELD_NUMBER: _ClassVar[int]
     WAITING_FIELD_NUMBER: _ClassVar[int]
+    PROCESS_INDEX_FIELD_NUMBER: _ClassVar[int]
+    PROCESS_COUNT_FIELD_NUMBER: _ClassVar[int]
+    PROCESS_INDEX_SOURCE_FIELD_NUMBER: _ClassVar[int]
     pid: int
     name: str
     argv: _containers.RepeatedScalarFieldContainer[str]
@@ -63,7 +66,10 @@ class Process(_message.Message):
     versions: _containers.ScalarMap[str, str]
     start_time_unix: float
     waiting: str
-    def __init__(self, pid: _Optional[int] = ..., name: _Optional[str] = ..., argv: _Optional[_Iterable[str]] = ..., host: _Optional[str] = ..., user: _Optional[str] = ..., engine: _Optional[str] = ..., versions: _Optional[_Mapping[str, str]] = ..., start_time_unix: _Optional[float] = ..., waiting: _Optional[str] = ...) -> None: ...
+    process_index: int
+    process_count: int
+    process_index_source: str
+    def __init__(self, pid: _Optional[int] = ..., name: _Optional[str] = ..., argv: _Optional[_Iterable[str]] = ..., host: _Optional[str] = ..., user: _Optional[str] = ..., engine: _Optional[str] = ..., versions: _Optional[_Mapping[str, str]] = ..., start_time_unix: _Optional[float] = ..., waiting: _Optional[str] = ..., process_index: _Optional[int] = ..., process_count: _Optional[int] = ..., process_index_source: _Optional[str] = ...) -> None: ...
 
 class Memory(_message.Message):
     __slots__ = ("used_bytes", "peak_bytes", "limit_bytes", "source", "reason")

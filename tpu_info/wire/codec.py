@@ -355,7 +355,24 @@ def _process(p: pb.Process, dec: Decoding) -> ProcessRecord:
         versions={text(k): text(v) for k, v in versions},
         start_time_unix=dec.when(p.start_time_unix, "process", "start_time_unix"),
         waiting=text(p.waiting),
+        process_index=_rank(p, "process_index", dec),
+        process_count=_rank(p, "process_count", dec),
+        process_index_source=text(p.process_index_source),
     )
+
+
+MAX_PROCESSES = 1 << 24  # ranks of a job: far above any pod
+
+
+def _rank(p: pb.Process, field: str, dec: Decoding) -> int | None:
+    """A rank or a process count, None when unset or out of range."""
+    if not p.HasField(field):
+        return None
+    value = getattr(p, field)
+    if 0 <= value < MAX_PROCESSES + (field == "process_count"):
+        return value
+    dec.left_out(f"process {field}", f"out of range ({value}); shown as N/A")
+    return None
 
 
 def snapshot_from_proto(m: pb.Snapshot, cache: DecodeCache | None = None, *,

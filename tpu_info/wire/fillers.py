@@ -174,6 +174,11 @@ def fill_head(s: Snapshot) -> pb.Snapshot:
         pm.versions.update(p.versions)
         pm.start_time_unix = p.start_time_unix
         pm.waiting = p.waiting
+        if p.process_index is not None:
+            pm.process_index = p.process_index
+        if p.process_count is not None:
+            pm.process_count = p.process_count
+        pm.process_index_source = p.process_index_source
     for dev in s.devices:
         fill_device(msg.devices.add(), dev)
     for c in s.counters:

@@ -1,4 +1,8 @@
-"""A small HTTP/1 server whose cost to the program is bounded whatever clients do.
+"""A small HTTP/1 server whose cost to its process is bounded whatever clients do.
+
+It serves the hook's Prometheus endpoint (``metrics.export.prometheus``,
+inside the user's program) and ``tpu-info exporter``'s (one per host): both
+import it from here, so ``tpu_info`` never imports ``metrics``.
 
 Prometheus' ``/metrics`` used to be served by prometheus_client's
 ``start_http_server``, a ``ThreadingHTTPServer``: one thread per connection,
@@ -36,7 +40,7 @@ import threading
 import time
 from collections.abc import Callable
 
-log = logging.getLogger("metrics.export.prometheus")
+log = logging.getLogger("tpu_info.net.bounded_http")
 
 MAX_CONNECTIONS = 32
 MAX_REQUEST_BYTES = 16 * 1024

@@ -1,0 +1,101 @@
+"""The host exporter's poll and scrape over 32 hooked processes against one, same run.
+
+    python bench/exporter.py [--smoke]
+
+Starts N server processes (32; 8 with --smoke) as ``bench/fanout.py`` does
+(100 graphs, 20 distributions, a thread recording 10 times a second), writes
+a discovery record for each into a private runtime directory, and alternates
+a ``tpu-info exporter`` poll (discovery, one fan-out, every family built
+and merged) of all N with one of a directory holding one record, then
+encodes the exposition (what a scrape costs after a poll). Prints the
+medians, the ratio, and the exposition's size.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from _common import parser, verdict
+from fanout import start_servers
+
+from tpu_info.commands.exporter import ExporterOptions, HostExporter, _encode
+from tpu_info.contract.model import LocalScan
+
+
+def _runtime_dir(root: Path, name: str, procs: list[subprocess.Popen[str]],
+                 targets: list[str]) -> Path:
+    d = root / name
+    d.mkdir(mode=0o700)
+    for p, target in zip(procs, targets, strict=True):
+        host, _, port = target.rpartition(":")
+        (d / f"{p.pid}.json").write_text(json.dumps({
+            "schema": 1, "pid": p.pid, "port": int(port), "host": host.strip("[]"),
+            "argv": ["bench_server.py"], "engine": "jax", "versions": {},
+            "start_time": time.time()}))
+    return d
+
+
+def main() -> int:
+    args = parser(__doc__).parse_args()
+    n = 8 if args.smoke else 32
+    rounds = 3 if args.smoke else 15
+    t0 = time.perf_counter()
+    procs, targets = start_servers(n)
+    print(f"started {n} server processes in {time.perf_counter() - t0:.1f}s; "
+          f"load average {os.getloadavg()[0]:.1f}")
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            def exporter(name: str, k: int) -> HostExporter:
+                d = _runtime_dir(Path(tmp), name, procs[:k], targets[:k])
+                return HostExporter(ExporterOptions(host_label="bench", runtime_dir=d,
+                                                    timeout_s=10.0, libtpu_target=None),
+                                    scan_chips=LocalScan)
+            one, many = exporter("one", 1), exporter("many", n)
+            for ex in (one, many):  # warm up: connections, imports
+                ex.poll()
+            alone, all_, encode, scrape = [], [], [], []
+            for _ in range(rounds):
+                t = time.perf_counter()
+                one.poll()
+                alone.append(time.perf_counter() - t)
+                t = time.perf_counter()
+                many.poll()
+                all_.append(time.perf_counter() - t)
+                t = time.perf_counter()
+                body = many.body("", "")[0]
+                scrape.append(time.perf_counter() - t)
+                t = time.perf_counter()
+                _encode(many._families, "", False)  # the share of the poll that encodes
+                encode.append(time.perf_counter() - t)
+            text = body.decode()
+            up = [line for line in text.splitlines() if line.startswith("tpu_info_target_up{")]
+            down = sum(1 for line in up if not line.endswith(" 1.0"))
+            lines = text.count("\n")
+            a, m, e, sc = (statistics.median(x) for x in (alone, all_, encode, scrape))
+            print(f"poll of one process: median {a * 1e3:.1f} ms; of {n}: median "
+                  f"{m * 1e3:.1f} ms, of which encoding the exposition "
+                  f"({len(body) / 1024:.0f} KiB, {lines:,} lines) {e * 1e3:.1f} ms "
+                  f"({rounds} rounds; {len(up) - down} of {len(up)} up)")
+            print(f"a scrape of the {n}-process exporter (served from the last poll): "
+                  f"median {sc * 1e3:.2f} ms")
+            verdict(f"ratio poll({n}) / poll(1)", m / a, "informational", True)
+    finally:
+        for p in procs:
+            if p.stdin is not None:
+                p.stdin.close()
+        for p in procs:
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,97 @@
+"""The rank a snapshot carries (``process_index``): engines first, then ``$RANK``."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from metrics.engines import EngineBase, ranks
+from metrics.recording.snapshot import job_rank
+from tests.conftest import run_python
+
+
+class _Said(EngineBase):
+    def __init__(self, rank: ranks.Rank | None) -> None:
+        super().__init__()
+        self._rank = rank
+
+    def install(self) -> None: ...
+
+    def uninstall(self) -> None: ...
+
+    def rank(self) -> ranks.Rank | None:
+        return self._rank
+
+
+class _Broken(_Said):
+    def rank(self) -> ranks.Rank | None:
+        raise RuntimeError("no backend")
+
+
+@pytest.mark.parametrize("env, expected", [
+    ({"RANK": "3", "WORLD_SIZE": "8"}, ranks.Rank(3, 8, "env")),
+    ({"RANK": "3"}, ranks.Rank(3, None, "env")),
+    ({"RANK": "x", "WORLD_SIZE": "8"}, None),
+    ({"LOCAL_RANK": "1", "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2"}, ranks.Rank(1, 2, "env")),
+    ({"LOCAL_RANK": "1", "WORLD_SIZE": "16", "LOCAL_WORLD_SIZE": "4"}, None),  # not global
+    ({"RANK": "9", "WORLD_SIZE": "8"}, ranks.Rank(9, None, "env")),  # a count that cannot be
+])
+def test_rank_from_the_launchers_environment(env, expected):
+    assert ranks.from_environment(env) == expected
+
+
+def test_an_engine_with_several_processes_beats_the_environment(monkeypatch):
+    monkeypatch.setenv("RANK", "7")
+    multi = ranks.Rank(1, 2, "jax")
+    assert job_rank([_Broken(None), _Said(multi)]) == multi
+    # One process as the engine sees it (no distributed init): the launcher knows better.
+    assert job_rank([_Said(ranks.Rank(0, 1, "jax"))]) == ranks.Rank(7, None, "env")
+    monkeypatch.delenv("RANK")
+    assert job_rank([_Said(ranks.Rank(0, 1, "jax"))]) == ranks.Rank(0, 1, "jax")
+    assert job_rank([_Broken(None)]) is None
+
+
+def test_a_jax_program_carries_its_rank_in_the_snapshot():
+    out = run_python("""
+import jax, jax.numpy as jnp
+import metrics
+metrics.install(engines=["jax"])
+jax.jit(lambda x: x + 1)(jnp.ones(3))
+p = metrics.snapshot().process
+print(p.process_index, p.process_count, p.process_index_source)
+""", env={"JAX_PLATFORMS": "cpu", "RANK": "", "WORLD_SIZE": ""})
+    assert out.stdout.split()[-3:] == ["0", "1", "jax"], out.stderr[-2000:]
+
+
+DISTRIBUTED = """
+import os, sys
+import jax
+jax.distributed.initialize(coordinator_address=os.environ["COORD"], num_processes=2,
+                           process_id=int(sys.argv[1]), initialization_timeout=60)
+import metrics
+metrics.install(engines=["jax"], serve=False)
+p = metrics.snapshot().process
+print(p.process_index, p.process_count, p.process_index_source, flush=True)
+os._exit(0)  # no shutdown barrier: the two stop in any order
+"""
+
+
+@pytest.mark.slow
+def test_the_ranks_of_a_jax_distributed_job_say_which_they_are():
+    import socket
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = dict(os.environ, PYTHONPATH=str(ROOT), JAX_PLATFORMS="cpu", XLA_FLAGS="",
+               COORD=f"127.0.0.1:{port}", RANK="")
+    procs = [subprocess.Popen([sys.executable, "-c", DISTRIBUTED, str(i)], env=env, cwd=ROOT,
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+             for i in (0, 1)]
+    outs = [p.communicate(timeout=120)[0].split()[-3:] for p in procs]
+    assert outs == [["0", "2", "jax"], ["1", "2", "jax"]]

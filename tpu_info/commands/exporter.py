@@ -1,0 +1,302 @@
+"""``tpu-info exporter``: one Prometheus endpoint per host.
+
+It serves the host's chips (TPU sysfs, NVML, libtpu on ``localhost:8431``
+when it is there) and every hooked process of this host's user that it
+finds through the discovery records, each process's series labelled
+``host``, ``pid``, ``program``, ``process_index`` (its rank) and, per device,
+``device``. A background poll every ``--interval`` seconds scans the host,
+re-reads the runtime directory and asks every target at once over gRPC
+(:func:`tpu_info.net.client.fan_out`: the round ends within ``--timeout``
+whatever a target does); a scrape gets the last poll's exposition at once,
+so no target can stall the endpoint. A process that exits drops out at the
+next poll, a new one appears in it; ``tpu_info_target_up`` says per target
+whether it answered.
+
+Bounds: at most :data:`MAX_TARGETS` targets a poll; the endpoint is the
+hook's bounded HTTP server (:mod:`tpu_info.net.bounded_http`: connections,
+request size, timeouts and answers per second capped); each reply at most
+the client's 32 MiB; per-process families are bounded as the hook's are.
+
+Example:
+    >>> ex = HostExporter(ExporterOptions(host_label="h1", runtime_dir="/nonexistent",
+    ...                                   libtpu_target=None), scan_chips=LocalScan)
+    >>> ex.poll()
+    >>> b"tpu_info_exporter_targets" in ex.body("", "")[0]
+    True
+"""
+
+from __future__ import annotations
+
+import gzip
+import itertools
+import json
+import logging
+import os
+import socket
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from prometheus_client.core import Metric
+from prometheus_client.exposition import choose_encoder
+
+from tpu_info.commands.gather import LIBTPU_TARGET, local_targets
+from tpu_info.contract.discovery_record import DiscoveredProcess
+from tpu_info.contract.model import LocalScan, Snapshot
+from tpu_info.host.listeners import ProcNet
+from tpu_info.net import discovery
+from tpu_info.net.bounded_http import BoundedHttpServer
+from tpu_info.net.client import Client, FanOutResult, fan_out
+from tpu_info.outputs import prometheus_host as host_fams
+from tpu_info.outputs.prometheus import SeriesState, families
+
+log = logging.getLogger("tpu_info.commands.exporter")
+
+DEFAULT_INTERVAL_S = 5.0
+DEFAULT_TIMEOUT_S = 2.0
+MAX_TARGETS = 256  # hooked processes asked per poll at most (a host runs a few dozen)
+MAX_WORKERS = 64
+MAX_FORMATS = 4  # (Accept, gzip) pairs whose bodies are kept and encoded by each poll
+
+
+def program_name(argv: tuple[str, ...]) -> str:
+    """The ``program`` label: the script's file name (``train.py``), from a
+    process's argv (its ``sys.argv``)."""
+    first = argv[0] if argv else ""
+    if first in ("", "-c"):
+        return "python" if not first else "python -c"
+    return os.path.basename(first.rstrip("/")) or first
+
+
+@dataclass(frozen=True)
+class ExporterOptions:
+    """What ``tpu-info exporter``'s flags say.
+
+    Attributes:
+        host_label: the ``host`` label on every series (default: the hostname).
+        job: the ``job`` label on every series, when set.
+        runtime_dir: the discovery directory to read (default: this user's).
+        interval_s: seconds between polls.
+        timeout_s: seconds a poll gives its targets (all at once).
+        libtpu_target: where libtpu may serve (None: never ask).
+        max_targets: hooked processes asked per poll at most.
+    """
+
+    host_label: str = field(default_factory=socket.gethostname)
+    job: str | None = None
+    runtime_dir: str | os.PathLike[str] | None = None
+    interval_s: float = DEFAULT_INTERVAL_S
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    libtpu_target: str | None = LIBTPU_TARGET
+    max_targets: int = MAX_TARGETS
+
+    @property
+    def labels(self) -> dict[str, str]:
+        """The constant labels of every series."""
+        return {"host": self.host_label, **({"job": self.job} if self.job else {})}
+
+
+@dataclass(frozen=True, slots=True)
+class _Families:
+    """A fixed list of families, as prometheus_client's encoders read a registry."""
+
+    items: list[Metric]
+
+    def collect(self) -> Iterator[Metric]:
+        return iter(self.items)
+
+
+@dataclass(frozen=True, slots=True)
+class _Target:
+    address: str
+    labels: Mapping[str, str]
+    key: tuple[object, ...]  # which process: its SeriesState and last known rank
+
+
+class HostExporter:
+    """Polls this host's chips and hooked processes and serves the result.
+
+    Args:
+        options: the flags.
+        scan_chips: the host scan (default :func:`tpu_info.host.devices.scan_local`).
+        proc_root: where ``/proc`` is (port owners, for discovery and libtpu).
+    """
+
+    def __init__(self, options: ExporterOptions,
+                 scan_chips: Callable[[], LocalScan] | None = None,
+                 proc_root: str = "/proc") -> None:
+        if scan_chips is None:
+            from tpu_info.host.devices import scan_local
+
+            scan_chips = scan_local
+        self.options = options
+        self._scan_chips = scan_chips
+        self._net = ProcNet(proc_root)
+        self._rescanner = discovery.Rescanner(options.runtime_dir,
+                                              port_owners=self._net.owners_by_port)
+        self._states: dict[tuple[object, ...], SeriesState] = {}
+        self._ranks: dict[tuple[object, ...], str] = {}
+        self._families: list[Metric] = []
+        self._bodies: dict[tuple[str, bool], bytes] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._httpd: BoundedHttpServer | None = None
+        self._warned: set[str] = set()  # directory problems said once
+        self.polls = 0
+        self.poll_errors = 0
+        self.last_poll_s = 0.0
+
+    # One poll ----------------------------------------------------------------
+
+    def _targets(self, scan: discovery.Scan) -> list[_Target]:
+        processes: list[DiscoveredProcess] = list(scan.processes)
+        if len(processes) > self.options.max_targets:
+            log.warning("tpu-info exporter: %d hooked processes; asking the first %d",
+                        len(processes), self.options.max_targets)
+            processes = processes[: self.options.max_targets]
+        out = [_Target(p.target, {"target": p.target, "pid": str(p.pid),
+                                  "program": program_name(p.argv)},
+                       (p.pid, p.start_time, p.port)) for p in processes]
+        libtpu = local_targets(scan, self._net, libtpu_target=self.options.libtpu_target).libtpu
+        if libtpu is not None:
+            out.append(_Target(libtpu, {"target": libtpu, "program": "libtpu"}, ("libtpu",)))
+        return out
+
+    def _process_labels(self, t: _Target, snap: Snapshot | None) -> dict[str, str]:
+        labels = {**self.options.labels, "pid": t.labels.get("pid", ""),
+                  "program": t.labels["program"]}
+        p = snap.process if snap is not None else None
+        if p is not None and p.process_index is not None:
+            self._ranks[t.key] = str(p.process_index)
+        labels["process_index"] = self._ranks.get(t.key, "")
+        return {k: v for k, v in labels.items() if v}
+
+    def poll(self) -> None:
+        """One round: host scan, discovery, every target; then swaps in the
+        new exposition. Raises nothing a target can cause."""
+        started = time.monotonic()
+        chips = self._scan_chips()
+        scan = self._rescanner.scan()
+        targets = self._targets(scan)
+        results: list[FanOutResult[tuple[str, Snapshot]]] = fan_out(
+            [t.address for t in targets], timeout=self.options.timeout_s, call=Client.read,
+            max_workers=MAX_WORKERS)
+        fams: list[Iterator[Metric]] = [host_fams.chip_families(chips, self.options.labels)]
+        health = []
+        for t, r in zip(targets, results, strict=True):
+            snap = r.value[1] if r.ok and r.value is not None else None
+            labels = self._process_labels(t, snap)
+            health.append(host_fams.TargetHealth(
+                {**labels, "target": t.address}, snap is not None, r.seconds))
+            if snap is not None:
+                state = self._states.setdefault(t.key, SeriesState())
+                fams.append(families(snap, labels, state=state))
+        live = {t.key for t in targets}
+        for gone in [k for k in self._states if k not in live]:
+            del self._states[gone]
+        for gone in [k for k in self._ranks if k not in live]:
+            del self._ranks[gone]
+        self.polls += 1
+        self.last_poll_s = time.monotonic() - started
+        skipped = Counter(s.reason for s in scan.skipped if not s.removed)
+        for s in scan.skipped:
+            if s.reason == discovery.BAD_DIRECTORY and str(s) not in self._warned:
+                self._warned.add(str(s))
+                log.warning("tpu-info exporter: not reading %s", s)
+        fams.append(host_fams.target_families(health, self.options.labels, self.last_poll_s,
+                                              self.polls, self.poll_errors, skipped))
+        merged = host_fams.merge(itertools.chain.from_iterable(fams))
+        with self._lock:
+            asked = list(self._bodies)
+        # The formats scrapers asked for last time are encoded here, on the
+        # poll's thread, so a scrape only sends bytes.
+        bodies = {key: _encode(merged, *key) for key in asked}
+        with self._lock:
+            self._families = merged
+            self._bodies = bodies
+
+    # Serving -----------------------------------------------------------------
+
+    def collect(self) -> Iterator[Metric]:
+        """The last poll's families (what prometheus_client's encoders read)."""
+        with self._lock:
+            current = self._families
+        yield from current
+
+    def body(self, accept: str, accept_encoding: str) -> tuple[bytes, str, str]:
+        """The exposition of the last poll in the format the scraper asks for:
+        encoded once per poll and format (by the poll itself for the formats
+        asked before)."""
+        _, content_type = choose_encoder(accept)
+        zipped = "gzip" in accept_encoding
+        key = (accept, zipped)
+        with self._lock:
+            bodies, current = self._bodies, self._families
+        hit = bodies.get(key)
+        if hit is None:
+            hit = _encode(current, accept, zipped)
+            if len(bodies) < MAX_FORMATS:  # a client inventing headers gets no cache
+                bodies[key] = hit
+        return hit, content_type, "gzip" if zipped else ""
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            started = time.monotonic()
+            try:
+                self.poll()
+            except Exception as e:  # noqa: BLE001 - the outermost layer: count, go on
+                self.poll_errors += 1
+                log.warning("tpu-info exporter: poll failed: %r", e)
+            self._stop.wait(max(0.0, self.options.interval_s - (time.monotonic() - started)))
+
+    def start(self, address: str, port: int) -> int:
+        """Polls once, then serves on ``address:port`` and polls every
+        interval on a daemon thread; returns the bound port.
+
+        Raises:
+            OSError: the address cannot be bound.
+        """
+        self._httpd = BoundedHttpServer(self.body, address, port,
+                                        thread_name="tpu-info-exporter-http")
+        try:
+            self.poll()
+        except Exception as e:  # noqa: BLE001 - serve what the next poll finds
+            self.poll_errors += 1
+            log.warning("tpu-info exporter: first poll failed: %r", e)
+        self._httpd.start()
+        self._thread = threading.Thread(target=self._loop, name="tpu-info-exporter-poll",
+                                        daemon=True)
+        self._thread.start()
+        return int(self._httpd.server_address[1])
+
+    def stop(self) -> None:
+        """Stops polling and serving (idempotent)."""
+        self._stop.set()
+        if self._httpd is not None:
+            self._httpd.stop()
+        if self._thread is not None:
+            self._thread.join(self.options.timeout_s + 5.0)
+
+
+def _encode(fams: list[Metric], accept: str, zipped: bool) -> bytes:
+    encoder, _ = choose_encoder(accept)
+    body = encoder(_Families(fams))  # type: ignore[arg-type]
+    return gzip.compress(body, compresslevel=1) if zipped else body
+
+
+def write_sd_file(path: Path, address: str, labels: Mapping[str, str]) -> None:
+    """Writes Prometheus file-based service discovery for this exporter
+    (``[{"targets": [address], "labels": {...}}]``), atomically: Prometheus
+    never reads half a file.
+
+    Raises:
+        OSError: the file cannot be written.
+    """
+    doc = [{"targets": [address], "labels": dict(labels)}]
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(doc, indent=2) + "\n")
+    os.replace(tmp, path)
