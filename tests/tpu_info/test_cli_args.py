@@ -204,6 +204,7 @@ def contained(monkeypatch: pytest.MonkeyPatch):
 
     monkeypatch.setattr(os, "execv", execv)
     monkeypatch.setattr(time, "sleep", sleep)
+    monkeypatch.setattr(cli, "is_terminal", lambda: True)  # --watch refuses a pipe
     monkeypatch.setenv("TPU_INFO_RUNTIME_DIR", "/nonexistent-tpu-info-fuzz")
     monkeypatch.setenv("COLUMNS", "100")
     return execs
