@@ -77,6 +77,11 @@ def test_streaming_into_a_pipe_appends_each_look(hooked):  # noqa: F811
     assert all(d["schema"] == "tpu-info/v1" for d in docs)
     assert address in [t["target"] for t in docs[1]["targets"]]
     assert docs[0]["time_unix"] < docs[1]["time_unix"]
+    p = subprocess.Popen([*CLI, "-l", "0.2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         stdin=subprocess.DEVNULL, env=hooked.env, cwd=ROOT)
+    assert _read_until(p, lambda d: b"Devices" in d)
+    p.stdout.close()  # type: ignore[union-attr]  # `| head`: the reader has had enough
+    assert p.wait(timeout=60) == 0 and b"Traceback" not in p.stderr.read()  # type: ignore[union-attr]
     rows = _stream(hooked.env, ["-l", "0.2", "--query", "pid,steps", "--format", "csv"],
                    lambda d: d.count(b"\n") >= 3).decode().splitlines()
     assert rows[0] == "pid, steps" and rows[1].startswith(f"{pid}, ") and rows[2] != rows[0]
@@ -234,7 +239,12 @@ def test_watch_refuses_without_a_terminal():
     (["--json", "run", "--", "true"], "--json does not apply to 'run'"),
     (["--json", "profile", "-o", "/tmp/x.json"], "--json does not apply to 'profile'"),
 ])
-def test_combinations_that_would_be_ignored_are_refused(argv, needle, capsys):
+def test_combinations_that_would_be_ignored_are_refused(argv, needle, capsys, monkeypatch):
+    def execv(*args: object) -> None:
+        raise AssertionError("--watch started the dashboard")
+
+    monkeypatch.setattr(os, "execv", execv)
+    monkeypatch.setattr(time, "sleep", lambda s: (_ for _ in ()).throw(KeyboardInterrupt))
     assert cli.main(["--no-discovery", "--timeout", "0.3", *argv]) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and needle in err, err

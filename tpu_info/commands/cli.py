@@ -3,15 +3,20 @@
     tpu-info                          devices, processes, compilation, transfers, findings
     tpu-info --json                   the same as a versioned JSON document
     tpu-info --target h1:8431 ...     also (or only, with --no-discovery) remote hooks
-    tpu-info --streaming --rate 2     refresh in place every 2 s (Ctrl-C stops)
+    tpu-info --streaming --rate 2     look every 2 s: in place on a terminal, appended to
+    tpu-info -l 2                     a pipe or file (NDJSON with --json); Ctrl-C stops
+    tpu-info --query pid,hbm_used --format csv[,noheader][,nounits]   nvidia-smi-style CSV
     tpu-info --watch [--rate 0.5]     live dashboard (q quits, ? lists keys)
     tpu-info --metric hbm_usage       one metric; Google's names and ours
-    tpu-info report [--pid N | --target T]   a running program's metrics_report()
+    tpu-info -v                       Google's three version lines
+    tpu-info report [--pid N | --target T] [--json]   a running program's metrics_report()
     tpu-info profile [--pid N | --target T] --duration 5 -o trace.json [--device]
                                       a Chrome/Perfetto trace of a running program
-    tpu-info doctor                   why each N/A, and what to do
+    tpu-info doctor [--json]          why each N/A, and what to do
     tpu-info run -- python train.py   start a program with the hook installed
 
+The arguments and the combinations refused together are
+:mod:`tpu_info.commands.args`'s; the default view is :mod:`tpu_info.commands.show`'s.
 Exit codes: 0 all good; 1 some targets failed (what could be read is still
 printed); 2 usage error. Errors are one line on stderr, never a traceback.
 """

@@ -67,8 +67,15 @@ def degrade_streams(*streams: TextIO) -> None:
 
 
 def make_console(no_color: bool = False) -> Any:
-    """The rich ``Console`` every CLI view prints to (stdout; no markup, no emoji)."""
+    """The rich ``Console`` every CLI view prints to (stdout; no markup, no emoji).
+    A closed pipe raises ``BrokenPipeError`` (rich would exit with status 1,
+    which means "targets failed" here)."""
     from rich.console import Console
 
-    return Console(no_color=no_color, highlight=False, emoji=False, markup=False,
-                   soft_wrap=False)
+    class _Console(Console):
+        def on_broken_pipe(self) -> None:
+            self.quiet = True
+            raise BrokenPipeError
+
+    return _Console(no_color=no_color, highlight=False, emoji=False, markup=False,
+                    soft_wrap=False)
