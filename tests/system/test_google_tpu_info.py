@@ -159,3 +159,26 @@ def test_our_descriptors_match_google_client(google_tpu_info: Path, tmp_path: Pa
     ours["service"] = [[x.full_name, x.input_type.full_name, x.output_type.full_name]
                        for x in svc.methods]
     assert ours == theirs
+
+
+VERSION_LINE = r"^- (tpu-info version|libtpu version|accelerator type): (.+)$"
+
+
+def test_version_lines_parse_like_googles(google_tpu_info: Path, tmp_path: Path) -> None:
+    """``tpu-info -v``: the three lines a script parses from Google's tool, in its order."""
+    import re
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+    theirs = subprocess.run(
+        [sys.executable, "-S", "-c", "import sys; sys.argv = ['tpu-info', '-v']; "
+         "from tpu_info import cli; cli.print_chip_info()"], capture_output=True, text=True,
+        timeout=120, env=dict(env, PYTHONPATH=str(google_tpu_info)), cwd=tmp_path)
+    assert theirs.returncode == 0, theirs.stderr[-2000:]
+    ours = subprocess.run([sys.executable, "-m", "tpu_info", "-v"], capture_output=True,
+                          text=True, timeout=120, cwd=Path(__file__).resolve().parents[2],
+                          env=dict(env, PYTHONPATH=str(Path(__file__).resolve().parents[2])))
+    assert ours.returncode == 0, ours.stderr
+    keys = [[k for k, _ in re.findall(VERSION_LINE, out, re.M)]
+            for out in (theirs.stdout, ours.stdout)]
+    assert keys[0] == keys[1] == ["tpu-info version", "libtpu version", "accelerator type"]
+    assert ours.stdout.count("\n") == 3

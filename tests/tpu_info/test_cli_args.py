@@ -128,7 +128,8 @@ def _targets() -> st.SearchStrategy[str]:
 
 VALID = {"seconds": ["0.2", "1", "86400"], "target": ["localhost:1", "127.0.0.1:9", "[::1]:9"],
          "metric": ["hbm_usage", "CompileTime"], "filter": ["percentile:[p50,p99]"],
-         "pid": ["1"], "output": ["OUT/t.json.gz"]}
+         "pid": ["1"], "output": ["OUT/t.json.gz"], "query": ["index,pid", "steps"],
+         "format": ["csv", "csv,noheader,nounits"]}
 
 
 def _hostile(kind: str, files: dict[str, str]) -> st.SearchStrategy[str]:
@@ -138,6 +139,8 @@ def _hostile(kind: str, files: dict[str, str]) -> st.SearchStrategy[str]:
         "target": _targets() | junk,
         "file": st.sampled_from(sorted(files.values())),
         "metric": st.sampled_from(["duty_cycle_pct", "bogus", ""]) | junk,
+        "query": st.sampled_from(["", ",", "pid,,", "bogus", "pid\x00"]) | junk,
+        "format": st.sampled_from(["", "tsv", "csv,", "csv,header", "CSV"]) | junk,
         "filter": st.sampled_from(["percentile:[p50]", "percentile:[p50,p99.9]", "p50",
                                    "percentile:[p101]", "percentile:[]", ""]) | junk,
         "pid": st.sampled_from(["0", "-1", "1e3", "99999999999999999999", "x", ""]),
@@ -155,11 +158,12 @@ def _value(draw: st.DrawFn, kind: str, files: dict[str, str]) -> str:
 TOP = {"--json": None, "-p": None, "--no-color": None, "--list_metrics": None,
        "--watch": None, "--streaming": None, "--rate": "seconds", "--timeout": "seconds",
        "--metric": "metric", "-f": "filter", "--target": "target", "--targets-file": "file",
-       "--bogus": None}
+       "-l": "seconds", "--query": "query", "--format": "format", "--help-query": None,
+       "-v": None, "--bogus": None}
 SUB = {
     None: {},
-    "doctor": {},
-    "report": {"--pid": "pid", "--target": "target", "--short": None},
+    "doctor": {"--json": None},
+    "report": {"--pid": "pid", "--target": "target", "--short": None, "--json": None},
     "profile": {"--pid": "pid", "--target": "target", "--duration": "seconds",
                 "-o": "output", "--device": None},
 }
@@ -204,6 +208,7 @@ def contained(monkeypatch: pytest.MonkeyPatch):
 
     monkeypatch.setattr(os, "execv", execv)
     monkeypatch.setattr(time, "sleep", sleep)
+    monkeypatch.setattr(cli, "is_terminal", lambda: True)  # --watch refuses a pipe
     monkeypatch.setenv("TPU_INFO_RUNTIME_DIR", "/nonexistent-tpu-info-fuzz")
     monkeypatch.setenv("COLUMNS", "100")
     return execs

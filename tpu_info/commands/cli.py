@@ -3,16 +3,21 @@
     tpu-info                          devices, processes, compilation, transfers, findings
     tpu-info --json                   the same as a versioned JSON document
     tpu-info --target h1:8431 ...     also (or only, with --no-discovery) remote hooks
-    tpu-info --streaming --rate 2     refresh in place every 2 s (Ctrl-C stops)
+    tpu-info --streaming --rate 2     look every 2 s: in place on a terminal, appended to
+    tpu-info -l 2                     a pipe or file (NDJSON with --json); Ctrl-C stops
+    tpu-info --query pid,hbm_used --format csv[,noheader][,nounits]   nvidia-smi-style CSV
     tpu-info --watch [--rate 0.5]     live dashboard (q quits, ? lists keys)
     tpu-info --metric hbm_usage       one metric; Google's names and ours
-    tpu-info report [--pid N | --target T]   a running program's metrics_report()
+    tpu-info -v                       Google's three version lines
+    tpu-info report [--pid N | --target T] [--json]   a running program's metrics_report()
     tpu-info profile [--pid N | --target T] --duration 5 -o trace.json [--device]
                                       a Chrome/Perfetto trace of a running program
-    tpu-info doctor                   why each N/A, and what to do
+    tpu-info doctor [--json]          why each N/A, and what to do
     tpu-info run -- python train.py   start a program with the hook installed
     tpu-info exporter [--listen H:P]  one Prometheus endpoint: this host's chips and processes
 
+The arguments and the combinations refused together are
+:mod:`tpu_info.commands.args`'s; the default view is :mod:`tpu_info.commands.show`'s.
 Exit codes: 0 all good; 1 some targets failed (what could be read is still
 printed); 2 usage error. Errors are one line on stderr, never a traceback.
 """
@@ -20,162 +25,28 @@ printed); 2 usage error. Errors are one line on stderr, never a traceback.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-from tpu_info import __version__
-from tpu_info.commands import exporter_cli
+from tpu_info.commands.args import (  # noqa: F401  (tui and tests use them from here)
+    MAX_SECONDS,
+    Parser,
+    UsageError,
+    build_parser,
+    check_combination,
+    seconds_arg,
+    target_arg,
+    view_mode,
+)
 from tpu_info.net.targets import shown
+from tpu_info.outputs.console import degrade_streams, make_console
 
 EXIT_OK = 0
 EXIT_PARTIAL = 1
 EXIT_USAGE = 2
-
-
-class UsageError(Exception):
-    """Bad input: printed as one line, exit code 2. Control characters in the
-    message (the user's own argument, echoed) are escaped."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(shown(message))
-
-
-class Parser(argparse.ArgumentParser):
-    """An ``ArgumentParser`` whose errors are :class:`UsageError` (one line, exit 2)."""
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        raise UsageError(message)
-
-
-class _MetricAction(argparse.Action):
-    """``--metric NAME`` appends; a following ``-f FILTER`` attaches to it."""
-
-    def __call__(self, parser: argparse.ArgumentParser, ns: argparse.Namespace,
-                 values: Any, option_string: str | None = None) -> None:
-        from tpu_info.views.metrics import resolve_or_custom
-
-        try:
-            resolve_or_custom(values)
-        except ValueError as e:
-            raise UsageError(str(e)) from e
-        ns.metrics = list(ns.metrics or []) + [[values, None]]
-
-
-class _FilterAction(argparse.Action):
-    def __call__(self, parser: argparse.ArgumentParser, ns: argparse.Namespace,
-                 values: Any, option_string: str | None = None) -> None:
-        from tpu_info.views.metrics import parse_filter
-
-        if not ns.metrics:
-            raise UsageError(f"{option_string} must follow a --metric NAME")
-        try:
-            ns.metrics[-1][1] = parse_filter(values)
-        except ValueError as e:
-            raise UsageError(str(e)) from e
-
-
-MAX_SECONDS = 86_400.0  # one day: past it, thread waits and gRPC deadlines overflow
-
-
-def seconds_arg(flag: str, floor: float = 0.0, ceiling: float = MAX_SECONDS
-                ) -> Callable[[str], float]:
-    """An argparse ``type`` for ``flag``: a finite number of seconds in
-    ``(0, ceiling]``, raised to ``floor``; anything else is a :class:`UsageError`."""
-
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            raise UsageError(f"{flag} must be a number of seconds, got {text!r}") from None
-        if not value > 0 or value != value or value == float("inf"):
-            raise UsageError(f"{flag} must be a positive number of seconds, got {text!r}")
-        if value > ceiling:
-            raise UsageError(f"{flag} is at most {ceiling:g} seconds, got {text!r}")
-        return max(value, floor)
-
-    return parse
-
-
-def target_arg(text: str) -> str:
-    """An argparse ``type`` for ``--target``: a checked ``HOST:PORT``."""
-    from tpu_info.net.targets import validate_target
-
-    try:
-        return validate_target(text)
-    except ValueError as e:
-        raise UsageError(f"--target: {e}") from e
-
-
-def _pid(text: str) -> int:
-    if not (text.isascii() and text.isdigit()) or not 0 < int(text) < 1 << 31:
-        raise UsageError(f"--pid must be a process id (a positive integer), got {text!r}")
-    return int(text)
-
-
-def _output_file(text: str) -> str:
-    if not text or "\0" in text:
-        raise UsageError(f"-o must name a file, got {text!r}")
-    return text
-
-
-def build_parser() -> argparse.ArgumentParser:
-    p = Parser(prog="tpu-info", description="See what your accelerators and the XLA "
-                "programs on them are doing.", epilog="Exit codes: 0 all good; 1 some "
-                "targets failed; 2 usage error.")
-    p.add_argument("-v", "--version", action="store_true", help="print the version and exit")
-    p.add_argument("-p", "--process", action="store_true",
-                   help="show only the processes table (Google's flag)")
-    p.add_argument("--streaming", action="store_true", help="refresh in place (Ctrl-C stops)")
-    p.add_argument("--watch", action="store_true",
-                   help="live dashboard (q quits, ? lists keys); --rate sets its interval")
-    p.add_argument("--rate", type=seconds_arg("--rate", 0.1), default=1.0, metavar="S",
-                   help="seconds between refreshes with --streaming (default 1, floor 0.1)")
-    p.add_argument("--list_metrics", action="store_true", help="list metric names and exit")
-    p.add_argument("--metric", action=_MetricAction, dest="metric_name", metavar="NAME",
-                   help="show one metric (repeatable); Google's short names or ours")
-    p.add_argument("-f", "--filter", action=_FilterAction, metavar="'percentile:[p50,p90]'",
-                   help="percentile columns for the --metric before it")
-    p.add_argument("--json", action="store_true", help="print the tpu-info/v1 JSON document")
-    p.add_argument("--target", action="append", type=target_arg, default=[], metavar="HOST:PORT",
-                   help="also read this hook or libtpu (repeatable)")
-    p.add_argument("--targets-file", metavar="FILE", help="HOST:PORT per line (# comments)")
-    p.add_argument("--no-discovery", action="store_true",
-                   help="read only --target's, not this host's hooked processes and libtpu")
-    p.add_argument("--timeout", type=seconds_arg("--timeout"), default=3.0, metavar="S",
-                   help="seconds the whole command may take, replies included (default 3)")
-    p.add_argument("--no-color", action="store_true", help="plain text, no colours")
-    sub = p.add_subparsers(dest="command", metavar="{report,profile,doctor,run,exporter}")
-    r = sub.add_parser("report", help="a running program's metrics_report()")
-    who = r.add_mutually_exclusive_group()
-    who.add_argument("--pid", type=_pid, help="the hooked process with this pid")
-    who.add_argument("--target", dest="report_target", type=target_arg, metavar="HOST:PORT")
-    r.add_argument("--short", action="store_true", help="short_metrics_report()")
-    pr = sub.add_parser("profile", help="capture a Chrome/Perfetto trace of a running program")
-    who = pr.add_mutually_exclusive_group()
-    who.add_argument("--pid", type=_pid, help="the hooked process with this pid")
-    who.add_argument("--target", dest="report_target", type=target_arg, metavar="HOST:PORT")
-    pr.add_argument("--duration", type=_capture_seconds, default=5.0, metavar="S",
-                    help="seconds to record (default 5, at most 300)")
-    pr.add_argument("-o", "--output", required=True, type=_output_file, metavar="FILE",
-                    help="trace file to write (gzip-compressed if it ends in .gz)")
-    pr.add_argument("--device", action="store_true",
-                    help="also jax.profiler / torch.profiler traces (the program opts in), "
-                         "beside FILE as <name>.device-N.*")
-    sub.add_parser("doctor", help="explain every N/A and what to do")
-    run = sub.add_parser("run", help="run a Python program with the hook installed")
-    run.add_argument("argv", nargs=argparse.REMAINDER, help="-- python train.py ...")
-    exporter_cli.add_parser(sub, seconds_arg, UsageError)
-    p.set_defaults(metrics=[])
-    return p
-
-
-def _console(args: argparse.Namespace):  # type: ignore[no-untyped-def]
-    from rich.console import Console
-
-    return Console(no_color=args.no_color, highlight=False, emoji=False, markup=False,
-                   soft_wrap=False)
 
 
 def _targets(args: argparse.Namespace) -> list[str]:
@@ -209,21 +80,9 @@ def _gather(args: argparse.Namespace, targets: list[str]):  # type: ignore[no-un
                   probe_libtpu=not args.no_discovery, scan_devices=not args.no_discovery)
 
 
-def _renderable(args: argparse.Namespace, g: Any, width: int) -> Any:
-    from rich.console import Group
-
-    from tpu_info.host import devices
-    from tpu_info.outputs import render
-    from tpu_info.views.metrics import DEFAULT_PERCENTILES, metric_table
-    from tpu_info.views.values import Header
-
-    if args.metrics:
-        return Group(*(metric_table(name, g.views, cols or DEFAULT_PERCENTILES)
-                       for name, cols in args.metrics))
-    header = Header.now(accelerator_type=devices.accelerator_type(g.local))
-    if args.process:
-        return render.processes_table(g.views, render.Reasons(), width)
-    return render.render(g.views, local=g.local, header=header, width=width)
+def is_terminal() -> bool:
+    """True when stdin and stdout are both a terminal (what the dashboard needs)."""
+    return sys.stdin.isatty() and sys.stdout.isatty()
 
 
 def _watch(args: argparse.Namespace, targets: list[str]) -> int:
@@ -232,10 +91,14 @@ def _watch(args: argparse.Namespace, targets: list[str]) -> int:
     import importlib.util
     import os
 
+    if not is_terminal():
+        print("tpu-info: --watch needs a terminal on stdin and stdout; for a pipe or a file "
+              "use --streaming (or -l S, --json --streaming)", file=sys.stderr)
+        return EXIT_USAGE
     if importlib.util.find_spec("tui") is None:
         print("tpu-info: the dashboard (package 'tui') is not installed", file=sys.stderr)
         return EXIT_USAGE
-    argv = [sys.executable, "-m", "tui", "--rate", str(args.rate),
+    argv = [sys.executable, "-m", "tui", "--rate", str(args.rate or 1.0),
             "--timeout", str(args.timeout)]
     for t in targets:
         argv += ["--target", t]
@@ -248,41 +111,13 @@ def _watch(args: argparse.Namespace, targets: list[str]) -> int:
 
 
 def _show(args: argparse.Namespace, targets: list[str]) -> int:
-    from tpu_info.views.metrics import unknown_metric
+    from tpu_info.commands.show import show
 
-    console = _console(args)
-    if args.streaming:
-        import time
+    def look():  # type: ignore[no-untyped-def]
+        args.deadline = time.monotonic() + args.timeout  # each look has its own --timeout
+        return _gather(args, targets)
 
-        from rich.live import Live
-
-        try:
-            with Live(console=console, auto_refresh=False, screen=False) as live:
-                while True:
-                    args.deadline = time.monotonic() + args.timeout
-                    g = _gather(args, targets)
-                    live.update(_renderable(args, g, console.width), refresh=True)
-                    time.sleep(args.rate)
-        except KeyboardInterrupt:
-            return EXIT_OK
-    g = _gather(args, targets)
-    if bad := unknown_metric([name for name, _ in args.metrics or ()], g.views):
-        raise UsageError(bad)
-    if args.json:
-        from tpu_info.outputs.jsonview import dumps, to_json
-
-        doc = to_json(g.views, local=g.local)
-        doc["notes"] = [{"where": w, "reason": r} for w, r in g.notes]
-        print(dumps(doc))
-    else:
-        if not g.views and not g.local.chips and not args.metrics:
-            console.print("No accelerator and no hooked process found. Run `tpu-info doctor` "
-                          "to see why, or start a program with `tpu-info run -- python ...`.")
-        else:
-            console.print(_renderable(args, g, console.width))
-    for v in g.failed:
-        _say(v.error if v.error.startswith(f"{v.target}: ") else f"{v.target}: {v.error}")
-    return EXIT_PARTIAL if g.failed else EXIT_OK
+    return show(args, view_mode(args), look, _say)
 
 
 def _pick_target(args: argparse.Namespace) -> str:
@@ -321,17 +156,15 @@ def _report(args: argparse.Namespace) -> int:
     except TpuInfoError as e:
         _say(e)
         return EXIT_PARTIAL
+    if args.json:
+        from tpu_info.outputs.jsonview import dumps, report_json
+
+        print(dumps(report_json(target, snap, args.short)))
+        return EXIT_OK
     text = (textreport.short_metrics_report(snap) if args.short
             else textreport.metrics_report(snap))
     sys.stdout.write(text or "(the process has recorded nothing yet)\n")
     return EXIT_OK
-
-
-def _capture_seconds(text: str) -> float:
-    value = seconds_arg("--duration")(text)
-    if value > 300:
-        raise UsageError(f"--duration is at most 300 seconds (5 minutes), got {text!r}")
-    return value
 
 
 MAX_PROFILE_FILES = 64  # device files written at most (tpu_info.net.client takes no more)
@@ -413,16 +246,23 @@ def _doctor(args: argparse.Namespace, targets: list[str]) -> int:
     from tpu_info.outputs import render
 
     g = _gather(args, targets)
-    lines = [f"{w}: {r}" for w, r in g.notes]
-    lines += [f"{v.target}: {v.error}" for v in g.failed]
-    lines += [f"{w}: {r}" for w, r in render.reasons(g.views, local=g.local)]
-    lines += render.hooked_lines(g.views)
-    lines += render.blind_spot_lines(g.views)
+    pairs = list(g.notes) + [(v.target, v.error) for v in g.failed]
+    pairs += render.reasons(g.views, local=g.local)
+    pairs += [tuple(line.partition(": ")[::2]) for line in  # "target: words"
+              render.hooked_lines(g.views) + render.blind_spot_lines(g.views)]
+    pairs = list(dict.fromkeys((clean(w, 1000), clean(r, 1000)) for w, r in pairs))
+    if args.json:
+        print(json.dumps({"schema": "tpu-info-doctor/v1", "targets_read": len(g.views),
+                          "discovered": g.discovered, "local_accelerators": len(g.local.chips),
+                          "failed": [clean(v.target) for v in g.failed],
+                          "explanations": [{"where": w, "reason": r} for w, r in pairs]},
+                         indent=2))
+        return EXIT_PARTIAL if g.failed else EXIT_OK
     print(f"tpu-info doctor: {len(g.views)} target(s) read, {g.discovered} discovered, "
           f"{len(g.local.chips)} local accelerator(s)")
-    for line in dict.fromkeys(clean(line, 1000) for line in lines):
-        print(f"  - {line}")
-    if not lines:
+    for w, r in pairs:
+        print(f"  - {w}: {r}")
+    if not pairs:
         print("  nothing to explain: every value was read")
     return EXIT_PARTIAL if g.failed else EXIT_OK
 
@@ -448,20 +288,35 @@ def _run(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Parses ``argv`` and runs the command; returns the exit code."""
+    degrade_streams()  # an ASCII-only stdout gets ASCII look-alikes, never an exception
     try:
         args = build_parser().parse_args(argv)
         args.deadline = time.monotonic() + args.timeout  # --timeout is the whole command's
         if args.version:
-            print(f"tpu-info {__version__}")
-            return EXIT_OK
-        if args.list_metrics:
-            from tpu_info.views.metrics import list_metrics_table
+            from tpu_info.commands.version import version_text
+            from tpu_info.host.devices import scan_local
 
-            _console(args).print(list_metrics_table())
+            sys.stdout.write(version_text(scan_local(), as_json=args.json))
+            return EXIT_OK
+        if args.help_query:
+            from tpu_info.outputs.query import help_text
+
+            sys.stdout.write(help_text())
+            return EXIT_OK
+        check_combination(args)
+        if args.list_metrics:
+            from tpu_info.views.metrics import list_metrics_table, metric_list
+
+            if args.json:
+                print(json.dumps({"metrics": metric_list()}))
+            else:
+                make_console(args.no_color).print(list_metrics_table())
             return EXIT_OK
         if args.command == "run":
             return _run(args)
         if args.command == "exporter":
+            from tpu_info.commands import exporter_cli
+
             return exporter_cli.run(args, UsageError)
         if args.command == "report":
             return _report(args)
@@ -480,7 +335,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(e.code or 0)
     except KeyboardInterrupt:
         return EXIT_OK
-    except BrokenPipeError:
+    except BrokenPipeError:  # `tpu-info --streaming | head`: the reader has what it wanted
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no error at exit
         return EXIT_OK
 
 

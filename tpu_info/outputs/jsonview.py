@@ -72,7 +72,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from tpu_info.contract.catalog import CACHED_COMPILE, MARK_STEP, UNCACHED_COMPILE
-from tpu_info.contract.model import ChipRecord, LocalScan, Snapshot
+from tpu_info.contract.model import (
+    ChipRecord,
+    CounterReading,
+    DistributionReading,
+    LocalScan,
+    Snapshot,
+)
 from tpu_info.views.custom import CustomMetric, custom_metrics
 from tpu_info.views.derived import FindingLine, TargetReadings, readings
 from tpu_info.views.values import Header, TargetView, last_cause, memory_totals, transfer_stats
@@ -218,6 +224,32 @@ def to_json(views: Sequence[TargetView], *, local: LocalScan | None = None,
                          for f in run.job_findings if f.finding is not None],
         "na": [{"where": w, "reason": why} for w, why in run.reasons()],
     }
+
+
+REPORT_SCHEMA = "tpu-info-report/v1"
+
+
+def _reading(x: CounterReading | DistributionReading) -> dict[str, Any]:
+    if isinstance(x, CounterReading):
+        return {"name": _s(x.name), "type": "counter", "value": x.value}
+    return {"name": _s(x.name), "type": "metric", "unit": x.unit.value, "count": x.count,
+            "total": x.total, "min": x.min, "max": x.max, "rate_per_second": x.rate_per_second,
+            "value_rate_per_second": x.value_rate_per_second,
+            "percentiles": {f"{p:g}": v for p, v in x.percentiles}}
+
+
+def report_json(target: str, snapshot: Snapshot, short: bool = False) -> dict[str, Any]:
+    """``tpu-info report --json``: every counter and metric of ``metrics_report()``
+    (``short``: those of ``short_metrics_report()``) as ``readings``, and the
+    target as ``tpu-info/v1`` describes it (process, steps, graphs, findings)."""
+    from tpu_info.outputs.textreport import short_selection
+
+    chosen = (short_selection(snapshot) if short
+              else [*snapshot.distributions, *snapshot.counters])
+    run = readings([TargetView(target, snapshot)], header=Header(host="", time_unix=0.0))
+    return {"schema": REPORT_SCHEMA, "tpu_info_version": run.header.version,
+            "short": short, "readings": [_reading(x) for x in chosen],
+            "target": _target(run.targets[0], None)}
 
 
 def _finite_only(value: Any, where: str, na: list[dict[str, str]]) -> Any:

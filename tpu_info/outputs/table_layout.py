@@ -112,10 +112,32 @@ def fit(cols: list[Col], rows: list[list[Text]], width: int) -> tuple[list[int],
         return keep, [widths[i] for i in keep]
 
 
+def _records(title: str, cols: list[Col], cells: list[list[Text]], width: int) -> Table:
+    """Each row as a block of ``header  value`` lines: what a table becomes when
+    its numbers alone are wider than the terminal. Values fold, never cut."""
+    label = min(max(cell_len(c.header) for c in cols), max(1, width // 3))
+    t = Table(title=title, title_justify="left", title_style="bold", box=None,
+              show_header=False, show_edge=False, pad_edge=False, padding=(0, 0, 0, 1),
+              expand=False)
+    t.add_column(width=label, no_wrap=True, overflow="ellipsis", style="bold")
+    t.add_column(width=max(1, width - label - GAP), overflow="fold")
+    for n, row in enumerate(cells):
+        if n:
+            t.add_row("", "")
+        for c, v in zip(cols, row, strict=True):
+            if c.header or v.plain:
+                t.add_row(Text(c.header), v)
+    return t
+
+
 def table(title: str, cols: list[Col], rows: list[list[Cell]], width: int) -> Table:
-    """``rows`` under ``cols``, sized by :func:`fit` for ``width`` columns."""
+    """``rows`` under ``cols``, sized by :func:`fit` for ``width`` columns; a
+    table that cannot fit without cutting a number becomes records (one block
+    of ``header  value`` lines per row)."""
     cells = [[cell(v) for v in row] for row in rows]
     keep, widths = fit(cols, cells, width)
+    if sum(widths) + GAP * (len(widths) - 1) > width:
+        return _records(title, cols, cells, width)
     t = Table(title=title, title_justify="left", title_style="bold", box=box.SIMPLE_HEAD,
               show_edge=False, pad_edge=False, padding=(0, 0, 0, 1), header_style="bold",
               expand=False)

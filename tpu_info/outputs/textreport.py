@@ -168,36 +168,41 @@ def metrics_report(snapshot: Snapshot, top_graphs: int = 10) -> str:
     return "\n".join(lines) + "\n" if lines else ""
 
 
-def short_metrics_report(
+def short_selection(
     snapshot: Snapshot,
     counter_names: Iterable[str] | None = None,
     metric_names: Iterable[str] | None = None,
-) -> str:
-    """torch_xla's short report: the named counters and metrics (by default
-    compiles, executions, transfers, steps, and every ``aten::`` fallback)."""
+) -> list[CounterReading | DistributionReading]:
+    """What the short report shows, in its order: the named counters and metrics
+    (by default compiles, executions, transfers, steps, and every ``aten::``
+    fallback, in torch_xla's order)."""
     default = counter_names is None and metric_names is None
     wanted_counters = list(counter_names or (DEFAULT_SHORT_COUNTERS if default else ()))
     wanted_metrics = list(metric_names or (DEFAULT_SHORT_METRICS if default else ()))
     counters = {c.name: c for c in snapshot.counters}
     dists = {d.name: d for d in snapshot.distributions}
-    lines: list[str] = []
+    out: list[CounterReading | DistributionReading] = []
     if default:
         # torch_xla's order: CachedCompile, the timing metrics, MarkStep, aten::*.
         if CACHED_COMPILE in counters:
-            lines += counter_block(counters[CACHED_COMPILE])
-        for name in wanted_metrics:
-            if name in dists:
-                lines += metric_block(dists[name])
+            out.append(counters[CACHED_COMPILE])
+        out += [dists[name] for name in wanted_metrics if name in dists]
         if MARK_STEP in counters:
-            lines += counter_block(counters[MARK_STEP])
-        for c in snapshot.counters:
-            if c.name.startswith("aten::"):
-                lines += counter_block(c)
+            out.append(counters[MARK_STEP])
+        out += [c for c in snapshot.counters if c.name.startswith("aten::")]
     else:
-        for name in wanted_counters:
-            if name in counters:
-                lines += counter_block(counters[name])
-        for name in wanted_metrics:
-            if name in dists:
-                lines += metric_block(dists[name])
+        out += [counters[name] for name in wanted_counters if name in counters]
+        out += [dists[name] for name in wanted_metrics if name in dists]
+    return out
+
+
+def short_metrics_report(
+    snapshot: Snapshot,
+    counter_names: Iterable[str] | None = None,
+    metric_names: Iterable[str] | None = None,
+) -> str:
+    """torch_xla's short report of :func:`short_selection`."""
+    lines: list[str] = []
+    for x in short_selection(snapshot, counter_names, metric_names):
+        lines += counter_block(x) if isinstance(x, CounterReading) else metric_block(x)
     return "\n".join(lines) + "\n" if lines else ""

@@ -96,16 +96,28 @@ def _parts(graphs: list[GraphRecord]) -> dict[str, list[GraphRecord]]:
     return by_part
 
 
+def by_function(s: Snapshot) -> dict[str, list[GraphRecord]]:
+    """The graphs of ``s`` grouped by the function they compile (:func:`function_name`)."""
+    by_name: dict[str, list[GraphRecord]] = defaultdict(list)
+    for g in s.graphs:
+        by_name[function_name(g.name)].append(g)
+    return by_name
+
+
+def function_compiles(graphs: list[GraphRecord]) -> int:
+    """How often one function's ``graphs`` compiled: a call that recompiles
+    every part of a function split by graph breaks is one compile (the most
+    any part compiled)."""
+    return max(sum(g.compiles for g in part) for part in _parts(graphs).values())
+
+
 def recompiles(s: Snapshot) -> Iterable[Finding]:
     """A function compiled more than once, with the latest real cause. The
     graphs of one function split by graph breaks count as one: a call that
     recompiles both parts is one recompile (the most any part compiled)."""
-    by_name: dict[str, list[GraphRecord]] = defaultdict(list)
-    for g in s.graphs:
-        by_name[function_name(g.name)].append(g)
-    for name, graphs in by_name.items():
+    for name, graphs in by_function(s).items():
         parts = _parts(graphs).values()
-        compiles = max(sum(g.compiles for g in part) for part in parts)
+        compiles = function_compiles(graphs)
         if compiles < 2:
             continue
         causes = sorted((c for g in graphs for c in g.causes

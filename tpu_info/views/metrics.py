@@ -137,15 +137,25 @@ def parse_filter(text: str) -> tuple[str, ...]:
     return cols
 
 
+def metric_list() -> list[dict[str, str]]:
+    """Every metric name ``--metric`` takes: ``{name, unit, kind, meaning, source}``
+    (``source`` is ``google`` for Google's short names, else ``tpu-info``)."""
+    out = [{"name": name, "unit": "", "kind": "", "meaning": help_, "source": "google"}
+           for name, (_, help_) in sorted(GOOGLE_METRICS.items())]
+    out += [{"name": name, "unit": unit.value, "kind": kind, "meaning": help_,
+             "source": "tpu-info"} for name, (kind, unit, help_) in sorted(CATALOG.items())]
+    return out
+
+
 def list_metrics_table() -> Table:
     t = Table(title="Metrics", title_justify="left")
     t.add_column("name", no_wrap=True)
     t.add_column("unit")
     t.add_column("meaning", overflow="fold")
-    for name, (_, help_) in sorted(GOOGLE_METRICS.items()):
-        t.add_row(name, "", help_ + " (Google's tpu-info name)")
-    for name, (kind, unit, help_) in sorted(CATALOG.items()):
-        t.add_row(name, unit.value, f"{kind}: {help_}")
+    for m in metric_list():
+        meaning = (f"{m['meaning']} (Google's tpu-info name)" if m["source"] == "google"
+                   else f"{m['kind']}: {m['meaning']}")
+        t.add_row(m["name"], m["unit"], meaning)
     return t
 
 

@@ -1,0 +1,261 @@
+"""``tpu-info``'s arguments: the parser, each flag's checked type, and the
+combinations refused together (:func:`check_combination`).
+
+Every refusal is a :class:`UsageError`: one line on stderr, exit code 2.
+
+Example:
+    >>> args = build_parser().parse_args(["-l", "2", "--query", "index,pid"])
+    >>> check_combination(args); view_mode(args).interval, view_mode(args).form
+    (2.0, 'csv')
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from typing import Any
+
+from tpu_info.commands import exporter_cli
+from tpu_info.net.targets import shown
+
+
+class UsageError(Exception):
+    """Bad input: printed as one line, exit code 2. Control characters in the
+    message (the user's own argument, echoed) are escaped."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(shown(message))
+
+
+class Parser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose errors are :class:`UsageError` (one line, exit 2)."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UsageError(message)
+
+
+class _MetricAction(argparse.Action):
+    """``--metric NAME`` appends; a following ``-f FILTER`` attaches to it."""
+
+    def __call__(self, parser: argparse.ArgumentParser, ns: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        from tpu_info.views.metrics import resolve_or_custom
+
+        try:
+            resolve_or_custom(values)
+        except ValueError as e:
+            raise UsageError(str(e)) from e
+        ns.metrics = list(ns.metrics or []) + [[values, None]]
+
+
+class _FilterAction(argparse.Action):
+    def __call__(self, parser: argparse.ArgumentParser, ns: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        from tpu_info.views.metrics import parse_filter
+
+        if not ns.metrics:
+            raise UsageError(f"{option_string} must follow a --metric NAME")
+        try:
+            ns.metrics[-1][1] = parse_filter(values)
+        except ValueError as e:
+            raise UsageError(str(e)) from e
+
+
+MAX_SECONDS = 86_400.0  # one day: past it, thread waits and gRPC deadlines overflow
+
+
+def seconds_arg(flag: str, floor: float = 0.0, ceiling: float = MAX_SECONDS
+                ) -> Callable[[str], float]:
+    """An argparse ``type`` for ``flag``: a finite number of seconds in
+    ``(0, ceiling]``, raised to ``floor``; anything else is a :class:`UsageError`."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise UsageError(f"{flag} must be a number of seconds, got {text!r}") from None
+        if not value > 0 or value != value or value == float("inf"):
+            raise UsageError(f"{flag} must be a positive number of seconds, got {text!r}")
+        if value > ceiling:
+            raise UsageError(f"{flag} is at most {ceiling:g} seconds, got {text!r}")
+        return max(value, floor)
+
+    return parse
+
+
+def target_arg(text: str) -> str:
+    """An argparse ``type`` for ``--target``: a checked ``HOST:PORT``."""
+    from tpu_info.net.targets import validate_target
+
+    try:
+        return validate_target(text)
+    except ValueError as e:
+        raise UsageError(f"--target: {e}") from e
+
+
+def _pid(text: str) -> int:
+    if not (text.isascii() and text.isdigit()) or not 0 < int(text) < 1 << 31:
+        raise UsageError(f"--pid must be a process id (a positive integer), got {text!r}")
+    return int(text)
+
+
+def _output_file(text: str) -> str:
+    if not text or "\0" in text:
+        raise UsageError(f"-o must name a file, got {text!r}")
+    return text
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = Parser(prog="tpu-info", description="See what your accelerators and the XLA "
+                "programs on them are doing.", epilog="Exit codes: 0 all good; 1 some "
+                "targets failed; 2 usage error.")
+    p.add_argument("-v", "--version", action="store_true",
+                   help="print the tpu-info, libtpu and accelerator versions (Google's three "
+                        "lines; an object with --json) and exit")
+    p.add_argument("-p", "--process", action="store_true",
+                   help="show only the processes table (Google's flag)")
+    p.add_argument("--streaming", action="store_true",
+                   help="look again every --rate seconds (Ctrl-C stops): in place on a "
+                        "terminal, one frame appended per look to a pipe or file")
+    p.add_argument("-l", "--loop", type=seconds_arg("-l", 0.1), nargs="?", const=0.0,
+                   metavar="S", help="nvidia-smi's -l: --streaming every S seconds "
+                                     "(default --rate's)")
+    p.add_argument("--watch", action="store_true",
+                   help="live dashboard on a terminal (q quits, ? lists keys); --rate sets "
+                        "its interval")
+    p.add_argument("--rate", type=seconds_arg("--rate", 0.1), metavar="S",
+                   help="seconds between looks with --streaming or --watch (default 1, "
+                        "floor 0.1)")
+    p.add_argument("--list_metrics", action="store_true", help="list metric names and exit")
+    p.add_argument("--metric", action=_MetricAction, dest="metric_name", metavar="NAME",
+                   help="show one metric (repeatable); Google's short names or ours")
+    p.add_argument("-f", "--filter", action=_FilterAction, metavar="'percentile:[p50,p90]'",
+                   help="percentile columns for the --metric before it")
+    p.add_argument("--json", action="store_true",
+                   help="print the tpu-info/v1 JSON document (one per line with --streaming); "
+                        "with -v, --list_metrics, report or doctor: their JSON form")
+    p.add_argument("--query", type=_query, metavar="FIELD,...", dest="query_fields",
+                   help="CSV rows of these fields, nvidia-smi style (e.g. index,name,hbm_used,"
+                        "duty_cycle,pid,compiles,step_time; --help-query lists them)")
+    p.add_argument("--format", type=_csv_format, metavar="csv[,noheader][,nounits]",
+                   dest="csv_format", help="how --query prints (default csv)")
+    p.add_argument("--help-query", action="store_true",
+                   help="list the --query fields with their units and exit")
+    p.add_argument("--target", action="append", type=target_arg, default=[], metavar="HOST:PORT",
+                   help="also read this hook or libtpu (repeatable)")
+    p.add_argument("--targets-file", metavar="FILE", help="HOST:PORT per line (# comments)")
+    p.add_argument("--no-discovery", action="store_true",
+                   help="read only --target's, not this host's hooked processes and libtpu")
+    p.add_argument("--timeout", type=seconds_arg("--timeout"), default=3.0, metavar="S",
+                   help="seconds the whole command may take, replies included (default 3)")
+    p.add_argument("--no-color", action="store_true", help="plain text, no colours")
+    sub = p.add_subparsers(dest="command", metavar="{report,profile,doctor,run,exporter}")
+    json_help = "print it as JSON"
+    r = sub.add_parser("report", help="a running program's metrics_report()",
+                       description="A hooked program's torch_xla-style metrics_report().")
+    who = r.add_mutually_exclusive_group()
+    who.add_argument("--pid", type=_pid, help="the hooked process with this pid")
+    who.add_argument("--target", dest="report_target", type=target_arg, metavar="HOST:PORT",
+                     help="the hooked process (or libtpu) serving at HOST:PORT")
+    r.add_argument("--short", action="store_true", help="short_metrics_report()")
+    r.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help=json_help)
+    pr = sub.add_parser("profile", help="capture a Chrome/Perfetto trace of a running program",
+                        description="Record a running hooked program into a trace file.")
+    who = pr.add_mutually_exclusive_group()
+    who.add_argument("--pid", type=_pid, help="the hooked process with this pid")
+    who.add_argument("--target", dest="report_target", type=target_arg, metavar="HOST:PORT",
+                     help="the hooked process serving at HOST:PORT")
+    pr.add_argument("--duration", type=_capture_seconds, default=5.0, metavar="S",
+                    help="seconds to record (default 5, at most 300)")
+    pr.add_argument("-o", "--output", required=True, type=_output_file, metavar="FILE",
+                    help="trace file to write (gzip-compressed if it ends in .gz)")
+    pr.add_argument("--device", action="store_true",
+                    help="also jax.profiler / torch.profiler traces (the program opts in), "
+                         "beside FILE as <name>.device-N.*")
+    d = sub.add_parser("doctor", help="explain every N/A and what to do",
+                       description="Why each value is N/A, and what to do. It reads what "
+                       "tpu-info reads: put --target, --targets-file, --no-discovery and "
+                       "--timeout before 'doctor'.")
+    d.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help=json_help)
+    run = sub.add_parser("run", help="run a Python program with the hook installed",
+                         description="Run a command with the hook installed; exits with its "
+                         "status.")
+    run.add_argument("argv", nargs=argparse.REMAINDER, help="-- python train.py ...")
+    exporter_cli.add_parser(sub, seconds_arg, UsageError)
+    p.set_defaults(metrics=[])
+    return p
+
+
+def _query(text: str) -> list[Any]:
+    from tpu_info.outputs.query import parse_query
+
+    try:
+        return parse_query(text)
+    except ValueError as e:
+        raise UsageError(str(e)) from e
+
+
+def _csv_format(text: str) -> Any:
+    from tpu_info.outputs.query import parse_format
+
+    try:
+        return parse_format(text)
+    except ValueError as e:
+        raise UsageError(str(e)) from e
+
+
+# The device view's flags: (attribute, as the user wrote it).
+VIEW_FLAGS = (("streaming", "--streaming"), ("loop", "-l"), ("watch", "--watch"),
+              ("process", "-p"), ("metrics", "--metric"), ("list_metrics", "--list_metrics"),
+              ("query_fields", "--query"), ("csv_format", "--format"), ("rate", "--rate"))
+
+
+def check_combination(args: argparse.Namespace) -> None:
+    """Refuses flags that would be ignored together (one line, exit 2)."""
+    given = [flag for attr, flag in VIEW_FLAGS
+             if (v := getattr(args, attr)) is not None and v is not False and v != []]
+    if args.command and given:
+        raise UsageError(f"{given[0]} is for the device view, not for '{args.command}' "
+                         "(put only --target, --targets-file, --no-discovery, --timeout, "
+                         "--json before a subcommand)")
+    if args.json and args.command in ("run", "profile", "exporter"):
+        raise UsageError(f"--json does not apply to '{args.command}'")
+    if args.watch and (set(given) - {"--watch", "--rate"} or args.json):
+        other = next(iter(sorted(set(given) - {"--watch", "--rate"})), "--json")
+        raise UsageError(f"--watch is the interactive dashboard: it takes no {other} (for a "
+                         "pipe or a file use --streaming)")
+    if args.list_metrics and (set(given) - {"--list_metrics"}):
+        raise UsageError(f"--list_metrics lists names and exits: it takes no "
+                         f"{sorted(set(given) - {'--list_metrics'})[0]}")
+    if args.rate is not None and args.loop:
+        raise UsageError("-l S and --rate S both set the interval: give one")
+    if args.rate is not None and not (args.streaming or args.loop is not None or args.watch):
+        raise UsageError("--rate sets the interval of --streaming or --watch: add one of them")
+    if args.json and (args.process or args.metrics or args.query_fields or args.csv_format):
+        raise UsageError("--json prints the whole document; -p, --metric and --query/--format "
+                         "choose other outputs: give one (filter the JSON with jq)")
+    if args.query_fields and (args.process or args.metrics):
+        raise UsageError("--query picks its own fields: drop -p and --metric")
+    if args.csv_format and not args.query_fields:
+        raise UsageError("--format csv needs --query FIELD,... (see --help-query)")
+
+
+def view_mode(args: argparse.Namespace) -> Any:
+    """The default view's :class:`~tpu_info.commands.show.Mode` from checked flags."""
+    from tpu_info.commands.show import Mode
+    from tpu_info.outputs.query import Format
+
+    if args.query_fields and args.csv_format is None:
+        args.csv_format = Format()
+    form = "csv" if args.query_fields else "json" if args.json else "table"
+    return Mode(form, streaming=args.streaming or args.loop is not None,
+                interval=args.loop or args.rate or 1.0)
+
+
+def _capture_seconds(text: str) -> float:
+    value = seconds_arg("--duration")(text)
+    if value > 300:
+        raise UsageError(f"--duration is at most 300 seconds (5 minutes), got {text!r}")
+    return value
+
+

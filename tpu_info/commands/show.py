@@ -1,0 +1,148 @@
+"""``tpu-info``'s default view: one look, or one every interval (``--streaming``, ``-l S``).
+
+Three forms, one per look: the tables (``-p``, ``--metric`` narrow them),
+the ``tpu-info/v1`` JSON document (``--json``; one document per line, NDJSON,
+when streaming) and CSV rows of named fields (``--query ... --format csv``).
+Streaming to a terminal redraws the tables in place; to a pipe or a file it
+appends one frame per interval and flushes it, as ``nvidia-smi -l`` does.
+JSON and CSV always append. Ctrl-C ends a stream with exit code 0.
+
+Example:
+    >>> Mode(form="csv").appends(terminal=True)
+    True
+    >>> Mode(form="table").appends(terminal=True)
+    False
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from tpu_info.commands.gather import Gathered
+
+EXIT_OK = 0
+EXIT_PARTIAL = 1
+
+EMPTY = ("No accelerator and no hooked process found. Run `tpu-info doctor` to see why, or "
+         "start a program with `tpu-info run -- python ...`.")
+
+
+@dataclass(frozen=True)
+class Mode:
+    """What the view prints: ``form`` is ``table``, ``json`` or ``csv``."""
+
+    form: str = "table"
+    streaming: bool = False
+    interval: float = 1.0
+
+    def appends(self, terminal: bool) -> bool:
+        """True when each look is appended (a pipe, a file, JSON or CSV)."""
+        return self.form != "table" or not terminal
+
+
+def _header(g: Gathered) -> Any:
+    from tpu_info.host import devices
+    from tpu_info.views.values import Header
+
+    return Header.now(accelerator_type=devices.accelerator_type(g.local))
+
+
+def renderable(args: argparse.Namespace, g: Gathered, width: int) -> Any:
+    """The tables of one look, sized for ``width`` columns."""
+    from rich.console import Group
+
+    from tpu_info.outputs import render
+    from tpu_info.views.metrics import DEFAULT_PERCENTILES, metric_table
+
+    if args.metrics:
+        return Group(*(metric_table(name, g.views, cols or DEFAULT_PERCENTILES)
+                       for name, cols in args.metrics))
+    if args.process:
+        return render.processes_table(g.views, render.Reasons(), width)
+    return render.render(g.views, local=g.local, header=_header(g), width=width)
+
+
+def json_text(g: Gathered, indent: int | None) -> str:
+    """One look as the ``tpu-info/v1`` document (one line when ``indent`` is None)."""
+    from tpu_info.outputs.jsonview import dumps, to_json
+
+    doc = to_json(g.views, local=g.local, header=_header(g))
+    doc["notes"] = [{"where": w, "reason": r} for w, r in g.notes]
+    return dumps(doc, indent=indent)
+
+
+class _Csv:
+    """CSV lines of ``--query`` fields; the header once, before the first look."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.fields, self.fmt = args.query_fields, args.csv_format
+        self.header_due = self.fmt.header
+
+    def lines(self, g: Gathered) -> list[str]:
+        from tpu_info.outputs import query
+        from tpu_info.views.derived import readings
+
+        out = [query.header_line(self.fields, self.fmt)] if self.header_due else []
+        self.header_due = False
+        run = readings(g.views, local=g.local, header=_header(g))
+        return out + query.csv_lines(run, self.fields, self.fmt)
+
+
+def _write(text: str) -> None:
+    sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    sys.stdout.flush()  # a pipe sees every look when it is taken
+
+
+def show(args: argparse.Namespace, mode: Mode, look: Callable[[], Gathered],
+         say: Callable[[object], None]) -> int:
+    """Prints ``look()`` once, or every ``mode.interval`` seconds until Ctrl-C.
+
+    ``look`` takes one look (its own ``--timeout``); ``say`` prints one error
+    line. Returns the exit code: 1 when a named target failed (one look).
+    """
+    from tpu_info.commands.args import UsageError
+    from tpu_info.outputs.console import make_console
+    from tpu_info.views.metrics import unknown_metric
+
+    console = make_console(args.no_color)
+    csv = _Csv(args) if mode.form == "csv" else None
+
+    def frame(g: Gathered) -> None:
+        if csv is not None:
+            _write("\n".join(csv.lines(g)))
+        elif mode.form == "json":
+            _write(json_text(g, indent=None if mode.streaming else 2))
+        elif not mode.streaming and not g.views and not g.local.chips and not args.metrics:
+            console.print(EMPTY)
+        else:
+            console.print(renderable(args, g, console.width))
+            if mode.streaming:
+                console.print()
+            sys.stdout.flush()
+
+    if not mode.streaming:
+        g = look()
+        if bad := unknown_metric([name for name, _ in args.metrics or ()], g.views):
+            raise UsageError(bad)
+        frame(g)
+        for v in g.failed:
+            say(v.error if v.error.startswith(f"{v.target}: ") else f"{v.target}: {v.error}")
+        return EXIT_PARTIAL if g.failed else EXIT_OK
+    try:
+        if mode.appends(console.is_terminal):
+            while True:
+                frame(look())
+                time.sleep(mode.interval)
+        from rich.live import Live
+
+        with Live(console=console, auto_refresh=False, screen=False) as live:
+            while True:
+                live.update(renderable(args, look(), console.width), refresh=True)
+                time.sleep(mode.interval)
+    except KeyboardInterrupt:
+        return EXIT_OK

@@ -1,0 +1,81 @@
+"""Where the CLI's text goes: a rich ``Console``, and streams that never crash on ASCII.
+
+An ASCII-only stdout (``LANG=C``, ``PYTHONIOENCODING=ascii``, an old
+terminal) cannot encode the tables' glyphs (``…``, ``█``, box drawing).
+:func:`degrade_streams` gives such a stream the ``tpu_info_ascii`` error
+handler: each glyph becomes its ASCII look-alike (``…`` -> ``.``, ``█`` ->
+``#``, box lines -> ``-``/``|``/``+``), accented letters lose their accents
+and anything else becomes ``?``, one character for one so columns stay
+aligned. rich sees the ASCII encoding and draws its tables with ASCII boxes.
+
+Example:
+    >>> degrade_streams()  # no-op where stdout speaks UTF-8
+    >>> "█…ü\\u2500".encode("ascii", errors=ASCII_ERRORS)
+    b'#.u-'
+"""
+
+from __future__ import annotations
+
+import codecs
+import sys
+import unicodedata
+from typing import Any, TextIO
+
+ASCII_ERRORS = "tpu_info_ascii"
+_GLYPHS = {"…": ".", "█": "#", "░": ".", "▏": "|", "µ": "u", "\ufffd": "?", "↻": "@",
+           "×": "x", "→": ">", "←": "<", "·": "."}
+_SAMPLE = "…█─"  # if these encode, the stream needs no help
+
+
+def _ascii_of(c: str) -> str:
+    if c in _GLYPHS:
+        return _GLYPHS[c]
+    name = unicodedata.name(c, "")
+    if name.startswith("BOX DRAWINGS"):
+        return "|" if "VERTICAL" in name and "HORIZONTAL" not in name else (
+            "-" if "HORIZONTAL" in name and "VERTICAL" not in name else "+")
+    base = unicodedata.normalize("NFKD", c).encode("ascii", "ignore").decode("ascii")
+    return base[:1] if base.isprintable() and base else "?"
+
+
+def _handler(err: UnicodeError) -> tuple[str, int]:
+    if not isinstance(err, UnicodeEncodeError):
+        raise err
+    return "".join(_ascii_of(c) for c in err.object[err.start:err.end]), err.end
+
+
+codecs.register_error(ASCII_ERRORS, _handler)
+
+
+def needs_ascii(stream: Any) -> bool:
+    """True when ``stream`` cannot encode the tables' glyphs."""
+    encoding = getattr(stream, "encoding", None) or "ascii"
+    try:
+        _SAMPLE.encode(encoding)
+    except (UnicodeEncodeError, LookupError):
+        return True
+    return False
+
+
+def degrade_streams(*streams: TextIO) -> None:
+    """Gives each of ``streams`` (default stdout and stderr) that cannot encode
+    the glyphs the ASCII error handler, so printing never raises."""
+    for stream in streams or (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None and needs_ascii(stream):
+            reconfigure(errors=ASCII_ERRORS)
+
+
+def make_console(no_color: bool = False) -> Any:
+    """The rich ``Console`` every CLI view prints to (stdout; no markup, no emoji).
+    A closed pipe raises ``BrokenPipeError`` (rich would exit with status 1,
+    which means "targets failed" here)."""
+    from rich.console import Console
+
+    class _Console(Console):
+        def on_broken_pipe(self) -> None:
+            self.quiet = True
+            raise BrokenPipeError
+
+    return _Console(no_color=no_color, highlight=False, emoji=False, markup=False,
+                    soft_wrap=False)
