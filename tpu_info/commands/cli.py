@@ -112,10 +112,14 @@ def _watch(args: argparse.Namespace, targets: list[str]) -> int:
 
 def _show(args: argparse.Namespace, targets: list[str]) -> int:
     from tpu_info.commands.show import show
+    from tpu_info.views.metrics import unknown_metric
 
     def look():  # type: ignore[no-untyped-def]
         args.deadline = time.monotonic() + args.timeout  # each look has its own --timeout
-        return _gather(args, targets)
+        g = _gather(args, targets)
+        if bad := unknown_metric([name for name, _ in args.metrics or ()], g.views):
+            raise UsageError(bad)  # a name no target records (custom names are allowed)
+        return g
 
     return show(args, view_mode(args), look, _say)
 

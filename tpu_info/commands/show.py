@@ -105,9 +105,7 @@ def show(args: argparse.Namespace, mode: Mode, look: Callable[[], Gathered],
     ``look`` takes one look (its own ``--timeout``); ``say`` prints one error
     line. Returns the exit code: 1 when a named target failed (one look).
     """
-    from tpu_info.commands.args import UsageError
     from tpu_info.outputs.console import make_console
-    from tpu_info.views.metrics import unknown_metric
 
     console = make_console(args.no_color)
     csv = _Csv(args) if mode.form == "csv" else None
@@ -127,8 +125,6 @@ def show(args: argparse.Namespace, mode: Mode, look: Callable[[], Gathered],
 
     if not mode.streaming:
         g = look()
-        if bad := unknown_metric([name for name, _ in args.metrics or ()], g.views):
-            raise UsageError(bad)
         frame(g)
         for v in g.failed:
             say(v.error if v.error.startswith(f"{v.target}: ") else f"{v.target}: {v.error}")
