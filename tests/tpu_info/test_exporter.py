@@ -149,7 +149,8 @@ def test_the_command_serves_writes_file_sd_and_cleans_up(tmp_path):
         [sys.executable, "-m", "tpu_info", "exporter", "--listen", "127.0.0.1:0",
          "--runtime-dir", str(tmp_path / "none"), "--host-label", "h1", "--no-libtpu",
          "--sysfs", str(tmp_path / "nosys"), "--sd-file", str(sd),
-         "--sd-address", "h1.example:9431"],
+         "--sd-address", "h1.example:9431",
+         "--interval", "1"],  # shorter than the default --timeout: the default follows it
         stderr=subprocess.PIPE, text=True, cwd=ROOT,
         env=dict(os.environ, PYTHONPATH=str(ROOT)))
     try:

@@ -60,8 +60,8 @@ def add_parser(sub: Any, seconds: Callable[..., Callable[[str], float]],
     e.add_argument("--interval", type=seconds("--interval", 0.1), default=5.0, metavar="S",
                    help="seconds between polls of the host and its processes (default 5)")
     e.add_argument("--timeout", dest="poll_timeout", type=seconds("--timeout", 0.05),
-                   default=2.0, metavar="S", help="seconds a poll waits for its targets, all "
-                   "asked at once (default 2; at most --interval)")
+                   default=None, metavar="S", help="seconds a poll waits for its targets, all "
+                   "asked at once (default 2, or --interval when shorter; at most --interval)")
     e.add_argument("--no-libtpu", action="store_true",
                    help="never ask libtpu on localhost:8431 for its chips")
     e.add_argument("--sysfs", default="/sys", metavar="DIR",
@@ -94,6 +94,8 @@ def run(args: argparse.Namespace, error: Callable[[str], Exception]) -> int:
     from tpu_info.host.devices import scan_local
     from tpu_info.net.targets import is_loopback_host
 
+    if args.poll_timeout is None:  # not given: the default, never past the interval
+        args.poll_timeout = min(2.0, args.interval)
     if args.poll_timeout > args.interval:
         raise error(f"--timeout ({args.poll_timeout:g}s) must be at most --interval "
                     f"({args.interval:g}s)")
