@@ -2,10 +2,11 @@
 
 The rule: the first ``named`` graphs a :class:`GraphSeries` sees (in the
 ledger's first-seen order) each get a series of their own, labelled by short
-hash, name, engine and computation (:func:`computation_hash`), for the life of the process; they are never replaced,
-so no series vanishes as graphs come and go. Every other graph is added into
-one ``graph="other"`` series, present from the start at zero. So a process
-has at most ``named + 1`` series per family, whatever its graphs do.
+hash, name, engine and computation (:func:`computation_hash`), for the life
+of the process; they are never replaced, so no series vanishes as graphs
+come and go. Every other graph is added into one ``graph="other"`` series,
+present from the start at zero. So a process has at most ``named + 1``
+series per family, whatever its graphs do.
 
 Each series only grows: when a graph leaves the ledger (evicted as least
 recently seen, counted in ``GraphsEvicted``, or cleared) or its counts go
