@@ -1,7 +1,9 @@
 """A small fleet for tests: four ranks of one JAX job on two ``tpu-info
 exporter``s (standing in for two hosts), scraped by a real Prometheus that
-finds the exporters through the file_sd JSON they write (``--sd-file``) and
-loads the fleet kit's rules (issue 17, items 1 and 3).
+runs ``examples/prometheus/prometheus.yml`` (its paths and intervals
+changed for the test): it finds the exporters through the file_sd JSON they
+write (``--sd-file``) and loads the fleet kit's rules (issue 17, items 1
+and 3).
 
 The ranks are started as a launcher starts them (``$RANK``/``$WORLD_SIZE``,
 one JAX process each) and step until their stdin closes: each step runs one
@@ -38,7 +40,8 @@ from tests.conftest import ROOT
 from tests.fixtures.sysfs_trees import MACHINES, build_sysfs
 from tests.metrics.test_prometheus import free_port, query
 
-RULES = ROOT / "examples" / "prometheus" / "tpu-info-rules.yml"
+EXAMPLE_CONFIG = ROOT / "examples" / "prometheus" / "prometheus.yml"
+RULES = EXAMPLE_CONFIG.with_name("tpu-info-rules.yml")
 
 RANK = textwrap.dedent("""
     import os, sys, threading
@@ -122,6 +125,18 @@ class Fleet:
                              + self.log.read_text()[-2000:])
 
 
+def example_config(sd: Path) -> str:
+    """``examples/prometheus/prometheus.yml`` as the fleet runs it: its file_sd
+    directory, its rules by absolute path, and 1 s intervals."""
+    text = EXAMPLE_CONFIG.read_text()
+    for old, new in (("/shared/tpu-info-sd", str(sd)), ("15s", "1s"),
+                     ("refresh_interval: 1m", "refresh_interval: 1s"),
+                     ('"tpu-info-rules.yml"', f'"{RULES}"')):
+        assert old in text, old
+        text = text.replace(old, new)
+    return text
+
+
 def _exporter(host: str, tmp: Path, sysfs: Path, sd: Path, env: dict[str, str]
               ) -> tuple[subprocess.Popen, str]:
     run = tmp / host
@@ -170,18 +185,7 @@ def running_fleet(tmp: Path, prometheus_binary: str) -> Iterator[Fleet]:
             exporters.append(p)
         killed = exporters.pop()
         config = tmp / "prometheus.yml"
-        config.write_text(textwrap.dedent(f"""
-            global:
-              scrape_interval: 1s
-              evaluation_interval: 1s
-            rule_files: ["{RULES}"]
-            scrape_configs:
-              - job_name: tpu-info
-                honor_labels: true
-                file_sd_configs:
-                  - files: ["{sd}/*.json"]
-                    refresh_interval: 1s
-        """))
+        config.write_text(example_config(sd))
         log = tmp / "prometheus.log"
         api_port = free_port()
         fleet = Fleet(api_port, urls, subprocess.Popen(
