@@ -170,8 +170,9 @@ def test_collector_families():
     assert ob[("tpu_info_outbound_data_bytes_bucket", (("le", "8192.0"),))] == 5
 
     gc = samples(fams["tpu_info_graph_compiles"])
-    key = ("tpu_info_graph_compiles_total",
-           (("engine", "jax"), ("graph", f"{2:064x}"[:12]), ("name", "jit(f2)")))
+    [key] = [k for k in gc if dict(k[1])["name"] == "jit(f2)"]
+    assert dict(key[1])["graph"] == f"{2:064x}"[:12] and dict(key[1])["engine"] == "jax"
+    assert len(dict(key[1])["computation"]) == 12
     assert gc[key] == 3
     # only graphs whose calls are counted, and "other" (at zero)
     assert len(samples(fams["tpu_info_graph_executions"])) == 2
@@ -199,7 +200,8 @@ def test_graph_labels_are_bounded_to_the_first_graphs_plus_other():
     gc = samples(fams["tpu_info_graph_compiles"])
     assert len(gc) == prom.TOP_GRAPHS + 1
     other = gc.pop(("tpu_info_graph_compiles_total",
-                    (("engine", ""), ("graph", "other"), ("name", "other graphs"))))
+                    (("computation", "other"), ("engine", ""), ("graph", "other"),
+              ("name", "other graphs"))))
     assert sorted(gc.values()) == [i + 1 for i in range(prom.TOP_GRAPHS)]  # the first seen
     assert other == sum(i + 1 for i in range(prom.TOP_GRAPHS, 500))
     assert samples(fams["tpu_info_graphs"])[("tpu_info_graphs", ())] == 500

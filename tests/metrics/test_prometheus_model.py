@@ -72,7 +72,8 @@ def test_every_counter_is_present_at_zero_before_the_first_event():
     assert ct[("tpu_info_compile_time_seconds_count", ())] == 0
     assert ct[("tpu_info_compile_time_seconds_bucket", (("le", "+Inf"),))] == 0
     other = ("tpu_info_graph_compiles_total",
-             (("engine", ""), ("graph", "other"), ("name", "other graphs")))
+             (("computation", "other"), ("engine", ""), ("graph", "other"),
+              ("name", "other graphs")))
     assert samples(fams["tpu_info_graph_compiles"]) == {other: 0.0}
     promtool_check(text)
 
@@ -224,3 +225,19 @@ def test_real_torch_lazy_ops_are_one_family():
            if s.labels["namespace"] == "lazy"}
     assert ops.get("tanh") == 3 and len(ops) >= 3, ops
     promtool_check(r.stdout)
+
+
+def test_the_computation_label_is_the_same_where_only_the_rank_made_hashes_differ():
+    """jax.distributed ranks compile one global jit under different cache keys
+    (the compile options carry the process index): ``computation`` (name and
+    input signature) is the same for them, and differs for other arguments."""
+    from tpu_info.outputs.graph_series import GraphSeries
+
+    rank0 = GraphRecord("a" * 64, "jit(step)", "jax", 1.0, 1.0, compiles=1,
+                        signature=("x: f32[8] sharded('data',)",))
+    rank1 = dataclasses.replace(rank0, hash="b" * 64)
+    other_shape = dataclasses.replace(rank0, hash="c" * 64, signature=("x: f32[16]",))
+    rows = GraphSeries(named=5).rows([rank0, rank1, other_shape])
+    graph, computation = [r.labels[0] for r in rows], [r.labels[3] for r in rows]
+    assert graph[0] != graph[1] and computation[0] == computation[1] != computation[2]
+    assert computation[3] == "other"

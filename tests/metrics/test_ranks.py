@@ -69,10 +69,19 @@ import os, sys
 import jax
 jax.distributed.initialize(coordinator_address=os.environ["COORD"], num_processes=2,
                            process_id=int(sys.argv[1]), initialization_timeout=60)
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
 import metrics
+from tpu_info.outputs.graph_series import computation_hash
 metrics.install(engines=["jax"], serve=False)
 p = metrics.snapshot().process
 print(p.process_index, p.process_count, p.process_index_source, flush=True)
+# One global jit: its cache key (graph hash) differs per rank, its computation does not.
+sharding = NamedSharding(Mesh(jax.devices(), ("d",)), PartitionSpec("d"))
+x = jax.make_array_from_process_local_data(sharding, np.ones(4, np.float32))
+jax.jit(lambda x: (x * 2).sum())(x).block_until_ready()
+[g] = metrics.snapshot().graphs
+print(g.short_hash, computation_hash(g), flush=True)
 os._exit(0)  # no shutdown barrier: the two stop in any order
 """
 
@@ -93,5 +102,8 @@ def test_the_ranks_of_a_jax_distributed_job_say_which_they_are():
     procs = [subprocess.Popen([sys.executable, "-c", DISTRIBUTED, str(i)], env=env, cwd=ROOT,
                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
              for i in (0, 1)]
-    outs = [p.communicate(timeout=120)[0].split()[-3:] for p in procs]
-    assert outs == [["0", "2", "jax"], ["1", "2", "jax"]]
+    outs = [" ".join(line for line in p.communicate(timeout=120)[0].splitlines()
+                     if not line.startswith("[Gloo]")).split() for p in procs]
+    assert [o[:3] for o in outs] == [["0", "2", "jax"], ["1", "2", "jax"]]
+    (graph0, computation0), (graph1, computation1) = (o[3:] for o in outs)
+    assert graph0 != graph1 and computation0 == computation1  # the rank-skew rule's label

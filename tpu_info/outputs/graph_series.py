@@ -2,10 +2,11 @@
 
 The rule: the first ``named`` graphs a :class:`GraphSeries` sees (in the
 ledger's first-seen order) each get a series of their own, labelled by short
-hash, name and engine, for the life of the process; they are never replaced,
-so no series vanishes as graphs come and go. Every other graph is added into
-one ``graph="other"`` series, present from the start at zero. So a process
-has at most ``named + 1`` series per family, whatever its graphs do.
+hash, name, engine and computation (:func:`computation_hash`), for the life
+of the process; they are never replaced, so no series vanishes as graphs
+come and go. Every other graph is added into one ``graph="other"`` series,
+present from the start at zero. So a process has at most ``named + 1``
+series per family, whatever its graphs do.
 
 Each series only grows: when a graph leaves the ledger (evicted as least
 recently seen, counted in ``GraphsEvicted``, or cleared) or its counts go
@@ -26,13 +27,14 @@ Example:
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from tpu_info.contract.model import GraphRecord
 
-OTHER = ("other", "other graphs", "")  # (graph, name, engine) of the shared series
+OTHER = ("other", "other graphs", "", "other")  # (graph, name, engine, computation)
 
 # compiles, compile seconds, cache hits, executions (None: not counted)
 _Values = tuple[int, float, int, "int | None"]
@@ -42,11 +44,24 @@ _Values = tuple[int, float, int, "int | None"]
 class SeriesRow:
     """One series' values; ``executions`` None where its graphs' calls are not counted."""
 
-    labels: tuple[str, str, str]  # graph (short hash or "other"), name, engine
+    labels: tuple[str, str, str, str]  # graph (short hash or "other"), name, engine, computation
     compiles: float
     compile_seconds: float
     cache_hits: float
     executions: float | None
+
+
+def computation_hash(g: GraphRecord) -> str:
+    """The ``computation`` label: 12 hex digits of sha256 over the graph's
+    engine, name and input signature (argument shapes, dtypes, shardings).
+
+    The same on every rank of an SPMD program, where ``graph`` (the engine's
+    cache key) need not be: JAX's key includes the compile options, which
+    carry each ``jax.distributed`` process's index. A branch on the rank
+    inside the function, with the same arguments, is not told apart.
+    """
+    text = "\0".join((g.engine, g.name, *g.signature))
+    return hashlib.sha256(text.encode("utf-8", "replace")).hexdigest()[:12]
 
 
 def _went_down(old: _Values, new: _Values | None) -> bool:
@@ -65,7 +80,7 @@ class GraphSeries:
 
     def __init__(self, named: int) -> None:
         self.named = named
-        self._names: dict[str, tuple[str, str, str]] = {}  # hash -> labels, first seen first
+        self._names: dict[str, tuple[str, str, str, str]] = {}  # hash -> labels, first seen first
         self._last: dict[str, _Values] = {}  # graphs of the previous call
         self._retired: dict[str | None, list[float]] = {}  # hash or None (other) -> sums
         self._counted: set[str | None] = set()  # series whose graphs' calls are counted
@@ -86,7 +101,8 @@ class GraphSeries:
                 for g in sorted(graphs, key=lambda g: (g.first_seen_unix, g.hash)):
                     if len(self._names) >= self.named:
                         break
-                    self._names.setdefault(g.hash, (g.short_hash, g.name, g.engine))
+                    self._names.setdefault(g.hash, (g.short_hash, g.name, g.engine,
+                                                     computation_hash(g)))
             sums = {k: list(v) for k, v in self._retired.items()}
             for h, values in current.items():
                 self._add(sums, self._key(h), values)

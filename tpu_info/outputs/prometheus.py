@@ -36,7 +36,9 @@ counted under it, and only samples within one fine bucket (about 1 %) above
 an edge can be counted with it; the exact min and max clamp the ends.
 
 Per-graph counters (``tpu_info_graph_compiles_total`` and its siblings,
-labels ``graph`` = short hash, ``name``, ``engine``) follow
+labels ``graph`` = short hash, ``name``, ``engine``, and ``computation``: a
+hash of name and input signature that is the same on every rank of one SPMD
+program where ``graph`` need not be) follow
 :mod:`tpu_info.outputs.graph_series`' rule: the first :data:`TOP_GRAPHS`
 graphs the process compiled keep a series each for its life, every later
 graph adds into ``graph="other"``; series only grow and never vanish as the
@@ -305,7 +307,7 @@ def _distributions(f: _Families, snap: Snapshot, seen: set[str]) -> Iterator[Met
 
 
 def _graphs(f: _Families, snap: Snapshot, st: SeriesState) -> Iterator[Metric]:
-    labels = ["graph", "name", "engine"]
+    labels = ["graph", "name", "engine", "computation"]
     which = (f"the first {st.top_graphs} graphs compiled, then graph=\"other\" for the rest; "
              "tpu_info.outputs.graph_series")
     g_compiles = f.counter(PREFIX + "graph_compiles", f"Compiles of each graph ({which}).",
