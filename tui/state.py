@@ -207,7 +207,7 @@ class WatchState:
     targets: dict[str, TargetData] = field(default_factory=dict)
     selected: str | None = None
     paused: bool = False
-    sort: str = "compiles"
+    sort: str = "cost/step"
     filter: str = ""
 
     def ordered(self) -> list[TargetData]:

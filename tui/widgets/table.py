@@ -83,6 +83,7 @@ class LiveTable(ScrollView, can_focus=True):
         super().__init__(**kwargs)
         self.show_cursor = cursor
         self.cursor_row = 0
+        self.user_moved = False  # the user moved the cursor (else it may follow the top)
         self.row_keys: list[str] = []
         self._lt_index: dict[str, int] = {}
         self._lt_cells: dict[str, dict[str, object]] = {}
@@ -117,6 +118,7 @@ class LiveTable(ScrollView, can_focus=True):
         self._lt_header = None
         self._lt_layout_width = -1
         self.cursor_row = 0
+        self.user_moved = False
         self._resize()
         self.refresh()
 
@@ -183,6 +185,7 @@ class LiveTable(ScrollView, can_focus=True):
     # Keys -------------------------------------------------------------------
 
     def action_cursor(self, step: int) -> None:
+        self.user_moved = True
         if self.show_cursor:
             self.move_cursor(self.cursor_row + step)
         else:
@@ -199,6 +202,7 @@ class LiveTable(ScrollView, can_focus=True):
     def on_click(self, event: Click) -> None:
         row = int(self.scroll_offset.y) + event.y - 1
         if self.show_cursor and 0 <= row < len(self.row_keys):
+            self.user_moved = True
             self.move_cursor(row)
             if event.chain >= 2:
                 self.action_select()

@@ -1,0 +1,81 @@
+"""What each compiled graph costs per step, whose it is, and whether it recompiled.
+
+One place for the judgements a graph table makes (the dashboard's Graphs
+panel reads them; the CLI can): :func:`graph_cost` is the time a graph cost
+the run, compiling plus running it, per step (the same
+:class:`~tpu_info.views.cost.Cost` the findings state);
+:func:`own_hashes` splits the program's own functions from the library's
+set-up graphs; :func:`is_recompile` says whether a graph is a recompile.
+
+The rule for "the program's own": a graph is the program's when its record
+names a line of the program (a compile cause with a source line: the hooks
+record one for every function the program jitted or compiled) or it ran at
+least twice. The rest, graphs compiled with no line of the program's and run
+at most once, are the library's set-up: JAX's own ``jit(_normal)``,
+``jit(_threefry_split)``, ``jit(broadcast_in_dim)`` ... compiled while it
+builds PRNG keys and initial arrays, and single eager ops. When no graph of a
+snapshot names a line (an engine that records no causes), every graph counts
+as the program's: the rule cannot tell, so it does not split.
+
+Example:
+    >>> from tpu_info.contract.model import GraphRecord, Snapshot, StepsReading
+    >>> g = GraphRecord("ab" * 32, "jit(step)", "jax", 0.0, 1.0, compiles=1,
+    ...                 compile_seconds_total=2.0, executions=100)
+    >>> s = Snapshot(1.0, graphs=(g,), steps=StepsReading(100, "marked"))
+    >>> graph_cost(s, g).seconds_per_step
+    0.02
+    >>> per_step_cell(graph_cost(s, g))
+    '20 ms'
+"""
+
+from __future__ import annotations
+
+from tpu_info.contract.catalog import EXECUTE_TIME
+from tpu_info.contract.model import FIRST_CALL, GraphRecord, Snapshot
+from tpu_info.views.cost import Cost, cost_of, duration
+
+NO_STEPS = "steps are not known (nothing marks or infers a step), so no per-step figure"
+
+
+def mean_execute_seconds(s: Snapshot) -> float | None:
+    """The process's mean time per execution of a compiled graph (None: not timed)."""
+    ex = s.distribution(EXECUTE_TIME)
+    if ex is None or not ex.count or ex.total <= 0:
+        return None
+    return ex.total / 1e9 / ex.count
+
+
+def graph_cost(s: Snapshot, g: GraphRecord, mean_s: float | None = None) -> Cost:
+    """What ``g`` cost the run: its compile time (measured) plus its executions
+    times the process's mean execution time (estimated: the engines time
+    executions per process, not per graph), per step when steps are known.
+    ``mean_s``: :func:`mean_execute_seconds` of ``s``, when the caller has it."""
+    mean = mean_s if mean_s is not None else mean_execute_seconds(s)
+    if g.executions and mean is not None:
+        return cost_of(s, g.compile_seconds_total + g.executions * mean, g.executions,
+                       f"estimated: compile time plus {g.executions:,} executions at this "
+                       f"process's mean execution time, {duration(mean)}")
+    return cost_of(s, g.compile_seconds_total, g.executions)
+
+
+def per_step_cell(c: Cost) -> str:
+    """A graph's cost in a table cell: ``2.1 ms`` per step, ``~`` marking an
+    estimate; empty when steps are not known (:data:`NO_STEPS` says why)."""
+    if c.seconds_per_step is None:
+        return ""
+    return ("~" if c.estimated else "") + duration(c.seconds_per_step)
+
+
+def own_hashes(s: Snapshot) -> frozenset[str]:
+    """The hashes of the program's own graphs (the module docstring's rule)."""
+    named = {g.hash for g in s.graphs if any(c.location for c in g.causes)}
+    if not named:
+        return frozenset(g.hash for g in s.graphs)
+    return frozenset(named | {g.hash for g in s.graphs if (g.executions or 0) >= 2})
+
+
+def is_recompile(g: GraphRecord) -> bool:
+    """``g`` is a recompile: it compiled more than once, or a cause other than
+    the first call made it (a second graph of a function, for a new shape,
+    dtype, static value ...). A function's first graph is not one."""
+    return g.compiles > 1 or any(c.description != FIRST_CALL for c in g.causes)
