@@ -30,9 +30,11 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from tpu_info.contract.catalog import EXECUTE_TIME
 from tpu_info.contract.model import FIRST_CALL, GraphRecord, Snapshot
-from tpu_info.views.cost import Cost, cost_of, duration
+from tpu_info.views.cost import Cost, duration, steps_of
 
 NO_STEPS = "steps are not known (nothing marks or infers a step), so no per-step figure"
 
@@ -50,12 +52,25 @@ def graph_cost(s: Snapshot, g: GraphRecord, mean_s: float | None = None) -> Cost
     times the process's mean execution time (estimated: the engines time
     executions per process, not per graph), per step when steps are known.
     ``mean_s``: :func:`mean_execute_seconds` of ``s``, when the caller has it."""
+    return graph_costs(s, (g,), mean_s)[0]
+
+
+def graph_costs(s: Snapshot, graphs: Sequence[GraphRecord] | None = None,
+                mean_s: float | None = None) -> list[Cost]:
+    """:func:`graph_cost` of each of ``graphs`` (default: all of ``s``'s), the
+    steps and the mean execution time looked up once."""
     mean = mean_s if mean_s is not None else mean_execute_seconds(s)
-    if g.executions and mean is not None:
-        return cost_of(s, g.compile_seconds_total + g.executions * mean, g.executions,
-                       f"estimated: compile time plus {g.executions:,} executions at this "
-                       f"process's mean execution time, {duration(mean)}")
-    return cost_of(s, g.compile_seconds_total, g.executions)
+    steps = steps_of(s)
+    how = ("" if mean is None else "estimated: compile time plus executions at this "
+           f"process's mean execution time, {duration(mean)}")
+    out = []
+    for g in (s.graphs if graphs is None else graphs):
+        if g.executions and mean is not None:
+            out.append(Cost(g.compile_seconds_total + g.executions * mean, g.executions, True,
+                            how, steps))
+        else:
+            out.append(Cost(max(0.0, g.compile_seconds_total), g.executions, False, "", steps))
+    return out
 
 
 def per_step_cell(c: Cost) -> str:

@@ -8,6 +8,7 @@ as a sparkline of its cost and the refreshes at which its count or cost moved.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from datetime import tzinfo
@@ -42,7 +43,8 @@ def split_advice(message: str) -> tuple[str, str]:
     return (parts[0], parts[1]) if len(parts) == 2 else (message, "")
 
 
-def source_lines(location: str | None, around: int = 1) -> list[tuple[int, str]] | None:
+@functools.lru_cache(maxsize=64)  # read once, not at every refresh of an open detail
+def source_lines(location: str | None, around: int = 1) -> tuple[tuple[int, str], ...] | None:
     """The lines of ``path:line`` (and ``around`` on each side) when the file
     is a readable regular file on this host; None otherwise."""
     m = _LOCATION_RE.match(location or "")
@@ -59,7 +61,7 @@ def source_lines(location: str | None, around: int = 1) -> list[tuple[int, str]]
     if not 1 <= line <= len(lines):
         return None
     lo, hi = max(1, line - around), min(len(lines), line + around)
-    return [(n, lines[n - 1]) for n in range(lo, hi + 1)]
+    return tuple((n, lines[n - 1]) for n in range(lo, hi + 1))
 
 
 def _cost(p: FindingPoint) -> str:

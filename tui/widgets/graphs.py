@@ -17,6 +17,8 @@ the panel's tooltip says why each N/A is N/A.
 
 from __future__ import annotations
 
+import time
+
 from rich.text import Text
 from textual.message import Message
 
@@ -24,9 +26,8 @@ from tpu_info.contract.model import GraphRecord
 from tpu_info.views.derived import graph_row
 from tpu_info.views.graphs import (
     NO_STEPS,
-    graph_cost,
+    graph_costs,
     is_recompile,
-    mean_execute_seconds,
     own_hashes,
     per_step_cell,
 )
@@ -39,6 +40,10 @@ SORTS = ("cost/step", "compiles", "compile time", "executions")
 WIDE = 100  # panel width from which the last cause gets a column
 HASH_CELLS = 8
 SETUP_ROW = "~setup"  # the line above the library's set-up graphs (hashes are hex)
+# A graph's cost per step moves at every step even when nothing else about it
+# changed (its compile time spreads over more steps): those moves are drawn
+# (and re-sorted) at most this often, so 500 graphs at 10 Hz stay cheap.
+COST_EVERY_S = 1.0
 
 
 class Shown:
@@ -51,9 +56,10 @@ class Shown:
         self.graph, self.flag, self.cost, self.own, self.per_step = (graph, flag, cost, own,
                                                                      per_step)
 
-    def same(self, other: Shown) -> bool:
+    def same_record(self, other: Shown) -> bool:
+        """Everything but the cost cell is as drawn."""
         return ((self.graph is other.graph or self.graph == other.graph)
-                and (self.flag, self.cost, self.own) == (other.flag, other.cost, other.own))
+                and (self.flag, self.own) == (other.flag, other.own))
 
 
 def sort_key(sort: str, row: Shown) -> tuple[float, ...]:
@@ -93,6 +99,7 @@ class GraphsPanel(LiveTable):
         self._setup = ""  # the set-up line's text ("": not shown)
         self.target: str | None = None
         self._fresh = True
+        self._costs_due = 0.0  # monotonic time from which cost-only moves are drawn
 
     def _columns(self, width: int) -> list[tuple[str, str, int | None]]:
         fixed = [("hash", "Graph", HASH_CELLS), ("cost", "Cost/step", 9),
@@ -132,22 +139,39 @@ class GraphsPanel(LiveTable):
         wide = "cause" in {c[0] for c in cols}
         drawn = False
         own = own_hashes(snap) if snap is not None else frozenset()
-        mean = mean_execute_seconds(snap) if snap is not None else None
-        for g in keep:
-            c = graph_cost(snap, g, mean)  # type: ignore[arg-type]
-            per_step = c.seconds_per_step
-            cell = per_step_cell(c) if per_step is not None else "N/A"
-            value = per_step if per_step is not None else c.seconds
-            new = Shown(g, is_recompile(g), cell, g.hash in own, float(f"{value:.2g}"))
-            old = self._shown.get(g.hash)
-            if old is not None and old.same(new):
-                continue
-            if old is None or sort_key(sort, old) != sort_key(sort, new):
-                resort = True
-            self._shown[g.hash] = new
-            drawn = True
-            self.put_row(g.hash, self._cells(target or "", new, palette, wide, bool(shape[-1]),
-                                             per_step is None))
+        costs = graph_costs(snap, keep) if snap is not None else []
+        live = bool(shape[-1])
+        now = time.monotonic()
+        costs_now = now >= self._costs_due
+        if costs_now:
+            self._costs_due = now + COST_EVERY_S
+        with self.batch():  # after a step every cost cell may change: one refresh
+            for g, c in zip(keep, costs, strict=True):
+                old = self._shown.get(g.hash)
+                mine = g.hash in own
+                kept = old is not None and old.graph is g and old.own == mine
+                if kept and not costs_now:
+                    continue  # nothing but its cost can have moved: drawn at the next due
+                per_step = c.seconds_per_step
+                value = float(f"{per_step if per_step is not None else c.seconds:.2g}")
+                if kept and old.per_step == value:  # type: ignore[union-attr]
+                    continue  # its cost moved less than the shown digits: drawn when it does
+                cell = per_step_cell(c) if per_step is not None else "N/A"
+                new = Shown(g, is_recompile(g), cell, mine, value)
+                if old is not None and old.cost == cell and old.same_record(new):
+                    continue
+                if old is None or old.own != new.own or (
+                        (costs_now or sort != "cost/step")
+                        and sort_key(sort, old) != sort_key(sort, new)):
+                    resort = True  # a cost that moved re-sorts at most every COST_EVERY_S
+                self._shown[g.hash] = new
+                if old is not None and old.same_record(new):  # only the cost moved
+                    self.put_cell(g.hash, "cost", self._cost_cell(new, palette, live,
+                                                                  per_step is None))
+                    continue
+                drawn = True
+                self.put_row(g.hash, self._cells(target or "", new, palette, wide, live,
+                                                 per_step is None))
         resort = self._setup_row(len(keep) - sum(r.own for r in self._shown.values()),
                                  palette) or resort
         if drawn or resort:  # the N/As changed only if a row did
@@ -201,7 +225,7 @@ class GraphsPanel(LiveTable):
             "hash": Text(g.hash[:HASH_CELLS], style=base),
             "name": Text(("↻ " if flag else "") + clean(g.name, 120), style=name_style,
                          no_wrap=True, overflow="ellipsis"),
-            "cost": Text(row.cost, style=palette.muted if no_steps else base, justify="right"),
+            "cost": self._cost_cell(row, palette, live, no_steps),
             "compiles": Text(str(g.compiles), style=name_style if g.compiles > 1 else base,
                              justify="right"),
             "time": Text(format_ns(g.compile_seconds_total * 1e9), style=base, justify="right"),
@@ -215,6 +239,11 @@ class GraphsPanel(LiveTable):
                                   style=palette.warn if info.cause.value else palette.muted,
                                   no_wrap=True, overflow="ellipsis")
         return cells
+
+    @staticmethod
+    def _cost_cell(row: Shown, palette: Palette, live: bool, no_steps: bool) -> Text:
+        base = "" if live and row.own else palette.muted
+        return Text(row.cost, style=palette.muted if no_steps else base, justify="right")
 
     def open_cursor(self) -> None:
         """Opens the detail of the graph under the cursor (the top one at first)."""
