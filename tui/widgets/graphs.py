@@ -139,19 +139,21 @@ class GraphsPanel(LiveTable):
         wide = "cause" in {c[0] for c in cols}
         drawn = False
         own = own_hashes(snap) if snap is not None else frozenset()
-        costs = graph_costs(snap, keep) if snap is not None else []
         live = bool(shape[-1])
         now = time.monotonic()
         costs_now = now >= self._costs_due
         if costs_now:
             self._costs_due = now + COST_EVERY_S
+        todo = []
+        for g in keep:
+            old = self._shown.get(g.hash)
+            mine = g.hash in own
+            kept = old is not None and old.graph is g and old.own == mine
+            if costs_now or not kept:  # else only its cost can have moved: drawn when due
+                todo.append((g, old, mine, kept))
+        costs = graph_costs(snap, [g for g, *_ in todo]) if snap is not None else []
         with self.batch():  # after a step every cost cell may change: one refresh
-            for g, c in zip(keep, costs, strict=True):
-                old = self._shown.get(g.hash)
-                mine = g.hash in own
-                kept = old is not None and old.graph is g and old.own == mine
-                if kept and not costs_now:
-                    continue  # nothing but its cost can have moved: drawn at the next due
+            for (g, old, mine, kept), c in zip(todo, costs, strict=True):
                 per_step = c.seconds_per_step
                 value = float(f"{per_step if per_step is not None else c.seconds:.2g}")
                 if kept and old.per_step == value:  # type: ignore[union-attr]
