@@ -128,6 +128,13 @@ def test_graph_rules_cost_per_step_own_functions_and_real_recompiles():
     assert per_step_cell(c) == "~1.1 ms"
     assert own_hashes(s) == {"aa" * 32, "bb" * 32}  # JAX's jit(_normal) & co are set-up
     assert [is_recompile(g) for g in s.graphs] == [False] * 5 + [True]
+    # An eager op compiled after the program's first function is the program's
+    # own code (an un-jitted accuracy() in the loop), not set-up.
+    from tpu_info.contract.model import GraphRecord
+
+    eager = GraphRecord("cc" * 32, "jit(add)", "jax", NOW - 5, NOW - 5, compiles=1,
+                        compile_seconds_total=0.3)
+    assert "cc" * 32 in own_hashes(replace(s, graphs=(*s.graphs, eager)))
     steps_unknown = replace(s, steps=None)
     assert per_step_cell(graph_cost(steps_unknown, by_name["aa"])) == ""
 

@@ -7,15 +7,16 @@ the run, compiling plus running it, per step (the same
 :func:`own_hashes` splits the program's own functions from the library's
 set-up graphs; :func:`is_recompile` says whether a graph is a recompile.
 
-The rule for "the program's own": a graph is the program's when its record
-names a line of the program (a compile cause with a source line: the hooks
-record one for every function the program jitted or compiled) or it ran at
-least twice. The rest, graphs compiled with no line of the program's and run
-at most once, are the library's set-up: JAX's own ``jit(_normal)``,
-``jit(_threefry_split)``, ``jit(broadcast_in_dim)`` ... compiled while it
-builds PRNG keys and initial arrays, and single eager ops. When no graph of a
-snapshot names a line (an engine that records no causes), every graph counts
-as the program's: the rule cannot tell, so it does not split.
+The rule for "the library's set-up": a graph whose record names no line of
+the program's (the hooks record a compile cause with a source line for every
+function the program jitted or compiled), that ran at most once, and that
+was compiled before the program's first such function: JAX's own
+``jit(_normal)``, ``jit(_threefry_split)``, ``jit(broadcast_in_dim)`` ...
+compiled while it builds PRNG keys and initial arrays. Every other graph is
+the program's own, including eager single ops compiled later (an un-jitted
+``accuracy()`` in the loop: the ``eager_ops`` finding names them). When no
+graph of a snapshot names a line (an engine that records no causes), every
+graph counts as the program's: the rule cannot tell, so it does not split.
 
 Example:
     >>> from tpu_info.contract.model import GraphRecord, Snapshot, StepsReading
@@ -83,10 +84,12 @@ def per_step_cell(c: Cost) -> str:
 
 def own_hashes(s: Snapshot) -> frozenset[str]:
     """The hashes of the program's own graphs (the module docstring's rule)."""
-    named = {g.hash for g in s.graphs if any(c.location for c in g.causes)}
+    named = {g.hash: g.first_seen_unix for g in s.graphs if any(c.location for c in g.causes)}
     if not named:
         return frozenset(g.hash for g in s.graphs)
-    return frozenset(named | {g.hash for g in s.graphs if (g.executions or 0) >= 2})
+    first = min(named.values())
+    return frozenset(g.hash for g in s.graphs
+                     if g.hash in named or (g.executions or 0) >= 2 or g.first_seen_unix >= first)
 
 
 def is_recompile(g: GraphRecord) -> bool:

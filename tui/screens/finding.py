@@ -31,6 +31,7 @@ from tui.widgets.common import Palette, hms, sparkline
 
 SOURCE_BYTES = 8 * 2**20  # a source file larger than this is not read
 HISTORY_ROWS = 12
+FULL_TEXT = 4000  # a finding's words in its detail (the tables cut them at 600)
 _LOCATION_RE = re.compile(r"^(?P<path>.+):(?P<line>\d+)$")
 # Where a finding's words turn to advice: a sentence that starts with a capital
 # (or a call, ``device_put the ...``) after the first.
@@ -100,7 +101,7 @@ def finding_body(f: Finding, d: TargetData, points: list[FindingPoint], palette:
                  tz: tzinfo | None, gone: bool = False) -> RenderableType:
     """Everything known about finding ``f`` of target ``d``."""
     line = finding_line(f, d.target)
-    what, advice = split_advice(line.text)
+    what, advice = split_advice(clean(f.message, FULL_TEXT))  # the whole of it, uncut
     level = {"warn": palette.warn, "FAIL": palette.bad}.get(line.level, palette.accent)
     parts: list[RenderableType] = [
         Text.assemble((line.level, f"bold {level}"), "  ", (line.kind, "bold"), "  ",
