@@ -42,8 +42,8 @@ HASH_CELLS = 8
 SETUP_ROW = "~setup"  # the line above the library's set-up graphs (hashes are hex)
 # A graph's cost per step moves at every step even when nothing else about it
 # changed (its compile time spreads over more steps): those moves are drawn
-# (and re-sorted) at most this often, so 500 graphs at 10 Hz stay cheap.
-COST_EVERY_S = 1.0
+# (and re-sorted) at most this often, so 500 graphs at 1 and 10 Hz stay cheap.
+COST_EVERY_S = 2.0
 
 
 class Shown:
