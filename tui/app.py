@@ -11,7 +11,7 @@ Example:
     >>> from tui.fake import FakeSource, FrozenClock
     >>> app = WatchApp(FakeSource.demo(), 1.0, clock=FrozenClock())
     >>> app.state.sort
-    'compiles'
+    'cost/step'
 """
 
 from __future__ import annotations
@@ -36,10 +36,12 @@ from tpu_info.contract.safe import clean
 from tpu_info.net.targets import normalize
 from tui.pick import best, this_user
 from tui.screens.detail import DetailScreen
+from tui.screens.finding import FindingScreen
 from tui.screens.help import HelpScreen
 from tui.screens.main import MainScreen
 from tui.source import Conn, Found, LiveSource, Loop, Source, Update
 from tui.state import TargetData, WatchState
+from tui.widgets.findings import FindingsPanel
 from tui.widgets.graphs import SORTS, GraphsPanel
 from tui.widgets.processes import ProcessesPanel
 
@@ -186,7 +188,7 @@ class WatchApp(App[int]):
         dirty, self._dirty = self._dirty, set()
         if self.state.paused or not dirty:
             return
-        if isinstance(self.screen, DetailScreen):
+        if isinstance(self.screen, DetailScreen | FindingScreen):
             self.screen.show(self.state.targets.get(self.screen.target))
         if None in dirty or len(dirty) > 1:
             self.main.show_all()
@@ -212,6 +214,11 @@ class WatchApp(App[int]):
         self.push_screen(screen)
         self.call_after_refresh(screen.show, self.state.targets.get(message.target))
 
+    def on_findings_panel_opened(self, message: FindingsPanel.Opened) -> None:
+        screen = FindingScreen(message.target, message.finding_id, self.tz)
+        self.push_screen(screen)
+        self.call_after_refresh(screen.show, self.state.targets.get(message.target))
+
     # Keys -----------------------------------------------------------------
 
     async def action_quit(self) -> None:
@@ -224,7 +231,7 @@ class WatchApp(App[int]):
             self.main.show_header()
         else:
             self.main.show_all()
-            if isinstance(self.screen, DetailScreen):
+            if isinstance(self.screen, DetailScreen | FindingScreen):
                 self.screen.show(self.state.targets.get(self.screen.target))
 
     def action_cycle_sort(self) -> None:
@@ -274,6 +281,11 @@ def run(targets: Sequence[str], rate: float = 1.0, *, discover: bool = True,
         timeout: seconds allowed per unary call.
         runtime_dir: where discovery looks (default: the usual place).
     """
+    if not (sys.stdin.isatty() and sys.stdout.isatty()):
+        # Textual would write escape codes into a pipe or a file, forever.
+        print("tpu-info --watch: needs a terminal on stdin and stdout; for a pipe or a file "
+              "use tpu-info --streaming (or -l S, --json --streaming)", file=sys.stderr)
+        return 2
     rate = max(MIN_INTERVAL_S, rate)
     source = LiveSource(targets, rate, timeout, discover=discover, runtime_dir=runtime_dir)
     app = WatchApp(source, rate)

@@ -25,6 +25,7 @@ from tpu_info.contract.buckets import percentile
 from tpu_info.contract.catalog import (
     CACHED_COMPILE,
     COMPILE_TIME,
+    EXECUTE_TIME,
     INBOUND_DATA,
     MARK_STEP,
     OUTBOUND_DATA,
@@ -87,6 +88,16 @@ _H2D = dist(TRANSFER_TO_DEVICE_TIME, Unit.TIME_NS,
 _D2H = dist(TRANSFER_FROM_DEVICE_TIME, Unit.TIME_NS,
             [1.1e6 * (1 + (i % 10) / 10) for i in range(118)])
 _COMPILE = dist(COMPILE_TIME, Unit.TIME_NS, [4.2e9, 3.9e9, 1.25e9, 4e6, 4e6, 4e6])
+_EXECUTE = dist(EXECUTE_TIME, Unit.TIME_NS, [2.0e6 * (1 + (i % 5) / 10) for i in range(200)])
+# JAX's own set-up graphs (PRNG keys, initial arrays): no line of the program's,
+# run once, before the first step.
+_SETUP = tuple(
+    GraphRecord(h + "4" * 52, name, "jax", NOW - 610 + i, NOW - 610 + i, compiles=1,
+                compile_seconds_total=secs, compile_seconds_last=secs)
+    for i, (h, name, secs) in enumerate((("a1b2c3d4e5f6", "jit(_threefry_split)", 0.4),
+                                         ("a2b3c4d5e6f7", "jit(_normal)", 1.1),
+                                         ("a3b4c5d6e7f8", "jit(_normal)", 0.9),
+                                         ("a4b5c6d7e8f9", "jit(broadcast_in_dim)", 0.09))))
 
 
 def _graphs(k: int) -> tuple[GraphRecord, ...]:
@@ -99,7 +110,8 @@ def _graphs(k: int) -> tuple[GraphRecord, ...]:
                     causes=(RecompileCause(NOW - 600, "first call", f"{TRAIN}:88"),)),
         GraphRecord("0c44de12ab98" + "2" * 52, "jit(eval_step)", "jax", NOW - 300, NOW - 60,
                     compiles=1, compile_seconds_total=1.25, compile_seconds_last=1.25,
-                    cache_hits=1, executions=None),
+                    cache_hits=1, executions=None,
+                    causes=(RecompileCause(NOW - 300, "first call", f"{TRAIN}:120"),)),
         GraphRecord("9d0e7f6a5b4c" + "3" * 52,
                     "jit(_very_long_function_name_from_a_generated_module_that_goes_on)",
                     "jax", NOW - 500, NOW - 400, compiles=3, compile_seconds_total=0.012,
@@ -116,7 +128,7 @@ def _graphs(k: int) -> tuple[GraphRecord, ...]:
                                   NOW - 1, compiles=1, compile_seconds_total=3.9,
                                   compile_seconds_last=3.9, executions=(k - 45) * 2 + 1,
                                   signature=sig17, signatures=(sig17,), causes=(_CAUSE,)))
-    return tuple(out)
+    return (*out, *_SETUP)
 
 
 def _events(k: int, t: float, seq: int) -> tuple[tuple[Event, ...], int]:
@@ -154,7 +166,7 @@ def demo_frame(k: int, seq: int, t: float, devices: int = 4) -> tuple[Snapshot, 
         devices=devs,
         counters=(CounterReading(CACHED_COMPILE, 1), CounterReading(MARK_STEP, 61 + k),
                   CounterReading(UNCACHED_COMPILE, 5 + (k >= 45))),
-        distributions=(_COMPILE, _H2D,
+        distributions=(_COMPILE, _EXECUTE, _H2D,
                        DistributionReading(OUTBOUND_DATA, Unit.BYTES, 40 + k // 3,
                                            float(out_bytes), 4.0 * 2**20, 16.0 * 2**20),
                        _D2H, DistributionReading(INBOUND_DATA, Unit.BYTES, 118, 472.0, 4.0, 4.0)),

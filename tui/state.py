@@ -19,8 +19,9 @@ Example:
 from __future__ import annotations
 
 import itertools
+import re
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from tpu_info.contract.catalog import INBOUND_DATA, OUTBOUND_DATA
 from tpu_info.contract.model import (
@@ -31,7 +32,7 @@ from tpu_info.contract.model import (
     Finding,
     Snapshot,
 )
-from tpu_info.views.findings import find
+from tpu_info.views.findings import EVENTS_READ, find
 from tpu_info.views.steps import interval_step_seconds, steps_per_second
 from tui.source import Conn, Update
 
@@ -42,6 +43,7 @@ EVENTS = 500  # newest events kept per target
 RATE_KINDS = frozenset({EventKind.STEP, *TRANSFER_KINDS})
 # Events the dashboard itself notices (their ``seq`` is negative).
 DISCONNECT, RECONNECT, FINDING = "disconnect", "reconnect", "finding"
+FINDING_POINTS = 300  # refreshes of each finding's history kept
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +60,34 @@ class Sample:
     recompiles: int = 0  # recompile events among them
     steps_per_s: float | None = None  # since the sample before
     step_s: float | None = None  # mean step time since the sample before
+
+
+@dataclass(frozen=True, slots=True)
+class FindingPoint:
+    """One refresh of a finding: when, how many times, and what it had cost."""
+
+    time_unix: float
+    count: int | None
+    seconds_lost: float
+    seconds_per_step: float | None
+    share_of_step: float | None
+
+
+_FUNCTION_RE = re.compile(r"\b[\w.]+\([^()\s]*(?:\([^()]*\))?[^()\s]*\)")
+
+
+def finding_ids(findings: list[Finding]) -> list[str]:
+    """A name for each finding that stays the same while its counts grow:
+    kind, line and the function it names (``recompile_grad_mode|t.py:9|
+    compile(Net.forward)``), numbered when two share it."""
+    out: list[str] = []
+    seen: dict[str, int] = {}
+    for f in findings:
+        m = _FUNCTION_RE.search(f.message)
+        base = f"{f.kind}|{f.location or ''}|{m.group() if m else ''}"
+        n = seen[base] = seen.get(base, 0) + 1
+        out.append(base if n == 1 else f"{base}#{n}")
+    return out
 
 
 @dataclass
@@ -77,6 +107,11 @@ class TargetData:
     events: deque[Event] = field(default_factory=lambda: deque(maxlen=EVENTS))
     noticed: deque[Event] = field(default_factory=lambda: deque(maxlen=EVENTS))
     findings: list[Finding] = field(default_factory=list)
+    finding_ids: list[str] = field(default_factory=list)  # one per finding, in order
+    finding_history: dict[str, deque[FindingPoint]] = field(default_factory=dict)
+    # The kinds of event the findings read, kept apart so a flood of steps
+    # cannot push a graph break's reason out before its finding is drawn.
+    read_events: deque[Event] = field(default_factory=lambda: deque(maxlen=EVENTS))
     version: int = 0  # bumps on every applied update
     _identity: tuple[int, float] | None = None
     _findings_key: tuple[object, ...] | None = None
@@ -107,6 +142,8 @@ class TargetData:
             self.samples.clear()  # a restarted program: its history starts again
             self.events.clear()
             self._last_seq = 0
+            self.read_events.clear()
+            self.finding_history.clear()
         self._identity = identity
         prev = self.snapshot
         if self.state is Conn.DISCONNECTED and prev is not None:
@@ -117,13 +154,15 @@ class TargetData:
         self._last_seq = max(self._last_seq, s.last_seq, *(e.seq for e in new_events[-1:]))
         self.events.extend(e for e in new_events if e.kind not in RATE_KINDS)
         self.samples.append(_sample(prev, s, new_events))
+        self.read_events.extend(e for e in new_events if e.kind in EVENTS_READ)
+        last_read = self.read_events[-1].seq if self.read_events else 0
         key = (len(s.graphs), sum(g.compiles for g in s.graphs), s.counters,
                tuple((d.name, d.count) for d in s.distributions), len(s.devices),
-               s.left_out, s.sites, s.steps, s.blind_spots)
+               s.left_out, s.sites, s.steps, s.blind_spots, last_read)
         if key != self._findings_key:
             self._findings_key = key
             seen = {(f.kind, f.location) for f in self.findings}
-            self.findings = find(s)
+            self._find(s)
             for f in self.findings:
                 if (f.kind, f.location) not in seen:
                     self._notice(FINDING, s.taken_at_unix, f.kind, f.message, f.location)
@@ -134,6 +173,23 @@ class TargetData:
         """Records something the dashboard noticed as an event row."""
         self._noticed_n += 1
         self.noticed.append(Event(-self._noticed_n, time_unix, kind, name, "", detail, location))
+
+    def _find(self, s: Snapshot) -> None:
+        """The CLI's findings, over every event this target sent that they read
+        (a streamed snapshot carries only the events new since the last one),
+        and one point of each finding's history."""
+        self.findings = find(replace(s, events=tuple(self.read_events)))
+        self.finding_ids = finding_ids(self.findings)
+        for fid, f in zip(self.finding_ids, self.findings, strict=True):
+            points = self.finding_history.get(fid)
+            if points is None:
+                points = self.finding_history[fid] = deque(maxlen=FINDING_POINTS)
+            points.append(FindingPoint(s.taken_at_unix, f.count, f.seconds_lost,
+                                       f.seconds_per_step, f.share_of_step))
+        if len(self.finding_history) > 4 * FINDING_POINTS:  # bounded: drop the gone ones
+            now = set(self.finding_ids)
+            for fid in [k for k in self.finding_history if k not in now]:
+                del self.finding_history[fid]
 
 
 def _rate(prev: Snapshot | None, s: Snapshot, name: str) -> float | None:
@@ -192,7 +248,7 @@ class WatchState:
     targets: dict[str, TargetData] = field(default_factory=dict)
     selected: str | None = None
     paused: bool = False
-    sort: str = "compiles"
+    sort: str = "cost/step"
     filter: str = ""
     started: dict[str, float] = field(default_factory=dict)  # this user's, from discovery
 

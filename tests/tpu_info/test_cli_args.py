@@ -55,6 +55,17 @@ def test_watch_entry_point_checks_its_arguments():
         assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
 
 
+
+def test_watch_entry_point_refuses_a_pipe():
+    """``python -m tui`` run directly into a pipe says so in one line (exit 2)
+    instead of writing escape codes forever (tpu-info --watch checks first)."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    r = subprocess.run([sys.executable, "-m", "tui", "--no-discovery"], capture_output=True,
+                       text=True, timeout=60, env=env, cwd=ROOT, stdin=subprocess.DEVNULL)
+    assert r.returncode == 2, (r.returncode, r.stderr[:200])
+    assert len(r.stderr.strip().splitlines()) == 1 and "needs a terminal" in r.stderr
+    assert r.stdout == ""
+
 # Targets ---------------------------------------------------------------------
 
 @pytest.mark.parametrize("text", [

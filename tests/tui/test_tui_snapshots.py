@@ -1,6 +1,7 @@
 """Layout of the dashboard (pytest-textual-snapshot), against the deterministic
-fake source and a frozen clock: main screen, graph detail and the
-disconnected state, at 80x24 and 200x50.
+fake source and a frozen clock: main screen, graph detail, finding detail
+and the disconnected state, at 80x24 and 200x50 (and the main screen at
+160x45, the size the dashboard was judged at).
 
 Update the SVGs under ``tests/__snapshots__/`` with ``pytest --snapshot-update``
 after an intended change, and look at them before committing.
@@ -16,6 +17,7 @@ from tui.app import WatchApp
 from tui.fake import FakeSource, FrozenClock
 
 SIZES = {"80x24": (80, 24), "200x50": (200, 50)}
+MAIN_SIZES = {**SIZES, "160x45": (160, 45)}
 
 
 def app(**kw: object) -> WatchApp:
@@ -23,15 +25,23 @@ def app(**kw: object) -> WatchApp:
                     tick_s=None)
 
 
-@pytest.mark.parametrize("size", SIZES)
+@pytest.mark.parametrize("size", MAIN_SIZES)
 def test_main_screen(snap_compare, size):
-    assert snap_compare(app(), terminal_size=SIZES[size])
+    # Findings one line each under the processes, costliest first; graphs by
+    # cost per step, JAX's set-up graphs dimmed under their own line.
+    assert snap_compare(app(), terminal_size=MAIN_SIZES[size])
 
 
 @pytest.mark.parametrize("size", SIZES)
 def test_detail_screen(snap_compare, size):
-    # Sorted by compiles: the second jit(train_step) graph (the recompile) is third.
-    assert snap_compare(app(), press=["down", "down", "enter"], terminal_size=SIZES[size])
+    # By cost per step the second jit(train_step) graph (the recompile) is second.
+    assert snap_compare(app(), press=["down", "enter"], terminal_size=SIZES[size])
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_finding_screen(snap_compare, size):
+    # f: the costliest finding, its source line, history and advice.
+    assert snap_compare(app(), press=["f"], terminal_size=SIZES[size])
 
 
 @pytest.mark.parametrize("size", SIZES)

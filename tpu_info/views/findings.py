@@ -441,6 +441,11 @@ def _unseen(s: Snapshot) -> str:
     return f" Not counted here: {'; '.join(s.blind_spots)}." if s.blind_spots else ""
 
 
+# The event kinds the rules read from ``Snapshot.events`` (graph-break reasons,
+# where eager ops compiled): a reader that folds a stream of snapshots, each
+# carrying only its new events, keeps these so the rules see the whole window.
+EVENTS_READ = frozenset({EventKind.COMPILE, EventKind.GRAPH_BREAK})
+
 RULES: tuple[Callable[[Snapshot], Iterable[Finding]], ...] = (
     no_engine, recompiles, eager_ops, site_findings, explicit_syncs, compile_share,
     memory_pressure, graph_breaks, xla_value_access, cpu_fallbacks, hook_errors, kept_out,

@@ -32,7 +32,7 @@ MORE = {
     "prev_panel": "previous panel",
     "close_filter": "close the filter box",
     "why_na": "why each N/A is N/A (hovering a panel says it too)",
-    "select": "on a graph: its detail; on a process: pick it",
+    "select": "on a graph or a finding: its detail; on a process: pick it",
     "cursor(-1)": "move up", "cursor(1)": "move down",
     "page(-1)": "page up", "page(1)": "page down",
     "cursor(-1000000000)": "first row", "cursor(1000000000)": "last row",

@@ -1,10 +1,13 @@
 """The main screen: header, devices, and the panels of the picked process.
 
 Wide terminals (140 columns and 30 rows, or more) show every panel at once:
-devices and processes across the top, graphs on the left, transfers, events
-and findings on the right. Narrow ones (80x24) keep devices on top and show one of the
-other panels below, named in a tab line; ``tab`` moves between panels in both
-layouts. ``n`` lists why each N/A is N/A; each panel's tooltip says it too.
+devices, processes and findings (costliest first, one line each) across the
+top, graphs on the left, transfers and events on the right. Narrow ones
+(80x24) keep devices on top and show one of the other panels below, named in
+a tab line; ``tab`` moves between panels in both layouts. ``g`` and ``f``
+open the detail of the graph and of the finding under each cursor (the
+costliest at first) from any panel. ``n`` lists why each N/A is N/A; each
+panel's tooltip says it too.
 """
 
 from __future__ import annotations
@@ -81,6 +84,7 @@ class MainScreen(Screen[None]):
     MainScreen.-narrow #side { width: 1fr; }
     MainScreen.-narrow #side > .panel { height: 1fr; max-height: 100%; }
     MainScreen.-narrow #processes { height: 1fr; max-height: 100%; }
+    MainScreen.-narrow #findings { height: 1fr; max-height: 100%; }
     MainScreen.-narrow #devices { max-height: 45%; }
     MainScreen.-narrow #steps { height: 4; }
     """
@@ -90,6 +94,8 @@ class MainScreen(Screen[None]):
         Binding("shift+tab", "prev_panel", "Prev panel", show=False, priority=True),
         Binding("escape", "close_filter", "Close filter", show=False),
         Binding("n", "why_na", "Why N/A", show=False),
+        Binding("g", "open_graph", "Graph detail"),
+        Binding("f", "open_finding", "Finding detail"),
     ]
 
     def __init__(self, state: WatchState, clock: Callable[[], float], tz: tzinfo | None) -> None:
@@ -110,12 +116,12 @@ class MainScreen(Screen[None]):
         yield PanelTabs(id="tabs")
         yield ProcessesPanel(id="processes", classes="panel")
         yield StepsPanel(id="steps", classes="panel")
+        yield FindingsPanel(id="findings", classes="panel")
         with Horizontal(id="bottom"):
             yield GraphsPanel(id="graphs", classes="panel")
             with Vertical(id="side"):
                 yield TransfersPanel(id="transfers", classes="panel")
                 yield EventsPanel(id="events", classes="panel")
-                yield FindingsPanel(id="findings", classes="panel")
         yield Input(id="filter", placeholder="filter graphs and events (enter: keep, esc: close)")
         yield Footer()
 
@@ -143,9 +149,10 @@ class MainScreen(Screen[None]):
         self.query_one(PanelTabs).display = self.narrow
         for name in LOWER:
             self.query_one(f"#{name}").display = not self.narrow or name == self.active
-        self.query_one("#bottom").display = not self.narrow or self.active != "processes"
+        self.query_one("#bottom").display = (not self.narrow
+                                             or self.active not in ("processes", "findings"))
         self.query_one("#side").display = (not self.narrow
-                                           or self.active in ("transfers", "events", "findings"))
+                                           or self.active in ("transfers", "events"))
         if self.narrow:
             self.query_one(PanelTabs).show(self.active)
 
@@ -174,6 +181,15 @@ class MainScreen(Screen[None]):
 
     def action_prev_panel(self) -> None:
         self.action_next_panel(-1)
+
+    def action_open_graph(self) -> None:
+        """The detail of the graph under the Graphs cursor (the costliest at
+        first), from any panel: the cause of a recompile is one key away."""
+        self.query_one(GraphsPanel).open_cursor()
+
+    def action_open_finding(self) -> None:
+        """The detail of the finding under the Findings cursor (the costliest at first)."""
+        self.query_one(FindingsPanel).open_cursor()
 
     def action_why_na(self) -> None:
         """Lists why each N/A is N/A (the words of ``tpu-info doctor``)."""

@@ -144,7 +144,7 @@ class StepsPanel(Static):
             t.append(line.per_second.text(rate_text), style="bold")
             t.append(" steps/s")
             t.append(f"  ({line.steps.value} in all)", style=muted)
-            t.append("  step ")
+            t.append("  mean step ")  # since the start, compiles included
             t.append(seconds(line.step_seconds), style="bold")
             t.append("  P50 ")
             t.append(seconds(line.p50_seconds), style="bold")

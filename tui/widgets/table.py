@@ -83,6 +83,7 @@ class LiveTable(ScrollView, can_focus=True):
         super().__init__(**kwargs)
         self.show_cursor = cursor
         self.cursor_row = 0
+        self.user_moved = False  # the user moved the cursor (else it may follow the top)
         self.row_keys: list[str] = []
         self._lt_index: dict[str, int] = {}
         self._lt_cells: dict[str, dict[str, object]] = {}
@@ -93,6 +94,7 @@ class LiveTable(ScrollView, can_focus=True):
         self._lt_header: Strip | None = None
         self._lt_layout_width = -1
         self._lt_resize_pending = False
+        self._lt_batch: list[int] | None = None  # rows changed inside :meth:`batch`
 
     # Data -------------------------------------------------------------------
 
@@ -117,6 +119,7 @@ class LiveTable(ScrollView, can_focus=True):
         self._lt_header = None
         self._lt_layout_width = -1
         self.cursor_row = 0
+        self.user_moved = False
         self._resize()
         self.refresh()
 
@@ -141,6 +144,25 @@ class LiveTable(ScrollView, can_focus=True):
         self.refresh()
         return True
 
+    def put_cell(self, key: str, column: str, value: object) -> bool:
+        """Updates one cell of row ``key`` (which exists); True if it changed."""
+        i = next(i for i, c in enumerate(self._lt_columns) if c[0] == column)
+        sig = cell_signature(value)
+        sigs = self._lt_sigs[key]
+        if sigs[i] == sig:
+            return False
+        sigs[i] = sig
+        self._lt_cells[key][column] = value
+        self._lt_strips.pop(key, None)
+        self._refresh_row(self._lt_index[key])
+        return True
+
+    def batch(self) -> _Batch:
+        """``with table.batch():`` row changes inside it are drawn with one
+        refresh at the end instead of one per row (many rows changing at once,
+        e.g. every cost cell after a step, cost far less)."""
+        return _Batch(self)
+
     def drop_row(self, key: str) -> None:
         """Removes row ``key`` if present."""
         if key not in self._lt_index:
@@ -156,7 +178,10 @@ class LiveTable(ScrollView, can_focus=True):
     def order(self, key: Callable[[str], Any], reverse: bool = False) -> None:
         """Re-orders the rows by ``key(row_key)``; the cursor stays on its row."""
         current = self.cursor_key
+        before = list(self.row_keys)
         self.row_keys.sort(key=key, reverse=reverse)
+        if self.row_keys == before:
+            return  # the same order: nothing to redraw
         self._lt_index = {k: i for i, k in enumerate(self.row_keys)}
         if current is not None:
             self.cursor_row = self._lt_index[current]
@@ -183,6 +208,7 @@ class LiveTable(ScrollView, can_focus=True):
     # Keys -------------------------------------------------------------------
 
     def action_cursor(self, step: int) -> None:
+        self.user_moved = True
         if self.show_cursor:
             self.move_cursor(self.cursor_row + step)
         else:
@@ -199,6 +225,7 @@ class LiveTable(ScrollView, can_focus=True):
     def on_click(self, event: Click) -> None:
         row = int(self.scroll_offset.y) + event.y - 1
         if self.show_cursor and 0 <= row < len(self.row_keys):
+            self.user_moved = True
             self.move_cursor(row)
             if event.chain >= 2:
                 self.action_select()
@@ -219,6 +246,9 @@ class LiveTable(ScrollView, can_focus=True):
             self.virtual_size = size
 
     def _refresh_row(self, index: int) -> None:
+        if self._lt_batch is not None:
+            self._lt_batch.append(index)
+            return
         top = int(self.scroll_offset.y)
         if top <= index < top + self.size.height:
             self.refresh_line(index + 1)  # virtual line: the header is line 0
@@ -287,3 +317,25 @@ class LiveTable(ScrollView, can_focus=True):
             value = row.get(column)
             return isinstance(value, Text) and value.justify == "right"
         return False
+
+
+class _Batch:
+    """:meth:`LiveTable.batch`: one refresh for the rows changed inside it
+    (each row alone when only a few did)."""
+
+    FEW = 8
+
+    def __init__(self, table: LiveTable) -> None:
+        self.table = table
+
+    def __enter__(self) -> None:
+        self.table._lt_batch = []
+
+    def __exit__(self, *exc: object) -> None:
+        t = self.table
+        rows, t._lt_batch = t._lt_batch or [], None
+        if len(rows) > self.FEW:
+            t.refresh()
+        else:
+            for index in rows:
+                t._refresh_row(index)
