@@ -23,7 +23,10 @@ from tpu_info.wire import encoder
 
 ROOT = Path(__file__).resolve().parents[2]
 # Fields the model does not hold by design: the server writes its own version.
-NOT_IN_THE_MODEL = {"tpu_info.v1.Snapshot.protocol_version"}
+NOT_IN_THE_MODEL = {"tpu_info.v1.Snapshot.protocol_version",
+                    # One answer's stamp for cursors (tpu_info.wire.delta), not the program's.
+                    "tpu_info.v1.Snapshot.instance", "tpu_info.v1.Snapshot.generation",
+                    "tpu_info.v1.Snapshot.unchanged"}
 
 
 def _base() -> pb.Snapshot:

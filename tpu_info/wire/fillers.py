@@ -15,7 +15,7 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, NamedTuple
 
 from tpu_info.contract.buckets import SortedCounts
 from tpu_info.contract.model import (
@@ -154,7 +154,18 @@ def fill_event(m: pb.Event, e: Event) -> None:
         m.value = e.value
 
 
-def fill_head(s: Snapshot) -> pb.Snapshot:
+class Stamp(NamedTuple):
+    """What an answer is, for a reader's next cursor (:mod:`tpu_info.wire.delta`):
+    the server's instance, the generation of its parts, and the parts it
+    leaves out (the reader's copy being current). Not in the model: it
+    belongs to one answer, not to the program."""
+
+    instance: str = ""
+    generation: int = 0
+    unchanged: tuple[str, ...] = ()
+
+
+def fill_head(s: Snapshot, stamp: Stamp | None = None) -> pb.Snapshot:
     """The message of ``s`` without its distributions, graphs and events."""
     msg = pb.Snapshot(
         protocol_version=PROTOCOL_VERSION,
@@ -184,12 +195,15 @@ def fill_head(s: Snapshot) -> pb.Snapshot:
     for c in s.counters:
         msg.counters.add(name=c.name, value=c.value, unit=UNIT_TO_PB[c.unit], help=c.help)
     fill_diagnosis(msg, s)
+    if stamp is not None:
+        msg.instance, msg.generation = stamp.instance, stamp.generation
+        msg.unchanged.extend(stamp.unchanged)
     return msg
 
 
-def snapshot_to_proto(s: Snapshot) -> pb.Snapshot:
-    """The ``tpu_info.v1.Snapshot`` message of a snapshot."""
-    msg = fill_head(s)
+def snapshot_to_proto(s: Snapshot, stamp: Stamp | None = None) -> pb.Snapshot:
+    """The ``tpu_info.v1.Snapshot`` message of a snapshot (and the answer's stamp)."""
+    msg = fill_head(s, stamp)
     for e in s.events:
         fill_event(msg.events.add(), e)
     for d in s.distributions:
