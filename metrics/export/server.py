@@ -90,7 +90,7 @@ class _Build:
     since: int
     snap: Snapshot
     generation: int  # of its parts, for cursors (tpu_info.wire.delta)
-    answers: dict[tuple[int, int, tuple[str, ...]], tuple[bytes, int]] = dataclasses.field(
+    answers: dict[tuple[int, int, tuple[str, ...], int], tuple[bytes, int]] = dataclasses.field(
         default_factory=dict)
 
 
@@ -173,11 +173,12 @@ class MonitorServicer(pb_grpc.MonitorServicer):
             events_since = 0  # a restarted server: the reader's numbers are another's
         built = snapshot_or_abort(self.shared_snapshot, events_since, context)
         snap = built.snap
-        unchanged: tuple[str, ...] = ()
+        shared = None
         if cursor is not None:
             with self._build_lock:
-                unchanged = self._generations.unchanged(*cursor, snap) or ()
-        key = (min(events_since, snap.last_seq), max_events, unchanged)
+                shared = self._generations.compare(*cursor, snap)
+        key = (min(events_since, snap.last_seq), max_events,
+               shared.unchanged if shared else (), cursor[1] if shared and shared.kept else 0)
         with self._build_lock:
             hit = built.answers.get(key)
         if hit is not None:
@@ -187,8 +188,7 @@ class MonitorServicer(pb_grpc.MonitorServicer):
             events = events[bisect.bisect_right(events, events_since, key=_seq):]
         if max_events and len(events) > max_events:
             events = events[-max_events:]
-        snap, stamp = self._generations.answer(snap, built.generation, unchanged,
-                                               events=events)
+        snap, stamp = self._generations.answer(snap, built.generation, shared, events=events)
         with self._build_lock:  # the encoder's part cache is not thread-safe
             answer = encoder.snapshot_to_bytes(snap, self._cache, stamp), snap.last_seq
             if len(built.answers) < 64:

@@ -79,6 +79,9 @@ def test_a_cursor_gets_only_new_events_and_no_unchanged_part(served) -> None:
         raw = _raw(c, c._follower.held)
         assert "graphs" not in raw.unchanged and "distributions" not in raw.unchanged
         assert "process" in raw.unchanged and not raw.events
+        # Record by record: only the graph and the distribution that changed.
+        assert {k.part: len(k.keys) for k in raw.kept} == {"graphs": 10}  # one distribution: sent
+        assert [g.hash for g in raw.graphs] == [f"{3:063x}"] and len(raw.distributions) == 1
         whole = c.follow()
         full = c.snapshot()
         _same_parts(whole, full)

@@ -278,7 +278,7 @@ class Steps(_message.Message):
     def __init__(self, count: _Optional[int] = ..., source: _Optional[str] = ..., basis: _Optional[str] = ..., seconds_total: _Optional[float] = ...) -> None: ...
 
 class Snapshot(_message.Message):
-    __slots__ = ("protocol_version", "taken_at_unix", "process", "devices", "counters", "distributions", "graphs", "events", "last_seq", "uptime_seconds", "sites", "steps", "blind_spots", "instance", "generation", "unchanged")
+    __slots__ = ("protocol_version", "taken_at_unix", "process", "devices", "counters", "distributions", "graphs", "events", "last_seq", "uptime_seconds", "sites", "steps", "blind_spots", "instance", "generation", "unchanged", "kept")
     PROTOCOL_VERSION_FIELD_NUMBER: _ClassVar[int]
     TAKEN_AT_UNIX_FIELD_NUMBER: _ClassVar[int]
     PROCESS_FIELD_NUMBER: _ClassVar[int]
@@ -295,6 +295,7 @@ class Snapshot(_message.Message):
     INSTANCE_FIELD_NUMBER: _ClassVar[int]
     GENERATION_FIELD_NUMBER: _ClassVar[int]
     UNCHANGED_FIELD_NUMBER: _ClassVar[int]
+    KEPT_FIELD_NUMBER: _ClassVar[int]
     protocol_version: int
     taken_at_unix: float
     process: Process
@@ -311,7 +312,16 @@ class Snapshot(_message.Message):
     instance: str
     generation: int
     unchanged: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, protocol_version: _Optional[int] = ..., taken_at_unix: _Optional[float] = ..., process: _Optional[_Union[Process, _Mapping]] = ..., devices: _Optional[_Iterable[_Union[Device, _Mapping]]] = ..., counters: _Optional[_Iterable[_Union[Counter, _Mapping]]] = ..., distributions: _Optional[_Iterable[_Union[Distribution, _Mapping]]] = ..., graphs: _Optional[_Iterable[_Union[Graph, _Mapping]]] = ..., events: _Optional[_Iterable[_Union[Event, _Mapping]]] = ..., last_seq: _Optional[int] = ..., uptime_seconds: _Optional[float] = ..., sites: _Optional[_Iterable[_Union[Site, _Mapping]]] = ..., steps: _Optional[_Union[Steps, _Mapping]] = ..., blind_spots: _Optional[_Iterable[str]] = ..., instance: _Optional[str] = ..., generation: _Optional[int] = ..., unchanged: _Optional[_Iterable[str]] = ...) -> None: ...
+    kept: _containers.RepeatedCompositeFieldContainer[Kept]
+    def __init__(self, protocol_version: _Optional[int] = ..., taken_at_unix: _Optional[float] = ..., process: _Optional[_Union[Process, _Mapping]] = ..., devices: _Optional[_Iterable[_Union[Device, _Mapping]]] = ..., counters: _Optional[_Iterable[_Union[Counter, _Mapping]]] = ..., distributions: _Optional[_Iterable[_Union[Distribution, _Mapping]]] = ..., graphs: _Optional[_Iterable[_Union[Graph, _Mapping]]] = ..., events: _Optional[_Iterable[_Union[Event, _Mapping]]] = ..., last_seq: _Optional[int] = ..., uptime_seconds: _Optional[float] = ..., sites: _Optional[_Iterable[_Union[Site, _Mapping]]] = ..., steps: _Optional[_Union[Steps, _Mapping]] = ..., blind_spots: _Optional[_Iterable[str]] = ..., instance: _Optional[str] = ..., generation: _Optional[int] = ..., unchanged: _Optional[_Iterable[str]] = ..., kept: _Optional[_Iterable[_Union[Kept, _Mapping]]] = ...) -> None: ...
+
+class Kept(_message.Message):
+    __slots__ = ("part", "keys")
+    PART_FIELD_NUMBER: _ClassVar[int]
+    KEYS_FIELD_NUMBER: _ClassVar[int]
+    part: str
+    keys: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, part: _Optional[str] = ..., keys: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ListMetricsRequest(_message.Message):
     __slots__ = ()

@@ -27,9 +27,9 @@ Example:
     >>> gens = Generations(instance="a")
     >>> s = Snapshot(taken_at_unix=1.0, counters=(CounterReading("MarkStep", 3),))
     >>> g = gens.add(s)
-    >>> "counters" in gens.unchanged("a", g, s)
+    >>> "counters" in gens.compare("a", g, s).unchanged
     True
-    >>> gens.unchanged("restarted", g, s) is None
+    >>> gens.compare("restarted", g, s) is None
     True
 """
 
@@ -41,6 +41,7 @@ import itertools
 import operator
 import secrets
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any
 
 from tpu_info.contract.errors import WireError
@@ -58,6 +59,9 @@ PARTS: tuple[str, ...] = ("process", "devices", "counters", "distributions", "gr
                           "sites", "steps", "blind_spots")
 _EMPTY: dict[str, Any] = {"process": None, "steps": None}
 _parts_of = operator.attrgetter(*PARTS)
+# Parts sent record by record, and each record's key (unique within the part).
+KEYED: dict[str, Callable[[Any], str]] = {"graphs": operator.attrgetter("hash"),
+                                           "distributions": operator.attrgetter("name")}
 
 GENERATIONS_KEPT = 32  # answers a cursor may name (builds live 50 ms: 1.6 s at a flood)
 EVENTS_KEPT = 1_000  # events a whole snapshot holds (the hook's answers: 1,000)
@@ -65,6 +69,7 @@ EVENTS_KEPT = 1_000  # events a whole snapshot holds (the hook's answers: 1,000)
 FREQUENT_KINDS = frozenset({EventKind.STEP}) | TRANSFER_KINDS
 MAX_INSTANCE = 64  # characters of a server's instance id (the hook's: 16)
 MAX_UNCHANGED = 64  # names of parts left out (the hook has 8)
+MAX_KEYS = 4_096  # records of a part sent record by record (as the decoder's bounds)
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -99,33 +104,48 @@ class Generations:
             self._held.popitem(last=False)
         return generation
 
-    def unchanged(self, instance: str, generation: int, s: Snapshot) -> tuple[str, ...] | None:
-        """The parts of ``s`` equal to those of the cursor's generation; ()
-        when this server no longer holds it; None when the cursor is another
-        instance's (its event numbers mean nothing here either)."""
+    def compare(self, instance: str, generation: int, s: Snapshot) -> Stamp | None:
+        """What ``s`` shares with the cursor's generation: the parts equal to
+        its (``unchanged``), and of the other keyed parts those records that
+        are the very same objects (``kept``: only the others are sent). No
+        part is shared when this server no longer holds the generation;
+        None when the cursor is another instance's (its event numbers mean
+        nothing here either). The stamp's generation is left 0."""
         if instance != self.instance:
             return None
         held = self._held.get(generation)
         if held is None:
-            return ()
-        return tuple(name for name, a, b in zip(PARTS, held, _parts_of(s), strict=True)
-                     if _same(a, b))
+            return Stamp(self.instance)
+        unchanged, kept = [], []
+        for name, a, b in zip(PARTS, held, _parts_of(s), strict=True):
+            if _same(a, b):
+                unchanged.append(name)
+            elif name in KEYED and a and b:
+                ids = set(map(id, a))  # alive: ``held`` holds them
+                sent = tuple(i for i, r in enumerate(b) if id(r) not in ids)
+                if len(sent) < len(b):
+                    kept.append((name, tuple(map(KEYED[name], b)), sent))
+        return Stamp(self.instance, 0, tuple(unchanged), tuple(kept))
 
-    def answer(self, s: Snapshot, generation: int, unchanged: tuple[str, ...],
+    def answer(self, s: Snapshot, generation: int, shared: Stamp | None,
                **replace: Any) -> tuple[Snapshot, Stamp]:
-        """``s`` as sent (the ``unchanged`` parts left out, ``replace``'s
-        fields replaced) and its stamp."""
-        gone = {name: _EMPTY.get(name, ()) for name in unchanged}
+        """``s`` as sent (the parts ``shared`` names unchanged left out,
+        ``replace``'s fields replaced) and its stamp at ``generation``."""
+        if shared is None:
+            return dataclasses.replace(s, **replace), Stamp(self.instance, generation)
+        gone = {name: _EMPTY.get(name, ()) for name in shared.unchanged}
         return (dataclasses.replace(s, **gone, **replace),
-                Stamp(self.instance, generation, unchanged))
+                shared._replace(generation=generation))
 
 
 def stamp_of(m: pb.Snapshot, dec: Decoding | None = None) -> Stamp:
     """The stamp of an answer from the wire, bounded and cleaned (an older
     server's: empty)."""
     dec = dec or Decoding()
+    kept = tuple((text(k.part), tuple(dec.bounded(k.keys, MAX_KEYS, "kept keys")), ())
+                 for k in dec.bounded(m.kept, MAX_UNCHANGED, "kept"))
     return Stamp(text(m.instance[:MAX_INSTANCE]), m.generation,
-                 dec.strings(m.unchanged, MAX_UNCHANGED, "unchanged"))
+                 dec.strings(m.unchanged, MAX_UNCHANGED, "unchanged"), kept)
 
 
 def _seq(e: Event) -> int:
@@ -191,16 +211,40 @@ class Follower:
                 and answer.last_seq >= held[0].last_seq):
             base = held[0]
             fill = {name: getattr(base, name) for name in stamp.unchanged if name in PARTS}
+            for name, keys, _ in stamp.kept:
+                if name in KEYED and name not in fill:
+                    fill[name] = _assemble(keys, getattr(base, name), getattr(answer, name),
+                                           KEYED[name])
             notes = answer.left_out
             if fill and base.left_out:  # the kept parts' reasons still hold
                 notes = tuple(dict.fromkeys(notes + base.left_out))[:MAX_NOTES]
             whole = dataclasses.replace(answer, **fill, left_out=notes,
                                         events=merge_events(base.events, answer.events))
-        elif stamp.unchanged:
+        elif stamp.unchanged or stamp.kept:
             self.held = None
-            raise WireError(f"the answer leaves out {', '.join(stamp.unchanged[:8])}, which "
-                            "this client does not hold from that server")
+            left = stamp.unchanged + tuple(k[0] for k in stamp.kept)
+            raise WireError(f"the answer leaves out {', '.join(left[:8])}, which this client "
+                            "does not hold from that server")
         elif len(whole.events) > EVENTS_KEPT:
             whole = dataclasses.replace(whole, events=merge_events((), whole.events))
         self.held = (whole, stamp) if stamp.instance else None  # an older server: no cursor
         return whole
+
+
+def _assemble(keys: tuple[str, ...], held: tuple[Any, ...], sent: tuple[Any, ...],
+              key: Callable[[Any], str]) -> tuple[Any, ...]:
+    """A part sent record by record: for each key in order, the record this
+    answer carries, else the reader's (a key neither has is a record this
+    reader kept out when it came, with its reason: left out again)."""
+    if len(held) == len(keys) and tuple(map(key, held)) == keys:
+        # The usual case: the same records in the same order, a few changed.
+        out = list(held)
+        try:
+            for r in sent:
+                out[keys.index(key(r))] = r
+            return tuple(out)
+        except ValueError:  # a new key: assembled below
+            pass
+    by_key = dict(zip(map(key, held), held, strict=True))
+    by_key.update(zip(map(key, sent), sent, strict=True))
+    return tuple(r for r in map(by_key.get, keys) if r is not None)

@@ -140,7 +140,8 @@ class FastFields:
 
 SNAPSHOT = FastFields(pb.Snapshot, direct=("distributions", "graphs", "events"), filled=(
     "protocol_version", "taken_at_unix", "process", "devices", "counters", "last_seq",
-    "uptime_seconds", "sites", "steps", "blind_spots", "instance", "generation", "unchanged"))
+    "uptime_seconds", "sites", "steps", "blind_spots", "instance", "generation", "unchanged",
+    "kept"))
 EVENT = FastFields(pb.Event, direct=("seq", "time_unix", "kind", "value"),
                    filled=("name", "graph_hash", "detail", "location"))
 GRAPH = FastFields(pb.Graph, direct=(
@@ -204,11 +205,14 @@ class PartCache:
         self._event_block: tuple[tuple[int, int, int], bytes] = ((0, 0, 0), b"")
         self._lock = threading.Lock()
 
-    def encode(self, s: Snapshot, head: pb.Snapshot, skip: tuple[str, ...] = ()) -> bytes:
+    def encode(self, s: Snapshot, head: pb.Snapshot,
+               stamp: wire_encode.Stamp | None = None) -> bytes:
         """``head`` (the snapshot without distributions, graphs and events)
-        followed by the encoding of every distribution, graph and event; the
-        sections named in ``skip`` (left out of a cursor's answer) not, and
-        their last encoding kept."""
+        followed by the encoding of every distribution, graph and event; of
+        a cursor's answer (``stamp``), only the records it carries, every
+        encoding kept for the next answer."""
+        skip = stamp.unchanged if stamp is not None else ()
+        picks = {part: positions for part, _, positions in stamp.kept} if stamp else {}
         with self._lock:
             sections, old_events, old_block = self._sections, self._events, self._event_block
         chunks = [head.SerializeToString()]
@@ -245,7 +249,8 @@ class PartCache:
                 continue
             section = reuse.each(tuple(records), _framed(tag, build), sections.get(tag))
             new_sections[tag] = section
-            chunks.extend(section[1])
+            picked = picks.get(name)
+            chunks.extend(section[1] if picked is None else map(section[1].__getitem__, picked))
         with self._lock:
             self._sections, self._events, self._event_block = new_sections, new_events, block
         return b"".join(chunks)
@@ -356,4 +361,4 @@ def snapshot_to_bytes(s: Snapshot, cache: PartCache | None = None,
     """
     if cache is None or not SNAPSHOT.complete:
         return wire_encode.snapshot_to_proto(s, stamp).SerializeToString()
-    return cache.encode(s, wire_encode.fill_head(s, stamp), stamp.unchanged if stamp else ())
+    return cache.encode(s, wire_encode.fill_head(s, stamp), stamp)

@@ -163,6 +163,18 @@ class Stamp(NamedTuple):
     instance: str = ""
     generation: int = 0
     unchanged: tuple[str, ...] = ()
+    # Parts sent record by record: (part, every record's key in order, the
+    # positions of the records sent); the positions stay on the server.
+    kept: tuple[tuple[str, tuple[str, ...], tuple[int, ...]], ...] = ()
+
+    def sent(self, part: str, records: tuple[Any, ...]) -> Any:
+        """The records of ``part`` this answer carries."""
+        if part in self.unchanged:
+            return ()
+        for name, _, positions in self.kept:
+            if name == part:
+                return [records[i] for i in positions]
+        return records
 
 
 def fill_head(s: Snapshot, stamp: Stamp | None = None) -> pb.Snapshot:
@@ -198,6 +210,8 @@ def fill_head(s: Snapshot, stamp: Stamp | None = None) -> pb.Snapshot:
     if stamp is not None:
         msg.instance, msg.generation = stamp.instance, stamp.generation
         msg.unchanged.extend(stamp.unchanged)
+        for part, keys, _ in stamp.kept:
+            msg.kept.add(part=part, keys=keys)
     return msg
 
 
@@ -206,9 +220,9 @@ def snapshot_to_proto(s: Snapshot, stamp: Stamp | None = None) -> pb.Snapshot:
     msg = fill_head(s, stamp)
     for e in s.events:
         fill_event(msg.events.add(), e)
-    for d in s.distributions:
+    for d in stamp.sent("distributions", s.distributions) if stamp else s.distributions:
         fill_distribution(msg.distributions.add(), d)
-    for g in s.graphs:
+    for g in stamp.sent("graphs", s.graphs) if stamp else s.graphs:
         fill_graph(msg.graphs.add(), g)
     return msg
 
