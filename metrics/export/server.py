@@ -178,7 +178,8 @@ class MonitorServicer(pb_grpc.MonitorServicer):
             with self._build_lock:
                 shared = self._generations.compare(*cursor, snap)
         key = (min(events_since, snap.last_seq), max_events,
-               shared.unchanged if shared else (), cursor[1] if shared and shared.kept else 0)
+               shared.unchanged if shared else (),
+               cursor[1] if cursor is not None and shared and shared.kept else 0)
         with self._build_lock:
             hit = built.answers.get(key)
         if hit is not None:

@@ -211,3 +211,32 @@ def test_the_exporter_keeps_one_cursor_per_process(tmp_path) -> None:
     finally:
         for h in hooked:
             h.stop()
+
+
+def test_the_cli_streaming_rounds_ask_with_cursors(served) -> None:
+    from tpu_info.commands.gather import gather
+    from tpu_info.net import fanout
+
+    rec, target = served
+    looks = []
+    for _ in range(2):
+        looks.append(gather([target], use_discovery=False, probe_libtpu=False,
+                            scan_devices=False).views[0].snapshot)
+        _next_build()
+        rec.events.emit(EventKind.STEP, value=5.0)
+    assert all(s is not None and len(s.graphs) == 10 for s in looks)
+    assert fanout._follower(target).held[1].unchanged  # type: ignore[index]
+
+
+def test_a_kept_list_from_a_stranger_is_bounded_and_names_no_record_twice() -> None:
+    from tpu_info.contract.model import GraphRecord
+
+    graphs = tuple(GraphRecord(hash=f"h{i}", name="f", engine="jax", first_seen_unix=1.0,
+                               last_seen_unix=1.0) for i in range(3))
+    base = Snapshot(taken_at_unix=1.0, graphs=graphs)
+    follower = delta.Follower()
+    held = (base, delta.Stamp("x", 1))
+    keys = ("h1",) * 5000 + ("h0", "nope", "h2") + tuple(f"k{i}" for i in range(5000))
+    got = follower.apply(Snapshot(taken_at_unix=2.0), delta.Stamp("x", 2, (), (
+        ("graphs", keys, ()),)), held)
+    assert [g.hash for g in got.graphs] == ["h1", "h0", "h2"]

@@ -47,7 +47,7 @@ from typing import Any
 from tpu_info.contract.errors import WireError
 from tpu_info.contract.model import TRANSFER_KINDS, Event, EventKind, Snapshot
 from tpu_info.proto import tpu_info_v1_pb2 as pb
-from tpu_info.wire.codec import DecodeCache
+from tpu_info.wire.codec import MAX_DISTRIBUTIONS, MAX_GRAPHS, DecodeCache
 from tpu_info.wire.decoding import MAX_NOTES, Decoding, text
 from tpu_info.wire.fillers import Stamp
 
@@ -62,6 +62,7 @@ _parts_of = operator.attrgetter(*PARTS)
 # Parts sent record by record, and each record's key (unique within the part).
 KEYED: dict[str, Callable[[Any], str]] = {"graphs": operator.attrgetter("hash"),
                                            "distributions": operator.attrgetter("name")}
+KEYED_BOUNDS = {"graphs": MAX_GRAPHS, "distributions": MAX_DISTRIBUTIONS}  # as decoded
 
 GENERATIONS_KEPT = 32  # answers a cursor may name (builds live 50 ms: 1.6 s at a flood)
 EVENTS_KEPT = 1_000  # events a whole snapshot holds (the hook's answers: 1,000)
@@ -214,7 +215,7 @@ class Follower:
             for name, keys, _ in stamp.kept:
                 if name in KEYED and name not in fill:
                     fill[name] = _assemble(keys, getattr(base, name), getattr(answer, name),
-                                           KEYED[name])
+                                           KEYED[name], KEYED_BOUNDS[name])
             notes = answer.left_out
             if fill and base.left_out:  # the kept parts' reasons still hold
                 notes = tuple(dict.fromkeys(notes + base.left_out))[:MAX_NOTES]
@@ -232,7 +233,7 @@ class Follower:
 
 
 def _assemble(keys: tuple[str, ...], held: tuple[Any, ...], sent: tuple[Any, ...],
-              key: Callable[[Any], str]) -> tuple[Any, ...]:
+              key: Callable[[Any], str], bound: int) -> tuple[Any, ...]:
     """A part sent record by record: for each key in order, the record this
     answer carries, else the reader's (a key neither has is a record this
     reader kept out when it came, with its reason: left out again)."""
@@ -245,6 +246,7 @@ def _assemble(keys: tuple[str, ...], held: tuple[Any, ...], sent: tuple[Any, ...
             return tuple(out)
         except ValueError:  # a new key: assembled below
             pass
+    keys = tuple(dict.fromkeys(keys))[:bound]  # a stranger's list: no record twice, bounded
     by_key = dict(zip(map(key, held), held, strict=True))
     by_key.update(zip(map(key, sent), sent, strict=True))
     return tuple(r for r in map(by_key.get, keys) if r is not None)
