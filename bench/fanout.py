@@ -13,8 +13,10 @@ changed since the previous round. Then alternates ``fan_out(all N)`` with
 answers (``Client.snapshot``: every part and every kept event, what fan-out
 asked before cursors) and cursor answers (``Client.follow``, fan-out's
 default: only the new events and the changed parts, merged into each
-target's last whole snapshot). Prints the medians and the ratio of each
-path. Target: ratio <= 2.
+target's last whole snapshot), the latter both with a new channel per
+target each round (as before) and with channels kept between rounds
+(fan-out's default). Prints the medians and the ratio of each path.
+Target: ratio <= 2.
 
 It also prints two floors under each ratio, from what it measures: the CPU
 a round needs spread over this machine's cores, and the decoding of each
@@ -36,7 +38,7 @@ import psutil
 from _common import ROOT, parser, verdict
 
 from tpu_info.net.client import Client, _with_cursor
-from tpu_info.net.fanout import FanOutResult, fan_out
+from tpu_info.net.fanout import Channels, FanOutResult, fan_out
 from tpu_info.proto import tpu_info_v1_pb2 as pb
 from tpu_info.wire import codec as wire
 from tpu_info.wire import delta
@@ -127,9 +129,10 @@ def _decode_seconds(target: str, times: int = 30) -> tuple[float, float, float]:
 class _Path:
     """One way of asking (full or cursor answers): its rounds and CPU."""
 
-    def __init__(self, name: str, call: Callable[[Client], object]) -> None:
+    def __init__(self, name: str, call: Callable[[Client], object], keep: bool) -> None:
         self.name, self.call = name, call
         self.followers: dict[str, delta.Follower] = {}
+        self.channels = Channels(64 if keep else 0)  # 0: a new channel every round
         self.alone: list[float] = []
         self.all: list[float] = []
         self.cpu_client = self.cpu_servers = 0.0
@@ -137,11 +140,13 @@ class _Path:
     def round(self, targets: list[str], me: psutil.Process,
               servers: list[psutil.Process]) -> list[FanOutResult[object]]:
         t = time.perf_counter()
-        one = fan_out(targets[:1], timeout=10, call=self.call, followers=self.followers)
+        one = fan_out(targets[:1], timeout=10, call=self.call, followers=self.followers,
+                      channels=self.channels)
         self.alone.append(time.perf_counter() - t)
         c0, s0 = _cpu([me]), _cpu(servers)
         t = time.perf_counter()
-        many = fan_out(targets, timeout=10, call=self.call, followers=self.followers)
+        many = fan_out(targets, timeout=10, call=self.call, followers=self.followers,
+                       channels=self.channels)
         self.all.append(time.perf_counter() - t)
         self.cpu_client += _cpu([me]) - c0
         self.cpu_servers += _cpu(servers) - s0
@@ -169,11 +174,16 @@ def main() -> int:
     procs, targets = start_servers(n)
     print(f"started {n} server processes in {time.perf_counter() - t0:.1f}s; "
           f"load average {os.getloadavg()[0]:.1f}")
+    paths: list[_Path] = []
     try:
-        paths = [_Path("full answers", Client.snapshot), _Path("cursor answers", Client.follow)]
+        paths = [_Path("full answers, new channels (before)", Client.snapshot, keep=False),
+                 _Path("cursor answers, new channels", Client.follow, keep=False),
+                 _Path("cursor answers, channels kept (fan-out's default)", Client.follow,
+                       keep=True)]
         for _ in range(2):  # warm up (first connections, imports, each path's cursors)
             for path in paths:
-                fan_out(targets, timeout=10, call=path.call, followers=path.followers)
+                fan_out(targets, timeout=10, call=path.call, followers=path.followers,
+                        channels=path.channels)
         me = psutil.Process()
         servers = [psutil.Process(p.pid) for p in procs]
         for _ in range(rounds):
@@ -182,9 +192,9 @@ def main() -> int:
                 if failed:
                     print(f"failed: {failed[0].target}: {failed[0].error}")
                     return 1
-        print(f"{rounds} rounds, the two paths alternating; load average "
+        print(f"{rounds} rounds, the paths alternating; load average "
               f"{os.getloadavg()[0]:.1f}")
-        (a_full, m_full), (a_cur, m_cur) = (p.report(n, rounds) for p in paths)
+        (a_full, m_full), (a_new, m_new), (a_cur, m_cur) = (p.report(n, rounds) for p in paths)
         cold, warm, cursor = _decode_seconds(targets[0])
         print(f"decoding one answer holds the GIL: full {warm * 1e3:.3f} ms ({cold * 1e3:.2f} ms "
               f"for a first answer), cursor {cursor * 1e3:.3f} ms ({warm / cursor:.1f}x less): a "
@@ -192,10 +202,13 @@ def main() -> int:
               f"decodes = {1 + (n - 1) * warm / a_full:.1f}x with full answers, "
               f"{1 + (n - 1) * cursor / a_cur:.1f}x with cursors, on any number of cores")
         print(f"fan-out ratio ({n} vs 1): full answers {m_full / a_full:.1f}x, cursor answers "
-              f"{m_cur / a_cur:.1f}x; a round of {n}: {m_full * 1e3:.1f} -> {m_cur * 1e3:.1f} ms")
+              f"{m_new / a_new:.1f}x, with channels kept {m_cur / a_cur:.1f}x; a round of {n}: "
+              f"{m_full * 1e3:.1f} -> {m_new * 1e3:.1f} -> {m_cur * 1e3:.1f} ms")
         verdict(f"ratio fan-out({n}) / one, cursor answers", m_cur / a_cur, "<= 2",
                 m_cur / a_cur <= 2.0)
     finally:
+        for path in paths:  # before the servers stop: no GOAWAY to log
+            path.channels.close()
         for p in procs:
             if p.stdin is not None:
                 p.stdin.close()

@@ -7,6 +7,7 @@ the generated stub, to see what crossed the wire.
 
 from __future__ import annotations
 
+import socket
 import time
 
 import pytest
@@ -240,3 +241,23 @@ def test_a_kept_list_from_a_stranger_is_bounded_and_names_no_record_twice() -> N
     got = follower.apply(Snapshot(taken_at_unix=2.0), delta.Stamp("x", 2, (), (
         ("graphs", keys, ()),)), held)
     assert [g.hash for g in got.graphs] == ["h1", "h0", "h2"]
+
+
+def test_fan_out_keeps_channels_of_targets_that_answer_only(served) -> None:
+    from tpu_info.net.fanout import Channels
+
+    _, target = served
+    dead = socket.socket()
+    dead.bind(("127.0.0.1", 0))
+    dead_target = f"127.0.0.1:{dead.getsockname()[1]}"
+    dead.close()  # nothing listens there
+    channels = Channels()
+    fan_out([target, dead_target], timeout=5, channels=channels)
+    kept = channels.take(target)
+    assert kept is not None and channels.take(dead_target) is None
+    channels.put(kept)
+    [r] = fan_out([target], timeout=5, channels=channels)
+    assert r.ok and channels.take(target) is kept  # the same channel, asked again
+    channels.put(kept)
+    channels.close()
+    assert channels.take(target) is None

@@ -50,7 +50,7 @@ from tpu_info.host.listeners import ProcNet
 from tpu_info.net import discovery
 from tpu_info.net.bounded_http import BoundedHttpServer
 from tpu_info.net.client import Client
-from tpu_info.net.fanout import FanOutResult, fan_out
+from tpu_info.net.fanout import Channels, FanOutResult, fan_out
 from tpu_info.outputs import prometheus_host as host_fams
 from tpu_info.outputs.prometheus import SeriesState, families
 from tpu_info.wire.delta import Follower
@@ -144,6 +144,7 @@ class HostExporter:
         # One cursor per process (tpu_info.wire.delta): a poll asks only for
         # what changed since the last one.
         self._followers: dict[tuple[object, ...], Follower] = {}
+        self._channels = Channels(options.max_targets + 1)  # kept open between polls
         self._families: list[Metric] = []
         self._bodies: dict[tuple[str, bool], bytes] = {}
         self._lock = threading.Lock()
@@ -190,7 +191,9 @@ class HostExporter:
         followers = {t.address: self._followers.setdefault(t.key, Follower()) for t in targets}
         results: list[FanOutResult[tuple[str, Snapshot]]] = fan_out(
             [t.address for t in targets], timeout=self.options.timeout_s,
-            call=Client.read_latest, max_workers=MAX_WORKERS, followers=followers)
+            call=Client.read_latest, max_workers=MAX_WORKERS, followers=followers,
+            channels=self._channels)
+        self._channels.keep_only(set(followers))
         fams: list[Iterator[Metric]] = [host_fams.chip_families(chips, self.options.labels)]
         health = []
         for t, r in zip(targets, results, strict=True):
@@ -288,6 +291,7 @@ class HostExporter:
             self._httpd.stop()
         if self._thread is not None:
             self._thread.join(self.options.timeout_s + 5.0)
+        self._channels.close()
 
 
 def _encode(fams: list[Metric], accept: str, zipped: bool) -> bytes:

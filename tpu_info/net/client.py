@@ -146,6 +146,16 @@ class Client:
 
     # Lifecycle -------------------------------------------------------------
 
+    def renew(self, timeout: float, deadline: float | None,
+              follower: delta.Follower | None = None) -> Client:
+        """This client (its channel kept open) for another round of calls:
+        ``timeout`` and ``deadline`` as at construction, and ``follower``
+        when given. Not for a client another thread is using."""
+        self.timeout, self.deadline, self._started = timeout, deadline, time.monotonic()
+        if follower is not None:
+            self._follower, self._parts = follower, follower.parts
+        return self
+
     def close(self) -> None:
         """Closes the channel (idempotent)."""
         self._channel.close()

@@ -2,7 +2,8 @@
 within one deadline, so a slow, dead or flooding target fails on its own
 and the round still ends in time. Each target's
 :class:`~tpu_info.wire.delta.Follower` is kept between rounds, so a round
-asks only for what changed since the last one.
+asks only for what changed since the last one, and its channel
+(:class:`Channels`), so a round dials only targets that failed or are new.
 
 Example:
     >>> for r in fan_out(["h1:8431", "h2:8431"], timeout=2.0):  # doctest: +SKIP
@@ -59,17 +60,70 @@ def _follower(target: str) -> delta.Follower:
         return kept
 
 
+class Channels:
+    """Clients kept open between rounds, one per target, at most ``bound``
+    (the least recently asked closed first). A client is taken out while
+    a round uses it and put back only after it answered, so no two threads
+    share one (a call still running after its round keeps its own) and a
+    target that failed is dialled afresh next time.
+    """
+
+    def __init__(self, bound: int = 64) -> None:
+        self.bound = bound
+        self._idle: OrderedDict[str, Client] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def take(self, target: str) -> Client | None:
+        with self._lock:
+            return self._idle.pop(target, None)
+
+    def put(self, client: Client) -> None:
+        with self._lock:
+            old = self._idle.pop(client.target, None)
+            self._idle[client.target] = client
+            evicted = [self._idle.popitem(last=False)[1]
+                       for _ in range(len(self._idle) - self.bound)]
+        if old is not None and old is not client:
+            old.close()
+        for c in evicted:  # this one too when the bound is 0
+            c.close()
+
+    def keep_only(self, targets: set[str]) -> None:
+        """Closes the clients of targets not in ``targets``."""
+        with self._lock:
+            gone = [self._idle.pop(t) for t in list(self._idle) if t not in targets]
+        for c in gone:
+            c.close()
+
+    def close(self) -> None:
+        self.keep_only(set())
+
+
+_ROUND_CHANNELS = Channels(_ROUND_FOLLOWERS_MAX)
+
+
 def _ask(target: str, timeout: float, deadline: float, call: Callable[[Client], T],
-         follower: delta.Follower | None) -> FanOutResult[T]:
+         follower: delta.Follower | None, channels: Channels) -> FanOutResult[T]:
     started = time.monotonic()
+    follower = follower if follower is not None else _follower(target)
+    client = channels.take(target)
     try:
-        with Client(target, timeout=timeout, deadline=deadline,
-                    follower=follower if follower is not None else _follower(target)) as client:
-            value = call(client)
+        if client is None:
+            client = Client(target, timeout=timeout, deadline=deadline, follower=follower)
+        else:
+            client.renew(timeout, deadline, follower)
+        value = call(client)
+        channels.put(client)
         return FanOutResult(target, value=value, seconds=time.monotonic() - started)
     except TpuInfoError as e:
+        if client is not None:
+            client.close()
         return FanOutResult(target, error=e.with_target(target) if not e.target else e,
                             seconds=time.monotonic() - started)
+    except BaseException:
+        if client is not None:
+            client.close()
+        raise
 
 
 def fan_out(
@@ -78,6 +132,7 @@ def fan_out(
     call: Callable[[Client], T] = Client.follow,  # type: ignore[assignment]
     max_workers: int = 32,
     followers: Mapping[str, delta.Follower] | None = None,
+    channels: Channels | None = None,
 ) -> list[FanOutResult[T]]:
     """Asks every target at once; returns one result per target, in order.
 
@@ -94,6 +149,8 @@ def fan_out(
         max_workers: threads used at most.
         followers: each target's :class:`~tpu_info.wire.delta.Follower`
             (default: kept here for the 64 targets asked last).
+        channels: the clients kept open between rounds (default: kept here
+            for the 64 targets asked last).
     """
     if not targets:
         return []
@@ -102,7 +159,8 @@ def fan_out(
                                       thread_name_prefix="tpu-info-fanout")
     try:
         kept = followers or {}
-        pending = {pool.submit(_ask, t, timeout, deadline, call, kept.get(t)): i
+        open_ = channels if channels is not None else _ROUND_CHANNELS
+        pending = {pool.submit(_ask, t, timeout, deadline, call, kept.get(t), open_): i
                    for i, t in enumerate(targets)}
         # Every call and decode carries the round's deadline; the margin
         # covers the thread hand-off and a connection probe, and guards
