@@ -26,6 +26,9 @@ from fanout import start_servers
 
 from tpu_info.commands.exporter import ExporterOptions, HostExporter, _encode
 from tpu_info.contract.model import LocalScan
+from tpu_info.net.client import Client
+from tpu_info.net.fanout import Channels, fan_out
+from tpu_info.wire.delta import Follower
 
 
 def _runtime_dir(root: Path, name: str, procs: list[subprocess.Popen[str]],
@@ -39,6 +42,24 @@ def _runtime_dir(root: Path, name: str, procs: list[subprocess.Popen[str]],
             "argv": ["bench_server.py"], "engine": "jax", "versions": {},
             "start_time": time.time()}))
     return d
+
+
+def _fetch_both_ways(targets: list[str], rounds: int) -> tuple[float, float]:
+    """Median seconds of the poll's fan-out with full answers and with
+    cursors, alternating in the same rounds (each way its own followers)."""
+    ways = [(Client.read, {t: Follower() for t in targets}, Channels(0)),
+            (Client.read_latest, {t: Follower() for t in targets}, Channels())]
+    times: list[list[float]] = [[], []]
+    for r in range(rounds + 1):
+        for i, (call, followers, channels) in enumerate(ways):
+            t = time.perf_counter()
+            fan_out(targets, timeout=10.0, call=call, followers=followers, channels=channels)
+            if r:  # the first round: connections and first full answers
+                times[i].append(time.perf_counter() - t)
+        time.sleep(0.1)  # the processes record on, as between polls
+    for _, _, channels in ways:
+        channels.close()
+    return statistics.median(times[0]), statistics.median(times[1])
 
 
 def main() -> int:
@@ -84,6 +105,15 @@ def main() -> int:
                   f"({rounds} rounds; {len(up) - down} of {len(up)} up)")
             print(f"a scrape of the {n}-process exporter (served from the last poll): "
                   f"median {sc * 1e3:.2f} ms")
+            full, cursor = _fetch_both_ways(targets, rounds)
+            print(f"the poll's fan-out over {n} processes, side by side: full answers "
+                  f"(Client.read, a new channel per target each round: before cursors) median "
+                  f"{full * 1e3:.1f} ms, cursor answers (Client.read_latest, one follower and "
+                  f"one channel kept per process: what the poll asks) "
+                  f"{cursor * 1e3:.1f} ms ({full / cursor:.1f}x less); load average "
+                  f"{os.getloadavg()[0]:.1f}")
+            for ex in (one, many):
+                ex.stop()  # closes its channels before the servers stop
             verdict(f"ratio poll({n}) / poll(1)", m / a, "informational", True)
     finally:
         for p in procs:

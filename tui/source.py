@@ -197,7 +197,7 @@ class TargetReader:
     def _read(self, client: Client, since: int, done: Callable[[], bool]):  # type: ignore[no-untyped-def]
         """Yields ``(snapshot, state, source)``: streaming first, then polling."""
         try:
-            for snap in client.stream(self.interval_s, events_since=since):
+            for snap in client.stream(self.interval_s, events_since=since, follow=True):
                 yield snap, Conn.STREAMING, "hook"
                 if done():
                     return
@@ -213,11 +213,10 @@ class TargetReader:
         while not done():
             started = time.monotonic()
             try:
-                source, snap = client.read(since)
+                source, snap = client.read_latest()
             except ValueError:  # the watchdog closed the channel between calls
                 raise TimedOut("no answer", target=self.target) from None
             yield snap, Conn.POLLING, source
-            since = snap.last_seq or since
             self._stopped.wait(max(0.0, self.interval_s - (time.monotonic() - started)))
 
 

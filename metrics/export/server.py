@@ -30,6 +30,7 @@ Example:
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import logging
 import threading
@@ -56,12 +57,12 @@ from metrics.export.limits import (
 from metrics.export.owner import caller_of
 from tpu_info.contract import catalog as names
 from tpu_info.contract.captures import RemoteCapture
-from tpu_info.contract.model import MetricInfo, Snapshot
+from tpu_info.contract.model import Event, MetricInfo, Snapshot
 from tpu_info.proto import tpu_info_v1_pb2 as pb
 from tpu_info.proto import tpu_info_v1_pb2_grpc as pb_grpc
 from tpu_info.proto import tpu_metric_service_pb2_grpc as lpb_grpc
 from tpu_info.wire import codec as wire
-from tpu_info.wire import encoder
+from tpu_info.wire import delta, encoder
 
 log = logging.getLogger("metrics.export")
 
@@ -77,6 +78,10 @@ LIST_METRICS_TTL_S = 1.0  # ListMetrics answers are this old at most
 MIN_INTERVAL_MS = 50
 DEFAULT_INTERVAL_MS = 1000
 
+
+def _seq(e: Event) -> int:
+    return e.seq
+
 @dataclasses.dataclass
 class _Build:
     """One snapshot build, shared by every request until it expires."""
@@ -84,7 +89,8 @@ class _Build:
     expires: float
     since: int
     snap: Snapshot
-    answers: dict[tuple[int, int], tuple[bytes, int]] = dataclasses.field(
+    generation: int  # of its parts, for cursors (tpu_info.wire.delta)
+    answers: dict[tuple[int, int, tuple[str, ...], int], tuple[bytes, int]] = dataclasses.field(
         default_factory=dict)
 
 
@@ -108,6 +114,7 @@ class MonitorServicer(pb_grpc.MonitorServicer):
         self._streams = threading.BoundedSemaphore(max_streams)
         self._max_streams = max_streams
         self._cache = encoder.PartCache()
+        self._generations = delta.Generations()
         self._build: _Build | None = None
         self._build_lock = threading.Lock()
         self._listed: tuple[float, bytes] | None = None
@@ -142,7 +149,7 @@ class MonitorServicer(pb_grpc.MonitorServicer):
             if built is None or built.expires <= now or events_since < built.since:
                 snap = self._snapshot_fn(events_since)
                 built = self._build = _Build(time.monotonic() + ANSWER_TTL_S,
-                                             events_since, snap)
+                                             events_since, snap, self._generations.add(snap))
             return built
 
     def paced_snapshot(self, events_since: int) -> Snapshot:
@@ -155,29 +162,39 @@ class MonitorServicer(pb_grpc.MonitorServicer):
             raise RuntimeError(f"more than {self.pacer.rate:g} calls a second; try again later")
         return self.shared_snapshot(events_since).snap
 
-    def _answer(self, events_since: int, max_events: int,
-                context: grpc.ServicerContext) -> tuple[bytes, int]:
-        """The serialized snapshot and its last_seq, cut for this request
-        from the shared build (the events after ``events_since``)."""
+    def _answer(self, events_since: int, max_events: int, context: grpc.ServicerContext,
+                cursor: tuple[str, int] | None = None) -> tuple[bytes, int, int]:
+        """The serialized snapshot, its last_seq and generation, cut for this
+        request from the shared build: the events after ``events_since``,
+        and with a ``cursor`` (instance, generation) none of the parts
+        unchanged since (:mod:`tpu_info.wire.delta`; another instance's
+        cursor gets every part and every event)."""
+        if cursor is not None and cursor[0] and cursor[0] != self._generations.instance:
+            events_since = 0  # a restarted server: the reader's numbers are another's
         built = snapshot_or_abort(self.shared_snapshot, events_since, context)
         snap = built.snap
-        key = (min(events_since, snap.last_seq), max_events)
+        shared = None
+        if cursor is not None:
+            with self._build_lock:
+                shared = self._generations.compare(*cursor, snap)
+        key = (min(events_since, snap.last_seq), max_events,
+               shared.unchanged if shared else (),
+               cursor[1] if cursor is not None and shared and shared.kept else 0)
         with self._build_lock:
             hit = built.answers.get(key)
         if hit is not None:
-            return hit
+            return (*hit, built.generation)
         events = snap.events
         if events_since > built.since:
-            events = tuple(e for e in events if e.seq > events_since)
+            events = events[bisect.bisect_right(events, events_since, key=_seq):]
         if max_events and len(events) > max_events:
             events = events[-max_events:]
-        if events is not snap.events:
-            snap = dataclasses.replace(snap, events=events)
+        snap, stamp = self._generations.answer(snap, built.generation, shared, events=events)
         with self._build_lock:  # the encoder's part cache is not thread-safe
-            answer = encoder.snapshot_to_bytes(snap, self._cache), snap.last_seq
+            answer = encoder.snapshot_to_bytes(snap, self._cache, stamp), snap.last_seq
             if len(built.answers) < 64:
                 built.answers[key] = answer
-        return answer
+        return (*answer, built.generation)
 
     def _evict_for_new_stream(self) -> bool:
         """Every stream slot is taken: the stream whose peer has not read its
@@ -222,7 +239,9 @@ class MonitorServicer(pb_grpc.MonitorServicer):
     def GetSnapshot(self, request: pb.SnapshotRequest,
                     context: grpc.ServicerContext) -> bytes:
         self._pace(context)
-        data = self._answer(request.events_since, request.max_events, context)[0]
+        cursor = ((request.cursor.instance, request.cursor.generation)
+                  if request.HasField("cursor") else None)
+        data = self._answer(request.events_since, request.max_events, context, cursor)[0]
         self._handed_over(context, stream=False)
         return data
 
@@ -244,11 +263,17 @@ class MonitorServicer(pb_grpc.MonitorServicer):
         interval_ms = request.interval_ms or DEFAULT_INTERVAL_MS
         interval_s = max(interval_ms, MIN_INTERVAL_MS) / 1000.0
         since = request.events_since
+        # With a cursor, each snapshot leaves out what the previous one sent.
+        cursor = ((request.cursor.instance, request.cursor.generation)
+                  if request.HasField("cursor") else None)
         token = 0
         try:
             while context.is_active() and not self.stopping.is_set():
                 self.pacer.admit(max_wait_s=float("inf"))  # waits its turn, never refused
-                data, since = self._answer(since, request.max_events, context)
+                data, since, generation = self._answer(since, request.max_events, context,
+                                                       cursor)
+                if cursor is not None:
+                    cursor = (self._generations.instance, generation)
                 token = self._handed_over(context, stream=True)
                 yield data
                 self._delivered(token)

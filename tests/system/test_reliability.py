@@ -20,7 +20,8 @@ from metrics.recording.graphs import GraphLedger
 from tests.conftest import ROOT
 from tests.hooked import HookedProgram
 from tpu_info.contract.errors import TpuInfoError, Unreachable
-from tpu_info.net.client import Client, fan_out
+from tpu_info.net.client import Client
+from tpu_info.net.fanout import fan_out
 from tpu_info.proto import tpu_info_v1_pb2 as pb
 from tpu_info.proto import tpu_info_v1_pb2_grpc as pb_grpc
 

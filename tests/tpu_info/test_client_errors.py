@@ -21,7 +21,8 @@ from tpu_info.contract.errors import (
     Unreachable,
 )
 from tpu_info.contract.model import GraphRecord, Snapshot
-from tpu_info.net.client import Client, fan_out
+from tpu_info.net.client import Client
+from tpu_info.net.fanout import fan_out
 from tpu_info.proto import tpu_info_v1_pb2 as pb
 
 TIMEOUT = 1.5

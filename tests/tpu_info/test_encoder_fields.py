@@ -23,7 +23,11 @@ from tpu_info.wire import encoder
 
 ROOT = Path(__file__).resolve().parents[2]
 # Fields the model does not hold by design: the server writes its own version.
-NOT_IN_THE_MODEL = {"tpu_info.v1.Snapshot.protocol_version"}
+NOT_IN_THE_MODEL = {"tpu_info.v1.Snapshot.protocol_version",
+                    # One answer's stamp for cursors (tpu_info.wire.delta), not the program's.
+                    "tpu_info.v1.Snapshot.instance", "tpu_info.v1.Snapshot.generation",
+                    "tpu_info.v1.Snapshot.unchanged", "tpu_info.v1.Snapshot.kept",
+                    "tpu_info.v1.Kept.part", "tpu_info.v1.Kept.keys"}
 
 
 def _base() -> pb.Snapshot:
@@ -50,6 +54,7 @@ def _base() -> pb.Snapshot:
     m.events.add(seq=1, time_unix=1.0, kind="step")
     m.sites.add(kind="sync", location="t.py:1", count=1)
     m.steps.count = 1
+    m.kept.add()  # a cursor's answer (not in the model)
     return m
 
 

@@ -6,7 +6,7 @@ finds through the discovery records, each process's series labelled
 ``host``, ``pid``, ``program``, ``process_index`` (its rank) and, per device,
 ``device``. A background poll every ``--interval`` seconds scans the host,
 re-reads the runtime directory and asks every target at once over gRPC
-(:func:`tpu_info.net.client.fan_out`: the round ends within ``--timeout``
+(:func:`tpu_info.net.fanout.fan_out`: the round ends within ``--timeout``
 whatever a target does); a scrape gets the last poll's exposition at once,
 so no target can stall the endpoint. A process that exits drops out at the
 next poll, a new one appears in it; ``tpu_info_target_up`` says per target
@@ -49,9 +49,11 @@ from tpu_info.contract.model import LocalScan, Snapshot
 from tpu_info.host.listeners import ProcNet
 from tpu_info.net import discovery
 from tpu_info.net.bounded_http import BoundedHttpServer
-from tpu_info.net.client import Client, FanOutResult, fan_out
+from tpu_info.net.client import Client
+from tpu_info.net.fanout import Channels, FanOutResult, fan_out
 from tpu_info.outputs import prometheus_host as host_fams
 from tpu_info.outputs.prometheus import SeriesState, families
+from tpu_info.wire.delta import Follower
 
 log = logging.getLogger("tpu_info.commands.exporter")
 
@@ -139,6 +141,10 @@ class HostExporter:
                                               port_owners=self._net.owners_by_port)
         self._states: dict[tuple[object, ...], SeriesState] = {}
         self._ranks: dict[tuple[object, ...], str] = {}
+        # One cursor per process (tpu_info.wire.delta): a poll asks only for
+        # what changed since the last one.
+        self._followers: dict[tuple[object, ...], Follower] = {}
+        self._channels = Channels(options.max_targets + 1)  # kept open between polls
         self._families: list[Metric] = []
         self._bodies: dict[tuple[str, bool], bytes] = {}
         self._lock = threading.Lock()
@@ -182,9 +188,12 @@ class HostExporter:
         chips = self._scan_chips()
         scan = self._rescanner.scan()
         targets = self._targets(scan)
+        followers = {t.address: self._followers.setdefault(t.key, Follower()) for t in targets}
         results: list[FanOutResult[tuple[str, Snapshot]]] = fan_out(
-            [t.address for t in targets], timeout=self.options.timeout_s, call=Client.read,
-            max_workers=MAX_WORKERS)
+            [t.address for t in targets], timeout=self.options.timeout_s,
+            call=Client.read_latest, max_workers=MAX_WORKERS, followers=followers,
+            channels=self._channels)
+        self._channels.keep_only(set(followers))
         fams: list[Iterator[Metric]] = [host_fams.chip_families(chips, self.options.labels)]
         health = []
         for t, r in zip(targets, results, strict=True):
@@ -200,6 +209,8 @@ class HostExporter:
             del self._states[gone]
         for gone in [k for k in self._ranks if k not in live]:
             del self._ranks[gone]
+        for gone in [k for k in self._followers if k not in live]:
+            del self._followers[gone]
         self.polls += 1
         self.last_poll_s = time.monotonic() - started
         skipped = Counter(s.reason for s in scan.skipped if not s.removed)
@@ -280,6 +291,7 @@ class HostExporter:
             self._httpd.stop()
         if self._thread is not None:
             self._thread.join(self.options.timeout_s + 5.0)
+        self._channels.close()
 
 
 def _encode(fams: list[Metric], accept: str, zipped: bool) -> bytes:

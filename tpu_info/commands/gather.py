@@ -119,7 +119,8 @@ def gather(
     """
     from tpu_info.host import devices
     from tpu_info.net import discovery
-    from tpu_info.net.client import Client, fan_out
+    from tpu_info.net.client import Client
+    from tpu_info.net.fanout import fan_out
 
     notes: list[tuple[str, str]] = []
     local = devices.scan_local() if scan_devices else LocalScan()
@@ -147,7 +148,7 @@ def gather(
             unique.append(t)
 
     views: list[TargetView] = []
-    for r in fan_out(unique, timeout=timeout, call=Client.read):
+    for r in fan_out(unique, timeout=timeout, call=Client.read_latest):
         if r.ok:
             source, snap = r.value  # type: ignore[misc]
             views.append(TargetView(r.target, snap, source=source))

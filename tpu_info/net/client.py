@@ -4,12 +4,13 @@ A :class:`Client` owns one channel and closes it; every failure is a
 :class:`~tpu_info.contract.errors.TpuInfoError` naming the target. A call's timeout
 covers decoding its reply too (:func:`tpu_info.wire.codec.snapshot_from_proto`
 stops at the deadline), and replies over 32 MiB are refused unread.
-:func:`fan_out` asks many targets concurrently within one deadline, so a
-slow, dead or flooding target fails on its own and the round still ends in
-time.
+:func:`tpu_info.net.fanout.fan_out` asks many targets concurrently within one
+deadline, so a slow, dead or flooding target fails on its own and the round
+still ends in time.
 
 Example:
-    >>> from tpu_info.net.client import Client, fan_out
+    >>> from tpu_info.net.client import Client
+    >>> from tpu_info.net.fanout import fan_out
     >>> with Client("localhost:8431", timeout=2.0) as c:   # doctest: +SKIP
     ...     snap = c.snapshot()
     ...     print(snap.counter("UncachedCompile"))
@@ -21,13 +22,9 @@ Example:
 from __future__ import annotations
 
 import socket
-import threading
 import time
-from collections import OrderedDict
-from collections.abc import Callable, Iterator, Sequence
-from concurrent import futures
-from dataclasses import dataclass
-from typing import Generic, TypeVar
+from collections.abc import Callable, Iterator
+from typing import TypeVar
 
 import grpc
 
@@ -53,7 +50,7 @@ from tpu_info.proto import tpu_info_v1_pb2_grpc as pb_grpc
 from tpu_info.proto import tpu_metric_service_pb2 as lpb
 from tpu_info.proto import tpu_metric_service_pb2_grpc as lpb_grpc
 from tpu_info.wire import codec as wire
-from tpu_info.wire import libtpu
+from tpu_info.wire import delta, libtpu
 
 T = TypeVar("T")
 M = TypeVar("M")
@@ -67,7 +64,6 @@ CAPTURE_MARGIN_S = 30.0  # beyond the window: building the trace, device profile
 # and 8 signatures (27 MiB with long descriptions and 20-argument signatures),
 # and 25,000 events (5 MiB). A 60 MB reply of 650,000 graphs is refused unread.
 DEFAULT_MAX_MESSAGE_BYTES = 32 * 1024 * 1024
-FAN_OUT_MARGIN_S = 0.5
 
 
 def split_target(target: str) -> tuple[str, int]:
@@ -115,7 +111,7 @@ class Client:
     def __init__(self, target: str, timeout: float = DEFAULT_TIMEOUT_S, *,
                  max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
                  keepalive_s: float = DEFAULT_KEEPALIVE_S,
-                 decode_cache: wire.DecodeCache | None = None,
+                 follower: delta.Follower | None = None,
                  deadline: float | None = None) -> None:
         host, _ = split_target(target)
         self.target = target
@@ -123,8 +119,10 @@ class Client:
         self.deadline = deadline
         self.max_message_bytes = max_message_bytes
         self._started = time.monotonic()
-        # Snapshots of one target repeat most parts: those are not decoded again.
-        self._parts = decode_cache if decode_cache is not None else wire.DecodeCache()
+        # Snapshots of one target repeat most parts: those are not decoded
+        # again, nor sent again to :meth:`follow` (the last whole snapshot).
+        self._follower = follower if follower is not None else delta.Follower()
+        self._parts = self._follower.parts
         self._only_libtpu = False  # the server answered that it is not our Monitor
         options = [
             ("grpc.max_receive_message_length", max_message_bytes),
@@ -147,6 +145,16 @@ class Client:
         self._libtpu = lpb_grpc.RuntimeMetricServiceStub(self._channel)
 
     # Lifecycle -------------------------------------------------------------
+
+    def renew(self, timeout: float, deadline: float | None,
+              follower: delta.Follower | None = None) -> Client:
+        """This client (its channel kept open) for another round of calls:
+        ``timeout`` and ``deadline`` as at construction, and ``follower``
+        when given. Not for a client another thread is using."""
+        self.timeout, self.deadline, self._started = timeout, deadline, time.monotonic()
+        if follower is not None:
+            self._follower, self._parts = follower, follower.parts
+        return self
 
     def close(self) -> None:
         """Closes the channel (idempotent)."""
@@ -226,6 +234,40 @@ class Client:
                          "tpu_info.v1.Monitor", end)
         return self._decode(self._snapshot_from_proto, msg, end)
 
+    def follow(self) -> Snapshot:
+        """The hook's whole snapshot, asking with this client's cursor (its
+        follower's last whole snapshot): the answer carries only the events
+        and parts that are new, and is merged into the last one
+        (:mod:`tpu_info.wire.delta`). The first answer, and one from a
+        restarted server, is a full one.
+
+        Raises:
+            TpuInfoError: one of its subclasses, naming this target.
+        """
+        held = self._follower.held
+        end = self._call_deadline()
+        msg = self._call(self._monitor.GetSnapshot, _with_cursor(pb.SnapshotRequest(), held),
+                         "tpu_info.v1.Monitor", end)
+        return self._merge(msg, held, end)
+
+    def _merge(self, msg: pb.Snapshot, held: delta.Held | None, end: float) -> Snapshot:
+        answer = self._decode(self._snapshot_from_proto, msg, end)
+        return self._decode(self._follower.apply, answer, delta.stamp_of(msg), held)
+
+    def read_latest(self) -> tuple[str, Snapshot]:
+        """Like :meth:`read`, with :meth:`follow` for a hook: how fan-out
+        rounds, the exporter and the dashboard read a target again and again.
+
+        Raises:
+            TpuInfoError: one of its subclasses, naming this target.
+        """
+        if not self._only_libtpu:
+            try:
+                return "hook", self.follow()
+            except NotAMonitor:
+                self._only_libtpu = True
+        return "libtpu", self.libtpu()
+
     def read(self, events_since: int = 0) -> tuple[str, Snapshot]:
         """``("hook", snapshot)``, or ``("libtpu", snapshot)`` from libtpu's
         service when the server speaks only that one (then this client asks
@@ -246,23 +288,33 @@ class Client:
                                         seconds=self._allowed())
 
     def stream(self, interval_s: float = 1.0, events_since: int = 0,
-               duration_s: float | None = None) -> Iterator[Snapshot]:
+               duration_s: float | None = None, *, follow: bool = False) -> Iterator[Snapshot]:
         """Snapshots pushed every ``interval_s`` (the server's floor is 50 ms).
 
-        Each snapshot carries the events since the previous one. Ends after
-        ``duration_s`` if given; closing the iterator cancels the stream.
+        Each snapshot carries the events since the previous one. With
+        ``follow``, each is whole although the server sends only what changed
+        (as :meth:`follow`: the events after the previous snapshot's, merged
+        into it). Ends after ``duration_s`` if given; closing the iterator
+        cancels the stream.
 
         Raises:
             TpuInfoError: while iterating, naming this target.
         """
-        request = pb.StreamRequest(interval_ms=max(1, int(interval_s * 1000)),
-                                   events_since=events_since)
+        held = self._follower.held if follow else None
+        request = _with_cursor(pb.StreamRequest(interval_ms=max(1, int(interval_s * 1000)),
+                                                events_since=events_since), held)
+        if follow:
+            request.cursor.SetInParent()  # asks for deltas even without a cursor yet
         started = time.monotonic()
         call = self._monitor.StreamSnapshots(request, timeout=duration_s)
         try:
             for msg in call:
-                yield self._decode(self._snapshot_from_proto, msg,
-                                   time.monotonic() + self.timeout)
+                end = time.monotonic() + self.timeout
+                if follow:
+                    yield self._merge(msg, held, end)
+                    held = self._follower.held
+                else:
+                    yield self._decode(self._snapshot_from_proto, msg, end)
         except grpc.RpcError as e:
             if (duration_s is not None and e.code() == grpc.StatusCode.DEADLINE_EXCEEDED
                     and time.monotonic() - started >= duration_s * 0.99):
@@ -405,88 +457,14 @@ class Client:
                         left_out=tuple(dict.fromkeys(notes))[:wire.MAX_NOTES])
 
 
-@dataclass(frozen=True, slots=True)
-class FanOutResult(Generic[T]):
-    """One target's answer: ``value`` or ``error`` (exactly one is set)."""
-
-    target: str
-    value: T | None = None
-    error: TpuInfoError | None = None
-    seconds: float = 0.0
-
-    @property
-    def ok(self) -> bool:
-        return self.error is None
+R = TypeVar("R", pb.SnapshotRequest, pb.StreamRequest)
 
 
-# Each target's decode cache, kept between fan-out rounds (a watch loop asks
-# the same targets again and again); the most recently asked targets only.
-_ROUND_CACHES: OrderedDict[str, wire.DecodeCache] = OrderedDict()
-_ROUND_CACHES_MAX = 64
-_round_caches_lock = threading.Lock()
-
-
-def _decode_cache(target: str) -> wire.DecodeCache:
-    with _round_caches_lock:
-        cache = _ROUND_CACHES.pop(target, None) or wire.DecodeCache()
-        _ROUND_CACHES[target] = cache
-        while len(_ROUND_CACHES) > _ROUND_CACHES_MAX:
-            _ROUND_CACHES.popitem(last=False)
-        return cache
-
-
-def _ask(target: str, timeout: float, deadline: float,
-         call: Callable[[Client], T]) -> FanOutResult[T]:
-    started = time.monotonic()
-    try:
-        with Client(target, timeout=timeout, decode_cache=_decode_cache(target),
-                    deadline=deadline) as client:
-            value = call(client)
-        return FanOutResult(target, value=value, seconds=time.monotonic() - started)
-    except TpuInfoError as e:
-        return FanOutResult(target, error=e.with_target(target) if not e.target else e,
-                            seconds=time.monotonic() - started)
-
-
-def fan_out(
-    targets: Sequence[str],
-    timeout: float = DEFAULT_TIMEOUT_S,
-    call: Callable[[Client], T] = Client.snapshot,  # type: ignore[assignment]
-    max_workers: int = 32,
-) -> list[FanOutResult[T]]:
-    """Asks every target at once; returns one result per target, in order.
-
-    The whole round, every call and the decoding of every reply included,
-    ends within ``timeout`` (plus a small margin), however many targets hang
-    or send replies too large to decode in time: a target that does not
-    finish yields :class:`TimedOut` while the others' answers are kept.
-
-    Args:
-        targets: ``host:port`` addresses.
-        timeout: seconds allowed for the round.
-        call: what to ask each :class:`Client` (default: its snapshot).
-        max_workers: threads used at most.
-    """
-    if not targets:
-        return []
-    deadline = time.monotonic() + timeout
-    pool = futures.ThreadPoolExecutor(max_workers=min(max_workers, len(targets)),
-                                      thread_name_prefix="tpu-info-fanout")
-    try:
-        pending = {pool.submit(_ask, t, timeout, deadline, call): i
-                   for i, t in enumerate(targets)}
-        # Every call and decode carries the round's deadline; the margin
-        # covers the thread hand-off and a connection probe, and guards
-        # against anything that would ignore the deadline.
-        done, _ = futures.wait(pending, timeout=timeout + FAN_OUT_MARGIN_S)
-        results: list[FanOutResult[T]] = []
-        for fut, i in sorted(pending.items(), key=lambda kv: kv[1]):
-            if fut in done:
-                results.append(fut.result())
-            else:
-                fut.cancel()
-                results.append(FanOutResult(targets[i], error=TimedOut(
-                    f"no answer within {timeout:.3g}s", target=targets[i]), seconds=timeout))
-        return results
-    finally:
-        pool.shutdown(wait=False, cancel_futures=True)
+def _with_cursor(request: R, held: delta.Held | None) -> R:
+    """``request`` asking for what is new since ``held`` (nothing held: all)."""
+    if held is not None:
+        whole, stamp = held
+        request.events_since = whole.last_seq
+        request.cursor.instance = stamp.instance
+        request.cursor.generation = stamp.generation
+    return request

@@ -18,23 +18,35 @@ UNIT_NS: Unit
 UNIT_BYTES: Unit
 UNIT_NUMBER: Unit
 
+class Cursor(_message.Message):
+    __slots__ = ("instance", "generation")
+    INSTANCE_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    instance: str
+    generation: int
+    def __init__(self, instance: _Optional[str] = ..., generation: _Optional[int] = ...) -> None: ...
+
 class SnapshotRequest(_message.Message):
-    __slots__ = ("events_since", "max_events")
+    __slots__ = ("events_since", "max_events", "cursor")
     EVENTS_SINCE_FIELD_NUMBER: _ClassVar[int]
     MAX_EVENTS_FIELD_NUMBER: _ClassVar[int]
+    CURSOR_FIELD_NUMBER: _ClassVar[int]
     events_since: int
     max_events: int
-    def __init__(self, events_since: _Optional[int] = ..., max_events: _Optional[int] = ...) -> None: ...
+    cursor: Cursor
+    def __init__(self, events_since: _Optional[int] = ..., max_events: _Optional[int] = ..., cursor: _Optional[_Union[Cursor, _Mapping]] = ...) -> None: ...
 
 class StreamRequest(_message.Message):
-    __slots__ = ("interval_ms", "events_since", "max_events")
+    __slots__ = ("interval_ms", "events_since", "max_events", "cursor")
     INTERVAL_MS_FIELD_NUMBER: _ClassVar[int]
     EVENTS_SINCE_FIELD_NUMBER: _ClassVar[int]
     MAX_EVENTS_FIELD_NUMBER: _ClassVar[int]
+    CURSOR_FIELD_NUMBER: _ClassVar[int]
     interval_ms: int
     events_since: int
     max_events: int
-    def __init__(self, interval_ms: _Optional[int] = ..., events_since: _Optional[int] = ..., max_events: _Optional[int] = ...) -> None: ...
+    cursor: Cursor
+    def __init__(self, interval_ms: _Optional[int] = ..., events_since: _Optional[int] = ..., max_events: _Optional[int] = ..., cursor: _Optional[_Union[Cursor, _Mapping]] = ...) -> None: ...
 
 class Process(_message.Message):
     __slots__ = ("pid", "name", "argv", "host", "user", "engine", "versions", "start_time_unix", "waiting", "process_index", "process_count", "process_index_source")
@@ -266,7 +278,7 @@ class Steps(_message.Message):
     def __init__(self, count: _Optional[int] = ..., source: _Optional[str] = ..., basis: _Optional[str] = ..., seconds_total: _Optional[float] = ...) -> None: ...
 
 class Snapshot(_message.Message):
-    __slots__ = ("protocol_version", "taken_at_unix", "process", "devices", "counters", "distributions", "graphs", "events", "last_seq", "uptime_seconds", "sites", "steps", "blind_spots")
+    __slots__ = ("protocol_version", "taken_at_unix", "process", "devices", "counters", "distributions", "graphs", "events", "last_seq", "uptime_seconds", "sites", "steps", "blind_spots", "instance", "generation", "unchanged", "kept")
     PROTOCOL_VERSION_FIELD_NUMBER: _ClassVar[int]
     TAKEN_AT_UNIX_FIELD_NUMBER: _ClassVar[int]
     PROCESS_FIELD_NUMBER: _ClassVar[int]
@@ -280,6 +292,10 @@ class Snapshot(_message.Message):
     SITES_FIELD_NUMBER: _ClassVar[int]
     STEPS_FIELD_NUMBER: _ClassVar[int]
     BLIND_SPOTS_FIELD_NUMBER: _ClassVar[int]
+    INSTANCE_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    UNCHANGED_FIELD_NUMBER: _ClassVar[int]
+    KEPT_FIELD_NUMBER: _ClassVar[int]
     protocol_version: int
     taken_at_unix: float
     process: Process
@@ -293,7 +309,19 @@ class Snapshot(_message.Message):
     sites: _containers.RepeatedCompositeFieldContainer[Site]
     steps: Steps
     blind_spots: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, protocol_version: _Optional[int] = ..., taken_at_unix: _Optional[float] = ..., process: _Optional[_Union[Process, _Mapping]] = ..., devices: _Optional[_Iterable[_Union[Device, _Mapping]]] = ..., counters: _Optional[_Iterable[_Union[Counter, _Mapping]]] = ..., distributions: _Optional[_Iterable[_Union[Distribution, _Mapping]]] = ..., graphs: _Optional[_Iterable[_Union[Graph, _Mapping]]] = ..., events: _Optional[_Iterable[_Union[Event, _Mapping]]] = ..., last_seq: _Optional[int] = ..., uptime_seconds: _Optional[float] = ..., sites: _Optional[_Iterable[_Union[Site, _Mapping]]] = ..., steps: _Optional[_Union[Steps, _Mapping]] = ..., blind_spots: _Optional[_Iterable[str]] = ...) -> None: ...
+    instance: str
+    generation: int
+    unchanged: _containers.RepeatedScalarFieldContainer[str]
+    kept: _containers.RepeatedCompositeFieldContainer[Kept]
+    def __init__(self, protocol_version: _Optional[int] = ..., taken_at_unix: _Optional[float] = ..., process: _Optional[_Union[Process, _Mapping]] = ..., devices: _Optional[_Iterable[_Union[Device, _Mapping]]] = ..., counters: _Optional[_Iterable[_Union[Counter, _Mapping]]] = ..., distributions: _Optional[_Iterable[_Union[Distribution, _Mapping]]] = ..., graphs: _Optional[_Iterable[_Union[Graph, _Mapping]]] = ..., events: _Optional[_Iterable[_Union[Event, _Mapping]]] = ..., last_seq: _Optional[int] = ..., uptime_seconds: _Optional[float] = ..., sites: _Optional[_Iterable[_Union[Site, _Mapping]]] = ..., steps: _Optional[_Union[Steps, _Mapping]] = ..., blind_spots: _Optional[_Iterable[str]] = ..., instance: _Optional[str] = ..., generation: _Optional[int] = ..., unchanged: _Optional[_Iterable[str]] = ..., kept: _Optional[_Iterable[_Union[Kept, _Mapping]]] = ...) -> None: ...
+
+class Kept(_message.Message):
+    __slots__ = ("part", "keys")
+    PART_FIELD_NUMBER: _ClassVar[int]
+    KEYS_FIELD_NUMBER: _ClassVar[int]
+    part: str
+    keys: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, part: _Optional[str] = ..., keys: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ListMetricsRequest(_message.Message):
     __slots__ = ()

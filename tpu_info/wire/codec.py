@@ -321,8 +321,12 @@ class DecodeCache:
         fresh[section] = new
         return tuple(out)
 
-    def keep(self, fresh: dict[str, dict[bytes, Any]]) -> None:
-        """Makes a whole, valid snapshot's parts the ones kept."""
+    def keep(self, fresh: dict[str, dict[bytes, Any]], unchanged: Sequence[str] = ()) -> None:
+        """Makes a whole, valid snapshot's parts the ones kept; a section it
+        left out as unchanged (a cursor's answer) keeps its last parts."""
+        for section in unchanged:
+            if section in self._kept:
+                fresh[section] = self._kept[section]
         self._kept = fresh
 
 
@@ -439,7 +443,7 @@ def snapshot_from_proto(m: pb.Snapshot, cache: DecodeCache | None = None, *,
         left_out=dec.summary(),
     )
     if cache is not None:
-        cache.keep(fresh)
+        cache.keep(fresh, m.unchanged[:16] if m.unchanged else ())
     return snapshot
 
 

@@ -29,6 +29,7 @@ Example:
 
 from __future__ import annotations
 
+import itertools
 import operator
 import struct
 import threading
@@ -139,7 +140,8 @@ class FastFields:
 
 SNAPSHOT = FastFields(pb.Snapshot, direct=("distributions", "graphs", "events"), filled=(
     "protocol_version", "taken_at_unix", "process", "devices", "counters", "last_seq",
-    "uptime_seconds", "sites", "steps", "blind_spots"))
+    "uptime_seconds", "sites", "steps", "blind_spots", "instance", "generation", "unchanged",
+    "kept"))
 EVENT = FastFields(pb.Event, direct=("seq", "time_unix", "kind", "value"),
                    filled=("name", "graph_hash", "detail", "location"))
 GRAPH = FastFields(pb.Graph, direct=(
@@ -184,6 +186,9 @@ def _encode_event(e: Event) -> bytes:
 # Sections (distributions, graphs) ------------------------------------------
 
 
+EVENT_ENCODINGS_KEPT = 4_096  # events' encodings kept at most (the hook answers 1,000)
+
+
 class PartCache:
     """Encoded distributions, graphs and events of the previous snapshot.
 
@@ -200,9 +205,14 @@ class PartCache:
         self._event_block: tuple[tuple[int, int, int], bytes] = ((0, 0, 0), b"")
         self._lock = threading.Lock()
 
-    def encode(self, s: Snapshot, head: pb.Snapshot) -> bytes:
+    def encode(self, s: Snapshot, head: pb.Snapshot,
+               stamp: wire_encode.Stamp | None = None) -> bytes:
         """``head`` (the snapshot without distributions, graphs and events)
-        followed by the encoding of every distribution, graph and event."""
+        followed by the encoding of every distribution, graph and event; of
+        a cursor's answer (``stamp``), only the records it carries, every
+        encoding kept for the next answer."""
+        skip = stamp.unchanged if stamp is not None else ()
+        picks = {part: positions for part, _, positions in stamp.kept} if stamp else {}
         with self._lock:
             sections, old_events, old_block = self._sections, self._events, self._event_block
         chunks = [head.SerializeToString()]
@@ -210,24 +220,37 @@ class PartCache:
         # Sequence numbers are unique and events never change, so the same
         # first, last and count is the same run of events: one cached block.
         block_key = (len(events), events[0].seq, events[-1].seq) if events else (0, 0, 0)
+        new_events = old_events
         if old_block[0] == block_key:
-            new_events, block = old_events, old_block
+            block = old_block
         else:
-            new_events = {}
+            # Kept by number, across answers that carry different runs (a
+            # cursor's few new events, then a full answer's thousand).
+            parts = []
             for e in events:
                 data = old_events.get(e.seq)
                 if data is None:
                     body = _encode_event(e)
-                    data = _EVENT_TAG + _varint(len(body)) + body
-                new_events[e.seq] = data
-            block = (block_key, b"".join(new_events.values()))
+                    data = old_events[e.seq] = _EVENT_TAG + _varint(len(body)) + body
+                parts.append(data)
+            if len(old_events) > EVENT_ENCODINGS_KEPT:  # the older half goes, now and then
+                new_events = dict(itertools.islice(old_events.items(),
+                                                   len(old_events) - EVENT_ENCODINGS_KEPT // 2,
+                                                   None))
+            block = (block_key, b"".join(parts))
         chunks.append(block[1])
         new_sections = {}
-        for tag, records, build in ((_DIST_TAG, s.distributions, _encode_distribution),
-                                    (_GRAPH_TAG, s.graphs, _encode_graph)):
+        for tag, name, records, build in (
+                (_DIST_TAG, "distributions", s.distributions, _encode_distribution),
+                (_GRAPH_TAG, "graphs", s.graphs, _encode_graph)):
+            if name in skip:
+                if tag in sections:
+                    new_sections[tag] = sections[tag]
+                continue
             section = reuse.each(tuple(records), _framed(tag, build), sections.get(tag))
             new_sections[tag] = section
-            chunks.extend(section[1])
+            picked = picks.get(name)
+            chunks.extend(section[1] if picked is None else map(section[1].__getitem__, picked))
         with self._lock:
             self._sections, self._events, self._event_block = new_sections, new_events, block
         return b"".join(chunks)
@@ -328,11 +351,14 @@ def _encode_graph(g: GraphRecord) -> bytes:
     return b"".join(parts)
 
 
-def snapshot_to_bytes(s: Snapshot, cache: PartCache | None = None) -> bytes:
-    """The encoded ``tpu_info.v1.Snapshot`` (what the server sends).
+def snapshot_to_bytes(s: Snapshot, cache: PartCache | None = None,
+                      stamp: wire_encode.Stamp | None = None) -> bytes:
+    """The encoded ``tpu_info.v1.Snapshot`` (what the server sends), with
+    the answer's ``stamp`` (:mod:`tpu_info.wire.delta`; the parts it names
+    unchanged are left out of ``s`` already).
 
     With ``cache`` (one per server), unchanged parts are not encoded again.
     """
     if cache is None or not SNAPSHOT.complete:
-        return wire_encode.snapshot_to_proto(s).SerializeToString()
-    return cache.encode(s, wire_encode.fill_head(s))
+        return wire_encode.snapshot_to_proto(s, stamp).SerializeToString()
+    return cache.encode(s, wire_encode.fill_head(s, stamp), stamp)

@@ -15,7 +15,7 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, NamedTuple
 
 from tpu_info.contract.buckets import SortedCounts
 from tpu_info.contract.model import (
@@ -154,7 +154,30 @@ def fill_event(m: pb.Event, e: Event) -> None:
         m.value = e.value
 
 
-def fill_head(s: Snapshot) -> pb.Snapshot:
+class Stamp(NamedTuple):
+    """What an answer is, for a reader's next cursor (:mod:`tpu_info.wire.delta`):
+    the server's instance, the generation of its parts, and the parts it
+    leaves out (the reader's copy being current). Not in the model: it
+    belongs to one answer, not to the program."""
+
+    instance: str = ""
+    generation: int = 0
+    unchanged: tuple[str, ...] = ()
+    # Parts sent record by record: (part, every record's key in order, the
+    # positions of the records sent); the positions stay on the server.
+    kept: tuple[tuple[str, tuple[str, ...], tuple[int, ...]], ...] = ()
+
+    def sent(self, part: str, records: tuple[Any, ...]) -> Any:
+        """The records of ``part`` this answer carries."""
+        if part in self.unchanged:
+            return ()
+        for name, _, positions in self.kept:
+            if name == part:
+                return [records[i] for i in positions]
+        return records
+
+
+def fill_head(s: Snapshot, stamp: Stamp | None = None) -> pb.Snapshot:
     """The message of ``s`` without its distributions, graphs and events."""
     msg = pb.Snapshot(
         protocol_version=PROTOCOL_VERSION,
@@ -184,17 +207,22 @@ def fill_head(s: Snapshot) -> pb.Snapshot:
     for c in s.counters:
         msg.counters.add(name=c.name, value=c.value, unit=UNIT_TO_PB[c.unit], help=c.help)
     fill_diagnosis(msg, s)
+    if stamp is not None:
+        msg.instance, msg.generation = stamp.instance, stamp.generation
+        msg.unchanged.extend(stamp.unchanged)
+        for part, keys, _ in stamp.kept:
+            msg.kept.add(part=part, keys=keys)
     return msg
 
 
-def snapshot_to_proto(s: Snapshot) -> pb.Snapshot:
-    """The ``tpu_info.v1.Snapshot`` message of a snapshot."""
-    msg = fill_head(s)
+def snapshot_to_proto(s: Snapshot, stamp: Stamp | None = None) -> pb.Snapshot:
+    """The ``tpu_info.v1.Snapshot`` message of a snapshot (and the answer's stamp)."""
+    msg = fill_head(s, stamp)
     for e in s.events:
         fill_event(msg.events.add(), e)
-    for d in s.distributions:
+    for d in stamp.sent("distributions", s.distributions) if stamp else s.distributions:
         fill_distribution(msg.distributions.add(), d)
-    for g in s.graphs:
+    for g in stamp.sent("graphs", s.graphs) if stamp else s.graphs:
         fill_graph(msg.graphs.add(), g)
     return msg
 
