@@ -17,9 +17,14 @@ handed between threads crawls under it). Each contender runs twice
 (in the order without, loop unchanged, jitted before install, bare wrapper,
 tracked + mark_step, then again) so a drift between phases shows.
 
-Instructions are not time (a cache miss costs more than an add), but the
-hooks' work is a few hundred bytecodes of Python on the training thread:
-instructions are the right scale for it. Needs ``valgrind``; takes ~10-30
+Instructions are not time (a cache miss costs more than an add), and they
+are not exact here either: XLA's idle pool threads spin for as long as a
+phase runs (``Eigen::ThreadPoolTempl::GlobalSteal``: the whole-process
+count grows with wall time), and which thread runs a computation varies
+between phases, which moves the training thread's count by ~1 % (measured
+2026-12-01: "without" 1,484,751 a step, "jitted before install" 1,464,861,
+"loop unchanged" 1,493,214 on the training thread); the verdict is OK only
+when the two runs of "without" agree within 1 %. Needs ``valgrind``; takes ~10-30
 minutes (JAX compiles under it: XLA sees a different CPU there, so its
 persistent cache does not help); prints one line and exits 0 without it.
 """
@@ -168,9 +173,16 @@ def main() -> int:
               f"({median(main_thread[k]) - median(main_thread['without']):+,.0f} a step); "
               f"whole process {rw:.4f} (XLA's idle workers spin for as long as a phase "
               f"runs under valgrind: not the hooks' work)")
+    # Which thread runs a computation varies from phase to phase (the
+    # training thread runs XLA's gemm inline in one, a pool thread in the
+    # next): the two runs of "without" show how far that moves the counts.
+    w = main_thread["without"]
+    drift = abs(w[0] - w[-1]) / median(w)
     r = median(main_thread["without"]) / median(main_thread["unchanged"])
+    print(f"[{args.size}] without's two runs differ by {drift:.2%} (training thread): a "
+          "ratio nearer 1 than that is inside what the thread split moves")
     verdict(f"overhead_instructions {args.size} loop unchanged, all hooks (with/without, "
-            "training-thread instructions)", r, ">= 0.99", r >= 0.99)
+            "training-thread instructions)", r, ">= 0.99", r >= 0.99 and drift < 0.01)
     return 0
 
 
