@@ -24,6 +24,7 @@ frame walk tells its puts apart.
 
 from __future__ import annotations
 
+import inspect
 import sys
 import time
 from collections.abc import Callable
@@ -121,29 +122,69 @@ def _stage_impl(original: Callable[..., Any], impl: Any) -> Callable[..., Any]:
 
 def _shard_handler(original: Callable[..., Any], impl: Any, engine: Any,
                    state: Callable[[], Any] | None) -> Callable[..., Any]:
-    # Runs on every device_put of a batch: names bound once, no call but
-    # the clock's and JAX's state's on the explicit path.
-    clock, getframe = time.monotonic_ns, sys._getframe
+    """The numpy handler counted. Runs on every device_put of a batch, so the
+    usual call is decided once here, not per call: JAX's own four-argument
+    call (no ``*args`` tuple built and unpacked), JAX's transfer state there
+    (no None check), the explicit put inline (the clock's, JAX's state's and
+    the journal's calls only); anything else goes to :func:`_shard_other`."""
+    clock = time.monotonic_ns
     queue, flush = engine.explicit.queue, engine.explicit.journal.flush
     extend, fold_at = queue.extend, FOLD_AT * TRANSFER_FIELDS
 
-    def shard_np_array(xs: Any, *args: Any) -> Any:
+    if state is None or not _takes_four(original):
+        def shard_np_array_any(xs: Any, *args: Any) -> Any:
+            start = clock()
+            out = original(xs, *args)
+            end = clock()
+            _shard_other(impl, engine, state, xs, start, end)
+            return out
+
+        shard_np_array_any.__wrapped__ = original  # type: ignore[attr-defined]
+        return shard_np_array_any
+
+    def shard_np_array(xs: Any, shardings: Any, layouts: Any, copy_semantics: Any) -> Any:
         start = clock()
-        out = original(xs, *args)
+        out = original(xs, shardings, layouts, copy_semantics)
         end = clock()
         try:
-            if state is not None and state().explicit_device_put:
+            if state().explicit_device_put:
                 extend((True, start, end,
                         xs[0].nbytes if len(xs) == 1 else sum(map(nbytes_of, xs))))
                 if len(queue) >= fold_at:
                     flush()
-            # 0-d values are the library's own constants (jnp.ones' fill
-            # value on its first call), not the user's data.
-            elif any(getattr(x, "ndim", 1) for x in xs):
-                impl.record(IMPLICIT_H2D, getframe(1), start, end, sum(map(nbytes_of, xs)))
+            else:
+                _shard_other(impl, engine, None, xs, start, end)
         except Exception as e:  # noqa: BLE001
             impl.rec.hook_failed("jax.shard_arg", e)
         return out
 
     shard_np_array.__wrapped__ = original  # type: ignore[attr-defined]
     return shard_np_array
+
+
+def _takes_four(fn: Callable[..., Any]) -> bool:
+    """Whether ``fn`` is JAX's handler shape ``(xs, shardings, layouts,
+    copy_semantics)``: four positional parameters, nothing else."""
+    code = getattr(fn, "__code__", None)
+    return (code is not None and code.co_argcount == 4 and not code.co_kwonlyargcount
+            and not code.co_flags & (inspect.CO_VARARGS | inspect.CO_VARKEYWORDS)
+            and not getattr(fn, "__defaults__", None))
+
+
+def _shard_other(impl: Any, engine: Any, state: Callable[[], Any] | None, xs: Any,
+                 start: int, end: int) -> None:
+    """A handler call off the usual path: an explicit put where JAX's
+    transfer state is read per call (``state``: the generic wrapper), else an
+    implicit transfer (a numpy argument sharded by a jitted call)."""
+    try:
+        if state is not None and state().explicit_device_put:
+            q = engine.explicit.queue
+            q.extend((True, start, end, sum(map(nbytes_of, xs))))
+            if len(q) >= FOLD_AT * TRANSFER_FIELDS:
+                engine.explicit.journal.flush()
+        # 0-d values are the library's own constants (jnp.ones' fill
+        # value on its first call), not the user's data.
+        elif any(getattr(x, "ndim", 1) for x in xs):
+            impl.record(IMPLICIT_H2D, sys._getframe(2), start, end, sum(map(nbytes_of, xs)))
+    except Exception as e:  # noqa: BLE001
+        impl.rec.hook_failed("jax.shard_arg", e)
