@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 from _common import parser, verdict
-from fanout import start_servers
+from fanout import start_servers, stop_servers
 
 from tpu_info.commands.exporter import ExporterOptions, HostExporter, _encode
 from tpu_info.contract.model import LocalScan
@@ -116,14 +116,7 @@ def main() -> int:
                 ex.stop()  # closes its channels before the servers stop
             verdict(f"ratio poll({n}) / poll(1)", m / a, "informational", True)
     finally:
-        for p in procs:
-            if p.stdin is not None:
-                p.stdin.close()
-        for p in procs:
-            try:
-                p.wait(10)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop_servers(procs)
     return 0
 
 

@@ -90,6 +90,18 @@ def start_servers(n: int) -> tuple[list[subprocess.Popen[str]], list[str]]:
     return procs, addresses
 
 
+def stop_servers(procs: list[subprocess.Popen[str]]) -> None:
+    """Ends what :func:`start_servers` started: stdin closed (each server stops
+    itself), then a kill for any that has not within 10 s."""
+    for p in procs:
+        if p.stdin is not None:
+            p.stdin.close()
+    for p in procs:
+        try:
+            p.wait(10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+
 def _cpu(procs: list[psutil.Process]) -> float:
     total = 0.0
     for p in procs:
@@ -209,14 +221,7 @@ def main() -> int:
     finally:
         for path in paths:  # before the servers stop: no GOAWAY to log
             path.channels.close()
-        for p in procs:
-            if p.stdin is not None:
-                p.stdin.close()
-        for p in procs:
-            try:
-                p.wait(10)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop_servers(procs)
     return 0
 
 

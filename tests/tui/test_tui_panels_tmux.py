@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import os
 import re
-import shlex
-import subprocess
-import sys
 
 import pytest
 
 from tests.conftest import ROOT
-from tests.tui.test_tui_tmux import Pane, tmux_bin  # noqa: F401 - the fixture
+from tests.tui.test_tui_tmux import (  # noqa: F401 - tmux_bin is the fixture
+    Pane,
+    start_program,
+    tmux_bin,
+    watch_script,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -40,20 +42,10 @@ sys.stdin.read()
 def test_graphs_and_findings_against_a_real_program(tmux_bin, tmp_path):  # noqa: F811
     env = dict(os.environ, PYTHONPATH=str(ROOT), TPU_INFO_RUNTIME_DIR=str(tmp_path / "rt"),
                TPU_INFO_PORT="0", JAX_PLATFORMS="cpu")
-    prog = subprocess.Popen([sys.executable, "-c", PROGRAM], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=env, cwd=ROOT)
+    prog = start_program(PROGRAM, env)
     pane = None
     try:
-        assert prog.stdout is not None and prog.stdout.readline(), prog.stderr.read()  # type: ignore[union-attr]
-        script = tmp_path / "watch.sh"
-        exports = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in env.items()
-                          if k in ("PYTHONPATH", "TPU_INFO_RUNTIME_DIR", "PATH", "HOME",
-                                   "JAX_PLATFORMS"))
-        script.write_text(f"unset COLUMNS LINES\n{exports}cd {shlex.quote(str(ROOT))}\n"
-                          f"{shlex.quote(sys.executable)} -m tpu_info --watch --rate 0.5\n"
-                          "sleep 60\n")
-        pane = Pane(tmux_bin, f"sh {shlex.quote(str(script))}", width=160, height=45)
+        pane = Pane(tmux_bin, watch_script(tmp_path, env, 0.5), width=160, height=45)
         shown = pane.wait_for(lambda t: "library set-up:" in t and "jit(train_step)" in t
                               and "jit(train_step) compiled 2 times" in t)
         rows = [m.group(1) for m in GRAPH_ROW.finditer(shown)]  # names, in order

@@ -86,24 +86,38 @@ class Pane:
                        timeout=30)
 
 
+def watch_script(tmp_path: Path, env: dict[str, str], rate: float, after: str = "") -> str:
+    """A shell command that runs ``tpu-info --watch`` in the pane with ``env``'s
+    paths, at the pane's own size (not the one pytest's terminal left in the
+    environment); ``after`` runs when it exits."""
+    script = tmp_path / "watch.sh"
+    exports = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in env.items()
+                      if k in ("PYTHONPATH", "TPU_INFO_RUNTIME_DIR", "PATH", "HOME",
+                               "JAX_PLATFORMS", "XLA_FLAGS"))
+    script.write_text(f"{exports}unset COLUMNS LINES\ncd {shlex.quote(str(ROOT))}\n"
+                      f"{shlex.quote(sys.executable)} -m tpu_info --watch --rate {rate:g}\n"
+                      f"{after}sleep 60\n")
+    return f"sh {shlex.quote(str(script))}"
+
+
+def start_program(source: str, env: dict[str, str]) -> subprocess.Popen[str]:
+    """Starts a hooked program (``python -c source``) and waits for its first line."""
+    prog = subprocess.Popen([sys.executable, "-c", source], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env, cwd=ROOT)
+    assert prog.stdout is not None and prog.stdout.readline(), prog.stderr.read()  # type: ignore[union-attr]
+    return prog
+
+
 def test_watch_in_a_real_terminal(tmux_bin, tmp_path):
     env = dict(os.environ, PYTHONPATH=str(ROOT), TPU_INFO_RUNTIME_DIR=str(tmp_path / "rt"),
                TPU_INFO_PORT="0")
-    prog = subprocess.Popen([sys.executable, "-c", PROGRAM], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=env, cwd=ROOT)
+    prog = start_program(PROGRAM, env)
     pane = None
     try:
-        assert prog.stdout is not None and prog.stdout.readline(), prog.stderr.read()  # type: ignore[union-attr]
         rc_file = tmp_path / "rc"
-        script = tmp_path / "watch.sh"
-        exports = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in env.items()
-                          if k in ("PYTHONPATH", "TPU_INFO_RUNTIME_DIR", "PATH", "HOME",
-                                   "JAX_PLATFORMS", "XLA_FLAGS"))
-        script.write_text(f"{exports}cd {shlex.quote(str(ROOT))}\n"
-                          f"{shlex.quote(sys.executable)} -m tpu_info --watch --rate 0.2\n"
-                          f"echo $? > {shlex.quote(str(rc_file))}\nsleep 60\n")
-        pane = Pane(tmux_bin, f"sh {shlex.quote(str(script))}")
+        pane = Pane(tmux_bin, watch_script(tmp_path, env, 0.2,
+                                           f"echo $? > {shlex.quote(str(rc_file))}\n"))
         shown = pane.wait_for(lambda t: "cpu:0" in t and "jit(train_step)" in t)
         assert "live" in shown
         prog.kill()
@@ -170,21 +184,10 @@ def test_recompile_and_its_cause_on_screen_while_steps_flood(tmux_bin, tmp_path)
     cause (in the step line and the events panel), and no step rows."""
     env = dict(os.environ, PYTHONPATH=str(ROOT), TPU_INFO_RUNTIME_DIR=str(tmp_path / "rt"),
                TPU_INFO_PORT="0")
-    prog = subprocess.Popen([sys.executable, "-c", FAST_PROGRAM], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=env, cwd=ROOT)
+    prog = start_program(FAST_PROGRAM, env)
     pane = None
     try:
-        assert prog.stdout is not None and prog.stdout.readline(), prog.stderr.read()  # type: ignore[union-attr]
-        script = tmp_path / "watch.sh"
-        exports = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in env.items()
-                          if k in ("PYTHONPATH", "TPU_INFO_RUNTIME_DIR", "PATH", "HOME",
-                                   "JAX_PLATFORMS", "XLA_FLAGS"))
-        # The pane's size, not the one pytest's terminal left in the environment.
-        script.write_text(f"{exports}unset COLUMNS LINES\ncd {shlex.quote(str(ROOT))}\n"
-                          f"{shlex.quote(sys.executable)} -m tpu_info --watch --rate 0.5\n"
-                          "sleep 60\n")
-        pane = Pane(tmux_bin, f"sh {shlex.quote(str(script))}", width=160, height=45)
+        pane = Pane(tmux_bin, watch_script(tmp_path, env, 0.5), width=160, height=45)
         cause = "argument 'x' changed f32[32,4] -> f32[33,4]"
         row = re.compile(r"\d+s\s+recompile\s+jit\(train_step\)\s+argument 'x' changed")
         shown = pane.wait_for(lambda t: cause in t and bool(row.search(t))

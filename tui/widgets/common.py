@@ -73,21 +73,25 @@ def sparkline(values: Sequence[float | None], width: int, lo: float = 0.0,
         return ""
     # A value that is not a finite number is drawn as not reported: the
     # client keeps them out at decode time, but a rate derived from two huge
-    # readings can still overflow.
-    shown = [v if v is not None and math.isfinite(v) else None for v in values[-width:]]
-    nums = [v for v in shown if v is not None]
-    top = hi if hi is not None else (max(nums) if nums else 0.0)
+    # readings can still overflow. (Drawn for every device at every refresh:
+    # one pass, locals only.)
+    tail = values[-width:]
+    isfinite = math.isfinite
+    top = hi
+    if top is None:
+        top = max((v for v in tail if v is not None and isfinite(v)), default=0.0)
     span = top - lo
+    steps, last, low = len(BLOCKS) - 2, len(BLOCKS) - 1, BLOCKS[1]
     cells = []
-    for v in shown:
-        if v is None:
+    for v in tail:
+        if v is None or not isfinite(v):
             cells.append(" ")
         elif span <= 0:
-            cells.append(BLOCKS[1] if v is not None else " ")
+            cells.append(low)
         else:
-            k = round((min(max(v, lo), top) - lo) / span * (len(BLOCKS) - 2)) + 1
-            cells.append(BLOCKS[max(1, min(len(BLOCKS) - 1, k))])
-    return " " * (width - len(shown)) + "".join(cells)
+            k = round((min(max(v, lo), top) - lo) / span * steps) + 1
+            cells.append(BLOCKS[1 if k < 1 else last if k > last else k])
+    return " " * (width - len(tail)) + "".join(cells)
 
 
 def bar(percent: float, palette: Palette, cells: int = BAR_CELLS) -> Text:
