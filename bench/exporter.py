@@ -66,10 +66,7 @@ def main() -> int:
     args = parser(__doc__).parse_args()
     n = 8 if args.smoke else 32
     rounds = 3 if args.smoke else 15
-    t0 = time.perf_counter()
     procs, targets = start_servers(n)
-    print(f"started {n} server processes in {time.perf_counter() - t0:.1f}s; "
-          f"load average {os.getloadavg()[0]:.1f}")
     try:
         with tempfile.TemporaryDirectory() as tmp:
             def exporter(name: str, k: int) -> HostExporter:

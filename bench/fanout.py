@@ -75,6 +75,16 @@ ex.stop(grace=0)
 
 
 def start_servers(n: int) -> tuple[list[subprocess.Popen[str]], list[str]]:
+    """Starts ``n`` hooked server processes (each recording) and returns them
+    with their addresses; says how long that took and the load average."""
+    t0 = time.perf_counter()
+    procs, addresses = _start(n)
+    print(f"started {n} server processes in {time.perf_counter() - t0:.1f}s; "
+          f"load average {os.getloadavg()[0]:.1f}")
+    return procs, addresses
+
+
+def _start(n: int) -> tuple[list[subprocess.Popen[str]], list[str]]:
     env = dict(os.environ)
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
     procs = [subprocess.Popen([sys.executable, "-c", SERVER], stdin=subprocess.PIPE,
@@ -182,10 +192,7 @@ def main() -> int:
     args = parser(__doc__).parse_args()
     n = 8 if args.smoke else 32
     rounds = 5 if args.smoke else 30
-    t0 = time.perf_counter()
     procs, targets = start_servers(n)
-    print(f"started {n} server processes in {time.perf_counter() - t0:.1f}s; "
-          f"load average {os.getloadavg()[0]:.1f}")
     paths: list[_Path] = []
     try:
         paths = [_Path("full answers, new channels (before)", Client.snapshot, keep=False),
