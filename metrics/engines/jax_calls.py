@@ -36,6 +36,7 @@ from typing import Any
 
 from metrics.engines import jax_state as jx
 from metrics.recording.journal import FOLD_AT
+from metrics.recording.sampling import TIME_EVERY
 
 try:
     from numpy import ndarray as _NDARRAY
@@ -156,21 +157,27 @@ class JitArguments:
                                            f"numpy argument of {owner.name}")
 
 
-def counting(fn: Callable[..., Any], owner: Owner) -> Callable[..., Any]:
+def counting(fn: Callable[..., Any], owner: Owner,
+             time_every: int = TIME_EVERY) -> Callable[..., Any]:
     """``fn`` wrapped so each call counts as an execution of the graph it ran.
 
-    A call costs two clock reads and one journal write. While the function has
-    one graph, calls are attributed to it; once it has compiled twice, each
-    call also records the shapes and dtypes of its top-level arguments, which
-    pick the graph (a call that compiled teaches the mapping).
+    Every call is counted (one journal write); one in ``time_every`` (and the
+    first) also reads the clock around it (:mod:`metrics.recording.sampling`).
+    While the function has one graph, calls are attributed to it; once it
+    has compiled twice, each call also records the shapes and dtypes of its
+    top-level arguments, which pick the graph (a call that compiled teaches
+    the mapping).
     """
     # Every call runs this: names bound once, one attribute read of the
-    # engine's state, no call but the clock's and the journal's; the rest is
-    # off the usual path (a call with numpy arguments, or one that compiled).
+    # engine's state, no call but the journal's (and the clock's on a timed
+    # call); the rest is off the usual path (a call with numpy arguments, or
+    # one that compiled).
     clock, seqs, ndarray, state = time.monotonic_ns, jx.compile_seq, _NDARRAY, jx
     fold_at = FOLD_AT * jx.CALL_FIELDS
+    untimed = 0  # calls left to count untimed before the next timed one
 
     def call(*args: Any, **kwargs: Any) -> Any:
+        nonlocal untimed
         eng = state.active
         if eng is None:
             return fn(*args, **kwargs)
@@ -181,6 +188,17 @@ def counting(fn: Callable[..., Any], owner: Owner) -> Callable[..., Any]:
         except Exception as e:  # noqa: BLE001 - a hook never raises into the program
             eng.rec.hook_failed("jax.implicit", e)
         seq = seqs[0]
+        if untimed:
+            # Counted, not timed. (A race between threads on this countdown
+            # only moves which call is timed.)
+            untimed -= 1
+            out = fn(*args, **kwargs) if kwargs else fn(*args)
+            if seqs[0] == seq and owner.compiles < 2:
+                eng.calls_queue.extend((owner, None, 0, 0, None))  # end 0: untimed
+            else:
+                _keyed_call(eng, owner, args, seq, 0, 0)
+            return out
+        untimed = time_every - 1
         start = clock()
         out = fn(*args, **kwargs) if kwargs else fn(*args)  # no dict copy in the usual call
         end = clock()
@@ -188,7 +206,7 @@ def counting(fn: Callable[..., Any], owner: Owner) -> Callable[..., Any]:
             # The usual call: nothing compiled, one graph: no key.
             q = eng.calls_queue
             q.extend((owner, None, start, end, None))  # fields: see jx.CALL_FIELDS
-            if len(q) >= fold_at:
+            if len(q) >= fold_at:  # checked on timed calls: at most time_every - 1 over
                 eng.calls.flush()
         else:
             _keyed_call(eng, owner, args, seq, start, end)

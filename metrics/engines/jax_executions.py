@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import collections
 import operator
+import time
 from typing import Any
 
 from metrics.engines.jax_state import CALL_FIELDS, ENGINE
+from metrics.recording import sampling
 from metrics.recording.callstats import CallTimes
 from metrics.recording.recorder import Recorder
 from tpu_info.contract import catalog as names
@@ -50,10 +52,13 @@ class Executions:
         owners, keys = flat[0::CALL_FIELDS], flat[1::CALL_FIELDS]
         starts, ends, compiled = flat[2::CALL_FIELDS], flat[3::CALL_FIELDS], flat[4::CALL_FIELDS]
         self._exec_count.inc(len(owners))
-        durations = list(map(operator.sub, ends, starts))
-        self._exec_time.observe_many(durations, ends)
         uniq = set(owners)
-        tracked_ns, other_ns = self.call_times.fold(owners, starts, ends, durations, uniq)
+        if 0 in ends:  # calls counted untimed (metrics.recording.sampling)
+            tracked_ns, other_ns = self._fold_sampled(owners, starts, ends, uniq)
+        else:
+            durations = list(map(operator.sub, ends, starts))
+            self._exec_time.observe_many(durations, ends)
+            tracked_ns, other_ns = self.call_times.fold(owners, starts, ends, durations, uniq)
         self.tracked_ns += tracked_ns
         self.inferred_ns += other_ns
         # The busy-% basis as a counter (rate() of it is the busy ratio):
@@ -85,3 +90,24 @@ class Executions:
                 runs[(owner, graph_hash)] = runs.get((owner, graph_hash), 0) + 1
         for (owner, graph_hash), n in runs.items():
             executed(graph_hash, owner.name, ENGINE, n)
+
+    def _fold_sampled(self, owners: list[Any], starts: list[int], ends: list[int],
+                      uniq: set[Any]) -> tuple[int, int]:
+        """ExecuteTime and call times of a batch where some calls were
+        counted untimed: each timed call stands for its function's untimed
+        ones; a function with none timed here is taken at its mean so far."""
+        t = sampling.timed(owners, starts, ends, uniq)
+        if t.durations:
+            self._exec_time.observe_weighted(t.durations, t.weights, t.ends)
+        tracked_ns, other_ns = self.call_times.fold(t.owners, t.starts, t.ends, t.durations,
+                                                    set(t.owners), t.weights, t.trailing)
+        if t.untimed_only:
+            at = t.ends[-1] if t.ends else time.monotonic_ns()
+            for owner, n in t.untimed_only.items():
+                mean = self.call_times.mean_ns(owner)
+                if mean is not None:
+                    self._exec_time.observe_weighted([mean], [n], [at])
+            more_tracked, more_other = self.call_times.fold_untimed(t.untimed_only)
+            tracked_ns += more_tracked
+            other_ns += more_other
+        return tracked_ns, other_ns

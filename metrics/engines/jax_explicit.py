@@ -3,8 +3,10 @@ wrapped at install, each call's bytes and time recorded into
 ``TransferToDeviceTime``/``OutboundData`` and
 ``TransferFromDeviceTime``/``InboundData`` with an event per transfer.
 
-The hot path (a numpy batch into ``device_put``) reads the clock twice and
-writes one journal record; pytrees are walked for their bytes. Implicit
+The hot path (a numpy batch into ``device_put``, counted in the numpy shard
+handler: :mod:`metrics.engines.jax_to_device`) writes one journal record,
+and reads the clock twice on one put in 16 (:mod:`metrics.recording.sampling`);
+pytrees are walked for their bytes. Implicit
 transfers (``float(x)``, ``jnp.asarray(numpy)``) are
 :mod:`metrics.engines.jax_transfers`' and never counted here too.
 
@@ -28,6 +30,7 @@ import numpy as np
 from metrics.engines import jax_state as state
 from metrics.engines.jax_state import TRANSFER_FIELDS
 from metrics.recording import events as ev
+from metrics.recording import sampling
 from metrics.recording.journal import FOLD_AT
 from metrics.recording.recorder import Recorder
 from tpu_info.contract import catalog as names
@@ -47,6 +50,9 @@ class ExplicitTransfers:
         self._inbound = dist(names.INBOUND_DATA)
         self.journal = recorder.journal(self._fold)
         self.queue = self.journal.queue
+        # Per time distribution, the mean of its last timed batch: what a
+        # batch of only untimed puts is taken at.
+        self._mean_ns: dict[Any, int] = {}
 
     def install(self, patches: Any, engine: Any, put: bool = True
                 ) -> tuple[Callable[..., Any], ...]:
@@ -61,24 +67,46 @@ class ExplicitTransfers:
 
     def _fold(self, flat: list[Any]) -> None:
         """Transfer records (``TRANSFER_FIELDS`` items each) -> times, bytes
-        and events (made when read)."""
+        and events (made when read). A record with ``end == 0`` was counted
+        untimed (:mod:`metrics.recording.sampling`): its bytes count, its
+        time is its side's timed ones', and its event takes the time of the
+        timed record before it."""
         to_device, starts = flat[0::TRANSFER_FIELDS], flat[1::TRANSFER_FIELDS]
         ends, sizes = flat[2::TRANSFER_FIELDS], flat[3::TRANSFER_FIELDS]
+        if 0 in ends:
+            ends = sampling.filled(ends, time.monotonic_ns())
+            untimed = [not e for e in flat[2::TRANSFER_FIELDS]]
+        else:
+            untimed = None
         if all(to_device):  # the usual batch: every record a device_put
-            sides = ((self._h2d_time, self._outbound, starts, ends, sizes),)
+            sides = ((self._h2d_time, self._outbound, starts, ends, sizes, untimed),)
         else:
             pick, back = itertools.compress, [not t for t in to_device]
             sides = tuple(
                 (time_d, bytes_d, list(pick(starts, mask)), list(pick(ends, mask)),
-                 list(pick(sizes, mask)))
+                 list(pick(sizes, mask)), None if untimed is None else list(pick(untimed, mask)))
                 for time_d, bytes_d, mask in ((self._h2d_time, self._outbound, to_device),
                                               (self._d2h_time, self._inbound, back)))
-        for time_d, bytes_d, s, e, b in sides:
-            if e:
-                time_d.observe_many(list(map(operator.sub, e, s)), e)
-                bytes_d.observe_many(b, e)
+        for time_d, bytes_d, s, e, b, u in sides:
+            if not e:
+                continue
+            bytes_d.observe_many(b, e)
+            if u is None or not any(u):
+                durations = list(map(operator.sub, e, s))
+                time_d.observe_many(durations, e)
+                self._mean_ns[time_d] = sum(durations) // len(durations)
+                continue
+            timed = [not x for x in u]
+            t_starts = list(itertools.compress(s, timed))
+            t_ends = list(itertools.compress(e, timed))
+            if t_ends:
+                durations = list(map(operator.sub, t_ends, t_starts))
+                time_d.observe_weighted(durations, sampling.spread(len(e), len(t_ends)), t_ends)
+                self._mean_ns[time_d] = sum(durations) // len(durations)
+            elif self._mean_ns.get(time_d):
+                time_d.observe_weighted([self._mean_ns[time_d]], [len(e)], [e[-1]])
         self.rec.events.emit_batch(len(ends), functools.partial(
-            _transfer_rows, flat, self.rec.mono_to_unix))
+            _transfer_rows, to_device, ends, sizes, self.rec.mono_to_unix))
 
 
 def _leaf_bytes(tree: Any, host_only: bool) -> int:
@@ -93,13 +121,13 @@ def _leaf_bytes(tree: Any, host_only: bool) -> int:
     return total
 
 
-def _transfer_rows(flat: list[Any], offset: float, first: int) -> Iterable[tuple[Any, ...]]:
+def _transfer_rows(to_device: list[bool], ends: list[int], sizes: list[int], offset: float,
+                   first: int) -> Iterable[tuple[Any, ...]]:
     """Event rows of a folded batch of transfers (made when first read)."""
-    w = TRANSFER_FIELDS
-    return ev.rows_of(first, [e / 1e9 + offset for e in flat[2::w]],
+    return ev.rows_of(first, [e / 1e9 + offset for e in ends],
                       [EventKind.TRANSFER_TO_DEVICE if t else EventKind.TRANSFER_FROM_DEVICE
-                       for t in flat[0::w]],
-                      [float(b) for b in flat[3::w]])
+                       for t in to_device],
+                      [float(b) for b in sizes])
 
 
 def _record_transfer(seen: ExplicitTransfers, to_device: bool, tree: Any, start: int,

@@ -32,6 +32,7 @@ from typing import Any
 
 from metrics.engines.jax_state import TRANSFER_FIELDS
 from metrics.recording.journal import FOLD_AT
+from metrics.recording.sampling import TIME_EVERY
 
 IMPLICIT_H2D = 1  # jax_transfers' record kind (kept equal there)
 
@@ -125,9 +126,11 @@ def _shard_handler(original: Callable[..., Any], impl: Any, engine: Any,
     """The numpy handler counted. Runs on every device_put of a batch, so the
     usual call is decided once here, not per call: JAX's own four-argument
     call (no ``*args`` tuple built and unpacked), JAX's transfer state there
-    (no None check), the explicit put inline (the clock's, JAX's state's and
-    the journal's calls only); anything else goes to :func:`_shard_other`."""
-    clock = time.monotonic_ns
+    (no None check), the explicit put inline (JAX's state's and the
+    journal's calls only, and the clock's on one put in ``TIME_EVERY``:
+    :mod:`metrics.recording.sampling`); anything else goes to
+    :func:`_shard_other`, timed."""
+    clock, every = time.monotonic_ns, TIME_EVERY
     queue, flush = engine.explicit.queue, engine.explicit.journal.flush
     extend, fold_at = queue.extend, FOLD_AT * TRANSFER_FIELDS
 
@@ -142,15 +145,34 @@ def _shard_handler(original: Callable[..., Any], impl: Any, engine: Any,
         shard_np_array_any.__wrapped__ = original  # type: ignore[attr-defined]
         return shard_np_array_any
 
+    untimed = 0  # explicit puts left to count untimed before the next timed one
+
     def shard_np_array(xs: Any, shardings: Any, layouts: Any, copy_semantics: Any) -> Any:
+        nonlocal untimed
+        if untimed:
+            try:
+                explicit = state().explicit_device_put  # set before device_put shards
+            except Exception:  # noqa: BLE001 - the timed path below counts the failure
+                explicit = False
+            if explicit:
+                # Counted with its bytes, not timed (metrics.recording.sampling).
+                untimed -= 1
+                out = original(xs, shardings, layouts, copy_semantics)
+                try:
+                    extend((True, 0, 0,
+                            xs[0].nbytes if len(xs) == 1 else sum(map(nbytes_of, xs))))
+                except Exception as e:  # noqa: BLE001
+                    impl.rec.hook_failed("jax.shard_arg", e)
+                return out
         start = clock()
         out = original(xs, shardings, layouts, copy_semantics)
         end = clock()
         try:
             if state().explicit_device_put:
+                untimed = every - 1
                 extend((True, start, end,
                         xs[0].nbytes if len(xs) == 1 else sum(map(nbytes_of, xs))))
-                if len(queue) >= fold_at:
+                if len(queue) >= fold_at:  # checked on timed puts: at most every - 1 over
                     flush()
             else:
                 _shard_other(impl, engine, None, xs, start, end)

@@ -8,8 +8,7 @@ function the user wrapped in ``metrics.track`` (``explicit``) wins over any
 the hook only watched, whatever their times.
 
 Example:
-    >>> import types
-    >>> step = types.SimpleNamespace(name="jit(step)", explicit=False)
+    >>> step = type("Owner", (), {"name": "jit(step)", "explicit": False})()
     >>> times = CallTimes("jitted function")
     >>> times.fold([step] * 12, list(range(12)), list(range(1, 13)))
     (0, 12)
@@ -31,16 +30,19 @@ _FEW_OWNERS = 8  # up to this many functions in a batch: grouped in C, by mask
 
 
 class FunctionCalls:
-    """Calls of one function (by name): count, host ns inside them, and the
-    monotonic ns of the first call's start and the last call's end."""
+    """Calls of one function (by name): count, host ns inside them, the
+    monotonic ns of the first call's start and the last timed call's end, and
+    the calls counted after that end (``trailing``: untimed ones, when timing
+    is sampled; :mod:`metrics.recording.sampling`)."""
 
-    __slots__ = ("calls", "ns", "first", "last")
+    __slots__ = ("calls", "ns", "first", "last", "trailing")
 
     def __init__(self) -> None:
         self.calls = 0
         self.ns = 0
         self.first: int | None = None
         self.last = 0
+        self.trailing = 0
 
 
 class CallTimes:
@@ -55,16 +57,23 @@ class CallTimes:
 
     def fold(self, owners: Sequence[Any], starts: Sequence[int], ends: Sequence[int],
              durations: Sequence[int] | None = None,
-             uniq: set[Any] | None = None) -> tuple[int, int]:
+             uniq: set[Any] | None = None,
+             weights: Sequence[int] | None = None,
+             trailing: dict[Any, int] | None = None) -> tuple[int, int]:
         """Adds one batch (records in journal order; each owner has ``name``
         and, optionally, ``explicit``; ``uniq``: ``set(owners)`` if the
-        caller has it); returns the ns inside explicit (tracked) calls and
-        inside the others."""
+        caller has it; ``weights``: the calls each record stands for, when
+        timing was sampled, and ``trailing`` each owner's calls after its last
+        timed one, :mod:`metrics.recording.sampling`); returns the
+        ns inside explicit (tracked) calls and inside the others."""
         if durations is None:
             durations = list(map(operator.sub, ends, starts))
         if uniq is None:
             uniq = set(owners)
-        if len(uniq) == 1:
+        if weights is not None:
+            parts = _weighted_parts(owners, starts, ends, durations, weights)
+            return self._add_parts(parts, trailing)
+        elif len(uniq) == 1:
             parts = [(owners[0], len(owners), sum(durations), starts[0], ends[-1])]
         elif len(uniq) <= _FEW_OWNERS:
             parts = []
@@ -84,6 +93,22 @@ class CallTimes:
                     a[1] += d
                     a[3] = e
             parts = [(o, *a) for o, a in acc.items()]
+        return self._add_parts(parts)
+
+    def fold_untimed(self, counts: dict[Any, int]) -> tuple[int, int]:
+        """Adds calls that were counted but not timed, at each function's mean
+        so far (none yet: no time); returns the estimated (tracked, other) ns."""
+        return self._add_parts([(owner, n, n * (self.mean_ns(owner) or 0), None, 0)
+                                for owner, n in counts.items()], untimed=True)
+
+    def mean_ns(self, owner: Any) -> int | None:
+        """Mean host ns of ``owner``'s calls so far, or None before any."""
+        f = self.by_key.get((owner.name, bool(getattr(owner, "explicit", False))))
+        return f.ns // f.calls if f is not None and f.calls else None
+
+    def _add_parts(self, parts: list[tuple[Any, int, int, int | None, int]],
+                   trailing: dict[Any, int] | None = None,
+                   untimed: bool = False) -> tuple[int, int]:
         explicit_ns = inferred_ns = 0
         for owner, n, ns, first, last in parts:
             explicit = bool(getattr(owner, "explicit", False))
@@ -96,9 +121,13 @@ class CallTimes:
                 continue
             f.calls += n
             f.ns += ns
+            if untimed:
+                f.trailing += n
+                continue
             if f.first is None:
                 f.first = first
             f.last = max(f.last, last)
+            f.trailing = trailing.get(owner, 0) if trailing else 0
         return explicit_ns, inferred_ns
 
     def _entry(self, name: str, explicit: bool) -> FunctionCalls | None:
@@ -146,8 +175,30 @@ class CallTimes:
         self.dropped = 0
 
 
+def _weighted_parts(owners: Sequence[Any], starts: Sequence[int], ends: Sequence[int],
+                    durations: Sequence[int], weights: Sequence[int]
+                    ) -> list[tuple[Any, int, int, int | None, int]]:
+    """Per owner: (owner, calls, ns, first start, last end) of timed records
+    that each stand for ``weights[i]`` calls (a few hundred a batch: a loop)."""
+    acc: dict[Any, list[int]] = {}
+    for o, s, e, d, w in zip(owners, starts, ends, durations, weights, strict=True):
+        a = acc.get(o)
+        if a is None:
+            acc[o] = [w, d * w, s, e]
+        else:
+            a[0] += w
+            a[1] += d * w
+            a[3] = e
+    return [(o, *a) for o, a in acc.items()]
+
+
 def _span(f: FunctionCalls) -> float | None:
-    """Wall seconds from the first call's start to the last call's end."""
+    """Wall seconds from the first call's start to the last call's end (the
+    last timed one's, carried on over the calls counted after it at the
+    same rate)."""
     if f.first is None or f.last <= f.first:
         return None
+    covered = f.calls - f.trailing
+    if f.trailing and covered > 1:
+        return (f.last - f.first) / 1e9 * (f.calls - 1) / (covered - 1)
     return (f.last - f.first) / 1e9

@@ -40,8 +40,14 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 
-from metrics.recording.dense import EDGE, DenseCounts, fold_numpy, percentiles_numpy
-from metrics.recording.dense import fsum_total as _total
+from metrics.recording.dense import (
+    DenseCounts,
+    fold_numpy,
+    fold_python,
+    fold_repeated,
+    fold_weighted,
+    percentiles_numpy,
+)
 from metrics.recording.journal import SAMPLES_FOLD_AT, Journal
 from tpu_info.contract.buckets import SortedCounts, sorted_percentiles
 from tpu_info.contract.model import (
@@ -185,6 +191,37 @@ class Distribution:
             self._samples.flush_held()
             self._add(clock_ns, values, None)
 
+    def observe_weighted(self, values: Sequence[float], weights: Sequence[int],
+                         clock_ns: Sequence[int]) -> None:
+        """Records samples of which ``values[i]`` stands for ``weights[i]``
+        (how sampled timings fold: a timed call stands for itself and the
+        calls counted untimed beside it, :mod:`metrics.recording.sampling`):
+        the count and sum are the weighted ones, and the percentiles those of
+        each value repeated by its weight; min, max and the recent samples are
+        the values themselves."""
+        if not values:
+            return
+        with self._lock:
+            self._samples.flush_held()
+            self._add_weighted(clock_ns, values, weights)
+
+    def _add_weighted(self, times: Sequence[int], values: Sequence[float],
+                      weights: Sequence[int]) -> None:
+        # Caller holds the lock.
+        total, lo, hi, zero = fold_weighted(values, weights, self._inv_log_gamma, self._pos,
+                                            self._neg)
+        if self._count == 0:
+            self._first_ns = times[0]
+        self._last_ns = times[-1]
+        self._count += sum(weights)
+        self._sum += total
+        self._zero += zero
+        if lo < self._min:
+            self._min = lo
+        if hi > self._max:
+            self._max = hi
+        self._recent.extend(zip(times[-RECENT:], values[-RECENT:], strict=False))
+
     def _fold(self) -> None:
         """Moves waiting samples into the aggregates (under the lock)."""
         if self._queue:  # the common case at scrape time: nothing to take
@@ -202,11 +239,12 @@ class Distribution:
         if n > 1 and type(values) is list and _repeated(values, n):
             # One value repeated (4 bytes per float(loss)); min and max as
             # the fold it stands in for gives them (numpy's are floats).
-            total, lo, hi, zero = self._fold_repeated(values[0], n, np is not None and n >= 256)
+            total, lo, hi, zero = fold_repeated(values[0], n, np is not None and n >= 256,
+                                                self._inv_log_gamma, self._pos, self._neg)
         elif np is not None and n >= 256:
             total, lo, hi, zero = fold_numpy(np, values, self._inv_log_gamma, self._pos, self._neg)
         else:
-            total, lo, hi, zero = self._fold_python(values)
+            total, lo, hi, zero = fold_python(values, self._inv_log_gamma, self._pos, self._neg)
         if self._count == 0:
             self._first_ns = times[0]
         self._last_ns = times[-1]
@@ -221,39 +259,6 @@ class Distribution:
             self._recent.extend(pairs[-RECENT:])
         else:
             self._recent.extend(zip(times[-RECENT:], values[-RECENT:], strict=False))
-
-    def _fold_python(self, values: Sequence[float]) -> tuple[float, float, float, int]:
-        k = self._inv_log_gamma
-        log, ceil, inf = math.log, math.ceil, math.inf
-        # An infinite value has no key: it goes to the edge bucket.
-        pos = [ceil(log(v) * k) if v != inf else EDGE for v in values if v > 0]
-        neg = [ceil(log(-v) * k) if v != -inf else EDGE for v in values if v < 0]
-        if pos:
-            self._pos.add_keys(pos)
-        if neg:
-            self._neg.add_keys(neg)
-        # NaN is neither > 0 nor < 0: it lands with the zeros, as it always has.
-        return _total(values), min(values), max(values), len(values) - len(pos) - len(neg)
-
-    def _fold_repeated(self, v: float, n: int,
-                       with_numpy: bool) -> tuple[float, float, float, int]:
-        """The fold of ``[v] * n`` in O(1): one key counted ``n`` times (found
-        as the fold it stands in for finds it: numpy's for a batch of 256 or
-        more), and ``float(v) * n``, the correctly rounded sum ``math.fsum``
-        gives."""
-        total = float(v) * n
-        if not v > 0 and not v < 0:  # zero or NaN: with the zeros, as in the other folds
-            lo = float(v) if with_numpy else v
-            return total, lo, lo, n
-        dense, size = (self._pos, v) if v > 0 else (self._neg, -v)
-        k = self._inv_log_gamma
-        if with_numpy:
-            np = sys.modules["numpy"]
-            key = np.nan_to_num(np.ceil(np.log(np.array([size], np.float64)) * k), posinf=EDGE)
-            dense.add_key(int(key[0]), n)
-            return total, float(v), float(v), 0
-        dense.add_key(math.ceil(math.log(size) * k) if size != math.inf else EDGE, n)
-        return total, v, v, 0
 
     @property
     def count(self) -> int:
