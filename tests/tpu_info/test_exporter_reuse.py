@@ -117,6 +117,14 @@ def test_a_poll_rebuilds_and_encodes_only_what_changed_and_serves_the_same_bytes
                 assert (f'{name}_bucket{{host="h1",job="j",le="1000.0",pid="{os.getpid()}",'
                         f'program="train.py"}} 50.0') in text
         _promtool_check(text)
+        # The process goes: nothing of it is kept (bounded memory).
+        (runtime / f"{os.getpid()}.json").unlink()
+        ex.poll()
+        assert not ex._states and not ex._followers
+        for accept in FORMATS:
+            held = ex._encodings[accept]._last
+            assert held is not None and held[0]
+            assert not any(s.labels.get("pid") for fam in held[0] for s in fam.samples)
     finally:
         ex.stop()
         server.stop(grace=0)

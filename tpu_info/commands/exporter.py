@@ -10,7 +10,12 @@ re-reads the runtime directory and asks every target at once over gRPC
 whatever a target does); a scrape gets the last poll's exposition at once,
 so no target can stall the endpoint. A process that exits drops out at the
 next poll, a new one appears in it; ``tpu_info_target_up`` says per target
-whether it answered.
+whether it answered. A poll costs in proportion to what changed: a
+process's histograms are built again only for distribution records that
+changed since the last poll, and only the families that changed are
+encoded again (:class:`~tpu_info.outputs.prometheus.SeriesState`,
+:class:`~tpu_info.outputs.prometheus_host.PartsEncoding`); the exposition is
+byte for byte that of building and encoding everything anew.
 
 Bounds: at most :data:`MAX_TARGETS` targets a poll; the endpoint is the
 hook's bounded HTTP server (:mod:`tpu_info.net.bounded_http`: connections,
