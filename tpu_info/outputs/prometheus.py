@@ -281,7 +281,9 @@ def families(snapshot: Snapshot, labels: Mapping[str, str] | None = None, *,
             ``rank``, ...); where a family has a label of the same name (the
             process info's ``host``, ``pid``), the constant one wins.
         state: this process's :class:`SeriesState` (one per process, kept
-            between scrapes); default a fresh one.
+            between scrapes); default a fresh one. With a state, a family
+            that did not change is the object handed out last time: read
+            the families, never change them.
     """
     st = state if state is not None else SeriesState()
     f = _Families(labels or {})
