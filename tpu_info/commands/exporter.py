@@ -10,7 +10,12 @@ re-reads the runtime directory and asks every target at once over gRPC
 whatever a target does); a scrape gets the last poll's exposition at once,
 so no target can stall the endpoint. A process that exits drops out at the
 next poll, a new one appears in it; ``tpu_info_target_up`` says per target
-whether it answered.
+whether it answered. A poll costs in proportion to what changed: a
+process's histograms are built again only for distribution records that
+changed since the last poll, and only the families that changed are
+encoded again (:class:`~tpu_info.outputs.prometheus.SeriesState`,
+:class:`~tpu_info.outputs.prometheus_host.PartsEncoding`); the exposition is
+byte for byte that of building and encoding everything anew.
 
 Bounds: at most :data:`MAX_TARGETS` targets a poll; the endpoint is the
 hook's bounded HTTP server (:mod:`tpu_info.net.bounded_http`: connections,
@@ -102,16 +107,6 @@ class ExporterOptions:
 
 
 @dataclass(frozen=True, slots=True)
-class _Families:
-    """A fixed list of families, as prometheus_client's encoders read a registry."""
-
-    items: list[Metric]
-
-    def collect(self) -> Iterator[Metric]:
-        return iter(self.items)
-
-
-@dataclass(frozen=True, slots=True)
 class _Target:
     address: str
     labels: Mapping[str, str]
@@ -147,6 +142,8 @@ class HostExporter:
         self._channels = Channels(options.max_targets + 1)  # kept open between polls
         self._families: list[Metric] = []
         self._bodies: dict[tuple[str, bool], bytes] = {}
+        # Per format the poll encodes: each part's lines, kept between polls.
+        self._encodings: dict[str, host_fams.PartsEncoding] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -220,12 +217,17 @@ class HostExporter:
                 log.warning("tpu-info exporter: not reading %s", s)
         fams.append(host_fams.target_families(health, self.options.labels, self.last_poll_s,
                                               self.polls, self.poll_errors, skipped))
-        merged = host_fams.merge(itertools.chain.from_iterable(fams))
+        grouped = host_fams.groups(itertools.chain.from_iterable(fams))
+        merged = [host_fams.joined(g) for g in grouped]
         with self._lock:
             asked = list(self._bodies)
         # The formats scrapers asked for last time are encoded here, on the
-        # poll's thread, so a scrape only sends bytes.
-        bodies = {key: _encode(merged, *key) for key in asked}
+        # poll's thread, so a scrape only sends bytes; only the families
+        # that changed since the last poll are encoded again.
+        self._encodings = {accept: self._encodings.get(accept)
+                           or host_fams.PartsEncoding(accept) for accept, _ in asked}
+        texts = {accept: enc.encode(grouped) for accept, enc in self._encodings.items()}
+        bodies = {(accept, zipped): _zipped(texts[accept], zipped) for accept, zipped in asked}
         with self._lock:
             self._families = merged
             self._bodies = bodies
@@ -296,7 +298,10 @@ class HostExporter:
 
 def _encode(fams: list[Metric], accept: str, zipped: bool) -> bytes:
     encoder, _ = choose_encoder(accept)
-    body = encoder(_Families(fams))  # type: ignore[arg-type]
+    return _zipped(encoder(host_fams.FamilyList(fams)), zipped)  # type: ignore[arg-type]
+
+
+def _zipped(body: bytes, zipped: bool) -> bytes:
     return gzip.compress(body, compresslevel=1) if zipped else body
 
 

@@ -78,7 +78,7 @@ from prometheus_client.core import (
     Metric,
 )
 
-from tpu_info.contract import catalog
+from tpu_info.contract import catalog, reuse
 from tpu_info.contract.model import DistributionReading, Snapshot, Unit
 from tpu_info.outputs.graph_series import GraphSeries
 
@@ -182,6 +182,15 @@ class SeriesState:
     """What :func:`families` keeps between scrapes of one process: create one
     per process and pass it to every call for that process.
 
+    It also makes :func:`families` follow the reuse rule
+    (:mod:`tpu_info.contract.reuse`) one level up: a histogram is built only
+    for a distribution record that is not the very object of the last call
+    (the cursor's follower and the hook's registry hand out unchanged
+    records again), and a family equal to the one of its name handed out
+    last time is that same object again. So a consumer (the host exporter's
+    encoding) may keep what it derives from a family by identity. Only the
+    last call's families are kept: memory follows the process's data.
+
     Args:
         top_graphs: how many graphs get their own ``graph`` label.
     """
@@ -191,6 +200,35 @@ class SeriesState:
         self.graphs = GraphSeries(top_graphs)
         self.errors = 0  # rules that failed while building families
         self._lock = threading.Lock()
+        # Both valid for the constant labels they were built with, only.
+        self._histograms: tuple[tuple[str, ...], tuple[tuple[DistributionReading, ...],
+                                                       list[HistogramMetricFamily]]] | None = None
+        self._last: tuple[tuple[str, ...], dict[str, Metric]] | None = None
+
+    def histograms(self, f: _Families,
+                   records: tuple[DistributionReading, ...]) -> list[HistogramMetricFamily]:
+        """One histogram per record, built anew only for records that are
+        not the objects of the last call."""
+        key = f.key
+        held = self._histograms
+        last = held[1] if held is not None and held[0] == key else None
+        round_ = reuse.each(records, lambda d: _histogram(f, d), last)
+        self._histograms = (key, round_)
+        return round_[1]
+
+    def same(self, f: _Families, built: Iterator[Metric]) -> Iterator[Metric]:
+        """``built``, each family replaced by the one of its name handed out
+        last time where the two are equal (an identity test first)."""
+        held = self._last
+        last = held[1] if held is not None and held[0] == f.key else {}
+        now: dict[str, Metric] = {}
+        for fam in built:
+            prev = last.get(fam.name)
+            if prev is not None and (prev is fam or prev == fam):
+                fam = prev
+            now[fam.name] = fam
+            yield fam
+        self._last = (f.key, now)
 
     def failed(self) -> int:
         """Counts one failure; returns how many so far."""
@@ -205,6 +243,7 @@ class _Families:
     def __init__(self, labels: Mapping[str, str]) -> None:
         self.names = list(labels)
         self.values = [str(v) for v in labels.values()]
+        self.key = (*self.names, "", *self.values)  # what reused families were built with
 
     def counter(self, name: str, doc: str, labels: Sequence[str] = ()) -> CounterMetricFamily:
         return CounterMetricFamily(name, doc, labels=self.names + list(labels))
@@ -242,13 +281,19 @@ def families(snapshot: Snapshot, labels: Mapping[str, str] | None = None, *,
             ``rank``, ...); where a family has a label of the same name (the
             process info's ``host``, ``pid``), the constant one wins.
         state: this process's :class:`SeriesState` (one per process, kept
-            between scrapes); default a fresh one.
+            between scrapes); default a fresh one. With a state, a family
+            that did not change is the object handed out last time: read
+            the families, never change them.
     """
     st = state if state is not None else SeriesState()
     f = _Families(labels or {})
+    yield from st.same(f, _all(f, snapshot, st))
+
+
+def _all(f: _Families, snapshot: Snapshot, st: SeriesState) -> Iterator[Metric]:
     seen: set[str] = set()
     yield from _counters(f, snapshot, seen)
-    yield from _distributions(f, snapshot, seen)
+    yield from _distributions(f, snapshot, st, seen)
     yield from _graphs(f, snapshot, st)
     yield from _devices(f, snapshot)
     yield from _process(f, snapshot)
@@ -286,24 +331,29 @@ def _counters(f: _Families, snap: Snapshot, seen: set[str]) -> Iterator[Metric]:
                 snap.last_seq)
 
 
-def _distributions(f: _Families, snap: Snapshot, seen: set[str]) -> Iterator[Metric]:
-    for d in snap.distributions:
-        name = metric_name(d.name, d.unit)
-        if name in seen:
-            continue
-        seen.add(name)
-        edges = EDGES[d.unit]
-        scale = SCALE[d.unit]
-        cum = cumulative_buckets(d, edges, scale)
-        buckets = [(_fmt_edge(e), float(n)) for e, n in zip(edges, cum, strict=True)]
-        buckets.append(("+Inf", float(d.count)))
-        yield f.histogram(name, d.help or d.name, buckets, d.total * scale)
-    for dname, (kind, unit, doc) in catalog.CATALOG.items():
-        name = metric_name(dname, unit)
-        if kind == "distribution" and name not in seen:  # empty until it counts
-            seen.add(name)
-            empty = [(_fmt_edge(e), 0.0) for e in EDGES[unit]] + [("+Inf", 0.0)]
-            yield f.histogram(name, doc, empty, 0.0)
+def _histogram(f: _Families, d: DistributionReading) -> HistogramMetricFamily:
+    edges = EDGES[d.unit]
+    scale = SCALE[d.unit]
+    cum = cumulative_buckets(d, edges, scale)
+    buckets = [(_fmt_edge(e), float(n)) for e, n in zip(edges, cum, strict=True)]
+    buckets.append(("+Inf", float(d.count)))
+    return f.histogram(metric_name(d.name, d.unit), d.help or d.name, buckets,
+                       d.total * scale)
+
+
+# The catalog's distributions as empty readings, made once: the same objects
+# every call, so their (empty) histograms are built once per SeriesState.
+_EMPTY = tuple(DistributionReading(name, unit, 0, 0.0, None, None, help=doc)
+               for name, (kind, unit, doc) in catalog.CATALOG.items() if kind == "distribution")
+
+
+def _distributions(f: _Families, snap: Snapshot, st: SeriesState,
+                   seen: set[str]) -> Iterator[Metric]:
+    # The snapshot's, then the catalog's not recorded yet (empty until it counts).
+    for fam in st.histograms(f, tuple(snap.distributions) + _EMPTY):
+        if fam.name not in seen:
+            seen.add(fam.name)
+            yield fam
 
 
 def _graphs(f: _Families, snap: Snapshot, st: SeriesState) -> Iterator[Metric]:

@@ -6,7 +6,9 @@ host scan found (:func:`chip_families`), one ``up``-style gauge per target
 it asked (:func:`target_families`) and every hooked process's families
 (:func:`tpu_info.outputs.prometheus.families`, with ``host``, ``pid``,
 ``program``, ``process_index`` labels). An exposition may name each family
-once, so :func:`merge` joins the families of all processes by name.
+once, so :func:`merge` joins the families of all processes by name, and
+:class:`PartsEncoding` writes that joined exposition from each part's lines,
+encoding again only the parts that changed since its last call.
 
 Chip series carry ``host`` and ``device`` (``tpu0``, ``gpu1``: the names the
 ``tpu-info`` table uses); a value the scan could not read is left out, never
@@ -21,6 +23,7 @@ Example:
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -30,7 +33,9 @@ from prometheus_client.core import (
     InfoMetricFamily,
     Metric,
 )
+from prometheus_client.exposition import choose_encoder
 
+from tpu_info.contract import reuse
 from tpu_info.contract.model import LocalScan
 from tpu_info.outputs.prometheus import PREFIX
 
@@ -133,17 +138,98 @@ def target_families(targets: Iterable[TargetHealth], labels: Mapping[str, str],
     yield from (up, took, count, duration, done, errors, left)
 
 
+def groups(families: Iterable[Metric]) -> list[list[Metric]]:
+    """Families by name, in the order each name came first. A family whose
+    type differs from the first of its name (hooks of two versions) is left
+    out."""
+    out: dict[str, list[Metric]] = {}
+    for fam in families:
+        group = out.get(fam.name)
+        if group is None:
+            out[fam.name] = [fam]
+        elif group[0].type == fam.type:
+            group.append(fam)
+    return list(out.values())
+
+
+def joined(group: Sequence[Metric]) -> Metric:
+    """One family of a group's samples in order (named as its first)."""
+    first = group[0]
+    merged = Metric(first.name, first.documentation, first.type, first.unit)
+    merged.samples = [s for fam in group for s in fam.samples]
+    return merged
+
+
 def merge(families: Iterable[Metric]) -> list[Metric]:
     """Families of the same name joined into one (their samples in order),
-    so the exposition names each once. A family whose type differs from the
-    first of its name (hooks of two versions) is left out."""
-    out: dict[str, Metric] = {}
-    for fam in families:
-        first = out.get(fam.name)
-        if first is None:
-            merged = Metric(fam.name, fam.documentation, fam.type, fam.unit)
-            merged.samples = list(fam.samples)
-            out[fam.name] = merged
-        elif first.type == fam.type:
-            first.samples.extend(fam.samples)
-    return list(out.values())
+    so the exposition names each once (:func:`groups`, :func:`joined`)."""
+    return [joined(g) for g in groups(families)]
+
+
+@dataclass(frozen=True, slots=True)
+class FamilyList:
+    """A fixed list of families, as prometheus_client's encoders read a registry."""
+
+    items: Sequence[Metric]
+
+    def collect(self) -> Iterator[Metric]:
+        return iter(self.items)
+
+
+class PartsEncoding:
+    """prometheus_client's exposition of :func:`merge`'s families, in the
+    format ``accept`` picks (text 0.0.4 or OpenMetrics), written from each
+    part's encoded lines: a group's header (its first part's ``# HELP``,
+    ``# TYPE``, ``# UNIT``) then every part's sample lines, in order.
+
+    Each call keeps its parts' lines and encodes again only the parts that
+    are not the very objects of the last call (the reuse rule,
+    :mod:`tpu_info.contract.reuse`; :class:`tpu_info.outputs.prometheus.
+    SeriesState` hands out an unchanged family again). So a poll costs in
+    proportion to what changed, and the bytes are those of encoding the
+    merged families whole: the encoders write one line per sample, in
+    order; a part whose lines they would not write in place (the text
+    format moves ``_created`` samples after its family) has its group
+    encoded whole. Only the last call's parts are kept. Not locked: one
+    caller (the exporter's poll).
+
+    Args:
+        accept: the scraper's ``Accept`` header.
+    """
+
+    def __init__(self, accept: str) -> None:
+        self._encoder = choose_encoder(accept)[0]
+        self._eof = self._encoder(FamilyList(()))  # OpenMetrics: "# EOF"
+        self._last: tuple[tuple[Metric, ...], list[tuple[bytes, bytes] | None]] | None = None
+        self.encoded = 0  # parts encoded so far (what reuse saves shows here)
+
+    def encode(self, grouped: Sequence[Sequence[Metric]]) -> bytes:
+        """The exposition of ``grouped`` (:func:`groups`' result)."""
+        self._last = reuse.each(tuple(itertools.chain.from_iterable(grouped)), self._part,
+                                self._last)
+        parts = iter(self._last[1])
+        out = []
+        for group in grouped:
+            lines = list(itertools.islice(parts, len(group)))
+            if all(lines):
+                out.append(lines[0][0])  # type: ignore[index]
+                out.extend(part[1] for part in lines)  # type: ignore[index]
+            else:
+                out.append(self._alone(joined(group)))
+        out.append(self._eof)
+        return b"".join(out)
+
+    def _alone(self, fam: Metric) -> bytes:
+        body = self._encoder(FamilyList((fam,)))
+        return body[: len(body) - len(self._eof)]
+
+    def _part(self, fam: Metric) -> tuple[bytes, bytes] | None:
+        """(header, sample lines) of one part; None where its lines are not
+        written in place."""
+        self.encoded += 1
+        whole = self._alone(fam)
+        head = self._alone(Metric(fam.name, fam.documentation, fam.type, fam.unit))
+        lines = whole[len(head):]
+        if not whole.startswith(head) or lines.startswith(b"# ") or b"\n# " in lines:
+            return None
+        return head, lines
