@@ -6,6 +6,14 @@ byte rates, recent events), one sample per update, so the sparklines and the
 event timeline share one time axis. Everything here is pure data handling on
 the UI thread: no I/O, no widgets.
 
+Findings (:func:`tpu_info.views.findings.find`, the costliest part of an
+update) are recomputed at once when what they read changed shape (a graph, a
+compile, an event they read, a device), and at most every
+:data:`FINDINGS_EVERY_S` seconds of the target's clock when only counts moved
+(every step moves them): at 10 updates a second that is 2 finds a second
+instead of 10, and nothing is lost (the Findings panel draws at that pace,
+and the next update after the pause, or a disconnect, brings them up to date).
+
 Example:
     >>> from tpu_info.contract.model import Snapshot
     >>> from tui.source import Conn, Update
@@ -44,6 +52,7 @@ RATE_KINDS = frozenset({EventKind.STEP, *TRANSFER_KINDS})
 # Events the dashboard itself notices (their ``seq`` is negative).
 DISCONNECT, RECONNECT, FINDING = "disconnect", "reconnect", "finding"
 FINDING_POINTS = 300  # refreshes of each finding's history kept
+FINDINGS_EVERY_S = 0.5  # counts alone re-run the findings at most this often
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +124,8 @@ class TargetData:
     version: int = 0  # bumps on every applied update
     _identity: tuple[int, float] | None = None
     _findings_key: tuple[object, ...] | None = None
+    _findings_stale: bool = False  # what they read moved since they were computed
+    _found_at: float = float("-inf")  # the reading they were computed from (its time)
     _last_seq: int = 0
     _noticed_n: int = 0
 
@@ -135,6 +146,9 @@ class TargetData:
                              self.target, u.error)
             self.state, self.error, self.since_unix = u.state, u.error, u.since_unix
             self.retry_in_s = u.retry_in_s
+            if self._findings_stale and self.snapshot is not None:
+                self._refresh_findings(self.snapshot)  # the last reading, up to date
+                changed = True
             return changed
         s = u.snapshot
         identity = (s.process.pid, s.process.start_time_unix) if s.process else None
@@ -144,6 +158,7 @@ class TargetData:
             self._last_seq = 0
             self.read_events.clear()
             self.finding_history.clear()
+            self._found_at = float("-inf")
         self._identity = identity
         prev = self.snapshot
         if self.state is Conn.DISCONNECTED and prev is not None:
@@ -156,17 +171,28 @@ class TargetData:
         self.samples.append(_sample(prev, s, new_events))
         self.read_events.extend(e for e in new_events if e.kind in EVENTS_READ)
         last_read = self.read_events[-1].seq if self.read_events else 0
-        key = (len(s.graphs), sum(g.compiles for g in s.graphs), s.counters,
-               tuple((d.name, d.count) for d in s.distributions), len(s.devices),
-               s.left_out, s.sites, s.steps, s.blind_spots, last_read)
+        shape = (len(s.graphs), sum(g.compiles for g in s.graphs), len(s.devices),
+                 s.left_out, s.sites, s.blind_spots, last_read)
+        key = (shape, s.counters, tuple((d.name, d.count) for d in s.distributions), s.steps)
+        news = False
         if key != self._findings_key:
+            news = self._findings_key is None or shape != self._findings_key[0]
             self._findings_key = key
-            seen = {(f.kind, f.location) for f in self.findings}
-            self._find(s)
-            for f in self.findings:
-                if (f.kind, f.location) not in seen:
-                    self._notice(FINDING, s.taken_at_unix, f.kind, f.message, f.location)
+            self._findings_stale = True
+        t = s.taken_at_unix
+        if self._findings_stale and (news or not self._found_at <= t
+                                     < self._found_at + FINDINGS_EVERY_S):
+            self._refresh_findings(s)
         return True
+
+    def _refresh_findings(self, s: Snapshot) -> None:
+        """Findings of ``s`` now; the ones that are new become event rows."""
+        seen = {(f.kind, f.location) for f in self.findings}
+        self._find(s)
+        self._findings_stale, self._found_at = False, s.taken_at_unix
+        for f in self.findings:
+            if (f.kind, f.location) not in seen:
+                self._notice(FINDING, s.taken_at_unix, f.kind, f.message, f.location)
 
     def _notice(self, kind: str, time_unix: float, name: str, detail: str,
                 location: str | None = None) -> None:

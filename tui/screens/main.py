@@ -8,6 +8,10 @@ a tab line; ``tab`` moves between panels in both layouts. ``g`` and ``f``
 open the detail of the graph and of the finding under each cursor (the
 costliest at first) from any panel. ``n`` lists why each N/A is N/A; each
 panel's tooltip says it too.
+
+The step line is redrawn at every update (at 10 Hz, ten times a second); the
+other panels at most every :data:`SLOW_S` seconds and always after the last
+update, so a fast refresh costs little more than the step line.
 """
 
 from __future__ import annotations
@@ -43,7 +47,7 @@ from tui.widgets.transfers import TransfersPanel
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-SLOW_S = 0.5  # the slowest redraw of processes, events and findings
+SLOW_S = 0.5  # the slowest redraw of every panel but the step line
 PANELS = ("devices", "graphs", "processes", "transfers", "events", "findings")
 LOWER = PANELS[1:]
 WIDE_COLUMNS = 140
@@ -108,6 +112,7 @@ class MainScreen(Screen[None]):
         self.palette = Palette()
         self._slow_due = 0.0
         self._slow_timer: Timer | None = None
+        self.monotonic: Callable[[], float] = time.monotonic  # when the slow panels are due
 
     def compose(self) -> ComposeResult:
         yield HeaderBar(id="header")
@@ -225,25 +230,23 @@ class MainScreen(Screen[None]):
         self.show_target(None)
 
     def show_target(self, target: str | None) -> None:
-        """Redraws what ``target``'s update touches (None: everything)."""
+        """Redraws what ``target``'s update touches (None: everything): the
+        step line (its steps/s and transfers/s) and the banner at every update,
+        the rest when due (:meth:`_show_slow`)."""
         s = self.state
-        palette = self.palette
-        targets = s.ordered()
-        current = s.current()
         self.show_header()
-        self.query_one(DevicesPanel).show(targets, s.selected, palette)
         if target is None or target == s.selected:
-            self.query_one(GraphsPanel).show(current, s.sort, s.filter, palette)
-            self.query_one(TransfersPanel).show(current, palette)
-            self.query_one(StepsPanel).show(current, palette)
+            self.query_one(StepsPanel).show(s.current(), self.palette)
             self._banner()
         self._show_slow(force=target is None)
 
     def _show_slow(self, force: bool = False) -> None:
-        """Processes, events and findings: at most every :data:`SLOW_S` seconds
-        (a list that scrolls ten times a second cannot be read anyway); the
-        last update is always drawn."""
-        now = time.monotonic()
+        """Devices, graphs, transfers, processes, events and findings: at most every
+        :data:`SLOW_S` seconds (a table whose numbers change ten times a second
+        cannot be read anyway, and these are most of the cost of a redraw at
+        10 Hz); every sample still gets its cell in the histories, and the last
+        update is always drawn."""
+        now = self.monotonic()
         if not force and now < self._slow_due:
             if self._slow_timer is None:
                 self._slow_timer = self.set_timer(self._slow_due - now, self._slow_timer_fired)
@@ -251,6 +254,9 @@ class MainScreen(Screen[None]):
         self._slow_due = now + SLOW_S
         s, palette = self.state, self.palette
         targets, current = s.ordered(), s.current()
+        self.query_one(DevicesPanel).show(targets, s.selected, palette)
+        self.query_one(GraphsPanel).show(current, s.sort, s.filter, palette)
+        self.query_one(TransfersPanel).show(current, palette)
         self.query_one(ProcessesPanel).show(targets, s.selected, palette, self.tz)
         self.query_one(FindingsPanel).show(targets, current, palette, self.tz)
         self.query_one(EventsPanel).show(current, s.filter, palette, self.tz)
