@@ -36,7 +36,7 @@ from typing import Any
 
 from metrics.engines import jax_state as jx
 from metrics.recording.journal import FOLD_AT
-from metrics.recording.sampling import TIME_EVERY
+from metrics.recording.sampling import TIME_EVERY, TIME_FIRST
 
 try:
     from numpy import ndarray as _NDARRAY
@@ -53,7 +53,7 @@ _KEPT = ("__module__", "__name__", "__qualname__", "__doc__", "__annotations__",
 class Owner:
     """One counted function: its name in the ledger and the graphs its calls ran."""
 
-    __slots__ = ("name", "graphs", "last_hash", "compiles", "nested_numpy")
+    __slots__ = ("name", "graphs", "last_hash", "compiles", "nested_numpy", "usual_ns")
     explicit = False  # a function the user wrapped in metrics.track is explicit
 
     def __init__(self, name: str) -> None:
@@ -64,6 +64,9 @@ class Owner:
         # Where numpy leaves sat inside container arguments (a (images, labels)
         # batch) when a call compiled: looked up on each call, no tree walk.
         self.nested_numpy: tuple[tuple[Any, ...], ...] = ()
+        # Mean host ns of its timed calls that did not compile: what its
+        # untimed ones are taken at in a batch without a timed one.
+        self.usual_ns = 0
 
 
 NESTED_DEPTH = 4  # container levels searched for numpy leaves when a call compiles
@@ -157,12 +160,13 @@ class JitArguments:
                                            f"numpy argument of {owner.name}")
 
 
-def counting(fn: Callable[..., Any], owner: Owner,
-             time_every: int = TIME_EVERY) -> Callable[..., Any]:
+def counting(fn: Callable[..., Any], owner: Owner, time_every: int = TIME_EVERY,
+             time_first: int = TIME_FIRST) -> Callable[..., Any]:
     """``fn`` wrapped so each call counts as an execution of the graph it ran.
 
-    Every call is counted (one journal write); one in ``time_every`` (and the
-    first) also reads the clock around it (:mod:`metrics.recording.sampling`).
+    Every call is counted (one journal write); the first ``time_first`` and
+    then one in ``time_every`` also read the clock around it
+    (:mod:`metrics.recording.sampling`).
     While the function has one graph, calls are attributed to it; once it
     has compiled twice, each call also records the shapes and dtypes of its
     top-level arguments, which pick the graph (a call that compiled teaches
@@ -175,9 +179,10 @@ def counting(fn: Callable[..., Any], owner: Owner,
     clock, seqs, ndarray, state = time.monotonic_ns, jx.compile_seq, _NDARRAY, jx
     fold_at = FOLD_AT * jx.CALL_FIELDS
     untimed = 0  # calls left to count untimed before the next timed one
+    first = time_first  # timed calls left before sampling starts
 
     def call(*args: Any, **kwargs: Any) -> Any:
-        nonlocal untimed
+        nonlocal untimed, first
         eng = state.active
         if eng is None:
             return fn(*args, **kwargs)
@@ -198,7 +203,10 @@ def counting(fn: Callable[..., Any], owner: Owner,
             else:
                 _keyed_call(eng, owner, args, seq, 0, 0)
             return out
-        untimed = time_every - 1
+        if first:
+            first -= 1
+        else:
+            untimed = time_every - 1
         start = clock()
         out = fn(*args, **kwargs) if kwargs else fn(*args)  # no dict copy in the usual call
         end = clock()

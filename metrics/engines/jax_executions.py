@@ -54,10 +54,12 @@ class Executions:
         self._exec_count.inc(len(owners))
         uniq = set(owners)
         if 0 in ends:  # calls counted untimed (metrics.recording.sampling)
-            tracked_ns, other_ns = self._fold_sampled(owners, starts, ends, uniq)
+            tracked_ns, other_ns = self._fold_sampled(owners, starts, ends, compiled, uniq)
         else:
             durations = list(map(operator.sub, ends, starts))
             self._exec_time.observe_many(durations, ends)
+            if len(uniq) == 1 and not any(compiled):  # the usual batch
+                owners[0].usual_ns = sum(durations) // len(durations)
             tracked_ns, other_ns = self.call_times.fold(owners, starts, ends, durations, uniq)
         self.tracked_ns += tracked_ns
         self.inferred_ns += other_ns
@@ -92,22 +94,44 @@ class Executions:
             executed(graph_hash, owner.name, ENGINE, n)
 
     def _fold_sampled(self, owners: list[Any], starts: list[int], ends: list[int],
-                      uniq: set[Any]) -> tuple[int, int]:
+                      compiled: list[Any], uniq: set[Any]) -> tuple[int, int]:
         """ExecuteTime and call times of a batch where some calls were
         counted untimed: each timed call stands for its function's untimed
         ones; a function with none timed here is taken at its mean so far."""
-        t = sampling.timed(owners, starts, ends, uniq)
+        if any(compiled):  # a call that compiled stands apart: its time is mostly the compile
+            groups = [o if c is None else (o, "compiled") for o, c in zip(owners, compiled,
+                                                                          strict=True)]
+            t = sampling.timed(owners, starts, ends, uniq, groups)
+            usual = [c is None for e, c in zip(ends, compiled, strict=True) if e]
+        else:
+            t = sampling.timed(owners, starts, ends, uniq)
+            usual = None
         if t.durations:
             self._exec_time.observe_weighted(t.durations, t.weights, t.ends)
+            _note_usual_means(t.owners, t.durations, usual)
         tracked_ns, other_ns = self.call_times.fold(t.owners, t.starts, t.ends, t.durations,
                                                     set(t.owners), t.weights, t.trailing)
         if t.untimed_only:
             at = t.ends[-1] if t.ends else time.monotonic_ns()
             for owner, n in t.untimed_only.items():
-                mean = self.call_times.mean_ns(owner)
+                mean = getattr(owner, "usual_ns", 0) or self.call_times.mean_ns(owner)
                 if mean is not None:
                     self._exec_time.observe_weighted([mean], [n], [at])
             more_tracked, more_other = self.call_times.fold_untimed(t.untimed_only)
             tracked_ns += more_tracked
             other_ns += more_other
         return tracked_ns, other_ns
+
+
+def _note_usual_means(owners: list[Any], durations: list[int], usual: list[bool] | None) -> None:
+    """Each owner's mean over its timed calls that did not compile (``usual``:
+    which did not; None: none did): what its untimed calls are taken at when
+    a batch holds none of its timed ones."""
+    acc: dict[Any, list[int]] = {}
+    for i, (o, d) in enumerate(zip(owners, durations, strict=True)):
+        if usual is None or usual[i]:
+            a = acc.setdefault(o, [0, 0])
+            a[0] += d
+            a[1] += 1
+    for o, (total, n) in acc.items():
+        o.usual_ns = total // n

@@ -32,7 +32,7 @@ from typing import Any
 
 from metrics.engines.jax_state import TRANSFER_FIELDS
 from metrics.recording.journal import FOLD_AT
-from metrics.recording.sampling import TIME_EVERY
+from metrics.recording.sampling import TIME_EVERY, TIME_FIRST
 
 IMPLICIT_H2D = 1  # jax_transfers' record kind (kept equal there)
 
@@ -127,7 +127,8 @@ def _shard_handler(original: Callable[..., Any], impl: Any, engine: Any,
     usual call is decided once here, not per call: JAX's own four-argument
     call (no ``*args`` tuple built and unpacked), JAX's transfer state there
     (no None check), the explicit put inline (JAX's state's and the
-    journal's calls only, and the clock's on one put in ``TIME_EVERY``:
+    journal's calls only, and the clock's on the first ``TIME_FIRST`` puts
+    and then one in ``TIME_EVERY``:
     :mod:`metrics.recording.sampling`); anything else goes to
     :func:`_shard_other`, timed."""
     clock, every = time.monotonic_ns, TIME_EVERY
@@ -146,9 +147,10 @@ def _shard_handler(original: Callable[..., Any], impl: Any, engine: Any,
         return shard_np_array_any
 
     untimed = 0  # explicit puts left to count untimed before the next timed one
+    first = TIME_FIRST  # timed puts left before sampling starts
 
     def shard_np_array(xs: Any, shardings: Any, layouts: Any, copy_semantics: Any) -> Any:
-        nonlocal untimed
+        nonlocal untimed, first
         if untimed:
             try:
                 explicit = state().explicit_device_put  # set before device_put shards
@@ -169,7 +171,10 @@ def _shard_handler(original: Callable[..., Any], impl: Any, engine: Any,
         end = clock()
         try:
             if state().explicit_device_put:
-                untimed = every - 1
+                if first:
+                    first -= 1
+                else:
+                    untimed = every - 1
                 extend((True, start, end,
                         xs[0].nbytes if len(xs) == 1 else sum(map(nbytes_of, xs))))
                 if len(queue) >= fold_at:  # checked on timed puts: at most every - 1 over

@@ -35,7 +35,7 @@ def track(fn: Callable[P, R], name: str | None = None) -> Callable[P, R]:
     """Wraps ``fn`` so each call counts as an execution of the graph it ran.
 
     A call costs one journal write, and two clock reads on the calls it
-    times: one in 16 and the first (see
+    times: its first 64, then one in 16 (see
     :func:`metrics.engines.jax_calls.counting`). A function the hook already
     counts is counted once: one jitted after install is unwrapped first; an
     AOT-compiled one (``f.lower(x).compile()``) is returned as it is, its

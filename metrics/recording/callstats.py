@@ -97,8 +97,11 @@ class CallTimes:
 
     def fold_untimed(self, counts: dict[Any, int]) -> tuple[int, int]:
         """Adds calls that were counted but not timed, at each function's mean
-        so far (none yet: no time); returns the estimated (tracked, other) ns."""
-        return self._add_parts([(owner, n, n * (self.mean_ns(owner) or 0), None, 0)
+        over its calls that did not compile (its ``usual_ns`` when it has
+        one), else over all so far (none yet: no time); returns the estimated
+        (tracked, other) ns."""
+        return self._add_parts([(owner, n, n * (getattr(owner, "usual_ns", 0)
+                                                or self.mean_ns(owner) or 0), None, 0)
                                 for owner, n in counts.items()], untimed=True)
 
     def mean_ns(self, owner: Any) -> int | None:

@@ -3,8 +3,10 @@
 The hooks that run on every step of a training loop (the ``jax.jit``
 wrapper's call, the numpy ``device_put`` handler) spend most of their time
 reading the clock twice and checking whether their journal is full. So on
-the usual path they time one call in :data:`TIME_EVERY` (and the first),
-and write the others as records with ``end == 0``: counts, bytes and graph
+the usual path they time one call in :data:`TIME_EVERY` (after timing each
+of their first :data:`TIME_FIRST`: a short run, and the first calls whose
+times vary most, are measured whole), and write the others as records with
+``end == 0``: counts, bytes and graph
 attribution stay exact, and each timed record stands for the untimed ones
 of the same function in its batch (:func:`timed`), so a time distribution's
 count and sum are the call count and an estimate of the time inside all
@@ -27,7 +29,8 @@ import operator
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
-TIME_EVERY = 16  # one call in this many is timed on the usual path (and the first)
+TIME_EVERY = 16  # one call in this many is timed on the usual path...
+TIME_FIRST = 64  # ...after each hook's first this many, which are all timed
 
 
 class Timed(NamedTuple):
@@ -49,31 +52,39 @@ def spread(n: int, k: int) -> list[int]:
 
 
 def timed(owners: Sequence[Any], starts: Sequence[int], ends: Sequence[int],
-          uniq: set[Any]) -> Timed:
+          uniq: set[Any], groups: Sequence[Any] | None = None) -> Timed:
     """Splits a batch whose untimed records have ``end == 0`` (``uniq``: the
-    set of ``owners``)."""
+    set of ``owners``). A timed record stands for the untimed ones of its
+    group (``groups``, parallel to ``owners``; default the owners): a
+    caller keeps calls that compiled apart from the usual ones, so a timed
+    compile never stands for a usual call, nor a usual call for a compile.
+    ``untimed_only`` then counts by owner."""
     mask = list(map(bool, ends))
     t_owners = list(itertools.compress(owners, mask))
     t_starts = list(itertools.compress(starts, mask))
     t_ends = list(itertools.compress(ends, mask))
     durations = list(map(operator.sub, t_ends, t_starts))
-    if len(uniq) == 1:  # the usual batch: one function
+    if groups is None and len(uniq) == 1:  # the usual batch: one function
         owner = owners[0]
         if not t_owners:
             return Timed([], [], [], [], [], {owner: len(owners)}, {})
         trailing = mask[::-1].index(True)
         return Timed(t_owners, t_starts, t_ends, durations, spread(len(owners), len(t_owners)),
                      {}, {owner: trailing})
-    counts = collections.Counter(owners)
-    t_counts = collections.Counter(t_owners)
-    shares = {o: iter(spread(counts[o], k)) for o, k in t_counts.items()}
-    weights = [next(shares[o]) for o in t_owners]
-    untimed_only = {o: n for o, n in counts.items() if o not in t_counts}
+    keys = owners if groups is None else groups
+    t_keys = list(itertools.compress(keys, mask))
+    counts = collections.Counter(keys)
+    t_counts = collections.Counter(t_keys)
+    shares = {g: iter(spread(counts[g], k)) for g, k in t_counts.items()}
+    weights = [next(shares[g]) for g in t_keys]
+    untimed_only: dict[Any, int] = {}
     after: dict[Any, int] = {}
-    for o, is_timed in zip(owners, mask, strict=True):
+    for o, g, is_timed in zip(owners, keys, mask, strict=True):
         after[o] = 0 if is_timed else after.get(o, 0) + 1
+        if g not in t_counts:
+            untimed_only[o] = untimed_only.get(o, 0) + 1
     return Timed(t_owners, t_starts, t_ends, durations, weights, untimed_only,
-                 {o: after[o] for o in t_counts})
+                 {o: after[o] for o in set(t_owners)})
 
 
 def filled(ends: Sequence[int], default: int) -> list[int]:

@@ -30,6 +30,15 @@ pytestmark = pytest.mark.skipif(sys.version_info[:2] != (3, 11),
                                 reason="bytecode counts are CPython 3.11's")
 
 
+def _past_the_first_timed(fn: Callable[[], object]) -> None:
+    """Calls ``fn`` as often as each hook times every call, so the next calls
+    are on the sampled path (metrics.recording.sampling), the usual one."""
+    from metrics.recording.sampling import TIME_FIRST, TIME_EVERY
+
+    for _ in range(TIME_FIRST + TIME_EVERY):
+        fn()
+
+
 def _opcodes_in_metrics(fn: Callable[[], object]) -> dict[str, int]:
     """Opcodes run in metrics/ code during one call of ``fn`` (after a warm-up
     call), by function name; no journal fold happens inside (emptied first)."""
@@ -69,6 +78,7 @@ def test_float_of_an_array_costs_no_frame_walk(fresh_metrics):
 def test_a_jitted_call_stays_within_budget(fresh_metrics):
     step = jax.jit(lambda x: x + 1)  # after install: the hook's wrapper counts it
     x = jnp.ones(4)
+    _past_the_first_timed(lambda: step(x))
     counts = _opcodes_in_metrics(lambda: step(x))
     assert set(counts) == {"call"} and counts["call"] <= 61, counts  # untimed: 74 timed
 
@@ -78,6 +88,8 @@ def test_a_device_put_runs_one_hook(fresh_metrics):
     handler, which every put of host data runs anyway: no device_put
     wrapper on top of it (two hooks and a frame check per put, before)."""
     batch = np.ones((32, 784), np.float32)
+    _past_the_first_timed(lambda: jax.device_put(batch))
+    fresh_metrics.reset()
     counts = _opcodes_in_metrics(lambda: jax.device_put(batch))
     assert set(counts) == {"shard_np_array"}, counts
     assert sum(counts.values()) <= 50, counts  # untimed (the usual put): 58 timed
@@ -133,15 +145,17 @@ def test_a_hooked_jit_call_keeps_jax_s_cpp_fast_path(fresh_metrics):
     than its own work)."""
     step = jax.jit(lambda p, x: (p[0] * x).sum())
     args = ((jnp.ones(4),), jnp.ones(4))
+    _past_the_first_timed(lambda: step(*args))
     frames, c_calls = _calls(lambda: step(*args))
     assert frames == {"metrics:call": 1}, frames
     assert c_calls == {"extend": 1}, c_calls  # an untimed call: counted, no clock
 
 
 def test_one_call_in_time_every_reads_the_clock(fresh_metrics):
-    """Timing is sampled (metrics.recording.sampling): over TIME_EVERY warm
-    calls of a jitted step and its two puts, each hook reads the clock on
-    exactly one call (two reads) and checks its journal's length there."""
+    """Timing is sampled (metrics.recording.sampling): past each hook's
+    first TIME_FIRST calls (all timed), over TIME_EVERY calls of a jitted
+    step and its two puts each hook reads the clock on exactly one call (two
+    reads) and checks its journal's length there."""
     from metrics.recording.sampling import TIME_EVERY
 
     step = jax.jit(lambda p, x, y: ((x @ p[0]) - y).sum())
@@ -152,6 +166,7 @@ def test_one_call_in_time_every_reads_the_clock(fresh_metrics):
         for _ in range(TIME_EVERY):
             step(params, jax.device_put(x), jax.device_put(y))
 
+    _past_the_first_timed(steps)
     frames, c_calls = _calls(steps)
     assert frames["metrics:call"] == TIME_EVERY, frames
     # 3 hooks x 2 reads; len: the timed jit call, both timed puts' journal
@@ -168,6 +183,7 @@ def test_a_training_step_runs_three_hook_frames(fresh_metrics):
     step = jax.jit(lambda p, x, y: ((x @ p[0]) - y).sum())
     params = (jnp.ones((784, 10)),)
     x, y = np.ones((32, 784), np.float32), np.ones((32, 10), np.float32)
+    _past_the_first_timed(lambda: step(params, jax.device_put(x), jax.device_put(y)))
     frames, c_calls = _calls(lambda: step(params, jax.device_put(x), jax.device_put(y)))
     hook_frames = {k: v for k, v in frames.items() if k.startswith("metrics:")}
     assert hook_frames == {"metrics:call": 1, "metrics:shard_np_array": 2}, frames
