@@ -53,7 +53,8 @@ _KEPT = ("__module__", "__name__", "__qualname__", "__doc__", "__annotations__",
 class Owner:
     """One counted function: its name in the ledger and the graphs its calls ran."""
 
-    __slots__ = ("name", "graphs", "last_hash", "compiles", "nested_numpy", "usual_ns")
+    __slots__ = ("name", "graphs", "last_hash", "compiles", "nested_numpy", "usual_ns",
+                 "numpy_args")
     explicit = False  # a function the user wrapped in metrics.track is explicit
 
     def __init__(self, name: str) -> None:
@@ -67,6 +68,9 @@ class Owner:
         # Mean host ns of its timed calls that did not compile: what its
         # untimed ones are taken at in a batch without a timed one.
         self.usual_ns = 0
+        # Whether numpy arguments were seen (each call is then checked):
+        # JitArguments says how it learns.
+        self.numpy_args = False
 
 
 NESTED_DEPTH = 4  # container levels searched for numpy leaves when a call compiles
@@ -116,11 +120,17 @@ class JitArguments:
 
     On one device JAX moves a numpy argument of a jitted call in C++, where
     no hook sees it, so the ``jax.jit`` wrapper hands each call's arguments
-    here (:meth:`report`: top-level numpy ones on every call, nested ones at
-    the paths learnt when a call compiled). A compiling call, or one on
-    several devices, also passes them through the numpy shard handler; the
-    frame walk drops that record when a frame of the wrapper is on the
-    stack (:meth:`reported_under`), since :meth:`report` counted it.
+    here (:meth:`report`: top-level numpy ones, nested ones at the paths
+    learnt when a call compiled), on every call of a function known to take
+    numpy (``Owner.numpy_args``). It learns that (the usual call checks one
+    attribute, not its arguments) on a timed call, which checks the
+    arguments' types, or when the numpy shard handler runs under the
+    wrapper: the first numpy argument of a function misses JAX's C++ cache
+    and goes through it, and the frame walk counts that call and sets the
+    flag. A compiling call, or one on several devices, also passes numpy
+    arguments through the handler; the frame walk drops those records when
+    the function's flag is set (:meth:`reported_under`), since
+    :meth:`report` counted them.
     """
 
     def __init__(self, transfers: Any) -> None:
@@ -155,7 +165,12 @@ class JitArguments:
         (counted for this call too). Once per compile, so the tree walk stays
         off the hot path."""
         was, owner.nested_numpy = owner.nested_numpy, numpy_paths(args)
-        if owner.nested_numpy and not was:
+        # Set already: the call's numpy leaves were counted, by report() or by
+        # the numpy shard handler while this call compiled.
+        counted = owner.numpy_args
+        if owner.nested_numpy:
+            owner.numpy_args = True
+        if owner.nested_numpy and not was and not counted:
             self._transfers.host_arguments(nested_numpy_bytes(args, owner.nested_numpy),
                                            f"numpy argument of {owner.name}")
 
@@ -186,12 +201,11 @@ def counting(fn: Callable[..., Any], owner: Owner, time_every: int = TIME_EVERY,
         eng = state.active
         if eng is None:
             return fn(*args, **kwargs)
-        try:
-            # Top level in C; nested: the paths learnt at a compile.
-            if owner.nested_numpy or ndarray in map(type, args):
+        if owner.numpy_args:  # it takes numpy (JitArguments): each call's counted
+            try:
                 eng.implicit.jit_arguments.report(owner, args)
-        except Exception as e:  # noqa: BLE001 - a hook never raises into the program
-            eng.rec.hook_failed("jax.implicit", e)
+            except Exception as e:  # noqa: BLE001 - a hook never raises into the program
+                eng.rec.hook_failed("jax.implicit", e)
         seq = seqs[0]
         if untimed:
             # Counted, not timed. (A race between threads on this countdown
@@ -207,6 +221,13 @@ def counting(fn: Callable[..., Any], owner: Owner, time_every: int = TIME_EVERY,
             first -= 1
         else:
             untimed = time_every - 1
+        if not owner.numpy_args:
+            try:  # top level in C; nested: the paths learnt at a compile
+                if owner.nested_numpy or ndarray in map(type, args):
+                    owner.numpy_args = True
+                    eng.implicit.jit_arguments.report(owner, args)
+            except Exception as e:  # noqa: BLE001
+                eng.rec.hook_failed("jax.implicit", e)
         start = clock()
         out = fn(*args, **kwargs) if kwargs else fn(*args)  # no dict copy in the usual call
         end = clock()

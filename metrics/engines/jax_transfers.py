@@ -234,8 +234,18 @@ class ImplicitTransfers:
                 found = c
             elif c == _USER:
                 break
-            elif c == _COUNTED or (c == _JIT_WRAPPER and under_jit_counted):
+            elif c == _COUNTED:
                 return
+            elif c == _JIT_WRAPPER and under_jit_counted:
+                # A numpy argument the wrapper counts, once it knows the
+                # function takes them; the first (a C++ cache miss, which
+                # runs this handler) it learns of here, counted here.
+                owner = f.f_locals.get("owner")
+                if owner is None or owner.numpy_args:
+                    return
+                owner.numpy_args = True
+                kind, detail = UNTIMED_H2D, f"numpy argument of {owner.name}"
+                start = end
             elif c == _EXPLICIT:
                 kind = EXPLICIT_D2H if kind == SYNC else EXPLICIT_H2D
             f = f.f_back

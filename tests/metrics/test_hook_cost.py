@@ -33,7 +33,7 @@ pytestmark = pytest.mark.skipif(sys.version_info[:2] != (3, 11),
 def _past_the_first_timed(fn: Callable[[], object]) -> None:
     """Calls ``fn`` as often as each hook times every call, so the next calls
     are on the sampled path (metrics.recording.sampling), the usual one."""
-    from metrics.recording.sampling import TIME_FIRST, TIME_EVERY
+    from metrics.recording.sampling import TIME_EVERY, TIME_FIRST
 
     for _ in range(TIME_FIRST + TIME_EVERY):
         fn()
@@ -80,7 +80,7 @@ def test_a_jitted_call_stays_within_budget(fresh_metrics):
     x = jnp.ones(4)
     _past_the_first_timed(lambda: step(x))
     counts = _opcodes_in_metrics(lambda: step(x))
-    assert set(counts) == {"call"} and counts["call"] <= 61, counts  # untimed: 74 timed
+    assert set(counts) == {"call"} and counts["call"] <= 51, counts  # untimed (74 timed)
 
 
 def test_a_device_put_runs_one_hook(fresh_metrics):

@@ -100,3 +100,25 @@ def test_every_call_and_put_is_counted_though_one_in_16_is_timed(fresh_metrics):
     assert len(puts) == n
     assert all(e.time_unix > 0 for e in puts)
     assert [e.time_unix for e in puts] == sorted(e.time_unix for e in puts)
+
+
+def test_numpy_arguments_are_counted_on_every_call_once_a_function_takes_them(fresh_metrics):
+    """The usual call checks one flag, not its arguments' types: a function
+    that took only device arrays for 100 calls (past the first 64, timed and
+    checked) and then numpy is flagged by the first numpy call (a C++ cache
+    miss that runs the numpy shard handler under the wrapper), so every
+    numpy call counts once, the untimed ones too; and the switch back to
+    device arrays counts nothing."""
+    rec = fresh_metrics
+    f = jax.jit(lambda p, x: p + x)
+    p = jnp.ones(16)
+    for _ in range(100):
+        f(p, jnp.ones(16))
+    before = rec.registry.counter_value("ImplicitOutboundBytes") or 0
+    host = np.ones(16, np.float32)
+    for _ in range(21):
+        f(p, host)
+    for _ in range(5):
+        f(p, jnp.ones(16))
+    got = (rec.registry.counter_value("ImplicitOutboundBytes") or 0) - before
+    assert got == 21 * host.nbytes
