@@ -149,9 +149,21 @@ class JitArguments:
 
         return getattr(jax.jit, "__code__", None) is _JIT_CODE
 
+    @staticmethod
+    def counted_in_handler(owner: Owner) -> bool:
+        """Whether the numpy shard handler, running under ``owner``'s wrapper,
+        counts this call's numpy arguments: yes when the wrapper did not know
+        the function takes them (its first numpy call, a C++ cache miss);
+        then it knows."""
+        if owner.numpy_args:
+            return False
+        owner.numpy_args = _BY_HANDLER
+        return True
+
     def report(self, owner: Owner, args: tuple[Any, ...]) -> None:
         """The numpy arguments of one call, top-level and at the nested paths
         learnt when it compiled (off the usual path: only calls that have them)."""
+        owner.numpy_args = True
         label = f"numpy argument of {owner.name}"
         host = self._transfers.host_arguments
         for a in args:
@@ -161,18 +173,25 @@ class JitArguments:
             host(n, label)
 
     def learn_nested(self, owner: Owner, args: tuple[Any, ...]) -> None:
-        """After a call that compiled: where its nested numpy leaves are
-        (counted for this call too). Once per compile, so the tree walk stays
-        off the hot path."""
+        """After a call that compiled: where its nested numpy leaves are, and
+        those at new places counted for this call (unless the numpy shard
+        handler counted the whole call). Once per compile, so the tree walk
+        stays off the hot path."""
         was, owner.nested_numpy = owner.nested_numpy, numpy_paths(args)
-        # Set already: the call's numpy leaves were counted, by report() or by
-        # the numpy shard handler while this call compiled.
-        counted = owner.numpy_args
-        if owner.nested_numpy:
+        by_handler = owner.numpy_args is _BY_HANDLER
+        if owner.nested_numpy or by_handler:
             owner.numpy_args = True
-        if owner.nested_numpy and not was and not counted:
-            self._transfers.host_arguments(nested_numpy_bytes(args, owner.nested_numpy),
-                                           f"numpy argument of {owner.name}")
+        if by_handler:
+            return
+        new = tuple(p for p in owner.nested_numpy if p not in was)
+        if new and (n := nested_numpy_bytes(args, new)):
+            self._transfers.host_arguments(n, f"numpy argument of {owner.name}")
+
+
+# Owner.numpy_args while the numpy shard handler has counted the call it
+# learnt of them in (truthy: later calls are checked); the next report() or
+# learn_nested() sets it to True.
+_BY_HANDLER = "first numpy arguments counted by the numpy shard handler"
 
 
 def counting(fn: Callable[..., Any], owner: Owner, time_every: int = TIME_EVERY,

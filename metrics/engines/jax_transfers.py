@@ -241,9 +241,8 @@ class ImplicitTransfers:
                 # function takes them; the first (a C++ cache miss, which
                 # runs this handler) it learns of here, counted here.
                 owner = f.f_locals.get("owner")
-                if owner is None or owner.numpy_args:
+                if owner is None or not self.jit_arguments.counted_in_handler(owner):
                     return
-                owner.numpy_args = True
                 kind, detail = UNTIMED_H2D, f"numpy argument of {owner.name}"
                 start = end
             elif c == _EXPLICIT:
