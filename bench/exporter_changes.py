@@ -22,28 +22,13 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import ROOT, parser, verdict
+from _common import ROOT, SERVER_PRELUDE, parser, verdict
 from exporter import _runtime_dir
 
 from tpu_info.commands.exporter import ExporterOptions, HostExporter
 from tpu_info.contract.model import LocalScan
 
-SERVER = r"""
-import json, random, sys
-from metrics.recording.recorder import Recorder
-from metrics.recording.snapshot import build
-from metrics import export
-from tpu_info.contract.model import Unit
-rng = random.Random(1)
-rec = Recorder()
-for i in range(100):
-    rec.ledger.compiled(f"{i:064x}", f"jit(f{i})", "jax", seconds=rng.random(),
-                        signature=("x: f32[8,128]",))
-dists = [rec.registry.distribution(f"Metric{d}", Unit.TIME_NS) for d in range(20)]
-for dist in dists:
-    for _ in range(500):
-        dist.observe(rng.lognormvariate(13, 1.0))
-ex = export.start(lambda since: build(rec, (), since), port=0, workers=2)
+SERVER = SERVER_PRELUDE + r"""
 print(json.dumps({"address": ex.address}), flush=True)
 for line in sys.stdin:  # k: observe into k distributions, then say so
     for d in rng.sample(dists, int(line)):

@@ -35,7 +35,7 @@ import time
 from collections.abc import Callable
 
 import psutil
-from _common import ROOT, parser, verdict
+from _common import ROOT, SERVER_PRELUDE, parser, verdict
 
 from tpu_info.net.client import Client, _with_cursor
 from tpu_info.net.fanout import Channels, FanOutResult, fan_out
@@ -43,23 +43,7 @@ from tpu_info.proto import tpu_info_v1_pb2 as pb
 from tpu_info.wire import codec as wire
 from tpu_info.wire import delta
 
-SERVER = r"""
-import json, random, sys, threading, time
-from metrics.recording.recorder import Recorder
-from metrics.recording.snapshot import build
-from metrics import export
-from tpu_info.contract.model import Unit
-rng = random.Random(1)
-rec = Recorder()
-for i in range(100):
-    rec.ledger.compiled(f"{i:064x}", f"jit(f{i})", "jax", seconds=rng.random(),
-                        signature=("x: f32[8,128]",))
-for d in range(20):
-    dist = rec.registry.distribution(f"Metric{d}", Unit.TIME_NS)
-    for _ in range(500):
-        dist.observe(rng.lognormvariate(13, 1.0))
-ex = export.start(lambda since: build(rec, (), since), port=0, workers=2)
-dists = [rec.registry.distribution(f"Metric{d}") for d in range(20)]
+SERVER = SERVER_PRELUDE + r"""
 def train():
     while True:
         time.sleep(0.1)

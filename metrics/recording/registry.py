@@ -203,24 +203,7 @@ class Distribution:
             return
         with self._lock:
             self._samples.flush_held()
-            self._add_weighted(clock_ns, values, weights)
-
-    def _add_weighted(self, times: Sequence[int], values: Sequence[float],
-                      weights: Sequence[int]) -> None:
-        # Caller holds the lock.
-        total, lo, hi, zero = fold_weighted(values, weights, self._inv_log_gamma, self._pos,
-                                            self._neg)
-        if self._count == 0:
-            self._first_ns = times[0]
-        self._last_ns = times[-1]
-        self._count += sum(weights)
-        self._sum += total
-        self._zero += zero
-        if lo < self._min:
-            self._min = lo
-        if hi > self._max:
-            self._max = hi
-        self._recent.extend(zip(times[-RECENT:], values[-RECENT:], strict=False))
+            self._add(clock_ns, values, None, weights)
 
     def _fold(self) -> None:
         """Moves waiting samples into the aggregates (under the lock)."""
@@ -232,11 +215,17 @@ class Distribution:
         self._add([t for t, _ in batch], [v for _, v in batch], batch)
 
     def _add(self, times: Sequence[int], values: Sequence[float],
-             pairs: list[tuple[int, float]] | None) -> None:
-        # Caller holds the lock; ``pairs`` is zip(times, values) if at hand.
+             pairs: list[tuple[int, float]] | None,
+             weights: Sequence[int] | None = None) -> None:
+        # Caller holds the lock; ``pairs`` is zip(times, values) if at hand;
+        # ``weights``: what each value stands for (observe_weighted).
         n = len(values)
         np = sys.modules.get("numpy")  # used only if the program loaded it
-        if n > 1 and type(values) is list and _repeated(values, n):
+        if weights is not None:  # a few hundred timed samples at most: a loop
+            total, lo, hi, zero = fold_weighted(values, weights, self._inv_log_gamma, self._pos,
+                                                self._neg)
+            n = sum(weights)
+        elif n > 1 and type(values) is list and _repeated(values, n):
             # One value repeated (4 bytes per float(loss)); min and max as
             # the fold it stands in for gives them (numpy's are floats).
             total, lo, hi, zero = fold_repeated(values[0], n, np is not None and n >= 256,
