@@ -24,6 +24,7 @@ from pathlib import Path
 
 from _common import ROOT, SERVER_PRELUDE, parser, verdict
 from exporter import _runtime_dir
+from fanout import stop_servers
 
 from tpu_info.commands.exporter import ExporterOptions, HostExporter
 from tpu_info.contract.model import LocalScan
@@ -80,14 +81,7 @@ def main() -> int:
         verdict("ratio poll(1 changed) / poll(20 changed)", medians[1] / medians[20],
                 "informational", True)
     finally:
-        for p in procs:
-            if p.stdin is not None:
-                p.stdin.close()
-        for p in procs:
-            try:
-                p.wait(10)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop_servers(procs)
     return 0
 
 
