@@ -52,12 +52,15 @@ CATALOG: dict[str, tuple[str, Unit, str]] = {
     CACHED_COMPILE: ("counter", Unit.NUMBER,
                      "Compiles avoided by a cache (JAX: persistent compilation cache hits)."),
     EXECUTE_TIME: ("distribution", Unit.TIME_NS,
-                   "Wall time of each call of a tracked function, as its caller saw it."),
+                   "Wall time of each call of a tracked function, as its caller saw it "
+                   "(JAX: timed on each function's first 64 calls, then one in 16, each "
+                   "timed call weighted by the untimed ones it stands for)."),
     EXECUTE_COUNT: ("counter", Unit.NUMBER, "Calls of tracked functions."),
     TRANSFER_TO_DEVICE_TIME: ("distribution", Unit.TIME_NS,
                               "Time of each host->device transfer (jax.device_put, and the "
                               "implicit ones the hook times: jnp.asarray of host data, numpy "
-                              "arguments sharded per call)."),
+                              "arguments sharded per call); a device_put of host data is timed "
+                              "on the first 64, then one in 16, weighted like ExecuteTime)."),
     TRANSFER_FROM_DEVICE_TIME: ("distribution", Unit.TIME_NS,
                                 "Time of each device->host transfer (jax.device_get, and "
                                 "implicit syncs: float(x), print(x), if x > 0:, ...)."),
