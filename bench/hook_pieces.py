@@ -1,0 +1,126 @@
+"""What each piece of a per-call hook costs inside a JAX training loop.
+
+    python bench/hook_pieces.py [--smoke] [--rounds N]
+
+A hook's C calls cost many times more between XLA's work than in a tight
+loop (the hook's code and data are cold again at each call), so a piece is
+measured where it runs: the tiny MLP loop of :mod:`overhead_jax` (~0.24 ms a
+step, two numpy ``device_put``s), its step jitted before install, with one
+variant of the numpy shard handler (which every put runs) at a time, in
+alternating 100-step blocks (300 rounds, random order). Printed: each
+variant's steps/s over JAX's own handler, with a 95 % bootstrap interval,
+and the microseconds per put that makes:
+
+* bare: a pass-through wrapper (a Python frame);
+* transfer state: reads JAX's thread-local ``explicit_device_put``;
+* journal write: one ``extend`` of a record, the array's ``nbytes``, ``len``;
+* caller frame: ``sys._getframe(1).f_code`` (a frame check's price);
+* the hook: the installed handler (untimed on 15 of 16 puts).
+
+One verdict, informational: the hook's ratio.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import sys
+
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+from _common import median, parser, verdict  # noqa: E402
+from overhead_jax import SIZES, _interval, _set_shard_handlers, _shard_handlers, make_step, run  # noqa: E402,I001
+
+import metrics  # noqa: E402
+
+
+def variants(original):  # type: ignore[no-untyped-def]
+    """Shard handlers, each adding one piece to a pass-through of ``original``."""
+    from jax._src.lib import guard_lib
+
+    state, getframe, journal = guard_lib.thread_local_state, sys._getframe, []
+
+    def bare(xs, shardings, layouts, copy_semantics):  # type: ignore[no-untyped-def]
+        return original(xs, shardings, layouts, copy_semantics)
+
+    def transfer_state(xs, shardings, layouts, copy_semantics):  # type: ignore[no-untyped-def]
+        if state().explicit_device_put:
+            pass
+        return original(xs, shardings, layouts, copy_semantics)
+
+    def journal_write(xs, shardings, layouts, copy_semantics):  # type: ignore[no-untyped-def]
+        out = original(xs, shardings, layouts, copy_semantics)
+        journal.extend((True, 0, 0, xs[0].nbytes if len(xs) == 1 else 0))
+        if len(journal) > 40_000:
+            journal.clear()
+        return out
+
+    def caller_frame(xs, shardings, layouts, copy_semantics):  # type: ignore[no-untyped-def]
+        if getframe(1).f_code is None:
+            pass
+        return original(xs, shardings, layouts, copy_semantics)
+
+    return {"bare": bare, "transfer state": transfer_state, "journal write": journal_write,
+            "caller frame": caller_frame}
+
+
+def main() -> int:
+    ap = parser(__doc__)
+    ap.add_argument("--rounds", type=int, default=300)
+    args = ap.parse_args()
+    rounds = 4 if args.smoke else args.rounds
+    batch, n_in, hidden, n_out = SIZES["tiny"]
+    rng = np.random.default_rng(0)
+    batches = [(rng.standard_normal((batch, n_in), dtype=np.float32),
+                rng.standard_normal((batch, n_out), dtype=np.float32)) for _ in range(100)]
+    k1, k2 = jax.random.split(jax.random.PRNGKey(0))
+    params = ((jax.random.normal(k1, (n_in, hidden)) * 0.1, jnp.zeros(hidden)),
+              (jax.random.normal(k2, (hidden, n_out)) * 0.1, jnp.zeros(n_out)))
+    step = make_step()  # jitted before install: only the handler differs
+    run(step, params, batches[:20], False, jax.device_put)
+    metrics.install(engines=["jax"], serve=False)
+    hooked, own = _shard_handlers()
+    if not hooked:
+        print("the numpy shard handler is not hooked here: nothing to measure")
+        return 1
+    pieces = variants(next(iter(own.values())))
+    handlers = {"JAX's own": own, **{k: dict.fromkeys(own, h) for k, h in pieces.items()},
+                "the hook": hooked}
+    for h in handlers.values():  # each past its first calls (the hook times its first 64)
+        _set_shard_handlers(h)
+        run(step, params, batches, False, jax.device_put)
+    load = os.getloadavg()[0]
+    got: dict[str, list[float]] = {k: [] for k in handlers}
+    order = random.Random(3)
+    for _ in range(rounds):
+        names = list(handlers)
+        order.shuffle(names)
+        for name in names:
+            _set_shard_handlers(handlers[name])
+            got[name].append(run(step, params, batches, False, jax.device_put)[0])
+    _set_shard_handlers(hooked)
+    metrics.uninstall()
+    base_us = 1e6 / median(got["JAX's own"])
+    print(f"tiny loop: {base_us:.0f} us a step with JAX's own handler, 2 puts a step "
+          f"({rounds} rounds of 100 steps; load average {load:.2f} -> {os.getloadavg()[0]:.2f})")
+    hook_ratio = 1.0
+    for name in handlers:
+        if name == "JAX's own":
+            continue
+        r = [a / b for a, b in zip(got[name], got["JAX's own"], strict=True)]
+        m = median(r)
+        interval = f", 95 % interval {_interval(r)}" if len(r) > 1 else ""
+        print(f"  {name}: {m:.4f} of JAX's own{interval}; ~{(1 / m - 1) * base_us / 2:+.2f} us "
+              f"a put")
+        if name == "the hook":
+            hook_ratio = m
+    verdict("hook_pieces the numpy device_put hook in the tiny loop (with/without)", hook_ratio,
+            "informational", True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
