@@ -114,7 +114,7 @@ class Executions:
         if t.untimed_only:
             at = t.ends[-1] if t.ends else time.monotonic_ns()
             for owner, n in t.untimed_only.items():
-                mean = getattr(owner, "usual_ns", 0) or self.call_times.mean_ns(owner)
+                mean = self.call_times.mean_ns(owner)
                 if mean is not None:
                     self._exec_time.observe_weighted([mean], [n], [at])
             more_tracked, more_other = self.call_times.fold_untimed(t.untimed_only)

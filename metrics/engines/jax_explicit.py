@@ -72,37 +72,30 @@ class ExplicitTransfers:
         time is its side's timed ones', and its event takes the time of the
         timed record before it."""
         to_device, starts = flat[0::TRANSFER_FIELDS], flat[1::TRANSFER_FIELDS]
-        ends, sizes = flat[2::TRANSFER_FIELDS], flat[3::TRANSFER_FIELDS]
-        if 0 in ends:
-            ends = sampling.filled(ends, time.monotonic_ns())
-            untimed = [not e for e in flat[2::TRANSFER_FIELDS]]
-        else:
-            untimed = None
+        raw_ends, sizes = flat[2::TRANSFER_FIELDS], flat[3::TRANSFER_FIELDS]
+        sampled = 0 in raw_ends
+        ends = sampling.filled(raw_ends, time.monotonic_ns()) if sampled else raw_ends
         if all(to_device):  # the usual batch: every record a device_put
-            sides = ((self._h2d_time, self._outbound, starts, ends, sizes, untimed),)
+            sides = ((self._h2d_time, self._outbound, starts, ends, raw_ends, sizes),)
         else:
             pick, back = itertools.compress, [not t for t in to_device]
             sides = tuple(
-                (time_d, bytes_d, list(pick(starts, mask)), list(pick(ends, mask)),
-                 list(pick(sizes, mask)), None if untimed is None else list(pick(untimed, mask)))
+                (time_d, bytes_d, *(list(pick(x, mask)) for x in (starts, ends, raw_ends, sizes)))
                 for time_d, bytes_d, mask in ((self._h2d_time, self._outbound, to_device),
                                               (self._d2h_time, self._inbound, back)))
-        for time_d, bytes_d, s, e, b, u in sides:
+        for time_d, bytes_d, s, e, raw, b in sides:
             if not e:
                 continue
             bytes_d.observe_many(b, e)
-            if u is None or not any(u):
+            if not sampled or 0 not in raw:
                 durations = list(map(operator.sub, e, s))
                 time_d.observe_many(durations, e)
                 self._mean_ns[time_d] = sum(durations) // len(durations)
                 continue
-            timed = [not x for x in u]
-            t_starts = list(itertools.compress(s, timed))
-            t_ends = list(itertools.compress(e, timed))
-            if t_ends:
-                durations = list(map(operator.sub, t_ends, t_starts))
-                time_d.observe_weighted(durations, sampling.spread(len(e), len(t_ends)), t_ends)
-                self._mean_ns[time_d] = sum(durations) // len(durations)
+            t = sampling.timed([time_d] * len(raw), s, raw, {time_d})
+            if t.durations:
+                time_d.observe_weighted(t.durations, t.weights, t.ends)
+                self._mean_ns[time_d] = sum(t.durations) // len(t.durations)
             elif self._mean_ns.get(time_d):
                 time_d.observe_weighted([self._mean_ns[time_d]], [len(e)], [e[-1]])
         self.rec.events.emit_batch(len(ends), functools.partial(

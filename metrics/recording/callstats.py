@@ -100,12 +100,16 @@ class CallTimes:
         over its calls that did not compile (its ``usual_ns`` when it has
         one), else over all so far (none yet: no time); returns the estimated
         (tracked, other) ns."""
-        return self._add_parts([(owner, n, n * (getattr(owner, "usual_ns", 0)
-                                                or self.mean_ns(owner) or 0), None, 0)
+        return self._add_parts([(owner, n, n * (self.mean_ns(owner) or 0), None, 0)
                                 for owner, n in counts.items()], untimed=True)
 
     def mean_ns(self, owner: Any) -> int | None:
-        """Mean host ns of ``owner``'s calls so far, or None before any."""
+        """Mean host ns of ``owner``'s calls, what an untimed one is taken
+        at: over its timed calls that did not compile (``usual_ns``) when it
+        has one, else over all calls so far; None before any."""
+        usual = getattr(owner, "usual_ns", 0)
+        if usual:
+            return usual
         f = self.by_key.get((owner.name, bool(getattr(owner, "explicit", False))))
         return f.ns // f.calls if f is not None and f.calls else None
 
