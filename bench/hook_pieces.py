@@ -29,10 +29,15 @@ import sys
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
 from _common import median, parser, verdict  # noqa: E402
-from overhead_jax import SIZES, _interval, _set_shard_handlers, _shard_handlers, make_step, run  # noqa: E402,I001
+from overhead_jax import (  # noqa: E402
+    _interval,
+    _set_shard_handlers,
+    _shard_handlers,
+    loop_data,
+    make_step,
+    run,
+)
 
 import metrics  # noqa: E402
 
@@ -72,13 +77,7 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=300)
     args = ap.parse_args()
     rounds = 4 if args.smoke else args.rounds
-    batch, n_in, hidden, n_out = SIZES["tiny"]
-    rng = np.random.default_rng(0)
-    batches = [(rng.standard_normal((batch, n_in), dtype=np.float32),
-                rng.standard_normal((batch, n_out), dtype=np.float32)) for _ in range(100)]
-    k1, k2 = jax.random.split(jax.random.PRNGKey(0))
-    params = ((jax.random.normal(k1, (n_in, hidden)) * 0.1, jnp.zeros(hidden)),
-              (jax.random.normal(k2, (hidden, n_out)) * 0.1, jnp.zeros(n_out)))
+    batches, params = loop_data("tiny")
     step = make_step()  # jitted before install: only the handler differs
     run(step, params, batches[:20], False, jax.device_put)
     metrics.install(engines=["jax"], serve=False)

@@ -53,23 +53,15 @@ def phases(size: str, steps: int) -> None:
     ``getppid`` (a dump) before and after each."""
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
     import jax
-    import jax.numpy as jnp
 
     # Valgrind runs one thread at a time: a step handed to XLA's threads
     # crawls (~2 s a step), so the step runs on the calling thread.
     jax.config.update("jax_cpu_enable_async_dispatch", False)
-    import numpy as np
-    from overhead_jax import SIZES, _set_shard_handlers, _shard_handlers, make_step
+    from overhead_jax import _set_shard_handlers, _shard_handlers, loop_data, make_step
 
     import metrics
 
-    batch, n_in, hidden, n_out = SIZES[size]
-    rng = np.random.default_rng(0)
-    batches = [(rng.standard_normal((batch, n_in), dtype=np.float32),
-                rng.standard_normal((batch, n_out), dtype=np.float32)) for _ in range(100)]
-    k1, k2 = jax.random.split(jax.random.PRNGKey(0))
-    params = ((jax.random.normal(k1, (n_in, hidden)) * 0.1, jnp.zeros(hidden)),
-              (jax.random.normal(k2, (hidden, n_out)) * 0.1, jnp.zeros(n_out)))
+    batches, params = loop_data(size)
     original_put = jax.device_put
     plain = make_step()
 

@@ -80,6 +80,18 @@ def make_step():  # type: ignore[no-untyped-def]
     return step
 
 
+def loop_data(size: str, steps: int = 100):  # type: ignore[no-untyped-def]
+    """(numpy batches for ``steps`` steps, the MLP's parameters) of one size."""
+    batch, n_in, hidden, n_out = SIZES[size]
+    rng = np.random.default_rng(0)
+    batches = [(rng.standard_normal((batch, n_in), dtype=np.float32),
+                rng.standard_normal((batch, n_out), dtype=np.float32)) for _ in range(steps)]
+    k1, k2 = jax.random.split(jax.random.PRNGKey(0))
+    params = ((jax.random.normal(k1, (n_in, hidden)) * 0.1, jnp.zeros(hidden)),
+              (jax.random.normal(k2, (hidden, n_out)) * 0.1, jnp.zeros(n_out)))
+    return batches, params
+
+
 def run(step, params, batches, mark: bool, put) -> tuple[float, float, float]:  # type: ignore[no-untyped-def]
     """(steps per wall second, per CPU second of this process, per CPU
     second of this thread: the training thread, where every hook runs)."""
@@ -175,18 +187,11 @@ def per_call(smoke: bool) -> None:
 
 
 def measure(size: str, smoke: bool, rounds: int = 200) -> None:
-    batch, n_in, hidden, n_out = SIZES[size]
     # Many short alternating blocks: this VM's speed drifts by 2x within
     # seconds, so long runs compare different machines.
     steps = 100
     rounds = 4 if smoke else rounds
-    rng = np.random.default_rng(0)
-    batches = [(rng.standard_normal((batch, n_in), dtype=np.float32),
-                rng.standard_normal((batch, n_out), dtype=np.float32)) for _ in range(steps)]
-    key = jax.random.PRNGKey(0)
-    k1, k2 = jax.random.split(key)
-    params = ((jax.random.normal(k1, (n_in, hidden)) * 0.1, jnp.zeros(hidden)),
-              (jax.random.normal(k2, (hidden, n_out)) * 0.1, jnp.zeros(n_out)))
+    batches, params = loop_data(size, steps)
     original_put = jax.device_put
     plain = make_step()
     run(plain, params, batches[:20], False, original_put)  # compile outside the timing
