@@ -7,7 +7,7 @@ PYTEST_ARGS ?= -q
 
 .PHONY: venv demo test lint bench bench-smoke clean xla-env
 
-$(STAMP): pyproject.toml constraints.txt
+$(STAMP): pyproject.toml setup.py constraints.txt metrics/recording/_native.c
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	@# A .venv made before the rename holds our editable `tpu-info`: remove it

@@ -15,7 +15,9 @@ and the microseconds per put that makes:
 * transfer state: reads JAX's thread-local ``explicit_device_put``;
 * journal write: one ``extend`` of a record, the array's ``nbytes``, ``len``;
 * caller frame: ``sys._getframe(1).f_code`` (a frame check's price);
-* the hook: the installed handler (untimed on 15 of 16 puts).
+* the hook in Python: the handler without the C hot path
+  (``metrics.recording.native``; untimed on 15 of 16 puts);
+* the hook: the installed handler (in C where it is built).
 
 One verdict, informational: the hook's ratio.
 """
@@ -80,6 +82,13 @@ def main() -> int:
     batches, params = loop_data("tiny")
     step = make_step()  # jitted before install: only the handler differs
     run(step, params, batches[:20], False, jax.device_put)
+    from metrics.recording import native
+
+    was, native.NATIVE = native.NATIVE, None
+    metrics.install(engines=["jax"], serve=False)
+    in_python, _ = _shard_handlers()  # the Python handler, kept for its variant
+    metrics.uninstall()
+    native.NATIVE = was
     metrics.install(engines=["jax"], serve=False)
     hooked, own = _shard_handlers()
     if not hooked:
@@ -87,7 +96,7 @@ def main() -> int:
         return 1
     pieces = variants(next(iter(own.values())))
     handlers = {"JAX's own": own, **{k: dict.fromkeys(own, h) for k, h in pieces.items()},
-                "the hook": hooked}
+                "the hook in Python": in_python, "the hook": hooked}
     for h in handlers.values():  # each past its first calls (the hook times its first 64)
         _set_shard_handlers(h)
         run(step, params, batches, False, jax.device_put)

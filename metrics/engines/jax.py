@@ -86,6 +86,7 @@ from metrics.engines.jax_monitoring import MonitoringRecords
 from metrics.engines.jax_state import ENGINE
 from metrics.engines.jax_steps import StepWatch
 from metrics.engines.jax_transfers import ImplicitTransfers
+from metrics.recording import native
 from metrics.recording.recorder import Recorder
 from tpu_info.contract import catalog as names
 from tpu_info.contract.model import (
@@ -144,6 +145,8 @@ class JaxEngine(EngineBase):
     def install(self) -> None:
         _register_listeners()
         self.degraded.extend(_listeners_missing)
+        if native.native() is None:  # a cost, not a blind spot: every count is the same
+            self.degraded.append(f"hooked calls cost more: {native.status()}")
         self._patch_compiler()
         self._patch_transfers()
         self._patch_calls()

@@ -35,6 +35,7 @@ from collections.abc import Callable
 from typing import Any
 
 from metrics.engines import jax_state as jx
+from metrics.recording import native
 from metrics.recording.journal import FOLD_AT
 from metrics.recording.sampling import TIME_EVERY, TIME_FIRST
 
@@ -140,7 +141,7 @@ class JitArguments:
     def reported_under(code: Any) -> bool:
         """Whether a frame of ``code`` is a jax.jit wrapper's call (whose
         numpy arguments :meth:`report` counted)."""
-        return code is _CALL_CODE
+        return code is _CALL_CODES[0] or code is _CALL_CODES[1]
 
     @staticmethod
     def jit_hooked() -> bool:
@@ -204,8 +205,21 @@ def counting(fn: Callable[..., Any], owner: Owner, time_every: int = TIME_EVERY,
     While the function has one graph, calls are attributed to it; once it
     has compiled twice, each call also records the shapes and dtypes of its
     top-level arguments, which pick the graph (a call that compiled teaches
-    the mapping).
+    the mapping). The untimed usual calls run in C where it is built
+    (:mod:`metrics.recording.native`), the same records either way.
     """
+    call, timed_call = _python_calls(fn, owner, time_every, time_first)
+    c = native.native()
+    if c is None:
+        return call
+    return c.Counting(fn, owner, vars(jx), timed_call, _report_numpy, _keyed_call, _jit_failed,
+                      time_every, time_first, _NDARRAY, FOLD_AT * jx.CALL_FIELDS)
+
+
+def _python_calls(fn: Callable[..., Any], owner: Owner, time_every: int,
+                  time_first: int) -> tuple[Callable[..., Any], Callable[..., Any]]:
+    """(every call, a timed call) of ``fn`` in Python: the first is the hook
+    without the C hot path; the second is where both send a timed call."""
     # Every call runs this: names bound once, one attribute read of the
     # engine's state, no call but the journal's (and the clock's on a timed
     # call); the rest is off the usual path (a call with numpy arguments, or
@@ -217,19 +231,16 @@ def counting(fn: Callable[..., Any], owner: Owner, time_every: int = TIME_EVERY,
 
     def call(*args: Any, **kwargs: Any) -> Any:
         nonlocal untimed, first
-        eng = state.active
-        if eng is None:
-            return fn(*args, **kwargs)
-        if owner.numpy_args:  # it takes numpy (JitArguments): each call's counted
-            try:
-                eng.implicit.jit_arguments.report(owner, args)
-            except Exception as e:  # noqa: BLE001 - a hook never raises into the program
-                eng.rec.hook_failed("jax.implicit", e)
-        seq = seqs[0]
         if untimed:
+            eng = state.active
+            if eng is None:
+                return fn(*args, **kwargs)
             # Counted, not timed. (A race between threads on this countdown
             # only moves which call is timed.)
             untimed -= 1
+            if owner.numpy_args:  # it takes numpy (JitArguments): each call's counted
+                _report_numpy(eng, owner, args)
+            seq = seqs[0]
             out = fn(*args, **kwargs) if kwargs else fn(*args)
             if seqs[0] == seq and owner.compiles < 2:
                 eng.calls_queue.extend((owner, None, 0, 0, None))  # end 0: untimed
@@ -240,13 +251,18 @@ def counting(fn: Callable[..., Any], owner: Owner, time_every: int = TIME_EVERY,
             first -= 1
         else:
             untimed = time_every - 1
-        if not owner.numpy_args:
-            try:  # top level in C; nested: the paths learnt at a compile
-                if owner.nested_numpy or ndarray in map(type, args):
-                    owner.numpy_args = True
-                    eng.implicit.jit_arguments.report(owner, args)
-            except Exception as e:  # noqa: BLE001
-                eng.rec.hook_failed("jax.implicit", e)
+        return timed_call(*args, **kwargs)
+
+    def timed_call(*args: Any, **kwargs: Any) -> Any:
+        eng = state.active
+        if eng is None:
+            return fn(*args, **kwargs)
+        try:  # top level in C; nested: the paths learnt at a compile
+            if owner.numpy_args or owner.nested_numpy or ndarray in map(type, args):
+                eng.implicit.jit_arguments.report(owner, args)
+        except Exception as e:  # noqa: BLE001 - a hook never raises into the program
+            eng.rec.hook_failed("jax.implicit", e)
+        seq = seqs[0]
         start = clock()
         out = fn(*args, **kwargs) if kwargs else fn(*args)  # no dict copy in the usual call
         end = clock()
@@ -260,7 +276,22 @@ def counting(fn: Callable[..., Any], owner: Owner, time_every: int = TIME_EVERY,
             _keyed_call(eng, owner, args, seq, start, end)
         return out
 
-    return call
+    return call, timed_call
+
+
+def _report_numpy(eng: Any, owner: Owner, args: tuple[Any, ...]) -> None:
+    """An untimed call's numpy arguments (the function takes them), guarded."""
+    try:
+        eng.implicit.jit_arguments.report(owner, args)
+    except Exception as e:  # noqa: BLE001 - a hook never raises into the program
+        eng.rec.hook_failed("jax.implicit", e)
+
+
+def _jit_failed(error: BaseException) -> None:
+    """A failure while the C hot path recorded a call: counted, swallowed."""
+    eng = jx.active
+    if eng is not None and isinstance(error, Exception):
+        eng.rec.hook_failed("jax.jit", error)
 
 
 def _keyed_call(eng: Any, owner: Owner, args: tuple[Any, ...], seq: int, start: int,
@@ -285,7 +316,9 @@ def _keyed_call(eng: Any, owner: Owner, args: tuple[Any, ...], seq: int, start: 
         eng.calls.flush()
 
 
-_CALL_CODE = counting(lambda: None, Owner("")).__code__  # every wrapper's call runs it
+# The wrapper's Python frames a numpy shard handler can run under: every
+# call without the C hot path, and a timed call with it.
+_CALL_CODES = tuple(f.__code__ for f in _python_calls(lambda: None, Owner(""), 1, 0))
 
 
 # One owner per (user function, jit options), so a function re-jitted every

@@ -31,6 +31,7 @@ from collections.abc import Callable
 from typing import Any
 
 from metrics.engines.jax_state import TRANSFER_FIELDS
+from metrics.recording import native
 from metrics.recording.journal import FOLD_AT
 from metrics.recording.sampling import TIME_EVERY, TIME_FIRST
 
@@ -146,35 +147,21 @@ def _shard_handler(original: Callable[..., Any], impl: Any, engine: Any,
         shard_np_array_any.__wrapped__ = original  # type: ignore[attr-defined]
         return shard_np_array_any
 
-    untimed = 0  # explicit puts left to count untimed before the next timed one
-    first = TIME_FIRST  # timed puts left before sampling starts
+    c = native.native()
+    counter: Any = _Countdown()
 
-    def shard_np_array(xs: Any, shardings: Any, layouts: Any, copy_semantics: Any) -> Any:
-        nonlocal untimed, first
-        if untimed:
-            try:
-                explicit = state().explicit_device_put  # set before device_put shards
-            except Exception:  # noqa: BLE001 - the timed path below counts the failure
-                explicit = False
-            if explicit:
-                # Counted with its bytes, not timed (metrics.recording.sampling).
-                untimed -= 1
-                out = original(xs, shardings, layouts, copy_semantics)
-                try:
-                    extend((True, 0, 0,
-                            xs[0].nbytes if len(xs) == 1 else sum(map(nbytes_of, xs))))
-                except Exception as e:  # noqa: BLE001
-                    impl.rec.hook_failed("jax.shard_arg", e)
-                return out
+    def timed_put(xs: Any, shardings: Any, layouts: Any, copy_semantics: Any) -> Any:
+        """A handler call timed: an explicit put (the first ``TIME_FIRST``,
+        then one in ``TIME_EVERY``), or anything else the handler shards."""
         start = clock()
         out = original(xs, shardings, layouts, copy_semantics)
         end = clock()
         try:
             if state().explicit_device_put:
-                if first:
-                    first -= 1
+                if counter.first:
+                    counter.first -= 1
                 else:
-                    untimed = every - 1
+                    counter.untimed = every - 1
                 extend((True, start, end,
                         xs[0].nbytes if len(xs) == 1 else sum(map(nbytes_of, xs))))
                 if len(queue) >= fold_at:  # checked on timed puts: at most every - 1 over
@@ -185,8 +172,51 @@ def _shard_handler(original: Callable[..., Any], impl: Any, engine: Any,
             impl.rec.hook_failed("jax.shard_arg", e)
         return out
 
+    if c is not None:  # the explicit puts in C, the rest in timed_put and other
+        def other(xs: Any, start: int, end: int) -> None:
+            _shard_other(impl, engine, None, xs, start, end)
+
+        counter = c.ShardPut(original, state, queue, flush, timed_put, other, _bytes_of,
+                             lambda e: impl.rec.hook_failed("jax.shard_arg", e),
+                             fold_at, TIME_FIRST, every)
+        counter.__wrapped__ = original
+        return counter  # type: ignore[no-any-return]
+
+    def shard_np_array(xs: Any, shardings: Any, layouts: Any, copy_semantics: Any) -> Any:
+        if counter.untimed:
+            try:
+                explicit = state().explicit_device_put  # set before device_put shards
+            except Exception:  # noqa: BLE001 - the timed path below counts the failure
+                explicit = False
+            if explicit:
+                # Counted with its bytes, not timed (metrics.recording.sampling).
+                counter.untimed -= 1
+                out = original(xs, shardings, layouts, copy_semantics)
+                try:
+                    extend((True, 0, 0,
+                            xs[0].nbytes if len(xs) == 1 else sum(map(nbytes_of, xs))))
+                except Exception as e:  # noqa: BLE001
+                    impl.rec.hook_failed("jax.shard_arg", e)
+                return out
+        return timed_put(xs, shardings, layouts, copy_semantics)
+
     shard_np_array.__wrapped__ = original  # type: ignore[attr-defined]
     return shard_np_array
+
+
+class _Countdown:
+    """The sampling countdown of a numpy shard handler in Python (the C
+    handler keeps its own, under the same names)."""
+
+    __slots__ = ("untimed", "first")
+
+    def __init__(self) -> None:
+        self.untimed = 0  # explicit puts left to count untimed before the next timed one
+        self.first = TIME_FIRST  # timed puts left before sampling starts
+
+
+def _bytes_of(xs: Any) -> int:
+    return sum(map(nbytes_of, xs))
 
 
 def _takes_four(fn: Callable[..., Any]) -> bool:

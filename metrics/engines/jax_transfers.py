@@ -41,7 +41,7 @@ from metrics.engines import jax_sites
 from metrics.engines import jax_to_device as to_device
 from metrics.engines._frames import skip_prefixes
 from metrics.engines.jax_sites import IMPLICIT_H2D, OVERFLOW, SYNC, SyncLine
-from metrics.recording import forksafe
+from metrics.recording import forksafe, native
 from metrics.recording.journal import FOLD_AT
 from tpu_info.contract import catalog as names
 from tpu_info.contract.model import SiteReading
@@ -233,6 +233,12 @@ class ImplicitTransfers:
             if c.__class__ is str:  # a library function that names the path
                 found = c
             elif c == _USER:
+                if under_jit_counted and (owner := native.calling()) is not None:
+                    # Under a counted call in C (no wrapper frame): as below.
+                    if not self.jit_arguments.counted_in_handler(owner):
+                        return
+                    kind, detail = UNTIMED_H2D, f"numpy argument of {owner.name}"
+                    start = end
                 break
             elif c == _COUNTED:
                 return
@@ -245,6 +251,7 @@ class ImplicitTransfers:
                     return
                 kind, detail = UNTIMED_H2D, f"numpy argument of {owner.name}"
                 start = end
+                under_jit_counted = False  # the wrapper's outer frames: already decided
             elif c == _EXPLICIT:
                 kind = EXPLICIT_D2H if kind == SYNC else EXPLICIT_H2D
             f = f.f_back

@@ -34,6 +34,7 @@ from tpu_info.contract.discovery_record import ENV_RUNTIME_DIR
 
 __all__ = ["Variable", "VARIABLES", "PORT", "BIND", "PROMETHEUS_PORT", "PROMETHEUS_BIND",
            "SERVE", "DEVICE_CAPTURE", "RUNTIME_DIR", "AUTOINSTALL", "XLA_DEBUG_OWNER",
+           "PURE_PYTHON",
            "text", "is_set", "flag", "port", "serve", "serve_word", "SERVE_WORDS",
            "readme_table"]
 
@@ -106,9 +107,17 @@ XLA_DEBUG_OWNER = Variable(
     "each process lists only the graphs it compiled",
     set_by_tpu_info=True)
 
+PURE_PYTHON = Variable(
+    "TPU_INFO_PURE_PYTHON", "off",
+    "`1` (or `true`, `yes`) runs the JAX hooks in Python on every call instead of their C "
+    "hot path (`metrics/recording/_native.c`, built at install when a C compiler is there): "
+    "the same counts, a Python frame per hooked `jax.jit` call and `device_put`; read once, "
+    "when `metrics` is imported")
+
 # In the README's order.
 VARIABLES: tuple[Variable, ...] = (PORT, BIND, PROMETHEUS_BIND, DEVICE_CAPTURE, SERVE,
-                                   PROMETHEUS_PORT, RUNTIME_DIR, AUTOINSTALL, XLA_DEBUG_OWNER)
+                                   PROMETHEUS_PORT, RUNTIME_DIR, AUTOINSTALL, XLA_DEBUG_OWNER,
+                                   PURE_PYTHON)
 
 
 def readme_table() -> str:

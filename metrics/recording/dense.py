@@ -94,6 +94,22 @@ class DenseCounts:
             self.nonzero += 1
         self.counts[i] += times
 
+    def add_weighted(self, keys: list[int], weights: Sequence[int]) -> None:
+        """Counts ``weights[i]`` samples of ``keys[i]`` (one window and one
+        cover for the batch, not one per key)."""
+        lo, hi = min(keys), max(keys)
+        wlo, whi = self.window(lo, hi)
+        if (wlo, whi) != (lo, hi):
+            keys = [min(max(key, wlo), whi) for key in keys]
+        self._cover(wlo, whi)
+        arr, off, filled = self.counts, self.offset, 0
+        for key, w in zip(keys, weights, strict=True):
+            i = key - off
+            if w and not arr[i]:
+                filled += 1
+            arr[i] += w
+        self.nonzero += filled
+
     def add_keys_numpy(self, np: Any, keys: Any) -> None:
         """:meth:`add_keys` for an int64 numpy array, in bulk."""
         first, last = int(keys.min()), int(keys.max())
@@ -243,13 +259,20 @@ def fold_weighted(values: Sequence[float], weights: Sequence[int], inv_log_gamma
     zeros and NaN is weighted too."""
     k, log, ceil, inf = inv_log_gamma, math.log, math.ceil, math.inf
     zero = 0
-    for v, w in zip(values, weights, strict=True):
-        if v > 0:
-            pos.add_key(ceil(log(v) * k) if v != inf else EDGE, w)
-        elif v < 0:
-            neg.add_key(ceil(log(-v) * k) if v != -inf else EDGE, w)
-        else:  # zero or NaN: with the zeros, as in the other folds
-            zero += w
+    if min(values) > 0:  # the usual batch (durations): one side, one pass
+        pos.add_weighted([ceil(log(v) * k) if v != inf else EDGE for v in values], weights)
+    else:
+        sides: tuple[tuple[list[int], list[int]], ...] = (([], []), ([], []))
+        for v, w in zip(values, weights, strict=True):
+            if v > 0 or v < 0:
+                keys, ws = sides[v < 0]
+                keys.append(ceil(log(abs(v)) * k) if abs(v) != inf else EDGE)
+                ws.append(w)
+            else:  # zero or NaN: with the zeros, as in the other folds
+                zero += w
+        for dense, (keys, ws) in zip((pos, neg), sides):
+            if keys:
+                dense.add_weighted(keys, ws)
     total = fsum_total([v * w for v, w in zip(values, weights, strict=True)])
     return total, min(values), max(values), zero
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 import collections
 import itertools
 import operator
+import sys
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
@@ -92,9 +93,17 @@ def filled(ends: Sequence[int], default: int) -> list[int]:
     record before it (the first timed one's for those before it; ``default``
     in a batch with none): the time an untimed record's event carries."""
     last = next((e for e in ends if e), default)
-    out = []
-    for e in ends:
-        if e:
-            last = e
-        out.append(last)
-    return out
+    np = sys.modules.get("numpy")  # a batch of thousands: in C when the program has numpy
+    if np is None or len(ends) < 64:
+        out = []
+        for e in ends:
+            if e:
+                last = e
+            out.append(last)
+        return out
+    a = np.fromiter(ends, np.int64, len(ends))
+    at = np.where(a != 0, np.arange(len(a)), 0)
+    np.maximum.accumulate(at, out=at)  # each record: the index of the timed one at or before it
+    out_a = a[at]
+    out_a[out_a == 0] = last  # those before the first timed one
+    return out_a.tolist()  # type: ignore[no-any-return]

@@ -30,6 +30,25 @@ pytestmark = pytest.mark.skipif(sys.version_info[:2] != (3, 11),
                                 reason="bytecode counts are CPython 3.11's")
 
 
+@pytest.fixture
+def fresh_metrics(fresh_metrics):  # type: ignore[no-untyped-def]
+    """The hooks without the C hot path: these budgets are the Python hooks'
+    (where the C one is built it runs the usual calls with no bytecode at
+    all: tests/metrics/test_native_hooks.py)."""
+    import metrics
+    from metrics.recording import native
+
+    was = native.NATIVE
+    metrics.uninstall()
+    native.NATIVE = None
+    rec = metrics.install(engines=["jax"], serve=False)
+    rec.reset()
+    yield rec
+    metrics.uninstall()
+    native.NATIVE = was
+    metrics.install(engines=["jax"], serve=False).reset()
+
+
 def _past_the_first_timed(fn: Callable[[], object]) -> None:
     """Calls ``fn`` as often as each hook times every call, so the next calls
     are on the sampled path (metrics.recording.sampling), the usual one."""
@@ -92,7 +111,9 @@ def test_a_device_put_runs_one_hook(fresh_metrics):
     fresh_metrics.reset()
     counts = _opcodes_in_metrics(lambda: jax.device_put(batch))
     assert set(counts) == {"shard_np_array"}, counts
-    assert sum(counts.values()) <= 50, counts  # untimed (the usual put): 58 timed
+    # untimed (the usual put; 50 before its countdown became an object the C
+    # handler shares, metrics.recording.native): 58 timed
+    assert sum(counts.values()) <= 54, counts
     assert fresh_metrics.registry.metric_data("OutboundData")[:2] == (2, 2 * batch.nbytes)
 
 

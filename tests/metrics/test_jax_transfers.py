@@ -119,7 +119,9 @@ def test_one_object_owns_the_numpy_argument_of_a_jitted_call(xfer):
     assert "implicit" not in vars(JaxEngine)
     step = jax.jit(lambda x: x * 2)
     owner = eng.implicit.jit_arguments
-    assert owner.reported_under(step.__code__) and owner.jit_hooked()
+    call, timed_call = jax_calls._python_calls(lambda: None, jax_calls.Owner(""), 16, 0)
+    assert owner.reported_under(call.__code__) and owner.reported_under(timed_call.__code__)
+    assert owner.jit_hooked()
     assert not owner.reported_under(jax_calls.hook_jit.__code__)
     step(np.ones(4, np.float32))  # compiles: the shard handler sees it too
     step(np.ones(4, np.float32))

@@ -1,0 +1,708 @@
+/* The JAX hooks' usual calls in C: metrics.recording._native.
+ *
+ * Two callables stand in for the Python closures of
+ * metrics.engines.jax_calls.counting (a counted jitted call) and
+ * metrics.engines.jax_to_device._shard_handler (the numpy shard handler
+ * that counts jax.device_put) on their usual calls, timed (the sampled
+ * ones, metrics.recording.sampling) or not: they run no Python frame and
+ * pass the caller's arguments through with vectorcall (no tuple is built).
+ * Every call off the usual path (numpy arguments, a compile, a function
+ * with several graphs, anything the handler shards that is not an explicit
+ * put) goes to the Python function the engine hands in, the same code the
+ * pure-Python hooks run. Built when a C compiler is there; without it the
+ * Python closures are the hooks (the same records).
+ *
+ * Records are written exactly as the Python hooks write them (the fields
+ * of metrics.engines.jax_state.CALL_FIELDS / TRANSFER_FIELDS appended to
+ * the journal's list), and a failure while recording is handed to the
+ * engine's on_error and swallowed: a hook never raises into the program.
+ * tests/metrics/test_native_hooks.py compares both on one program.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+
+/* Python's time.monotonic_ns(), which the Python hooks read. */
+static int64_t
+monotonic_ns(void)
+{
+#if PY_VERSION_HEX >= 0x030D0000
+    PyTime_t t = 0;
+    (void)PyTime_MonotonicRaw(&t);
+    return (int64_t)t;
+#else
+    return (int64_t)_PyTime_GetMonotonicClock();
+#endif
+}
+
+/* The offset of an object slot (``__slots__`` member) named ``name`` on
+   ``obj``'s type, or -1: read in place, without an attribute lookup. */
+static Py_ssize_t
+slot_offset(PyObject *obj, const char *name)
+{
+    PyObject *d = PyObject_GetAttrString((PyObject *)Py_TYPE(obj), name);
+    Py_ssize_t off = -1;
+    if (d != NULL && Py_IS_TYPE(d, &PyMemberDescr_Type)) {
+        PyMemberDef *m = ((PyMemberDescrObject *)d)->d_member;
+        if ((m->type == T_OBJECT_EX || m->type == T_OBJECT) && !(m->flags & READONLY))
+            off = m->offset;
+    }
+    Py_XDECREF(d);
+    PyErr_Clear();
+    return off;
+}
+
+/* A new reference to obj's slot at off (or its attribute name), NULL with
+   no exception set when unset or failing. */
+static PyObject *
+read_slot(PyObject *obj, Py_ssize_t off, PyObject *name)
+{
+    if (off >= 0) {
+        PyObject *v = *(PyObject **)((char *)obj + off);
+        Py_XINCREF(v);
+        return v;
+    }
+    PyObject *v = PyObject_GetAttr(obj, name);
+    if (v == NULL)
+        PyErr_Clear();
+    return v;
+}
+
+static int
+slot_true(PyObject *obj, Py_ssize_t off, PyObject *name)
+{
+    PyObject *v = read_slot(obj, off, name);
+    if (v == NULL)
+        return 0;
+    int t = v == Py_True ? 1 : v == Py_False || v == Py_None ? 0 : PyObject_IsTrue(v);
+    Py_DECREF(v);
+    if (t < 0) {
+        PyErr_Clear();
+        return 0;
+    }
+    return t;
+}
+
+/* compiles < 2 (1 when unknown: the keyed path then runs, which is exact). */
+static int
+one_graph(PyObject *obj, Py_ssize_t off, PyObject *name)
+{
+    PyObject *v = read_slot(obj, off, name);
+    if (v == NULL)
+        return 0;
+    long c = PyLong_Check(v) ? PyLong_AsLong(v) : 2;
+    Py_DECREF(v);
+    if (c == -1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return 0;
+    }
+    return c < 2;
+}
+
+static PyObject *str_active, *str_calls_queue, *str_calls, *str_flush, *str_numpy_args,
+    *str_nested_numpy, *str_compiles, *str_explicit_device_put, *str_nbytes;
+
+/* Calls on_error(exception) with the pending exception and clears it. */
+static void
+hand_over_error(PyObject *on_error)
+{
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyErr_NormalizeException(&type, &value, &tb);
+    if (value != NULL && on_error != NULL) {
+        PyObject *r = PyObject_CallOneArg(on_error, value);
+        Py_XDECREF(r);
+        PyErr_Clear();
+    }
+    Py_XDECREF(type);
+    Py_XDECREF(value);
+    Py_XDECREF(tb);
+}
+
+static PyObject *
+args_tuple(PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *t = PyTuple_New(nargs);
+    if (t == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < nargs; i++) {
+        Py_INCREF(args[i]);
+        PyTuple_SET_ITEM(t, i, args[i]);
+    }
+    return t;
+}
+
+/* Appends n fields to a journal list; -1 on failure. */
+static int
+append_fields(PyObject *queue, PyObject **fields, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (PyList_Append(queue, fields[i]) < 0)
+            return -1;
+    return 0;
+}
+
+/* Counting ---------------------------------------------------------------- */
+
+/* The owner of the counted call running on this thread (borrowed: its
+   Counting holds it), for a numpy shard handler under it: with no Python
+   frame of the wrapper there, this is how the frame walk knows a numpy
+   argument is the call's (metrics.engines.jax_transfers). */
+static _Thread_local PyObject *calling_owner = NULL;
+
+static PyObject *
+calling(PyObject *module, PyObject *unused)
+{
+    return Py_NewRef(calling_owner != NULL ? calling_owner : Py_None);
+}
+
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject *fn;       /* the jitted function */
+    PyObject *owner;    /* its jax_calls.Owner */
+    PyObject *state;    /* jax_state's module dict ("active" is read per call) */
+    PyObject *seqs;     /* jax_state.compile_seq: a one-item list */
+    PyObject *timed;    /* Python: a timed call with numpy arguments, with fn's arguments */
+    PyObject *report;   /* Python: report(eng, owner, args) of numpy arguments */
+    PyObject *keyed;    /* Python: keyed(eng, owner, args, seq, start, end) off one graph */
+    PyObject *on_error; /* Python: on_error(exception) */
+    PyObject *ndarray;  /* numpy.ndarray (a type nothing is when there is no numpy) */
+    PyObject *eng;      /* the engine whose calls_queue and calls.flush are cached */
+    PyObject *queue;
+    PyObject *flush;
+    PyObject *dict;
+    PyObject *weaklist;
+    Py_ssize_t untimed; /* calls left to count untimed before the next timed one */
+    Py_ssize_t first;   /* timed calls left before sampling starts */
+    Py_ssize_t every;
+    Py_ssize_t fold_at; /* fields waiting before a timed call flushes the journal */
+    Py_ssize_t off_numpy, off_nested, off_compiles; /* the owner's slots, or -1 */
+} Counting;
+
+/* The engine's calls journal (list and flush), cached per engine; -1 on failure. */
+static int
+counting_journal(Counting *self, PyObject *eng)
+{
+    if (eng == self->eng)
+        return 0;
+    PyObject *q = PyObject_GetAttr(eng, str_calls_queue);
+    PyObject *calls = q != NULL ? PyObject_GetAttr(eng, str_calls) : NULL;
+    PyObject *flush = calls != NULL ? PyObject_GetAttr(calls, str_flush) : NULL;
+    Py_XDECREF(calls);
+    if (flush == NULL || !PyList_CheckExact(q)) {
+        Py_XDECREF(q);
+        Py_XDECREF(flush);
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_TypeError, "the engine's calls_queue is not a list");
+        return -1;
+    }
+    Py_INCREF(eng);
+    Py_XSETREF(self->eng, eng);
+    Py_XSETREF(self->queue, q);
+    Py_XSETREF(self->flush, flush);
+    return 0;
+}
+
+/* Whether this call goes to Python's timed call: the function takes numpy
+   (JitArguments reports them; a numpy shard handler under it finds its
+   frame), or a top-level argument is numpy now. */
+static int
+counting_numpy(Counting *self, PyObject *const *args, Py_ssize_t nargs, int timed)
+{
+    if (slot_true(self->owner, self->off_numpy, str_numpy_args))
+        return 1;
+    if (timed && slot_true(self->owner, self->off_nested, str_nested_numpy))
+        return 1;
+    for (Py_ssize_t i = 0; i < nargs; i++)
+        if ((PyObject *)Py_TYPE(args[i]) == self->ndarray)
+            return 1;
+    return 0;
+}
+
+/* One call's record: (owner, None, start, end, None) in the journal when it
+   ran the function's one graph, else the keyed record (Python). */
+static void
+counting_record(Counting *self, PyObject *eng, PyObject *const *args, Py_ssize_t nargs,
+                PyObject *seq, int64_t start, int64_t end)
+{
+    PyObject *now = PyList_GET_ITEM(self->seqs, 0);
+    int same = now == seq || PyObject_RichCompareBool(now, seq, Py_EQ) == 1;
+    if (PyErr_Occurred())
+        PyErr_Clear();
+    if (same && one_graph(self->owner, self->off_compiles, str_compiles)) {
+        /* The usual call: nothing compiled, one graph: no key. */
+        if (counting_journal(self, eng) < 0) {
+            hand_over_error(self->on_error);
+            return;
+        }
+        PyObject *s = PyLong_FromLongLong(start), *e = PyLong_FromLongLong(end);
+        PyObject *fields[5] = {self->owner, Py_None, s, e, Py_None}; /* jax_state.CALL_FIELDS */
+        if (s == NULL || e == NULL || append_fields(self->queue, fields, 5) < 0)
+            hand_over_error(self->on_error);
+        Py_XDECREF(s);
+        Py_XDECREF(e);
+        if (end && PyList_GET_SIZE(self->queue) >= self->fold_at) {
+            /* checked on timed calls: at most every - 1 over */
+            PyObject *r = PyObject_CallNoArgs(self->flush);
+            if (r == NULL)
+                hand_over_error(self->on_error);
+            Py_XDECREF(r);
+        }
+        return;
+    }
+    PyObject *t = args_tuple(args, nargs);
+    PyObject *s = PyLong_FromLongLong(start), *e = PyLong_FromLongLong(end);
+    PyObject *r = t && s && e ? PyObject_CallFunctionObjArgs(self->keyed, eng, self->owner, t,
+                                                             seq, s, e, NULL)
+                              : NULL;
+    if (r == NULL)
+        hand_over_error(self->on_error);
+    Py_XDECREF(r);
+    Py_XDECREF(t);
+    Py_XDECREF(s);
+    Py_XDECREF(e);
+}
+
+static PyObject *
+counting_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    Counting *self = (Counting *)op;
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    PyObject *eng = PyDict_GetItemWithError(self->state, str_active); /* borrowed */
+    if (eng == NULL || eng == Py_None) {
+        if (PyErr_Occurred())
+            PyErr_Clear();
+        return PyObject_Vectorcall(self->fn, args, nargsf, kwnames);
+    }
+    int timed = self->untimed <= 0;
+    if (timed) {
+        if (self->first > 0)
+            self->first--;
+        else
+            self->untimed = self->every - 1;
+        if (counting_numpy(self, args, nargs, 1))
+            return PyObject_Vectorcall(self->timed, args, nargsf, kwnames);
+    }
+    else {
+        if (!slot_true(self->owner, self->off_numpy, str_numpy_args)) {
+            /* A first numpy argument: the timed call learns of it. */
+            for (Py_ssize_t i = 0; i < nargs; i++)
+                if ((PyObject *)Py_TYPE(args[i]) == self->ndarray)
+                    return PyObject_Vectorcall(self->timed, args, nargsf, kwnames);
+        }
+        else { /* it takes numpy (JitArguments): each call's counted */
+            PyObject *t = args_tuple(args, nargs);
+            PyObject *r = t ? PyObject_CallFunctionObjArgs(self->report, eng, self->owner, t,
+                                                           NULL)
+                            : NULL;
+            Py_XDECREF(t);
+            if (r == NULL)
+                hand_over_error(self->on_error);
+            Py_XDECREF(r);
+        }
+        /* Counted, not timed. (A race between threads on this countdown
+           only moves which call is timed.) */
+        self->untimed--;
+    }
+    Py_INCREF(eng);
+    PyObject *seq = PyList_GET_ITEM(self->seqs, 0);
+    Py_INCREF(seq);
+    PyObject *outer = calling_owner;
+    calling_owner = self->owner;
+    int64_t start = timed ? monotonic_ns() : 0;
+    PyObject *out = PyObject_Vectorcall(self->fn, args, nargsf, kwnames);
+    int64_t end = timed ? monotonic_ns() : 0; /* end 0: untimed */
+    calling_owner = outer;
+    if (out != NULL)
+        counting_record(self, eng, args, nargs, seq, start, end);
+    Py_DECREF(seq);
+    Py_DECREF(eng);
+    return out;
+}
+
+static PyObject *
+counting_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"fn", "owner", "state", "timed", "report", "keyed", "on_error",
+                             "every", "first", "ndarray", "fold_at", NULL};
+    PyObject *fn, *owner, *state, *timed, *report, *keyed, *on_error, *ndarray;
+    Py_ssize_t every, first, fold_at;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOO!OOOOnnOn", kwlist, &fn, &owner,
+                                     &PyDict_Type, &state, &timed, &report, &keyed, &on_error,
+                                     &every, &first, &ndarray, &fold_at))
+        return NULL;
+    PyObject *seqs = PyDict_GetItemString(state, "compile_seq");
+    if (seqs == NULL || !PyList_CheckExact(seqs) || PyList_GET_SIZE(seqs) < 1) {
+        PyErr_SetString(PyExc_TypeError, "state['compile_seq'] must be a one-item list");
+        return NULL;
+    }
+    Counting *self = (Counting *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    self->vectorcall = counting_vectorcall;
+    self->fn = Py_NewRef(fn);
+    self->owner = Py_NewRef(owner);
+    self->state = Py_NewRef(state);
+    self->seqs = Py_NewRef(seqs);
+    self->timed = Py_NewRef(timed);
+    self->report = Py_NewRef(report);
+    self->keyed = Py_NewRef(keyed);
+    self->on_error = Py_NewRef(on_error);
+    self->ndarray = Py_NewRef(ndarray);
+    self->every = every > 0 ? every : 1;
+    self->first = first;
+    self->fold_at = fold_at;
+    self->untimed = 0;
+    self->off_numpy = slot_offset(owner, "numpy_args");
+    self->off_nested = slot_offset(owner, "nested_numpy");
+    self->off_compiles = slot_offset(owner, "compiles");
+    return (PyObject *)self;
+}
+
+static int
+counting_traverse(Counting *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->fn);
+    Py_VISIT(self->owner);
+    Py_VISIT(self->state);
+    Py_VISIT(self->seqs);
+    Py_VISIT(self->timed);
+    Py_VISIT(self->report);
+    Py_VISIT(self->keyed);
+    Py_VISIT(self->on_error);
+    Py_VISIT(self->ndarray);
+    Py_VISIT(self->eng);
+    Py_VISIT(self->queue);
+    Py_VISIT(self->flush);
+    Py_VISIT(self->dict);
+    return 0;
+}
+
+static int
+counting_clear(Counting *self)
+{
+    Py_CLEAR(self->fn);
+    Py_CLEAR(self->owner);
+    Py_CLEAR(self->state);
+    Py_CLEAR(self->seqs);
+    Py_CLEAR(self->timed);
+    Py_CLEAR(self->report);
+    Py_CLEAR(self->keyed);
+    Py_CLEAR(self->on_error);
+    Py_CLEAR(self->ndarray);
+    Py_CLEAR(self->eng);
+    Py_CLEAR(self->queue);
+    Py_CLEAR(self->flush);
+    Py_CLEAR(self->dict);
+    return 0;
+}
+
+static void
+counting_dealloc(Counting *self)
+{
+    PyObject_GC_UnTrack(self);
+    if (self->weaklist != NULL)
+        PyObject_ClearWeakRefs((PyObject *)self);
+    counting_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* A counted jitted function kept as a class attribute binds like a function. */
+static PyObject *
+counting_descr_get(PyObject *self, PyObject *obj, PyObject *type)
+{
+    if (obj == NULL || obj == Py_None)
+        return Py_NewRef(self);
+    return PyMethod_New(self, obj);
+}
+
+static PyMemberDef counting_members[] = {
+    {"untimed", T_PYSSIZET, offsetof(Counting, untimed), 0,
+     "calls left to count untimed before the next timed one"},
+    {"first", T_PYSSIZET, offsetof(Counting, first), 0,
+     "timed calls left before sampling starts"},
+    {"every", T_PYSSIZET, offsetof(Counting, every), READONLY, "one call in this many is timed"},
+    {"_owner", T_OBJECT, offsetof(Counting, owner), READONLY, "the jax_calls.Owner"},
+    {"__weaklistoffset__", T_PYSSIZET, offsetof(Counting, weaklist), READONLY},
+    {"__dictoffset__", T_PYSSIZET, offsetof(Counting, dict), READONLY},
+    {NULL}};
+
+static PyGetSetDef counting_getset[] = {
+    {"__dict__", PyObject_GenericGetDict, PyObject_GenericSetDict, NULL, NULL},
+    {NULL}};
+
+static PyTypeObject CountingType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "metrics.recording._native.Counting",
+    .tp_doc = PyDoc_STR("Counting(fn, owner, state, timed, report, keyed, on_error, every, "
+                        "first, ndarray, fold_at): a jitted function whose calls are counted "
+                        "here; calls with numpy arguments in timed, the rest in report/keyed."),
+    .tp_basicsize = sizeof(Counting),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL |
+                Py_TPFLAGS_METHOD_DESCRIPTOR,
+    .tp_new = counting_new,
+    .tp_traverse = (traverseproc)counting_traverse,
+    .tp_clear = (inquiry)counting_clear,
+    .tp_dealloc = (destructor)counting_dealloc,
+    .tp_call = PyVectorcall_Call,
+    .tp_vectorcall_offset = offsetof(Counting, vectorcall),
+    .tp_descr_get = counting_descr_get,
+    .tp_members = counting_members,
+    .tp_getset = counting_getset,
+    .tp_dictoffset = offsetof(Counting, dict),
+    .tp_weaklistoffset = offsetof(Counting, weaklist),
+};
+
+/* ShardPut ---------------------------------------------------------------- */
+
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject *original; /* JAX's numpy shard handler (xs, shardings, layouts, copy_semantics) */
+    PyObject *state_fn; /* JAX's guard_lib.thread_local_state */
+    PyObject *queue;    /* the explicit transfers' journal list */
+    PyObject *flush;    /* its flush */
+    PyObject *timed;    /* Python: the handler, for a call off the usual shape or path */
+    PyObject *other;    /* Python: other(xs, start, end), a timed call that is no explicit put */
+    PyObject *bytes_of; /* Python: bytes of xs other than one array */
+    PyObject *on_error;
+    PyObject *dict;
+    Py_ssize_t untimed; /* explicit puts left to count untimed before the next timed one */
+    Py_ssize_t first;   /* timed puts left before sampling starts */
+    Py_ssize_t every;
+    Py_ssize_t fold_at;
+} ShardPut;
+
+/* Whether JAX's transfer state says a jax.device_put is sharding now: 1,
+   0, or -1 with an exception set. */
+static int
+explicit_put(ShardPut *self)
+{
+    PyObject *st = PyObject_CallNoArgs(self->state_fn);
+    if (st == NULL)
+        return -1;
+    PyObject *e = PyObject_GetAttr(st, str_explicit_device_put); /* set before device_put shards */
+    Py_DECREF(st);
+    if (e == NULL)
+        return -1;
+    int explicit = e == Py_True;
+    Py_DECREF(e);
+    return explicit;
+}
+
+/* One explicit put's record (to_device, start, end, bytes); end 0: untimed. */
+static void
+shardput_record(ShardPut *self, PyObject *xs, int64_t start, int64_t end)
+{
+    PyObject *nbytes;
+    if (PyList_CheckExact(xs) && PyList_GET_SIZE(xs) == 1)
+        nbytes = PyObject_GetAttr(PyList_GET_ITEM(xs, 0), str_nbytes);
+    else
+        nbytes = PyObject_CallOneArg(self->bytes_of, xs);
+    PyObject *s = nbytes ? PyLong_FromLongLong(start) : NULL;
+    PyObject *e = s ? PyLong_FromLongLong(end) : NULL;
+    PyObject *fields[4] = {Py_True, s, e, nbytes}; /* jax_state.TRANSFER_FIELDS */
+    if (e == NULL || append_fields(self->queue, fields, 4) < 0)
+        hand_over_error(self->on_error);
+    Py_XDECREF(nbytes);
+    Py_XDECREF(s);
+    Py_XDECREF(e);
+    if (end && PyList_GET_SIZE(self->queue) >= self->fold_at) {
+        /* checked on timed puts: at most every - 1 over */
+        PyObject *r = PyObject_CallNoArgs(self->flush);
+        if (r == NULL)
+            hand_over_error(self->on_error);
+        Py_XDECREF(r);
+    }
+}
+
+static PyObject *
+shardput_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    ShardPut *self = (ShardPut *)op;
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (nargs != 4 || kwnames != NULL) /* not JAX's call: the Python handler */
+        return PyObject_Vectorcall(self->timed, args, nargsf, kwnames);
+    if (self->untimed > 0) {
+        int explicit = explicit_put(self);
+        if (explicit != 1) {
+            PyErr_Clear(); /* the timed path counts a failure */
+            return PyObject_Vectorcall(self->timed, args, nargsf, kwnames);
+        }
+        /* Counted with its bytes, not timed (metrics.recording.sampling). */
+        self->untimed--;
+        PyObject *out = PyObject_Vectorcall(self->original, args, nargs, NULL);
+        if (out != NULL)
+            shardput_record(self, args[0], 0, 0);
+        return out;
+    }
+    int64_t start = monotonic_ns();
+    PyObject *out = PyObject_Vectorcall(self->original, args, nargs, NULL);
+    int64_t end = monotonic_ns();
+    if (out == NULL)
+        return NULL;
+    int explicit = explicit_put(self);
+    if (explicit < 0) {
+        hand_over_error(self->on_error);
+    }
+    else if (explicit) {
+        if (self->first > 0)
+            self->first--;
+        else
+            self->untimed = self->every - 1;
+        shardput_record(self, args[0], start, end);
+    }
+    else { /* anything else the handler shards: an implicit transfer (Python) */
+        PyObject *s = PyLong_FromLongLong(start), *e = PyLong_FromLongLong(end);
+        PyObject *r = s && e ? PyObject_CallFunctionObjArgs(self->other, args[0], s, e, NULL)
+                             : NULL;
+        if (r == NULL)
+            hand_over_error(self->on_error);
+        Py_XDECREF(r);
+        Py_XDECREF(s);
+        Py_XDECREF(e);
+    }
+    return out;
+}
+
+static PyObject *
+shardput_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"original", "state_fn", "queue", "flush", "timed", "other",
+                             "bytes_of", "on_error", "fold_at", "first", "every", NULL};
+    PyObject *original, *state_fn, *queue, *flush, *timed, *other, *bytes_of, *on_error;
+    Py_ssize_t fold_at, first, every;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOO!OOOOOnnn", kwlist, &original, &state_fn,
+                                     &PyList_Type, &queue, &flush, &timed, &other, &bytes_of,
+                                     &on_error, &fold_at, &first, &every))
+        return NULL;
+    ShardPut *self = (ShardPut *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    self->vectorcall = shardput_vectorcall;
+    self->original = Py_NewRef(original);
+    self->state_fn = Py_NewRef(state_fn);
+    self->queue = Py_NewRef(queue);
+    self->flush = Py_NewRef(flush);
+    self->timed = Py_NewRef(timed);
+    self->other = Py_NewRef(other);
+    self->bytes_of = Py_NewRef(bytes_of);
+    self->on_error = Py_NewRef(on_error);
+    self->fold_at = fold_at;
+    self->first = first;
+    self->every = every > 0 ? every : 1;
+    self->untimed = 0;
+    return (PyObject *)self;
+}
+
+static int
+shardput_traverse(ShardPut *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->original);
+    Py_VISIT(self->state_fn);
+    Py_VISIT(self->queue);
+    Py_VISIT(self->flush);
+    Py_VISIT(self->timed);
+    Py_VISIT(self->other);
+    Py_VISIT(self->bytes_of);
+    Py_VISIT(self->on_error);
+    Py_VISIT(self->dict);
+    return 0;
+}
+
+static int
+shardput_clear(ShardPut *self)
+{
+    Py_CLEAR(self->original);
+    Py_CLEAR(self->state_fn);
+    Py_CLEAR(self->queue);
+    Py_CLEAR(self->flush);
+    Py_CLEAR(self->timed);
+    Py_CLEAR(self->other);
+    Py_CLEAR(self->bytes_of);
+    Py_CLEAR(self->on_error);
+    Py_CLEAR(self->dict);
+    return 0;
+}
+
+static void
+shardput_dealloc(ShardPut *self)
+{
+    PyObject_GC_UnTrack(self);
+    shardput_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyMemberDef shardput_members[] = {
+    {"untimed", T_PYSSIZET, offsetof(ShardPut, untimed), 0,
+     "explicit puts left to count untimed before the next timed one"},
+    {"first", T_PYSSIZET, offsetof(ShardPut, first), 0,
+     "timed puts left before sampling starts"},
+    {"__dictoffset__", T_PYSSIZET, offsetof(ShardPut, dict), READONLY},
+    {NULL}};
+
+static PyGetSetDef shardput_getset[] = {
+    {"__dict__", PyObject_GenericGetDict, PyObject_GenericSetDict, NULL, NULL},
+    {NULL}};
+
+static PyTypeObject ShardPutType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "metrics.recording._native.ShardPut",
+    .tp_doc = PyDoc_STR("ShardPut(original, state_fn, queue, flush, timed, other, bytes_of, "
+                        "on_error, fold_at, first, every): JAX's numpy shard handler, its "
+                        "explicit device_puts counted here, the rest in timed/other."),
+    .tp_basicsize = sizeof(ShardPut),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_new = shardput_new,
+    .tp_traverse = (traverseproc)shardput_traverse,
+    .tp_clear = (inquiry)shardput_clear,
+    .tp_dealloc = (destructor)shardput_dealloc,
+    .tp_call = PyVectorcall_Call,
+    .tp_vectorcall_offset = offsetof(ShardPut, vectorcall),
+    .tp_members = shardput_members,
+    .tp_getset = shardput_getset,
+    .tp_dictoffset = offsetof(ShardPut, dict),
+};
+
+/* Module ------------------------------------------------------------------ */
+
+static PyMethodDef native_methods[] = {
+    {"calling", calling, METH_NOARGS,
+     "calling() -> the Owner of the counted call running on this thread (in C), or None."},
+    {NULL, NULL, 0, NULL}};
+
+static struct PyModuleDef native_module = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "metrics.recording._native",
+    .m_doc = "The JAX hooks' usual calls in C (see metrics.recording.native).",
+    .m_size = -1,
+    .m_methods = native_methods,
+};
+
+PyMODINIT_FUNC
+PyInit__native(void)
+{
+#define INTERN(var, text) if ((var = PyUnicode_InternFromString(text)) == NULL) return NULL
+    INTERN(str_active, "active");
+    INTERN(str_calls_queue, "calls_queue");
+    INTERN(str_calls, "calls");
+    INTERN(str_flush, "flush");
+    INTERN(str_nested_numpy, "nested_numpy");
+    INTERN(str_numpy_args, "numpy_args");
+    INTERN(str_compiles, "compiles");
+    INTERN(str_explicit_device_put, "explicit_device_put");
+    INTERN(str_nbytes, "nbytes");
+#undef INTERN
+    if (PyType_Ready(&CountingType) < 0 || PyType_Ready(&ShardPutType) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&native_module);
+    if (m == NULL)
+        return NULL;
+    if (PyModule_AddObjectRef(m, "Counting", (PyObject *)&CountingType) < 0 ||
+        PyModule_AddObjectRef(m, "ShardPut", (PyObject *)&ShardPutType) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

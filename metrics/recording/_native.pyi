@@ -1,0 +1,29 @@
+"""Types of the C hot path (``_native.c``); see :mod:`metrics.recording.native`."""
+
+from collections.abc import Callable
+from typing import Any
+
+class Counting:
+    untimed: int
+    first: int
+    every: int
+    _owner: Any
+    __wrapped__: Any
+    def __init__(self, fn: Callable[..., Any], owner: Any, state: dict[str, Any],
+                 timed: Callable[..., Any], report: Callable[..., Any],
+                 keyed: Callable[..., Any], on_error: Callable[[BaseException], Any],
+                 every: int, first: int, ndarray: type, fold_at: int) -> None: ...
+    def __call__(self, *args: Any, **kwargs: Any) -> Any: ...
+
+class ShardPut:
+    untimed: int
+    first: int
+    __wrapped__: Any
+    def __init__(self, original: Callable[..., Any], state_fn: Callable[[], Any],
+                 queue: list[Any], flush: Callable[[], Any], timed: Callable[..., Any],
+                 other: Callable[[Any, int, int], Any], bytes_of: Callable[[Any], int],
+                 on_error: Callable[[BaseException], Any], fold_at: int, first: int,
+                 every: int) -> None: ...
+    def __call__(self, xs: Any, shardings: Any, layouts: Any, copy_semantics: Any) -> Any: ...
+
+def calling() -> Any | None: ...

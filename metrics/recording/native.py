@@ -1,0 +1,61 @@
+"""The JAX hooks' usual calls in C, where that is built.
+
+``metrics.recording._native`` (``_native.c``, compiled at install when a C
+compiler is there) holds two callables: ``Counting``, a counted jitted
+function, and ``ShardPut``, the numpy shard handler that counts
+``jax.device_put``. They run each hook's usual call (timed on the sampled
+calls or not) without a Python frame and hand every other call (numpy
+arguments, a compile, a function with several graphs) to the same Python
+functions the pure-Python hooks run, so the records are the same either way.
+:data:`metrics.export.config.PURE_PYTHON` switches it off (the Python hooks
+then run every call); :func:`status` says which runs.
+
+Example:
+    >>> from metrics.recording import native
+    >>> native.status().startswith(("C", "Python"))
+    True
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+from metrics.export import config
+
+_built: ModuleType | None
+try:
+    from metrics.recording import _native as _built
+except ImportError as e:  # not compiled (no C compiler at install): the Python hooks
+    _built, _why = None, f"not built ({e})"
+else:
+    _why = ""
+
+# What the hooks made from now on use: the module, or None for pure Python.
+# Tests set it to compare the two.
+NATIVE: ModuleType | None = None if config.flag(config.PURE_PYTHON) else _built
+
+
+def native() -> ModuleType | None:
+    """The C module the hooks use now, or None (pure Python)."""
+    return NATIVE
+
+
+def calling() -> object | None:
+    """The owner of the counted call the C hot path runs on this thread now
+    (a numpy shard handler under it has no wrapper frame to find), or None."""
+    return _built.calling() if _built is not None else None
+
+
+def built() -> ModuleType | None:
+    """The C module, whether or not it is switched off."""
+    return _built
+
+
+def status() -> str:
+    """One line: which hooks run the usual calls (the JAX engine's degraded notes
+    carry it when they run in Python)."""
+    if NATIVE is not None:
+        return "C (metrics.recording._native): the usual calls of jax.jit and device_put"
+    if _built is not None:
+        return f"Python ({config.PURE_PYTHON.name}=1): every hooked call runs a Python frame"
+    return f"Python: the C hot path is {_why}; every hooked call runs a Python frame"

@@ -1,0 +1,234 @@
+"""The C hot path (metrics.recording._native) against the Python hooks it
+stands in for: the same program gives the same readings under both, the
+wrapper keeps what a jitted function offers, a failure while recording is
+counted and swallowed, and the switch (TPU_INFO_PURE_PYTHON) works.
+
+Real JAX on the CPU; each program runs under both hooks
+(``metrics.recording.native.NATIVE`` is set before install, which is when
+the hooks are made)."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import os
+import shutil
+import subprocess
+import sys
+import weakref
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+
+jax = pytest.importorskip("jax")
+jnp = jax.numpy
+
+import metrics  # noqa: E402
+from metrics.recording import native  # noqa: E402
+from metrics.recording.sampling import TIME_EVERY, TIME_FIRST  # noqa: E402
+from tpu_info.contract import catalog as names  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _install(kind: str) -> Any:
+    """The hooks installed afresh with the C hot path ("C") or without."""
+    if kind == "C" and native.built() is None:
+        pytest.skip("the C hot path is not built here")
+    metrics.uninstall()
+    native.NATIVE = native.built() if kind == "C" else None
+    rec = metrics.install(engines=["jax"], serve=False)
+    rec.reset()
+    return rec
+
+
+@pytest.fixture
+def hooks() -> Iterator[Callable[[str], Any]]:
+    """``hooks("C")`` / ``hooks("Python")``: installs that kind; restored after."""
+    was = native.NATIVE
+    yield _install
+    metrics.uninstall()
+    native.NATIVE = was
+    metrics.install(engines=["jax"], serve=False).reset()
+
+
+def _readings(rec: Any) -> dict[str, Any]:
+    rec.flush()
+    reg = rec.registry
+    out: dict[str, Any] = {}
+    for name in (names.EXECUTE_COUNT, "ImplicitTransferToDevice", names.HOOK_ERRORS):
+        out[name] = reg.counter_value(name)
+    for name in (names.OUTBOUND_DATA, names.EXECUTE_TIME, names.TRANSFER_TO_DEVICE_TIME):
+        data = reg.metric_data(name)
+        out[name] = None if data is None else (data[0], data[1] if "Data" in name else None)
+    # Graphs that ran (JAX's own small compiles happen in the first run only).
+    out["executions"] = sorted((g.name, g.executions) for g in rec.ledger.snapshot()
+                               if g.executions)
+    steps = metrics.steps() if hasattr(metrics, "steps") else None
+    out["steps"] = None if steps is None else steps.count
+    return out
+
+
+def _program() -> None:
+    """A small training program with every usual and unusual call: numpy
+    batches put explicitly and passed straight in, nested numpy, a recompile
+    (a short last batch), two graphs of one function, an argument error, and
+    a list put."""
+    step = jax.jit(lambda p, x, y: (p - 0.01 * ((x @ p) - y).sum(), ((x @ p) - y).sum()))
+    p = jnp.ones((8, 1))
+    rng = np.random.default_rng(0)
+    for i in range(TIME_FIRST + 5 * TIME_EVERY + 3):
+        x = rng.standard_normal((4, 8), dtype=np.float32)
+        y = rng.standard_normal((4, 1), dtype=np.float32)
+        if i % 3 == 0:
+            p, _ = step(p, x, y)  # numpy straight into the jitted call
+        else:
+            p, _ = step(p, jax.device_put(x), jax.device_put(y))
+    p, _ = step(p, np.ones((3, 8), np.float32), np.ones((3, 1), np.float32))  # recompiles
+    nested = jax.jit(lambda batch: batch[0].sum() + batch[1].sum())
+    for _ in range(TIME_FIRST + 2 * TIME_EVERY):
+        nested((np.ones(4, np.float32), np.ones(2, np.float32)))
+    two = jax.jit(lambda x: x * 2)
+    for i in range(TIME_FIRST + 3 * TIME_EVERY):
+        two(jnp.ones(4 if i % 2 else 5))
+    with pytest.raises(TypeError):
+        step(p)  # an argument error raises through the hook, unchanged
+    jax.device_put([np.ones(3, np.float32), np.ones(5, np.float32)])
+    jax.block_until_ready(p)
+
+
+def test_the_c_hot_path_is_built_where_a_compiler_is():
+    """`make venv` compiles it; a missing module here would make every other
+    test of it skip, so this one says so."""
+    if shutil.which("cc") is None and shutil.which("gcc") is None:
+        pytest.skip("no C compiler: the Python hooks run")
+    assert native.built() is not None, native.status()
+
+
+def test_the_same_program_reads_the_same_under_both(hooks):
+    readings = {}
+    for kind in ("Python", "C"):
+        rec = hooks(kind)
+        _program()
+        readings[kind] = _readings(rec)
+    python, c = readings["Python"], readings["C"]
+    assert python == c
+    assert python[names.EXECUTE_COUNT] >= 3 * TIME_FIRST  # the program ran counted
+    assert python[names.HOOK_ERRORS] in (None, 0)
+
+
+@pytest.mark.parametrize("kind", ["Python", "C"])
+def test_numpy_nested_in_a_batch_counts_once_a_call(hooks, kind):
+    """The compiling first call's numpy leaves move through the numpy shard
+    handler under the wrapper; they are its one transfer, not two (the C
+    wrapper has no Python frame there: the handler asks
+    ``native.calling()``), and each later call counts one."""
+    rec = hooks(kind)
+    nested = jax.jit(lambda batch: batch[0].sum() + batch[1].sum())
+    calls = TIME_FIRST + 2 * TIME_EVERY
+    for _ in range(calls):
+        nested((np.ones(4, np.float32), np.ones(2, np.float32)))
+    rec.flush()
+    assert rec.registry.counter_value("ImplicitTransferToDevice") == calls
+    assert rec.registry.metric_data(names.OUTBOUND_DATA)[:2] == (calls, 24.0 * calls)
+
+
+def test_a_usual_training_step_runs_no_python_frame_of_the_hook(hooks):
+    """Under the C hot path warm steps (the jitted call and its two puts),
+    timed or not, run no frame in metrics/ (in Python: every call runs one,
+    a timed one two)."""
+    hooks("C")
+    root = os.path.dirname(metrics.__file__) + os.sep
+    step = jax.jit(lambda p, x, y: ((x @ p[0]) - y).sum())
+    params = (jnp.ones((784, 10)),)
+    x, y = np.ones((32, 784), np.float32), np.ones((32, 10), np.float32)
+
+    def steps(n: int) -> dict[str, int]:
+        frames: dict[str, int] = {}
+
+        def profile(frame, event, arg):  # type: ignore[no-untyped-def]
+            if event == "call" and frame.f_code.co_filename.startswith(root):
+                frames[frame.f_code.co_name] = frames.get(frame.f_code.co_name, 0) + 1
+
+        sys.setprofile(profile)
+        try:
+            for _ in range(n):
+                step(params, jax.device_put(x), jax.device_put(y))
+        finally:
+            sys.setprofile(None)
+        return frames
+
+    for _ in range(TIME_FIRST + TIME_EVERY):
+        step(params, jax.device_put(x), jax.device_put(y))
+    metrics.recorder().flush()
+    assert type(step).__name__ == "Counting"
+    assert steps(TIME_EVERY) == {}
+    metrics.recorder().flush()
+    assert metrics.counter_value(names.EXECUTE_COUNT) == TIME_FIRST + 2 * TIME_EVERY
+
+
+def test_the_wrapper_keeps_what_a_jitted_function_offers(hooks):
+    hooks("C")
+
+    def scale(x, k=2):
+        """Scales x."""
+        return x * k
+
+    jitted = jax.jit(scale, static_argnames="k")
+    assert type(jitted).__name__ == "Counting"
+    assert jitted.__name__ == "scale" and jitted.__doc__ == "Scales x."
+    assert jitted.__wrapped__ is scale
+    assert list(inspect.signature(jitted).parameters) == ["x", "k"]
+    assert jitted.lower(jnp.ones(3)).as_text()  # lower() works
+    assert jitted(jnp.ones(3), k=3).tolist() == [3.0, 3.0, 3.0]  # keyword arguments
+    assert weakref.ref(jitted)() is jitted
+
+    class Model:
+        double = jax.jit(lambda self, x: x * 2, static_argnums=0)
+
+    assert Model().double(jnp.ones(2)).tolist() == [2.0, 2.0]  # binds like a function
+    tracked = metrics.track(jax.jit(lambda x: x + 1), name="step")
+    assert tracked(jnp.ones(2)).tolist() == [2.0, 2.0]
+    assert functools.wraps(scale)(jitted) is jitted
+
+
+def test_a_failure_while_recording_is_counted_and_swallowed(hooks):
+    rec = hooks("C")
+    from metrics.engines import jax_state
+
+    eng = jax_state.active
+    step = jax.jit(lambda x: x + 1)
+    saved = eng.calls_queue
+    eng.calls_queue = "not a list"  # the journal the C path writes to, broken
+    try:
+        out = step(jnp.ones(2))
+    finally:
+        eng.calls_queue = saved
+    assert out.tolist() == [2.0, 2.0]
+    assert rec.registry.counter_value(names.HOOK_ERRORS) >= 1
+
+
+def test_uninstalled_the_wrapper_passes_calls_through(hooks):
+    rec = hooks("C")
+    step = jax.jit(lambda x: x + 1)
+    step(jnp.ones(2))
+    metrics.uninstall()
+    for _ in range(3 * TIME_EVERY):
+        assert step(jnp.ones(2)).tolist() == [2.0, 2.0]
+    rec.flush()
+    assert rec.registry.counter_value(names.EXECUTE_COUNT) == 1
+
+
+def test_pure_python_switch():
+    env = dict(os.environ, TPU_INFO_PURE_PYTHON="1", JAX_PLATFORMS="cpu",
+               PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    code = ("import jax, metrics; from metrics.recording import native; "
+            "metrics.install(engines=['jax'], serve=False); f = jax.jit(lambda x: x); "
+            "print(type(f).__name__, native.status())")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    kind, status = out.stdout.strip().split(" ", 1)
+    assert kind == "function" and status.startswith("Python (TPU_INFO_PURE_PYTHON=1)")
