@@ -19,7 +19,11 @@ and the microseconds per put that makes:
   (``metrics.recording.native``; untimed on 15 of 16 puts);
 * the hook: the installed handler (in C where it is built).
 
-One verdict, informational: the hook's ratio.
+Then the same for the ``jax.jit`` wrapper, JAX's own handler in place: the
+step unhooked, through a bare pass-through Python wrapper, through the
+wrapper in Python, and through the installed one (in C where it is built).
+
+Two verdicts, informational: each hook's ratio.
 """
 
 from __future__ import annotations
@@ -109,25 +113,63 @@ def main() -> int:
         for name in names:
             _set_shard_handlers(handlers[name])
             got[name].append(run(step, params, batches, False, jax.device_put)[0])
+    calls = jit_pieces(step, params, batches, rounds, own)
     _set_shard_handlers(hooked)
     metrics.uninstall()
-    base_us = 1e6 / median(got["JAX's own"])
-    print(f"tiny loop: {base_us:.0f} us a step with JAX's own handler, 2 puts a step "
-          f"({rounds} rounds of 100 steps; load average {load:.2f} -> {os.getloadavg()[0]:.2f})")
-    hook_ratio = 1.0
-    for name in handlers:
-        if name == "JAX's own":
-            continue
-        r = [a / b for a, b in zip(got[name], got["JAX's own"], strict=True)]
-        m = median(r)
-        interval = f", 95 % interval {_interval(r)}" if len(r) > 1 else ""
-        print(f"  {name}: {m:.4f} of JAX's own{interval}; ~{(1 / m - 1) * base_us / 2:+.2f} us "
-              f"a put")
-        if name == "the hook":
-            hook_ratio = m
+    print(f"tiny loop, {rounds} rounds of 100 steps; load average {load:.2f} -> "
+          f"{os.getloadavg()[0]:.2f}")
+    report("the numpy device_put hook", got, "JAX's own", 2)
+    hook_ratio = median([a / b for a, b in zip(got["the hook"], got["JAX's own"], strict=True)])
     verdict("hook_pieces the numpy device_put hook in the tiny loop (with/without)", hook_ratio,
             "informational", True)
+    report("the jax.jit wrapper", calls, "unhooked", 1)
+    r = median([a / b for a, b in zip(calls["the wrapper"], calls["unhooked"], strict=True)])
+    verdict("hook_pieces the jax.jit wrapper in the tiny loop (with/without)", r,
+            "informational", True)
     return 0
+
+
+def jit_pieces(step, params, batches, rounds, own):  # type: ignore[no-untyped-def]
+    """Steps/s of the tiny loop per jit wrapper variant, JAX's own handler in place."""
+    from metrics.engines import jax_calls
+    from metrics.recording import native
+
+    plain = step
+
+    def bare(*args, **kwargs):  # type: ignore[no-untyped-def]
+        return plain(*args, **kwargs)
+
+    was, native.NATIVE = native.NATIVE, None
+    in_python = jax_calls.counting(plain, jax_calls.Owner("jit(step)"))
+    native.NATIVE = was
+    installed = jax_calls.counting(plain, jax_calls.Owner("jit(step)"))
+    steps = {"unhooked": plain, "bare": bare, "the wrapper in Python": in_python,
+             "the wrapper": installed}
+    _set_shard_handlers(own)
+    for fn in steps.values():  # past their first calls (the wrapper times its first 64)
+        run(fn, params, batches, False, jax.device_put)
+    got: dict[str, list[float]] = {k: [] for k in steps}
+    order = random.Random(4)
+    for _ in range(rounds):
+        names = list(steps)
+        order.shuffle(names)
+        for name in names:
+            got[name].append(run(steps[name], params, batches, False, jax.device_put)[0])
+    return got
+
+
+def report(what: str, got: dict[str, list[float]], base: str, per_step: int) -> None:
+    """Each variant's steps/s over ``base``'s, and the us per call that makes."""
+    base_us = 1e6 / median(got[base])
+    print(f"{what}: {base_us:.0f} us a step with {base}, {per_step} call(s) a step")
+    for name in got:
+        if name == base:
+            continue
+        r = [a / b for a, b in zip(got[name], got[base], strict=True)]
+        m = median(r)
+        interval = f", 95 % interval {_interval(r)}" if len(r) > 1 else ""
+        print(f"  {name}: {m:.4f} of {base}{interval}; ~{(1 / m - 1) * base_us / per_step:+.2f} "
+              f"us a call")
 
 
 if __name__ == "__main__":

@@ -30,6 +30,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from metrics.engines.jax_state import TRANSFER_FIELDS
 from metrics.recording import native
 from metrics.recording.journal import FOLD_AT
@@ -178,7 +180,7 @@ def _shard_handler(original: Callable[..., Any], impl: Any, engine: Any,
 
         counter = c.ShardPut(original, state, queue, flush, timed_put, other, _bytes_of,
                              lambda e: impl.rec.hook_failed("jax.shard_arg", e),
-                             fold_at, TIME_FIRST, every)
+                             fold_at, TIME_FIRST, every, native.array_layout(np.ndarray))
         counter.__wrapped__ = original
         return counter  # type: ignore[no-any-return]
 

@@ -466,6 +466,9 @@ typedef struct {
     PyObject *timed;    /* Python: the handler, for a call off the usual shape or path */
     PyObject *other;    /* Python: other(xs, start, end), a timed call that is no explicit put */
     PyObject *bytes_of; /* Python: bytes of xs other than one array */
+    PyObject *ndarray;  /* numpy.ndarray when its layout checked out (array_nbytes), or None */
+    PyObject *descr;    /* the dtype last seen, and its itemsize */
+    Py_ssize_t itemsize;
     PyObject *on_error;
     PyObject *dict;
     Py_ssize_t untimed; /* explicit puts left to count untimed before the next timed one */
@@ -491,13 +494,67 @@ explicit_put(ShardPut *self)
     return explicit;
 }
 
+/* The head of numpy's PyArrayObject_fields, the same since NumPy 1.7 (2.x
+   too): what array_nbytes reads instead of looking up ``nbytes``. */
+typedef struct {
+    PyObject_HEAD
+    char *data;
+    int nd;
+    Py_ssize_t *dimensions; /* npy_intp */
+    Py_ssize_t *strides;
+    PyObject *base;
+    PyObject *descr;
+} ArrayHead;
+
+/* x.nbytes: read from the array's head when x is exactly ``ndarray``
+   (itemsize from ``*descr``, cached while the dtype stays), else looked up. */
+static PyObject *
+nbytes_of(PyObject *x, PyObject *ndarray, PyObject **descr, Py_ssize_t *itemsize)
+{
+    if (ndarray == NULL || ndarray == Py_None || (PyObject *)Py_TYPE(x) != ndarray)
+        return PyObject_GetAttr(x, str_nbytes);
+    ArrayHead *a = (ArrayHead *)x;
+    if (a->descr != *descr) {
+        PyObject *v = PyObject_GetAttrString(a->descr, "itemsize");
+        Py_ssize_t n = v != NULL ? PyLong_AsSsize_t(v) : -1;
+        Py_XDECREF(v);
+        if (n < 0) {
+            PyErr_Clear();
+            return PyObject_GetAttr(x, str_nbytes);
+        }
+        Py_INCREF(a->descr); /* held, so its address means this dtype */
+        Py_XSETREF(*descr, a->descr);
+        *itemsize = n;
+    }
+    Py_ssize_t n = *itemsize;
+    for (int i = 0; i < a->nd; i++)
+        n *= a->dimensions[i];
+    return PyLong_FromSsize_t(n);
+}
+
+/* array_nbytes(x, ndarray): nbytes_of for Python, where the layout is checked
+   against numpy's own nbytes before ShardPut is given ``ndarray``. */
+static PyObject *
+array_nbytes(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "array_nbytes(x, ndarray)");
+        return NULL;
+    }
+    PyObject *descr = NULL;
+    Py_ssize_t itemsize = 0;
+    PyObject *n = nbytes_of(args[0], args[1], &descr, &itemsize);
+    Py_XDECREF(descr);
+    return n;
+}
+
 /* One explicit put's record (to_device, start, end, bytes); end 0: untimed. */
 static void
 shardput_record(ShardPut *self, PyObject *xs, int64_t start, int64_t end)
 {
     PyObject *nbytes;
     if (PyList_CheckExact(xs) && PyList_GET_SIZE(xs) == 1)
-        nbytes = PyObject_GetAttr(PyList_GET_ITEM(xs, 0), str_nbytes);
+        nbytes = nbytes_of(PyList_GET_ITEM(xs, 0), self->ndarray, &self->descr, &self->itemsize);
     else
         nbytes = PyObject_CallOneArg(self->bytes_of, xs);
     PyObject *s = nbytes ? PyLong_FromLongLong(start) : NULL;
@@ -570,12 +627,14 @@ static PyObject *
 shardput_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
     static char *kwlist[] = {"original", "state_fn", "queue", "flush", "timed", "other",
-                             "bytes_of", "on_error", "fold_at", "first", "every", NULL};
+                             "bytes_of", "on_error", "fold_at", "first", "every", "ndarray",
+                             NULL};
     PyObject *original, *state_fn, *queue, *flush, *timed, *other, *bytes_of, *on_error;
+    PyObject *ndarray = Py_None;
     Py_ssize_t fold_at, first, every;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOO!OOOOOnnn", kwlist, &original, &state_fn,
-                                     &PyList_Type, &queue, &flush, &timed, &other, &bytes_of,
-                                     &on_error, &fold_at, &first, &every))
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOO!OOOOOnnn|O", kwlist, &original,
+                                     &state_fn, &PyList_Type, &queue, &flush, &timed, &other,
+                                     &bytes_of, &on_error, &fold_at, &first, &every, &ndarray))
         return NULL;
     ShardPut *self = (ShardPut *)type->tp_alloc(type, 0);
     if (self == NULL)
@@ -587,6 +646,7 @@ shardput_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     self->flush = Py_NewRef(flush);
     self->timed = Py_NewRef(timed);
     self->other = Py_NewRef(other);
+    self->ndarray = Py_NewRef(ndarray);
     self->bytes_of = Py_NewRef(bytes_of);
     self->on_error = Py_NewRef(on_error);
     self->fold_at = fold_at;
@@ -605,6 +665,8 @@ shardput_traverse(ShardPut *self, visitproc visit, void *arg)
     Py_VISIT(self->flush);
     Py_VISIT(self->timed);
     Py_VISIT(self->other);
+    Py_VISIT(self->ndarray);
+    Py_VISIT(self->descr);
     Py_VISIT(self->bytes_of);
     Py_VISIT(self->on_error);
     Py_VISIT(self->dict);
@@ -620,6 +682,8 @@ shardput_clear(ShardPut *self)
     Py_CLEAR(self->flush);
     Py_CLEAR(self->timed);
     Py_CLEAR(self->other);
+    Py_CLEAR(self->ndarray);
+    Py_CLEAR(self->descr);
     Py_CLEAR(self->bytes_of);
     Py_CLEAR(self->on_error);
     Py_CLEAR(self->dict);
@@ -650,7 +714,7 @@ static PyTypeObject ShardPutType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "metrics.recording._native.ShardPut",
     .tp_doc = PyDoc_STR("ShardPut(original, state_fn, queue, flush, timed, other, bytes_of, "
-                        "on_error, fold_at, first, every): JAX's numpy shard handler, its "
+                        "on_error, fold_at, first, every, ndarray=None): JAX's numpy shard handler, its "
                         "explicit device_puts counted here, the rest in timed/other."),
     .tp_basicsize = sizeof(ShardPut),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
@@ -668,6 +732,9 @@ static PyTypeObject ShardPutType = {
 /* Module ------------------------------------------------------------------ */
 
 static PyMethodDef native_methods[] = {
+    {"array_nbytes", (PyCFunction)(void (*)(void))array_nbytes, METH_FASTCALL,
+     "array_nbytes(x, ndarray) -> x.nbytes, read from the array's head when x is exactly "
+     "ndarray."},
     {"calling", calling, METH_NOARGS,
      "calling() -> the Owner of the counted call running on this thread (in C), or None."},
     {NULL, NULL, 0, NULL}};

@@ -46,6 +46,24 @@ def calling() -> object | None:
     return _built.calling() if _built is not None else None
 
 
+def array_layout(ndarray: type) -> type | None:
+    """``ndarray`` when the C hot path reads numpy arrays' byte counts right
+    (checked against numpy's own ``nbytes``: its head layout is NumPy's
+    ABI, the same since 1.7), else None (then it looks ``nbytes`` up)."""
+    if _built is None:
+        return None
+    import numpy as np
+
+    samples = [np.zeros((3, 5), np.float32), np.zeros((), np.int8), np.zeros(0, np.complex128),
+               np.zeros((2, 3, 4), np.float64)[:, ::2], np.zeros((7,), np.dtype("<U3")),
+               np.zeros((4, 1), np.bool_), np.zeros(10, np.float16)]
+    try:
+        ok = all(_built.array_nbytes(a, ndarray) == a.nbytes for a in samples if type(a) is ndarray)
+    except Exception:  # noqa: BLE001 - any doubt: the lookup
+        ok = False
+    return ndarray if ok else None
+
+
 def built() -> ModuleType | None:
     """The C module, whether or not it is switched off."""
     return _built

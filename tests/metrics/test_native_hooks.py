@@ -232,3 +232,28 @@ def test_pure_python_switch():
     assert out.returncode == 0, out.stderr
     kind, status = out.stdout.strip().split(" ", 1)
     assert kind == "function" and status.startswith("Python (TPU_INFO_PURE_PYTHON=1)")
+
+
+def test_bytes_of_every_kind_of_array_put_are_numpy_s_own(hooks):
+    """The C handler reads an array's byte count from its head (NumPy's
+    layout, checked at install against numpy's own ``nbytes``); every dtype,
+    a strided view, a transposed one and a 0-d array count exactly, as what
+    moves (with x64 off, JAX moves float64 and int64 as 32-bit)."""
+    rec = hooks("C")
+    arrays = [np.ones((32, 784), np.float32), np.ones((), np.int8), np.ones(5, np.bool_),
+              np.ones((6, 4), np.float64)[::2, 1:], np.ones(3, np.float16),
+              np.ones((2, 2), np.int64),
+              np.ones(7, np.complex64), np.ones((3, 3), np.int32).T]
+    puts = [a for a in arrays for _ in range(TIME_EVERY + 1)]
+    for _ in range(TIME_FIRST):  # past the timed first puts: the untimed path in C
+        jax.device_put(np.ones(1, np.float32))
+    rec.reset()
+    for a in puts:
+        jax.device_put(a)
+    rec.flush()
+    from jax._src.interpreters import pxla
+
+    assert type(pxla.shard_arg_handlers[np.ndarray]).__name__ == "ShardPut"
+    count, total = rec.registry.metric_data(names.OUTBOUND_DATA)[:2]
+    moved = sum(a.size * np.dtype(jax.dtypes.canonicalize_dtype(a.dtype)).itemsize for a in puts)
+    assert (count, total) == (len(puts), moved)
