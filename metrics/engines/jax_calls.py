@@ -12,6 +12,11 @@ top-level ones on every call, and ones nested in containers (an
 ``(images, labels)`` batch) at the places a compiling call had them (the
 tree is walked only when a call compiles).
 
+Where the C hot path is built (:mod:`metrics.recording.native`) the wrapper
+is its ``Counting``, which runs the usual call (timed or not) without a
+Python frame and hands the rest to the Python functions of
+:func:`_python_calls`; otherwise those functions are the wrapper.
+
 The wrapper keeps what user code reaches for on a jitted function
 (``lower``, ``trace``, ``eval_shape``, ``clear_cache``, ``_cache_size``,
 ``__wrapped__``, ``__name__``, ``__doc__`` ...). ``jax.pmap`` is wrapped the

@@ -17,6 +17,10 @@ Numpy arguments of single-device jitted calls move in C++, unseen here: the
 ``jax.jit`` wrapper reports them through
 :class:`~metrics.engines.jax_calls.JitArguments`, which owns that seam.
 
+Where the C hot path is built (:mod:`metrics.recording.native`) the numpy
+handler is its ``ShardPut``: explicit puts, timed or not, are counted there
+without a Python frame; everything else goes to the Python functions here.
+
 Where JAX's ``explicit_device_put`` state is missing, ``jax.device_put`` is
 wrapped instead (:func:`explicit_puts_marked` is False) and the handler's
 frame walk tells its puts apart.
@@ -133,7 +137,9 @@ def _shard_handler(original: Callable[..., Any], impl: Any, engine: Any,
     journal's calls only, and the clock's on the first ``TIME_FIRST`` puts
     and then one in ``TIME_EVERY``:
     :mod:`metrics.recording.sampling`); anything else goes to
-    :func:`_shard_other`, timed."""
+    :func:`_shard_other`, timed. With the C hot path the handler is its
+    ``ShardPut`` over the same pieces (``timed_put`` for a call off JAX's
+    shape, ``other`` for what is no explicit put)."""
     clock, every = time.monotonic_ns, TIME_EVERY
     queue, flush = engine.explicit.queue, engine.explicit.journal.flush
     extend, fold_at = queue.extend, FOLD_AT * TRANSFER_FIELDS

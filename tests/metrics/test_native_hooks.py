@@ -257,3 +257,29 @@ def test_bytes_of_every_kind_of_array_put_are_numpy_s_own(hooks):
     count, total = rec.registry.metric_data(names.OUTBOUND_DATA)[:2]
     moved = sum(a.size * np.dtype(jax.dtypes.canonicalize_dtype(a.dtype)).itemsize for a in puts)
     assert (count, total) == (len(puts), moved)
+
+
+def test_the_c_hooks_hold_no_reference_to_what_they_passed(hooks):
+    """Every path of both C callables (usual, timed, numpy arguments, several
+    graphs, a call that raises, a put) leaves the reference counts of the
+    arguments, the owner and the function as it found them."""
+    hooks("C")
+    f = jax.jit(lambda x, y: x + y)
+    x, a = jnp.ones(16), np.ones(16, np.float32)
+    short = jnp.ones(8)
+
+    def calls() -> None:
+        for i in range(TIME_FIRST + 4 * TIME_EVERY):
+            f(x, x)
+            f(x, a)  # numpy: the Python timed call and the report
+            f(short if i % 2 else x, short if i % 2 else x)  # two graphs: keyed
+            jax.device_put(a)
+            with pytest.raises(TypeError):
+                f(x)  # a missing argument raises through, recorded nowhere
+        metrics.recorder().flush()
+
+    calls()  # compiles, first timed calls, caches
+    owner, fn = f._owner, f.__wrapped__
+    before = [sys.getrefcount(o) for o in (x, a, short, owner, fn)]
+    calls()
+    assert [sys.getrefcount(o) for o in (x, a, short, owner, fn)] == before
