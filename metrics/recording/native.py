@@ -26,7 +26,11 @@ _built: ModuleType | None
 try:
     from metrics.recording import _native as _built
 except ImportError as e:  # not compiled (no C compiler at install): the Python hooks
-    _built, _why = None, f"not built ({e})"
+    _built = None
+    # No module at all reads "cannot import name"; one that fails to load
+    # (built for another Python) says why.
+    _why = ("not built (no C compiler when this package was installed: reinstall with one, "
+            "e.g. gcc, to get it)" if "cannot import name" in str(e) else f"not loadable ({e})")
 else:
     _why = ""
 
