@@ -31,6 +31,7 @@ from __future__ import annotations
 import os
 import random
 import sys
+from collections.abc import Callable
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
@@ -105,14 +106,12 @@ def main() -> int:
         _set_shard_handlers(h)
         run(step, params, batches, False, jax.device_put)
     load = os.getloadavg()[0]
-    got: dict[str, list[float]] = {k: [] for k in handlers}
-    order = random.Random(3)
-    for _ in range(rounds):
-        names = list(handlers)
-        order.shuffle(names)
-        for name in names:
-            _set_shard_handlers(handlers[name])
-            got[name].append(run(step, params, batches, False, jax.device_put)[0])
+
+    def with_handler(name: str) -> float:
+        _set_shard_handlers(handlers[name])
+        return run(step, params, batches, False, jax.device_put)[0]
+
+    got = alternate(list(handlers), rounds, 3, with_handler)
     calls = jit_pieces(step, params, batches, rounds, own)
     _set_shard_handlers(hooked)
     metrics.uninstall()
@@ -148,13 +147,22 @@ def jit_pieces(step, params, batches, rounds, own):  # type: ignore[no-untyped-d
     _set_shard_handlers(own)
     for fn in steps.values():  # past their first calls (the wrapper times its first 64)
         run(fn, params, batches, False, jax.device_put)
-    got: dict[str, list[float]] = {k: [] for k in steps}
-    order = random.Random(4)
+    return alternate(list(steps), rounds, 4,
+                     lambda name: run(steps[name], params, batches, False, jax.device_put)[0])
+
+
+def alternate(names: list[str], rounds: int, seed: int,
+              one: Callable[[str], float]) -> dict[str, list[float]]:
+    """``one(name)`` of every name per round, in a random order each round
+    (the same every run): many short alternating blocks, since this VM's
+    speed drifts within seconds."""
+    got: dict[str, list[float]] = {k: [] for k in names}
+    order = random.Random(seed)
     for _ in range(rounds):
-        names = list(steps)
-        order.shuffle(names)
-        for name in names:
-            got[name].append(run(steps[name], params, batches, False, jax.device_put)[0])
+        shuffled = list(names)
+        order.shuffle(shuffled)
+        for name in shuffled:
+            got[name].append(one(name))
     return got
 
 

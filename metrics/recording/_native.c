@@ -360,41 +360,24 @@ counting_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     return (PyObject *)self;
 }
 
+/* Every object field of a Counting, for the collector (traverse, clear). */
+#define COUNTING_FIELDS(X) \
+    X(fn) X(owner) X(state) X(seqs) X(timed) X(report) X(keyed) X(on_error) X(ndarray) \
+    X(eng) X(queue) X(flush) X(dict)
+#define VISIT_FIELD(f) Py_VISIT(self->f);
+#define CLEAR_FIELD(f) Py_CLEAR(self->f);
+
 static int
 counting_traverse(Counting *self, visitproc visit, void *arg)
 {
-    Py_VISIT(self->fn);
-    Py_VISIT(self->owner);
-    Py_VISIT(self->state);
-    Py_VISIT(self->seqs);
-    Py_VISIT(self->timed);
-    Py_VISIT(self->report);
-    Py_VISIT(self->keyed);
-    Py_VISIT(self->on_error);
-    Py_VISIT(self->ndarray);
-    Py_VISIT(self->eng);
-    Py_VISIT(self->queue);
-    Py_VISIT(self->flush);
-    Py_VISIT(self->dict);
+    COUNTING_FIELDS(VISIT_FIELD)
     return 0;
 }
 
 static int
 counting_clear(Counting *self)
 {
-    Py_CLEAR(self->fn);
-    Py_CLEAR(self->owner);
-    Py_CLEAR(self->state);
-    Py_CLEAR(self->seqs);
-    Py_CLEAR(self->timed);
-    Py_CLEAR(self->report);
-    Py_CLEAR(self->keyed);
-    Py_CLEAR(self->on_error);
-    Py_CLEAR(self->ndarray);
-    Py_CLEAR(self->eng);
-    Py_CLEAR(self->queue);
-    Py_CLEAR(self->flush);
-    Py_CLEAR(self->dict);
+    COUNTING_FIELDS(CLEAR_FIELD)
     return 0;
 }
 
@@ -656,37 +639,22 @@ shardput_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     return (PyObject *)self;
 }
 
+/* Every object field of a ShardPut, for the collector (traverse, clear). */
+#define SHARDPUT_FIELDS(X) \
+    X(original) X(state_fn) X(queue) X(flush) X(timed) X(other) X(ndarray) X(descr) \
+    X(bytes_of) X(on_error) X(dict)
+
 static int
 shardput_traverse(ShardPut *self, visitproc visit, void *arg)
 {
-    Py_VISIT(self->original);
-    Py_VISIT(self->state_fn);
-    Py_VISIT(self->queue);
-    Py_VISIT(self->flush);
-    Py_VISIT(self->timed);
-    Py_VISIT(self->other);
-    Py_VISIT(self->ndarray);
-    Py_VISIT(self->descr);
-    Py_VISIT(self->bytes_of);
-    Py_VISIT(self->on_error);
-    Py_VISIT(self->dict);
+    SHARDPUT_FIELDS(VISIT_FIELD)
     return 0;
 }
 
 static int
 shardput_clear(ShardPut *self)
 {
-    Py_CLEAR(self->original);
-    Py_CLEAR(self->state_fn);
-    Py_CLEAR(self->queue);
-    Py_CLEAR(self->flush);
-    Py_CLEAR(self->timed);
-    Py_CLEAR(self->other);
-    Py_CLEAR(self->ndarray);
-    Py_CLEAR(self->descr);
-    Py_CLEAR(self->bytes_of);
-    Py_CLEAR(self->on_error);
-    Py_CLEAR(self->dict);
+    SHARDPUT_FIELDS(CLEAR_FIELD)
     return 0;
 }
 

@@ -20,7 +20,7 @@ import array
 import itertools
 import math
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from tpu_info.contract.buckets import StableKeys, bucket_value, interpolate
@@ -72,18 +72,7 @@ class DenseCounts:
 
     def add_keys(self, keys: list[int]) -> None:
         """Counts one sample per key (the pure-Python fold)."""
-        lo, hi = min(keys), max(keys)
-        wlo, whi = self.window(lo, hi)
-        if (wlo, whi) != (lo, hi):
-            keys = [min(max(key, wlo), whi) for key in keys]
-        self._cover(wlo, whi)
-        arr, off, filled = self.counts, self.offset, 0
-        for key in keys:
-            i = key - off
-            if not arr[i]:
-                filled += 1
-            arr[i] += 1
-        self.nonzero += filled
+        self.add_weighted(keys, itertools.repeat(1, len(keys)))
 
     def add_key(self, key: int, times: int) -> None:
         """Counts ``times`` samples of one key (:meth:`add_keys` of ``[key] * times``)."""
@@ -94,7 +83,7 @@ class DenseCounts:
             self.nonzero += 1
         self.counts[i] += times
 
-    def add_weighted(self, keys: list[int], weights: Sequence[int]) -> None:
+    def add_weighted(self, keys: list[int], weights: Iterable[int]) -> None:
         """Counts ``weights[i]`` samples of ``keys[i]`` (one window and one
         cover for the batch, not one per key)."""
         lo, hi = min(keys), max(keys)
