@@ -217,8 +217,9 @@ for _ in range(30):
     pid = os.fork()
     if pid == 0:
         # A child stuck on a lock its parent's thread held never finishes and dies
-        # of this; a live child takes ~50 ms, and 10 s leaves room for a VM stall.
-        signal.alarm(10)
+        # of this; a live child takes ~50 ms, and 30 s leaves room for a VM stall
+        # (one child of 30 died at 10 s once, under a fresh clone's whole suite).
+        signal.alarm(30)
         for _ in range(3000):  # enough to fold the step journal
             metrics.mark_step()
         metrics.snapshot()
