@@ -283,3 +283,42 @@ def test_the_c_hooks_hold_no_reference_to_what_they_passed(hooks):
     before = [sys.getrefcount(o) for o in (x, a, short, owner, fn)]
     calls()
     assert [sys.getrefcount(o) for o in (x, a, short, owner, fn)] == before
+
+
+MULTI_DEVICE = r"""
+import sys
+import numpy as np, jax, metrics
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from metrics.recording import native
+if sys.argv[1] == "Python":
+    native.NATIVE = None
+rec = metrics.install(engines=["jax"], serve=False)
+mesh = Mesh(np.array(jax.devices()), ("x",))
+f = jax.jit(lambda a: a.sum(), in_shardings=NamedSharding(mesh, P("x")))
+for _ in range(int(sys.argv[2])):
+    f(np.ones(8, np.float32))
+rec.flush()
+r = rec.registry
+print(len(jax.devices()), r.counter_value("ImplicitTransferToDevice"),
+      r.metric_data("OutboundData")[1], r.counter_value("ExecuteComputation"))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["Python", "C"])
+def test_numpy_arguments_on_two_devices_count_once_a_call(kind):
+    """On several devices JAX's numpy shard handler runs on every call of a
+    jitted function given numpy: under the C wrapper (no frame of it for the
+    handler's walk) each call is still one transfer, as under Python."""
+    if kind == "C" and native.built() is None:
+        pytest.skip("the C hot path is not built here")
+    calls = TIME_FIRST + 3 * TIME_EVERY
+    env = dict(os.environ, JAX_PLATFORMS="cpu",
+               XLA_FLAGS="--xla_force_host_platform_device_count=2",
+               PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    out = subprocess.run([sys.executable, "-c", MULTI_DEVICE, kind, str(calls)], env=env,
+                         capture_output=True, text=True, timeout=180)
+    assert out.returncode == 0, out.stderr[-2000:]
+    devices, implicit, nbytes, executions = out.stdout.split()
+    assert (int(devices), int(implicit), float(nbytes), int(executions)) == (
+        2, calls, 32.0 * calls, calls)
