@@ -102,14 +102,21 @@ one_graph(PyObject *obj, Py_ssize_t off, PyObject *name)
 static PyObject *str_active, *str_calls_queue, *str_calls, *str_flush, *str_numpy_args,
     *str_nested_numpy, *str_compiles, *str_explicit_device_put, *str_nbytes;
 
-/* Calls on_error(exception) with the pending exception and clears it. */
+/* Calls on_error(exception) with the pending exception and clears it (a
+   KeyboardInterrupt is raised again instead). */
 static void
 hand_over_error(PyObject *on_error)
 {
     PyObject *type, *value, *tb;
     PyErr_Fetch(&type, &value, &tb);
     PyErr_NormalizeException(&type, &value, &tb);
-    if (value != NULL && on_error != NULL) {
+    if (type != NULL && PyErr_GivenExceptionMatches(type, PyExc_KeyboardInterrupt)) {
+        /* Ctrl-C landed in the hook's Python helper: the Python hooks catch
+           only Exception, so it reaches the program; here it is raised again
+           at the program's next instruction. */
+        PyErr_SetInterrupt();
+    }
+    else if (value != NULL && on_error != NULL) {
         PyObject *r = PyObject_CallOneArg(on_error, value);
         Py_XDECREF(r);
         PyErr_Clear();

@@ -322,3 +322,23 @@ def test_numpy_arguments_on_two_devices_count_once_a_call(kind):
     devices, implicit, nbytes, executions = out.stdout.split()
     assert (int(devices), int(implicit), float(nbytes), int(executions)) == (
         2, calls, 32.0 * calls, calls)
+
+
+def test_ctrl_c_inside_a_c_hook_s_python_helper_still_reaches_the_program(hooks, monkeypatch):
+    """The Python hooks swallow Exception only; a KeyboardInterrupt raised in
+    the Python code the C wrapper calls (here the numpy report) is not
+    swallowed: it reaches the program at its next instruction."""
+    hooks("C")
+    from metrics.engines import jax_state
+
+    f = jax.jit(lambda x: x + 1)
+    for _ in range(TIME_FIRST + 1):
+        f(np.ones(2, np.float32))  # learns it takes numpy; now past the timed calls
+
+    def interrupted(owner, args):  # type: ignore[no-untyped-def]
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(jax_state.active.implicit.jit_arguments, "report", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        for _ in range(TIME_EVERY - 1):  # the untimed calls, in C, before the next timed one
+            f(np.ones(2, np.float32))
