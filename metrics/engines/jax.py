@@ -185,7 +185,9 @@ class JaxEngine(EngineBase):
     def _patch_transfers(self) -> None:
         # Explicit device_puts of host data are counted by the numpy shard
         # handler (one hook per put); jax.device_put is wrapped only where
-        # that cannot tell them apart.
+        # that cannot tell them apart (with the C hot path it runs in the C
+        # ExplicitScope, which counts nothing: it spares the handler asking
+        # JAX's transfer state).
         self.implicit.install(self._patches)
         put = not self.implicit.explicit_puts_counted
         self.implicit.counted_by(*self.explicit.install(self._patches, self, put=put))

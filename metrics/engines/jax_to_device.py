@@ -20,6 +20,9 @@ Numpy arguments of single-device jitted calls move in C++, unseen here: the
 Where the C hot path is built (:mod:`metrics.recording.native`) the numpy
 handler is its ``ShardPut``: explicit puts, timed or not, are counted there
 without a Python frame; everything else goes to the Python functions here.
+``jax.device_put`` then runs in the C ``ExplicitScope``, which marks the
+thread so the handler knows a put is explicit without asking JAX (its
+transfer state costs two calls into jaxlib, a third of the handler's work).
 
 Where JAX's ``explicit_device_put`` state is missing, ``jax.device_put`` is
 wrapped instead (:func:`explicit_puts_marked` is False) and the handler's
@@ -28,6 +31,7 @@ frame walk tells its puts apart.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import sys
 import time
@@ -87,9 +91,12 @@ def patch_stage(impl: Any, patches: Any, counted: int) -> None:
     impl.hold(stage_p.impl.__code__, counted)  # its first call shards numpy
 
 
-def patch_shard_handlers(impl: Any, engine: Any) -> bool:
+def patch_shard_handlers(impl: Any, engine: Any, patches: Any) -> bool:
     """The numpy entries of ``pxla.shard_arg_handlers``; True where explicit
-    ``jax.device_put``s of host data are counted there."""
+    ``jax.device_put``s of host data are counted there. With the C hot path
+    ``jax.device_put`` is also run in its ``ExplicitScope``, which tells the
+    C handler a put is explicit without asking JAX's transfer state (a put
+    through JAX's own function, taken before install, still asks it)."""
     try:
         from jax._src.interpreters import pxla
 
@@ -105,7 +112,21 @@ def patch_shard_handlers(impl: Any, engine: Any) -> bool:
         if handler is numpy_handler:
             handlers[key] = wrapped
             impl.dict_patches.append((handlers, key, handler))
-    return state is not None and wrapped in handlers.values()
+    counted = state is not None and wrapped in handlers.values()
+    c = native.native()
+    if counted and c is not None and hasattr(c, "ExplicitScope"):
+        import jax
+
+        patches.apply(jax, "device_put", lambda orig: _explicit_scope(c, orig))
+    return counted
+
+
+def _explicit_scope(c: Any, original: Callable[..., Any]) -> Any:
+    """``jax.device_put`` run in the C ``ExplicitScope`` (its name, doc,
+    signature and ``__wrapped__`` kept)."""
+    scope = c.ExplicitScope(original)
+    functools.update_wrapper(scope, original)
+    return scope
 
 
 # The hooks (each runs inside the user's program: guarded) -------------------

@@ -152,7 +152,7 @@ class ImplicitTransfers:
         marks them: ``explicit_puts_counted``)."""
         self._patch_value(patches)
         to_device.patch_stage(self, patches, _COUNTED)
-        self.explicit_puts_counted = to_device.patch_shard_handlers(self, self._engine)
+        self.explicit_puts_counted = to_device.patch_shard_handlers(self, self._engine, patches)
 
     def counted_by(self, *wrappers: Callable[..., Any]) -> None:
         """The hook's own wrappers (of ``jax.device_get``, ...): a transfer

@@ -444,6 +444,99 @@ static PyTypeObject CountingType = {
     .tp_weaklistoffset = offsetof(Counting, weaklist),
 };
 
+/* ExplicitScope ------------------------------------------------------------ */
+
+/* How many ExplicitScope calls run on this thread now: JAX's own
+   explicit_device_put state is set for as long as they run. */
+static _Thread_local long explicit_depth = 0;
+
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject *fn; /* jax.device_put */
+    PyObject *dict;
+    PyObject *weaklist;
+} ExplicitScope;
+
+static PyObject *
+scope_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    explicit_depth++;
+    PyObject *out = PyObject_Vectorcall(((ExplicitScope *)op)->fn, args, nargsf, kwnames);
+    explicit_depth--;
+    return out;
+}
+
+static PyObject *
+scope_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"fn", NULL};
+    PyObject *fn;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O", kwlist, &fn))
+        return NULL;
+    ExplicitScope *self = (ExplicitScope *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    self->vectorcall = scope_vectorcall;
+    self->fn = Py_NewRef(fn);
+    return (PyObject *)self;
+}
+
+static int
+scope_traverse(ExplicitScope *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->fn);
+    Py_VISIT(self->dict);
+    return 0;
+}
+
+static int
+scope_clear(ExplicitScope *self)
+{
+    Py_CLEAR(self->fn);
+    Py_CLEAR(self->dict);
+    return 0;
+}
+
+static void
+scope_dealloc(ExplicitScope *self)
+{
+    PyObject_GC_UnTrack(self);
+    if (self->weaklist != NULL)
+        PyObject_ClearWeakRefs((PyObject *)self);
+    scope_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyMemberDef scope_members[] = {
+    {"__weaklistoffset__", T_PYSSIZET, offsetof(ExplicitScope, weaklist), READONLY},
+    {"__dictoffset__", T_PYSSIZET, offsetof(ExplicitScope, dict), READONLY},
+    {NULL}};
+
+static PyGetSetDef scope_getset[] = {
+    {"__dict__", PyObject_GenericGetDict, PyObject_GenericSetDict, NULL, NULL},
+    {NULL}};
+
+static PyTypeObject ExplicitScopeType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "metrics.recording._native.ExplicitScope",
+    .tp_doc = PyDoc_STR("ExplicitScope(fn): fn (jax.device_put) called with this thread "
+                        "marked as inside an explicit put, which ShardPut reads instead "
+                        "of JAX's transfer state."),
+    .tp_basicsize = sizeof(ExplicitScope),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_new = scope_new,
+    .tp_traverse = (traverseproc)scope_traverse,
+    .tp_clear = (inquiry)scope_clear,
+    .tp_dealloc = (destructor)scope_dealloc,
+    .tp_call = PyVectorcall_Call,
+    .tp_vectorcall_offset = offsetof(ExplicitScope, vectorcall),
+    .tp_members = scope_members,
+    .tp_getset = scope_getset,
+    .tp_dictoffset = offsetof(ExplicitScope, dict),
+    .tp_weaklistoffset = offsetof(ExplicitScope, weaklist),
+};
+
 /* ShardPut ---------------------------------------------------------------- */
 
 typedef struct {
@@ -459,6 +552,8 @@ typedef struct {
     PyObject *ndarray;  /* numpy.ndarray when its layout checked out (array_nbytes), or None */
     PyObject *descr;    /* the dtype last seen, and its itemsize */
     Py_ssize_t itemsize;
+    PyObject *last_nbytes; /* the last array's byte count (an int), and its value */
+    Py_ssize_t last_n;
     PyObject *on_error;
     PyObject *dict;
     Py_ssize_t untimed; /* explicit puts left to count untimed before the next timed one */
@@ -468,10 +563,15 @@ typedef struct {
 } ShardPut;
 
 /* Whether JAX's transfer state says a jax.device_put is sharding now: 1,
-   0, or -1 with an exception set. */
+   0, or -1 with an exception set. Inside the ExplicitScope of
+   jax.device_put that is known without asking JAX (two calls into jaxlib,
+   the costliest part of a put's count); a put through a reference to JAX's
+   own device_put (taken before install) is asked. */
 static int
 explicit_put(ShardPut *self)
 {
+    if (explicit_depth > 0)
+        return 1;
     PyObject *st = PyObject_CallNoArgs(self->state_fn);
     if (st == NULL)
         return -1;
@@ -496,13 +596,14 @@ typedef struct {
     PyObject *descr;
 } ArrayHead;
 
-/* x.nbytes: read from the array's head when x is exactly ``ndarray``
-   (itemsize from ``*descr``, cached while the dtype stays), else looked up. */
-static PyObject *
-nbytes_of(PyObject *x, PyObject *ndarray, PyObject **descr, Py_ssize_t *itemsize)
+/* x.nbytes read from the array's head when x is exactly ``ndarray``
+   (itemsize from ``*descr``, cached while the dtype stays), else -1 (no
+   exception set): then it is looked up. */
+static Py_ssize_t
+head_nbytes(PyObject *x, PyObject *ndarray, PyObject **descr, Py_ssize_t *itemsize)
 {
     if (ndarray == NULL || ndarray == Py_None || (PyObject *)Py_TYPE(x) != ndarray)
-        return PyObject_GetAttr(x, str_nbytes);
+        return -1;
     ArrayHead *a = (ArrayHead *)x;
     if (a->descr != *descr) {
         PyObject *v = PyObject_GetAttrString(a->descr, "itemsize");
@@ -510,7 +611,7 @@ nbytes_of(PyObject *x, PyObject *ndarray, PyObject **descr, Py_ssize_t *itemsize
         Py_XDECREF(v);
         if (n < 0) {
             PyErr_Clear();
-            return PyObject_GetAttr(x, str_nbytes);
+            return -1;
         }
         Py_INCREF(a->descr); /* held, so its address means this dtype */
         Py_XSETREF(*descr, a->descr);
@@ -519,7 +620,15 @@ nbytes_of(PyObject *x, PyObject *ndarray, PyObject **descr, Py_ssize_t *itemsize
     Py_ssize_t n = *itemsize;
     for (int i = 0; i < a->nd; i++)
         n *= a->dimensions[i];
-    return PyLong_FromSsize_t(n);
+    return n;
+}
+
+/* x.nbytes: from the array's head (head_nbytes), else looked up. */
+static PyObject *
+nbytes_of(PyObject *x, PyObject *ndarray, PyObject **descr, Py_ssize_t *itemsize)
+{
+    Py_ssize_t n = head_nbytes(x, ndarray, descr, itemsize);
+    return n >= 0 ? PyLong_FromSsize_t(n) : PyObject_GetAttr(x, str_nbytes);
 }
 
 /* array_nbytes(x, ndarray): nbytes_of for Python, where the layout is checked
@@ -543,8 +652,19 @@ static void
 shardput_record(ShardPut *self, PyObject *xs, int64_t start, int64_t end)
 {
     PyObject *nbytes;
-    if (PyList_CheckExact(xs) && PyList_GET_SIZE(xs) == 1)
-        nbytes = nbytes_of(PyList_GET_ITEM(xs, 0), self->ndarray, &self->descr, &self->itemsize);
+    if (PyList_CheckExact(xs) && PyList_GET_SIZE(xs) == 1) {
+        PyObject *x = PyList_GET_ITEM(xs, 0);
+        Py_ssize_t n = head_nbytes(x, self->ndarray, &self->descr, &self->itemsize);
+        if (n < 0)
+            nbytes = PyObject_GetAttr(x, str_nbytes);
+        else if (n == self->last_n && self->last_nbytes != NULL)
+            /* A batch the size of the last one: its int again (no allocation) */
+            nbytes = Py_NewRef(self->last_nbytes);
+        else if ((nbytes = PyLong_FromSsize_t(n)) != NULL) {
+            Py_XSETREF(self->last_nbytes, Py_NewRef(nbytes));
+            self->last_n = n;
+        }
+    }
     else
         nbytes = PyObject_CallOneArg(self->bytes_of, xs);
     PyObject *s = nbytes ? PyLong_FromLongLong(start) : NULL;
@@ -649,6 +769,7 @@ shardput_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 /* Every object field of a ShardPut, for the collector (traverse, clear). */
 #define SHARDPUT_FIELDS(X) \
     X(original) X(state_fn) X(queue) X(flush) X(timed) X(other) X(ndarray) X(descr) \
+    X(last_nbytes) \
     X(bytes_of) X(on_error) X(dict)
 
 static int
@@ -736,13 +857,15 @@ PyInit__native(void)
     INTERN(str_explicit_device_put, "explicit_device_put");
     INTERN(str_nbytes, "nbytes");
 #undef INTERN
-    if (PyType_Ready(&CountingType) < 0 || PyType_Ready(&ShardPutType) < 0)
+    if (PyType_Ready(&CountingType) < 0 || PyType_Ready(&ShardPutType) < 0 ||
+        PyType_Ready(&ExplicitScopeType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&native_module);
     if (m == NULL)
         return NULL;
     if (PyModule_AddObjectRef(m, "Counting", (PyObject *)&CountingType) < 0 ||
-        PyModule_AddObjectRef(m, "ShardPut", (PyObject *)&ShardPutType) < 0) {
+        PyModule_AddObjectRef(m, "ShardPut", (PyObject *)&ShardPutType) < 0 ||
+        PyModule_AddObjectRef(m, "ExplicitScope", (PyObject *)&ExplicitScopeType) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -3,7 +3,8 @@
 ``metrics.recording._native`` (``_native.c``, compiled at install when a C
 compiler is there) holds two callables: ``Counting``, a counted jitted
 function, and ``ShardPut``, the numpy shard handler that counts
-``jax.device_put``. They run each hook's usual call (timed on the sampled
+``jax.device_put`` (and ``ExplicitScope``, what ``jax.device_put`` runs in,
+so the handler knows its puts are explicit without asking JAX). They run each hook's usual call (timed on the sampled
 calls or not) without a Python frame and hand every other call (numpy
 arguments, a compile, a function with several graphs) to the same Python
 functions the pure-Python hooks run, so the records are the same either way.

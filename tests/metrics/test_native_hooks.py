@@ -342,3 +342,45 @@ def test_ctrl_c_inside_a_c_hook_s_python_helper_still_reaches_the_program(hooks,
     with pytest.raises(KeyboardInterrupt):
         for _ in range(TIME_EVERY - 1):  # the untimed calls, in C, before the next timed one
             f(np.ones(2, np.float32))
+
+
+def test_a_put_in_device_put_s_scope_is_known_explicit_without_asking_jax(hooks, monkeypatch):
+    """Under C, ``jax.device_put`` runs in its ``ExplicitScope``: the numpy
+    handler knows its puts are explicit without JAX's transfer state (two
+    calls into jaxlib a put). A put through JAX's own ``device_put`` (a
+    reference taken before install), or after a put that raised, asks it and
+    is still counted explicit; uninstalled, JAX's own is back."""
+    from jax._src import api
+
+    from metrics.engines import jax_to_device
+
+    asked = []
+    own_state = jax_to_device._guard_state()
+
+    def state():  # type: ignore[no-untyped-def]
+        asked.append(1)
+        return own_state()
+
+    monkeypatch.setattr(jax_to_device, "_guard_state", lambda: state)
+    rec = hooks("C")
+    assert type(jax.device_put).__name__ == "ExplicitScope"
+    assert jax.device_put.__wrapped__ is api.device_put
+    assert inspect.signature(jax.device_put) == inspect.signature(api.device_put)
+    a = np.ones((4, 8), np.float32)
+    puts = TIME_FIRST + 2 * TIME_EVERY
+    for _ in range(puts):  # timed and untimed
+        jax.device_put(a)
+    rec.flush()
+    assert asked == []
+    assert rec.registry.metric_data(names.OUTBOUND_DATA)[:2] == (puts, 128.0 * puts)
+    with pytest.raises(Exception):
+        jax.device_put(a, device="no such device")  # raises inside the scope
+    rec.reset()
+    for _ in range(TIME_EVERY):
+        api.device_put(a)  # JAX's own: the state is asked, the put explicit
+    rec.flush()
+    assert len(asked) == TIME_EVERY
+    assert rec.registry.metric_data(names.OUTBOUND_DATA)[:2] == (TIME_EVERY, 128.0 * TIME_EVERY)
+    assert rec.registry.counter_value("ImplicitTransferToDevice") in (None, 0)
+    metrics.uninstall()
+    assert jax.device_put is api.device_put
