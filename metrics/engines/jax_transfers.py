@@ -439,4 +439,11 @@ def _value_property(original: property, impl: ImplicitTransfers) -> property:
         return out
 
     _value.__wrapped__ = fget  # type: ignore[attr-defined]
+    c = native.native()
+    if c is not None and hasattr(c, "SyncValue"):  # the same getter, in C
+        getter = c.SyncValue(fget, impl._codes, queue, flush, record, user_class, SYNC,
+                             lambda e: impl.rec.hook_failed("jax.sync", e), fold_at,
+                             native.array_layout(np.ndarray))
+        getter.__wrapped__ = fget
+        return property(getter, original.fset, original.fdel, original.__doc__)
     return property(_value, original.fset, original.fdel, original.__doc__)

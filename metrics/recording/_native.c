@@ -1,9 +1,11 @@
 /* The JAX hooks' usual calls in C: metrics.recording._native.
  *
- * Two callables stand in for the Python closures of
- * metrics.engines.jax_calls.counting (a counted jitted call) and
+ * Callables stand in for the Python closures of
+ * metrics.engines.jax_calls.counting (a counted jitted call),
  * metrics.engines.jax_to_device._shard_handler (the numpy shard handler
- * that counts jax.device_put) on their usual calls, timed (the sampled
+ * that counts jax.device_put, with ExplicitScope around jax.device_put)
+ * and metrics.engines.jax_transfers._value_property (device->host reads)
+ * on their usual calls, timed (the sampled
  * ones, metrics.recording.sampling) or not: they run no Python frame and
  * pass the caller's arguments through with vectorcall (no tuple is built).
  * Every call off the usual path (numpy arguments, a compile, a function
@@ -100,7 +102,7 @@ one_graph(PyObject *obj, Py_ssize_t off, PyObject *name)
 }
 
 static PyObject *str_active, *str_calls_queue, *str_calls, *str_flush, *str_numpy_args,
-    *str_nested_numpy, *str_compiles, *str_explicit_device_put, *str_nbytes;
+    *str_nested_numpy, *str_compiles, *str_explicit_device_put, *str_nbytes, *str_npy_value;
 
 /* Calls on_error(exception) with the pending exception and clears it (a
    KeyboardInterrupt is raised again instead). */
@@ -825,6 +827,223 @@ static PyTypeObject ShardPutType = {
     .tp_dictoffset = offsetof(ShardPut, dict),
 };
 
+/* SyncValue --------------------------------------------------------------- */
+
+/* The getter of jax.Array's ``_value`` (a device->host sync: float(x),
+   print(x), np.asarray(x), ...) counted, as the Python getter of
+   metrics.engines.jax_transfers._value_property does: a read with the host
+   copy cached moves nothing; the usual read (a library function that names
+   the path, called from a line of the user's) is recorded here with two
+   code lookups; anything else goes to the Python ``record`` (the frame
+   walk). */
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject *fget;     /* JAX's own getter */
+    PyObject *codes;    /* id(code) -> class, or the str a library function names */
+    PyObject *queue;    /* the transfers journal's list (jax_transfers.FIELDS a record) */
+    PyObject *flush;
+    PyObject *record;   /* Python: record(kind, frame, start, end, nbytes) */
+    PyObject *user;     /* the class of the user's code (jax_transfers._USER) */
+    PyObject *kind;     /* the record's kind (jax_sites.SYNC) */
+    PyObject *ndarray;  /* numpy.ndarray when its layout checked out, or None */
+    PyObject *descr;    /* the dtype last seen, and its itemsize (head_nbytes) */
+    Py_ssize_t itemsize;
+    PyObject *on_error;
+    PyObject *dict;
+    Py_ssize_t fold_at;
+} SyncValue;
+
+/* codes[id(code)] (borrowed), or NULL with no exception set. */
+static PyObject *
+code_class(PyObject *codes, PyObject *code)
+{
+    PyObject *key = PyLong_FromVoidPtr(code);
+    if (key == NULL) {
+        PyErr_Clear();
+        return NULL;
+    }
+    PyObject *c = PyDict_GetItemWithError(codes, key);
+    Py_DECREF(key);
+    if (c == NULL)
+        PyErr_Clear();
+    return c;
+}
+
+/* The usual read's record, appended: 1; 0 when it is not the usual read
+   (the walk decides); -1 with an exception set. */
+static int
+syncvalue_usual(SyncValue *self, PyFrameObject *f, PyObject *out, int64_t start, int64_t end)
+{
+    PyCodeObject *code = PyFrame_GetCode(f);
+    PyObject *detail = code_class(self->codes, (PyObject *)code);
+    Py_DECREF(code);
+    if (detail == NULL || !PyUnicode_CheckExact(detail))
+        return 0;
+    Py_INCREF(detail);
+    PyFrameObject *user = PyFrame_GetBack(f);
+    PyCodeObject *ucode = user != NULL ? PyFrame_GetCode(user) : NULL;
+    PyObject *c = ucode != NULL ? code_class(self->codes, (PyObject *)ucode) : NULL;
+    int usual = c != NULL && (c == self->user || (PyLong_CheckExact(c) &&
+                                                   PyObject_RichCompareBool(c, self->user,
+                                                                            Py_EQ) == 1));
+    int done = 0;
+    if (usual) {
+#if PY_VERSION_HEX >= 0x030B0000
+        PyObject *lasti = PyLong_FromLong(PyFrame_GetLasti(user));
+#else
+        PyObject *lasti = PyObject_GetAttrString((PyObject *)user, "f_lasti");
+#endif
+        Py_ssize_t n = head_nbytes(out, self->ndarray, &self->descr, &self->itemsize);
+        PyObject *nbytes = n >= 0 ? PyLong_FromSsize_t(n) : PyObject_GetAttr(out, str_nbytes);
+        PyObject *s = PyLong_FromLongLong(start), *e = PyLong_FromLongLong(end);
+        /* jax_transfers: (kind, code, f_lasti, detail, start, end, nbytes) */
+        PyObject *fields[7] = {self->kind, (PyObject *)ucode, lasti, detail, s, e, nbytes};
+        done = lasti && nbytes && s && e ? append_fields(self->queue, fields, 7) : -1;
+        Py_XDECREF(lasti);
+        Py_XDECREF(nbytes);
+        Py_XDECREF(s);
+        Py_XDECREF(e);
+        if (done == 0) {
+            done = 1;
+            if (PyList_GET_SIZE(self->queue) >= self->fold_at) {
+                PyObject *r = PyObject_CallNoArgs(self->flush);
+                done = r != NULL ? 1 : -1;
+                Py_XDECREF(r);
+            }
+        }
+    }
+    if (PyErr_Occurred() && done >= 0)
+        PyErr_Clear();
+    Py_XDECREF(ucode);
+    Py_XDECREF(user);
+    Py_DECREF(detail);
+    return done;
+}
+
+static PyObject *
+syncvalue_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    SyncValue *self = (SyncValue *)op;
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (nargs != 1 || kwnames != NULL)
+        return PyObject_Vectorcall(self->fget, args, nargsf, kwnames);
+    PyObject *cached = PyObject_GetAttr(args[0], str_npy_value);
+    if (cached == NULL)
+        PyErr_Clear(); /* JAX's getter says what is wrong */
+    else if (cached != Py_None) { /* the host copy is cached: nothing moves */
+        Py_DECREF(cached);
+        return PyObject_Vectorcall(self->fget, args, 1, NULL);
+    }
+    Py_XDECREF(cached);
+    int64_t start = monotonic_ns();
+    PyObject *out = PyObject_Vectorcall(self->fget, args, 1, NULL);
+    int64_t end = monotonic_ns();
+    if (out == NULL)
+        return NULL;
+    PyFrameObject *f = PyEval_GetFrame(); /* borrowed: the frame that read _value */
+    int done = f != NULL ? syncvalue_usual(self, f, out, start, end) : 0;
+    if (done == 0) {
+        PyObject *n = PyObject_GetAttr(out, str_nbytes);
+        PyObject *s = n ? PyLong_FromLongLong(start) : NULL;
+        PyObject *e = s ? PyLong_FromLongLong(end) : NULL;
+        PyObject *r = e ? PyObject_CallFunctionObjArgs(self->record, self->kind,
+                                                       f != NULL ? (PyObject *)f : Py_None,
+                                                       s, e, n, NULL)
+                        : NULL;
+        done = r != NULL ? 1 : -1;
+        Py_XDECREF(r);
+        Py_XDECREF(n);
+        Py_XDECREF(s);
+        Py_XDECREF(e);
+    }
+    if (done < 0)
+        hand_over_error(self->on_error);
+    return out;
+}
+
+static PyObject *
+syncvalue_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"fget", "codes", "queue", "flush", "record", "user", "kind",
+                             "on_error", "fold_at", "ndarray", NULL};
+    PyObject *fget, *codes, *queue, *flush, *record, *user, *kind, *on_error;
+    PyObject *ndarray = Py_None;
+    Py_ssize_t fold_at;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO!O!OOOOOn|O", kwlist, &fget, &PyDict_Type,
+                                     &codes, &PyList_Type, &queue, &flush, &record, &user,
+                                     &kind, &on_error, &fold_at, &ndarray))
+        return NULL;
+    SyncValue *self = (SyncValue *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    self->vectorcall = syncvalue_vectorcall;
+    self->fget = Py_NewRef(fget);
+    self->codes = Py_NewRef(codes);
+    self->queue = Py_NewRef(queue);
+    self->flush = Py_NewRef(flush);
+    self->record = Py_NewRef(record);
+    self->user = Py_NewRef(user);
+    self->kind = Py_NewRef(kind);
+    self->on_error = Py_NewRef(on_error);
+    self->ndarray = Py_NewRef(ndarray);
+    self->fold_at = fold_at;
+    return (PyObject *)self;
+}
+
+#define SYNCVALUE_FIELDS(X) \
+    X(fget) X(codes) X(queue) X(flush) X(record) X(user) X(kind) X(ndarray) X(descr) \
+    X(on_error) X(dict)
+
+static int
+syncvalue_traverse(SyncValue *self, visitproc visit, void *arg)
+{
+    SYNCVALUE_FIELDS(VISIT_FIELD)
+    return 0;
+}
+
+static int
+syncvalue_clear(SyncValue *self)
+{
+    SYNCVALUE_FIELDS(CLEAR_FIELD)
+    return 0;
+}
+
+static void
+syncvalue_dealloc(SyncValue *self)
+{
+    PyObject_GC_UnTrack(self);
+    syncvalue_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyMemberDef syncvalue_members[] = {
+    {"__dictoffset__", T_PYSSIZET, offsetof(SyncValue, dict), READONLY},
+    {NULL}};
+
+static PyGetSetDef syncvalue_getset[] = {
+    {"__dict__", PyObject_GenericGetDict, PyObject_GenericSetDict, NULL, NULL},
+    {NULL}};
+
+static PyTypeObject SyncValueType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "metrics.recording._native.SyncValue",
+    .tp_doc = PyDoc_STR("SyncValue(fget, codes, queue, flush, record, user, kind, on_error, "
+                        "fold_at, ndarray=None): jax.Array._value's getter, its "
+                        "device->host syncs counted."),
+    .tp_basicsize = sizeof(SyncValue),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_new = syncvalue_new,
+    .tp_traverse = (traverseproc)syncvalue_traverse,
+    .tp_clear = (inquiry)syncvalue_clear,
+    .tp_dealloc = (destructor)syncvalue_dealloc,
+    .tp_call = PyVectorcall_Call,
+    .tp_vectorcall_offset = offsetof(SyncValue, vectorcall),
+    .tp_members = syncvalue_members,
+    .tp_getset = syncvalue_getset,
+    .tp_dictoffset = offsetof(SyncValue, dict),
+};
+
 /* Module ------------------------------------------------------------------ */
 
 static PyMethodDef native_methods[] = {
@@ -856,16 +1075,18 @@ PyInit__native(void)
     INTERN(str_compiles, "compiles");
     INTERN(str_explicit_device_put, "explicit_device_put");
     INTERN(str_nbytes, "nbytes");
+    INTERN(str_npy_value, "_npy_value");
 #undef INTERN
     if (PyType_Ready(&CountingType) < 0 || PyType_Ready(&ShardPutType) < 0 ||
-        PyType_Ready(&ExplicitScopeType) < 0)
+        PyType_Ready(&ExplicitScopeType) < 0 || PyType_Ready(&SyncValueType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&native_module);
     if (m == NULL)
         return NULL;
     if (PyModule_AddObjectRef(m, "Counting", (PyObject *)&CountingType) < 0 ||
         PyModule_AddObjectRef(m, "ShardPut", (PyObject *)&ShardPutType) < 0 ||
-        PyModule_AddObjectRef(m, "ExplicitScope", (PyObject *)&ExplicitScopeType) < 0) {
+        PyModule_AddObjectRef(m, "ExplicitScope", (PyObject *)&ExplicitScopeType) < 0 ||
+        PyModule_AddObjectRef(m, "SyncValue", (PyObject *)&SyncValueType) < 0) {
         Py_DECREF(m);
         return NULL;
     }

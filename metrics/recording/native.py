@@ -1,10 +1,12 @@
 """The JAX hooks' usual calls in C, where that is built.
 
 ``metrics.recording._native`` (``_native.c``, compiled at install when a C
-compiler is there) holds two callables: ``Counting``, a counted jitted
-function, and ``ShardPut``, the numpy shard handler that counts
+compiler is there) holds the callables: ``Counting``, a counted jitted
+function; ``ShardPut``, the numpy shard handler that counts
 ``jax.device_put`` (and ``ExplicitScope``, what ``jax.device_put`` runs in,
-so the handler knows its puts are explicit without asking JAX). They run each hook's usual call (timed on the sampled
+so the handler knows its puts are explicit without asking JAX); and
+``SyncValue``, the getter of ``jax.Array._value`` that counts device->host
+reads (``float(loss)``, ``print(x)``). They run each hook's usual call (timed on the sampled
 calls or not) without a Python frame and hand every other call (numpy
 arguments, a compile, a function with several graphs) to the same Python
 functions the pure-Python hooks run, so the records are the same either way.
@@ -78,7 +80,8 @@ def status() -> str:
     """One line: which hooks run the usual calls (the JAX engine's degraded notes
     carry it when they run in Python)."""
     if NATIVE is not None:
-        return "C (metrics.recording._native): the usual calls of jax.jit and device_put"
+        return ("C (metrics.recording._native): the usual calls of jax.jit and device_put, "
+                "and device->host reads")
     if _built is not None:
         return f"Python ({config.PURE_PYTHON.name}=1): every hooked call runs a Python frame"
     return f"Python: the C hot path is {_why}; every hooked call runs a Python frame"

@@ -136,9 +136,9 @@ def test_numpy_nested_in_a_batch_counts_once_a_call(hooks, kind):
 
 
 def test_a_usual_training_step_runs_no_python_frame_of_the_hook(hooks):
-    """Under the C hot path warm steps (the jitted call and its two puts),
-    timed or not, run no frame in metrics/ (in Python: every call runs one,
-    a timed one two)."""
+    """Under the C hot path warm steps (the jitted call, its two puts and
+    a ``float(loss)``), timed or not, run no frame in metrics/ (in Python:
+    every call runs one, a timed one two)."""
     hooks("C")
     root = os.path.dirname(metrics.__file__) + os.sep
     step = jax.jit(lambda p, x, y: ((x @ p[0]) - y).sum())
@@ -155,18 +155,68 @@ def test_a_usual_training_step_runs_no_python_frame_of_the_hook(hooks):
         sys.setprofile(profile)
         try:
             for _ in range(n):
-                step(params, jax.device_put(x), jax.device_put(y))
+                float(step(params, jax.device_put(x), jax.device_put(y)))
         finally:
             sys.setprofile(None)
         return frames
 
-    for _ in range(TIME_FIRST + TIME_EVERY):
-        step(params, jax.device_put(x), jax.device_put(y))
+    for _ in range(TIME_FIRST):
+        float(step(params, jax.device_put(x), jax.device_put(y)))
+    steps(TIME_EVERY)  # its line's first read classifies the line (once, in Python)
     metrics.recorder().flush()
     assert type(step).__name__ == "Counting"
     assert steps(TIME_EVERY) == {}
     metrics.recorder().flush()
     assert metrics.counter_value(names.EXECUTE_COUNT) == TIME_FIRST + 2 * TIME_EVERY
+    assert metrics.counter_value("ImplicitTransferFromDevice") == TIME_FIRST + 2 * TIME_EVERY
+
+
+def _syncs() -> None:
+    """Every kind of device->host read, each from its own line, many times."""
+    x, v = jnp.float32(3.0) * 2, jnp.arange(6.0)
+    for _ in range(TIME_EVERY + 3):
+        float(x)
+        int(x)
+        if x > 0:
+            pass
+        x.item()  # on CPU: the buffer, not _value
+        v.tolist()
+        repr(v)
+        np.asarray(v)  # on CPU: the buffer, not _value
+    jax.device_get(v)  # explicit: counted once, by its wrapper
+
+
+def _sync_readings(rec: Any) -> dict[str, Any]:
+    rec.flush()
+    reg = rec.registry
+    eng = next(e for e in metrics.installed_engines() if e.name == "jax")
+    return {"implicit": reg.counter_value("ImplicitTransferFromDevice"),
+            "inbound": reg.metric_data(names.INBOUND_DATA)[:2],
+            "time": reg.metric_data(names.TRANSFER_FROM_DEVICE_TIME)[0],
+            "errors": reg.counter_value(names.HOOK_ERRORS),
+            "sites": sorted((s.location, s.kind, s.detail, s.count, s.bytes)
+                            for s in eng.sites() if s.kind == "sync")}
+
+
+def test_device_to_host_reads_read_the_same_under_both(hooks):
+    """The ``_value`` getter in C (``SyncValue``) records what the Python
+    one does: each read with its line, kind, bytes; ``jax.device_get``
+    once; no hook error."""
+    readings = {}
+    for kind in ("Python", "C"):
+        rec = hooks(kind)
+        from jax._src.array import ArrayImpl
+
+        getter = ArrayImpl.__dict__["_value"].fget
+        assert (type(getter).__name__ == "SyncValue") == (kind == "C")
+        _syncs()
+        readings[kind] = _sync_readings(rec)
+    python, c = readings["Python"], readings["C"]
+    assert python == c
+    # item() and np.asarray() read CPU buffers without _value (a blind spot
+    # the report names): five kinds of read counted, each from its line.
+    assert python["implicit"] == 5 * (TIME_EVERY + 3)
+    assert len(python["sites"]) == 5 and python["errors"] in (None, 0)
 
 
 def test_the_wrapper_keeps_what_a_jitted_function_offers(hooks):
@@ -260,8 +310,8 @@ def test_bytes_of_every_kind_of_array_put_are_numpy_s_own(hooks):
 
 
 def test_the_c_hooks_hold_no_reference_to_what_they_passed(hooks):
-    """Every path of both C callables (usual, timed, numpy arguments, several
-    graphs, a call that raises, a put) leaves the reference counts of the
+    """Every path of the C callables (usual, timed, numpy arguments, several
+    graphs, a call that raises, a put, a device->host read) leaves the reference counts of the
     arguments, the owner and the function as it found them."""
     hooks("C")
     f = jax.jit(lambda x, y: x + y)
@@ -274,15 +324,19 @@ def test_the_c_hooks_hold_no_reference_to_what_they_passed(hooks):
             f(x, a)  # numpy: the Python timed call and the report
             f(short if i % 2 else x, short if i % 2 else x)  # two graphs: keyed
             jax.device_put(a)
+            float(s)  # a device->host read: the getter in C, the usual path
+            str(x)  # and through two library frames (the walk)
             with pytest.raises(TypeError):
                 f(x)  # a missing argument raises through, recorded nowhere
         metrics.recorder().flush()
 
+    s = jnp.float32(2.0) * 2
     calls()  # compiles, first timed calls, caches
     owner, fn = f._owner, f.__wrapped__
-    before = [sys.getrefcount(o) for o in (x, a, short, owner, fn)]
+    code = calls.__code__  # the reads' user code: held once by the hook, not per read
+    before = [sys.getrefcount(o) for o in (x, a, short, owner, fn, s, code)]
     calls()
-    assert [sys.getrefcount(o) for o in (x, a, short, owner, fn)] == before
+    assert [sys.getrefcount(o) for o in (x, a, short, owner, fn, s, code)] == before
 
 
 MULTI_DEVICE = r"""
@@ -294,7 +348,9 @@ if sys.argv[1] == "Python":
     native.NATIVE = None
 rec = metrics.install(engines=["jax"], serve=False)
 mesh = Mesh(np.array(jax.devices()), ("x",))
-f = jax.jit(lambda a: a.sum(), in_shardings=NamedSharding(mesh, P("x")))
+# elementwise: no collective (an all-reduce's rendezvous between the two CPU
+# devices can time out on a loaded 2-core machine and abort the process)
+f = jax.jit(lambda a: a * 2, in_shardings=NamedSharding(mesh, P("x")))
 for _ in range(int(sys.argv[2])):
     f(np.ones(8, np.float32))
 rec.flush()
