@@ -429,7 +429,7 @@ def test_a_put_in_device_put_s_scope_is_known_explicit_without_asking_jax(hooks,
     rec.flush()
     assert asked == []
     assert rec.registry.metric_data(names.OUTBOUND_DATA)[:2] == (puts, 128.0 * puts)
-    with pytest.raises(Exception):
+    with pytest.raises(ValueError):
         jax.device_put(a, device="no such device")  # raises inside the scope
     rec.reset()
     for _ in range(TIME_EVERY):
