@@ -1044,6 +1044,97 @@ static PyTypeObject SyncValueType = {
     .tp_dictoffset = offsetof(SyncValue, dict),
 };
 
+/* StepMarker -------------------------------------------------------------- */
+
+/* A recorder's mark_step(): the clock read appended to its steps journal
+   (folded there when fold_at are waiting), as
+   metrics.recording.recorder.Recorder.mark_step does in Python. */
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject *queue;
+    PyObject *flush;
+    Py_ssize_t fold_at;
+} StepMarker;
+
+static PyObject *
+marker_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    StepMarker *self = (StepMarker *)op;
+    if (PyVectorcall_NARGS(nargsf) != 0 || (kwnames != NULL && PyTuple_GET_SIZE(kwnames))) {
+        PyErr_SetString(PyExc_TypeError, "mark_step() takes no arguments");
+        return NULL;
+    }
+    PyObject *t = PyLong_FromLongLong(monotonic_ns());
+    if (t == NULL || PyList_Append(self->queue, t) < 0) {
+        Py_XDECREF(t);
+        return NULL;
+    }
+    Py_DECREF(t);
+    if (PyList_GET_SIZE(self->queue) >= self->fold_at)
+        return PyObject_CallNoArgs(self->flush);
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+marker_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"queue", "flush", "fold_at", NULL};
+    PyObject *queue, *flush;
+    Py_ssize_t fold_at;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!On", kwlist, &PyList_Type, &queue, &flush,
+                                     &fold_at))
+        return NULL;
+    StepMarker *self = (StepMarker *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    self->vectorcall = marker_vectorcall;
+    self->queue = Py_NewRef(queue);
+    self->flush = Py_NewRef(flush);
+    self->fold_at = fold_at;
+    return (PyObject *)self;
+}
+
+static int
+marker_traverse(StepMarker *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->queue);
+    Py_VISIT(self->flush);
+    return 0;
+}
+
+static int
+marker_clear(StepMarker *self)
+{
+    Py_CLEAR(self->queue);
+    Py_CLEAR(self->flush);
+    return 0;
+}
+
+static void
+marker_dealloc(StepMarker *self)
+{
+    PyObject_GC_UnTrack(self);
+    marker_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyTypeObject StepMarkerType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "metrics.recording._native.StepMarker",
+    .tp_doc = PyDoc_STR("StepMarker(queue, flush, fold_at)(): one training step marked: "
+                        "the monotonic clock appended to queue, flush() called when "
+                        "fold_at are waiting."),
+    .tp_basicsize = sizeof(StepMarker),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_new = marker_new,
+    .tp_traverse = (traverseproc)marker_traverse,
+    .tp_clear = (inquiry)marker_clear,
+    .tp_dealloc = (destructor)marker_dealloc,
+    .tp_call = PyVectorcall_Call,
+    .tp_vectorcall_offset = offsetof(StepMarker, vectorcall),
+};
+
 /* Module ------------------------------------------------------------------ */
 
 static PyMethodDef native_methods[] = {
@@ -1078,7 +1169,8 @@ PyInit__native(void)
     INTERN(str_npy_value, "_npy_value");
 #undef INTERN
     if (PyType_Ready(&CountingType) < 0 || PyType_Ready(&ShardPutType) < 0 ||
-        PyType_Ready(&ExplicitScopeType) < 0 || PyType_Ready(&SyncValueType) < 0)
+        PyType_Ready(&ExplicitScopeType) < 0 || PyType_Ready(&SyncValueType) < 0 ||
+        PyType_Ready(&StepMarkerType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&native_module);
     if (m == NULL)
@@ -1086,7 +1178,8 @@ PyInit__native(void)
     if (PyModule_AddObjectRef(m, "Counting", (PyObject *)&CountingType) < 0 ||
         PyModule_AddObjectRef(m, "ShardPut", (PyObject *)&ShardPutType) < 0 ||
         PyModule_AddObjectRef(m, "ExplicitScope", (PyObject *)&ExplicitScopeType) < 0 ||
-        PyModule_AddObjectRef(m, "SyncValue", (PyObject *)&SyncValueType) < 0) {
+        PyModule_AddObjectRef(m, "SyncValue", (PyObject *)&SyncValueType) < 0 ||
+        PyModule_AddObjectRef(m, "StepMarker", (PyObject *)&StepMarkerType) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -440,3 +440,34 @@ def test_a_put_in_device_put_s_scope_is_known_explicit_without_asking_jax(hooks,
     assert rec.registry.counter_value("ImplicitTransferToDevice") in (None, 0)
     metrics.uninstall()
     assert jax.device_put is api.device_put
+
+
+def test_a_marked_step_runs_no_frame_of_the_recorder(hooks):
+    """Under C a recorder's ``mark_step`` is its ``StepMarker``: the same
+    clock append as the Python method (``MarkStep``, ``StepTime``), no frame
+    of ``metrics/recording``, and a stray argument is a TypeError."""
+    from metrics.recording.recorder import Recorder
+
+    hooks("C")  # NATIVE on: a recorder made now gets the C marker
+    rec = Recorder()
+    assert type(rec.mark_step).__name__ == "StepMarker"
+    root = os.path.join(os.path.dirname(metrics.__file__), "recording") + os.sep
+    frames: list[str] = []
+
+    def profile(frame, event, arg):  # type: ignore[no-untyped-def]
+        if event == "call" and frame.f_code.co_filename.startswith(root):
+            frames.append(frame.f_code.co_name)
+
+    sys.setprofile(profile)
+    try:
+        for _ in range(50):
+            rec.mark_step()
+    finally:
+        sys.setprofile(None)
+    assert frames == []
+    with pytest.raises(TypeError):
+        rec.mark_step(1)  # type: ignore[call-arg]
+    rec.flush()
+    assert rec.registry.counter_value(names.MARK_STEP) == 50
+    data = rec.registry.metric_data(names.STEP_TIME)
+    assert data[0] == 49 and data[1] > 0
