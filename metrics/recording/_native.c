@@ -420,7 +420,9 @@ static PyMemberDef counting_members[] = {
     {"__dictoffset__", T_PYSSIZET, offsetof(Counting, dict), READONLY},
     {NULL}};
 
-static PyGetSetDef counting_getset[] = {
+/* The __dict__ of every type here that keeps one (functools.wraps,
+   __wrapped__, what a jitted function carries). */
+static PyGetSetDef dict_getset[] = {
     {"__dict__", PyObject_GenericGetDict, PyObject_GenericSetDict, NULL, NULL},
     {NULL}};
 
@@ -441,7 +443,7 @@ static PyTypeObject CountingType = {
     .tp_vectorcall_offset = offsetof(Counting, vectorcall),
     .tp_descr_get = counting_descr_get,
     .tp_members = counting_members,
-    .tp_getset = counting_getset,
+    .tp_getset = dict_getset,
     .tp_dictoffset = offsetof(Counting, dict),
     .tp_weaklistoffset = offsetof(Counting, weaklist),
 };
@@ -515,10 +517,6 @@ static PyMemberDef scope_members[] = {
     {"__dictoffset__", T_PYSSIZET, offsetof(ExplicitScope, dict), READONLY},
     {NULL}};
 
-static PyGetSetDef scope_getset[] = {
-    {"__dict__", PyObject_GenericGetDict, PyObject_GenericSetDict, NULL, NULL},
-    {NULL}};
-
 static PyTypeObject ExplicitScopeType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "metrics.recording._native.ExplicitScope",
@@ -534,7 +532,7 @@ static PyTypeObject ExplicitScopeType = {
     .tp_call = PyVectorcall_Call,
     .tp_vectorcall_offset = offsetof(ExplicitScope, vectorcall),
     .tp_members = scope_members,
-    .tp_getset = scope_getset,
+    .tp_getset = dict_getset,
     .tp_dictoffset = offsetof(ExplicitScope, dict),
     .tp_weaklistoffset = offsetof(ExplicitScope, weaklist),
 };
@@ -804,10 +802,6 @@ static PyMemberDef shardput_members[] = {
     {"__dictoffset__", T_PYSSIZET, offsetof(ShardPut, dict), READONLY},
     {NULL}};
 
-static PyGetSetDef shardput_getset[] = {
-    {"__dict__", PyObject_GenericGetDict, PyObject_GenericSetDict, NULL, NULL},
-    {NULL}};
-
 static PyTypeObject ShardPutType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "metrics.recording._native.ShardPut",
@@ -823,7 +817,7 @@ static PyTypeObject ShardPutType = {
     .tp_call = PyVectorcall_Call,
     .tp_vectorcall_offset = offsetof(ShardPut, vectorcall),
     .tp_members = shardput_members,
-    .tp_getset = shardput_getset,
+    .tp_getset = dict_getset,
     .tp_dictoffset = offsetof(ShardPut, dict),
 };
 
@@ -1021,10 +1015,6 @@ static PyMemberDef syncvalue_members[] = {
     {"__dictoffset__", T_PYSSIZET, offsetof(SyncValue, dict), READONLY},
     {NULL}};
 
-static PyGetSetDef syncvalue_getset[] = {
-    {"__dict__", PyObject_GenericGetDict, PyObject_GenericSetDict, NULL, NULL},
-    {NULL}};
-
 static PyTypeObject SyncValueType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "metrics.recording._native.SyncValue",
@@ -1040,7 +1030,7 @@ static PyTypeObject SyncValueType = {
     .tp_call = PyVectorcall_Call,
     .tp_vectorcall_offset = offsetof(SyncValue, vectorcall),
     .tp_members = syncvalue_members,
-    .tp_getset = syncvalue_getset,
+    .tp_getset = dict_getset,
     .tp_dictoffset = offsetof(SyncValue, dict),
 };
 
