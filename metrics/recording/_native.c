@@ -375,20 +375,21 @@ counting_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     X(eng) X(queue) X(flush) X(dict)
 #define VISIT_FIELD(f) Py_VISIT(self->f);
 #define CLEAR_FIELD(f) Py_CLEAR(self->f);
+/* A type's tp_traverse and tp_clear (prefix_traverse, prefix_clear) from
+   the X-macro list of its object fields. */
+#define GC_METHODS(prefix, Type, FIELDS)                                       \
+    static int prefix##_traverse(Type *self, visitproc visit, void *arg)       \
+    {                                                                          \
+        FIELDS(VISIT_FIELD)                                                    \
+        return 0;                                                              \
+    }                                                                          \
+    static int prefix##_clear(Type *self)                                      \
+    {                                                                          \
+        FIELDS(CLEAR_FIELD)                                                    \
+        return 0;                                                              \
+    }
 
-static int
-counting_traverse(Counting *self, visitproc visit, void *arg)
-{
-    COUNTING_FIELDS(VISIT_FIELD)
-    return 0;
-}
-
-static int
-counting_clear(Counting *self)
-{
-    COUNTING_FIELDS(CLEAR_FIELD)
-    return 0;
-}
+GC_METHODS(counting, Counting, COUNTING_FIELDS)
 
 static void
 counting_dealloc(Counting *self)
@@ -486,21 +487,8 @@ scope_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     return (PyObject *)self;
 }
 
-static int
-scope_traverse(ExplicitScope *self, visitproc visit, void *arg)
-{
-    Py_VISIT(self->fn);
-    Py_VISIT(self->dict);
-    return 0;
-}
-
-static int
-scope_clear(ExplicitScope *self)
-{
-    Py_CLEAR(self->fn);
-    Py_CLEAR(self->dict);
-    return 0;
-}
+#define SCOPE_FIELDS(X) X(fn) X(dict)
+GC_METHODS(scope, ExplicitScope, SCOPE_FIELDS)
 
 static void
 scope_dealloc(ExplicitScope *self)
@@ -772,19 +760,7 @@ shardput_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     X(last_nbytes) \
     X(bytes_of) X(on_error) X(dict)
 
-static int
-shardput_traverse(ShardPut *self, visitproc visit, void *arg)
-{
-    SHARDPUT_FIELDS(VISIT_FIELD)
-    return 0;
-}
-
-static int
-shardput_clear(ShardPut *self)
-{
-    SHARDPUT_FIELDS(CLEAR_FIELD)
-    return 0;
-}
+GC_METHODS(shardput, ShardPut, SHARDPUT_FIELDS)
 
 static void
 shardput_dealloc(ShardPut *self)
@@ -989,19 +965,7 @@ syncvalue_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     X(fget) X(codes) X(queue) X(flush) X(record) X(user) X(kind) X(ndarray) X(descr) \
     X(on_error) X(dict)
 
-static int
-syncvalue_traverse(SyncValue *self, visitproc visit, void *arg)
-{
-    SYNCVALUE_FIELDS(VISIT_FIELD)
-    return 0;
-}
-
-static int
-syncvalue_clear(SyncValue *self)
-{
-    SYNCVALUE_FIELDS(CLEAR_FIELD)
-    return 0;
-}
+GC_METHODS(syncvalue, SyncValue, SYNCVALUE_FIELDS)
 
 static void
 syncvalue_dealloc(SyncValue *self)
@@ -1085,21 +1049,8 @@ marker_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     return (PyObject *)self;
 }
 
-static int
-marker_traverse(StepMarker *self, visitproc visit, void *arg)
-{
-    Py_VISIT(self->queue);
-    Py_VISIT(self->flush);
-    return 0;
-}
-
-static int
-marker_clear(StepMarker *self)
-{
-    Py_CLEAR(self->queue);
-    Py_CLEAR(self->flush);
-    return 0;
-}
+#define MARKER_FIELDS(X) X(queue) X(flush)
+GC_METHODS(marker, StepMarker, MARKER_FIELDS)
 
 static void
 marker_dealloc(StepMarker *self)
