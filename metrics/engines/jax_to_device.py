@@ -114,7 +114,7 @@ def patch_shard_handlers(impl: Any, engine: Any, patches: Any) -> bool:
             impl.dict_patches.append((handlers, key, handler))
     counted = state is not None and wrapped in handlers.values()
     c = native.native()
-    if counted and c is not None and hasattr(c, "ExplicitScope"):
+    if counted and c is not None:
         import jax
 
         patches.apply(jax, "device_put", lambda orig: _explicit_scope(c, orig))

@@ -440,7 +440,7 @@ def _value_property(original: property, impl: ImplicitTransfers) -> property:
 
     _value.__wrapped__ = fget  # type: ignore[attr-defined]
     c = native.native()
-    if c is not None and hasattr(c, "SyncValue"):  # the same getter, in C
+    if c is not None:  # the same getter, in C
         getter = c.SyncValue(fget, impl._codes, queue, flush, record, user_class, SYNC,
                              lambda e: impl.rec.hook_failed("jax.sync", e), fold_at,
                              native.array_layout(np.ndarray))

@@ -25,6 +25,9 @@ from types import ModuleType
 
 from metrics.export import config
 
+# What the hooks take from the module (all of them, or the Python hooks).
+CALLABLES = ("Counting", "ShardPut", "ExplicitScope", "SyncValue", "StepMarker")
+
 _built: ModuleType | None
 try:
     from metrics.recording import _native as _built
@@ -36,6 +39,14 @@ except ImportError as e:  # not compiled (no C compiler at install): the Python 
             "e.g. gcc, to get it)" if "cannot import name" in str(e) else f"not loadable ({e})")
 else:
     _why = ""
+    # A module compiled from an older _native.c (a checkout updated without
+    # reinstalling) lacks the newer callables: the Python hooks then run,
+    # all of them, rather than a mix decided hook by hook.
+    _missing = [n for n in CALLABLES if not hasattr(_built, n)]
+    if _missing:
+        _built = None
+        _why = (f"built from an older source (no {', '.join(_missing)}): reinstall "
+                "(make venv, or pip install -e .) to rebuild it")
 
 # What the hooks made from now on use: the module, or None for pure Python.
 # Tests set it to compare the two.

@@ -61,7 +61,7 @@ class Recorder:
         self._steps = self.journal(self._fold_steps)
         self._steps_queue = self._steps.queue
         c = native.native()
-        if c is not None and hasattr(c, "StepMarker"):
+        if c is not None:
             # The same append in C: a marked step runs no frame of the recorder.
             self.mark_step = c.StepMarker(  # type: ignore[method-assign]
                 self._steps_queue, self._steps.flush, FOLD_AT)

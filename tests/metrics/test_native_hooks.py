@@ -471,3 +471,26 @@ def test_a_marked_step_runs_no_frame_of_the_recorder(hooks):
     assert rec.registry.counter_value(names.MARK_STEP) == 50
     data = rec.registry.metric_data(names.STEP_TIME)
     assert data[0] == 49 and data[1] > 0
+
+
+def test_a_module_built_from_an_older_source_runs_the_python_hooks():
+    """A compiled module lacking one of the callables (a checkout updated
+    without reinstalling) is not used at all: every hook runs in Python and
+    the status line says to reinstall."""
+    code = ("import sys, types\n"
+            "old = types.ModuleType('metrics.recording._native')\n"
+            "old.Counting = old.ShardPut = object  # what an older build had\n"
+            "sys.modules['metrics.recording._native'] = old\n"
+            "from metrics.recording import native\n"
+            "print(native.native() is None, native.built() is None)\n"
+            "print(native.status())\n")
+    if native.built() is None:
+        pytest.skip("the C hot path is not built here")
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env.pop("TPU_INFO_PURE_PYTHON", None)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stderr[-2000:]
+    flags, status = out.stdout.splitlines()
+    assert flags == "True True"
+    assert "older source" in status and "ExplicitScope" in status and "reinstall" in status
