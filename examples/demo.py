@@ -48,7 +48,15 @@ def main() -> int:
             print(tpu_info("report", "--short", env=env).stdout, flush=True)
         finally:
             train.send_signal(signal.SIGTERM)
-            code = train.wait(timeout=60)
+            try:
+                code = train.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                # Never leave it running; say so and fail.
+                train.kill()
+                train.wait()
+                print("the training program did not stop within 60 s of SIGTERM: killed",
+                      file=sys.stderr)
+                return 1
         left = list(Path(runtime).glob("*.json"))
         print(f"training program stopped with SIGTERM (exit {code}); "
               f"discovery records left: {len(left)}")
