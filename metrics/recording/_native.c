@@ -37,6 +37,8 @@ monotonic_ns(void)
 #endif
 }
 
+static void clear_error(void);
+
 /* The offset of an object slot (``__slots__`` member) named ``name`` on
    ``obj``'s type, or -1: read in place, without an attribute lookup. */
 static Py_ssize_t
@@ -66,7 +68,7 @@ read_slot(PyObject *obj, Py_ssize_t off, PyObject *name)
     }
     PyObject *v = PyObject_GetAttr(obj, name);
     if (v == NULL)
-        PyErr_Clear();
+        clear_error();
     return v;
 }
 
@@ -79,7 +81,7 @@ slot_true(PyObject *obj, Py_ssize_t off, PyObject *name)
     int t = v == Py_True ? 1 : v == Py_False || v == Py_None ? 0 : PyObject_IsTrue(v);
     Py_DECREF(v);
     if (t < 0) {
-        PyErr_Clear();
+        clear_error();
         return 0;
     }
     return t;
@@ -95,7 +97,7 @@ one_graph(PyObject *obj, Py_ssize_t off, PyObject *name)
     long c = PyLong_Check(v) ? PyLong_AsLong(v) : 2;
     Py_DECREF(v);
     if (c == -1 && PyErr_Occurred()) {
-        PyErr_Clear();
+        clear_error();
         return 0;
     }
     return c < 2;
@@ -104,19 +106,31 @@ one_graph(PyObject *obj, Py_ssize_t off, PyObject *name)
 static PyObject *str_active, *str_calls_queue, *str_calls, *str_flush, *str_numpy_args,
     *str_nested_numpy, *str_compiles, *str_explicit_device_put, *str_nbytes, *str_npy_value;
 
-/* Calls on_error(exception) with the pending exception and clears it (a
-   KeyboardInterrupt is raised again instead). */
+/* A KeyboardInterrupt, SystemExit or other exception that is not an
+   Exception, raised inside the hook's Python helper, held until the hooked
+   call returns and raised from it there (raise_held), as the Python hooks,
+   which catch Exception only, let it through. A SIGTERM handler's SystemExit
+   lands in a helper whenever the signal arrived while the engine ran (the
+   helper is the next Python code the thread runs): swallowed, the program
+   went on training without its exporter. Per thread: a helper runs on the
+   thread of the call it serves. */
+static _Thread_local PyObject *held_type = NULL, *held_value = NULL, *held_tb = NULL;
+
+/* Calls on_error(exception) with the pending exception and clears it; one
+   that is not an Exception is held for raise_held instead. */
 static void
 hand_over_error(PyObject *on_error)
 {
     PyObject *type, *value, *tb;
     PyErr_Fetch(&type, &value, &tb);
     PyErr_NormalizeException(&type, &value, &tb);
-    if (type != NULL && PyErr_GivenExceptionMatches(type, PyExc_KeyboardInterrupt)) {
-        /* Ctrl-C landed in the hook's Python helper: the Python hooks catch
-           only Exception, so it reaches the program; here it is raised again
-           at the program's next instruction. */
-        PyErr_SetInterrupt();
+    if (type != NULL && !PyErr_GivenExceptionMatches(type, PyExc_Exception)) {
+        if (held_type == NULL) { /* the first one wins, as in Python */
+            held_type = type;
+            held_value = value;
+            held_tb = tb;
+            return;
+        }
     }
     else if (value != NULL && on_error != NULL) {
         PyObject *r = PyObject_CallOneArg(on_error, value);
@@ -126,6 +140,28 @@ hand_over_error(PyObject *on_error)
     Py_XDECREF(type);
     Py_XDECREF(value);
     Py_XDECREF(tb);
+}
+
+/* Clears the pending exception, or holds it for raise_held when it is not
+   an Exception (a signal handler's SystemExit raised in Python code the
+   hook ran: a property, a comparison). */
+static void
+clear_error(void)
+{
+    hand_over_error(NULL);
+}
+
+/* What a hooked call returns: ``out``, or NULL with the held exception
+   raised (``out`` dropped) when a helper raised one during the call. */
+static PyObject *
+raise_held(PyObject *out)
+{
+    if (held_type == NULL)
+        return out;
+    Py_XDECREF(out);
+    PyErr_Restore(held_type, held_value, held_tb);
+    held_type = held_value = held_tb = NULL;
+    return NULL;
 }
 
 static PyObject *
@@ -238,7 +274,7 @@ counting_record(Counting *self, PyObject *eng, PyObject *const *args, Py_ssize_t
     PyObject *now = PyList_GET_ITEM(self->seqs, 0);
     int same = now == seq || PyObject_RichCompareBool(now, seq, Py_EQ) == 1;
     if (PyErr_Occurred())
-        PyErr_Clear();
+        clear_error();
     if (same && one_graph(self->owner, self->off_compiles, str_compiles)) {
         /* The usual call: nothing compiled, one graph: no key. */
         if (counting_journal(self, eng) < 0) {
@@ -281,8 +317,8 @@ counting_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObject
     PyObject *eng = PyDict_GetItemWithError(self->state, str_active); /* borrowed */
     if (eng == NULL || eng == Py_None) {
         if (PyErr_Occurred())
-            PyErr_Clear();
-        return PyObject_Vectorcall(self->fn, args, nargsf, kwnames);
+            clear_error();
+        return raise_held(PyObject_Vectorcall(self->fn, args, nargsf, kwnames));
     }
     int timed = self->untimed <= 0;
     if (timed) {
@@ -291,14 +327,14 @@ counting_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObject
         else
             self->untimed = self->every - 1;
         if (counting_numpy(self, args, nargs, 1))
-            return PyObject_Vectorcall(self->timed, args, nargsf, kwnames);
+            return raise_held(PyObject_Vectorcall(self->timed, args, nargsf, kwnames));
     }
     else {
         if (!slot_true(self->owner, self->off_numpy, str_numpy_args)) {
             /* A first numpy argument: the timed call learns of it. */
             for (Py_ssize_t i = 0; i < nargs; i++)
                 if ((PyObject *)Py_TYPE(args[i]) == self->ndarray)
-                    return PyObject_Vectorcall(self->timed, args, nargsf, kwnames);
+                    return raise_held(PyObject_Vectorcall(self->timed, args, nargsf, kwnames));
         }
         else { /* it takes numpy (JitArguments): each call's counted */
             PyObject *t = args_tuple(args, nargs);
@@ -309,6 +345,8 @@ counting_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObject
             if (r == NULL)
                 hand_over_error(self->on_error);
             Py_XDECREF(r);
+            if (held_type != NULL) /* raised before the call, as in Python */
+                return raise_held(NULL);
         }
         /* Counted, not timed. (A race between threads on this countdown
            only moves which call is timed.) */
@@ -327,7 +365,7 @@ counting_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObject
         counting_record(self, eng, args, nargs, seq, start, end);
     Py_DECREF(seq);
     Py_DECREF(eng);
-    return out;
+    return raise_held(out);
 }
 
 static PyObject *
@@ -678,19 +716,19 @@ shardput_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObject
     ShardPut *self = (ShardPut *)op;
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
     if (nargs != 4 || kwnames != NULL) /* not JAX's call: the Python handler */
-        return PyObject_Vectorcall(self->timed, args, nargsf, kwnames);
+        return raise_held(PyObject_Vectorcall(self->timed, args, nargsf, kwnames));
     if (self->untimed > 0) {
         int explicit = explicit_put(self);
         if (explicit != 1) {
-            PyErr_Clear(); /* the timed path counts a failure */
-            return PyObject_Vectorcall(self->timed, args, nargsf, kwnames);
+            clear_error(); /* the timed path counts a failure */
+            return raise_held(PyObject_Vectorcall(self->timed, args, nargsf, kwnames));
         }
         /* Counted with its bytes, not timed (metrics.recording.sampling). */
         self->untimed--;
         PyObject *out = PyObject_Vectorcall(self->original, args, nargs, NULL);
         if (out != NULL)
             shardput_record(self, args[0], 0, 0);
-        return out;
+        return raise_held(out);
     }
     int64_t start = monotonic_ns();
     PyObject *out = PyObject_Vectorcall(self->original, args, nargs, NULL);
@@ -718,7 +756,7 @@ shardput_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObject
         Py_XDECREF(s);
         Py_XDECREF(e);
     }
-    return out;
+    return raise_held(out);
 }
 
 static PyObject *
@@ -884,7 +922,7 @@ syncvalue_usual(SyncValue *self, PyFrameObject *f, PyObject *out, int64_t start,
         }
     }
     if (PyErr_Occurred() && done >= 0)
-        PyErr_Clear();
+        clear_error();
     Py_XDECREF(ucode);
     Py_XDECREF(user);
     Py_DECREF(detail);
@@ -897,13 +935,13 @@ syncvalue_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObjec
     SyncValue *self = (SyncValue *)op;
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
     if (nargs != 1 || kwnames != NULL)
-        return PyObject_Vectorcall(self->fget, args, nargsf, kwnames);
+        return raise_held(PyObject_Vectorcall(self->fget, args, nargsf, kwnames));
     PyObject *cached = PyObject_GetAttr(args[0], str_npy_value);
     if (cached == NULL)
-        PyErr_Clear(); /* JAX's getter says what is wrong */
+        clear_error(); /* JAX's getter says what is wrong */
     else if (cached != Py_None) { /* the host copy is cached: nothing moves */
         Py_DECREF(cached);
-        return PyObject_Vectorcall(self->fget, args, 1, NULL);
+        return raise_held(PyObject_Vectorcall(self->fget, args, 1, NULL));
     }
     Py_XDECREF(cached);
     int64_t start = monotonic_ns();
@@ -929,7 +967,7 @@ syncvalue_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObjec
     }
     if (done < 0)
         hand_over_error(self->on_error);
-    return out;
+    return raise_held(out);
 }
 
 static PyObject *
