@@ -1,11 +1,16 @@
 """Overhead of the hook on a small JAX MLP training loop (CPU), every hook on.
 
     python bench/overhead_jax.py [--smoke] [--size tiny|mnist|all] [--rounds N]
+                                 [--processes K]
 
-Alternates short runs of five contenders in one process (200 rounds of
-100-step blocks by default, ``--rounds N``, a random order per round; every step well under a
-millisecond) and prints the median over rounds of each one's steps/s over
-the unhooked run's, for two MLPs: "tiny" (~0.13 ms per step on a quiet
+Alternates short runs of six contenders (400 rounds of 100-step blocks in
+all by default, ``--rounds N``, a random order per round; every step well
+under a millisecond), shared among four fresh processes run one after
+another (``--processes K``: a process's memory layout biases its figures by
+up to ~1 % here, so one process reports one draw of that bias), and prints
+the median over all rounds of each one's steps/s over the unhooked run's,
+with each process's median and a 95 % interval that resamples processes
+and then rounds, for two MLPs: "tiny" (~0.13 ms per step on a quiet
 machine) and "mnist" (784-128-10, batch 32, ~0.25 ms). The contenders:
 
 * without: the step jitted before install, the original ``jax.device_put``
@@ -23,6 +28,9 @@ machine) and "mnist" (784-128-10, batch 32, ~0.25 ms). The contenders:
   (only the transfers counted);
 * tracked: the explicit path, the step wrapped in ``metrics.track`` and
   ``metrics.mark_step()`` every step (target >= 0.99 on "mnist").
+* without, again: "without" under a second name; its ratio to "without"
+  is what this machine reads for no difference at all (the A/A control:
+  a ratio between the others closer to 1 than it is noise).
 
 A 95 % bootstrap interval of each median tells a miss from this machine's
 noise; the load average is printed before and after. Each ratio is also
@@ -45,10 +53,14 @@ time is printed too.
 
 from __future__ import annotations
 
+import argparse
+import json
 import os
 import random
+import subprocess
 import sys
 import time
+from typing import Any
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
@@ -109,12 +121,20 @@ def run(step, params, batches, mark: bool, put) -> tuple[float, float, float]:  
 def main() -> int:
     ap = parser(__doc__)
     ap.add_argument("--size", choices=[*SIZES, "all"], default="all")
-    ap.add_argument("--rounds", type=int, default=200,
-                    help="rounds of the loop contenders (default 200; the 95 %% interval "
-                         "narrows as its square root)")
+    ap.add_argument("--rounds", type=int, default=400,
+                    help="rounds of the loop contenders in all (default 400; the 95 %% "
+                         "interval narrows as its square root)")
+    ap.add_argument("--processes", type=int, default=4,
+                    help="fresh processes the rounds are shared among, one after another "
+                         "(default 4; 1: this one)")
+    ap.add_argument("--collect", choices=list(SIZES), help=argparse.SUPPRESS)
+    ap.add_argument("--seed", type=int, default=7, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.collect:  # one process's share, as JSON for the parent
+        print(json.dumps(collect(args.collect, args.rounds, args.seed)))
+        return 0
     for size in SIZES if args.size == "all" else [args.size]:
-        measure(size, args.smoke, args.rounds)
+        measure(size, args.smoke, args.rounds, args.processes)
     per_call(args.smoke)
     return 0
 
@@ -186,11 +206,14 @@ def per_call(smoke: bool) -> None:
         verdict(f"overhead_jax per hooked {case} / bare wrapper", r, "<= 1.5", r <= 1.5)
 
 
-def measure(size: str, smoke: bool, rounds: int = 200) -> None:
+def collect(size: str, rounds: int, seed: int = 7) -> dict[str, Any]:
+    """One process's share: ``rounds`` rounds of every contender, in a random
+    order per round (``seed``). Returns each contender's (steps per wall
+    second, per process CPU second, per training-thread CPU second) per
+    round, the executions counted, the hooks' work in a step and the load."""
     # Many short alternating blocks: this VM's speed drifts by 2x within
     # seconds, so long runs compare different machines.
     steps = 100
-    rounds = 4 if smoke else rounds
     batches, params = loop_data(size, steps)
     original_put = jax.device_put
     plain = make_step()
@@ -214,55 +237,98 @@ def measure(size: str, smoke: bool, rounds: int = 200) -> None:
     # The numpy shard handlers are patched process-wide (under any
     # device_put): the unhooked contenders run with jax's own in place.
     hooked_handlers, own_handlers = _shard_handlers()
-    runs = {"without": (plain, False, original_put), "bare": (bare_step, False, bare_put),
+    # "again" is "without" under a second name: its ratio to "without" is
+    # what this machine reads for no difference at all (the A/A control).
+    runs = {"without": (plain, False, original_put), "again": (plain, False, original_put),
+            "bare": (bare_step, False, bare_put),
             "unchanged": (jitted_after, False, jax.device_put),
             "before": (plain, False, jax.device_put), "tracked": (tracked, True, jax.device_put)}
-    load_before = os.getloadavg()
-    order_rng = random.Random(7)  # one generator: a random order per round, the same every run
+    load_before = os.getloadavg()[0]
+    order_rng = random.Random(seed)  # one generator: a random order per round, the same every run
     got: dict[str, list[tuple[float, float, float]]] = {k: [] for k in runs}
     for _ in range(rounds):
         labels = list(runs)
         order_rng.shuffle(labels)
         for label in labels:
             fn, mark, put = runs[label]
-            _set_shard_handlers(own_handlers if label in ("without", "bare") else hooked_handlers)
+            _set_shard_handlers(own_handlers if label in UNHOOKED else hooked_handlers)
             got[label].append(run(fn, params, batches, mark, put))
     _set_shard_handlers(hooked_handlers)
     work = hook_work(lambda: jitted_after(params, jax.device_put(batches[0][0]),
                                           jax.device_put(batches[0][1])))
     executions = metrics.counter_value("ExecuteComputation")
     metrics.uninstall()
-    load_after = os.getloadavg()
-    wall = {k: [w for w, _, _ in v] for k, v in got.items()}
-    cpu = {k: [c for _, c, _ in v] for k, v in got.items()}
-    thread = {k: [t for _, _, t in v] for k, v in got.items()}
+    return {"got": got, "work": work, "executions": executions, "steps": steps,
+            "load": (load_before, os.getloadavg()[0])}
 
-    def ratios(a: str, b: str, of: dict[str, list[float]] = wall) -> list[float]:
-        return [x / y for x, y in zip(of[a], of[b], strict=True)]
 
-    print(f"[{size}] steps/s: without {median(wall['without']):.0f} "
-          f"({1e6 / median(wall['without']):.0f} us/step), bare wrapper "
-          f"{median(wall['bare']):.0f}, loop unchanged (all hooks) "
-          f"{median(wall['unchanged']):.0f}, "
-          f"jitted before install {median(wall['before']):.0f}, tracked + mark_step "
-          f"{median(wall['tracked']):.0f} ({steps} steps x {rounds} rounds; load average "
-          f"{load_before[0]:.2f} -> {load_after[0]:.2f}; {executions} executions counted)")
+UNHOOKED = ("without", "again", "bare")
+ROWS = [("without, again / without (A/A: what no difference reads here)", "again", "without"),
+        ("bare wrapper / without", "bare", "without"),
+        ("loop unchanged, all hooks / without", "unchanged", "without"),
+        ("loop unchanged, all hooks / bare wrapper", "unchanged", "bare"),
+        ("jitted before install / without", "before", "without"),
+        ("tracked + mark_step / without", "tracked", "without")]
+
+
+def measure(size: str, smoke: bool, rounds: int = 200, processes: int = 1) -> None:
+    """Runs ``collect`` in ``processes`` fresh processes one after another
+    (``rounds`` shared among them; 1: in this one) and prints the ratios
+    pooled over all their rounds, with each process's median: a process's
+    memory layout biases its figures by up to ~1 % here (the medians of runs
+    minutes apart differ by more than one run's interval), and fresh
+    processes average that bias out instead of reporting one draw of it."""
+    rounds = 4 if smoke else rounds
+    processes = 1 if smoke else max(1, processes)
+    if processes == 1:
+        parts = [collect(size, rounds)]
+    else:
+        share = -(-rounds // processes)
+        parts = []
+        for i in range(processes):
+            out = subprocess.run(
+                [sys.executable, __file__, "--collect", size, "--rounds", str(share),
+                 "--seed", str(7 + i)], capture_output=True, text=True, timeout=1800)
+            if out.returncode != 0:
+                raise SystemExit(f"overhead_jax: process {i + 1} of {processes} failed: "
+                                 + (out.stderr.strip().splitlines() or ["no output"])[-1])
+            parts.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    report(size, parts)
+
+
+def report(size: str, parts: list[dict[str, Any]]) -> None:
+    """Pooled ratios of the processes' rounds, per-process medians, verdicts."""
+    def per(part: dict[str, Any], label: str, clock: int) -> list[float]:
+        return [r[clock] for r in part["got"][label]]
+
+    def ratios(a: str, b: str, clock: int = 0) -> list[list[float]]:
+        return [[x / y for x, y in zip(per(p, a, clock), per(p, b, clock), strict=True)]
+                for p in parts]
+
+    wall = {k: median([x for p in parts for x in per(p, k, 0)]) for k in parts[0]["got"]}
+    rounds = sum(len(p["got"]["without"]) for p in parts)
+    loads = ", ".join(f"{p['load'][0]:.2f} -> {p['load'][1]:.2f}" for p in parts)
+    print(f"[{size}] steps/s: without {wall['without']:.0f} "
+          f"({1e6 / wall['without']:.0f} us/step), bare wrapper {wall['bare']:.0f}, loop "
+          f"unchanged (all hooks) {wall['unchanged']:.0f}, jitted before install "
+          f"{wall['before']:.0f}, tracked + mark_step {wall['tracked']:.0f} "
+          f"({parts[0]['steps']} steps x {rounds} rounds in {len(parts)} process(es); load "
+          f"average {loads}; {parts[0]['executions']} executions counted in the first)")
     print(f"[{size}] the hooks' work per step, loop unchanged (counted, not timed; the usual "
-          f"step: on one in 16 each hook also reads the clock twice): {work}")
-    rows = [("bare wrapper / without", "bare", "without"),
-            ("loop unchanged, all hooks / without", "unchanged", "without"),
-            ("loop unchanged, all hooks / bare wrapper", "unchanged", "bare"),
-            ("jitted before install / without", "before", "without"),
-            ("tracked + mark_step / without", "tracked", "without")]
+          f"step: on one in 16 each hook also reads the clock twice): {parts[0]['work']}")
     result = {}
-    for text, a, b in rows:
+    for text, a, b in ROWS:
         r = ratios(a, b)
-        result[(a, b)] = median(r)
-        line = f"[{size}] {text}: {median(r):.3f}"
-        if len(r) > 1:
-            line += (f", 95 % interval {_interval(r)}; per CPU-second "
-                     f"{median(ratios(a, b, cpu)):.3f}, per training-thread CPU-second "
-                     f"{median(ratios(a, b, thread)):.3f}")
+        pooled = [x for xs in r for x in xs]
+        result[(a, b)] = median(pooled)
+        line = f"[{size}] {text}: {median(pooled):.3f}"
+        if len(pooled) > 1:
+            line += f", 95 % interval {_interval(r)}"
+            if len(parts) > 1:
+                line += " (processes: " + ", ".join(f"{median(xs):.3f}" for xs in r) + ")"
+            cpu, thread = ratios(a, b, 1), ratios(a, b, 2)
+            line += (f"; per CPU-second {median([x for xs in cpu for x in xs]):.3f}, per "
+                     f"training-thread CPU-second {median([x for xs in thread for x in xs]):.3f}")
         print(line)
     if size == "tiny":  # ~0.13 ms a step: any Python in the loop shows; judged against the floor
         r = result[("unchanged", "bare")]
@@ -344,10 +410,16 @@ def _set_shard_handlers(handlers: dict[object, object]) -> None:
         pxla.shard_arg_handlers.update(handlers)
 
 
-def _interval(xs: list[float], resamples: int = 2000) -> str:
-    """A 95 % bootstrap interval of the median of ``xs``."""
+def _interval(groups: list[list[float]], resamples: int = 2000) -> str:
+    """A 95 % bootstrap interval of the pooled median of ``groups`` (one list
+    of per-round ratios a process): processes are resampled, then rounds
+    within each, so a process's own bias widens the interval as it should."""
     rng = random.Random(11)
-    meds = sorted(median(rng.choices(xs, k=len(xs))) for _ in range(resamples))
+    meds = []
+    for _ in range(resamples):
+        picked = rng.choices(groups, k=len(groups)) if len(groups) > 1 else groups
+        meds.append(median([x for g in picked for x in rng.choices(g, k=len(g))]))
+    meds.sort()
     return f"{meds[int(0.025 * resamples)]:.3f}-{meds[int(0.975 * resamples)]:.3f}"
 
 
