@@ -26,8 +26,9 @@ up to ~1 % here) and pooled, with each process's median:
 Targets: "mnist" loop unchanged / without >= 0.99; "tiny" loop unchanged /
 bare wrapper >= 0.99 (any Python in its loop shows).
 
-torch_xla: runs in the torch_xla venv (``tools/xla-env.sh``) as a child
-process: the hook installed at start (so torch_xla writes its compile
+torch_xla: runs in the torch_xla venv (``tools/xla-env.sh``) as child
+processes (150 pairs shared among ``--processes`` of them, pooled), each:
+the hook installed at start (so torch_xla writes its compile
 analyses to our file), then alternating blocks with ``metrics.mark_step()``
 every step and a full ``metrics.snapshot()`` (which reads every torch_xla
 counter and metric) once a second of hooked run time (as ``tpu-info --watch``
@@ -281,16 +282,15 @@ def loop(hooked):
 
 loop(False); loop(True)
 totals = {True: [0, 0.0], False: [0, 0.0]}
-rounds = 4 if smoke else 150
+rounds = 4 if smoke else int(sys.argv[2])
 ratios, plain = [], []
-rng = random.Random(7)
+rng = random.Random(int(sys.argv[3]))
 for first in [rng.random() < 0.5 for _ in range(rounds)]:
     if first:
         b = loop(True); a = loop(False)
     else:
         a = loop(False); b = loop(True)
     ratios.append(b / a); plain.append(a)
-ratios.sort()
 print(json.dumps({"ratios": ratios, "us_per_step": 1e6 / sorted(plain)[len(plain) // 2],
                   "steps": steps, "rounds": rounds, "scrapes": scrapes,
                   "overall": (totals[True][0] / totals[True][1])
@@ -299,7 +299,9 @@ print(json.dumps({"ratios": ratios, "us_per_step": 1e6 / sorted(plain)[len(plain
 """
 
 
-def bench_xla(smoke: bool) -> float | None:
+def bench_xla(smoke: bool, rounds: int = 150, processes: int = 4) -> float | None:
+    """The torch_xla part: ``rounds`` pairs shared among ``processes`` child
+    processes in its venv, run one after another, pooled."""
     try:
         py = subprocess.run(["bash", str(ROOT / "tools" / "xla-env.sh"), "--path"],
                             capture_output=True, text=True, timeout=30).stdout.strip()
@@ -313,20 +315,32 @@ def bench_xla(smoke: bool) -> float | None:
     env = dict(os.environ, PJRT_DEVICE="CPU", PYTHONPATH=str(ROOT))
     for var in ("PT_XLA_DEBUG_LEVEL", "PT_XLA_DEBUG_FILE"):
         env.pop(var, None)
-    r = subprocess.run([py, "-c", XLA_CHILD, "1" if smoke else "0"], capture_output=True,
-                       text=True, env=env, cwd=ROOT, timeout=1800)
-    if r.returncode != 0:
-        print(f"torch_xla: child failed: {r.stderr[-2000:]}")
-        return None
-    doc = json.loads(r.stdout.strip().splitlines()[-1])
-    ratios = doc["ratios"]
+    processes = 1 if smoke else max(1, processes)
+    docs = []
+    for i in range(processes):
+        r = subprocess.run([py, "-c", XLA_CHILD, "1" if smoke else "0",
+                            str(-(-rounds // processes)), str(7 + i)],
+                           capture_output=True, text=True, env=env, cwd=ROOT, timeout=1800)
+        if r.returncode != 0:
+            print(f"torch_xla: child failed: {r.stderr[-2000:]}")
+            return None
+        docs.append(json.loads(r.stdout.strip().splitlines()[-1]))
+    groups = [d["ratios"] for d in docs]
+    ratios = sorted(x for g in groups for x in g)
     q = statistics.quantiles(ratios, n=4) if len(ratios) >= 4 else [0, median(ratios), 0]
-    sc = doc["scrapes"]
-    print(f"torch_xla MLP: {doc['us_per_step']:.0f} us/step, {doc['steps']} steps x "
-          f"{doc['rounds']} rounds; per-pair ratio quartiles {q[0]:.3f} / {q[1]:.3f} / "
-          f"{q[2]:.3f}; {len(sc)} scrapes of {1e3 * median(sc) if sc else 0:.1f} ms; "
-          f"UncachedCompile {doc['uncached']}")
-    print(f"torch_xla: all steps/s with / without (scrapes included): {doc['overall']:.3f}")
+    sc = [x for d in docs for x in d["scrapes"]]
+    doc = docs[0]
+    line = (f"torch_xla MLP: {median([d['us_per_step'] for d in docs]):.0f} us/step, "
+            f"{doc['steps']} steps x {len(ratios)} rounds in {len(docs)} process(es); per-pair "
+            f"ratio {median(ratios):.3f}")
+    if len(ratios) > 1:
+        line += f", 95 % interval {pooled_interval(groups)}"
+    if len(docs) > 1:
+        line += " (processes: " + ", ".join(f"{median(g):.3f}" for g in groups) + ")"
+    print(f"{line}; quartiles {q[0]:.3f} / {q[1]:.3f} / {q[2]:.3f}; {len(sc)} scrapes of "
+          f"{1e3 * median(sc) if sc else 0:.1f} ms; UncachedCompile {doc['uncached']}")
+    print("torch_xla: all steps/s with / without (scrapes included), per process: "
+          + ", ".join(f"{d['overall']:.3f}" for d in docs))
     return median(ratios)
 
 
@@ -349,7 +363,7 @@ def main() -> int:
     for size in SIZES if args.size == "all" else [args.size]:
         bench_compile(size, args.smoke, args.rounds, args.processes)
     if not args.skip_xla:
-        x = bench_xla(args.smoke)
+        x = bench_xla(args.smoke, processes=args.processes)
         if x is not None:
             verdict("overhead_torch torch_xla steps/s ratio (with/without)", x, ">= 0.99",
                     x >= 0.99)

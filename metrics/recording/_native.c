@@ -37,7 +37,7 @@ monotonic_ns(void)
 #endif
 }
 
-static void clear_error(void);
+static void hold_or_clear(void);
 
 /* The offset of an object slot (``__slots__`` member) named ``name`` on
    ``obj``'s type, or -1: read in place, without an attribute lookup. */
@@ -68,7 +68,7 @@ read_slot(PyObject *obj, Py_ssize_t off, PyObject *name)
     }
     PyObject *v = PyObject_GetAttr(obj, name);
     if (v == NULL)
-        clear_error();
+        hold_or_clear();
     return v;
 }
 
@@ -81,7 +81,7 @@ slot_true(PyObject *obj, Py_ssize_t off, PyObject *name)
     int t = v == Py_True ? 1 : v == Py_False || v == Py_None ? 0 : PyObject_IsTrue(v);
     Py_DECREF(v);
     if (t < 0) {
-        clear_error();
+        hold_or_clear();
         return 0;
     }
     return t;
@@ -97,7 +97,7 @@ one_graph(PyObject *obj, Py_ssize_t off, PyObject *name)
     long c = PyLong_Check(v) ? PyLong_AsLong(v) : 2;
     Py_DECREF(v);
     if (c == -1 && PyErr_Occurred()) {
-        clear_error();
+        hold_or_clear();
         return 0;
     }
     return c < 2;
@@ -116,39 +116,50 @@ static PyObject *str_active, *str_calls_queue, *str_calls, *str_flush, *str_nump
    thread of the call it serves. */
 static _Thread_local PyObject *held_type = NULL, *held_value = NULL, *held_tb = NULL;
 
-/* Calls on_error(exception) with the pending exception and clears it; one
-   that is not an Exception is held for raise_held instead. */
+/* Clears the pending exception, or holds it for raise_held when it is not
+   an Exception and none is held yet (the first one wins, as in Python). */
 static void
-hand_over_error(PyObject *on_error)
+hold_or_clear(void)
 {
     PyObject *type, *value, *tb;
     PyErr_Fetch(&type, &value, &tb);
-    PyErr_NormalizeException(&type, &value, &tb);
-    if (type != NULL && !PyErr_GivenExceptionMatches(type, PyExc_Exception)) {
-        if (held_type == NULL) { /* the first one wins, as in Python */
-            held_type = type;
-            held_value = value;
-            held_tb = tb;
-            return;
-        }
-    }
-    else if (value != NULL && on_error != NULL) {
-        PyObject *r = PyObject_CallOneArg(on_error, value);
-        Py_XDECREF(r);
-        PyErr_Clear();
+    if (type != NULL && held_type == NULL &&
+        !PyErr_GivenExceptionMatches(type, PyExc_Exception)) {
+        PyErr_NormalizeException(&type, &value, &tb);
+        held_type = type;
+        held_value = value;
+        held_tb = tb;
+        return;
     }
     Py_XDECREF(type);
     Py_XDECREF(value);
     Py_XDECREF(tb);
 }
 
-/* Clears the pending exception, or holds it for raise_held when it is not
-   an Exception (a signal handler's SystemExit raised in Python code the
-   hook ran: a property, a comparison). */
+/* Calls on_error(exception) with the pending exception and clears it; one
+   that is not an Exception is held for raise_held instead (so is one raised
+   inside on_error itself: a signal handler can run there too). */
 static void
-clear_error(void)
+hand_over_error(PyObject *on_error)
 {
-    hand_over_error(NULL);
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    if (type == NULL)
+        return;
+    PyErr_NormalizeException(&type, &value, &tb);
+    if (!PyErr_GivenExceptionMatches(type, PyExc_Exception) || on_error == NULL ||
+        value == NULL) {
+        PyErr_Restore(type, value, tb);
+        hold_or_clear();
+        return;
+    }
+    PyObject *r = PyObject_CallOneArg(on_error, value);
+    if (r == NULL)
+        hold_or_clear();
+    Py_XDECREF(r);
+    Py_DECREF(type);
+    Py_XDECREF(value);
+    Py_XDECREF(tb);
 }
 
 /* What a hooked call returns: ``out``, or NULL with the held exception
@@ -274,7 +285,7 @@ counting_record(Counting *self, PyObject *eng, PyObject *const *args, Py_ssize_t
     PyObject *now = PyList_GET_ITEM(self->seqs, 0);
     int same = now == seq || PyObject_RichCompareBool(now, seq, Py_EQ) == 1;
     if (PyErr_Occurred())
-        clear_error();
+        hold_or_clear();
     if (same && one_graph(self->owner, self->off_compiles, str_compiles)) {
         /* The usual call: nothing compiled, one graph: no key. */
         if (counting_journal(self, eng) < 0) {
@@ -317,7 +328,7 @@ counting_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObject
     PyObject *eng = PyDict_GetItemWithError(self->state, str_active); /* borrowed */
     if (eng == NULL || eng == Py_None) {
         if (PyErr_Occurred())
-            clear_error();
+            hold_or_clear();
         return raise_held(PyObject_Vectorcall(self->fn, args, nargsf, kwnames));
     }
     int timed = self->untimed <= 0;
@@ -720,7 +731,7 @@ shardput_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObject
     if (self->untimed > 0) {
         int explicit = explicit_put(self);
         if (explicit != 1) {
-            clear_error(); /* the timed path counts a failure */
+            hold_or_clear(); /* the timed path counts a failure */
             return raise_held(PyObject_Vectorcall(self->timed, args, nargsf, kwnames));
         }
         /* Counted with its bytes, not timed (metrics.recording.sampling). */
@@ -922,7 +933,7 @@ syncvalue_usual(SyncValue *self, PyFrameObject *f, PyObject *out, int64_t start,
         }
     }
     if (PyErr_Occurred() && done >= 0)
-        clear_error();
+        hold_or_clear();
     Py_XDECREF(ucode);
     Py_XDECREF(user);
     Py_DECREF(detail);
@@ -938,7 +949,7 @@ syncvalue_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObjec
         return raise_held(PyObject_Vectorcall(self->fget, args, nargsf, kwnames));
     PyObject *cached = PyObject_GetAttr(args[0], str_npy_value);
     if (cached == NULL)
-        clear_error(); /* JAX's getter says what is wrong */
+        hold_or_clear(); /* JAX's getter says what is wrong */
     else if (cached != Py_None) { /* the host copy is cached: nothing moves */
         Py_DECREF(cached);
         return raise_held(PyObject_Vectorcall(self->fget, args, 1, NULL));

@@ -389,17 +389,26 @@ def _journal(path: str) -> Any:
     return {"call": eng.calls, "put": eng.explicit.journal, "read": eng.implicit.journal}[path]
 
 
-def _run_path(path: str, n: int) -> None:
+def _path_runner(path: str) -> Callable[[int], None]:
+    """Runs ``path`` n times a call: jitted calls, numpy puts or float reads."""
     f = jax.jit(lambda x: x + 1)
     x = jnp.ones(4)
     batch = np.ones(256, np.float32)
-    for _ in range(n):
-        if path == "call":
-            x = f(x)
-        elif path == "put":
-            jax.device_put(batch)
-        else:
-            float(f(x)[0])
+
+    def run(n: int) -> None:
+        for _ in range(n):
+            if path == "call":
+                f(x)
+            elif path == "put":
+                jax.device_put(batch)
+            else:
+                float(f(x)[0])
+
+    return run
+
+
+def _run_path(path: str, n: int) -> None:
+    _path_runner(path)(n)
 
 
 @pytest.mark.parametrize("exc", [SystemExit, KeyboardInterrupt])
@@ -425,6 +434,30 @@ def test_an_exit_raised_inside_a_hook_s_python_helper_reaches_the_program(
     assert folds, "the fold never ran"
     rec.flush()
     assert rec.registry.counter_value(names.HOOK_ERRORS) in (None, 0)
+
+
+@pytest.mark.parametrize("path", ["call", "put", "read"])
+def test_an_exit_raised_while_a_c_hook_counts_its_failure_reaches_the_program(
+        hooks, monkeypatch, path):
+    """A signal handler can run inside the code that counts a C hook's
+    failure too (its ``on_error``): the SystemExit raised there ends the
+    program instead of being cleared with the failure."""
+    from metrics.recording.journal import Journal
+
+    rec = hooks("C")
+    run = _path_runner(path)
+    run(2 * TIME_FIRST)  # compiled, past the timed calls: the usual path, in C
+
+    def broken(self):  # type: ignore[no-untyped-def]
+        raise ValueError("a broken journal")
+
+    def interrupted(where, e):  # type: ignore[no-untyped-def]
+        raise SystemExit(143)
+
+    monkeypatch.setattr(Journal, "flush_held", broken)
+    monkeypatch.setattr(rec, "hook_failed", interrupted)
+    with pytest.raises(SystemExit):
+        run(50_000)
 
 
 def test_ctrl_c_inside_a_c_hook_s_python_helper_still_reaches_the_program(hooks, monkeypatch):
