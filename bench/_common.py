@@ -8,9 +8,14 @@ ratios; absolute times are printed for context only.
 from __future__ import annotations
 
 import argparse
+import json
+import random
 import statistics
+import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
@@ -25,6 +30,78 @@ def parser(doc: str | None) -> argparse.ArgumentParser:
 
 def median(xs: list[float]) -> float:
     return statistics.median(xs)
+
+
+def in_processes(script: str, size: str, rounds: int, processes: int,
+                 here: Callable[[int], dict[str, Any]], timeout: float = 3600
+                 ) -> list[dict[str, Any]]:
+    """One result per process: ``here(rounds)`` in this one when
+    ``processes`` is 1, else ``script --collect SIZE --rounds R --seed S``
+    (its last stdout line, JSON) in that many fresh processes one after
+    another, the rounds shared among them. A process's memory layout biases
+    its figures by up to ~1 % on this machine (an A/A pair reads 0.98-1.01
+    per process): fresh processes average that bias out."""
+    if processes <= 1:
+        return [here(rounds)]
+    share = -(-rounds // processes)
+    parts = []
+    for i in range(processes):
+        out = subprocess.run([sys.executable, script, "--collect", size, "--rounds", str(share),
+                              "--seed", str(7 + i)], capture_output=True, text=True,
+                             timeout=timeout)
+        if out.returncode != 0:
+            raise SystemExit(f"{Path(script).stem}: process {i + 1} of {processes} failed: "
+                             + (out.stderr.strip().splitlines() or ["no output"])[-1])
+        parts.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    return parts
+
+
+def pooled_interval(groups: list[list[float]], resamples: int = 2000) -> str:
+    """A 95 % bootstrap interval of the pooled median of ``groups`` (one list
+    of per-round ratios a process): processes are resampled, then rounds
+    within each, so a process's own bias widens the interval as it should."""
+    rng = random.Random(11)
+    meds = []
+    for _ in range(resamples):
+        picked = rng.choices(groups, k=len(groups)) if len(groups) > 1 else groups
+        meds.append(median([x for g in picked for x in rng.choices(g, k=len(g))]))
+    meds.sort()
+    return f"{meds[int(0.025 * resamples)]:.3f}-{meds[int(0.975 * resamples)]:.3f}"
+
+
+def pooled(groups: list[list[float]]) -> str:
+    """The pooled median of per-process ratios, its interval and, with
+    several processes, each one's median: the text of a ratio row."""
+    flat = [x for g in groups for x in g]
+    text = f"{median(flat):.3f}"
+    if len(flat) > 1:
+        text += f", 95 % interval {pooled_interval(groups)}"
+    if len(groups) > 1:
+        text += " (processes: " + ", ".join(f"{median(g):.3f}" for g in groups) + ")"
+    return text
+
+
+def ratio_rows(parts: list[dict[str, Any]], rows: list[tuple[str, str, str]], prefix: str,
+               clocks: tuple[str, ...] = ("CPU-second",)) -> dict[tuple[str, str], float]:
+    """Prints one line per ``(text, a, b)`` of ``rows``: contender a's
+    per-round rate over b's (``parts[i]["got"][label]``: one tuple a round,
+    wall first, then one per name in ``clocks``), pooled over the processes,
+    then the median per other clock. Returns the pooled wall ratio by (a, b)."""
+    def ratios(a: str, b: str, clock: int) -> list[list[float]]:
+        return [[x[clock] / y[clock] for x, y in zip(p["got"][a], p["got"][b], strict=True)]
+                for p in parts]
+
+    result = {}
+    for text, a, b in rows:
+        r = ratios(a, b, 0)
+        result[(a, b)] = median([x for xs in r for x in xs])
+        line = f"{prefix} {text}: {pooled(r)}"
+        if len(r[0]) > 1:
+            line += "; " + ", ".join(
+                f"per {name} {median([x for xs in ratios(a, b, i + 1) for x in xs]):.3f}"
+                for i, name in enumerate(clocks))
+        print(line)
+    return result
 
 
 def verdict(name: str, value: float, target: str, ok: bool) -> str:

@@ -57,7 +57,6 @@ import argparse
 import json
 import os
 import random
-import subprocess
 import sys
 import time
 from typing import Any
@@ -67,7 +66,7 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
-from _common import median, parser, verdict  # noqa: E402
+from _common import in_processes, median, parser, ratio_rows, verdict  # noqa: E402
 
 import metrics  # noqa: E402
 
@@ -279,33 +278,14 @@ def measure(size: str, smoke: bool, rounds: int = 200, processes: int = 1) -> No
     minutes apart differ by more than one run's interval), and fresh
     processes average that bias out instead of reporting one draw of it."""
     rounds = 4 if smoke else rounds
-    processes = 1 if smoke else max(1, processes)
-    if processes == 1:
-        parts = [collect(size, rounds)]
-    else:
-        share = -(-rounds // processes)
-        parts = []
-        for i in range(processes):
-            out = subprocess.run(
-                [sys.executable, __file__, "--collect", size, "--rounds", str(share),
-                 "--seed", str(7 + i)], capture_output=True, text=True, timeout=1800)
-            if out.returncode != 0:
-                raise SystemExit(f"overhead_jax: process {i + 1} of {processes} failed: "
-                                 + (out.stderr.strip().splitlines() or ["no output"])[-1])
-            parts.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    parts = in_processes(__file__, size, rounds, 1 if smoke else processes,
+                         lambda n: collect(size, n), timeout=1800)
     report(size, parts)
 
 
 def report(size: str, parts: list[dict[str, Any]]) -> None:
     """Pooled ratios of the processes' rounds, per-process medians, verdicts."""
-    def per(part: dict[str, Any], label: str, clock: int) -> list[float]:
-        return [r[clock] for r in part["got"][label]]
-
-    def ratios(a: str, b: str, clock: int = 0) -> list[list[float]]:
-        return [[x / y for x, y in zip(per(p, a, clock), per(p, b, clock), strict=True)]
-                for p in parts]
-
-    wall = {k: median([x for p in parts for x in per(p, k, 0)]) for k in parts[0]["got"]}
+    wall = {k: median([r[0] for p in parts for r in p["got"][k]]) for k in parts[0]["got"]}
     rounds = sum(len(p["got"]["without"]) for p in parts)
     loads = ", ".join(f"{p['load'][0]:.2f} -> {p['load'][1]:.2f}" for p in parts)
     print(f"[{size}] steps/s: without {wall['without']:.0f} "
@@ -316,20 +296,7 @@ def report(size: str, parts: list[dict[str, Any]]) -> None:
           f"average {loads}; {parts[0]['executions']} executions counted in the first)")
     print(f"[{size}] the hooks' work per step, loop unchanged (counted, not timed; the usual "
           f"step: on one in 16 each hook also reads the clock twice): {parts[0]['work']}")
-    result = {}
-    for text, a, b in ROWS:
-        r = ratios(a, b)
-        pooled = [x for xs in r for x in xs]
-        result[(a, b)] = median(pooled)
-        line = f"[{size}] {text}: {median(pooled):.3f}"
-        if len(pooled) > 1:
-            line += f", 95 % interval {_interval(r)}"
-            if len(parts) > 1:
-                line += " (processes: " + ", ".join(f"{median(xs):.3f}" for xs in r) + ")"
-            cpu, thread = ratios(a, b, 1), ratios(a, b, 2)
-            line += (f"; per CPU-second {median([x for xs in cpu for x in xs]):.3f}, per "
-                     f"training-thread CPU-second {median([x for xs in thread for x in xs]):.3f}")
-        print(line)
+    result = ratio_rows(parts, ROWS, f"[{size}]", ("CPU-second", "training-thread CPU-second"))
     if size == "tiny":  # ~0.13 ms a step: any Python in the loop shows; judged against the floor
         r = result[("unchanged", "bare")]
         verdict(f"overhead_jax {size} loop unchanged / bare-wrapper floor", r, ">= 0.99",
@@ -408,19 +375,6 @@ def _set_shard_handlers(handlers: dict[object, object]) -> None:
         from jax._src.interpreters import pxla
 
         pxla.shard_arg_handlers.update(handlers)
-
-
-def _interval(groups: list[list[float]], resamples: int = 2000) -> str:
-    """A 95 % bootstrap interval of the pooled median of ``groups`` (one list
-    of per-round ratios a process): processes are resampled, then rounds
-    within each, so a process's own bias widens the interval as it should."""
-    rng = random.Random(11)
-    meds = []
-    for _ in range(resamples):
-        picked = rng.choices(groups, k=len(groups)) if len(groups) > 1 else groups
-        meds.append(median([x for g in picked for x in rng.choices(g, k=len(g))]))
-    meds.sort()
-    return f"{meds[int(0.025 * resamples)]:.3f}-{meds[int(0.975 * resamples)]:.3f}"
 
 
 if __name__ == "__main__":

@@ -49,7 +49,7 @@ import sys
 import time
 from typing import Any
 
-from _common import ROOT, median, parser, verdict
+from _common import ROOT, in_processes, median, parser, pooled, ratio_rows, verdict
 
 
 def _rounds(run_plain, run_hooked, rounds: int) -> list[float]:  # type: ignore[no-untyped-def]
@@ -178,24 +178,8 @@ def bench_compile(size: str, smoke: bool, rounds: int, processes: int) -> None:
     """The torch.compile part for one size: ``rounds`` shared among
     ``processes`` fresh processes (1: this one), pooled, with verdicts."""
     rounds = 4 if smoke else rounds
-    processes = 1 if smoke else max(1, processes)
-    if processes == 1:
-        parts = [collect_compile(size, smoke, rounds)]
-    else:
-        share = -(-rounds // processes)
-        parts = []
-        for i in range(processes):
-            out = subprocess.run(
-                [sys.executable, __file__, "--collect", size, "--rounds", str(share),
-                 "--seed", str(7 + i)], capture_output=True, text=True, timeout=3600)
-            if out.returncode != 0:
-                raise SystemExit(f"overhead_torch: process {i + 1} of {processes} failed: "
-                                 + (out.stderr.strip().splitlines() or ["no output"])[-1])
-            parts.append(json.loads(out.stdout.strip().splitlines()[-1]))
-
-    def ratios(a: str, b: str, clock: int = 0) -> list[list[float]]:
-        return [[x[clock] / y[clock] for x, y in zip(p["got"][a], p["got"][b], strict=True)]
-                for p in parts]
+    parts = in_processes(__file__, size, rounds, 1 if smoke else processes,
+                         lambda n: collect_compile(size, smoke, n))
 
     wall = {k: median([r[0] for p in parts for r in p["got"][k]]) for k in parts[0]["got"]}
     n = sum(len(p["got"]["without"]) for p in parts)
@@ -204,18 +188,7 @@ def bench_compile(size: str, smoke: bool, rounds: int, processes: int) -> None:
           f"{parts[0]['steps']} steps x {n} rounds in {len(parts)} process(es) (load average "
           f"{loads}); steps/s without {wall['without']:.0f}, bare wrapper {wall['bare']:.0f}, "
           f"loop unchanged {wall['unchanged']:.0f}, marked {wall['marked']:.0f}")
-    result = {}
-    for text, a, b in COMPILE_ROWS:
-        r = ratios(a, b)
-        pooled = [x for xs in r for x in xs]
-        result[(a, b)] = median(pooled)
-        line = f"torch.compile {size} {text}: {median(pooled):.3f}"
-        if len(pooled) > 1:
-            line += f", 95 % interval {pooled_interval(r)}"
-            if len(parts) > 1:
-                line += " (processes: " + ", ".join(f"{median(xs):.3f}" for xs in r) + ")"
-            line += f"; per CPU-second {median([x for xs in ratios(a, b, 1) for x in xs]):.3f}"
-        print(line)
+    result = ratio_rows(parts, COMPILE_ROWS, f"torch.compile {size}")
     print(f"hooked graph compiles (uncached, backend cache hits) {parts[0]['compiles']}, "
           f"executions counted {parts[0]['executions']} (the first process)")
     if size == "tiny":  # any Python in the loop shows: judged against the floor
@@ -229,18 +202,6 @@ def bench_compile(size: str, smoke: bool, rounds: int, processes: int) -> None:
     r = result[("marked", "without")]
     verdict(f"overhead_torch torch.compile {size} marked steps/s ratio (with/without)", r,
             ">= 0.98", r >= 0.98)
-
-
-def pooled_interval(groups: list[list[float]], resamples: int = 2000) -> str:
-    """A 95 % bootstrap interval of the pooled median of ``groups`` (one list
-    of per-round ratios a process): processes resampled, then rounds."""
-    rng = random.Random(11)
-    meds = []
-    for _ in range(resamples):
-        picked = rng.choices(groups, k=len(groups)) if len(groups) > 1 else groups
-        meds.append(median([x for g in picked for x in rng.choices(g, k=len(g))]))
-    meds.sort()
-    return f"{meds[int(0.025 * resamples)]:.3f}-{meds[int(0.975 * resamples)]:.3f}"
 
 
 XLA_CHILD = r"""
@@ -330,15 +291,11 @@ def bench_xla(smoke: bool, rounds: int = 150, processes: int = 4) -> float | Non
     q = statistics.quantiles(ratios, n=4) if len(ratios) >= 4 else [0, median(ratios), 0]
     sc = [x for d in docs for x in d["scrapes"]]
     doc = docs[0]
-    line = (f"torch_xla MLP: {median([d['us_per_step'] for d in docs]):.0f} us/step, "
-            f"{doc['steps']} steps x {len(ratios)} rounds in {len(docs)} process(es); per-pair "
-            f"ratio {median(ratios):.3f}")
-    if len(ratios) > 1:
-        line += f", 95 % interval {pooled_interval(groups)}"
-    if len(docs) > 1:
-        line += " (processes: " + ", ".join(f"{median(g):.3f}" for g in groups) + ")"
-    print(f"{line}; quartiles {q[0]:.3f} / {q[1]:.3f} / {q[2]:.3f}; {len(sc)} scrapes of "
-          f"{1e3 * median(sc) if sc else 0:.1f} ms; UncachedCompile {doc['uncached']}")
+    print(f"torch_xla MLP: {median([d['us_per_step'] for d in docs]):.0f} us/step, "
+          f"{doc['steps']} steps x {len(ratios)} rounds in {len(docs)} process(es); per-pair "
+          f"ratio {pooled(groups)}; quartiles {q[0]:.3f} / {q[1]:.3f} / {q[2]:.3f}; "
+          f"{len(sc)} scrapes of {1e3 * median(sc) if sc else 0:.1f} ms; UncachedCompile "
+          f"{doc['uncached']}")
     print("torch_xla: all steps/s with / without (scrapes included), per process: "
           + ", ".join(f"{d['overall']:.3f}" for d in docs))
     return median(ratios)
