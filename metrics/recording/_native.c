@@ -633,13 +633,18 @@ typedef struct {
     PyObject *descr;
 } ArrayHead;
 
-/* x.nbytes read from the array's head when x is exactly ``ndarray``
-   (itemsize from ``*descr``, cached while the dtype stays), else -1 (no
-   exception set): then it is looked up. */
+/* x.nbytes read from the array's head when x is an ``ndarray`` or of a
+   subclass of it (a subclass keeps the head: JAX's own TypedNdArray, what
+   every numpy batch becomes before its shard handler sees it), itemsize from
+   ``*descr``, cached while the dtype stays; else -1 (no exception set): then
+   it is looked up. */
 static Py_ssize_t
 head_nbytes(PyObject *x, PyObject *ndarray, PyObject **descr, Py_ssize_t *itemsize)
 {
-    if (ndarray == NULL || ndarray == Py_None || (PyObject *)Py_TYPE(x) != ndarray)
+    if (ndarray == NULL || ndarray == Py_None)
+        return -1;
+    if ((PyObject *)Py_TYPE(x) != ndarray &&
+        !PyType_IsSubtype(Py_TYPE(x), (PyTypeObject *)ndarray))
         return -1;
     ArrayHead *a = (ArrayHead *)x;
     if (a->descr != *descr) {

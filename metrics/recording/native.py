@@ -72,11 +72,16 @@ def array_layout(ndarray: type) -> type | None:
         return None
     import numpy as np
 
+    class Sub(ndarray):  # type: ignore[misc,valid-type] - a subclass keeps the head
+        __slots__ = ("extra",)
+
     samples = [np.zeros((3, 5), np.float32), np.zeros((), np.int8), np.zeros(0, np.complex128),
                np.zeros((2, 3, 4), np.float64)[:, ::2], np.zeros((7,), np.dtype("<U3")),
                np.zeros((4, 1), np.bool_), np.zeros(10, np.float16)]
+    samples.append(np.zeros((6, 2), np.float32).view(Sub))
     try:
-        ok = all(_built.array_nbytes(a, ndarray) == a.nbytes for a in samples if type(a) is ndarray)
+        ok = all(_built.array_nbytes(a, ndarray) == a.nbytes for a in samples
+                 if isinstance(a, ndarray))
     except Exception:  # noqa: BLE001 - any doubt: the lookup
         ok = False
     return ndarray if ok else None

@@ -287,6 +287,26 @@ def test_bytes_of_every_kind_of_array_put_are_numpy_s_own(hooks):
     assert (count, total) == (len(puts), moved)
 
 
+def test_a_subclass_s_bytes_are_read_from_its_head():
+    """What JAX's shard handler gets is its own ndarray subclass
+    (TypedNdArray, every numpy batch canonicalized): its byte count is read
+    from the head too, exactly, as for a subclass of the program's own."""
+    if native.built() is None:
+        pytest.skip("the C hot path is not built here")
+    from jax._src import dtypes
+
+    class Tagged(np.ndarray):
+        pass
+
+    arrays = [dtypes.canonicalize_value(np.ones((64, 32), np.float32)),
+              dtypes.canonicalize_value(np.ones((3, 5), np.float64)),
+              np.ones((4, 6), np.int16)[:, ::3].view(Tagged)]
+    assert type(arrays[0]) is not np.ndarray
+    ndarray = native.array_layout(np.ndarray)
+    assert ndarray is np.ndarray
+    assert [native.built().array_nbytes(a, ndarray) for a in arrays] == [a.nbytes for a in arrays]
+
+
 def test_the_c_hooks_hold_no_reference_to_what_they_passed(hooks):
     """Every path of the C callables (usual, timed, numpy arguments, several
     graphs, a call that raises, a put, a device->host read) leaves the reference counts of the
