@@ -138,7 +138,8 @@ hold_or_clear(void)
 
 /* Calls on_error(exception) with the pending exception and clears it; one
    that is not an Exception is held for raise_held instead (so is one raised
-   inside on_error itself: a signal handler can run there too). */
+   inside on_error itself: a signal handler can run there too), and so is
+   the exception itself when on_error raises it again (a signal handler's). */
 static void
 hand_over_error(PyObject *on_error)
 {
@@ -154,8 +155,23 @@ hand_over_error(PyObject *on_error)
         return;
     }
     PyObject *r = PyObject_CallOneArg(on_error, value);
-    if (r == NULL)
-        hold_or_clear();
+    if (r == NULL) {
+        /* on_error raising the very error it was given: the program's (a
+           signal handler raised it inside the hook: metrics.recording.
+           interrupts), held for raise_held like an exit. */
+        PyObject *t2, *v2, *tb2;
+        PyErr_Fetch(&t2, &v2, &tb2);
+        PyErr_NormalizeException(&t2, &v2, &tb2);
+        if (v2 == value && held_type == NULL) {
+            held_type = t2;
+            held_value = v2;
+            held_tb = tb2;
+        }
+        else {
+            PyErr_Restore(t2, v2, tb2);
+            hold_or_clear();
+        }
+    }
     Py_XDECREF(r);
     Py_DECREF(type);
     Py_XDECREF(value);

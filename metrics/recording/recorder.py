@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 from metrics.recording import events as ev
-from metrics.recording import forksafe, native
+from metrics.recording import forksafe, interrupts, native
 from metrics.recording.events import EventLog
 from metrics.recording.graphs import GraphLedger
 from metrics.recording.journal import FOLD_AT, Journal
@@ -161,7 +161,13 @@ class Recorder:
     # Failure containment ---------------------------------------------------
 
     def hook_failed(self, where: str, error: BaseException) -> None:
-        """Counts a failure inside a hook; logs the first one per place."""
+        """Counts a failure inside a hook; logs the first one per place.
+
+        Raises ``error`` again when a signal handler raised it (it ran inside
+        the hook: a preemption or timeout handler's own exception is the
+        program's, :mod:`metrics.recording.interrupts`)."""
+        if interrupts.from_signal_handler(error):
+            raise error
         try:
             self._hook_errors.inc()
             with self._warned_lock:
