@@ -81,6 +81,15 @@ def pooled(groups: list[list[float]]) -> str:
     return text
 
 
+def pooled_rates(parts: list[dict[str, Any]]) -> tuple[dict[str, float], int, str]:
+    """(each contender's median wall rate over every process's rounds, the
+    rounds in all, each process's load average before -> after)."""
+    wall = {k: median([r[0] for p in parts for r in p["got"][k]]) for k in parts[0]["got"]}
+    rounds = sum(len(p["got"]["without"]) for p in parts)
+    loads = ", ".join(f"{p['load'][0]:.2f} -> {p['load'][1]:.2f}" for p in parts)
+    return wall, rounds, loads
+
+
 def ratio_rows(parts: list[dict[str, Any]], rows: list[tuple[str, str, str]], prefix: str,
                clocks: tuple[str, ...] = ("CPU-second",)) -> dict[tuple[str, str], float]:
     """Prints one line per ``(text, a, b)`` of ``rows``: contender a's

@@ -66,7 +66,7 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
-from _common import in_processes, median, parser, ratio_rows, verdict  # noqa: E402
+from _common import in_processes, median, parser, pooled_rates, ratio_rows, verdict  # noqa: E402
 
 import metrics  # noqa: E402
 
@@ -285,9 +285,7 @@ def measure(size: str, smoke: bool, rounds: int = 200, processes: int = 1) -> No
 
 def report(size: str, parts: list[dict[str, Any]]) -> None:
     """Pooled ratios of the processes' rounds, per-process medians, verdicts."""
-    wall = {k: median([r[0] for p in parts for r in p["got"][k]]) for k in parts[0]["got"]}
-    rounds = sum(len(p["got"]["without"]) for p in parts)
-    loads = ", ".join(f"{p['load'][0]:.2f} -> {p['load'][1]:.2f}" for p in parts)
+    wall, rounds, loads = pooled_rates(parts)
     print(f"[{size}] steps/s: without {wall['without']:.0f} "
           f"({1e6 / wall['without']:.0f} us/step), bare wrapper {wall['bare']:.0f}, loop "
           f"unchanged (all hooks) {wall['unchanged']:.0f}, jitted before install "

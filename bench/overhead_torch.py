@@ -49,7 +49,7 @@ import sys
 import time
 from typing import Any
 
-from _common import ROOT, in_processes, median, parser, pooled, ratio_rows, verdict
+from _common import ROOT, in_processes, median, parser, pooled, pooled_rates, ratio_rows, verdict
 
 
 def _rounds(run_plain, run_hooked, rounds: int) -> list[float]:  # type: ignore[no-untyped-def]
@@ -181,9 +181,7 @@ def bench_compile(size: str, smoke: bool, rounds: int, processes: int) -> None:
     parts = in_processes(__file__, size, rounds, 1 if smoke else processes,
                          lambda n: collect_compile(size, smoke, n))
 
-    wall = {k: median([r[0] for p in parts for r in p["got"][k]]) for k in parts[0]["got"]}
-    n = sum(len(p["got"]["without"]) for p in parts)
-    loads = ", ".join(f"{p['load'][0]:.2f} -> {p['load'][1]:.2f}" for p in parts)
+    wall, n, loads = pooled_rates(parts)
     print(f"torch.compile ({parts[0]['backend']}) {size} MLP: {1e6 / wall['without']:.0f} us/step, "
           f"{parts[0]['steps']} steps x {n} rounds in {len(parts)} process(es) (load average "
           f"{loads}); steps/s without {wall['without']:.0f}, bare wrapper {wall['bare']:.0f}, "
