@@ -36,9 +36,8 @@ from collections.abc import Callable
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 import jax  # noqa: E402
-from _common import median, parser, verdict  # noqa: E402
+from _common import median, parser, pooled_interval, verdict  # noqa: E402
 from overhead_jax import (  # noqa: E402
-    _interval,
     _set_shard_handlers,
     _shard_handlers,
     loop_data,
@@ -178,7 +177,7 @@ def report(what: str, got: dict[str, list[float]], base: str, per_step: int) -> 
             continue
         r = [a / b for a, b in zip(got[name], got[base], strict=True)]
         m = median(r)
-        interval = f", 95 % interval {_interval(r)}" if len(r) > 1 else ""
+        interval = f", 95 % interval {pooled_interval([r])}" if len(r) > 1 else ""
         print(f"  {name}: {m:.4f} of {base}{interval}; ~{(1 / m - 1) * base_us / per_step:+.2f} "
               f"us a call")
 
