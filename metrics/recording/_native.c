@@ -117,23 +117,31 @@ static PyObject *str_active, *str_calls_queue, *str_calls, *str_flush, *str_nump
 static _Thread_local PyObject *held_type = NULL, *held_value = NULL, *held_tb = NULL;
 
 /* Clears the pending exception, or holds it for raise_held when it is not
-   an Exception and none is held yet (the first one wins, as in Python). */
+   an Exception, or is ``own`` (an exception on_error raised again: the
+   program's), and none is held yet (the first one wins, as in Python). */
 static void
-hold_or_clear(void)
+hold_or_clear_unless(PyObject *own)
 {
     PyObject *type, *value, *tb;
     PyErr_Fetch(&type, &value, &tb);
-    if (type != NULL && held_type == NULL &&
-        !PyErr_GivenExceptionMatches(type, PyExc_Exception)) {
+    if (type != NULL && held_type == NULL) {
         PyErr_NormalizeException(&type, &value, &tb);
-        held_type = type;
-        held_value = value;
-        held_tb = tb;
-        return;
+        if (value == own || !PyErr_GivenExceptionMatches(type, PyExc_Exception)) {
+            held_type = type;
+            held_value = value;
+            held_tb = tb;
+            return;
+        }
     }
     Py_XDECREF(type);
     Py_XDECREF(value);
     Py_XDECREF(tb);
+}
+
+static void
+hold_or_clear(void)
+{
+    hold_or_clear_unless(NULL);
 }
 
 /* Calls on_error(exception) with the pending exception and clears it; one
@@ -155,23 +163,8 @@ hand_over_error(PyObject *on_error)
         return;
     }
     PyObject *r = PyObject_CallOneArg(on_error, value);
-    if (r == NULL) {
-        /* on_error raising the very error it was given: the program's (a
-           signal handler raised it inside the hook: metrics.recording.
-           interrupts), held for raise_held like an exit. */
-        PyObject *t2, *v2, *tb2;
-        PyErr_Fetch(&t2, &v2, &tb2);
-        PyErr_NormalizeException(&t2, &v2, &tb2);
-        if (v2 == value && held_type == NULL) {
-            held_type = t2;
-            held_value = v2;
-            held_tb = tb2;
-        }
-        else {
-            PyErr_Restore(t2, v2, tb2);
-            hold_or_clear();
-        }
-    }
+    if (r == NULL) /* raising the very error it was given: a signal handler's */
+        hold_or_clear_unless(value);
     Py_XDECREF(r);
     Py_DECREF(type);
     Py_XDECREF(value);

@@ -182,7 +182,8 @@ class Recorder:
             pass
 
     def guard(self, where: str) -> Callable[[F], F]:
-        """Decorator: exceptions inside the wrapped hook are counted, never raised."""
+        """Decorator: exceptions inside the wrapped hook are counted, not raised
+        (but for one a signal handler raised there: :meth:`hook_failed`)."""
 
         def wrap(fn: F) -> F:
             @functools.wraps(fn)
