@@ -22,6 +22,18 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import overload
 
+# The diagnosis records live in their own module; re-exported: one model.
+from tpu_info.contract.diagnosis import (  # noqa: F401
+    STEPS_INFERRED,
+    STEPS_MARKED,
+    Finding,
+    Phase,
+    Severity,
+    SiteKind,
+    SiteReading,
+    StepsReading,
+)
+
 
 class Unit(str, enum.Enum):
     """What a counter or distribution counts; drives formatting."""
@@ -169,6 +181,9 @@ class RecompileCause:
     argument: str | None = None
     before: str | None = None
     after: str | None = None
+    # The library call the user's line went through (``flax nnx.jit``);
+    # empty when the line called the engine itself.
+    via: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,6 +247,7 @@ class Event:
     detail: str = ""
     location: str | None = None
     value: float | None = None
+    via: str = ""  # the library call the user's line went through
 
 
 @dataclass(frozen=True, slots=True)
@@ -281,124 +297,6 @@ class ProcessRecord:
     process_index: int | None = None
     process_count: int | None = None
     process_index_source: str = ""
-
-
-class SiteKind(str, enum.Enum):
-    """What happened at a :class:`SiteReading`'s line."""
-
-    # Device -> host reads the program did not ask for with device_get:
-    # float(x), int(x), bool(x) (``if x > 0:``), x.tolist(), print(x).
-    SYNC = "sync"
-    # Host data moved to the device with no device_put: a numpy array passed
-    # into a jitted function, jnp.asarray(numpy), per-call shard transfers.
-    IMPLICIT_TO_DEVICE = "implicit_to_device"
-    # A torch.compile graph break Dynamo resumes from: ``seconds`` is the
-    # Python run between the two compiled graphs, ``count`` the crossings.
-    GRAPH_BREAK = "graph_break"
-
-
-@dataclass(frozen=True, slots=True)
-class SiteReading:
-    """One line of the user's code that did something costly, every time.
-
-    ``location`` is ``/abs/path/file.py:LINE`` (resolved when read, never on
-    the hot path); ``detail`` says how (``float()``, ``print``,
-    ``jnp.asarray``, ``numpy argument of jit(step)``). ``kind`` is a
-    :class:`SiteKind` value (kept a plain string on the wire so a newer
-    hook's kinds still travel).
-    """
-
-    kind: str
-    location: str
-    count: int
-    bytes: int = 0
-    seconds: float = 0.0
-    function: str = ""
-    detail: str = ""
-    last_seen_unix: float = 0.0
-
-
-# StepsReading.source values.
-STEPS_MARKED = "marked"  # metrics.mark_step / metrics.track, or the engine's own steps
-STEPS_INFERRED = "inferred"  # picked by the hook from what the program did
-
-
-@dataclass(frozen=True, slots=True)
-class StepsReading:
-    """How many training steps ran and how long they took.
-
-    ``source`` is :data:`STEPS_MARKED` or :data:`STEPS_INFERRED`; ``basis``
-    says in words what a step was taken to be (``jit(train_step): the
-    compiled function with the most time, 1,200 calls``). ``seconds_total``
-    is the wall time the steps cover (first step start to last step end),
-    ``None`` when unknown.
-    """
-
-    count: int
-    source: str
-    basis: str = ""
-    seconds_total: float | None = None
-
-    @property
-    def seconds_per_step(self) -> float | None:
-        if not self.count or self.seconds_total is None:
-            return None
-        return self.seconds_total / self.count
-
-
-class Severity(enum.StrEnum):
-    """How much a :class:`Finding` matters; ``label`` is its word in tables."""
-
-    ERROR = "error"  # something could not be read at all
-    WARNING = "warning"  # costs the program time: worth fixing
-    INFO = "info"  # worth knowing; nothing to fix
-
-    @property
-    def label(self) -> str:
-        """The four-letter word tables show: ``FAIL``, ``warn``, ``info``."""
-        return _SEVERITY_LABELS[self]
-
-
-_SEVERITY_LABELS = {Severity.ERROR: "FAIL", Severity.WARNING: "warn", Severity.INFO: "info"}
-
-
-@dataclass(frozen=True, slots=True)
-class Finding:
-    """A problem in plain words, ranked by what it cost (``seconds_lost``, then
-    ``share_of_step``).
-
-    ``kind`` is a stable snake_case name per rule (``per_step_sync``,
-    ``recompile_short_last_batch``, ``eager_ops``); ``location`` the user's
-    line; ``count`` how many times it happened; ``per_step`` how often per
-    step, ``seconds_per_step`` its cost per step and ``share_of_step`` (0..1)
-    that cost over the step time: ``None`` when the steps (or their time) are
-    not known, never guessed. ``cost_estimated`` says the cost was estimated
-    (bytes over a transfer rate) rather than timed; ``bytes_per_step`` is what
-    a transfer finding moved per step (None for other kinds, or steps unknown).
-    ``severity`` is a
-    :class:`Severity` (a plain string given to the constructor becomes one;
-    an unknown one is :attr:`Severity.INFO`).
-    """
-
-    message: str
-    severity: Severity = Severity.WARNING
-    location: str | None = None
-    seconds_lost: float = 0.0
-    kind: str = ""
-    count: int | None = None
-    per_step: float | None = None
-    seconds_per_step: float | None = None
-    share_of_step: float | None = None
-    cost_estimated: bool = False
-    bytes_per_step: float | None = None
-
-    def __post_init__(self) -> None:
-        if type(self.severity) is not Severity:  # mapped here, once, for every reader
-            severity = _SEVERITY_OF.get(self.severity, Severity.INFO)
-            object.__setattr__(self, "severity", severity)
-
-
-_SEVERITY_OF: dict[str, Severity] = {s.value: s for s in Severity}
 
 
 @dataclass(frozen=True, slots=True)

@@ -174,20 +174,22 @@ class Distribution(_message.Message):
     def __init__(self, name: _Optional[str] = ..., unit: _Optional[_Union[Unit, str]] = ..., count: _Optional[int] = ..., total: _Optional[float] = ..., min: _Optional[float] = ..., max: _Optional[float] = ..., rate_per_second: _Optional[float] = ..., value_rate_per_second: _Optional[float] = ..., percentile_percents: _Optional[_Iterable[float]] = ..., percentile_values: _Optional[_Iterable[float]] = ..., recent_times_unix: _Optional[_Iterable[float]] = ..., recent_values: _Optional[_Iterable[float]] = ..., buckets: _Optional[_Union[Buckets, _Mapping]] = ..., help: _Optional[str] = ...) -> None: ...
 
 class RecompileCause(_message.Message):
-    __slots__ = ("time_unix", "description", "location", "argument", "before", "after")
+    __slots__ = ("time_unix", "description", "location", "argument", "before", "after", "via")
     TIME_UNIX_FIELD_NUMBER: _ClassVar[int]
     DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
     LOCATION_FIELD_NUMBER: _ClassVar[int]
     ARGUMENT_FIELD_NUMBER: _ClassVar[int]
     BEFORE_FIELD_NUMBER: _ClassVar[int]
     AFTER_FIELD_NUMBER: _ClassVar[int]
+    VIA_FIELD_NUMBER: _ClassVar[int]
     time_unix: float
     description: str
     location: str
     argument: str
     before: str
     after: str
-    def __init__(self, time_unix: _Optional[float] = ..., description: _Optional[str] = ..., location: _Optional[str] = ..., argument: _Optional[str] = ..., before: _Optional[str] = ..., after: _Optional[str] = ...) -> None: ...
+    via: str
+    def __init__(self, time_unix: _Optional[float] = ..., description: _Optional[str] = ..., location: _Optional[str] = ..., argument: _Optional[str] = ..., before: _Optional[str] = ..., after: _Optional[str] = ..., via: _Optional[str] = ...) -> None: ...
 
 class Signature(_message.Message):
     __slots__ = ("args",)
@@ -226,7 +228,7 @@ class Graph(_message.Message):
     def __init__(self, hash: _Optional[str] = ..., name: _Optional[str] = ..., engine: _Optional[str] = ..., first_seen_unix: _Optional[float] = ..., last_seen_unix: _Optional[float] = ..., compiles: _Optional[int] = ..., compile_seconds_total: _Optional[float] = ..., compile_seconds_last: _Optional[float] = ..., cache_hits: _Optional[int] = ..., executions: _Optional[int] = ..., signature: _Optional[_Iterable[str]] = ..., signatures: _Optional[_Iterable[_Union[Signature, _Mapping]]] = ..., causes: _Optional[_Iterable[_Union[RecompileCause, _Mapping]]] = ...) -> None: ...
 
 class Event(_message.Message):
-    __slots__ = ("seq", "time_unix", "kind", "name", "graph_hash", "detail", "location", "value")
+    __slots__ = ("seq", "time_unix", "kind", "name", "graph_hash", "detail", "location", "value", "via")
     SEQ_FIELD_NUMBER: _ClassVar[int]
     TIME_UNIX_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
@@ -235,6 +237,7 @@ class Event(_message.Message):
     DETAIL_FIELD_NUMBER: _ClassVar[int]
     LOCATION_FIELD_NUMBER: _ClassVar[int]
     VALUE_FIELD_NUMBER: _ClassVar[int]
+    VIA_FIELD_NUMBER: _ClassVar[int]
     seq: int
     time_unix: float
     kind: str
@@ -243,10 +246,11 @@ class Event(_message.Message):
     detail: str
     location: str
     value: float
-    def __init__(self, seq: _Optional[int] = ..., time_unix: _Optional[float] = ..., kind: _Optional[str] = ..., name: _Optional[str] = ..., graph_hash: _Optional[str] = ..., detail: _Optional[str] = ..., location: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    via: str
+    def __init__(self, seq: _Optional[int] = ..., time_unix: _Optional[float] = ..., kind: _Optional[str] = ..., name: _Optional[str] = ..., graph_hash: _Optional[str] = ..., detail: _Optional[str] = ..., location: _Optional[str] = ..., value: _Optional[float] = ..., via: _Optional[str] = ...) -> None: ...
 
 class Site(_message.Message):
-    __slots__ = ("kind", "location", "count", "bytes", "seconds", "function", "detail", "last_seen_unix")
+    __slots__ = ("kind", "location", "count", "bytes", "seconds", "function", "detail", "last_seen_unix", "first_seen_unix", "phase", "via")
     KIND_FIELD_NUMBER: _ClassVar[int]
     LOCATION_FIELD_NUMBER: _ClassVar[int]
     COUNT_FIELD_NUMBER: _ClassVar[int]
@@ -255,6 +259,9 @@ class Site(_message.Message):
     FUNCTION_FIELD_NUMBER: _ClassVar[int]
     DETAIL_FIELD_NUMBER: _ClassVar[int]
     LAST_SEEN_UNIX_FIELD_NUMBER: _ClassVar[int]
+    FIRST_SEEN_UNIX_FIELD_NUMBER: _ClassVar[int]
+    PHASE_FIELD_NUMBER: _ClassVar[int]
+    VIA_FIELD_NUMBER: _ClassVar[int]
     kind: str
     location: str
     count: int
@@ -263,19 +270,28 @@ class Site(_message.Message):
     function: str
     detail: str
     last_seen_unix: float
-    def __init__(self, kind: _Optional[str] = ..., location: _Optional[str] = ..., count: _Optional[int] = ..., bytes: _Optional[int] = ..., seconds: _Optional[float] = ..., function: _Optional[str] = ..., detail: _Optional[str] = ..., last_seen_unix: _Optional[float] = ...) -> None: ...
+    first_seen_unix: float
+    phase: str
+    via: str
+    def __init__(self, kind: _Optional[str] = ..., location: _Optional[str] = ..., count: _Optional[int] = ..., bytes: _Optional[int] = ..., seconds: _Optional[float] = ..., function: _Optional[str] = ..., detail: _Optional[str] = ..., last_seen_unix: _Optional[float] = ..., first_seen_unix: _Optional[float] = ..., phase: _Optional[str] = ..., via: _Optional[str] = ...) -> None: ...
 
 class Steps(_message.Message):
-    __slots__ = ("count", "source", "basis", "seconds_total")
+    __slots__ = ("count", "source", "basis", "seconds_total", "first_unix", "last_unix", "excluded_calls")
     COUNT_FIELD_NUMBER: _ClassVar[int]
     SOURCE_FIELD_NUMBER: _ClassVar[int]
     BASIS_FIELD_NUMBER: _ClassVar[int]
     SECONDS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    FIRST_UNIX_FIELD_NUMBER: _ClassVar[int]
+    LAST_UNIX_FIELD_NUMBER: _ClassVar[int]
+    EXCLUDED_CALLS_FIELD_NUMBER: _ClassVar[int]
     count: int
     source: str
     basis: str
     seconds_total: float
-    def __init__(self, count: _Optional[int] = ..., source: _Optional[str] = ..., basis: _Optional[str] = ..., seconds_total: _Optional[float] = ...) -> None: ...
+    first_unix: float
+    last_unix: float
+    excluded_calls: int
+    def __init__(self, count: _Optional[int] = ..., source: _Optional[str] = ..., basis: _Optional[str] = ..., seconds_total: _Optional[float] = ..., first_unix: _Optional[float] = ..., last_unix: _Optional[float] = ..., excluded_calls: _Optional[int] = ...) -> None: ...
 
 class Snapshot(_message.Message):
     __slots__ = ("protocol_version", "taken_at_unix", "process", "devices", "counters", "distributions", "graphs", "events", "last_seq", "uptime_seconds", "sites", "steps", "blind_spots", "instance", "generation", "unchanged", "kept")

@@ -204,6 +204,7 @@ def _cause(c: pb.RecompileCause, where: str, dec: Decoding) -> RecompileCause:
         argument=text(c.argument) if c.HasField("argument") else None,
         before=text(c.before) if c.HasField("before") else None,
         after=text(c.after) if c.HasField("after") else None,
+        via=text(c.via),
     )
 
 
@@ -278,6 +279,7 @@ def _event(m: pb.Event, dec: Decoding) -> Event:
         detail=text(m.detail),
         location=text(m.location) if m.HasField("location") else None,
         value=value,
+        via=text(m.via),
     )
 
 

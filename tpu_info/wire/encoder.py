@@ -143,7 +143,7 @@ SNAPSHOT = FastFields(pb.Snapshot, direct=("distributions", "graphs", "events"),
     "uptime_seconds", "sites", "steps", "blind_spots", "instance", "generation", "unchanged",
     "kept"))
 EVENT = FastFields(pb.Event, direct=("seq", "time_unix", "kind", "value"),
-                   filled=("name", "graph_hash", "detail", "location"))
+                   filled=("name", "graph_hash", "detail", "location", "via"))
 GRAPH = FastFields(pb.Graph, direct=(
     "last_seen_unix", "compiles", "compile_seconds_total", "compile_seconds_last",
     "cache_hits", "executions"), filled=(

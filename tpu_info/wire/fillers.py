@@ -118,6 +118,8 @@ def fill_history(m: pb.Graph, g: GraphRecord) -> None:
             cm.before = c.before
         if c.after is not None:
             cm.after = c.after
+        if c.via:
+            cm.via = c.via
 
 
 def fill_device(m: pb.Device, d: DeviceRecord) -> None:
@@ -152,6 +154,8 @@ def fill_event(m: pb.Event, e: Event) -> None:
         m.location = e.location
     if e.value is not None:
         m.value = e.value
+    if e.via:
+        m.via = e.via
 
 
 class Stamp(NamedTuple):

@@ -27,7 +27,8 @@ def fill_diagnosis(msg: pb.Snapshot, s: Snapshot) -> None:
     for site in s.sites:
         msg.sites.add(kind=site.kind, location=site.location, count=site.count,
                       bytes=site.bytes, seconds=site.seconds, function=site.function,
-                      detail=site.detail, last_seen_unix=site.last_seen_unix)
+                      detail=site.detail, last_seen_unix=site.last_seen_unix,
+                      first_seen_unix=site.first_seen_unix, phase=site.phase, via=site.via)
     st = s.steps
     if st is not None:
         msg.steps.count = st.count
@@ -35,6 +36,11 @@ def fill_diagnosis(msg: pb.Snapshot, s: Snapshot) -> None:
         msg.steps.basis = st.basis
         if st.seconds_total is not None:
             msg.steps.seconds_total = st.seconds_total
+        if st.first_unix is not None:
+            msg.steps.first_unix = st.first_unix
+        if st.last_unix is not None:
+            msg.steps.last_unix = st.last_unix
+        msg.steps.excluded_calls = st.excluded_calls
     msg.blind_spots.extend(s.blind_spots)
 
 
@@ -45,6 +51,8 @@ def _site(m: pb.Site, dec: Decoding) -> SiteReading:
         seconds=max(0.0, dec.num0(m.seconds, where, "seconds")),
         function=text(m.function), detail=text(m.detail),
         last_seen_unix=dec.when(m.last_seen_unix, where, "last_seen_unix"),
+        first_seen_unix=dec.when(m.first_seen_unix, where, "first_seen_unix"),
+        phase=text(m.phase), via=text(m.via),
     )
 
 
@@ -55,8 +63,12 @@ def read_diagnosis(m: pb.Snapshot, dec: Decoding) -> tuple[
     steps = None
     if m.HasField("steps"):
         total = dec.opt(m.steps, "seconds_total", "steps")
+        first, last = (dec.when(getattr(m.steps, f), "steps", f)
+                       if m.steps.HasField(f) else None for f in ("first_unix", "last_unix"))
         steps = StepsReading(count=m.steps.count, source=text(m.steps.source),
                              basis=text(m.steps.basis),
-                             seconds_total=None if total is None else max(0.0, total))
+                             seconds_total=None if total is None else max(0.0, total),
+                             first_unix=first or None, last_unix=last or None,
+                             excluded_calls=m.steps.excluded_calls)
     blind = dec.strings(m.blind_spots, MAX_BLIND_SPOTS, "blind_spots")
     return sites, steps, blind

@@ -1,0 +1,164 @@
+"""What the hook saw the program do, and what the views conclude: the lines
+that synced or moved data (:class:`SiteReading`), the steps
+(:class:`StepsReading`), the program's phases (:class:`Phase`) and the
+problems in plain words (:class:`Finding`).
+
+:mod:`tpu_info.contract.model` re-exports every name here; import from either.
+
+Example:
+    >>> Phase("periodic") is Phase.PERIODIC, Finding("x", "info").severity.label
+    (True, 'info')
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+
+class SiteKind(str, enum.Enum):
+    """What happened at a :class:`SiteReading`'s line."""
+
+    # Device -> host reads the program did not ask for with device_get:
+    # float(x), int(x), bool(x) (``if x > 0:``), x.tolist(), print(x).
+    SYNC = "sync"
+    # Host data moved to the device with no device_put: a numpy array passed
+    # into a jitted function, jnp.asarray(numpy), per-call shard transfers.
+    IMPLICIT_TO_DEVICE = "implicit_to_device"
+    # A torch.compile graph break Dynamo resumes from: ``seconds`` is the
+    # Python run between the two compiled graphs, ``count`` the crossings.
+    GRAPH_BREAK = "graph_break"
+
+
+class Phase(enum.StrEnum):
+    """The part of the program something happened in, told from the step
+    loop (the first step's start to the latest step's end) and how often it
+    recurred there. A plain string from the wire that is none of these reads
+    as :attr:`UNKNOWN`."""
+
+    UNKNOWN = "unknown"  # the steps are not known: no phase can be told
+    SETUP = "setup"  # before the first step: model and data set-up, first compiles
+    STEP = "step"  # in the step loop, in (nearly) every step
+    PERIODIC = "periodic"  # in the loop's gaps every N steps: evaluation, logging, checkpoints
+    ONCE = "once"  # in the step loop, once or twice: not a per-step cost
+    TEARDOWN = "teardown"  # after the last step: final evaluation, saving
+
+
+@dataclass(frozen=True, slots=True)
+class SiteReading:
+    """One line of the user's code that did something costly, every time.
+
+    ``location`` is ``/abs/path/file.py:LINE`` (resolved when read, never on
+    the hot path); ``detail`` says how (``float()``, ``print``,
+    ``jnp.asarray``, ``numpy argument of jit(step)``). ``kind`` is a
+    :class:`SiteKind` value (kept a plain string on the wire so a newer
+    hook's kinds still travel).
+    """
+
+    kind: str
+    location: str
+    count: int
+    bytes: int = 0
+    seconds: float = 0.0
+    function: str = ""
+    detail: str = ""
+    last_seen_unix: float = 0.0
+    first_seen_unix: float = 0.0
+    phase: str = ""  # a Phase value, filled by the hook at read time ("": not told)
+    via: str = ""  # the library call the user's line went through
+
+
+# StepsReading.source values.
+STEPS_MARKED = "marked"  # metrics.mark_step / metrics.track, or the engine's own steps
+STEPS_INFERRED = "inferred"  # picked by the hook from what the program did
+
+
+@dataclass(frozen=True, slots=True)
+class StepsReading:
+    """How many training steps ran and how long they took.
+
+    ``source`` is :data:`STEPS_MARKED` or :data:`STEPS_INFERRED`; ``basis``
+    says in words what a step was taken to be (``jit(train_step): the
+    compiled function with the most time, 1,200 calls``). ``seconds_total``
+    is the wall time the steps cover (first step start to last step end),
+    ``None`` when unknown. ``first_unix`` and ``last_unix`` bound the step
+    loop (the first step's start, the latest step's end; ``None`` when
+    unknown): what happened before it is set-up, after it tear-down.
+    ``excluded_calls`` counts calls of the step's function that are not
+    steps (evaluation with gradients off).
+    """
+
+    count: int
+    source: str
+    basis: str = ""
+    seconds_total: float | None = None
+    first_unix: float | None = None
+    last_unix: float | None = None
+    excluded_calls: int = 0
+
+    @property
+    def seconds_per_step(self) -> float | None:
+        if not self.count or self.seconds_total is None:
+            return None
+        return self.seconds_total / self.count
+
+
+class Severity(enum.StrEnum):
+    """How much a :class:`Finding` matters; ``label`` is its word in tables."""
+
+    ERROR = "error"  # something could not be read at all
+    WARNING = "warning"  # costs the program time: worth fixing
+    INFO = "info"  # worth knowing; nothing to fix
+
+    @property
+    def label(self) -> str:
+        """The four-letter word tables show: ``FAIL``, ``warn``, ``info``."""
+        return _SEVERITY_LABELS[self]
+
+
+_SEVERITY_LABELS = {Severity.ERROR: "FAIL", Severity.WARNING: "warn", Severity.INFO: "info"}
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """A problem in plain words, ranked by what it cost (``seconds_lost``, then
+    ``share_of_step``).
+
+    ``kind`` is a stable snake_case name per rule (``per_step_sync``,
+    ``recompile_short_last_batch``, ``eager_ops``); ``location`` the user's
+    line; ``count`` how many times it happened; ``per_step`` how often per
+    step, ``seconds_per_step`` its cost per step and ``share_of_step`` (0..1)
+    that cost over the step time: ``None`` when the steps (or their time) are
+    not known, never guessed. ``cost_estimated`` says the cost was estimated
+    (bytes over a transfer rate) rather than timed; ``bytes_per_step`` is what
+    a transfer finding moved per step (None for other kinds, or steps unknown).
+    ``severity`` is a
+    :class:`Severity` (a plain string given to the constructor becomes one;
+    an unknown one is :attr:`Severity.INFO`). ``phase`` is the
+    :class:`Phase` it happened in ("": not told); work outside the step
+    (set-up, periodic, once) has no per-step figures but ``share_of_run``, its
+    time over the run's wall time so far, and ``every_steps`` for periodic work.
+    """
+
+    message: str
+    severity: Severity = Severity.WARNING
+    location: str | None = None
+    seconds_lost: float = 0.0
+    kind: str = ""
+    count: int | None = None
+    per_step: float | None = None
+    seconds_per_step: float | None = None
+    share_of_step: float | None = None
+    cost_estimated: bool = False
+    bytes_per_step: float | None = None
+    phase: str = ""
+    share_of_run: float | None = None
+    every_steps: float | None = None
+
+    def __post_init__(self) -> None:
+        if type(self.severity) is not Severity:  # mapped here, once, for every reader
+            severity = _SEVERITY_OF.get(self.severity, Severity.INFO)
+            object.__setattr__(self, "severity", severity)
+
+
+_SEVERITY_OF: dict[str, Severity] = {s.value: s for s in Severity}
