@@ -96,7 +96,7 @@ Graphs: 2 known, top 2 by compile time
   bbbbbbbbbbbb         1      0  002ms800.000us        1  jit(train_step)
                 last cause: argument 'batch' changed f32[32,128] -> f32[31,128] at train.py:88
 Findings:
-  - [recompile_short_last_batch] jit(train_step) compiled 2 times (5.6 ms compiling; 1 recompile, 2.8 ms: 0.024 per step, 68 us/step, measured); argument 'batch' changed f32[32,128] -> f32[31,128] (short last batch) at train.py:88. Pad or bucket the last batch (or drop it: drop_last=True).
+  - [recompile_short_last_batch] jit(train_step) compiled 2 times (5.6 ms compiling; 1 recompile, 2.8 ms: 0.024 per step, 68 us/step, measured); argument 'batch' changed f32[32,128] -> f32[31,128] (short last batch) at train.py:88. Pad or bucket the last batch to the batch size, or skip the short last slice (range(0, n - batch + 1, batch)).
     cost: 68 us/step
   - [cpu_fallback] aten::nonzero ran on the CPU 3 times: it falls back to the CPU (no XLA lowering), so each call copies its inputs to the host and the result back. Replace it with ops that lower, or keep it out of the step; see torch_xla's TROUBLESHOOTING.md on aten:: counters.
 """

@@ -7,6 +7,15 @@ Dynamo's guard failures; torch_xla's analysis). :func:`clean_text` strips what
 only JAX's log needs (doc URLs, ``{weak_type=...}``); :func:`classify` names
 the kind of change and the advice that fits it, and only that advice.
 
+Advice fits how the program is written, from data it already carries: a
+short last batch is told about ``drop_last=True`` only where torch (its
+``DataLoader``) is loaded, read from the process's engines; a slicing loop
+is told to skip or pad its short last slice. A static argument whose values
+are functions (``<function relu at 0x..>``, ``<PjitFunction of ...>``,
+``functools.partial(...)``: the recorded ``before``/``after`` values) compiles
+once per distinct function, which is expected; a new object of the same
+function on each call (a lambda or partial made in the loop) is not.
+
 Example:
     >>> from tpu_info.contract.model import RecompileCause
     >>> c = RecompileCause(0.0, "argument 'x' changed f32[3] -> i32[3]", None, "x",
@@ -82,7 +91,8 @@ def _dims(t: str) -> tuple[str, list[str]] | None:
     return m.group("dtype"), (dims.split(",") if dims else [])
 
 
-def _shape_kind(before: str, after: str, second_site: bool) -> tuple[str, str, bool] | None:
+def _shape_kind(before: str, after: str, second_site: bool,
+                loader: bool) -> tuple[str, str, bool] | None:
     b, a = _dims(before), _dims(after)
     if not (b and a):
         return None
@@ -99,14 +109,30 @@ def _shape_kind(before: str, after: str, second_site: bool) -> tuple[str, str, b
             return _SHARDING
         return None  # same type: something else changed
     if len(bd) == len(ad) and bd[1:] == ad[1:] and bd[0] != ad[0]:
-        return _batch_kind(bd[0], ad[0], second_site)
+        return _batch_kind(bd[0], ad[0], second_site, loader)
     if len(bd) == len(ad) and bd[0] == ad[0]:
         return ("shape change in a non-batch dimension",
                 "Bucket that dimension to a few fixed sizes (pad to the next bucket).", False)
     return ("shape change (rank)", "Keep the argument's rank fixed; bucket its sizes.", False)
 
 
-def _batch_kind(old: str, new: str, second_site: bool) -> tuple[str, str, bool]:
+def torch_loaded(engines: str) -> bool:
+    """Whether torch is loaded in the process, from its engines as the hook
+    reports them (``ProcessRecord.engine``: ``jax,torch_compile``): the hook
+    loads a torch engine whenever the program imports torch, so its
+    ``DataLoader`` (``drop_last``) can be in play."""
+    return any(e.strip().startswith("torch") for e in engines.split(","))
+
+
+# A short last batch: what to do depends on where batches come from.
+_SLICE = "skip the short last slice (range(0, n - batch + 1, batch))"
+SHORT_LAST_SLICE = f"Pad or bucket the last batch to the batch size, or {_SLICE}."
+SHORT_LAST_LOADER = ("Pad or bucket the last batch, or drop it: drop_last=True on torch's "
+                     f"DataLoader, or, where the loop slices the data, {_SLICE}.")
+
+
+def _batch_kind(old: str, new: str, second_site: bool,
+                loader: bool = False) -> tuple[str, str, bool]:
     if second_site:
         return ("second batch size, e.g. evaluation vs training",
                 "Expected once per size: each size compiles once and is cached after. "
@@ -120,18 +146,20 @@ def _batch_kind(old: str, new: str, second_site: bool) -> tuple[str, str, bool]:
         return ("batch size varies",
                 "Pad or bucket batches to a few fixed sizes, or call evaluation at a "
                 "larger size from its own function (each size compiles once).", False)
-    return ("short last batch",
-            "Pad or bucket the last batch (or drop it: drop_last=True).", False)
+    return ("short last batch", SHORT_LAST_LOADER if loader else SHORT_LAST_SLICE, False)
 
 
 _SHARDING = ("sharding", "device_put the inputs with one fixed sharding before the loop, and "
              "return outputs with the sharding the next call expects.", False)
 
 
-def classify(cause: RecompileCause, first_site: str | None = None) -> CauseKind:
+def classify(cause: RecompileCause, first_site: str | None = None,
+             engines: str = "") -> CauseKind:
     """The kind of ``cause`` with its clean text and advice. ``first_site`` is the
     call site of the function's first compile: a change seen at another site is a
-    second caller (evaluation), not a short last batch.
+    second caller (evaluation), not a short last batch. ``engines`` is the
+    process's (``ProcessRecord.engine``): where torch is loaded the advice for a
+    short last batch names ``drop_last=True`` (a cause of torch's own always does).
 
     ``text`` names the kind after the change and before the other arguments that
     changed with it: ``argument 'x' changed f32[2] -> f32[3] (batch size varies;
@@ -143,7 +171,7 @@ def classify(cause: RecompileCause, first_site: str | None = None) -> CauseKind:
     if torch_kind is not None:
         text, kind = torch_kind[0], torch_kind[1:]
     else:
-        kind = _kind(cause, text, before, after, second_site)
+        kind = _kind(cause, text, before, after, second_site, torch_loaded(engines))
     also = _ALSO_RE.search(text)
     head = text[:also.start()] if also else text
     more = f"; also {also.group('others')}" if also else ""
@@ -151,18 +179,18 @@ def classify(cause: RecompileCause, first_site: str | None = None) -> CauseKind:
 
 
 def _kind(cause: RecompileCause, text: str, before: str, after: str,
-          second_site: bool) -> tuple[str, str, bool]:
+          second_site: bool, loader: bool) -> tuple[str, str, bool]:
     d = cause.description
     if d == FIRST_CALL:
         return ("first call", "Nothing to do: every function compiles on its first call.", True)
     if _STATIC_ARG_RE.match(text):
-        return _static()
+        return _static(before, after)
     if _MOVED_RE.match(text):
         return ("sharding/device",
                 "The array moved between devices (or between committed and uncommitted) "
                 "since the last call: keep it on one device, device_put it once before the "
                 "loop rather than on each call.", False)
-    if before and after and (k := _shape_kind(before, after, second_site)):
+    if before and after and (k := _shape_kind(before, after, second_site, loader)):
         return k
     if _ARG_RE.match(text) and _NODE_RE.match(before) and _NODE_RE.match(after):
         return _PYTREE  # not array types: the containers around them
@@ -173,8 +201,8 @@ def _kind(cause: RecompileCause, text: str, before: str, after: str,
                 "around some calls.", False)
     if m := _TORCH_SIZE_RE.search(d):
         if m.group("i") == "0":
-            return _batch_kind(before or "0", after or "0", second_site) if before and after \
-                else _batch_kind("1", "1", second_site)
+            return _batch_kind(before or "0", after or "0", second_site, True) if before \
+                and after else _batch_kind("1", "1", second_site, True)
         return ("shape change in a non-batch dimension",
                 "Bucket that dimension to a few fixed sizes, or mark it dynamic "
                 "(torch._dynamo.mark_dynamic(x, dim)).", False)
@@ -189,7 +217,7 @@ def _kind(cause: RecompileCause, text: str, before: str, after: str,
                 "Keep torch's global state (grad mode, autocast, deterministic "
                 "algorithms, default dtype) the same on every call.", False)
     if "Static(val=" in d:  # JAX's raw text, from a hook before these forms
-        return _static()
+        return _static(before, after)
     if "pytree" in d:
         return _PYTREE
     if "sharding" in d.lower() or (" sharded" in before + after):
@@ -211,7 +239,35 @@ def _kind(cause: RecompileCause, text: str, before: str, after: str,
             False)
 
 
-def _static() -> tuple[str, str, bool]:
+# How Python shows a function (the values JAX's explanation records for a static
+# argument): a def or lambda, a jitted function, a partial, a bound or built-in
+# method, a custom_jvp/custom_vjp function (jax.nn.relu).
+_CALLABLE_RE = re.compile(
+    r"^(?:<(?:function|PjitFunction|bound method|built-in (?:function|method)|method) "
+    r"|functools\.partial\(|<(?:[\w.]+\.)?custom_(?:jvp|vjp) object at )")
+_ADDRESS_RE = re.compile(r" at 0x[0-9a-fA-F]+")
+
+
+def is_function(value: str | None) -> bool:
+    """``value`` (a static argument's value as recorded) is a function's repr."""
+    return bool(value and _CALLABLE_RE.match(value))
+
+
+def _static(before: str, after: str) -> tuple[str, str, bool]:
+    if is_function(before) and is_function(after):
+        # The same function at another address: a new object of it. A value cut
+        # short ("...", the hook's bound on a value's length) cannot say so.
+        if (_ADDRESS_RE.sub("", before) == _ADDRESS_RE.sub("", after)
+                and not after.endswith("...")):
+            return ("function re-created",
+                    "The same function arrives as a new object (a lambda, closure or "
+                    "functools.partial made anew on each call), and a static argument "
+                    "compiles once per object: create it once, outside the loop, and pass "
+                    "that same object every call.", False)
+        return ("static argument: function",
+                "Compiled once per distinct function passed (a jitted function taking "
+                "an activation or loss function as a static argument): expected unless "
+                "it changes every call.", True)
     return ("static argument",
             "Each new value of a static argument compiles again: pass it as an array "
             "(a traced argument), or keep its values few.", False)
@@ -239,8 +295,8 @@ def _torch_kind(cause: RecompileCause,
         return (f"new graph at sync {step}{after}, with the same graph inputs and outputs: "
                 "the tensors' shapes changed: a short last batch, or a new batch size",
                 "new input shapes",
-                "torch_xla compiles a graph for every new input shape: pad the last batch to "
-                "the full size or drop it (drop_last=True), and keep batch sizes fixed.", False)
+                "torch_xla compiles a graph for every new input shape: keep batch sizes "
+                "fixed. " + SHORT_LAST_LOADER, False)
     if "access tensor value before" in d:
         return ("a tensor's value is read before torch_xla.sync() (.item(), print, if on a "
                 "tensor)", "value access before sync",
@@ -261,7 +317,7 @@ def _torch_kind(cause: RecompileCause,
         words = (f"tensor '{arg}' {what} mismatch at index {m.group('i')}: {exp} -> {act}"
                  if m.group("i") is not None else f"tensor '{arg}' {what} changed {exp} -> {act}")
         if what == "size" and m.group("i") == "0":
-            return (words, *_batch_kind(exp, act or exp, second_site))
+            return (words, *_batch_kind(exp, act or exp, second_site, True))
         if what == "size":
             return (words, "shape change in a non-batch dimension",
                     "Bucket that dimension to a few fixed sizes, or mark it dynamic "

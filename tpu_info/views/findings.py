@@ -168,7 +168,7 @@ def _by_kind(s: Snapshot, name: str, compiles: int, total: float, lost: float,
         # The function's own graph names the user's argument (a later part, a local).
         own = [c for c, g in seen if g.name == name]
         cause = max(own or [c for c, _ in seen], key=lambda c: c.time_unix)
-        k = classify(cause, first_site)
+        k = classify(cause, first_site, s.process.engine if s.process else graphs[0].engine)
         if k.kind == "warm-up":
             yield Finding(f"{name} compiled {len(seen)} new graph{'s' * (len(seen) > 1)} in its "
                           f"first steps: {_XLA_WARM_UP}", Severity.INFO, cause.location, 0.0,
@@ -343,19 +343,34 @@ def compile_share(s: Snapshot) -> Iterable[Finding]:
                       "compilation cache would not remove these).",
                       Severity.INFO, None, 0.0, "compile_share")
         return
-    recompiled = any(g.compiles > 1 for g in s.graphs) or len(
-        {g.name for g in s.graphs}) < len(s.graphs)
-    if recompiled:
-        yield Finding(f"{head}: check the recompiles above.", Severity.INFO, None, 0.0,
-                      "compile_share")
-        return
     engine = engine_of(s)
+    advice = _CACHE_ADVICE.get(engine, "Cache compiled graphs across runs.")
+    functions = by_function(s)
+    again = sorted(((n, c) for n, gs in functions.items()
+                    if (c := function_compiles(gs)) > 1), key=lambda x: (-x[1], x[0]))
+    if again:
+        # The findings that name these recompiles, by the same rules (one may
+        # name none: warm-up aside, a few compiles with no cause are no finding).
+        named = list(dict.fromkeys(f.kind for rule in (recompiles, xla_value_access)
+                                   for f in rule(s)))
+        if named:
+            yield Finding(f"{head}; the recompiles among them: see the finding"
+                          f"{'s' * (len(named) > 1)} {', '.join(named)}.",
+                          Severity.INFO, None, 0.0, "compile_share")
+            return
+        shown = ", ".join(f"{n} {c} times" for n, c in again[:3])
+        more = f" and {len(again) - 3} more functions" if len(again) > 3 else ""
+        once = len(functions) - len(again)
+        rest = (f"; the other {once} function{'s' * (once > 1)} once each" if once else "")
+        yield Finding(f"{head}: {shown}{more} compiled once for each new input shape they met, "
+                      f"too few times to be a recompile problem{rest}: a cost paid once per "
+                      f"shape. {advice}", Severity.INFO, None, 0.0, "compile_share")
+        return
     if engine == "torch_xla" and ct.count <= 3:
         yield Finding(f"{head}: torch_xla compiles its first steps (warm-up), a start-up "
                       "cost that a longer run pays once.", Severity.INFO, None, 0.0,
                       "compile_share")
         return
-    advice = _CACHE_ADVICE.get(engine, "Cache compiled graphs across runs.")
     yield Finding(f"{head}, each graph compiled once: a start-up cost. {advice}",
                   Severity.INFO, None, 0.0, "compile_share")
 
