@@ -1,5 +1,17 @@
 """What every engine adapter needs from the host: the user's source line
-(the innermost frame outside library code) and the host's RAM.
+(the innermost frame outside library code), the library call it went
+through, and the host's RAM.
+
+A frame is a *library* frame when its file is in the standard library, under
+any ``site-packages``/``dist-packages`` directory, in the engine's own
+packages or in this hook's; every other file is the user's, and so is any
+file under a path listed in ``TPU_INFO_USER_PATHS`` (``os.pathsep``
+separated: for people whose own code is installed in site-packages). Each
+file is decided once (:meth:`LibraryFrames.kind`). Of the library frames,
+those of other installed packages (flax, optax, transformers ...) are
+``LIBRARY``: the outermost one entered from the user's line is named after
+it (``via flax nnx.jit``); the engine's, the standard library's and this
+hook's are ``ENGINE`` and never named.
 
 Example:
     >>> skip = skip_prefixes()
@@ -12,14 +24,27 @@ from __future__ import annotations
 import functools
 import os
 import sys
-from typing import Any
+from typing import Any, NamedTuple
+
+USER_PATHS_ENV = "TPU_INFO_USER_PATHS"
+
+# What a file is (LibraryFrames.kind).
+USER, ENGINE, LIBRARY = 0, 1, 2
+
+_HOOK_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+_STDLIB = os.path.dirname(os.__file__) + os.sep
+_INSTALLED = (f"{os.sep}site-packages{os.sep}", f"{os.sep}dist-packages{os.sep}")
+# Code run from no file that is still the user's: ``python -c``, a REPL, a notebook cell.
+_USER_PSEUDO = ("<stdin>", "<string>", "<console>", "<ipython-input")
+_ENTRY_POINTS = frozenset({"main", "_main", "run", "train", "cli"})
 
 
 def skip_prefixes(*modules: Any) -> tuple[str, ...]:
-    """Directories whose frames are library frames, not the user's: the given
-    modules' packages, this hook's package and the standard library."""
-    metrics_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    paths = [metrics_dir + os.sep, os.path.dirname(os.__file__) + os.sep]
+    """Directories whose frames are library frames, not the user's: this
+    hook's packages, the standard library and the given modules' packages
+    (beyond these, anything installed is a library: :class:`LibraryFrames`)."""
+    paths = [os.path.join(_HOOK_ROOT, "metrics") + os.sep, _STDLIB,
+             os.path.join(_HOOK_ROOT, "profiler") + os.sep]
     for m in modules:
         f = getattr(m, "__file__", None)
         if f:
@@ -27,22 +52,133 @@ def skip_prefixes(*modules: Any) -> tuple[str, ...]:
     return tuple(paths)
 
 
+def user_paths_from_env() -> tuple[str, ...]:
+    """``TPU_INFO_USER_PATHS`` as absolute paths (empty entries dropped)."""
+    raw = os.environ.get(USER_PATHS_ENV, "")
+    return tuple(os.path.abspath(p) for p in raw.split(os.pathsep) if p.strip())
+
+
+class UserLine(NamedTuple):
+    """Where an event happened in the user's code: ``file:line``, and the
+    library call that line went through (``flax nnx.jit``; "" for none)."""
+
+    location: str
+    via: str
+
+
+def via_words(code: Any) -> str:
+    """A library function in a few words: its distribution's top package,
+    the subpackage it lives in when public, and the function (``flax
+    nnx.jit`` for a closure in ``flax/nnx/.../compilation.py``'s ``jit``,
+    ``flax nnx.Linear`` for ``Linear.__call__``)."""
+    path = code.co_filename
+    name = getattr(code, "co_qualname", code.co_name).split(".<locals>", 1)[0]
+    name = name.removesuffix(".__call__")
+    cut, sep = max((path.rfind(d), d) for d in _INSTALLED)
+    if cut < 0:
+        return f"{os.path.basename(path)} {name}"
+    parts = path[cut + len(sep):].split(os.sep)
+    top = parts[0].removesuffix(".py")
+    sub = parts[1] if len(parts) > 2 and not parts[1].startswith("_") else ""
+    return f"{top} {sub}.{name}" if sub else f"{top} {name}"
+
+
+class LibraryFrames:
+    """Tells the user's frames from library frames (see the module's
+    docstring), each file decided once."""
+
+    def __init__(self, skip: tuple[str, ...], user_paths: tuple[str, ...] | None = None) -> None:
+        self.skip = skip
+        self.user_paths = user_paths_from_env() if user_paths is None else user_paths
+        # The engine's and the hook's own directories (the standard library
+        # apart: site-packages may live under it, and those are LIBRARY).
+        self._engine = tuple(p for p in skip if p != _STDLIB)
+        self._kinds: dict[str, int] = {}
+
+    def kind(self, filename: str) -> int:
+        """``USER``, ``ENGINE`` or ``LIBRARY`` for a code object's file (cached)."""
+        k = self._kinds.get(filename)
+        if k is None:
+            k = self._decide(filename)
+            if len(self._kinds) < 1 << 16:
+                self._kinds[filename] = k
+        return k
+
+    def _decide(self, fn: str) -> int:
+        if fn.startswith("<"):
+            return USER if fn.startswith(_USER_PSEUDO) else ENGINE
+        path = fn if os.path.isabs(fn) else os.path.abspath(fn)
+        for p in self.user_paths:
+            if path == p or path.startswith(p.rstrip(os.sep) + os.sep):
+                return USER
+        if path.startswith(self._engine):
+            return ENGINE
+        if any(d in path for d in _INSTALLED):
+            return LIBRARY
+        return ENGINE if path.startswith(_STDLIB) else USER
+
+    def user_line(self, depth: int = 2) -> UserLine | None:
+        """The innermost user frame from ``depth`` frames up, with the
+        outermost installed-library frame entered from it (its ``via``);
+        with no user frame on the stack, the innermost installed-library
+        frame (a program that lives in site-packages). Walks the whole
+        stack: for rare events (a compile)."""
+        try:
+            f = sys._getframe(depth)
+        except ValueError:
+            return None
+        kind = self.kind
+        via = inner = None
+        while f is not None:
+            k = kind(f.f_code.co_filename)
+            if k == USER:
+                return UserLine(f"{f.f_code.co_filename}:{f.f_lineno}",
+                                via_words(via) if via is not None else "")
+            if k == LIBRARY:
+                via = f.f_code
+                inner = inner or f
+            f = f.f_back
+        if inner is None:
+            return None
+        return UserLine(f"{inner.f_code.co_filename}:{inner.f_lineno}", "")
+
+    def outer_user_call(self, depth: int = 2) -> str | None:
+        """See :func:`outer_user_call`."""
+        try:
+            f = sys._getframe(depth)
+        except ValueError:
+            return None
+        frames = []  # the user's frames, innermost first
+        while f is not None:
+            k = self.kind(f.f_code.co_filename)
+            if frames and k == LIBRARY:
+                break  # the program's launcher (pytest, a CLI's entry point): not the user's
+            if k == USER:
+                frames.append(f)
+            f = f.f_back
+        return _outer_call(frames)
+
+
+@functools.lru_cache(maxsize=16)
+def _frames_for(skip: tuple[str, ...], user_paths: str) -> LibraryFrames:
+    return LibraryFrames(skip)  # user_paths: the environment's, part of the key only
+
+
+def frames_for(skip: tuple[str, ...]) -> LibraryFrames:
+    """The :class:`LibraryFrames` of ``skip`` (one per skip list and
+    ``TPU_INFO_USER_PATHS`` value, kept: its decisions are reused)."""
+    return _frames_for(skip, os.environ.get(USER_PATHS_ENV, ""))
+
+
 def user_location(skip: tuple[str, ...], depth: int = 2) -> str | None:
-    """``file:line`` of the innermost frame outside ``skip`` (the user's line)."""
-    try:
-        f = sys._getframe(depth)
-    except ValueError:
-        return None
-    while f is not None:
-        fn = f.f_code.co_filename
-        if not fn.startswith(skip) and not fn.startswith("<"):
-            return f"{fn}:{f.f_lineno}"
-        f = f.f_back
-    return None
+    """``file:line`` of the innermost frame outside library code (the user's line)."""
+    line = frames_for(skip).user_line(depth + 1)
+    return line.location if line is not None else None
 
 
-_INSTALLED = (f"{os.sep}site-packages{os.sep}", f"{os.sep}dist-packages{os.sep}")
-_ENTRY_POINTS = frozenset({"main", "_main", "run", "train", "cli"})
+def user_line(skip: tuple[str, ...], depth: int = 2) -> UserLine | None:
+    """The user's line and the library call it went through (:class:`UserLine`)."""
+    return frames_for(skip).user_line(depth + 1)
 
 
 def _is_entry_point(frame: Any) -> bool:
@@ -59,18 +195,10 @@ def outer_user_call(skip: tuple[str, ...], depth: int = 2) -> str | None:
     Eager code is reached this way (``main`` calls ``accuracy`` calls
     ``predict``): its single-op compiles happen at ``predict``'s line, yet
     ``accuracy`` is what to jit. Walks the whole stack: for rare events (a compile)."""
-    try:
-        f = sys._getframe(depth)
-    except ValueError:
-        return None
-    frames = []  # the user's frames, innermost first
-    while f is not None:
-        fn = f.f_code.co_filename
-        if frames and any(d in fn for d in _INSTALLED):
-            break  # the program's launcher (pytest, a CLI's entry point): not the user's
-        if not fn.startswith(skip) and not fn.startswith("<"):
-            frames.append(f)
-        f = f.f_back
+    return frames_for(skip).outer_user_call(depth + 1)
+
+
+def _outer_call(frames: list[Any]) -> str | None:
     functions = [i for i, fr in enumerate(frames) if fr.f_code.co_name != "<module>"]
     if not functions:
         return None

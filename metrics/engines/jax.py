@@ -68,7 +68,7 @@ import jax
 
 from metrics.engines import jax_aot, jax_calls, jax_monitoring, ranks
 from metrics.engines import jax_state as state
-from metrics.engines._frames import outer_user_call, skip_prefixes, user_location
+from metrics.engines._frames import outer_user_call, skip_prefixes, user_line
 from metrics.engines._patching import Patches
 from metrics.engines.base import EngineBase
 from metrics.engines.jax_causes import LoweringHistory, param_path
@@ -297,9 +297,15 @@ class JaxEngine(EngineBase):
             fun_name, sig = name, ()
         causes = getattr(_tls, "causes", None) or {}
         cause = causes.pop(fun_name, None)
-        location = cause.location if cause else user_location(self._skip)
+        # The user's line, past installed libraries (JAX's own explanation
+        # stops at the first frame outside jax: flax's jit wrapper).
+        here = user_line(self._skip)
+        location = here.location if here else cause.location if cause else None
+        via = here.via if here else ""
         if cause is None and moved is not None:  # JAX explains no device move
-            cause = dataclasses.replace(moved, time_unix=time.time(), location=location)
+            cause = dataclasses.replace(moved, time_unix=time.time(), location=location, via=via)
+        elif cause is not None and (cause.location, cause.via) != (location, via):
+            cause = dataclasses.replace(cause, location=location, via=via)
         ledger, events = self.rec.ledger, self.rec.events
         state.note_compile(graph_hash)
         seconds = wall_ns / 1e9
@@ -320,7 +326,7 @@ class JaxEngine(EngineBase):
         if loaded:
             detail = f"{detail}; backend cache hit" if detail else "backend cache hit"
         kind = EventKind.RECOMPILE if real else EventKind.COMPILE
-        events.emit(kind, name, graph_hash, detail, location, seconds)
+        events.emit(kind, name, graph_hash, detail, location, seconds, via=via)
         jax_aot.remember(ctx.get("executable"), graph_hash, name)
 
     def on_duration(self, event: str, seconds: float, fun_name: str | None) -> None:

@@ -18,6 +18,7 @@ Example (what a site reads as)::
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from typing import Any, NamedTuple
 
 from tpu_info.contract.model import SiteKind, SiteReading
@@ -53,8 +54,9 @@ def readings(impl: Any) -> list[SiteReading]:
     return [SiteReading(kind=_KIND_NAMES[kind], location=location, count=count,
                         bytes=nbytes, seconds=ns / 1e9, function=function,
                         detail=", ".join(details[:4]),
-                        last_seen_unix=last_end / 1e9 + to_unix)
-            for (kind, location), (count, nbytes, ns, _, last_end, function, details)
+                        last_seen_unix=last_end / 1e9 + to_unix,
+                        first_seen_unix=first_end / 1e9 + to_unix)
+            for (kind, location), (count, nbytes, ns, first_end, last_end, function, details)
             in by_line(impl).items()]
 
 
@@ -115,6 +117,24 @@ def where(code: Any, offset: int) -> tuple[str, str]:
     if not path.startswith("<"):
         path = os.path.abspath(path)
     return f"{path}:{line}", getattr(code, "co_qualname", code.co_name)
+
+
+def with_via(impl: Any, readings: list[SiteReading]) -> list[SiteReading]:
+    """``readings`` with the library call each line went through (``via``:
+    ``flax nnx.jit``; see :meth:`ImplicitTransfers.via`), read now."""
+    vias: dict[tuple[str, str], str] = {}
+    with impl._lock:
+        held = [(k[0], s) for k, s in impl._sites.items()]
+    for kind, site in held:
+        if site.via is None:  # once per site
+            site.via = impl.via(site.code, site.offset)
+        if site.via:
+            if site.where is None:
+                site.where = where(site.code, site.offset)
+            vias.setdefault((_KIND_NAMES[kind], site.where[0]), site.via)
+    if not vias:
+        return readings
+    return [replace(r, via=vias.get((r.kind, r.location), r.via)) for r in readings]
 
 
 def blind_spots(impl: Any) -> list[str]:

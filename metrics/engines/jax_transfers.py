@@ -10,10 +10,13 @@ numpy shard handlers) and the ``jax.jit`` wrapper's report of numpy
 arguments (:class:`~metrics.engines.jax_calls.JitArguments`) record here.
 
 The hot path walks out of library frames (jax, jaxlib, numpy, the standard
-library, this hook), deciding "library or not" once per code object, and
-appends the user's code object and instruction offset with the clock
-readings and byte count to a journal: one ``list.extend``. Line numbers,
-file names and function names are resolved only when read
+library, this hook, and anything else installed in site-packages: see
+:mod:`metrics.engines._frames`), deciding "library or not" once per code
+object, and appends the user's code object and instruction offset with the
+clock readings and byte count to a journal: one ``list.extend``. A walk
+that went through another installed library (flax, optax) notes the
+outermost such frame for that line (its ``via``). Line numbers, file names
+and function names are resolved only when read
 (:mod:`metrics.engines.jax_sites`, the read side).
 
 Nothing is counted twice: a read under ``jax.device_get`` or a transfer
@@ -39,7 +42,7 @@ import numpy as np
 
 from metrics.engines import jax_sites
 from metrics.engines import jax_to_device as to_device
-from metrics.engines._frames import skip_prefixes
+from metrics.engines._frames import ENGINE, LIBRARY, LibraryFrames, skip_prefixes, via_words
 from metrics.engines.jax_sites import IMPLICIT_H2D, OVERFLOW, SYNC, SyncLine
 from metrics.recording import forksafe, native
 from metrics.recording.journal import FOLD_AT
@@ -72,8 +75,9 @@ FIELDS = 7
 MAX_SITES_PER_KIND = 256
 MAX_CODES = 1 << 16  # code objects classified and kept; beyond, classified each time
 
-# What a frame is, decided once per code object.
-_USER, _LIB, _EXPLICIT, _COUNTED, _JIT_WRAPPER = range(5)
+# What a frame is, decided once per code object. _THIRD: another installed
+# library (flax, optax): walked through like _LIB, named as the line's via.
+_USER, _LIB, _EXPLICIT, _COUNTED, _JIT_WRAPPER, _THIRD = range(6)
 
 # Library functions that name how the user got there: the outermost one seen
 # on the way out wins (``x.item()`` reaches ``_value`` through ``__array__``).
@@ -89,11 +93,12 @@ _DETAILS = {
 }
 
 _METRICS_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+_KIND_CLASS = {ENGINE: _LIB, LIBRARY: _THIRD}
 
 
 class _Site:
     __slots__ = ("code", "offset", "detail", "count", "bytes", "ns", "first_end", "last_end",
-                 "where")
+                 "where", "via")
 
     def __init__(self, code: Any, offset: int, detail: str | None) -> None:
         self.code, self.offset, self.detail = code, offset, detail
@@ -101,6 +106,7 @@ class _Site:
         self.first_end: int | None = None  # monotonic ns: the first record's end
         self.last_end = 0
         self.where: tuple[str, str] | None = None  # (location, function), resolved once read
+        self.via: str | None = None  # the library call it went through, resolved once read
 
 
 class ImplicitTransfers:
@@ -113,12 +119,15 @@ class ImplicitTransfers:
         self.rec = rec = engine.rec
         self._engine = engine  # its transfer journal takes the explicit device_puts
         self.degraded: list[str] = engine.degraded
-        self._skip = skip_prefixes(jax, sys.modules.get("jaxlib"), np)
+        self._frames = LibraryFrames(skip_prefixes(jax, sys.modules.get("jaxlib"), np))
         # id(code) -> its class, or its detail (a library function that names
         # the path). Keyed by id: a code object hashes its whole body (~0.5 us);
         # the codes are kept alive in _held so an id is never reused.
         self._codes: dict[int, int | str] = {}
         self._held: list[Any] = []
+        # (id(user code), offset) -> the outermost installed-library code a
+        # walk from there went through (flax's jit): the line's via.
+        self._via: dict[tuple[int, int], Any] = {}
         self._sites: dict[tuple[int, int, int], _Site] = {}
         self._per_kind = {SYNC: 0, IMPLICIT_H2D: 0}
         self._other: dict[int, _Site] = {}
@@ -194,10 +203,8 @@ class ImplicitTransfers:
         elif code.co_name in ("device_get", "device_put") and fn.endswith(
                 os.path.join("jax", "_src", "api.py")):
             cls = _EXPLICIT
-        elif fn.startswith(self._skip) or fn.startswith("<frozen"):
-            cls = _LIB
         else:
-            cls = _USER
+            cls = _KIND_CLASS.get(self._frames.kind(fn), _USER)
         if len(self._codes) < MAX_CODES:
             self.hold(code, cls)
             return self._codes[id(code)]
@@ -220,7 +227,7 @@ class ImplicitTransfers:
         argument its report counted: :class:`JitArguments`)."""
         get = self._codes.get
         under_jit_counted = kind == IMPLICIT_H2D
-        found = None
+        found = via = inner = None
         f = frame
         while f is not None:  # one dict lookup per frame: this is the hot path
             code = f.f_code
@@ -228,6 +235,10 @@ class ImplicitTransfers:
             if c is None:
                 c = self._classify(code)
             if c is _LIB:
+                f = f.f_back
+                continue
+            if c == _THIRD:  # another library (flax's jit): its outermost frame is the via
+                via, inner = code, inner or f
                 f = f.f_back
                 continue
             if c.__class__ is str:  # a library function that names the path
@@ -255,8 +266,10 @@ class ImplicitTransfers:
             elif c == _EXPLICIT:
                 kind = EXPLICIT_D2H if kind == SYNC else EXPLICIT_H2D
             f = f.f_back
-        else:
-            code = None
+        else:  # no user frame: the innermost library frame, as the user's (if any)
+            f, code, via = inner, inner.f_code if inner is not None else None, None
+        if via is not None and len(self._via) < MAX_CODES:
+            self._via.setdefault((id(code), f.f_lasti), via)
         q = self.queue
         q.extend((kind, code, f.f_lasti if f is not None else 0, detail or found, start, end,
                   nbytes))
@@ -381,10 +394,17 @@ class ImplicitTransfers:
 
     # Read (metrics.engines.jax_sites) ---------------------------------------
 
+    def via(self, code: Any, offset: int) -> str:
+        """The library call the line at ``code``/``offset`` went through
+        (``flax nnx.jit``), "" for none (read time)."""
+        lib = self._via.get((id(code), offset)) if code is not None else None
+        return via_words(lib) if lib is not None else ""
+
     def sites(self) -> list[SiteReading]:
         """One reading per line (per kind) that synced or moved data
-        implicitly, locations resolved now; the overflow as one entry."""
-        return jax_sites.readings(self)
+        implicitly, locations resolved now, each with the library call it
+        went through; the overflow as one entry."""
+        return jax_sites.with_via(self, jax_sites.readings(self))
 
     def sync_lines(self) -> list[SyncLine]:
         """Device->host syncs per line of the user's code, with their first

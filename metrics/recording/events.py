@@ -39,7 +39,7 @@ from tpu_info.contract.model import Event, EventKind
 from tpu_info.contract.reuse import Kept
 
 _Question = tuple[int, "int | None"]  # (since seq, limit)
-_Row = tuple[Any, ...]  # (seq, time_unix, kind, name, graph_hash, detail, location, value)
+_Row = tuple[Any, ...]  # (seq, time_unix, kind, name, graph_hash, detail, location, value[, via])
 # All rows of a batch whose first event is numbered ``first``.
 Expand = Callable[[int], Iterable[_Row]]
 
@@ -134,9 +134,10 @@ class EventLog:
         location: str | None = None,
         value: float | None = None,
         time_unix: float | None = None,
+        via: str = "",
     ) -> int:
         """Appends one event (at ``time_unix``, default now) and returns its
-        sequence number."""
+        sequence number; ``via``: the library call its line went through."""
         # A plain tuple, because building the frozen Event costs more than the
         # rest of emit; readers build Events. Numbers are drawn and appended
         # under one lock, so each ring is in sequence order.
@@ -144,7 +145,7 @@ class EventLog:
         with self._lock:
             seq = self._next_seq
             self._next_seq = seq + 1
-            self._add_row((seq, when, kind, name, graph_hash, detail, location, value))
+            self._add_row((seq, when, kind, name, graph_hash, detail, location, value, via))
             self._last = seq
         return seq
 
@@ -192,7 +193,7 @@ class EventLog:
             for e in events:
                 if e.seq > self._last:
                     self._add_row((e.seq, e.time_unix, e.kind, e.name, e.graph_hash,
-                                   e.detail, e.location, e.value))
+                                   e.detail, e.location, e.value, e.via))
                     self._last = e.seq
             self._next_seq = self._last + 1
 
