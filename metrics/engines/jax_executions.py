@@ -38,7 +38,8 @@ class Executions:
         self._busy_time = recorder.counter(names.DEVICE_BUSY_TIME)
         self.journal = recorder.journal(self._fold)
         self.queue = self.journal.queue
-        self.call_times = CallTimes("jitted function")  # for the inferred step
+        # For the inferred step (and the step loop's bounds, in unix time).
+        self.call_times = CallTimes("jitted function", to_unix=recorder.mono_to_unix)
         self.tracked_ns = 0  # time inside tracked calls, for the busy % estimate
         self.inferred_ns = 0  # inside the other counted calls: used without tracked ones
 

@@ -138,7 +138,10 @@ class StepWatch:
             per_step = (top.last_end - top.first_end) / 1e9 / (top.count - 1)
             seconds_total = per_step * top.count
             timing = "step time from its first sync to its last"
+        to_unix = self.runs.rec.mono_to_unix
         return StepsReading(count=top.count, source=STEPS_INFERRED, seconds_total=seconds_total,
+                            first_unix=top.first_end / 1e9 + to_unix,
+                            last_unix=top.last_end / 1e9 + to_unix,
                             basis=f"{_where(top)}: the most frequent device->host sync "
                                   f"({top.count:,} times); {timing}")
 

@@ -144,7 +144,8 @@ class TorchCompileEngine(EngineBase):
         # Calls of compiled graphs: one append each, folded before reads.
         self.calls = recorder.journal(self._fold_calls)
         self.calls_queue = self.calls.queue
-        self.call_times = CallTimes("compiled graph")  # the inferred step
+        # The inferred step, and the step loop's bounds in unix time.
+        self.call_times = CallTimes("compiled graph", to_unix=recorder.mono_to_unix)
         self.gaps = brk.BreakGaps()  # Python across resumable graph breaks
         self._resumes = False  # a resume function compiled: pair calls at fold time
         recorder.on_reset(self.call_times.clear)

@@ -49,8 +49,12 @@ class CallTimes:
     """Per-function call times of one engine; bounded to ``max_functions``
     names (later names are not kept; ``dropped`` counts their batches)."""
 
-    def __init__(self, what: str, max_functions: int = 1024) -> None:
+    def __init__(self, what: str, max_functions: int = 1024,
+                 to_unix: float | None = None) -> None:
         self.what = what  # "jitted function", "compiled graph": for the basis
+        # monotonic ns / 1e9 + to_unix is unix time: the step loop's bounds
+        # (None: not told).
+        self.to_unix = to_unix
         self.by_key: dict[tuple[str, bool], FunctionCalls] = {}
         self.max_functions = max_functions
         self.dropped = 0
@@ -168,14 +172,21 @@ class CallTimes:
             basis = (f"metrics.track({name}): the tracked function with the most time "
                      f"({f.calls:,} calls)")
             return StepsReading(count=f.calls, source=STEPS_MARKED, basis=basis,
-                                seconds_total=_span(f))
+                                seconds_total=_span(f), **self._bounds(f))
         inferred = self.dominant(False, min_calls)
         if inferred is None:
             return None
         name, f = inferred
         return StepsReading(count=f.calls, source=STEPS_INFERRED,
                             basis=f"{name}: the {self.what} with the most time ({f.calls:,} calls)",
-                            seconds_total=_span(f))
+                            seconds_total=_span(f), **self._bounds(f))
+
+    def _bounds(self, f: FunctionCalls) -> dict[str, float | None]:
+        """The step loop's bounds: the first call's start, the last timed call's end."""
+        if self.to_unix is None or f.first is None:
+            return {}
+        return {"first_unix": f.first / 1e9 + self.to_unix,
+                "last_unix": max(f.first, f.last) / 1e9 + self.to_unix}
 
     def clear(self) -> None:
         self.by_key.clear()

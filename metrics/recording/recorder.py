@@ -48,6 +48,7 @@ class Recorder:
         self._warned: set[str] = set()
         self._warned_lock = threading.Lock()
         self._last_step_ns: int | None = None
+        self.first_step_ns: int | None = None  # the first marked step's end (monotonic)
         # Hot-path handles, looked up once.
         self._mark_step = self.counter(names.MARK_STEP)
         self._step_time = self.distribution(names.STEP_TIME)
@@ -125,7 +126,7 @@ class Recorder:
         self.registry.clear_all()
         self.ledger.clear()
         self.events.clear()
-        self._last_step_ns = None
+        self._last_step_ns = self.first_step_ns = None
         for forget in self._on_reset:
             forget()
 
@@ -147,10 +148,17 @@ class Recorder:
         if len(q) >= FOLD_AT:
             self._steps.flush()
 
+    @property
+    def last_step_ns(self) -> int | None:
+        """The latest marked step's end (monotonic ns; folded marks only)."""
+        return self._last_step_ns
+
     def _fold_steps(self, times: list[int]) -> None:
         if not times:
             return
         last = self._last_step_ns
+        if self.first_step_ns is None:
+            self.first_step_ns = times[0]
         self._mark_step.inc(len(times))
         ends = times if last is not None else times[1:]
         starts = [last, *times[:-1]] if last is not None else times[:-1]

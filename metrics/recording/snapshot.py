@@ -41,6 +41,7 @@ from tpu_info.contract.model import (
     Snapshot,
     StepsReading,
 )
+from tpu_info.contract.phases import phase_of
 
 _process_cache: dict[tuple[object, ...], ProcessRecord] = {}
 
@@ -175,7 +176,7 @@ def readings(
     return (tuple(c_map[k] for k in sorted(c_map)), tuple(d_map[k] for k in sorted(d_map)))
 
 
-def _marked_steps(counters: tuple[CounterReading, ...],
+def _marked_steps(recorder: Recorder, counters: tuple[CounterReading, ...],
                   dists: tuple[DistributionReading, ...]) -> StepsReading | None:
     marks = next((c.value for c in counters if c.name == names.MARK_STEP), 0)
     if not marks:
@@ -184,19 +185,27 @@ def _marked_steps(counters: tuple[CounterReading, ...],
     total = step_time.total / 1e9 if step_time is not None and step_time.count else None
     if step_time is not None and step_time.count and step_time.count != marks:
         total = total / step_time.count * marks if total is not None else None
+    bounds: dict[str, float] = {}
+    first, last = recorder.first_step_ns, recorder.last_step_ns
+    if first is not None and last is not None:
+        # A mark ends a step: the loop began one (mean) step before the first.
+        mean = total / marks if total is not None else 0.0
+        bounds = {"first_unix": first / 1e9 + recorder.mono_to_unix - mean,
+                  "last_unix": last / 1e9 + recorder.mono_to_unix}
     return StepsReading(count=marks, source=STEPS_MARKED, seconds_total=total,
-                        basis="metrics.mark_step / metrics.track, or the engine's own steps")
+                        basis="metrics.mark_step / metrics.track, or the engine's own steps",
+                        **bounds)
 
 
 def diagnosis(recorder: Recorder, engines: list[Engine], counters: tuple[CounterReading, ...],
               dists: tuple[DistributionReading, ...]) -> tuple[
                   tuple[SiteReading, ...], StepsReading | None, tuple[str, ...]]:
-    """Every engine's sites (costliest first), the steps (marked ones win over
-    an engine's inference) and blind spots; an engine that fails here is
+    """Every engine's sites (costliest first, each with its phase), the steps
+    (marked ones win over an engine's inference) and blind spots; an engine that fails here is
     counted in ``HookErrors`` and skipped."""
     sites: list[SiteReading] = []
     blind: list[str] = []
-    steps = _marked_steps(counters, dists)
+    steps = _marked_steps(recorder, counters, dists)
     for e in engines:
         try:
             sites.extend(e.sites())
@@ -206,6 +215,10 @@ def diagnosis(recorder: Recorder, engines: list[Engine], counters: tuple[Counter
         except Exception as err:  # noqa: BLE001 - diagnosis never breaks a scrape
             recorder.hook_failed(f"{e.name}.diagnosis", err)
     sites.sort(key=lambda x: (-x.seconds, -x.count, x.location))
+    if steps is not None:  # each line's phase, told now that the step loop is known
+        sites = [replace(x, phase=phase_of(x.first_seen_unix or x.last_seen_unix,
+                                           x.last_seen_unix, x.count, steps).value)
+                 if not x.phase else x for x in sites]
     return tuple(sites), steps, tuple(dict.fromkeys(blind))
 
 

@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from tpu_info.contract.catalog import MARK_STEP, STEP_TIME
-from tpu_info.contract.model import STEPS_MARKED, Severity, Snapshot, StepsReading
+from tpu_info.contract.model import STEPS_MARKED, Phase, Severity, Snapshot, StepsReading
+from tpu_info.contract.phases import every_steps
 
 
 def duration(seconds: float) -> str:
@@ -78,41 +79,91 @@ def steps_of(s: Snapshot) -> StepsReading | None:
     return StepsReading(marks, STEPS_MARKED, "metrics.mark_step", total)
 
 
+# Phases whose work is not part of every step: costed per occurrence and as
+# a share of the run, never per step.
+OUTSIDE_STEP = frozenset({Phase.SETUP, Phase.PERIODIC, Phase.ONCE, Phase.TEARDOWN})
+_WHEN = {Phase.SETUP: "at start-up, before the first step", Phase.ONCE: "in the step loop",
+         Phase.TEARDOWN: "after the last step"}
+
+
 @dataclass(frozen=True, slots=True)
 class Cost:
     """A finding's cost. ``how`` says how it was estimated when ``estimated``
-    (``"estimated at 10 GB/s"``); a timed cost says ``measured``."""
+    (``"estimated at 10 GB/s"``); a timed cost says ``measured``. ``phase``
+    is where it happened (:class:`~tpu_info.contract.model.Phase`): work
+    outside the step (set-up, periodic, once, tear-down) is costed per
+    occurrence and over ``run_seconds``, never spread over the steps; per-step
+    work never costs more than the steps took."""
 
     seconds: float
     count: int | None
     estimated: bool
     how: str
     steps: StepsReading | None
+    phase: Phase = Phase.UNKNOWN
+    run_seconds: float = 0.0
+
+    @property
+    def outside_step(self) -> bool:
+        return self.phase in OUTSIDE_STEP
 
     @property
     def per_step(self) -> float | None:
-        if self.steps is None or self.count is None:
+        if self.steps is None or self.count is None or self.outside_step:
             return None
         return self.count / self.steps.count
 
     @property
     def seconds_per_step(self) -> float | None:
-        return None if self.steps is None else self.seconds / self.steps.count
+        if self.steps is None or self.outside_step:
+            return None
+        seconds = self.seconds
+        if self.steps.seconds_total:  # part of the steps: never more than they took
+            seconds = min(seconds, self.steps.seconds_total)
+        return seconds / self.steps.count
 
     @property
     def share_of_step(self) -> float | None:
-        if self.steps is None or not self.steps.seconds_total:
+        if self.steps is None or not self.steps.seconds_total or self.outside_step:
             return None
         return min(1.0, self.seconds / self.steps.seconds_total)
+
+    @property
+    def share_of_run(self) -> float | None:
+        """The cost over the run's wall time so far (work outside the step)."""
+        if not self.outside_step or self.run_seconds <= 0:
+            return None
+        return min(1.0, self.seconds / self.run_seconds)
+
+    @property
+    def every_steps(self) -> float | None:
+        return every_steps(self.count or 0, self.steps) if self.phase == Phase.PERIODIC else None
 
     def label(self) -> str:
         return self.how if self.estimated else "measured"
 
+    def _outside_tail(self) -> str:
+        """``every 40 steps, 480 ms each, 4.0% of run time, measured``;
+        ``once at start-up, before the first step, 1.4 s, 12% of run time, measured``."""
+        n = self.count or 1
+        mark = "~" if self.estimated else ""
+        run = self.share_of_run
+        share = f", {share_words(run)} of run time" if run is not None else ""
+        if self.phase == Phase.PERIODIC:
+            every = self.every_steps or 0.0
+            return (f"every {every:,.0f} steps, {mark}{duration(self.seconds / n)} each"
+                    f"{share}, {self.label()}")
+        once = "once" if n == 1 else "one-off"
+        return f"{once} {_WHEN[self.phase]}, {mark}{duration(self.seconds)}{share}, {self.label()}"
+
     def tail(self) -> str:
         """The per-step part: ``1.0 per step, 4.1 ms/step, 3.0% of step time,
-        measured``, or ``measured; steps are not known, so no per-step figure``."""
+        measured``, or ``measured; steps are not known, so no per-step figure``;
+        for work outside the step, when and what it cost (:meth:`_outside_tail`)."""
         if self.steps is None:
             return f"{self.label()}; steps are not known, so no per-step figure"
+        if self.outside_step:
+            return self._outside_tail()
         parts = []
         if (p := self.per_step) is not None:
             parts.append(f"{p:.2g} per step" if p < 0.1 else f"{p:.1f} per step")
@@ -134,13 +185,42 @@ class Cost:
         """The :class:`~tpu_info.contract.model.Finding` fields this cost fills."""
         return {"seconds_lost": self.seconds, "count": self.count, "per_step": self.per_step,
                 "seconds_per_step": self.seconds_per_step, "share_of_step": self.share_of_step,
-                "cost_estimated": self.estimated}
+                "cost_estimated": self.estimated, "share_of_run": self.share_of_run,
+                "every_steps": self.every_steps,
+                "phase": "" if self.phase == Phase.UNKNOWN else self.phase.value}
 
 
-def cost_of(s: Snapshot, seconds: float, count: int | None, estimated: str = "") -> Cost:
+# Work outside the step is a warning only when it weighs on the run: periodic
+# work from this share of the run's time, one-off work (set-up, once,
+# tear-down) from this share and this long (start-up a longer run pays once).
+PERIODIC_WARN_SHARE = 0.05
+ONE_OFF_WARN_SHARE = 0.25
+ONE_OFF_WARN_SECONDS = 5.0
+
+
+def outside_warns(c: Cost) -> bool:
+    """Whether work outside the step (``c.outside_step``) is worth a warning."""
+    share = c.share_of_run or 0.0
+    if c.phase == Phase.PERIODIC:
+        return share >= PERIODIC_WARN_SHARE
+    return share >= ONE_OFF_WARN_SHARE and c.seconds >= ONE_OFF_WARN_SECONDS
+
+
+def cost_of(s: Snapshot, seconds: float, count: int | None, estimated: str = "",
+            phase: Phase | str = Phase.UNKNOWN) -> Cost:
     """The cost of something that happened ``count`` times and took ``seconds``
-    in ``s``; ``estimated`` names how the seconds were estimated (empty: measured)."""
-    return Cost(max(0.0, seconds), count, bool(estimated), estimated, steps_of(s))
+    in ``s``; ``estimated`` names how the seconds were estimated (empty: measured);
+    ``phase`` where it happened (:func:`tpu_info.contract.phases.phase_of`)."""
+    return Cost(max(0.0, seconds), count, bool(estimated), estimated, steps_of(s),
+                as_phase(phase), s.uptime_seconds)
+
+
+def as_phase(value: Phase | str) -> Phase:
+    """A phase from the wire (a plain string); an unknown one is UNKNOWN."""
+    try:
+        return Phase(value) if value else Phase.UNKNOWN
+    except ValueError:
+        return Phase.UNKNOWN
 
 
 def engine_of(s: Snapshot) -> str:
@@ -162,6 +242,11 @@ def cost_cell(f: Any) -> str:
     steps are unknown, ``-`` when it cost nothing measurable; ``~`` marks an
     estimate."""
     mark = "~" if f.cost_estimated else ""
+    if f.phase in OUTSIDE_STEP and f.seconds_lost > 0:
+        n = max(1, f.count or 1)
+        if f.phase == Phase.PERIODIC and f.every_steps:
+            return f"{mark}{duration(f.seconds_lost / n)} /{f.every_steps:,.0f} steps"
+        return f"{mark}{duration(f.seconds_lost)} once"
     if f.seconds_per_step is not None and f.seconds_lost > 0:
         share = f" {share_words(f.share_of_step)}" if f.share_of_step is not None else ""
         return f"{mark}{duration(f.seconds_per_step)}/step{share}"

@@ -26,7 +26,6 @@ from dataclasses import replace
 
 from tpu_info.contract import catalog
 from tpu_info.contract.model import (
-    CALLED_FROM,
     FIRST_CALL,
     EventKind,
     Finding,
@@ -36,16 +35,20 @@ from tpu_info.contract.model import (
     Severity,
     Snapshot,
 )
+from tpu_info.contract.phases import bursts_phase
 from tpu_info.views.causes import CauseKind, classify, warm_up
 from tpu_info.views.cost import (
+    Cost,
     cost_of,
     duration,
     engine_of,
+    outside_warns,
     rank_key,
     share_words,
     short_location,
     steps_of,
 )
+from tpu_info.views.eager import eager_ops, single_op
 from tpu_info.views.findings_torch import (
     XLA_VALUE_ACCESS,
     cpu_fallbacks,
@@ -125,7 +128,7 @@ def recompiles(s: Snapshot) -> Iterable[Finding]:
                         key=lambda c: c.time_unix)
         if causes and all(XLA_VALUE_ACCESS in c.description for c in causes):
             continue  # xla_value_access names it
-        if not causes and (compiles < 10 or _single_op(name)):
+        if not causes and (compiles < 10 or single_op(name)):
             continue  # eager ops compile once per new shape: only many are news
         total = sum(g.compile_seconds_total for g in graphs)
         firsts = [min(compiled, key=lambda g: g.first_seen_unix) for part in parts
@@ -142,13 +145,24 @@ def recompiles(s: Snapshot) -> Iterable[Finding]:
         if causes:
             yield from _by_kind(s, name, compiles, total, lost, graphs, first_site)
             continue
-        c = cost_of(s, lost, compiles - 1)
+        phase, _ = bursts_phase([g.last_seen_unix for g in graphs if g.compiles > 1]
+                                or [g.first_seen_unix for g in graphs[1:]], steps_of(s))
+        c = cost_of(s, lost, compiles - 1, phase=phase)
         msg = (f"{name} compiled {compiles} times ({_seconds(total)} compiling, {c.tail()}) "
                "for different inputs, with no cause recorded. "
                + ("Keep its input shapes fixed or run it inside jit." if engine_of(s) == "jax"
                   else "Keep its input shapes fixed (or mark the changing dimension dynamic: "
                   "torch._dynamo.mark_dynamic(x, dim))."))
-        yield Finding(msg, Severity.WARNING, None, kind="recompile_no_cause", **c.fields())
+        yield Finding(msg, _severity(c, expected=False), None, kind="recompile_no_cause",
+                      **c.fields())
+
+
+def _severity(c: Cost, expected: bool) -> Severity:
+    """A recompile's severity: info when expected, or when it happened outside
+    the step and does not weigh on the run (:func:`outside_warns`)."""
+    if expected or (c.outside_step and not outside_warns(c)):
+        return Severity.INFO
+    return Severity.WARNING
 
 
 def _by_kind(s: Snapshot, name: str, compiles: int, total: float, lost: float,
@@ -183,8 +197,9 @@ def _by_kind(s: Snapshot, name: str, compiles: int, total: float, lost: float,
         across = (f" in {len(per_part)} graphs split by graph breaks" if len(per_part) > 1
                   else "" if name in per_part else f" in {next(iter(per_part))}, the part "
                   "after a graph break")
+        phase, _ = bursts_phase([c.time_unix for c, _ in seen], steps_of(s))
         if len(kinds) == 1:
-            c = cost_of(s, lost, max(1, compiles - 1))
+            c = cost_of(s, lost, max(1, compiles - 1), phase=phase)
             n = c.count or 0
             head = (f"{name} compiled {compiles} times ({_seconds(total)} compiling{across}"
                     f"{loaded}; "
@@ -196,123 +211,13 @@ def _by_kind(s: Snapshot, name: str, compiles: int, total: float, lost: float,
             n = max(per_part.values())  # one call recompiles each part once
             c = cost_of(s, min(lost, seconds), n,
                         "estimated: a graph's compile time split evenly among its compiles"
-                        if split else "")
+                        if split else "", phase)
             head = (f"{name} recompiled {n} time{'s' * (n > 1)} for {kind} "
                     f"({_seconds(c.seconds)} compiling{across}{loaded}, {c.tail()})")
         yield Finding(f"{head}; {_describe(k.text, cause)}. {k.advice}",
-                      Severity.INFO if k.expected else Severity.WARNING, cause.location,
+                      _severity(c, k.expected), cause.location,
                       kind=cause_kind_name(k), **c.fields())
 
-
-
-# What eager (un-jitted) JAX code compiles: one graph per primitive and shape.
-_SINGLE_OP_RE = re.compile(r"^jit\((?P<op>_?[a-z][a-z0-9_]*)\)$")
-_SINGLE_OPS = frozenset("""
-abs add and argmax argmin bitwise_and broadcast_in_dim ceil clamp clip concatenate
-convert_element_type cos cosh cumsum div divide dot dot_general dynamic_slice
-dynamic_update_slice eq equal exp expand_dims floor gather ge greater gt integer_pow iota
-le less log log1p logistic lt matmul max maximum mean min minimum mul multiply ne negative
-neg not or pow power reshape rsqrt scatter select_n sign sin sinh slice sqrt square
-squeeze sub subtract sum tanh tan transpose true_divide where _where xor zeros_like
-ones_like full full_like concatenate stack clip _mean _var _reduce_max _reduce_min
-_reduce_prod _reduce_sum _reduce_all _reduce_any var std einsum _einsum softmax relu
-""".split())
-
-
-def _single_op(name: str) -> bool:
-    m = _SINGLE_OP_RE.match(name)
-    if not m:
-        return False
-    op = m.group("op")
-    return op in _SINGLE_OPS or op.lstrip("_") in _SINGLE_OPS or op.startswith("_reduce_")
-
-
-_JIT_NAME_RE = re.compile(r"\bjit\([^()]*\)")
-
-
-def step_function(s: Snapshot) -> str | None:
-    """The jitted function a step runs (``jit(train_step)``): named by the
-    inferred steps' basis, else the non-single-op graph called most (10+ times)."""
-    st = steps_of(s)
-    if st is not None and (m := _JIT_NAME_RE.search(st.basis)) and not _single_op(m.group()):
-        return m.group()
-    called = [g for g in s.graphs if (g.executions or 0) >= 10 and not _single_op(g.name)
-              and g.name.startswith("jit(")]
-    return max(called, key=lambda g: g.executions or 0).name if called else None
-
-
-_CALLED_FROM_RE = re.compile(re.escape(CALLED_FROM)
-                             + r"(?P<fn>\S+?)\(\) at (?P<loc>.+?:\d+)(?: via (?P<via>\S+?)\(\))?")
-
-
-def _eager_sites(s: Snapshot, tiny: list[GraphRecord]) -> list[tuple[str, str | None]]:
-    """Where single-op graphs compiled, most compiles first: (line, call), the
-    line that ran the op and the user's call that led there from the outermost
-    function (``accuracy() at /w/train.py:104 via predict()``) or None when the
-    line is in that function itself. Compile events carry both, causes the line."""
-    names = {g.hash for g in tiny}
-    sites: list[tuple[str, str | None]] = []
-    for e in s.events:
-        if e.kind == EventKind.COMPILE and e.location and (e.graph_hash in names
-                                                           or _single_op(e.name)):
-            m = _CALLED_FROM_RE.search(e.detail)
-            sites.append((e.location, m.group() if m else None))
-    if not sites:
-        sites = [(c.location, None) for g in tiny for c in g.causes if c.location]
-    counts: dict[tuple[str, str | None], int] = defaultdict(int)
-    for site in sites:
-        counts[site] += 1
-    return sorted(counts, key=lambda site: (-counts[site], site[0], site[1] or ""))
-
-
-def _eager_where(sites: list[tuple[str, str | None]]) -> tuple[str | None, str, str]:
-    """(location, where, what to jit) for the eager-ops finding: the call to jit
-    when a user function led to the op lines, else the most frequent line."""
-    lines = list(dict.fromkeys(line for line, _ in sites))
-    calls: dict[tuple[str, str], list[str]] = defaultdict(list)  # (fn, call line) -> op lines
-    for line, call in sites:
-        if call and (m := _CALLED_FROM_RE.match(call)):
-            via = m.group("via")
-            calls[(m.group("fn"), m.group("loc"))].append(
-                f"{short_location(line)}{f' in {via}()' if via else ''}")
-    if not calls:
-        site = lines[0] if lines else None
-        where = f" at {short_location(site)}" if site else ""
-        if len(lines) > 1:
-            where += f" (and {len(lines) - 1} other line{'s' * (len(lines) > 2)})"
-        what = f"the function that holds {short_location(site)}" if site else "that function"
-        return site, where, what
-    (fn, loc), ops = max(calls.items(), key=lambda kv: len(kv[1]))
-    ops = list(dict.fromkeys(ops))
-    inner = ops[0] + (f" and {len(ops) - 1} other line{'s' * (len(ops) > 2)}"
-                      if len(ops) > 1 else "")
-    more = ("; 1 other call compiles ops too" if len(calls) == 2 else
-            f"; {len(calls) - 1} other calls compile ops too" if len(calls) > 2 else "")
-    where = f" in {fn}(), called at {short_location(loc)} (its ops at {inner}{more}),"
-    return loc, where, f"{fn}() (called at {short_location(loc)})"
-
-
-def eager_ops(s: Snapshot) -> Iterable[Finding]:
-    """Many tiny single-operation graphs: eager (un-jitted) JAX code compiling op by op."""
-    tiny = [g for g in s.graphs if g.compiles and _single_op(g.name)]
-    if len(tiny) < 10:
-        return
-    seconds = sum(g.compile_seconds_total for g in tiny)
-    ops = sorted({g.name for g in tiny}, key=lambda n: (-sum(1 for g in tiny if g.name == n), n))
-    site, where, what = _eager_where(_eager_sites(s, tiny))
-    step = step_function(s)
-    if step is not None:
-        advice = (f"The step, {step}, is already jitted, so this is code outside it "
-                  "(evaluation, metrics or initialisation, e.g. an accuracy/eval function): "
-                  f"jit {what}, so it compiles once per shape as one graph.")
-    else:
-        advice = "Wrap the loop body in jax.jit (jit the step function)."
-    c = cost_of(s, seconds, len(tiny))
-    yield Finding(
-        f"{len(tiny)} single-operation graphs compiled ({_seconds(seconds)} compiling, "
-        f"{c.tail()}; {', '.join(ops[:4])}{', ...' if len(ops) > 4 else ''}): eager, "
-        f"un-jitted code{where} compiles each op for each new shape. {advice}",
-        Severity.WARNING, site, kind="eager_ops", **c.fields())
 
 
 _CACHE_ADVICE = {
@@ -335,7 +240,7 @@ def compile_share(s: Snapshot) -> Iterable[Finding]:
         return
     head = (f"compiling took {share_words(share)} of the run so far ({ct.count} compiles, "
             f"{_seconds(ct.total / 1e9)}, measured)")
-    tiny = [g for g in s.graphs if g.compiles and _single_op(g.name)]
+    tiny = [g for g in s.graphs if g.compiles and single_op(g.name)]
     tiny_s = sum(g.compile_seconds_total for g in tiny)
     if len(tiny) >= 10 and tiny_s >= 0.25 * ct.total / 1e9:
         yield Finding(f"{head}, {share_words(tiny_s / (ct.total / 1e9))} of it single-operation "

@@ -27,14 +27,18 @@ from tpu_info.contract.catalog import (
     TRANSFER_FROM_DEVICE_TIME,
     TRANSFER_TO_DEVICE_TIME,
 )
-from tpu_info.contract.model import Finding, Severity, SiteKind, SiteReading, Snapshot
+from tpu_info.contract.model import Finding, Phase, Severity, SiteKind, SiteReading, Snapshot
+from tpu_info.contract.phases import phase_of
 from tpu_info.views.cost import (
     Cost,
+    as_phase,
     cost_of,
     duration,
     engine_of,
+    outside_warns,
     short_location,
     size_words,
+    steps_of,
 )
 
 # A site is a finding when it ran in at least half the steps (or, steps
@@ -50,6 +54,12 @@ MIN_SHARE = 0.005
 # the same copy weigh more. Below MIN_SHARE it is said as info, not a warning.
 MIN_BYTES_PER_STEP = 64e3
 MIN_STEPS = 10
+
+# Work outside the step (set-up, periodic, once, tear-down) is said when it
+# took at least this share of the run (and MIN_SECONDS); a warning only when
+# it weighs on the run (:func:`tpu_info.views.cost.outside_warns`).
+OUTSIDE_INFO_SHARE = {Phase.PERIODIC: 0.01, Phase.SETUP: 0.05, Phase.ONCE: 0.05,
+                      Phase.TEARDOWN: 0.05}
 
 # For sites the hook counted but could not time: a host<->device copy at a
 # PCIe-class rate, plus a fixed wait per device->host read.
@@ -90,14 +100,33 @@ def transfer_rate(s: Snapshot) -> tuple[float, str]:
     return ASSUMED_BYTES_PER_S, f"estimated at an assumed {_rate_words(ASSUMED_BYTES_PER_S)}"
 
 
+def site_phase(s: Snapshot, site: SiteReading) -> Phase:
+    """The phase the hook told for ``site``, else told here from its times
+    (an older hook's sites)."""
+    if site.phase:
+        return as_phase(site.phase)
+    return phase_of(site.first_seen_unix or site.last_seen_unix, site.last_seen_unix,
+                    site.count, steps_of(s))
+
+
 def _site_cost(s: Snapshot, site: SiteReading) -> Cost:
+    phase = site_phase(s, site)
     if site.seconds > 0:
-        return cost_of(s, site.seconds, site.count)
+        return cost_of(s, site.seconds, site.count, phase=phase)
     rate, how = transfer_rate(s)
     fixed = ASSUMED_SYNC_S * site.count if site.kind == SiteKind.SYNC.value else 0.0
     if fixed:
         how += f" plus {duration(ASSUMED_SYNC_S)} a read"
-    return cost_of(s, fixed + site.bytes / rate, site.count, how)
+    return cost_of(s, fixed + site.bytes / rate, site.count, how, phase)
+
+
+def _outside_severity(c: Cost) -> Severity | None:
+    """Work outside the step: info, a warning when it took a large share of
+    the run, or None when it is not worth saying."""
+    share = c.share_of_run or 0.0
+    if c.seconds < MIN_SECONDS or share < OUTSIDE_INFO_SHARE.get(c.phase, 1.0):
+        return None
+    return Severity.WARNING if outside_warns(c) else Severity.INFO
 
 
 def _costly(c: Cost) -> bool:
@@ -154,11 +183,46 @@ def _transfer_advice(detail: str) -> str:
             "loader / flax's prefetch_to_device).")
 
 
+_OUTSIDE_WORDS = {
+    Phase.SETUP: "at start-up, before the first step: one-off work, not a per-step cost",
+    Phase.ONCE: "in the step loop, but not in every step: one-off work, not a per-step cost",
+    Phase.TEARDOWN: "after the last step: one-off work, not a per-step cost",
+    Phase.PERIODIC: ("in the loop's gaps, not in every step (evaluation, logging or "
+                     "checkpoints every N steps): each time it runs, that step is slower"),
+}
+_OUTSIDE_ADVICE = {
+    SiteKind.SYNC.value: ("If it is logging, read a value accumulated on the device, "
+                          "and only as often as you need it."),
+    SiteKind.IMPLICIT_TO_DEVICE.value: ("Convert the data once (jax.device_put) and keep "
+                                        "it on the device."),
+}
+
+
+def _outside_finding(site: SiteReading, c: Cost) -> Finding | None:
+    """A line that ran outside the step: said with when and what it cost each
+    time, never per step; only when it took a share of the run worth it."""
+    severity = _outside_severity(c)
+    if severity is None:
+        return None
+    what = ("reads a value back to the host" if site.kind == SiteKind.SYNC.value
+            else f"copies {size_words(site.bytes / max(1, site.count))} to the device")
+    via = f" (via {site.via})" if site.via else ""
+    noun = "sync" if site.kind == SiteKind.SYNC.value else "implicit_transfer"
+    advice = _OUTSIDE_ADVICE.get(site.kind, "")
+    return Finding(
+        f"{site.detail or 'a read'} at {short_location(site.location)}{via} {what} "
+        f"{_OUTSIDE_WORDS[c.phase]} ({c.words()}). {advice}".rstrip(),
+        severity, site.location, kind=f"{c.phase.value}_{noun}", **c.fields())
+
+
 def _finding(s: Snapshot, site: SiteReading) -> Finding | None:
     c = _site_cost(s, site)
+    if c.outside_step:
+        return _outside_finding(site, c)
     if not _worth_saying(c, site):
         return None
-    where = f"{site.detail or 'a read'} at {short_location(site.location)}"
+    via = f" (via {site.via})" if site.via else ""
+    where = f"{site.detail or 'a read'} at {short_location(site.location)}{via}"
     if site.kind == SiteKind.SYNC.value:
         return Finding(
             f"{where} reads a value back to the host {_how_often(c)} ({c.words()}): the host "
@@ -173,7 +237,8 @@ def _finding(s: Snapshot, site: SiteReading) -> Finding | None:
         "where steps are shorter (an accelerator).")
     per_step = None if c.steps is None else site.bytes / c.steps.count
     return Finding(
-        f"{what} at {short_location(site.location)} copies {each} to the device {_how_often(c)} "
+        f"{what} at {short_location(site.location)}{via} copies {each} to the device "
+        f"{_how_often(c)} "
         f"({c.words()}): the copy sits on the step's critical path.{weight} "
         f"{_transfer_advice(site.detail)}",
         Severity.WARNING if costly else Severity.INFO, site.location,

@@ -1,0 +1,89 @@
+"""Which part of the program something happened in, from the step loop.
+
+The step loop runs from the first step's start to the latest step's end
+(:attr:`StepsReading.first_unix`, :attr:`StepsReading.last_unix`). Work that
+ended before it is set-up; work that began after it (by more than a few
+steps' time) is tear-down; work inside it is per-step when it ran in at least
+half the steps, periodic when it recurred less often (evaluation, logging,
+checkpoints every N steps), and once when it ran once or twice. The hook
+fills a site's phase with :func:`phase_of` when it is read; views use the same
+function for what carries only times (compile events).
+
+Example:
+    >>> from tpu_info.contract.model import StepsReading
+    >>> loop = StepsReading(100, "marked", seconds_total=10.0, first_unix=50.0, last_unix=60.0)
+    >>> [phase_of(t0, t1, n, loop).value for t0, t1, n in
+    ...  ((1.0, 2.0, 40), (50.5, 59.9, 100), (51.0, 59.0, 5), (55.0, 55.0, 1), (70.0, 71.0, 3))]
+    ['setup', 'step', 'periodic', 'once', 'teardown']
+"""
+
+from __future__ import annotations
+
+from tpu_info.contract.diagnosis import Phase, StepsReading
+
+# Per-step work ran in at least this share of the steps.
+PER_STEP_AT_LEAST = 0.5
+# Recurring work in the loop ran at least this many times; fewer is once.
+PERIODIC_AT_LEAST = 3
+# Work that began this many steps' time (and at least TEARDOWN_MIN_S) after
+# the latest step's end is tear-down, not the step in progress.
+TEARDOWN_STEPS = 3
+TEARDOWN_MIN_S = 1.0
+# Events closer than this (and ten steps) are one occurrence of the work.
+BURST_MIN_S = 0.5
+
+
+def loop_of(steps: StepsReading | None) -> tuple[float, float] | None:
+    """The step loop's ``(start, end)`` in unix time, or None when not known."""
+    if steps is None or not steps.count or steps.first_unix is None or steps.last_unix is None:
+        return None
+    return steps.first_unix, max(steps.first_unix, steps.last_unix)
+
+
+def phase_of(first_unix: float, last_unix: float, count: int,
+             steps: StepsReading | None) -> Phase:
+    """The phase of work that ran ``count`` times between ``first_unix`` and
+    ``last_unix`` (see the module docstring); :attr:`Phase.UNKNOWN` when the
+    step loop is not known or the times are not."""
+    loop = loop_of(steps)
+    if loop is None or steps is None or not first_unix or count <= 0:
+        return Phase.UNKNOWN
+    start, end = loop
+    last_unix = max(first_unix, last_unix or first_unix)
+    if last_unix < start:
+        return Phase.SETUP
+    per_step = steps.seconds_per_step or 0.0
+    if first_unix > end + max(TEARDOWN_STEPS * per_step, TEARDOWN_MIN_S):
+        return Phase.TEARDOWN
+    if count >= PER_STEP_AT_LEAST * steps.count:
+        return Phase.STEP
+    return Phase.PERIODIC if count >= PERIODIC_AT_LEAST else Phase.ONCE
+
+
+def every_steps(count: int, steps: StepsReading | None) -> float | None:
+    """How many steps apart periodic work ran (``steps / count``), or None."""
+    if steps is None or count <= 0 or not steps.count:
+        return None
+    return steps.count / count
+
+
+def bursts_phase(times: list[float], steps: StepsReading | None) -> tuple[Phase, int]:
+    """The phase of events at ``times`` (compiles) and how many times the work
+    happened: events closer together than ten steps (and half a second) are
+    one occurrence, so the fifteen op compiles of one evaluation are one, not
+    a per-step cost. Events in at least half the steps are per-step only when
+    they span at least half the loop; occurrences in the loop are otherwise
+    periodic from :data:`PERIODIC_AT_LEAST` on, else once."""
+    if not times:
+        return Phase.UNKNOWN, 0
+    order = sorted(times)
+    gap = max(BURST_MIN_S, 10 * ((steps.seconds_per_step or 0.0) if steps else 0.0))
+    bursts = 1 + sum(1 for a, b in zip(order, order[1:]) if b - a > gap)
+    phase = phase_of(order[0], order[-1], len(order), steps)
+    loop = loop_of(steps)
+    if phase == Phase.STEP and loop is not None and (
+            order[-1] - order[0] < PER_STEP_AT_LEAST * (loop[1] - loop[0])):
+        phase = Phase.ONCE  # many events in a short stretch of the loop: told by bursts
+    if phase in (Phase.PERIODIC, Phase.ONCE):
+        phase = Phase.PERIODIC if bursts >= PERIODIC_AT_LEAST else Phase.ONCE
+    return phase, bursts

@@ -1,0 +1,214 @@
+"""Eager (un-jitted) JAX code: many single-operation graphs, and when they compiled.
+
+JAX compiles each primitive of eager code once per new shape (``jit(add)``,
+``jit(_reduce_sum)``). Where the compiles happened decides what they cost:
+model initialisation before the first step is one-off start-up work; an
+evaluation's first pass compiles once, in the loop; only compiles that keep
+coming through the loop (new shapes every step) are a per-step cost
+(:func:`tpu_info.contract.phases.bursts_phase`).
+
+Example:
+    >>> from tpu_info.contract.model import Snapshot
+    >>> list(eager_ops(Snapshot(taken_at_unix=0.0))), single_op("jit(add)")
+    ([], True)
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from collections.abc import Iterable
+
+from tpu_info.contract.model import (
+    CALLED_FROM,
+    EventKind,
+    Finding,
+    GraphRecord,
+    Phase,
+    Severity,
+    Snapshot,
+)
+from tpu_info.contract.phases import TEARDOWN_MIN_S, bursts_phase, loop_of
+from tpu_info.views.cost import (
+    OUTSIDE_STEP,
+    cost_of,
+    duration,
+    outside_warns,
+    short_location,
+    steps_of,
+)
+
+# What eager (un-jitted) JAX code compiles: one graph per primitive and shape.
+_SINGLE_OP_RE = re.compile(r"^jit\((?P<op>_?[a-z][a-z0-9_]*)\)$")
+_SINGLE_OPS = frozenset("""
+abs add and argmax argmin bitwise_and broadcast_in_dim ceil clamp clip concatenate
+convert_element_type cos cosh cumsum div divide dot dot_general dynamic_slice
+dynamic_update_slice eq equal exp expand_dims floor gather ge greater gt integer_pow iota
+le less log log1p logistic lt matmul max maximum mean min minimum mul multiply ne negative
+neg not or pow power reshape rsqrt scatter select_n sign sin sinh slice sqrt square
+squeeze sub subtract sum tanh tan transpose true_divide where _where xor zeros_like
+ones_like full full_like concatenate stack clip _mean _var _reduce_max _reduce_min
+_reduce_prod _reduce_sum _reduce_all _reduce_any var std einsum _einsum softmax relu
+""".split())
+
+
+def single_op(name: str) -> bool:
+    """A graph of one primitive (``jit(add)``, ``jit(_reduce_sum)``): what eager code compiles."""
+    m = _SINGLE_OP_RE.match(name)
+    if not m:
+        return False
+    op = m.group("op")
+    return op in _SINGLE_OPS or op.lstrip("_") in _SINGLE_OPS or op.startswith("_reduce_")
+
+
+_JIT_NAME_RE = re.compile(r"\bjit\([^()]*\)")
+
+
+def step_function(s: Snapshot) -> str | None:
+    """The jitted function a step runs (``jit(train_step)``): named by the
+    inferred steps' basis, else the non-single-op graph called most (10+ times)."""
+    st = steps_of(s)
+    if st is not None and (m := _JIT_NAME_RE.search(st.basis)) and not single_op(m.group()):
+        return m.group()
+    called = [g for g in s.graphs if (g.executions or 0) >= 10 and not single_op(g.name)
+              and g.name.startswith("jit(")]
+    return max(called, key=lambda g: g.executions or 0).name if called else None
+
+
+_CALLED_FROM_RE = re.compile(re.escape(CALLED_FROM)
+                             + r"(?P<fn>\S+?)\(\) at (?P<loc>.+?:\d+)(?: via (?P<via>\S+?)\(\))?")
+
+
+def _eager_sites(s: Snapshot, tiny: list[GraphRecord],
+                 window: tuple[float, float] | None = None) -> list[tuple[str, str | None]]:
+    """Where single-op graphs compiled, most compiles first: (line, call), the
+    line that ran the op and the user's call that led there from the outermost
+    function (``accuracy() at /w/train.py:104 via predict()``) or None when the
+    line is in that function itself. Compile events carry both, causes the line."""
+    names = {g.hash for g in tiny}
+    sites: list[tuple[str, str | None]] = []
+    for e in s.events:
+        if window is not None and not window[0] <= e.time_unix <= window[1]:
+            continue
+        if e.kind == EventKind.COMPILE and e.location and (e.graph_hash in names
+                                                           or single_op(e.name)):
+            m = _CALLED_FROM_RE.search(e.detail)
+            sites.append((e.location, m.group() if m else None))
+    if not sites:
+        sites = [(c.location, None) for g in tiny for c in g.causes if c.location]
+    counts: dict[tuple[str, str | None], int] = defaultdict(int)
+    for site in sites:
+        counts[site] += 1
+    return sorted(counts, key=lambda site: (-counts[site], site[0], site[1] or ""))
+
+
+def _eager_where(sites: list[tuple[str, str | None]]) -> tuple[str | None, str, str]:
+    """(location, where, what to jit) for the eager-ops finding: the call to jit
+    when a user function led to the op lines, else the most frequent line."""
+    lines = list(dict.fromkeys(line for line, _ in sites))
+    calls: dict[tuple[str, str], list[str]] = defaultdict(list)  # (fn, call line) -> op lines
+    for line, call in sites:
+        if call and (m := _CALLED_FROM_RE.match(call)):
+            via = m.group("via")
+            calls[(m.group("fn"), m.group("loc"))].append(
+                f"{short_location(line)}{f' in {via}()' if via else ''}")
+    if not calls:
+        site = lines[0] if lines else None
+        where = f" at {short_location(site)}" if site else ""
+        if len(lines) > 1:
+            where += f" (and {len(lines) - 1} other line{'s' * (len(lines) > 2)})"
+        what = f"the function that holds {short_location(site)}" if site else "that function"
+        return site, where, what
+    (fn, loc), ops = max(calls.items(), key=lambda kv: len(kv[1]))
+    ops = list(dict.fromkeys(ops))
+    inner = ops[0] + (f" and {len(ops) - 1} other line{'s' * (len(ops) > 2)}"
+                      if len(ops) > 1 else "")
+    more = ("; 1 other call compiles ops too" if len(calls) == 2 else
+            f"; {len(calls) - 1} other calls compile ops too" if len(calls) > 2 else "")
+    where = f" in {fn}(), called at {short_location(loc)} (its ops at {inner}{more}),"
+    return loc, where, f"{fn}() (called at {short_location(loc)})"
+
+
+def _compile_times(s: Snapshot, tiny: list[GraphRecord]) -> dict[str, float]:
+    """When each single-op graph compiled (by hash): its compile event, else
+    the graph's first time (the events ring may have moved on)."""
+    names = {g.hash for g in tiny}
+    times = {g.hash: g.first_seen_unix for g in tiny}
+    for e in s.events:
+        if e.kind == EventKind.COMPILE and e.graph_hash in names:
+            times[e.graph_hash] = e.time_unix
+    return times
+
+
+def _by_stretch(s: Snapshot, tiny: list[GraphRecord]) -> list[list[GraphRecord]]:
+    """The single-op graphs split by when they compiled: before the step loop,
+    in it, after it; a stretch of at least ``MIN_GRAPHS`` is judged on its
+    own (model initialisation is not the loop's evaluation), else all together."""
+    times = _compile_times(s, tiny)
+    loop = loop_of(steps_of(s))
+    if loop is None:
+        return [tiny]
+    stretches: dict[int, list[GraphRecord]] = defaultdict(list)
+    for g in tiny:
+        t = times[g.hash]
+        stretches[0 if t < loop[0] else 2 if t > loop[1] + TEARDOWN_MIN_S else 1].append(g)
+    big = [stretches[k] for k in sorted(stretches) if len(stretches[k]) >= MIN_GRAPHS]
+    return big or [tiny]
+
+
+MIN_GRAPHS = 10  # fewer single-op graphs are not news
+
+_WHERE_WORDS = {
+    Phase.SETUP: ("(model or data initialisation): it compiles once, so it costs start-up "
+                  "time, not step time. If start-up matters, jit the initialisation ({what}), "
+                  "or build it with jax.eval_shape and a jitted init."),
+    Phase.ONCE: ("(the first pass of an evaluation, metrics or logging function): it compiled "
+                 "once and later passes reuse it. If it matters, jit {what}, so it compiles "
+                 "as one graph."),
+    Phase.TEARDOWN: ("(a final evaluation or export): it compiled once. If it matters, jit "
+                     "{what}, so it compiles as one graph."),
+    Phase.PERIODIC: ("(each evaluation or logging pass meets new shapes): jit {what} and keep "
+                     "its input shapes fixed (pad the last batch), so it compiles once."),
+}
+
+
+def eager_ops(s: Snapshot) -> Iterable[Finding]:
+    """Many tiny single-operation graphs: eager (un-jitted) JAX code compiling
+    op by op, costed where it happened: start-up, once, every N steps or
+    every step."""
+    tiny = [g for g in s.graphs if g.compiles and single_op(g.name)]
+    if len(tiny) < MIN_GRAPHS:
+        return
+    times = _compile_times(s, tiny)
+    for stretch in _by_stretch(s, tiny):
+        yield _eager_finding(s, stretch, [times[g.hash] for g in stretch])
+
+
+def _eager_finding(s: Snapshot, tiny: list[GraphRecord], times: list[float]) -> Finding:
+    """The finding for single-op graphs compiled at ``times``."""
+    seconds = sum(g.compile_seconds_total for g in tiny)
+    ops = sorted({g.name for g in tiny}, key=lambda n: (-sum(1 for g in tiny if g.name == n), n))
+    site, where, what = _eager_where(_eager_sites(s, tiny, (min(times), max(times))))
+    phase, bursts = bursts_phase(times, steps_of(s))
+    listed = f"{', '.join(ops[:4])}{', ...' if len(ops) > 4 else ''}"
+    if phase in OUTSIDE_STEP:
+        c = cost_of(s, seconds, bursts, phase=phase)
+        return Finding(
+            f"{len(tiny)} single-operation graphs compiled ({duration(seconds)} compiling, "
+            f"{c.tail()}; {listed}): eager, un-jitted code{where} "
+            + _WHERE_WORDS[phase].format(what=what),
+            Severity.WARNING if outside_warns(c) else Severity.INFO, site, kind="eager_ops",
+            **c.fields())
+    step = step_function(s)
+    if step is not None:
+        advice = (f"The step, {step}, is already jitted, so this is code outside it "
+                  "(evaluation, metrics or initialisation, e.g. an accuracy/eval function): "
+                  f"jit {what}, so it compiles once per shape as one graph.")
+    else:
+        advice = "Wrap the loop body in jax.jit (jit the step function)."
+    c = cost_of(s, seconds, len(tiny), phase=phase)
+    return Finding(
+        f"{len(tiny)} single-operation graphs compiled ({duration(seconds)} compiling, "
+        f"{c.tail()}; {listed}): eager, "
+        f"un-jitted code{where} compiles each op for each new shape. {advice}",
+        Severity.WARNING, site, kind="eager_ops", **c.fields())
