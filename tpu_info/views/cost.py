@@ -246,6 +246,8 @@ def cost_cell(f: Any) -> str:
         n = max(1, f.count or 1)
         if f.phase == Phase.PERIODIC and f.every_steps:
             return f"{mark}{duration(f.seconds_lost / n)} /{f.every_steps:,.0f} steps"
+        if f.phase == Phase.PERIODIC:
+            return f"{mark}{duration(f.seconds_lost)} in all"
         return f"{mark}{duration(f.seconds_lost)} once"
     if f.seconds_per_step is not None and f.seconds_lost > 0:
         share = f" {share_words(f.share_of_step)}" if f.share_of_step is not None else ""

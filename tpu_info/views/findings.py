@@ -56,6 +56,7 @@ from tpu_info.views.findings_torch import (
     xla_value_access,
 )
 from tpu_info.views.sites import explicit_syncs, site_findings
+from tpu_info.views.slow_steps import slow_steps
 
 _NON_RECOMPILE = (FIRST_CALL,)
 _XLA_WARM_UP = ("warm-up (the step after the first is a new graph once: optimizer state or "
@@ -364,10 +365,10 @@ def _unseen(s: Snapshot) -> str:
 # The event kinds the rules read from ``Snapshot.events`` (graph-break reasons,
 # where eager ops compiled): a reader that folds a stream of snapshots, each
 # carrying only its new events, keeps these so the rules see the whole window.
-EVENTS_READ = frozenset({EventKind.COMPILE, EventKind.GRAPH_BREAK})
+EVENTS_READ = frozenset({EventKind.COMPILE, EventKind.RECOMPILE, EventKind.GRAPH_BREAK})
 
 RULES: tuple[Callable[[Snapshot], Iterable[Finding]], ...] = (
-    no_engine, recompiles, eager_ops, site_findings, explicit_syncs, compile_share,
+    no_engine, recompiles, eager_ops, site_findings, explicit_syncs, slow_steps, compile_share,
     memory_pressure, graph_breaks, xla_value_access, cpu_fallbacks, hook_errors, kept_out,
     nothing_recorded,
 )
@@ -417,4 +418,16 @@ def find(snapshot: Snapshot) -> list[Finding]:
         out.extend(rule(snapshot))
     out = [f if f.kind else replace(f, kind="other") for f in out]  # kind is always set
     out.sort(key=rank_key)
-    return out
+    return out + list(_overlap(out))
+
+
+def _overlap(found: list[Finding]) -> Iterable[Finding]:
+    """The per-step shares of one process's findings add up to more than the
+    step: said, since one wait can hold several causes (a sync waits for the
+    same device work a transfer is part of)."""
+    shares = [f.share_of_step for f in found if f.share_of_step]
+    if len(shares) > 1 and sum(shares) > 1.0:
+        yield Finding(f"the per-step costs above add up to {share_words(sum(shares))} of the "
+                      "step time: they overlap (a sync waits for the same device work a "
+                      "transfer or a compile is part of), so fix the costliest first and "
+                      "measure again.", Severity.INFO, None, 0.0, "overlapping_costs")

@@ -1,0 +1,160 @@
+"""Findings that know the program's phases (issue 28: items 1, 2, 4 and 5).
+
+Set-up work reads "once at start-up", never per step; a recompile in the loop
+is once; periodic work reads "every N steps"; slow steps say what ran in them;
+no per-step cost exceeds the step; the phase and the loop's bounds travel on
+the wire. The real programs run JAX on the CPU in a subprocess.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tpu_info.contract.model import (
+    Event,
+    EventKind,
+    Phase,
+    SiteReading,
+    Snapshot,
+    StepsReading,
+)
+from tpu_info.contract.phases import bursts_phase, phase_of
+from tpu_info.proto import tpu_info_v1_pb2 as pb
+from tpu_info.views.cost import cost_cell
+from tpu_info.views.findings import find
+from tpu_info.wire import codec, encoder
+
+ROOT = Path(__file__).resolve().parents[2]
+LOOP = StepsReading(100, "marked", seconds_total=10.0, first_unix=1000.0, last_unix=1010.0)
+
+
+def test_phase_of_tells_setup_step_periodic_once_and_teardown() -> None:
+    assert phase_of(990.0, 995.0, 500, LOOP) == Phase.SETUP  # many, but all before the loop
+    assert phase_of(1000.1, 1009.9, 100, LOOP) == Phase.STEP
+    assert phase_of(1001.0, 1009.0, 10, LOOP) == Phase.PERIODIC
+    assert phase_of(1005.0, 1005.0, 1, LOOP) == Phase.ONCE
+    assert phase_of(1020.0, 1021.0, 3, LOOP) == Phase.TEARDOWN
+    assert phase_of(1010.2, 1010.2, 1, LOOP) == Phase.ONCE  # the step in progress, not after
+    assert phase_of(1001.0, 1002.0, 5, None) == Phase.UNKNOWN
+
+
+def test_a_burst_of_compiles_in_the_loop_is_one_occurrence() -> None:
+    # The fifteen op compiles of an evaluation's first pass, 50 ms apart, in a 100-step loop.
+    burst = [1004.0 + 0.05 * i for i in range(60)]
+    assert bursts_phase(burst, LOOP) == (Phase.ONCE, 1)
+    every_two_s = [1000.5 + 2.0 * i for i in range(5)]
+    assert bursts_phase(every_two_s, LOOP) == (Phase.PERIODIC, 5)
+    every_step = [1000.05 + 0.1 * i for i in range(100)]
+    assert bursts_phase(every_step, LOOP)[0] == Phase.STEP
+
+
+def test_phases_and_the_loop_travel_on_the_wire() -> None:
+    site = SiteReading("sync", "/w/train.py:9", 3, first_seen_unix=1001.0, last_seen_unix=1009.0,
+                       phase="periodic", via="flax nnx.jit")
+    e = Event(1, 1002.0, EventKind.COMPILE, "jit(f)", via="flax nnx.jit")
+    s = Snapshot(1011.0, sites=(site,), events=(e,), last_seq=1,
+                 steps=StepsReading(100, "inferred", "jit(step)", 10.0, 1000.0, 1010.0, 7))
+    for data in (codec.snapshot_to_proto(s).SerializeToString(),  # both encoders
+                 encoder.snapshot_to_bytes(s, encoder.PartCache())):
+        back = codec.snapshot_from_proto(pb.Snapshot.FromString(data))
+        assert back.steps == s.steps and back.sites == s.sites, back
+        assert back.events[0].via == "flax nnx.jit"
+
+
+def test_setup_and_periodic_sites_are_not_per_step() -> None:
+    s = Snapshot(1011.0, uptime_seconds=20.0, steps=LOOP, sites=(
+        # jnp.asarray of the whole data set at start-up: 3 s, before the first step.
+        SiteReading("implicit_to_device", "/w/train.py:5", 1, 600_000_000, 3.0,
+                    first_seen_unix=995.0, last_seen_unix=995.0, detail="jnp.asarray"),
+        # float(loss) logged every 10 steps.
+        SiteReading("sync", "/w/train.py:30", 10, 40, 0.5, first_seen_unix=1001.0,
+                    last_seen_unix=1009.5, detail="float()"),
+    ))
+    by_kind = {f.kind: f for f in find(s)}
+    setup = by_kind["setup_implicit_transfer"]
+    assert setup.phase == "setup" and setup.seconds_per_step is None and setup.share_of_step is None
+    assert "once at start-up" in setup.message and "15% of run time" in setup.message
+    assert cost_cell(setup) == "3.0 s once" and setup.severity == "info"
+    periodic = by_kind["periodic_sync"]
+    assert "every 10 steps, 50 ms each" in periodic.message and periodic.every_steps == 10
+    assert cost_cell(periodic) == "50 ms /10 steps"
+    assert "per_step_sync" not in by_kind and "per_step_implicit_transfer" not in by_kind
+
+
+def test_no_per_step_cost_above_the_step_and_overlaps_said() -> None:
+    s = Snapshot(11.0, uptime_seconds=11.0, steps=LOOP, sites=(
+        SiteReading("sync", "/w/t.py:3", 100, 400, 30.0, first_seen_unix=1000.1,
+                    last_seen_unix=1009.9, detail="float()"),
+        SiteReading("sync", "/w/t.py:4", 100, 400, 8.0, first_seen_unix=1000.1,
+                    last_seen_unix=1009.9, detail="print"),
+    ))
+    found = find(s)
+    step = LOOP.seconds_per_step or 0.0
+    assert all((f.seconds_per_step or 0.0) <= step + 1e-9 for f in found), found
+    assert found[-1].kind == "overlapping_costs" and "overlap" in found[-1].message
+
+
+PROGRAM = textwrap.dedent("""
+    import json, time
+    import metrics; metrics.install(serve=False)
+    import jax, jax.numpy as jnp, numpy as np
+    from tpu_info.views.findings import find
+    from tpu_info.views.cost import cost_cell
+
+    def init_params(n):  # stax-style eager initialisation: one graph per op
+        w = jnp.ones((n, n))
+        for _ in range(3):
+            w = w * 0.5 + jnp.sin(w) - jnp.cos(w) + jnp.tanh(w) / 2.0 + jnp.exp(-w)
+            w = w / jnp.max(w) + jnp.mean(w) - jnp.min(w) + jnp.sqrt(jnp.abs(w))
+        return w
+
+    @jax.jit
+    def train_step(w, x):
+        return w * 0.999 + jnp.sum(jnp.tanh(x @ w)) * 1e-6
+
+    w = init_params(512)
+    xs = jnp.ones((8, 512))
+    for i in range(240):
+        w = train_step(w, xs if i != 120 else jnp.ones((7, 512)))  # one short batch
+        if i % 40 == 39:
+            host = jax.device_get(w)  # a checkpoint's copy every 40 steps
+            time.sleep(0.06)          # and writing it
+        metrics.mark_step()
+    s = metrics.snapshot()
+    print(json.dumps({"step": s.steps.seconds_total / s.steps.count, "findings": [
+        {"kind": f.kind, "phase": f.phase, "severity": f.severity.value, "cell": cost_cell(f),
+         "per_step": f.seconds_per_step, "share": f.share_of_step, "message": f.message}
+        for f in find(s)]}))
+""")
+
+
+@pytest.mark.slow
+def test_a_real_loop_with_eager_init_a_short_batch_and_periodic_checkpoints(tmp_path: Path):
+    prog = tmp_path / "train.py"
+    prog.write_text(PROGRAM)
+    r = subprocess.run([sys.executable, str(prog)], cwd=ROOT, capture_output=True, text=True,
+                       timeout=300, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin",
+                                         "JAX_PLATFORMS": "cpu"})
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    by_kind = {f["kind"]: f for f in out["findings"]}
+    # 1. The initialisation's op-by-op compiles are start-up work, not a per-step warning.
+    eager = by_kind["eager_ops"]
+    assert eager["phase"] == "setup" and eager["severity"] == "info", eager
+    assert eager["per_step"] is None and "/step" not in eager["cell"], eager
+    assert "once at start-up" in eager["message"] and "train.py:1" in eager["message"], eager
+    assert "Wrap the loop body" not in eager["message"]
+    # 2. One recompile in the loop is once, never spread over the steps.
+    short = by_kind["recompile_short_last_batch"]
+    assert short["phase"] == "once" and "per step" not in short["message"], short
+    # 5. The checkpoint steps are outliers, and the 16 MB copy is named in them.
+    slow = by_kind["slow_steps"]
+    assert "device->host transfers" in slow["message"] and "MB the largest" in slow["message"]
+    # No per-step cost above the measured step.
+    assert all((f["per_step"] or 0.0) <= out["step"] * 1.0001 for f in out["findings"]), out

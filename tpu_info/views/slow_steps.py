@@ -1,0 +1,123 @@
+"""Rare slow steps: which steps were outliers, and what happened in them.
+
+A loop that checkpoints, evaluates or logs every N steps has a few steps far
+slower than the rest; a rule that asks "did this happen in half the steps?"
+never sees them. Here the step times (``StepTime``: marked steps) give the
+outliers (slower than :data:`SLOW_FACTOR` times the median), and the hook's
+records with a time say what ran in them: compiles (with their function),
+device->host transfers (with their bytes), and the lines that ran in the
+loop's gaps (periodic sites, with their line). What none of them explains is
+host time the hook does not see at a line, and is said so.
+
+Example:
+    >>> from tpu_info.contract.model import Snapshot
+    >>> list(slow_steps(Snapshot(taken_at_unix=0.0)))
+    []
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from tpu_info.contract.catalog import INBOUND_DATA, STEP_TIME, TRANSFER_FROM_DEVICE_TIME
+from tpu_info.contract.model import (
+    COMPILE_KINDS,
+    DistributionReading,
+    Finding,
+    Phase,
+    Severity,
+    Snapshot,
+)
+from tpu_info.views.cost import duration, share_words, short_location, size_words
+from tpu_info.views.sites import site_phase
+
+SLOW_FACTOR = 4.0  # a step this many times the median step is an outlier
+MIN_STEPS = 20  # fewer step times say nothing about outliers
+MIN_EXCESS_S = 5e-3  # an outlier at least this much slower than the median
+WARN_SHARE = 0.05  # outliers' extra time over the run's time: a warning from here
+
+
+def _outliers(d: DistributionReading) -> tuple[float, float, list[tuple[float, float]]]:
+    """``(median, p99, [(end unix time, seconds)])`` of the outliers among the
+    recent step times (nanoseconds in the distribution)."""
+    median = (d.percentile(50.0) or 0.0) / 1e9
+    p99 = (d.percentile(99.0) or 0.0) / 1e9
+    cut = max(SLOW_FACTOR * median, median + MIN_EXCESS_S)
+    return median, p99, [(t, v / 1e9) for t, v in d.recent if v / 1e9 >= cut]
+
+
+def _every(d: DistributionReading, slow_times: list[float]) -> int | None:
+    """How many steps apart the outliers are among the recent steps, when
+    they are evenly spaced (every 40 steps); else None."""
+    slow = set(slow_times)
+    places = [i for i, (t, _) in enumerate(d.recent) if t in slow]
+    if len(places) < 2:
+        return None
+    gaps = [b - a for a, b in zip(places, places[1:])]
+    if max(gaps) - min(gaps) > max(1, 0.2 * min(gaps)):
+        return None
+    return round(sum(gaps) / len(gaps))
+
+
+def _in_slow_steps(s: Snapshot, slow: list[tuple[float, float]]) -> list[str]:
+    """What the hook saw with a time inside the slow steps: compiles, and
+    device->host transfers with their bytes."""
+    def inside(t: float) -> bool:
+        return any(end - seconds <= t <= end for end, seconds in slow)
+
+    said: list[str] = []
+    compiles: dict[str, int] = {}
+    for e in s.events:
+        if e.kind in COMPILE_KINDS and inside(e.time_unix):
+            compiles[e.name] = compiles.get(e.name, 0) + 1
+    if compiles:
+        said.append("compiles (" + ", ".join(f"{n} x{c}" if c > 1 else n
+                                             for n, c in list(compiles.items())[:3]) + ")")
+    d2h, nbytes = s.distribution(TRANSFER_FROM_DEVICE_TIME), s.distribution(INBOUND_DATA)
+    if d2h is not None:
+        hits = [(t, v) for t, v in d2h.recent if inside(t)]
+        if hits:
+            moved = ""
+            if nbytes is not None:
+                sizes = [v for t, v in nbytes.recent if inside(t)]
+                moved = f", {size_words(max(sizes))} the largest" if sizes else ""
+            said.append(f"device->host transfers ({len(hits)} of them, "
+                        f"{duration(sum(v for _, v in hits) / 1e9)} in all{moved}: "
+                        "jax.device_get, .item() or a checkpoint's copy)")
+    return said
+
+
+def slow_steps(s: Snapshot) -> Iterable[Finding]:
+    """Steps much slower than the median step, with what ran in them."""
+    d = s.distribution(STEP_TIME)
+    if d is None or d.count < MIN_STEPS or not d.recent:
+        return
+    median, p99, slow = _outliers(d)
+    if not slow or median <= 0:
+        return
+    # The outliers' time above the median, scaled from the recent window to all steps.
+    excess_recent = sum(v - median for _, v in slow)
+    excess = excess_recent * d.count / len(d.recent)
+    if excess < MIN_EXCESS_S:
+        return
+    share = excess / s.uptime_seconds if s.uptime_seconds > 0 else None
+    seen = _in_slow_steps(s, slow)
+    periodic = [x for x in s.sites if site_phase(s, x) == Phase.PERIODIC]
+    seen += [f"{x.detail or 'a read'} at {short_location(x.location)} ({x.count:,} times)"
+             for x in periodic[:3]]
+    what = ("in them the hook saw " + "; ".join(seen) + ". What these do not explain is "
+            if seen else "the hook saw nothing with a time in them, so it is ")
+    share_text = f", {share_words(share)} of run time" if share is not None else ""
+    every = _every(d, [t for t, _ in slow])
+    yield Finding(
+        f"{len(slow)} of the last {len(d.recent)} steps were slow"
+        f"{f', every {every} steps' if every else ''}"
+        f" ({duration(sum(v for _, v in slow) / len(slow))} each against a median step of "
+        f"{duration(median)}; P99 {duration(p99)}; ~{duration(excess)} above the median in "
+        f"all{share_text}, estimated from the recent steps): {what}host work between steps "
+        "that no hook sees at a line (checkpoint writes, logging, data loading, Python). "
+        "Time a suspect with metrics.track(fn); do the periodic work less often, on the "
+        "device, or in a background thread (async checkpointing).",
+        Severity.WARNING if share is not None and share >= WARN_SHARE else Severity.INFO,
+        None, excess, "slow_steps", count=len(slow), phase=Phase.PERIODIC.value,
+        share_of_run=share, cost_estimated=True, every_steps=every)
