@@ -24,7 +24,8 @@ same way (:func:`hook_pmap`); calls of AOT-compiled functions are counted by
 :mod:`metrics.engines.jax_aot`. Not seen: functions jitted before install,
 ``jax.jit`` reached through a name bound before install (``from jax import
 jit`` above ``metrics.install()``, ``jax._src.api.jit``); :func:`blind_spots`
-says so.
+says so, naming the user's own such names with the line that bound them
+(:mod:`metrics.engines.jax_bound`).
 
 Example:
     >>> import jax, metrics                                  # doctest: +SKIP
@@ -34,6 +35,7 @@ Example:
 
 from __future__ import annotations
 
+import sys
 import time
 import weakref
 from collections.abc import Callable
@@ -433,14 +435,15 @@ def blind_spots(hooked: dict[str, bool]) -> list[str]:
         out = ["jax.jit could not be wrapped: calls of jitted functions are not counted "
                "(no executions, no inferred steps); metrics.track(step) counts them"]
     else:
-        out = [
-            "Calls of functions jitted or pmapped before metrics.install() are not counted "
-            "(their graphs show no executions): install first, or wrap them in "
-            "metrics.track.",
-            "jax.jit or jax.pmap reached through a name bound before install (from jax "
-            "import jit above metrics.install(), jax._src.api.jit, libraries' own aliases) "
-            "is not counted.",
-        ]
+        bound = _bound_before_install(hooked)  # this program's own: first, with the line
+        out = [*bound,
+               "Calls of functions jitted or pmapped before metrics.install() are not counted "
+               "(their graphs show no executions): install first, or wrap them in "
+               "metrics.track."]
+        if not bound:
+            out.append("jax.jit or jax.pmap reached through a name bound before install "
+                       "(from jax import jit above metrics.install(), jax._src.api.jit, "
+                       "libraries' own aliases) is not counted.")
     if not hooked.get("pmap"):
         out.append("jax.pmap could not be wrapped: calls of pmapped functions are not counted.")
     if not hooked.get("aot"):
@@ -450,3 +453,18 @@ def blind_spots(hooked: dict[str, bool]) -> list[str]:
         out.append("Calls of ahead-of-time compiled functions compiled before "
                    "metrics.install() are counted but not attributed to a graph.")
     return out
+
+
+def _bound_before_install(hooked: dict[str, bool]) -> list[str]:
+    """The user's module-level names still bound to JAX's own ``jit``/``pmap``
+    (:mod:`metrics.engines.jax_bound`), one sentence each."""
+    jax = sys.modules.get("jax")
+    if jax is None:
+        return []
+    from metrics.engines import jax_bound
+    from metrics.engines._frames import frames_for, skip_prefixes
+
+    originals = {what: getattr(getattr(jax, what, None), "__wrapped__", None)
+                 for what in ("jit", "pmap") if hooked.get(what)}
+    frames = frames_for(skip_prefixes(jax, sys.modules.get("jaxlib")))
+    return jax_bound.sentences(originals, frames)

@@ -171,6 +171,18 @@ def _all_missing(target: str, why: str, na: list[tuple[str, str]]) -> ProcessRow
     return ProcessRow(target, gone, gone, gone, gone, gone, gone, gone, gone, gone, tuple(na))
 
 
+def _no_steps(s: Snapshot) -> str:
+    """Why no steps: when a JAX program's compiled functions ran and none of
+    their calls was counted, what hid them (the hook lists this program's own
+    blind spots first: a ``jit`` bound before install, with its line), not
+    the generic :data:`NO_STEPS`."""
+    engine = s.process.engine.split(",") if s.process is not None else []
+    if ("jax" in engine and s.blind_spots and s.graphs
+            and all(g.executions is None for g in s.graphs)):
+        return f"no jitted call was counted: {s.blind_spots[0]}"
+    return NO_STEPS
+
+
 def process_row(v: TargetView) -> ProcessRow | None:
     """``v`` as a process row; None for a libtpu probe that failed (its failure
     explains the chips' N/As instead)."""
@@ -204,7 +216,7 @@ def process_row(v: TargetView) -> ProcessRow | None:
         gone: Derived = Derived(None, why)  # type: ignore[type-arg]
         return replace(row, uptime_seconds=gone, steps=gone, steps_short=gone, compiles=gone,
                        hbm_used_bytes=hbm, na=tuple(r.na))
-    steps = r.get("steps", steps_label(s), NO_STEPS)
+    steps = r.get("steps", steps_label(s), _no_steps(s))
     uptime = r.get("uptime", s.uptime_seconds if s.uptime_seconds > 0 else None,
                    "the target did not report its uptime")
     return replace(row, uptime_seconds=uptime, steps=steps,
