@@ -28,7 +28,7 @@ Top level::
                       hbm_peak_bytes, hbm_limit_bytes, memory_source,
                       busy_percent, reasons}],
                       transfers{h2d|d2h: {count, bytes, p50_ns, p90_ns,
-                      p95_ns, p999_ns, reasons}},
+                      p95_ns, p999_ns, timed, reasons}},
                       graphs[{hash, name, engine, compiles, cache_hits,
                       compile_seconds_total, executions, last_cause}],
                       findings[{severity, kind, message, location,
@@ -153,7 +153,8 @@ def _target(t: TargetReadings, top_graphs: int | None) -> dict[str, Any]:
     for x in transfer_stats(s):
         transfers[x.direction] = {
             "count": x.count, "bytes": x.bytes, "p50_ns": x.p50_ns, "p90_ns": x.p90_ns,
-            "p95_ns": x.p95_ns, "p999_ns": x.p999_ns, "reasons": dict(x.reasons)}
+            "p95_ns": x.p95_ns, "p999_ns": x.p999_ns, "timed": x.timed,
+            "reasons": dict(x.reasons)}
     out.update(
         process=None if p is None else {
             "pid": p.pid, "name": _s(p.name), "user": _s(p.user), "host": _s(p.host),
@@ -283,7 +284,7 @@ _REASONS = {"type": "object", "additionalProperties": {"type": "string"}}
 _TRANSFER = {"type": "object", "required": ["count", "bytes", "p50_ns", "p999_ns", "reasons"],
              "properties": {"count": {"type": "integer"}, "bytes": _NUM, "p50_ns": _NUM,
                             "p90_ns": _NUM, "p95_ns": _NUM, "p999_ns": _NUM,
-                            "reasons": _REASONS}}
+                            "timed": {"type": "integer"}, "reasons": _REASONS}}
 
 JSON_SCHEMA: dict[str, Any] = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",

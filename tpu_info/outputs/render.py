@@ -185,8 +185,9 @@ Transfer = tuple[str, TransferRow, str]  # (pid, transfers, target)
 
 
 def _count(x: TransferRow) -> str:
-    t = x.stats
-    return f"{t.count} ({t.implicit} implicit)" if t.implicit else str(t.count)
+    t = x.stats  # with how many were timed, where the percentiles stand on fewer
+    notes = [n for n in (f"{t.implicit} implicit" if t.implicit else "", t.timed_note()) if n]
+    return f"{t.count} ({', '.join(notes)})" if notes else str(t.count)
 
 
 def _bytes(x: TransferRow) -> Cell:

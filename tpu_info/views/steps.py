@@ -5,8 +5,10 @@ line and the tables never disagree: the count (and its N/A words) is
 :func:`~tpu_info.views.derived.process_row`'s Steps cell, the mean step time is
 :attr:`~tpu_info.contract.model.StepsReading.seconds_per_step` (the text
 report's "per step"), the percentiles are the ``StepTime`` distribution's
-(:func:`~tpu_info.views.values.dist_percentile`, as ``tpu-info metrics``), and
-busy % is the devices table's (:func:`~tpu_info.views.derived.device_row`).
+(:func:`~tpu_info.views.values.dist_percentile`, as ``tpu-info metrics``: N/A
+from fewer than :data:`~tpu_info.views.values.MIN_TIMED_SAMPLES` timed steps,
+and with the number of timed steps they stand on), and busy % is the devices
+table's (:func:`~tpu_info.views.derived.device_row`).
 Only the rate needs two readings: steps counted between them over the time
 between them.
 
@@ -54,6 +56,10 @@ class StepLine:
             table shows it.
         basis: what a step was taken to be ("" when marked or unknown).
         na: ``(where, reason)`` of each N/A, for tooltips and ``n``.
+        timed: the timed steps the percentiles stand on (``StepTime``'s
+            count; 0 when there is none).
+        timed_note: ``25 timed`` where they stand on fewer steps than were
+            counted ("" otherwise: N marks time the N - 1 steps between them).
     """
 
     steps: Derived[str]
@@ -64,6 +70,8 @@ class StepLine:
     busy: Derived[float]
     basis: str = ""
     na: tuple[tuple[str, str], ...] = ()
+    timed: int = 0
+    timed_note: str = ""
 
 
 def step_count(s: Snapshot) -> int | None:
@@ -164,4 +172,6 @@ def step_line(v: TargetView, prev: Snapshot | None = None) -> StepLine:
     busy = _busy(v, s)
     if busy.value is None:
         na.append((f"{where}/busy", busy.reason))
-    return StepLine(steps, rate, mean, p50, p99, busy, basis, tuple(na))
+    timed = dist.count if dist is not None and st.source != STEPS_INFERRED else 0
+    note = f"{timed:,} timed" if p50.value is not None and timed < st.count - 1 else ""
+    return StepLine(steps, rate, mean, p50, p99, busy, basis, tuple(na), timed, note)

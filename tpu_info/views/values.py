@@ -200,9 +200,33 @@ def memory_reason(s: Snapshot) -> str:
     return "; ".join(sorted(why)) or "the engine does not report device memory"
 
 
+# The fewest timed samples a percentile is shown from: below it our views (tables,
+# dashboard, JSON) show N/A with the count, because a few timed transfers or
+# steps (one of them the slow first) make any percentile of them an accident.
+# metrics_report() keeps torch_xla's format and shows what it has. The hooks
+# time every one of their first 64 calls (metrics/recording/sampling.py), so
+# a distribution of 20 or more holds at least 20 timed values.
+MIN_TIMED_SAMPLES = 20
+
+
+def too_few(count: int) -> str:
+    """Why a percentile of ``count`` timed samples is not shown ("" when it is)."""
+    if 0 < count < MIN_TIMED_SAMPLES:
+        return (f"only {count} timed sample{'s' * (count != 1)} (< {MIN_TIMED_SAMPLES}): "
+                "too few for a percentile")
+    return ""
+
+
 @dataclass(frozen=True, slots=True)
 class TransferStats:
-    """Transfers one way: count, bytes, latency percentiles in ns."""
+    """Transfers one way: count, bytes, latency percentiles in ns.
+
+    ``timed`` is how many samples the percentiles stand on: the count of the
+    time distribution, which can be below ``count`` (transfers whose bytes
+    were counted but that were not timed, such as numpy arguments of a jitted
+    call); under sampled timing each timed call also stands for the untimed
+    calls of its batch and is counted for them.
+    """
 
     direction: str  # "h2d" or "d2h"
     count: int
@@ -216,6 +240,11 @@ class TransferStats:
     # split them); ``implicit_bytes`` their bytes.
     implicit: int | None = None
     implicit_bytes: int | None = None
+    timed: int = 0
+
+    def timed_note(self) -> str:
+        """``25 timed`` when the percentiles stand on fewer than all transfers, else ""."""
+        return f"{self.timed:,} timed" if 0 < self.timed < self.count else ""
 
 
 _TRANSFERS = (("h2d", "host->device", catalog.TRANSFER_TO_DEVICE_TIME, catalog.OUTBOUND_DATA),
@@ -226,9 +255,12 @@ QUANTILES = (("p50_ns", 50.0), ("p90_ns", 90.0), ("p95_ns", 95.0), ("p999_ns", 9
 
 
 def dist_percentile(d: DistributionReading, percent: float) -> tuple[float | None, str]:
-    """A shipped percentile, else one computed from the buckets, else a reason."""
+    """A shipped percentile, else one computed from the buckets, else a reason
+    (none from fewer than :data:`MIN_TIMED_SAMPLES` samples)."""
     if d.count == 0:
         return None, "no samples"
+    if few := too_few(d.count):
+        return None, few
     v = d.percentile(percent)
     if v is not None:
         return v, ""
@@ -279,10 +311,14 @@ def transfer_stats(s: Snapshot) -> tuple[TransferStats, TransferStats]:
                 reasons[key] = why
         implicit_name, implicit_bytes = _IMPLICIT[short]
         split = any(c.name == implicit_name for c in s.counters)
+        if t is not None and (few := too_few(t.count)) and count > t.count:
+            for key, _ in QUANTILES:  # say how many of how many were timed
+                reasons[key] = f"{few} of {count:,} {words} transfers"
         out.append(TransferStats(short, count, nbytes, values["p50_ns"], values["p90_ns"],
                                  values["p95_ns"], values["p999_ns"], reasons,
                                  s.counter(implicit_name) if split else None,
-                                 s.counter(implicit_bytes) if split else None))
+                                 s.counter(implicit_bytes) if split else None,
+                                 t.count if t is not None else 0))
     return out[0], out[1]
 
 

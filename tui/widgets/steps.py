@@ -1,4 +1,5 @@
-"""The step line: steps/s, step time P50/P99, busy %, and their history.
+"""The step line: steps/s, step time P50/P99 (with the timed steps they stand
+on, where fewer than counted), busy %, and their history.
 
 Four lines under one border. The first says the numbers
 (:func:`tpu_info.views.steps.step_line`: the same count and N/A words as the
@@ -150,6 +151,8 @@ class StepsPanel(Static):
             t.append(seconds(line.p50_seconds), style="bold")
             t.append("  P99 ")
             t.append(seconds(line.p99_seconds), style="bold")
+            if line.timed_note:  # the percentiles stand on fewer steps than counted
+                t.append(f" ({line.timed_note})", style=muted)
         t.append("  busy ")
         if line.busy.value is not None:
             t.append(format_percent(line.busy.value), style="bold")

@@ -1,7 +1,12 @@
 """Transfers: host->device and device->host counts, bytes, byte-rate history
 (same time axis as the device charts) and latency percentiles, as the CLI
 derives them (:func:`tpu_info.views.derived.transfer_rows`); the panel's tooltip
-says why each N/A is N/A."""
+says why each N/A is N/A.
+
+``Timed`` is how many samples the percentiles stand on (the time
+distribution's count, :attr:`~tpu_info.views.values.TransferStats.timed`):
+under :data:`~tpu_info.views.values.MIN_TIMED_SAMPLES` the percentiles are
+N/A, and where it is below Count the other transfers were counted, not timed."""
 
 from __future__ import annotations
 
@@ -15,9 +20,11 @@ from tui.widgets.table import GAP, Column, LiveTable
 
 COMPACT = 70  # narrower than this: no history, no P90
 RATE_SAMPLES = 10  # the rate column averages this many samples
-_NUMBERS: list[Column] = [("dir", "Dir", 4), ("count", "Count", 6), ("bytes", "Bytes", 9),
-                          ("rate", "Rate", 11)]
-_PCTS: list[Column] = [("p50", "P50", 8), ("p90", "P90", 8), ("p999", "P99.9", 8)]
+_NUMBERS: list[Column] = [("dir", "Dir", 4), ("count", "Count", 6), ("bytes", "Bytes", 8),
+                          ("rate", "Rate", 10)]
+# format_bytes and format_ns are at most 8 and 7 cells wide (``1023 MiB``, ``1.50 ms``).
+_PCTS: list[Column] = [("timed", "Timed", 5), ("p50", "P50", 7), ("p90", "P90", 7),
+                       ("p999", "P99.9", 7)]
 
 
 def columns(width: int) -> list[Column]:
@@ -26,6 +33,11 @@ def columns(width: int) -> list[Column]:
         return _NUMBERS + [c for c in _PCTS if c[0] != "p90"]
     fixed = sum(w for *_, w in _NUMBERS + _PCTS) + GAP * (len(_NUMBERS) + len(_PCTS))  # type: ignore[misc]
     return _NUMBERS + [("history", "History", max(6, width - fixed - 1))] + _PCTS
+
+
+def timed_text(timed: int) -> str:
+    """The Timed cell: how many samples the percentiles stand on (``-``: none)."""
+    return f"{timed:,}" if timed else "-"
 
 
 def _rate(v: float | None) -> str:
@@ -69,6 +81,8 @@ class TransfersPanel(LiveTable):
                 "rate": Text(_rate(sum(recent) / len(recent) if recent else None),
                              justify="right"),
                 "history": Text(sparkline(values, spark_w), style=palette.accent),
+                "timed": Text(timed_text(row.stats.timed), justify="right",
+                              style=palette.warn if row.stats.timed_note() else ""),
                 "p50": ns(row.p50_ns), "p90": ns(row.p90_ns), "p999": ns(row.p999_ns),
             })
         shown = {c[0] for c in cols} | {"bytes"}
