@@ -11,10 +11,17 @@ what they cost.
   part's call, paired when the calls are folded: nothing on the hot path)
   is measured per break line (:class:`BreakGaps`), reported as ``graph_break``
   sites.
-* A break Dynamo cannot resume from (it gives up on the whole frame): the
-  calls of what ``torch.compile`` returned are timed from then on
-  (``EagerFallbackTime``; :func:`time_compiled`), and the event keeps
-  Dynamo's hints after :data:`UNRESUMABLE`.
+* A break Dynamo cannot resume from: either it gives up on the whole frame
+  ("falling back to eager"), or it compiles the frame up to that line and
+  runs the rest of it in Python ("cannot resume from ..., skipping the rest
+  of the function": :data:`UNRESUMABLE_REST`). The calls of what
+  ``torch.compile`` returned (the innermost such call on the stack when
+  Dynamo gave up: a module, or a function that calls it) are timed from then
+  on, and the part of each call outside compiled graphs goes to
+  ``EagerFallbackTime`` (:func:`time_compiled`): from the end of the frame's
+  compiled part to the next compiled graph or the call's end, or, with no
+  compiled part, the call's time less the compiled graphs run inside it. The
+  event keeps Dynamo's hints after the marker.
 
 Private names used (each read with ``getattr``; a missing one loses the
 break's line or its measured time, never the program): the graph-break
@@ -37,6 +44,7 @@ import functools
 import itertools
 import operator
 import re
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -50,7 +58,10 @@ _RESUME = re.compile(r"^torch_dynamo_resume_in_(?P<fn>.+)_at_(?P<line>\d+)$")
 _EXPLANATION = re.compile(r"Explanation:\s*(?P<text>.+)")
 _HINT = re.compile(r"^\s*Hint:\s*(?P<text>.+)$", re.MULTILINE)
 UNRESUMABLE = "[unresumable]"  # in a graph_break event's detail, before Dynamo's hints
+# ... when Dynamo compiled the frame up to the break and runs the rest eagerly.
+UNRESUMABLE_REST = "[unresumable: the rest of the function runs eagerly]"
 _FALLS_BACK = "falling back to eager"  # Dynamo's words when it gives up on the whole frame
+_CANNOT_RESUME = "cannot resume from"  # ... when it compiles up to the break, skips the rest
 _KEEP_COMPILES = 256  # recent compile times kept to tell a compile from a gap
 _BREAK_KEY = operator.attrgetter("break_key")
 GAP_DETAIL = "Python between compiled graphs (a graph break Dynamo resumes from)"
@@ -87,9 +98,11 @@ def function_of(code: Any) -> tuple[Function, int | None]:
     return (code.co_filename, r[0]), r[1]
 
 
-def break_detail(reason: Any, exc: Any) -> tuple[str, bool]:
-    """A break's detail (``Tensor.item() ...: explanation``) and whether
-    Dynamo gave up on the frame; then the detail carries Dynamo's hints."""
+def break_detail(reason: Any, exc: Any) -> tuple[str, str]:
+    """A break's detail (``Tensor.item() ...: explanation``) and, when Dynamo
+    cannot resume from it, its marker (:data:`UNRESUMABLE`: the whole frame
+    runs eagerly; :data:`UNRESUMABLE_REST`: the frame after the break), else
+    ""; an unresumable break's detail carries Dynamo's hints."""
     text = str(exc) if exc is not None else str(reason)
     kind = getattr(exc, "gb_type", None)
     expl = _EXPLANATION.search(text)
@@ -97,10 +110,15 @@ def break_detail(reason: Any, exc: Any) -> tuple[str, bool]:
         detail = f"{kind}: {expl.group('text').strip()}"
     else:
         detail = kind or next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
-    if _FALLS_BACK not in str(reason):
-        return detail, False
+    said = str(reason)
+    if _FALLS_BACK in said:
+        marker = UNRESUMABLE
+    elif _CANNOT_RESUME in said:
+        marker = UNRESUMABLE_REST
+    else:
+        return detail, ""
     hints = [h.strip() for h in _HINT.findall(text) if "report an issue" not in h]
-    return " ".join([detail, UNRESUMABLE, *(f"Hint: {h}" for h in hints)]), True
+    return " ".join([detail, marker, *(f"Hint: {h}" for h in hints)]), marker
 
 
 def break_location(exc: Any, skip: tuple[str, ...]) -> str | None:
@@ -209,28 +227,55 @@ class BreakGaps:
 
 # Eager fallback: what torch.compile returned, timed once Dynamo gave up on
 # its frame. Module state, set by the active engine (watch / unwatch).
-_eager_codes: set[Any] = set()  # code objects of frames Dynamo gave up on
+_eager_codes: set[Any] = set()  # keys of timed calls (code objects) to time from now on
+_partial_codes: set[Any] = set()  # frames compiled up to a break, the rest run eagerly
 _eager_time: Any = None  # the engine's EagerFallbackTime distribution while installed
+_calls: list[Any] = []  # the engine's calls queue: (graph, start, end) per compiled call
 _failed: Callable[[str, BaseException], None] | None = None
 
 
-def watch(eager_time: Any, failed: Callable[[str, BaseException], None]) -> None:
-    """Timed calls go to ``eager_time``; a wrapping that fails is ``failed``."""
-    global _eager_time, _failed
+def watch(eager_time: Any, failed: Callable[[str, BaseException], None],
+          calls: list[Any] | None = None) -> None:
+    """Timed calls go to ``eager_time``, less the compiled graphs' calls
+    appended to ``calls`` (the engine's calls queue) meanwhile; a wrapping
+    that fails is ``failed``."""
+    global _eager_time, _failed, _calls
     _eager_time, _failed = eager_time, failed
+    _calls = calls if calls is not None else []
 
 
 def unwatch() -> None:
-    global _eager_time, _failed
+    global _eager_time, _failed, _calls
     _eager_time = _failed = None
+    _calls = []
 
 
-def gave_up_on(root: Any) -> None:
-    """Dynamo runs ``root``'s frame eagerly from now on: time its calls (and,
+def gave_up_on(root: Any, rest_only: bool = False) -> None:
+    """Dynamo runs ``root``'s frame eagerly from now on (``rest_only``: the
+    part after the break, the part before is a compiled graph): time the
+    calls of the innermost ``torch.compile`` result on the stack (the frame
+    may be a module called by a compiled function), else ``root``'s own (and,
     for a module compiled through Dynamo's ``wrap_inline``, the module's)."""
-    if getattr(root, "f_code", None) is not None:
-        _eager_codes.add(root.f_code)
+    code = getattr(root, "f_code", None)
+    if code is not None:
+        _eager_codes.add(code)
+        if rest_only:
+            _partial_codes.add(code)
     _eager_codes.update(_wrapped_module_codes(root))
+    f: Any = sys._getframe(1)
+    while f is not None:
+        if f.f_code is _TIMED_CODE:  # a timed wrapper: its key is its closure's ``code``
+            key = f.f_locals.get("code")
+            if key is not None:
+                _eager_codes.add(key)
+            break
+        f = f.f_back
+
+
+def is_partial(code: Any) -> bool:
+    """Dynamo compiled ``code``'s frame up to an unresumable break: its graph
+    is the compiled part, the rest runs eagerly after it."""
+    return code in _partial_codes
 
 
 def wrapped_modules(tx: Any) -> list[Any]:
@@ -269,6 +314,8 @@ def time_compiled(model: Any, compiled: Any) -> Any:
     """``compiled`` with its calls timed once Dynamo gave up on ``model``'s
     frame; untouched when that cannot be done safely."""
     try:
+        if getattr(compiled, "__code__", None) is _TIMED_CODE:
+            return compiled  # torch.compile(backend=...)(f) calls torch.compile(f) again
         if isinstance(model, torch.nn.Module):
             code = getattr(getattr(type(model), "forward", None), "__code__", None)
             forward = getattr(compiled, "forward", None)
@@ -293,12 +340,39 @@ def _timed(fn: Callable[..., Any], code: Any) -> Callable[..., Any]:
         # _eager_codes, and is_compiling() is a Python call.
         if code not in _eager_codes or _eager_time is None or compiling():
             return fn(*args, **kwargs)
+        calls = _calls
+        n = len(calls)
         start = clock()
         try:
             return fn(*args, **kwargs)
         finally:
+            end = clock()
             dist = _eager_time
             if dist is not None:
-                dist.observe(clock() - start)
+                # Folded meanwhile (the queue shrank): the records since then.
+                inside = calls[n:] if len(calls) >= n else calls[:]
+                dist.observe(outside_graphs(inside, start, end))
 
     return timed
+
+
+_TIMED_CODE = _timed(lambda: None, None).__code__  # every timed wrapper's code
+
+
+def outside_graphs(calls: list[Any], start: int, end: int) -> int:
+    """The ns of a timed call (``start``..``end``) run eagerly, given the
+    compiled graphs' calls inside it (``(graph, start, end)`` flat): after
+    a frame's compiled part (a graph whose code :func:`is_partial`), up to
+    the next graph's start or the call's end; with no such part, the
+    call's time less the graphs' time."""
+    graphs, starts, ends = calls[0::3], calls[1::3], calls[2::3]
+    if not graphs:
+        return end - start
+    rest, partial = 0, False
+    for i, g in enumerate(graphs):
+        if getattr(g, "partial", False):
+            partial = True
+            rest += max(0, (starts[i + 1] if i + 1 < len(graphs) else end) - ends[i])
+    if partial:
+        return rest
+    return max(0, end - start - (sum(ends) - sum(starts)))

@@ -54,8 +54,10 @@ crashes; ``TorchCompileEngine.degraded`` lists what was unavailable):
 from __future__ import annotations
 
 import collections
+import dataclasses
 import functools
 import hashlib
+import itertools
 import operator
 import sys
 import threading
@@ -66,7 +68,7 @@ from typing import Any
 import torch
 
 from metrics.engines import _torchutil as tu
-from metrics.engines import ranks
+from metrics.engines import ranks, torch_syncs
 from metrics.engines import torch_breaks as brk
 from metrics.engines._frames import skip_prefixes, user_location
 from metrics.engines._patching import Patches
@@ -78,12 +80,13 @@ from metrics.engines.torch_guards import (
     parse_recompile_reason,
     source_name,
 )
-from metrics.recording.callstats import CallTimes
+from metrics.recording.callstats import MIN_CALLS, CallTimes
 from metrics.recording.journal import FOLD_AT
 from metrics.recording.recorder import Recorder
 from tpu_info.contract import catalog as names
 from tpu_info.contract.model import (
     FIRST_CALL,
+    STEPS_INFERRED,
     DeviceRecord,
     EventKind,
     RecompileCause,
@@ -103,10 +106,10 @@ class _Graph:
     """One backend compile waiting for its frame's compilation metrics."""
 
     __slots__ = ("hash", "name", "signature", "types", "backend_ns", "qualname", "function",
-                 "resume_line", "break_key")
+                 "resume_line", "break_key", "grad", "partial")
 
     def __init__(self, graph_hash: str, code: Any, signature: tuple[str, ...],
-                 types: dict[str, str], backend_ns: int) -> None:
+                 types: dict[str, str], backend_ns: int, grad: bool = True) -> None:
         self.hash = graph_hash
         self.qualname = getattr(code, "co_qualname", code.co_name)
         self.name = brk.display_name(self.qualname)
@@ -117,6 +120,11 @@ class _Graph:
         self.signature = signature
         self.types = types
         self.backend_ns = backend_ns
+        # Compiled for calls with gradients on (Dynamo guards on grad mode: a
+        # no_grad call runs a graph of its own): training, not evaluation.
+        self.grad = grad
+        # The compiled part of a frame whose rest runs eagerly (brk.outside_graphs).
+        self.partial = brk.is_partial(code)
 
 
 class TorchCompileEngine(EngineBase):
@@ -146,9 +154,14 @@ class TorchCompileEngine(EngineBase):
         self.calls_queue = self.calls.queue
         # The inferred step, and the step loop's bounds in unix time.
         self.call_times = CallTimes("compiled graph", to_unix=recorder.mono_to_unix)
+        # Calls with gradients off (evaluation), apart: not steps.
+        self.eval_times = CallTimes("compiled graph", to_unix=recorder.mono_to_unix)
+        self._evals = False  # a graph compiled with gradients off: split calls at fold time
         self.gaps = brk.BreakGaps()  # Python across resumable graph breaks
         self._resumes = False  # a resume function compiled: pair calls at fold time
+        self.syncs: torch_syncs.SyncReads | None = None  # tensor reads, while installed
         recorder.on_reset(self.call_times.clear)
+        recorder.on_reset(self.eval_times.clear)
         recorder.on_reset(self.gaps.clear)
 
     # Install / uninstall ---------------------------------------------------
@@ -156,7 +169,8 @@ class TorchCompileEngine(EngineBase):
     def install(self) -> None:
         global _active
         _active = self
-        brk.watch(self._eager_time, self.rec.hook_failed)
+        brk.watch(self._eager_time, self.rec.hook_failed, self.calls_queue)
+        self.syncs = torch_syncs.attach(self)
         if "torch._dynamo" in sys.modules:
             self.hook_dynamo()
         # Hooks Dynamo on first use, and times what it returns once Dynamo
@@ -168,6 +182,8 @@ class TorchCompileEngine(EngineBase):
         if _active is self:
             _active = None
             brk.unwatch()
+        torch_syncs.detach(self)
+        self.syncs = None
         self._patches.restore()
         self._dynamo_hooked = False
 
@@ -253,9 +269,12 @@ class TorchCompileEngine(EngineBase):
             sig.append(f"{src_name}: {t}")
             types[src_name] = t
         digest = hashlib.sha256("\n".join(hashed).encode()).hexdigest()[:32]
-        graph = _Graph(digest, code, tuple(sig), types, backend_ns)
+        # Dynamo compiles under the calling frame's grad mode (a guard of the graph).
+        graph = _Graph(digest, code, tuple(sig), types, backend_ns, torch.is_grad_enabled())
         if graph.resume_line is not None:
             self._resumes = True
+        if not graph.grad:
+            self._evals = True
         return graph
 
     def on_compilation_metrics(self, m: Any) -> None:
@@ -341,8 +360,8 @@ class TorchCompileEngine(EngineBase):
             location = brk.break_location(exc, self._skip)
             detail, unresumable = brk.break_detail(reason, exc)
             root = getattr(getattr(tx, "output", None), "root_tx", None) or tx
-            if unresumable:  # Dynamo runs the whole frame eagerly from now on
-                brk.gave_up_on(root)
+            if unresumable:  # Dynamo runs the frame (or its rest) eagerly from now on
+                brk.gave_up_on(root, rest_only=unresumable == brk.UNRESUMABLE_REST)
             elif getattr(root, "f_code", None) is not None and isinstance(
                     getattr(root, "lineno", None), int):
                 # The rest of the frame resumes at the root's current line.
@@ -363,7 +382,10 @@ class TorchCompileEngine(EngineBase):
         durations = list(map(operator.sub, ends, starts))
         self._exec_time.observe_many(durations, ends)
         uniq = set(graphs)
-        self.call_times.fold(graphs, starts, ends, durations, uniq)
+        if self._evals and not all(g.grad for g in uniq):
+            self._fold_split(graphs, starts, ends, durations)
+        else:
+            self.call_times.fold(graphs, starts, ends, durations, uniq)
         executed = self.rec.ledger.executed
         per_graph = {graphs[0]: len(graphs)} if len(uniq) == 1 else collections.Counter(graphs)
         for graph, n in per_graph.items():
@@ -371,18 +393,52 @@ class TorchCompileEngine(EngineBase):
         if self._resumes:
             self.gaps.fold(graphs, starts, ends)
 
+    def _fold_split(self, graphs: list[Any], starts: list[int], ends: list[int],
+                    durations: list[int]) -> None:
+        """Calls of graphs compiled with gradients on (training) to the step's
+        call times, the others (evaluation) apart."""
+        for grad, times in ((True, self.call_times), (False, self.eval_times)):
+            mask = [g.grad is grad for g in graphs]
+            if any(mask):
+                times.fold(list(itertools.compress(graphs, mask)),
+                           list(itertools.compress(starts, mask)),
+                           list(itertools.compress(ends, mask)),
+                           list(itertools.compress(durations, mask)))
+
     # Scrape time -----------------------------------------------------------
 
     def steps(self) -> StepsReading | None:
-        """Steps inferred from the compiled graph with the most time (forward
-        graphs; None with too little history) when the program marks none."""
+        """Steps inferred from the compiled graph with the most time among
+        calls with gradients on (forward graphs; None with too little
+        history) when the program marks none; the same function's calls with
+        gradients off (evaluation) are ``excluded_calls``. A program that
+        never computes gradients (inference) has its steps from those."""
         self.calls.flush()
-        return self.call_times.steps()
+        steps = self.call_times.steps()
+        if steps is None:
+            return self.eval_times.steps()
+        dominant = self.call_times.dominant(False, MIN_CALLS)
+        if steps.source != STEPS_INFERRED or dominant is None:
+            return steps
+        evals = self.eval_times.by_key.get((dominant[0], False))
+        if evals is None or not evals.calls:
+            return steps
+        return dataclasses.replace(
+            steps, excluded_calls=evals.calls,
+            basis=f"{steps.basis}; its {evals.calls:,} calls with gradients off "
+                  "(evaluation) are not steps")
 
     def sites(self) -> list[SiteReading]:
-        """Resumable graph breaks with the Python time across them (measured)."""
+        """Resumable graph breaks with the Python time across them (measured),
+        and the program's reads of tensor values (:mod:`torch_syncs`)."""
         self.calls.flush()
-        return self.gaps.sites()
+        syncs = self.syncs
+        return self.gaps.sites() + (syncs.sites(self) if syncs is not None else [])
+
+    def blind_spots(self) -> list[str]:
+        """The tensor reads the sync hook does not count (:mod:`torch_syncs`)."""
+        syncs = self.syncs
+        return syncs.blind_spots(self) if syncs is not None else []
 
     def devices(self) -> list[DeviceRecord]:
         """CUDA devices, or a CPU record with the reason (none when torch_xla

@@ -29,6 +29,10 @@ Private APIs used (each behind a check that degrades the feature):
 * ``torch._C._lazy_ts_backend._get_latest_computation_graph``
 * ``torch._lazy.mark_step`` (wrapped as a module attribute: a program that
   did ``from torch._lazy import mark_step`` before install is not seen)
+
+Reads of lazy tensors' values (``.item()``, ``.tolist()``, ``.cpu()``: each
+runs the pending graph and waits) are counted per user line by
+:mod:`metrics.engines.torch_syncs` (``sites()``).
 """
 
 from __future__ import annotations
@@ -44,7 +48,7 @@ from typing import Any
 import torch
 import torch._lazy
 
-from metrics.engines import _foreign, ranks
+from metrics.engines import _foreign, ranks, torch_syncs
 from metrics.engines._frames import skip_prefixes, user_location
 from metrics.engines._patching import Patches
 from metrics.engines.base import EngineBase
@@ -58,6 +62,7 @@ from tpu_info.contract.model import (
     EventKind,
     MemoryReading,
     RecompileCause,
+    SiteReading,
 )
 
 ENGINE = "torch_lazy"
@@ -134,6 +139,7 @@ class TorchLazyEngine(EngineBase):
         self._compile_time = recorder.distribution(names.COMPILE_TIME)
         self._exec_time = recorder.distribution(names.EXECUTE_TIME)
         self._exec_count = recorder.counter(names.EXECUTE_COUNT)
+        self.syncs: torch_syncs.SyncReads | None = None  # tensor reads, while installed
 
     def install(self) -> None:
         global _active
@@ -143,12 +149,25 @@ class TorchLazyEngine(EngineBase):
         elif not self._patches.has("mark_step"):
             self._patches.apply(torch._lazy, "mark_step", _wrap_mark_step)
         _active = self
+        self.syncs = torch_syncs.attach(self)  # .item()/.tolist()/.cpu() of lazy tensors
 
     def uninstall(self) -> None:
         global _active
         if _active is self:
             _active = None
+        torch_syncs.detach(self)
+        self.syncs = None
         self._patches.restore()
+
+    def sites(self) -> list[SiteReading]:
+        """Reads of tensor values per user line (:mod:`torch_syncs`): each
+        one of a lazy tensor runs the graph pending so far and waits."""
+        syncs = self.syncs
+        return syncs.sites(self) if syncs is not None else []
+
+    def blind_spots(self) -> list[str]:
+        syncs = self.syncs
+        return syncs.blind_spots(self) if syncs is not None else []
 
     # Hot path (guarded) ----------------------------------------------------
 

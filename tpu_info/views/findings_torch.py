@@ -71,10 +71,14 @@ def graph_breaks(s: Snapshot) -> Iterable[Finding]:
     sites: dict[str | None, tuple[str, str]] = {}
     for e in s.events:
         if e.kind == EventKind.GRAPH_BREAK:
-            sites[e.location] = (e.name, e.detail)
+            held = sites.get(e.location)
+            # One line, several frames (a function and the module it calls):
+            # the frame Dynamo cannot resume names that line.
+            if held is None or _UNRESUMABLE_MARK not in held[1]:
+                sites[e.location] = (e.name, e.detail)
     for loc, (name, detail) in sites.items():
         where = f" at {short_location(loc)}" if loc else ""
-        if _UNRESUMABLE in detail:  # the torch hook measured the eager time
+        if _UNRESUMABLE_MARK in detail:  # the torch hook measured the eager time
             yield _unresumable_break(s, name, where, loc, detail)
             continue
         if _UNRESUMABLE_RE.search(detail):
@@ -141,14 +145,20 @@ def xla_value_access(s: Snapshot) -> Iterable[Finding]:
             **cost_of(s, compiled + waited, d2h.count if d2h is not None else None).fields())
 
 
-_UNRESUMABLE = "[unresumable]"  # metrics.engines.torch_compile.UNRESUMABLE
+# metrics.engines.torch_breaks' markers: Dynamo gave up on the whole function
+# (UNRESUMABLE), or compiled it up to the break and runs the rest eagerly.
+_UNRESUMABLE = "[unresumable]"
+_UNRESUMABLE_REST = "[unresumable: the rest of the function runs eagerly]"
+_UNRESUMABLE_MARK = "[unresumable"
 
 
 def _unresumable_break(s: Snapshot, name: str, where: str, loc: str | None,
                        detail: str) -> Finding:
-    """A graph break Dynamo cannot resume from: the whole function runs eagerly.
-    Its cost: the calls' wall time outside compiled graphs (measured)."""
-    reason, _, hints = detail.partition(_UNRESUMABLE)
+    """A graph break Dynamo cannot resume from: the whole function, or the
+    rest of it after the break, runs eagerly. Its cost: that eager time of
+    the calls (measured by the hook: ``EagerFallbackTime``)."""
+    rest = _UNRESUMABLE_REST in detail
+    reason, _, hints = detail.partition(_UNRESUMABLE_REST if rest else _UNRESUMABLE)
     hint = " ".join(h.strip() for h in hints.split("Hint:") if h.strip())
     wall = s.distribution(EAGER_FALLBACK_TIME)
     cost, measured = 0.0, ""
@@ -162,11 +172,13 @@ def _unresumable_break(s: Snapshot, name: str, where: str, loc: str | None,
                     f"{wall.count} calls, {c.tail()})")
     advice = f" Dynamo's hint: {hint.rstrip('.')}." if hint else ""
     fields = cost_of(s, cost, wall.count if wall is not None else None).fields()
+    what = ("Dynamo compiles the function up to that line and runs the rest of it eagerly "
+            "on every call" if rest else
+            "Dynamo gave up on the whole function and runs it eagerly on every call")
     return Finding(
         f"graph break in {name}{where} that Dynamo cannot resume from: "
-        f"{reason.strip().rstrip('.')}. Dynamo gave up on the whole function and runs it "
-        f"eagerly on every call{measured}.{advice} Or move that code out of the compiled "
-        "function and compile the parts around it.",
+        f"{reason.strip().rstrip('.')}. {what}{measured}.{advice} Or move that code out of "
+        "the compiled function and compile the parts around it.",
         "warning", loc, kind="graph_break_unresumable", **fields)
 
 

@@ -1,0 +1,296 @@
+"""Reads of tensor values on the host (``loss.item()``, ``.tolist()``,
+``.cpu()``), counted per user line for the torch.compile and torch._lazy
+hooks: on a GPU or a lazy device each one waits for everything queued
+before it, which neither Dynamo nor the lazy-tensor core records.
+
+What counts as a read, decided where it is recorded:
+
+* ``.item()`` / ``.tolist()`` / ``.cpu()`` of a tensor on a device (CUDA,
+  lazy): always; ``.cpu()`` of a CPU tensor is not a read (it returns the
+  tensor itself).
+* Of a CPU tensor at the user's own line: kept, and reported only when the
+  process uses no accelerator (no device read seen, CUDA not initialised):
+  a CPU run (the tests, a laptop) shows the reads it would make on an
+  accelerator, with their real (small) time. A CPU tensor read inside a
+  library (the optimizer's step counters) is a host scalar, never a sync:
+  not kept.
+* torch_xla tensors are torch_xla's hook's (its own counters), not kept.
+
+Cost: the three methods of ``torch.Tensor`` become Python functions whose
+usual call is a countdown and the original call (``bench/torch_syncs.py``
+measures it against a bare pass-through wrapper). The first
+:data:`EXACT_READS` reads are each recorded; after that one read in
+:data:`MEAN_GAP` on average, at random (geometric gaps, so no loop's
+rhythm can hide a line), each standing for :data:`MEAN_GAP` reads: counts
+and times per line are then estimates, and ``blind_spots`` says so. A
+recorded read is timed (on a device its time is the wait) and walked out
+to the user's line (:meth:`~metrics.engines._frames.LibraryFrames.user_line`).
+``float(t)``, ``int(t)`` and ``bool(t)`` are not hooked (type slots every
+tensor comparison in the libraries runs through): named as a blind spot.
+
+Example (what a read reads as)::
+
+    SiteReading(kind="sync", location="/w/train.py:88", count=120, bytes=480,
+                seconds=0.002, function="train", detail="item()")
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from metrics.engines._frames import USER, frames_for, skip_prefixes
+from metrics.recording.journal import FOLD_AT
+from tpu_info.contract.model import SiteKind, SiteReading
+
+EXACT_READS = 1000  # the first reads, each recorded
+MEAN_GAP = 32  # then one read in this many (on average) is recorded, for this many
+MAX_SITES = 256  # lines kept per class; the rest in one overflow entry
+OTHER_SITES = "(other sites)"
+NO_USER_FRAME = "(no user frame)"
+FIELDS = 9  # (class, location, function, detail, via, start, end, weight, bytes) a record
+DEVICE, CPU = 0, 1  # a record's class: a device tensor's read, a CPU tensor's at a user line
+_HOOKED = {"item": "item()", "tolist": "tolist()", "cpu": "cpu()"}
+# Library functions that name how the user's line read the value (outermost wins).
+_VIA = {"__repr__": "print()", "__str__": "print()", "__format__": "format()/f-string",
+        "__array__": "np.asarray()", "numpy": "numpy()"}
+_GAP_RATE = -math.log(1.0 - 1.0 / MEAN_GAP)  # exponential rate whose floor + 1 is geometric
+
+_left = 1 << 62  # reads until the next recorded one (the fast path's one global)
+_hook: SyncReads | None = None  # the one installed, shared by the torch engines
+
+
+class SyncReads:
+    """The host reads of one process: the ``torch.Tensor`` patches, their
+    journal and the per-line table; reported by the first engine that
+    attached (a process with torch.compile and torch._lazy has both)."""
+
+    def __init__(self, recorder: Any) -> None:
+        self.rec = recorder
+        self.owners: list[Any] = []
+        self.missing: list[str] = []
+        self.exact_left = EXACT_READS
+        self.sampled = False
+        self._rng = random.Random()
+        self._skip = skip_prefixes(torch)
+        self._lock = threading.Lock()
+        self._sites: dict[tuple[int, str, str], list[Any]] = {}
+        self._kept = {DEVICE: 0, CPU: 0}
+        self._originals: dict[str, tuple[Any, bool]] = {}
+        self.journal = recorder.journal(self._fold)
+        self.queue = self.journal.queue
+
+    # Install ---------------------------------------------------------------
+
+    def patch(self) -> None:
+        global _left
+        for name, detail in _HOOKED.items():
+            original = getattr(torch.Tensor, name, None)
+            if original is None:
+                self.missing.append(f"tensor.{detail} reads are not counted: "
+                                    f"torch.Tensor.{name} is missing")
+                continue
+            self._originals[name] = (original, name in vars(torch.Tensor))
+            setattr(torch.Tensor, name, _reader(name, original, detail))
+        _left = 1
+
+    def unpatch(self) -> None:
+        global _left
+        _left = 1 << 62
+        for name, (original, own) in self._originals.items():
+            if own:
+                setattr(torch.Tensor, name, original)
+            elif name in vars(torch.Tensor):
+                delattr(torch.Tensor, name)  # the base class's method shows again
+        self._originals.clear()
+
+    # Hot path (a recorded read only) ---------------------------------------
+
+    def next_weight(self) -> int:
+        """Sets the countdown to the next recorded read; returns how many
+        reads this one stands for."""
+        global _left
+        if self.exact_left > 0:
+            self.exact_left -= 1
+            _left = 1
+            return 1
+        self.sampled = True
+        _left = 1 + int(self._rng.expovariate(_GAP_RATE))
+        return MEAN_GAP
+
+    def record(self, tensor: Any, detail: str, start: int, end: int, weight: int) -> None:
+        """One read of ``tensor`` (``detail``: how), timed ``start``..``end``
+        (monotonic ns), standing for ``weight`` reads: kept when it is one
+        (see the module docstring), at the user's line."""
+        if tensor.is_cpu:
+            if detail == "cpu()":
+                return  # the tensor itself: nothing moves
+            cls = CPU
+        elif getattr(tensor, "is_xla", False) or tensor.is_meta:
+            return
+        else:
+            cls = DEVICE
+        if torch._guards.TracingContext.try_get() is not None:
+            return  # Dynamo or AOT tracing reading a real value: not the program's
+        frames = frames_for(self._skip)
+        kind = frames.kind
+        f: Any = sys._getframe(3)  # record <- _read <- the wrapper <- its caller
+        direct = f is not None and kind(f.f_code.co_filename) == USER
+        named = None  # torch's function that says how the line read it (print())
+        while f is not None and kind(f.f_code.co_filename) != USER:
+            named = _VIA.get(f.f_code.co_name, named)
+            f = f.f_back
+        if cls == CPU and not direct and named is None:
+            return  # a library's host scalar (an optimizer's step count)
+        if named is not None:
+            detail = f"{named} ({detail})"
+        line = frames.user_line(4)
+        function = getattr(f.f_code, "co_qualname", f.f_code.co_name) if f is not None else ""
+        q = self.queue
+        q.extend((cls, line.location if line is not None else NO_USER_FRAME, function, detail,
+                  line.via if line is not None else "", start, end, weight,
+                  tensor.numel() * tensor.element_size()))
+        if len(q) >= FOLD_AT * FIELDS:
+            self.journal.flush()
+
+    # Fold and read -----------------------------------------------------------
+
+    def _fold(self, flat: list[Any]) -> None:
+        w = FIELDS
+        with self._lock:
+            for i in range(0, len(flat), w):
+                cls, location, function, detail, via, start, end, weight, nbytes = flat[i:i + w]
+                key = (cls, location, detail)
+                site = self._sites.get(key)
+                if site is None:
+                    if self._kept[cls] >= MAX_SITES:
+                        key = (cls, OTHER_SITES, "more lines than kept")
+                        site = self._sites.get(key)
+                    if site is None:
+                        self._kept[cls] += 1
+                        site = self._sites[key] = [0, 0, 0, end, end, function, via]
+                site[0] += weight
+                site[1] += (end - start) * weight
+                site[2] += nbytes * weight
+                site[3] = min(site[3], end)
+                site[4] = max(site[4], end)
+
+    def sites(self, engine: Any) -> list[SiteReading]:
+        """The reads per line, for the first engine that attached (none for
+        the others); a CPU tensor's reads only in a process that uses no
+        accelerator."""
+        if not self.owners or engine is not self.owners[0]:
+            return []
+        self.journal.flush()
+        with self._lock:
+            rows = [(k, list(v)) for k, v in self._sites.items()]
+        cls = DEVICE if any(k[0] == DEVICE for k, _ in rows) or _accelerated() else CPU
+        to_unix = self.rec.mono_to_unix
+        return [SiteReading(kind=SiteKind.SYNC.value, location=location, count=count,
+                            bytes=nbytes, seconds=ns / 1e9, function=function, detail=detail,
+                            last_seen_unix=last / 1e9 + to_unix,
+                            first_seen_unix=first / 1e9 + to_unix, via=via)
+                for (c, location, detail), (count, ns, nbytes, first, last, function, via)
+                in rows
+                if c == cls and count]
+
+    def blind_spots(self, engine: Any) -> list[str]:
+        """What the sync hook does not count in this process, for the first
+        engine that attached."""
+        if not self.owners or engine is not self.owners[0]:
+            return []
+        out = list(self.missing)
+        out.append("float(t), int(t) and bool(t) (if t > 0:) of a tensor read its value on "
+                   "the host without being counted (only .item(), .tolist() and .cpu() are)")
+        if self.sampled:
+            out.append(f"after the first {EXACT_READS:,} tensor reads one in {MEAN_GAP} is "
+                       "recorded (at random): the counts and times of .item()/.tolist()/"
+                       ".cpu() per line are estimates")
+        return out
+
+    def clear(self) -> None:
+        self.journal.clear()
+        with self._lock:
+            self._sites.clear()
+            self._kept = {DEVICE: 0, CPU: 0}
+
+
+def _accelerated() -> bool:
+    """The process computes on an accelerator (CUDA in use, or torch_xla)."""
+    cuda = getattr(torch, "cuda", None)
+    return bool(cuda is not None and cuda.is_initialized()) or "torch_xla" in sys.modules
+
+
+def attach(engine: Any) -> SyncReads:
+    """The process's sync hook (patched on the first attach), with
+    ``engine`` among its owners."""
+    global _hook
+    if _hook is None:
+        _hook = SyncReads(engine.rec)
+        _hook.patch()
+        engine.rec.on_reset(_hook.clear)
+    if engine not in _hook.owners:
+        _hook.owners.append(engine)
+    return _hook
+
+
+def detach(engine: Any) -> None:
+    """``engine`` is gone; the last owner's going unpatches ``torch.Tensor``."""
+    global _hook
+    hook = _hook
+    if hook is None:
+        return
+    if engine in hook.owners:
+        hook.owners.remove(engine)
+    if not hook.owners:
+        hook.unpatch()
+        _hook = None
+
+
+def _reader(name: str, original: Callable[..., Any], detail: str) -> Callable[..., Any]:
+    if name == "cpu":
+        def read(self: Any, *args: Any, **kwargs: Any) -> Any:
+            global _left
+            _left -= 1
+            if _left > 0:
+                return original(self, *args, **kwargs)
+            return _read(original, detail, self, args, kwargs)
+    else:
+        def read(self: Any) -> Any:  # type: ignore[misc]
+            global _left
+            _left -= 1
+            if _left > 0:
+                return original(self)
+            return _read(original, detail, self, (), {})
+
+    read.__name__ = name
+    read.__qualname__ = f"Tensor.{name}"
+    read.__doc__ = original.__doc__
+    read.__wrapped__ = original  # type: ignore[attr-defined]
+    return read
+
+
+def _read(original: Callable[..., Any], detail: str, tensor: Any, args: tuple[Any, ...],
+          kwargs: dict[str, Any]) -> Any:
+    """A recorded read: timed, then walked out to the user's line."""
+    global _left
+    hook = _hook
+    if hook is None:
+        _left = 1 << 62
+        return original(tensor, *args, **kwargs)
+    weight = hook.next_weight()
+    start = time.monotonic_ns()
+    out = original(tensor, *args, **kwargs)
+    end = time.monotonic_ns()
+    try:
+        hook.record(tensor, detail, start, end, weight)
+    except Exception as e:  # noqa: BLE001 - a hook never raises into the program
+        hook.rec.hook_failed("torch.sync", e)
+    return out
