@@ -42,6 +42,14 @@ WRONG_ADVICE = {
                   "Pad or bucket"),
 }
 COST = re.compile(r"\d[\d.]* (?:ms|us|s)/step, [\d.]+% of step time, (?:measured|estimated)")
+# Each mistake's cost in its phase: per step, every N steps (each), or once in the loop.
+PHASE_COST = {
+    "implicit_transfer": COST, "per_step_sync": COST,
+    "static_argument": re.compile(r"every \d+ steps, [\d.]+ (?:ms|s) each, [\d.]+% of run time"),
+    "short_last_batch": re.compile(r"once in the step loop, [\d.]+ (?:ms|s), [\d.]+% of run time"),
+    "weak_type": re.compile(r"once in the step loop, [\d.]+ (?:ms|s), [\d.]+% of run time"),
+    "eager_ops": re.compile(r"once in the step loop, [\d.]+ (?:ms|s), [\d.]+% of run time"),
+}
 FINDING_LINE = re.compile(r"^  - \[(?P<kind>\w+)\] (?P<message>.*)$")
 
 
@@ -105,7 +113,7 @@ def _check_mistake(findings: list[tuple[str, str]], mistake: str, line: int) -> 
     assert named, f"no {kind} finding names {where}:\n" + "\n".join(
         f"[{k}] {m}" for k, m in findings)
     msg = named[0]
-    assert COST.search(msg), f"no per-step cost in: {msg}"
+    assert PHASE_COST[mistake].search(msg), f"no cost in its phase in: {msg}"
     for wrong in WRONG_ADVICE[mistake]:
         assert wrong not in msg, f"wrong advice {wrong!r} for {mistake}: {msg}"
     return msg
@@ -179,7 +187,12 @@ def test_the_cli_reads_the_running_clinic(tmp_path):
             located = [f for f in by_kind.get(FINDING_KIND[mistake], [])
                        if f["location"] == f"{EXAMPLE}:{line}"]
             assert located, (mistake, target["findings"])
-            assert located[0]["seconds_per_step"] > 0 and located[0]["share_of_step"] > 0
+            f = located[0]
+            if f["phase"] == "step":  # per-step work: per step; the rest: a share of the run
+                assert f["seconds_per_step"] > 0 and f["share_of_step"] > 0, f
+            else:
+                assert f["phase"] in ("periodic", "once") and f["share_of_run"] > 0, f
+                assert f["seconds_per_step"] is None and f["share_of_step"] is None, f
         report = subprocess.run([*CLI, "report", "--target", address], capture_output=True,
                                 text=True, timeout=60, env=env, cwd=ROOT)
         assert report.returncode == 0, report.stderr

@@ -158,3 +158,15 @@ def test_a_real_loop_with_eager_init_a_short_batch_and_periodic_checkpoints(tmp_
     assert "device->host transfers" in slow["message"] and "MB the largest" in slow["message"]
     # No per-step cost above the measured step.
     assert all((f["per_step"] or 0.0) <= out["step"] * 1.0001 for f in out["findings"]), out
+
+
+def test_json_says_each_line_and_findings_phase() -> None:
+    from tpu_info.outputs.jsonview import report_json
+
+    s = Snapshot(1011.0, uptime_seconds=20.0, steps=LOOP, sites=(
+        SiteReading("implicit_to_device", "/w/train.py:5", 1, 600_000_000, 3.0,
+                    first_seen_unix=995.0, last_seen_unix=995.0, detail="jnp.asarray"),))
+    target = report_json("t", s)["target"]
+    assert target["sites"][0]["phase"] == "setup"
+    f = next(f for f in target["findings"] if f["kind"] == "setup_implicit_transfer")
+    assert f["phase"] == "setup" and f["share_of_run"] == 0.15 and f["per_step"] is None

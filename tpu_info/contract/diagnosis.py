@@ -40,7 +40,7 @@ class Phase(enum.StrEnum):
     SETUP = "setup"  # before the first step: model and data set-up, first compiles
     STEP = "step"  # in the step loop, in (nearly) every step
     PERIODIC = "periodic"  # in the loop's gaps every N steps: evaluation, logging, checkpoints
-    ONCE = "once"  # in the step loop, once or twice: not a per-step cost
+    ONCE = "once"  # in the step loop, once: not a per-step cost
     TEARDOWN = "teardown"  # after the last step: final evaluation, saving
 
 

@@ -5,7 +5,7 @@ The step loop runs from the first step's start to the latest step's end
 ended before it is set-up; work that began after it (by more than a few
 steps' time) is tear-down; work inside it is per-step when it ran in at least
 half the steps, periodic when it recurred less often (evaluation, logging,
-checkpoints every N steps), and once when it ran once or twice. The hook
+checkpoints every N steps), and once when it ran once. The hook
 fills a site's phase with :func:`phase_of` when it is read; views use the same
 function for what carries only times (compile events).
 
@@ -24,13 +24,13 @@ from tpu_info.contract.diagnosis import Phase, StepsReading
 # Per-step work ran in at least this share of the steps.
 PER_STEP_AT_LEAST = 0.5
 # Recurring work in the loop ran at least this many times; fewer is once.
-PERIODIC_AT_LEAST = 3
+PERIODIC_AT_LEAST = 2
 # Work that began this many steps' time (and at least TEARDOWN_MIN_S) after
 # the latest step's end is tear-down, not the step in progress.
 TEARDOWN_STEPS = 3
 TEARDOWN_MIN_S = 1.0
-# Events closer than this (and ten steps) are one occurrence of the work.
-BURST_MIN_S = 0.5
+# Events closer than this (and two steps) are one occurrence of the work.
+BURST_MIN_S = 0.1
 
 
 def loop_of(steps: StepsReading | None) -> tuple[float, float] | None:
@@ -67,18 +67,21 @@ def every_steps(count: int, steps: StepsReading | None) -> float | None:
     return steps.count / count
 
 
-def bursts_phase(times: list[float], steps: StepsReading | None) -> tuple[Phase, int]:
-    """The phase of events at ``times`` (compiles) and how many times the work
-    happened: events closer together than ten steps (and half a second) are
-    one occurrence, so the fifteen op compiles of one evaluation are one, not
-    a per-step cost. Events in at least half the steps are per-step only when
+def bursts_phase(times: list[float], steps: StepsReading | None,
+                 seconds: list[float] | None = None) -> tuple[Phase, int]:
+    """The phase of events ending at ``times`` (compiles, each taking
+    ``seconds``) and how many times the work happened: an event that began
+    less than two steps (and :data:`BURST_MIN_S`) after the previous one ended
+    is the same occurrence, so the fifteen op compiles of one evaluation are
+    one, not a per-step cost. Events in at least half the steps are per-step only when
     they span at least half the loop; occurrences in the loop are otherwise
     periodic from :data:`PERIODIC_AT_LEAST` on, else once."""
     if not times:
         return Phase.UNKNOWN, 0
+    took = dict(zip(times, seconds)) if seconds is not None else {}
     order = sorted(times)
-    gap = max(BURST_MIN_S, 10 * ((steps.seconds_per_step or 0.0) if steps else 0.0))
-    bursts = 1 + sum(1 for a, b in zip(order, order[1:]) if b - a > gap)
+    gap = max(BURST_MIN_S, 2 * ((steps.seconds_per_step or 0.0) if steps else 0.0))
+    bursts = 1 + sum(1 for a, b in zip(order, order[1:]) if b - took.get(b, 0.0) - a > gap)
     phase = phase_of(order[0], order[-1], len(order), steps)
     loop = loop_of(steps)
     if phase == Phase.STEP and loop is not None and (

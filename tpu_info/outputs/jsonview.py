@@ -81,6 +81,7 @@ from tpu_info.contract.model import (
 )
 from tpu_info.views.custom import CustomMetric, custom_metrics
 from tpu_info.views.derived import FindingLine, TargetReadings, readings
+from tpu_info.views.sites import site_phase
 from tpu_info.views.values import Header, TargetView, last_cause, memory_totals, transfer_stats
 
 SCHEMA = "tpu-info/v1"
@@ -114,7 +115,9 @@ def _finding(line: FindingLine) -> dict[str, Any]:
             "location": _opt(f.location), "seconds_lost": f.seconds_lost, "count": f.count,
             "per_step": f.per_step, "seconds_per_step": f.seconds_per_step,
             "share_of_step": f.share_of_step, "cost_estimated": f.cost_estimated,
-            "bytes_per_step": f.bytes_per_step, "cost": line.cost}
+            "bytes_per_step": f.bytes_per_step, "cost": line.cost,
+            "phase": f.phase or None, "share_of_run": f.share_of_run,
+            "every_steps": f.every_steps}
 
 
 def _custom(m: CustomMetric) -> dict[str, Any]:
@@ -189,7 +192,9 @@ def _target(t: TargetReadings, top_graphs: int | None) -> dict[str, Any]:
         } for g in graphs],
         sites=[{"kind": _s(x.kind), "location": _s(x.location), "function": _s(x.function),
                 "detail": _s(x.detail), "count": x.count, "bytes": x.bytes,
-                "seconds": x.seconds, "last_seen_unix": x.last_seen_unix} for x in s.sites],
+                "seconds": x.seconds, "last_seen_unix": x.last_seen_unix,
+                "first_seen_unix": x.first_seen_unix, "phase": site_phase(s, x).value,
+                "via": _s(x.via)} for x in s.sites],
         blind_spots=[_s(b) for b in s.blind_spots],
         findings=[_finding(f) for f in t.findings],
         custom_metrics=[_custom(m) for m in custom_metrics(s)],
@@ -353,7 +358,8 @@ JSON_SCHEMA: dict[str, Any] = {
                     "required": ["kind", "location", "count", "bytes", "seconds"],
                     "properties": {"kind": {"type": "string"}, "location": {"type": "string"},
                                    "count": {"type": "integer"}, "bytes": {"type": "integer"},
-                                   "seconds": {"type": "number"}}}},
+                                   "seconds": {"type": "number"},
+                                   "phase": {"type": "string"}}}},
                 "blind_spots": {"type": "array", "items": {"type": "string"}},
                 "custom_metrics": {"type": "array", "items": {
                     "type": "object", "required": ["name", "kind", "unit", "help"],
@@ -378,7 +384,9 @@ JSON_SCHEMA: dict[str, Any] = {
                                                      "minimum": 0, "maximum": 1},
                                    "cost_estimated": {"type": "boolean"},
                                    "bytes_per_step": _NUM,
-                                   "cost": {"type": "string"}}}}}}},
+                                   "cost": {"type": "string"},
+                                   "phase": _STR, "share_of_run": _NUM,
+                                   "every_steps": _NUM}}}}}},
         "na": {"type": "array", "items": {
             "type": "object", "required": ["where", "reason"],
             "properties": {"where": {"type": "string"}, "reason": {"type": "string"}}}},

@@ -189,17 +189,19 @@ def _eager_finding(s: Snapshot, tiny: list[GraphRecord], times: list[float]) -> 
     seconds = sum(g.compile_seconds_total for g in tiny)
     ops = sorted({g.name for g in tiny}, key=lambda n: (-sum(1 for g in tiny if g.name == n), n))
     site, where, what = _eager_where(_eager_sites(s, tiny, (min(times), max(times))))
-    phase, bursts = bursts_phase(times, steps_of(s))
+    phase, bursts = bursts_phase(times, steps_of(s), [g.compile_seconds_last for g in tiny])
     listed = f"{', '.join(ops[:4])}{', ...' if len(ops) > 4 else ''}"
+    step = step_function(s)
     if phase in OUTSIDE_STEP:
         c = cost_of(s, seconds, bursts, phase=phase)
+        jitted = f" The step, {step}, is already jitted, so this is code outside it." if (
+            step is not None and phase != Phase.SETUP) else ""
         return Finding(
             f"{len(tiny)} single-operation graphs compiled ({duration(seconds)} compiling, "
             f"{c.tail()}; {listed}): eager, un-jitted code{where} "
-            + _WHERE_WORDS[phase].format(what=what),
+            + _WHERE_WORDS[phase].format(what=what) + jitted,
             Severity.WARNING if outside_warns(c) else Severity.INFO, site, kind="eager_ops",
             **c.fields())
-    step = step_function(s)
     if step is not None:
         advice = (f"The step, {step}, is already jitted, so this is code outside it "
                   "(evaluation, metrics or initialisation, e.g. an accuracy/eval function): "
