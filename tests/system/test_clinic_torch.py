@@ -20,7 +20,10 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "clinic_torch.py"
 _FINDING = re.compile(r"^  - \[(?P<kind>[a-z0-9_]+)\] (?P<msg>.+)$", re.MULTILINE)
-_COST = re.compile(r"\d[\d.,]* (?:us|ms|s)/step|\d[\d.]* per step")
+# A cost in its phase: per step, or (a recompile that happened once in the
+# loop, evaluation's graph) once, or every N steps, with its share of the run.
+_COST = re.compile(r"\d[\d.,]* (?:us|ms|s)/step|\d[\d.]* per step"
+                   r"|\bonce\b|every \d+ steps")
 
 pytestmark = pytest.mark.slow
 
@@ -92,10 +95,11 @@ def test_one_finding_per_mistake(clinic):
 
 def test_graph_break_named_with_its_line_how_often_and_its_measured_cost(clinic):
     (msg,) = _at(clinic, "graph_break", "graph_break")
-    assert "Tensor.item()" in msg and "1.0 per step" in msg
+    # 14 training steps; the 2 evaluation calls (no_grad: not steps) cross it too.
+    assert "Tensor.item()" in msg and "1.1 per step" in msg
     # The Python between the two graphs, timed: per crossing, per step, share, measured.
     assert re.search(r"Each crossing runs Python between the two graphs for \d[\d.]* (us|ms)"
-                     r" \(16 times, 1\.0 per step, [\d.]+ (us|ms)/step, [\d.]+% of step time, "
+                     r" \(16 times, 1\.1 per step, [\d.]+ (us|ms)/step, [\d.]+% of step time, "
                      r"measured\)", msg), msg
     assert "not measured" not in msg
 

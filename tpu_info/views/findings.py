@@ -30,6 +30,7 @@ from tpu_info.contract.model import (
     EventKind,
     Finding,
     GraphRecord,
+    Phase,
     ProcessRecord,
     RecompileCause,
     Severity,
@@ -199,6 +200,8 @@ def _by_kind(s: Snapshot, name: str, compiles: int, total: float, lost: float,
                   else "" if name in per_part else f" in {next(iter(per_part))}, the part "
                   "after a graph break")
         phase, _ = bursts_phase([c.time_unix for c, _ in seen], steps_of(s))
+        if phase == Phase.PERIODIC and max(per_part.values()) < 2:
+            phase = Phase.ONCE  # one call recompiled each part of a split function once
         if len(kinds) == 1:
             c = cost_of(s, lost, max(1, compiles - 1), phase=phase)
             n = c.count or 0
