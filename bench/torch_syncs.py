@@ -7,7 +7,7 @@ Three contenders in alternating rounds, one process: torch as it is, a
 bare pass-through Python wrapper in the same place (``torch.Tensor.item =
 lambda self: original(self)``: the floor any Python hook pays), and the
 hook (:mod:`metrics.engines.torch_syncs`, past its first 1,000 reads, which
-are each recorded: its steady state, one read in 32 recorded). Prints ns
+are each recorded: its steady state, one read in 64 recorded). Prints ns
 per call of each and the ratios hooked / unhooked and hooked / bare
 wrapper, for ``t.item()`` of a scalar, ``t.tolist()`` of 16 floats and a
 compiled MLP step (the "eager" backend) followed by ``loss.item()``.

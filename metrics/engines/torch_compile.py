@@ -200,6 +200,9 @@ class TorchCompileEngine(EngineBase):
             except Exception as e:  # noqa: BLE001 - a broken Dynamo must not break the program
                 self.degraded.append(f"torch._dynamo unavailable: {e}")
                 return
+            hidden = torch_syncs.hide_from_dynamo()
+            if hidden is not None:
+                self.degraded.append(hidden)
             patch = self._patches.apply
             patch(output_graph.OutputGraph, "call_user_compiler", _wrap_call_user_compiler,
                   ("self", "gm", "example_inputs"))

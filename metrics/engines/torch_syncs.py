@@ -51,7 +51,7 @@ from metrics.recording.journal import FOLD_AT
 from tpu_info.contract.model import SiteKind, SiteReading
 
 EXACT_READS = 1000  # the first reads, each recorded
-MEAN_GAP = 32  # then one read in this many (on average) is recorded, for this many
+MEAN_GAP = 64  # then one read in this many (on average) is recorded, for this many
 MAX_SITES = 256  # lines kept per class; the rest in one overflow entry
 OTHER_SITES = "(other sites)"
 NO_USER_FRAME = "(no user frame)"
@@ -79,7 +79,7 @@ class SyncReads:
         self.exact_left = EXACT_READS
         self.sampled = False
         self._rng = random.Random()
-        self._skip = skip_prefixes(torch)
+        self._frames = frames_for(skip_prefixes(torch))  # the user's frames from libraries'
         self._lock = threading.Lock()
         self._sites: dict[tuple[int, str, str], list[Any]] = {}
         self._kept = {DEVICE: 0, CPU: 0}
@@ -139,23 +139,26 @@ class SyncReads:
             cls = DEVICE
         if torch._guards.TracingContext.try_get() is not None:
             return  # Dynamo or AOT tracing reading a real value: not the program's
-        frames = frames_for(self._skip)
-        kind = frames.kind
+        kind = self._frames.kind
         f: Any = sys._getframe(3)  # record <- _read <- the wrapper <- its caller
-        direct = f is not None and kind(f.f_code.co_filename) == USER
-        named = None  # torch's function that says how the line read it (print())
-        while f is not None and kind(f.f_code.co_filename) != USER:
-            named = _VIA.get(f.f_code.co_name, named)
-            f = f.f_back
-        if cls == CPU and not direct and named is None:
-            return  # a library's host scalar (an optimizer's step count)
-        if named is not None:
-            detail = f"{named} ({detail})"
-        line = frames.user_line(4)
-        function = getattr(f.f_code, "co_qualname", f.f_code.co_name) if f is not None else ""
+        code = f.f_code
+        if kind(code.co_filename) == USER:  # the usual: the user's line read it
+            location, via = f"{code.co_filename}:{f.f_lineno}", ""
+        else:
+            named = None  # torch's function that says how the line read it (print())
+            while f is not None and kind(f.f_code.co_filename) != USER:
+                named = _VIA.get(f.f_code.co_name, named)
+                f = f.f_back
+            if cls == CPU and named is None:
+                return  # a library's host scalar (an optimizer's step count)
+            if named is not None:
+                detail = f"{named} ({detail})"
+            line = self._frames.user_line(4)
+            location, via = (line.location, line.via) if line is not None else (NO_USER_FRAME, "")
+            code = f.f_code if f is not None else None
+        function = getattr(code, "co_qualname", code.co_name) if code is not None else ""
         q = self.queue
-        q.extend((cls, line.location if line is not None else NO_USER_FRAME, function, detail,
-                  line.via if line is not None else "", start, end, weight,
+        q.extend((cls, location, function, detail, via, start, end, weight,
                   tensor.numel() * tensor.element_size()))
         if len(q) >= FOLD_AT * FIELDS:
             self.journal.flush()
@@ -252,6 +255,26 @@ def detach(engine: Any) -> None:
     if not hook.owners:
         hook.unpatch()
         _hook = None
+
+
+def hide_from_dynamo() -> str | None:
+    """Dynamo's frame hook neither compiles the read wrappers nor anything
+    they call (a read from a compiled function's eager part would otherwise
+    be compiled as a frame of its own); the reason when it cannot be done.
+    Needs ``torch._dynamo`` imported (the torch.compile hook calls it)."""
+    try:
+        from torch._dynamo.eval_frame import set_code_exec_strategy
+        from torch._dynamo.types import FrameAction, FrameExecStrategy
+    except ImportError as e:
+        return f"Dynamo's frame strategies are unavailable ({e})"
+    skip = FrameExecStrategy(FrameAction.SKIP, FrameAction.SKIP)  # this frame and below
+    hook = _hook
+    methods = list(vars(torch.Tensor).get(n) for n in _HOOKED) if hook is not None else []
+    for fn in [*methods, _read]:
+        code = getattr(fn, "__code__", None)
+        if code is not None and code.co_filename == __file__:
+            set_code_exec_strategy(code, skip)
+    return None
 
 
 def _reader(name: str, original: Callable[..., Any], detail: str) -> Callable[..., Any]:

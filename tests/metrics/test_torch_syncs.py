@@ -114,6 +114,34 @@ def test_reads_it_cannot_count_are_blind_spots(run):
     assert any("float(t), int(t) and bool(t)" in b for b in snap.blind_spots)
 
 
+
+def test_a_read_in_a_compiled_function_is_dynamos_break_and_a_site():
+    """The read wrappers are Python: Dynamo's frame hook must not compile
+    them (or the hook behind them) when the eager part of a compiled
+    function reads a value."""
+    import metrics
+
+    rec = metrics.install(engines=["torch_compile"], serve=False)
+    rec.reset()
+    torch._dynamo.reset()
+
+    @torch.compile(backend="eager")
+    def f(x):
+        y = x.sin()
+        if y.sum().item() > 0:  # a read inside the compiled function
+            y = y * 2
+        return y
+
+    for _ in range(3):
+        f(torch.ones(4))
+    line = _line_of("# a read inside the compiled function")
+    names = {g.name.replace(f"{f.__qualname__[:-1]}", "") for g in rec.ledger.snapshot()}
+    assert names == {"compile(f)", f"compile(f@{line})"}, names  # no hook frame compiled
+    (site,) = [s for s in metrics.snapshot().sites if s.kind == "sync"
+               and s.location.endswith(f"test_torch_syncs.py:{line}")]
+    assert site.count == 3
+    rec.reset()
+
 def test_reads_after_the_first_thousand_are_sampled_estimates():
     import metrics
     from metrics.engines import torch_syncs
@@ -147,3 +175,23 @@ def test_uninstall_gives_torch_its_own_methods_back():
         "'cpu')), 'not restored'\n"
         "print('ok')\n")
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr[-2000:]
+
+
+def test_lazy_tensor_reads_are_sync_sites_and_cpu_reads_then_are_not():
+    """Under torch._lazy each .item() runs the pending graph and waits: a
+    device read. With device reads seen, a CPU tensor's reads are not syncs."""
+    r = run_python(
+        "import torch, torch._lazy, torch._lazy.ts_backend, metrics\n"
+        "torch._lazy.ts_backend.init()\n"
+        "metrics.install(engines=['torch_lazy'], serve=False)\n"
+        "x, w = torch.ones(5, 7, device='lazy'), torch.ones(7, 2, device='lazy')\n"
+        "c = torch.tensor(1.0)\n"
+        "for _ in range(6):\n"
+        "    y = (x @ w).tanh().sum()\n"
+        "    torch._lazy.mark_step()\n"
+        "    y.item()\n"
+        "    c.item()\n"
+        "sites = [s for s in metrics.snapshot().sites if s.kind == 'sync']\n"
+        "print([(s.location.rsplit(':', 1)[1], s.count, s.detail) for s in sites])\n")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.strip() == "[('9', 6, 'item()')]", r.stdout
