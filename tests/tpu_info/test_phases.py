@@ -170,3 +170,39 @@ def test_json_says_each_line_and_findings_phase() -> None:
     assert target["sites"][0]["phase"] == "setup"
     f = next(f for f in target["findings"] if f["kind"] == "setup_implicit_transfer")
     assert f["phase"] == "setup" and f["share_of_run"] == 0.15 and f["per_step"] is None
+
+
+def test_findings_name_the_library_call_after_the_users_line() -> None:
+    from tpu_info.contract.model import FIRST_CALL, GraphRecord, RecompileCause
+
+    ops = ("add", "sin", "cos", "exp", "tanh", "mul", "sub", "sqrt", "abs", "neg")
+    graphs = tuple(GraphRecord(f"h{op}", f"jit({op})", "jax", 990.0 + i * 0.01, 990.0,
+                               compiles=1, compile_seconds_total=0.05)
+                   for i, op in enumerate(ops))
+    events = tuple(Event(i + 1, g.first_seen_unix, EventKind.COMPILE, g.name, g.hash,
+                         location="/w/train.py:12", via="flax nnx.Linear")
+                   for i, g in enumerate(graphs))
+    step = GraphRecord("hs", "jit(step)", "jax", 999.0, 1010.0, compiles=2,
+                       compile_seconds_total=1.0, compile_seconds_last=0.5, causes=(
+                           RecompileCause(999.0, FIRST_CALL, "/w/train.py:30"),
+                           RecompileCause(1005.0, "argument 'x' changed f32[32,4] -> f32[31,4]",
+                                          "/w/train.py:30", "x", "f32[32,4]", "f32[31,4]",
+                                          via="flax nnx.jit")))
+    s = Snapshot(1011.0, uptime_seconds=30.0, steps=LOOP, graphs=(*graphs, step),
+                 events=events, last_seq=len(events))
+    by_kind = {f.kind: f for f in find(s)}
+    assert "at train.py:12 (via flax nnx.Linear)" in by_kind["eager_ops"].message
+    assert "at train.py:30 (via flax nnx.jit)" in by_kind["recompile_short_last_batch"].message
+
+
+def test_a_counted_line_that_is_not_a_finding_says_why_in_json() -> None:
+    from tpu_info.outputs.jsonview import report_json
+
+    s = Snapshot(1011.0, uptime_seconds=20.0, steps=LOOP, sites=(
+        SiteReading("sync", "/w/cb.py:7", 100, 400, 0.02, first_seen_unix=1000.1,
+                    last_seen_unix=1009.9, detail="print"),  # 0.2 ms a step: cheap
+        SiteReading("sync", "/w/cb.py:9", 100, 400, 2.0, first_seen_unix=1000.1,
+                    last_seen_unix=1009.9, detail="float()"),))
+    sites = {x["location"]: x for x in report_json("t", s)["target"]["sites"]}
+    assert "of step time (said from" in sites["/w/cb.py:7"]["not_raised"]
+    assert sites["/w/cb.py:9"]["not_raised"] is None

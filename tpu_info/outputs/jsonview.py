@@ -81,7 +81,7 @@ from tpu_info.contract.model import (
 )
 from tpu_info.views.custom import CustomMetric, custom_metrics
 from tpu_info.views.derived import FindingLine, TargetReadings, readings
-from tpu_info.views.sites import site_phase
+from tpu_info.views.sites import not_raised, site_phase
 from tpu_info.views.values import Header, TargetView, last_cause, memory_totals, transfer_stats
 
 SCHEMA = "tpu-info/v1"
@@ -194,7 +194,7 @@ def _target(t: TargetReadings, top_graphs: int | None) -> dict[str, Any]:
                 "detail": _s(x.detail), "count": x.count, "bytes": x.bytes,
                 "seconds": x.seconds, "last_seen_unix": x.last_seen_unix,
                 "first_seen_unix": x.first_seen_unix, "phase": site_phase(s, x).value,
-                "via": _s(x.via)} for x in s.sites],
+                "via": _s(x.via), "not_raised": not_raised(s, x) or None} for x in s.sites],
         blind_spots=[_s(b) for b in s.blind_spots],
         findings=[_finding(f) for f in t.findings],
         custom_metrics=[_custom(m) for m in custom_metrics(s)],

@@ -102,6 +102,17 @@ def _eager_sites(s: Snapshot, tiny: list[GraphRecord],
     return sorted(counts, key=lambda site: (-counts[site], site[0], site[1] or ""))
 
 
+def _via(s: Snapshot, tiny: list[GraphRecord], window: tuple[float, float]) -> str:
+    """`` (via flax nnx.Linear)``: the library call most of these compiles went
+    through from the user's line; empty when the user's code ran the ops."""
+    names = {g.hash for g in tiny}
+    vias: dict[str, int] = defaultdict(int)
+    for e in s.events:
+        if e.via and e.graph_hash in names and window[0] <= e.time_unix <= window[1]:
+            vias[e.via] += 1
+    return f" (via {max(vias, key=lambda v: vias[v])})" if vias else ""
+
+
 def _eager_where(sites: list[tuple[str, str | None]]) -> tuple[str | None, str, str]:
     """(location, where, what to jit) for the eager-ops finding: the call to jit
     when a user function led to the op lines, else the most frequent line."""
@@ -188,7 +199,9 @@ def _eager_finding(s: Snapshot, tiny: list[GraphRecord], times: list[float]) -> 
     """The finding for single-op graphs compiled at ``times``."""
     seconds = sum(g.compile_seconds_total for g in tiny)
     ops = sorted({g.name for g in tiny}, key=lambda n: (-sum(1 for g in tiny if g.name == n), n))
-    site, where, what = _eager_where(_eager_sites(s, tiny, (min(times), max(times))))
+    window = (min(times), max(times))
+    site, where, what = _eager_where(_eager_sites(s, tiny, window))
+    where += _via(s, tiny, window)
     phase, bursts = bursts_phase(times, steps_of(s), [g.compile_seconds_last for g in tiny])
     listed = f"{', '.join(ops[:4])}{', ...' if len(ops) > 4 else ''}"
     step = step_function(s)

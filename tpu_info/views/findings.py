@@ -80,6 +80,8 @@ def cause_kind_name(k: CauseKind) -> str:
 def _describe(text: str, cause: RecompileCause) -> str:
     if cause.location:
         text += f" at {short_location(cause.location)}"
+        if cause.via:  # the user's line called a library that compiled
+            text += f" (via {cause.via})"
     return text
 
 

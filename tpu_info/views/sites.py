@@ -36,6 +36,7 @@ from tpu_info.views.cost import (
     duration,
     engine_of,
     outside_warns,
+    share_words,
     short_location,
     size_words,
     steps_of,
@@ -243,6 +244,31 @@ def _finding(s: Snapshot, site: SiteReading) -> Finding | None:
         f"{_transfer_advice(site.detail)}",
         Severity.WARNING if costly else Severity.INFO, site.location,
         kind="per_step_implicit_transfer", bytes_per_step=per_step, **c.fields())
+
+
+def not_raised(s: Snapshot, site: SiteReading) -> str:
+    """Why a line the hook counted is not a finding, in words (``""``: it is
+    one, or its kind has no rule here): said next to it in ``--json`` sites, so
+    a count without a finding is never a silent judgement."""
+    if site.kind not in (SiteKind.SYNC.value, SiteKind.IMPLICIT_TO_DEVICE.value):
+        return ""
+    if _finding(s, site) is not None:
+        return ""
+    c = _site_cost(s, site)
+    if c.outside_step:
+        floor = OUTSIDE_INFO_SHARE.get(c.phase, 1.0)
+        return (f"{c.phase.value} work: {duration(c.seconds)}, "
+                f"{share_words(c.share_of_run or 0.0)} of run time (said from "
+                f"{share_words(floor)} and {duration(MIN_SECONDS)})")
+    if c.steps is None:
+        return (f"steps are not known: {c.count:,} times, {duration(c.seconds)} (said from "
+                f"{COUNT_WITHOUT_STEPS} times and {duration(MIN_SECONDS)})")
+    if (c.per_step or 0.0) < PER_STEP_AT_LEAST:
+        return f"in {share_words(c.per_step or 0.0)} of the steps (said from half)"
+    return (f"{duration(c.seconds_per_step or 0.0)}/step, "
+            f"{share_words(c.share_of_step or 0.0)} of step time (said from "
+            f"{duration(MIN_SECONDS)} in all and {share_words(MIN_SHARE)}, or a copy of "
+            f"{size_words(MIN_BYTES_PER_STEP)} a step)")
 
 
 def site_findings(s: Snapshot) -> Iterable[Finding]:
