@@ -121,6 +121,29 @@ def break_detail(reason: Any, exc: Any) -> tuple[str, str]:
     return " ".join([detail, marker, *(f"Hint: {h}" for h in hints)]), marker
 
 
+
+def call_site(function: Function, resume_line: int | None,
+              skip: tuple[str, ...]) -> str | None:
+    """The user's line that called the frame Dynamo is compiling (called
+    from the compile hook: three frames below Dynamo). A resume function
+    (the rest of ``function`` after a graph break, ``resume_line`` set) is
+    called from ``function`` itself: its call site is that function's
+    caller, the line that passed the arguments whose guards failed."""
+    if resume_line is None:
+        return user_location(skip, 4)
+    name = function[1].rsplit(".", 1)[-1]
+    try:
+        f: Any = sys._getframe(3)
+    except ValueError:
+        return None
+    while f is not None:
+        fn = f.f_code.co_filename
+        if not fn.startswith(skip) and not fn.startswith("<") and not (
+                f.f_code.co_name == name or resumed(f.f_code.co_name)):
+            return f"{fn}:{f.f_lineno}"
+        f = f.f_back
+    return None
+
 def break_location(exc: Any, skip: tuple[str, ...]) -> str | None:
     """The user's line of a break: the innermost frame of the user's own code
     in Dynamo's stack (a compiled torch.nn module breaks inside torch: its

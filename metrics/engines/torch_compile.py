@@ -54,10 +54,8 @@ crashes; ``TorchCompileEngine.degraded`` lists what was unavailable):
 from __future__ import annotations
 
 import collections
-import dataclasses
 import functools
 import hashlib
-import itertools
 import operator
 import sys
 import threading
@@ -70,7 +68,7 @@ import torch
 from metrics.engines import _torchutil as tu
 from metrics.engines import ranks, torch_syncs
 from metrics.engines import torch_breaks as brk
-from metrics.engines._frames import skip_prefixes, user_location
+from metrics.engines._frames import skip_prefixes
 from metrics.engines._patching import Patches
 from metrics.engines.base import EngineBase
 from metrics.engines.torch_guards import (
@@ -80,13 +78,12 @@ from metrics.engines.torch_guards import (
     parse_recompile_reason,
     source_name,
 )
-from metrics.recording.callstats import MIN_CALLS, CallTimes
+from metrics.engines.torch_steps import GradModeSteps
 from metrics.recording.journal import FOLD_AT
 from metrics.recording.recorder import Recorder
 from tpu_info.contract import catalog as names
 from tpu_info.contract.model import (
     FIRST_CALL,
-    STEPS_INFERRED,
     DeviceRecord,
     EventKind,
     RecompileCause,
@@ -152,16 +149,13 @@ class TorchCompileEngine(EngineBase):
         # Calls of compiled graphs: one append each, folded before reads.
         self.calls = recorder.journal(self._fold_calls)
         self.calls_queue = self.calls.queue
-        # The inferred step, and the step loop's bounds in unix time.
-        self.call_times = CallTimes("compiled graph", to_unix=recorder.mono_to_unix)
-        # Calls with gradients off (evaluation), apart: not steps.
-        self.eval_times = CallTimes("compiled graph", to_unix=recorder.mono_to_unix)
-        self._evals = False  # a graph compiled with gradients off: split calls at fold time
+        # The inferred step (training calls; evaluation apart), and the step
+        # loop's bounds in unix time.
+        self.call_times = GradModeSteps(to_unix=recorder.mono_to_unix)
         self.gaps = brk.BreakGaps()  # Python across resumable graph breaks
         self._resumes = False  # a resume function compiled: pair calls at fold time
         self.syncs: torch_syncs.SyncReads | None = None  # tensor reads, while installed
         recorder.on_reset(self.call_times.clear)
-        recorder.on_reset(self.eval_times.clear)
         recorder.on_reset(self.gaps.clear)
 
     # Install / uninstall ---------------------------------------------------
@@ -276,8 +270,7 @@ class TorchCompileEngine(EngineBase):
         graph = _Graph(digest, code, tuple(sig), types, backend_ns, torch.is_grad_enabled())
         if graph.resume_line is not None:
             self._resumes = True
-        if not graph.grad:
-            self._evals = True
+        self.call_times.compiled(graph.grad)
         return graph
 
     def on_compilation_metrics(self, m: Any) -> None:
@@ -302,29 +295,10 @@ class TorchCompileEngine(EngineBase):
             if reason and seen and seen[0][0] == reason:
                 reason, values = choose_reason(seen[0]), seen[1]
             self._record(graphs, reason, m.compile_id, frame_s, cache_hit,
-                         self._call_site(graphs[0]), values)
+                         brk.call_site(graphs[0].function, graphs[0].resume_line,
+                                       self._skip), values)
         except Exception as e:  # noqa: BLE001
             self.rec.hook_failed("torch_compile.metrics", e)
-
-    def _call_site(self, graph: _Graph) -> str | None:
-        """The user's line that called the frame being compiled. A resume
-        function (the rest of ``f`` after a graph break) is called from ``f``
-        itself: its call site is ``f``'s caller, the line that passed the
-        arguments whose guards failed."""
-        if graph.resume_line is None:
-            return user_location(self._skip, 4)
-        resumed = graph.function[1].rsplit(".", 1)[-1]
-        try:
-            f: Any = sys._getframe(3)
-        except ValueError:
-            return None
-        while f is not None:
-            fn = f.f_code.co_filename
-            if not fn.startswith(self._skip) and not fn.startswith("<") and not (
-                    f.f_code.co_name == resumed or brk.resumed(f.f_code.co_name)):
-                return f"{fn}:{f.f_lineno}"
-            f = f.f_back
-        return None
 
     def _record(self, graphs: list[_Graph], reason: str | None, compile_id: str | None,
                 frame_s: float | None, cache_hit: bool, location: str | None,
@@ -385,10 +359,7 @@ class TorchCompileEngine(EngineBase):
         durations = list(map(operator.sub, ends, starts))
         self._exec_time.observe_many(durations, ends)
         uniq = set(graphs)
-        if self._evals and not all(g.grad for g in uniq):
-            self._fold_split(graphs, starts, ends, durations)
-        else:
-            self.call_times.fold(graphs, starts, ends, durations, uniq)
+        self.call_times.fold(graphs, starts, ends, durations, uniq)
         executed = self.rec.ledger.executed
         per_graph = {graphs[0]: len(graphs)} if len(uniq) == 1 else collections.Counter(graphs)
         for graph, n in per_graph.items():
@@ -396,40 +367,14 @@ class TorchCompileEngine(EngineBase):
         if self._resumes:
             self.gaps.fold(graphs, starts, ends)
 
-    def _fold_split(self, graphs: list[Any], starts: list[int], ends: list[int],
-                    durations: list[int]) -> None:
-        """Calls of graphs compiled with gradients on (training) to the step's
-        call times, the others (evaluation) apart."""
-        for grad, times in ((True, self.call_times), (False, self.eval_times)):
-            mask = [g.grad is grad for g in graphs]
-            if any(mask):
-                times.fold(list(itertools.compress(graphs, mask)),
-                           list(itertools.compress(starts, mask)),
-                           list(itertools.compress(ends, mask)),
-                           list(itertools.compress(durations, mask)))
-
     # Scrape time -----------------------------------------------------------
 
     def steps(self) -> StepsReading | None:
         """Steps inferred from the compiled graph with the most time among
-        calls with gradients on (forward graphs; None with too little
-        history) when the program marks none; the same function's calls with
-        gradients off (evaluation) are ``excluded_calls``. A program that
-        never computes gradients (inference) has its steps from those."""
+        calls with gradients on, its evaluation calls apart
+        (:mod:`metrics.engines.torch_steps`), when the program marks none."""
         self.calls.flush()
-        steps = self.call_times.steps()
-        if steps is None:
-            return self.eval_times.steps()
-        dominant = self.call_times.dominant(False, MIN_CALLS)
-        if steps.source != STEPS_INFERRED or dominant is None:
-            return steps
-        evals = self.eval_times.by_key.get((dominant[0], False))
-        if evals is None or not evals.calls:
-            return steps
-        return dataclasses.replace(
-            steps, excluded_calls=evals.calls,
-            basis=f"{steps.basis}; its {evals.calls:,} calls with gradients off "
-                  "(evaluation) are not steps")
+        return self.call_times.steps()
 
     def sites(self) -> list[SiteReading]:
         """Resumable graph breaks with the Python time across them (measured),
