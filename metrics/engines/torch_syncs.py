@@ -141,8 +141,8 @@ class SyncReads:
             return  # Dynamo or AOT tracing reading a real value: not the program's
         kind = self._frames.kind
         f: Any = sys._getframe(3)  # record <- _read <- the wrapper <- its caller
-        code = f.f_code
-        if kind(code.co_filename) == USER:  # the usual: the user's line read it
+        code = f.f_code if f is not None else None
+        if code is not None and kind(code.co_filename) == USER:  # the usual: the user's line
             location, via = f"{code.co_filename}:{f.f_lineno}", ""
         else:
             named = None  # torch's function that says how the line read it (print())
