@@ -69,8 +69,8 @@ ASSUMED_SYNC_S = 10e-6
 # This program's own timed host->device transfers give the rate instead when
 # there are at least this many, moving at least this much in all (fewer or
 # smaller ones measure latency, not bandwidth).
-MIN_TIMED_TRANSFERS = 3
-MIN_TIMED_BYTES = 1e6
+MIN_TIMED_TRANSFERS = 20  # as many as a percentile needs (views.values.MIN_TIMED_SAMPLES)
+MIN_TIMED_BYTES = 8e6
 
 
 def _rate_words(bytes_per_s: float) -> str:
