@@ -206,3 +206,14 @@ def test_a_counted_line_that_is_not_a_finding_says_why_in_json() -> None:
     sites = {x["location"]: x for x in report_json("t", s)["target"]["sites"]}
     assert "of step time (said from" in sites["/w/cb.py:7"]["not_raised"]
     assert sites["/w/cb.py:9"]["not_raised"] is None
+
+
+def test_a_torch_sync_gets_torch_advice() -> None:
+    from tpu_info.contract.model import ProcessRecord
+
+    s = Snapshot(1011.0, ProcessRecord(1, "train.py", engine="torch_compile"), steps=LOOP,
+                 sites=(SiteReading("sync", "/w/train.py:323", 100, 400, 2.0,
+                                    first_seen_unix=1000.1, last_seen_unix=1009.9,
+                                    detail="Tensor.item()"),))
+    (f,) = [f for f in find(s) if f.kind == "per_step_sync"]
+    assert "loss.detach()" in f.message and "jnp" not in f.message and "jax" not in f.message

@@ -155,7 +155,13 @@ def _how_often(c: Cost) -> str:
     return "every step" if p >= 0.9 else "in most steps"
 
 
-def _sync_advice(detail: str) -> str:
+_TORCH_SYNC_ADVICE = ("Log every N steps, or keep the value on the device (accumulate with "
+                      "torch ops, e.g. total += loss.detach(), and call .item() once).")
+
+
+def _sync_advice(detail: str, engine: str = "jax") -> str:
+    if engine.startswith("torch"):
+        return _TORCH_SYNC_ADVICE
     d = detail.lower()
     if "print" in d or "repr" in d or "str" in d or "format" in d:
         return ("Print every N steps, or use jax.debug.print inside the jitted function "
@@ -228,7 +234,7 @@ def _finding(s: Snapshot, site: SiteReading) -> Finding | None:
         return Finding(
             f"{where} reads a value back to the host {_how_often(c)} ({c.words()}): the host "
             "waits for the device to finish, then the device waits for the host. "
-            f"{_sync_advice(site.detail)}",
+            f"{_sync_advice(site.detail, engine_of(s))}",
             Severity.WARNING, site.location, kind="per_step_sync", **c.fields())
     each = size_words(site.bytes / site.count) if site.count else size_words(0)
     what = site.detail or "host data"
