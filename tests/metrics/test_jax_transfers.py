@@ -10,17 +10,14 @@ import numpy as np
 import pytest
 
 from tests.conftest import run_python
+from tests.lines import line_of
 
 jax = pytest.importorskip("jax")
 jnp = jax.numpy
 
 
 def _line_of(text: str) -> int:
-    with open(__file__) as f:
-        for i, line in enumerate(f, 1):
-            if text in line and "_line_of" not in line:
-                return i
-    raise AssertionError(text)
+    return line_of(__file__, text)
 
 
 def _here(text: str) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 
 from tests.conftest import run_python
+from tests.lines import line_of
 
 torch = pytest.importorskip("torch")
 
@@ -25,11 +26,7 @@ class Net(torch.nn.Module):
 
 
 def _line_of(text: str) -> int:
-    with open(__file__) as f:
-        for i, line in enumerate(f, 1):
-            if text in line and "_line_of" not in line:
-                return i
-    raise AssertionError(text)
+    return line_of(__file__, text)
 
 
 def _train() -> float:

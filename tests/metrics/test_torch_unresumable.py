@@ -13,6 +13,8 @@ import time
 
 import pytest
 
+from tests.lines import line_of
+
 torch = pytest.importorskip("torch")
 
 STEPS = 12
@@ -34,11 +36,7 @@ class Tagger(torch.nn.Module):
 
 
 def _line_of(text: str) -> int:
-    with open(__file__) as f:
-        for i, line in enumerate(f, 1):
-            if text in line and "_line_of" not in line:
-                return i
-    raise AssertionError(text)
+    return line_of(__file__, text)
 
 
 def _run(shape: str):
