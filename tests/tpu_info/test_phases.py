@@ -52,6 +52,9 @@ def test_a_burst_of_compiles_in_the_loop_is_one_occurrence() -> None:
     assert bursts_phase(every_two_s, LOOP) == (Phase.PERIODIC, 5)
     every_step = [1000.05 + 0.1 * i for i in range(100)]
     assert bursts_phase(every_step, LOOP)[0] == Phase.STEP
+    # An evaluation's first pass over two data sets, then never again: once, not periodic.
+    first_pass = [1001.0 + 0.01 * i for i in range(10)] + [1001.5 + 0.01 * i for i in range(10)]
+    assert bursts_phase(first_pass, LOOP) == (Phase.ONCE, 2)
 
 
 def test_phases_and_the_loop_travel_on_the_wire() -> None:
@@ -73,8 +76,8 @@ def test_setup_and_periodic_sites_are_not_per_step() -> None:
         SiteReading("implicit_to_device", "/w/train.py:5", 1, 600_000_000, 3.0,
                     first_seen_unix=995.0, last_seen_unix=995.0, detail="jnp.asarray"),
         # float(loss) logged every 10 steps.
-        SiteReading("sync", "/w/train.py:30", 10, 40, 0.5, first_seen_unix=1001.0,
-                    last_seen_unix=1009.5, detail="float()"),
+        SiteReading("sync", "/w/train.py:30", 10, 40, 0.5, first_seen_unix=1000.9,
+                    last_seen_unix=1009.9, detail="float()"),
     ))
     by_kind = {f.kind: f for f in find(s)}
     setup = by_kind["setup_implicit_transfer"]

@@ -60,10 +60,17 @@ def phase_of(first_unix: float, last_unix: float, count: int,
     return Phase.PERIODIC if count >= PERIODIC_AT_LEAST else Phase.ONCE
 
 
-def every_steps(count: int, steps: StepsReading | None) -> float | None:
-    """How many steps apart periodic work ran (``steps / count``), or None."""
+def every_steps(count: int, steps: StepsReading | None,
+                span: tuple[float, float] | None = None) -> float | None:
+    """How many steps apart periodic work ran: from the time between its
+    first and last occurrence (``span``) over the loop's time per step when
+    known (a read taken mid-epoch does not skew it), else ``steps / count``."""
     if steps is None or count <= 0 or not steps.count:
         return None
+    loop = loop_of(steps)
+    if span is not None and count > 1 and loop is not None and loop[1] > loop[0]:
+        per_step = (loop[1] - loop[0]) / steps.count
+        return max(1.0, (span[1] - span[0]) / (count - 1) / per_step)
     return steps.count / count
 
 
@@ -75,7 +82,8 @@ def bursts_phase(times: list[float], steps: StepsReading | None,
     is the same occurrence, so the fifteen op compiles of one evaluation are
     one, not a per-step cost. Events in at least half the steps are per-step only when
     they span at least half the loop; occurrences in the loop are otherwise
-    periodic from :data:`PERIODIC_AT_LEAST` on, else once."""
+    periodic from :data:`PERIODIC_AT_LEAST` on (and seen again within twice
+    their period before the loop's end), else once."""
     if not times:
         return Phase.UNKNOWN, 0
     took = dict(zip(times, seconds)) if seconds is not None else {}
@@ -89,4 +97,11 @@ def bursts_phase(times: list[float], steps: StepsReading | None,
         phase = Phase.ONCE  # many events in a short stretch of the loop: told by bursts
     if phase in (Phase.PERIODIC, Phase.ONCE):
         phase = Phase.PERIODIC if bursts >= PERIODIC_AT_LEAST else Phase.ONCE
+    if phase == Phase.PERIODIC and loop is not None:
+        # Work that recurs is seen again within its period: compiles that
+        # stopped long before the loop's end were a first pass (an
+        # evaluation's two data sets), once, not every N steps.
+        period = (order[-1] - order[0]) / (bursts - 1)
+        if loop[1] - order[-1] > 2 * period + gap:
+            phase = Phase.ONCE
     return phase, bursts

@@ -102,6 +102,7 @@ class Cost:
     steps: StepsReading | None
     phase: Phase = Phase.UNKNOWN
     run_seconds: float = 0.0
+    span: tuple[float, float] | None = None  # first and last occurrence (unix)
 
     @property
     def outside_step(self) -> bool:
@@ -137,7 +138,9 @@ class Cost:
 
     @property
     def every_steps(self) -> float | None:
-        return every_steps(self.count or 0, self.steps) if self.phase == Phase.PERIODIC else None
+        if self.phase != Phase.PERIODIC:
+            return None
+        return every_steps(self.count or 0, self.steps, self.span)
 
     def label(self) -> str:
         return self.how if self.estimated else "measured"
@@ -207,12 +210,14 @@ def outside_warns(c: Cost) -> bool:
 
 
 def cost_of(s: Snapshot, seconds: float, count: int | None, estimated: str = "",
-            phase: Phase | str = Phase.UNKNOWN) -> Cost:
+            phase: Phase | str = Phase.UNKNOWN,
+            span: tuple[float, float] | None = None) -> Cost:
     """The cost of something that happened ``count`` times and took ``seconds``
     in ``s``; ``estimated`` names how the seconds were estimated (empty: measured);
-    ``phase`` where it happened (:func:`tpu_info.contract.phases.phase_of`)."""
+    ``phase`` where it happened (:func:`tpu_info.contract.phases.phase_of`),
+    ``span`` its first and last time (for how many steps apart it recurs)."""
     return Cost(max(0.0, seconds), count, bool(estimated), estimated, steps_of(s),
-                as_phase(phase), s.uptime_seconds)
+                as_phase(phase), s.uptime_seconds, span)
 
 
 def as_phase(value: Phase | str) -> Phase:

@@ -112,13 +112,14 @@ def site_phase(s: Snapshot, site: SiteReading) -> Phase:
 
 def _site_cost(s: Snapshot, site: SiteReading) -> Cost:
     phase = site_phase(s, site)
+    span = (site.first_seen_unix, site.last_seen_unix) if site.first_seen_unix else None
     if site.seconds > 0:
-        return cost_of(s, site.seconds, site.count, phase=phase)
+        return cost_of(s, site.seconds, site.count, phase=phase, span=span)
     rate, how = transfer_rate(s)
     fixed = ASSUMED_SYNC_S * site.count if site.kind == SiteKind.SYNC.value else 0.0
     if fixed:
         how += f" plus {duration(ASSUMED_SYNC_S)} a read"
-    return cost_of(s, fixed + site.bytes / rate, site.count, how, phase)
+    return cost_of(s, fixed + site.bytes / rate, site.count, how, phase, span)
 
 
 def _outside_severity(c: Cost) -> Severity | None:
