@@ -20,12 +20,24 @@ from __future__ import annotations
 
 import itertools
 import operator
+import re
 from collections.abc import Sequence
 from typing import Any
 
 from tpu_info.contract.model import STEPS_INFERRED, STEPS_MARKED, StepsReading
 
 MIN_CALLS = 10  # fewer calls than this are too little history to call a step
+
+# Names of functions that evaluate rather than train (the word inside jit(...)).
+_EVALUATION = re.compile(r"(?:^|[(._])(?:eval|evaluate|evaluation|test|predict|prediction|infer|"
+                         r"inference|accuracy|valid|validate|validation|metrics?)(?:$|[)._\d])",
+                         re.IGNORECASE)
+
+
+def evaluation(name: str) -> bool:
+    """Whether a function's name says it evaluates (``jit(evaluate)``,
+    ``jit(eval_step)``, ``compile(Model.predict)``), not trains."""
+    return _EVALUATION.search(name) is not None
 _FEW_OWNERS = 8  # up to this many functions in a batch: grouped in C, by mask
 
 
@@ -153,12 +165,15 @@ class CallTimes:
 
     def dominant(self, explicit: bool, min_calls: int) -> tuple[str, FunctionCalls] | None:
         """The function with the most time among those called ``min_calls``
-        times or more (ties: more calls, then the name)."""
+        times or more (ties: more calls, then the name); a watched function
+        whose name says evaluation (``jit(evaluate)``, ``jit(eval_step)``,
+        ``jit(accuracy)``) only when no other qualifies: a slow evaluation
+        run once an epoch is not the training step."""
         best = None
         for (name, exp), f in list(self.by_key.items()):
             if exp is not explicit or f.calls < min_calls:
                 continue
-            rank = (f.ns, f.calls, name)
+            rank = (explicit or not evaluation(name), f.ns, f.calls, name)
             if best is None or rank > best[0]:
                 best = (rank, name, f)
         return None if best is None else (best[1], best[2])
