@@ -220,3 +220,34 @@ def test_a_torch_sync_gets_torch_advice() -> None:
                                     detail="Tensor.item()"),))
     (f,) = [f for f in find(s) if f.kind == "per_step_sync"]
     assert "loss.detach()" in f.message and "jnp" not in f.message and "jax" not in f.message
+
+
+ONE_STEP = textwrap.dedent("""
+    import json
+    import metrics; metrics.install(serve=False)
+    import jax, jax.numpy as jnp, numpy as np
+    from tpu_info.views.findings import find
+
+    data = jnp.asarray(np.ones((4096, 1024), np.float32))  # the data set, once, at start-up
+
+    @jax.jit
+    def step(w, x):
+        return w - 1e-3 * jnp.sum(x @ w)
+
+    w = step(jnp.ones((1024, 8)), data[:64])
+    metrics.mark_step()
+    print(json.dumps([[f.kind, f.phase, f.seconds_per_step] for f in find(metrics.snapshot())]))
+""")
+
+
+@pytest.mark.slow
+def test_a_read_after_one_step_does_not_call_start_up_work_per_step(tmp_path: Path):
+    prog = tmp_path / "one_step.py"
+    prog.write_text(ONE_STEP)
+    r = subprocess.run([sys.executable, str(prog)], cwd=ROOT, capture_output=True, text=True,
+                       timeout=300, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin",
+                                         "JAX_PLATFORMS": "cpu"})
+    assert r.returncode == 0, r.stderr[-3000:]
+    found = json.loads(r.stdout.strip().splitlines()[-1])
+    assert not [f for f in found if f[0].startswith("per_step")], found
+    assert all(f[2] is None for f in found if f[0].endswith("implicit_transfer")), found
