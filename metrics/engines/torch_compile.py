@@ -24,6 +24,8 @@ hook watches Dynamo from the outside:
   and the user's line); the Python time across a break Dynamo resumes from,
   and the eager time of a frame it gave up on
   (:mod:`metrics.engines.torch_breaks`).
+* Steps: the optimizer's (:mod:`metrics.engines.torch_optim`), else the
+  compiled graphs' calls with gradients on (:mod:`metrics.engines.torch_steps`).
 * Executions of each compiled graph and their time (``ExecuteComputation``,
   ``ExecuteTime``): the backend's callable is wrapped (forward graphs only;
   backward runs inside autograd).
@@ -66,7 +68,7 @@ from typing import Any
 import torch
 
 from metrics.engines import _torchutil as tu
-from metrics.engines import ranks, torch_syncs
+from metrics.engines import ranks, torch_optim, torch_syncs
 from metrics.engines import torch_breaks as brk
 from metrics.engines._frames import skip_prefixes
 from metrics.engines._patching import Patches
@@ -149,12 +151,11 @@ class TorchCompileEngine(EngineBase):
         # Calls of compiled graphs: one append each, folded before reads.
         self.calls = recorder.journal(self._fold_calls)
         self.calls_queue = self.calls.queue
-        # The inferred step (training calls; evaluation apart), and the step
-        # loop's bounds in unix time.
-        self.call_times = GradModeSteps(to_unix=recorder.mono_to_unix)
+        self.call_times = GradModeSteps(to_unix=recorder.mono_to_unix)  # steps from calls
         self.gaps = brk.BreakGaps()  # Python across resumable graph breaks
         self._resumes = False  # a resume function compiled: pair calls at fold time
         self.syncs: torch_syncs.SyncReads | None = None  # tensor reads, while installed
+        self.optimizer = torch_optim.OptimizerSteps(recorder)  # the training step, if any
         recorder.on_reset(self.call_times.clear)
         recorder.on_reset(self.gaps.clear)
 
@@ -165,6 +166,7 @@ class TorchCompileEngine(EngineBase):
         _active = self
         brk.watch(self._eager_time, self.rec.hook_failed, self.calls_queue)
         self.syncs = torch_syncs.attach(self)
+        self.optimizer.install(self.degraded)
         if "torch._dynamo" in sys.modules:
             self.hook_dynamo()
         # Hooks Dynamo on first use, and times what it returns once Dynamo
@@ -178,6 +180,7 @@ class TorchCompileEngine(EngineBase):
             brk.unwatch()
         torch_syncs.detach(self)
         self.syncs = None
+        self.optimizer.uninstall()
         self._patches.restore()
         self._dynamo_hooked = False
 
@@ -370,11 +373,9 @@ class TorchCompileEngine(EngineBase):
     # Scrape time -----------------------------------------------------------
 
     def steps(self) -> StepsReading | None:
-        """Steps inferred from the compiled graph with the most time among
-        calls with gradients on, its evaluation calls apart
-        (:mod:`metrics.engines.torch_steps`), when the program marks none."""
+        """Optimizer steps, else compiled graph calls (:mod:`torch_steps`)."""
         self.calls.flush()
-        return self.call_times.steps()
+        return self.call_times.beside(self.optimizer.steps())
 
     def sites(self) -> list[SiteReading]:
         """Resumable graph breaks with the Python time across them (measured),

@@ -1,10 +1,13 @@
-"""The step of a torch.compile program that marks none, inferred from its
-compiled graphs' calls: the graph with the most time among calls with
-gradients on (training), the same function's calls with gradients off
-(evaluation under ``torch.no_grad()``) counted apart, never as steps.
-Dynamo guards each graph on the grad mode it was compiled under, so a
+"""The step of a torch program that marks none: its optimizer's steps
+(:mod:`metrics.engines.torch_optim`) when it took at least ``MIN_CALLS``,
+else inferred from its compiled graphs' calls: the graph with the most time
+among calls with gradients on (training), the same function's calls with
+gradients off (evaluation under ``torch.no_grad()``) counted apart, never as
+steps. Dynamo guards each graph on the grad mode it was compiled under, so a
 ``no_grad`` call runs a graph of its own: a graph's mode says which calls
-are which, with no work per call.
+are which, with no work per call. A model called several times per
+optimizer step (gradient accumulation) is said in the basis, never counted
+as steps.
 
 Example:
     >>> g = type("Graph", (), {"name": "compile(Net.forward)", "grad": True})()
@@ -23,6 +26,10 @@ from typing import Any
 
 from metrics.recording.callstats import MIN_CALLS, CallTimes
 from tpu_info.contract.model import STEPS_INFERRED, StepsReading
+
+# The compiled model ran this many times per optimizer step or more: several
+# micro-batches per step (gradient accumulation).
+ACCUMULATING = 1.5
 
 
 class GradModeSteps:
@@ -56,6 +63,27 @@ class GradModeSteps:
                            list(itertools.compress(starts, mask)),
                            list(itertools.compress(ends, mask)),
                            list(itertools.compress(durations, mask)))
+
+    def beside(self, optimizer: StepsReading | None) -> StepsReading | None:
+        """The steps: ``optimizer``'s when there are any (the compiled
+        model's calls per step and its evaluation calls said in the basis),
+        else :meth:`steps`."""
+        if optimizer is None:
+            return self.steps()
+        dominant = self.train.dominant(False, MIN_CALLS)
+        if dominant is None:
+            return optimizer
+        name, calls = dominant
+        per_step = calls.calls / optimizer.count
+        basis = (f"{optimizer.basis}; the compiled model ({name}) ran {calls.calls:,} times, "
+                 f"{per_step:.1f} per step")
+        if per_step >= ACCUMULATING:
+            basis += " (gradient accumulation)"
+        evals = self.evals.by_key.get((name, False))
+        excluded = evals.calls if evals is not None else 0
+        if excluded:
+            basis += f"; its {excluded:,} calls with gradients off (evaluation) are not steps"
+        return dataclasses.replace(optimizer, basis=basis, excluded_calls=excluded)
 
     def steps(self) -> StepsReading | None:
         """Steps from the calls with gradients on (None with too little

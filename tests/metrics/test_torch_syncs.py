@@ -102,7 +102,8 @@ def test_evaluation_calls_are_not_steps(run):
     assert steps.source == "inferred" and steps.count == STEPS  # 39 before: evaluation counted
     evals = STEPS // EVAL_EVERY * EVAL_BATCHES
     assert steps.excluded_calls == evals
-    assert steps.basis.startswith("compile(Net.forward): the compiled graph with the most time")
+    assert steps.basis.startswith(f"optimizer.step(): {STEPS} calls (AdamW)")  # the step
+    assert f"the compiled model (compile(Net.forward)) ran {STEPS} times" in steps.basis
     assert f"its {evals} calls with gradients off (evaluation) are not steps" in steps.basis
 
 

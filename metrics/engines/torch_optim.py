@@ -1,0 +1,192 @@
+"""The training step of a PyTorch program: its optimizer's steps.
+
+An optimizer step is one update of the weights, whatever the program does
+around it: gradient accumulation calls the model several times per step
+(nanoGPT: ``gradient_accumulation_steps`` forwards and backwards), an eager
+program calls no compiled graph at all. The hook is torch's global
+``register_optimizer_step_post_hook`` (torch 2.0 on: every optimizer,
+whenever it was made): one clock read and one journal append per step,
+folded before a read into per-optimizer counts and the step loop's bounds.
+
+When the program marks no step (``metrics.mark_step``, or a lazy-tensor
+engine's own ``mark_step``), the intervals between one optimizer's steps are
+also its ``StepTime`` samples, so the views' outlier rule sees rare slow
+steps (checkpoints, evaluation every N steps).
+
+A step inside a compiled function (``torch.compile(opt.step)``) is not
+counted: Dynamo would trace the hook's clock read and break the graph, so
+the hook returns at once while compiling, and those steps are told by the
+compiled graph's calls instead (:mod:`metrics.engines.torch_steps`).
+
+Example:
+    >>> from metrics.recording.recorder import Recorder
+    >>> steps, sgd = OptimizerSteps(Recorder()), type("SGD", (), {})()
+    >>> for i in range(12):  # what the hook appends: 12 steps, one a second
+    ...     steps.queue.extend((sgd, (i + 1) * 10**9))
+    >>> s = steps.steps(); s.count, s.seconds_total, s.basis[:34]
+    (12, 12.0, 'optimizer.step(): 12 calls (SGD); ')
+"""
+
+from __future__ import annotations
+
+import itertools
+import operator
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+from metrics.recording.callstats import MIN_CALLS
+from metrics.recording.journal import FOLD_AT
+from metrics.recording.recorder import Recorder
+from tpu_info.contract import catalog as names
+from tpu_info.contract.model import STEPS_INFERRED, StepsReading
+
+FIELDS = 2  # a step in the journal: (optimizer, end in monotonic ns)
+MAX_OPTIMIZERS = 64  # optimizers kept apart; later ones are not counted
+# Engines whose own mark_step marks the steps (their MarkStep counters).
+_MARKING_MODULES = ("torch_xla", "torch._lazy.ts_backend")
+
+
+class _Optimizer:
+    """Steps of one optimizer: count, the first and latest step's end
+    (monotonic ns)."""
+
+    __slots__ = ("name", "calls", "first", "last")
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.calls = 0
+        self.first: int | None = None
+        self.last = 0
+
+
+class OptimizerSteps:
+    """Every optimizer step of the process while installed (one per engine)."""
+
+    def __init__(self, recorder: Recorder) -> None:
+        self.rec = recorder
+        self.by_id: dict[int, _Optimizer] = {}
+        self.primary: int | None = None  # the first optimizer that stepped: StepTime's
+        self.step_time_fed = 0  # intervals given to StepTime
+        self._handle: Any = None
+        self.journal = recorder.journal(self._fold)
+        self.queue = self.journal.queue
+        recorder.on_reset(self.clear)
+
+    # Install ---------------------------------------------------------------
+
+    def install(self, degraded: list[str]) -> None:
+        """Registers the global post-step hook (idempotent); the reason goes
+        to ``degraded`` when torch has none."""
+        if self._handle is not None:
+            return
+        try:
+            import torch
+            from torch.optim.optimizer import register_optimizer_step_post_hook
+        except ImportError as e:
+            degraded.append(f"torch.optim has no global step hook ({e}): steps come from "
+                            "compiled graphs only")
+            return
+        self._handle = register_optimizer_step_post_hook(
+            _hook(self, torch.compiler.is_compiling))
+
+    def uninstall(self) -> None:
+        handle, self._handle = self._handle, None
+        if handle is not None:
+            handle.remove()
+
+    @property
+    def installed(self) -> bool:
+        return self._handle is not None
+
+    # Fold ------------------------------------------------------------------
+
+    def _fold(self, flat: list[Any]) -> None:
+        optimizers, ends = flat[0::FIELDS], flat[1::FIELDS]
+        uniq = set(map(id, optimizers))
+        if len(uniq) == 1:
+            groups = [(optimizers[0], ends)]
+        else:
+            ids = list(map(id, optimizers))
+            groups = []
+            for key in uniq:
+                mask = list(map(operator.eq, ids, itertools.repeat(key)))
+                groups.append((next(itertools.compress(optimizers, mask)),
+                               list(itertools.compress(ends, mask))))
+        for opt, times in groups:
+            key = id(opt)
+            entry = self.by_id.get(key)
+            if entry is None:
+                if len(self.by_id) >= MAX_OPTIMIZERS:
+                    continue
+                entry = self.by_id[key] = _Optimizer(type(opt).__name__)
+                if self.primary is None:
+                    self.primary = key
+            if key == self.primary and self._feeds_step_time():
+                prev = [entry.last] if entry.first is not None else []
+                marks = prev + times
+                self.rec.distribution(names.STEP_TIME).observe_many(
+                    list(map(operator.sub, marks[1:], marks[:-1])), marks[1:])
+                self.step_time_fed += len(marks) - 1
+            if entry.first is None:
+                entry.first = times[0]
+            entry.calls += len(times)
+            entry.last = max(entry.last, times[-1])
+
+    def _feeds_step_time(self) -> bool:
+        """No step is marked, nor queued to be: StepTime is ours to fill."""
+        rec = self.rec
+        # The recorder's queue of marks not yet folded (folded after ours on
+        # the hot path), read, never changed.
+        marks_waiting = getattr(rec, "_steps_queue", None)
+        return (rec.first_step_ns is None and not marks_waiting
+                and not any(m in sys.modules for m in _MARKING_MODULES))
+
+    # Read ------------------------------------------------------------------
+
+    def steps(self) -> StepsReading | None:
+        """Steps from the optimizer stepped most (None below
+        :data:`~metrics.recording.callstats.MIN_CALLS` steps): the loop from
+        the first step's start (its end less the mean step) to the latest
+        step's end."""
+        self.journal.flush()
+        ranked = sorted(self.by_id.items(), key=lambda kv: -kv[1].calls)
+        if not ranked or ranked[0][1].calls < MIN_CALLS:
+            return None
+        key, top = ranked[0]
+        names_ = f"{top.name}" if len(ranked) == 1 else (
+            f"{top.name}, the most stepped of {len(ranked)} optimizers")
+        basis = f"optimizer.step(): {top.calls:,} calls ({names_})"
+        if key == self.primary and self.step_time_fed:
+            basis += ("; the time between its steps is StepTime (the program marks no "
+                      "step with metrics.mark_step)")
+        first, last = top.first or 0, top.last
+        mean = (last - first) / (top.calls - 1) if top.calls > 1 else 0.0
+        seconds = (last - first + mean) / 1e9 if last > first else None
+        to_unix = self.rec.mono_to_unix
+        return StepsReading(count=top.calls, source=STEPS_INFERRED, basis=basis,
+                            seconds_total=seconds, first_unix=(first - mean) / 1e9 + to_unix,
+                            last_unix=last / 1e9 + to_unix)
+
+    def clear(self) -> None:
+        self.journal.clear()
+        self.by_id.clear()
+        self.primary = None
+        self.step_time_fed = 0
+
+
+def _hook(steps: OptimizerSteps, compiling: Callable[[], bool]) -> Callable[..., None]:
+    """The post-step hook: a clock read and an append (``compiling``:
+    Dynamo reads it as True while tracing, so a compiled step traces none of
+    the rest)."""
+    q, flush, clock, limit = steps.queue, steps.journal.flush, time.monotonic_ns, FOLD_AT * FIELDS
+
+    def optimizer_stepped(optimizer: Any, args: Any, kwargs: Any) -> None:
+        if compiling():
+            return
+        q.extend((optimizer, clock()))
+        if len(q) >= limit:
+            flush()
+
+    return optimizer_stepped

@@ -1,0 +1,216 @@
+"""A PyTorch program's training step is its optimizer's step: a nanoGPT-shaped
+loop under torch.compile (four micro-steps of gradient accumulation per
+optimizer step, evaluation every few steps, ``loss.item()`` every iteration)
+and an eager loop with no compiled graph at all (real torch on the CPU, the
+"eager" backend)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+STEPS, ACCUM, EVAL_EVERY, EVAL_BATCHES = 24, 4, 8, 2
+EAGER_STEPS, SLOW_EVERY, SLOW_S = 40, 10, 0.05
+
+
+class Net(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1 = torch.nn.Linear(32, 64)
+        self.fc2 = torch.nn.Linear(64, 256)
+
+    def forward(self, x):
+        return self.fc2(torch.tanh(self.fc1(x)))
+
+
+def _line_of(text: str) -> int:
+    with open(__file__) as f:
+        for i, line in enumerate(f, 1):
+            if text in line and "_line_of" not in line:
+                return i
+    raise AssertionError(text)
+
+
+def _site(snap, text: str):
+    (site,) = [s for s in snap.sites if s.kind == "sync"
+               and s.location == f"{__file__}:{_line_of(text)}"]
+    return site
+
+
+def _gpt_loop() -> None:
+    torch.manual_seed(0)
+    model = torch.compile(Net(), backend="eager")
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    x, y = torch.randn(16, 32), torch.randn(16, 256)
+    for it in range(STEPS):
+        if it % EVAL_EVERY == 0:  # nanoGPT's estimate_loss(): no_grad, model.eval()
+            model.eval()
+            with torch.no_grad():
+                for _ in range(EVAL_BATCHES):
+                    model(x)
+            model.train()
+        for _ in range(ACCUM):
+            loss = torch.nn.functional.mse_loss(model(x), y) / ACCUM
+            loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        lossf = loss.item() * ACCUM  # nanoGPT: log every iteration
+    assert lossf > 0
+
+
+def _eager_loop() -> None:
+    torch.manual_seed(0)
+    model = Net()
+    opt = torch.optim.SGD(model.parameters(), lr=1e-2)
+    x, y = torch.randn(128, 32), torch.randn(128, 256)
+    total = 0.0
+    for it in range(EAGER_STEPS):
+        out = model(x)
+        loss = torch.nn.functional.mse_loss(out, y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        total += loss.item()  # word_language_model: total_loss += loss.item()
+        rows = out.detach().tolist()  # every prediction read back each batch
+        if (it + 1) % SLOW_EVERY == 0:
+            time.sleep(SLOW_S)  # a checkpoint every 10 steps
+    assert len(rows) == 128 and total > 0
+
+
+def _run(loop):
+    import metrics
+    from tpu_info.views import findings
+
+    rec = metrics.install(engines=["torch_compile"], serve=False)
+    rec.reset()
+    torch._dynamo.reset()
+    loop()
+    snap = metrics.snapshot()
+    rec.reset()
+    return snap, list(findings.find(snap))
+
+
+@pytest.fixture(scope="module")
+def gpt():
+    return _run(_gpt_loop)
+
+
+@pytest.fixture(scope="module")
+def eager():
+    return _run(_eager_loop)
+
+
+def test_steps_are_optimizer_steps_not_micro_steps(gpt):
+    steps = gpt[0].steps
+    # Before: 96, one per micro-step (the compiled graph's calls with gradients on).
+    assert steps.source == "inferred" and steps.count == STEPS
+    assert steps.basis.startswith(f"optimizer.step(): {STEPS} calls (AdamW)")
+    assert (f"the compiled model (compile(Net.forward)) ran {STEPS * ACCUM} times, "
+            f"{ACCUM:.1f} per step (gradient accumulation)") in steps.basis
+    evals = (STEPS + EVAL_EVERY - 1) // EVAL_EVERY * EVAL_BATCHES
+    assert steps.excluded_calls == evals
+    assert f"its {evals} calls with gradients off (evaluation) are not steps" in steps.basis
+    assert 0 < steps.seconds_total and steps.first_unix < steps.last_unix
+    assert steps.seconds_total == pytest.approx(steps.last_unix - steps.first_unix, rel=1e-4)
+
+
+def test_a_read_every_iteration_is_once_per_step(gpt):
+    from tpu_info.views.sites import not_raised
+
+    snap, _ = gpt
+    site = _site(snap, "# nanoGPT: log every iteration")
+    assert site.count == STEPS and site.count / snap.steps.count == pytest.approx(1.0)
+    assert site.phase == "step"  # before: "periodic" (24 reads over 96 "steps")
+    # Not a finding on a CPU (a few microseconds a read): said per step, with why.
+    assert "/step" in not_raised(snap, site) and "of step time" in not_raised(snap, site)
+
+
+def test_an_eager_program_has_its_optimizer_steps(eager):
+    snap, _ = eager
+    steps = snap.steps  # before: None (no compiled graph, no mark_step)
+    assert steps is not None and steps.count == EAGER_STEPS and steps.excluded_calls == 0
+    assert steps.basis.startswith(f"optimizer.step(): {EAGER_STEPS} calls (SGD)")
+    first_read = _site(snap, "# word_language_model").first_seen_unix
+    assert steps.first_unix < first_read < steps.last_unix + 1e-3
+
+
+def test_eager_reads_every_batch_are_per_step(eager):
+    snap, found = eager
+    assert _site(snap, "# word_language_model").phase == "step"
+    line = _line_of("# every prediction read back each batch")
+    (f,) = [f for f in found if f.kind == "per_step_sync"
+            and f.location == f"{__file__}:{line}"]
+    assert f.per_step == pytest.approx(1.0) and "every step" in f.message
+
+
+def test_slow_steps_from_optimizer_intervals_when_none_is_marked(eager):
+    snap, found = eager
+    step_time = snap.distribution("StepTime")
+    assert step_time is not None and step_time.count == EAGER_STEPS - 1
+    assert "StepTime (the program marks no step" in snap.steps.basis
+    (slow,) = [f for f in found if f.kind == "slow_steps"]
+    assert slow.count >= EAGER_STEPS // SLOW_EVERY - 1  # the last one may end the loop
+
+
+def test_marked_steps_win_and_keep_step_time_their_own():
+    import metrics
+
+    rec = metrics.install(engines=["torch_compile"], serve=False)
+    rec.reset()
+    model = Net()
+    opt = torch.optim.SGD(model.parameters(), lr=1e-2)
+    x = torch.randn(8, 32)
+    for _ in range(12):
+        for _ in range(2):
+            model(x).sum().backward()
+            opt.step()
+        metrics.mark_step()
+    snap = metrics.snapshot()
+    assert snap.steps.source == "marked" and snap.steps.count == 12
+    assert snap.distribution("StepTime").count == 11  # the marks' intervals only
+    rec.reset()
+
+
+def test_a_compiled_optimizer_step_is_not_broken_by_the_hook():
+    """Dynamo traces the step's post hooks: the hook must not put a graph
+    break into a compiled optimizer step (it returns while compiling)."""
+    import metrics
+
+    rec = metrics.install(engines=["torch_compile"], serve=False)
+    rec.reset()
+    torch._dynamo.reset()
+    model = Net()
+    opt = torch.optim.SGD(model.parameters(), lr=1e-2)
+
+    @torch.compile(backend="eager")
+    def step():
+        opt.step()
+
+    for _ in range(12):
+        model(torch.ones(2, 32)).sum().backward()
+        step()
+    snap = metrics.snapshot()
+    assert not [e for e in snap.events if e.kind == "graph_break" and "monotonic" in e.detail]
+    assert snap.steps is None or not snap.steps.basis.startswith("optimizer.step()")
+    rec.reset()
+
+
+def test_uninstall_removes_the_optimizer_hook():
+    from torch.optim import optimizer
+
+    import metrics
+
+    def ours():
+        return [h for h in optimizer._global_optimizer_post_hooks.values()
+                if getattr(h, "__module__", "") == "metrics.engines.torch_optim"]
+
+    metrics.install(engines=["torch_compile"], serve=False)
+    assert len(ours()) == 1
+    metrics.uninstall()
+    assert ours() == []
+    rec = metrics.install(engines=["torch_compile"], serve=False)
+    assert len(ours()) == 1
+    rec.reset()
