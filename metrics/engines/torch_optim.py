@@ -69,6 +69,7 @@ class OptimizerSteps:
         self.by_id: dict[int, _Optimizer] = {}
         self.primary: int | None = None  # the first optimizer that stepped: StepTime's
         self.step_time_fed = 0  # intervals given to StepTime
+        self._step_time = recorder.distribution(names.STEP_TIME)  # kept across resets
         self._handle: Any = None
         self.journal = recorder.journal(self._fold)
         self.queue = self.journal.queue
@@ -126,7 +127,7 @@ class OptimizerSteps:
             if key == self.primary and self._feeds_step_time():
                 prev = [entry.last] if entry.first is not None else []
                 marks = prev + times
-                self.rec.distribution(names.STEP_TIME).observe_many(
+                self._step_time.observe_many(
                     list(map(operator.sub, marks[1:], marks[:-1])), marks[1:])
                 self.step_time_fed += len(marks) - 1
             if entry.first is None:
