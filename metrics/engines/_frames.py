@@ -26,7 +26,9 @@ import os
 import sys
 from typing import Any, NamedTuple
 
-USER_PATHS_ENV = "TPU_INFO_USER_PATHS"
+from metrics.export import config
+
+USER_PATHS_ENV = config.USER_PATHS.name
 
 # What a file is (LibraryFrames.kind).
 USER, ENGINE, LIBRARY = 0, 1, 2
@@ -54,7 +56,7 @@ def skip_prefixes(*modules: Any) -> tuple[str, ...]:
 
 def user_paths_from_env() -> tuple[str, ...]:
     """``TPU_INFO_USER_PATHS`` as absolute paths (empty entries dropped)."""
-    raw = os.environ.get(USER_PATHS_ENV, "")
+    raw = config.text(config.USER_PATHS)
     return tuple(os.path.abspath(p) for p in raw.split(os.pathsep) if p.strip())
 
 
@@ -167,7 +169,7 @@ def _frames_for(skip: tuple[str, ...], user_paths: str) -> LibraryFrames:
 def frames_for(skip: tuple[str, ...]) -> LibraryFrames:
     """The :class:`LibraryFrames` of ``skip`` (one per skip list and
     ``TPU_INFO_USER_PATHS`` value, kept: its decisions are reused)."""
-    return _frames_for(skip, os.environ.get(USER_PATHS_ENV, ""))
+    return _frames_for(skip, config.text(config.USER_PATHS))
 
 
 def user_location(skip: tuple[str, ...], depth: int = 2) -> str | None:

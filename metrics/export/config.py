@@ -34,7 +34,7 @@ from tpu_info.contract.discovery_record import ENV_RUNTIME_DIR
 
 __all__ = ["Variable", "VARIABLES", "PORT", "BIND", "PROMETHEUS_PORT", "PROMETHEUS_BIND",
            "SERVE", "DEVICE_CAPTURE", "RUNTIME_DIR", "AUTOINSTALL", "XLA_DEBUG_OWNER",
-           "PURE_PYTHON",
+           "USER_PATHS", "PURE_PYTHON",
            "text", "is_set", "flag", "port", "serve", "serve_word", "SERVE_WORDS",
            "readme_table"]
 
@@ -107,6 +107,14 @@ XLA_DEBUG_OWNER = Variable(
     "each process lists only the graphs it compiled",
     set_by_tpu_info=True)
 
+USER_PATHS = Variable(
+    "TPU_INFO_USER_PATHS", "unset",
+    "directories (`os.pathsep`-separated) whose code is yours although installed in "
+    "site-packages. A finding's line is the first frame outside libraries (the standard "
+    "library, anything under `site-packages`/`dist-packages`, the engine's and the hook's "
+    "packages), decided once per file, with the library call it went through: `at "
+    "train.py:41 (via flax nnx.jit)`; code under these paths counts as yours, so lines point "
+    "into it")
 PURE_PYTHON = Variable(
     "TPU_INFO_PURE_PYTHON", "off",
     "`1` (or `true`, `yes`) runs the JAX hooks in Python on every call instead of their C "
@@ -117,7 +125,7 @@ PURE_PYTHON = Variable(
 # In the README's order.
 VARIABLES: tuple[Variable, ...] = (PORT, BIND, PROMETHEUS_BIND, DEVICE_CAPTURE, SERVE,
                                    PROMETHEUS_PORT, RUNTIME_DIR, AUTOINSTALL, XLA_DEBUG_OWNER,
-                                   PURE_PYTHON)
+                                   USER_PATHS, PURE_PYTHON)
 
 
 def readme_table() -> str:
