@@ -21,7 +21,8 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-ORDER = ["record_cost", "overhead_jax", "hook_pieces", "implicit_transfers", "torch_syncs",
+ORDER = ["record_cost", "overhead_jax", "hook_pieces", "implicit_transfers", "eager_ops",
+         "torch_syncs",
          "overhead_torch",
          "compile_heavy", "scrape", "fanout", "exporter", "exporter_changes", "cli_startup",
          "tui_cpu", "stale_records", "profiler_overhead", "load", "attack", "soak", "fork",

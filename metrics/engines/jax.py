@@ -80,6 +80,7 @@ from metrics.engines.jax_describe import (
     parse_cache_miss,
 )
 from metrics.engines.jax_devices import DeviceMemory
+from metrics.engines.jax_eager import EagerOps
 from metrics.engines.jax_executions import Executions
 from metrics.engines.jax_explicit import ExplicitTransfers
 from metrics.engines.jax_monitoring import MonitoringRecords
@@ -131,6 +132,7 @@ class JaxEngine(EngineBase):
         self.runs = Executions(recorder)  # counted calls: executions per graph
         self.calls, self.calls_queue = self.runs.journal, self.runs.queue  # the wrappers write
         self.implicit = ImplicitTransfers(self)  # syncs and transfers nobody asked for
+        self.eager = EagerOps(self)  # primitives run outside jit (into implicit's sites)
         self.monitoring = MonitoringRecords(recorder)  # every jax.monitoring record, by name
         self.step_watch = StepWatch(self.runs, self.implicit)
         recorder.on_reset(self._forget_calls)
@@ -150,6 +152,7 @@ class JaxEngine(EngineBase):
         self._patch_compiler()
         self._patch_transfers()
         self._patch_calls()
+        self.eager.install(self._patches)
         if self._explain:
             self._capture_explanations()
         state.active = self
@@ -355,7 +358,7 @@ class JaxEngine(EngineBase):
     # Scrape time -----------------------------------------------------------
 
     def sites(self) -> list[SiteReading]:
-        """Lines that synced or moved data implicitly."""
+        """Lines that synced or moved data implicitly, or ran eager ops."""
         return self.implicit.sites()
 
     def busy_percent(self) -> tuple[float | None, str]:
@@ -369,7 +372,8 @@ class JaxEngine(EngineBase):
     def blind_spots(self) -> list[str]:
         """What the JAX hook cannot see in this process, one sentence each:
         calls the executions count misses, then transfers and syncs."""
-        return jax_calls.blind_spots(self._hooked) + self.implicit.blind_spots()
+        return (jax_calls.blind_spots(self._hooked) + self.implicit.blind_spots()
+                + self.eager.blind_spots())
 
     def devices(self) -> list[DeviceRecord]:
         """One record per local device, memory read now."""

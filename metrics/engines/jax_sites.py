@@ -26,12 +26,16 @@ from tpu_info.contract.model import SiteKind, SiteReading
 # The kinds a site is kept under (jax_transfers' record kinds of the same
 # numbers; an untimed host->device record is kept as IMPLICIT_H2D).
 SYNC, IMPLICIT_H2D = 0, 1
+EAGER_OP = 5  # eager primitives (metrics.engines.jax_eager): apart from the record kinds
+SITE_KINDS = (SYNC, IMPLICIT_H2D, EAGER_OP)
 OTHER_SITES = "(other sites)"
 NO_USER_FRAME = "(no user frame)"
 OVERFLOW = "more lines than kept"  # the detail of the overflow site
 
-_GENERIC = {SYNC: "device->host read", IMPLICIT_H2D: "host->device transfer"}
-_KIND_NAMES = {SYNC: SiteKind.SYNC.value, IMPLICIT_H2D: SiteKind.IMPLICIT_TO_DEVICE.value}
+_GENERIC = {SYNC: "device->host read", IMPLICIT_H2D: "host->device transfer",
+            EAGER_OP: "eager op"}
+_KIND_NAMES = {SYNC: SiteKind.SYNC.value, IMPLICIT_H2D: SiteKind.IMPLICIT_TO_DEVICE.value,
+               EAGER_OP: SiteKind.EAGER_OP.value}
 
 
 class SyncLine(NamedTuple):
@@ -73,6 +77,8 @@ def by_line(impl: Any) -> dict[tuple[int, str], list[Any]]:
     """(kind, location) -> [count, bytes, ns, first end, last end, function,
     details]: ``impl``'s sites merged per line, folded first."""
     impl.journal.flush()
+    for feeder in impl.feeders:  # other hooks' journals that fold into the table
+        feeder.flush()
     merged: dict[tuple[int, str], list[Any]] = {}
     with impl._lock:
         held = [(k[0], s) for k, s in impl._sites.items()]
@@ -88,18 +94,19 @@ def by_line(impl: Any) -> dict[tuple[int, str], list[Any]]:
             location, function = site.where
         row = merged.get((kind, location))
         detail = detail or _GENERIC[kind]
+        # An eager site's detail is its primitives' names, ", "-joined.
+        details = detail.split(", ") if kind == EAGER_OP else [detail]
         first_end = last_end if first_end is None else first_end
         if row is None:
             merged[(kind, location)] = [count, nbytes, ns, first_end, last_end, function,
-                                        [detail]]
+                                        details]
             continue
         row[0] += count
         row[1] += nbytes
         row[2] += ns
         row[3] = min(row[3], first_end)
         row[4] = max(row[4], last_end)
-        if detail not in row[6]:
-            row[6].append(detail)
+        row[6].extend(d for d in details if d not in row[6])
     return merged
 
 

@@ -43,7 +43,7 @@ import numpy as np
 from metrics.engines import jax_sites
 from metrics.engines import jax_to_device as to_device
 from metrics.engines._frames import ENGINE, LIBRARY, LibraryFrames, skip_prefixes, via_words
-from metrics.engines.jax_sites import IMPLICIT_H2D, OVERFLOW, SYNC, SyncLine
+from metrics.engines.jax_sites import EAGER_OP, IMPLICIT_H2D, OVERFLOW, SITE_KINDS, SYNC, SyncLine
 from metrics.recording import forksafe, native
 from metrics.recording.journal import FOLD_AT
 from tpu_info.contract import catalog as names
@@ -54,7 +54,8 @@ from tpu_info.contract.model import SiteReading
 # report), recorded with start == end.
 EXPLICIT_D2H, EXPLICIT_H2D, UNTIMED_H2D = 2, 3, 4
 assert to_device.IMPLICIT_H2D == IMPLICIT_H2D
-_SITE_KIND = {SYNC: SYNC, IMPLICIT_H2D: IMPLICIT_H2D, UNTIMED_H2D: IMPLICIT_H2D}
+_SITE_KIND = {SYNC: SYNC, IMPLICIT_H2D: IMPLICIT_H2D, UNTIMED_H2D: IMPLICIT_H2D,
+              EAGER_OP: EAGER_OP}
 
 
 def _kinds(*kinds: int) -> np.ndarray:
@@ -129,13 +130,14 @@ class ImplicitTransfers:
         # walk from there went through (flax's jit): the line's via.
         self._via: dict[tuple[int, int], Any] = {}
         self._sites: dict[tuple[int, int, int], _Site] = {}
-        self._per_kind = {SYNC: 0, IMPLICIT_H2D: 0}
+        self._per_kind = dict.fromkeys(SITE_KINDS, 0)
         self._other: dict[int, _Site] = {}
         self._lock = threading.Lock()  # the site table: folds vs readers
         self.dict_patches: list[tuple[dict[Any, Any], Any, Any]] = []
         self.missing: list[str] = []  # what could not be hooked, in words
         self.journal = rec.journal(self._fold)
         self.queue = self.journal.queue
+        self.feeders: list[Any] = []  # other hooks' journals folding into the site table
         dist, counter = rec.distribution, rec.counter
         self._h2d_time, self._d2h_time = (dist(names.TRANSFER_TO_DEVICE_TIME),
                                           dist(names.TRANSFER_FROM_DEVICE_TIME))
@@ -372,8 +374,8 @@ class ImplicitTransfers:
         return True
 
     def _add_site(self, kind: int, code: Any, offset: int, detail: str | None, count: int,
-                  nbytes: int, ns: int, last_end: int, first_end: int) -> None:
-        """Adds one site's records of a batch (caller holds the lock)."""
+                  nbytes: int, ns: int, last_end: int, first_end: int) -> _Site:
+        """Adds one site's records of a batch (caller holds the lock); the site."""
         kind = _SITE_KIND[kind]
         key = (kind, id(code), offset)
         site = self._sites.get(key)
@@ -391,6 +393,7 @@ class ImplicitTransfers:
         site.last_end = max(site.last_end, last_end)
         if site.first_end is None or first_end < site.first_end:
             site.first_end = first_end
+        return site
 
     # Read (metrics.engines.jax_sites) ---------------------------------------
 
@@ -414,10 +417,12 @@ class ImplicitTransfers:
     def clear(self) -> None:
         """Forgets every site (the counters are the registry's)."""
         self.journal.clear()
+        for feeder in self.feeders:
+            feeder.clear()
         with self._lock:
             self._sites.clear()
             self._other.clear()
-            self._per_kind = {SYNC: 0, IMPLICIT_H2D: 0}
+            self._per_kind = dict.fromkeys(SITE_KINDS, 0)
 
     def blind_spots(self) -> list[str]:
         """What this hook cannot see in this process, one sentence each."""

@@ -350,7 +350,8 @@ DEGRADED = textwrap.dedent("""
     eng = next(e for e in metrics.installed_engines() if e.name == "jax")
     float(jax.numpy.ones(3).sum())
     jax.device_put(np.ones(4, np.float32))  # counted by the device_put wrapper instead
-    print(json.dumps([eng.blind_spots(), eng.degraded, [s.detail for s in eng.sites()],
+    print(json.dumps([eng.blind_spots(), eng.degraded,
+                      [s.detail for s in eng.sites() if s.kind != "eager_op"],
                       metrics.recorder().registry.metric_data("OutboundData")[:2]]))
 """)
 

@@ -28,6 +28,10 @@ class SiteKind(str, enum.Enum):
     # A torch.compile graph break Dynamo resumes from: ``seconds`` is the
     # Python run between the two compiled graphs, ``count`` the crossings.
     GRAPH_BREAK = "graph_break"
+    # Eager (un-jitted) JAX primitives run from this line, each dispatched on
+    # its own: ``count`` the times the line ran them, ``seconds`` host time
+    # inside them (their compiles apart), ``detail`` the primitives' names.
+    EAGER_OP = "eager_op"
 
 
 class Phase(enum.StrEnum):

@@ -1,9 +1,11 @@
-"""Findings from the lines that synced or moved data every step (``Snapshot.sites``).
+"""Findings from the lines that synced, moved data or ran eager ops every step
+(``Snapshot.sites``).
 
 A device->host sync (``float(loss)``, ``print(x)``, ``if x > 0:``) at a line
 that runs about once per step stops the host until the device finishes, and
 the device then idles while Python catches up; a numpy batch passed straight
-into a jitted function copies it to the device on the step's critical path.
+into a jitted function copies it to the device on the step's critical path;
+eager (un-jitted) ops each dispatch on their own from Python.
 Each finding names the line, how often it ran per step, and its cost per step
 and as a share of step time: timed by the hook (measured), or, where only bytes
 are known, estimated from a transfer rate (and labelled so).
@@ -203,7 +205,14 @@ _OUTSIDE_ADVICE = {
                           "and only as often as you need it."),
     SiteKind.IMPLICIT_TO_DEVICE.value: ("Convert the data once (jax.device_put) and keep "
                                         "it on the device."),
+    SiteKind.EAGER_OP.value: ("If it matters, jit the function that holds them, so they run "
+                              "as one graph."),
 }
+# The finding kind's noun per site kind, for work outside the step.
+_OUTSIDE_NOUN = {SiteKind.SYNC.value: "sync", SiteKind.IMPLICIT_TO_DEVICE.value:
+                 "implicit_transfer", SiteKind.EAGER_OP.value: "eager_ops"}
+# The kinds of sites the rules here judge.
+_JUDGED = frozenset(_OUTSIDE_NOUN)
 
 
 def _outside_finding(site: SiteReading, c: Cost) -> Finding | None:
@@ -212,15 +221,20 @@ def _outside_finding(site: SiteReading, c: Cost) -> Finding | None:
     severity = _outside_severity(c)
     if severity is None:
         return None
-    what = ("reads a value back to the host" if site.kind == SiteKind.SYNC.value
-            else f"copies {size_words(site.bytes / max(1, site.count))} to the device")
     via = f" (via {site.via})" if site.via else ""
-    noun = "sync" if site.kind == SiteKind.SYNC.value else "implicit_transfer"
+    where = f"at {short_location(site.location)}{via}"
+    if site.kind == SiteKind.EAGER_OP.value:
+        head = f"eager jnp ops {where} ({site.detail}) run outside jit"
+    elif site.kind == SiteKind.SYNC.value:
+        head = f"{site.detail or 'a read'} {where} reads a value back to the host"
+    else:
+        head = (f"{site.detail or 'a read'} {where} copies "
+                f"{size_words(site.bytes / max(1, site.count))} to the device")
     advice = _OUTSIDE_ADVICE.get(site.kind, "")
     return Finding(
-        f"{site.detail or 'a read'} at {short_location(site.location)}{via} {what} "
-        f"{_OUTSIDE_WORDS[c.phase]} ({c.words()}). {advice}".rstrip(),
-        severity, site.location, kind=f"{c.phase.value}_{noun}", **c.fields())
+        f"{head} {_OUTSIDE_WORDS[c.phase]} ({c.words()}). {advice}".rstrip(),
+        severity, site.location, kind=f"{c.phase.value}_{_OUTSIDE_NOUN[site.kind]}",
+        **c.fields())
 
 
 def _finding(s: Snapshot, site: SiteReading) -> Finding | None:
@@ -230,6 +244,12 @@ def _finding(s: Snapshot, site: SiteReading) -> Finding | None:
     if not _worth_saying(c, site):
         return None
     via = f" (via {site.via})" if site.via else ""
+    if site.kind == SiteKind.EAGER_OP.value:
+        return Finding(
+            f"eager jnp ops at {short_location(site.location)}{via} ({site.detail}) run outside "
+            f"jit {_how_often(c)} ({c.words()}): each dispatches on its own from Python. "
+            "Move them into the jitted step (or jit the helper that holds them).",
+            Severity.WARNING, site.location, kind="per_step_eager_ops", **c.fields())
     where = f"{site.detail or 'a read'} at {short_location(site.location)}{via}"
     if site.kind == SiteKind.SYNC.value:
         return Finding(
@@ -257,7 +277,7 @@ def not_raised(s: Snapshot, site: SiteReading) -> str:
     """Why a line the hook counted is not a finding, in words (``""``: it is
     one, or its kind has no rule here): said next to it in ``--json`` sites, so
     a count without a finding is never a silent judgement."""
-    if site.kind not in (SiteKind.SYNC.value, SiteKind.IMPLICIT_TO_DEVICE.value):
+    if site.kind not in _JUDGED:
         return ""
     if _finding(s, site) is not None:
         return ""
@@ -272,16 +292,18 @@ def not_raised(s: Snapshot, site: SiteReading) -> str:
                 f"{COUNT_WITHOUT_STEPS} times and {duration(MIN_SECONDS)})")
     if (c.per_step or 0.0) < PER_STEP_AT_LEAST:
         return f"in {share_words(c.per_step or 0.0)} of the steps (said from half)"
+    copy = (f", or a copy of {size_words(MIN_BYTES_PER_STEP)} a step"
+            if site.kind == SiteKind.IMPLICIT_TO_DEVICE.value else "")
     return (f"{duration(c.seconds_per_step or 0.0)}/step, "
             f"{share_words(c.share_of_step or 0.0)} of step time (said from "
-            f"{duration(MIN_SECONDS)} in all and {share_words(MIN_SHARE)}, or a copy of "
-            f"{size_words(MIN_BYTES_PER_STEP)} a step)")
+            f"{duration(MIN_SECONDS)} in all and {share_words(MIN_SHARE)}{copy})")
 
 
 def site_findings(s: Snapshot) -> Iterable[Finding]:
-    """One finding per costly sync or implicit-transfer line; cheap lines are not news."""
+    """One finding per costly sync, implicit-transfer or eager-op line; cheap
+    lines are not news."""
     for site in s.sites:
-        if site.kind in (SiteKind.SYNC.value, SiteKind.IMPLICIT_TO_DEVICE.value):
+        if site.kind in _JUDGED:
             f = _finding(s, site)
             if f is not None:
                 yield f

@@ -1,0 +1,97 @@
+"""Cost of counting eager (un-jitted) JAX primitives per user line (CPU), side by side.
+
+    python bench/eager_ops.py [--smoke]
+
+Three contenders in alternating rounds, one process: JAX as it is, a bare
+pass-through Python wrapper of ``EvalTrace.process_primitive`` (the floor any
+Python hook there pays), and the hook (:mod:`metrics.engines.jax_eager`).
+Prints ns per call of each and the ratios hooked / unhooked and hooked /
+bare wrapper, for an eager ``jnp.reshape`` of a batch, an eager
+``random.split`` (three primitives), and a jitted MLP step with no eager op
+(its time only moves if the hook touched the jitted path).
+Targets: hooked <= 1.3x unhooked per eager op; the jitted step 1.0x (<= 1.05).
+"""
+
+from __future__ import annotations
+
+import os
+import timeit
+
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+from _common import median, parser, verdict  # noqa: E402
+
+import metrics  # noqa: E402
+
+
+def contenders() -> tuple[object, object, object]:
+    """(unhooked, bare wrapper, hooked) ``EvalTrace.process_primitive``."""
+    from jax._src.core import EvalTrace
+
+    hooked = EvalTrace.__dict__["process_primitive"]
+    plain = hooked.__wrapped__
+
+    def bare(self, primitive, args, params, /):  # type: ignore[no-untyped-def]
+        return plain(self, primitive, args, params)
+
+    return plain, bare, hooked
+
+
+def use(places: tuple[object, object, object], which: int) -> None:
+    from jax._src.core import EvalTrace
+
+    EvalTrace.process_primitive = places[which]  # type: ignore[method-assign]
+
+
+def main() -> int:
+    args = parser(__doc__).parse_args()
+    rounds, n = (3, 500) if args.smoke else (15, 8_000)
+    metrics.install(engines=["jax"], serve=False)
+    places = contenders()
+    batch = jnp.ones((32, 64))
+    key = jax.random.PRNGKey(0)
+    w = jnp.ones((64, 64))
+
+    @jax.jit
+    def step(w, b):  # type: ignore[no-untyped-def]
+        return w - 0.01 * (jnp.tanh(b @ w).T @ b) / b.shape[0]
+
+    def jitted() -> None:
+        nonlocal w
+        w = step(w, batch)
+
+    cases = {"jnp.reshape (1 op)": (lambda: jnp.reshape(batch, (64, 32)), n),
+             "random.split (3 ops)": (lambda: jax.random.split(key), n // 3),
+             "jitted step (no eager op)": (jitted, n)}
+    for fn, _ in cases.values():
+        fn()
+    per: dict[str, list[tuple[float, float, float]]] = {k: [] for k in cases}
+    for _ in range(rounds):
+        for name, (fn, reps) in cases.items():
+            got = [0.0, 0.0, 0.0]
+            for which in (0, 1, 2, 2, 1, 0):  # each order once per round
+                use(places, which)
+                got[which] += timeit.timeit(fn, number=reps) / reps / 2 * 1e9
+            per[name].append((got[0], got[1], got[2]))
+    use(places, 2)
+    jax.block_until_ready(w)
+    load = os.getloadavg()[0]
+    for name, rows in per.items():
+        plain, bare = median([r[0] for r in rows]), median([r[1] for r in rows])
+        hooked = median([r[2] for r in rows])
+        print(f"{name}: unhooked {plain:.0f} ns, bare wrapper {bare:.0f} ns, "
+              f"hooked {hooked:.0f} ns (load average {load:.2f})")
+    for name, rows in per.items():
+        vs_plain = median([r[2] / r[0] for r in rows])
+        vs_bare = median([r[2] / r[1] for r in rows])
+        print(f"{name}: hooked / bare wrapper {vs_bare:.3f}")
+        target = 1.05 if name.startswith("jitted") else 1.3
+        verdict(f"eager_ops {name} hooked / unhooked", vs_plain, f"<= {target}",
+                vs_plain <= target)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

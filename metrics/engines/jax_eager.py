@@ -1,0 +1,280 @@
+"""Eager (un-jitted) JAX primitives run outside ``jax.jit``, counted per user line.
+
+Every primitive JAX runs eagerly is bound on the evaluation trace:
+``Primitive.bind`` -> ``EvalTrace.process_primitive`` -> its implementation
+(for most, ``dispatch.apply_primitive``: one single-op graph dispatched from
+Python). Inside ``jax.jit`` (and ``vmap``/``grad`` tracing) primitives go
+to other traces, so ``EvalTrace.process_primitive`` sees only eager work.
+It is wrapped on the class (``apply_primitive`` itself cannot be: each
+primitive's implementation holds it in a ``functools.partial`` made when
+JAX was imported, and some eager primitives, ``random_split`` or
+``slice``, have implementations of their own).
+
+What counts: every primitive bound there, except host->device transfers
+(``device_put``, ``stage``: the transfer hooks count them) and a jitted
+call JAX makes from its own jit wrapper (its executions are counted
+elsewhere); a ``jit`` bound there by an eager ``vmap`` or ``grad`` is eager
+work, named by its function (``multiply``). Primitives nested in another
+one's implementation are the outer one's time.
+
+On each: the clock before and after, the primitive's name, and the user's
+code object and instruction offset, found with the implicit-transfer
+hook's frame classes (:class:`~metrics.engines.jax_transfers.ImplicitTransfers`,
+whose site table keeps these sites as ``EAGER_OP``, lines resolved at read
+time, with the library call they went through as ``via``). A call that
+compiled (the first of each op and shape) keeps its count but not its time:
+the compile is the compile's. ``count`` is how many times the line ran
+eager ops (one ``random.split(key)`` binds three primitives: one time): a
+record starts a new time unless the previous record came from the same
+instruction with nothing else recorded in between (no counted jitted call,
+step mark, transfer or sync: what separates steps), so a periodic
+evaluation's hundreds of ops at one line are one time each, never "per step".
+
+Not seen: eager calls of functions JAX jitted itself (``jnp.sin(x)``,
+``x + 1``, ``jnp.sum(x)``) run in C++ after their first call; they are named
+as a blind spot.
+
+Example (what a site reads as)::
+
+    SiteReading(kind="eager_op", location="/w/train.py:230", count=1200,
+                seconds=0.018, function="main", detail="reshape")
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from metrics.engines import jax_state as state
+from metrics.engines.jax_sites import EAGER_OP, OVERFLOW
+from metrics.engines.jax_transfers import _THIRD, _USER  # the walk's frame classes
+from metrics.engines.jax_transfers import MAX_CODES as _MAX_CODES
+from metrics.recording.journal import FOLD_AT
+
+FIELDS = 6  # (code, offset, name, start, end, separators) per record
+MAX_NAMES = 4  # primitive names kept per site
+_TRANSFERS = frozenset({"device_put", "stage"})  # the transfer hooks' to count
+_JIT = "jit"  # pjit_p's name: decided per call (_jit_name)
+# Where JAX's own jit wrapper binds a jitted call itself (not eager work).
+_JIT_CALLERS = frozenset({"_run_python_pjit", "_python_pjit_helper", "cache_miss"})
+_CORE = ("core.py",)
+
+
+class _Local(threading.local):
+    busy = False  # inside a counted primitive on this thread: nested ones are its time
+
+
+class EagerOps:
+    """Counts eager primitives for one :class:`~metrics.engines.jax.JaxEngine`
+    (``engine.eager``) into its implicit-transfer site table."""
+
+    def __init__(self, engine: Any) -> None:
+        self.rec = engine.rec
+        self.impl = impl = engine.implicit
+        self.journal = engine.rec.journal(self._fold)
+        self.queue = self.journal.queue
+        impl.feeders.append(self.journal)
+        # What separates two times a line ran (see the module docstring):
+        # the journals of counted calls, step marks, transfers and syncs.
+        found = [q for q in (
+            getattr(engine, "calls_queue", None), getattr(engine.rec, "_steps_queue", None),
+            impl.queue, getattr(getattr(engine, "explicit", None), "queue", None))
+            if q is not None]
+        # (each holds fewer than 2**15 items: record packs their lengths in one int)
+        self.separators: tuple[list[Any], ...] = tuple(found + [[]] * (4 - len(found)))
+        self.last = (0, -1)  # the last record folded: its line key and separators
+        self._lines: dict[tuple[int, int], int] = {}  # (id(code), offset) -> line key
+        self.names: dict[Any, str | None] = {}  # primitive -> its name, None: not counted
+        self.installed = False
+        self.missing: list[str] = []
+        self.record = _recorder(self)
+
+    def install(self, patches: Any) -> None:
+        """Wraps ``EvalTrace.process_primitive`` (restored with ``patches``)."""
+        try:
+            from jax._src import core
+        except ImportError as e:
+            self.missing.append(f"eager ops are not counted: jax._src.core missing ({e})")
+            return
+        self.installed = patches.apply(core.EvalTrace, "process_primitive",
+                                       lambda orig: _wrap(orig, self),
+                                       ("self", "primitive", "args", "params"))
+        if not self.installed:
+            self.missing.append("eager ops are not counted: EvalTrace.process_primitive "
+                                "missing or changed")
+
+    def name_of(self, primitive: Any) -> str | None:
+        """``primitive``'s name as counted (kept), None when not counted."""
+        name = getattr(primitive, "name", None)
+        if not isinstance(name, str) or name in _TRANSFERS:
+            name = None
+        if len(self.names) < 4096:
+            self.names[primitive] = name
+        return name
+
+    # Fold (the hot path: _recorder and _wrap, below) -----------------------
+
+    def _fold(self, flat: list[Any]) -> None:
+        """Records -> the site table, grouped per (code, offset, name) with
+        numpy: no Python loop per record, only per group. A record starts a
+        new time of its line unless the one before it came from the same
+        line with the same separators (see the module docstring)."""
+        w = FIELDS
+        n = len(flat) // w
+        if not n:
+            return
+        codes, offsets = flat[0::w], flat[1::w]
+        ends = np.fromiter(flat[4::w], np.int64, n)
+        ns = ends - np.fromiter(flat[3::w], np.int64, n)
+        keys = np.empty((n, 3), np.int64)
+        keys[:, 0] = np.fromiter(map(id, codes), np.int64, n)
+        keys[:, 1] = np.fromiter(offsets, np.int64, n)
+        keys[:, 2] = np.fromiter(map(id, flat[2::w]), np.int64, n)
+        _, first, inv = np.unique(keys.view(np.dtype((np.void, 24))).ravel(),
+                                  return_index=True, return_inverse=True)
+        inv = inv.ravel()
+        # Each record's line (an int per distinct code object and line) and separators.
+        lines = np.array([self._line_key(codes[j], offsets[j]) for j in first.tolist()],
+                         np.int64)[inv]
+        sigs = np.fromiter(flat[5::w], np.int64, n)
+        new = np.empty(n, np.int64)
+        new[0] = (int(lines[0]), int(sigs[0])) != self.last
+        new[1:] = (lines[1:] != lines[:-1]) | (sigs[1:] != sigs[:-1])
+        self.last = (int(lines[-1]), int(sigs[-1]))
+        m = first.size
+        times = np.bincount(inv, weights=new, minlength=m).tolist()
+        spent = np.bincount(inv, weights=ns, minlength=m).tolist()
+        latest = np.zeros(m, np.int64)
+        np.maximum.at(latest, inv, ends)
+        earliest = np.full(m, np.iinfo(np.int64).max, np.int64)
+        np.minimum.at(earliest, inv, ends)
+        impl = self.impl
+        with impl._lock:
+            for i in np.argsort(first, kind="stable").tolist():  # names in the order seen
+                j = int(first[i])
+                name = flat[w * j + 2]
+                site = impl._add_site(EAGER_OP, codes[j], offsets[j], name, int(times[i]), 0,
+                                      int(spent[i]), int(latest[i]), int(earliest[i]))
+                names = site.detail.split(", ") if site.detail else []
+                if site.detail != OVERFLOW and name not in names and len(names) < MAX_NAMES:
+                    site.detail = ", ".join([*names, name])
+
+    def _line_key(self, code: Any, offset: int) -> int:
+        """A number for ``code``'s line at ``offset`` (fold time; kept per
+        instruction): equal for two instructions of one line."""
+        key = (id(code), offset)
+        line = self._lines.get(key)
+        if line is None:
+            line = hash((id(code), _line(code, offset)))
+            if len(self._lines) < _MAX_CODES:
+                self._lines[key] = line
+        return line
+
+    def blind_spots(self) -> list[str]:
+        """What this hook cannot see, one sentence each."""
+        out = list(self.missing)
+        if self.installed:
+            out.append("eager calls of functions JAX jits itself (jnp.sin(x), x + 1, "
+                       "jnp.sum(x)) run in C++ after their first call and are not counted "
+                       "as eager ops; primitives bound from Python are (jnp.reshape, x[i], "
+                       "iterating an array, random.split, an eager vmap or grad)")
+        return out
+
+
+def _recorder(ops: EagerOps) -> Callable[[str, Any, int, int], None]:
+    """``record(name, frame, start, end)``: one eager primitive seen at
+    ``frame``, walked out to the user's frame (its code object and
+    instruction offset kept; the line found when read) and appended with the
+    separators' state. What it reads is bound once (hot path)."""
+    impl = ops.impl
+    get, classify, vias, user, third = impl._codes.get, impl._classify, impl._via, _USER, _THIRD
+    q1, q2, q3, q4 = ops.separators
+    queue, flush, fold_at = ops.queue, ops.journal.flush, FOLD_AT * FIELDS
+    extend = queue.extend
+
+    def record(name: str, frame: Any, start: int, end: int) -> None:
+        via = inner = None
+        f = frame
+        while f is not None:  # one dict lookup per frame, as the transfer hook's walk
+            code = f.f_code
+            c = get(id(code))
+            if c is None:
+                c = classify(code)
+            if c == user:
+                break
+            if c == third:  # another library (flax): its outermost frame is the via
+                via, inner = code, inner or f
+            f = f.f_back
+        else:  # no user frame: the innermost library frame, as the user's (if any)
+            f, code, via = inner, inner.f_code if inner is not None else None, None
+        offset = f.f_lasti if f is not None else 0
+        if via is not None and len(vias) < _MAX_CODES:
+            vias.setdefault((id(code), offset), via)
+        extend((code, offset, name, start, end,
+                len(q1) + (len(q2) << 15) + (len(q3) << 30) + (len(q4) << 45)))
+        if len(queue) >= fold_at:
+            flush()
+
+    return record
+
+
+def _line(code: Any, offset: int) -> int:
+    """``code``'s line number at instruction ``offset`` (0 when not known)."""
+    if code is None:
+        return 0
+    for start, end, line in code.co_lines():
+        if start <= offset < end:
+            return line or 0
+    return 0
+
+
+def _jit_name(params: dict[str, Any], frame: Any) -> str | None:
+    """A ``jit`` bound eagerly: the jitted function's name when an eager
+    transformation (vmap, grad) bound it, None when JAX's own jit wrapper
+    called it (a jitted call: counted as an execution, not eager work)."""
+    f = frame
+    while f is not None and f.f_code.co_filename.endswith(_CORE):
+        f = f.f_back
+    if f is not None and f.f_code.co_name in _JIT_CALLERS:
+        return None
+    name = params.get("name")
+    return name if isinstance(name, str) else _JIT
+
+
+def _wrap(original: Callable[..., Any], ops: EagerOps) -> Callable[..., Any]:
+    clock, getframe, seq = time.monotonic_ns, sys._getframe, state.compile_seq
+    names, name_of, record, local = ops.names, ops.name_of, ops.record, _Local()
+    unseen = object()
+
+    def process_primitive(self: Any, primitive: Any, args: Any, params: Any, /) -> Any:
+        name = names.get(primitive, unseen)
+        if name is None or local.busy:
+            return original(self, primitive, args, params)
+        if name is unseen:
+            name = name_of(primitive)
+            if name is None:
+                return original(self, primitive, args, params)
+        if name == _JIT:
+            name = _jit_name(params, getframe(1))
+            if name is None:
+                return original(self, primitive, args, params)
+        local.busy = True
+        compiles = seq[0]
+        start = clock()
+        try:
+            return original(self, primitive, args, params)
+        finally:
+            end = clock()
+            local.busy = False
+            try:
+                record(name, getframe(1), end if seq[0] != compiles else start, end)
+            except Exception as e:  # noqa: BLE001 - a hook never raises into the program
+                ops.rec.hook_failed("jax.eager", e)
+
+    process_primitive.__wrapped__ = original  # type: ignore[attr-defined]
+    return process_primitive

@@ -1,0 +1,195 @@
+"""Eager (un-jitted) JAX primitives counted per user line, and the findings
+they make: per step, periodic, at start-up (real JAX on CPU).
+
+Counting runs in this process under the installed hook; the findings come
+from a real loop in a fresh interpreter (a run's phases and shares need the
+run's own clock).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tests.lines import line_of
+
+jax = pytest.importorskip("jax")
+jnp = jax.numpy
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _here(text: str) -> str:
+    return f"{__file__}:{line_of(__file__, text)}"
+
+
+@pytest.fixture
+def eng(fresh_metrics):
+    import metrics
+
+    engine = next(e for e in metrics.installed_engines() if e.name == "jax")
+    engine.implicit.clear()
+    yield engine
+    engine.implicit.clear()
+
+
+def _eager(engine) -> dict[str, object]:
+    return {s.location: s for s in engine.sites() if s.kind == "eager_op"}
+
+
+def test_an_eager_reshape_each_step_is_counted_at_its_line_once_a_step(eng):
+    import metrics
+
+    step = jax.jit(lambda w, x: w + jnp.sum(x))
+    w, batch = jnp.zeros(()), jnp.ones((64,))
+    for _ in range(12):
+        x = jnp.reshape(batch, (8, 8))  # EAGER(reshape)
+        w = step(w, x)
+        metrics.mark_step()
+    site = _eager(eng)[_here("# EAGER(reshape)")]
+    assert (site.count, site.detail) == (12, "reshape"), site
+    assert site.seconds > 0 and site.first_seen_unix <= site.last_seen_unix
+    assert site.function.endswith("test_an_eager_reshape_each_step_is_counted_at_its_line"
+                                  "_once_a_step")
+
+
+def test_one_call_of_many_primitives_is_one_time_and_names_them(eng):
+    key = jax.random.PRNGKey(0)
+    for _ in range(3):
+        key = jax.random.split(key)[0]  # EAGER(split)
+        jax.block_until_ready(jax.jit(lambda k: k)(key))
+    site = _eager(eng)[_here("# EAGER(split)")]
+    assert site.count == 3, site  # three calls, however many primitives each bound
+    assert "random_split" in site.detail.split(", "), site
+
+
+def test_ops_traced_inside_jit_are_not_counted_but_the_same_ops_run_eagerly_are(eng):
+    def prepare(b):
+        return jnp.reshape(b, (4, 2)) * 2  # EAGER(inside)
+
+    jitted = jax.jit(prepare)
+    for _ in range(5):
+        jitted(jnp.arange(8.0))  # traced once: no eager op at prepare's line
+    assert _here("# EAGER(inside)") not in _eager(eng)
+    prepare(jnp.arange(8.0))  # run eagerly: counted
+    assert _eager(eng)[_here("# EAGER(inside)")].detail == "reshape"
+
+
+def test_an_eager_vmap_is_counted_and_a_jitted_call_is_not(eng):
+    x = jnp.ones((8, 4))
+    double = jax.jit(lambda a: a * 2.0)
+    for _ in range(4):
+        double(x)  # EAGER(jitted call)
+        jax.vmap(lambda a: jnp.reshape(a, (2, 2)))(x)  # EAGER(vmap)
+    got = _eager(eng)
+    assert _here("# EAGER(jitted call)") not in got
+    assert got[_here("# EAGER(vmap)")].count == 4
+
+
+def test_uninstall_restores_process_primitive(eng):
+    from jax._src.core import EvalTrace
+
+    import metrics
+
+    hooked = EvalTrace.__dict__["process_primitive"]
+    original = hooked.__wrapped__
+    assert hooked is not original
+    metrics.uninstall()
+    try:
+        assert EvalTrace.__dict__["process_primitive"] is original
+    finally:
+        metrics.install(engines=["jax"], serve=False)
+    assert EvalTrace.__dict__["process_primitive"] is not original
+
+
+PROGRAM = textwrap.dedent("""
+    import json, time
+    import metrics; metrics.install(serve=False)
+    import jax, jax.numpy as jnp
+    from tpu_info.outputs.jsonview import report_json
+    from tpu_info.views.findings import find
+
+    def init_params(n):
+        w = jnp.ones((n, n))
+        for _ in range(40):
+            w = jnp.reshape(w, (n * n,)).reshape((n, n))  # INIT
+        return w
+
+    def flat(a):  # 60 reshapes: under an eager vmap, 60 primitives run from one line
+        for _ in range(30):
+            a = a.reshape(-1).reshape(8, 8)  # PERIODIC: one time per vmap call
+        return a
+
+    def log_every_10(w):
+        return jax.vmap(flat)(w.reshape(64, 8, 8))
+
+    @jax.jit
+    def step(w, x):
+        return w * 0.999 + jnp.sum(jnp.tanh(x @ w)) * 1e-6
+
+    w = init_params(64)
+    data = jnp.ones((256, 64))
+    for i in range(300):
+        x = jnp.reshape(data, (4, 64, 64))[i % 4]  # PER_STEP: reshape, slice, squeeze
+        w = step(w, x)
+        if i % 10 == 0:
+            log_every_10(w)
+        metrics.mark_step()
+    s = metrics.snapshot()
+    sites = report_json("t", s)["target"]["sites"]
+    print(json.dumps({
+        "findings": [{"kind": f.kind, "phase": f.phase, "location": f.location,
+                      "message": f.message, "per_step": f.per_step,
+                      "share": f.share_of_step} for f in find(s)],
+        "sites": [x for x in sites if x["kind"] == "eager_op"]}))
+""")
+
+
+@pytest.fixture(scope="module")
+def loop(tmp_path_factory) -> dict[str, object]:
+    prog = tmp_path_factory.mktemp("eager") / "train.py"
+    prog.write_text(PROGRAM)
+    r = subprocess.run([sys.executable, str(prog)], cwd=ROOT, capture_output=True, text=True,
+                       timeout=300, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin",
+                                         "JAX_PLATFORMS": "cpu"})
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    lines = {m: n for n, text in enumerate(PROGRAM.splitlines(), 1)
+             for m in ("INIT", "PERIODIC", "PER_STEP") if f"# {m}" in text}
+    out["at"] = {m: f"{prog}:{n}" for m, n in lines.items()}
+    return out
+
+
+@pytest.mark.slow
+def test_a_loop_that_reshapes_each_batch_eagerly_gets_a_per_step_finding_at_that_line(loop):
+    (f,) = [f for f in loop["findings"] if f["kind"] == "per_step_eager_ops"]
+    assert f["location"] == loop["at"]["PER_STEP"], f
+    assert f["phase"] == "step" and 0.9 <= f["per_step"] <= 1.1, f
+    assert f["message"].startswith(f"eager jnp ops at train.py:"
+                                   f"{loop['at']['PER_STEP'].rsplit(':', 1)[1]} (")
+    assert "slice" in f["message"] and "every step" in f["message"], f
+    assert "Move them into the jitted step" in f["message"], f
+
+
+@pytest.mark.slow
+def test_eager_ops_in_a_function_called_every_10_steps_are_periodic(loop):
+    (f,) = [f for f in loop["findings"] if f["location"] == loop["at"]["PERIODIC"]]
+    assert f["kind"] == "periodic_eager_ops" and f["phase"] == "periodic", f
+    assert f["per_step"] is None and re.search(r"\(30 times, every 1[01] steps", f["message"]), f
+
+
+@pytest.mark.slow
+def test_eager_initialisation_before_the_loop_is_counted_as_set_up_not_per_step(loop):
+    sites = {x["location"]: x for x in loop["sites"]}
+    init = sites[loop["at"]["INIT"]]
+    assert init["phase"] == "setup" and init["count"] == 1, init
+    assert not [f for f in loop["findings"]
+                if f["location"] == loop["at"]["INIT"] and f["kind"].startswith("per_step")]
+    said = [f for f in loop["findings"] if f["location"] == loop["at"]["INIT"]]
+    assert said or "setup work" in (init["not_raised"] or ""), init
