@@ -11,7 +11,8 @@ JAX was imported, and some eager primitives, ``random_split`` or
 ``slice``, have implementations of their own).
 
 What counts: every primitive bound there, except host->device transfers
-(``device_put``, ``stage``: the transfer hooks count them) and a jitted
+(``device_put``, ``stage``: the transfer hooks count them), a PRNG key's
+wrapping (``random_wrap``, ``random_unwrap``: metadata, no dispatch) and a jitted
 call JAX makes from its own jit wrapper (its executions are counted
 elsewhere); a ``jit`` bound there by an eager ``vmap`` or ``grad`` is eager
 work, named by its function (``multiply``). Primitives nested in another
@@ -58,7 +59,9 @@ from metrics.recording.journal import FOLD_AT
 
 FIELDS = 6  # (code, offset, name, start, end, separators) per record
 MAX_NAMES = 4  # primitive names kept per site
-_TRANSFERS = frozenset({"device_put", "stage"})  # the transfer hooks' to count
+# Not counted: host->device transfers (the transfer hooks count them) and a
+# PRNG key's wrapping and unwrapping (metadata only: no dispatch, no device work).
+_NOT_COUNTED = frozenset({"device_put", "stage", "random_wrap", "random_unwrap"})
 _JIT = "jit"  # pjit_p's name: decided per call (_jit_name)
 # Where JAX's own jit wrapper binds a jitted call itself (not eager work).
 _JIT_CALLERS = frozenset({"_run_python_pjit", "_python_pjit_helper", "cache_miss"})
@@ -111,7 +114,7 @@ class EagerOps:
     def name_of(self, primitive: Any) -> str | None:
         """``primitive``'s name as counted (kept), None when not counted."""
         name = getattr(primitive, "name", None)
-        if not isinstance(name, str) or name in _TRANSFERS:
+        if not isinstance(name, str) or name in _NOT_COUNTED:
             name = None
         if len(self.names) < 4096:
             self.names[primitive] = name
