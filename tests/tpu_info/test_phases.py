@@ -251,3 +251,17 @@ def test_a_read_after_one_step_does_not_call_start_up_work_per_step(tmp_path: Pa
     found = json.loads(r.stdout.strip().splitlines()[-1])
     assert not [f for f in found if f[0].startswith("per_step")], found
     assert all(f[2] is None for f in found if f[0].endswith("implicit_transfer")), found
+
+
+def test_one_long_compile_is_named_once_with_its_line() -> None:
+    from tpu_info.contract.model import FIRST_CALL, GraphRecord, RecompileCause
+
+    evaluate = GraphRecord("he", "jit(evaluate)", "jax", 1000.5, 1009.0, compiles=1,
+                           compile_seconds_total=16.9, compile_seconds_last=16.9, causes=(
+                               RecompileCause(1000.5, FIRST_CALL, "/w/mnist_vae.py:135"),))
+    s = Snapshot(1011.0, uptime_seconds=60.0, steps=LOOP, graphs=(evaluate,))
+    (f,) = [f for f in find(s) if f.kind == "slow_compile"]
+    assert f.location == "/w/mnist_vae.py:135" and f.seconds_per_step is None
+    assert "jit(evaluate) at mnist_vae.py:135 took 16.9 s to compile once, in the step loop" in f.message
+    assert "lax.fori_loop" in f.message and "28% of run time" in f.message
+    assert f.severity == "warning"  # 28% of the run and over 5 s

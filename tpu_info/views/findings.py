@@ -36,7 +36,7 @@ from tpu_info.contract.model import (
     Severity,
     Snapshot,
 )
-from tpu_info.contract.phases import bursts_phase
+from tpu_info.contract.phases import bursts_phase, phase_of
 from tpu_info.views.causes import CauseKind, classify, warm_up
 from tpu_info.views.cost import (
     Cost,
@@ -236,6 +236,42 @@ _CACHE_ADVICE = {
 }
 
 
+# One compile this long and this large a share of the run is news on its own.
+SLOW_COMPILE_S = 2.0
+SLOW_COMPILE_SHARE = 0.1
+
+
+def slow_compiles(s: Snapshot) -> Iterable[Finding]:
+    """A single graph whose compile took seconds and a good share of the run
+    (a Python loop unrolled into the graph, a huge model): one-off work, named
+    with its function, its line and its phase."""
+    steps = steps_of(s)
+    for g in s.graphs:
+        if not g.compiles or single_op(g.name):
+            continue
+        seconds = g.compile_seconds_total / g.compiles  # one compile of this graph
+        if seconds < SLOW_COMPILE_S or s.uptime_seconds <= 0 or (
+                seconds < SLOW_COMPILE_SHARE * s.uptime_seconds):
+            continue
+        first = next((c for c in g.causes if c.description == FIRST_CALL), None)
+        when = first.time_unix if first is not None else g.first_seen_unix
+        told = phase_of(when, when, 1, steps)
+        phase = told if told in (Phase.SETUP, Phase.TEARDOWN) else Phase.ONCE  # one-off
+        c = cost_of(s, seconds, 1, phase=phase)
+        at = {Phase.SETUP: ", at start-up", Phase.TEARDOWN: ", after the last step",
+              Phase.ONCE: ", in the step loop"}[phase] if told != Phase.UNKNOWN else ""
+        where = f" at {short_location(first.location)}" if first and first.location else ""
+        engine = g.engine or engine_of(s)
+        unroll = ("Python loops inside the function unroll into the graph: use lax.fori_loop "
+                  "or lax.scan, or jit a smaller piece. " if engine == "jax" else "")
+        yield Finding(
+            f"{g.name}{where} took {duration(seconds)} to compile once{at} "
+            f"({share_words(seconds / s.uptime_seconds)} of run time so far, measured): a large "
+            f"graph. {unroll}{_CACHE_ADVICE.get(engine, 'Cache compiled graphs across runs.')}",
+            Severity.WARNING if outside_warns(c) else Severity.INFO,
+            first.location if first else None, kind="slow_compile", **c.fields())
+
+
 def compile_share(s: Snapshot) -> Iterable[Finding]:
     """Compiling took a large share of the program's life."""
     ct = s.distribution(catalog.COMPILE_TIME)
@@ -373,7 +409,8 @@ def _unseen(s: Snapshot) -> str:
 EVENTS_READ = frozenset({EventKind.COMPILE, EventKind.RECOMPILE, EventKind.GRAPH_BREAK})
 
 RULES: tuple[Callable[[Snapshot], Iterable[Finding]], ...] = (
-    no_engine, recompiles, eager_ops, site_findings, explicit_syncs, slow_steps, compile_share,
+    no_engine, recompiles, eager_ops, site_findings, explicit_syncs, slow_steps, slow_compiles,
+    compile_share,
     memory_pressure, graph_breaks, xla_value_access, cpu_fallbacks, hook_errors, kept_out,
     nothing_recorded,
 )
