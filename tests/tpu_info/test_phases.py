@@ -259,7 +259,13 @@ def test_one_long_compile_is_named_once_with_its_line() -> None:
     evaluate = GraphRecord("he", "jit(evaluate)", "jax", 1000.5, 1009.0, compiles=1,
                            compile_seconds_total=16.9, compile_seconds_last=16.9, causes=(
                                RecompileCause(1000.5, FIRST_CALL, "/w/mnist_vae.py:135"),))
-    s = Snapshot(1011.0, uptime_seconds=60.0, steps=LOOP, graphs=(evaluate,))
+    # Not named: a recompile's graph (its cause's finding) and JAX's own set-up graph.
+    short = GraphRecord("hs", "jit(evaluate)", "jax", 1005.0, 1009.0, compiles=1,
+                        compile_seconds_total=9.0, causes=(RecompileCause(
+                            1005.0, "argument 'x' changed f32[8] -> f32[7]", "/w/m.py:135"),))
+    library = GraphRecord("hl", "jit(_truncated_normal)", "jax", 990.0, 990.0, compiles=1,
+                          compile_seconds_total=10.5)
+    s = Snapshot(1011.0, uptime_seconds=60.0, steps=LOOP, graphs=(evaluate, short, library))
     (f,) = [f for f in find(s) if f.kind == "slow_compile"]
     assert f.location == "/w/mnist_vae.py:135" and f.seconds_per_step is None
     assert "jit(evaluate) at mnist_vae.py:135 took 16.9 s to compile once, in the step loop" in f.message

@@ -244,23 +244,25 @@ SLOW_COMPILE_SHARE = 0.1
 def slow_compiles(s: Snapshot) -> Iterable[Finding]:
     """A single graph whose compile took seconds and a good share of the run
     (a Python loop unrolled into the graph, a huge model): one-off work, named
-    with its function, its line and its phase."""
+    with its function, its line and its phase. Only a function's first graph
+    compiled from the program's own line: a recompile is its cause's finding,
+    and a library's own set-up graph (no line of the program) is not news."""
     steps = steps_of(s)
     for g in s.graphs:
-        if not g.compiles or single_op(g.name):
+        first = next((c for c in g.causes if c.description == FIRST_CALL), None)
+        if not g.compiles or single_op(g.name) or first is None or not first.location:
             continue
         seconds = g.compile_seconds_total / g.compiles  # one compile of this graph
         if seconds < SLOW_COMPILE_S or s.uptime_seconds <= 0 or (
                 seconds < SLOW_COMPILE_SHARE * s.uptime_seconds):
             continue
-        first = next((c for c in g.causes if c.description == FIRST_CALL), None)
-        when = first.time_unix if first is not None else g.first_seen_unix
+        when = first.time_unix
         told = phase_of(when, when, 1, steps)
         phase = told if told in (Phase.SETUP, Phase.TEARDOWN) else Phase.ONCE  # one-off
         c = cost_of(s, seconds, 1, phase=phase)
         at = {Phase.SETUP: ", at start-up", Phase.TEARDOWN: ", after the last step",
               Phase.ONCE: ", in the step loop"}[phase] if told != Phase.UNKNOWN else ""
-        where = f" at {short_location(first.location)}" if first and first.location else ""
+        where = f" at {short_location(first.location)}"
         engine = g.engine or engine_of(s)
         unroll = ("Python loops inside the function unroll into the graph: use lax.fori_loop "
                   "or lax.scan, or jit a smaller piece. " if engine == "jax" else "")
@@ -269,7 +271,7 @@ def slow_compiles(s: Snapshot) -> Iterable[Finding]:
             f"({share_words(seconds / s.uptime_seconds)} of run time so far, measured): a large "
             f"graph. {unroll}{_CACHE_ADVICE.get(engine, 'Cache compiled graphs across runs.')}",
             Severity.WARNING if outside_warns(c) else Severity.INFO,
-            first.location if first else None, kind="slow_compile", **c.fields())
+            first.location, kind="slow_compile", **c.fields())
 
 
 def compile_share(s: Snapshot) -> Iterable[Finding]:
