@@ -43,6 +43,19 @@ class Bound(NamedTuple):
     what: str
 
 
+def _items(d: dict[str, Any]) -> list[tuple[str, Any]]:
+    """``d``'s items, read while the program may add to it: ``dict.copy`` is one
+    C call, but a collection during it can run a finalizer that lets the
+    program's thread in (a module's globals grow as its loop first assigns
+    them), so a changed size is tried again, then given up (read next time)."""
+    for _ in range(3):
+        try:
+            return list(d.copy().items())
+        except RuntimeError:  # changed size during the copy: read it again
+            continue
+    return []
+
+
 class _Modules:
     """The user's modules, ``__main__`` first, kept while ``sys.modules`` keeps its size."""
 
@@ -55,7 +68,7 @@ class _Modules:
         if len(mods) != self._size:
             self._size = len(mods)
             found = []
-            for name, m in list(mods.items()):
+            for name, m in _items(mods):
                 f = getattr(m, "__file__", None)
                 if name == "__main__" or (isinstance(f, str) and frames.kind(f) == USER):
                     found.append((name, m))
@@ -76,7 +89,7 @@ def bound_names(originals: Mapping[str, Any], frames: LibraryFrames) -> list[Bou
         space = getattr(m, "__dict__", None)
         if not isinstance(space, dict):
             continue
-        for name, value in list(space.items()):
+        for name, value in _items(space):
             what = by_id.get(id(value))
             if what is not None and value is originals[what] and not name.startswith("__"):
                 out.append(Bound(modname, getattr(m, "__file__", None), name, what))

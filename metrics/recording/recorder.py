@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -181,10 +182,15 @@ class Recorder:
             with self._warned_lock:
                 first = where not in self._warned
                 self._warned.add(where)
-            if first:
-                log.warning("tpu-info hook %s failed and was skipped: %r "
+            if first:  # where in the hook it failed, for a report: the innermost frame
+                tb = error.__traceback__
+                while tb is not None and tb.tb_next is not None:
+                    tb = tb.tb_next
+                at = (f" at {os.path.basename(tb.tb_frame.f_code.co_filename)}:{tb.tb_lineno}"
+                      if tb is not None else "")
+                log.warning("tpu-info hook %s failed and was skipped: %r%s "
                             "(further failures there are only counted in HookErrors)",
-                            where, error)
+                            where, error, at)
             self.events.emit(EventKind.HOOK_ERROR, name=where, detail=repr(error)[:200])
         except Exception:  # noqa: BLE001 - never let accounting itself raise
             pass

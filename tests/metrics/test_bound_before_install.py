@@ -120,3 +120,29 @@ def test_aliases_and_assignments_are_found_with_their_statement(tmp_path, monkey
     assert jax_bound.statement(str(path), "J", "jit") == (4, "J = jax.jit")
     sentence = jax_bound.sentence(next(b for b in got if b.name == "J"))
     assert "prog.py:4 (J = jax.jit)" in sentence and sentence.startswith("`J` was bound")
+
+
+def test_module_globals_are_read_while_the_program_adds_to_them() -> None:
+    # The scrape thread reads the user's module globals while the program's loop
+    # creates new ones: a copy that meets a change is read again, never raised.
+    import threading
+
+    from metrics.engines.jax_bound import _items
+
+    space: dict[str, object] = {}
+    stop = threading.Event()
+
+    def grow() -> None:
+        i = 0
+        while not stop.is_set():
+            space[f"v{i}"] = i
+            i += 1
+
+    t = threading.Thread(target=grow)
+    t.start()
+    try:
+        for _ in range(2000):
+            _items(space)
+    finally:
+        stop.set()
+        t.join()
