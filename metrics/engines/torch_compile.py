@@ -375,7 +375,7 @@ class TorchCompileEngine(EngineBase):
     def steps(self) -> StepsReading | None:
         """Optimizer steps, else compiled graph calls (:mod:`torch_steps`)."""
         self.calls.flush()
-        return self.call_times.beside(self.optimizer.steps())
+        return self.call_times.beside(self.optimizer.steps(), self.optimizer.step_time_note)
 
     def sites(self) -> list[SiteReading]:
         """Resumable graph breaks with the Python time across them (measured),

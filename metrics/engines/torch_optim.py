@@ -23,8 +23,8 @@ Example:
     >>> steps, sgd = OptimizerSteps(Recorder()), type("SGD", (), {})()
     >>> for i in range(12):  # what the hook appends: 12 steps, one a second
     ...     steps.queue.extend((sgd, (i + 1) * 10**9))
-    >>> s = steps.steps(); s.count, s.seconds_total, s.basis[:34]
-    (12, 12.0, 'optimizer.step(): 12 calls (SGD); ')
+    >>> s = steps.steps(); s.count, s.seconds_total, s.basis
+    (12, 12.0, 'optimizer.step(): 12 calls (SGD)')
 """
 
 from __future__ import annotations
@@ -155,13 +155,10 @@ class OptimizerSteps:
         ranked = sorted(self.by_id.items(), key=lambda kv: -kv[1].calls)
         if not ranked or ranked[0][1].calls < MIN_CALLS:
             return None
-        key, top = ranked[0]
+        top = ranked[0][1]
         names_ = f"{top.name}" if len(ranked) == 1 else (
             f"{top.name}, the most stepped of {len(ranked)} optimizers")
         basis = f"optimizer.step(): {top.calls:,} calls ({names_})"
-        if key == self.primary and self.step_time_fed:
-            basis += ("; the time between its steps is StepTime (the program marks no "
-                      "step with metrics.mark_step)")
         first, last = top.first or 0, top.last
         mean = (last - first) / (top.calls - 1) if top.calls > 1 else 0.0
         seconds = (last - first + mean) / 1e9 if last > first else None
@@ -169,6 +166,13 @@ class OptimizerSteps:
         return StepsReading(count=top.calls, source=STEPS_INFERRED, basis=basis,
                             seconds_total=seconds, first_unix=(first - mean) / 1e9 + to_unix,
                             last_unix=last / 1e9 + to_unix)
+
+    @property
+    def step_time_note(self) -> str:
+        """What the basis says when StepTime holds this hook's intervals."""
+        if not self.step_time_fed:
+            return ""
+        return "the time between steps is StepTime (the program marks no step)"
 
     def clear(self) -> None:
         self.journal.clear()

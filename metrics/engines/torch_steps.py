@@ -64,15 +64,16 @@ class GradModeSteps:
                            list(itertools.compress(ends, mask)),
                            list(itertools.compress(durations, mask)))
 
-    def beside(self, optimizer: StepsReading | None) -> StepsReading | None:
+    def beside(self, optimizer: StepsReading | None, note: str = "") -> StepsReading | None:
         """The steps: ``optimizer``'s when there are any (the compiled
-        model's calls per step and its evaluation calls said in the basis),
-        else :meth:`steps`."""
+        model's calls per step, its evaluation calls and ``note`` said in the
+        basis), else :meth:`steps`."""
         if optimizer is None:
             return self.steps()
         dominant = self.train.dominant(False, MIN_CALLS)
         if dominant is None:
-            return optimizer
+            return dataclasses.replace(optimizer, basis="; ".join(filter(None, (
+                optimizer.basis, note))))
         name, calls = dominant
         per_step = calls.calls / optimizer.count
         basis = (f"{optimizer.basis}; the compiled model ({name}) ran {calls.calls:,} times, "
@@ -83,6 +84,8 @@ class GradModeSteps:
         excluded = evals.calls if evals is not None else 0
         if excluded:
             basis += f"; its {excluded:,} calls with gradients off (evaluation) are not steps"
+        if note:
+            basis += f"; {note}"
         return dataclasses.replace(optimizer, basis=basis, excluded_calls=excluded)
 
     def steps(self) -> StepsReading | None:
