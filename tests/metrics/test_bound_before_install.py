@@ -135,13 +135,15 @@ def test_module_globals_are_read_while_the_program_adds_to_them() -> None:
     def grow() -> None:
         i = 0
         while not stop.is_set():
-            space[f"v{i}"] = i
+            space[f"v{i % 500}"] = i  # grows to 500 names, then starts over
             i += 1
+            if i % 500 == 0:
+                space.clear()
 
     t = threading.Thread(target=grow)
     t.start()
     try:
-        for _ in range(2000):
+        for _ in range(500):
             _items(space)
     finally:
         stop.set()
