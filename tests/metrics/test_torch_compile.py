@@ -303,8 +303,12 @@ def test_warm_inductor_cache_still_counts_the_recompile_and_its_cause(tmp_path):
     assert [d for _, d in warm_doc["events"]] == [
         "backend cache hit",
         "tensor 'x' size mismatch at index 0. expected 24, actual 40; backend cache hit"]
-    assert warm_doc["findings"] == cold_doc["findings"]
-    (kind, message), = warm_doc["findings"]
+    # A cold Inductor compile can take a large share of this short run (a
+    # slow_compile finding, timing-dependent); the recompile reads the same warm.
+    cold_found, warm_found = ([f for f in doc["findings"] if f[0] != "slow_compile"]
+                              for doc in (cold_doc, warm_doc))
+    assert warm_found == cold_found
+    (kind, message), = warm_found
     assert kind == "recompile_batch_size_varies" and "size mismatch at index 0: 24 -> 40" in message
 
 

@@ -19,7 +19,7 @@ class Net(torch.nn.Module):
     def __init__(self) -> None:
         super().__init__()
         self.fc1 = torch.nn.Linear(32, 64)
-        self.fc2 = torch.nn.Linear(64, 256)
+        self.fc2 = torch.nn.Linear(64, 1024)  # a wide output: its tolist() costs ms
 
     def forward(self, x):
         return self.fc2(torch.tanh(self.fc1(x)))
@@ -33,7 +33,7 @@ def _train() -> float:
     torch.manual_seed(0)
     model = torch.compile(Net(), backend="eager")
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    x, y = torch.randn(128, 32), torch.randn(128, 256)
+    x, y = torch.randn(128, 32), torch.randn(128, 1024)
     train_loss = 0.0
     for it in range(STEPS):
         out = model(x)
@@ -83,7 +83,7 @@ def test_item_and_tolist_reads_are_sync_sites_at_their_lines(run):
     assert [sites[n].count for n in (vae, gpt, big)] == [STEPS] * 3
     assert sites[vae].detail == "item()" and sites[big].detail == "tolist()"
     assert sites[gpt].function == "_train" and sites[gpt].seconds > 0
-    assert sites[big].bytes == STEPS * 128 * 256 * 4
+    assert sites[big].bytes == STEPS * 128 * 1024 * 4
     assert 0 < sites[vae].first_seen_unix <= sites[vae].last_seen_unix
 
 
