@@ -4,6 +4,8 @@ the step line; metrics_report() keeps torch_xla's format and hides nothing."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from tpu_info.contract import catalog
 from tpu_info.contract.model import (
     CounterReading,
@@ -115,3 +117,13 @@ def test_the_hooks_time_every_call_up_to_the_minimum():
     from metrics.recording.sampling import TIME_FIRST
 
     assert TIME_FIRST >= MIN_TIMED_SAMPLES
+
+
+def test_inferred_steps_that_were_timed_have_percentiles():
+    # A torch program's optimizer steps, nothing marked: the hook times them into StepTime.
+    s = _steps(40, 41)
+    s = replace(s, steps=StepsReading(41, "inferred", "optimizer.step(): 41 calls (SGD)", 0.41))
+    line = step_line(TargetView("h:1", s))
+    assert line.p50_seconds.value is not None and abs(line.p50_seconds.value - 0.012) < 0.001
+    bare = replace(s, distributions=())
+    assert "inferred" in step_line(TargetView("h:1", bare)).p50_seconds.reason

@@ -159,7 +159,11 @@ def step_line(v: TargetView, prev: Snapshot | None = None) -> StepLine:
     mean = get("step_time", st.seconds_per_step, "the hook did not time the steps")
     basis = clean(st.basis, 120) if st.source == STEPS_INFERRED else ""
     dist = s.distribution(STEP_TIME)
-    if st.source == STEPS_INFERRED or dist is None:
+    if dist is not None and not dist.count:
+        dist = None
+    # Inferred steps have step times only where the hook timed them (a torch
+    # program's optimizer steps, when nothing marks steps): else N/A.
+    if dist is None:
         why = (f"the steps are inferred ({basis.split(': ', 1)[0]}): no single step is timed; "
                "metrics.mark_step() each step gives P50/P99" if st.source == STEPS_INFERRED
                else "the hook sent no StepTime distribution")
@@ -172,6 +176,6 @@ def step_line(v: TargetView, prev: Snapshot | None = None) -> StepLine:
     busy = _busy(v, s)
     if busy.value is None:
         na.append((f"{where}/busy", busy.reason))
-    timed = dist.count if dist is not None and st.source != STEPS_INFERRED else 0
+    timed = dist.count if dist is not None else 0
     note = f"{timed:,} timed" if p50.value is not None and timed < st.count - 1 else ""
     return StepLine(steps, rate, mean, p50, p99, busy, basis, tuple(na), timed, note)
