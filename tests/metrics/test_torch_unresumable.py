@@ -85,5 +85,7 @@ def test_lstm_after_a_compiled_part_is_unresumable_with_measured_eager_time(shap
     count, total_ns = eager[0], eager[1]
     assert count == STEPS - 1
     assert total_ns / count >= REST_SLEEP_S * 1e9
-    assert f.seconds_per_step is not None and f.seconds_per_step >= REST_SLEEP_S
+    # The first call's rest compiled, so it is not timed: STEPS - 1 rests over STEPS steps.
+    assert f.seconds_per_step is not None
+    assert f.seconds_per_step >= REST_SLEEP_S * (STEPS - 1) / STEPS
     assert f.seconds_per_step <= snap.steps.seconds_per_step
