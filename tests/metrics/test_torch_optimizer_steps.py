@@ -6,8 +6,6 @@ and an eager loop with no compiled graph at all (real torch on the CPU, the
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 torch = pytest.importorskip("torch")
