@@ -271,3 +271,12 @@ def test_one_long_compile_is_named_once_with_its_line() -> None:
     assert "jit(evaluate) at mnist_vae.py:135 took 16.9 s to compile once, in the step loop" in f.message
     assert "lax.fori_loop" in f.message and "28% of run time" in f.message
     assert f.severity == "warning"  # 28% of the run and over 5 s
+
+
+def test_lines_counted_are_something_recorded() -> None:
+    from tpu_info.contract.model import ProcessRecord
+
+    # An eager torch program (no compiled graph, no optimizer): its .item() reads count.
+    s = Snapshot(5.0, ProcessRecord(1, "main.py", engine="torch_compile"), sites=(
+        SiteReading("sync", "/w/main.py:196", 448, 1792, 0.002, detail="item()"),))
+    assert "nothing_recorded" not in {f.kind for f in find(s)}

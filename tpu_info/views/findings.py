@@ -385,9 +385,9 @@ def nothing_recorded(s: Snapshot) -> Iterable[Finding]:
     p = s.process
     if p is None or not p.engine:
         return
-    if s.graphs or any(c.value for c in s.counters if c.name not in _AT_IMPORT) or any(
+    if s.graphs or s.sites or any(c.value for c in s.counters if c.name not in _AT_IMPORT) or any(
             d.count for d in s.distributions):
-        return
+        return  # something was recorded (a line's reads are: an eager torch program's .item())
     launch = (" A torch_xla.launch / xmp.spawn parent runs no steps itself: each worker is "
               "hooked and listed on its own (`tpu-info` lists their pids)."
               if "torch_xla" in p.engine else "")
