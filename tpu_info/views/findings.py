@@ -264,8 +264,8 @@ def slow_compiles(s: Snapshot) -> Iterable[Finding]:
               Phase.ONCE: ", in the step loop"}[phase] if told != Phase.UNKNOWN else ""
         where = f" at {short_location(first.location)}"
         engine = g.engine or engine_of(s)
-        unroll = ("Python loops inside the function unroll into the graph: use lax.fori_loop "
-                  "or lax.scan, or jit a smaller piece. " if engine == "jax" else "")
+        unroll = ("If it runs Python loops, they unroll into the graph: use lax.fori_loop "
+                  "or lax.scan. " if engine == "jax" else "")
         yield Finding(
             f"{g.name}{where} took {duration(seconds)} to compile once{at} "
             f"({share_words(seconds / s.uptime_seconds)} of run time so far, measured): a large "
