@@ -281,3 +281,24 @@ def test_lines_counted_are_something_recorded() -> None:
     s = Snapshot(5.0, ProcessRecord(1, "main.py", engine="torch_compile"), sites=(
         SiteReading("sync", "/w/main.py:196", 448, 1792, 0.002, detail="item()"),))
     assert "nothing_recorded" not in {f.kind for f in find(s)}
+
+
+def test_periodic_evaluation_steps_three_times_the_median_are_slow_steps() -> None:
+    from tpu_info.contract.model import DistributionReading, Samples, Unit
+
+    # nanoGPT-like: 226 ms steps, every 20th one 700 ms (evaluation and a checkpoint).
+    times = [1000.0 + 0.25 * i for i in range(60)]
+    values = [700e6 if i % 20 == 19 else 226e6 for i in range(60)]
+    d = DistributionReading("StepTime", Unit.TIME_NS, 60, sum(values), 226e6, 700e6,
+                            percentiles=((50.0, 226e6), (99.0, 700e6)),
+                            recent=Samples(times, values))
+    s = Snapshot(1015.0, uptime_seconds=20.0, steps=LOOP, distributions=(d,))
+    (f,) = [f for f in find(s) if f.kind == "slow_steps"]
+    assert f.count == 3 and f.every_steps == 20 and "every 20 steps" in f.message
+    # A loaded machine's single odd step is not news.
+    odd = [700e6 if i == 30 else 226e6 for i in range(60)]
+    quiet = Snapshot(1015.0, uptime_seconds=120.0, steps=LOOP, distributions=(
+        DistributionReading("StepTime", Unit.TIME_NS, 60, sum(odd), 226e6, 700e6,
+                            percentiles=((50.0, 226e6), (99.0, 700e6)),
+                            recent=Samples(times, odd)),))
+    assert "slow_steps" not in {f.kind for f in find(quiet)}

@@ -31,10 +31,11 @@ from tpu_info.contract.model import (
 from tpu_info.views.cost import duration, share_words, short_location, size_words
 from tpu_info.views.sites import site_phase
 
-SLOW_FACTOR = 4.0  # a step this many times the median step is an outlier
+SLOW_FACTOR = 2.5  # a step this many times the median step is an outlier
 MIN_STEPS = 20  # fewer step times say nothing about outliers
 MIN_EXCESS_S = 5e-3  # an outlier at least this much slower than the median
 WARN_SHARE = 0.05  # outliers' extra time over the run's time: a warning from here
+INFO_SHARE = 0.01  # and said from here (a loaded machine's odd slow step is not news)
 
 
 def _outliers(d: DistributionReading) -> tuple[float, float, list[tuple[float, float]]]:
@@ -98,9 +99,9 @@ def slow_steps(s: Snapshot) -> Iterable[Finding]:
     # The outliers' time above the median, scaled from the recent window to all steps.
     excess_recent = sum(v - median for _, v in slow)
     excess = excess_recent * d.count / len(d.recent)
-    if excess < MIN_EXCESS_S:
-        return
     share = excess / s.uptime_seconds if s.uptime_seconds > 0 else None
+    if excess < MIN_EXCESS_S or (share is not None and share < INFO_SHARE):
+        return
     seen = _in_slow_steps(s, slow)
     periodic = [x for x in s.sites if site_phase(s, x) == Phase.PERIODIC]
     seen += [f"{x.detail or 'a read'} at {short_location(x.location)} ({x.count:,} times)"
