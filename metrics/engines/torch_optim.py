@@ -13,6 +13,12 @@ engine's own ``mark_step``), the intervals between one optimizer's steps are
 also its ``StepTime`` samples, so the views' outlier rule sees rare slow
 steps (checkpoints, evaluation every N steps).
 
+A program that updates its weights by hand (``p.data.add_(p.grad, alpha=-lr)``,
+pytorch/examples' word_language_model) steps no optimizer: its steps are then
+its ``backward()`` calls (``torch.autograd.backward`` wrapped: one clock read
+and one append per call), said so in the basis; an optimizer that steps
+always wins over them.
+
 A step inside a compiled function (``torch.compile(opt.step)``) is not
 counted: Dynamo would trace the hook's clock read and break the graph, so
 the hook returns at once while compiling, and those steps are told by the
@@ -29,6 +35,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import itertools
 import operator
 import sys
@@ -46,6 +53,13 @@ FIELDS = 2  # a step in the journal: (optimizer, end in monotonic ns)
 MAX_OPTIMIZERS = 64  # optimizers kept apart; later ones are not counted
 # Engines whose own mark_step marks the steps (their MarkStep counters).
 _MARKING_MODULES = ("torch_xla", "torch._lazy.ts_backend")
+
+
+class _Backward:
+    """Stands for ``backward()`` calls in the journal (not an optimizer)."""
+
+
+BACKWARD = _Backward()
 
 
 class _Optimizer:
@@ -71,6 +85,7 @@ class OptimizerSteps:
         self.step_time_fed = 0  # intervals given to StepTime
         self._step_time = recorder.distribution(names.STEP_TIME)  # kept across resets
         self._handle: Any = None
+        self._backward: Any = None  # torch.autograd.backward as it was, while wrapped
         self.journal = recorder.journal(self._fold)
         self.queue = self.journal.queue
         recorder.on_reset(self.clear)
@@ -91,11 +106,20 @@ class OptimizerSteps:
             return
         self._handle = register_optimizer_step_post_hook(
             _hook(self, torch.compiler.is_compiling))
+        original = torch.autograd.backward
+        torch.autograd.backward = _backward_hook(self, original, torch.compiler.is_compiling)
+        self._backward = original
 
     def uninstall(self) -> None:
         handle, self._handle = self._handle, None
         if handle is not None:
             handle.remove()
+        original, self._backward = self._backward, None
+        if original is not None:
+            import torch
+
+            if getattr(torch.autograd.backward, "__wrapped__", None) is original:
+                torch.autograd.backward = original
 
     @property
     def installed(self) -> bool:
@@ -122,7 +146,7 @@ class OptimizerSteps:
                 if len(self.by_id) >= MAX_OPTIMIZERS:
                     continue
                 entry = self.by_id[key] = _Optimizer(type(opt).__name__)
-                if self.primary is None:
+                if self.primary is None and opt is not BACKWARD:
                     self.primary = key
             if key == self.primary and self._feeds_step_time():
                 prev = [entry.last] if entry.first is not None else []
@@ -152,13 +176,20 @@ class OptimizerSteps:
         the first step's start (its end less the mean step) to the latest
         step's end."""
         self.journal.flush()
-        ranked = sorted(self.by_id.items(), key=lambda kv: -kv[1].calls)
-        if not ranked or ranked[0][1].calls < MIN_CALLS:
+        backward = self.by_id.get(id(BACKWARD))
+        ranked = sorted(((k, o) for k, o in self.by_id.items() if k != id(BACKWARD)),
+                        key=lambda kv: -kv[1].calls)
+        if ranked and ranked[0][1].calls >= MIN_CALLS:
+            top = ranked[0][1]
+            names_ = f"{top.name}" if len(ranked) == 1 else (
+                f"{top.name}, the most stepped of {len(ranked)} optimizers")
+            basis = f"optimizer.step(): {top.calls:,} calls ({names_})"
+        elif backward is not None and backward.calls >= MIN_CALLS:
+            top = backward
+            basis = (f"backward(): {top.calls:,} calls (no torch.optim optimizer stepped: the "
+                     "weights are updated by hand)")
+        else:
             return None
-        top = ranked[0][1]
-        names_ = f"{top.name}" if len(ranked) == 1 else (
-            f"{top.name}, the most stepped of {len(ranked)} optimizers")
-        basis = f"optimizer.step(): {top.calls:,} calls ({names_})"
         first, last = top.first or 0, top.last
         mean = (last - first) / (top.calls - 1) if top.calls > 1 else 0.0
         seconds = (last - first + mean) / 1e9 if last > first else None
@@ -179,6 +210,24 @@ class OptimizerSteps:
         self.by_id.clear()
         self.primary = None
         self.step_time_fed = 0
+
+
+def _backward_hook(steps: OptimizerSteps, original: Callable[..., Any],
+                   compiling: Callable[[], bool]) -> Callable[..., Any]:
+    """``torch.autograd.backward`` with a clock read and an append after it
+    (``Tensor.backward`` calls it by that name)."""
+    q, flush, clock, limit = steps.queue, steps.journal.flush, time.monotonic_ns, FOLD_AT * FIELDS
+
+    @functools.wraps(original)
+    def backward(*args: Any, **kwargs: Any) -> Any:
+        out = original(*args, **kwargs)
+        if not compiling():
+            q.extend((BACKWARD, clock()))
+            if len(q) >= limit:
+                flush()
+        return out
+
+    return backward
 
 
 def _hook(steps: OptimizerSteps, compiling: Callable[[], bool]) -> Callable[..., None]:

@@ -242,8 +242,38 @@ def test_uninstall_removes_the_optimizer_hook():
 
     metrics.install(engines=["torch_compile"], serve=False)
     assert len(ours()) == 1
+    assert hasattr(torch.autograd.backward, "__wrapped__")  # backward() counted
     metrics.uninstall()
     assert ours() == []
+    assert not hasattr(torch.autograd.backward, "__wrapped__")
     rec = metrics.install(engines=["torch_compile"], serve=False)
     assert len(ours()) == 1
     rec.reset()
+
+
+def test_weights_updated_by_hand_take_their_steps_from_backward():
+    """pytorch/examples' word_language_model updates its weights by hand and
+    reads loss.item() every batch: no optimizer steps, so backward() calls
+    are the steps, and the read is per step."""
+    import metrics
+    from tpu_info.views import findings
+
+    rec = metrics.install(engines=["torch_compile"], serve=False)
+    rec.reset()
+    model = torch.nn.Linear(256, 256)
+    x = torch.randn(64, 256)
+    total = 0.0
+    for _ in range(30):
+        model.zero_grad()
+        loss = model(x).pow(2).mean()
+        loss.backward()
+        for p in model.parameters():
+            p.data.add_(p.grad, alpha=-0.01)
+        total += loss.item()  # by hand: read every batch
+    snap = metrics.snapshot()
+    rec.reset()
+    assert snap.steps.count == 30 and snap.steps.basis.startswith("backward(): 30 calls"), \
+        snap.steps
+    (site,) = [x for x in snap.sites if x.kind == "sync" and x.detail == "item()"]
+    assert site.phase == "step"
+    assert not [f for f in findings.find(snap) if "steps are not known" in f.message]
