@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import statistics
 import subprocess
 import sys
+import timeit
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -30,6 +32,48 @@ def parser(doc: str | None) -> argparse.ArgumentParser:
 
 def median(xs: list[float]) -> float:
     return statistics.median(xs)
+
+
+ThreeWays = dict[str, list[tuple[float, float, float]]]
+
+
+def three_ways(cases: dict[str, tuple[Callable[[], Any], int]], rounds: int,
+               switch: Callable[[int], None]) -> ThreeWays:
+    """Each case's ns per call unhooked, under a bare pass-through wrapper
+    and hooked (``switch(which)`` puts contender 0, 1 or 2 in place), one
+    row per round, the three alternated in both orders each round; the hooked
+    contender is left in place."""
+    for fn, _ in cases.values():
+        fn()
+    per: ThreeWays = {k: [] for k in cases}
+    for _ in range(rounds):
+        for name, (fn, reps) in cases.items():
+            got = [0.0, 0.0, 0.0]
+            for which in (0, 1, 2, 2, 1, 0):  # each order once per round
+                switch(which)
+                got[which] += timeit.timeit(fn, number=reps) / reps / 2 * 1e9
+            per[name].append((got[0], got[1], got[2]))
+    switch(2)
+    return per
+
+
+def three_way_report(bench: str, per: ThreeWays, against_bare: bool,
+                     target: Callable[[str], float]) -> None:
+    """Prints each case's medians, then its ratio hooked / bare wrapper (or
+    hooked / unhooked) against ``target(case)``, and the other ratio beside it."""
+    load = os.getloadavg()[0]
+    for name, rows in per.items():
+        plain, bare = median([r[0] for r in rows]), median([r[1] for r in rows])
+        print(f"{name}: unhooked {plain:.0f} ns, bare wrapper {bare:.0f} ns, "
+              f"hooked {median([r[2] for r in rows]):.0f} ns (load average {load:.2f})")
+    for name, rows in per.items():
+        vs_plain = median([r[2] / r[0] for r in rows])
+        vs_bare = median([r[2] / r[1] for r in rows])
+        shown, judged = ("unhooked", "bare wrapper") if against_bare else (
+            "bare wrapper", "unhooked")
+        print(f"{name}: hooked / {shown} {vs_plain if against_bare else vs_bare:.3f}")
+        value, limit = (vs_bare if against_bare else vs_plain), target(name)
+        verdict(f"{bench} {name} hooked / {judged}", value, f"<= {limit}", value <= limit)
 
 
 def in_processes(script: str, size: str, rounds: int, processes: int,

@@ -16,13 +16,12 @@ Targets: hooked <= 1.3x unhooked per eager op; the jitted step 1.0x (<= 1.05).
 from __future__ import annotations
 
 import os
-import timeit
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
-from _common import median, parser, verdict  # noqa: E402
+from _common import parser, three_way_report, three_ways  # noqa: E402
 
 import metrics  # noqa: E402
 
@@ -66,31 +65,10 @@ def main() -> int:
     cases = {"jnp.reshape (1 op)": (lambda: jnp.reshape(batch, (64, 32)), n),
              "random.split (1 of 3 ops counted)": (lambda: jax.random.split(key), n // 3),
              "jitted step (no eager op)": (jitted, n)}
-    for fn, _ in cases.values():
-        fn()
-    per: dict[str, list[tuple[float, float, float]]] = {k: [] for k in cases}
-    for _ in range(rounds):
-        for name, (fn, reps) in cases.items():
-            got = [0.0, 0.0, 0.0]
-            for which in (0, 1, 2, 2, 1, 0):  # each order once per round
-                use(places, which)
-                got[which] += timeit.timeit(fn, number=reps) / reps / 2 * 1e9
-            per[name].append((got[0], got[1], got[2]))
-    use(places, 2)
+    per = three_ways(cases, rounds, lambda which: use(places, which))
     jax.block_until_ready(w)
-    load = os.getloadavg()[0]
-    for name, rows in per.items():
-        plain, bare = median([r[0] for r in rows]), median([r[1] for r in rows])
-        hooked = median([r[2] for r in rows])
-        print(f"{name}: unhooked {plain:.0f} ns, bare wrapper {bare:.0f} ns, "
-              f"hooked {hooked:.0f} ns (load average {load:.2f})")
-    for name, rows in per.items():
-        vs_plain = median([r[2] / r[0] for r in rows])
-        vs_bare = median([r[2] / r[1] for r in rows])
-        print(f"{name}: hooked / bare wrapper {vs_bare:.3f}")
-        target = 1.05 if name.startswith("jitted") else 1.3
-        verdict(f"eager_ops {name} hooked / unhooked", vs_plain, f"<= {target}",
-                vs_plain <= target)
+    three_way_report("eager_ops", per, against_bare=False,
+                     target=lambda name: 1.05 if name.startswith("jitted") else 1.3)
     return 0
 
 

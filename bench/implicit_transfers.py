@@ -15,14 +15,13 @@ Target: hooked <= 1.5x the bare wrapper per call.
 from __future__ import annotations
 
 import os
-import timeit
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
-from _common import median, parser, verdict  # noqa: E402
+from _common import parser, three_way_report, three_ways  # noqa: E402
 
 import metrics  # noqa: E402
 
@@ -82,29 +81,8 @@ def main() -> int:
     cases = {"float(x)": (lambda: float(scalar), n),
              "jnp.asarray(4 KB numpy)": (lambda: jnp.asarray(batch), n // 4),
              "jit step + float(loss)": (loop, n // 8)}
-    for fn, _ in cases.values():
-        fn()
-    per: dict[str, list[tuple[float, float, float]]] = {k: [] for k in cases}
-    for _ in range(rounds):
-        for name, (fn, reps) in cases.items():
-            got = [0.0, 0.0, 0.0]
-            for which in (0, 1, 2, 2, 1, 0):  # each order once per round
-                use(places, which)
-                got[which] += timeit.timeit(fn, number=reps) / reps / 2 * 1e9
-            per[name].append((got[0], got[1], got[2]))
-    use(places, 2)
-    load = os.getloadavg()[0]
-    for name, rows in per.items():
-        bare = median([r[0] for r in rows]), median([r[1] for r in rows])
-        hooked = median([r[2] for r in rows])
-        print(f"{name}: unhooked {bare[0]:.0f} ns, bare wrapper {bare[1]:.0f} ns, "
-              f"hooked {hooked:.0f} ns (load average {load:.2f})")
-    for name, rows in per.items():
-        vs_plain = median([r[2] / r[0] for r in rows])
-        vs_bare = median([r[2] / r[1] for r in rows])
-        print(f"{name}: hooked / unhooked {vs_plain:.3f}")
-        verdict(f"implicit_transfers {name} hooked / bare wrapper", vs_bare, "<= 1.5",
-                vs_bare <= 1.5)
+    per = three_ways(cases, rounds, lambda which: use(places, which))
+    three_way_report("implicit_transfers", per, against_bare=True, target=lambda _: 1.5)
     return 0
 
 

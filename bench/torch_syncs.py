@@ -16,11 +16,8 @@ Target: hooked <= 1.5x the bare wrapper per call.
 
 from __future__ import annotations
 
-import os
-import timeit
-
 import torch
-from _common import median, parser, verdict
+from _common import parser, three_way_report, three_ways
 
 import metrics
 from metrics.engines import torch_syncs
@@ -68,28 +65,8 @@ def main() -> int:
     cases = {"t.item()": (lambda: scalar.item(), n),
              "t.tolist() (16 floats)": (lambda: small.tolist(), n // 2),
              "compiled step + loss.item()": (step, n // 100)}
-    for fn, _ in cases.values():
-        fn()
-    per: dict[str, list[tuple[float, float, float]]] = {k: [] for k in cases}
-    for _ in range(rounds):
-        for name, (fn, reps) in cases.items():
-            got = [0.0, 0.0, 0.0]
-            for which in (0, 1, 2, 2, 1, 0):  # each order once per round
-                use(places, which)
-                got[which] += timeit.timeit(fn, number=reps) / reps / 2 * 1e9
-            per[name].append((got[0], got[1], got[2]))
-    use(places, 2)
-    load = os.getloadavg()[0]
-    for name, rows in per.items():
-        plain, bare = median([r[0] for r in rows]), median([r[1] for r in rows])
-        hooked = median([r[2] for r in rows])
-        print(f"{name}: unhooked {plain:.0f} ns, bare wrapper {bare:.0f} ns, "
-              f"hooked {hooked:.0f} ns (load average {load:.2f})")
-    for name, rows in per.items():
-        vs_plain = median([r[2] / r[0] for r in rows])
-        vs_bare = median([r[2] / r[1] for r in rows])
-        print(f"{name}: hooked / unhooked {vs_plain:.3f}")
-        verdict(f"torch_syncs {name} hooked / bare wrapper", vs_bare, "<= 1.5", vs_bare <= 1.5)
+    per = three_ways(cases, rounds, lambda which: use(places, which))
+    three_way_report("torch_syncs", per, against_bare=True, target=lambda _: 1.5)
     return 0
 
 
