@@ -82,8 +82,9 @@ def steps_of(s: Snapshot) -> StepsReading | None:
 # Phases whose work is not part of every step: costed per occurrence and as
 # a share of the run, never per step.
 OUTSIDE_STEP = frozenset({Phase.SETUP, Phase.PERIODIC, Phase.ONCE, Phase.TEARDOWN})
-_WHEN = {Phase.SETUP: "at start-up, before the first step", Phase.ONCE: "in the step loop",
-         Phase.TEARDOWN: "after the last step"}
+# When one-off work ran, in words.
+WHEN = {Phase.SETUP: "at start-up, before the first step", Phase.ONCE: "in the step loop",
+        Phase.TEARDOWN: "after the last step"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,7 +158,7 @@ class Cost:
             return (f"every {every:,.0f} steps, {mark}{duration(self.seconds / n)} each"
                     f"{share}, {self.label()}")
         once = "once" if n == 1 else "one-off"
-        return f"{once} {_WHEN[self.phase]}, {mark}{duration(self.seconds)}{share}, {self.label()}"
+        return f"{once} {WHEN[self.phase]}, {mark}{duration(self.seconds)}{share}, {self.label()}"
 
     def tail(self) -> str:
         """The per-step part: ``1.0 per step, 4.1 ms/step, 3.0% of step time,

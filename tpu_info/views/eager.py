@@ -28,7 +28,7 @@ from tpu_info.contract.model import (
     Severity,
     Snapshot,
 )
-from tpu_info.contract.phases import TEARDOWN_MIN_S, bursts_phase, loop_of
+from tpu_info.contract.phases import bursts_phase, loop_of, phase_of
 from tpu_info.views.cost import (
     OUTSIDE_STEP,
     cost_of,
@@ -155,14 +155,13 @@ def _by_stretch(s: Snapshot, tiny: list[GraphRecord]) -> list[list[GraphRecord]]
     """The single-op graphs split by when they compiled: before the step loop,
     in it, after it; a stretch of at least ``MIN_GRAPHS`` is judged on its
     own (model initialisation is not the loop's evaluation), else all together."""
-    times = _compile_times(s, tiny)
-    loop = loop_of(steps_of(s))
-    if loop is None:
+    times, steps = _compile_times(s, tiny), steps_of(s)
+    if loop_of(steps) is None:
         return [tiny]
     stretches: dict[int, list[GraphRecord]] = defaultdict(list)
-    for g in tiny:
-        t = times[g.hash]
-        stretches[0 if t < loop[0] else 2 if t > loop[1] + TEARDOWN_MIN_S else 1].append(g)
+    for g in tiny:  # the phase rule's own set-up and tear-down, one compile at a time
+        told = phase_of(times[g.hash], times[g.hash], 1, steps)
+        stretches[0 if told == Phase.SETUP else 2 if told == Phase.TEARDOWN else 1].append(g)
     big = [stretches[k] for k in sorted(stretches) if len(stretches[k]) >= MIN_GRAPHS]
     return big or [tiny]
 

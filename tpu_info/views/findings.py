@@ -39,6 +39,7 @@ from tpu_info.contract.model import (
 from tpu_info.contract.phases import bursts_phase, phase_of
 from tpu_info.views.causes import CauseKind, classify, warm_up
 from tpu_info.views.cost import (
+    WHEN,
     Cost,
     cost_of,
     duration,
@@ -260,8 +261,7 @@ def slow_compiles(s: Snapshot) -> Iterable[Finding]:
         told = phase_of(when, when, 1, steps)
         phase = told if told in (Phase.SETUP, Phase.TEARDOWN) else Phase.ONCE  # one-off
         c = cost_of(s, seconds, 1, phase=phase)
-        at = {Phase.SETUP: ", at start-up", Phase.TEARDOWN: ", after the last step",
-              Phase.ONCE: ", in the step loop"}[phase] if told != Phase.UNKNOWN else ""
+        at = f", {WHEN[phase]}" if told != Phase.UNKNOWN else ""
         where = f" at {short_location(first.location)}"
         engine = g.engine or engine_of(s)
         unroll = ("If it runs Python loops, they unroll into the graph: use lax.fori_loop "
