@@ -212,35 +212,42 @@ class OptimizerSteps:
         self.step_time_fed = 0
 
 
+def _noter(steps: OptimizerSteps, compiling: Callable[[], bool]) -> Callable[[Any], None]:
+    """What both hooks do: a clock read and an append of ``(owner, now)``
+    (``compiling``: Dynamo reads it as True while tracing, so a compiled step
+    traces none of the rest)."""
+    q, flush, clock, limit = steps.queue, steps.journal.flush, time.monotonic_ns, FOLD_AT * FIELDS
+
+    def note(owner: Any) -> None:
+        if compiling():
+            return
+        q.extend((owner, clock()))
+        if len(q) >= limit:
+            flush()
+
+    return note
+
+
 def _backward_hook(steps: OptimizerSteps, original: Callable[..., Any],
                    compiling: Callable[[], bool]) -> Callable[..., Any]:
-    """``torch.autograd.backward`` with a clock read and an append after it
-    (``Tensor.backward`` calls it by that name)."""
-    q, flush, clock, limit = steps.queue, steps.journal.flush, time.monotonic_ns, FOLD_AT * FIELDS
+    """``torch.autograd.backward`` noting its call after it (``Tensor.backward``
+    calls it by that name)."""
+    note = _noter(steps, compiling)
 
     @functools.wraps(original)
     def backward(*args: Any, **kwargs: Any) -> Any:
         out = original(*args, **kwargs)
-        if not compiling():
-            q.extend((BACKWARD, clock()))
-            if len(q) >= limit:
-                flush()
+        note(BACKWARD)
         return out
 
     return backward
 
 
 def _hook(steps: OptimizerSteps, compiling: Callable[[], bool]) -> Callable[..., None]:
-    """The post-step hook: a clock read and an append (``compiling``:
-    Dynamo reads it as True while tracing, so a compiled step traces none of
-    the rest)."""
-    q, flush, clock, limit = steps.queue, steps.journal.flush, time.monotonic_ns, FOLD_AT * FIELDS
+    """The post-step hook: notes the optimizer's step."""
+    note = _noter(steps, compiling)
 
     def optimizer_stepped(optimizer: Any, args: Any, kwargs: Any) -> None:
-        if compiling():
-            return
-        q.extend((optimizer, clock()))
-        if len(q) >= limit:
-            flush()
+        note(optimizer)
 
     return optimizer_stepped
