@@ -18,7 +18,6 @@ Example (what a site reads as)::
 from __future__ import annotations
 
 import os
-from dataclasses import replace
 from typing import Any, NamedTuple
 
 from tpu_info.contract.model import SiteKind, SiteReading
@@ -52,30 +51,31 @@ class SyncLine(NamedTuple):
 
 def readings(impl: Any) -> list[SiteReading]:
     """One reading per line (per kind) that synced or moved data implicitly
-    under ``impl`` (an ``ImplicitTransfers``), locations resolved now; the
-    overflow as one entry."""
+    under ``impl`` (an ``ImplicitTransfers``), locations resolved now, each
+    with the library call it went through (``via``: ``flax nnx.jit``; see
+    :meth:`ImplicitTransfers.via`); the overflow as one entry."""
     to_unix = impl.rec.mono_to_unix
     return [SiteReading(kind=_KIND_NAMES[kind], location=location, count=count,
                         bytes=nbytes, seconds=ns / 1e9, function=function,
                         detail=", ".join(details[:4]),
                         last_seen_unix=last_end / 1e9 + to_unix,
-                        first_seen_unix=first_end / 1e9 + to_unix)
-            for (kind, location), (count, nbytes, ns, first_end, last_end, function, details)
-            in by_line(impl).items()]
+                        first_seen_unix=first_end / 1e9 + to_unix, via=via)
+            for (kind, location), (count, nbytes, ns, first_end, last_end, function, details,
+                                   via) in by_line(impl).items()]
 
 
 def sync_lines(impl: Any) -> list[SyncLine]:
     """Device->host syncs per line of the user's code (not the overflow
     entry, nor syncs with no user frame), with their first and last time."""
     return [SyncLine(location, ", ".join(details[:4]), count, ns, first, last)
-            for (kind, location), (count, _, ns, first, last, _, details)
+            for (kind, location), (count, _, ns, first, last, _, details, _)
             in by_line(impl).items()
             if kind == SYNC and location not in (OTHER_SITES, NO_USER_FRAME)]
 
 
 def by_line(impl: Any) -> dict[tuple[int, str], list[Any]]:
     """(kind, location) -> [count, bytes, ns, first end, last end, function,
-    details]: ``impl``'s sites merged per line, folded first."""
+    details, via]: ``impl``'s sites merged per line, folded first."""
     impl.journal.flush()
     for feeder in impl.feeders:  # other hooks' journals that fold into the table
         feeder.flush()
@@ -87,11 +87,14 @@ def by_line(impl: Any) -> dict[tuple[int, str], list[Any]]:
                 for kind, s in held]
     for kind, site, detail, count, nbytes, ns, first_end, last_end in rows:
         if detail == OVERFLOW:
-            location, function = OTHER_SITES, ""
+            location, function, via = OTHER_SITES, "", ""
         else:
             if site.where is None:  # the line is found once per site
                 site.where = where(site.code, site.offset)
+            if site.via is None:  # and the library call it went through
+                site.via = impl.via(site.code, site.offset)
             location, function = site.where
+            via = site.via
         row = merged.get((kind, location))
         detail = detail or _GENERIC[kind]
         # An eager site's detail is its primitives' names, ", "-joined.
@@ -99,7 +102,7 @@ def by_line(impl: Any) -> dict[tuple[int, str], list[Any]]:
         first_end = last_end if first_end is None else first_end
         if row is None:
             merged[(kind, location)] = [count, nbytes, ns, first_end, last_end, function,
-                                        details]
+                                        details, via]
             continue
         row[0] += count
         row[1] += nbytes
@@ -107,6 +110,7 @@ def by_line(impl: Any) -> dict[tuple[int, str], list[Any]]:
         row[3] = min(row[3], first_end)
         row[4] = max(row[4], last_end)
         row[6].extend(d for d in details if d not in row[6])
+        row[7] = row[7] or via
     return merged
 
 
@@ -124,24 +128,6 @@ def where(code: Any, offset: int) -> tuple[str, str]:
     if not path.startswith("<"):
         path = os.path.abspath(path)
     return f"{path}:{line}", getattr(code, "co_qualname", code.co_name)
-
-
-def with_via(impl: Any, readings: list[SiteReading]) -> list[SiteReading]:
-    """``readings`` with the library call each line went through (``via``:
-    ``flax nnx.jit``; see :meth:`ImplicitTransfers.via`), read now."""
-    vias: dict[tuple[str, str], str] = {}
-    with impl._lock:
-        held = [(k[0], s) for k, s in impl._sites.items()]
-    for kind, site in held:
-        if site.via is None:  # once per site
-            site.via = impl.via(site.code, site.offset)
-        if site.via:
-            if site.where is None:
-                site.where = where(site.code, site.offset)
-            vias.setdefault((_KIND_NAMES[kind], site.where[0]), site.via)
-    if not vias:
-        return readings
-    return [replace(r, via=vias.get((r.kind, r.location), r.via)) for r in readings]
 
 
 def blind_spots(impl: Any) -> list[str]:

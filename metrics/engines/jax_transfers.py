@@ -407,7 +407,7 @@ class ImplicitTransfers:
         """One reading per line (per kind) that synced or moved data
         implicitly, locations resolved now, each with the library call it
         went through; the overflow as one entry."""
-        return jax_sites.with_via(self, jax_sites.readings(self))
+        return jax_sites.readings(self)
 
     def sync_lines(self) -> list[SyncLine]:
         """Device->host syncs per line of the user's code, with their first
