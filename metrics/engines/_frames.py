@@ -28,8 +28,6 @@ from typing import Any, NamedTuple
 
 from metrics.export import config
 
-USER_PATHS_ENV = config.USER_PATHS.name
-
 # What a file is (LibraryFrames.kind).
 USER, ENGINE, LIBRARY = 0, 1, 2
 
