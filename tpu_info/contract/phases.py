@@ -31,6 +31,10 @@ TEARDOWN_STEPS = 3
 TEARDOWN_MIN_S = 1.0
 # Events closer than this (and two steps) are one occurrence of the work.
 BURST_MIN_S = 0.1
+# Recurring work not seen again for this many of its periods before the
+# loop's end stopped recurring (a first pass): once. Wide, since two
+# occurrences give one period and a loaded machine stretches some steps.
+STOPPED_PERIODS = 4
 
 
 def loop_of(steps: StepsReading | None) -> tuple[float, float] | None:
@@ -82,8 +86,8 @@ def bursts_phase(times: list[float], steps: StepsReading | None,
     is the same occurrence, so the fifteen op compiles of one evaluation are
     one, not a per-step cost. Events in at least half the steps are per-step only when
     they span at least half the loop; occurrences in the loop are otherwise
-    periodic from :data:`PERIODIC_AT_LEAST` on (and seen again within twice
-    their period before the loop's end), else once."""
+    periodic from :data:`PERIODIC_AT_LEAST` on (and seen again within
+    :data:`STOPPED_PERIODS` of their period before the loop's end), else once."""
     if not times:
         return Phase.UNKNOWN, 0
     took = dict(zip(times, seconds)) if seconds is not None else {}
@@ -102,6 +106,6 @@ def bursts_phase(times: list[float], steps: StepsReading | None,
         # stopped long before the loop's end were a first pass (an
         # evaluation's two data sets), once, not every N steps.
         period = (order[-1] - order[0]) / (bursts - 1)
-        if loop[1] - order[-1] > 2 * period + gap:
+        if loop[1] - order[-1] > STOPPED_PERIODS * period + gap:
             phase = Phase.ONCE
     return phase, bursts
