@@ -195,6 +195,7 @@ def _profile(args: argparse.Namespace) -> int:
     import gzip
     from pathlib import Path
 
+    from tpu_info.commands.files import write_all
     from tpu_info.contract.errors import TpuInfoError
     from tpu_info.net import discovery
     from tpu_info.net.client import Client
@@ -218,17 +219,14 @@ def _profile(args: argparse.Namespace) -> int:
         print(f"tpu-info: {clean(e)}", file=sys.stderr)
         return EXIT_PARTIAL
     sent = [f for f in cap.files if f.data is not None][:MAX_PROFILE_FILES]
-    try:
+    written = [(device_file_path(out, i, f.name), f.name) for i, f in enumerate(sent)]
+    try:  # whole files or none: a full disk leaves no empty or cut trace behind
         out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_bytes(gzip.compress(cap.trace, mtime=0) if out.name.endswith(".gz")
-                        else cap.trace)
-        written = []
-        for i, f in enumerate(sent):
-            path = device_file_path(out, i, f.name)
-            path.write_bytes(f.data or b"")
-            written.append((path, f.name))
+        write_all([(out, gzip.compress(cap.trace, mtime=0) if out.name.endswith(".gz")
+                    else cap.trace)] + [(p, f.data or b"") for (p, _), f in zip(written, sent)])
     except OSError as e:
-        print(f"tpu-info: cannot write the trace: {clean(e)}", file=sys.stderr)
+        print(f"tpu-info: cannot write the trace to {clean(out)}: {clean(e.strerror or e)} "
+              "(nothing written; free space or choose another -o)", file=sys.stderr)
         return EXIT_PARTIAL
     print(f"wrote {clean(out)} ({cap.event_count} events"
           f"{', truncated' if cap.truncated else ''}); "
