@@ -22,6 +22,7 @@ from typing import Literal, overload
 
 from metrics.recording.recorder import Recorder
 from metrics.recording.registry import Counter, Distribution
+from tpu_info.contract import names
 from tpu_info.contract.model import Unit
 
 # Words a user may give for each unit (the Unit values themselves included).
@@ -30,7 +31,7 @@ _UNITS: dict[str, Unit] = {
     "bytes": Unit.BYTES, "byte": Unit.BYTES, "b": Unit.BYTES,
     "1": Unit.NUMBER, "": Unit.NUMBER, "number": Unit.NUMBER, "count": Unit.NUMBER,
 }
-MAX_NAME = 200
+MAX_NAME = names.MAX_NAME
 MAX_HELP = 1000
 
 
@@ -61,11 +62,13 @@ def define(rec: Recorder, kind: str, name: str, unit: Unit | str,
     ``help`` on first use; the same object on every later call.
 
     Raises:
-        ValueError: an empty or over-long name, an unknown unit, or a name
-            already recorded with another unit (a metric has one unit).
+        ValueError: a name that breaks :data:`tpu_info.contract.names.NAME_RULE`
+            (the message says the rule and what broke it), an unknown unit, or
+            a name already recorded with another unit (a metric has one unit).
     """
-    if not isinstance(name, str) or not name.strip() or len(name) > MAX_NAME:
-        raise ValueError(f"a metric name is 1..{MAX_NAME} characters, got {name!r:.60}")
+    problem = names.name_problem(name, counter=kind == "counter")
+    if problem:
+        raise ValueError(f"{names.NAME_RULE}; got {name!r:.60}: {problem}")
     u = parse_unit(unit)
     text = str(help)[:MAX_HELP]
     made = rec.counter(name, u, text) if kind == "counter" else rec.distribution(name, u, text)

@@ -61,10 +61,10 @@ def test_custom_metric_units_are_checked_and_one_name_has_one_unit():
 def test_metrics_module_api_and_executed_fallback_ops_without_torch_xla():
     import metrics
 
-    d = metrics.distribution("test_custom/latency", unit="ns", help="A latency.")
+    d = metrics.distribution("TestCustomLatency", unit="ns", help="A latency.")
     d.observe(5_000)
     assert d.unit is Unit.TIME_NS and d.help == "A latency."
-    assert metrics.counter("test_custom/n", unit="bytes").unit is Unit.BYTES
+    assert metrics.counter("TestCustomN", unit="bytes").unit is Unit.BYTES
     # torch_xla's shape: a list of the aten:: counter names that hold something.
     fallbacks = metrics.executed_fallback_ops()
     assert isinstance(fallbacks, list) and all(n.startswith("aten::") for n in fallbacks)

@@ -78,14 +78,16 @@ from prometheus_client.core import (
     Metric,
 )
 
-from tpu_info.contract import catalog, reuse
+from tpu_info.contract import catalog, names, reuse
 from tpu_info.contract.model import DistributionReading, Snapshot, Unit
+from tpu_info.contract.safe import clean
 from tpu_info.outputs.graph_series import GraphSeries
 
 log = logging.getLogger("tpu_info.outputs.prometheus")
 
 PREFIX = "tpu_info_"
 TOP_GRAPHS = 20  # graphs with a series of their own (tpu_info.outputs.graph_series)
+RESERVED_NAME, DUPLICATE = "reserved", "duplicate"  # more reasons (tpu_info.contract.names)
 
 
 def _decades(lo_exp: int, hi_exp: int, steps: Sequence[float]) -> tuple[float, ...]:
@@ -292,8 +294,16 @@ def families(snapshot: Snapshot, labels: Mapping[str, str] | None = None, *,
 
 def _all(f: _Families, snapshot: Snapshot, st: SeriesState) -> Iterator[Metric]:
     seen: set[str] = set()
-    yield from _counters(f, snapshot, seen)
-    yield from _distributions(f, snapshot, st, seen)
+    dropped: dict[str, int] = {}
+    yield from _counters(f, snapshot, seen, dropped)
+    yield from _distributions(f, snapshot, st, seen, dropped)
+    left = f.gauge(PREFIX + "names_dropped", "The process's metrics left out of this "
+                   "exposition, by reason: a name promtool would refuse (unit_abbreviation, "
+                   "prefixed_unit, type_in_name, total_suffix, invalid), one of ours "
+                   "(reserved) or a second of one name (duplicate).", ["reason"])
+    for reason in sorted(dropped):
+        f.add(left, [reason], dropped[reason])
+    yield left
     yield from _graphs(f, snapshot, st)
     yield from _devices(f, snapshot)
     yield from _process(f, snapshot)
@@ -306,7 +316,23 @@ def _split_op(name: str) -> tuple[str, str] | None:
     return (ns, op) if sep and ns and op else None
 
 
-def _counters(f: _Families, snap: Snapshot, seen: set[str]) -> Iterator[Metric]:
+def _exported(name: str, unit: Unit, counter: bool, seen: set[str],
+              dropped: dict[str, int]) -> str | None:
+    """The family name of a recorded metric, or None (counted in ``dropped``)
+    when it is one of ours, a second of its name, or one promtool refuses."""
+    base = metric_name(name, unit)
+    reason = RESERVED_NAME if base in names.RESERVED else DUPLICATE if base in seen else None
+    found = None if reason else names.lint(base + ("_total" if counter else ""), counter)
+    reason = reason or (found[0] if found else None)
+    if reason is None:
+        seen.add(base)
+        return base
+    dropped[reason] = dropped.get(reason, 0) + 1
+    return None
+
+
+def _counters(f: _Families, snap: Snapshot, seen: set[str],
+              dropped: dict[str, int]) -> Iterator[Metric]:
     ops = f.counter(PREFIX + "ops", "Ops the engine counted, by namespace (torch._lazy's "
                     "lazy::, torch_xla's xla::; aten::: ops that fell back to the CPU).",
                     ["namespace", "op"])
@@ -316,11 +342,10 @@ def _counters(f: _Families, snap: Snapshot, seen: set[str]) -> Iterator[Metric]:
         if split is not None:
             f.add(ops, split, c.value)
             continue
-        name = metric_name(c.name, c.unit)
-        if name in seen:
-            continue
-        seen.add(name)
-        yield f.one(f.counter(name, c.help or c.name), c.value * SCALE[c.unit])
+        name = _exported(c.name, c.unit, True, seen, dropped)
+        if name is not None:
+            yield f.one(f.counter(name, clean(c.help or c.name, 1000)),
+                        c.value * SCALE[c.unit])
     yield ops
     for cname, (kind, unit, doc) in catalog.CATALOG.items():
         name = metric_name(cname, unit)
@@ -337,7 +362,7 @@ def _histogram(f: _Families, d: DistributionReading) -> HistogramMetricFamily:
     cum = cumulative_buckets(d, edges, scale)
     buckets = [(_fmt_edge(e), float(n)) for e, n in zip(edges, cum, strict=True)]
     buckets.append(("+Inf", float(d.count)))
-    return f.histogram(metric_name(d.name, d.unit), d.help or d.name, buckets,
+    return f.histogram(metric_name(d.name, d.unit), clean(d.help or d.name, 1000), buckets,
                        d.total * scale)
 
 
@@ -345,14 +370,17 @@ def _histogram(f: _Families, d: DistributionReading) -> HistogramMetricFamily:
 # every call, so their (empty) histograms are built once per SeriesState.
 _EMPTY = tuple(DistributionReading(name, unit, 0, 0.0, None, None, help=doc)
                for name, (kind, unit, doc) in catalog.CATALOG.items() if kind == "distribution")
+_EMPTY_NAMES = frozenset(d.name for d in _EMPTY)
 
 
 def _distributions(f: _Families, snap: Snapshot, st: SeriesState,
-                   seen: set[str]) -> Iterator[Metric]:
+                   seen: set[str], dropped: dict[str, int]) -> Iterator[Metric]:
     # The snapshot's, then the catalog's not recorded yet (empty until it counts).
-    for fam in st.histograms(f, tuple(snap.distributions) + _EMPTY):
-        if fam.name not in seen:
-            seen.add(fam.name)
+    records = tuple(snap.distributions) + _EMPTY
+    for d, fam in zip(records, st.histograms(f, records), strict=True):
+        if d.name in _EMPTY_NAMES and metric_name(d.name, d.unit) in seen:
+            continue  # recorded already: not a duplicate
+        if _exported(d.name, d.unit, False, seen, dropped) is not None:
             yield fam
 
 
@@ -458,4 +486,5 @@ def _findings(f: _Families, snap: Snapshot, st: SeriesState) -> Iterator[Metric]
 
 
 def _version_labels(versions: Mapping[str, str]) -> dict[str, str]:
-    return {f"{snake_name(k)}_version": str(v) for k, v in sorted(versions.items())}
+    out = {f"{snake_name(k)}_version": str(v) for k, v in sorted(versions.items())}
+    return {k: v for k, v in out.items() if not k.startswith("__")}  # "__": Prometheus
