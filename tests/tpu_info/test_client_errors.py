@@ -53,6 +53,10 @@ def _garbage(conn: socket.socket) -> None:
         conn.close()
 
 
+def _closes_at_once(conn: socket.socket) -> None:
+    conn.close()  # what a gRPC server at its connection cap does to a new connection
+
+
 def _silent(conn: socket.socket) -> None:
     time.sleep(30)
     conn.close()
@@ -68,7 +72,8 @@ def bad_targets():
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.BaseHTTPRequestHandler)
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
     targets["http"] = f"127.0.0.1:{httpd.server_address[1]}"
-    for name, handler in (("garbage", _garbage), ("silent", _silent)):
+    for name, handler in (("garbage", _garbage), ("silent", _silent),
+                          ("closes_at_once", _closes_at_once)):
         sock, port = _listener(handler)
         keep.append(sock)
         targets[name] = f"127.0.0.1:{port}"
@@ -101,6 +106,7 @@ def bad_targets():
 
 EXPECTED = {
     "closed": Unreachable,
+    "closes_at_once": Unreachable,
     "http": NotAMonitor,
     "garbage": NotAMonitor,
     "silent": TimedOut,
@@ -118,6 +124,16 @@ def test_bad_target_typed_error_within_timeout(bad_targets, name: str) -> None:
             c.snapshot()
     assert time.monotonic() - t0 < TIMEOUT + 1.0
     assert info.value.target == target
+
+
+def test_a_target_closing_every_connection_is_said_to_refuse_not_to_be_foreign(
+        bad_targets) -> None:
+    with Client(bad_targets["closes_at_once"], timeout=TIMEOUT) as c:
+        with pytest.raises(Unreachable, match="refused the connection: it closes new "
+                           "connections at once, as a server does when other clients hold "
+                           "all its connections") as info:
+            c.snapshot()
+    assert "does not speak gRPC" not in str(info.value)
 
 
 def test_oversized_reply(bad_targets) -> None:

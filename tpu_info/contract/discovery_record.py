@@ -7,7 +7,9 @@ removes it at exit. ``metrics.export.discovery`` writes it;
 :func:`parse_record` says what a valid record is. A record carries
 ``capture_secret``, a random token only the owner (who can read the 0600
 record) knows, sent as gRPC metadata (:data:`CAPTURE_TOKEN_METADATA`) to ask
-for a trace capture.
+for a trace capture, and ``socket``, the path of the Unix socket the
+process also serves on (``<pid>.sock`` beside the record; "" for none),
+which only its user can reach (:mod:`tpu_info.net.local_socket`).
 
 Example:
     >>> from pathlib import Path
@@ -52,6 +54,8 @@ class DiscoveredProcess:
     capture_secret: str = field(default="", repr=False)
     # Engines the hook waits for (not imported yet when the record was written).
     waiting: tuple[str, ...] = ()
+    # The Unix socket the process serves on too ("" for none; older hooks have none).
+    socket: str = ""
 
     @property
     def target(self) -> str:
@@ -124,11 +128,15 @@ def parse_record(data: Any, path: Path) -> DiscoveredProcess:
     secret = data.get("capture_secret", "")
     if not isinstance(secret, str) or not secret.isascii() or not secret.isprintable():
         raise ValueError("capture_secret is not a printable ASCII string")
+    sock = data.get("socket", "")
+    if not isinstance(sock, str) or not sock.isprintable() \
+            or (sock and Path(sock).name != f"{pid}.sock"):
+        raise ValueError(f"socket is not a path ending in {pid}.sock")
     if path.name != f"{pid}.json":
         raise ValueError(f"pid {pid} does not match the file name")
     return DiscoveredProcess(
         pid=pid, port=port, host=get("host", str), argv=tuple(argv),
         engine=get("engine", str), versions=dict(versions),
         start_time=float(get("start_time", (int, float))), path=path, schema=schema,
-        capture_secret=secret, waiting=tuple(waiting),
+        capture_secret=secret, waiting=tuple(waiting), socket=sock,
     )

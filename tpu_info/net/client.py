@@ -21,7 +21,6 @@ Example:
 
 from __future__ import annotations
 
-import socket
 import time
 from collections.abc import Callable, Iterator
 from typing import TypeVar
@@ -43,7 +42,7 @@ from tpu_info.contract.errors import (
 )
 from tpu_info.contract.model import DistributionReading, MetricInfo, Snapshot
 from tpu_info.contract.safe import clean
-from tpu_info.net import discovery
+from tpu_info.net import discovery, local_socket, probe
 from tpu_info.net.targets import is_loopback_host, validate_target
 from tpu_info.proto import tpu_info_v1_pb2 as pb
 from tpu_info.proto import tpu_info_v1_pb2_grpc as pb_grpc
@@ -85,13 +84,23 @@ def status_details(e: grpc.RpcError) -> str:
     return clean((e.details() if hasattr(e, "details") else "") or "")
 
 
-def _something_listens(target: str, timeout: float) -> bool:
+def _unavailable(target: str, details: str, timeout: float) -> TpuInfoError:
+    """Why a TCP target's connection failed, from one look at it (:mod:`probe`)."""
     try:
-        host, port = split_target(target)
-        with socket.create_connection((host, port), timeout=max(timeout, 0.05)):
-            return True
-    except (OSError, Unreachable):
-        return False
+        verdict = probe.look(*split_target(target), timeout=timeout)
+    except Unreachable:
+        verdict = probe.Verdict.NOTHING
+    if verdict is probe.Verdict.CLOSED_AT_ONCE:
+        return Unreachable("the target refused the connection: it closes new connections at "
+                           "once, as a server does when other clients hold all its connections; "
+                           f"try again later ({details})", target=target)
+    if verdict in (probe.Verdict.SILENT, probe.Verdict.OTHER):
+        return NotAMonitor(f"something listens here but does not speak gRPC ({details})",
+                           target=target)
+    if verdict is probe.Verdict.HTTP2:
+        return Unreachable(f"the connection failed, though an HTTP/2 server answers here "
+                           f"now ({details})", target=target)
+    return Unreachable(f"cannot connect ({details})", target=target)
 
 
 class Client:
@@ -104,8 +113,12 @@ class Client:
         deadline: ``time.monotonic()`` by which every call must have ended,
             however many are made (None: each call has its ``timeout``).
 
-    Loopback targets are dialled with ``grpc.local_channel_credentials()``
-    (what libtpu expects; the hook accepts it too), others in plain text.
+    A loopback target that a discovery record of this user names is dialled
+    over the program's local Unix socket when it has one
+    (:mod:`tpu_info.net.local_socket`: other users cannot reach it, so they
+    cannot lock its owner out); other loopback targets with
+    ``grpc.local_channel_credentials()`` (what libtpu expects; the hook
+    accepts it too), others in plain text.
     """
 
     def __init__(self, target: str, timeout: float = DEFAULT_TIMEOUT_S, *,
@@ -136,7 +149,10 @@ class Client:
             ("grpc.keepalive_timeout_ms", int(max(0.5, keepalive_s / 2) * 1000)),
             ("grpc.http2.max_pings_without_data", 0),
         ]
-        if is_loopback_host(host):
+        self.dialled = local_socket.dial_address(target)  # target, or unix:<path>
+        if self.dialled != target:
+            self._channel = grpc.insecure_channel(self.dialled, options=options)
+        elif is_loopback_host(host):
             self._channel = grpc.secure_channel(target, grpc.local_channel_credentials(),
                                                 options=options)
         else:
@@ -180,12 +196,11 @@ class Client:
         if code == grpc.StatusCode.RESOURCE_EXHAUSTED and "larger than max" in details:
             return ReplyTooLarge(f"the reply is larger than the {self.max_message_bytes / 2**20:g}"
                                  f" MiB this client accepts ({details})", target=t)
+        if code == grpc.StatusCode.UNAVAILABLE and self.dialled != t:
+            return Unreachable(f"cannot connect over its local socket ({details})", target=t)
         if code == grpc.StatusCode.UNAVAILABLE:
             left = self.timeout - (time.monotonic() - started)
-            if _something_listens(t, min(left, 1.0)):
-                return NotAMonitor(f"something listens here but does not speak gRPC "
-                                   f"({details})", target=t)
-            return Unreachable(f"cannot connect ({details})", target=t)
+            return _unavailable(t, details, min(left, 1.0))
         if code == grpc.StatusCode.INTERNAL and ("http" in details.lower()
                                                  or "protocol" in details.lower()):
             return NotAMonitor(f"the peer does not speak gRPC ({details})", target=t)

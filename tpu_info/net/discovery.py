@@ -14,7 +14,8 @@ regular file, or when another user's socket listens on its port (its server
 is gone and someone else holds the port: never read). A directory that is a
 symlink, owned by someone else, or group/world writable is not read at all.
 
-A record of a dead process is removed when found, if it is this user's own
+A record of a dead process is removed when found (with the local socket
+file its process left beside it, :mod:`tpu_info.net.local_socket`), if it is this user's own
 regular file (never through a symlink, never another user's), it is still the
 file that was read (same inode, size and times), and no socket of this user
 listens on its port (a live process in another pid namespace that shares the
@@ -49,6 +50,7 @@ from tpu_info.contract.discovery_record import (
     runtime_dir,
     unsafe_directory_reason,
 )
+from tpu_info.net import local_socket
 from tpu_info.net.targets import is_loopback_host
 
 log = logging.getLogger("tpu_info.net.discovery")
@@ -195,6 +197,13 @@ def _remove_dead(path: Path, seen: tuple[int, ...] | None, uid: int) -> bool:
         os.unlink(path)
     except OSError:
         return False
+    sock = path.with_suffix(".sock")  # left by a killed process (its exit removes it)
+    try:
+        st = sock.lstat()
+        if stat.S_ISSOCK(st.st_mode) and st.st_uid == uid:
+            os.unlink(sock)
+    except OSError:
+        pass
     return True
 
 
@@ -289,6 +298,7 @@ def scan(
         else:
             skipped.append(result)
     found.sort(key=lambda p: p.pid)
+    local_socket.remember(path, found)  # the owner's way in to each (tpu_info.net.client)
     return Scan(path, tuple(found), tuple(skipped), files_read=len(names))
 
 
