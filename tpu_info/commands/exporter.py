@@ -17,10 +17,14 @@ encoded again (:class:`~tpu_info.outputs.prometheus.SeriesState`,
 :class:`~tpu_info.outputs.prometheus_host.PartsEncoding`); the exposition is
 byte for byte that of building and encoding everything anew.
 
-Bounds: at most :data:`MAX_TARGETS` targets a poll; the endpoint is the
-hook's bounded HTTP server (:mod:`tpu_info.net.bounded_http`: connections,
-request size, timeouts and answers per second capped); each reply at most
-the client's 32 MiB; per-process families are bounded as the hook's are.
+Bounds: at most :data:`MAX_TARGETS` targets a poll, and of the targets not
+known to answer at most 64 dialled per 20 s, answering and newest first
+(:mod:`tpu_info.commands.exporter_targets`; what was not asked is counted in
+``tpu_info_exporter_targets_skipped{reason}``); a poll ends within
+``--timeout``; the endpoint is the hook's bounded HTTP server
+(:mod:`tpu_info.net.bounded_http`: connections, request size, timeouts
+and answers per second capped); each reply at most the client's 32 MiB;
+per-process families are bounded as the hook's are.
 
 Example:
     >>> ex = HostExporter(ExporterOptions(host_label="h1", runtime_dir="/nonexistent",
@@ -48,6 +52,7 @@ from pathlib import Path
 from prometheus_client.core import Metric
 from prometheus_client.exposition import choose_encoder
 
+from tpu_info.commands.exporter_targets import MAX_TARGETS, TargetChooser
 from tpu_info.commands.gather import LIBTPU_TARGET, local_targets
 from tpu_info.contract.discovery_record import DiscoveredProcess
 from tpu_info.contract.model import LocalScan, Snapshot
@@ -55,7 +60,7 @@ from tpu_info.host.listeners import ProcNet
 from tpu_info.net import discovery
 from tpu_info.net.bounded_http import BoundedHttpServer
 from tpu_info.net.client import Client
-from tpu_info.net.fanout import Channels, FanOutResult, fan_out
+from tpu_info.net.fanout import FAN_OUT_MARGIN_S, Channels, FanOutResult, fan_out
 from tpu_info.outputs import prometheus_host as host_fams
 from tpu_info.outputs.prometheus import SeriesState, families
 from tpu_info.wire.delta import Follower
@@ -64,8 +69,8 @@ log = logging.getLogger("tpu_info.commands.exporter")
 
 DEFAULT_INTERVAL_S = 5.0
 DEFAULT_TIMEOUT_S = 2.0
-MAX_TARGETS = 256  # hooked processes asked per poll at most (a host runs a few dozen)
 MAX_WORKERS = 64
+POLL_SLACK_S = 0.1  # of --timeout, kept for what follows the fan-out (merging, encoding)
 MAX_FORMATS = 4  # (Accept, gzip) pairs whose bodies are kept and encoded by each poll
 
 
@@ -111,6 +116,7 @@ class _Target:
     address: str
     labels: Mapping[str, str]
     key: tuple[object, ...]  # which process: its SeriesState and last known rank
+    process: DiscoveredProcess | None = None  # None: libtpu
 
 
 class HostExporter:
@@ -140,6 +146,9 @@ class HostExporter:
         # what changed since the last one.
         self._followers: dict[tuple[object, ...], Follower] = {}
         self._channels = Channels(options.max_targets + 1)  # kept open between polls
+        self._chooser = TargetChooser(options.max_targets)
+        self._not_asked: Counter[str] = Counter()
+        self._said_not_asked = 0.0  # when the log last said so (once a minute at most)
         self._families: list[Metric] = []
         self._bodies: dict[tuple[str, bool], bytes] = {}
         # Per format the poll encodes: each part's lines, kept between polls.
@@ -156,14 +165,18 @@ class HostExporter:
     # One poll ----------------------------------------------------------------
 
     def _targets(self, scan: discovery.Scan) -> list[_Target]:
-        processes: list[DiscoveredProcess] = list(scan.processes)
-        if len(processes) > self.options.max_targets:
-            log.warning("tpu-info exporter: %d hooked processes; asking the first %d",
-                        len(processes), self.options.max_targets)
-            processes = processes[: self.options.max_targets]
+        processes, self._not_asked = self._chooser.choose(scan.processes,
+                                                          self._net.owners_by_port())
+        if self._not_asked and time.monotonic() - self._said_not_asked > 60.0:
+            self._said_not_asked = time.monotonic()
+            log.warning("tpu-info exporter: %d of %d hooked processes not asked this poll "
+                        "(%s; answering and newest first, the rest in turn): see "
+                        "tpu_info_exporter_targets_skipped", sum(self._not_asked.values()),
+                        len(scan.processes), ", ".join(
+                            f"{n} {r}" for r, n in sorted(self._not_asked.items())))
         out = [_Target(p.target, {"target": p.target, "pid": str(p.pid),
                                   "program": program_name(p.argv)},
-                       (p.pid, p.start_time, p.port)) for p in processes]
+                       (p.pid, p.start_time, p.port), p) for p in processes]
         libtpu = local_targets(scan, self._net, libtpu_target=self.options.libtpu_target).libtpu
         if libtpu is not None:
             out.append(_Target(libtpu, {"target": libtpu, "program": "libtpu"}, ("libtpu",)))
@@ -186,8 +199,11 @@ class HostExporter:
         scan = self._rescanner.scan()
         targets = self._targets(scan)
         followers = {t.address: self._followers.setdefault(t.key, Follower()) for t in targets}
+        # The poll, not only its fan-out, ends within --timeout: the scans
+        # above and the guard margin of fan_out come out of it.
+        left = self.options.timeout_s * (1 - POLL_SLACK_S) - (time.monotonic() - started)
         results: list[FanOutResult[tuple[str, Snapshot]]] = fan_out(
-            [t.address for t in targets], timeout=self.options.timeout_s,
+            [t.address for t in targets], timeout=max(0.05, left - FAN_OUT_MARGIN_S),
             call=Client.read_latest, max_workers=MAX_WORKERS, followers=followers,
             channels=self._channels)
         self._channels.keep_only(set(followers))
@@ -195,13 +211,15 @@ class HostExporter:
         health = []
         for t, r in zip(targets, results, strict=True):
             snap = r.value[1] if r.ok and r.value is not None else None
+            if t.process is not None:
+                self._chooser.answered(t.process, snap is not None)
             labels = self._process_labels(t, snap)
             health.append(host_fams.TargetHealth(
                 {**labels, "target": t.address}, snap is not None, r.seconds))
             if snap is not None:
                 state = self._states.setdefault(t.key, SeriesState())
                 fams.append(families(snap, labels, state=state))
-        live = {t.key for t in targets}
+        live = {t.key for t in targets}  # a process not asked this poll starts afresh
         for gone in [k for k in self._states if k not in live]:
             del self._states[gone]
         for gone in [k for k in self._ranks if k not in live]:
@@ -216,7 +234,8 @@ class HostExporter:
                 self._warned.add(str(s))
                 log.warning("tpu-info exporter: not reading %s", s)
         fams.append(host_fams.target_families(health, self.options.labels, self.last_poll_s,
-                                              self.polls, self.poll_errors, skipped))
+                                              self.polls, self.poll_errors, skipped,
+                                              self._not_asked))
         grouped = host_fams.groups(itertools.chain.from_iterable(fams))
         merged = [host_fams.joined(g) for g in grouped]
         with self._lock:

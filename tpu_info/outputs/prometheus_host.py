@@ -95,7 +95,8 @@ class TargetHealth:
 
 def target_families(targets: Iterable[TargetHealth], labels: Mapping[str, str],
                     poll_seconds: float, polls: int, poll_errors: int = 0,
-                    skipped: Mapping[str, int] | None = None) -> Iterator[Metric]:
+                    skipped: Mapping[str, int] | None = None,
+                    not_asked: Mapping[str, int] | None = None) -> Iterator[Metric]:
     """``tpu_info_target_up`` (1 answered, 0 failed or timed out) and the
     seconds each target took, per target; the exporter's own poll figures.
 
@@ -108,6 +109,9 @@ def target_families(targets: Iterable[TargetHealth], labels: Mapping[str, str],
         poll_errors: polls that failed (a bug: every target's failure is its ``up``).
         skipped: discovery records (or the directory) not used, by reason
             (``dead pid``, ``not owned by the current user``, ...).
+        not_asked: live processes the poll did not ask, by reason
+            (:mod:`tpu_info.commands.exporter_targets`: ``max_targets``,
+            ``port_closed``, ``not_answering``).
     """
     names, values = list(labels), [str(v) for v in labels.values()]
     targets = list(targets)
@@ -135,7 +139,14 @@ def target_families(targets: Iterable[TargetHealth], labels: Mapping[str, str],
                   "the last poll did not use, by reason.", [*names, "reason"])
     for reason, n in sorted((skipped or {}).items()):
         left.add_metric([*values, reason], n)
-    yield from (up, took, count, duration, done, errors, left)
+    unasked = _gauge("exporter_targets_skipped", "Hooked processes discovery found that the "
+                     "last poll did not ask, by reason: max_targets (more than it asks), "
+                     "port_closed (nothing listens on the port), not_answering (did not "
+                     "answer lately: asked again in turn, answering and newest first).",
+                     [*names, "reason"])
+    for reason in ("max_targets", "not_answering", "port_closed"):
+        unasked.add_metric([*values, reason], (not_asked or {}).get(reason, 0))
+    yield from (up, took, count, duration, done, errors, left, unasked)
 
 
 def groups(families: Iterable[Metric]) -> list[list[Metric]]:
