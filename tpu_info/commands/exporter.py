@@ -18,7 +18,8 @@ encoded again (:class:`~tpu_info.outputs.prometheus.SeriesState`,
 byte for byte that of building and encoding everything anew.
 
 Bounds: at most :data:`MAX_TARGETS` targets a poll, and of the targets not
-known to answer at most 64 dialled per 20 s, answering and newest first
+known to answer at most 64 less those that hung in the last 20 s, answering
+and newest first
 (:mod:`tpu_info.commands.exporter_targets`; what was not asked is counted in
 ``tpu_info_exporter_targets_skipped{reason}``); a poll ends within
 ``--timeout``; the endpoint is the hook's bounded HTTP server
@@ -55,6 +56,7 @@ from prometheus_client.exposition import choose_encoder
 from tpu_info.commands.exporter_targets import MAX_TARGETS, TargetChooser
 from tpu_info.commands.gather import LIBTPU_TARGET, local_targets
 from tpu_info.contract.discovery_record import DiscoveredProcess
+from tpu_info.contract.errors import TimedOut
 from tpu_info.contract.model import LocalScan, Snapshot
 from tpu_info.host.listeners import ProcNet
 from tpu_info.net import discovery
@@ -212,7 +214,8 @@ class HostExporter:
         for t, r in zip(targets, results, strict=True):
             snap = r.value[1] if r.ok and r.value is not None else None
             if t.process is not None:
-                self._chooser.answered(t.process, snap is not None)
+                self._chooser.answered(t.process, snap is not None,
+                                       hung=isinstance(r.error, TimedOut))
             labels = self._process_labels(t, snap)
             health.append(host_fams.TargetHealth(
                 {**labels, "target": t.address}, snap is not None, r.seconds))

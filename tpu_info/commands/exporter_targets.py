@@ -13,10 +13,11 @@ asks "the first N" records. :class:`TargetChooser` orders them:
 4. targets that never answered, the least recently asked first (each gets
    its turn).
 
-Groups 2-4 are dials that may hang: at most ``dial_budget`` of them are
-made in any ``window_s`` (gRPC's connection timeout, the longest an
-abandoned socket is kept), so neither the exporter's fds nor its threads
-grow with the number of dead records. A loopback target whose port no
+Groups 2-4 are dials that may hang: a poll makes at most ``dial_budget``
+of them less those that hung (timed out) in the last ``window_s`` (gRPC's
+connection timeout, the longest an abandoned socket is kept), so neither
+the exporter's fds nor its threads grow with the number of dead records,
+while new programs that answer cost nothing of the budget. A loopback target whose port no
 socket of this host listens on is not dialled at all. Everything not asked
 is counted by reason (:data:`REASONS`), which the exporter serves as
 ``tpu_info_exporter_targets_skipped{reason}``: nothing is dropped silently.
@@ -46,7 +47,8 @@ DIAL_WINDOW_S = 20.0  # gRPC's connection timeout: an abandoned dial's socket li
 MAX_TARGETS_REASON = "max_targets"  # more answering targets than --max-targets
 PORT_CLOSED = "port_closed"  # nothing listens on its (loopback) port
 NOT_ANSWERING = "not_answering"  # did not answer lately; asked again in its turn
-REASONS = (MAX_TARGETS_REASON, PORT_CLOSED, NOT_ANSWERING)
+DIAL_BUDGET_REASON = "dial_budget"  # never asked: waits while recent dials hung
+REASONS = (MAX_TARGETS_REASON, PORT_CLOSED, NOT_ANSWERING, DIAL_BUDGET_REASON)
 
 Key = tuple[object, ...]
 
@@ -61,6 +63,7 @@ class _Known:
     answered_last: bool = False
     answered_ever: bool = False
     asked_at: float = 0.0
+    asked: bool = False
 
 
 class TargetChooser:
@@ -69,8 +72,9 @@ class TargetChooser:
 
     Args:
         max_targets: targets asked per poll at most.
-        dial_budget: dials of targets not known to answer per ``window_s``.
-        window_s: the window of the dial budget.
+        dial_budget: dials of targets not known to answer per poll, less
+            those that hung within ``window_s``.
+        window_s: how long a hung dial counts against the budget.
         clock: monotonic seconds.
     """
 
@@ -82,7 +86,7 @@ class TargetChooser:
         self.window_s = window_s
         self._clock = clock
         self._known: dict[Key, _Known] = {}
-        self._dials: deque[float] = deque()
+        self._hung: deque[float] = deque()  # when dials hung, oldest first
 
     def _group(self, p: DiscoveredProcess) -> tuple[int, float]:
         k = self._known.get(key_of(p))
@@ -104,8 +108,9 @@ class TargetChooser:
                 (None: cannot tell, every target is dialled).
         """
         now = self._clock()
-        while self._dials and self._dials[0] <= now - self.window_s:
-            self._dials.popleft()
+        while self._hung and self._hung[0] <= now - self.window_s:
+            self._hung.popleft()
+        dials = max(0, self.dial_budget - len(self._hung))
         procs = list(processes)
         live = {key_of(p) for p in procs}
         for gone in [k for k in self._known if k not in live]:
@@ -121,17 +126,22 @@ class TargetChooser:
                 skipped[MAX_TARGETS_REASON] += 1
             elif first:
                 asked.append(p)
-            elif len(self._dials) < self.dial_budget:
-                self._dials.append(now)
+            elif dials > 0:
+                dials -= 1
                 asked.append(p)
             else:
-                skipped[NOT_ANSWERING] += 1
+                k = self._known.get(key_of(p))
+                skipped[NOT_ANSWERING if k is not None and k.asked else DIAL_BUDGET_REASON] += 1
         for p in asked:
-            self._known.setdefault(key_of(p), _Known()).asked_at = now
+            k = self._known.setdefault(key_of(p), _Known())
+            k.asked_at, k.asked = now, True
         return asked, skipped
 
-    def answered(self, p: DiscoveredProcess, ok: bool) -> None:
-        """What a target did this poll."""
+    def answered(self, p: DiscoveredProcess, ok: bool, hung: bool = False) -> None:
+        """What a target did this poll (``hung``: it timed out, or was never
+        reached within the poll)."""
         k = self._known.setdefault(key_of(p), _Known())
         k.answered_last = ok
         k.answered_ever = k.answered_ever or ok
+        if hung:
+            self._hung.append(self._clock())

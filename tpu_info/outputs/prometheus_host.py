@@ -111,7 +111,7 @@ def target_families(targets: Iterable[TargetHealth], labels: Mapping[str, str],
             (``dead pid``, ``not owned by the current user``, ...).
         not_asked: live processes the poll did not ask, by reason
             (:mod:`tpu_info.commands.exporter_targets`: ``max_targets``,
-            ``port_closed``, ``not_answering``).
+            ``port_closed``, ``not_answering``, ``dial_budget``).
     """
     names, values = list(labels), [str(v) for v in labels.values()]
     targets = list(targets)
@@ -142,9 +142,10 @@ def target_families(targets: Iterable[TargetHealth], labels: Mapping[str, str],
     unasked = _gauge("exporter_targets_skipped", "Hooked processes discovery found that the "
                      "last poll did not ask, by reason: max_targets (more than it asks), "
                      "port_closed (nothing listens on the port), not_answering (did not "
-                     "answer lately: asked again in turn, answering and newest first).",
+                     "answer lately: asked again in turn, answering and newest first), "
+                     "dial_budget (not asked yet: recent dials hung).",
                      [*names, "reason"])
-    for reason in ("max_targets", "not_answering", "port_closed"):
+    for reason in ("dial_budget", "max_targets", "not_answering", "port_closed"):
         unasked.add_metric([*values, reason], (not_asked or {}).get(reason, 0))
     yield from (up, took, count, duration, done, errors, left, unasked)
 
