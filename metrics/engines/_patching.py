@@ -32,7 +32,8 @@ class Patches:
 
     def apply(self, owner: Any, attr: str, make: Callable[[Any], Any],
               params: tuple[str, ...] = ()) -> bool:
-        """Replaces ``owner.attr`` with ``make(original)``; False when skipped."""
+        """Replaces ``owner.attr`` with ``make(original)`` (its ``__wrapped__``
+        set to the original); False when skipped."""
         if isinstance(owner, type):  # a method defined on that very class
             original = owner.__dict__.get(attr)
         else:
@@ -48,7 +49,13 @@ class Patches:
             if have[: len(params)] != params:
                 self.degraded.append(f"{attr} has an unexpected signature")
                 return False
-        setattr(owner, attr, make(original))
+        wrapper = make(original)
+        if not hasattr(wrapper, "__wrapped__"):  # what inspect and debuggers unwrap
+            try:
+                wrapper.__wrapped__ = original
+            except (AttributeError, TypeError):
+                pass
+        setattr(owner, attr, wrapper)
         self._applied.append((owner, attr, original))
         return True
 

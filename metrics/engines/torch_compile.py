@@ -1,7 +1,6 @@
 """torch.compile (Dynamo) engine hook.
 
-Users keep writing ``torch.compile(model)`` with the backend they chose; the
-hook watches Dynamo from the outside:
+``torch.compile(model)`` with any backend; the hook watches Dynamo from outside:
 
 * Each graph Dynamo hands to the backend (``UncachedCompile``, or
   ``CachedCompile`` when the backend answered from its cache), the backend's
@@ -17,15 +16,16 @@ hook watches Dynamo from the outside:
   only; the hook sees them all and keeps the first that is not a
   global-state change (after an eval graph under ``no_grad``, a training
   call at a new size is a size change).
-* A backend (Inductor FX/AOT) cache hit is still a Dynamo (re)compile: it
-  counts in the ledger as a compile with Dynamo's time and its cause, and as
-  a cache hit (``CachedCompile``; the event says "backend cache hit").
+* A backend (Inductor FX/AOT) cache hit is still a Dynamo (re)compile: in the
+  ledger with its time and cause, and a cache hit (``CachedCompile``).
+* The backward compiled at the first ``backward()`` adds to its forward's
+  time (:mod:`metrics.engines.torch_backward`).
 * Graph breaks (``GraphBreaks``, and a ``graph_break`` event with the reason
   and the user's line); the Python time across a break Dynamo resumes from,
   and the eager time of a frame it gave up on
   (:mod:`metrics.engines.torch_breaks`).
-* Steps: the optimizer's (:mod:`metrics.engines.torch_optim`), else the
-  compiled graphs' calls with gradients on (:mod:`metrics.engines.torch_steps`).
+* Steps: the optimizer's (:mod:`metrics.engines.torch_optim`), else compiled
+  calls with gradients on (:mod:`metrics.engines.torch_steps`).
 * Executions of each compiled graph and their time (``ExecuteComputation``,
   ``ExecuteTime``): the backend's callable is wrapped (forward graphs only;
   backward runs inside autograd).
@@ -73,6 +73,7 @@ from metrics.engines import torch_breaks as brk
 from metrics.engines._frames import skip_prefixes
 from metrics.engines._patching import Patches
 from metrics.engines.base import EngineBase
+from metrics.engines.torch_backward import BackwardCompiles
 from metrics.engines.torch_guards import (
     TypesByCompile,
     choose_reason,
@@ -158,6 +159,7 @@ class TorchCompileEngine(EngineBase):
         self.optimizer = torch_optim.OptimizerSteps(recorder)  # the training step, if any
         recorder.on_reset(self.call_times.clear)
         recorder.on_reset(self.gaps.clear)
+        self.backward = BackwardCompiles(recorder)  # compiled lazily, at backward()
 
     # Install / uninstall ---------------------------------------------------
 
@@ -279,8 +281,10 @@ class TorchCompileEngine(EngineBase):
     def on_compilation_metrics(self, m: Any) -> None:
         try:
             self.gaps.compiled(time.monotonic_ns())
+            if m.is_forward is False and not m.is_runtime:
+                return self.backward.compiled(m.compile_id, (m.duration_us or 0) / 1e6)
             if m.is_forward is False or m.is_runtime:
-                return  # backward / runtime records: no Dynamo graph of their own
+                return  # runtime records: no Dynamo graph of their own
             pending = getattr(_tls, "pending", None)
             if not pending:
                 return
@@ -320,6 +324,7 @@ class TorchCompileEngine(EngineBase):
         for g in graphs:
             if compile_id:
                 self._types.remember(str(compile_id), g.types)
+                self.backward.remember(str(compile_id), g.hash)
             seconds = g.backend_ns / 1e9 + trace_s / len(graphs)
             # A backend cache hit is still a Dynamo (re)compile: Dynamo traced the
             # frame again (its time, its guard failure); only the backend was loaded.
@@ -440,7 +445,6 @@ def _wrap_call_user_compiler(original: Callable[..., Any]) -> Callable[..., Any]
         fn = original(self, gm, example_inputs, *args, **kwargs)
         return eng.on_backend_compiled(self, gm, fn, time.perf_counter_ns() - start)
 
-    call_user_compiler.__wrapped__ = original  # type: ignore[attr-defined]
     return call_user_compiler
 
 
@@ -451,7 +455,6 @@ def _wrap_log_compilation_event(original: Callable[..., Any]) -> Callable[..., A
             eng.on_compilation_metrics(metrics)
         return original(metrics, *args, **kwargs)
 
-    log_compilation_event.__wrapped__ = original  # type: ignore[attr-defined]
     return log_compilation_event
 
 
@@ -465,7 +468,6 @@ def _wrap_log_graph_break(original: Callable[..., Any]) -> Callable[..., Any]:
             eng.on_graph_break(self, reason, exc)  # type: ignore[union-attr]
         return out
 
-    log_graph_break.__wrapped__ = original  # type: ignore[attr-defined]
     return log_graph_break
 
 
@@ -480,7 +482,6 @@ def _wrap_recompilation_reasons(original: Callable[..., Any]) -> Callable[..., A
                 _active.rec.hook_failed("torch_compile.reasons", e)
         return reasons
 
-    get_and_maybe_log_recompilation_reasons.__wrapped__ = original  # type: ignore[attr-defined]
     return get_and_maybe_log_recompilation_reasons
 
 

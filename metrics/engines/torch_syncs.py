@@ -219,10 +219,15 @@ class SyncReads:
         return out
 
     def clear(self) -> None:
+        """Forgets every read (the recorder's reset): counting starts exact again."""
+        global _left
         self.journal.clear()
         with self._lock:
             self._sites.clear()
             self._kept = {DEVICE: 0, CPU: 0}
+            self.exact_left, self.sampled = EXACT_READS, False
+            if self._originals:
+                _left = 1
 
 
 def _accelerated() -> bool:

@@ -153,6 +153,18 @@ class GraphLedger:
             if cause is not None:
                 e.causes.append(cause)
 
+    def compile_time_added(self, graph_hash: str, seconds: float) -> None:
+        """More compile time for the last compile of a known graph (a part the
+        engine compiles later, such as torch.compile's lazy backward); not a
+        compile of its own. A graph no longer in the ledger is left alone."""
+        with self._lock:
+            if graph_hash not in self._entries:
+                return
+            self._executions.flush_held()
+            e = self._touch(graph_hash, "", "")
+            e.compile_total += seconds
+            e.compile_last += seconds
+
     def cache_hit(self, graph_hash: str, name: str, engine: str,
                   signature: tuple[str, ...] = ()) -> None:
         """Records a compile avoided by a cache (persistent or in-memory)."""

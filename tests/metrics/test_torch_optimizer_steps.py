@@ -127,8 +127,11 @@ def test_a_read_every_iteration_is_once_per_step(gpt):
     site = _site(snap, "# nanoGPT: log every iteration")
     assert site.count == STEPS and site.count / snap.steps.count == pytest.approx(1.0)
     assert site.phase == "step"  # before: "periodic" (24 reads over 96 "steps")
-    # Not a finding on a CPU (a few microseconds a read): said per step, with why.
-    assert "/step" in not_raised(snap, site) and "of step time" in not_raised(snap, site)
+    # A few microseconds a read on a CPU, but every step: named as info for what
+    # it costs where the device runs ahead (before: counted, not raised).
+    assert not_raised(snap, site) == ""
+    (f,) = [f for f in gpt[1] if f.kind == "per_step_sync" and f.location == site.location]
+    assert f.severity in ("info", "warning") and "every step" in f.message
 
 
 def test_an_eager_program_has_its_optimizer_steps(eager):

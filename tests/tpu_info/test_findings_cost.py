@@ -62,7 +62,8 @@ def test_per_step_sync_names_line_frequency_and_measured_cost():
     f = _one(_snap(_sync()), "per_step_sync")
     assert f.message == (
         "float() at train.py:88 reads a value back to the host every step (1,200 times, 1.0 "
-        "per step, 4.1 ms/step, 3.0% of step time, measured): the host waits for the device "
+        "per step, 4.1 ms/step, 3.0% of step time, measured; at most this: the wait includes "
+        "the device's own work, which runs either way): the host waits for the device "
         "to finish, then the device waits for the host. Log every N steps, or keep the value "
         "on the device (accumulate with jnp and read once).")
     assert f.location == "/src/train.py:88" and f.count == 1200 and f.per_step == 1.0
@@ -87,9 +88,21 @@ def test_sync_with_steps_unknown_gives_the_total_and_no_per_step_figure():
 
 
 def test_cheap_or_rare_sites_are_not_findings():
-    cheap = _sync(seconds=0.0005)
-    rare = _sync(count=100, seconds=3.0)  # one step in 12: logging every N steps already
-    assert not [f for f in find(_snap(cheap, rare)) if f.kind == "per_step_sync"]
+    cheap_most = _sync(count=700, seconds=0.0005)  # in 58% of the steps: not every step
+    rare = _sync(count=100, seconds=3.0, line=90)  # one step in 12: logging every N steps already
+    assert not [f for f in find(_snap(cheap_most, rare)) if f.kind == "per_step_sync"]
+
+
+def test_a_cheap_read_in_every_step_is_named_as_info_for_what_it_costs_on_an_accelerator():
+    # loss.item() every iteration costs microseconds on a CPU and a pipeline
+    # drain on a GPU or TPU: named, as info, with the line and why.
+    f = _one(_snap(_sync(seconds=0.0005, detail="Tensor.item()")), "per_step_sync")
+    assert f.severity == "info" and f.location == "/src/train.py:88"
+    assert "every step" in f.message and "0.4 us/step" in f.message
+    assert "cheap on this CPU, but on a GPU or TPU each read drains the pipeline" in f.message
+    few = _snap(_sync(count=5, seconds=0.0001),
+                steps=StepsReading(5, "inferred", "jit(step)", seconds_total=1.0))
+    assert not [f for f in find(few) if f.kind == "per_step_sync"]
 
 
 def test_explicit_device_get_already_counted_at_a_line_is_not_counted_twice():

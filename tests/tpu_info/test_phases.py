@@ -92,15 +92,31 @@ def test_setup_and_periodic_sites_are_not_per_step() -> None:
 
 def test_no_per_step_cost_above_the_step_and_overlaps_said() -> None:
     s = Snapshot(11.0, uptime_seconds=11.0, steps=LOOP, sites=(
-        SiteReading("sync", "/w/t.py:3", 100, 400, 30.0, first_seen_unix=1000.1,
-                    last_seen_unix=1009.9, detail="float()"),
-        SiteReading("sync", "/w/t.py:4", 100, 400, 8.0, first_seen_unix=1000.1,
-                    last_seen_unix=1009.9, detail="print"),
+        SiteReading("eager_op", "/w/t.py:3", 100, 0, 30.0, first_seen_unix=1000.1,
+                    last_seen_unix=1009.9, detail="jnp.add"),
+        SiteReading("eager_op", "/w/t.py:4", 100, 0, 8.0, first_seen_unix=1000.1,
+                    last_seen_unix=1009.9, detail="jnp.mul"),
     ))
     found = find(s)
     step = LOOP.seconds_per_step or 0.0
     assert all((f.seconds_per_step or 0.0) <= step + 1e-9 for f in found), found
     assert found[-1].kind == "overlapping_costs" and "overlap" in found[-1].message
+
+
+def test_a_read_costs_at_most_the_overlap_it_prevents() -> None:
+    # The waits hold the device's own work: a loop that waits 9 s of its 10 s
+    # is device-bound, and its read could hide at most the host's other 1 s.
+    s = Snapshot(11.0, uptime_seconds=11.0, steps=LOOP, sites=(
+        SiteReading("sync", "/w/t.py:3", 100, 400, 9.0, first_seen_unix=1000.1,
+                    last_seen_unix=1009.9, detail="float()"),))
+    (f,) = [f for f in find(s) if f.kind == "per_step_sync"]
+    assert f.seconds_lost == pytest.approx(LOOP.seconds_total - 9.0)
+    assert "at most the host's other time in the steps" in f.message
+    light = Snapshot(11.0, uptime_seconds=11.0, steps=LOOP, sites=(
+        SiteReading("sync", "/w/t.py:3", 100, 400, 2.0, first_seen_unix=1000.1,
+                    last_seen_unix=1009.9, detail="float()"),))
+    (f,) = [f for f in find(light) if f.kind == "per_step_sync"]
+    assert f.seconds_lost == pytest.approx(2.0) and "measured; at most this: the wait includes" in f.message
 
 
 PROGRAM = textwrap.dedent("""
@@ -202,8 +218,8 @@ def test_a_counted_line_that_is_not_a_finding_says_why_in_json() -> None:
     from tpu_info.outputs.jsonview import report_json
 
     s = Snapshot(1011.0, uptime_seconds=20.0, steps=LOOP, sites=(
-        SiteReading("sync", "/w/cb.py:7", 100, 400, 0.02, first_seen_unix=1000.1,
-                    last_seen_unix=1009.9, detail="print"),  # 0.2 ms a step: cheap
+        SiteReading("sync", "/w/cb.py:7", 60, 240, 0.02, first_seen_unix=1000.1,
+                    last_seen_unix=1009.9, detail="print"),  # in 60% of steps, cheap
         SiteReading("sync", "/w/cb.py:9", 100, 400, 2.0, first_seen_unix=1000.1,
                     last_seen_unix=1009.9, detail="float()"),))
     sites = {x["location"]: x for x in report_json("t", s)["target"]["sites"]}

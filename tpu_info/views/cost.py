@@ -27,7 +27,10 @@ from tpu_info.contract.phases import every_steps
 
 
 def duration(seconds: float) -> str:
-    """``0.0041`` -> ``4.1 ms``; ``0.00003`` -> ``30 us``; ``12.3`` -> ``12.3 s``."""
+    """``0.0041`` -> ``4.1 ms``; ``0.00003`` -> ``30 us``; ``4e-7`` -> ``0.4 us``;
+    ``12.3`` -> ``12.3 s``."""
+    if seconds < 1e-5:
+        return f"{seconds * 1e6:.1g} us" if seconds >= 5e-8 else "<0.1 us"
     if seconds < 1e-3:
         return f"{seconds * 1e6:.0f} us"
     if seconds < 0.01:
@@ -104,6 +107,7 @@ class Cost:
     phase: Phase = Phase.UNKNOWN
     run_seconds: float = 0.0
     span: tuple[float, float] | None = None  # first and last occurrence (unix)
+    note: str = ""  # after the label: what the figure stands for, where it is a bound
 
     @property
     def outside_step(self) -> bool:
@@ -144,7 +148,8 @@ class Cost:
         return every_steps(self.count or 0, self.steps, self.span)
 
     def label(self) -> str:
-        return self.how if self.estimated else "measured"
+        said = self.how if self.estimated else "measured"
+        return f"{said}; {self.note}" if self.note else said
 
     def _outside_tail(self) -> str:
         """``every 40 steps, 480 ms each, 4.0% of run time, measured``;
@@ -212,13 +217,14 @@ def outside_warns(c: Cost) -> bool:
 
 def cost_of(s: Snapshot, seconds: float, count: int | None, estimated: str = "",
             phase: Phase | str = Phase.UNKNOWN,
-            span: tuple[float, float] | None = None) -> Cost:
+            span: tuple[float, float] | None = None, note: str = "") -> Cost:
     """The cost of something that happened ``count`` times and took ``seconds``
     in ``s``; ``estimated`` names how the seconds were estimated (empty: measured);
     ``phase`` where it happened (:func:`tpu_info.contract.phases.phase_of`),
-    ``span`` its first and last time (for how many steps apart it recurs)."""
+    ``span`` its first and last time (for how many steps apart it recurs);
+    ``note`` what the figure stands for, said after how it was had."""
     return Cost(max(0.0, seconds), count, bool(estimated), estimated, steps_of(s),
-                as_phase(phase), s.uptime_seconds, span)
+                as_phase(phase), s.uptime_seconds, span, note)
 
 
 def as_phase(value: Phase | str) -> Phase:

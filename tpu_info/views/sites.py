@@ -32,6 +32,7 @@ from tpu_info.contract.catalog import (
 from tpu_info.contract.model import Finding, Phase, Severity, SiteKind, SiteReading, Snapshot
 from tpu_info.contract.phases import phase_of
 from tpu_info.views.cost import (
+    OUTSIDE_STEP,
     Cost,
     as_phase,
     cost_of,
@@ -57,12 +58,22 @@ MIN_SHARE = 0.005
 # the same copy weigh more. Below MIN_SHARE it is said as info, not a warning.
 MIN_BYTES_PER_STEP = 64e3
 MIN_STEPS = 10
+# A device->host read in every step (this share of the steps or more), over at
+# least MIN_STEPS steps, is named whatever it cost here: on a GPU or TPU each
+# one drains the pipeline (the host cannot queue step n+1 while step n runs),
+# which a CPU run, where it costs microseconds, cannot show. Info when cheap.
+EVERY_STEP = 0.9
 
 # Work outside the step (set-up, periodic, once, tear-down) is said when it
 # took at least this share of the run (and MIN_SECONDS); a warning only when
 # it weighs on the run (:func:`tpu_info.views.cost.outside_warns`).
 OUTSIDE_INFO_SHARE = {Phase.PERIODIC: 0.01, Phase.SETUP: 0.05, Phase.ONCE: 0.05,
                       Phase.TEARDOWN: 0.05}
+
+# What a read's cost stands for (sites._sync_cost).
+WAIT_NOTE = "at most this: the wait includes the device's own work, which runs either way"
+HOST_NOTE = ("at most the host's other time in the steps, all that overlap could hide "
+             "(the wait is longer: the device's own work)")
 
 # For sites the hook counted but could not time: a host<->device copy at a
 # PCIe-class rate, plus a fixed wait per device->host read.
@@ -115,6 +126,8 @@ def site_phase(s: Snapshot, site: SiteReading) -> Phase:
 def _site_cost(s: Snapshot, site: SiteReading) -> Cost:
     phase = site_phase(s, site)
     span = (site.first_seen_unix, site.last_seen_unix) if site.first_seen_unix else None
+    if site.seconds > 0 and site.kind == SiteKind.SYNC.value and phase not in OUTSIDE_STEP:
+        return _sync_cost(s, site, phase, span)
     if site.seconds > 0:
         return cost_of(s, site.seconds, site.count, phase=phase, span=span)
     rate, how = transfer_rate(s)
@@ -122,6 +135,21 @@ def _site_cost(s: Snapshot, site: SiteReading) -> Cost:
     if fixed:
         how += f" plus {duration(ASSUMED_SYNC_S)} a read"
     return cost_of(s, fixed + site.bytes / rate, site.count, how, phase, span)
+
+
+def _sync_cost(s: Snapshot, site: SiteReading, phase: Phase,
+               span: tuple[float, float] | None) -> Cost:
+    """A read in the step loop: the hook times its wait, and the wait holds the
+    device's queued work, which runs whether or not the host waits. What the
+    read costs is the overlap it prevents: at most the wait, and at most the
+    host's other time in the steps (all the device could have run beside)."""
+    steps = steps_of(s)
+    lost, note = site.seconds, WAIT_NOTE if steps is not None else ""
+    if steps is not None and steps.seconds_total:
+        other = max(0.0, steps.seconds_total - site.seconds)
+        if other < lost:
+            lost, note = other, HOST_NOTE
+    return cost_of(s, lost, site.count, phase=phase, span=span, note=note)
 
 
 def _outside_severity(c: Cost) -> Severity | None:
@@ -145,7 +173,11 @@ def _worth_saying(c: Cost, site: SiteReading) -> bool:
         return False
     if _costly(c):
         return True
-    return (site.kind == SiteKind.IMPLICIT_TO_DEVICE.value and c.steps.count >= MIN_STEPS
+    if c.steps.count < MIN_STEPS:
+        return False
+    if site.kind == SiteKind.SYNC.value:
+        return (c.per_step or 0.0) >= EVERY_STEP
+    return (site.kind == SiteKind.IMPLICIT_TO_DEVICE.value
             and site.bytes / c.steps.count >= MIN_BYTES_PER_STEP)
 
 
@@ -160,6 +192,19 @@ def _how_often(c: Cost) -> str:
 
 _TORCH_SYNC_ADVICE = ("Log every N steps, or keep the value on the device (accumulate with "
                       "torch ops, e.g. total += loss.detach(), and call .item() once).")
+
+
+def _on_cpu(s: Snapshot) -> bool:
+    """Whether the process computes on the host's CPU (or says nothing of its
+    devices): there a read costs microseconds and shows nothing of a pipeline."""
+    return all(d.platform.lower() in ("cpu", "") for d in s.devices)
+
+
+def _cheap_sync_words(s: Snapshot) -> str:
+    if _on_cpu(s):
+        return ("It is cheap on this CPU, but on a GPU or TPU each read drains the pipeline: "
+                "the host cannot queue the next step while this one runs.")
+    return "It is cheap at this step time, but it keeps the host from running ahead."
 
 
 def _sync_advice(detail: str, engine: str = "jax") -> str:
@@ -252,11 +297,14 @@ def _finding(s: Snapshot, site: SiteReading) -> Finding | None:
             Severity.WARNING, site.location, kind="per_step_eager_ops", **c.fields())
     where = f"{site.detail or 'a read'} at {short_location(site.location)}{via}"
     if site.kind == SiteKind.SYNC.value:
+        costly = _costly(c)
+        weight = "" if costly else f" {_cheap_sync_words(s)}"
         return Finding(
             f"{where} reads a value back to the host {_how_often(c)} ({c.words()}): the host "
-            "waits for the device to finish, then the device waits for the host. "
+            f"waits for the device to finish, then the device waits for the host.{weight} "
             f"{_sync_advice(site.detail, engine_of(s))}",
-            Severity.WARNING, site.location, kind="per_step_sync", **c.fields())
+            Severity.WARNING if costly else Severity.INFO, site.location,
+            kind="per_step_sync", **c.fields())
     each = size_words(site.bytes / site.count) if site.count else size_words(0)
     what = site.detail or "host data"
     costly = _costly(c)
@@ -292,8 +340,13 @@ def not_raised(s: Snapshot, site: SiteReading) -> str:
                 f"{COUNT_WITHOUT_STEPS} times and {duration(MIN_SECONDS)})")
     if (c.per_step or 0.0) < PER_STEP_AT_LEAST:
         return f"in {share_words(c.per_step or 0.0)} of the steps (said from half)"
+    if site.kind == SiteKind.SYNC.value and c.steps.count < MIN_STEPS:
+        return (f"{c.steps.count} steps so far: a read in every step is said from "
+                f"{MIN_STEPS} steps")
     copy = (f", or a copy of {size_words(MIN_BYTES_PER_STEP)} a step"
-            if site.kind == SiteKind.IMPLICIT_TO_DEVICE.value else "")
+            if site.kind == SiteKind.IMPLICIT_TO_DEVICE.value else
+            f", or a read in {share_words(EVERY_STEP)} of the steps"
+            if site.kind == SiteKind.SYNC.value else "")
     return (f"{duration(c.seconds_per_step or 0.0)}/step, "
             f"{share_words(c.share_of_step or 0.0)} of step time (said from "
             f"{duration(MIN_SECONDS)} in all and {share_words(MIN_SHARE)}{copy})")
