@@ -24,8 +24,13 @@ and newest first
 ``tpu_info_exporter_targets_skipped{reason}``); a poll ends within
 ``--timeout``; the endpoint is the hook's bounded HTTP server
 (:mod:`tpu_info.net.bounded_http`: connections, request size, timeouts
-and answers per second capped); each reply at most the client's 32 MiB;
-per-process families are bounded as the hook's are.
+and answers per second capped); each reply at most :data:`MAX_REPLY_BYTES`
+(16 MiB, half the CLI's: a poll decodes every target's answer, again and
+again), cut as the CLI cuts counts (2,000 graphs, ...), what was cut said by
+``tpu_info_target_cut{part}``; what is kept per target is its last decoded
+snapshot (bounded as the client's), its series state and one channel, and
+memory freed by a poll is handed back to the system (glibc's
+``malloc_trim``); per-process families are bounded as the hook's are.
 
 Example:
     >>> ex = HostExporter(ExporterOptions(host_label="h1", runtime_dir="/nonexistent",
@@ -56,7 +61,7 @@ from prometheus_client.exposition import choose_encoder
 from tpu_info.commands.exporter_targets import MAX_TARGETS, TargetChooser
 from tpu_info.commands.gather import LIBTPU_TARGET, local_targets
 from tpu_info.contract.discovery_record import DiscoveredProcess
-from tpu_info.contract.errors import TimedOut
+from tpu_info.contract.errors import ReplyTooLarge, TimedOut
 from tpu_info.contract.model import LocalScan, Snapshot
 from tpu_info.host.listeners import ProcNet
 from tpu_info.net import discovery
@@ -72,6 +77,7 @@ log = logging.getLogger("tpu_info.commands.exporter")
 DEFAULT_INTERVAL_S = 5.0
 DEFAULT_TIMEOUT_S = 2.0
 MAX_WORKERS = 64
+MAX_REPLY_BYTES = 16 * 1024 * 1024  # one target's answer (the hook's at its bounds: a few MiB)
 POLL_SLACK_S = 0.1  # of --timeout, kept for what follows the fan-out (merging, encoding)
 MAX_FORMATS = 4  # (Accept, gzip) pairs whose bodies are kept and encoded by each poll
 
@@ -204,6 +210,7 @@ class HostExporter:
         # The poll, not only its fan-out, ends within --timeout: the scans
         # above and the guard margin of fan_out come out of it.
         left = self.options.timeout_s * (1 - POLL_SLACK_S) - (time.monotonic() - started)
+        self._bounded_clients(targets, followers, left)
         results: list[FanOutResult[tuple[str, Snapshot]]] = fan_out(
             [t.address for t in targets], timeout=max(0.05, left - FAN_OUT_MARGIN_S),
             call=Client.read_latest, max_workers=MAX_WORKERS, followers=followers,
@@ -218,7 +225,9 @@ class HostExporter:
                                        hung=isinstance(r.error, TimedOut))
             labels = self._process_labels(t, snap)
             health.append(host_fams.TargetHealth(
-                {**labels, "target": t.address}, snap is not None, r.seconds))
+                {**labels, "target": t.address}, snap is not None, r.seconds,
+                {"reply": 1} if isinstance(r.error, ReplyTooLarge)
+                else host_fams.cut_parts(snap.left_out if snap is not None else ())))
             if snap is not None:
                 state = self._states.setdefault(t.key, SeriesState())
                 fams.append(families(snap, labels, state=state))
@@ -253,6 +262,19 @@ class HostExporter:
         with self._lock:
             self._families = merged
             self._bodies = bodies
+        _hand_back_memory()
+
+    def _bounded_clients(self, targets: list[_Target], followers: Mapping[str, Follower],
+                         timeout: float) -> None:
+        """A client with this exporter's reply bound for each target without
+        a kept one (fan-out takes the kept one; a failed one is closed)."""
+        for t in targets:
+            client = self._channels.take(t.address)
+            if client is None:
+                client = Client(t.address, timeout=max(timeout, 0.05),
+                                max_message_bytes=MAX_REPLY_BYTES,
+                                follower=followers[t.address])
+            self._channels.put(client)
 
     # Serving -----------------------------------------------------------------
 
@@ -316,6 +338,24 @@ class HostExporter:
         if self._thread is not None:
             self._thread.join(self.options.timeout_s + 5.0)
         self._channels.close()
+
+
+def _hand_back_memory() -> None:
+    """Returns the heap glibc keeps after a poll decoded large answers (a
+    32 MB answer each poll took the exporter from 56 to 353 MB without)."""
+    global _TRIM
+    if _TRIM is None:
+        try:
+            import ctypes
+
+            _TRIM = ctypes.CDLL("libc.so.6").malloc_trim
+        except (OSError, AttributeError):  # not glibc: nothing to hand back this way
+            _TRIM = False
+    if callable(_TRIM):
+        _TRIM(0)
+
+
+_TRIM: Callable[[int], int] | bool | None = None
 
 
 def _encode(fams: list[Metric], accept: str, zipped: bool) -> bytes:

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -86,11 +86,29 @@ def chip_families(scan: LocalScan, labels: Mapping[str, str]) -> Iterator[Metric
 @dataclass(frozen=True, slots=True)
 class TargetHealth:
     """One target the exporter asked this poll: its labels, whether it
-    answered, and how long it took."""
+    answered, how long it took, and what of its answer was cut, by part
+    (``reply``: the whole answer, over the exporter's byte bound)."""
 
     labels: Mapping[str, str]
     up: bool
     seconds: float
+    cut: Mapping[str, int] = field(default_factory=dict)
+
+
+# The parts of a snapshot whose values the client's decoder cuts or keeps out
+# (the first word of each Snapshot.left_out place); anything else is "other".
+CUT_PARTS = frozenset(("graphs", "events", "distributions", "distribution", "counters",
+                       "counter", "devices", "device", "process", "sites", "graph", "snapshot"))
+
+
+def cut_parts(left_out: Iterable[tuple[str, str]]) -> dict[str, int]:
+    """How many values the decoder cut or kept out of an answer, by part."""
+    out: dict[str, int] = {}
+    for where, _ in left_out:
+        part = where.split(" ", 1)[0]
+        part = part if part in CUT_PARTS else "other"
+        out[part] = out.get(part, 0) + 1
+    return out
 
 
 def target_families(targets: Iterable[TargetHealth], labels: Mapping[str, str],
@@ -120,10 +138,16 @@ def target_families(targets: Iterable[TargetHealth], labels: Mapping[str, str],
                 "0 when it failed or did not answer within --timeout.", [*names, *keys])
     took = _gauge("target_scrape_duration_seconds", "Seconds the target took to answer "
                   "the exporter's last poll (its timeout when it did not).", [*names, *keys])
+    cut = _gauge("target_cut", "Places in the target's last answer where values were cut "
+                 "or kept out (over the client's bounds: 2,000 graphs, ...; not finite), by "
+                 "part; part=\"reply\": the whole answer was over the exporter's 16 MiB.",
+                 [*names, *keys, "part"])
     for t in targets:
         at = [*values, *(str(t.labels.get(k, "")) for k in keys)]
         up.add_metric(at, 1.0 if t.up else 0.0)
         took.add_metric(at, t.seconds)
+        for part, n in sorted(t.cut.items()):
+            cut.add_metric([*at, part], n)
     count = _gauge("exporter_targets", "Targets the exporter asked in its last poll.", names)
     count.add_metric(values, len(targets))
     duration = _gauge("exporter_poll_duration_seconds", "Seconds the exporter's last poll "
@@ -147,7 +171,7 @@ def target_families(targets: Iterable[TargetHealth], labels: Mapping[str, str],
                      [*names, "reason"])
     for reason in ("dial_budget", "max_targets", "not_answering", "port_closed"):
         unasked.add_metric([*values, reason], (not_asked or {}).get(reason, 0))
-    yield from (up, took, count, duration, done, errors, left, unasked)
+    yield from (up, took, cut, count, duration, done, errors, left, unasked)
 
 
 def groups(families: Iterable[Metric]) -> list[list[Metric]]:
