@@ -24,7 +24,8 @@ HERE = Path(__file__).resolve().parent
 ORDER = ["record_cost", "overhead_jax", "hook_pieces", "implicit_transfers", "eager_ops",
          "torch_syncs",
          "overhead_torch",
-         "compile_heavy", "scrape", "fanout", "exporter", "exporter_changes", "cli_startup",
+         "compile_heavy", "scrape", "fanout", "exporter", "exporter_changes",
+         "exporter_records", "cli_startup",
          "tui_cpu", "stale_records", "profiler_overhead", "load", "attack", "soak", "fork",
          "helper_restart", "capture_victim", "hostile_server"]
 VERDICT = re.compile(r"^(?P<name>[^:\n]+): (?P<value>-?[\d.]+) \(target (?P<target>[^)]*)\) "
