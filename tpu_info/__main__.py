@@ -3,9 +3,7 @@ without its console script (torch_xla's own venv, say)."""
 
 from __future__ import annotations
 
-import sys
-
-from tpu_info.commands.cli import main
+from tpu_info.commands.cli import run
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run()

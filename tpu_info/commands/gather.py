@@ -17,9 +17,14 @@ Example:
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent import futures
 from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
 
+from tpu_info.commands import budget
 from tpu_info.contract.model import LocalScan
 from tpu_info.host.listeners import ProcNet, judge_libtpu_port
 from tpu_info.net.discovery import Scan
@@ -27,6 +32,7 @@ from tpu_info.net.targets import normalize
 from tpu_info.views.values import TargetView
 
 LIBTPU_TARGET = "localhost:8431"
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -104,6 +110,8 @@ def gather(
     targets: Sequence[str],
     timeout: float = 3.0,
     *,
+    deadline: float | None = None,
+    prepare: Callable[[], object] | None = None,
     use_discovery: bool = True,
     probe_libtpu: bool = True,
     scan_devices: bool = True,
@@ -116,16 +124,18 @@ def gather(
     Targets named by the user that fail are errors (exit code 1); libtpu's
     port is read only as :func:`local_targets` decides, and when it answers
     nothing that is only a note, since most machines have no libtpu.
+
+    The requests go out as soon as the targets are known: the local scan
+    (sysfs, NVML, owners in ``/proc``) and ``prepare`` (say, importing what
+    prints the answers) run in another thread while they wait, so neither
+    takes the targets' time. They are answered by ``deadline`` (a
+    ``time.monotonic()``; None: ``timeout`` from now), each given at least
+    :data:`~tpu_info.commands.budget.FIRST_WAIT_S` when the deadline is
+    already near (:func:`~tpu_info.commands.budget.wait_until`).
     """
-    from tpu_info.host import devices
     from tpu_info.net import discovery
     from tpu_info.net.client import Client
     from tpu_info.net.fanout import fan_out
-
-    notes: list[tuple[str, str]] = []
-    local = devices.scan_local() if scan_devices else LocalScan()
-    for key, why in local.reasons.items():
-        notes.append((f"local/{key}", why))
 
     net = ProcNet(proc_root)
     found = None
@@ -133,7 +143,7 @@ def gather(
         found = discovery.scan(runtime_dir, port_owners=net.owners_by_port)
     picked = local_targets(found, net, libtpu_target=libtpu_target if probe_libtpu else None,
                            named=targets)
-    notes += picked.notes
+    notes = list(picked.notes)
     order = [t for t, _ in picked.processes] + list(targets)
     implicit: set[str] = set()
     if picked.libtpu is not None:
@@ -147,8 +157,19 @@ def gather(
             seen.add(key)
             unique.append(t)
 
+    end = (time.monotonic() + timeout if deadline is None
+           else budget.wait_until(deadline, timeout))
+    asking = _Asking(len(unique), Client.read_latest)
+    side = futures.ThreadPoolExecutor(1, thread_name_prefix="tpu-info-local")
+    try:
+        local_scan = side.submit(_scan_local, scan_devices, prepare, asking.all_asked, end)
+        answers = fan_out(unique, timeout=max(0.001, end - time.monotonic()), call=asking)
+        local = local_scan.result()
+    finally:
+        side.shutdown(wait=False)
+    notes = [(f"local/{key}", why) for key, why in local.reasons.items()] + notes
     views: list[TargetView] = []
-    for r in fan_out(unique, timeout=timeout, call=Client.read_latest):
+    for r in answers:
         if r.ok:
             source, snap = r.value  # type: ignore[misc]
             views.append(TargetView(r.target, snap, source=source))
@@ -158,3 +179,36 @@ def gather(
         else:
             views.append(TargetView(r.target, None, error=str(r.error)))
     return Gathered(views, local, notes, len(picked.processes))
+
+
+class _Asking(Generic[T]):
+    """``call`` for each target, with :attr:`all_asked` set once every target's
+    call has started: the local work waits for it, so that no target's
+    request waits on the local work (one interpreter lock; on a loaded
+    machine each hand-over of it waits for a turn on a core)."""
+
+    def __init__(self, targets: int, call: Callable[[Any], T]) -> None:
+        self._left = targets
+        self._call = call
+        self._lock = threading.Lock()
+        self.all_asked = threading.Event()
+        if targets <= 0:
+            self.all_asked.set()
+
+    def __call__(self, client: Any) -> T:
+        with self._lock:
+            self._left -= 1
+            if self._left <= 0:
+                self.all_asked.set()
+        return self._call(client)
+
+
+def _scan_local(scan_devices: bool, prepare: Callable[[], object] | None,
+                asked: threading.Event, end: float) -> LocalScan:
+    from tpu_info.host import devices
+
+    asked.wait(max(0.0, end - time.monotonic()))
+    local = devices.scan_local() if scan_devices else LocalScan()
+    if prepare is not None:
+        prepare()
+    return local

@@ -107,8 +107,8 @@ def show(args: argparse.Namespace, mode: Mode, look: Callable[[], Gathered],
     """
     from tpu_info.outputs.console import make_console
 
-    console = make_console(args.no_color)
     csv = _Csv(args) if mode.form == "csv" else None
+    console: Any = None
 
     def frame(g: Gathered) -> None:
         if csv is not None:
@@ -124,11 +124,13 @@ def show(args: argparse.Namespace, mode: Mode, look: Callable[[], Gathered],
             sys.stdout.flush()
 
     if not mode.streaming:
-        g = look()
+        g = look()  # first: the console (rich) is made while the targets answer
+        console = make_console(args.no_color)
         frame(g)
         for v in g.failed:
             say(v.error if v.error.startswith(f"{v.target}: ") else f"{v.target}: {v.error}")
         return EXIT_PARTIAL if g.failed else EXIT_OK
+    console = make_console(args.no_color)
     try:
         if mode.appends(console.is_terminal):
             while True:
