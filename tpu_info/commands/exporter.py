@@ -342,8 +342,10 @@ class HostExporter:
 
 def _hand_back_memory() -> None:
     """Returns the heap glibc keeps after a poll decoded large answers (a
-    32 MB answer each poll took the exporter from 56 to 353 MB without)."""
-    global _TRIM
+    32 MB answer each poll took the exporter from 56 to 353 MB without):
+    when the RSS grew by :data:`TRIM_GROWTH_BYTES` since the last time (a
+    trim of a large heap costs 10-25 ms; reading the RSS, microseconds)."""
+    global _TRIM, _TRIMMED_AT
     if _TRIM is None:
         try:
             import ctypes
@@ -351,11 +353,25 @@ def _hand_back_memory() -> None:
             _TRIM = ctypes.CDLL("libc.so.6").malloc_trim
         except (OSError, AttributeError):  # not glibc: nothing to hand back this way
             _TRIM = False
-    if callable(_TRIM):
+    if not callable(_TRIM):
+        return
+    rss = _rss_bytes()
+    if rss is None or rss - _TRIMMED_AT > TRIM_GROWTH_BYTES:
         _TRIM(0)
+        _TRIMMED_AT = _rss_bytes() or 0
 
 
+def _rss_bytes() -> int | None:
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+TRIM_GROWTH_BYTES = 32 * 1024 * 1024
 _TRIM: Callable[[int], int] | bool | None = None
+_TRIMMED_AT = 0
 
 
 def _encode(fams: list[Metric], accept: str, zipped: bool) -> bytes:
