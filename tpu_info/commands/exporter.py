@@ -208,11 +208,12 @@ class HostExporter:
         targets = self._targets(scan)
         followers = {t.address: self._followers.setdefault(t.key, Follower()) for t in targets}
         # The poll, not only its fan-out, ends within --timeout: the scans
-        # above and the guard margin of fan_out come out of it.
+        # above and fan_out's guard margin (a quarter at most) come out of it.
         left = self.options.timeout_s * (1 - POLL_SLACK_S) - (time.monotonic() - started)
         self._bounded_clients(targets, followers, left)
         results: list[FanOutResult[tuple[str, Snapshot]]] = fan_out(
-            [t.address for t in targets], timeout=max(0.05, left - FAN_OUT_MARGIN_S),
+            [t.address for t in targets],
+            timeout=max(0.05, left - min(FAN_OUT_MARGIN_S, left / 4)),
             call=Client.read_latest, max_workers=MAX_WORKERS, followers=followers,
             channels=self._channels)
         self._channels.keep_only(set(followers))
