@@ -30,6 +30,7 @@ DEPLOY = ROOT / "deploy"
 MANIFEST = DEPLOY / "kubernetes" / "tpu-info-exporter.yaml"
 DOCKERFILE = DEPLOY / "Dockerfile"
 UNIT = DEPLOY / "systemd" / "tpu-info-exporter@.service"
+TRAINING_POD = DEPLOY / "kubernetes" / "training-pod.yaml"
 KUBERNETES_VERSION = "1.30.0"  # the oldest release GKE still supports in 2026
 # Values Kubernetes would put in $(VAR) (downward API); the IPv6 one with the
 # manifest's documented variant, [$(HOST_IP)]:9431.
@@ -351,3 +352,26 @@ def test_systemd_analyze_verifies_the_unit(tmp_path):
     r = subprocess.run([analyze, "verify", str(unit)], capture_output=True, text=True,
                        timeout=120)
     assert "Unknown key" in r.stdout + r.stderr  # the check above can fail
+
+
+def test_the_training_pod_example_meets_the_exporter():
+    """The pod fragment the guide shows: valid, and what the exporter needs
+    (same uid, same directory at the same path, the node's pids)."""
+    import kubernetes_validate
+
+    (pod,) = [d for d in yaml.safe_load_all(TRAINING_POD.read_text()) if d]
+    kubernetes_validate.validate(pod, KUBERNETES_VERSION, strict=True)
+    ds = _one("DaemonSet")["spec"]["template"]["spec"]
+    spec = pod["spec"]
+    assert spec["hostPID"] is True
+    assert spec["securityContext"]["runAsUser"] == ds["securityContext"]["runAsUser"]
+    (train,) = spec["containers"]
+    env = {e["name"]: e["value"] for e in train["env"]}
+    exporter = _parse(_expanded(_exporter_container()["args"], EXPANSIONS[0]))
+    assert env["TPU_INFO_RUNTIME_DIR"] == exporter.runtime_dir
+    (mount,) = train["volumeMounts"]
+    (vol,) = spec["volumes"]
+    assert mount["mountPath"] == vol["hostPath"]["path"] == exporter.runtime_dir
+    assert vol["hostPath"]["path"] in {v["hostPath"]["path"] for v in ds["volumes"]}
+    command = train["command"]
+    assert command[0] == "tpu-info" and _parse(command[1:]).command == "run"
