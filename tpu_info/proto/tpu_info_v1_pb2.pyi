@@ -339,6 +339,24 @@ class Kept(_message.Message):
     keys: _containers.RepeatedScalarFieldContainer[str]
     def __init__(self, part: _Optional[str] = ..., keys: _Optional[_Iterable[str]] = ...) -> None: ...
 
+class SavedRun(_message.Message):
+    __slots__ = ("format_version", "snapshot", "ended", "ended_unix", "exit_code", "signal", "error")
+    FORMAT_VERSION_FIELD_NUMBER: _ClassVar[int]
+    SNAPSHOT_FIELD_NUMBER: _ClassVar[int]
+    ENDED_FIELD_NUMBER: _ClassVar[int]
+    ENDED_UNIX_FIELD_NUMBER: _ClassVar[int]
+    EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
+    SIGNAL_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    format_version: int
+    snapshot: Snapshot
+    ended: str
+    ended_unix: float
+    exit_code: int
+    signal: str
+    error: str
+    def __init__(self, format_version: _Optional[int] = ..., snapshot: _Optional[_Union[Snapshot, _Mapping]] = ..., ended: _Optional[str] = ..., ended_unix: _Optional[float] = ..., exit_code: _Optional[int] = ..., signal: _Optional[str] = ..., error: _Optional[str] = ...) -> None: ...
+
 class ListMetricsRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
