@@ -1,0 +1,254 @@
+"""Two runs compared: the changes that matter, and the conditions CI fails on.
+
+``tpu-info diff A B`` reads two snapshots (saved runs or live targets) and
+says, side by side, what a performance engineer checks after a change:
+steps/s, step time P50/P99, compile count and time, transfers and syncs per
+step; the graphs new in B (by computation: function name and input
+signature, never the hash, which moves with any code change), the recompile
+causes new in B, and the findings that appeared or went away.
+
+``--fail-on 'step_time_p50>+5%,compiles>+0'`` turns it into a gate: each
+condition names a row, ``>`` or ``<``, and a change: relative (``+5%``) or
+absolute (``+0``, ``-10``). A condition whose row has no value on either
+side does not hold, and says so.
+
+Example:
+    >>> from tpu_info.contract.model import Snapshot, StepsReading
+    >>> a = Snapshot(0.0, steps=StepsReading(100, "marked", "m", 10.0))
+    >>> b = Snapshot(0.0, steps=StepsReading(100, "marked", "m", 12.5))
+    >>> [r.change_words() for r in compare(a, b).rows if r.key == "steps_per_s"]
+    ['-20%']
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from tpu_info.contract import catalog
+from tpu_info.contract.model import SiteKind, Snapshot
+from tpu_info.views.cost import short_location, steps_of
+from tpu_info.views.findings import find
+from tpu_info.views.values import dist_percentile
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """One compared figure; ``better`` is which way is good (``up``/``down``)."""
+
+    key: str
+    label: str
+    a: float | None
+    b: float | None
+    unit: str = ""
+    better: str = "down"
+
+    @property
+    def change(self) -> float | None:
+        if self.a is None or self.b is None:
+            return None
+        return self.b - self.a
+
+    @property
+    def relative(self) -> float | None:
+        if self.change is None or not self.a:
+            return None
+        return self.change / abs(self.a)
+
+    def change_words(self) -> str:
+        if self.change is None:
+            return "-"
+        if self.relative is not None:
+            return f"{self.relative:+.0%}" if abs(self.relative) >= 0.01 else "same"
+        return f"{self.change:+g}" if self.change else "same"
+
+    def worse(self) -> bool:
+        """Whether B moved the wrong way by more than 1% (or at all, from 0)."""
+        c = self.change
+        if c is None or c == 0:
+            return False
+        if self.relative is not None and abs(self.relative) < 0.01:
+            return False
+        return c > 0 if self.better == "down" else c < 0
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """What changed from A to B."""
+
+    rows: list[Row]
+    new_graphs: list[str] = field(default_factory=list)
+    gone_graphs: list[str] = field(default_factory=list)
+    new_causes: list[str] = field(default_factory=list)
+    new_findings: list[str] = field(default_factory=list)
+    gone_findings: list[str] = field(default_factory=list)
+
+    def row(self, key: str) -> Row | None:
+        return next((r for r in self.rows if r.key == key), None)
+
+
+def _per_step(s: Snapshot, count: float | None) -> float | None:
+    steps = steps_of(s)
+    if steps is None or count is None:
+        return None
+    return count / steps.count
+
+
+def _step_time_ms(s: Snapshot, percent: float) -> float | None:
+    d = s.distribution(catalog.STEP_TIME)
+    if d is not None and d.count:
+        value, _ = dist_percentile(d, percent)
+        if value is not None:
+            return value / 1e6
+    steps = steps_of(s)
+    if percent == 50 and steps is not None and steps.seconds_total:
+        return steps.seconds_total / steps.count * 1e3  # the mean: no distribution
+    return None
+
+
+def _figures(s: Snapshot) -> dict[str, float | None]:
+    steps = steps_of(s)
+    ct = s.distribution(catalog.COMPILE_TIME)
+    h2d = s.distribution(catalog.TRANSFER_TO_DEVICE_TIME)
+    d2h = s.distribution(catalog.TRANSFER_FROM_DEVICE_TIME)
+    syncs = sum(x.count for x in s.sites if x.kind == SiteKind.SYNC.value)
+    compiles = sum(g.compiles for g in s.graphs) or (ct.count if ct is not None else None)
+    return {
+        "steps": float(steps.count) if steps is not None else None,
+        "steps_per_s": (steps.count / steps.seconds_total
+                        if steps is not None and steps.seconds_total else None),
+        "step_time_p50": _step_time_ms(s, 50),
+        "step_time_p99": _step_time_ms(s, 99),
+        "compiles": float(compiles) if compiles is not None else None,
+        "compile_s": ct.total / 1e9 if ct is not None else (
+            sum(g.compile_seconds_total for g in s.graphs) if s.graphs else None),
+        "h2d_per_step": _per_step(s, h2d.count if h2d is not None else None),
+        "d2h_per_step": _per_step(s, d2h.count if d2h is not None else None),
+        "syncs_per_step": _per_step(s, syncs if s.sites else None),
+        "graphs": float(len(s.graphs)),
+    }
+
+
+# key, label, unit, which way is better
+ROWS: tuple[tuple[str, str, str, str], ...] = (
+    ("steps", "steps", "", "up"),
+    ("steps_per_s", "steps/s", "", "up"),
+    ("step_time_p50", "step time P50", "ms", "down"),
+    ("step_time_p99", "step time P99", "ms", "down"),
+    ("compiles", "compiles", "", "down"),
+    ("compile_s", "compile time", "s", "down"),
+    ("h2d_per_step", "host->device transfers/step", "", "down"),
+    ("d2h_per_step", "device->host transfers/step", "", "down"),
+    ("syncs_per_step", "reads to the host/step", "", "down"),
+    ("graphs", "distinct graphs", "", "down"),
+)
+KEYS = tuple(k for k, *_ in ROWS)
+
+
+def _graph_keys(s: Snapshot) -> dict[str, str]:
+    """Each graph by what it computes: its function and input signature."""
+    out = {}
+    for g in s.graphs:
+        key = f"{g.name}({', '.join(g.signature)})"
+        out[key] = key
+    return out
+
+
+def _cause_keys(s: Snapshot) -> set[str]:
+    return {f"{g.name}: {c.description}" for g in s.graphs for c in g.causes
+            if c.description and "first call" not in c.description}
+
+
+def _finding_keys(s: Snapshot) -> dict[str, str]:
+    out = {}
+    for f in find(s):
+        where = short_location(f.location)
+        key = f"{f.kind}{' at ' + where if where else ''}"
+        out.setdefault(key, f"{key}: {f.message[:160]}")
+    return out
+
+
+def compare(a: Snapshot, b: Snapshot) -> Comparison:
+    """What changed from ``a`` to ``b``."""
+    fa, fb = _figures(a), _figures(b)
+    rows = [Row(key, label, fa[key], fb[key], unit, better) for key, label, unit, better in ROWS]
+    ga, gb = _graph_keys(a), _graph_keys(b)
+    finds_a, finds_b = _finding_keys(a), _finding_keys(b)
+    return Comparison(
+        rows=rows,
+        new_graphs=sorted(set(gb) - set(ga)),
+        gone_graphs=sorted(set(ga) - set(gb)),
+        new_causes=sorted(_cause_keys(b) - _cause_keys(a)),
+        new_findings=[finds_b[k] for k in sorted(set(finds_b) - set(finds_a))],
+        gone_findings=[finds_a[k] for k in sorted(set(finds_a) - set(finds_b))],
+    )
+
+
+_CONDITION = re.compile(r"^\s*([a-z0-9_]+)\s*([<>])\s*([+-]?\d+(?:\.\d+)?)(%?)\s*$")
+
+
+@dataclass(frozen=True, slots=True)
+class Condition:
+    """``step_time_p50>+5%``: the row, the direction and the threshold."""
+
+    key: str
+    op: str
+    value: float
+    relative: bool
+    text: str
+
+    def check(self, c: Comparison) -> tuple[bool, str]:
+        """Whether it holds, and the words for it."""
+        r = c.row(self.key)
+        if r is None or r.change is None:
+            return False, f"{self.text}: not known on both sides"
+        if self.relative:
+            if r.relative is None:
+                return False, f"{self.text}: A is 0, no relative change"
+            moved, shown = r.relative * 100, f"{r.relative:+.1%}"
+        else:
+            moved, shown = r.change, f"{r.change:+g}"
+        held = moved > self.value if self.op == ">" else moved < self.value
+        return held, f"{self.text}: {r.label} {shown} ({_fmt(r.a)} -> {_fmt(r.b)})"
+
+
+def _fmt(v: float | None) -> str:
+    if v is None:
+        return "-"
+    return f"{v:,.0f}" if abs(v) >= 100 or float(v).is_integer() else f"{v:,.3g}"
+
+
+def parse_conditions(text: str) -> list[Condition]:
+    """``'step_time_p50>+5%,compiles>+0'`` -> conditions.
+
+    Raises:
+        ValueError: a condition that does not parse or names no row (the
+            message lists the rows).
+    """
+    out = []
+    for part in (p for p in text.split(",") if p.strip()):
+        m = _CONDITION.match(part)
+        if m is None:
+            raise ValueError(f"--fail-on {part.strip()!r}: write NAME>+5% or NAME>+0 "
+                             f"(NAME one of {', '.join(KEYS)})")
+        key, op, number, pct = m.groups()
+        if key not in KEYS:
+            raise ValueError(f"--fail-on {part.strip()!r}: no row {key!r} "
+                             f"(one of {', '.join(KEYS)})")
+        out.append(Condition(key, op, float(number), bool(pct), part.strip()))
+    if not out:
+        raise ValueError("--fail-on is empty: give conditions such as 'step_time_p50>+5%'")
+    return out
+
+
+def failed(conditions: Sequence[Condition], c: Comparison) -> list[tuple[bool, str]]:
+    """Each condition checked: (held, words)."""
+    return [cond.check(c) for cond in conditions]
+
+
+def fmt(value: float | None, unit: str = "") -> str:
+    """A figure for the table: ``-`` when unknown."""
+    if value is None:
+        return "-"
+    return f"{_fmt(value)}{' ' + unit if unit else ''}"
