@@ -33,6 +33,21 @@ class Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
         raise UsageError(message)
 
+    def parse_args(self, args: Any = None, namespace: Any = None) -> Any:  # type: ignore[override]
+        """As argparse's; a line that fails and holds an nvidia-smi spelling
+        (``-L``, ``-i 0``, ``--query-gpu=...``) gets a hint naming ours instead."""
+        try:
+            return super().parse_args(args, namespace)
+        except UsageError:
+            import sys
+
+            from tpu_info.commands.nvsmi import nvidia_smi_hint
+
+            hint = nvidia_smi_hint(sys.argv[1:] if args is None else args)
+            if hint is None:
+                raise
+            raise UsageError(hint) from None
+
 
 class _MetricAction(argparse.Action):
     """``--metric NAME`` appends; a following ``-f FILTER`` attaches to it."""
@@ -105,6 +120,16 @@ def _output_file(text: str) -> str:
     return text
 
 
+def _html_file(text: str) -> str:
+    import os
+
+    if not text or "\0" in text:
+        raise UsageError(f"--html must name a file, got {text!r}")
+    if os.path.isdir(text):
+        raise UsageError(f"--html {text!r} is a directory; name the HTML file")
+    return text
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = Parser(prog="tpu-info", description="See what your accelerators and the XLA "
                 "programs on them are doing.", epilog="Exit codes: 0 all good; 1 some "
@@ -158,6 +183,9 @@ def build_parser() -> argparse.ArgumentParser:
     who.add_argument("--target", dest="report_target", type=target_arg, metavar="HOST:PORT",
                      help="the hooked process (or libtpu) serving at HOST:PORT")
     r.add_argument("--short", action="store_true", help="short_metrics_report()")
+    r.add_argument("--html", type=_html_file, metavar="FILE",
+                   help="write a self-contained HTML page instead (step-time plot, compile "
+                        "timeline, device memory, findings, graphs); it loads nothing")
     r.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help=json_help)
     pr = sub.add_parser("profile", help="capture a Chrome/Perfetto trace of a running program",
                         description="Record a running hooked program into a trace file.")
@@ -220,6 +248,9 @@ def check_combination(args: argparse.Namespace) -> None:
                          "--json before a subcommand)")
     if args.json and args.command in ("run", "profile", "exporter"):
         raise UsageError(f"--json does not apply to '{args.command}'")
+    if getattr(args, "html", None) and (args.json or args.short):
+        raise UsageError(f"report --html writes the whole page: it takes no "
+                         f"{'--json' if args.json else '--short'}")
     if args.watch and (set(given) - {"--watch", "--rate"} or args.json):
         other = next(iter(sorted(set(given) - {"--watch", "--rate"})), "--json")
         raise UsageError(f"--watch is the interactive dashboard: it takes no {other} (for a "

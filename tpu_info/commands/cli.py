@@ -10,6 +10,7 @@
     tpu-info --metric hbm_usage       one metric; Google's names and ours
     tpu-info -v                       Google's three version lines
     tpu-info report [--pid N | --target T] [--json]   a running program's metrics_report()
+    tpu-info report --html FILE       the same program as one self-contained HTML page
     tpu-info profile [--pid N | --target T] --duration 5 -o trace.json [--device]
                                       a Chrome/Perfetto trace of a running program
     tpu-info doctor [--json]          why each N/A, and what to do
@@ -173,6 +174,10 @@ def _report(args: argparse.Namespace) -> int:
     except TpuInfoError as e:
         _say(e)
         return EXIT_PARTIAL
+    if args.html:
+        from tpu_info.commands.report_html import write_report
+
+        return write_report(args.html, target, snap, _say)
     if args.json:
         from tpu_info.outputs.jsonview import dumps, report_json
 

@@ -38,12 +38,18 @@ WARN_SHARE = 0.05  # outliers' extra time over the run's time: a warning from he
 INFO_SHARE = 0.01  # and said from here (a loaded machine's odd slow step is not news)
 
 
-def _outliers(d: DistributionReading) -> tuple[float, float, list[tuple[float, float]]]:
+def slow_cut(median: float) -> float:
+    """The step time (seconds) from which a step is an outlier, given the median step's."""
+    return max(SLOW_FACTOR * median, median + MIN_EXCESS_S)
+
+
+def outliers(d: DistributionReading) -> tuple[float, float, list[tuple[float, float]]]:
     """``(median, p99, [(end unix time, seconds)])`` of the outliers among the
-    recent step times (nanoseconds in the distribution)."""
+    recent step times (nanoseconds in the distribution); the HTML report
+    marks the same steps."""
     median = (d.percentile(50.0) or 0.0) / 1e9
     p99 = (d.percentile(99.0) or 0.0) / 1e9
-    cut = max(SLOW_FACTOR * median, median + MIN_EXCESS_S)
+    cut = slow_cut(median)
     return median, p99, [(t, v / 1e9) for t, v in d.recent if v / 1e9 >= cut]
 
 
@@ -93,7 +99,7 @@ def slow_steps(s: Snapshot) -> Iterable[Finding]:
     d = s.distribution(STEP_TIME)
     if d is None or d.count < MIN_STEPS or not d.recent:
         return
-    median, p99, slow = _outliers(d)
+    median, p99, slow = outliers(d)
     if not slow or median <= 0:
         return
     # The outliers' time above the median, scaled from the recent window to all steps.
