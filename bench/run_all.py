@@ -25,7 +25,7 @@ ORDER = ["record_cost", "overhead_jax", "hook_pieces", "implicit_transfers", "ea
          "torch_syncs",
          "overhead_torch",
          "compile_heavy", "scrape", "fanout", "exporter", "exporter_changes",
-         "exporter_records", "cli_startup",
+         "exporter_records", "cli_startup", "lockout",
          "tui_cpu", "stale_records", "profiler_overhead", "load", "attack", "soak", "fork",
          "helper_restart", "capture_victim", "hostile_server"]
 VERDICT = re.compile(r"^(?P<name>[^:\n]+): (?P<value>-?[\d.]+) \(target (?P<target>[^)]*)\) "

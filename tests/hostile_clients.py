@@ -236,3 +236,35 @@ def flood(work: Callable[[], None], threads: int, seconds: float) -> int:
     for t in workers:
         t.join()
     return sum(counts)
+
+
+def hold_connections(host: str, port: int, n: int, seconds: float,
+                     reopen_every_s: float = 0.05) -> dict[str, int]:
+    """Holds ``n`` HTTP/2 connections to ``host:port`` for ``seconds`` (the
+    handshake done, SETTINGS and pings answered, no calls), reopening any the
+    server closes (a connection cap, an idle timeout's GOAWAY): what one
+    local user can do to take every connection a server allows.
+
+    Returns:
+        ``opened`` (connections made) and ``closed`` (ones the server closed).
+    """
+    stop = time.monotonic() + seconds
+    held: list[RawH2 | None] = [None] * n
+    opened = closed = 0
+    while time.monotonic() < stop:
+        for i, conn in enumerate(held):
+            if conn is not None and not conn.closed.is_set() and conn.goaway is None:
+                continue
+            if conn is not None:
+                conn.close()
+                closed += 1
+            try:
+                held[i] = RawH2(host, port, window=None, connect_timeout=1.0)
+                opened += 1
+            except OSError:
+                held[i] = None
+        time.sleep(reopen_every_s)
+    for conn in held:
+        if conn is not None:
+            conn.close()
+    return {"opened": opened, "closed": closed}

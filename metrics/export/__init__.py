@@ -259,6 +259,9 @@ def start(
         kwargs["workers"] = workers
     if capture_fn is not None:
         kwargs["capture_fn"] = capture_fn
+    local = discovery.socket_path()  # the owner's way in, whoever holds the TCP port
+    if local is not None:
+        kwargs["local_socket"] = local
     pinned = port if port is not None else _env_port()
     server: Server | None
     if pinned is not None:

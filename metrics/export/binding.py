@@ -11,6 +11,13 @@ has when the server starts), and ``::`` every address of both families.
 Going beyond loopback logs one warning per endpoint and setting; captures
 stay loopback-only whatever the setting (:mod:`metrics.export.owner`).
 
+Besides its TCP port, the gRPC server listens on a Unix socket in the
+private runtime directory (:func:`add_local_socket`; the path is
+:func:`metrics.export.discovery.socket_path`): only the program's user (and
+root) can reach it, and its connections are not counted against the TCP
+port's cap, so another local user holding every TCP connection cannot lock
+the owner's reads out.
+
 Example:
     >>> addresses("127.0.0.1")
     ['127.0.0.1']
@@ -23,14 +30,16 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import stat
 import threading
 from collections.abc import Mapping
+from typing import Protocol
 
 from metrics.export import config
 from tpu_info.net.targets import is_loopback_host
 
 __all__ = ["GRPC_ENV", "PROMETHEUS_ENV", "LOOPBACK", "BindError", "setting", "addresses",
-           "is_loopback", "dial_host", "warn_once"]
+           "is_loopback", "dial_host", "warn_once", "add_local_socket"]
 
 log = logging.getLogger("metrics.export")
 
@@ -112,3 +121,35 @@ def warn_once(endpoint: str, bind: str, exposes: str) -> None:
         _warned.add((endpoint, bind))
     log.warning("tpu-info: %s listens on %s (not loopback): anyone who can reach it can %s",
                 endpoint, bind, exposes)
+
+
+class _Ports(Protocol):
+    def add_insecure_port(self, address: str) -> int: ...
+
+
+def add_local_socket(server: _Ports, path: str) -> bool:
+    """Has ``server`` (a ``grpc.Server`` not started yet) listen on the Unix
+    socket ``path`` too, mode 0600 (its directory is the private 0700 runtime
+    directory). A socket left there by a process that had this pid is
+    replaced; anything else at ``path`` is left alone. False (logged, never
+    raised) when it cannot: serving goes on over TCP alone."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        pass
+    except OSError as e:
+        log.debug("tpu-info: no local socket at %s: %s", path, e)
+        return False
+    else:
+        if not stat.S_ISSOCK(st.st_mode) or st.st_uid != os.geteuid():
+            log.warning("tpu-info: no local socket: %s exists and is not a socket of ours", path)
+            return False
+        os.unlink(path)  # a dead process's (same pid): grpc would refuse it
+    try:
+        if server.add_insecure_port(f"unix:{path}") == 0:
+            raise RuntimeError("grpc could not bind it")
+        os.chmod(path, 0o600)
+    except (RuntimeError, OSError) as e:
+        log.warning("tpu-info: no local socket at %s (%s); serving over TCP only", path, e)
+        return False
+    return True

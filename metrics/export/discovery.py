@@ -1,12 +1,14 @@
 """Writes this process's discovery record so ``tpu-info`` can find it.
 
 :func:`publish` writes ``<pid>.json`` (pid, port, host, argv, engine,
-versions, start time, schema version, and the capture secret of
-:func:`capture_secret`) into the private runtime directory
+versions, start time, schema version, the capture secret of
+:func:`capture_secret`, and the path of the server's local socket,
+:func:`socket_path`, when it listens there) into the private runtime directory
 (:func:`tpu_info.contract.discovery_record.runtime_dir`): the directory is created with mode
 0700 and refused when it is a symlink, owned by another user, or group/world
 writable; the file is created 0600 under a temporary name and renamed into
-place, so a reader never sees half a record. The record is removed at exit:
+place, so a reader never sees half a record. The record (and the socket
+file beside it) is removed at exit:
 ``publish`` registers an ``atexit`` handler and, when called from the main
 thread, a SIGTERM handler (see :func:`publish` for how it chains). A forked
 child neither removes its parent's record nor writes one unless it publishes
@@ -29,6 +31,7 @@ import logging
 import os
 import secrets
 import signal
+import stat
 import sys
 import threading
 import time
@@ -48,6 +51,8 @@ _atexit_registered = False
 _secret: tuple[int, str] | None = None  # (pid it was made for, the secret)
 _secret_lock = threading.Lock()
 _sigterm_installed = False
+# sun_path holds 108 bytes with its NUL: a longer path gets no local socket.
+_MAX_SOCKET_PATH = 107
 
 
 def ensure_private_dir(path: Path) -> int:
@@ -105,6 +110,35 @@ def _write_atomically(dir_fd: int, name: str, payload: bytes) -> None:
         raise
 
 
+def socket_path(runtime_dir: str | os.PathLike[str] | None = None) -> str | None:
+    """Where this process's gRPC server listens for its own user:
+    ``<pid>.sock`` in the private runtime directory (created if needed), or
+    ``None`` when the directory is not private or the path is too long for a
+    Unix socket (then clients use TCP alone). Never raises."""
+    directory = Path(runtime_dir) if runtime_dir is not None else _record.runtime_dir()
+    path = str(directory.absolute() / f"{os.getpid()}.sock")
+    if len(path.encode()) > _MAX_SOCKET_PATH:
+        log.info("tpu-info: no local socket: %s is longer than a Unix socket path may be", path)
+        return None
+    try:
+        os.close(ensure_private_dir(directory))
+    except Exception as e:  # noqa: BLE001 - TCP still serves everyone
+        log.info("tpu-info: no local socket in %s: %s", directory, e)
+        return None
+    return path
+
+
+def _socket_beside(record_path: Path) -> Path:
+    return record_path.with_suffix(".sock")
+
+
+def _is_socket(path: Path) -> bool:
+    try:
+        return stat.S_ISSOCK(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
 def process_start_time() -> float:
     """This process's start time, Unix seconds (now, if it cannot be read)."""
     try:
@@ -139,9 +173,11 @@ def record(
     argv: Sequence[str] | None = None,
     start_time: float | None = None,
     waiting: Sequence[str] = (),
+    socket: str = "",
 ) -> dict[str, Any]:
     """The JSON-ready record ``publish`` writes (``waiting``: engines the hook
-    waits for, hooked once the program imports them)."""
+    waits for, hooked once the program imports them; ``socket``: the path of
+    the server's local socket, "" for none)."""
     return {
         "schema": _record.SCHEMA_VERSION,
         "pid": os.getpid() if pid is None else pid,
@@ -153,6 +189,7 @@ def record(
         "versions": {str(k): str(v) for k, v in versions.items()},
         "start_time": process_start_time() if start_time is None else float(start_time),
         "capture_secret": capture_secret(),
+        "socket": socket,
     }
 
 
@@ -188,6 +225,9 @@ def publish(
             record and exits with status 143 via ``SystemExit``, so other
             ``atexit`` handlers (the server's stop) run too.
 
+    The record names ``<pid>.sock`` beside it (:func:`socket_path`) when a
+    socket is there: this process's server listens on it.
+
     Returns:
         The record's path, or ``None`` (with one logged warning) when it
         could not be written.
@@ -196,10 +236,11 @@ def publish(
     directory = Path(runtime_dir) if runtime_dir is not None else _record.runtime_dir()
     pid = os.getpid()
     name = f"{pid}.json"
+    sock = _socket_beside(directory.absolute() / name)
     try:
         payload = json.dumps(
             record(port, host, engine, versions, pid=pid, argv=argv, start_time=start_time,
-                   waiting=waiting),
+                   waiting=waiting, socket=str(sock) if _is_socket(sock) else ""),
             indent=1,
         ).encode("utf-8")
         dir_fd = ensure_private_dir(directory)
@@ -226,7 +267,8 @@ def published() -> Path | None:
 
 
 def unpublish() -> None:
-    """Removes this process's record (idempotent; never raises).
+    """Removes this process's record and its local socket's file (idempotent;
+    never raises; the server may go on serving connections it accepted).
 
     A forked child that inherited the state leaves its parent's record alone.
     """
@@ -241,6 +283,12 @@ def unpublish() -> None:
         pass
     except Exception as e:  # noqa: BLE001
         log.warning("tpu-info: could not remove discovery record %s: %s", entry[0], e)
+    sock = _socket_beside(entry[0])
+    if _is_socket(sock):
+        try:
+            sock.unlink()
+        except OSError:
+            pass
 
 
 def _register_cleanup() -> None:
@@ -285,6 +333,8 @@ def _forget_in_child() -> None:
     its to remove), and may install its own SIGTERM cleanup when it publishes."""
     global _lock, _published, _sigterm_installed
     _lock = threading.Lock()  # another thread of the parent may have held it
+    if _published is not None:  # the parent's local socket: only the parent serves it
+        forksafe.close_unix_sockets_at(str(_socket_beside(_published[0])))
     _published = None
     _sigterm_installed = False
 

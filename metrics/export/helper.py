@@ -116,8 +116,11 @@ class HelperServer:
     """
 
     def __init__(self, snapshot_fn: SnapshotFn, *, address: str = "127.0.0.1", port: int = 0,
-                 workers: int | None = None, capture_fn: CaptureFn | None = None) -> None:
+                 workers: int | None = None, capture_fn: CaptureFn | None = None,
+                 local_socket: str | None = None) -> None:
         self.address = address
+        self._local_path = local_socket or ""  # the helper listens there too
+        self.local_socket = ""
         self.requested_port = port
         self.port = 0
         # port -> None: stopped serving (the helper died); port -> int: serving there.
@@ -178,7 +181,8 @@ class HelperServer:
                                "workers": self._workers,
                                "capture": self._capture_fn is not None,
                                "capture_secret": (discovery.capture_secret()
-                                                  if self._capture_fn is not None else "")})
+                                                  if self._capture_fn is not None else ""),
+                               "local_socket": self._local_path})
             reply, _ = link.replies.get(timeout=START_TIMEOUT_S)
         except OSError as e:
             raise _HelperGone(f"the serving helper exited while starting: {e}") from None
@@ -189,6 +193,7 @@ class HelperServer:
             raise _HelperGone(reply["message"])
         if reply.get("op") != "bound":
             raise BindError(reply.get("message", "the serving helper could not bind"))
+        self.local_socket = str(reply.get("local_socket", ""))
         return int(reply["port"])
 
     def start(self) -> int:

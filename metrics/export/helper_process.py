@@ -172,6 +172,8 @@ def main(argv: list[str] | None = None) -> int:
             kwargs: dict[str, Any] = {"address": head["address"], "port": int(head["port"])}
             if head.get("workers"):
                 kwargs["workers"] = int(head["workers"])
+            if head.get("local_socket"):
+                kwargs["local_socket"] = str(head["local_socket"])
             if head.get("capture"):
                 kwargs["capture_fn"] = _capture_forwarder(mirror, channel,
                                                           str(head.get("capture_secret", "")))
@@ -179,7 +181,8 @@ def main(argv: list[str] | None = None) -> int:
             # the program pays one refresh per REFRESH_S whatever it is.
             server = Server(mirror.snapshot, calls_per_s=HELPER_CALLS_PER_S, **kwargs)
             try:
-                channel.send({"op": "bound", "port": server.bind()})
+                port = server.bind()
+                channel.send({"op": "bound", "port": port, "local_socket": server.local_socket})
             except BindError as e:
                 channel.send({"op": "bind_error", "message": str(e)})
                 server = None

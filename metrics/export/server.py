@@ -393,6 +393,8 @@ class Server:
         host_name: ``GetTpuRuntimeStatus``'s host name (default: this host).
         capture_fn: runs ``Capture`` calls (default: none, UNIMPLEMENTED).
         calls_per_s: calls a second that reach Python (see :class:`CallPacer`).
+        local_socket: a Unix socket path to listen on too, for the program's
+            own user (:func:`metrics.export.binding.add_local_socket`).
 
     Every server gets :func:`server_options`: at most
     :data:`MAX_CONNECTIONS` connections of :data:`MAX_STREAMS_PER_CONNECTION`
@@ -412,8 +414,11 @@ class Server:
         host_name: str | None = None,
         capture_fn: CaptureFn | None = None,
         calls_per_s: float = CALLS_PER_S,
+        local_socket: str | None = None,
     ) -> None:
         self.address = address
+        self._local_path = local_socket or ""
+        self.local_socket = ""  # the socket's path once bound
         self.requested_port = port
         self.port = 0
         streams = (max_streams if max_streams is not None
@@ -454,6 +459,8 @@ class Server:
                 raise BindError(f"cannot bind {where}")
             port = bound  # every further address on the same port
         self.port = port
+        if self._local_path and binding.add_local_socket(self._server, self._local_path):
+            self.local_socket = self._local_path  # its own connection cap: see binding
         return port
 
     def start(self) -> int:

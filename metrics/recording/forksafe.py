@@ -12,8 +12,9 @@ child lets go of what it inherited:
 
 * the SIGTERM handler goes back to the one the hook found (:func:`restore_sigterm`),
   so the child's SIGTERM does what it would without the hook;
-* its copies of the parent's sockets are closed (:func:`close_sockets_on_port`),
-  so only the parent serves and the port is freed when the parent exits;
+* its copies of the parent's sockets are closed (:func:`close_sockets_on_port`,
+  and :func:`close_unix_sockets_at` for the local socket), so only the parent
+  serves and the port is freed when the parent exits;
 * every object registered with :func:`owned` (the exporter, the Prometheus
   endpoint, the serving helper's link) has its ``let_go_after_fork()`` called;
 * the recorder's locks start free (:func:`free_locks`): a server thread
@@ -45,7 +46,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 __all__ = ["in_child", "owned", "free_locks", "act_as", "unwrapped", "restore_sigterm",
-           "close_sockets_on_port"]
+           "close_sockets_on_port", "close_unix_sockets_at"]
 
 _LOCK_TYPES = (type(threading.Lock()), type(threading.RLock()))
 
@@ -155,8 +156,24 @@ def close_sockets_on_port(port: int) -> int:
 
     For a fork child: its copies are closed, the parent's stay open.
     """
+    if not port:
+        return 0
+    return _close_sockets(lambda s: s.family in (socket.AF_INET, socket.AF_INET6)
+                          and s.type == socket.SOCK_STREAM and s.getsockname()[1] == port)
+
+
+def close_unix_sockets_at(path: str) -> int:
+    """Closes this process's Unix sockets bound to ``path`` (a listening
+    socket and the connections it accepted); returns how many. For a fork
+    child, as :func:`close_sockets_on_port`."""
+    if not path:
+        return 0
+    return _close_sockets(lambda s: s.family == socket.AF_UNIX and s.getsockname() == path)
+
+
+def _close_sockets(matches: Callable[[socket.socket], bool]) -> int:
     directory = _fd_dir()
-    if not port or directory is None:
+    if directory is None:
         return 0
     closed = 0
     for name in os.listdir(directory):
@@ -168,8 +185,7 @@ def close_sockets_on_port(port: int) -> int:
         except (ValueError, OSError):
             continue
         try:
-            ours = (sock.family in (socket.AF_INET, socket.AF_INET6)
-                    and sock.type == socket.SOCK_STREAM and sock.getsockname()[1] == port)
+            ours = matches(sock)
         except OSError:
             ours = False
         finally:
