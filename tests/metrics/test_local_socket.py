@@ -161,3 +161,25 @@ def test_a_fork_child_closes_its_copy_of_the_socket(runtime_dir: Path) -> None:
             assert c.dialled == f"unix:{path}" and c.snapshot().taken_at_unix == 5.0
     finally:
         exporter.stop(grace=0)
+
+
+def test_the_owner_captures_over_the_socket(runtime_dir: Path) -> None:
+    from metrics.export import owner
+    from tpu_info.contract.captures import RemoteCapture
+
+    seen = []
+
+    def capture(duration_s: float, device: bool, stop, caller) -> RemoteCapture:
+        owner.check(caller, writer.capture_secret())  # what the real one checks first
+        seen.append(caller.peer)
+        return RemoteCapture(trace=b'{"traceEvents": []}')
+
+    exporter = export.start(_snapshot, port=0, capture_fn=capture)
+    try:
+        discovery.scan(runtime_dir)
+        with Client(exporter.address, timeout=5) as c:
+            assert c.dialled.startswith("unix:")
+            assert json.loads(c.capture(0.1)) == {"traceEvents": []}
+        assert [p.partition(":")[0] for p in seen] == ["unix"]  # with the record's secret
+    finally:
+        exporter.stop(grace=0)
