@@ -27,7 +27,7 @@ ORDER = ["record_cost", "overhead_jax", "hook_pieces", "implicit_transfers", "ea
          "compile_heavy", "scrape", "fanout", "exporter", "exporter_changes",
          "exporter_records", "cli_startup", "lockout",
          "tui_cpu", "stale_records", "profiler_overhead", "load", "attack", "soak", "fork",
-         "helper_restart", "capture_victim", "hostile_server"]
+         "exit_latency", "helper_restart", "capture_victim", "hostile_server"]
 VERDICT = re.compile(r"^(?P<name>[^:\n]+): (?P<value>-?[\d.]+) \(target (?P<target>[^)]*)\) "
                      r"(?P<ok>OK|MISSED)\s*$", re.M)
 
