@@ -111,6 +111,20 @@ def test_one_point_per_step_sample_and_slow_ones_marked() -> None:
     assert 'class="loop"' in page  # the step loop shaded on the timeline
 
 
+def test_a_step_far_above_the_rest_puts_the_plot_on_a_log_scale() -> None:
+    s = _step_snapshot()
+    assert "log scale" not in report_html(s)
+    d = s.distribution("StepTime")
+    assert d is not None
+    values = list(d.recent.values) if isinstance(d.recent, Samples) else []
+    values[5] = 3e9  # a 3 s step among 10 ms ones: the rest would be one flat line
+    times = [t for t, _ in d.recent]
+    far = replace(s, distributions=(replace(d, recent=Samples(times, values)),))
+    page = report_html(far)
+    assert "step time (ms, log scale)" in page
+    assert page.count("<circle") == 40
+
+
 def test_memory_is_shown_as_a_moment_with_reasons() -> None:
     page = report_html(jax_training())
     assert 'id="hbm-note"' in page and "no memory series over time" in page

@@ -53,6 +53,7 @@ MAX_GRAPHS = 200  # rows of the graphs table (by compile time); the rest counted
 MAX_LANES = 40  # functions in the compile timeline; the rest share one lane
 MAX_BARS = 2000  # compile events drawn (the hook's ring holds fewer)
 TEXT = 300  # longest name or cause a cell shows
+LOG_ABOVE = 20.0  # the step plot's scale is logarithmic when a step is this many medians
 
 CSS = """
 body{font:14px/1.45 system-ui,sans-serif;margin:24px auto;max-width:1100px;padding:0 16px;
@@ -181,8 +182,12 @@ def _step_plot(s: Snapshot, origin: float) -> str:
     compiles = [e for e in s.events if e.kind in COMPILE_KINDS]
     marks = [svgplot.Mark(e.time_unix - origin, str(e.kind), _compile_title(e, origin))
              for e in compiles if first <= e.time_unix <= last]
+    # A few steps far above the rest (a compile, a checkpoint) would flatten them all.
+    log_y = median > 0 and max(v for _, v in d.recent) / 1e9 > LOG_ABOVE * median
     svg = svgplot.scatter(points, marks, x_label="seconds since the program started "
-                          "(each point: a step, at its end)", y_label="step time (ms)")
+                          "(each point: a step, at its end)",
+                          y_label="step time (ms" + (", log scale)" if log_y else ")"),
+                          log_y=log_y)
     note = (f"The last {len(d.recent):,} of {d.count:,} steps. Red: slow steps "
             f"({len(slow)}, over {duration(slow_cut(median))}); dashed "
             f"lines: compiles that ended in these steps ({len(marks)}; purple a first "

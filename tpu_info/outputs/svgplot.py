@@ -133,19 +133,39 @@ def _svg(height: float, body: list[str], label: str) -> str:
             + "".join(body) + "</svg>")
 
 
+def _log_ticks(lo: float, hi: float) -> list[float]:
+    """Powers of ten (and 2x, 5x when few) between ``lo`` and ``hi`` (positive)."""
+    first, last = math.floor(math.log10(lo)), math.ceil(math.log10(hi))
+    steps = (1.0,) if last - first > 3 else (1.0, 2.0, 5.0)
+    return [m * 10.0 ** k for k in range(first, last + 1) for m in steps
+            if lo <= m * 10.0 ** k <= hi]
+
+
 def scatter(points: Sequence[Point], marks: Sequence[Mark], *, x_label: str, y_label: str,
-            spans: Sequence[Span] = ()) -> str:
-    """Points on a time axis (y from zero), with vertical ``marks`` and shaded ``spans``.
+            spans: Sequence[Span] = (), log_y: bool = False) -> str:
+    """Points on a time axis (y from zero, or on a log scale with ``log_y``:
+    positive values only), with vertical ``marks`` and shaded ``spans``.
 
     The x range covers the points; marks outside it are not drawn (the
     caller says so in words).
     """
     xs = [p.x for p in points] or [0.0]
     x_lo, x_hi = _range(xs)
-    y_lo, y_hi = _range([p.y for p in points] or [1.0], floor=0.0)
+    ys = [p.y for p in points] or [1.0]
     sx = _Scale(x_lo, x_hi, LEFT, WIDTH - RIGHT)
-    sy = _Scale(y_lo, y_hi, HEIGHT - BOTTOM, TOP)
     y0 = HEIGHT - BOTTOM
+    if log_y:
+        tiny = min([y for y in ys if y > 0] or [1.0])
+        lo, hi = tiny / 1.2, max(ys) * 1.2
+        ticks = _log_ticks(lo, hi)
+        ly = _Scale(math.log10(lo), math.log10(hi), y0, TOP)
+
+        def sy(v: float) -> float:
+            return ly(math.log10(max(v, tiny)))
+    else:
+        y_lo, y_hi = _range(ys, floor=0.0)
+        ticks = nice_ticks(y_lo, y_hi, 5)
+        sy = _Scale(y_lo, y_hi, y0, TOP)
     body: list[str] = []
     for s in spans:
         a, b = max(s.x0, x_lo), min(s.x1, x_hi)
@@ -153,7 +173,7 @@ def scatter(points: Sequence[Point], marks: Sequence[Mark], *, x_label: str, y_l
             body.append(f'<rect class="{escape(s.cls)}" x="{_num(sx(a))}" y="{TOP}" '
                         f'width="{_num(sx(b) - sx(a))}" height="{_num(y0 - TOP)}">'
                         f"{_title(s.title)}</rect>")
-    for t in nice_ticks(y_lo, y_hi, 5):
+    for t in ticks:
         y = sy(t)
         body.append(f'<line class="grid" x1="{LEFT}" y1="{_num(y)}" x2="{WIDTH - RIGHT}" '
                     f'y2="{_num(y)}"/><text class="tick" x="{LEFT - 6}" y="{_num(y + 4)}" '
