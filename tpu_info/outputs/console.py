@@ -17,8 +17,10 @@ Example:
 from __future__ import annotations
 
 import codecs
+import os
 import sys
 import unicodedata
+from collections.abc import Mapping
 from typing import Any, TextIO
 
 ASCII_ERRORS = "tpu_info_ascii"
@@ -66,10 +68,35 @@ def degrade_streams(*streams: TextIO) -> None:
             reconfigure(errors=ASCII_ERRORS)
 
 
+def color_settings(no_color: bool = False, environ: Mapping[str, str] | None = None,
+                   stream: Any = None) -> dict[str, Any]:
+    """The ``Console`` arguments for colour: ``--no-color`` or ``NO_COLOR``
+    (no-color.org: set and not empty) turn colour off; else ``FORCE_COLOR``
+    (force-color.org: set and not empty; ``2`` 256 colours, ``3`` truecolor)
+    turns it on even for a pipe or a file, which stays one (frames are
+    appended, never redrawn in place: rich alone would take FORCE_COLOR for
+    a terminal)."""
+    env = os.environ if environ is None else environ
+    if no_color or env.get("NO_COLOR", ""):
+        return {"no_color": True}
+    force = env.get("FORCE_COLOR", "")
+    if not force:
+        return {"no_color": False}
+    stream = sys.stdout if stream is None else stream
+    try:
+        tty = bool(stream.isatty())
+    except (AttributeError, ValueError):
+        tty = False
+    system = {"2": "256", "3": "truecolor"}.get(force.strip(), "standard")
+    return {"no_color": False, "force_terminal": tty,
+            "color_system": "auto" if tty else system}
+
+
 def make_console(no_color: bool = False) -> Any:
-    """The rich ``Console`` every CLI view prints to (stdout; no markup, no emoji).
-    A closed pipe raises ``BrokenPipeError`` (rich would exit with status 1,
-    which means "targets failed" here)."""
+    """The rich ``Console`` every CLI view prints to (stdout; no markup, no emoji;
+    colour as :func:`color_settings` says). A closed pipe raises
+    ``BrokenPipeError`` (rich would exit with status 1, which means "targets
+    failed" here)."""
     from rich.console import Console
 
     class _Console(Console):
@@ -77,5 +104,5 @@ def make_console(no_color: bool = False) -> Any:
             self.quiet = True
             raise BrokenPipeError
 
-    return _Console(no_color=no_color, highlight=False, emoji=False, markup=False,
-                    soft_wrap=False)
+    return _Console(highlight=False, emoji=False, markup=False, soft_wrap=False,
+                    **color_settings(no_color))

@@ -1,0 +1,132 @@
+"""Habits an ops engineer brings: nvidia-smi's spellings get a one-line hint
+naming ours (exit 2), and NO_COLOR / FORCE_COLOR are honoured."""
+
+from __future__ import annotations
+
+import os
+import pty
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tpu_info.commands import cli
+from tpu_info.commands.args import build_parser, check_combination
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--query-gpu=index,memory.used", "--format=csv"],
+     "nvidia-smi's --query-gpu is --query here: tpu-info --query index,memory.used --format csv"),
+    (["--query-gpu", "index,utilization.gpu,bogus", "--format=csv,noheader"],
+     "tpu-info --query index,utilization.gpu --format csv,noheader"),
+    (["--query-compute-apps=pid,process_name,used_memory", "--format=csv"],
+     "is --query with process fields here (a row per process): "
+     "tpu-info --query pid,process --format csv"),
+    (["-i", "0"], "nvidia-smi's -i picks a device; tpu-info shows them all"),
+    (["-i1", "-q"], "awk -F', ' '$1 == 1'"),
+    (["--id=3"], "nvidia-smi's --id picks a device"),
+    (["-L"], "nvidia-smi's -L is: tpu-info --query index,name --format csv,noheader"),
+    (["--list-gpus"], "nvidia-smi's --list-gpus is: tpu-info --query index,name"),
+    (["-q"], "nvidia-smi's -q (every detail) is: tpu-info (every section), tpu-info --json"),
+    (["--query"], "--query takes fields here"),
+])
+def test_nvidia_smi_spellings_get_a_hint_naming_ours(argv, says, capsys):
+    assert cli.main(argv) == cli.EXIT_USAGE
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and says in err, err
+    assert "invalid choice" not in err and "unrecognized" not in err
+    # The command the hint names is one tpu-info accepts.
+    for suggested in re.findall(r"tpu-info (--query [\w.,]+ --format [a-z,]+)", err):
+        args = build_parser().parse_args(suggested.split())
+        check_combination(args)
+
+
+@pytest.mark.parametrize("argv", [["run", "--", "python", "train.py", "-q", "-i", "0", "-L"],
+                                  ["exporter", "--listen", "127.0.0.1:0"]])
+def test_a_line_that_parses_is_never_hinted(argv):
+    args = build_parser().parse_args(argv)
+    check_combination(args)
+
+
+def test_other_usage_errors_keep_their_words(capsys):
+    assert cli.main(["--bogus"]) == cli.EXIT_USAGE
+    assert "unrecognized arguments: --bogus" in capsys.readouterr().err
+    assert cli.main(["--query", "index", "--format", "tsv"]) == cli.EXIT_USAGE
+    assert "nvidia-smi" not in capsys.readouterr().err
+
+
+# Colour -----------------------------------------------------------------------
+
+# A red word and whether rich takes stdout for a terminal, printed by the CLI's console.
+_PRINT = ("from rich.text import Text\n"
+          "from tpu_info.outputs.console import make_console\n"
+          "import sys\n"
+          "c = make_console('--no-color' in sys.argv)\n"
+          "c.print(Text('word', style='red'))\n"
+          "print('terminal' if c.is_terminal else 'not-terminal')\n")
+RED = b"\x1b[31m"
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "FORCE_COLOR",
+                                                             "TTY_COMPATIBLE", "COLUMNS")}
+    return dict(env, TERM="xterm-256color", PYTHONPATH=str(ROOT), **extra)
+
+
+def _on_a_terminal(env: dict[str, str], *argv: str) -> bytes:
+    main, sub = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-c", _PRINT, *argv], stdin=sub, stdout=sub,
+                            stderr=sub, env=env, cwd=ROOT)
+    os.close(sub)
+    out = b""
+    while True:
+        try:
+            data = os.read(main, 65536)
+        except OSError:  # the child closed the terminal
+            break
+        if not data:
+            break
+        out += data
+    os.close(main)
+    assert proc.wait(30) == 0, out
+    return out
+
+
+def _in_a_pipe(env: dict[str, str]) -> bytes:
+    return subprocess.run([sys.executable, "-c", _PRINT], env=env, cwd=ROOT,
+                          capture_output=True, timeout=30, check=True).stdout
+
+
+def test_no_color_turns_colour_off_on_a_terminal():
+    assert RED in _on_a_terminal(_env())  # a terminal gets colour ...
+    for env in (_env(NO_COLOR="1"), _env(NO_COLOR="1", FORCE_COLOR="1")):
+        out = _on_a_terminal(env)
+        assert RED not in out and b"word" in out  # ... unless NO_COLOR says not
+        assert out == _on_a_terminal(_env(), "--no-color")  # the same as --no-color
+    assert RED in _on_a_terminal(_env(NO_COLOR=""))  # empty: not set (no-color.org)
+
+
+def test_force_color_colours_a_pipe_that_stays_a_pipe():
+    assert RED not in _in_a_pipe(_env())
+    for level in ("1", "2", "3"):
+        out = _in_a_pipe(_env(FORCE_COLOR=level))
+        assert RED in out or b"\x1b[38;" in out, out
+        assert b"not-terminal" in out  # streaming appends frames: no redraw in a file
+    assert RED not in _in_a_pipe(_env(FORCE_COLOR=""))
+
+
+def test_force_color_streaming_to_a_pipe_appends_frames():
+    """`FORCE_COLOR=1 tpu-info -l S | less -R`: colour, and no cursor movement
+    (before: rich took FORCE_COLOR for a terminal and redrew in place)."""
+    try:
+        out = subprocess.run([sys.executable, "-m", "tpu_info", "--no-discovery", "-l", "0.2"],
+                             env=_env(FORCE_COLOR="1", COLUMNS="100"), cwd=ROOT,
+                             capture_output=True, timeout=3).stdout
+    except subprocess.TimeoutExpired as e:  # streaming runs until stopped
+        out = e.stdout or b""
+    assert out.count(b"\x1b[") > 0, out  # coloured ...
+    assert b"\x1b[1A" not in out and b"\x1b[2K" not in out and b"\x1b[?25l" not in out
