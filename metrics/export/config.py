@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from tpu_info.contract.discovery_record import ENV_RUNTIME_DIR
 
 __all__ = ["Variable", "VARIABLES", "PORT", "BIND", "PROMETHEUS_PORT", "PROMETHEUS_BIND",
+           "PROMETHEUS_WEB_CONFIG",
            "SERVE", "DEVICE_CAPTURE", "RUNTIME_DIR", "AUTOINSTALL", "XLA_DEBUG_OWNER",
            "USER_PATHS", "PURE_PYTHON",
            "text", "is_set", "flag", "port", "serve", "serve_word", "SERVE_WORDS",
@@ -90,6 +91,12 @@ PROMETHEUS_PORT = Variable(
     "TPU_INFO_PROMETHEUS_PORT", "no endpoint",
     "also serve Prometheus `/metrics` on this port (`install(prometheus_port=)`); a port "
     "number in 0..65535")
+PROMETHEUS_WEB_CONFIG = Variable(
+    "TPU_INFO_PROMETHEUS_WEB_CONFIG", "unset (plain HTTP, no auth)",
+    "a Prometheus web configuration file (exporter-toolkit's YAML: `tls_server_config`, "
+    "`basic_auth_users`; as `tpu-info exporter --web.config.file`) for `/metrics`: HTTPS, "
+    "client certificates, basic auth. A file that cannot be used leaves `/metrics` off "
+    "with one warning; the program runs on")
 RUNTIME_DIR = Variable(
     ENV_RUNTIME_DIR, "`$XDG_RUNTIME_DIR/tpu-info`, else `/tmp/tpu-info-<uid>`",
     "discovery directory, read by the hook and by `tpu-info` (mode 0700, files 0600)")
@@ -124,8 +131,8 @@ PURE_PYTHON = Variable(
 
 # In the README's order.
 VARIABLES: tuple[Variable, ...] = (PORT, BIND, PROMETHEUS_BIND, DEVICE_CAPTURE, SERVE,
-                                   PROMETHEUS_PORT, RUNTIME_DIR, AUTOINSTALL, XLA_DEBUG_OWNER,
-                                   USER_PATHS, PURE_PYTHON)
+                                   PROMETHEUS_PORT, PROMETHEUS_WEB_CONFIG, RUNTIME_DIR,
+                                   AUTOINSTALL, XLA_DEBUG_OWNER, USER_PATHS, PURE_PYTHON)
 
 
 def readme_table() -> str:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import gzip
 import logging
 import os
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -33,7 +34,8 @@ from prometheus_client.exposition import choose_encoder
 from metrics.export import config
 from metrics.recording import forksafe
 from tpu_info.contract.model import Snapshot
-from tpu_info.net.bounded_http import BoundedHttpServer
+from tpu_info.net import webconfig
+from tpu_info.net.bounded_http import BoundedHttpServer, landing_page
 from tpu_info.net.targets import is_loopback_host
 from tpu_info.outputs.prometheus import (  # noqa: F401 - re-exported: the names are ours too
     EDGES,
@@ -50,6 +52,7 @@ log = logging.getLogger("metrics.export.prometheus")
 
 ENV_PORT = config.PROMETHEUS_PORT.name
 ENV_BIND = config.PROMETHEUS_BIND.name  # its own: TPU_INFO_BIND is the gRPC server's
+ENV_WEB_CONFIG = config.PROMETHEUS_WEB_CONFIG.name
 DEFAULT_BIND = "127.0.0.1"
 BODY_TTL_S = 1.0  # scrapes within this long of each other share one exposition
 
@@ -119,9 +122,10 @@ class PrometheusServer:
     BoundedHttpServer`); :meth:`stop` shuts it down."""
 
     def __init__(self, httpd: BoundedHttpServer, bind: str,
-                 registry: CollectorRegistry) -> None:
+                 registry: CollectorRegistry, scheme: str = "http") -> None:
         self._httpd = httpd
         self.bind = bind
+        self.scheme = scheme
         self.registry = registry
         self.port: int = httpd.server_address[1]
         self.sockname = httpd.server_address
@@ -139,7 +143,7 @@ class PrometheusServer:
     @property
     def url(self) -> str:
         host = f"[{self.bind}]" if ":" in self.bind else self.bind
-        return f"http://{host}:{self.port}/metrics"
+        return f"{self.scheme}://{host}:{self.port}/metrics"
 
     def stop(self, timeout: float = 5.0) -> None:
         """Stops serving and closes the socket (idempotent). In a forked child
@@ -189,6 +193,7 @@ def start_http(
     *,
     environ: Mapping[str, str] | None = None,
     top_graphs: int = TOP_GRAPHS,
+    web_config: str | os.PathLike[str] | None = None,
 ) -> PrometheusServer:
     """Serves ``/metrics`` from a fresh registry on one daemon thread, with
     bounded connections, timeouts and rate (:mod:`tpu_info.net.bounded_http`)
@@ -202,17 +207,28 @@ def start_http(
             ours is not). ``$TPU_INFO_BIND`` (the gRPC server's) does not open it.
         environ: the environment to read (default ``os.environ``).
         top_graphs: graphs that get their own labels.
+        web_config: a web configuration file (TLS, basic auth:
+            :mod:`tpu_info.net.webconfig`); default
+            ``$TPU_INFO_PROMETHEUS_WEB_CONFIG``, else plain HTTP.
 
     Raises:
         OSError: the port cannot be bound.
         ValueError: ``$TPU_INFO_PROMETHEUS_PORT`` is not a port number.
+        tpu_info.net.webconfig.WebConfigError: the web configuration file
+            cannot be used (one line; nothing is served).
     """
     env = os.environ if environ is None else environ
     addr = bind or config.text(config.PROMETHEUS_BIND, env) or DEFAULT_BIND
-    if not is_loopback_host(addr):
+    web_path = web_config or config.text(config.PROMETHEUS_WEB_CONFIG, env)
+    web = webconfig.load(web_path) if web_path else webconfig.WebConfig("")
+    if not is_loopback_host(addr) and not web.guarded:
         log.warning("tpu-info: Prometheus endpoint listens on %s (not loopback): anyone "
                     "who can reach this host can read this program's metrics", addr)
     registry = make_registry(snapshot_fn, top_graphs)
-    httpd = BoundedHttpServer(CachedExposition(registry), addr, resolve_port(port, env))
+    program = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "python"
+    httpd = BoundedHttpServer(
+        CachedExposition(registry), addr, resolve_port(port, env), tls=web.tls,
+        authorize=web.authorizer(),
+        landing=landing_page("tpu-info", (f"Metrics of {program} (pid {os.getpid()}).",)))
     httpd.start()
-    return PrometheusServer(httpd, addr, registry)
+    return PrometheusServer(httpd, addr, registry, web.scheme)

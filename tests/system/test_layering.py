@@ -51,6 +51,8 @@ METRICS_ALSO = {
     "tpu_info.outputs.prometheus": "the endpoint serves the families the host exporter builds",
     "tpu_info.net.bounded_http": "the one bounded HTTP server: the hook's /metrics and the "
                                  "host exporter's (tpu-info exporter) serve through it",
+    "tpu_info.net.webconfig": "the one web configuration file (TLS, basic auth) of both "
+                              "/metrics endpoints",
 }
 
 

@@ -65,9 +65,10 @@ from tpu_info.contract.errors import ReplyTooLarge, TimedOut
 from tpu_info.contract.model import LocalScan, Snapshot
 from tpu_info.host.listeners import ProcNet
 from tpu_info.net import discovery
-from tpu_info.net.bounded_http import BoundedHttpServer
+from tpu_info.net.bounded_http import BoundedHttpServer, landing_page
 from tpu_info.net.client import Client
 from tpu_info.net.fanout import FAN_OUT_MARGIN_S, Channels, FanOutResult, fan_out
+from tpu_info.net.webconfig import WebConfig
 from tpu_info.outputs import prometheus_host as host_fams
 from tpu_info.outputs.prometheus import SeriesState, families
 from tpu_info.wire.delta import Follower
@@ -311,15 +312,20 @@ class HostExporter:
                 log.warning("tpu-info exporter: poll failed: %r", e)
             self._stop.wait(max(0.0, self.options.interval_s - (time.monotonic() - started)))
 
-    def start(self, address: str, port: int) -> int:
-        """Polls once, then serves on ``address:port`` and polls every
-        interval on a daemon thread; returns the bound port.
+    def start(self, address: str, port: int, web: WebConfig | None = None) -> int:
+        """Polls once, then serves on ``address:port`` (with ``web``'s TLS and
+        basic auth, :mod:`tpu_info.net.webconfig`) and polls every interval
+        on a daemon thread; returns the bound port.
 
         Raises:
             OSError: the address cannot be bound.
         """
-        self._httpd = BoundedHttpServer(self.body, address, port,
-                                        thread_name="tpu-info-exporter-http")
+        page = landing_page("tpu-info exporter", (f"Host {self.options.host_label}: its "
+                                                  "chips and hooked processes.",))
+        self._httpd = BoundedHttpServer(
+            self.body, address, port, thread_name="tpu-info-exporter-http",
+            tls=web.tls if web else None, authorize=web.authorizer() if web else None,
+            landing=page)
         try:
             self.poll()
         except Exception as e:  # noqa: BLE001 - serve what the next poll finds

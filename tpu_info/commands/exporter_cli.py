@@ -4,9 +4,11 @@
 
     tpu-info exporter                                  127.0.0.1:9431, this user's processes
     tpu-info exporter --listen 0.0.0.0:9431 --job llama --sd-file /shared/sd/$(hostname).json
+    tpu-info exporter --listen 0.0.0.0:9431 --web.config.file /etc/tpu-info/web.yml
 
 Exit codes: 0 stopped by Ctrl-C or SIGTERM; 1 the address cannot be bound
-or the service-discovery file cannot be written; 2 usage error.
+or the service-discovery file cannot be written; 2 usage error (a web
+configuration file that cannot be used included).
 """
 
 from __future__ import annotations
@@ -72,6 +74,10 @@ def add_parser(sub: Any, seconds: Callable[..., Callable[[str], float]],
                    "JSON naming this exporter (removed at exit)")
     e.add_argument("--sd-address", metavar="HOST:PORT", help="the address --sd-file names "
                    "(default: the --listen address, this host's name for 0.0.0.0 or ::)")
+    e.add_argument("--web.config.file", dest="web_config_file", metavar="FILE",
+                   help="Prometheus' web configuration file (exporter-toolkit's YAML: "
+                   "tls_server_config for HTTPS and client certificates, basic_auth_users "
+                   "with bcrypt hashes), as node_exporter's")
 
 
 def _sd_address(args: argparse.Namespace, port: int) -> str:
@@ -92,6 +98,7 @@ def run(args: argparse.Namespace, error: Callable[[str], Exception]) -> int:
     from tpu_info.commands import exporter as ex
     from tpu_info.contract.safe import clean
     from tpu_info.host.devices import scan_local
+    from tpu_info.net import webconfig
     from tpu_info.net.targets import is_loopback_host
 
     if args.poll_timeout is None:  # not given: the default, never past the interval
@@ -102,6 +109,12 @@ def run(args: argparse.Namespace, error: Callable[[str], Exception]) -> int:
     for flag, value in (("--host-label", args.host_label), ("--job", args.job)):
         if value is not None and (not value.strip() or not value.isprintable()):
             raise error(f"{flag} must be printable text, got {value!r}")
+    web = webconfig.WebConfig("")
+    if args.web_config_file:
+        try:
+            web = webconfig.load(args.web_config_file)
+        except webconfig.WebConfigError as e:
+            raise error(f"--web.config.file: {clean(str(e))}") from None
     options = ex.ExporterOptions(
         **({"host_label": args.host_label} if args.host_label else {}), job=args.job,
         runtime_dir=args.runtime_dir, interval_s=args.interval, timeout_s=args.poll_timeout,
@@ -112,13 +125,13 @@ def run(args: argparse.Namespace, error: Callable[[str], Exception]) -> int:
     done = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: done.set())  # before anyone learns the port
     try:
-        port = exporter.start(host, port)
+        port = exporter.start(host, port, web)
     except OSError as e:
         print(f"tpu-info: exporter cannot listen on {clean(host)}:{port}: "
               f"{clean(e.strerror or e)}", file=sys.stderr)
         return 1
     shown = f"[{host}]" if ":" in host else host
-    if not is_loopback_host(host):
+    if not is_loopback_host(host) and not web.guarded:
         print(f"tpu-info: warning: the exporter listens on {clean(host)} (not loopback): "
               "anyone who can reach this host can read its metrics", file=sys.stderr)
     try:
@@ -129,7 +142,7 @@ def run(args: argparse.Namespace, error: Callable[[str], Exception]) -> int:
         print(f"tpu-info: cannot write {clean(args.sd_file)}: {clean(e.strerror or e)}",
               file=sys.stderr)
         return 1
-    print(f"tpu-info exporter: serving http://{shown}:{port}/metrics (host "
+    print(f"tpu-info exporter: serving {web.scheme}://{shown}:{port}/metrics (host "
           f"{clean(options.host_label)}, polling every {args.interval:g}s)",
           file=sys.stderr, flush=True)
     try:

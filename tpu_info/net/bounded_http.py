@@ -21,6 +21,12 @@ around a selector:
   wait, costing nothing but their socket;
 - bodies come from ``body_fn(accept_header)``, which the caller caches.
 
+With ``tls`` (an :class:`ssl.SSLContext`, from :mod:`tpu_info.net.webconfig`)
+each connection's handshake is done without blocking under the same request
+deadline, and a client that does not speak TLS is closed unanswered; with
+``authorize`` every request needs an ``Authorization`` header it accepts, else
+401 with ``WWW-Authenticate: Basic``. ``landing`` is the HTML page served at
+``/`` (:func:`landing_page`); any other path gets ``body_fn``'s exposition.
 Every answer closes its connection (``Connection: close``).
 
 Example:
@@ -33,9 +39,11 @@ Example:
 from __future__ import annotations
 
 import collections
+import html
 import logging
 import selectors
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Callable
@@ -52,10 +60,11 @@ BACKLOG = 64
 
 BodyFn = Callable[[str, str], tuple[bytes, str, str]]
 """``body_fn(accept, accept_encoding) -> (body, content_type, content_encoding)``."""
+_WANT = (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError)
 
 
 class _Conn:
-    __slots__ = ("sock", "deadline", "buf", "out", "ready", "opened")
+    __slots__ = ("sock", "deadline", "buf", "out", "ready", "opened", "handshaking")
 
     def __init__(self, sock: socket.socket, now: float) -> None:
         self.sock = sock
@@ -64,6 +73,7 @@ class _Conn:
         self.buf = b""
         self.out = b""
         self.ready = False  # the whole request has arrived; waiting to be answered
+        self.handshaking = isinstance(sock, ssl.SSLSocket)
 
 
 def _header(head: bytes, name: bytes) -> str:
@@ -75,16 +85,36 @@ def _header(head: bytes, name: bytes) -> str:
 
 
 def _response(status: str, body: bytes = b"", content_type: str = "text/plain",
-              encoding: str = "", head_only: bool = False) -> bytes:
+              encoding: str = "", head_only: bool = False, extra: str = "") -> bytes:
     lines = [f"HTTP/1.1 {status}", f"Content-Type: {content_type}",
              f"Content-Length: {len(body)}", "Connection: close"]
     if encoding:
         lines.append(f"Content-Encoding: {encoding}")
+    if extra:
+        lines.append(extra)
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + (b"" if head_only else body)
+
+
+def landing_page(title: str, lines: tuple[str, ...] = ()) -> bytes:
+    """node_exporter's kind of page for ``/``: the tool, tpu-info's version,
+    ``lines`` and a link to ``metrics`` (relative: it works behind a path
+    prefix too)."""
+    from tpu_info import __version__ as version
+
+    t = html.escape(title)
+    extra = "".join(f"<p>{html.escape(line)}</p>\n" for line in lines)
+    return (f"<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>{t}</title>"
+            f"</head>\n<body><h1>{t}</h1>\n<p>Version {html.escape(version)}</p>\n{extra}"
+            f"<p><a href=\"metrics\">Metrics</a></p>\n</body></html>\n").encode()
 
 
 class BoundedHttpServer:
     """Serves ``body_fn``'s answer to GET on one daemon thread (see the module docstring).
+
+    Args:
+        tls: serve HTTPS with this context (None: plain HTTP).
+        authorize: ``authorize(authorization_header) -> bool``, None: no auth.
+        landing: the page served at ``/`` (None: the exposition there too).
 
     Raises:
         OSError: from the constructor, when the address cannot be bound.
@@ -92,8 +122,14 @@ class BoundedHttpServer:
 
     def __init__(self, body_fn: BodyFn, address: str, port: int,
                  requests_per_s: float = REQUESTS_PER_S,
-                 thread_name: str = "tpu-info-prometheus") -> None:
+                 thread_name: str = "tpu-info-prometheus", *,
+                 tls: ssl.SSLContext | None = None,
+                 authorize: Callable[[str], bool] | None = None,
+                 landing: bytes | None = None) -> None:
         self._body_fn = body_fn
+        self._tls = tls
+        self._authorize = authorize
+        self._landing = landing
         family, kind, proto, _, sockaddr = socket.getaddrinfo(
             address, port, type=socket.SOCK_STREAM)[0]
         self._listener = socket.socket(family, kind, proto)
@@ -202,14 +238,44 @@ class BoundedHttpServer:
                 log.debug("tpu-info: Prometheus accept failed: %r", e)
                 return
             sock.setblocking(False)
+            if self._tls is not None:
+                try:
+                    sock = self._tls.wrap_socket(sock, server_side=True,
+                                                 do_handshake_on_connect=False)
+                except (OSError, ValueError):
+                    sock.close()
+                    continue
             conn = _Conn(sock, now)
             self._conns[sock.fileno()] = conn
             self._sel.register(sock, selectors.EVENT_READ, conn)
 
+    def _handshake(self, conn: _Conn) -> bool:
+        """One step of a TLS handshake; True once it is done."""
+        assert isinstance(conn.sock, ssl.SSLSocket)
+        try:
+            conn.sock.do_handshake()
+        except ssl.SSLWantReadError:
+            self._sel.modify(conn.sock, selectors.EVENT_READ, conn)
+            return False
+        except ssl.SSLWantWriteError:
+            self._sel.modify(conn.sock, selectors.EVENT_WRITE, conn)
+            return False
+        except (OSError, ValueError):  # plain HTTP, a bad or missing client cert, a reset
+            self._close(conn, answered=False)
+            return False
+        conn.handshaking = False
+        self._sel.modify(conn.sock, selectors.EVENT_READ, conn)
+        return True
+
     def _read(self, conn: _Conn) -> None:
+        if conn.handshaking and not self._handshake(conn):
+            return
         try:
             chunk = conn.sock.recv(MAX_REQUEST_BYTES)
-        except (BlockingIOError, InterruptedError):
+            while isinstance(conn.sock, ssl.SSLSocket) and conn.sock.pending() \
+                    and len(chunk) <= MAX_REQUEST_BYTES:
+                chunk += conn.sock.recv(MAX_REQUEST_BYTES)  # the rest of a TLS record
+        except _WANT:
             return
         except OSError:
             chunk = b""
@@ -245,8 +311,16 @@ class BoundedHttpServer:
         method, path = parts[0], parts[1]
         if method not in (b"GET", b"HEAD"):
             return _response("405 Method Not Allowed")
-        if path.split(b"?", 1)[0] == b"/favicon.ico":
+        if self._authorize is not None and not self._authorize(
+                _header(head, b"authorization")):
+            return _response("401 Unauthorized", b"Unauthorized\n", head_only=method == b"HEAD",
+                             extra='WWW-Authenticate: Basic realm="tpu-info"')
+        route = path.split(b"?", 1)[0]
+        if route == b"/favicon.ico":
             return _response("200 OK", head_only=method == b"HEAD")
+        if route == b"/" and self._landing is not None:
+            return _response("200 OK", self._landing, "text/html; charset=utf-8",
+                             head_only=method == b"HEAD")
         try:
             body, ctype, encoding = self._body_fn(_header(head, b"accept"),
                                                   _header(head, b"accept-encoding"))
@@ -266,9 +340,13 @@ class BoundedHttpServer:
         self._write(conn)
 
     def _write(self, conn: _Conn) -> None:
+        if conn.handshaking:
+            if self._handshake(conn):
+                self._read(conn)  # the request may be in with the handshake's last bytes
+            return
         try:
             sent = conn.sock.send(conn.out)
-        except (BlockingIOError, InterruptedError):
+        except _WANT:
             return
         except OSError:
             self._close(conn, answered=False)

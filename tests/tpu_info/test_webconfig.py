@@ -1,0 +1,218 @@
+"""Securing the ``/metrics`` endpoints (issue 30, items 1 and 6): the
+exporter-toolkit web configuration file, HTTPS, client certificates, basic
+auth and the landing page, on the bounded server both endpoints use.
+
+Real TLS on loopback with certificates made by ``openssl`` (tests/tls_certs.py),
+real bcrypt. The real Prometheus scraping through all of it is
+``tests/system/test_web_config_prometheus.py``.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import socket
+import ssl
+import subprocess
+import sys
+import textwrap
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import bcrypt
+import pytest
+
+from metrics.export import prometheus as prom
+from tests.conftest import ROOT
+from tests.metrics.test_prometheus import make_snapshot
+from tests.tls_certs import make_pki
+from tpu_info.commands import cli
+from tpu_info.net import webconfig
+from tpu_info.net.bounded_http import BoundedHttpServer
+
+HASH = bcrypt.hashpw(b"s3cret", bcrypt.gensalt(10)).decode()
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_pki(tmp_path_factory.mktemp("pki"))
+
+
+def _write(where: Path, text: str) -> Path:
+    path = where / "web.yml"
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def _basic(user: str, password: str) -> str:
+    return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+
+
+def _get(url: str, *, ca: Path | None = None, auth: str | None = None,
+         cert: tuple[Path, Path] | None = None) -> tuple[int, str, bytes]:
+    ctx = None
+    if url.startswith("https"):
+        ctx = ssl.create_default_context(cafile=str(ca))
+        if cert:
+            ctx.load_cert_chain(*map(str, cert))
+    req = urllib.request.Request(url, headers={"Authorization": auth} if auth else {})
+    try:
+        with urllib.request.urlopen(req, context=ctx, timeout=10) as r:
+            return r.status, r.headers.get("Content-Type", ""), r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.headers.get("WWW-Authenticate", ""), e.read()
+
+
+BAD = [
+    ("missing", None, "No such file"),
+    ("yaml", "tls_server_config: [\n", "not valid YAML at line"),
+    ("unknown", "basic_auth_user: {}\n", "unknown key basic_auth_user"),
+    ("unknown tls", "tls_server_config: {cert_file: server.crt, key_file: server.key, "
+     "cert_fil: x}\n", "unknown key tls_server_config.cert_fil"),
+    ("unsupported", "tls_server_config: {cert_file: server.crt, key_file: server.key, "
+     "cipher_suites: [TLS_AES_128_GCM_SHA256]}\n", "cipher_suites is not supported"),
+    ("hash", "basic_auth_users: {prom: plaintext}\n", "basic_auth_users.prom: not a bcrypt"),
+    ("no key", "tls_server_config: {cert_file: server.crt}\n", "needs key_file"),
+    ("no cert file", "tls_server_config: {cert_file: nothere.crt, key_file: server.key}\n",
+     "cannot load cert_file"),
+    ("garbage cert", "tls_server_config: {cert_file: web.yml, key_file: server.key}\n",
+     "cannot load cert_file"),
+    ("wrong key", "tls_server_config: {cert_file: server.crt, key_file: client.key}\n",
+     "cannot load cert_file"),
+    ("auth type", "tls_server_config: {cert_file: server.crt, key_file: server.key, "
+     "client_auth_type: Always}\n", "client_auth_type 'Always' is not one of"),
+    ("no ca", "tls_server_config: {cert_file: server.crt, key_file: server.key, "
+     "client_auth_type: RequireAndVerifyClientCert}\n", "needs client_ca_file"),
+    ("ca unused", "tls_server_config: {cert_file: server.crt, key_file: server.key, "
+     "client_ca_file: ca.crt}\n", "client_auth_type is NoClientCert"),
+    ("version", "tls_server_config: {cert_file: server.crt, key_file: server.key, "
+     "min_version: TLS14}\n", "min_version 'TLS14'"),
+    ("not a map", "- a\n", "must be a YAML mapping"),
+]
+
+
+@pytest.mark.parametrize("name, text, message", BAD, ids=[b[0] for b in BAD])
+def test_a_bad_file_is_one_line_naming_it(pki: Path, tmp_path: Path, name, text, message):
+    where = tmp_path / "cfg"
+    where.mkdir()
+    for f in pki.glob("*.*"):
+        if f.name != "web.yml":
+            (where / f.name).write_bytes(f.read_bytes())
+    path = where / "web.yml" if text is None else _write(where, text)
+    with pytest.raises(webconfig.WebConfigError) as e:
+        webconfig.load(path)
+    assert message in str(e.value) and str(path) in str(e.value)
+    assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("argv_tail, message", [
+    ([], "No such file"), (["yaml"], "not valid YAML")])
+def test_the_exporter_says_it_in_one_line_and_exits_2(tmp_path: Path, capsys, argv_tail,
+                                                     message):
+    path = tmp_path / "web.yml"
+    if argv_tail:
+        path.write_text("a: [\n")
+    assert cli.main(["exporter", "--listen", "127.0.0.1:0", "--web.config.file",
+                     str(path)]) == cli.EXIT_USAGE == 2
+    err = capsys.readouterr().err
+    assert message in err and "--web.config.file" in err and err.count("\n") == 1, err
+
+
+def test_client_auth_types_map_to_verify_modes(pki: Path):
+    expected = {"NoClientCert": ssl.CERT_NONE, "RequestClientCert": ssl.CERT_NONE,
+                "RequireAnyClientCert": ssl.CERT_REQUIRED,
+                "VerifyClientCertIfGiven": ssl.CERT_OPTIONAL,
+                "RequireAndVerifyClientCert": ssl.CERT_REQUIRED}
+    for name, mode in expected.items():
+        ca = "" if mode == ssl.CERT_NONE else "client_ca_file: ca.crt"
+        cfg = webconfig.load(_write(pki, f"""
+            tls_server_config:
+              cert_file: server.crt
+              key_file: server.key
+              client_auth_type: {name}
+              {ca}
+        """))
+        assert cfg.tls is not None and cfg.tls.verify_mode == mode, name
+        assert cfg.tls.minimum_version == ssl.TLSVersion.TLSv1_2
+        assert cfg.guarded == (mode == ssl.CERT_REQUIRED)
+    assert webconfig.load(_write(pki, "")).tls is None  # an empty file: plain HTTP
+
+
+def test_https_with_basic_auth_and_the_landing_page(pki: Path):
+    cfg = webconfig.load(_write(pki, f"""
+        tls_server_config: {{cert_file: server.crt, key_file: server.key}}
+        basic_auth_users: {{prom: "{HASH}"}}
+    """))
+    with prom.start_http(make_snapshot, port=0, environ={},
+                         web_config=str(pki / "web.yml")) as server:
+        assert server.url.startswith("https://127.0.0.1:")
+        url = server.url.replace("127.0.0.1", "localhost")
+        status, ctype, body = _get(url, ca=pki / "ca.crt", auth=_basic("prom", "s3cret"))
+        assert status == 200 and b"tpu_info_uncached_compile_total 7.0" in body
+        for auth in (_basic("prom", "wrong"), _basic("nobody", "s3cret"), None, "Bearer x"):
+            status, challenge, _ = _get(url, ca=pki / "ca.crt", auth=auth)
+            assert (status, challenge) == (401, 'Basic realm="tpu-info"'), auth
+        status, ctype, page = _get(url.removesuffix("metrics"), ca=pki / "ca.crt",
+                                   auth=_basic("prom", "s3cret"))
+        assert status == 200 and ctype.startswith("text/html")
+        assert b'<a href="metrics">' in page and b"Version 0." in page
+        assert f"pid {os.getpid()}".encode() in page
+        # Plain HTTP to the TLS port: no HTTP answer, the connection is closed.
+        with socket.create_connection(("127.0.0.1", server.port), timeout=10) as s:
+            s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+            try:
+                got = s.recv(100)
+            except ConnectionResetError:
+                got = b""
+            assert got == b""
+    assert cfg.users == {"prom": HASH.encode()}
+
+
+def test_client_certificates_are_required_and_verified(pki: Path):
+    cfg = webconfig.load(_write(pki, """
+        tls_server_config:
+          cert_file: server.crt
+          key_file: server.key
+          client_auth_type: RequireAndVerifyClientCert
+          client_ca_file: ca.crt
+    """))
+    server = BoundedHttpServer(lambda a, e: (b"ok 1\n", "text/plain", ""), "127.0.0.1", 0,
+                               tls=cfg.tls)
+    server.start()
+    try:
+        url = f"https://localhost:{server.server_address[1]}/metrics"
+        assert _get(url, ca=pki / "ca.crt", cert=(pki / "client.crt", pki / "client.key")
+                    )[::2] == (200, b"ok 1\n")
+        for cert in (None, (pki / "stranger.crt", pki / "stranger.key")):
+            with pytest.raises((urllib.error.URLError, ssl.SSLError, ConnectionError)):
+                _get(url, ca=pki / "ca.crt", cert=cert)
+    finally:
+        server.stop()
+    assert server.answered == 1 and server.dropped == 2
+
+
+def test_a_header_that_passed_is_not_checked_again_and_failures_have_a_budget():
+    now = [100.0]
+    auth = webconfig.BasicAuth({"prom": HASH.encode()}, clock=lambda: now[0])
+    good = _basic("prom", "s3cret")
+    assert auth(good) and auth(good) and auth.checks == 1
+    refused = [auth(_basic("prom", f"guess{i}")) for i in range(20)]
+    assert not any(refused)
+    assert auth.checks <= 1 + webconfig.CHECK_BURST and auth.refused_busy >= 15
+    assert auth(good)  # a cached header gets in while guesses are refused
+    now[0] += webconfig.AUTH_CACHE_S + 1  # expired: checked again (the budget refilled)
+    assert auth(good) and auth.checks <= 2 + webconfig.CHECK_BURST
+
+
+def test_the_hook_runs_on_without_its_endpoint_when_the_file_is_bad(tmp_path: Path):
+    program = ("import metrics, urllib.request\n"
+               "metrics.install(serve='thread', port=0, prometheus_port=0)\n"
+               "print('ran on', metrics.counter_value('UncachedCompile'))\n")
+    env = dict(os.environ, PYTHONPATH=str(ROOT),
+               TPU_INFO_PROMETHEUS_WEB_CONFIG=str(tmp_path / "missing.yml"))
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True,
+                          timeout=120, cwd=ROOT, env=env)
+    assert done.returncode == 0 and "ran on" in done.stdout, done.stderr
+    warned = [line for line in done.stderr.splitlines() if "web config" in line]
+    assert len(warned) == 1 and "Prometheus endpoint not started" in warned[0], done.stderr
