@@ -130,3 +130,40 @@ def test_force_color_streaming_to_a_pipe_appends_frames():
         out = e.stdout or b""
     assert out.count(b"\x1b[") > 0, out  # coloured ...
     assert b"\x1b[1A" not in out and b"\x1b[2K" not in out and b"\x1b[?25l" not in out
+
+
+# -l / --streaming frames of -p and --metric say when they were taken ---------------
+
+STAMP = re.compile(r"^\S+   \d{4}-\d\d-\d\d \d\d:\d\d:\d\d", re.M)
+
+
+@pytest.mark.parametrize("flags, stamped", [(["-p", "-l", "1"], True),
+                                            (["--metric", "hbm_usage", "--streaming"], True),
+                                            (["-p"], False), (["--metric", "hbm_usage"], False)])
+def test_streamed_process_and_metric_frames_carry_the_time(flags, stamped):
+    from io import StringIO
+
+    from rich.console import Console
+
+    from tpu_info.commands.gather import Gathered
+    from tpu_info.commands.show import renderable
+    from tpu_info.host.devices import scan_local
+
+    args = build_parser().parse_args(["--no-discovery", *flags])
+    check_combination(args)
+    g = Gathered(views=[], local=scan_local("/nonexistent", nvml_loader=None))
+    out = StringIO()
+    Console(file=out, width=100, color_system=None).print(renderable(args, g, 100))
+    assert bool(STAMP.search(out.getvalue())) is stamped, out.getvalue()
+
+
+def test_minus_l_minus_p_to_a_pipe_stamps_every_frame():
+    try:
+        out = subprocess.run([sys.executable, "-m", "tpu_info", "--no-discovery", "-p", "-l",
+                              "0.2"], env=_env(), cwd=ROOT, capture_output=True,
+                             timeout=3).stdout
+    except subprocess.TimeoutExpired as e:  # streaming runs until stopped
+        out = e.stdout or b""
+    text = out.decode()
+    frames = text.count("Processes")
+    assert frames >= 2 and len(STAMP.findall(text)) >= frames, text  # the stamp comes first

@@ -59,11 +59,16 @@ def renderable(args: argparse.Namespace, g: Gathered, width: int) -> Any:
     from tpu_info.outputs import render
     from tpu_info.views.metrics import DEFAULT_PERCENTILES, metric_table
 
-    if args.metrics:
-        return Group(*(metric_table(name, g.views, cols or DEFAULT_PERCENTILES)
-                       for name, cols in args.metrics))
-    if args.process:
-        return render.processes_table(g.views, render.Reasons(), width)
+    if args.metrics or args.process:
+        parts: list[Any] = ([metric_table(name, g.views, cols or DEFAULT_PERCENTILES)
+                             for name, cols in args.metrics] if args.metrics
+                            else [render.processes_table(g.views, render.Reasons(), width)])
+        if args.streaming or args.loop is not None:  # each frame says when it was taken
+            from rich.text import Text
+
+            h = _header(g)
+            parts.insert(0, Text(f"{h.host}   {h.time_text()}", style="dim"))
+        return Group(*parts)
     return render.render(g.views, local=g.local, header=_header(g), width=width)
 
 
