@@ -6,8 +6,11 @@ without libtpu), else a free ephemeral port. Binding is loopback-only unless
 ``bind=`` or ``$TPU_INFO_BIND`` names other addresses (one warning; see
 :mod:`metrics.export.binding`: ``0.0.0.0`` is IPv4 only, the Prometheus
 endpoint has its own setting, and captures stay loopback-only).
-The exporter stops cleanly at interpreter exit and on SIGTERM (the previous
-SIGTERM handler still runs afterwards). A forked child owns none of it: its
+At interpreter exit and on SIGTERM the exporter removes its discovery
+record first and then stops serving without waiting for anything (calls in
+flight are cut, the serving helper leaves on its own), so a hooked program
+stops as fast as without the hook; then the previous SIGTERM handler runs,
+or the process dies by the signal (``bench/exit_latency.py``). A forked child owns none of it: its
 exit and its SIGTERM do what they would without the hook, and it closes its
 copies of the server's sockets (see :mod:`metrics.recording.forksafe`).
 
@@ -128,18 +131,33 @@ class Exporter:
             forksafe.close_sockets_on_port(self.port)
 
     def stop(self, grace: float | None = 1.0) -> None:
-        """Unpublishes discovery, ends streams and stops serving. Idempotent;
-        nothing in a forked child (the parent's server is not the child's)."""
+        """Unpublishes discovery, ends streams and stops serving, waiting up
+        to ``grace`` for calls in flight. Idempotent; nothing in a forked
+        child (the parent's server is not the child's)."""
+        if self._claim_stop():
+            self._server.stop(grace)
+
+    def _halt(self) -> None:
+        """The stop of an ending program (interpreter exit, SIGTERM): the
+        record goes first, then the server is told to stop and nothing is
+        waited for (no grace, no join, no helper's exit), so stopping takes
+        as long as without the hook. Idempotent; nothing in a forked child."""
+        if self._claim_stop():
+            self._server.halt()
+
+    def _claim_stop(self) -> bool:
+        """Whether this call stops the exporter (the first, in its owner);
+        if so the record is gone and the exit hooks are off when it returns."""
         if os.getpid() != self._owner:
-            return
+            return False
         with self._stop_lock:
             if self._stopped:
-                return
+                return False
             self._stopped = True
+        _unpublish()  # first: a stop cut short by the process's end still removed it
         atexit.unregister(self._at_exit)
         self._restore_sigterm()
-        _unpublish()
-        self._server.stop(grace)
+        return True
 
     @property
     def stopped(self) -> bool:
@@ -147,7 +165,7 @@ class Exporter:
         return self._stopped or os.getpid() != self._owner
 
     def _at_exit(self) -> None:
-        self.stop(grace=0.5)
+        self._halt()
 
     def _install_sigterm(self) -> None:
         if threading.current_thread() is not threading.main_thread():
@@ -170,7 +188,7 @@ class Exporter:
             signal.signal(signal.SIGTERM, self._prev_sigterm)
 
     def _on_sigterm(self, signum: int, frame: FrameType | None) -> None:
-        self.stop(grace=0)  # nothing in a forked child
+        self._halt()  # nothing in a forked child
         # Then what SIGTERM would have done without us.
         forksafe.act_as(self._prev_sigterm, signum, frame)
 

@@ -222,8 +222,8 @@ def publish(
             when the program has not chosen to ignore SIGTERM. If the program
             had its own handler, ours calls it and lets it decide (the record
             goes at exit, through ``atexit``); otherwise ours removes the
-            record and exits with status 143 via ``SystemExit``, so other
-            ``atexit`` handlers (the server's stop) run too.
+            record and the process dies by SIGTERM, as it would without the
+            hook (status -15 to its parent; no ``atexit`` work runs).
 
     The record names ``<pid>.sock`` beside it (:func:`socket_path`) when a
     socket is there: this process's server listens on it.
@@ -321,8 +321,11 @@ def _make_sigterm_handler(previous: Any) -> Any:
             # it stays discoverable meanwhile, and atexit removes the record.
             previous(signum, frame)
             return
+        # The record goes first (one unlink), then the program dies by the
+        # signal as it would without us: no SystemExit unwinding the program,
+        # no atexit work of its libraries, none of a grace period spent.
         unpublish()
-        raise SystemExit(128 + signum)
+        forksafe.act_as(previous, signum, frame)
 
     setattr(on_sigterm, forksafe.PREVIOUS, previous)
     return on_sigterm

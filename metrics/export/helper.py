@@ -85,6 +85,18 @@ class _Link:
         self.serving = False  # bound and started: its death is restarted
         self.started_at = 0.0
 
+    def hang_up(self) -> None:
+        """Ends the socket for both sides now (a copy of it elsewhere keeps
+        no end open); the helper reads its end of file and leaves."""
+        try:
+            self.channel.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        try:
+            self.channel.sock.close()
+        except OSError:
+            pass
+
     def close(self, wait_s: float = 0.0) -> None:
         """Waits up to ``wait_s`` for the helper to leave, then kills it."""
         try:
@@ -151,7 +163,9 @@ class HelperServer:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "metrics.export.helper_process", str(theirs.fileno())],
                 pass_fds=(theirs.fileno(),), env=self._env, stdin=subprocess.DEVNULL,
-                start_new_session=True)
+                # Not the program's stdout: whoever reads it to its end (a pipe,
+                # `subprocess.run`) must not wait for the helper too.
+                stdout=subprocess.DEVNULL, start_new_session=True)
         except BaseException:
             ours.close()
             raise
@@ -222,6 +236,21 @@ class HelperServer:
         except OSError:
             pass  # already gone
         link.close((grace or 0) + 5.0)
+
+    def halt(self) -> None:
+        """Stops at once for an ending program: shuts the program's end of
+        the socket down, and the helper, reading its end of file, leaves
+        (``os._exit``, no gRPC shutdown). Nothing is sent (a send can wait
+        on a full socket) and nothing is waited for. Idempotent."""
+        if self._stopped or os.getpid() != self._owner:
+            return
+        with self._lock:
+            self._stopped = True
+            link = self._link
+        self._stop_wanted.set()
+        for stop in list(self._captures.values()):
+            stop.set()
+        link.hang_up()
 
     def let_go_after_fork(self) -> None:
         """In a fork child: closes its copy of the program's end of the

@@ -164,8 +164,8 @@ def main(argv: list[str] | None = None) -> int:
                      daemon=True).start()
     while not done.is_set():
         message = channel.recv()
-        if message is None:  # the program is gone
-            break
+        if message is None:  # the program is gone or ending: leave at once
+            return 0  # (the caller's os._exit closes the port; no gRPC shutdown)
         head, payload = message
         op = head.get("op")
         if op == "bind":
@@ -195,8 +195,6 @@ def main(argv: list[str] | None = None) -> int:
                 server = None
         else:
             mirror.deliver(head, payload)
-    if server is not None:
-        server.stop(0)
     return 0
 
 

@@ -481,3 +481,14 @@ class Server:
         if self._started:
             self._server.stop(grace).wait(timeout=(grace or 0) + 5.0)
         self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def halt(self) -> None:
+        """Stops at once for an ending program: calls in flight are
+        cancelled (streams and captures end), nothing is waited for. Idempotent."""
+        if self._stopped:
+            return
+        self._stopped = True
+        self._monitor.stop_captures()
+        if self._started:
+            self._server.stop(None)  # cancels every call; its event is not waited on
+        self._pool.shutdown(wait=False, cancel_futures=True)
