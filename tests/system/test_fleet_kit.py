@@ -73,6 +73,30 @@ def _targets(dashboard: dict) -> Iterator[tuple[str, str]]:
             yield panel["title"], t["expr"]
 
 
+def _annotations(dashboard: dict) -> Iterator[tuple[str, str]]:
+    """(name, expr) of every Prometheus annotation query."""
+    for a in dashboard["annotations"]["list"]:
+        if a.get("datasource", {}).get("type") == "prometheus":
+            yield a["name"], a["expr"]
+
+
+def test_the_dashboard_marks_recompiles():
+    """Issue 30, item 6: a Grafana annotation on every panel where a process
+    compiled a new graph, over the same variables as the panels, its title
+    and text made of labels its query keeps."""
+    dash = json.loads(DASHBOARD.read_text())
+    [recompiles] = [a for a in dash["annotations"]["list"] if a["name"] == "Recompiles"]
+    assert recompiles["enable"] and not recompiles["hide"]
+    assert recompiles["datasource"] == {"type": "prometheus", "uid": "${datasource}"}
+    expr = recompiles["expr"]
+    assert "increase(tpu_info_uncached_compile_total{" in expr and expr.endswith("> 0")
+    assert 'job=~"$job"' in expr and 'host=~"$host"' in expr
+    kept = set(re.search(r"sum by \(([^)]*)\)", expr)[1].replace(" ", "").split(","))
+    used = set(re.findall(r"\{\{(\w+)\}\}", recompiles["textFormat"]
+                          + recompiles["titleFormat"]))
+    assert used <= kept and set(recompiles["tagKeys"].split(",")) <= kept, (used, kept)
+
+
 def test_the_dashboard_is_provisionable():
     dash = json.loads(DASHBOARD.read_text())
     variables = {v["name"]: v for v in dash["templating"]["list"]}
@@ -127,6 +151,8 @@ def test_every_query_of_the_dashboard_and_the_rules_returns_data(fleet: Fleet):
     assert len(rules) == RULES.read_text().count(" expr: "), "Prometheus left rules out"
     assert {r["name"] for r in rules if r["type"] == "alerting"} == set(ALERTS)
     pending = {f"{p}: {e}": _substitute(e, chosen) for p, e in _targets(dash)}
+    pending.update({f"annotation {n}: {e}": _substitute(e, chosen)
+                    for n, e in _annotations(dash)})
     pending.update({f"rule {r['name']}": r["query"] for r in rules})
     # and Prometheus's rule engine holds each alert (pending: their `for` is minutes)
     pending.update({f"ALERTS {a}": f'ALERTS{{alertname="{a}"}}' for a in ALERTS})
