@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 import pty
 import re
+import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -167,3 +169,64 @@ def test_minus_l_minus_p_to_a_pipe_stamps_every_frame():
     text = out.decode()
     frames = text.count("Processes")
     assert frames >= 2 and len(STAMP.findall(text)) >= frames, text  # the stamp comes first
+
+
+# Shell completion -------------------------------------------------------------------
+
+def _complete(words: list[str], shell: str = "bash") -> list[str]:
+    """What real bash offers for ``tpu-info WORDS`` (the last word is being typed)."""
+    bash = shutil.which("bash")
+    if bash is None:
+        pytest.skip("bash not installed")
+    script = subprocess.run([sys.executable, "-m", "tpu_info", "--completion", shell],
+                            capture_output=True, text=True, cwd=ROOT, env=_env(),
+                            timeout=60, check=True).stdout
+    line = " ".join(shlex.quote(w) for w in ["tpu-info", *words])
+    probe = (f"{script}\nCOMP_WORDS=({line}); COMP_CWORD={len(words)}; _tpu_info; "
+             "printf '%s\\n' \"${COMPREPLY[@]}\"")
+    r = subprocess.run([bash, "--norc", "-c", probe], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr
+    return [w for w in r.stdout.splitlines() if w]
+
+
+@pytest.mark.parametrize("words, offered", [
+    ([""], {"report", "doctor", "exporter", "profile", "run"}),
+    (["--q"], {"--query"}),
+    (["--query", "index,memory.u"], {"index,memory.used"}),
+    (["--format", "csv,no"], {"csv,noheader", "csv,nounits"}),
+    (["--metric", "hbm_u"], {"hbm_usage"}),
+    (["--completion", ""], {"bash", "zsh"}),
+    (["exporter", "--li"], {"--listen"}),
+    (["--timeout", "3", "report", "--pid", "12", "--j"], {"--json"}),
+])
+def test_completion_offers_what_the_parser_takes(words, offered):
+    assert offered <= set(_complete(words)), _complete(words)
+
+
+def test_completion_leaves_the_program_after_run_to_the_shell():
+    assert _complete(["run", "--", "python", "-"]) == []
+    assert _complete(["--query", ""]) and not any(w.startswith("-") for w in
+                                                  _complete(["--query", ""]))
+
+
+def test_completion_knows_every_flag_of_every_subcommand():
+    """Generated from the argparse tree: a new flag needs no edit here."""
+    parser = build_parser()
+    top = {s for a in parser._actions for s in a.option_strings}
+    assert top <= set(_complete(["-"]))
+    from tpu_info.commands.completion import _subparsers
+
+    subs = _subparsers(parser)
+    assert {"report", "doctor", "exporter"} <= set(subs)
+    for name, sub in subs.items():
+        if name != "run":  # its words are the program's
+            flags = {s for a in sub._actions for s in a.option_strings}
+            assert flags <= set(_complete([name, "-"])), name
+
+
+def test_zsh_gets_the_script_through_bashcompinit(capsys):
+    assert cli.main(["--completion", "zsh"]) == cli.EXIT_OK
+    out = capsys.readouterr().out
+    assert "bashcompinit" in out and "complete -o default -F _tpu_info tpu-info" in out
+    assert cli.main(["--completion", "fish"]) == cli.EXIT_USAGE

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tpu_info.commands import exporter_cli
+from tpu_info.commands.completion import SHELLS, CompletionAction
 from tpu_info.net.targets import shown
 
 
@@ -174,6 +175,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=seconds_arg("--timeout"), default=3.0, metavar="S",
                    help="seconds the whole command may take, replies included (default 3)")
     p.add_argument("--no-color", action="store_true", help="plain text, no colours")
+    p.add_argument("--completion", action=CompletionAction, choices=SHELLS, metavar="SHELL",
+                   help="print the bash or zsh completion script and exit (e.g. in ~/.bashrc: "
+                        "source <(tpu-info --completion bash))")
     sub = p.add_subparsers(dest="command", metavar="{report,profile,doctor,run,exporter}")
     json_help = "print it as JSON"
     r = sub.add_parser("report", help="a running program's metrics_report()",
