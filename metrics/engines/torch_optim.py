@@ -159,6 +159,11 @@ class OptimizerSteps:
             entry.calls += len(times)
             entry.last = max(entry.last, times[-1])
 
+    def steps_so_far(self) -> int:
+        """Optimizer steps (and backward() calls) so far, folded or not: which
+        step a tensor read belongs to (:mod:`torch_syncs`)."""
+        return sum(e.calls for e in list(self.by_id.values())) + len(self.queue) // FIELDS
+
     def _feeds_step_time(self) -> bool:
         """No step is marked, nor queued to be: StepTime is ours to fill."""
         rec = self.rec

@@ -55,7 +55,7 @@ MEAN_GAP = 64  # then one read in this many (on average) is recorded, for this m
 MAX_SITES = 256  # lines kept per class; the rest in one overflow entry
 OTHER_SITES = "(other sites)"
 NO_USER_FRAME = "(no user frame)"
-FIELDS = 9  # (class, location, function, detail, via, start, end, weight, bytes) a record
+FIELDS = 10  # (class, location, function, detail, via, start, end, weight, bytes, step) a record
 DEVICE, CPU = 0, 1  # a record's class: a device tensor's read, a CPU tensor's at a user line
 _HOOKED = {"item": "item()", "tolist": "tolist()", "cpu": "cpu()"}
 # Library functions that name how the user's line read the value (outermost wins).
@@ -86,6 +86,10 @@ class SyncReads:
         self._originals: dict[str, tuple[Any, bool]] = {}
         self.journal = recorder.journal(self._fold)
         self.queue = self.journal.queue
+        # Which step a read belongs to (steps marked, optimizer steps): the
+        # owner engine's, set by attach(); a burst of reads in one step (an
+        # evaluation's per-batch .item()) is one occurrence of its line.
+        self.step_index: Callable[[], int] = recorder.steps_so_far
 
     # Install ---------------------------------------------------------------
 
@@ -159,7 +163,7 @@ class SyncReads:
         function = getattr(code, "co_qualname", code.co_name) if code is not None else ""
         q = self.queue
         q.extend((cls, location, function, detail, via, start, end, weight,
-                  tensor.numel() * tensor.element_size()))
+                  tensor.numel() * tensor.element_size(), self.step_index()))
         if len(q) >= FOLD_AT * FIELDS:
             self.journal.flush()
 
@@ -169,7 +173,8 @@ class SyncReads:
         w = FIELDS
         with self._lock:
             for i in range(0, len(flat), w):
-                cls, location, function, detail, via, start, end, weight, nbytes = flat[i:i + w]
+                (cls, location, function, detail, via, start, end, weight, nbytes,
+                 step) = flat[i:i + w]
                 key = (cls, location, detail)
                 site = self._sites.get(key)
                 if site is None:
@@ -178,7 +183,10 @@ class SyncReads:
                         site = self._sites.get(key)
                     if site is None:
                         self._kept[cls] += 1
-                        site = self._sites[key] = [0, 0, 0, end, end, function, via]
+                        site = self._sites[key] = [0, 0, 0, end, end, function, via, -1, 0]
+                if step != site[7]:  # the first read of this line in this step
+                    site[7] = step
+                    site[8] += weight  # sampled: an estimate, as the count is
                 site[0] += weight
                 site[1] += (end - start) * weight
                 site[2] += nbytes * weight
@@ -199,9 +207,10 @@ class SyncReads:
         return [SiteReading(kind=SiteKind.SYNC.value, location=location, count=count,
                             bytes=nbytes, seconds=ns / 1e9, function=function, detail=detail,
                             last_seen_unix=last / 1e9 + to_unix,
-                            first_seen_unix=first / 1e9 + to_unix, via=via)
-                for (c, location, detail), (count, ns, nbytes, first, last, function, via)
-                in rows
+                            first_seen_unix=first / 1e9 + to_unix, via=via,
+                            occurrences=min(count, occurrences))
+                for (c, location, detail), (count, ns, nbytes, first, last, function, via, _,
+                                            occurrences) in rows
                 if c == cls and count]
 
     def blind_spots(self, engine: Any) -> list[str]:
@@ -246,6 +255,10 @@ def attach(engine: Any) -> SyncReads:
         engine.rec.on_reset(_hook.clear)
     if engine not in _hook.owners:
         _hook.owners.append(engine)
+        optimizer = getattr(engine, "optimizer", None)
+        if optimizer is not None and len(_hook.owners) == 1:
+            marks = engine.rec.steps_so_far
+            _hook.step_index = lambda: optimizer.steps_so_far() + marks()
     return _hook
 
 

@@ -149,6 +149,10 @@ class Recorder:
         if len(q) >= FOLD_AT:
             self._steps.flush()
 
+    def steps_so_far(self) -> int:
+        """Steps marked so far, folded or not (read, never changed)."""
+        return self._mark_step.value + len(self._steps_queue)
+
     @property
     def last_step_ns(self) -> int | None:
         """The latest marked step's end (monotonic ns; folded marks only)."""

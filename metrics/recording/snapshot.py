@@ -217,7 +217,8 @@ def diagnosis(recorder: Recorder, engines: list[Engine], counters: tuple[Counter
     sites.sort(key=lambda x: (-x.seconds, -x.count, x.location))
     if steps is not None:  # each line's phase, told now that the step loop is known
         sites = [replace(x, phase=phase_of(x.first_seen_unix or x.last_seen_unix,
-                                           x.last_seen_unix, x.count, steps).value)
+                                           x.last_seen_unix, x.occurrences or x.count,
+                                           steps).value)
                  if not x.phase else x for x in sites]
     return tuple(sites), steps, tuple(dict.fromkeys(blind))
 

@@ -70,6 +70,9 @@ class SiteReading:
     first_seen_unix: float = 0.0
     phase: str = ""  # a Phase value, filled by the hook at read time ("": not told)
     via: str = ""  # the library call the user's line went through
+    # How many separate times the line ran: reads in one step's (or one
+    # evaluation's) burst count once; 0 when the engine does not tell.
+    occurrences: int = 0
 
 
 # StepsReading.source values.

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
+from dataclasses import replace
 
 from tpu_info.contract.catalog import (
     OUTBOUND_DATA,
@@ -120,12 +121,14 @@ def site_phase(s: Snapshot, site: SiteReading) -> Phase:
     if site.phase:
         return as_phase(site.phase)
     return phase_of(site.first_seen_unix or site.last_seen_unix, site.last_seen_unix,
-                    site.count, steps_of(s))
+                    min(site.occurrences, site.count) or site.count, steps_of(s))
 
 
 def _site_cost(s: Snapshot, site: SiteReading) -> Cost:
     phase = site_phase(s, site)
     span = (site.first_seen_unix, site.last_seen_unix) if site.first_seen_unix else None
+    if phase in OUTSIDE_STEP and site.occurrences:  # costed per time it ran, not per read
+        site = replace(site, count=min(site.occurrences, site.count))
     if site.seconds > 0 and site.kind == SiteKind.SYNC.value and phase not in OUTSIDE_STEP:
         return _sync_cost(s, site, phase, span)
     if site.seconds > 0:

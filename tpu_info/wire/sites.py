@@ -28,7 +28,8 @@ def fill_diagnosis(msg: pb.Snapshot, s: Snapshot) -> None:
         msg.sites.add(kind=site.kind, location=site.location, count=site.count,
                       bytes=site.bytes, seconds=site.seconds, function=site.function,
                       detail=site.detail, last_seen_unix=site.last_seen_unix,
-                      first_seen_unix=site.first_seen_unix, phase=site.phase, via=site.via)
+                      first_seen_unix=site.first_seen_unix, phase=site.phase, via=site.via,
+                      occurrences=site.occurrences)
     st = s.steps
     if st is not None:
         msg.steps.count = st.count
@@ -52,7 +53,7 @@ def _site(m: pb.Site, dec: Decoding) -> SiteReading:
         function=text(m.function), detail=text(m.detail),
         last_seen_unix=dec.when(m.last_seen_unix, where, "last_seen_unix"),
         first_seen_unix=dec.when(m.first_seen_unix, where, "first_seen_unix"),
-        phase=text(m.phase), via=text(m.via),
+        phase=text(m.phase), via=text(m.via), occurrences=m.occurrences,
     )
 
 
