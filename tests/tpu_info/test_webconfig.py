@@ -216,3 +216,21 @@ def test_the_hook_runs_on_without_its_endpoint_when_the_file_is_bad(tmp_path: Pa
     assert done.returncode == 0 and "ran on" in done.stdout, done.stderr
     warned = [line for line in done.stderr.splitlines() if "web config" in line]
     assert len(warned) == 1 and "Prometheus endpoint not started" in warned[0], done.stderr
+
+
+def test_the_exporter_has_a_landing_page_linking_metrics():
+    from tpu_info.commands.exporter import ExporterOptions, HostExporter
+    from tpu_info.contract.model import LocalScan
+
+    ex = HostExporter(ExporterOptions(host_label="h1", runtime_dir="/nonexistent",
+                                      libtpu_target=None), scan_chips=LocalScan)
+    port = ex.start("127.0.0.1", 0)
+    try:
+        status, ctype, page = _get(f"http://127.0.0.1:{port}/")
+        assert status == 200 and ctype == "text/html; charset=utf-8"
+        assert b"<title>tpu-info exporter</title>" in page and b"Host h1" in page
+        assert b'<a href="metrics">Metrics</a>' in page
+        status, _, body = _get(f"http://127.0.0.1:{port}/metrics")
+        assert status == 200 and b"tpu_info_exporter_polls_total" in body
+    finally:
+        ex.stop()
