@@ -234,3 +234,26 @@ def test_the_exporter_has_a_landing_page_linking_metrics():
         assert status == 200 and b"tpu_info_exporter_polls_total" in body
     finally:
         ex.stop()
+
+
+def test_connections_that_never_handshake_do_not_keep_a_scrape_out(pki: Path):
+    from tpu_info.net.bounded_http import MAX_CONNECTIONS
+
+    cfg = webconfig.load(_write(pki, "tls_server_config: {cert_file: server.crt, "
+                                     "key_file: server.key}\n"))
+    server = BoundedHttpServer(lambda a, e: (b"ok 1\n", "text/plain", ""), "127.0.0.1", 0,
+                               tls=cfg.tls)
+    server.start()
+    port = server.server_address[1]
+    idle = [socket.create_connection(("127.0.0.1", port), timeout=10)
+            for _ in range(MAX_CONNECTIONS + 8)]
+    try:
+        for s in idle[:4]:  # a ClientHello and nothing after it
+            s.sendall(b"\x16\x03\x01\x00\x05\x01\x00\x00\x01\x00")
+        status, _, body = _get(f"https://localhost:{port}/metrics", ca=pki / "ca.crt")
+        assert (status, body) == (200, b"ok 1\n")
+        assert server.connections <= MAX_CONNECTIONS
+    finally:
+        for s in idle:
+            s.close()
+        server.stop()
