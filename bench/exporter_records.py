@@ -138,8 +138,9 @@ def main() -> int:
             for _ in range(args.polls):
                 time.sleep(interval)
                 text = urllib.request.urlopen(url, timeout=10).read().decode()
-                up = _value(text, rf'tpu_info_target_up\{{[^}}]*pid="{real_pid}"')
-                series = f'pid="{real_pid}"' in text and "tpu_info_graphs{" in text
+                # a process's series carry its program, not its pid
+                up = _value(text, r'tpu_info_target_up\{[^}]*program="real_program.py"')
+                series = 'program="real_program.py"' in text and "tpu_info_graphs{" in text
                 seen += int(bool(up) and up[0] == 1.0 and series)
                 durations += _value(text, r"tpu_info_exporter_poll_duration_seconds\{")
                 skipped = {m.group(1): float(m.group(2)) for m in re.finditer(

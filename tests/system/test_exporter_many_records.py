@@ -130,9 +130,11 @@ def test_a_program_among_many_dead_records_is_asked_and_the_rest_counted(crowded
             ex.poll()
             sockets.append(_sockets())
             text = ex.body("", "")[0].decode()
-            up = re.search(rf'tpu_info_target_up\{{[^}}]*pid="{pid}"[^}}]*\}} (\S+)', text)
+            up = re.search(r'tpu_info_target_up\{[^}]*program="real_program.py"[^}]*\} (\S+)',
+                           text)
             assert up is not None and up.group(1) == "1.0", "the program was not asked"
-            assert re.search(rf'tpu_info_graphs\{{[^}}]*pid="{pid}"', text), "no series"
+            assert re.search(r'tpu_info_graphs\{[^}]*program="real_program.py"', text), \
+                "no series"
             skipped = {m[0]: float(m[1]) for m in re.findall(
                 r'tpu_info_exporter_targets_skipped\{[^}]*reason="([^"]+)"[^}]*\} (\S+)', text)}
             asked = float(re.search(r"tpu_info_exporter_targets\{[^}]*\} (\S+)", text)[1])

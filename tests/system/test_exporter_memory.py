@@ -90,13 +90,14 @@ def _polls(d: Path, polls: int) -> tuple[list[int], str]:
         ex.wait(30)
 
 
-def _series(text: str, name: str, pid: int) -> dict[str, float]:
-    """``{part label (or ""): value}`` of ``name``'s samples for ``pid``."""
+def _series(text: str, name: str, program: str = "huge.py") -> dict[str, float]:
+    """``{part label (or ""): value}`` of ``name``'s samples for ``program``
+    (a process's series carry its program, not its pid)."""
     out = {}
     for line in text.splitlines():
         if line.startswith(name + "{"):
             labels = dict(re.findall(r'(\w+)="([^"]*)"', line.rsplit("}", 1)[0]))
-            if labels.get("pid") == str(pid):
+            if labels.get("program") == program:
                 out[labels.get("part", "")] = float(line.rsplit(" ", 1)[1])
     return out
 
@@ -106,8 +107,8 @@ def test_an_answer_over_the_bound_fails_its_target_alone(huge_target) -> None:
     d, pid = huge_target
     rss, text = _polls(d, 3)
     assert max(rss) <= MAX_RSS_MB, rss
-    assert _series(text, "tpu_info_target_cut", pid) == {"reply": 1.0}, text[-2000:]
-    assert _series(text, "tpu_info_target_up", pid) == {"": 0.0}
+    assert _series(text, "tpu_info_target_cut") == {"reply": 1.0}, text[-2000:]
+    assert _series(text, "tpu_info_target_up") == {"": 0.0}
 
 
 @pytest.mark.parametrize("huge_target", [150_000], indirect=True)
@@ -116,6 +117,7 @@ def test_an_answer_under_the_bound_is_cut_and_memory_handed_back(huge_target) ->
     rss, text = _polls(d, 3)
     print(f"exporter RSS over 3 polls: {rss} MB")
     assert max(rss) <= MAX_RSS_MB, rss
-    assert _series(text, "tpu_info_target_up", pid) == {"": 1.0}
-    assert _series(text, "tpu_info_target_cut", pid).get("graphs", 0) >= 1, text[-2000:]
-    assert re.search(rf'tpu_info_graphs\{{[^}}]*pid="{pid}"[^}}]*\}} 2000.0', text)
+    assert _series(text, "tpu_info_target_up") == {"": 1.0}
+    assert _series(text, "tpu_info_target_cut").get("graphs", 0) >= 1, text[-2000:]
+    assert re.search(rf'tpu_info_graphs\{{[^}}]*pid="{pid}"[^}}]*\}} 2000.0', text) is None
+    assert re.search(r'tpu_info_graphs\{[^}]*program="huge.py"[^}]*\} 2000.0', text)

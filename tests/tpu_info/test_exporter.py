@@ -93,17 +93,22 @@ def test_processes_come_and_go_and_a_silent_one_costs_its_timeout(tmp_path, v5e_
         assert len(chips) == 4 and all('host="h1"' in c and 'device="tpu' in c for c in chips)
         assert 'tpu_info_chip_owner{device="tpu0",host="h1",job="llama",pid="4242"} 1.0' \
             in body
-        up = {line.split('pid="')[1].split('"')[0]: line.rsplit(" ", 1)[1]
+        # Targets by what outlives a restart (program, rank), never by pid or port.
+        up = {line.split("{", 1)[1].split("}")[0]: line.rsplit(" ", 1)[1]
               for line in _series(body, "tpu_info_target_up")}
-        assert up == {str(first.pid): "1.0", str(os.getpid()): "0.0"}
+        assert up == {'host="h1",job="llama",program="python -c",rank="0"': "1.0",
+                      'host="h1",job="llama",program="silent.py",rank=""': "0.0"}
         [info] = _series(body, "tpu_info_process_info")
-        assert f'pid="{first.pid}"' in info and 'process_index="0"' in info
-        assert 'program="-c"' not in info and 'host="h1"' in info
+        assert f'pid="{first.pid}"' in info and 'rank="0"' in info
+        assert 'program="python -c"' in info and 'host="h1"' in info
+        assert [line for line in body.splitlines()
+                if "pid=" in line and not line.startswith(("#", "tpu_info_process_info{",
+                                                           "tpu_info_chip_owner{"))] == []
 
         second = Hooked(runtime, 1)
         ex.poll()
         body = ex.body("", "")[0].decode()
-        ranks = sorted(line.split('process_index="')[1][0]
+        ranks = sorted(line.split('rank="')[1][0]
                        for line in _series(body, "tpu_info_process_info"))
         assert ranks == ["0", "1"]
 
@@ -111,8 +116,9 @@ def test_processes_come_and_go_and_a_silent_one_costs_its_timeout(tmp_path, v5e_
         ex.poll()
         body = ex.body("", "")[0].decode()
         pids = {line.split('pid="')[1].split('"')[0]
-                for line in _series(body, "tpu_info_target_up")}
-        assert pids == {str(second.pid), str(os.getpid())}  # the exited one dropped out
+                for line in _series(body, "tpu_info_process_info")}
+        assert pids == {str(second.pid)}  # the exited one dropped out
+        assert len(_series(body, "tpu_info_target_up")) == 2
         assert len(ex._states) == 1
         assert 'tpu_info_exporter_skipped_records{host="h1",job="llama",reason="dead pid"}' \
             not in body  # its record was removed at exit, not left for us to judge
@@ -209,7 +215,7 @@ def test_a_scrape_is_answered_while_a_poll_waits_on_a_silent_target(tmp_path):
         polling.start()
         body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read()
         assert polling.is_alive()  # answered from the last poll, not after this one
-        assert b'tpu_info_target_up{host="h1",pid="' in body and b"} 0.0" in body
+        assert b'tpu_info_target_up{host="h1",program="silent.py"} 0.0' in body
         polling.join()
     finally:
         ex.stop()

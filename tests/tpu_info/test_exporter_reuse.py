@@ -112,9 +112,9 @@ def test_a_poll_rebuilds_and_encodes_only_what_changed_and_serves_the_same_bytes
             text = ex.body("", "")[0].decode()
             if change:  # the change is in this scrape: above every edge but +Inf
                 name = f"tpu_info_metric{change}_seconds"
-                assert (f'{name}_bucket{{host="h1",job="j",le="+Inf",pid="{os.getpid()}",'
+                assert (f'{name}_bucket{{host="h1",job="j",le="+Inf",'
                         f'program="train.py"}} 51.0') in text
-                assert (f'{name}_bucket{{host="h1",job="j",le="1000.0",pid="{os.getpid()}",'
+                assert (f'{name}_bucket{{host="h1",job="j",le="1000.0",'
                         f'program="train.py"}} 50.0') in text
         _promtool_check(text)
         # The process goes: nothing of it is kept (bounded memory).
@@ -124,7 +124,8 @@ def test_a_poll_rebuilds_and_encodes_only_what_changed_and_serves_the_same_bytes
         for accept in FORMATS:
             held = ex._encodings[accept]._last
             assert held is not None and held[0]
-            assert not any(s.labels.get("pid") for fam in held[0] for s in fam.samples)
+            assert not any(s.labels.get("program") == "train.py"
+                           for fam in held[0] for s in fam.samples)
     finally:
         ex.stop()
         server.stop(grace=0)
@@ -138,13 +139,13 @@ def test_families_with_reuse_equal_families_built_anew() -> None:
     rec, dists = _recorder(4)
     reused, fresh = prometheus.SeriesState(), prometheus.SeriesState()
     encodings = {accept: host_fams.PartsEncoding(accept) for accept in FORMATS}
-    labels = {"host": "h1", "pid": "1"}
+    labels = {"host": "h1", "program": "train.py"}
     previous: dict[str, object] = {}
     for step in range(6):
         if step in (1, 2, 4):
             dists[step % 4].observe(1e6 * (step + 1))
         if step == 3:
-            labels = {**labels, "process_index": "0"}  # the rank, learned later
+            labels = {**labels, "rank": "0"}  # the rank, learned later
         if step == 5:
             rec.registry.distribution("Late", Unit.BYTES).observe(4096)  # a new record
         snap = build(rec, ())
@@ -162,10 +163,9 @@ def test_families_with_reuse_equal_families_built_anew() -> None:
             assert now[changed] != previous[changed]
         if step == 2:
             assert now["tpu_info_metric3_seconds"] is previous["tpu_info_metric3_seconds"]
-            assert now["tpu_info_compile_time_seconds"] is \
-                previous["tpu_info_compile_time_seconds"]
+            assert now["tpu_info_uncached_compile"] is previous["tpu_info_uncached_compile"]
         if step == 3:  # new labels: every family carries them
-            assert all(s.labels.get("process_index") == "0" for f in got for s in f.samples)
+            assert all(s.labels.get("rank") == "0" for f in got for s in f.samples)
         previous = now
 
 

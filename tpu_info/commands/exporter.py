@@ -2,9 +2,11 @@
 
 It serves the host's chips (TPU sysfs, NVML, libtpu on ``localhost:8431``
 when it is there) and every hooked process of this host's user that it
-finds through the discovery records, each process's series labelled
-``host``, ``pid``, ``program``, ``process_index`` (its rank) and, per device,
-``device``. A background poll every ``--interval`` seconds scans the host,
+finds through the discovery records, each process's series labelled by
+what outlives its restarts: ``host``, ``program`` (``train.py#2`` for a
+second one alike), ``rank`` when a job says and, per device, ``device``; its
+``pid`` is on ``tpu_info_process_info`` alone. A background poll every
+``--interval`` seconds scans the host,
 re-reads the runtime directory and asks every target at once over gRPC
 (:func:`tpu_info.net.fanout.fan_out`: the round ends within ``--timeout``
 whatever a target does); a scrape gets the last poll's exposition at once,
@@ -58,7 +60,7 @@ from pathlib import Path
 from prometheus_client.core import Metric
 from prometheus_client.exposition import choose_encoder
 
-from tpu_info.commands.exporter_targets import MAX_TARGETS, TargetChooser
+from tpu_info.commands.exporter_targets import MAX_TARGETS, TargetChooser, key_of
 from tpu_info.commands.gather import LIBTPU_TARGET, local_targets
 from tpu_info.contract.discovery_record import DiscoveredProcess
 from tpu_info.contract.errors import ReplyTooLarge, TimedOut
@@ -68,8 +70,9 @@ from tpu_info.net import discovery
 from tpu_info.net.bounded_http import BoundedHttpServer, landing_page
 from tpu_info.net.client import Client
 from tpu_info.net.fanout import FAN_OUT_MARGIN_S, Channels, FanOutResult, fan_out
-from tpu_info.net.webconfig import WebConfig
+from tpu_info.net.webconfig import LiveWebConfig, WebConfig
 from tpu_info.outputs import prometheus_host as host_fams
+from tpu_info.outputs.identity import ProgramLabels, job_rank, program_name
 from tpu_info.outputs.prometheus import SeriesState, families
 from tpu_info.wire.delta import Follower
 
@@ -81,15 +84,6 @@ MAX_WORKERS = 64
 MAX_REPLY_BYTES = 16 * 1024 * 1024  # one target's answer (the hook's at its bounds: a few MiB)
 POLL_SLACK_S = 0.1  # of --timeout, kept for what follows the fan-out (merging, encoding)
 MAX_FORMATS = 4  # (Accept, gzip) pairs whose bodies are kept and encoded by each poll
-
-
-def program_name(argv: tuple[str, ...]) -> str:
-    """The ``program`` label: the script's file name (``train.py``), from a
-    process's argv (its ``sys.argv``)."""
-    first = argv[0] if argv else ""
-    if first in ("", "-c"):
-        return "python" if not first else "python -c"
-    return os.path.basename(first.rstrip("/")) or first
 
 
 @dataclass(frozen=True)
@@ -151,6 +145,7 @@ class HostExporter:
                                               port_owners=self._net.owners_by_port)
         self._states: dict[tuple[object, ...], SeriesState] = {}
         self._ranks: dict[tuple[object, ...], str] = {}
+        self._programs = ProgramLabels()  # program labels unique per (program, rank)
         # One cursor per process (tpu_info.wire.delta): a poll asks only for
         # what changed since the last one.
         self._followers: dict[tuple[object, ...], Follower] = {}
@@ -183,22 +178,32 @@ class HostExporter:
                         "tpu_info_exporter_targets_skipped", sum(self._not_asked.values()),
                         len(scan.processes), ", ".join(
                             f"{n} {r}" for r, n in sorted(self._not_asked.items())))
-        out = [_Target(p.target, {"target": p.target, "pid": str(p.pid),
-                                  "program": program_name(p.argv)},
+        out = [_Target(p.target, {"program": program_name(p.argv)},
                        (p.pid, p.start_time, p.port), p) for p in processes]
         libtpu = local_targets(scan, self._net, libtpu_target=self.options.libtpu_target).libtpu
         if libtpu is not None:
-            out.append(_Target(libtpu, {"target": libtpu, "program": "libtpu"}, ("libtpu",)))
+            out.append(_Target(libtpu, {"program": "libtpu"}, ("libtpu",)))
         return out
 
-    def _process_labels(self, t: _Target, snap: Snapshot | None) -> dict[str, str]:
-        labels = {**self.options.labels, "pid": t.labels.get("pid", ""),
-                  "program": t.labels["program"]}
-        p = snap.process if snap is not None else None
-        if p is not None and p.process_index is not None:
-            self._ranks[t.key] = str(p.process_index)
-        labels["process_index"] = self._ranks.get(t.key, "")
-        return {k: v for k, v in labels.items() if v}
+    def _identities(self, targets: list[_Target], snaps: list[Snapshot | None],
+                    alive: set[tuple[object, ...]]) -> list[dict[str, str]]:
+        """Each target's labels: what outlives a restart (host, job, program,
+        rank when a job says; :mod:`tpu_info.outputs.identity`), never its
+        pid or port; two processes that would share them get ``program#2``.
+        A live process not asked this poll keeps its rank and label."""
+        for gone in [k for k in self._ranks if k not in alive]:
+            del self._ranks[gone]
+        for t, snap in zip(targets, snaps, strict=True):
+            if snap is not None and snap.process is not None:
+                self._ranks[t.key] = job_rank(snap.process)
+        oldest_first = sorted(targets, key=lambda t: (
+            t.process.start_time if t.process is not None else 0.0, t.address))
+        programs = self._programs.assign(
+            ((t.key, t.labels["program"], self._ranks.get(t.key, "")) for t in oldest_first),
+            alive)
+        return [{k: v for k, v in {**self.options.labels, "program": programs[t.key],
+                                   "rank": self._ranks.get(t.key, "")}.items() if v}
+                for t in targets]
 
     def poll(self) -> None:
         """One round: host scan, discovery, every target; then swaps in the
@@ -220,14 +225,15 @@ class HostExporter:
         self._channels.keep_only(set(followers))
         fams: list[Iterator[Metric]] = [host_fams.chip_families(chips, self.options.labels)]
         health = []
-        for t, r in zip(targets, results, strict=True):
-            snap = r.value[1] if r.ok and r.value is not None else None
+        snaps = [r.value[1] if r.ok and r.value is not None else None for r in results]
+        alive = {t.key for t in targets} | {key_of(p) for p in scan.processes}
+        identities = self._identities(targets, snaps, alive)
+        for t, r, snap, labels in zip(targets, results, snaps, identities, strict=True):
             if t.process is not None:
                 self._chooser.answered(t.process, snap is not None,
                                        hung=isinstance(r.error, TimedOut))
-            labels = self._process_labels(t, snap)
             health.append(host_fams.TargetHealth(
-                {**labels, "target": t.address}, snap is not None, r.seconds,
+                labels, snap is not None, r.seconds,
                 {"reply": 1} if isinstance(r.error, ReplyTooLarge)
                 else host_fams.cut_parts(snap.left_out if snap is not None else ())))
             if snap is not None:
@@ -236,8 +242,6 @@ class HostExporter:
         live = {t.key for t in targets}  # a process not asked this poll starts afresh
         for gone in [k for k in self._states if k not in live]:
             del self._states[gone]
-        for gone in [k for k in self._ranks if k not in live]:
-            del self._ranks[gone]
         for gone in [k for k in self._followers if k not in live]:
             del self._followers[gone]
         self.polls += 1
@@ -314,18 +318,19 @@ class HostExporter:
 
     def start(self, address: str, port: int, web: WebConfig | None = None) -> int:
         """Polls once, then serves on ``address:port`` (with ``web``'s TLS and
-        basic auth, :mod:`tpu_info.net.webconfig`) and polls every interval
-        on a daemon thread; returns the bound port.
+        basic auth, :mod:`tpu_info.net.webconfig`, its files read again when
+        they change) and polls every interval on a daemon thread; returns the
+        bound port.
 
         Raises:
             OSError: the address cannot be bound.
         """
         page = landing_page("tpu-info exporter", (f"Host {self.options.host_label}: its "
                                                   "chips and hooked processes.",))
+        live = LiveWebConfig(web) if web else None
         self._httpd = BoundedHttpServer(
             self.body, address, port, thread_name="tpu-info-exporter-http",
-            tls=web.tls if web else None, authorize=web.authorizer() if web else None,
-            landing=page)
+            tls=live if web and web.tls else None, authorize=live, landing=page)
         try:
             self.poll()
         except Exception as e:  # noqa: BLE001 - serve what the next poll finds

@@ -99,6 +99,39 @@ CATALOG: dict[str, tuple[str, Unit, str]] = {
 }
 
 
+# Names only some engines record: anything that shows every name at zero
+# until it counts (the Prometheus exposition's counters) shows these only for
+# a process with one of their engines (ProcessRecord.engine, comma separated).
+ENGINES: dict[str, frozenset[str]] = {
+    LOWERING_TIME: frozenset(("jax",)),
+    MONITORING_DROPPED: frozenset(("jax",)),
+    DEVICE_BUSY_TIME: frozenset(("jax",)),
+    IMPLICIT_TRANSFER_TO_DEVICE: frozenset(("jax",)),
+    IMPLICIT_TRANSFER_FROM_DEVICE: frozenset(("jax",)),
+    IMPLICIT_OUTBOUND_BYTES: frozenset(("jax",)),
+    IMPLICIT_INBOUND_BYTES: frozenset(("jax",)),
+    GRAPH_BREAKS: frozenset(("torch_compile",)),
+    EAGER_FALLBACK_TIME: frozenset(("torch_compile",)),
+}
+
+# An engine's own records whose samples a name of this catalog also gets
+# (JAX reports its compile stages through jax.monitoring, which the hook
+# records under their own names too): a fleet's exposition keeps one of the
+# two, the catalog's.
+MIRRORS: dict[str, str] = {
+    "/jax/core/compile/backend_compile_duration": COMPILE_TIME,
+    "/jax/core/compile/jaxpr_trace_duration": TRACE_TIME,
+    "/jax/core/compile/jaxpr_to_mlir_module_duration": LOWERING_TIME,
+}
+
+
+def for_engines(name: str, engines: str) -> bool:
+    """Whether a process whose engines are ``engines`` (``"jax"``,
+    ``"torch_compile,torch_lazy"``) records ``name``."""
+    only = ENGINES.get(name)
+    return only is None or any(e in only for e in engines.split(","))
+
+
 def help_for(name: str) -> str:
     """The help text of a known name, else empty."""
     entry = CATALOG.get(name)

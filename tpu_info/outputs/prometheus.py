@@ -3,8 +3,9 @@
 The pure half of the Prometheus exposition: no server, no cache, no state
 beyond what a :class:`SeriesState` carries between scrapes of one process.
 The hook's in-process endpoint (``metrics.export.prometheus``) and the host
-exporter (one call per hooked process, with ``host``/``pid``/``rank`` labels)
-both call :func:`families`.
+exporter (one call per hooked process, with ``host``/``program``/``rank``
+labels: an identity that outlives a restart, the ``pid`` only on
+``tpu_info_process_info``) both call :func:`families`.
 
 Names are ``tpu_info_`` + snake_case + unit suffix: ``CompileTime`` (ns) ->
 ``tpu_info_compile_time_seconds``, ``OutboundData`` ->
@@ -13,9 +14,12 @@ Names are ``tpu_info_`` + snake_case + unit suffix: ``CompileTime`` (ns) ->
 the engines' per-op counters (``lazy::add``, ``xla::mm``, ``aten::nonzero``,
 torch._lazy's and torch_xla's ``ns::op`` names) are the one family
 ``tpu_info_ops_total{namespace="lazy",op="add"}`` (``aten``: ops that fell
-back to the CPU). Every counter and distribution of the catalog
-(:mod:`tpu_info.contract.catalog`) is present from the first scrape, at zero
-until it counts, so ``increase()`` and alerts see the first event.
+back to the CPU). Every counter of the catalog (:mod:`tpu_info.contract.catalog`)
+that the process's engines record is present from the first scrape, at zero
+until it counts, so ``increase()`` and alerts see the first event; a
+histogram (28 series) appears with its first sample, and an engine's
+record that mirrors one of the catalog (JAX's ``jax.monitoring`` compile
+durations) is left out beside it.
 
 Distributions are exported as **histograms**, not summaries. A summary's
 quantiles cannot be combined across processes or hosts (the mean of p99s is
@@ -26,10 +30,12 @@ prometheus_client 0.26 writes native (sparse) histograms only in its
 experimental OpenMetrics 2.0 text, which Prometheus does not read (it takes
 native histograms from the protobuf format only, which prometheus_client
 does not write). So our fine buckets (0.5 % relative error, up to thousands
-of them) are coarsened to a fixed, bounded set of ``le`` edges per unit
-(:data:`EDGES`): 1-1.5-2-3-5-7 per decade from 1 us to 1000 s for times
-(neighbours at most 1.67x apart), powers of 2 from 1 B to 1 TiB for bytes,
-1-2-5 per decade for plain numbers. A fine bucket ``(g**(k-1), g**k]`` is
+of them) are coarsened to a fixed, small set of ``le`` edges per unit
+(:data:`EDGES`): 1-2-5 per decade from 10 us to 1000 s for times (25
+edges, neighbours at most 2.5x apart), powers of 4 from 1 B to 1 TiB for
+bytes (21), 1-2-5 per decade from 0.01 to 1e6 for plain numbers (25): every
+series costs each process and every Prometheus that keeps it, and the exact
+percentiles stay in the snapshot (``tpu-info``, ``--json``). A fine bucket ``(g**(k-1), g**k]`` is
 counted under the first edge above its lower bound, so a sample exactly on
 an edge (4096 bytes) lands in that edge's bucket, every sample <= an edge is
 counted under it, and only samples within one fine bucket (about 1 %) above
@@ -47,7 +53,8 @@ ledger evicts graphs (``tpu_info_graphs_evicted_total`` counts those).
 Other families: device memory gauges per device with a ``source`` label, the
 busy ratio (a windowed gauge; ``rate(tpu_info_device_busy_time_seconds_total
 [1m])`` is the same estimate as a counter), ``tpu_info_process_info`` and the
-process start time, and per finding kind (``kind`` label: ``per_step_sync``,
+process start time (the info: ``pid``, ``program``, ``rank`` when a job
+says: :mod:`tpu_info.outputs.identity`), and per finding kind (``kind`` label: ``per_step_sync``,
 ``recompile_short_last_batch``, ...) ``tpu_info_findings``,
 ``tpu_info_finding_seconds_lost`` and ``tpu_info_finding_share_of_step_ratio``,
 from the same rules as the CLI, computed when scraped.
@@ -82,6 +89,7 @@ from tpu_info.contract import catalog, names, reuse
 from tpu_info.contract.model import DistributionReading, Snapshot, Unit
 from tpu_info.contract.safe import clean
 from tpu_info.outputs.graph_series import GraphSeries
+from tpu_info.outputs.identity import job_rank, program_name
 
 log = logging.getLogger("tpu_info.outputs.prometheus")
 
@@ -96,11 +104,12 @@ def _decades(lo_exp: int, hi_exp: int, steps: Sequence[float]) -> tuple[float, .
 
 
 # Histogram `le` edges in the exported unit (seconds, bytes, plain numbers):
-# fixed (a bucket series never comes or goes) and bounded.
+# fixed (a bucket series never comes or goes) and few: each edge is a series
+# per histogram and process, and a fleet pays for every one.
 EDGES: dict[Unit, tuple[float, ...]] = {
-    Unit.TIME_NS: _decades(-6, 3, (1, 1.5, 2, 3, 5, 7)),   # 1 us .. 1000 s: 55 edges
-    Unit.BYTES: tuple(float(2**i) for i in range(41)),     # 1 B .. 1 TiB: 41 edges
-    Unit.NUMBER: _decades(-3, 9, (1, 2, 5)),               # 0.001 .. 1e9: 37 edges
+    Unit.TIME_NS: _decades(-5, 3, (1, 2, 5)),              # 10 us .. 1000 s: 25 edges
+    Unit.BYTES: tuple(float(4**i) for i in range(21)),     # 1 B .. 1 TiB: 21 edges
+    Unit.NUMBER: _decades(-2, 6, (1, 2, 5)),               # 0.01 .. 1e6: 25 edges
 }
 # Recorded unit -> exported unit.
 SCALE = {Unit.TIME_NS: 1e-9, Unit.BYTES: 1.0, Unit.NUMBER: 1.0}
@@ -279,9 +288,11 @@ def families(snapshot: Snapshot, labels: Mapping[str, str] | None = None, *,
 
     Args:
         snapshot: the process's snapshot.
-        labels: constant labels added to every series (``host``, ``pid``,
-            ``rank``, ...); where a family has a label of the same name (the
-            process info's ``host``, ``pid``), the constant one wins.
+        labels: constant labels added to every series (``host``,
+            ``program``, ``rank``, ...: what stays the same when the process
+            restarts; never the ``pid``); where a family has a label of the
+            same name (the process info's ``host``, ``program``), the
+            constant one wins.
         state: this process's :class:`SeriesState` (one per process, kept
             between scrapes); default a fresh one. With a state, a family
             that did not change is the object handed out last time: read
@@ -347,9 +358,11 @@ def _counters(f: _Families, snap: Snapshot, seen: set[str],
             yield f.one(f.counter(name, clean(c.help or c.name, 1000)),
                         c.value * SCALE[c.unit])
     yield ops
+    engines = snap.process.engine if snap.process is not None else ""
     for cname, (kind, unit, doc) in catalog.CATALOG.items():
         name = metric_name(cname, unit)
-        if kind == "counter" and name not in seen:  # present at zero until it counts
+        if (kind == "counter" and name not in seen  # present at zero until it counts
+                and catalog.for_engines(cname, engines)):
             seen.add(name)
             yield f.one(f.counter(name, doc), 0.0)
     yield f.one(f.counter(PREFIX + "events", "Events recorded (the last sequence number)."),
@@ -366,20 +379,14 @@ def _histogram(f: _Families, d: DistributionReading) -> HistogramMetricFamily:
                        d.total * scale)
 
 
-# The catalog's distributions as empty readings, made once: the same objects
-# every call, so their (empty) histograms are built once per SeriesState.
-_EMPTY = tuple(DistributionReading(name, unit, 0, 0.0, None, None, help=doc)
-               for name, (kind, unit, doc) in catalog.CATALOG.items() if kind == "distribution")
-_EMPTY_NAMES = frozenset(d.name for d in _EMPTY)
-
-
 def _distributions(f: _Families, snap: Snapshot, st: SeriesState,
                    seen: set[str], dropped: dict[str, int]) -> Iterator[Metric]:
-    # The snapshot's, then the catalog's not recorded yet (empty until it counts).
-    records = tuple(snap.distributions) + _EMPTY
+    # A histogram comes with its first sample (an empty one is 28 series of
+    # zeros); a mirror of a catalog record (catalog.MIRRORS) is left out.
+    counted = {d.name for d in snap.distributions if d.count}
+    records = tuple(d for d in snap.distributions
+                    if d.count and catalog.MIRRORS.get(d.name) not in counted)
     for d, fam in zip(records, st.histograms(f, records), strict=True):
-        if d.name in _EMPTY_NAMES and metric_name(d.name, d.unit) in seen:
-            continue  # recorded already: not a duplicate
         if _exported(d.name, d.unit, False, seen, dropped) is not None:
             yield fam
 
@@ -438,8 +445,11 @@ def _process(f: _Families, snap: Snapshot) -> Iterator[Metric]:
     p = snap.process
     if p is None:
         return
-    info = {"pid": str(p.pid), "name": p.name, "host": p.host, "user": p.user,
-            "engine": p.engine}
+    info = {"pid": str(p.pid), "name": p.name, "program": program_name(p.argv),
+            "host": p.host, "user": p.user, "engine": p.engine}
+    rank = job_rank(p)
+    if rank:
+        info["rank"] = rank
     info.update(_version_labels(p.versions))
     yield f.info(PREFIX + "process", "The hooked process.", info)
     yield f.one(f.gauge(PREFIX + "process_start_time_seconds",

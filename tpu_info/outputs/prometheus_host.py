@@ -4,9 +4,9 @@ processes' families merged into one exposition.
 The host exporter (``tpu-info exporter``) serves, per poll, the chips the
 host scan found (:func:`chip_families`), one ``up``-style gauge per target
 it asked (:func:`target_families`) and every hooked process's families
-(:func:`tpu_info.outputs.prometheus.families`, with ``host``, ``pid``,
-``program``, ``process_index`` labels). An exposition may name each family
-once, so :func:`merge` joins the families of all processes by name, and
+(:func:`tpu_info.outputs.prometheus.families`, with ``host``, ``program``
+and ``rank`` labels: :mod:`tpu_info.outputs.identity`). An exposition may
+name each family once, so :func:`merge` joins the families of all processes by name, and
 :class:`PartsEncoding` writes that joined exposition from each part's lines,
 encoding again only the parts that changed since its last call.
 
@@ -120,7 +120,7 @@ def target_families(targets: Iterable[TargetHealth], labels: Mapping[str, str],
 
     Args:
         targets: every target of the poll (each with its own labels:
-            ``target``, ``pid``, ``program``, ``process_index``).
+            ``program``, ``rank``; what outlives a restart, never a pid or port).
         labels: the exporter's constant labels (``host``, ``job``).
         poll_seconds: how long the last poll took.
         polls: polls so far.
