@@ -230,3 +230,46 @@ def test_zsh_gets_the_script_through_bashcompinit(capsys):
     out = capsys.readouterr().out
     assert "bashcompinit" in out and "complete -o default -F _tpu_info tpu-info" in out
     assert cli.main(["--completion", "fish"]) == cli.EXIT_USAGE
+
+
+# 80 columns: shorter cells before cut names -----------------------------------------
+
+def _processes_at(width: int) -> str:
+    from io import StringIO
+
+    from rich.console import Console
+
+    from tpu_info.outputs import render
+    from tpu_info.outputs.table_layout import Alt, table
+
+    cols = [c for c, _ in render.PROCESS_COLUMNS]
+    row = ["123456", "train.py", "alice", "jax 0.10.2", "127.0.0.1:8431", "2h 03m",
+           Alt("10,561 (inferred: jit(step))", "~10,561"), "12", "1.2 GiB"]
+    out = StringIO()
+    Console(file=out, width=width, color_system=None).print(table("Processes", cols, [row],
+                                                                  width))
+    return out.getvalue()
+
+
+def test_at_80_columns_steps_shorten_before_names_are_cut():
+    """Before: 'tr…', 'jax…', '127…' beside '10,561 (inferred: jit(step))'."""
+    narrow = _processes_at(80)
+    assert all(len(line.rstrip()) <= 80 for line in narrow.splitlines())
+    for whole in ("train.py", "jax 0.10.2", "127.0.0.1:8431", "~10,561"):
+        assert whole in narrow, narrow
+    assert "…" not in narrow and "inferred" not in narrow
+    wide = _processes_at(160)  # room for all: the long form, and the User column
+    assert "10,561 (inferred: jit(step))" in wide and "alice" in wide
+
+
+def test_the_processes_table_declares_its_short_steps():
+    from types import SimpleNamespace
+
+    from tpu_info.outputs import render
+    from tpu_info.outputs.table_layout import Alt
+    from tpu_info.views.derived import Derived
+
+    (get,) = [get for col, get in render.PROCESS_COLUMNS if col.header == "Steps"]
+    cell = get(SimpleNamespace(steps=Derived.of("10,561 (inferred: jit(step))", ""),
+                               steps_short=Derived.of("~10,561", "")))
+    assert isinstance(cell, Alt) and cell.short == "~10,561"

@@ -30,7 +30,7 @@ from rich.text import Text
 
 from tpu_info.contract.model import LocalScan
 from tpu_info.outputs.jsonview import JSON_SCHEMA, SCHEMA, to_json
-from tpu_info.outputs.table_layout import BAR_CELLS, WIDE, Cell, Col, bar, na, table
+from tpu_info.outputs.table_layout import BAR_CELLS, WIDE, Alt, Cell, Col, bar, na, table
 from tpu_info.views.derived import (
     Derived,
     DeviceRow,
@@ -63,7 +63,7 @@ R = TypeVar("R")
 Columns = list[tuple[Col, Callable[[R], Cell]]]
 
 
-def show(d: Derived, fmt: Callable = str) -> Cell:  # type: ignore[type-arg]
+def show(d: Derived, fmt: Callable = str) -> Text | str:  # type: ignore[type-arg]
     """A value as a cell: ``fmt(value)``, a dim N/A, or ``-`` where it does not apply."""
     if d.value is not None:
         return fmt(d.value)
@@ -124,7 +124,7 @@ PROCESS_COLUMNS: Columns[ProcessRow] = [
     (Col("Engine", min=6, want=10, max=28, flex=True), lambda p: show(p.engine)),
     (Col("Address", min=9, want=15, max=28, flex=True), lambda p: p.target),
     (Col("Uptime", justify="right"), lambda p: show(p.uptime_seconds, format_uptime)),
-    (Col("Steps", justify="right"), lambda p: show(p.steps)),
+    (Col("Steps", justify="right"), lambda p: Alt(show(p.steps), show(p.steps_short))),
     (Col("Compiles", justify="right"), lambda p: show(p.compiles)),
     (Col("HBM", justify="right"), lambda p: show(p.hbm_used_bytes, format_bytes)),
 ]

@@ -3,8 +3,9 @@
 Every column is sized here, not by rich, from its content and the terminal
 width. Numbers keep their width; names, engines, addresses and causes shrink
 first and end in an ellipsis; optional columns appear only when there is
-room. :func:`table` builds the rich ``Table`` for :mod:`tpu_info.outputs.render`'s
-declared sections. Every string cell goes through
+room; before a name is cut or a column dropped, cells with a shorter form
+(:class:`Alt`) take it. :func:`table` builds the rich ``Table`` for
+:mod:`tpu_info.outputs.render`'s declared sections. Every string cell goes through
 :func:`~tpu_info.contract.safe.clean` into a ``Text`` object, so it is never read as
 rich markup and never carries terminal escapes.
 
@@ -54,12 +55,34 @@ class Col:
     wrap: bool = False
 
 
-Cell = Text | str
+@dataclass(frozen=True, slots=True)
+class Alt:
+    """A cell with a shorter form (``10,561 (inferred: jit(step))`` and
+    ``~10,561``): the table shows the short forms of the whole column set
+    when the long ones would cut names or drop a column."""
+
+    long: Text | str
+    short: Text | str
 
 
-def cell(value: Cell, style: str = "") -> Text:
-    """A cell as ``Text``: a plain string is cleaned first."""
+Cell = Text | str | Alt
+
+
+def cell(value: Cell, style: str = "", short: bool = False) -> Text:
+    """A cell as ``Text``: a plain string is cleaned first; an :class:`Alt`
+    gives its long form (its short one with ``short``)."""
+    if isinstance(value, Alt):
+        value = value.short if short else value.long
     return value if isinstance(value, Text) else Text(clean(value), style=style)
+
+
+def _cuts(cols: list[Col], cells: list[list[Text]], keep: list[int], widths: list[int]) -> bool:
+    """Whether a fit drops a column or narrows one below its content."""
+    if len(keep) < len(cols):
+        return True
+    return any(w < min(cols[i].max, max([cell_len(cols[i].header)] +
+                                         [r[i].cell_len for r in cells]))
+               for i, w in zip(keep, widths, strict=True))
 
 
 def na() -> Text:
@@ -136,6 +159,9 @@ def table(title: str, cols: list[Col], rows: list[list[Cell]], width: int) -> Ta
     of ``header  value`` lines per row)."""
     cells = [[cell(v) for v in row] for row in rows]
     keep, widths = fit(cols, cells, width)
+    if any(isinstance(v, Alt) for row in rows for v in row) and _cuts(cols, cells, keep, widths):
+        cells = [[cell(v, short=True) for v in row] for row in rows]  # shorter cells, not cut names
+        keep, widths = fit(cols, cells, width)
     if sum(widths) + GAP * (len(widths) - 1) > width:
         return _records(title, cols, cells, width)
     t = Table(title=title, title_justify="left", title_style="bold", box=box.SIMPLE_HEAD,
