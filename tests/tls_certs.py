@@ -1,6 +1,6 @@
 """A throwaway PKI for the TLS tests, made with the ``openssl`` command line:
-a CA, a server certificate for ``localhost``/``127.0.0.1`` and a client
-certificate, all signed by the CA, plus a second CA that signed nothing of
+a CA, two server certificates for ``localhost``/``127.0.0.1`` (the second
+to rotate to) and a client certificate, all signed by the CA, plus a second CA that signed nothing of
 ours (a client certificate from it must be refused)."""
 
 from __future__ import annotations
@@ -33,15 +33,16 @@ def _leaf(name: str, ca: str, ext: str, cwd: Path) -> None:
 
 
 def make_pki(where: Path) -> Path:
-    """Writes ``ca``, ``server``, ``client`` (signed by ``ca``) and ``stranger``
+    """Writes ``ca``, ``server``, ``server2``, ``client`` (signed by ``ca``) and ``stranger``
     (a client signed by ``other-ca``) as ``NAME.crt``/``NAME.key`` in ``where``."""
     if shutil.which("openssl") is None:
         pytest.skip("the openssl command line is not installed")
     where.mkdir(parents=True, exist_ok=True)
     _ca("ca", where)
     _ca("other-ca", where)
-    _leaf("server", "ca", "subjectAltName=DNS:localhost,IP:127.0.0.1\n"
-          "extendedKeyUsage=serverAuth\n", where)
+    for name in ("server", "server2"):
+        _leaf(name, "ca", "subjectAltName=DNS:localhost,IP:127.0.0.1\n"
+              "extendedKeyUsage=serverAuth\n", where)
     _leaf("client", "ca", "extendedKeyUsage=clientAuth\n", where)
     _leaf("stranger", "other-ca", "extendedKeyUsage=clientAuth\n", where)
     return where

@@ -220,15 +220,16 @@ def start_http(
     env = os.environ if environ is None else environ
     addr = bind or config.text(config.PROMETHEUS_BIND, env) or DEFAULT_BIND
     web_path = web_config or config.text(config.PROMETHEUS_WEB_CONFIG, env)
-    web = webconfig.load(web_path) if web_path else webconfig.WebConfig("")
-    if not is_loopback_host(addr) and not web.guarded:
+    web = webconfig.load(web_path) if web_path else None
+    if not is_loopback_host(addr) and not (web and web.guarded):
         log.warning("tpu-info: Prometheus endpoint listens on %s (not loopback): anyone "
                     "who can reach this host can read this program's metrics", addr)
     registry = make_registry(snapshot_fn, top_graphs)
     program = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "python"
+    live = webconfig.LiveWebConfig(web) if web else None  # read again when changed
     httpd = BoundedHttpServer(
-        CachedExposition(registry), addr, resolve_port(port, env), tls=web.tls,
-        authorize=web.authorizer(),
+        CachedExposition(registry), addr, resolve_port(port, env),
+        tls=live if web and web.tls else None, authorize=live,
         landing=landing_page("tpu-info", (f"Metrics of {program} (pid {os.getpid()}).",)))
     httpd.start()
-    return PrometheusServer(httpd, addr, registry, web.scheme)
+    return PrometheusServer(httpd, addr, registry, web.scheme if web else "http")

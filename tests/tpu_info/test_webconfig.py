@@ -257,3 +257,64 @@ def test_connections_that_never_handshake_do_not_keep_a_scrape_out(pki: Path):
         for s in idle:
             s.close()
         server.stop()
+
+
+def _serial(port: int, ca: Path) -> str:
+    ctx = ssl.create_default_context(cafile=str(ca))
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as raw, \
+            ctx.wrap_socket(raw, server_hostname="localhost") as s:
+        return str(s.getpeercert()["serialNumber"])
+
+
+def _replace(path: Path, data: bytes) -> None:
+    """As a Kubernetes Secret volume or cert-manager does: a new file in its place."""
+    tmp = path.with_name(path.name + ".new")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+def test_rotated_certificates_and_new_passwords_serve_without_a_restart(
+        pki: Path, tmp_path: Path, caplog):
+    where = tmp_path / "etc"
+    where.mkdir()
+    for name in ("server.crt", "server.key"):
+        (where / name).write_bytes((pki / name).read_bytes())
+    web = where / "web.yml"
+    web.write_text("tls_server_config: {cert_file: server.crt, key_file: server.key}\n"
+                   f"basic_auth_users: {{prom: \"{HASH}\"}}\n")
+    now = [0.0]
+    live = webconfig.LiveWebConfig(webconfig.load(web), clock=lambda: now[0])
+    server = BoundedHttpServer(lambda a, e: (b"ok 1\n", "text/plain", ""), "127.0.0.1", 0,
+                               tls=live, authorize=live)
+    server.start()
+    port = server.server_address[1]
+    url = f"https://localhost:{port}/metrics"
+    ca = pki / "ca.crt"
+    try:
+        first = _serial(port, ca)
+        assert _get(url, ca=ca, auth=_basic("prom", "s3cret"))[0] == 200
+        new_hash = bcrypt.hashpw(b"n3w", bcrypt.gensalt(4)).decode()
+        _replace(where / "server.crt", (pki / "server2.crt").read_bytes())
+        _replace(where / "server.key", (pki / "server2.key").read_bytes())
+        _replace(web, web.read_bytes().replace(HASH.encode(), new_hash.encode()))
+        assert _serial(port, ca) == first  # not looked at yet (at most once a second)
+        now[0] += 2
+        assert _serial(port, ca) != first and live.reloads == 1
+        assert _get(url, ca=ca, auth=_basic("prom", "s3cret"))[0] == 401
+        assert _get(url, ca=ca, auth=_basic("prom", "n3w"))[0] == 200
+
+        # A broken change keeps the last good configuration, said once.
+        _replace(web, b"tls_server_config: [\n")
+        for _ in range(3):
+            now[0] += 2
+            assert _get(url, ca=ca, auth=_basic("prom", "n3w"))[0] == 200
+        _replace(web, b"basic_auth_users: {}\n")  # HTTP: needs a restart
+        now[0] += 2
+        assert _get(url, ca=ca, auth=_basic("prom", "n3w"))[0] == 200
+    finally:
+        server.stop()
+    said = [r.getMessage() for r in caplog.records if r.name == "tpu_info.net.webconfig"
+            and r.levelname == "WARNING"]
+    assert len(said) == 2 and "not valid YAML" in said[0] and "last good" in said[0], said
+    assert "needs a restart" in said[1], said
+    assert live.reloads == 1

@@ -109,7 +109,7 @@ def run(args: argparse.Namespace, error: Callable[[str], Exception]) -> int:
     for flag, value in (("--host-label", args.host_label), ("--job", args.job)):
         if value is not None and (not value.strip() or not value.isprintable()):
             raise error(f"{flag} must be printable text, got {value!r}")
-    web = webconfig.WebConfig("")
+    web = None
     if args.web_config_file:
         try:
             web = webconfig.load(args.web_config_file)
@@ -131,7 +131,7 @@ def run(args: argparse.Namespace, error: Callable[[str], Exception]) -> int:
               f"{clean(e.strerror or e)}", file=sys.stderr)
         return 1
     shown = f"[{host}]" if ":" in host else host
-    if not is_loopback_host(host) and not web.guarded:
+    if not is_loopback_host(host) and not (web and web.guarded):
         print(f"tpu-info: warning: the exporter listens on {clean(host)} (not loopback): "
               "anyone who can reach this host can read its metrics", file=sys.stderr)
     try:
@@ -142,7 +142,8 @@ def run(args: argparse.Namespace, error: Callable[[str], Exception]) -> int:
         print(f"tpu-info: cannot write {clean(args.sd_file)}: {clean(e.strerror or e)}",
               file=sys.stderr)
         return 1
-    print(f"tpu-info exporter: serving {web.scheme}://{shown}:{port}/metrics (host "
+    scheme = web.scheme if web else "http"
+    print(f"tpu-info exporter: serving {scheme}://{shown}:{port}/metrics (host "
           f"{clean(options.host_label)}, polling every {args.interval:g}s)",
           file=sys.stderr, flush=True)
     try:

@@ -47,6 +47,7 @@ import ssl
 import threading
 import time
 from collections.abc import Callable
+from typing import Protocol
 
 log = logging.getLogger("tpu_info.net.bounded_http")
 
@@ -61,6 +62,14 @@ BACKLOG = 64
 BodyFn = Callable[[str, str], tuple[bytes, str, str]]
 """``body_fn(accept, accept_encoding) -> (body, content_type, content_encoding)``."""
 _WANT = (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError)
+
+
+class TlsWrapper(Protocol):
+    """What ``tls`` must do: an :class:`ssl.SSLContext`, or
+    :class:`tpu_info.net.webconfig.LiveWebConfig` (the context of the day)."""
+
+    def wrap_socket(self, sock: socket.socket, server_side: bool = ...,
+                    do_handshake_on_connect: bool = ...) -> ssl.SSLSocket: ...
 
 
 class _Conn:
@@ -123,7 +132,7 @@ class BoundedHttpServer:
     def __init__(self, body_fn: BodyFn, address: str, port: int,
                  requests_per_s: float = REQUESTS_PER_S,
                  thread_name: str = "tpu-info-prometheus", *,
-                 tls: ssl.SSLContext | None = None,
+                 tls: TlsWrapper | None = None,
                  authorize: Callable[[str], bool] | None = None,
                  landing: bytes | None = None) -> None:
         self._body_fn = body_fn

@@ -16,7 +16,9 @@ The same YAML as node_exporter's ``--web.config.file``::
 :func:`load` reads and checks it all at once (certificates loaded, hashes
 parsed) and raises :class:`WebConfigError`, one line naming the file, for a
 missing file, bad YAML, an unknown or unsupported key, a bad hash or a
-certificate that does not load. :class:`BasicAuth` checks ``Authorization``
+certificate that does not load. :class:`LiveWebConfig` reads it again when
+it or a file it names changes (rotated certificates, new users), as
+exporter-toolkit does. :class:`BasicAuth` checks ``Authorization``
 headers on the serving thread: bcrypt at cost 10 takes 50-160 ms (and
 releases the GIL), so a header that passed is remembered for
 :data:`AUTH_CACHE_S`, and at most :data:`CHECKS_PER_S` bcrypt checks run a
@@ -39,6 +41,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import logging
 import os
 import re
 import ssl
@@ -50,10 +53,13 @@ from typing import Any
 
 from tpu_info.contract.errors import TpuInfoError
 
+log = logging.getLogger("tpu_info.net.webconfig")
+
 AUTH_CACHE_S = 60.0  # a header that passed bcrypt is not checked again this long
 AUTH_CACHE_MAX = 64
 CHECKS_PER_S = 2.0  # bcrypt checks a second at most (burst CHECK_BURST)
 CHECK_BURST = 4.0
+RELOAD_CHECK_S = 1.0  # the files' stat() at most this often, on the serving thread
 
 CLIENT_AUTH = {  # exporter-toolkit's names -> (verify_mode, needs client_ca_file)
     "NoClientCert": (ssl.CERT_NONE, False),
@@ -90,11 +96,13 @@ class WebConfig:
         path: the file it came from.
         tls: the server's TLS context, None for plain HTTP.
         users: user -> bcrypt hash; empty: no basic auth.
+        files: the file and those it names (certificates, keys, CA).
     """
 
     path: str
     tls: ssl.SSLContext | None = None
     users: Mapping[str, bytes] = field(default_factory=dict)
+    files: tuple[str, ...] = ()
 
     @property
     def scheme(self) -> str:
@@ -144,7 +152,11 @@ def load_text(text: str, path: str) -> WebConfig:
     _keys(path, doc, TOP_KEYS, "")
     base = os.path.dirname(os.path.abspath(path))
     tls = _tls(path, base, doc.get("tls_server_config"))
-    return WebConfig(path, tls, _users(path, doc.get("basic_auth_users")))
+    named = doc.get("tls_server_config") or {}
+    files = [os.path.join(base, named[k]) for k in ("cert_file", "key_file", "client_ca_file")
+             if tls is not None and named.get(k)]
+    return WebConfig(path, tls, _users(path, doc.get("basic_auth_users")),
+                     (os.path.abspath(path), *files))
 
 
 def _keys(path: str, doc: Mapping[Any, Any], known: tuple[str, ...], where: str) -> None:
@@ -293,3 +305,85 @@ class BasicAuth:
         except ValueError:
             return False
         return ok and hashed is not None
+
+
+def _stamp(files: tuple[str, ...]) -> tuple[tuple[int, int, int] | None, ...]:
+    out: list[tuple[int, int, int] | None] = []
+    for f in files:
+        try:
+            st = os.stat(f)
+        except OSError:
+            out.append(None)
+        else:
+            out.append((st.st_mtime_ns, st.st_size, st.st_ino))
+    return tuple(out)
+
+
+class LiveWebConfig:
+    """A :class:`WebConfig` read again when its file or one it names changes
+    (looked at, by ``stat``, at most every :data:`RELOAD_CHECK_S` on the
+    serving thread): rotated certificates serve the next connection, new
+    users and passwords the next request. A change that cannot be used is
+    logged once and the last good configuration stays; so is one that
+    switches between HTTP and HTTPS (that needs a restart: Prometheus
+    scrapes with one scheme).
+
+    It is both the server's ``tls`` (:meth:`wrap_socket`) and its
+    ``authorize`` (calling it checks a header; True when no users are set).
+
+    Args:
+        config: the configuration loaded at start (:func:`load`).
+        clock: monotonic seconds (injected for tests).
+    """
+
+    def __init__(self, config: WebConfig, clock: Any = time.monotonic) -> None:
+        self._config = config
+        self._auth = config.authorizer()
+        self._stamp = _stamp(config.files)
+        self._clock = clock
+        self._checked = clock()
+        self._said: object = None
+        self.reloads = 0
+
+    @property
+    def config(self) -> WebConfig:
+        """The configuration in force."""
+        return self._config
+
+    def wrap_socket(self, sock: Any, server_side: bool = False,
+                    do_handshake_on_connect: bool = True) -> ssl.SSLSocket:
+        """The current TLS context's ``wrap_socket``."""
+        self.refresh()
+        assert self._config.tls is not None
+        return self._config.tls.wrap_socket(sock, server_side=server_side,
+                                            do_handshake_on_connect=do_handshake_on_connect)
+
+    def __call__(self, header: str) -> bool:
+        self.refresh()
+        return True if self._auth is None else self._auth(header)
+
+    def refresh(self) -> None:
+        """Reads the file again when it or a file it names changed."""
+        now = self._clock()
+        if now - self._checked < RELOAD_CHECK_S:
+            return
+        self._checked = now
+        stamp = _stamp(self._config.files)
+        if stamp == self._stamp or stamp == self._said:
+            return
+        try:
+            new = load(self._config.path)
+        except WebConfigError as e:
+            self._said = stamp
+            log.warning("tpu-info: %s; still serving with the last good one", e)
+            return
+        if (new.tls is None) != (self._config.tls is None):
+            self._said = stamp
+            log.warning("tpu-info: web config %s: switching between HTTP and HTTPS needs a "
+                        "restart; still serving %s", new.path, self._config.scheme)
+            return
+        # The stamp from before reading: a change made while it was read is seen next time.
+        self._stamp = stamp if new.files == self._config.files else _stamp(new.files)
+        self._config, self._auth = new, new.authorizer()
+        self.reloads += 1
+        log.info("tpu-info: web config %s read again", new.path)
