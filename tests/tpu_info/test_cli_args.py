@@ -123,6 +123,27 @@ def test_targets_files(files: dict[str, str]):
             read_targets_file(files[name])
 
 
+def test_targets_file_fifo_and_devices_are_bounded(tmp_path):
+    """A FIFO nobody writes to is given up at its timeout (it blocked forever);
+    /dev/zero is cut at the size bound; a socket is refused."""
+    import socket
+    import time
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    started = time.monotonic()
+    with pytest.raises(ValueError, match="FIFO nobody writes to"):
+        read_targets_file(str(fifo), timeout=0.3)
+    assert time.monotonic() - started < 5
+    with pytest.raises(ValueError, match="larger than"):
+        read_targets_file("/dev/zero", timeout=5)
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind(str(tmp_path / "sock"))
+    with pytest.raises(ValueError, match="cannot read targets file"):
+        read_targets_file(str(tmp_path / "sock"), timeout=0.3)
+    sock.close()
+
+
 # Whole command lines, in process ------------------------------------------------
 
 SECONDS = ["1", "0.05", "0", "-1", "nan", "-nan", "inf", "-inf", "1e10", "1e300", "1e-300",

@@ -51,12 +51,15 @@ EXIT_USAGE = 2
 
 
 def _targets(args: argparse.Namespace) -> list[str]:
+    from tpu_info.commands.budget import wait_until
     from tpu_info.net.targets import read_targets_file
 
     targets = list(args.target)
     if args.targets_file:
+        # A pipe or FIFO is read within the command's --timeout (never blocks past it).
+        timeout = wait_until(args.deadline, args.timeout) - time.monotonic()
         try:
-            targets += read_targets_file(args.targets_file)
+            targets += read_targets_file(args.targets_file, timeout=timeout)
         except ValueError as e:
             raise UsageError(str(e)) from e
     return targets

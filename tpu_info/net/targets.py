@@ -15,8 +15,13 @@ Example:
 
 from __future__ import annotations
 
+import errno
 import ipaddress
+import os
+import select
+import stat
 import string
+import time
 
 # This host's loopback by name; addresses are judged by ``ipaddress``.
 _LOOPBACK_NAMES = frozenset({"localhost", "ip6-localhost", "ip6-loopback"})
@@ -42,18 +47,27 @@ def shown(text: str) -> str:
                    for c in text)
 
 
-def read_targets_file(path: str) -> list[str]:
+def read_targets_file(path: str, timeout: float | None = None) -> list[str]:
     """``host:port`` per line; ``#`` comments and blank lines are skipped.
+
+    A regular file is read at once; a pipe, a FIFO (``--targets-file
+    <(cmd)``) or a character device until its end, for at most ``timeout``
+    seconds (None: no limit), so a FIFO nobody writes to never blocks.
+    At most :data:`MAX_TARGETS_FILE_BYTES` + 1 bytes are read from any of them.
 
     Raises:
         ValueError: unreadable, binary or oversized file (more than
-            :data:`MAX_TARGETS_FILE_BYTES` or :data:`MAX_TARGETS` targets), or
-            a line that is not ``host:port``.
+            :data:`MAX_TARGETS_FILE_BYTES` or :data:`MAX_TARGETS` targets), a
+            pipe or device whose end did not come within ``timeout``, or a
+            line that is not ``host:port``.
     """
     name = shown(path)
     try:
-        with open(path, "rb") as f:
-            raw = f.read(MAX_TARGETS_FILE_BYTES + 1)
+        raw = _read_bounded(path, MAX_TARGETS_FILE_BYTES + 1, timeout)
+    except TimeoutError:
+        raise ValueError(f"targets file {name} is not a regular file and its end did not "
+                         f"come within {timeout:.3g}s (a FIFO nobody writes to?); give a "
+                         "file of HOST:PORT lines") from None
     except (OSError, ValueError) as e:  # ValueError: a NUL in the path
         raise ValueError(f"cannot read targets file {name}: "
                          f"{getattr(e, 'strerror', None) or e}") from e
@@ -77,6 +91,46 @@ def read_targets_file(path: str) -> list[str]:
         if len(out) > MAX_TARGETS:
             raise ValueError(f"targets file {name} names more than {MAX_TARGETS} targets")
     return out
+
+
+def _read_bounded(path: str, limit: int, timeout: float | None) -> bytes:
+    """At most ``limit`` bytes of ``path``; a pipe or device is read until its
+    end within ``timeout`` (TimeoutError), a directory or socket refused."""
+    # Opening a FIFO without O_NONBLOCK waits for a writer, however long.
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise IsADirectoryError(errno.EISDIR, "it is a directory")
+        if not (stat.S_ISREG(mode) or stat.S_ISFIFO(mode) or stat.S_ISCHR(mode)):
+            raise OSError(errno.EINVAL, "it is not a regular file, a pipe or a character device")
+        if stat.S_ISREG(mode):
+            os.set_blocking(fd, True)
+            with os.fdopen(fd, "rb", closefd=False) as f:
+                return f.read(limit)
+        end = None if timeout is None else time.monotonic() + timeout
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+        chunks: list[bytes] = []
+        have = 0
+        while have < limit:
+            # Poll first: a FIFO that never had a writer reads as its end.
+            left = None if end is None else end - time.monotonic()
+            if left is not None and left <= 0:
+                raise TimeoutError
+            if not poller.poll(None if left is None else max(1, int(left * 1000))):
+                continue  # the loop's deadline check ends it
+            try:
+                chunk = os.read(fd, min(limit - have, 1 << 16))
+            except BlockingIOError:
+                continue
+            if not chunk:
+                break  # the end: the writer closed it
+            chunks.append(chunk)
+            have += len(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
 
 
 def _check_dns_name(host: str, target: str) -> str:
