@@ -105,6 +105,35 @@ def test_corrupt_targets_file(tmp_path):
     assert r.returncode == 2 and "cannot read targets file" in r.stderr
 
 
+def test_targets_file_fifo_is_read_within_the_timeout(tmp_path):
+    """A FIFO with no writer once blocked past --timeout (still at 60 s)."""
+    import threading
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    started = time.monotonic()
+    r = tpu_info("--no-discovery", "--timeout", "2", "--targets-file", str(fifo), timeout=30)
+    took = time.monotonic() - started
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "a FIFO nobody writes to?" in lines[0], r.stderr
+    assert took < 2 + 5, took  # its --timeout, and a start-up's margin on a busy machine
+
+    def write() -> None:  # as `--targets-file <(cmd)` is: a writer that ends
+        with open(fifo, "w") as f:
+            f.write("127.0.0.1:1\n")
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    r = tpu_info("--no-discovery", "--timeout", "2", "--targets-file", str(fifo), timeout=30)
+    writer.join(10)
+    assert r.returncode == 1 and "127.0.0.1:1" in r.stderr, r.stderr  # read, then unreachable
+    started = time.monotonic()
+    r = tpu_info("--no-discovery", "--targets-file", "/dev/zero", timeout=30)
+    assert r.returncode == 2 and "larger than 1024 KiB" in r.stderr, r.stderr
+    assert time.monotonic() - started < 10
+
+
 def test_unreachable_target_exits_1_and_still_prints():
     r = tpu_info("--no-discovery", "--target", "127.0.0.1:1", "--timeout", "2")
     assert r.returncode == 1
@@ -170,12 +199,28 @@ def test_doctor_explains(hooked):
 
 def test_streaming_refreshes_until_interrupted(hooked):
     import signal
+    import threading
 
     hooked()
     p = subprocess.Popen([*CLI, "--streaming", "--rate", "0.2"], stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True, env=hooked.env, cwd=ROOT)
-    time.sleep(4)
+    # Interrupted once two looks are out (a pipe gets each look as it is
+    # taken), not after a fixed sleep: on a loaded machine the first look
+    # comes after seconds of start-up.
+    lines: list[str] = []
+    two_looks = threading.Event()
+
+    def read() -> None:
+        for line in p.stdout:
+            lines.append(line)
+            if sum("jit(train_step)" in x for x in lines) >= 2:
+                two_looks.set()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    assert two_looks.wait(90), "".join(lines)
     p.send_signal(signal.SIGINT)
-    out, err = p.communicate(timeout=20)
-    assert p.returncode == 0, err
-    assert "jit(train_step)" in out and "Traceback" not in err
+    assert p.wait(timeout=20) == 0, p.stderr.read()
+    reader.join(10)
+    err = p.stderr.read()
+    assert "Traceback" not in err, err

@@ -130,8 +130,8 @@ def gather(
     prints the answers) run in another thread while they wait, so neither
     takes the targets' time. They are answered by ``deadline`` (a
     ``time.monotonic()``; None: ``timeout`` from now), each given at least
-    :data:`~tpu_info.commands.budget.FIRST_WAIT_S` when the deadline is
-    already near (:func:`~tpu_info.commands.budget.wait_until`).
+    :func:`~tpu_info.commands.budget.first_wait` from when its request is
+    sent when the deadline is already near.
     """
     from tpu_info.net import discovery
     from tpu_info.net.client import Client
@@ -157,13 +157,14 @@ def gather(
             seen.add(key)
             unique.append(t)
 
-    end = (time.monotonic() + timeout if deadline is None
-           else budget.wait_until(deadline, timeout))
+    now = time.monotonic()
+    end = now + timeout if deadline is None else budget.wait_until(deadline, timeout, now)
     asking = _Asking(len(unique), Client.read_latest)
     side = futures.ThreadPoolExecutor(1, thread_name_prefix="tpu-info-local")
     try:
         local_scan = side.submit(_scan_local, scan_devices, prepare, asking.all_asked, end)
-        answers = fan_out(unique, timeout=max(0.001, end - time.monotonic()), call=asking)
+        answers = fan_out(unique, timeout=max(0.001, end - time.monotonic()), call=asking,
+                          min_wait=0.0 if deadline is None else budget.first_wait(timeout))
         local = local_scan.result()
     finally:
         side.shutdown(wait=False)

@@ -103,15 +103,19 @@ _ROUND_CHANNELS = Channels(_ROUND_FOLLOWERS_MAX)
 
 
 def _ask(target: str, timeout: float, deadline: float, call: Callable[[Client], T],
-         follower: delta.Follower | None, channels: Channels) -> FanOutResult[T]:
+         follower: delta.Follower | None, channels: Channels,
+         min_wait: float = 0.0, ends: dict[str, float] | None = None) -> FanOutResult[T]:
     started = time.monotonic()
     follower = follower if follower is not None else _follower(target)
     client = channels.take(target)
     try:
         if client is None:
             client = Client(target, timeout=timeout, deadline=deadline, follower=follower)
-        else:
-            client.renew(timeout, deadline, follower)
+        if min_wait > 0:  # asked late (a starved thread): still a real wait
+            deadline = max(deadline, time.monotonic() + min_wait)
+            if ends is not None:
+                ends[target] = deadline
+        client.renew(timeout, deadline, follower)
         value = call(client)
         channels.put(client)
         return FanOutResult(target, value=value, seconds=time.monotonic() - started)
@@ -133,6 +137,7 @@ def fan_out(
     max_workers: int = 32,
     followers: Mapping[str, delta.Follower] | None = None,
     channels: Channels | None = None,
+    min_wait: float = 0.0,
 ) -> list[FanOutResult[T]]:
     """Asks every target at once; returns one result per target, in order.
 
@@ -151,6 +156,10 @@ def fan_out(
             (default: kept here for the 64 targets asked last).
         channels: the clients kept open between rounds (default: kept here
             for the 64 targets asked last).
+        min_wait: seconds each target's request waits at least, counted
+            from when it is sent, though the round's ``timeout`` ends sooner
+            (the CLI on a loaded machine: a thread that got its turn late
+            still gives its target a real wait); the round is longer then.
     """
     if not targets:
         return []
@@ -160,20 +169,31 @@ def fan_out(
     try:
         kept = followers or {}
         open_ = channels if channels is not None else _ROUND_CHANNELS
-        pending = {pool.submit(_ask, t, timeout, deadline, call, kept.get(t), open_): i
+        ends: dict[str, float] = {}  # targets asked late, with min_wait: when they end
+        pending = {pool.submit(_ask, t, timeout, deadline, call, kept.get(t), open_,
+                               min_wait, ends): i
                    for i, t in enumerate(targets)}
         # Every call and decode carries the round's deadline; the margin
         # covers the thread hand-off and a connection probe, and guards
         # against anything that would ignore the deadline.
-        done, _ = futures.wait(pending, timeout=timeout + FAN_OUT_MARGIN_S)
+        done, left = futures.wait(pending, timeout=timeout + FAN_OUT_MARGIN_S)
+        end = deadline
+        while left and min_wait > 0:  # targets asked late end later
+            later = max((ends.get(targets[pending[f]], end) for f in left), default=end)
+            if later <= end:
+                break
+            end = later
+            more, left = futures.wait(left, timeout=end - time.monotonic() + FAN_OUT_MARGIN_S)
+            done |= more
         results: list[FanOutResult[T]] = []
         for fut, i in sorted(pending.items(), key=lambda kv: kv[1]):
             if fut in done:
                 results.append(fut.result())
             else:
                 fut.cancel()
+                waited = ends.get(targets[i], deadline) - (deadline - timeout)
                 results.append(FanOutResult(targets[i], error=TimedOut(
-                    f"no answer within {timeout:.3g}s", target=targets[i]), seconds=timeout))
+                    f"no answer within {waited:.3g}s", target=targets[i]), seconds=waited))
         return results
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
