@@ -100,6 +100,7 @@ def install(
     prometheus_port: int | None = None,
     explain_cache_misses: bool = True,
     device_capture: bool | None = None,
+    save: str | None = None,
 ) -> Recorder:
     """Installs the hooks of ``engines`` (idempotent) and returns the recorder.
 
@@ -134,6 +135,10 @@ def install(
             else off: a device trace costs the program gigabytes of memory.
             Host traces (annotations, hook events) are always allowed to the
             owner; nobody else can capture at all.
+        save: where the run is saved when the program ends (a file, or a
+            directory to write into; ``"off"`` saves nothing). Default
+            ``$TPU_INFO_SAVE``, else ``runs/`` in the runtime directory
+            (:mod:`metrics.export.saving`). Only the first install decides.
 
     Raises:
         ValueError: an unknown engine name; the message lists the valid ones.
@@ -161,6 +166,7 @@ def install(
             if name in _installed:
                 continue
             _hook(name, rec)
+        _arm_saving(save)  # before the exporter: its SIGTERM handler runs first
         if serve is None:
             from metrics.export import config
 
@@ -174,6 +180,15 @@ def install(
         else:
             _republish()
     return rec
+
+
+def _arm_saving(save: str | None) -> None:
+    """Arms the saved run once per process (holding ``_lock``): the whole
+    snapshot, every event the rings hold, at the program's end."""
+    from metrics.export import saving
+
+    saving.start_from_config(save, lambda: _snapshot.build(
+        recorder(), installed_engines(), 0, max_events=None), recorder().hook_failed)
 
 
 def _hook(name: str, rec: Recorder) -> None:

@@ -17,6 +17,9 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # Hooked programs started by tests (and this process) never take 8431 from a
 # real libtpu or a neighbour; the one test about 8431 removes this.
 os.environ.setdefault("TPU_INFO_PORT", "0")
+# Hooked test programs save no run unless a test asks (tests/system/test_saved_runs.py):
+# many tests check that a program leaves its runtime directory empty.
+os.environ.setdefault("TPU_INFO_SAVE", "off")
 
 
 def run_python(code: str, *, env: dict[str, str] | None = None, timeout: float = 120,

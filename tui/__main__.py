@@ -23,6 +23,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--rate", type=seconds_arg("--rate", 0.1), default=1.0, metavar="S")
     p.add_argument("--timeout", type=seconds_arg("--timeout"), default=3.0, metavar="S")
     p.add_argument("--no-discovery", action="store_true")
+    p.add_argument("--from", dest="from_file", metavar="FILE")
     try:
         args = p.parse_args(argv)
     except UsageError as e:
@@ -32,6 +33,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(e.code or 0)
     from tui.app import run
 
+    if args.from_file:
+        from tpu_info.wire.runfile import RunFileError, read
+        from tui.replay import ReplaySource
+
+        try:
+            saved = read(args.from_file)
+        except RunFileError as e:
+            print(f"tpu-info --watch: {e}", file=sys.stderr)
+            return 1
+        return run([], args.rate, discover=False, source=ReplaySource(
+            args.from_file, saved.snapshot, saved.how_it_ended(), saved.ended_unix))
     return run(args.target, args.rate, discover=not args.no_discovery, timeout=args.timeout)
 
 

@@ -271,7 +271,8 @@ class WatchApp(App[int]):
 
 
 def run(targets: Sequence[str], rate: float = 1.0, *, discover: bool = True,
-        timeout: float = 3.0, runtime_dir: str | Path | None = None) -> int:
+        timeout: float = 3.0, runtime_dir: str | Path | None = None,
+        source: Source | None = None) -> int:
     """Runs the dashboard in this terminal until ``q``; returns the exit code.
 
     Args:
@@ -280,6 +281,7 @@ def run(targets: Sequence[str], rate: float = 1.0, *, discover: bool = True,
         discover: also watch this host's hooked processes and libtpu.
         timeout: seconds allowed per unary call.
         runtime_dir: where discovery looks (default: the usual place).
+        source: read this instead of live targets (a saved run's replay).
     """
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
         # Textual would write escape codes into a pipe or a file, forever.
@@ -287,7 +289,8 @@ def run(targets: Sequence[str], rate: float = 1.0, *, discover: bool = True,
               "use tpu-info --streaming (or -l S, --json --streaming)", file=sys.stderr)
         return 2
     rate = max(MIN_INTERVAL_S, rate)
-    source = LiveSource(targets, rate, timeout, discover=discover, runtime_dir=runtime_dir)
+    if source is None:
+        source = LiveSource(targets, rate, timeout, discover=discover, runtime_dir=runtime_dir)
     app = WatchApp(source, rate)
     try:
         result = app.run()

@@ -35,7 +35,7 @@ from tpu_info.contract.discovery_record import ENV_RUNTIME_DIR
 __all__ = ["Variable", "VARIABLES", "PORT", "BIND", "PROMETHEUS_PORT", "PROMETHEUS_BIND",
            "PROMETHEUS_WEB_CONFIG",
            "SERVE", "DEVICE_CAPTURE", "RUNTIME_DIR", "AUTOINSTALL", "XLA_DEBUG_OWNER",
-           "USER_PATHS", "PURE_PYTHON",
+           "USER_PATHS", "PURE_PYTHON", "SAVE", "SUMMARY",
            "text", "is_set", "flag", "port", "serve", "serve_word", "SERVE_WORDS",
            "readme_table"]
 
@@ -128,11 +128,25 @@ PURE_PYTHON = Variable(
     "hot path (`metrics/recording/_native.c`, built at install when a C compiler is there): "
     "the same counts, a Python frame per hooked `jax.jit` call and `device_put`; read once, "
     "when `metrics` is imported")
+SAVE = Variable(
+    "TPU_INFO_SAVE", "`runs/` in the runtime directory",
+    "where the run is saved when the program ends (a normal end, an exception, Ctrl-C, "
+    "SIGTERM; not SIGKILL): a file, or an existing directory to write "
+    "`<program>-<pid>-<start>.tpurun` into (`install(save=)`); `0`/`off` saves nothing. By "
+    "default the newest 20 runs within 256 MB are kept. `tpu-info runs` lists them, "
+    "`--from FILE` reads one")
+SUMMARY = Variable(
+    "TPU_INFO_SUMMARY", "off",
+    "`1` (or `true`, `yes`) prints the end-of-run summary to stderr when the program ends, "
+    "for programs that call `metrics.install()` themselves (`tpu-info run` prints it from "
+    "outside, with `--summary`/`--no-summary`); formatting it costs the exit some "
+    "milliseconds")
 
 # In the README's order.
 VARIABLES: tuple[Variable, ...] = (PORT, BIND, PROMETHEUS_BIND, DEVICE_CAPTURE, SERVE,
                                    PROMETHEUS_PORT, PROMETHEUS_WEB_CONFIG, RUNTIME_DIR,
-                                   AUTOINSTALL, XLA_DEBUG_OWNER, USER_PATHS, PURE_PYTHON)
+                                   AUTOINSTALL, XLA_DEBUG_OWNER, USER_PATHS, PURE_PYTHON, SAVE,
+                                   SUMMARY)
 
 
 def readme_table() -> str:

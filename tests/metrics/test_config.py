@@ -25,7 +25,9 @@ ELSEWHERE = {
     # tpu_info never imports metrics: the CLI reads the discovery directory too.
     "tpu_info/contract/discovery_record.py": {"ENV_RUNTIME_DIR": config.RUNTIME_DIR},
     # tpu_info never imports metrics: `tpu-info run` sets the bootstrap's flag.
-    "tpu_info/commands/run.py": {"ENV_FLAG": config.AUTOINSTALL},
+    # and chooses where its child saves the run, to print the child's summary.
+    "tpu_info/commands/run.py": {"ENV_FLAG": config.AUTOINSTALL, "ENV_SAVE": config.SAVE,
+                                 "ENV_SUMMARY": config.SUMMARY},
     # The bootstrap runs before `metrics` may be imported.
     "profiler/_autoinstall/sitecustomize.py": {"ENV_FLAG": config.AUTOINSTALL},
 }
@@ -76,6 +78,7 @@ def test_only_the_config_module_names_a_variable_in_code() -> None:
 
     assert discovery.ENV_RUNTIME_DIR == config.RUNTIME_DIR.name
     assert run.ENV_FLAG == boot.ENV_FLAG == config.AUTOINSTALL.name
+    assert (run.ENV_SAVE, run.ENV_SUMMARY) == (config.SAVE.name, config.SUMMARY.name)
 
 
 def test_every_variable_says_what_unset_means() -> None:

@@ -53,6 +53,8 @@ METRICS_ALSO = {
                                  "host exporter's (tpu-info exporter) serve through it",
     "tpu_info.net.webconfig": "the one web configuration file (TLS, basic auth) of both "
                               "/metrics endpoints",
+    "tpu_info.outputs.summary": "the end-of-run summary a program that installed the hook "
+                                "itself prints at exit (TPU_INFO_SUMMARY), as tpu-info run does",
 }
 
 

@@ -121,6 +121,12 @@ def _output_file(text: str) -> str:
     return text
 
 
+def _run_file(text: str) -> str:
+    if not text or "\0" in text:
+        raise UsageError(f"--from must name a saved run's file, got {text!r}")
+    return text
+
+
 def _html_file(text: str) -> str:
     import os
 
@@ -178,7 +184,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--completion", action=CompletionAction, choices=SHELLS, metavar="SHELL",
                    help="print the bash or zsh completion script and exit (e.g. in ~/.bashrc: "
                         "source <(tpu-info --completion bash))")
-    sub = p.add_subparsers(dest="command", metavar="{report,profile,doctor,run,exporter}")
+    p.add_argument("--from", dest="from_file", type=_run_file, metavar="FILE",
+                   help="read a saved run (tpu-info runs lists them) instead of live targets")
+    sub = p.add_subparsers(dest="command",
+                           metavar="{report,profile,doctor,run,runs,diff,exporter}")
     json_help = "print it as JSON"
     r = sub.add_parser("report", help="a running program's metrics_report()",
                        description="A hooked program's torch_xla-style metrics_report().")
@@ -186,6 +195,8 @@ def build_parser() -> argparse.ArgumentParser:
     who.add_argument("--pid", type=_pid, help="the hooked process with this pid")
     who.add_argument("--target", dest="report_target", type=target_arg, metavar="HOST:PORT",
                      help="the hooked process (or libtpu) serving at HOST:PORT")
+    r.add_argument("--from", dest="from_file", type=_run_file, metavar="FILE",
+                   default=argparse.SUPPRESS, help="a saved run instead of a live process")
     r.add_argument("--short", action="store_true", help="short_metrics_report()")
     r.add_argument("--html", type=_html_file, metavar="FILE",
                    help="write a self-contained HTML page instead (step-time plot, compile "
@@ -209,9 +220,30 @@ def build_parser() -> argparse.ArgumentParser:
                        "tpu-info reads: put --target, --targets-file, --no-discovery and "
                        "--timeout before 'doctor'.")
     d.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help=json_help)
+    d.add_argument("--from", dest="from_file", type=_run_file, metavar="FILE",
+                   default=argparse.SUPPRESS, help="explain a saved run")
+    ru = sub.add_parser("runs", help="list the saved runs (newest first)",
+                        description="The runs saved when hooked programs ended.")
+    ru.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help=json_help)
+    ru.add_argument("--dir", dest="runs_dir", metavar="DIR",
+                    help="list this folder (default: runs/ in the runtime directory)")
+    df = sub.add_parser("diff", help="compare two runs (saved files or live HOST:PORT)",
+                        description="What changed from run A to run B. Exit codes: 0 done; "
+                        "1 a run could not be read; 2 usage; 3 a --fail-on condition held.")
+    df.add_argument("run_a", metavar="A", help="a saved run's file, or HOST:PORT")
+    df.add_argument("run_b", metavar="B", help="a saved run's file, or HOST:PORT")
+    df.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help=json_help)
+    df.add_argument("--fail-on", metavar="CONDS",
+                    help="exit 3 when one holds, e.g. 'step_time_p50>+5%%,compiles>+0'")
     run = sub.add_parser("run", help="run a Python program with the hook installed",
                          description="Run a command with the hook installed; exits with its "
                          "status.")
+    said = run.add_mutually_exclusive_group()
+    said.add_argument("--summary", dest="summary", action="store_true", default=None,
+                      help="print the end-of-run summary on stderr (default: when stderr is "
+                           "a terminal)")
+    said.add_argument("--no-summary", dest="summary", action="store_false",
+                      help="print no summary")
     run.add_argument("argv", nargs=argparse.REMAINDER, help="-- python train.py ...")
     exporter_cli.add_parser(sub, seconds_arg, UsageError)
     p.set_defaults(metrics=[])
@@ -252,6 +284,8 @@ def check_combination(args: argparse.Namespace) -> None:
                          "--json before a subcommand)")
     if args.json and args.command in ("run", "profile", "exporter"):
         raise UsageError(f"--json does not apply to '{args.command}'")
+    if getattr(args, "from_file", None):
+        _check_from(args)
     if getattr(args, "html", None) and (args.json or args.short):
         raise UsageError(f"report --html writes the whole page: it takes no "
                          f"{'--json' if args.json else '--short'}")
@@ -273,6 +307,18 @@ def check_combination(args: argparse.Namespace) -> None:
         raise UsageError("--query picks its own fields: drop -p and --metric")
     if args.csv_format and not args.query_fields:
         raise UsageError("--format csv needs --query FIELD,... (see --help-query)")
+
+
+def _check_from(args: argparse.Namespace) -> None:
+    """``--from FILE`` reads one finished run: nothing live goes with it."""
+    if args.command in ("run", "profile", "exporter", "runs", "diff"):
+        raise UsageError(f"--from reads a saved run for the view, report or doctor, not "
+                         f"'{args.command}'")
+    live = [flag for flag, on in (("--target", args.target), ("--targets-file",
+            args.targets_file), ("--streaming", args.streaming), ("-l", args.loop is not None))
+            if on]
+    if live:
+        raise UsageError(f"--from reads a finished run: it takes no {live[0]}")
 
 
 def view_mode(args: argparse.Namespace) -> Any:

@@ -42,6 +42,7 @@ from tpu_info.commands.args import (  # noqa: F401  (tui and tests use them from
     target_arg,
     view_mode,
 )
+from tpu_info.contract.errors import TpuInfoError
 from tpu_info.net.targets import shown
 from tpu_info.outputs.console import degrade_streams, make_console
 
@@ -74,6 +75,11 @@ def _say(message: object) -> None:
 
 def _gather(args: argparse.Namespace, targets: list[str]):  # type: ignore[no-untyped-def]
     from tpu_info.commands.gather import gather
+
+    if args.from_file:
+        from tpu_info.commands.saved import gathered
+
+        return gathered(args.from_file)
 
     return gather(targets, timeout=args.timeout, deadline=args.deadline,
                   prepare=_import_outputs, use_discovery=not args.no_discovery,
@@ -113,6 +119,8 @@ def _watch(args: argparse.Namespace, targets: list[str]) -> int:
         argv += ["--target", t]
     if args.no_discovery:
         argv.append("--no-discovery")
+    if args.from_file:
+        argv += ["--from", args.from_file]
     sys.stdout.flush()
     sys.stderr.flush()
     os.execv(sys.executable, argv)
@@ -165,15 +173,19 @@ def _pick_target(args: argparse.Namespace) -> str:
 
 def _report(args: argparse.Namespace) -> int:
     from tpu_info.commands.budget import wait_until
-    from tpu_info.contract.errors import TpuInfoError
     from tpu_info.net.client import Client
     from tpu_info.outputs import textreport
 
-    target = _pick_target(args)
     try:
-        with Client(target, timeout=args.timeout) as c:
-            end = wait_until(args.deadline, args.timeout)  # asked with a real wait, even late
-            snap = c.renew(end - time.monotonic(), end).snapshot()
+        if args.from_file:
+            from tpu_info.commands.saved import load
+
+            target, snap, _ = load(args.from_file, args.timeout)
+        else:
+            target = _pick_target(args)
+            with Client(target, timeout=args.timeout) as c:
+                end = wait_until(args.deadline, args.timeout)  # a real wait, even late
+                snap = c.renew(end - time.monotonic(), end).snapshot()
     except TpuInfoError as e:
         _say(e)
         return EXIT_PARTIAL
@@ -217,7 +229,6 @@ def _profile(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from tpu_info.commands.files import write_all
-    from tpu_info.contract.errors import TpuInfoError
     from tpu_info.net import discovery
     from tpu_info.net.client import Client
     from tpu_info.views.values import clean
@@ -301,7 +312,8 @@ def _run(args: argparse.Namespace) -> int:
     if any("\0" in a for a in argv):
         raise UsageError(f"run: the command has a NUL byte: {shown(' '.join(argv))}")
     try:
-        return run_hooked(argv)
+        summary = args.summary if args.summary is not None else sys.stderr.isatty()
+        return run_hooked(argv, summary=summary)
     except HookNotFoundError as e:
         print(f"tpu-info: {e}", file=sys.stderr)
         return EXIT_USAGE
@@ -351,6 +363,11 @@ def main(argv: Sequence[str] | None = None, *, started: float | None = None) -> 
             return _report(args)
         if args.command == "profile":
             return _profile(args)
+        if args.command in ("runs", "diff"):
+            from tpu_info.commands import saved
+
+            run_it = saved.runs_command if args.command == "runs" else saved.diff_command
+            return run_it(args, _say)
         targets = _targets(args)
         if args.command == "doctor":
             return _doctor(args, targets)
@@ -360,6 +377,9 @@ def main(argv: Sequence[str] | None = None, *, started: float | None = None) -> 
     except UsageError as e:
         print(f"tpu-info: {e} (see 'tpu-info --help')", file=sys.stderr)
         return EXIT_USAGE
+    except TpuInfoError as e:  # --from FILE that is not a saved run, a target that failed
+        _say(e)
+        return EXIT_PARTIAL
     except SystemExit as e:  # --help
         return int(e.code or 0)
     except KeyboardInterrupt:

@@ -29,16 +29,21 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
 ENV_FLAG = "TPU_INFO_AUTOINSTALL"
+ENV_SAVE = "TPU_INFO_SAVE"  # metrics.export.config.SAVE
+ENV_SUMMARY = "TPU_INFO_SUMMARY"  # metrics.export.config.SUMMARY
 EXIT_NOT_EXECUTABLE = 126
 EXIT_NOT_FOUND = 127
 _FORWARDED = (signal.SIGINT, signal.SIGTERM)
@@ -78,6 +83,36 @@ def hooked_env(environ: Mapping[str, str] | None = None, hook_dir: Path | None =
     return env
 
 
+def _saved_in(env: dict[str, str]) -> tuple[Path, bool]:
+    """Where the child's runs will be saved, and whether that is a folder of
+    our own to remove afterwards (saving was off: the summary still needs
+    the file); the child prints no summary of its own."""
+    from tpu_info.contract.discovery_record import runtime_dir
+    from tpu_info.wire.runfile import OFF_WORDS, RUNS_DIR
+
+    env[ENV_SUMMARY] = "0"
+    setting = env.get(ENV_SAVE, "").strip()
+    if setting.lower() in OFF_WORDS:
+        env[ENV_SAVE] = tempfile.mkdtemp(prefix="tpu-info-run-")
+        return Path(env[ENV_SAVE]), True
+    if setting:
+        return Path(setting).expanduser(), False
+    return runtime_dir(env) / RUNS_DIR, False
+
+
+def _print_summaries(saved_in: tuple[Path, bool], started: float, pid: int) -> None:
+    from tpu_info.commands.saved import summaries_since
+
+    folder, ours = saved_in
+    try:
+        for text in summaries_since(folder, started, pid, kept=not ours):
+            sys.stderr.write(text + "\n")
+        sys.stderr.flush()
+    finally:
+        if ours:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
 def _exit_status(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode
 
@@ -101,6 +136,7 @@ def run_hooked(
     environ: Mapping[str, str] | None = None,
     hook_dir: Path | None = None,
     cwd: str | os.PathLike[str] | None = None,
+    summary: bool = False,
 ) -> int:
     """Runs ``argv`` with the hook installed and returns its exit status.
 
@@ -109,6 +145,8 @@ def run_hooked(
         environ: the child's base environment (default ``os.environ``).
         hook_dir: the bootstrap directory (default :func:`autoinstall_dir`).
         cwd: the child's working directory (default ours).
+        summary: print the end-of-run summary of what the child saved, on
+            stderr, once it ended (nothing is added to the child's own exit).
 
     Returns:
         The child's exit status (see the module docstring for signals, 126, 127).
@@ -120,6 +158,8 @@ def run_hooked(
     if not argv:
         raise ValueError("no command given: use 'tpu-info run -- python train.py ...'")
     env = hooked_env(environ, hook_dir)
+    saved_in = _saved_in(env) if summary else None
+    started = time.time()
     child: subprocess.Popen[bytes] | None = None
     pending: list[int] = []  # signals that arrived before the child existed
     previous: dict[int, Any] = {}
@@ -153,7 +193,10 @@ def run_hooked(
             return EXIT_NOT_EXECUTABLE
         for pending_signal in pending:
             child.send_signal(pending_signal)
-        return _exit_status(child.wait())
+        status = _exit_status(child.wait())
+        if saved_in is not None:
+            _print_summaries(saved_in, started, child.pid)
+        return status
     finally:
         for restored, handler in previous.items():
             signal.signal(restored, handler if handler is not None else signal.SIG_DFL)

@@ -159,10 +159,12 @@ class Cost:
         run = self.share_of_run
         share = f", {share_words(run)} of run time" if run is not None else ""
         if self.phase == Phase.PERIODIC:
-            every = self.every_steps or 0.0
-            return (f"every {every:,.0f} steps, {mark}{duration(self.seconds / n)} each"
+            every = self.every_steps
+            how_often = f"every {every:,.0f} steps" if every else f"{n:,} times"
+            return (f"{how_often}, {mark}{duration(self.seconds / n)} each"
                     f"{share}, {self.label()}")
-        once = "once" if n == 1 else "one-off"
+        # All of the set-up (or tear-down) is one stretch, done once, in pieces or not.
+        once = "once" if n == 1 or self.phase != Phase.ONCE else "one-off"
         return f"{once} {WHEN[self.phase]}, {mark}{duration(self.seconds)}{share}, {self.label()}"
 
     def tail(self) -> str:

@@ -30,7 +30,7 @@ from tpu_info.contract import catalog
 from tpu_info.contract.model import SiteKind, Snapshot
 from tpu_info.views.cost import short_location, steps_of
 from tpu_info.views.findings import find
-from tpu_info.views.values import dist_percentile
+from tpu_info.views.values import dist_percentile, transfer_stats
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,8 +110,7 @@ def _step_time_ms(s: Snapshot, percent: float) -> float | None:
 def _figures(s: Snapshot) -> dict[str, float | None]:
     steps = steps_of(s)
     ct = s.distribution(catalog.COMPILE_TIME)
-    h2d = s.distribution(catalog.TRANSFER_TO_DEVICE_TIME)
-    d2h = s.distribution(catalog.TRANSFER_FROM_DEVICE_TIME)
+    h2d, d2h = transfer_stats(s)
     syncs = sum(x.count for x in s.sites if x.kind == SiteKind.SYNC.value)
     compiles = sum(g.compiles for g in s.graphs) or (ct.count if ct is not None else None)
     return {
@@ -123,8 +122,8 @@ def _figures(s: Snapshot) -> dict[str, float | None]:
         "compiles": float(compiles) if compiles is not None else None,
         "compile_s": ct.total / 1e9 if ct is not None else (
             sum(g.compile_seconds_total for g in s.graphs) if s.graphs else None),
-        "h2d_per_step": _per_step(s, h2d.count if h2d is not None else None),
-        "d2h_per_step": _per_step(s, d2h.count if d2h is not None else None),
+        "h2d_per_step": _per_step(s, h2d.count if h2d.count else None),
+        "d2h_per_step": _per_step(s, d2h.count if d2h.count else None),
         "syncs_per_step": _per_step(s, syncs if s.sites else None),
         "graphs": float(len(s.graphs)),
     }

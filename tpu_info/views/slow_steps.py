@@ -55,13 +55,14 @@ def outliers(d: DistributionReading) -> tuple[float, float, list[tuple[float, fl
 
 def _every(d: DistributionReading, slow_times: list[float]) -> int | None:
     """How many steps apart the outliers are among the recent steps, when
-    they are evenly spaced (every 40 steps); else None."""
+    they are evenly spaced (every 40 steps); else None. Three at least (two
+    make no period), never next to each other (a stall over two steps)."""
     slow = set(slow_times)
     places = [i for i, (t, _) in enumerate(d.recent) if t in slow]
-    if len(places) < 2:
+    if len(places) < 3:
         return None
     gaps = [b - a for a, b in zip(places, places[1:])]
-    if max(gaps) - min(gaps) > max(1, 0.2 * min(gaps)):
+    if min(gaps) < 2 or max(gaps) - min(gaps) > max(1, 0.2 * min(gaps)):
         return None
     return round(sum(gaps) / len(gaps))
 

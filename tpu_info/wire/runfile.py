@@ -44,6 +44,9 @@ SUFFIX = ".tpurun"
 MAX_FILE_BYTES = 64 * 1024 * 1024
 DECODE_SECONDS = 10.0
 ENDINGS = ("exit", "exception", "signal", "")
+# TPU_INFO_SAVE words that turn saving off (read by the hook and by tpu-info run).
+OFF_WORDS = frozenset({"0", "off", "no", "false", "none"})
+RUNS_DIR = "runs"  # the default folder, in the runtime directory
 
 # SavedRun's field 2 (the snapshot), length-delimited: the hook writes the
 # snapshot's encoded bytes as they are, without parsing them again.

@@ -1,0 +1,174 @@
+"""After the run: a hooked JAX program saves its last snapshot when it ends
+(normally, by an exception, by SIGTERM), and the CLI reads the file as it reads
+a live program: the table, --json, report, doctor, runs, diff with --fail-on.
+Real JAX programs in subprocesses, the real CLI in-process."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tpu_info.commands.cli import main
+from tpu_info.wire import runfile
+
+ROOT = Path(__file__).resolve().parents[2]
+PROGRAM = textwrap.dedent("""
+    import os, sys, time
+    import metrics; metrics.install(serve=False)
+    import jax, jax.numpy as jnp, numpy as np
+    f = jax.jit(lambda w, x: (x @ w).sum())
+    w = jnp.ones((64, 8))
+    short = os.environ.get("SHORT") == "1"
+    for i in range(40):
+        rows = 31 if short and i % 10 == 9 else 32
+        float(f(w, np.ones((rows, 64), np.float32)))
+        metrics.mark_step()
+    print("ready", flush=True)
+    if os.environ.get("END") == "raise":
+        raise ValueError("bad batch")
+    if os.environ.get("END") == "wait":
+        time.sleep(60)
+""")
+
+
+def _env(tmp_path: Path, **kw: str) -> dict[str, str]:
+    """A hooked program's environment that saves where the hook would by
+    default (the suite turns saving off elsewhere)."""
+    env = dict(os.environ, TPU_INFO_RUNTIME_DIR=str(tmp_path / "rt"), PYTHONPATH=str(ROOT),
+               **kw)
+    env.pop("TPU_INFO_SAVE", None)
+    return env
+
+
+def _run(tmp_path: Path, end: str = "", short: bool = False) -> tuple[int, Path]:
+    env = _env(tmp_path, END=end, SHORT="1" if short else "0")
+    p = subprocess.Popen([sys.executable, "-c", PROGRAM], env=env, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    if end == "wait":
+        assert p.stdout is not None and p.stdout.readline().strip() == "ready"
+        p.send_signal(signal.SIGTERM)
+    p.communicate(timeout=120)
+    runs = sorted((tmp_path / "rt" / "runs").glob(f"*-{p.pid}-*.tpurun"))
+    assert len(runs) == 1, list((tmp_path / "rt").rglob("*"))
+    return p.returncode, runs[0]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("saved")
+    return {end or "exit": _run(tmp, end) for end in ("", "raise", "wait")} | {
+        "short": _run(tmp, "", short=True)}
+
+
+def test_each_way_of_ending_is_saved_and_said(runs):
+    assert runs["exit"][0] == 0 and runfile.read(runs["exit"][1]).how_it_ended() == "exit 0"
+    rc, path = runs["raise"]
+    assert rc == 1 and runfile.read(path).how_it_ended() == "exception: ValueError: bad batch"
+    rc, path = runs["wait"]
+    assert rc == -signal.SIGTERM and runfile.read(path).how_it_ended() == "SIGTERM"
+    snap = runfile.read(runs["exit"][1]).snapshot
+    assert snap.steps.count == 40 and snap.process.name == "-c"
+    assert any(e.kind == "compile" for e in snap.events)  # events included
+    assert oct(path.stat().st_mode & 0o777) == "0o600"
+
+
+def test_the_cli_reads_a_saved_run_as_a_live_one(runs, capsys):
+    path = str(runs["short"][1])
+    assert main(["--from", path, "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    (target,) = doc["targets"]
+    assert target["steps"] == 40 and target["ok"]
+    assert any(f["kind"] == "recompile_short_last_batch" for f in target["findings"])
+    assert main(["report", "--from", path]) == 0
+    assert "recompile_short_last_batch" in capsys.readouterr().out
+    assert main(["doctor", "--from", path]) == 0
+    assert "read from a file: the program ended (exit 0)" in capsys.readouterr().out
+
+
+def test_runs_lists_them_newest_first(runs, capsys, monkeypatch):
+    folder = runs["exit"][1].parent
+    monkeypatch.setenv("TPU_INFO_RUNTIME_DIR", str(folder.parent))
+    assert main(["runs", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert len(doc["runs"]) == 4 and {r["ended"] for r in doc["runs"]} == {
+        "exit 0", "exception: ValueError: bad batch", "SIGTERM"}
+    assert all(r["steps"] == 40 for r in doc["runs"])
+
+
+def test_diff_fails_the_gate_on_a_run_that_adds_a_recompile(runs, capsys):
+    a, b = str(runs["exit"][1]), str(runs["short"][1])
+    assert main(["diff", a, b, "--fail-on", "compiles>+0"]) == 3
+    out = capsys.readouterr().out
+    assert "FAIL  compiles>+0: compiles +1" in out
+    assert "jit(<lambda>)(x: f32[31,64]" in out or "f32[31,64]" in out
+    assert main(["diff", a, a, "--fail-on", "compiles>+0", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["fail_on"] == [{"condition": "compiles>+0: compiles +0 (3 -> 3)", "held": False}] \
+        or not doc["fail_on"][0]["held"]
+
+
+@pytest.mark.parametrize("content", [b"", b"garbage", runfile.MAGIC + b"\xff" * 64])
+def test_a_file_that_is_not_a_saved_run_is_one_line_and_exit_1(tmp_path, capsys, content):
+    bad = tmp_path / "bad.tpurun"
+    bad.write_bytes(content)
+    for argv in (["--from", str(bad)], ["report", "--from", str(bad)],
+                 ["diff", str(bad), str(bad)]):
+        assert main(argv) == 1
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "Traceback" not in err[0], err
+
+
+def test_saving_off_and_a_chosen_file(tmp_path):
+    env = _env(tmp_path)
+    chosen = tmp_path / "mine.tpurun"
+    for setting, expect in (("off", None), (str(chosen), chosen)):
+        subprocess.run([sys.executable, "-c", PROGRAM], env=dict(env, TPU_INFO_SAVE=setting),
+                       check=True, capture_output=True, timeout=120, cwd=tmp_path)
+        if expect is None:
+            assert not (tmp_path / "rt" / "runs").exists()
+        else:
+            assert runfile.read(expect).snapshot.steps.count == 40
+
+
+def test_a_forked_child_saves_nothing_of_its_parents(tmp_path):
+    code = PROGRAM + textwrap.dedent("""
+        pid = os.fork()
+        if pid == 0:
+            os._exit(0) if os.environ.get("HARD") else sys.exit(0)
+        os.waitpid(pid, 0)
+    """)
+    env = _env(tmp_path)
+    subprocess.run([sys.executable, "-c", code], env=env, check=True, capture_output=True,
+                   timeout=120, cwd=tmp_path)
+    saved = list((tmp_path / "rt" / "runs").glob("*.tpurun"))
+    assert len(saved) == 1  # the parent's only
+
+
+def test_tpu_info_run_prints_the_summary_after_its_child_ended(tmp_path):
+    prog = tmp_path / "train.py"
+    prog.write_text(PROGRAM.replace("metrics.install(serve=False)", "pass"))
+    env = _env(tmp_path, TPU_INFO_SERVE="0", SHORT="1")
+    tpu_info = [sys.executable, "-m", "tpu_info", "run"]
+    r = subprocess.run(tpu_info + ["--summary", "--", sys.executable, str(prog)], env=env,
+                       capture_output=True, text=True, timeout=180, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    lines = r.stderr.splitlines()
+    assert lines[0].startswith("tpu-info: train.py (pid ") and "ended (exit 0)" in lines[0]
+    assert lines[1].startswith("  steps 40 (") and "step time P50" in lines[1]
+    assert any("recompile_short_last_batch at train.py:" in line for line in lines), lines
+    assert lines[-1].startswith("  saved: ") and "tpu-info report --from FILE" in lines[-1]
+    quiet = subprocess.run(tpu_info + ["--no-summary", "--", sys.executable, str(prog)],
+                           env=env, capture_output=True, text=True, timeout=180, cwd=tmp_path)
+    assert quiet.returncode == 0 and "tpu-info:" not in quiet.stderr
+    off = subprocess.run(tpu_info + ["--summary", "--", sys.executable, str(prog)],
+                         env=dict(env, TPU_INFO_SAVE="off"), capture_output=True, text=True,
+                         timeout=180, cwd=tmp_path)
+    assert "ended (exit 0)" in off.stderr and "saved:" not in off.stderr
+    assert len(list((tmp_path / "rt" / "runs").glob("*.tpurun"))) == 2  # not the third

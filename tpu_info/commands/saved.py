@@ -1,0 +1,239 @@
+"""Finished runs: ``tpu-info runs``, ``tpu-info diff A B`` and ``--from FILE``.
+
+A saved run (:mod:`tpu_info.wire.runfile`) is read as a live answer would
+be: ``--from FILE`` gives the table, ``--json``, ``--query``, ``report``,
+``doctor`` and ``--watch`` one target whose snapshot is the file's.
+``runs`` lists the saved runs of this user's runtime directory, newest
+first. ``diff`` compares two runs (files or live targets,
+:mod:`tpu_info.views.diff`) and, with ``--fail-on``, exits
+:data:`EXIT_CONDITION` when a condition holds, so a benchmark job fails on
+a pull request that adds a recompile.
+
+Exit codes: 0 done; 1 a run could not be read (one line on stderr); 2 usage;
+3 a ``--fail-on`` condition held.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from tpu_info.contract.discovery_record import runtime_dir
+from tpu_info.contract.model import Snapshot
+from tpu_info.contract.safe import clean
+from tpu_info.wire import runfile
+
+EXIT_OK, EXIT_UNREADABLE, EXIT_USAGE, EXIT_CONDITION = 0, 1, 2, 3
+RUNS_DIR = runfile.RUNS_DIR
+MAX_LISTED = 200
+
+
+def runs_folder() -> Path:
+    """Where the hook saves runs by default."""
+    return runtime_dir() / RUNS_DIR
+
+
+def load(spec: str, timeout: float) -> tuple[str, Snapshot, runfile.SavedRun | None]:
+    """A run by file path, or a live target (``HOST:PORT``) read now.
+
+    Raises:
+        runfile.RunFileError: the file is not a readable saved run.
+        TpuInfoError: the live target could not be read.
+    """
+    if os.path.exists(spec) or os.sep in spec or spec.endswith(runfile.SUFFIX):
+        run = runfile.read(spec)
+        return spec, run.snapshot, run
+    from tpu_info.net.client import Client
+
+    with Client(spec, timeout=timeout) as c:
+        return spec, c.snapshot(), None
+
+
+def gathered(path: str):  # type: ignore[no-untyped-def]
+    """One look at a saved run, as :func:`tpu_info.commands.gather.gather`
+    gives a live one: one target (the file) whose snapshot is the run's.
+
+    Raises:
+        runfile.RunFileError: the file is not a readable saved run.
+    """
+    from tpu_info.commands.gather import Gathered
+    from tpu_info.contract.model import LocalScan
+    from tpu_info.views.values import TargetView
+
+    run = runfile.read(path)
+    note = (f"saved run {os.path.basename(path)}",
+            f"read from a file: the program ended ({run.how_it_ended()}) at "
+            f"{_when(run.ended_unix)}; the values are its last ones")
+    return Gathered([TargetView(os.path.basename(path), run.snapshot)],
+                    LocalScan(reasons={"saved": "a saved run: this host's accelerators are "
+                                                "not scanned"}),
+                    notes=[note])
+
+
+def _saved_runs(folder: Path) -> list[runfile.SavedRun | tuple[Path, str]]:
+    paths = []
+    try:
+        for p in folder.glob(f"*{runfile.SUFFIX}"):
+            try:
+                paths.append((p.stat().st_mtime, p))
+            except OSError:
+                continue
+    except OSError:
+        return []
+    out: list[runfile.SavedRun | tuple[Path, str]] = []
+    for _, p in sorted(paths, reverse=True)[:MAX_LISTED]:
+        try:
+            out.append(runfile.read(p))
+        except runfile.RunFileError as e:
+            out.append((p, str(e)))
+    return out
+
+
+def _when(unix: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(unix)) if unix > 0 else "-"
+
+
+def _run_row(run: runfile.SavedRun) -> dict[str, object]:
+    from tpu_info.views.findings import find
+
+    s = run.snapshot
+    p = s.process
+    start = p.start_time_unix if p is not None and p.start_time_unix else (
+        s.taken_at_unix - s.uptime_seconds)
+    found = find(s)
+    return {
+        "file": run.path, "program": clean(p.name, 60) if p is not None else "?",
+        "pid": p.pid if p is not None else None, "engine": p.engine if p is not None else "",
+        "start": _when(start), "end": _when(run.ended_unix or s.taken_at_unix),
+        "ended": run.how_it_ended(), "steps": s.steps.count if s.steps is not None else None,
+        "findings": len(found),
+        "warnings": sum(1 for f in found if f.severity == "warning"),
+    }
+
+
+def runs_command(args: argparse.Namespace, say: Callable[[object], None]) -> int:
+    """``tpu-info runs``: the saved runs, newest first."""
+    folder = Path(args.runs_dir) if getattr(args, "runs_dir", None) else runs_folder()
+    listed = _saved_runs(folder)
+    rows = [_run_row(r) for r in listed if isinstance(r, runfile.SavedRun)]
+    bad = [(str(p), why) for p, why in (r for r in listed if isinstance(r, tuple))]
+    if args.json:
+        from tpu_info.outputs.jsonview import dumps
+
+        print(dumps({"schema": "tpu-info-runs/v1", "folder": str(folder), "runs": rows,
+                     "unreadable": [{"file": f, "why": w} for f, w in bad]}))
+        return EXIT_OK
+    if not rows and not bad:
+        print(f"No saved runs in {folder}. A program run with the hook saves one when it "
+              "ends (TPU_INFO_SAVE chooses where).")
+        return EXIT_OK
+    cols = ("start", "end", "ended", "program", "pid", "steps", "findings", "file")
+    table = [[str(r[c]) if r[c] is not None else "-" for c in cols] for r in rows]
+    widths = [max(len(c), *(len(row[i]) for row in table)) for i, c in enumerate(cols)]
+    print("  ".join(c.capitalize().ljust(w) for c, w in zip(cols, widths)).rstrip())
+    for row in table:
+        print("  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip())
+    for _, why in bad:
+        say(f"skipped {why}")
+    return EXIT_OK
+
+
+def diff_command(args: argparse.Namespace, say: Callable[[object], None]) -> int:
+    """``tpu-info diff A B [--json] [--fail-on CONDS]``."""
+    from tpu_info.contract.errors import TpuInfoError
+    from tpu_info.views import diff
+
+    try:
+        conditions = diff.parse_conditions(args.fail_on) if args.fail_on else []
+    except ValueError as e:
+        say(e)
+        return EXIT_USAGE
+    loaded = []
+    for spec in (args.run_a, args.run_b):
+        try:
+            loaded.append(load(spec, args.timeout))
+        except TpuInfoError as e:
+            say(e)
+            return EXIT_UNREADABLE
+    (name_a, a, _), (name_b, b, _) = loaded
+    c = diff.compare(a, b)
+    checks = diff.failed(conditions, c)
+    if args.json:
+        from tpu_info.outputs.jsonview import dumps
+
+        print(dumps({
+            "schema": "tpu-info-diff/v1", "a": name_a, "b": name_b,
+            "rows": [{"key": r.key, "label": r.label, "a": r.a, "b": r.b, "unit": r.unit,
+                      "change": r.change, "relative": r.relative, "worse": r.worse()}
+                     for r in c.rows],
+            "new_graphs": c.new_graphs, "gone_graphs": c.gone_graphs,
+            "new_causes": c.new_causes, "new_findings": c.new_findings,
+            "gone_findings": c.gone_findings,
+            "fail_on": [{"condition": w, "held": h} for h, w in checks]}))
+    else:
+        _print_diff(name_a, name_b, c, checks)
+    return EXIT_CONDITION if any(h for h, _ in checks) else EXIT_OK
+
+
+def _print_diff(name_a: str, name_b: str, c: object, checks: list[tuple[bool, str]]) -> None:
+    from tpu_info.views import diff
+
+    assert isinstance(c, diff.Comparison)
+    w = max(len(r.label) for r in c.rows)
+    print(f"A: {clean(name_a, 200)}\nB: {clean(name_b, 200)}\n")
+    print(f"{'':{w}}  {'A':>12}  {'B':>12}  change")
+    for r in c.rows:
+        mark = "  (worse)" if r.worse() else ""
+        print(f"{r.label:{w}}  {diff.fmt(r.a, r.unit):>12}  {diff.fmt(r.b, r.unit):>12}  "
+              f"{r.change_words()}{mark}")
+    sections = (("New graphs in B (by function and input signature)", c.new_graphs),
+                ("Graphs only in A", c.gone_graphs),
+                ("Recompile causes new in B", c.new_causes),
+                ("Findings new in B", c.new_findings),
+                ("Findings gone in B", c.gone_findings))
+    for title, items in sections:
+        if items:
+            print(f"\n{title}:")
+            for item in items[:50]:
+                print(f"  {clean(item, 200)}")
+            if len(items) > 50:
+                print(f"  ... and {len(items) - 50} more")
+    if checks:
+        print("\n--fail-on:")
+        for held, words in checks:
+            print(f"  {'FAIL' if held else 'ok  '}  {clean(words, 200)}")
+    sys.stdout.flush()
+
+
+def summaries_since(folder: Path, started_unix: float, pid: int | None = None,
+                    most: int = 4, kept: bool = True) -> list[str]:
+    """The end-of-run summaries of the runs saved in ``folder`` since
+    ``started_unix`` (``pid``'s own first, when it saved one): what
+    ``tpu-info run`` prints after its child ended."""
+    from tpu_info.outputs.summary import summary
+
+    found = []
+    try:
+        for p in folder.glob(f"*{runfile.SUFFIX}") if folder.is_dir() else [folder]:
+            try:
+                mtime = p.stat().st_mtime
+            except OSError:
+                continue
+            if mtime >= started_unix - 1.0:
+                mine = pid is not None and f"-{pid}-" in p.name
+                found.append((not mine, -mtime, p))
+    except OSError:
+        return []
+    out = []
+    for _, _, p in sorted(found)[:most]:
+        try:
+            run = runfile.read(p)
+        except runfile.RunFileError as e:
+            out.append(f"tpu-info: {e}")
+            continue
+        out.append(summary(run.snapshot, run.how_it_ended(), str(p) if kept else ""))
+    return out
