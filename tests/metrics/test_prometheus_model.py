@@ -77,6 +77,37 @@ def test_every_counter_is_present_at_zero_before_the_first_event():
     promtool_check(text)
 
 
+def test_each_engine_gets_its_own_families_and_a_mirror_is_left_out():
+    """Issue 30, item 3: a JAX process shows no torch.compile family (not even
+    at zero), a torch.compile one no JAX family; a histogram comes with its
+    first sample; JAX's jax.monitoring copy of CompileTime is left out beside it."""
+    base = make_snapshot()
+
+    def names(engine: str, dists) -> set[str]:
+        snap = dataclasses.replace(base, process=dataclasses.replace(base.process,
+                                                                     engine=engine),
+                                   distributions=dists)
+        return set(parse(exposition(lambda: snap)[0]))
+
+    compile_time, outbound = base.distributions
+    mirror = dataclasses.replace(compile_time, name="/jax/core/compile/backend_compile_duration")
+    empty = dataclasses.replace(outbound, name="StepTime", count=0, total=0.0, buckets=None,
+                                min=None, max=None)
+    jax_names = names("jax", (compile_time, mirror, empty))
+    assert {"tpu_info_jax_monitoring_dropped", "tpu_info_device_busy_time_seconds",
+            "tpu_info_compile_time_seconds"} <= jax_names
+    assert not {"tpu_info_graph_breaks", "tpu_info_eager_fallback_time_seconds",
+                "tpu_info_jax_core_compile_backend_compile_duration_seconds",
+                "tpu_info_step_time_seconds"} & jax_names
+    torch_names = names("torch_compile,torch_lazy", (compile_time,))
+    assert "tpu_info_graph_breaks" in torch_names
+    assert not {"tpu_info_jax_monitoring_dropped", "tpu_info_implicit_transfer_to_device",
+                "tpu_info_lowering_time_seconds"} & torch_names
+    # The engine's record alone (no CompileTime beside it) is exported.
+    alone = names("jax", (mirror,))
+    assert "tpu_info_jax_core_compile_backend_compile_duration_seconds" in alone
+
+
 def _graph(i: int, compiles: int, seconds: float) -> GraphRecord:
     return GraphRecord(hash=f"{i:04x}" + "0" * 60, name=f"jit(f{i})", engine="jax",
                        first_seen_unix=float(i), last_seen_unix=float(i), compiles=compiles,
