@@ -27,13 +27,11 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import metrics
+from tpu_info.outputs.chrome_trace import Record
 
 __all__ = ["Trace", "StepTrace", "Record", "start_recording", "stop_recording", "recording"]
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-# (phase "B" or "E", perf_counter_ns, native thread id, name, args or None)
-Record = tuple[str, int, int, str, "dict[str, Any] | None"]
 
 _now = time.perf_counter_ns
 _tid = threading.get_native_id

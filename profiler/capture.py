@@ -37,11 +37,12 @@ from typing import Any
 
 import metrics
 from metrics.recording.recorder import Recorder
-from profiler import annotations, chrome
+from profiler import annotations
 from profiler.device import DeviceTraces
 from profiler.errors import CaptureBusy, InvalidCapture
 from tpu_info.contract import catalog as names
 from tpu_info.contract.model import EventKind
+from tpu_info.outputs import chrome_trace as chrome
 
 __all__ = ["Capture", "CaptureResult", "MAX_DURATION_S", "DEFAULT_MAX_ANNOTATIONS",
            "DEFAULT_MAX_EVENTS", "DEFAULT_MAX_BYTES", "DEFAULT_SAMPLE_INTERVAL_S"]

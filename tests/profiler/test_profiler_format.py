@@ -12,9 +12,10 @@ from typing import Any
 
 import pytest
 
-from profiler import annotations, chrome
+from profiler import annotations
 from profiler.annotations import StepTrace, Trace
 from tpu_info.contract.model import Event
+from tpu_info.outputs import chrome_trace as chrome
 
 PHASES = set("BEXiICMbensftPOND")
 METADATA = {"process_name", "thread_name", "process_sort_index", "thread_sort_index",

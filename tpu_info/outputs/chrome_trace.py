@@ -1,5 +1,11 @@
 """One capture window as Chrome Trace Event JSON (Perfetto, chrome://tracing).
 
+The format only, shared by the two builders of a trace: the profiler in
+the program (``profiler.capture``: annotations too) and ``tpu-info
+profile``, which builds the host timeline of a program that never loaded
+the profiler from the events and snapshots the hook sends. It imports
+only the contract: neither ``metrics`` nor ``profiler``.
+
 :func:`build` turns what a capture gathered (annotation records, the
 recorder's events, sampled memory and execution counts) into a trace
 document: ``X`` spans for annotations, steps and compiles,
@@ -27,11 +33,14 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from profiler.annotations import Record
 from tpu_info.contract.model import CALLED_FROM, COMPILE_KINDS, TRANSFER_KINDS, Event, EventKind
 
-__all__ = ["Window", "build", "encode", "STEPS_TID", "COMPILES_TID", "TRANSFERS_TID",
+__all__ = ["Record", "Window", "build", "encode", "STEPS_TID", "COMPILES_TID", "TRANSFERS_TID",
            "EVENTS_TID"]
+
+# An annotation entry or exit: (phase "B"/"E", perf_counter_ns, native
+# thread id, name, args or None), as ``profiler.annotations`` records them.
+Record = tuple[str, int, int, str, "dict[str, Any] | None"]
 
 # Tracks of engine events get thread ids no real thread has (Linux caps
 # thread ids at 2**22), sorted above the program's own threads.
@@ -53,7 +62,7 @@ class Window:
         start_ns: ``perf_counter_ns()`` when the capture started; trace time 0.
         end_ns: ``perf_counter_ns()`` when it ended.
         start_unix: ``time.time()`` taken together with ``start_ns``.
-        annotations: :class:`profiler.annotations.Record` tuples.
+        annotations: :data:`Record` tuples (the profiler's annotations).
         annotations_full_at_ns: when the annotation buffer filled, if it did.
         events: the recorder's events of the window, in sequence order.
         events_dropped: events the recorder's ring dropped before they were read.
