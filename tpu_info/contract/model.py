@@ -22,6 +22,8 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import overload
 
+from tpu_info.contract.cause_kinds import CauseKind
+
 # The diagnosis records live in their own module; re-exported: one model.
 from tpu_info.contract.diagnosis import (  # noqa: F401
     STEPS_INFERRED,
@@ -173,7 +175,9 @@ class DistributionReading:
 
 @dataclass(frozen=True, slots=True)
 class RecompileCause:
-    """Why a graph was (re)compiled, in the engine's words and ours."""
+    """Why a graph was (re)compiled: the engine's words (``description``) and
+    the change typed (``kind`` and the fields after it, see
+    :mod:`tpu_info.contract.cause_kinds`); the views advise by kind."""
 
     time_unix: float
     description: str
@@ -184,6 +188,13 @@ class RecompileCause:
     # The library call the user's line went through (``flax nnx.jit``);
     # empty when the line called the engine itself.
     via: str = ""
+    # A CauseKind; a kind this side does not know (a newer hook's) as its string.
+    kind: str = CauseKind.UNKNOWN
+    dim: int | None = None  # the shape dimension that changed
+    name: str = ""  # the config option, context, global state or tensor property
+    guard: str = ""  # the torch.compile guard that failed (size, dtype, value...)
+    sync: int | None = None  # torch_xla: the sync the new graph came in
+    syncs_after: int | None = None  # ... and how many after the last new graph at its line
 
 
 @dataclass(frozen=True, slots=True)

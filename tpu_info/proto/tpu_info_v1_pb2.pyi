@@ -174,7 +174,7 @@ class Distribution(_message.Message):
     def __init__(self, name: _Optional[str] = ..., unit: _Optional[_Union[Unit, str]] = ..., count: _Optional[int] = ..., total: _Optional[float] = ..., min: _Optional[float] = ..., max: _Optional[float] = ..., rate_per_second: _Optional[float] = ..., value_rate_per_second: _Optional[float] = ..., percentile_percents: _Optional[_Iterable[float]] = ..., percentile_values: _Optional[_Iterable[float]] = ..., recent_times_unix: _Optional[_Iterable[float]] = ..., recent_values: _Optional[_Iterable[float]] = ..., buckets: _Optional[_Union[Buckets, _Mapping]] = ..., help: _Optional[str] = ...) -> None: ...
 
 class RecompileCause(_message.Message):
-    __slots__ = ("time_unix", "description", "location", "argument", "before", "after", "via")
+    __slots__ = ("time_unix", "description", "location", "argument", "before", "after", "via", "kind", "dim", "name", "guard", "sync", "syncs_after")
     TIME_UNIX_FIELD_NUMBER: _ClassVar[int]
     DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
     LOCATION_FIELD_NUMBER: _ClassVar[int]
@@ -182,6 +182,12 @@ class RecompileCause(_message.Message):
     BEFORE_FIELD_NUMBER: _ClassVar[int]
     AFTER_FIELD_NUMBER: _ClassVar[int]
     VIA_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    DIM_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    GUARD_FIELD_NUMBER: _ClassVar[int]
+    SYNC_FIELD_NUMBER: _ClassVar[int]
+    SYNCS_AFTER_FIELD_NUMBER: _ClassVar[int]
     time_unix: float
     description: str
     location: str
@@ -189,7 +195,13 @@ class RecompileCause(_message.Message):
     before: str
     after: str
     via: str
-    def __init__(self, time_unix: _Optional[float] = ..., description: _Optional[str] = ..., location: _Optional[str] = ..., argument: _Optional[str] = ..., before: _Optional[str] = ..., after: _Optional[str] = ..., via: _Optional[str] = ...) -> None: ...
+    kind: str
+    dim: int
+    name: str
+    guard: str
+    sync: int
+    syncs_after: int
+    def __init__(self, time_unix: _Optional[float] = ..., description: _Optional[str] = ..., location: _Optional[str] = ..., argument: _Optional[str] = ..., before: _Optional[str] = ..., after: _Optional[str] = ..., via: _Optional[str] = ..., kind: _Optional[str] = ..., dim: _Optional[int] = ..., name: _Optional[str] = ..., guard: _Optional[str] = ..., sync: _Optional[int] = ..., syncs_after: _Optional[int] = ...) -> None: ...
 
 class Signature(_message.Message):
     __slots__ = ("args",)
@@ -278,7 +290,7 @@ class Site(_message.Message):
     def __init__(self, kind: _Optional[str] = ..., location: _Optional[str] = ..., count: _Optional[int] = ..., bytes: _Optional[int] = ..., seconds: _Optional[float] = ..., function: _Optional[str] = ..., detail: _Optional[str] = ..., last_seen_unix: _Optional[float] = ..., first_seen_unix: _Optional[float] = ..., phase: _Optional[str] = ..., via: _Optional[str] = ..., occurrences: _Optional[int] = ...) -> None: ...
 
 class Steps(_message.Message):
-    __slots__ = ("count", "source", "basis", "seconds_total", "first_unix", "last_unix", "excluded_calls")
+    __slots__ = ("count", "source", "basis", "seconds_total", "first_unix", "last_unix", "excluded_calls", "loop_ended")
     COUNT_FIELD_NUMBER: _ClassVar[int]
     SOURCE_FIELD_NUMBER: _ClassVar[int]
     BASIS_FIELD_NUMBER: _ClassVar[int]
@@ -286,6 +298,7 @@ class Steps(_message.Message):
     FIRST_UNIX_FIELD_NUMBER: _ClassVar[int]
     LAST_UNIX_FIELD_NUMBER: _ClassVar[int]
     EXCLUDED_CALLS_FIELD_NUMBER: _ClassVar[int]
+    LOOP_ENDED_FIELD_NUMBER: _ClassVar[int]
     count: int
     source: str
     basis: str
@@ -293,7 +306,8 @@ class Steps(_message.Message):
     first_unix: float
     last_unix: float
     excluded_calls: int
-    def __init__(self, count: _Optional[int] = ..., source: _Optional[str] = ..., basis: _Optional[str] = ..., seconds_total: _Optional[float] = ..., first_unix: _Optional[float] = ..., last_unix: _Optional[float] = ..., excluded_calls: _Optional[int] = ...) -> None: ...
+    loop_ended: bool
+    def __init__(self, count: _Optional[int] = ..., source: _Optional[str] = ..., basis: _Optional[str] = ..., seconds_total: _Optional[float] = ..., first_unix: _Optional[float] = ..., last_unix: _Optional[float] = ..., excluded_calls: _Optional[int] = ..., loop_ended: _Optional[bool] = ...) -> None: ...
 
 class Snapshot(_message.Message):
     __slots__ = ("protocol_version", "taken_at_unix", "process", "devices", "counters", "distributions", "graphs", "events", "last_seq", "uptime_seconds", "sites", "steps", "blind_spots", "instance", "generation", "unchanged", "kept")

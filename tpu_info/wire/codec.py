@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from tpu_info.contract.buckets import SortedCounts
+from tpu_info.contract.cause_kinds import kind_of
 from tpu_info.contract.errors import ProtocolMismatch, WireError
 from tpu_info.contract.model import (
     BucketCounts,
@@ -205,6 +206,12 @@ def _cause(c: pb.RecompileCause, where: str, dec: Decoding) -> RecompileCause:
         before=text(c.before) if c.HasField("before") else None,
         after=text(c.after) if c.HasField("after") else None,
         via=text(c.via),
+        kind=kind_of(text(c.kind)),
+        dim=c.dim if c.HasField("dim") else None,
+        name=text(c.name),
+        guard=text(c.guard),
+        sync=c.sync if c.HasField("sync") else None,
+        syncs_after=c.syncs_after if c.HasField("syncs_after") else None,
     )
 
 

@@ -18,6 +18,7 @@ from collections.abc import Iterable
 from typing import Any, NamedTuple
 
 from tpu_info.contract.buckets import SortedCounts
+from tpu_info.contract.cause_kinds import CauseKind
 from tpu_info.contract.model import (
     BucketCounts,
     DeviceRecord,
@@ -120,6 +121,18 @@ def fill_history(m: pb.Graph, g: GraphRecord) -> None:
             cm.after = c.after
         if c.via:
             cm.via = c.via
+        if c.kind != CauseKind.UNKNOWN:
+            cm.kind = c.kind
+        if c.dim is not None:
+            cm.dim = c.dim
+        if c.name:
+            cm.name = c.name
+        if c.guard:
+            cm.guard = c.guard
+        if c.sync is not None:
+            cm.sync = c.sync
+        if c.syncs_after is not None:
+            cm.syncs_after = c.syncs_after
 
 
 def fill_device(m: pb.Device, d: DeviceRecord) -> None:
