@@ -28,6 +28,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from pathlib import Path
 from types import FrameType
 
@@ -118,6 +119,8 @@ class RunSaver:
                 ended, signal = "signal", "SIGINT"
         try:
             snap = self._final()
+            if snap.steps is not None:  # the loop is over: what came after it is tear-down
+                snap = replace(snap, steps=replace(snap.steps, loop_ended=True))
         except Exception as e:  # noqa: BLE001 - the program is ending: never raise into it
             self._failed("saving.snapshot", e)
             return None

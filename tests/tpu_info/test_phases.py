@@ -12,6 +12,7 @@ import json
 import subprocess
 import sys
 import textwrap
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -318,3 +319,37 @@ def test_periodic_evaluation_steps_three_times_the_median_are_slow_steps() -> No
                             percentiles=((50.0, 226e6), (99.0, 700e6)),
                             recent=Samples(times, odd)),))
     assert "slow_steps" not in {f.kind for f in find(quiet)}
+
+
+def test_work_after_the_latest_step_is_never_per_step_nor_periodic() -> None:
+    # flax's 03_train_state: model(X) after the loop compiled six single ops
+    # 0.15-0.8 s after the last step; the saved run's last snapshot read them
+    # as "every 2,000 steps, 11% of run time" (a warning).
+    after = [LOOP.last_unix + 0.15 + 0.13 * k for k in range(6)]
+    live_phase, _ = bursts_phase(after, LOOP, [0.12] * 6)
+    assert live_phase == Phase.ONCE  # the loop may go on: once, so far
+    ended = replace(LOOP, loop_ended=True)
+    assert bursts_phase(after, ended, [0.12] * 6)[0] == Phase.TEARDOWN
+    assert phase_of(after[0], after[-1], 6, ended) == Phase.TEARDOWN
+    assert phase_of(after[0], after[-1], 6, LOOP) == Phase.ONCE
+
+
+def test_eager_ops_before_and_after_the_loop_are_one_off_not_every_n_steps() -> None:
+    from tpu_info.contract.model import GraphRecord
+
+    times = [LOOP.first_unix - 3 + 0.4 * k for k in range(5)]  # initialisation
+    times += [LOOP.last_unix + 0.15 + 0.13 * k for k in range(6)]  # model(X) after the loop
+    graphs = tuple(GraphRecord(f"{k:064x}", f"jit({op})", "jax", t, t, compiles=1,
+                               compile_seconds_total=0.1, compile_seconds_last=0.1)
+                   for k, (t, op) in enumerate(zip(times, ["add", "mul", "matmul", "relu",
+                                                            "sub", "add", "mul", "matmul",
+                                                            "relu", "dot", "exp"])))
+    events = tuple(Event(k + 1, t, "compile", g.name, g.hash, "", "/w/train.py:119", 0.1)
+                   for k, (t, g) in enumerate(zip(times, graphs)))
+    for steps, words in ((LOOP, "in the step loop"),
+                         (replace(LOOP, loop_ended=True), "once after the last step")):
+        s = Snapshot(1012.0, uptime_seconds=15.0, steps=steps, graphs=graphs, events=events,
+                     last_seq=len(events))
+        (f,) = [f for f in find(s) if f.kind == "eager_ops"]
+        assert words in f.message and "every" not in f.message, f.message
+        assert f.severity == "info" and f.phase in ("once", "teardown")

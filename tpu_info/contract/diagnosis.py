@@ -92,7 +92,9 @@ class StepsReading:
     loop (the first step's start, the latest step's end; ``None`` when
     unknown): what happened before it is set-up, after it tear-down.
     ``excluded_calls`` counts calls of the step's function that are not
-    steps (evaluation with gradients off).
+    steps (evaluation with gradients off). ``loop_ended``: the program has
+    ended (a saved run's last snapshot), so whatever came after the latest
+    step is tear-down, however soon after it.
     """
 
     count: int
@@ -102,6 +104,7 @@ class StepsReading:
     first_unix: float | None = None
     last_unix: float | None = None
     excluded_calls: int = 0
+    loop_ended: bool = False
 
     @property
     def seconds_per_step(self) -> float | None:

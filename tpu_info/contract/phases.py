@@ -3,9 +3,11 @@
 The step loop runs from the first step's start to the latest step's end
 (:attr:`StepsReading.first_unix`, :attr:`StepsReading.last_unix`). Work that
 ended before it is set-up; work that began after it (by more than a few
-steps' time) is tear-down; work inside it is per-step when it ran in at least
-half the steps, periodic when it recurred less often (evaluation, logging,
-checkpoints every N steps), and once when it ran once. The hook
+steps' time, or at all once the program has ended: ``loop_ended``) is
+tear-down, and sooner than that once (the loop may go on); work inside it
+is per-step when it ran in at least half the steps, periodic when it
+recurred less often (evaluation, logging, checkpoints every N steps), and
+once when it ran once. The hook
 fills a site's phase with :func:`phase_of` when it is read; views use the same
 function for what carries only times (compile events).
 
@@ -57,8 +59,11 @@ def phase_of(first_unix: float, last_unix: float, count: int,
     if last_unix < start:
         return Phase.SETUP
     per_step = steps.seconds_per_step or 0.0
-    if first_unix > end + max(TEARDOWN_STEPS * per_step, TEARDOWN_MIN_S):
-        return Phase.TEARDOWN
+    if first_unix > end:
+        if steps.loop_ended or first_unix > end + max(TEARDOWN_STEPS * per_step,
+                                                      TEARDOWN_MIN_S):
+            return Phase.TEARDOWN
+        return Phase.ONCE  # after the latest step so far: not per step, not (yet) recurring
     if count >= PER_STEP_AT_LEAST * steps.count:
         return Phase.STEP
     return Phase.PERIODIC if count >= PERIODIC_AT_LEAST else Phase.ONCE
@@ -99,7 +104,8 @@ def bursts_phase(times: list[float], steps: StepsReading | None,
     if phase == Phase.STEP and loop is not None and (
             order[-1] - order[0] < PER_STEP_AT_LEAST * (loop[1] - loop[0])):
         phase = Phase.ONCE  # many events in a short stretch of the loop: told by bursts
-    if phase in (Phase.PERIODIC, Phase.ONCE):
+    after_loop = loop is not None and order[0] - took.get(order[0], 0.0) > loop[1]
+    if phase in (Phase.PERIODIC, Phase.ONCE) and not after_loop:
         phase = Phase.PERIODIC if bursts >= PERIODIC_AT_LEAST else Phase.ONCE
     if phase == Phase.PERIODIC and loop is not None:
         # Work that recurs is seen again within its period: compiles that

@@ -27,6 +27,7 @@ from tpu_info.contract.model import (
     Phase,
     Severity,
     Snapshot,
+    StepsReading,
 )
 from tpu_info.contract.phases import bursts_phase, loop_of, phase_of
 from tpu_info.views.cost import (
@@ -182,6 +183,20 @@ _WHERE_WORDS = {
 }
 
 
+def _outside_loop(times: list[float], steps: StepsReading | None) -> tuple[Phase, int] | None:
+    """Graphs that all compiled outside the step loop (some before it, some
+    after: too few of each to judge apart) are one-off work, never "every N
+    steps": tear-down (or once, while the loop may go on) when some came
+    after the latest step, else set-up. None when some compiled in the loop."""
+    loop = loop_of(steps)
+    if loop is None or any(loop[0] <= t <= loop[1] for t in times):
+        return None
+    after = [t for t in times if t > loop[1]]
+    if not after:
+        return Phase.SETUP, 1
+    return phase_of(min(after), max(after), len(after), steps), 1 + (len(after) < len(times))
+
+
 def eager_ops(s: Snapshot) -> Iterable[Finding]:
     """Many tiny single-operation graphs: eager (un-jitted) JAX code compiling
     op by op, costed where it happened: start-up, once, every N steps or
@@ -201,7 +216,8 @@ def _eager_finding(s: Snapshot, tiny: list[GraphRecord], times: list[float]) -> 
     window = (min(times), max(times))
     site, where, what = _eager_where(_eager_sites(s, tiny, window))
     where += _via(s, tiny, window)
-    phase, bursts = bursts_phase(times, steps_of(s), [g.compile_seconds_last for g in tiny])
+    phase, bursts = _outside_loop(times, steps_of(s)) or bursts_phase(
+        times, steps_of(s), [g.compile_seconds_last for g in tiny])
     listed = f"{', '.join(ops[:4])}{', ...' if len(ops) > 4 else ''}"
     step = step_function(s)
     if phase in OUTSIDE_STEP:
