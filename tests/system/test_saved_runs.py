@@ -172,3 +172,21 @@ def test_tpu_info_run_prints_the_summary_after_its_child_ended(tmp_path):
                          timeout=180, cwd=tmp_path)
     assert "ended (exit 0)" in off.stderr and "saved:" not in off.stderr
     assert len(list((tmp_path / "rt" / "runs").glob("*.tpurun"))) == 2  # not the third
+
+
+def test_tpu_info_run_on_sigterm_says_only_where_the_run_is(tmp_path):
+    # A grace period is running: no summary to build, one line at most.
+    prog = tmp_path / "train.py"
+    prog.write_text(PROGRAM.replace("metrics.install(serve=False)", "pass"))
+    env = _env(tmp_path, TPU_INFO_SERVE="0", END="wait")
+    p = subprocess.Popen([sys.executable, "-m", "tpu_info", "run", "--summary", "--",
+                          sys.executable, str(prog)], env=env, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    assert p.stdout is not None and p.stdout.readline().strip() == "ready"
+    p.send_signal(signal.SIGTERM)
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == 128 + signal.SIGTERM
+    (line,) = [x for x in err.splitlines() if x.startswith("tpu-info:")]
+    assert line.startswith("tpu-info: saved ") and line.endswith("(tpu-info report --from FILE)")
+    (saved,) = (tmp_path / "rt" / "runs").glob("*.tpurun")
+    assert runfile.read(saved).how_it_ended() == "SIGTERM"

@@ -100,11 +100,19 @@ def _saved_in(env: dict[str, str]) -> tuple[Path, bool]:
     return runtime_dir(env) / RUNS_DIR, False
 
 
-def _print_summaries(saved_in: tuple[Path, bool], started: float, pid: int) -> None:
-    from tpu_info.commands.saved import summaries_since
-
+def _print_summaries(saved_in: tuple[Path, bool], started: float, pid: int,
+                     brief: bool = False) -> None:
+    """The child's summaries; ``brief`` (SIGTERM: a grace period is running)
+    only where the saved runs are, with nothing to import or decode."""
     folder, ours = saved_in
     try:
+        if brief:
+            if not ours:
+                for p in sorted(folder.glob(f"*-{pid}-*.tpurun")) if folder.is_dir() else ():
+                    sys.stderr.write(f"tpu-info: saved {p} (tpu-info report --from FILE)\n")
+            return
+        from tpu_info.commands.saved import summaries_since
+
         for text in summaries_since(folder, started, pid, kept=not ours):
             sys.stderr.write(text + "\n")
         sys.stderr.flush()
@@ -162,11 +170,14 @@ def run_hooked(
     started = time.time()
     child: subprocess.Popen[bytes] | None = None
     pending: list[int] = []  # signals that arrived before the child existed
+    terminated: list[int] = []  # SIGTERMs forwarded: a grace period is running
     previous: dict[int, Any] = {}
     if threading.current_thread() is threading.main_thread():
         tty_sigint = _terminal_delivers_sigint()
 
         def forward(signum: int, frame: FrameType | None) -> None:
+            if signum == signal.SIGTERM:
+                terminated.append(signum)
             if signum == signal.SIGINT and tty_sigint:
                 return  # the terminal sent it to the child as well
             if child is None:
@@ -195,7 +206,7 @@ def run_hooked(
             child.send_signal(pending_signal)
         status = _exit_status(child.wait())
         if saved_in is not None:
-            _print_summaries(saved_in, started, child.pid)
+            _print_summaries(saved_in, started, child.pid, brief=bool(terminated))
         return status
     finally:
         for restored, handler in previous.items():
