@@ -35,6 +35,7 @@ from tpu_info.contract.model import Snapshot
 from tpu_info.contract.safe import clean
 from tpu_info.proto import tpu_info_v1_pb2 as pb
 from tpu_info.wire.codec import snapshot_from_proto
+from tpu_info.wire.encoder import _varint as varint  # protobuf's base-128 length
 
 MAGIC = b"TPUINFO-RUN\n"
 FORMAT_VERSION = 1
@@ -81,18 +82,6 @@ class SavedRun:
         return "unknown"
 
 
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte = n & 0x7F
-        n >>= 7
-        if n:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
-
-
 def encode(snapshot_bytes: bytes, ended: str, ended_unix: float, *, exit_code: int = 0,
            signal: str = "", error: str = "") -> bytes:
     """The file's bytes: the magic, then ``SavedRun`` with ``snapshot_bytes``
@@ -100,7 +89,7 @@ def encode(snapshot_bytes: bytes, ended: str, ended_unix: float, *, exit_code: i
     head = pb.SavedRun(format_version=FORMAT_VERSION, ended=ended, ended_unix=ended_unix,
                        exit_code=exit_code, signal=signal, error=error[:1000])
     return b"".join((MAGIC, head.SerializeToString(), _SNAPSHOT_TAG,
-                     _varint(len(snapshot_bytes)), snapshot_bytes))
+                     varint(len(snapshot_bytes)), snapshot_bytes))
 
 
 def write(path: str | os.PathLike[str], data: bytes) -> None:
