@@ -8,7 +8,7 @@ target is given up at the deadline.
 Timing bounds here are structural (--timeout is the command's wall time,
 README "What it reads"), with a margin wide enough for a loaded 2-core box;
 before the fix the stopped-target case took start-up + --timeout + 2-3 s of
-interpreter tear-down (11-21 s at --timeout 8..10).
+interpreter tear-down (11-25 s at --timeout 8..10).
 """
 
 from __future__ import annotations
@@ -30,7 +30,9 @@ pytestmark = pytest.mark.slow
 
 CLI = [sys.executable, "-m", "tpu_info"]
 MARGIN_S = 1.5  # printing the answer and leaving, on a starved interpreter
-LONG_TIMEOUT_S = 10.0  # long enough that the CLI's start (4-7 s at this load) fits in it
+# Long enough that the CLI's start fits in it: 4-7 s at load 20 on 2 cores,
+# 8-10 s when other jobs doubled that load.
+LONG_TIMEOUT_S = 15.0
 
 
 @pytest.fixture
