@@ -36,9 +36,9 @@ from pathlib import Path
 from typing import Any
 
 import metrics
+from metrics.engines.device_profilers import DeviceWindow
 from metrics.recording.recorder import Recorder
 from profiler import annotations
-from profiler.device import DeviceTraces
 from profiler.errors import CaptureBusy, InvalidCapture
 from tpu_info.contract import catalog as names
 from tpu_info.contract.model import EventKind
@@ -160,7 +160,8 @@ class Capture:
             w.notes.append("no engine hook is installed (metrics.install()): the trace "
                            "has annotations and steps only")
         annotations.start_recording(self.max_annotations)
-        device = DeviceTraces(self.device_dir) if self.device_dir is not None else None
+        device = (DeviceWindow(list(self._engines()), self.device_dir)
+                  if self.device_dir is not None else None)
         device_files: list[Path] = []
         try:
             if device is not None:

@@ -24,7 +24,8 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 from metrics.engines.ranks import Rank
@@ -36,10 +37,24 @@ from tpu_info.contract.model import (
     StepsReading,
 )
 
-__all__ = ["Engine", "EngineBase", "Readings"]
+__all__ = ["DeviceTrace", "Engine", "EngineBase", "Readings"]
 
 # An engine's own counters and distributions, read now.
 Readings = tuple[Sequence[CounterReading], Sequence[DistributionReading]]
+
+
+class DeviceTrace(Protocol):
+    """One window of an engine's own device profiler (``jax.profiler``,
+    ``torch.profiler``: :mod:`metrics.engines.device_profilers`)."""
+
+    # Whose profiler: engines that share a library start it once.
+    library: str
+
+    def start(self, folder: Path) -> None:
+        """Starts recording into ``folder`` (raises when it cannot)."""
+
+    def stop(self) -> tuple[list[Path], list[str]]:
+        """Stops; returns the files written and notes about them."""
 
 
 @runtime_checkable
@@ -85,12 +100,17 @@ class Engine(Protocol):
     def rank(self) -> Rank | None:
         """This process's rank in its job as the engine knows it (:mod:`metrics.engines.ranks`)."""
 
+    def device_trace(self) -> DeviceTrace | None:
+        """A new window of the engine's device profiler (None: it has none)."""
+
 
 class EngineBase:
     """Defaults for every optional reading: an adapter overrides what it has."""
 
     name: str = ""
     keeps_readings: bool = False
+    # The engine's device profiler (metrics.engines.device_profilers), if any.
+    device_trace_kind: Callable[[], DeviceTrace] | None = None
 
     def __init__(self) -> None:
         self.degraded: list[str] = []
@@ -124,3 +144,6 @@ class EngineBase:
 
     def rank(self) -> Rank | None:
         return None
+
+    def device_trace(self) -> DeviceTrace | None:
+        return self.device_trace_kind() if self.device_trace_kind is not None else None

@@ -66,7 +66,7 @@ from typing import Any
 
 import jax
 
-from metrics.engines import jax_aot, jax_calls, jax_monitoring, ranks
+from metrics.engines import device_profilers, jax_aot, jax_calls, jax_monitoring, ranks
 from metrics.engines import jax_state as state
 from metrics.engines._frames import outer_user_call, skip_prefixes, user_line
 from metrics.engines._patching import Patches
@@ -108,6 +108,7 @@ class JaxEngine(EngineBase):
     """Installs and removes the JAX hooks; one per process at a time."""
 
     name = ENGINE
+    device_trace_kind = device_profilers.JaxTrace
 
     def __init__(self, recorder: Recorder, explain_cache_misses: bool = True) -> None:
         self.rec = recorder

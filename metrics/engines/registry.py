@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["EngineSpec", "ENGINES", "spec", "names", "triggers", "device_profilers"]
+__all__ = ["EngineSpec", "ENGINES", "spec", "names", "triggers"]
 
 
 @dataclass(frozen=True)
@@ -37,16 +37,14 @@ class EngineSpec:
             :class:`metrics.engines.base.Engine`.
         superseded_by: engines that, when present too, make this one
             redundant (``torch_xla`` reads the counters ``torch_lazy`` reads).
-        device_profiler: the library whose profiler records its device
-            trace (``jax.profiler``, ``torch.profiler``), started by
-            ``profiler``'s device captures when that library is imported.
+    The engine's device profiler is its adapter's (``device_trace()``,
+    :mod:`metrics.engines.device_profilers`), not an entry here.
     """
 
     name: str
     trigger: str
     adapter: str
     superseded_by: tuple[str, ...] = ()
-    device_profiler: str = ""
 
 
 # In load order: install() hooks engines found together in this order.
@@ -56,14 +54,11 @@ class EngineSpec:
 # ``torch_lazy``; ``torch_xla`` imported -> ``torch_xla``, which then
 # replaces ``torch_lazy``: both read the same lazy-tensor counters.
 ENGINES: tuple[EngineSpec, ...] = (
-    EngineSpec("jax", trigger="jax", adapter="metrics.engines.jax", device_profiler="jax"),
-    EngineSpec("torch_compile", trigger="torch", adapter="metrics.engines.torch_compile",
-               device_profiler="torch"),
+    EngineSpec("jax", trigger="jax", adapter="metrics.engines.jax"),
+    EngineSpec("torch_compile", trigger="torch", adapter="metrics.engines.torch_compile"),
     EngineSpec("torch_lazy", trigger="torch._lazy.ts_backend",
-               adapter="metrics.engines.torch_lazy", superseded_by=("torch_xla",),
-               device_profiler="torch"),
-    EngineSpec("torch_xla", trigger="torch_xla", adapter="metrics.engines.torch_xla",
-               device_profiler="torch"),
+               adapter="metrics.engines.torch_lazy", superseded_by=("torch_xla",)),
+    EngineSpec("torch_xla", trigger="torch_xla", adapter="metrics.engines.torch_xla"),
 )
 
 # The helpers below read ENGINES at each call (a few entries, read at install
@@ -87,9 +82,3 @@ def triggers() -> frozenset[str]:
     """The modules whose import means the program uses one of the engines."""
     return frozenset(e.trigger for e in ENGINES)
 
-
-def device_profilers() -> list[str]:
-    """The libraries whose profilers record the engines' device traces
-    (``jax``, ``torch``), each once, in load order; each is started only
-    when the program has imported it."""
-    return list(dict.fromkeys(e.device_profiler for e in ENGINES if e.device_profiler))

@@ -30,7 +30,7 @@
   ``ExecuteTime``): the backend's callable is wrapped (forward graphs only;
   backward runs inside autograd).
 * Device memory at scrape time from ``torch.cuda`` where CUDA is in use,
-  else a CPU record that says why there is none.
+  else a CPU record that says why there is none; device traces: torch.profiler.
 
 If ``torch._dynamo`` is not imported yet at install time (importing it costs
 about a second), ``torch.compile`` is wrapped and the Dynamo hooks go in on
@@ -49,8 +49,7 @@ crashes; ``TorchCompileEngine.degraded`` lists what was unavailable):
   (wrapped: one graph break; ``exc.gb_type``, ``exc.real_stack``)
 * ``torch._dynamo.convert_frame.get_and_maybe_log_recompilation_reasons``
   (wrapped: every cached graph's guard failure and the frame's locals)
-* ``torch.fx._lazy_graph_module._LazyGraphModule`` (resolved before wrapping,
-  as Dynamo itself does)
+* ``torch.fx._lazy_graph_module._LazyGraphModule`` (resolved before wrapping)
 """
 
 from __future__ import annotations
@@ -68,7 +67,7 @@ from typing import Any
 import torch
 
 from metrics.engines import _torchutil as tu
-from metrics.engines import ranks, torch_optim, torch_syncs
+from metrics.engines import device_profilers, ranks, torch_optim, torch_syncs
 from metrics.engines import torch_breaks as brk
 from metrics.engines._frames import skip_prefixes
 from metrics.engines._patching import Patches
@@ -131,6 +130,7 @@ class TorchCompileEngine(EngineBase):
     """Installs and removes the Dynamo hooks; one active per process."""
 
     name = ENGINE
+    device_trace_kind = device_profilers.TorchTrace
 
     def __init__(self, recorder: Recorder, explain_cache_misses: bool = True) -> None:
         self.rec = recorder

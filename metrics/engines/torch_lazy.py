@@ -48,7 +48,7 @@ from typing import Any
 import torch
 import torch._lazy
 
-from metrics.engines import _foreign, ranks, torch_syncs
+from metrics.engines import _foreign, device_profilers, ranks, torch_syncs
 from metrics.engines._frames import skip_prefixes, user_location
 from metrics.engines._patching import Patches
 from metrics.engines.base import EngineBase
@@ -116,6 +116,7 @@ class TorchLazyEngine(EngineBase):
 
     name = ENGINE
     keeps_readings = True  # extra_readings: the engine's own counters
+    device_trace_kind = device_profilers.TorchTrace
 
     def __init__(self, recorder: Recorder, **_: Any) -> None:
         self.rec = recorder

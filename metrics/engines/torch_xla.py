@@ -52,7 +52,7 @@ import torch
 import torch_xla
 import torch_xla.debug.metrics as met
 
-from metrics.engines import _foreign, ranks
+from metrics.engines import _foreign, device_profilers, ranks
 from metrics.engines._frames import skip_prefixes
 from metrics.engines._patching import Patches
 from metrics.engines._xla_debug import CompileAnalysis, DebugTail
@@ -94,6 +94,7 @@ class TorchXlaEngine(EngineBase):
 
     name = ENGINE
     keeps_readings = True  # extra_readings: the engine's own counters
+    device_trace_kind = device_profilers.TorchTrace
 
     def __init__(self, recorder: Recorder, explain_cache_misses: bool = True,
                  env: dict[str, str] | None = None, debug_dir: str | None = None) -> None:

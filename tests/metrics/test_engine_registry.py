@@ -20,10 +20,10 @@ import pytest
 
 import metrics
 from metrics import engines
-from metrics.engines import Engine, EngineBase, importwatch, registry
+from metrics.engines import Engine, EngineBase, device_profilers, importwatch, registry
+from metrics.engines.device_profilers import DeviceWindow
 from metrics.engines.registry import EngineSpec
 from metrics.recording.snapshot import build
-from profiler.device import DeviceTraces
 from tests.conftest import ROOT
 from tpu_info.contract.model import SiteReading
 
@@ -58,8 +58,7 @@ def fake_engine(tmp_path, monkeypatch):
     (tmp_path / "tpu_info_fake_adapter.py").write_text(textwrap.dedent(ADAPTER))
     (tmp_path / "tpu_info_fake_lib.py").write_text("")
     monkeypatch.syspath_prepend(str(tmp_path))
-    spec = EngineSpec("fake", trigger="tpu_info_fake_lib", adapter="tpu_info_fake_adapter",
-                      device_profiler="tpu_info_fake_lib")
+    spec = EngineSpec("fake", trigger="tpu_info_fake_lib", adapter="tpu_info_fake_adapter")
     monkeypatch.setattr(registry, "ENGINES", (*registry.ENGINES, spec))
     waiting_before = set(metrics._waiting)
     yield spec
@@ -89,11 +88,6 @@ def test_one_entry_reaches_install_the_watcher_and_the_profiler(fake_engine, tmp
     assert "fake" in engines.valid_names()
     assert "tpu_info_fake_lib" in _bootstrap().watched()
     assert _bootstrap().watched() == registry.triggers()
-    traces = DeviceTraces(tmp_path / "dev", modules={"tpu_info_fake_lib": object()})
-    traces.start()
-    assert traces.stop() == []
-    assert traces.notes == ["device trace: no device profiler for tpu_info_fake_lib here"]
-
     # "auto" before the engine's import: waits for its trigger, hooks it at the import.
     metrics.install(serve=False)
     assert "fake" in metrics.waiting_engines()
@@ -101,6 +95,11 @@ def test_one_entry_reaches_install_the_watcher_and_the_profiler(fake_engine, tmp
 
     hooked = {e.name: e for e in metrics.installed_engines()}
     assert "fake" in hooked and hooked["fake"].installed
+    # No device profiler of its own: a device capture says so and goes on.
+    window = DeviceWindow([hooked["fake"]], tmp_path / "dev")
+    window.start()
+    assert window.stop() == []
+    assert window.notes == ["device trace: the fake engine has no device profiler here"]
     assert "fake" not in metrics.waiting_engines()
     # The typed defaults answer what the adapter does not define.
     snap = metrics.snapshot()
@@ -159,4 +158,7 @@ def test_registry_entries_are_whole() -> None:
     for e in registry.ENGINES:
         assert all(s in names for s in e.superseded_by), e
         assert dataclasses.is_dataclass(e) and e.trigger and e.adapter.startswith("metrics.")
-    assert registry.device_profilers() == ["jax", "torch"]
+    # Device traces are the adapter's (issue 32, item 4), not a registry entry.
+    from metrics.engines.jax import JaxEngine
+
+    assert JaxEngine.device_trace_kind is device_profilers.JaxTrace

@@ -40,8 +40,8 @@ PROGRAM = r"""
 import os, sys, threading, time
 import jax, jax.numpy as jnp, metrics, profiler  # profiler: registers the capture
 if os.environ.get("CAP_BYTES"):  # a lower cap on device files sent, to overflow it cheaply
-    import profiler.remote
-    profiler.remote.MAX_FILE_BYTES = int(os.environ["CAP_BYTES"])
+    import metrics.export.device_capture
+    metrics.export.device_capture.MAX_FILE_BYTES = int(os.environ["CAP_BYTES"])
 metrics.install(engines=["jax"])
 done = threading.Event()
 threading.Thread(target=lambda: (sys.stdin.read(), done.set()), daemon=True).start()
