@@ -1,6 +1,7 @@
 r"""JAX's recompile explanations, and the recompiles it does not explain, in
-one form: ``argument 'NAME' changed OLD -> NEW`` (the kind is named later,
-by :func:`tpu_info.views.causes.classify`).
+one form: ``argument 'NAME' changed OLD -> NEW``, with the kind of change
+typed (:class:`~tpu_info.contract.cause_kinds.CauseKind`: a dimension, the
+dtype, a static value, a config option...; the advice for it is the views').
 
 JAX's ``jax_explain_cache_misses`` text has a body per kind of change
 (measured on JAX 0.10.2):
@@ -25,17 +26,19 @@ Example:
     >>> fn, cause = parse_cache_miss(
     ...     "TRACING CACHE MISS at t.py:9 (f):\n  for f defined at t.py:3\n"
     ...     "  different input types:\n  * at x, now f32[4] and before f32[3]", 0.0)
-    >>> fn, cause.description, cause.location
-    ('f', "argument 'x' changed f32[3] -> f32[4]", 't.py:9')
+    >>> fn, cause.description, cause.location, str(cause.kind), cause.dim
+    ('f', "argument 'x' changed f32[3] -> f32[4]", 't.py:9', 'batch_size', 0)
 """
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from tpu_info.contract.cause_kinds import CauseKind, static_kind, type_change
 from tpu_info.contract.model import FIRST_CALL, RecompileCause
 
 _MISS_RE = re.compile(r"TRACING CACHE MISS at (?P<loc>.+?:\d+)")
@@ -159,8 +162,9 @@ def _types(body: str) -> tuple[str, RecompileCause] | None:
     name = first.group("arg")
     old, new = _avals(first.group("old"), first.group("new"))
     text = f"argument {quoted(name)} changed {old} -> {new}"
+    kind, dim = type_change(old, new) or (CauseKind.OTHER, None)
     return text + _also([m.group("arg") for m in changed[1:]]), RecompileCause(
-        0.0, "", None, name, old, new)
+        0.0, "", None, name, old, new, kind=kind, dim=dim)
 
 
 def _tree(body: str, names: Namer) -> tuple[str, RecompileCause] | None:
@@ -174,10 +178,12 @@ def _tree(body: str, names: Namer) -> tuple[str, RecompileCause] | None:
     if so and sn:
         old, new = _short(so.group("val")), _short(sn.group("val"))
         text = f"static argument {quoted(name)} changed {old} -> {new}"
+        kind = static_kind(old, new)
     else:
         old, new = _node(first.group("old")), _node(first.group("new"))
         text = f"argument {quoted(name)} changed {old} -> {new}"
-    return text + _also(others), RecompileCause(0.0, "", None, name, old, new)
+        kind = CauseKind.PYTREE  # the containers around the arrays
+    return text + _also(others), RecompileCause(0.0, "", None, name, old, new, kind=kind)
 
 
 def _context(body: str) -> tuple[str, RecompileCause] | None:
@@ -189,9 +195,10 @@ def _context(body: str) -> tuple[str, RecompileCause] | None:
     old, new = _context_value(first.group("old")), _context_value(first.group("new"))
     if name.startswith("number of"):  # JAX's own options were added or removed
         return (f"tracing context changed ({name}: {old} -> {new})",
-                RecompileCause(0.0, "", None, None, old, new))
+                RecompileCause(0.0, "", None, None, old, new, kind=CauseKind.CONTEXT, name=name))
     text = f"{name} changed {old} -> {new}" + _also([m.group("name") for m in changed[1:]])
-    return text, RecompileCause(0.0, "", None, None, old, new)
+    kind = CauseKind.CONFIG if name.startswith("jax_") else CauseKind.CONTEXT
+    return text, RecompileCause(0.0, "", None, None, old, new, kind=kind, name=name)
 
 
 def parse_cache_miss(message: str, now: float, names: Namer | None = None,
@@ -205,19 +212,19 @@ def parse_cache_miss(message: str, now: float, names: Namer | None = None,
     location = loc.group("loc") if loc else None
     fn = func.group("name") if func else None
     if "never seen function" in message:
-        return fn, RecompileCause(now, FIRST_CALL, location)
+        return fn, RecompileCause(now, FIRST_CALL, location, kind=CauseKind.FIRST_CALL)
     parsed = (_context(message) if "Tracing context" in message else None) or _tree(
         message, names or (lambda p: p)) or _types(message)
     if parsed is not None:
         text, c = parsed
-        return fn, RecompileCause(now, text, location, c.argument, c.before, c.after)
+        return fn, dataclasses.replace(c, time_unix=now, description=text, location=location)
     if "Debug info doesn't match" in message:
         text = "debug info changed (the function's argument names or source)"
     else:
         body = [ln.strip() for ln in message.splitlines()[1:]
                 if ln.strip() and " defined at " not in ln and "previously seen" not in ln]
         text = _short("; ".join(body)) or "cache miss with no explanation"
-    return fn, RecompileCause(now, text, location)
+    return fn, RecompileCause(now, text, location, kind=CauseKind.OTHER)
 
 
 # --- recompiles JAX does not explain -----------------------------------------------
@@ -276,7 +283,8 @@ class LoweringHistory:
             if old == new:
                 return None
         return RecompileCause(0.0, f"argument {quoted(name(i))} moved {old} -> {new}"
-                              + _also([name(j) for j in moved[1:]]), None, name(i), old, new)
+                              + _also([name(j) for j in moved[1:]]), None, name(i), old, new,
+                              kind=CauseKind.DEVICE)
 
 
 def _same(a: Any, b: Any) -> bool:

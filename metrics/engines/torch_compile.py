@@ -88,7 +88,6 @@ from tpu_info.contract.model import (
     FIRST_CALL,
     DeviceRecord,
     EventKind,
-    RecompileCause,
     SiteReading,
     StepsReading,
 )
@@ -311,11 +310,8 @@ class TorchCompileEngine(EngineBase):
                 frame_s: float | None, cache_hit: bool, location: str | None,
                 values: dict[str, str] | None = None) -> None:
         now = time.time()
-        if reason:
-            before_types = self._types.before(reason, compile_id)
-            cause = parse_recompile_reason(reason, now, location, before_types, values)
-        else:
-            cause = RecompileCause(time_unix=now, description=FIRST_CALL, location=location)
+        before_types = self._types.before(reason, compile_id) if reason else None
+        cause = parse_recompile_reason(reason or "", now, location, before_types, values)
         backend_total = sum(g.backend_ns for g in graphs) / 1e9
         trace_s = max(0.0, (frame_s if frame_s is not None else backend_total) - backend_total)
         if trace_s:

@@ -9,35 +9,42 @@ number compiled in), ``len(L['xs']) == 2``, ``___check_obj_id(...)``, each
 after a compile id (``0/0: ``) and before ``# source  # file:line``. Sizes
 become full types (``f32[4,3] -> f32[8,3]``) from the types the failing graph
 was compiled for (:class:`TypesByCompile`); Python numbers' new values are
-read off the frame (:func:`frame_values`). Kinds are named later, by
-:func:`tpu_info.views.causes.classify`.
+read off the frame (:func:`frame_values`). Each cause is typed: its
+:class:`~tpu_info.contract.cause_kinds.CauseKind`, the guard that failed
+(``guard``), the dimension (``dim``); the advice is the views'.
 
 Example:
     >>> c = parse_recompile_reason(
     ...     "0/0: tensor 'x' size mismatch at index 0. expected 4, actual 8", 0.0, "t.py:9",
     ...     {"x": "f32[4,3]"})
-    >>> c.argument, c.before, c.after
-    ('x', 'f32[4,3]', 'f32[8,3]')
+    >>> c.argument, c.before, c.after, str(c.kind), c.guard, c.dim
+    ('x', 'f32[4,3]', 'f32[8,3]', 'batch_size', 'size', 0)
 """
 
 from __future__ import annotations
 
 import re
 from collections import OrderedDict
+from dataclasses import replace
 from typing import Any
 
-from tpu_info.contract.model import RecompileCause
+from tpu_info.contract.cause_kinds import CauseKind
+from tpu_info.contract.model import FIRST_CALL, RecompileCause
 
 COMPILE_ID = re.compile(r"^\s*\[?\d+/\d+\]?:\s*")
-_MISMATCH = re.compile(
-    r"tensor '(?P<arg>[^']+)' (?P<what>size|stride) mismatch at index (?P<i>\d+)\. "
-    r"expected (?P<exp>[^,]+), actual (?P<act>\S+)")
-_DTYPE = re.compile(r"tensor '(?P<arg>[^']+)' dtype mismatch\. expected (?P<exp>\S+), "
-                    r"actual (?P<act>\S+)")
-_TENSOR = re.compile(r"tensor '(?P<arg>[^']+)'")
-_VALUE_GUARD = re.compile(r"^(?P<src>[\w.\[\]'\"]+) == (?P<val>-?[\w.+-]+)$")
-_LEN_GUARD = re.compile(r"^len\((?P<src>[^()]+)\) == (?P<val>\d+)$")
+# tensor 'x' size mismatch at index 0. expected 4, actual 8 (and dtype, rank,
+# stride, requires_grad, device index, dispatch key set).
+_TENSOR = re.compile(
+    r"^tensor '(?P<arg>[^']+)' (?P<what>size|stride|dtype|rank|requires_grad|device index"
+    r"|dispatch key set) mismatch(?: at index (?P<i>\d+))?[.:]? expected (?P<exp>[^,]+?)"
+    r"(?:, actual (?P<act>\S+))?$")
+_GLOBAL = re.compile(r"^GLOBAL_STATE changed: (?P<what>.+)$")
+_ID = re.compile(r"___check_(?P<what>obj|type)_id\((?P<src>[^,]+),")
+_VALUE_GUARD = re.compile(r"^(?P<len>len\()?(?P<src>[^=()]+?)\)? == (?P<val>\S+)$")
 _GUARD_COMMENT = re.compile(r"\s+#.*$")
+_TENSOR_KINDS = {"size": CauseKind.SHAPE_DIM, "stride": CauseKind.STRIDE,
+                 "dtype": CauseKind.DTYPE, "rank": CauseKind.RANK,
+                 "requires_grad": CauseKind.REQUIRES_GRAD}
 _SCALARS = (bool, int, float)
 _MAX_COMPILES = 512  # compile ids whose input types are kept
 
@@ -70,34 +77,60 @@ def guard_text(reason: str) -> str:
 def parse_recompile_reason(reason: str, now: float, location: str | None,
                            before_types: dict[str, str] | None = None,
                            values: dict[str, str] | None = None) -> RecompileCause:
-    """One guard-failure line -> a cause; ``before_types`` maps argument names
-    to the type the failing graph was compiled for (``f32[4,3]``), ``values``
-    the Python numbers (and lengths) the frame was called with this time."""
+    """One guard-failure line -> a typed cause (``guard`` names Dynamo's check);
+    ``before_types`` maps argument names to the type the failing graph was
+    compiled for (``f32[4,3]``), ``values`` the Python numbers (and lengths)
+    the frame was called with this time. No reason: the frame's first compile."""
+    if not reason:
+        return RecompileCause(now, FIRST_CALL, location, kind=CauseKind.FIRST_CALL)
     text = guard_text(reason)
-    arg = before = after = None
-    m = _MISMATCH.search(text)
-    if m:
-        arg = m.group("arg")
-        old = (before_types or {}).get(arg)
-        dims = _dims(old) if old else None
-        i = int(m.group("i"))
-        if m.group("what") == "size" and dims is not None and i < len(dims):
-            new = list(dims)
-            new[i] = m.group("act")
-            dtype = old.split("[", 1)[0]  # type: ignore[union-attr]
-            before, after = old, f"{dtype}[{','.join(new)}]"
+    cause = RecompileCause(time_unix=now, description=text, location=location,
+                           kind=CauseKind.OTHER)
+    if m := _TENSOR.match(text):
+        return _tensor(cause, m, before_types)
+    if m := _GLOBAL.match(text):
+        return replace(cause, kind=CauseKind.GLOBAL_STATE, guard="GLOBAL_STATE",
+                       name=m.group("what").strip())
+    if m := _ID.search(text):
+        kind = CauseKind.TYPE_CHANGE if m.group("what") == "type" else CauseKind.OBJECT_IDENTITY
+        return replace(cause, kind=kind, guard=f"___check_{m.group('what')}_id",
+                       argument=m.group("src").strip())
+    if m := _VALUE_GUARD.match(text):
+        arg, val = source_name(m.group("src").strip()), m.group("val")
+        key = f"len({arg})" if m.group("len") else arg
+        new = (values or {}).get(key)
+        if m.group("len"):
+            kind, name = CauseKind.SEQUENCE_LENGTH, ""
+        elif val in ("True", "False"):
+            kind, name = CauseKind.PYTHON_FLAG, "bool"
         else:
-            before, after = m.group("exp"), m.group("act")
-    elif (m := _DTYPE.search(text)) is not None:
-        arg, before, after = m.group("arg"), m.group("exp"), m.group("act")
-    elif (m := _TENSOR.search(text)) is not None:
-        arg = m.group("arg")
-    elif (m := _VALUE_GUARD.match(text) or _LEN_GUARD.match(text)) is not None:
-        arg = source_name(m.group("src"))
-        key = f"len({arg})" if text.startswith("len(") else arg
-        before, after = m.group("val"), (values or {}).get(key)
-    return RecompileCause(time_unix=now, description=text, location=location,
-                          argument=arg, before=before, after=after)
+            kind = CauseKind.PYTHON_NUMBER
+            name = "float" if "." in val or "." in (new or "") else "int"
+        return replace(cause, kind=kind, guard="len" if m.group("len") else "==",
+                       argument=arg, before=val, after=new, name=name)
+    if "ID_MATCH" in text:
+        return replace(cause, kind=CauseKind.OBJECT_IDENTITY)
+    return cause
+
+
+def _tensor(cause: RecompileCause, m: re.Match[str],
+            before_types: dict[str, str] | None) -> RecompileCause:
+    """A tensor guard: the property that changed, the dimension, before and
+    after (sizes as full types where the failing graph's types are known)."""
+    arg, what, exp, act = m.group("arg"), m.group("what"), m.group("exp"), m.group("act")
+    dim = int(m.group("i")) if m.group("i") is not None else None
+    kind = _TENSOR_KINDS.get(what, CauseKind.TENSOR_PROPERTY)
+    if what == "size" and dim == 0:
+        kind = CauseKind.BATCH_SIZE
+    before, after = exp, act
+    old = (before_types or {}).get(arg)
+    dims = _dims(old) if old else None
+    if what == "size" and dims is not None and dim is not None and dim < len(dims) and act:
+        new = list(dims)
+        new[dim] = act
+        before, after = old, f"{old.split('[', 1)[0]}[{','.join(new)}]"  # type: ignore[union-attr]
+    return replace(cause, kind=kind, guard=what, dim=dim, argument=arg, before=before,
+                   after=after, name=what if kind == CauseKind.TENSOR_PROPERTY else "")
 
 
 def _dims(type_str: str) -> list[str] | None:

@@ -54,6 +54,7 @@ from metrics.engines._patching import Patches
 from metrics.engines.base import EngineBase
 from metrics.recording.recorder import Recorder
 from tpu_info.contract import catalog as names
+from tpu_info.contract.cause_kinds import CauseKind
 from tpu_info.contract.model import (
     FIRST_CALL,
     CounterReading,
@@ -199,8 +200,9 @@ class TorchLazyEngine(EngineBase):
                 old = self._last_text_at.get(name)
                 description = FIRST_CALL if old is None else diff_graphs(old, text)
                 self._last_text_at[name] = text
-                cause = RecompileCause(time_unix=time.time(), description=description,
-                                       location=location)
+                cause = RecompileCause(
+                    time_unix=time.time(), description=description, location=location,
+                    kind=CauseKind.FIRST_CALL if old is None else CauseKind.OTHER)
                 ledger.compiled(h, name, ENGINE, seconds, (), cause)
                 kind = EventKind.COMPILE if old is None else EventKind.RECOMPILE
                 self.rec.events.emit(kind, name, h, "" if old is None else description,

@@ -59,6 +59,7 @@ from metrics.engines._xla_debug import CompileAnalysis, DebugTail
 from metrics.engines.base import EngineBase
 from metrics.export import config
 from metrics.recording.recorder import Recorder
+from tpu_info.contract.cause_kinds import CauseKind, xla_warm_up
 from tpu_info.contract.model import (
     FIRST_CALL,
     CounterReading,
@@ -271,9 +272,12 @@ class TorchXlaEngine(EngineBase):
         before = self._last_step_at.get(name)
         if step is not None:
             self._last_step_at[name] = step
+        sync = syncs_after = None
         if previous is None:
             # A value read before the sync is news even on its first compile:
             # keep torch_xla's own words (findings.xla_value_access names it).
+            kind = CauseKind.XLA_VALUE_ACCESS if VALUE_ACCESS in block.cause \
+                else CauseKind.FIRST_CALL
             description = (f"torch_xla: {block.cause}" if VALUE_ACCESS in block.cause
                            else FIRST_CALL)
         else:
@@ -284,18 +288,26 @@ class TorchXlaEngine(EngineBase):
                 changes.append(f"graph outputs {previous.outputs} -> {block.outputs}")
             when = ""
             if step is not None:
-                # torch_xla's cause words depend on it (warm-up vs changed inputs).
-                when = f" at sync {step + 1}"
+                # The kind depends on it (warm-up vs changed inputs).
+                sync = step + 1
+                when = f" at sync {sync}"
                 if before is not None:
-                    when += f", {max(0, step - before - 1)} syncs after the last new graph at " \
-                            "this line"
+                    syncs_after = max(0, step - before - 1)
+                    when += f", {syncs_after} syncs after the last new graph at this line"
+            if VALUE_ACCESS in block.cause:
+                kind = CauseKind.XLA_VALUE_ACCESS
+            elif sync is None:
+                kind = CauseKind.OTHER
+            else:
+                kind = CauseKind.XLA_WARM_UP if xla_warm_up(sync, syncs_after) \
+                    else CauseKind.XLA_NEW_GRAPH
             description = "new graph" + when + (
                 f" ({', '.join(changes)})" if changes else
                 " (same graph inputs and outputs: new shapes or values)") + (
                 f"; torch_xla: {block.cause}" if block.cause else "")
         signature = (f"inputs: {block.inputs}", f"outputs: {block.outputs}")
         cause = RecompileCause(time_unix=time.time(), description=description,
-                               location=location)
+                               location=location, kind=kind, sync=sync, syncs_after=syncs_after)
         self.rec.ledger.compiled(block.graph_hash, name, ENGINE, seconds, signature, cause)
         kind = EventKind.COMPILE if previous is None else EventKind.RECOMPILE
         self.rec.events.emit(kind, name, block.graph_hash,

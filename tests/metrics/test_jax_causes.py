@@ -33,10 +33,10 @@ ADVICE = {
 
 def _slug(kind: str) -> str:
     """A cause kind as its finding's kind (tpu_info.views.findings.cause_kind_name)."""
-    from tpu_info.views.causes import CauseKind
+    from tpu_info.views.causes import CauseAdvice
     from tpu_info.views.findings import cause_kind_name
 
-    return cause_kind_name(CauseKind(kind, "", "", "", False))
+    return cause_kind_name(CauseAdvice(kind, "", "", "", False))
 
 def _only_its_advice(message: str, kind: str) -> None:
     assert ADVICE[kind] in message, message

@@ -38,6 +38,7 @@ def test_compiles_and_recompiles_counted_exactly(fresh_metrics):
     assert first.causes[-1].description == "first call"
     cause = second.causes[-1]
     assert (cause.argument, cause.before, cause.after) == ("batch", "f32[32,128]", "f32[31,128]")
+    assert (cause.kind, cause.dim) == ("batch_size", 0)  # typed by the hook
     assert cause.location and cause.location.endswith("test_jax_engine.py:" + str(
         _line_of("loss(w, x).block_until_ready()")))
     assert second.signature == ("params: f32[4,128]", "batch: f32[31,128]")

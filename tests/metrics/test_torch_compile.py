@@ -63,6 +63,7 @@ def test_batch_size_change_recompiles_with_cause(rec):
     cause = second.causes[-1]
     assert cause.description == "tensor 'x' size mismatch at index 0. expected 4, actual 8"
     assert (cause.argument, cause.before, cause.after) == ("x", "f32[4,3]", "f32[8,3]")
+    assert (cause.kind, cause.guard, cause.dim) == ("batch_size", "size", 0)  # typed by the hook
     assert cause.location.endswith(f"test_torch_compile.py:{_line_of('# the call site')}")
     reg = rec.registry
     assert reg.counter_value("UncachedCompile") == 2

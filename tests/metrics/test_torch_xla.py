@@ -223,6 +223,7 @@ def dump(who):
     s = metrics.snapshot()
     doc = {"pid": os.getpid(), "engine": s.process.engine if s.process else None,
            "graphs": [[g.name, g.compiles, [c.description for c in g.causes]] for g in s.graphs],
+           "kinds": sorted({str(c.kind) for g in s.graphs for c in g.causes}),
            "findings": [[f.kind, f.severity, f.location, f.message] for f in findings.find(s)]}
     with open(os.path.join(os.environ["OUT_DIR"], who + ".json"), "w") as f:
         json.dump(doc, f)
@@ -278,3 +279,6 @@ def test_launch_worker_owns_its_graphs_and_value_access_is_named(tmp_path):
     warm = found["warm_up"]  # step 0 (no Adam state yet) vs step 1
     assert warm[1] == "info" and "not a problem" in warm[3]
     assert not any("Pad" in f[3] or "bucket" in f[3] for f in worker["findings"]), worker
+    # The hook typed each cause: the views read the kinds, not the words.
+    assert {"xla_value_access", "xla_warm_up"} <= set(worker["kinds"]), worker["kinds"]
+    assert "unknown" not in worker["kinds"], worker["kinds"]

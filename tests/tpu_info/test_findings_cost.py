@@ -137,13 +137,13 @@ def test_findings_rank_by_cost_and_every_one_has_a_snake_case_kind():
 
 
 def test_recompile_kinds_name_the_cause():
-    from tpu_info.views.causes import CauseKind
+    from tpu_info.views.causes import CauseAdvice
     from tpu_info.views.findings import cause_kind_name
-    assert cause_kind_name(CauseKind("second batch size, e.g. evaluation vs training",
+    assert cause_kind_name(CauseAdvice("second batch size, e.g. evaluation vs training",
                                      "", "", "")) == "recompile_second_batch_size"
-    assert cause_kind_name(CauseKind("global state: grad_mode", "", "", "")) == \
+    assert cause_kind_name(CauseAdvice("global state: grad_mode", "", "", "")) == \
         "recompile_global_state_grad_mode"
-    assert cause_kind_name(CauseKind("weak type: a Python scalar and an array alternate",
+    assert cause_kind_name(CauseAdvice("weak type: a Python scalar and an array alternate",
                                      "", "", "")) == "recompile_weak_type"
 
 

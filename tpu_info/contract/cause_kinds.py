@@ -149,3 +149,14 @@ def static_kind(before: str | None, after: str | None) -> CauseKind:
             return CauseKind.FUNCTION_RECREATED
         return CauseKind.STATIC_FUNCTION
     return CauseKind.STATIC_VALUE
+
+
+# torch_xla's first steps compile their own graphs (step 0 has no optimizer state).
+WARM_UP_STEPS = 2
+
+
+def xla_warm_up(sync: int, syncs_after: int | None) -> bool:
+    """A torch_xla new graph at sync ``sync``, ``syncs_after`` syncs after the
+    last new graph at its line: right after it (or, where that is not known,
+    in the first syncs) it is warm-up, later the inputs changed."""
+    return syncs_after == 0 if syncs_after is not None else sync <= WARM_UP_STEPS

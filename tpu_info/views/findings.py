@@ -37,7 +37,7 @@ from tpu_info.contract.model import (
     Snapshot,
 )
 from tpu_info.contract.phases import bursts_phase, phase_of
-from tpu_info.views.causes import CauseKind, classify, warm_up
+from tpu_info.views.causes import CauseAdvice, classify, warm_up
 from tpu_info.views.cost import (
     WHEN,
     Cost,
@@ -68,7 +68,7 @@ _XLA_WARM_UP = ("warm-up (the step after the first is a new graph once: optimize
 _seconds = duration
 
 
-def cause_kind_name(k: CauseKind) -> str:
+def cause_kind_name(k: CauseAdvice) -> str:
     """A cause kind as a finding kind: ``second batch size, e.g. evaluation vs
     training`` -> ``recompile_second_batch_size``; ``global state: grad_mode``
     -> ``recompile_global_state_grad_mode``."""
