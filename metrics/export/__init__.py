@@ -6,11 +6,15 @@ without libtpu), else a free ephemeral port. Binding is loopback-only unless
 ``bind=`` or ``$TPU_INFO_BIND`` names other addresses (one warning; see
 :mod:`metrics.export.binding`: ``0.0.0.0`` is IPv4 only, the Prometheus
 endpoint has its own setting, and captures stay loopback-only).
-At interpreter exit and on SIGTERM the exporter removes its discovery
-record first and then stops serving without waiting for anything (calls in
-flight are cut, the serving helper leaves on its own), so a hooked program
-stops as fast as without the hook; then the previous SIGTERM handler runs,
-or the process dies by the signal (``bench/exit_latency.py``). A forked child owns none of it: its
+At interpreter exit the exporter removes its discovery record first and
+then stops serving without waiting for anything (calls in flight are cut,
+the serving helper leaves on its own), so a hooked program stops as fast as
+without the hook (``bench/exit_latency.py``). Served by a helper (the
+default), the program gets no SIGTERM handler at all: SIGTERM kills it at
+once, as without the hook, and the helper, seeing the program gone, removes
+the record. Served in-process, a SIGTERM handler removes the record, stops
+serving without waiting, and then runs the previous handler or dies by the
+signal. A forked child owns none of it: its
 exit and its SIGTERM do what they would without the hook, and it closes its
 copies of the server's sockets (see :mod:`metrics.recording.forksafe`).
 
@@ -87,6 +91,9 @@ class Exporter:
         self._sigterm_installed = False
         self._sigterm_handler: Any = None
         self._owner = forksafe.owned(self)  # a forked child owns none of it
+        # A serving helper removes the record when this process is gone, so
+        # SIGTERM needs no Python handler here (see metrics.export.helper).
+        self._sigterm_cleanup = not getattr(server, "removes_record_at_death", False)
 
     def _address(self, port: int) -> str:
         return f"{self.host}:{port}" if ":" not in self.host else f"[{self.host}]:{port}"
@@ -94,7 +101,8 @@ class Exporter:
     def _publish(self, engine: str, versions: dict[str, str],
                  waiting: list[str] | None = None) -> None:
         self._record = (engine, versions, list(waiting or []))
-        self.published = _publish(self.port, self.host, *self._record)
+        self.published = _publish(self.port, self.host, *self._record,
+                                  sigterm=self._sigterm_cleanup)
         if hasattr(self._server, "on_port_change"):  # a serving helper that may restart
             self._server.on_port_change = self._serving_moved
 
@@ -109,7 +117,8 @@ class Exporter:
                 return
             self._record = (engine, dict(versions), list(waiting))
             if self.published is not None:  # else: written when serving again
-                self.published = _publish(self.port, self.host, *self._record)
+                self.published = _publish(self.port, self.host, *self._record,
+                                          sigterm=self._sigterm_cleanup)
 
     def _serving_moved(self, port: int | None) -> None:
         """The server stopped serving (``None``: its record goes at once) or
@@ -123,7 +132,8 @@ class Exporter:
                 return
             self.port = port
             self.address = self._address(port)
-            self.published = _publish(port, self.host, *self._record)
+            self.published = _publish(port, self.host, *self._record,
+                                      sigterm=self._sigterm_cleanup)
 
     def let_go_after_fork(self) -> None:
         """In a fork child: closes the copies of the server's sockets."""
@@ -213,9 +223,10 @@ def _stop_before_thread_pools(exporter: Exporter) -> None:
 
 
 def _publish(port: int, host: str, engine: str, versions: dict[str, str],
-             waiting: list[str] | None = None) -> Any:
+             waiting: list[str] | None = None, *, sigterm: bool = True) -> Any:
     try:
-        return discovery.publish(port, host, engine, versions, waiting=waiting or ())
+        return discovery.publish(port, host, engine, versions, waiting=waiting or (),
+                                 sigterm=sigterm)
     except Exception as e:  # noqa: BLE001 - discovery is best effort; serving goes on
         log.warning("tpu-info: could not publish the discovery record: %r", e)
         return None
@@ -309,5 +320,6 @@ def start(
     exporter._publish(engine, dict(versions or {}))
     atexit.register(exporter._at_exit)
     _stop_before_thread_pools(exporter)
-    exporter._install_sigterm()
+    if exporter._sigterm_cleanup:
+        exporter._install_sigterm()
     return exporter

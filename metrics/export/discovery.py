@@ -203,6 +203,7 @@ def publish(
     start_time: float | None = None,
     argv: Sequence[str] | None = None,
     register_cleanup: bool = True,
+    sigterm: bool = True,
     waiting: Sequence[str] = (),
 ) -> Path | None:
     """Writes (or rewrites) this process's discovery record.
@@ -224,6 +225,11 @@ def publish(
             goes at exit, through ``atexit``); otherwise ours removes the
             record and the process dies by SIGTERM, as it would without the
             hook (status -15 to its parent; no ``atexit`` work runs).
+        sigterm: with ``register_cleanup``, also install that SIGTERM
+            handler. ``False`` when the serving helper removes the record
+            once the process is gone: a Python handler runs only when the
+            main thread next runs Python code, so the process would outlive
+            the signal by as long as the engine's call it was in.
 
     The record names ``<pid>.sock`` beside it (:func:`socket_path`) when a
     socket is there: this process's server listens on it.
@@ -256,7 +262,7 @@ def publish(
     with _lock:
         _published = (path, pid)
     if register_cleanup:
-        _register_cleanup()
+        _register_cleanup(sigterm)
     return path
 
 
@@ -291,13 +297,14 @@ def unpublish() -> None:
             pass
 
 
-def _register_cleanup() -> None:
+def _register_cleanup(sigterm: bool = True) -> None:
     global _atexit_registered, _sigterm_installed
     with _lock:
         if not _atexit_registered:
             atexit.register(unpublish)
             _atexit_registered = True
-        if _sigterm_installed or threading.current_thread() is not threading.main_thread():
+        if (not sigterm or _sigterm_installed
+                or threading.current_thread() is not threading.main_thread()):
             return
         _sigterm_installed = True
     try:

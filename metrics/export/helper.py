@@ -21,7 +21,9 @@ records the trace itself. The helper is handed the capture secret over the
 private socketpair and refuses everyone else first, so a flood of refused
 captures never reaches the program.
 The helper exits when the program's end of the socket closes (exit, crash,
-``kill -9``), and it is in its own session, so a terminal's Ctrl-C reaches
+``kill -9``, SIGTERM), removing the program's discovery record first if the
+program could not (it installs no SIGTERM handler: see :class:`HelperServer`),
+and it is in its own session, so a terminal's Ctrl-C reaches
 the program, which then stops it. A helper that dies is replaced (see
 :class:`HelperServer`): the discovery record goes at once and comes back,
 with the port the new helper serves on, when it serves.
@@ -125,7 +127,15 @@ class HelperServer:
     for as long as the program runs; the wait starts over from
     :data:`RESTART_FIRST_S` when the helper that died had served for at
     least :data:`RESTART_MAX_S`.
+
+    When the program dies (SIGTERM, a crash, ``kill -9``) the helper, reading
+    its end of file, removes the program's discovery record (the one naming
+    its port) before it leaves, so the program needs no SIGTERM handler
+    (:attr:`removes_record_at_death`): SIGTERM kills it at once, as without
+    the hook, instead of waiting for its main thread to run Python code.
     """
+
+    removes_record_at_death = True
 
     def __init__(self, snapshot_fn: SnapshotFn, *, address: str = "127.0.0.1", port: int = 0,
                  workers: int | None = None, capture_fn: CaptureFn | None = None,

@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import json
 import os
 import queue
 import socket
+import stat
 import sys
 import threading
 import time
@@ -29,6 +31,7 @@ from metrics.export.owner import Caller
 from metrics.export.server import BindError, CaptureFn, Server
 from metrics.recording.events import EventLog
 from tpu_info.contract.captures import CaptureFile, RemoteCapture
+from tpu_info.contract.discovery_record import runtime_dir
 from tpu_info.contract.model import Snapshot
 from tpu_info.proto import tpu_info_v1_pb2 as pb
 from tpu_info.wire import codec as wire
@@ -153,9 +156,28 @@ def _collect_garbage(done: threading.Event) -> None:
         gc.collect()
 
 
+def _remove_record(program: int, port: int) -> None:
+    """Removes the program's discovery record (and its socket file) if it
+    still names this helper's port: the program died without removing it
+    (SIGTERM kills it with no handler of the hook's, a crash, ``kill -9``).
+    A program that ended normally removed it itself. Never raises."""
+    try:
+        path = runtime_dir() / f"{program}.json"
+        record = json.loads(path.read_bytes())
+        if record.get("pid") != program or record.get("port") != port:
+            return  # not the record of this helper's program any more
+        path.unlink()
+        sock = path.with_suffix(".sock")
+        if stat.S_ISSOCK(os.lstat(sock).st_mode):
+            sock.unlink()
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
 def main(argv: list[str] | None = None) -> int:
     """The helper process: ``python -m metrics.export.helper FD``."""
     args = sys.argv[1:] if argv is None else argv
+    program = os.getppid()  # before the program can die and leave us to init
     channel = Channel(socket.socket(fileno=int(args[0])))
     mirror = _Mirror(channel)
     server: Server | None = None
@@ -165,7 +187,9 @@ def main(argv: list[str] | None = None) -> int:
     while not done.is_set():
         message = channel.recv()
         if message is None:  # the program is gone or ending: leave at once
-            return 0  # (the caller's os._exit closes the port; no gRPC shutdown)
+            if server is not None:  # (the caller's os._exit closes the port)
+                _remove_record(program, server.port)
+            return 0
         head, payload = message
         op = head.get("op")
         if op == "bind":

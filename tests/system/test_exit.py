@@ -9,7 +9,9 @@ loops until it is stopped. The assertions are structural, never wall times:
   ``atexit`` handlers run (they did not without the hook either; before, the
   hook's handler raised ``SystemExit(143)`` and a JAX loop took 0.4 s, a
   torch.compile one 2 s, a ``torch_xla.launch`` parent 60 s to leave);
-* its discovery record is gone every time;
+* its discovery record is gone every time (after SIGTERM, the helper
+  removes it: the program has no Python SIGTERM handler, which would run
+  only once the main thread came back from the engine's call);
 * the exit waits for no helper: with the helper frozen (SIGSTOP) the
   program still ends, the frozen helper outlives it (nobody waited out a
   timeout and killed it), and once thawed the helper leaves by itself.
@@ -29,7 +31,7 @@ import pytest
 from tests.conftest import ROOT
 
 PROGRAM = r"""
-import atexit, os, sys, time
+import atexit, os, signal, sys, time
 import jax, jax.numpy as jnp
 hooked, mode, marks = sys.argv[1] == "hooked", sys.argv[2], sys.argv[3]
 def mark(word):
@@ -44,7 +46,8 @@ x = jnp.ones((16, 16))
 f(x).block_until_ready()
 helper = [c.pid for c in __import__("psutil").Process().children()]
 try:  # READY inside: a signal that lands right after it lands in here
-    print("READY", helper[0] if helper else 0, flush=True)
+    print("READY", helper[0] if helper else 0,
+          signal.getsignal(signal.SIGTERM) is signal.SIG_DFL, flush=True)
     if mode == "end":
         sys.stdin.readline()
     else:
@@ -56,7 +59,9 @@ finally:
 
 
 def _start(tmp_path: Path, variant: str, mode: str
-           ) -> tuple[subprocess.Popen[str], int, Path]:
+           ) -> tuple[subprocess.Popen[str], int, Path, bool]:
+    """The program looping: (it, its helper's pid or 0, where it marks what
+    ran, whether its SIGTERM disposition is still the default)."""
     env = dict(os.environ, JAX_PLATFORMS="cpu", TPU_INFO_RUNTIME_DIR=str(tmp_path),
                TPU_INFO_PORT="0", TPU_INFO_SERVE="process",
                PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
@@ -67,7 +72,7 @@ def _start(tmp_path: Path, variant: str, mode: str
     assert proc.stdout is not None
     line = proc.stdout.readline().split()
     assert line and line[0] == "READY", line
-    return proc, int(line[1]), marks
+    return proc, int(line[1]), marks, line[2] == "True"
 
 
 def _stop(proc: subprocess.Popen[str], marks: Path, how: str) -> tuple[int, list[str]]:
@@ -96,9 +101,12 @@ def _stop(proc: subprocess.Popen[str], marks: Path, how: str) -> tuple[int, list
 @pytest.mark.parametrize("how", ["sigterm", "sigint", "end"])
 def test_a_hooked_program_stops_as_an_unhooked_one_and_waits_for_no_helper(
         tmp_path: Path, how: str) -> None:
-    plain, _, plain_marks = _start(tmp_path, "plain", how)
+    plain, _, plain_marks, _ = _start(tmp_path, "plain", how)
     expected = _stop(plain, plain_marks, how)
-    proc, helper_pid, marks = _start(tmp_path, "hooked", how)
+    proc, helper_pid, marks, default_sigterm = _start(tmp_path, "hooked", how)
+    # No Python SIGTERM handler: one runs only when the main thread next runs
+    # Python code, so the program would outlive SIGTERM by the engine call it is in.
+    assert default_sigterm
     helper = psutil.Process(helper_pid)
     assert "metrics.export.helper" in " ".join(helper.cmdline())
     record = tmp_path / f"{proc.pid}.json"
@@ -107,15 +115,18 @@ def test_a_hooked_program_stops_as_an_unhooked_one_and_waits_for_no_helper(
     try:
         got = _stop(proc, marks, how)
         assert got == expected  # status, finally and atexit: as without the hook
-        assert not record.exists()
+        if how != "sigterm":  # the program removed its record itself
+            assert not record.exists()
         assert helper.is_running() and helper.status() == psutil.STATUS_STOPPED
     finally:
         helper.resume()
     helper.wait(30)  # thawed, it reads its end of file and leaves by itself
+    assert not record.exists()  # after SIGTERM the helper removed it
 
 
 def test_what_sigterm_does_without_the_hook_is_what_the_test_expects(tmp_path: Path) -> None:
     """The reference the test above compares with: killed by the signal, no
     ``finally``, no ``atexit``."""
-    plain, _, marks = _start(tmp_path, "plain", "sigterm")
+    plain, _, marks, default_sigterm = _start(tmp_path, "plain", "sigterm")
+    assert default_sigterm
     assert _stop(plain, marks, "sigterm") == (-signal.SIGTERM, [])
