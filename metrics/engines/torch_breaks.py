@@ -52,14 +52,12 @@ from typing import Any
 import torch
 
 from metrics.engines._frames import user_location
-from tpu_info.contract.model import SiteKind, SiteReading
+# The markers of an unresumable break in its event's detail (the findings read them).
+from tpu_info.contract.model import UNRESUMABLE, UNRESUMABLE_REST, SiteKind, SiteReading
 
 _RESUME = re.compile(r"^torch_dynamo_resume_in_(?P<fn>.+)_at_(?P<line>\d+)$")
 _EXPLANATION = re.compile(r"Explanation:\s*(?P<text>.+)")
 _HINT = re.compile(r"^\s*Hint:\s*(?P<text>.+)$", re.MULTILINE)
-UNRESUMABLE = "[unresumable]"  # in a graph_break event's detail, before Dynamo's hints
-# ... when Dynamo compiled the frame up to the break and runs the rest eagerly.
-UNRESUMABLE_REST = "[unresumable: the rest of the function runs eagerly]"
 _FALLS_BACK = "falling back to eager"  # Dynamo's words when it gives up on the whole frame
 _CANNOT_RESUME = "cannot resume from"  # ... when it compiles up to the break, skips the rest
 _KEEP_COMPILES = 256  # recent compile times kept to tell a compile from a gap

@@ -223,6 +223,19 @@ def test_unresumable_graph_break_gives_share_outside_graphs_and_dynamo_hint():
     assert f.cost_estimated and f.share_of_step == pytest.approx(0.99)
 
 
+def test_the_hooks_unresumable_marker_is_the_contracts():
+    """The torch.compile hook marks an unresumable break with the contract's
+    marker (one spelling, read by the findings): no words of Dynamo's needed."""
+    from tpu_info.contract.model import UNRESUMABLE_REST
+    detail = f"Unsupported: LSTM {UNRESUMABLE_REST} Hint: move it out"
+    s = Snapshot(0.0, ProcessRecord(1, "t.py", engine="torch_compile"),
+                 counters=(CounterReading("GraphBreaks", 1),),
+                 events=(Event(1, 1.0, "graph_break", "forward", location="/src/m.py:3",
+                               detail=detail),))
+    f = _one(s, "graph_break_unresumable")
+    assert "runs the rest of it eagerly" in f.message and "move it out" in f.message
+
+
 # Nothing seen ------------------------------------------------------------------------
 
 BLIND = "np.asarray(x) on CPU: numpy's zero-copy buffer protocol bypasses the hook"

@@ -238,6 +238,12 @@ class EventKind(enum.StrEnum):
     GRAPH_BREAK = "graph_break"  # torch.compile split a function (``detail``: why)
 
 
+# A graph_break event's detail marks a break Dynamo cannot resume from with
+# one of these, before Dynamo's hints: the torch.compile hook writes them, the
+# findings read them (one spelling, here).
+UNRESUMABLE = "[unresumable]"  # Dynamo runs the whole function eagerly
+UNRESUMABLE_REST = "[unresumable: the rest of the function runs eagerly]"  # after the break
+
 # Kinds that are a compile (``value``: its seconds) and a transfer (``value``: bytes).
 COMPILE_KINDS = frozenset({EventKind.COMPILE, EventKind.RECOMPILE})
 TRANSFER_KINDS = frozenset({EventKind.TRANSFER_TO_DEVICE, EventKind.TRANSFER_FROM_DEVICE})

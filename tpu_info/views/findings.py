@@ -52,9 +52,9 @@ from tpu_info.views.cost import (
 )
 from tpu_info.views.eager import eager_ops, single_op
 from tpu_info.views.findings_torch import (
-    XLA_VALUE_ACCESS,
     cpu_fallbacks,
     graph_breaks,
+    value_access,
     xla_value_access,
 )
 from tpu_info.views.sites import explicit_syncs, site_findings
@@ -131,7 +131,7 @@ def recompiles(s: Snapshot) -> Iterable[Finding]:
         causes = sorted((c for g in graphs for c in g.causes
                          if c.description not in _NON_RECOMPILE),
                         key=lambda c: c.time_unix)
-        if causes and all(XLA_VALUE_ACCESS in c.description for c in causes):
+        if causes and all(map(value_access, causes)):
             continue  # xla_value_access names it
         if not causes and (compiles < 10 or single_op(name)):
             continue  # eager ops compile once per new shape: only many are news

@@ -28,10 +28,23 @@ from tpu_info.contract.catalog import (
     MARK_STEP,
     TRANSFER_FROM_DEVICE_TIME,
 )
-from tpu_info.contract.model import EventKind, Finding, GraphRecord, SiteKind, Snapshot
+from tpu_info.contract.cause_kinds import CauseKind
+from tpu_info.contract.model import (
+    UNRESUMABLE,
+    UNRESUMABLE_REST,
+    EventKind,
+    Finding,
+    GraphRecord,
+    RecompileCause,
+    SiteKind,
+    Snapshot,
+)
+from tpu_info.views.causes import typed
 from tpu_info.views.cost import cost_of, duration, share_words, short_location, steps_of
 
-_UNRESUMABLE_RE = re.compile(r"cannot resume|unresumable|can.t resume", re.I)
+# Dynamo's words for a break it cannot resume from, in the details of hooks
+# from before the markers (UNRESUMABLE): this version's hook never needs them.
+_OLD_UNRESUMABLE = ("cannot resume", "unresumable", "can't resume", "can’t resume")
 _HINT_RE = re.compile(r"\bHint:\s*(?P<hint>[^\n]+)")
 
 
@@ -74,14 +87,14 @@ def graph_breaks(s: Snapshot) -> Iterable[Finding]:
             held = sites.get(e.location)
             # One line, several frames (a function and the module it calls):
             # the frame Dynamo cannot resume names that line.
-            if held is None or _UNRESUMABLE_MARK not in held[1]:
+            if held is None or not _marked(held[1]):
                 sites[e.location] = (e.name, e.detail)
     for loc, (name, detail) in sites.items():
         where = f" at {short_location(loc)}" if loc else ""
-        if _UNRESUMABLE_MARK in detail:  # the torch hook measured the eager time
+        if _marked(detail):  # the torch hook measured the eager time
             yield _unresumable_break(s, name, where, loc, detail)
             continue
-        if _UNRESUMABLE_RE.search(detail):
+        if any(w in detail.lower() for w in _OLD_UNRESUMABLE):
             yield _unresumable(s, name, where, loc, detail)
             continue
         gap = next((x for x in s.sites if x.kind == SiteKind.GRAPH_BREAK.value
@@ -108,12 +121,13 @@ def graph_breaks(s: Snapshot) -> Iterable[Finding]:
                       "warning", None, 0.0, "graph_break")
 
 
-XLA_VALUE_ACCESS = "access tensor value before"  # torch_xla's cause text
+def value_access(c: RecompileCause) -> bool:
+    """torch_xla compiled the graph because a tensor's value was read before the sync."""
+    return typed(c).kind == CauseKind.XLA_VALUE_ACCESS
 
 
 def _value_access_graphs(s: Snapshot) -> list[GraphRecord]:
-    return [g for g in s.graphs if g.engine == "torch_xla"
-            and any(XLA_VALUE_ACCESS in c.description for c in g.causes)]
+    return [g for g in s.graphs if g.engine == "torch_xla" and any(map(value_access, g.causes))]
 
 
 def xla_value_access(s: Snapshot) -> Iterable[Finding]:
@@ -122,7 +136,7 @@ def xla_value_access(s: Snapshot) -> Iterable[Finding]:
     then runs the graph up to that line on its own and waits for the result."""
     by_site: dict[str | None, list[GraphRecord]] = defaultdict(list)
     for g in _value_access_graphs(s):
-        site = next((c.location for c in g.causes if XLA_VALUE_ACCESS in c.description), None)
+        site = next((c.location for c in g.causes if value_access(c)), None)
         by_site[site].append(g)
     steps = s.counter(MARK_STEP)
     d2h = s.distribution(TRANSFER_FROM_DEVICE_TIME)
@@ -145,11 +159,11 @@ def xla_value_access(s: Snapshot) -> Iterable[Finding]:
             **cost_of(s, compiled + waited, d2h.count if d2h is not None else None).fields())
 
 
-# metrics.engines.torch_breaks' markers: Dynamo gave up on the whole function
-# (UNRESUMABLE), or compiled it up to the break and runs the rest eagerly.
-_UNRESUMABLE = "[unresumable]"
-_UNRESUMABLE_REST = "[unresumable: the rest of the function runs eagerly]"
-_UNRESUMABLE_MARK = "[unresumable"
+def _marked(detail: str) -> bool:
+    """The hook marked the break unresumable: Dynamo gave up on the whole
+    function (UNRESUMABLE), or compiled it up to the break and runs the rest
+    eagerly (UNRESUMABLE_REST)."""
+    return UNRESUMABLE in detail or UNRESUMABLE_REST in detail
 
 
 def _unresumable_break(s: Snapshot, name: str, where: str, loc: str | None,
@@ -157,8 +171,8 @@ def _unresumable_break(s: Snapshot, name: str, where: str, loc: str | None,
     """A graph break Dynamo cannot resume from: the whole function, or the
     rest of it after the break, runs eagerly. Its cost: that eager time of
     the calls (measured by the hook: ``EagerFallbackTime``)."""
-    rest = _UNRESUMABLE_REST in detail
-    reason, _, hints = detail.partition(_UNRESUMABLE_REST if rest else _UNRESUMABLE)
+    rest = UNRESUMABLE_REST in detail
+    reason, _, hints = detail.partition(UNRESUMABLE_REST if rest else UNRESUMABLE)
     hint = " ".join(h.strip() for h in hints.split("Hint:") if h.strip())
     wall = s.distribution(EAGER_FALLBACK_TIME)
     cost, measured = 0.0, ""
