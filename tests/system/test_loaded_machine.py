@@ -8,7 +8,8 @@ target is given up at the deadline.
 Timing bounds here are structural (--timeout is the command's wall time,
 README "What it reads"), with a margin wide enough for a loaded 2-core box;
 before the fix the stopped-target case took start-up + --timeout + 2-3 s of
-interpreter tear-down (11-25 s at --timeout 8..10).
+interpreter tear-down (11-25 s at --timeout 8..10: always more than
+--timeout + 1.5 s, whatever the load).
 """
 
 from __future__ import annotations
@@ -31,8 +32,8 @@ pytestmark = pytest.mark.slow
 CLI = [sys.executable, "-m", "tpu_info"]
 MARGIN_S = 1.5  # printing the answer and leaving, on a starved interpreter
 # Long enough that the CLI's start fits in it: 4-7 s at load 20 on 2 cores,
-# 8-10 s when other jobs doubled that load.
-LONG_TIMEOUT_S = 15.0
+# 8-16 s when other jobs on a shared machine doubled that load.
+LONG_TIMEOUT_S = 25.0
 
 
 @pytest.fixture

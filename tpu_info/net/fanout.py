@@ -113,6 +113,7 @@ def _ask(target: str, timeout: float, deadline: float, call: Callable[[Client], 
             client = Client(target, timeout=timeout, deadline=deadline, follower=follower)
         if min_wait > 0:  # asked late (a starved thread): still a real wait
             deadline = max(deadline, time.monotonic() + min_wait)
+            timeout = max(timeout, min_wait)
             if ends is not None:
                 ends[target] = deadline
         client.renew(timeout, deadline, follower)
