@@ -325,15 +325,17 @@ def _capture(duration_s: float, device: bool, stop: threading.Event, caller: Any
     helper, on a thread of this program): only for the program's owner on
     this host, device traces only when the program opted in. The capture
     itself is the one ``import profiler`` registered
-    (:mod:`metrics.export.captures`): metrics never imports the profiler."""
-    from metrics.export import captures, discovery, owner
+    (:mod:`metrics.export.captures`: metrics never imports the profiler),
+    else the hook's own window (:mod:`metrics.export.capture_window`)."""
+    from metrics.export import capture_window, captures, discovery, owner
 
     owner.check(caller, discovery.capture_secret())
     if device and not device_capture_allowed():
         raise DeviceCaptureOff("device traces are off in this program (they cost it "
                                "gigabytes of memory); it opts in with "
                                "TPU_INFO_DEVICE_CAPTURE=1 or metrics.install(device_capture=True)")
-    return captures.run(duration_s, device, stop)
+    return captures.run(duration_s, device, stop, lambda d, dev, s: capture_window.record(
+        d, dev, s, installed_engines(), recorder()))
 
 
 def exporter() -> Exporter | None:

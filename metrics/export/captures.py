@@ -5,11 +5,12 @@
 :func:`register_capture` with its capture (``profiler.remote.capture``),
 and ``Monitor.Capture`` runs whatever is registered when a call comes, so
 the order of ``import profiler`` and ``metrics.install()`` does not matter.
-A program that never imported the profiler answers FAILED_PRECONDITION
-with one line saying so (after the owner check: nobody else learns even
-that); ``tpu-info run`` (the program's stand-in start-up code, which wires
-the two together) registers one that loads the profiler at the first
-capture.
+A program that never imported the profiler runs the hook's own capture
+instead (``run``'s ``default``: :mod:`metrics.export.capture_window`, the
+window and the device traces; ``tpu-info profile`` builds the host timeline
+from the hook's events); ``tpu-info run`` (the program's stand-in start-up
+code, which wires the two together) registers one that loads the profiler
+at the first capture.
 
 This module imports only the standard library and the contract's capture
 record (:class:`tpu_info.contract.captures.RemoteCapture`): ``import profiler`` reaches
@@ -79,13 +80,14 @@ def registered_capture() -> Recorder | None:
     return _registered
 
 
-def run(duration_s: float, device: bool, stop: threading.Event) -> RemoteCapture:
-    """Runs the registered capture.
+def run(duration_s: float, device: bool, stop: threading.Event,
+        default: Recorder | None = None) -> RemoteCapture:
+    """Runs the registered capture, else ``default``.
 
     Raises:
-        ProfilerNotLoaded: nothing is registered.
+        ProfilerNotLoaded: nothing is registered and there is no default.
     """
-    recorder = _registered
+    recorder = _registered or default
     if recorder is None:
         raise ProfilerNotLoaded(NOT_LOADED)
     return recorder(duration_s, device, stop)

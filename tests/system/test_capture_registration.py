@@ -1,12 +1,15 @@
 """``profiler`` registers its capture with the exporter; ``metrics`` never
-imports ``profiler`` (issue 16, "Decisions in the wrong room").
+imports ``profiler`` (issue 16, "Decisions in the wrong room"), and every
+hooked program can be traced all the same (issue 32, item 4).
 
 Real hooked programs in subprocesses, real grpc on loopback, the owner's
 secret from the real discovery record: a program that never imported the
-profiler answers its owner FAILED_PRECONDITION with one line (and still
-refuses everyone else first), the capture never loads the profiler; after
-``import profiler`` (in any order with ``install``) the same call traces;
-``tpu-info run`` programs are traced without importing it themselves.
+profiler answers its owner with the capture's window (still refusing
+everyone else first; before: FAILED_PRECONDITION, "add `import profiler`"),
+the capture never loads the profiler, and ``tpu-info profile`` writes a
+trace; after ``import profiler`` (in any order with ``install``) the same
+call answers the profiler's whole trace; ``tpu-info run`` programs are
+traced without importing it themselves.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import grpc
 import pytest
 
 from tests.conftest import ROOT
+from tpu_info.contract.captures import CHROME_JSON, WINDOW_FORMAT
 from tpu_info.contract.discovery_record import CAPTURE_TOKEN_METADATA
 from tpu_info.proto import tpu_info_v1_pb2 as pb
 from tpu_info.proto import tpu_info_v1_pb2_grpc as pb_grpc
@@ -91,27 +95,31 @@ def _error(address: str, token: str | None) -> grpc.RpcError:
 
 
 @pytest.mark.parametrize("serve", ["thread", "process"])
-def test_a_capture_needs_the_profiler_and_never_loads_it(tmp_path, serve) -> None:
+def test_a_capture_without_the_profiler_never_loads_it(tmp_path, serve) -> None:
     prog = Program(tmp_path, serve)
     try:
         assert prog.ask("modules") == []
-        # Nobody but the owner learns anything, not even that there is no profiler.
+        # Nobody but the owner learns anything.
         assert _error(prog.address, None).code() in (grpc.StatusCode.PERMISSION_DENIED,
                                                      grpc.StatusCode.UNAUTHENTICATED)
-        err = _error(prog.address, prog.secret)
-        assert err.code() == grpc.StatusCode.FAILED_PRECONDITION
-        assert "import profiler" in err.details() and "\n" not in err.details()
+        # The owner gets the window (before: FAILED_PRECONDITION, "add `import profiler`").
+        reply = _capture(prog.address, prog.secret)
+        assert reply.format == WINDOW_FORMAT
+        window = json.loads(reply.trace)["otherData"]  # valid Chrome JSON for old clients
+        assert 0.09 < window["duration_s"] < 30 and window["capture_start_unix"] > 0
+        assert any("import profiler" in n for n in reply.notes)
         assert prog.ask("modules") == []  # metrics never imports the profiler
-        if serve == "thread":  # what `tpu-info profile` says: one line, exit 1
+        if serve == "thread":  # what `tpu-info profile` does: writes the trace, exit 0
             r = subprocess.run([sys.executable, "-m", "tpu_info", "profile", "--target",
                                 prog.address, "--duration", "0.1", "-o",
                                 str(tmp_path / "t.json")], capture_output=True, text=True,
                                timeout=60, cwd=ROOT, env=prog.env)
-            assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
-            [line] = [x for x in r.stderr.splitlines() if "import profiler" in x]
-            assert not (tmp_path / "t.json").exists()
+            assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+            assert json.loads((tmp_path / "t.json").read_text())["traceEvents"]
+            assert prog.ask("modules") == []
         assert "profiler" in prog.ask("import profiler")  # after install(): registers itself
-        assert json.loads(_capture(prog.address, prog.secret).trace)["traceEvents"]
+        reply = _capture(prog.address, prog.secret)
+        assert reply.format == CHROME_JSON and json.loads(reply.trace)["traceEvents"]
     finally:
         prog.stop()
 

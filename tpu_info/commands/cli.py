@@ -30,7 +30,6 @@ import json
 import sys
 import time
 from collections.abc import Sequence
-from typing import Any
 
 from tpu_info.commands.args import (  # noqa: F401  (tui and tests use them from here)
     MAX_SECONDS,
@@ -204,33 +203,10 @@ def _report(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-MAX_PROFILE_FILES = 64  # device files written at most (tpu_info.net.client takes no more)
-# Suffixes a device file keeps (so viewers recognise it); any other becomes .bin.
-_DEVICE_SUFFIXES = (".xplane.pb", ".trace.json.gz", ".json.gz", ".json", ".pb")
-
-
-def _trace_stem(out: Any) -> str:
-    name = out.name
-    for suffix in (".gz", ".json"):
-        name = name.removesuffix(suffix)
-    return name or "trace"
-
-
-def device_file_path(out: Any, index: int, server_name: str) -> Any:
-    """Where ``tpu-info profile -o OUT`` writes the ``index``-th device file:
-    beside OUT, named from OUT (``run.json`` -> ``run.device-0.xplane.pb``),
-    never from the server's name (only a known suffix is kept from it)."""
-    suffix = next((s for s in _DEVICE_SUFFIXES if server_name.endswith(s)), ".bin")
-    return out.with_name(f"{_trace_stem(out)}.device-{index}{suffix}")
-
-
 def _profile(args: argparse.Namespace) -> int:
-    import gzip
     from pathlib import Path
 
-    from tpu_info.commands.files import write_all
-    from tpu_info.net import discovery
-    from tpu_info.net.client import Client
+    from tpu_info.commands.profile import profile
     from tpu_info.views.values import clean
 
     out = Path(args.output)
@@ -240,39 +216,7 @@ def _profile(args: argparse.Namespace) -> int:
         raise UsageError(f"-o {clean(args.output)}: {e.strerror or e}") from None
     if is_dir:
         raise UsageError(f"-o {clean(args.output)} is a directory; name the trace file")
-    target = _pick_target(args)
-    # A --pid names the record; otherwise the client finds it by port.
-    secret = (discovery.secret_for(target, pid=args.pid) if args.pid is not None else None)
-    print(f"tpu-info: recording {args.duration:g}s of {target} ...", file=sys.stderr)
-    try:
-        with Client(target, timeout=args.timeout) as c:
-            cap = c.capture_files(args.duration, device=args.device, secret=secret)
-    except TpuInfoError as e:
-        print(f"tpu-info: {clean(e)}", file=sys.stderr)
-        return EXIT_PARTIAL
-    sent = [f for f in cap.files if f.data is not None][:MAX_PROFILE_FILES]
-    written = [(device_file_path(out, i, f.name), f.name) for i, f in enumerate(sent)]
-    try:  # whole files or none: a full disk leaves no empty or cut trace behind
-        out.parent.mkdir(parents=True, exist_ok=True)
-        write_all([(out, gzip.compress(cap.trace, mtime=0) if out.name.endswith(".gz")
-                    else cap.trace)] + [(p, f.data or b"") for (p, _), f in zip(written, sent)])
-    except OSError as e:
-        print(f"tpu-info: cannot write the trace to {clean(out)}: {clean(e.strerror or e)} "
-              "(nothing written; free space or choose another -o)", file=sys.stderr)
-        return EXIT_PARTIAL
-    print(f"wrote {clean(out)} ({cap.event_count} events"
-          f"{', truncated' if cap.truncated else ''}); "
-          "open it in https://ui.perfetto.dev or chrome://tracing")
-    for path, name in written:
-        print(f"device trace: {clean(path)} ({clean(name)})")
-    kept = [f for f in cap.files if f.data is None]
-    for f in kept[:MAX_PROFILE_FILES]:
-        print(f"device trace (left on {clean(target)}'s host): {clean(f.server_path)}")
-    if len(kept) > MAX_PROFILE_FILES:
-        print(f"note: {len(kept) - MAX_PROFILE_FILES} more device trace(s) left on that host")
-    for note in cap.notes:
-        print(f"note: {clean(note)}")
-    return EXIT_OK
+    return profile(args, _pick_target(args), out)
 
 
 def _doctor(args: argparse.Namespace, targets: list[str]) -> int:

@@ -12,7 +12,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["CaptureFile", "RemoteCapture"]
+__all__ = ["CaptureFile", "RemoteCapture", "CHROME_JSON", "WINDOW_FORMAT"]
+
+CHROME_JSON = "chrome-json"  # the whole trace, built in the program by the profiler
+# A program that never loaded the profiler: the reply is a Chrome trace with
+# only the window (otherData: capture_start_unix, duration_s, events_after_seq)
+# and the device files; ``tpu-info profile`` fills in the host timeline from
+# the hook's events and snapshots of that window. Still valid Chrome JSON, so
+# an older client writes an empty timeline with a note, not a broken file.
+WINDOW_FORMAT = "tpu-info-window"
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,7 +40,7 @@ class RemoteCapture:
     """A capture's reply: the Chrome trace JSON and what came with it."""
 
     trace: bytes
-    format: str = "chrome-json"
+    format: str = CHROME_JSON
     files: tuple[CaptureFile, ...] = ()
     notes: tuple[str, ...] = ()
     truncated: bool = False
