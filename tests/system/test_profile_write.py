@@ -11,8 +11,6 @@ with one line on stderr and exit code 1.
 
 from __future__ import annotations
 
-import resource
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -27,19 +25,26 @@ pytestmark = pytest.mark.slow
 TRACE = b'{"traceEvents":[' + b'{"ph":"i","name":"x","ts":1},' * 2000 + b'{}]}'
 
 
-def _limited(limit: int):  # type: ignore[no-untyped-def]
-    def apply() -> None:
-        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # EFBIG instead of a core dump
-        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
-    return apply
+# The limit is set by a launcher that then execs tpu-info, not by a
+# preexec_fn: a preexec_fn makes subprocess fork this process, whose gRPC
+# server threads then restart in the child and can abort it before exec
+# (grpc/grpc#43055: epoll_wait EBADF once close_fds closed its epoll fd).
+LAUNCH = """
+import os, resource, signal, sys
+limit = int(sys.argv[1])
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # EFBIG instead of a core dump
+resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+os.execv(sys.executable, [sys.executable, "-m", "tpu_info", *sys.argv[2:]])
+"""
 
 
 def _profile(fake: FakeHook, env: dict[str, str], out: Path,
              limit: int | None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "tpu_info", "profile", "--target",
-                           fake.target, "--duration", "0.1", "--device", "-o", str(out)],
-                          capture_output=True, text=True, env=env, cwd=ROOT, timeout=120,
-                          preexec_fn=None if limit is None else _limited(limit))
+    launch = [sys.executable, "-m", "tpu_info"] if limit is None else [
+        sys.executable, "-c", LAUNCH, str(limit)]
+    return subprocess.run([*launch, "profile", "--target", fake.target, "--duration", "0.1",
+                           "--device", "-o", str(out)],
+                          capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
 
 
 @pytest.mark.parametrize("limit", [0, 1000])
