@@ -52,9 +52,10 @@ from typing import Any
 import torch
 
 from metrics.engines._frames import user_location
-# The markers of an unresumable break in its event's detail (the findings read them).
 from tpu_info.contract.model import UNRESUMABLE, UNRESUMABLE_REST, SiteKind, SiteReading
 
+# UNRESUMABLE, UNRESUMABLE_REST (the contract's): the markers of an unresumable
+# break in its graph_break event's detail, which the findings read.
 _RESUME = re.compile(r"^torch_dynamo_resume_in_(?P<fn>.+)_at_(?P<line>\d+)$")
 _EXPLANATION = re.compile(r"Explanation:\s*(?P<text>.+)")
 _HINT = re.compile(r"^\s*Hint:\s*(?P<text>.+)$", re.MULTILINE)

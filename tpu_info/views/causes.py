@@ -341,7 +341,8 @@ def classify(cause: RecompileCause, first_site: str | None = None,
     c = typed(cause)
     ctx = _Ctx(bool(first_site and c.location and first_site != c.location),
                torch_loaded(engines))
-    said = _SAID[c.kind](c, ctx) if c.kind in _SAID else ADVICE.get(c.kind, ADVICE[K.OTHER])
+    kind = CauseKind(c.kind)  # typed: a kind this version knows
+    said = _SAID[kind](c, ctx) if kind in _SAID else ADVICE.get(kind, ADVICE[K.OTHER])
     words = _words(c)
     head, others = _also(words)
     more = f"; also {others}" if others else ""
