@@ -39,7 +39,7 @@ from collections.abc import Callable
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
-from metrics.export import binding, config, discovery
+from metrics.export import binding, config, discovery, saving
 from metrics.export.binding import BindError
 from metrics.export.captures import CaptureFn, register_capture
 from metrics.recording import forksafe
@@ -199,6 +199,7 @@ class Exporter:
 
     def _on_sigterm(self, signum: int, frame: FrameType | None) -> None:
         self._halt()  # nothing in a forked child
+        saving.on_sigterm()  # the run, as it ended (waited for 1 s at most)
         # Then what SIGTERM would have done without us.
         forksafe.act_as(self._prev_sigterm, signum, frame)
 

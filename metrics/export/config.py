@@ -130,8 +130,9 @@ PURE_PYTHON = Variable(
     "when `metrics` is imported")
 SAVE = Variable(
     "TPU_INFO_SAVE", "`runs/` in the runtime directory",
-    "where the run is saved when the program ends (a normal end, an exception, Ctrl-C, "
-    "SIGTERM; not SIGKILL): a file, or an existing directory to write "
+    "where the run is saved when the program ends (a normal end, an exception, Ctrl-C; "
+    "checkpointed while it runs, so SIGTERM and SIGKILL leave it too): a file, or an "
+    "existing directory to write "
     "`<program>-<pid>-<start>.tpurun` into (`install(save=)`); `0`/`off` saves nothing. By "
     "default the newest 20 runs within 256 MB are kept. `tpu-info runs` lists them, "
     "`--from FILE` reads one")

@@ -1,8 +1,8 @@
 """The saved run: when the program ends, its last snapshot outlives it.
 
-At a normal end, an uncaught exception, Ctrl-C or SIGTERM (not SIGKILL:
-nothing runs then) the hook writes its final snapshot, events included, and
-how the program ended to one file (:mod:`tpu_info.wire.runfile`'s format),
+At a normal end, an uncaught exception or Ctrl-C (and SIGTERM, when the
+exporter serves in-process) the hook writes its final snapshot, events
+included, and how the program ended to one file (:mod:`tpu_info.wire.runfile`'s format),
 so ``tpu-info --from FILE``, ``report --from``, ``doctor --from`` and
 ``tpu-info diff`` read a finished run as they read a live one.
 
@@ -12,9 +12,13 @@ directory (``<program>-<pid>-<start>.tpurun``), where only the newest
 :data:`KEEP_RUNS` files within :data:`KEEP_BYTES` are kept; ``0``/``off``
 saves nothing.
 
-Cost at exit: one snapshot built and encoded (what one scrape costs) and one
-write; the file is written to a temporary name and renamed, so a run cut
-short leaves the previous file, never half of one. A forked child saves
+Meanwhile a daemon thread writes the run as it stands every 30 s (when it
+changed), so a program SIGTERM (served by its helper: no handler delays its
+end) or SIGKILL ends without exit work leaves its run, "ended without its
+exit work", at most 30 s short. Cost at exit: one snapshot built and
+encoded (what one scrape costs) and one write; the file is written to a
+temporary name and renamed, so a run cut short leaves the previous file,
+never half of one. A forked child saves
 nothing of its parent's; every failure is counted and swallowed.
 """
 
@@ -23,16 +27,13 @@ from __future__ import annotations
 import atexit
 import os
 import re
-import signal
 import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
-from types import FrameType
 
-from metrics.recording import forksafe
 from tpu_info.contract.discovery_record import runtime_dir
 from tpu_info.contract.model import Snapshot
 from tpu_info.wire import runfile
@@ -46,6 +47,11 @@ KEEP_BYTES = 256 * 1024 * 1024
 # long: the signal may have stopped the main thread inside a hook holding a
 # lock the snapshot needs, and then the run is not saved rather than hung.
 SIGNAL_SAVE_S = 1.0
+# Seconds between checkpoints of the run while it runs (what a program killed
+# without its exit work leaves); a checkpoint is written only when something changed.
+CHECKPOINT_S = 30.0
+FIRST_CHECKPOINT_S = 1.0
+_saver: RunSaver | None = None  # the process's, for the in-process exporter's SIGTERM
 _started: int | None = None  # the pid that armed a saver (a forked child arms none)
 
 
@@ -102,17 +108,36 @@ class RunSaver:
         self._summary = summary
         self.owner = os.getpid()
         self._done = threading.Lock()  # taken once: the first save is the only one
+        self._ended = threading.Event()  # the end's save began: no more checkpoints
         self._error = ""  # the uncaught exception, as the excepthook saw it
 
     def saw_exception(self, exc: BaseException) -> None:
         """The program is ending by an uncaught exception (the excepthook's)."""
         self._error = f"{type(exc).__name__}: {exc}"[:1000]
 
+    def checkpoints(self) -> None:
+        """Writes the run as it stands every :data:`CHECKPOINT_S` (a daemon
+        thread: it dies with the program), marked as not ended, until the
+        end's own save."""
+        last, wait = None, FIRST_CHECKPOINT_S
+        while not self._ended.wait(wait):
+            wait = min(CHECKPOINT_S, 2 * wait)  # 1, 2, 4 ... s: a short run is kept too
+            try:
+                snap = self._final()
+                key = (snap.last_seq, snap.steps.count if snap.steps is not None else 0,
+                       len(snap.graphs))
+                if key != last and not self._ended.is_set():
+                    last = key
+                    self._write(snap, "", "")
+            except Exception as e:  # noqa: BLE001 - never into the program
+                self._failed("saving.checkpoint", e)
+
     def save(self, ended: str = "exit", signal: str = "") -> Path | None:
         """Writes the file (and the summary); the path, or None (done already,
         a forked child, saving off, or the write failed: counted, never raised)."""
         if os.getpid() != self.owner or not self._done.acquire(blocking=False):
             return None
+        self._ended.set()
         if ended == "exit" and self._error:
             ended = "exception"
             if self._error.startswith("KeyboardInterrupt"):
@@ -175,25 +200,33 @@ def chain_excepthook(saver: RunSaver) -> None:
 
 def arm(saver: RunSaver) -> None:
     """Saves the run at the program's end: at interpreter exit (a normal end,
-    an uncaught exception, Ctrl-C) and on SIGTERM, before what SIGTERM would
-    have done without the hook. Call once, from the main thread, before the
-    exporter installs its own handler (it runs first, removing the record)."""
+    an uncaught exception, Ctrl-C), and every :data:`CHECKPOINT_S` meanwhile
+    from a daemon thread, so a program SIGTERM or SIGKILL ends without exit
+    work still leaves its run (marked "ended without its exit work"). No
+    SIGTERM handler of its own: a Python handler runs only once the main
+    thread is back from the engine's call, which delays the program's end
+    (metrics.export stops at once on SIGTERM; when it serves in-process its
+    own handler saves first, :func:`on_sigterm`)."""
+    global _saver
+    _saver = saver
     chain_excepthook(saver)
     atexit.register(saver.save)
-    if threading.current_thread() is not threading.main_thread():
+    if saver.path is not None:
+        threading.Thread(target=saver.checkpoints, name="tpu-info-save", daemon=True).start()
+
+
+def on_sigterm() -> None:
+    """The in-process exporter's SIGTERM handler, before the process dies by
+    it: the run saved, on a thread of its own, waited for at most
+    :data:`SIGNAL_SAVE_S` (the signal may have stopped the main thread inside
+    a lock the snapshot needs: the last checkpoint stays, never a hang)."""
+    saver = _saver
+    if saver is None or os.getpid() != saver.owner:
         return
-    previous = signal.getsignal(signal.SIGTERM)
-
-    def on_sigterm(signum: int, frame: FrameType | None) -> None:
-        if os.getpid() == saver.owner:
-            done = threading.Thread(target=saver.save, args=("signal", "SIGTERM"),
-                                    name="tpu-info-save", daemon=True)
-            done.start()
-            done.join(SIGNAL_SAVE_S)
-        forksafe.act_as(previous, signum, frame)
-
-    setattr(on_sigterm, forksafe.PREVIOUS, previous)
-    signal.signal(signal.SIGTERM, on_sigterm)
+    done = threading.Thread(target=saver.save, args=("signal", "SIGTERM"),
+                            name="tpu-info-save-end", daemon=True)
+    done.start()
+    done.join(SIGNAL_SAVE_S)
 
 
 def start(final_snapshot: Callable[[], Snapshot], failed: Callable[[str, BaseException], None],

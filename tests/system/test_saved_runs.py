@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -47,12 +48,31 @@ def _env(tmp_path: Path, **kw: str) -> dict[str, str]:
     return env
 
 
-def _run(tmp_path: Path, end: str = "", short: bool = False) -> tuple[int, Path]:
+def _checkpointed(folder: Path, pid: int | str, steps: int, within: float = 60.0) -> None:
+    """Waits until the run's checkpoint holds ``steps`` steps."""
+    end = time.monotonic() + within
+    while time.monotonic() < end:
+        for path in folder.glob(f"*-{pid}-*.tpurun"):
+            try:
+                s = runfile.read(path).snapshot
+            except runfile.RunFileError:
+                continue
+            if s.steps is not None and s.steps.count >= steps:
+                return
+        time.sleep(0.2)
+    raise AssertionError(f"no checkpoint of {steps} steps in {within} s")
+
+
+def _run(tmp_path: Path, end: str = "", short: bool = False,
+         serve: str = "off") -> tuple[int, Path]:
+    code = PROGRAM.replace("serve=False", f"serve={serve!r}") if serve != "off" else PROGRAM
     env = _env(tmp_path, END=end, SHORT="1" if short else "0")
-    p = subprocess.Popen([sys.executable, "-c", PROGRAM], env=env, stdout=subprocess.PIPE,
+    p = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True, cwd=tmp_path)
     if end == "wait":
         assert p.stdout is not None and p.stdout.readline().strip() == "ready"
+        if serve == "off":  # no handler: SIGTERM kills it; the checkpoint stays
+            _checkpointed(tmp_path / "rt" / "runs", p.pid, 40)
         p.send_signal(signal.SIGTERM)
     p.communicate(timeout=120)
     runs = sorted((tmp_path / "rt" / "runs").glob(f"*-{p.pid}-*.tpurun"))
@@ -64,15 +84,19 @@ def _run(tmp_path: Path, end: str = "", short: bool = False) -> tuple[int, Path]
 def runs(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("saved")
     return {end or "exit": _run(tmp, end) for end in ("", "raise", "wait")} | {
-        "short": _run(tmp, "", short=True)}
+        "short": _run(tmp, "", short=True), "wait_served": _run(tmp, "wait", serve="thread")}
 
 
 def test_each_way_of_ending_is_saved_and_said(runs):
-    assert runs["exit"][0] == 0 and runfile.read(runs["exit"][1]).how_it_ended() == "exit 0"
+    assert runs["exit"][0] == 0 and runfile.read(runs["exit"][1]).how_it_ended() == "exit"
     rc, path = runs["raise"]
     assert rc == 1 and runfile.read(path).how_it_ended() == "exception: ValueError: bad batch"
-    rc, path = runs["wait"]
+    rc, path = runs["wait_served"]  # the in-process exporter's handler saves it
     assert rc == -signal.SIGTERM and runfile.read(path).how_it_ended() == "SIGTERM"
+    rc, path = runs["wait"]  # no handler (nothing delays the end): the last checkpoint
+    killed = runfile.read(path)
+    assert rc == -signal.SIGTERM and killed.how_it_ended().startswith(
+        "ended without its exit work") and killed.snapshot.steps.count == 40
     snap = runfile.read(runs["exit"][1]).snapshot
     assert snap.steps.count == 40 and snap.process.name == "-c"
     assert any(e.kind == "compile" for e in snap.events)  # events included
@@ -89,7 +113,7 @@ def test_the_cli_reads_a_saved_run_as_a_live_one(runs, capsys):
     assert main(["report", "--from", path]) == 0
     assert "recompile_short_last_batch" in capsys.readouterr().out
     assert main(["doctor", "--from", path]) == 0
-    assert "read from a file: the program ended (exit 0)" in capsys.readouterr().out
+    assert "read from a file: the program ended (exit)" in capsys.readouterr().out
 
 
 def test_runs_lists_them_newest_first(runs, capsys, monkeypatch):
@@ -97,8 +121,9 @@ def test_runs_lists_them_newest_first(runs, capsys, monkeypatch):
     monkeypatch.setenv("TPU_INFO_RUNTIME_DIR", str(folder.parent))
     assert main(["runs", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert len(doc["runs"]) == 4 and {r["ended"] for r in doc["runs"]} == {
-        "exit 0", "exception: ValueError: bad batch", "SIGTERM"}
+    assert len(doc["runs"]) == 5 and {r["ended"] for r in doc["runs"]} == {
+        "exit", "exception: ValueError: bad batch", "SIGTERM",
+        "ended without its exit work (SIGTERM or SIGKILL; saved while running)"}
     assert all(r["steps"] == 40 for r in doc["runs"])
 
 
@@ -160,7 +185,7 @@ def test_tpu_info_run_prints_the_summary_after_its_child_ended(tmp_path):
                        capture_output=True, text=True, timeout=180, cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     lines = r.stderr.splitlines()
-    assert lines[0].startswith("tpu-info: train.py (pid ") and "ended (exit 0)" in lines[0]
+    assert lines[0].startswith("tpu-info: train.py (pid ") and "ended (exit)" in lines[0]
     assert lines[1].startswith("  steps 40 (") and "step time P50" in lines[1]
     assert any("recompile_short_last_batch at train.py:" in line for line in lines), lines
     assert lines[-1].startswith("  saved: ") and "tpu-info report --from FILE" in lines[-1]
@@ -170,7 +195,7 @@ def test_tpu_info_run_prints_the_summary_after_its_child_ended(tmp_path):
     off = subprocess.run(tpu_info + ["--summary", "--", sys.executable, str(prog)],
                          env=dict(env, TPU_INFO_SAVE="off"), capture_output=True, text=True,
                          timeout=180, cwd=tmp_path)
-    assert "ended (exit 0)" in off.stderr and "saved:" not in off.stderr
+    assert "ended (exit)" in off.stderr and "saved:" not in off.stderr
     assert len(list((tmp_path / "rt" / "runs").glob("*.tpurun"))) == 2  # not the third
 
 
@@ -183,10 +208,11 @@ def test_tpu_info_run_on_sigterm_says_only_where_the_run_is(tmp_path):
                           sys.executable, str(prog)], env=env, stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True, cwd=tmp_path)
     assert p.stdout is not None and p.stdout.readline().strip() == "ready"
+    _checkpointed(tmp_path / "rt" / "runs", "*", 40)  # the child has no handler: killed
     p.send_signal(signal.SIGTERM)
     _, err = p.communicate(timeout=60)
     assert p.returncode == 128 + signal.SIGTERM
     (line,) = [x for x in err.splitlines() if x.startswith("tpu-info:")]
     assert line.startswith("tpu-info: saved ") and line.endswith("(tpu-info report --from FILE)")
     (saved,) = (tmp_path / "rt" / "runs").glob("*.tpurun")
-    assert runfile.read(saved).how_it_ended() == "SIGTERM"
+    assert runfile.read(saved).how_it_ended().startswith("ended without its exit work")

@@ -31,7 +31,7 @@ def test_a_saved_run_reads_back_as_the_snapshot_it_was(tmp_path):
     run = runfile.read(_saved(tmp_path))
     assert run.snapshot.process.name == "train.py" and run.snapshot.steps.count == 100
     assert run.snapshot.graphs[0].compiles == 2 and run.snapshot.events[0].location.endswith(":3")
-    assert run.ended == "exit" and run.ended_unix == 1001.0 and run.how_it_ended() == "exit 0"
+    assert run.ended == "exit" and run.ended_unix == 1001.0 and run.how_it_ended() == "exit"
     sig = runfile.read(_saved(tmp_path, ended="signal", signal="SIGTERM"))
     assert sig.how_it_ended() == "SIGTERM"
     exc = runfile.read(_saved(tmp_path, ended="exception", error="ValueError: bad"))

@@ -72,17 +72,19 @@ class SavedRun:
     size_bytes: int
 
     def how_it_ended(self) -> str:
-        """``exit 0``, ``SIGTERM``, ``exception: ValueError: bad``, ``unknown``."""
+        """``exit`` (``exit 3`` when the code is known), ``SIGTERM``,
+        ``exception: ValueError: bad``, or that it ended without its exit work."""
         if self.ended == "exit":
-            return f"exit {self.exit_code if self.exit_code is not None else '?'}"
+            known = self.exit_code is not None and self.exit_code >= 0
+            return f"exit {self.exit_code}" if known else "exit"
         if self.ended == "signal":
             return self.signal or "signal"
         if self.ended == "exception":
             return f"exception: {self.error}" if self.error else "exception"
-        return "unknown"
+        return "ended without its exit work (SIGTERM or SIGKILL; saved while running)"
 
 
-def encode(snapshot_bytes: bytes, ended: str, ended_unix: float, *, exit_code: int = 0,
+def encode(snapshot_bytes: bytes, ended: str, ended_unix: float, *, exit_code: int = -1,
            signal: str = "", error: str = "") -> bytes:
     """The file's bytes: the magic, then ``SavedRun`` with ``snapshot_bytes``
     (an encoded ``tpu_info.v1.Snapshot``) as its snapshot."""
