@@ -1,6 +1,6 @@
 """How much longer a hooked program takes to stop: SIGTERM, Ctrl-C and a normal end.
 
-    python bench/exit_latency.py [--smoke] [--reps N] [--only jax,compile,xla]
+    python bench/exit_latency.py [--smoke] [--reps N] [--only jax,compile,xla] [--modes ...]
 
 A preempted TPU VM or a Kubernetes pod gets a grace period between SIGTERM
 and SIGKILL; the hook must not spend it. Each row starts a fresh program,
@@ -176,7 +176,10 @@ class Trial:
 
 def _wait_pidfd(pid: int, timeout: float) -> float:
     """Monotonic time ``pid`` (not our child) exited, or now + nothing after ``timeout``."""
-    fd = os.pidfd_open(pid)
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:  # gone already
+        return time.monotonic()
     try:
         poller = select.poll()
         poller.register(fd, select.POLLIN)
@@ -265,6 +268,8 @@ def main() -> int:
     ap.add_argument("--smoke", action="store_true", help="one JAX SIGTERM pair")
     ap.add_argument("--reps", type=int, default=10, help="pairs per row (default 10)")
     ap.add_argument("--only", default="jax,compile,xla", help="programs: jax,compile,xla")
+    ap.add_argument("--modes", default="sigterm,sigint,end",
+                    help="stops: sigterm,sigint,end (a worker's rows go with sigterm and end)")
     args = ap.parse_args()
     reps = 1 if args.smoke else args.reps
     env = dict(os.environ)
@@ -277,7 +282,10 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         runtime = os.path.join(tmp, "runtime")
         os.mkdir(runtime, 0o700)
+        modes = set(args.modes.split(","))
         for name, code, mode, python, skip in rows(set(args.only.split(",")), args.smoke):
+            if mode.removeprefix("worker-") not in modes:
+                continue
             if skip:
                 print(f"{name}: skipped: {skip}")
                 continue
