@@ -66,6 +66,8 @@ class Window:
         annotations_full_at_ns: when the annotation buffer filled, if it did.
         events: the recorder's events of the window, in sequence order.
         events_dropped: events the recorder's ring dropped before they were read.
+        events_after_seq: the last event number before the window, when known
+            (a gap after it also leaves steps unnumbered).
         last_step_unix: time of the last step event before the window, if any.
         steps_before: ``MarkStep`` count when the window started.
         memory: ``(perf_counter_ns, {"device 0": bytes_in_use, ...})`` samples.
@@ -84,6 +86,7 @@ class Window:
     annotations_full_at_ns: int | None = None
     events: list[Event] = field(default_factory=list)
     events_dropped: int = 0
+    events_after_seq: int | None = None
     last_step_unix: float | None = None
     steps_before: int = 0
     memory: list[tuple[int, dict[str, int]]] = field(default_factory=list)
@@ -172,22 +175,29 @@ def _annotation_spans(w: Window, clock: _Clock) -> tuple[list[dict[str, Any]], s
 
 
 def _step_spans(w: Window, clock: _Clock) -> list[dict[str, Any]]:
+    """A span from each step to the next. Where event numbers are missing
+    (the ring, or a reader, dropped events), steps may be missing too: no
+    span bridges the gap, and steps after it carry no number."""
     out = []
     prev = w.last_step_unix
-    n = w.steps_before
+    n: int | None = w.steps_before
+    last_seq = w.events_after_seq
+    gap = False
     for e in w.events:
+        gap = gap or (last_seq is not None and e.seq > last_seq + 1)
+        last_seq = e.seq
         if e.kind != EventKind.STEP:
             continue
-        n += 1
+        n = None if gap or n is None else n + 1
         end = clock.clamp(clock.unix(e.time_unix))
-        if prev is not None:
+        if prev is not None and not gap:
             start = clock.unix(prev)
-            args: dict[str, Any] = {"step": n}
+            args: dict[str, Any] = {"step": n} if n is not None else {}
             if start < 0:
                 args["began_before_capture"] = True
-            out.append(_span(f"step {n}", clock.clamp(start), end, w.pid, STEPS_TID, "step",
-                             args))
-        prev = e.time_unix
+            out.append(_span("step" if n is None else f"step {n}", clock.clamp(start), end,
+                             w.pid, STEPS_TID, "step", args))
+        prev, gap = e.time_unix, False
     return out
 
 
@@ -293,7 +303,8 @@ def build(w: Window) -> dict[str, Any]:
     body.sort(key=lambda e: (e["ts"], -e.get("dur", 0.0)))
     if w.events_dropped:
         w.notes.append(f"{w.events_dropped} hook event(s) were dropped by the event ring "
-                       "before the capture read them")
+                       "before the capture read them (no step span bridges a gap, and "
+                       "steps after one are not numbered)")
     other = {
         "tool": "tpu-info profiler",
         "capture_start_unix": w.start_unix,
