@@ -169,3 +169,19 @@ def test_write_failure_is_one_line_and_exit_1(tmp_path: Path,
     assert write_report(str(out), "t", jax_training(), lines.append) == 0
     assert out.read_text().startswith("<!DOCTYPE html>")
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temporary
+
+
+def test_a_recompile_events_hover_tells_its_typed_cause() -> None:
+    """The event's detail is the cause's description: the hover says the typed
+    cause behind it (here Dynamo's guard, whatever its words), the rest kept."""
+    cause = RecompileCause(NOW, "0/0: a guard in words of a newer Dynamo", argument="x",
+                           before="4", after="8", kind="batch_size", dim=0, guard="size")
+    g = GraphRecord("d" * 64, "compile(f)", "torch_compile", NOW, NOW, compiles=2,
+                    causes=(cause,))
+    e = Event(1, NOW + 1, EventKind.RECOMPILE, "compile(f)", "d" * 64,
+              cause.description + "; backend cache hit", "/w/t.py:1", 0.5)
+    s = Snapshot(NOW + 5, ProcessRecord(7, "t.py", engine="torch_compile",
+                                        start_time_unix=NOW), graphs=(g,), events=(e,))
+    page = report_html(s)
+    assert "tensor &#x27;x&#x27; size mismatch at index 0: 4 -&gt; 8; backend cache hit" in page
+    assert "newer Dynamo" not in page

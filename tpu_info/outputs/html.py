@@ -149,14 +149,27 @@ def _summary(s: Snapshot, target: str) -> str:
     return "<dl>" + "".join(f"<dt>{escape(k)}</dt><dd>{v}</dd>" for k, v in items) + "</dl>"
 
 
-def _compile_title(e: Event, origin: float) -> str:
+def _cause_words(s: Snapshot, e: Event) -> str:
+    """A recompile event's cause in words, from the typed cause behind it (its
+    graph's cause whose description the detail starts with, the rest of the
+    detail kept); an event alone (its graph's causes gone, or an older
+    hook's): its words."""
+    g = next((g for g in s.graphs if g.hash == e.graph_hash), None)
+    c = next((c for c in reversed(g.causes) if c.description
+              and e.detail.startswith(c.description)), None) if g is not None else None
+    if c is None:
+        return presentable(RecompileCause(e.time_unix, e.detail)).description
+    return presentable(c).description + e.detail[len(c.description):]
+
+
+def _compile_title(s: Snapshot, e: Event, origin: float) -> str:
     """Hover text of a compile event: kind, function, when, how long, why."""
     words = f"{e.kind} {e.name} ended at +{e.time_unix - origin:.2f} s"
     if e.value:
         words += f", took {duration(e.value)}"
     detail = e.detail
     if e.kind == EventKind.RECOMPILE and detail:  # the cause in words, not the engine's text
-        detail = presentable(RecompileCause(e.time_unix, detail)).description
+        detail = _cause_words(s, e)
     if detail:
         words += f": {detail}"
     if e.location:
@@ -180,7 +193,7 @@ def _step_plot(s: Snapshot, origin: float) -> str:
     first = min(t - v / 1e9 for t, v in d.recent)  # the first shown step's start
     last = max(t for t, _ in d.recent)
     compiles = [e for e in s.events if e.kind in COMPILE_KINDS]
-    marks = [svgplot.Mark(e.time_unix - origin, str(e.kind), _compile_title(e, origin))
+    marks = [svgplot.Mark(e.time_unix - origin, str(e.kind), _compile_title(s, e, origin))
              for e in compiles if first <= e.time_unix <= last]
     # A few steps far above the rest (a compile, a checkpoint) would flatten them all.
     log_y = median > 0 and max(v for _, v in d.recent) / 1e9 > LOG_ABOVE * median
@@ -213,7 +226,7 @@ def _timeline(s: Snapshot, origin: float) -> str:
     lane_names = [clean(n, TEXT) for n in names] + (["(other functions)"] if other else [])
     bars = [svgplot.Bar(names.index(e.name) if e.name in names else MAX_LANES,
                         e.time_unix - (e.value or 0.0) - origin, e.time_unix - origin,
-                        str(e.kind), _compile_title(e, origin)) for e in events]
+                        str(e.kind), _compile_title(s, e, origin)) for e in events]
     spans = []
     st = s.steps
     if st is not None and st.first_unix is not None and st.last_unix is not None:
