@@ -100,3 +100,26 @@ def test_kinds_survive_the_wire_and_unknown_ones_travel_on():
     assert back == c
     assert kind_of("") == K.UNKNOWN and kind_of("a_newer_kind") == "a_newer_kind"
     assert typed(RecompileCause(0.0, "first call", kind="a_newer_kind")).kind == K.FIRST_CALL
+
+
+def test_torch_xla_findings_by_kind_whatever_the_words():
+    """Warm-up and new shapes told by the hook's kinds and syncs, not its words."""
+    from tpu_info.contract.model import GraphRecord, Snapshot
+    from tpu_info.views.findings import recompiles
+
+    def site(*causes: RecompileCause) -> Snapshot:
+        first = RecompileCause(0.5, "first call", "train.py:65", kind=K.FIRST_CALL)
+        return Snapshot(0.0, graphs=tuple(
+            GraphRecord(f"{i:064x}", "xla(train.py:65)", "torch_xla", 1.0, 1.0, compiles=1,
+                        compile_seconds_total=0.3, compile_seconds_last=0.3, causes=(c,))
+            for i, c in enumerate((first, *causes))))
+
+    warm = RecompileCause(2.0, "a graph", "train.py:65", kind=K.XLA_WARM_UP, sync=2,
+                          syncs_after=0)
+    short = RecompileCause(3.0, "a graph", "train.py:65", kind=K.XLA_NEW_GRAPH, sync=7,
+                           syncs_after=4)
+    found = {f.kind: f for f in recompiles(site(warm, short))}
+    assert set(found) == {"warm_up", "recompile_new_input_shapes"}, found
+    assert "new graph at sync 7, 4 syncs after" in found["recompile_new_input_shapes"].message
+    (f,) = recompiles(site(warm))
+    assert f.kind == "warm_up"

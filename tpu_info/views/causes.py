@@ -363,6 +363,14 @@ def warm_up(graphs_compiles: int, engine: str, causes: tuple[RecompileCause, ...
     return graphs_compiles <= 3
 
 
+def xla_new_graph(cause: RecompileCause) -> bool:
+    """A torch_xla graph compiled again at its line (warm-up, new shapes, a
+    value read in the step, or where its sync is not known), not its first."""
+    c = typed(cause)
+    return c.kind in (K.XLA_WARM_UP, K.XLA_NEW_GRAPH, K.OTHER) or (
+        c.kind == K.XLA_VALUE_ACCESS and c.sync is not None)
+
+
 def typed(cause: RecompileCause) -> RecompileCause:
     """``cause`` with its kind: as the hook typed it, or read from an older
     hook's words."""

@@ -37,7 +37,7 @@ from tpu_info.contract.model import (
     Snapshot,
 )
 from tpu_info.contract.phases import bursts_phase, phase_of
-from tpu_info.views.causes import CauseAdvice, classify, warm_up
+from tpu_info.views.causes import CauseAdvice, classify, warm_up, xla_new_graph
 from tpu_info.views.cost import (
     WHEN,
     Cost,
@@ -142,7 +142,7 @@ def recompiles(s: Snapshot) -> Iterable[Finding]:
                            if c.description == FIRST_CALL and c.location), None)
         lost = max(0.0, total - sum(g.compile_seconds_last for g in firsts))
         if causes and warm_up(compiles, graphs[0].engine, tuple(causes)) and all(
-                c.description.startswith("new graph") for c in causes):
+                map(xla_new_graph, causes)):
             yield Finding(f"{name} compiled {compiles} times in its first steps "
                           f"({_seconds(total)}): {_XLA_WARM_UP}",
                           Severity.INFO, causes[-1].location, 0.0, "warm_up")

@@ -30,8 +30,10 @@ from tpu_info.contract.catalog import (
     TRANSFER_FROM_DEVICE_TIME,
     TRANSFER_TO_DEVICE_TIME,
 )
+from tpu_info.contract.cause_kinds import CauseKind
 from tpu_info.contract.model import Finding, Phase, Severity, SiteKind, SiteReading, Snapshot
 from tpu_info.contract.phases import phase_of
+from tpu_info.views.causes import typed
 from tpu_info.views.cost import (
     OUTSIDE_STEP,
     Cost,
@@ -403,8 +405,8 @@ def _xla_sync_lines(s: Snapshot) -> str:
     """Where torch_xla's device->host reads come from, as far as it can be
     seen: its metrics have no lines, only the compiles a read forced do."""
     lines = sorted({os.path.basename(c.location) for g in s.graphs if g.engine == "torch_xla"
-                    for c in g.causes if c.location and "access tensor value before"
-                    in c.description})
+                    for c in g.causes if c.location
+                    and typed(c).kind == CauseKind.XLA_VALUE_ACCESS})
     known = (f" Of these, the reads before the sync are at {', '.join(lines)} (named above)"
              if lines else " None of them forced a compile")
     return (f" torch_xla's transfer metrics carry no source lines.{known}; the rest (.cpu(), "
