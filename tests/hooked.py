@@ -73,3 +73,14 @@ class HookedProgram:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def terminate(process: subprocess.Popen | None, timeout: float = 30.0) -> None:
+    """Stops a server a test started (SIGTERM, then SIGKILL after ``timeout``)."""
+    if process is None:
+        return
+    process.terminate()
+    try:
+        process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()

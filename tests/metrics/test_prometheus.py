@@ -25,6 +25,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from metrics.export import prometheus as prom
 from metrics.recording.registry import Distribution
+from tests.hooked import terminate
 from tpu_info.contract.model import (
     CounterReading,
     DeviceRecord,
@@ -395,11 +396,6 @@ def test_real_prometheus_scrapes_our_compile_counter(prometheus_binary: str, tmp
         assert errors["value"][1] == "0"
         assert query(api_port, 'process_cpu_seconds_total{job="tpu-info"}')
     finally:
-        if prometheus is not None:
-            prometheus.terminate()
-            try:
-                prometheus.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                prometheus.kill()
+        terminate(prometheus)
         program.communicate("", timeout=30)
     assert program.returncode == 0

@@ -38,6 +38,7 @@ from pathlib import Path
 
 from tests.conftest import ROOT
 from tests.fixtures.sysfs_trees import MACHINES, build_sysfs
+from tests.hooked import terminate
 from tests.metrics.test_prometheus import free_port, query
 
 EXAMPLE_CONFIG = ROOT / "examples" / "prometheus" / "prometheus.yml"
@@ -201,12 +202,7 @@ def running_fleet(tmp: Path, prometheus_binary: str) -> Iterator[Fleet]:
         fleet.wait_for('tpu_info_target_up{job="llama"} == 0', lambda r: len(r) == 1)
         yield fleet
     finally:
-        if prometheus is not None:
-            prometheus.terminate()
-            try:
-                prometheus.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                prometheus.kill()
+        terminate(prometheus)
         if killed is not None and killed.poll() is None:
             killed.kill()
         for p in exporters:

@@ -23,6 +23,7 @@ import pytest
 
 from metrics.export import prometheus as prom
 from tests.conftest import ROOT
+from tests.hooked import terminate
 from tests.metrics.test_prometheus import free_port, make_snapshot, prometheus_binary  # noqa: F401
 from tests.metrics.test_prometheus import query as prom_query
 from tests.tls_certs import make_pki
@@ -122,11 +123,6 @@ def test_prometheus_scrapes_over_https_with_basic_auth_and_client_certificates(
                                   'tpu_info_uncached_compile_total{job="hook-client-cert"}')
             assert polls and [float(c["value"][1]) for c in compiles] == [7.0]
     finally:
-        if prometheus is not None:
-            prometheus.terminate()
-            try:
-                prometheus.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                prometheus.kill()
+        terminate(prometheus)
         exporter.terminate()
         assert exporter.wait(30) == 0
