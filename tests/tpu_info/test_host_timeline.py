@@ -12,7 +12,7 @@ import pytest
 
 from tpu_info.contract.captures import CHROME_JSON, WINDOW_FORMAT, CaptureFile, RemoteCapture
 from tpu_info.contract.errors import ProtocolMismatch
-from tpu_info.contract.model import Event
+from tpu_info.contract.model import Event, Snapshot
 from tpu_info.net.capture_events import Sample, Seen
 from tpu_info.outputs.host_timeline import fill
 
@@ -111,3 +111,17 @@ def test_dropped_events_are_counted_and_no_step_span_bridges_them() -> None:
 def test_a_reply_that_is_no_window_is_refused_in_one_line(trace: bytes) -> None:
     with pytest.raises(ProtocolMismatch, match="capture window"):
         fill(RemoteCapture(trace, format=WINDOW_FORMAT), Seen())
+
+
+def test_events_past_the_cap_are_left_out_not_counted_as_dropped(monkeypatch) -> None:
+    from tpu_info.net import capture_events
+
+    monkeypatch.setattr(capture_events, "MAX_EVENTS", 3)
+    seen = Seen(first_seq=10)
+    events = tuple(Event(s, START + s / 100, "step") for s in range(11, 21))
+    seen.add(Snapshot(taken_at_unix=START + 1, events=events, last_seq=20))
+    assert seen.capped and sorted(seen.events) == [11, 12, 13]
+    cap = fill(_window(after=10, through=20), seen)
+    notes = _doc(cap)["otherData"]["notes"]
+    assert cap.truncated and not any("dropped" in n for n in notes), notes
+    assert any("after the first 3 read are left out" in n for n in notes), notes

@@ -29,9 +29,10 @@ from tpu_info.contract.errors import TpuInfoError
 from tpu_info.contract.model import Event, Snapshot
 from tpu_info.net.client import Client
 
-__all__ = ["Seen", "Sample", "capture_with_events", "POLL_S"]
+__all__ = ["Seen", "Sample", "capture_with_events", "POLL_S", "MAX_EVENTS"]
 
 POLL_S = 0.2
+MAX_EVENTS = 200_000  # events kept at most (the profiler's max_events): bounded memory
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,7 @@ class Seen:
         steps_at_first: its ``MarkStep`` count then.
         samples: one per snapshot read.
         error: why the reading stopped early ("" when it did not).
+        capped: reading stopped at :data:`MAX_EVENTS` events.
     """
 
     events: dict[int, Event] = field(default_factory=dict)
@@ -60,6 +62,7 @@ class Seen:
     steps_at_first: int = 0
     samples: list[Sample] = field(default_factory=list)
     error: str = ""
+    capped: bool = False
 
     def add(self, snap: Snapshot) -> None:
         """Takes in one snapshot."""
@@ -67,6 +70,9 @@ class Seen:
             self.first_seq = snap.last_seq
             self.steps_at_first = snap.counter(names.MARK_STEP)
         for e in snap.events:
+            if len(self.events) >= MAX_EVENTS:
+                self.capped = True
+                break
             self.events[e.seq] = e
         memory = {f"device {d.id}": int(d.memory.used_bytes) for d in snap.devices
                   if d.memory.used_bytes is not None}
@@ -81,7 +87,7 @@ class Seen:
 
 def _read(watcher: Client, seen: Seen, since: int) -> bool:
     """Reads one snapshot into ``seen``; False (and why) once reading failed."""
-    if seen.error:
+    if seen.error or seen.capped:
         return False
     try:
         seen.add(watcher.snapshot(events_since=since))

@@ -86,6 +86,8 @@ def fill(cap: RemoteCapture, seen: Seen) -> RemoteCapture:
         1 for e in ordered if early < e.seq <= after and e.kind == EventKind.STEP)
     through = doc["otherData"].get("events_through_seq")
     through = int(through) if isinstance(through, int) else seen.cursor
+    if seen.capped:  # what came after the cap was not dropped: it was left out
+        through = min(through, seen.cursor)
     w.events_dropped = max(0, through - after - sum(1 for e in ordered
                                                     if after < e.seq <= through))
     executed_before = next((s.executions for s in seen.samples if s.executions is not None), 0)
@@ -98,6 +100,9 @@ def fill(cap: RemoteCapture, seen: Seen) -> RemoteCapture:
         if s.executions is not None:
             w.executions.append((t, max(s.executions - executed_before, 0)))
     w.notes = [str(n) for n in doc["otherData"].get("notes", ()) if isinstance(n, str)]
+    if seen.capped:
+        w.notes.append(f"hook events after the first {len(seen.events)} read are left out "
+                       "(at most that many are kept)")
     if seen.error:
         w.notes.append(f"the hook's events could not be read ({seen.error}): the timeline "
                        "may miss some")
@@ -108,4 +113,5 @@ def fill(cap: RemoteCapture, seen: Seen) -> RemoteCapture:
     sent = json.loads(data) if cut else built
     return RemoteCapture(trace=data, format=CHROME_JSON, files=cap.files,
                          notes=tuple(sent["otherData"]["notes"]),
-                         truncated=cap.truncated or cut, event_count=len(sent["traceEvents"]))
+                         truncated=cap.truncated or cut or seen.capped,
+                         event_count=len(sent["traceEvents"]))
