@@ -30,7 +30,7 @@ def duration(seconds: float) -> str:
     """``0.0041`` -> ``4.1 ms``; ``0.00003`` -> ``30 us``; ``4e-7`` -> ``0.4 us``;
     ``12.3`` -> ``12.3 s``."""
     if seconds < 1e-5:
-        return f"{seconds * 1e6:.1f} us" if seconds >= 5e-8 else "<0.1 us"
+        return f"{seconds * 1e6:.2g} us" if seconds >= 5e-8 else "<0.1 us"
     if seconds < 1e-3:
         return f"{seconds * 1e6:.0f} us"
     if seconds < 0.01:
