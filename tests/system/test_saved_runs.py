@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from tpu_info.commands.cli import main
+from tpu_info.views.findings import find
 from tpu_info.wire import runfile
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -129,7 +130,7 @@ def test_runs_lists_them_newest_first(runs, capsys, monkeypatch):
 
 def test_diff_fails_the_gate_on_a_run_that_adds_a_recompile(runs, capsys):
     a, b = str(runs["exit"][1]), str(runs["short"][1])
-    assert main(["diff", a, b, "--fail-on", "compiles>+0"]) == 3
+    assert main(["diff", a, b, "--fail-on", "compiles>+0"]) == 1
     out = capsys.readouterr().out
     assert "FAIL  compiles>+0: compiles +1" in out
     assert "jit(<lambda>)(x: f32[31,64]" in out or "f32[31,64]" in out
@@ -143,9 +144,9 @@ def test_diff_fails_the_gate_on_a_run_that_adds_a_recompile(runs, capsys):
 def test_a_file_that_is_not_a_saved_run_is_one_line_and_exit_1(tmp_path, capsys, content):
     bad = tmp_path / "bad.tpurun"
     bad.write_bytes(content)
-    for argv in (["--from", str(bad)], ["report", "--from", str(bad)],
-                 ["diff", str(bad), str(bad)]):
-        assert main(argv) == 1
+    for argv, code in ((["--from", str(bad)], 1), (["report", "--from", str(bad)], 1),
+                       (["diff", str(bad), str(bad)], 2)):
+        assert main(argv) == code
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and "Traceback" not in err[0], err
 
@@ -216,3 +217,46 @@ def test_tpu_info_run_on_sigterm_says_only_where_the_run_is(tmp_path):
     assert line.startswith("tpu-info: saved ") and line.endswith("(tpu-info report --from FILE)")
     (saved,) = (tmp_path / "rt" / "runs").glob("*.tpurun")
     assert runfile.read(saved).how_it_ended().startswith("ended without its exit work")
+
+
+TORCH_PROGRAM = textwrap.dedent("""
+    import os, time
+    import metrics; metrics.install(serve=False)
+    import torch
+    model = torch.compile(torch.nn.Linear(16, 4), backend="eager")
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    for i in range(30):
+        rows = 7 if i == 29 else 8
+        loss = model(torch.randn(rows, 16)).square().mean()
+        loss.backward(); opt.step(); opt.zero_grad()
+    print("ready", flush=True)
+    if os.environ.get("END") == "raise":
+        raise RuntimeError("loss is nan")
+    if os.environ.get("END") == "wait":
+        time.sleep(60)
+""")
+
+
+@pytest.mark.parametrize("end", ["raise", "wait"])
+def test_a_torch_compile_program_that_crashes_or_is_stopped_leaves_a_readable_run(
+        tmp_path, end):
+    pytest.importorskip("torch")
+    p = subprocess.Popen([sys.executable, "-c", TORCH_PROGRAM], env=_env(tmp_path, END=end),
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         cwd=tmp_path)
+    if end == "wait":
+        assert p.stdout is not None and p.stdout.readline().strip() == "ready"
+        _checkpointed(tmp_path / "rt" / "runs", p.pid, 30)
+        p.send_signal(signal.SIGTERM)
+    p.communicate(timeout=180)
+    (path,) = (tmp_path / "rt" / "runs").glob(f"*-{p.pid}-*.tpurun")
+    run = runfile.read(path)
+    assert run.snapshot.steps.count == 30 and run.snapshot.process.engine.startswith("torch")
+    if end == "raise":
+        assert p.returncode == 1 and run.how_it_ended() == "exception: RuntimeError: loss is nan"
+        kinds = {f.kind for f in find(run.snapshot)}
+        assert "recompile_short_last_batch" in kinds or any(k.startswith("recompile")
+                                                            for k in kinds), kinds
+    else:
+        assert p.returncode == -signal.SIGTERM
+        assert run.how_it_ended().startswith("ended without its exit work")

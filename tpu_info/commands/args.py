@@ -228,13 +228,14 @@ def build_parser() -> argparse.ArgumentParser:
     ru.add_argument("--dir", dest="runs_dir", metavar="DIR",
                     help="list this folder (default: runs/ in the runtime directory)")
     df = sub.add_parser("diff", help="compare two runs (saved files or live HOST:PORT)",
-                        description="What changed from run A to run B. Exit codes: 0 done; "
-                        "1 a run could not be read; 2 usage; 3 a --fail-on condition held.")
+                        description="What changed from run A to run B. Exit codes, as "
+                        "diff's: 0 no --fail-on condition held; 1 one held; 2 usage, or a run "
+                        "could not be read.")
     df.add_argument("run_a", metavar="A", help="a saved run's file, or HOST:PORT")
     df.add_argument("run_b", metavar="B", help="a saved run's file, or HOST:PORT")
     df.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help=json_help)
     df.add_argument("--fail-on", metavar="CONDS",
-                    help="exit 3 when one holds, e.g. 'step_time_p50>+5%%,compiles>+0'")
+                    help="exit 1 when one holds, e.g. 'step_time_p50>+5%%,compiles>+0'")
     run = sub.add_parser("run", help="run a Python program with the hook installed",
                          description="Run a command with the hook installed; exits with its "
                          "status.")

@@ -6,11 +6,12 @@ be: ``--from FILE`` gives the table, ``--json``, ``--query``, ``report``,
 ``runs`` lists the saved runs of this user's runtime directory, newest
 first. ``diff`` compares two runs (files or live targets,
 :mod:`tpu_info.views.diff`) and, with ``--fail-on``, exits
-:data:`EXIT_CONDITION` when a condition holds, so a benchmark job fails on
-a pull request that adds a recompile.
+:data:`EXIT_CONDITION` (1) when a condition holds, so a benchmark job fails
+on a pull request that adds a recompile.
 
-Exit codes: 0 done; 1 a run could not be read (one line on stderr); 2 usage;
-3 a ``--fail-on`` condition held.
+Exit codes (``diff``'s, as diff(1)'s): 0 no ``--fail-on`` condition held; 1 one
+held; 2 trouble: usage, or a run could not be read (one line on stderr).
+``--from`` and ``runs``: 1 when the file cannot be read, as a target that failed.
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ from tpu_info.contract.model import Snapshot
 from tpu_info.contract.safe import clean
 from tpu_info.wire import runfile
 
-EXIT_OK, EXIT_UNREADABLE, EXIT_USAGE, EXIT_CONDITION = 0, 1, 2, 3
+EXIT_OK, EXIT_CONDITION, EXIT_USAGE = 0, 1, 2
+EXIT_UNREADABLE = 2  # diff: trouble, apart from a condition that held
 RUNS_DIR = runfile.RUNS_DIR
 MAX_LISTED = 200
 
