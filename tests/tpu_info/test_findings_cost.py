@@ -493,3 +493,16 @@ async def test_findings_say_the_same_words_in_cli_json_tui_and_report():
                 assert any(ln.lstrip().startswith(f.level) and f.cost in ln
                            and squeeze(f.text)[:20] in squeeze(ln)
                            for ln in shown.splitlines()), (name, f.kind)
+
+
+def test_a_read_at_a_graph_break_line_is_the_breaks_finding_not_a_second_one():
+    # `if h.mean().item() > 10.0:` in a compiled forward: Dynamo breaks the
+    # graph there and the eager part reads the value every step.
+    brk = SiteReading("graph_break", "/src/train.py:56", 1200, seconds=0.5,
+                      detail="Tensor.item()")
+    read = _sync(seconds=0.0005, detail="item()", line=56)
+    s = _snap(brk, read)
+    assert not [f for f in find(s) if f.kind == "per_step_sync"]
+    from tpu_info.views.sites import not_raised
+
+    assert "graph break at this line" in not_raised(s, read)

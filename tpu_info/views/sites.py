@@ -332,6 +332,8 @@ def not_raised(s: Snapshot, site: SiteReading) -> str:
     a count without a finding is never a silent judgement."""
     if site.kind not in _JUDGED:
         return ""
+    if site.kind == SiteKind.SYNC.value and site.location in _broken_lines(s):
+        return "the graph break at this line is the finding (it names this read)"
     if _finding(s, site) is not None:
         return ""
     c = _site_cost(s, site)
@@ -357,10 +359,20 @@ def not_raised(s: Snapshot, site: SiteReading) -> str:
             f"{duration(MIN_SECONDS)} in all and {share_words(MIN_SHARE)}{copy})")
 
 
+def _broken_lines(s: Snapshot) -> set[str]:
+    """Lines torch.compile broke its graph at: a read there (``if
+    x.item() > 0:`` in a compiled function) is that break's finding, which
+    names the read, its frequency and its cost."""
+    return {x.location for x in s.sites if x.kind == SiteKind.GRAPH_BREAK.value}
+
+
 def site_findings(s: Snapshot) -> Iterable[Finding]:
     """One finding per costly sync, implicit-transfer or eager-op line; cheap
     lines are not news."""
+    broken = _broken_lines(s)
     for site in s.sites:
+        if site.kind == SiteKind.SYNC.value and site.location in broken:
+            continue
         if site.kind in _JUDGED:
             f = _finding(s, site)
             if f is not None:
