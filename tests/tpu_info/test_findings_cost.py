@@ -93,18 +93,6 @@ def test_cheap_or_rare_sites_are_not_findings():
     assert not [f for f in find(_snap(cheap_most, rare)) if f.kind == "per_step_sync"]
 
 
-def test_a_cheap_read_in_every_step_is_named_as_info_for_what_it_costs_on_an_accelerator():
-    # loss.item() every iteration costs microseconds on a CPU and a pipeline
-    # drain on a GPU or TPU: named, as info, with the line and why.
-    f = _one(_snap(_sync(seconds=0.0005, detail="Tensor.item()")), "per_step_sync")
-    assert f.severity == "info" and f.location == "/src/train.py:88"
-    assert "every step" in f.message and "0.42 us/step" in f.message
-    assert "cheap on this CPU, but on a GPU or TPU each read drains the pipeline" in f.message
-    few = _snap(_sync(count=5, seconds=0.0001),
-                steps=StepsReading(5, "inferred", "jit(step)", seconds_total=1.0))
-    assert not [f for f in find(few) if f.kind == "per_step_sync"]
-
-
 def test_explicit_device_get_already_counted_at_a_line_is_not_counted_twice():
     d2h = DistributionReading("TransferFromDeviceTime", Unit.TIME_NS, 1200, 4.92e9, 1e6, 1e7)
     fs = [f for f in find(_snap(_sync(), distributions=(d2h,))) if f.kind == "per_step_sync"]
@@ -493,16 +481,3 @@ async def test_findings_say_the_same_words_in_cli_json_tui_and_report():
                 assert any(ln.lstrip().startswith(f.level) and f.cost in ln
                            and squeeze(f.text)[:20] in squeeze(ln)
                            for ln in shown.splitlines()), (name, f.kind)
-
-
-def test_a_read_at_a_graph_break_line_is_the_breaks_finding_not_a_second_one():
-    # `if h.mean().item() > 10.0:` in a compiled forward: Dynamo breaks the
-    # graph there and the eager part reads the value every step.
-    brk = SiteReading("graph_break", "/src/train.py:56", 1200, seconds=0.5,
-                      detail="Tensor.item()")
-    read = _sync(seconds=0.0005, detail="item()", line=56)
-    s = _snap(brk, read)
-    assert not [f for f in find(s) if f.kind == "per_step_sync"]
-    from tpu_info.views.sites import not_raised
-
-    assert "graph break at this line" in not_raised(s, read)
