@@ -318,3 +318,19 @@ def test_rotated_certificates_and_new_passwords_serve_without_a_restart(
     assert len(said) == 2 and "not valid YAML" in said[0] and "last good" in said[0], said
     assert "needs a restart" in said[1], said
     assert live.reloads == 1
+
+
+def test_basic_auth_without_bcrypt_installed_is_one_line_saying_what_to_install(tmp_path,
+                                                                               monkeypatch):
+    import importlib.util
+
+    from tpu_info.net import webconfig
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "bcrypt" else real(name, *a))
+    f = tmp_path / "web.yml"
+    f.write_text("basic_auth_users:\n  prometheus: $2b$10$" + "a" * 53 + "\n")
+    with pytest.raises(Exception) as e:
+        webconfig.load(str(f))
+    assert "pip install 'xla-tpu-info[web]'" in str(e.value) and "\n" not in str(e.value)

@@ -197,6 +197,9 @@ class Client:
             return ReplyTooLarge(f"the reply is larger than the {self.max_message_bytes / 2**20:g}"
                                  f" MiB this client accepts ({details})", target=t)
         if code == grpc.StatusCode.UNAVAILABLE and self.dialled != t:
+            if "timed out" in details:  # the socket took it, the program did not answer
+                return TimedOut(f"no answer within {self._allowed():.3g}s (over its local "
+                                "socket: the program is stopped or too busy to answer)", target=t)
             return Unreachable(f"cannot connect over its local socket ({details})", target=t)
         if code == grpc.StatusCode.UNAVAILABLE:
             left = self.timeout - (time.monotonic() - started)

@@ -236,6 +236,12 @@ def _users(path: str, doc: Any) -> dict[str, bytes]:
             raise _fail(path, f"basic_auth_users.{user}: not a bcrypt hash (make one with "
                         "htpasswd -nBC 10 USER)")
         users[user] = hashed.encode("ascii")
+    if users:
+        import importlib.util
+
+        if importlib.util.find_spec("bcrypt") is None:
+            raise _fail(path, "basic_auth_users needs the bcrypt package: "
+                        "pip install 'xla-tpu-info[web]'")
     return users
 
 
