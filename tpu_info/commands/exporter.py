@@ -169,6 +169,8 @@ class HostExporter:
     # One poll ----------------------------------------------------------------
 
     def _targets(self, scan: discovery.Scan) -> list[_Target]:
+        if self._chooser.any_new(scan.processes):
+            self._net.refresh()  # a program started since the table was read: its port too
         processes, self._not_asked = self._chooser.choose(scan.processes,
                                                           self._net.owners_by_port())
         if self._not_asked and time.monotonic() - self._said_not_asked > 60.0:

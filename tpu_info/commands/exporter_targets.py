@@ -96,6 +96,10 @@ class TargetChooser:
             return 0, -p.start_time
         return (2 if k.answered_ever else 3), k.asked_at
 
+    def any_new(self, processes: Iterable[DiscoveredProcess]) -> bool:
+        """Whether a record names a process no poll has met yet."""
+        return any(key_of(p) not in self._known for p in processes)
+
     def choose(self, processes: Iterable[DiscoveredProcess],
                listening: Mapping[int, set[int]] | None) -> tuple[
                    list[DiscoveredProcess], Counter[str]]:

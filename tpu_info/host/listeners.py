@@ -120,6 +120,11 @@ class ProcNet:
         self._read_at, self._socks = now, self._read_sockets()
         return self._socks
 
+    def refresh(self) -> None:
+        """The next read is a fresh one (a program just started: its port is
+        newer than the table kept)."""
+        self._read_at = None
+
     def _read_sockets(self) -> list[Listener] | None:
         out: list[Listener] = []
         readable = False
