@@ -231,16 +231,24 @@ class HelperServer:
         link.started_at = time.monotonic()
         link.serving = True
 
-    def stop(self, grace: float | None = 1.0) -> None:
-        """Stops the helper (waits up to ``grace`` + 5 s, then kills it). Idempotent."""
+    def _claim_stop(self) -> _Link | None:
+        """The link to stop, when this call stops the helper (the first, in
+        its owner); captures are told to end."""
         if self._stopped or os.getpid() != self._owner:
-            return
+            return None
         with self._lock:
             self._stopped = True
             link = self._link
         self._stop_wanted.set()
         for stop in list(self._captures.values()):
             stop.set()
+        return link
+
+    def stop(self, grace: float | None = 1.0) -> None:
+        """Stops the helper (waits up to ``grace`` + 5 s, then kills it). Idempotent."""
+        link = self._claim_stop()
+        if link is None:
+            return
         try:
             link.channel.send({"op": "stop", "grace": grace or 0})
         except OSError:
@@ -252,15 +260,9 @@ class HelperServer:
         the socket down, and the helper, reading its end of file, leaves
         (``os._exit``, no gRPC shutdown). Nothing is sent (a send can wait
         on a full socket) and nothing is waited for. Idempotent."""
-        if self._stopped or os.getpid() != self._owner:
-            return
-        with self._lock:
-            self._stopped = True
-            link = self._link
-        self._stop_wanted.set()
-        for stop in list(self._captures.values()):
-            stop.set()
-        link.hang_up()
+        link = self._claim_stop()
+        if link is not None:
+            link.hang_up()
 
     def let_go_after_fork(self) -> None:
         """In a fork child: closes its copy of the program's end of the
