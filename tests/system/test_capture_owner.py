@@ -224,7 +224,9 @@ def test_the_peer_and_secret_predicates() -> None:
 ANOTHER_USER = r"""
 import gzip, os, shutil, sys, tempfile, psutil  # everything imported (root's own files), then drop root
 import grpc._channel, grpc._interceptor  # grpc imports these lazily; a clone in a 0700 dir hides them
-from tpu_info.commands import cli, files
+from tpu_info.commands import cli, files, profile
+from tpu_info.net import capture_events
+from tpu_info.outputs import host_timeline
 from tpu_info.contract import errors
 from tpu_info.net import client, discovery
 from tpu_info.views import values as views
