@@ -157,12 +157,12 @@ def main() -> int:
                   f"{fds0} -> {', '.join(map(str, fds))}; RSS {rss0:.0f} -> "
                   f"{', '.join(f'{x:.0f}' for x in rss)} MB")
             print(f"targets skipped (tpu_info_exporter_targets_skipped): {skipped or 'none'}")
-            verdict("exporter records: polls with the real program up", seen,
+            verdict("exporter records, polls with the real program up", seen,
                     f">= {args.polls - 1}", seen >= args.polls - 1)
             worst = max(durations) if durations else float("inf")
-            verdict("exporter records: longest poll / --timeout", worst / timeout, "<= 1.0",
+            verdict("exporter records, longest poll / --timeout", worst / timeout, "<= 1.0",
                     worst <= timeout)
-            verdict("exporter records: fds added", max(fds) - fds0, "<= 128",
+            verdict("exporter records, fds added", max(fds) - fds0, "<= 128",
                     max(fds) - fds0 <= 128)
     finally:
         if exporter is not None:
