@@ -40,7 +40,6 @@ from metrics.recording import snapshot as _snapshot
 from metrics.recording.recorder import Recorder
 from metrics.recording.registry import Counter, Distribution
 from tpu_info.contract.model import Snapshot, Unit
-from tpu_info.outputs import textreport
 
 if TYPE_CHECKING:  # loaded by install(serve=...), never at import
     from metrics.export import Exporter
@@ -413,6 +412,8 @@ def snapshot(events_since: int = 0) -> Snapshot:
 
 def metrics_report() -> str:
     """torch_xla-style report of every metric and counter, plus graphs and findings."""
+    from tpu_info.outputs import textreport  # the views load when a report is asked for
+
     return textreport.metrics_report(snapshot())
 
 
@@ -421,6 +422,8 @@ def short_metrics_report(
     metric_names: Iterable[str] | None = None,
 ) -> str:
     """The short report (torch_xla's defaults when no names are given)."""
+    from tpu_info.outputs import textreport
+
     return textreport.short_metrics_report(snapshot(), counter_names, metric_names)
 
 
