@@ -97,7 +97,10 @@ def bursts_phase(times: list[float], steps: StepsReading | None,
         return Phase.UNKNOWN, 0
     took = dict(zip(times, seconds)) if seconds is not None else {}
     order = sorted(times)
-    gap = max(BURST_MIN_S, 2 * ((steps.seconds_per_step or 0.0) if steps else 0.0))
+    per_step = (steps.seconds_per_step or 0.0) if steps else 0.0
+    # One occurrence while the next begins within two steps and BURST_MIN_S of the
+    # last (both: two epochs of fast steps are two, however close in time).
+    gap = min(BURST_MIN_S, 2 * per_step) if per_step else BURST_MIN_S
     bursts = 1 + sum(1 for a, b in zip(order, order[1:]) if b - took.get(b, 0.0) - a > gap)
     phase = phase_of(order[0], order[-1], len(order), steps)
     loop = loop_of(steps)
