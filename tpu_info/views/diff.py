@@ -145,13 +145,9 @@ ROWS: tuple[tuple[str, str, str, str], ...] = (
 KEYS = tuple(k for k, *_ in ROWS)
 
 
-def _graph_keys(s: Snapshot) -> dict[str, str]:
+def _graph_keys(s: Snapshot) -> set[str]:
     """Each graph by what it computes: its function and input signature."""
-    out = {}
-    for g in s.graphs:
-        key = f"{g.name}({', '.join(g.signature)})"
-        out[key] = key
-    return out
+    return {f"{g.name}({', '.join(g.signature)})" for g in s.graphs}
 
 
 def _cause_keys(s: Snapshot) -> set[str]:
@@ -176,8 +172,8 @@ def compare(a: Snapshot, b: Snapshot) -> Comparison:
     finds_a, finds_b = _finding_keys(a), _finding_keys(b)
     return Comparison(
         rows=rows,
-        new_graphs=sorted(set(gb) - set(ga)),
-        gone_graphs=sorted(set(ga) - set(gb)),
+        new_graphs=sorted(gb - ga),
+        gone_graphs=sorted(ga - gb),
         new_causes=sorted(_cause_keys(b) - _cause_keys(a)),
         new_findings=[finds_b[k] for k in sorted(set(finds_b) - set(finds_a))],
         gone_findings=[finds_a[k] for k in sorted(set(finds_a) - set(finds_b))],
