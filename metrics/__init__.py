@@ -167,7 +167,7 @@ def install(
             _hook(name, rec)
         _arm_saving(save)  # before the exporter: its SIGTERM handler runs first
         if serve is None:
-            from metrics.export import config
+            from metrics import config
 
             serve = config.serve()
         if serve not in (True, False, "process", "thread"):
@@ -273,8 +273,7 @@ def _start_exporters(port: int | None, prometheus_port: int | None,
     """Starts the gRPC server (and Prometheus endpoint) once; failures are
     logged, never raised: the program runs on without them."""
     global _exporter, _prometheus
-    from metrics import export
-    from metrics.export import config
+    from metrics import config, export
 
     engines = installed_engines()
     versions: dict[str, str] = {}
@@ -314,7 +313,7 @@ def device_capture_allowed() -> bool:
     """Whether remote captures may run the device profilers (see :func:`install`)."""
     if _device_capture is not None:
         return _device_capture
-    from metrics.export import config
+    from metrics import config
 
     return config.flag(config.DEVICE_CAPTURE)
 

@@ -26,7 +26,7 @@ import os
 import sys
 from typing import Any, NamedTuple
 
-from metrics.export import config
+from metrics import config
 
 # What a file is (LibraryFrames.kind).
 USER, ENGINE, LIBRARY = 0, 1, 2

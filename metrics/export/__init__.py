@@ -39,7 +39,8 @@ from collections.abc import Callable
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
-from metrics.export import binding, config, discovery, saving
+from metrics import config
+from metrics.export import binding, discovery, saving
 from metrics.export.binding import BindError
 from metrics.export.captures import CaptureFn, register_capture
 from metrics.recording import forksafe

@@ -35,7 +35,7 @@ import threading
 from collections.abc import Mapping
 from typing import Protocol
 
-from metrics.export import config
+from metrics import config
 from tpu_info.net.targets import is_loopback_host
 
 __all__ = ["GRPC_ENV", "PROMETHEUS_ENV", "LOOPBACK", "BindError", "setting", "addresses",

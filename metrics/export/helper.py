@@ -51,7 +51,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from metrics.export import config, discovery
+from metrics import config
+from metrics.export import discovery
 from metrics.export.helper_channel import Channel, send_quietly
 from metrics.export.owner import Caller
 from metrics.export.server import (

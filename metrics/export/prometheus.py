@@ -31,7 +31,7 @@ from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector,
 from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.exposition import choose_encoder
 
-from metrics.export import config
+from metrics import config
 from metrics.recording import forksafe
 from tpu_info.contract.model import Snapshot
 from tpu_info.net import webconfig

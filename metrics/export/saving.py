@@ -250,7 +250,7 @@ def start_from_config(save: str | None, final_snapshot: Callable[[], Snapshot],
                       failed: Callable[[str, BaseException], None]) -> RunSaver | None:
     """:func:`start` as ``install(save=)`` and the environment say
     (``TPU_INFO_SAVE``, ``TPU_INFO_SUMMARY``)."""
-    from metrics.export import config
+    from metrics import config
 
     global _started
     if _started is not None:

@@ -10,7 +10,7 @@ reads (``float(loss)``, ``print(x)``). They run each hook's usual call (timed on
 calls or not) without a Python frame and hand every other call (numpy
 arguments, a compile, a function with several graphs) to the same Python
 functions the pure-Python hooks run, so the records are the same either way.
-:data:`metrics.export.config.PURE_PYTHON` switches it off (the Python hooks
+:data:`metrics.config.PURE_PYTHON` switches it off (the Python hooks
 then run every call); :func:`status` says which runs.
 
 Example:
@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from metrics.export import config
+from metrics import config
 
 # What the hooks take from the module (all of them, or the Python hooks).
 CALLABLES = ("Counting", "ShardPut", "ExplicitScope", "SyncValue", "StepMarker")

@@ -2,7 +2,7 @@
 "export: one config module for every TPU_INFO_* variable").
 
 Every variable the code or the README mentions is in
-:data:`metrics.export.config.VARIABLES`; the README's table is the module's
+:data:`metrics.config.VARIABLES`; the README's table is the module's
 table; no code but the config module reads one by a literal name (the three
 places ``metrics`` cannot reach use the same names); and the parses say what
 is wrong in one line.
@@ -15,7 +15,7 @@ import re
 
 import pytest
 
-from metrics.export import config
+from metrics import config
 from tests.conftest import ROOT
 
 NAME = re.compile(r"TPU_INFO_[A-Z][A-Z0-9_]*[A-Z0-9]")
@@ -47,14 +47,14 @@ def test_every_variable_mentioned_is_in_the_config_module() -> None:
     texts = [*_sources(), ("README.md", (ROOT / "README.md").read_text())]
     unknown = sorted({f"{where}: {name}" for where, text in texts
                       for name in NAME.findall(text) if name not in known})
-    assert not unknown, "not in metrics/export/config.py:\n" + "\n".join(unknown)
+    assert not unknown, "not in metrics/config.py:\n" + "\n".join(unknown)
 
 
 def test_the_readme_table_is_the_config_modules() -> None:
     readme = (ROOT / "README.md").read_text()
     assert config.readme_table() in readme, (
         "README's table of environment variables differs from "
-        "metrics.export.config.readme_table():\n" + config.readme_table())
+        "metrics.config.readme_table():\n" + config.readme_table())
 
 
 def test_only_the_config_module_names_a_variable_in_code() -> None:
@@ -63,7 +63,7 @@ def test_only_the_config_module_names_a_variable_in_code() -> None:
     whose constants must equal the config's)."""
     wrong = []
     for where, text in _sources():
-        if where == "metrics/export/config.py":
+        if where == "metrics/config.py":
             continue
         for node in ast.walk(ast.parse(text)):
             if isinstance(node, ast.Constant) and isinstance(node.value, str) \
@@ -71,7 +71,7 @@ def test_only_the_config_module_names_a_variable_in_code() -> None:
                 allowed = ELSEWHERE.get(where, {})
                 if node.value not in {v.name for v in allowed.values()}:
                     wrong.append(f"{where}:{node.lineno}: {node.value!r}")
-    assert not wrong, "read through metrics.export.config instead:\n" + "\n".join(wrong)
+    assert not wrong, "read through metrics.config instead:\n" + "\n".join(wrong)
     import profiler._autoinstall.sitecustomize as boot  # not armed: no TPU_INFO_AUTOINSTALL
     from tpu_info.commands import run
     from tpu_info.contract import discovery_record as discovery

@@ -150,6 +150,6 @@ def test_serving_from_a_helper_is_the_default(tmp_path):
     ("1", "thread"), ("true", "thread"), ("0", False), ("no", False), ("bogus", "process"),
 ])
 def test_tpu_info_serve_words(raw: str, serve: object):
-    from metrics.export import config  # the one parse of every TPU_INFO_* variable
+    from metrics import config  # the one parse of every TPU_INFO_* variable
 
     assert config.serve_word(raw) == serve

@@ -42,8 +42,8 @@ from types import FrameType
 from typing import Any
 
 ENV_FLAG = "TPU_INFO_AUTOINSTALL"
-ENV_SAVE = "TPU_INFO_SAVE"  # metrics.export.config.SAVE
-ENV_SUMMARY = "TPU_INFO_SUMMARY"  # metrics.export.config.SUMMARY
+ENV_SAVE = "TPU_INFO_SAVE"  # metrics.config.SAVE
+ENV_SUMMARY = "TPU_INFO_SUMMARY"  # metrics.config.SUMMARY
 EXIT_NOT_EXECUTABLE = 126
 EXIT_NOT_FOUND = 127
 _FORWARDED = (signal.SIGINT, signal.SIGTERM)
