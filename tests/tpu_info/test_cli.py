@@ -82,6 +82,7 @@ def hooked(tmp_path):
     (["--metric", "bogus"], "valid metrics: "),
     (["-f", "percentile:[p50]"], "must follow a --metric"),
     (["--metric", "hbm_usage", "-f", "p50"], "percentile:[p50,p90]"),
+    (["--metric", "hbm_usage", "-f", "core_type:gpu"], "core_type must be one of"),
     (["report", "--pid", "1"], "no hooked process with pid 1"),
     (["run"], "run needs a command"),
 ])
@@ -184,6 +185,11 @@ def test_metric_view_reads_distributions(hooked):
     assert r.returncode == 0, r.stderr
     assert "P50" in r.stdout and "P999" in r.stdout and "P90" not in r.stdout
     assert "GiB" in r.stdout
+    # Google tpu-info's own --help example
+    r = tpu_info("--metric", "CompileTime", "-f", "percentile:[p50,p90], core_type:tensorcore",
+                 env=hooked.env)
+    assert r.returncode == 0, r.stderr
+    assert "P90" in r.stdout and "P999" not in r.stdout
 
 
 def test_doctor_explains(hooked):

@@ -52,7 +52,10 @@ GOOGLE_METRICS: dict[str, tuple[str, str]] = {
 PERCENTILE_COLUMNS = {"p1": 1.0, "p5": 5.0, "p10": 10.0, "p20": 20.0, "p50": 50.0, "p80": 80.0,
                       "p90": 90.0, "p95": 95.0, "p99": 99.0, "p999": 99.9}
 DEFAULT_PERCENTILES = ("p50", "p90", "p95", "p999")
-_FILTER_RE = re.compile(r"^\s*percentile\s*:\s*\[([^\]]*)\]\s*$")
+# Commas between pairs, not inside a [list] (Google's args_helper splits the same way).
+_FILTER_SPLIT = re.compile(r",(?![^\[]*\])")
+# libtpu's TpuCoreTypeProto, as Google's example spells it (lower case, no "_").
+CORE_TYPES = frozenset({"tensorcore", "sparsecore", "sparsecorev0"})
 
 
 def valid_names() -> list[str]:
@@ -121,19 +124,43 @@ def _custom_reading(v: TargetView, name: str) -> CounterReading | DistributionRe
 
 
 def parse_filter(text: str) -> tuple[str, ...]:
-    """``percentile:[p50,p90]`` -> ``('p50', 'p90')``.
+    """Google's ``-f`` grammar, ``key:value, key:[v1,v2]``, to the percentile
+    columns it asks for: ``percentile:[p50,p90]`` -> ``('p50', 'p90')``.
+
+    ``core_type:tensorcore`` (Google's own ``--help`` example) is accepted:
+    every metric a filter applies to here is measured per host, the same for
+    each core type, so it selects nothing. Without ``percentile`` the
+    default columns stay.
 
     Raises:
-        ValueError: not that form, or an unknown percentile.
+        ValueError: not that grammar, an unknown key, core type or percentile.
     """
-    m = _FILTER_RE.match(text)
-    if not m:
-        raise ValueError(f"filter {text!r} is not of the form 'percentile:[p50,p90]'")
-    cols = tuple(c.strip().lower() for c in m.group(1).split(",") if c.strip())
-    bad = [c for c in cols if c not in PERCENTILE_COLUMNS]
-    if bad or not cols:
-        raise ValueError(f"filter {text!r}: percentiles must be among "
-                         f"{', '.join(PERCENTILE_COLUMNS)}")
+    parts = [p for p in _FILTER_SPLIT.split(text) if p.strip()]
+    if not parts:
+        raise ValueError(f"filter {text!r} is empty: give 'percentile:[p50,p90]'")
+    cols: tuple[str, ...] = DEFAULT_PERCENTILES
+    for part in parts:
+        key, sep, value = (s.strip() for s in part.partition(":"))
+        key = key.lower()
+        if not sep or not key or not value:
+            raise ValueError(f"filter {text!r}: {part.strip()!r} is not KEY:VALUE "
+                             "(e.g. 'percentile:[p50,p90], core_type:tensorcore')")
+        if key == "core_type":
+            if value.lower().replace("_", "") not in CORE_TYPES:
+                raise ValueError(f"filter {text!r}: core_type must be one of "
+                                 f"{', '.join(sorted(CORE_TYPES))}")
+            continue
+        if key != "percentile":
+            raise ValueError(f"filter {text!r}: unknown key {key!r} (keys: percentile, "
+                             "core_type)")
+        if not (value.startswith("[") and value.endswith("]")):
+            raise ValueError(f"filter {text!r}: percentile takes a list, e.g. "
+                             "'percentile:[p50,p90]'")
+        cols = tuple(c.strip().lower() for c in value[1:-1].split(",") if c.strip())
+        bad = [c for c in cols if c not in PERCENTILE_COLUMNS]
+        if bad or not cols:
+            raise ValueError(f"filter {text!r}: percentiles must be among "
+                             f"{', '.join(PERCENTILE_COLUMNS)}")
     return cols
 
 
@@ -175,13 +202,23 @@ def _percentile(d: DistributionReading, p: float) -> float | None:
     return d.percentile(p)
 
 
+def _titled(name: str, views: Sequence[TargetView]) -> Table:
+    """An empty table titled ``name``, at least as wide as its title (a narrow
+    table would wrap it mid-word), saying why when there is nothing to show."""
+    title = clean(name)
+    t = Table(title=title, title_justify="left", min_width=len(title))
+    if not views:
+        t.caption, t.caption_justify = "No hooked processes found.", "left"
+    return t
+
+
 def metric_table(name: str, views: Sequence[TargetView],
                  columns: Sequence[str] = DEFAULT_PERCENTILES) -> Table:
     """One table for one metric across every view."""
     ours = resolve_or_custom(name)
     if ours not in CATALOG and ours not in ("@hbm", "@duty", "@none"):
         return _custom_table(ours, views, columns)
-    t = Table(title=f"{clean(name)}", title_justify="left")
+    t = _titled(name, views)
     t.add_column("target", no_wrap=True, overflow="ellipsis", max_width=28)
     if ours in ("@hbm", "@duty"):
         t.add_column("device", no_wrap=True)
@@ -237,7 +274,7 @@ def metric_table(name: str, views: Sequence[TargetView],
 def _custom_table(name: str, views: Sequence[TargetView], columns: Sequence[str]) -> Table:
     """A metric outside the catalog: a counter's value or a distribution's
     count and percentiles, in its unit, with its help as the caption."""
-    t = Table(title=clean(name), title_justify="left")
+    t = _titled(name, views)
     t.add_column("target", no_wrap=True, overflow="ellipsis", max_width=28)
     found = [(v, _custom_reading(v, name)) for v in views]
     dist = any(isinstance(r, DistributionReading) for _, r in found)
@@ -262,5 +299,5 @@ def _custom_table(name: str, views: Sequence[TargetView], columns: Sequence[str]
         else:
             value = _value(r.value, r.unit) if r.unit is not Unit.NUMBER else str(r.value)
             t.add_row(Text(clean(v.target)), Text(value), *[""] * (width - 1))
-    t.caption = about or None
+    t.caption = about or t.caption
     return t
