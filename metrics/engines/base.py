@@ -1,5 +1,7 @@
 """What an engine adapter is: :class:`Engine`, the typed protocol that
-``metrics.install()``, the snapshot builder and the report call, and
+``metrics.install()`` and the report call (it extends
+:class:`metrics.recording.sources.Source`, what the snapshot builder reads:
+recording declares it, engines meet it), and
 :class:`EngineBase`, the base class that gives every optional reading its
 "nothing here" default.
 
@@ -24,23 +26,19 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
-from metrics.engines.ranks import Rank
+from metrics.recording.ranks import Rank
+from metrics.recording.sources import Readings, Source
 from tpu_info.contract.model import (
-    CounterReading,
     DeviceRecord,
-    DistributionReading,
     SiteReading,
     StepsReading,
 )
 
 __all__ = ["DeviceTrace", "Engine", "EngineBase", "Readings"]
-
-# An engine's own counters and distributions, read now.
-Readings = tuple[Sequence[CounterReading], Sequence[DistributionReading]]
 
 
 class DeviceTrace(Protocol):
@@ -58,47 +56,22 @@ class DeviceTrace(Protocol):
 
 
 @runtime_checkable
-class Engine(Protocol):
-    """One engine's adapter, as its callers see it."""
+class Engine(Source, Protocol):
+    """One engine's adapter, as its callers see it: a
+    :class:`~metrics.recording.sources.Source` the snapshot reads (devices,
+    versions, own readings and their clearing, sites, steps, blind
+    spots, rank), plus what
+    ``metrics.install()`` and the profiler call."""
 
-    name: str
     # What the hook could not set up here (a private name missing, ...): one
     # reason each; shown as the engine's degraded notes, never raised.
     degraded: list[str]
-    # Whether extra_readings() can return anything (callers skip the merge
-    # when no engine keeps readings of its own).
-    keeps_readings: bool
 
     def install(self) -> None:
         """Installs the hooks (idempotent)."""
 
     def uninstall(self) -> None:
         """Removes the hooks; what was recorded stays."""
-
-    def devices(self) -> list[DeviceRecord]:
-        """The devices the engine sees, with memory read now."""
-
-    def versions(self) -> dict[str, str]:
-        """Library name -> version, for the process record."""
-
-    def extra_readings(self) -> Readings:
-        """Counters and distributions the engine keeps itself (torch._lazy,
-        torch_xla), merged with the registry's by name (:mod:`metrics.snapshot`)."""
-
-    def clear_readings(self, counters: bool = True, metrics: bool = True) -> None:
-        """``metrics.clear_*``: forget the engine's own readings from now on."""
-
-    def sites(self) -> list[SiteReading]:
-        """Lines of the user's code that synced or moved data implicitly."""
-
-    def steps(self) -> StepsReading | None:
-        """Steps inferred when the program marks none."""
-
-    def blind_spots(self) -> list[str]:
-        """What the engine's hook cannot see in this process."""
-
-    def rank(self) -> Rank | None:
-        """This process's rank in its job as the engine knows it (:mod:`metrics.engines.ranks`)."""
 
     def device_trace(self) -> DeviceTrace | None:
         """A new window of the engine's device profiler (None: it has none)."""

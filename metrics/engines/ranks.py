@@ -1,54 +1,25 @@
-"""Which rank of its job this process is: read from the engine at scrape time.
+"""Each engine's probe of this process's rank in its job, read at scrape time.
 
-A host exporter labels every series with ``process_index`` so a fleet query
-can name the rank that differs. Each engine says it its own way:
-``jax.process_index()`` / ``jax.process_count()``, ``torch.distributed``'s
-rank and world size once a process group exists, torch_xla's global
-ordinal and world size; ``$RANK`` / ``$WORLD_SIZE`` (set by torchrun and
-most launchers) is the fallback when no engine knows. Every probe is a
-few attribute reads and calls, made only when a snapshot is built, and
+:class:`~metrics.recording.ranks.Rank` and the launchers' ``$RANK`` fallback
+live below the engines (:mod:`metrics.recording.ranks`: the snapshot reads
+them); here is how each engine says it: ``jax.process_index()`` /
+``jax.process_count()``, ``torch.distributed``'s rank and world size once a
+process group exists, torch_xla's global ordinal and world size. Every probe
+is a few attribute reads and calls, made only when a snapshot is built, and
 never raises (a failing probe is "unknown").
 
 Example:
-    >>> from_environment({"RANK": "3", "WORLD_SIZE": "8"})
-    Rank(index=3, count=8, source='env')
-    >>> from_environment({}) is None
+    >>> from_jax() is None or from_jax().source == "jax"
     True
 """
 
 from __future__ import annotations
 
-import os
 import sys
-from collections.abc import Mapping
-from typing import NamedTuple
 
+from metrics.recording.ranks import Rank
 
-class Rank(NamedTuple):
-    """A process's rank among ``count`` processes (None: not said), and who said it."""
-
-    index: int
-    count: int | None
-    source: str
-
-
-def _int(text: str | None) -> int | None:
-    if text is None or not text.strip().isdigit():
-        return None
-    return int(text)
-
-
-def from_environment(environ: Mapping[str, str] | None = None) -> Rank | None:
-    """``$RANK`` (else ``$LOCAL_RANK`` only when it is the whole world:
-    ``$WORLD_SIZE`` == ``$LOCAL_WORLD_SIZE``) with ``$WORLD_SIZE``."""
-    env = os.environ if environ is None else environ
-    count = _int(env.get("WORLD_SIZE"))
-    index = _int(env.get("RANK"))
-    if index is None and count is not None and count == _int(env.get("LOCAL_WORLD_SIZE")):
-        index = _int(env.get("LOCAL_RANK"))
-    if index is None:
-        return None
-    return Rank(index, count if count is not None and count > index else None, "env")
+__all__ = ["Rank", "from_jax", "from_torch_distributed", "from_torch_xla"]
 
 
 def from_jax() -> Rank | None:

@@ -13,21 +13,18 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 from metrics.recording import snapshot as _snapshot
 from metrics.recording.recorder import Recorder
-
-if TYPE_CHECKING:
-    from metrics.engines.base import Engine
+from metrics.recording.sources import Source
 
 
-def _extra(engines: Sequence[Engine]) -> list[Engine]:
+def _extra(engines: Sequence[Source]) -> list[Source]:
     """The engines that keep counters of their own (torch._lazy, torch_xla)."""
     return [e for e in engines if e.keeps_readings]
 
 
-def counter_names(rec: Recorder, engines: Sequence[Engine]) -> list[str]:
+def counter_names(rec: Recorder, engines: Sequence[Source]) -> list[str]:
     """Counters that hold something, engines' own counters included."""
     extra = _extra(engines)
     if not extra:
@@ -35,7 +32,7 @@ def counter_names(rec: Recorder, engines: Sequence[Engine]) -> list[str]:
     return [c.name for c in _snapshot.readings(rec, extra)[0]]
 
 
-def counter_value(rec: Recorder, engines: Sequence[Engine], name: str) -> int | None:
+def counter_value(rec: Recorder, engines: Sequence[Source], name: str) -> int | None:
     """A counter's value (engines' own counters merged), None if it never counted."""
     extra = _extra(engines)
     if not extra:
@@ -46,7 +43,7 @@ def counter_value(rec: Recorder, engines: Sequence[Engine], name: str) -> int | 
     return None
 
 
-def metric_names(rec: Recorder, engines: Sequence[Engine]) -> list[str]:
+def metric_names(rec: Recorder, engines: Sequence[Source]) -> list[str]:
     """Metrics (distributions) that hold samples, engines' own included."""
     extra = _extra(engines)
     if not extra:
@@ -54,7 +51,7 @@ def metric_names(rec: Recorder, engines: Sequence[Engine]) -> list[str]:
     return [d.name for d in _snapshot.readings(rec, extra)[1]]
 
 
-def metric_data(rec: Recorder, engines: Sequence[Engine],
+def metric_data(rec: Recorder, engines: Sequence[Source],
                 name: str) -> tuple[int, float, tuple[tuple[float, float], ...]] | None:
     """``(total_samples, accumulator, ((unix_time, value), ...))`` or None."""
     extra = _extra(engines)
@@ -66,7 +63,7 @@ def metric_data(rec: Recorder, engines: Sequence[Engine],
     return None
 
 
-def clear(rec: Recorder, engines: Sequence[Engine], *, counters: bool, metrics: bool) -> None:
+def clear(rec: Recorder, engines: Sequence[Source], *, counters: bool, metrics: bool) -> None:
     """Clears the recorder's counters and/or metrics and the engines' own."""
     if counters and metrics:
         rec.registry.clear_all()

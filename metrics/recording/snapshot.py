@@ -3,8 +3,11 @@
 All expensive work (percentiles, device memory, copies) happens here, on the
 caller's thread, never on the program's hot path.
 
+What it reads of an engine is a :class:`~metrics.recording.sources.Source`,
+declared in recording and met by every engine adapter: recording never
+imports the engines; the caller (``metrics``' installed engines) hands them in.
 Engines that keep their own counters (torch._lazy, torch_xla) contribute
-them here through :meth:`~metrics.engines.base.Engine.extra_readings`, read now and
+them here through :meth:`~metrics.recording.sources.Source.extra_readings`, read now and
 merged with the registry's by name: counters of the same name add up (each
 source counts different events: our hooks never count what the engine
 counts), except ``MarkStep``, where several markers may mark the same steps
@@ -23,9 +26,10 @@ import time
 from collections.abc import Iterable
 from dataclasses import replace
 
-from metrics.engines import Engine, ranks
-from metrics.engines.ranks import Rank
+from metrics.recording import ranks
+from metrics.recording.ranks import Rank
 from metrics.recording.recorder import Recorder
+from metrics.recording.sources import Source
 from tpu_info.contract import catalog as names
 from tpu_info.contract.buckets import merge_buckets, percentiles
 from tpu_info.contract.model import (
@@ -46,7 +50,7 @@ from tpu_info.contract.phases import phase_of
 _process_cache: dict[tuple[object, ...], ProcessRecord] = {}
 
 
-def process_record(recorder: Recorder, engines: Iterable[Engine],
+def process_record(recorder: Recorder, engines: Iterable[Source],
                    waiting: Iterable[str] = ()) -> ProcessRecord:
     """Who this process is; built once per set of engines hooked and waited
     for (and after a fork)."""
@@ -66,7 +70,7 @@ def process_record(recorder: Recorder, engines: Iterable[Engine],
     return cached
 
 
-def job_rank(engines: Iterable[Engine]) -> Rank | None:
+def job_rank(engines: Iterable[Source]) -> Rank | None:
     """This process's rank, read now (a program may join its process group
     after install()): the first engine that knows of more than one process,
     else ``$RANK``, else what an engine said (rank 0 of 1)."""
@@ -82,7 +86,7 @@ def job_rank(engines: Iterable[Engine]) -> Rank | None:
     return ranks.from_environment() or single
 
 
-def _build_process_record(recorder: Recorder, engines: list[Engine],
+def _build_process_record(recorder: Recorder, engines: list[Source],
                           waiting: str = "") -> ProcessRecord:
     versions: dict[str, str] = {"python": sys.version.split()[0]}
     for e in engines:
@@ -154,7 +158,7 @@ def _merged_buckets(a: DistributionReading, b: DistributionReading) -> BucketCou
 
 
 def readings(
-    recorder: Recorder, engines: Iterable[Engine] = ()
+    recorder: Recorder, engines: Iterable[Source] = ()
 ) -> tuple[tuple[CounterReading, ...], tuple[DistributionReading, ...]]:
     """The registry's counters and distributions merged with every engine's
     own (see the module docstring), sorted by name."""
@@ -197,7 +201,7 @@ def _marked_steps(recorder: Recorder, counters: tuple[CounterReading, ...],
                         **bounds)
 
 
-def diagnosis(recorder: Recorder, engines: list[Engine], counters: tuple[CounterReading, ...],
+def diagnosis(recorder: Recorder, engines: list[Source], counters: tuple[CounterReading, ...],
               dists: tuple[DistributionReading, ...]) -> tuple[
                   tuple[SiteReading, ...], StepsReading | None, tuple[str, ...]]:
     """Every engine's sites (costliest first, each with its phase), the steps
@@ -225,7 +229,7 @@ def diagnosis(recorder: Recorder, engines: list[Engine], counters: tuple[Counter
 
 def build(
     recorder: Recorder,
-    engines: Iterable[Engine] = (),
+    engines: Iterable[Source] = (),
     events_since: int = 0,
     max_events: int | None = 1000,
     waiting: Iterable[str] = (),

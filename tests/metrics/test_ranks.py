@@ -6,7 +6,8 @@ import os
 
 import pytest
 
-from metrics.engines import EngineBase, ranks
+from metrics.engines import EngineBase
+from metrics.recording import ranks
 from metrics.recording.snapshot import job_rank
 from tests.conftest import run_python
 

@@ -9,7 +9,10 @@ specific module file it names. Then:
 * no cycle between files;
 * ``tpu_info`` imports none of ``metrics``, ``profiler``, ``tui``;
 * ``metrics`` imports neither ``profiler`` nor ``tui``;
-* ``tui`` imports neither ``metrics`` nor ``profiler``.
+* ``tui`` imports neither ``metrics`` nor ``profiler``;
+* inside ``metrics``, engines feed recording: nothing under
+  ``metrics.recording`` imports ``metrics.engines`` or ``metrics.export``,
+  not even for type hints (recording declares what it reads of an engine).
 
 ``tpu-info run``'s start-up code (``profiler._autoinstall.sitecustomize``)
 wires ``metrics`` and ``profiler`` together, so it lives in ``profiler``, the
@@ -82,13 +85,15 @@ def _type_checking_only(node: ast.If) -> bool:
         isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
 
 
-def _imported_names(tree: ast.AST, module: str, is_package: bool) -> Iterator[str]:
+def _imported_names(tree: ast.AST, module: str, is_package: bool,
+                    type_checking: bool = False) -> Iterator[str]:
     """Every module name ``tree`` imports (``from a import b`` yields ``a.b``:
-    the caller falls back to ``a`` when ``b`` is a name defined in it)."""
+    the caller falls back to ``a`` when ``b`` is a name defined in it);
+    ``type_checking``: ``if TYPE_CHECKING:`` blocks' imports too."""
     stack = [tree]
     while stack:
         node = stack.pop()
-        if isinstance(node, ast.If) and _type_checking_only(node):
+        if isinstance(node, ast.If) and _type_checking_only(node) and not type_checking:
             stack.extend(node.orelse)
             continue
         if isinstance(node, ast.Import):
@@ -105,13 +110,14 @@ def _imported_names(tree: ast.AST, module: str, is_package: bool) -> Iterator[st
         stack.extend(ast.iter_child_nodes(node))
 
 
-def import_graph() -> dict[str, set[str]]:
-    """module -> the modules (of the four packages) it imports."""
+def import_graph(type_checking: bool = False) -> dict[str, set[str]]:
+    """module -> the modules (of the four packages) it imports (``type_checking``:
+    counting imports made for type hints only)."""
     files = dict(_files())
     graph: dict[str, set[str]] = {name: set() for name in files}
     for name, path in files.items():
         tree = ast.parse(path.read_text(), str(path))
-        for target in _imported_names(tree, name, path.name == "__init__.py"):
+        for target in _imported_names(tree, name, path.name == "__init__.py", type_checking):
             if target.split(".")[0] not in PACKAGES:
                 continue
             # `from a import b`: a.b when it is a module, else a (b is a name in it)
@@ -214,6 +220,24 @@ def test_tpu_info_layers_import_downwards() -> None:
     assert not unplaced, f"modules outside every layer folder: {unplaced}"
 
 
+# Inside metrics: sub-package -> sub-packages it must never import, even for type hints.
+METRICS_FORBIDDEN = {"metrics.recording": ("metrics.engines", "metrics.export")}
+
+
+def _under(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+@pytest.mark.parametrize("package", sorted(METRICS_FORBIDDEN))
+def test_inside_metrics_engines_feed_recording(package: str) -> None:
+    """Recording is read by engines and export, never the other way: the
+    snapshot reads engines through :class:`metrics.recording.sources.Source`."""
+    graph = import_graph(type_checking=True)
+    wrong = sorted(f"{src} imports {dst}" for src, dsts in graph.items() if _under(src, package)
+                   for dst in dsts if any(_under(dst, p) for p in METRICS_FORBIDDEN[package]))
+    assert not wrong, "\n".join(wrong)
+
+
 def test_metrics_uses_only_the_contract_and_the_wire_of_tpu_info() -> None:
     graph = import_graph()
     wrong = sorted(f"{src} imports {dst}" for src, dsts in graph.items()
@@ -224,9 +248,9 @@ def test_metrics_uses_only_the_contract_and_the_wire_of_tpu_info() -> None:
 
 
 def test_the_graph_sees_lazy_imports() -> None:
-    """A function-level import counts (``metrics.track`` loads jax_track lazily)."""
+    """A function-level import counts (``metrics.track`` loads the JAX adapter lazily)."""
     graph = import_graph()
-    assert "metrics.engines.jax_track" in graph["metrics"]
+    assert "metrics.engines.jax" in graph["metrics"]
     assert "tpu_info.contract.model" in graph["tpu_info.views.values"]
 
 
