@@ -76,4 +76,5 @@ class Source(Protocol):
         """What the engine's hook cannot see in this process."""
 
     def rank(self) -> Rank | None:
-        """This process's rank in its job as the engine knows it (:mod:`metrics.recording.ranks`)."""
+        """This process's rank in its job as the engine knows it
+        (:mod:`metrics.recording.ranks`)."""
