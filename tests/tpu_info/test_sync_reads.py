@@ -30,4 +30,4 @@ def test_a_read_at_a_graph_break_line_is_the_breaks_finding_not_a_second_one():
     read = _sync(seconds=0.0005, detail="item()", line=56)
     s = _snap(brk, read)
     assert not [f for f in find(s) if f.kind == "per_step_sync"]
-    assert "graph break at this line" in not_raised(s, read)
+    assert "graph break at this line" in not_raised(s)[s.sites.index(read)]

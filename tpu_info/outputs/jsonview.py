@@ -194,7 +194,8 @@ def _target(t: TargetReadings, top_graphs: int | None) -> dict[str, Any]:
                 "detail": _s(x.detail), "count": x.count, "bytes": x.bytes,
                 "seconds": x.seconds, "last_seen_unix": x.last_seen_unix,
                 "first_seen_unix": x.first_seen_unix, "phase": site_phase(s, x).value,
-                "via": _s(x.via), "not_raised": not_raised(s, x) or None} for x in s.sites],
+                "via": _s(x.via), "not_raised": why or None}
+               for x, why in zip(s.sites, not_raised(s), strict=True)],
         blind_spots=[_s(b) for b in s.blind_spots],
         findings=[_finding(f) for f in t.findings],
         custom_metrics=[_custom(m) for m in custom_metrics(s)],

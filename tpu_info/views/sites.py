@@ -326,13 +326,19 @@ def _finding(s: Snapshot, site: SiteReading) -> Finding | None:
         kind="per_step_implicit_transfer", bytes_per_step=per_step, **c.fields())
 
 
-def not_raised(s: Snapshot, site: SiteReading) -> str:
-    """Why a line the hook counted is not a finding, in words (``""``: it is
-    one, or its kind has no rule here): said next to it in ``--json`` sites, so
-    a count without a finding is never a silent judgement."""
+def not_raised(s: Snapshot) -> list[str]:
+    """Why each line the hook counted (``s.sites``, in order) is not a
+    finding, in words (``""``: it is one, or its kind has no rule here): said
+    next to it in ``--json`` sites, so a count without a finding is never a
+    silent judgement."""
+    broken = _broken_lines(s)  # once per snapshot, not once per site
+    return [_not_raised(s, site, broken) for site in s.sites]
+
+
+def _not_raised(s: Snapshot, site: SiteReading, broken: set[str]) -> str:
     if site.kind not in _JUDGED:
         return ""
-    if site.kind == SiteKind.SYNC.value and site.location in _broken_lines(s):
+    if site.kind == SiteKind.SYNC.value and site.location in broken:
         return "the graph break at this line is the finding (it names this read)"
     if _finding(s, site) is not None:
         return ""
