@@ -4,7 +4,7 @@
 
 Three contenders in alternating rounds, one process: JAX as it is, a bare
 pass-through Python wrapper of ``EvalTrace.process_primitive`` (the floor any
-Python hook there pays), and the hook (:mod:`metrics.engines.jax_eager`).
+Python hook there pays), and the hook (:mod:`metrics.engines.jax.eager`).
 Prints ns per call of each and the ratios hooked / unhooked and hooked /
 bare wrapper, for an eager ``jnp.reshape`` of a batch, an eager
 ``random.split`` (three primitives; the key's wrap and unwrap pass straight

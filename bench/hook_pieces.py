@@ -132,7 +132,7 @@ def main() -> int:
 def jit_pieces(step, params, batches, rounds, own, put):  # type: ignore[no-untyped-def]
     """Steps/s of the tiny loop per jit wrapper variant, JAX's own handler and
     ``put`` (JAX's own ``device_put``) in place."""
-    from metrics.engines import jax_calls
+    from metrics.engines.jax import calls as jax_calls
     from metrics.recording import native
 
     plain = step

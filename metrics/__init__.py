@@ -398,9 +398,9 @@ def track(fn: Callable[..., Any] | None = None, *, name: str | None = None) -> A
     """
     if fn is None:
         return lambda f: track(f, name=name)
-    from metrics.engines import jax_track  # only reached by JAX users
+    from metrics.engines.jax import track as track_jax  # only reached by JAX users
 
-    return jax_track.track(fn, name)
+    return track_jax(fn, name)
 
 
 def snapshot(events_since: int = 0) -> Snapshot:

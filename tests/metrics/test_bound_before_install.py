@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from metrics.engines import jax_bound
+from metrics.engines.jax import bound as jax_bound
 from metrics.engines._frames import LibraryFrames, skip_prefixes
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -127,7 +127,7 @@ def test_module_globals_are_read_while_the_program_adds_to_them() -> None:
     # creates new ones: a copy that meets a change is read again, never raised.
     import threading
 
-    from metrics.engines.jax_bound import _items
+    from metrics.engines.jax.bound import _items
 
     space: dict[str, object] = {}
     stop = threading.Event()

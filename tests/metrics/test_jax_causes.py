@@ -315,7 +315,7 @@ def test_names_from_the_signature_with_the_users_own_flag_on(moves):
 
 
 def _parse(body: str):
-    from metrics.engines.jax_causes import parse_cache_miss
+    from metrics.engines.jax.causes import parse_cache_miss
     return parse_cache_miss("TRACING CACHE MISS at /tmp/t.py:9:2 (<module>):\n  for f defined "
                             "at /tmp/t.py:3\n  all previously seen cache keys differ. For the "
                             "closest previous key:\n" + body, 1.0)[1]

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from metrics.engines.jax_monitoring import MonitoringRecords
+from metrics.engines.jax.monitoring import MonitoringRecords
 from metrics.recording.recorder import Recorder
 from tests.conftest import ROOT
 from tpu_info.contract.model import Unit

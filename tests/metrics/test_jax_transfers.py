@@ -109,7 +109,7 @@ def test_a_device_put_bound_before_install_is_counted_once_with_its_event(xfer):
 def test_one_object_owns_the_numpy_argument_of_a_jitted_call(xfer):
     """The jit wrapper's report and the frame walk's "already counted"
     come from JitArguments alone (no file check, no engine default)."""
-    from metrics.engines import jax_calls
+    from metrics.engines.jax import calls as jax_calls
     from metrics.engines.jax import JaxEngine
 
     _, eng = xfer
@@ -195,7 +195,7 @@ def test_sites_are_bounded_per_kind(xfer):
 
 
 def _fold_result(eng, rec, records, one_site_path):
-    from metrics.engines import jax_transfers as jt
+    from metrics.engines.jax import implicit as jt
 
     impl = eng.implicit
     impl.clear()

@@ -28,7 +28,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 def _journal(path: str) -> Any:
     """The journal a hooked path folds into: the jitted calls', the explicit
     puts' or the device->host reads'."""
-    from metrics.engines import jax_state
+    from metrics.engines.jax import state as jax_state
 
     eng = jax_state.active
     return {"call": eng.calls, "put": eng.explicit.journal, "read": eng.implicit.journal}[path]
@@ -110,7 +110,7 @@ def test_ctrl_c_inside_a_c_hook_s_python_helper_still_reaches_the_program(hooks,
     the Python code the C wrapper calls (here the numpy report) is not
     swallowed: it reaches the program from the call."""
     hooks("C")
-    from metrics.engines import jax_state
+    from metrics.engines.jax import state as jax_state
 
     f = jax.jit(lambda x: x + 1)
     for _ in range(TIME_FIRST + 1):
@@ -136,7 +136,7 @@ if sys.argv[1] == "Python":
 metrics.install(engines=["jax"])  # serves: its SIGTERM handler stops serving, then exits
 journal = {"call": lambda e: e.calls, "put": lambda e: e.explicit.journal,
            "read": lambda e: e.implicit.journal}[sys.argv[2]]
-from metrics.engines import jax_state
+from metrics.engines.jax import state as jax_state
 j = journal(jax_state.active)
 fold = j._fold
 def fold_then_sigterm(batch):
@@ -177,7 +177,7 @@ def test_sigterm_landing_in_a_hook_s_fold_ends_the_program(tmp_path, kind, path)
 
 
 def _inner_fold(path: str) -> Any:
-    from metrics.engines import jax_state
+    from metrics.engines.jax import state as jax_state
 
     eng = jax_state.active
     return {"call": eng.runs._fold, "put": eng.explicit._fold, "read": eng.implicit._fold}[path]
@@ -237,7 +237,7 @@ def on_sigterm(signum, frame):  # the program's own: checkpoint on preemption
     raise Preempted()
 
 signal.signal(signal.SIGTERM, on_sigterm)
-from metrics.engines import jax_state
+from metrics.engines.jax import state as jax_state
 eng = jax_state.active
 inner = eng.explicit._fold
 def fold_then_sigterm(batch):

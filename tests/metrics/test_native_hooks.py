@@ -224,7 +224,7 @@ def test_the_wrapper_keeps_what_a_jitted_function_offers(hooks):
 
 def test_a_failure_while_recording_is_counted_and_swallowed(hooks):
     rec = hooks("C")
-    from metrics.engines import jax_state
+    from metrics.engines.jax import state as jax_state
 
     eng = jax_state.active
     step = jax.jit(lambda x: x + 1)
@@ -393,7 +393,7 @@ def test_a_put_in_device_put_s_scope_is_known_explicit_without_asking_jax(hooks,
     is still counted explicit; uninstalled, JAX's own is back."""
     from jax._src import api
 
-    from metrics.engines import jax_to_device
+    from metrics.engines.jax import to_device as jax_to_device
 
     asked = []
     own_state = jax_to_device._guard_state()

@@ -52,7 +52,7 @@ RANK = textwrap.dedent("""
     rec = metrics.install(engines=["jax"], port=0)
     env = os.environ.get
     if env("HBM_LIMIT"):  # CPU: live arrays over host RAM; a small "RAM" is a full device
-        import metrics.engines.jax_devices as devices
+        import metrics.engines.jax.devices as devices
         devices.host_ram = lambda: int(env("HBM_LIMIT"))
     f = jax.jit(lambda x: (x * 2).sum())  # arrays come from numpy: no other graphs
     f(np.ones(int(env("SHAPE")), np.float32)).block_until_ready()

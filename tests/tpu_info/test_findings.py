@@ -67,7 +67,7 @@ def _finding(s: Snapshot):
 
 
 def test_weak_type_flip_in_clean_words_with_its_advice():
-    from metrics.engines.jax_describe import parse_cache_miss
+    from metrics.engines.jax.causes import parse_cache_miss
     _, cause = parse_cache_miss(_WEAK_MISS, 2.0)
     f = _finding(_recompiled(cause))
     assert "argument 'lr' changed f32[] (weak) -> f32[] (weak type) at jx.py:11" in f.message
@@ -76,7 +76,7 @@ def test_weak_type_flip_in_clean_words_with_its_advice():
 
 
 def test_weak_type_cause_is_clean_in_the_graph_table_and_json():
-    from metrics.engines.jax_describe import parse_cache_miss
+    from metrics.engines.jax.causes import parse_cache_miss
     from tpu_info.views.values import last_cause
     _, cause = parse_cache_miss(_WEAK_MISS, 2.0)
     c = last_cause(_recompiled(cause).graphs[1])
@@ -143,7 +143,7 @@ def test_grad_mode_guard_is_global_state_not_a_batch():
 
 def _jax_miss(body: str, line: int = 28):
     """A cause parsed from JAX 0.10.2's own explanation text (``body``: its last lines)."""
-    from metrics.engines.jax_describe import parse_cache_miss
+    from metrics.engines.jax.causes import parse_cache_miss
     _, cause = parse_cache_miss(
         f"TRACING CACHE MISS at /tmp/jx.py:{line}:4 (<module>):\n  for step defined at "
         "/tmp/jx.py:8\n  all previously seen cache keys differ. For the closest previous "
@@ -328,7 +328,7 @@ def test_no_problems_found_only_when_a_hooked_engine_recorded_something():
 
 
 def test_one_finding_per_cause_kind_of_a_function():
-    from metrics.engines.jax_describe import parse_cache_miss
+    from metrics.engines.jax.causes import parse_cache_miss
     _, weak = parse_cache_miss(_WEAK_MISS, 2.0)
     short = RecompileCause(3.0, "argument 'batch' changed f32[32,128] -> f32[17,128]",
                            "/src/train.py:40", "batch", "f32[32,128]", "f32[17,128]")

@@ -1,7 +1,7 @@
 """Host -> device transfers in JAX, explicit and implicit: the hooks.
 
 Two places see host data move to a device (each installed by
-:meth:`~metrics.engines.jax_transfers.ImplicitTransfers.install`):
+:meth:`~metrics.engines.jax.implicit.ImplicitTransfers.install`):
 
 * the implementation of ``lax.stage_p``: ``jnp.asarray``/``jnp.array`` of
   host data (implicit);
@@ -15,7 +15,7 @@ Two places see host data move to a device (each installed by
 
 Numpy arguments of single-device jitted calls move in C++, unseen here: the
 ``jax.jit`` wrapper reports them through
-:class:`~metrics.engines.jax_calls.JitArguments`, which owns that seam.
+:class:`~metrics.engines.jax.calls.JitArguments`, which owns that seam.
 
 Where the C hot path is built (:mod:`metrics.recording.native`) the numpy
 handler is its ``ShardPut``: explicit puts, timed or not, are counted there
@@ -40,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from metrics.engines.jax_state import TRANSFER_FIELDS
+from metrics.engines.jax.state import TRANSFER_FIELDS
 from metrics.recording import native
 from metrics.recording.journal import FOLD_AT
 from metrics.recording.sampling import TIME_EVERY, TIME_FIRST

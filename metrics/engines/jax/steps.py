@@ -26,7 +26,7 @@ import time
 from collections import deque
 from typing import Any
 
-from metrics.engines.jax_executions import Executions
+from metrics.engines.jax.executions import Executions
 from metrics.recording.callstats import MIN_CALLS
 from tpu_info.contract.model import STEPS_INFERRED, StepsReading
 
@@ -52,7 +52,7 @@ def _sync_busy_reason(where: str) -> str:
 class StepWatch:
     """Steps and busy % of one JAX engine, read at scrape time from its
     counted calls (``runs``) and its implicit syncs (``implicit``: an
-    :class:`~metrics.engines.jax_transfers.ImplicitTransfers`)."""
+    :class:`~metrics.engines.jax.implicit.ImplicitTransfers`)."""
 
     def __init__(self, runs: Executions, implicit: Any) -> None:
         self.runs = runs

@@ -22,19 +22,19 @@ What it records:
   (``LastVariantExplainer``: O(1) per compile, where the flag costs
   O(variants)) and nothing is printed.
 * Transfers: ``jax.device_put`` / ``jax.device_get`` calls, bytes and time
-  (:mod:`metrics.engines.jax_explicit`); implicit ones both ways
+  (:mod:`metrics.engines.jax.explicit`); implicit ones both ways
   (``float(x)``, ``print(x)``, ``jnp.asarray(numpy)``, numpy arguments
   sharded per call) with the user's line: see
-  :mod:`metrics.engines.jax_transfers` (``sites()``, ``blind_spots()``).
+  :mod:`metrics.engines.jax.implicit` (``sites()``, ``blind_spots()``).
 * Calls of functions jitted or pmapped after install (``jax.jit`` and
-  ``jax.pmap`` wrapped: :mod:`metrics.engines.jax_calls`) and of AOT-compiled
-  ones (:mod:`metrics.engines.jax_aot`): executions per graph and host time
-  (:mod:`metrics.engines.jax_executions`); the inferred step and busy % when
-  the program never marks steps (:mod:`metrics.engines.jax_steps`).
-* Device memory at scrape time (:mod:`metrics.engines.jax_devices`).
+  ``jax.pmap`` wrapped: :mod:`metrics.engines.jax.calls`) and of AOT-compiled
+  ones (:mod:`metrics.engines.jax.aot`): executions per graph and host time
+  (:mod:`metrics.engines.jax.executions`); the inferred step and busy % when
+  the program never marks steps (:mod:`metrics.engines.jax.steps`).
+* Device memory at scrape time (:mod:`metrics.engines.jax.devices`).
 
 What the hooks share (the installed engine, the compile count, the
-thread-local compile state) is :mod:`metrics.engines.jax_state`: the
+thread-local compile state) is :mod:`metrics.engines.jax.state`: the
 wrappers import it, never this module.
 
 Private JAX APIs used (each behind a check that degrades the feature, never
@@ -66,27 +66,30 @@ from typing import Any
 
 import jax
 
-from metrics.engines import device_profilers, jax_aot, jax_calls, jax_monitoring, ranks
-from metrics.engines import jax_state as state
+from metrics.engines import device_profilers, ranks
 from metrics.engines._frames import outer_user_call, skip_prefixes, user_line
 from metrics.engines._patching import Patches
 from metrics.engines.base import EngineBase
-from metrics.engines.jax_causes import LoweringHistory, param_path
-from metrics.engines.jax_describe import (
+from metrics.engines.jax import aot as jax_aot
+from metrics.engines.jax import calls as jax_calls
+from metrics.engines.jax import monitoring as jax_monitoring
+from metrics.engines.jax import state
+from metrics.engines.jax.causes import LoweringHistory, param_path
+from metrics.engines.jax.devices import DeviceMemory
+from metrics.engines.jax.eager import EagerOps
+from metrics.engines.jax.executions import Executions
+from metrics.engines.jax.explain import (
     EXPLAIN_LOGGERS,
     ExplainFilter,
     LastVariantExplainer,
     format_aval,
     parse_cache_miss,
 )
-from metrics.engines.jax_devices import DeviceMemory
-from metrics.engines.jax_eager import EagerOps
-from metrics.engines.jax_executions import Executions
-from metrics.engines.jax_explicit import ExplicitTransfers
-from metrics.engines.jax_monitoring import MonitoringRecords
-from metrics.engines.jax_state import ENGINE
-from metrics.engines.jax_steps import StepWatch
-from metrics.engines.jax_transfers import ImplicitTransfers
+from metrics.engines.jax.explicit import ExplicitTransfers
+from metrics.engines.jax.implicit import ImplicitTransfers
+from metrics.engines.jax.monitoring import MonitoringRecords
+from metrics.engines.jax.state import ENGINE
+from metrics.engines.jax.steps import StepWatch
 from metrics.recording import native
 from metrics.recording.recorder import Recorder
 from tpu_info.contract import catalog as names
@@ -367,7 +370,7 @@ class JaxEngine(EngineBase):
         return self.step_watch.busy_percent()
 
     def steps(self) -> StepsReading | None:
-        """Steps when the program never marks them (:mod:`metrics.engines.jax_steps`)."""
+        """Steps when the program never marks them (:mod:`metrics.engines.jax.steps`)."""
         return self.step_watch.steps()
 
     def blind_spots(self) -> list[str]:
@@ -392,11 +395,6 @@ class JaxEngine(EngineBase):
         except (ImportError, AttributeError):
             pass
         return v
-
-
-def create(recorder: Recorder, explain_cache_misses: bool = True, **_: Any) -> JaxEngine:
-    """The adapter ``metrics.install()`` uses; options other engines take are ignored."""
-    return JaxEngine(recorder, explain_cache_misses=explain_cache_misses)
 
 
 def _register_listeners() -> None:

@@ -5,9 +5,9 @@ what ``float(x)``, ``int(x)``, ``bool(x)`` (``if x > 0:``), ``x.tolist()``,
 ``print(x)``/``str``/``repr``/``format`` and ``jax.device_get`` read; it is
 replaced by one that, when no host copy is cached yet (``_npy_value`` is
 None), times the read and notes the caller. Host -> device: the hooks of
-:mod:`metrics.engines.jax_to_device` (``jnp.asarray`` of host data, the
+:mod:`metrics.engines.jax.to_device` (``jnp.asarray`` of host data, the
 numpy shard handlers) and the ``jax.jit`` wrapper's report of numpy
-arguments (:class:`~metrics.engines.jax_calls.JitArguments`) record here.
+arguments (:class:`~metrics.engines.jax.calls.JitArguments`) record here.
 
 The hot path walks out of library frames (jax, jaxlib, numpy, the standard
 library, this hook, and anything else installed in site-packages: see
@@ -17,7 +17,7 @@ clock readings and byte count to a journal: one ``list.extend``. A walk
 that went through another installed library (flax, optax) notes the
 outermost such frame for that line (its ``via``). Line numbers, file names
 and function names are resolved only when read
-(:mod:`metrics.engines.jax_sites`, the read side).
+(:mod:`metrics.engines.jax.sites`, the read side).
 
 Nothing is counted twice: a read under ``jax.device_get`` or a transfer
 under ``jax.device_put`` is explicit, and when the hook's own wrapper of
@@ -40,10 +40,10 @@ from typing import Any
 
 import numpy as np
 
-from metrics.engines import jax_sites
-from metrics.engines import jax_to_device as to_device
 from metrics.engines._frames import ENGINE, LIBRARY, LibraryFrames, skip_prefixes, via_words
-from metrics.engines.jax_sites import EAGER_OP, IMPLICIT_H2D, OVERFLOW, SITE_KINDS, SYNC, SyncLine
+from metrics.engines.jax import sites as jax_sites
+from metrics.engines.jax import to_device
+from metrics.engines.jax.sites import EAGER_OP, IMPLICIT_H2D, OVERFLOW, SITE_KINDS, SYNC, SyncLine
 from metrics.recording import forksafe, native
 from metrics.recording.journal import FOLD_AT
 from tpu_info.contract import catalog as names
@@ -93,7 +93,8 @@ _DETAILS = {
     "_pjit_call_impl_python": "host argument of a jitted call",
 }
 
-_METRICS_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+# metrics/: this hook's own frames (this file is metrics/engines/jax/implicit.py)
+_METRICS_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + os.sep
 _KIND_CLASS = {ENGINE: _LIB, LIBRARY: _THIRD}
 
 
@@ -146,7 +147,7 @@ class ImplicitTransfers:
         self._implicit_d2h = counter(names.IMPLICIT_TRANSFER_FROM_DEVICE)
         self._implicit_out = counter(names.IMPLICIT_OUTBOUND_BYTES)
         self._implicit_in = counter(names.IMPLICIT_INBOUND_BYTES)
-        from metrics.engines.jax_calls import JitArguments
+        from metrics.engines.jax.calls import JitArguments
 
         self.jit_arguments = JitArguments(self)  # numpy arguments of jitted calls
         self.explicit_puts_counted = False  # by the numpy shard handler (see install)
@@ -395,7 +396,7 @@ class ImplicitTransfers:
             site.first_end = first_end
         return site
 
-    # Read (metrics.engines.jax_sites) ---------------------------------------
+    # Read (metrics.engines.jax.sites) ---------------------------------------
 
     def via(self, code: Any, offset: int) -> str:
         """The library call the line at ``code``/``offset`` went through
@@ -411,7 +412,7 @@ class ImplicitTransfers:
 
     def sync_lines(self) -> list[SyncLine]:
         """Device->host syncs per line of the user's code, with their first
-        and last time (:func:`~metrics.engines.jax_sites.sync_lines`)."""
+        and last time (:func:`~metrics.engines.jax.sites.sync_lines`)."""
         return jax_sites.sync_lines(self)
 
     def clear(self) -> None:

@@ -20,7 +20,7 @@ one's implementation are the outer one's time.
 
 On each: the clock before and after, the primitive's name, and the user's
 code object and instruction offset, found with the implicit-transfer
-hook's frame classes (:class:`~metrics.engines.jax_transfers.ImplicitTransfers`,
+hook's frame classes (:class:`~metrics.engines.jax.implicit.ImplicitTransfers`,
 whose site table keeps these sites as ``EAGER_OP``, lines resolved at read
 time, with the library call they went through as ``via``). A call that
 compiled (the first of each op and shape) keeps its count but not its time:
@@ -51,10 +51,10 @@ from typing import Any
 
 import numpy as np
 
-from metrics.engines import jax_state as state
-from metrics.engines.jax_sites import EAGER_OP, OVERFLOW
-from metrics.engines.jax_transfers import _THIRD, _USER  # the walk's frame classes
-from metrics.engines.jax_transfers import MAX_CODES as _MAX_CODES
+from metrics.engines.jax import state
+from metrics.engines.jax.implicit import _THIRD, _USER  # the walk's frame classes
+from metrics.engines.jax.implicit import MAX_CODES as _MAX_CODES
+from metrics.engines.jax.sites import EAGER_OP, OVERFLOW
 from metrics.recording.journal import FOLD_AT
 
 FIELDS = 6  # (code, offset, name, start, end, separators) per record

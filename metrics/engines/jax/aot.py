@@ -24,8 +24,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from metrics.engines import jax_state as state
-from metrics.engines.jax_calls import Owner
+from metrics.engines.jax import state
+from metrics.engines.jax.calls import Owner
 from metrics.recording.journal import FOLD_AT
 
 OWNER_ATTR = "_tpu_info_owner"  # set on a Compiled object at its first counted call

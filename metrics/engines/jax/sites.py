@@ -1,6 +1,6 @@
 """The read side of the JAX transfer hook: its site table, per user line.
 
-:class:`~metrics.engines.jax_transfers.ImplicitTransfers` folds each
+:class:`~metrics.engines.jax.implicit.ImplicitTransfers` folds each
 implicit transfer into a site (one per kind, code object and instruction
 offset, at most ``MAX_SITES_PER_KIND`` per kind, the rest in one overflow
 site). Here, at read time only, the sites are folded first, their lines
@@ -25,7 +25,7 @@ from tpu_info.contract.model import SiteKind, SiteReading
 # The kinds a site is kept under (jax_transfers' record kinds of the same
 # numbers; an untimed host->device record is kept as IMPLICIT_H2D).
 SYNC, IMPLICIT_H2D = 0, 1
-EAGER_OP = 5  # eager primitives (metrics.engines.jax_eager): apart from the record kinds
+EAGER_OP = 5  # eager primitives (metrics.engines.jax.eager): apart from the record kinds
 SITE_KINDS = (SYNC, IMPLICIT_H2D, EAGER_OP)
 OTHER_SITES = "(other sites)"
 NO_USER_FRAME = "(no user frame)"

@@ -3,12 +3,12 @@ compiles and the thread-local state of a compile in progress.
 
 The one seam between the engine (:mod:`metrics.engines.jax`, which sets
 :data:`active` at install) and the wrappers that run in the user's calls
-(:mod:`~metrics.engines.jax_calls`, :mod:`~metrics.engines.jax_aot`,
-:mod:`~metrics.engines.jax_track`): they read these names and never the
+(:mod:`~metrics.engines.jax.calls`, :mod:`~metrics.engines.jax.aot`,
+:mod:`~metrics.engines.jax.track`): they read these names and never the
 engine module's, so nothing imports the engine back (no import cycle).
 
 Example:
-    >>> from metrics.engines import jax_state
+    >>> from metrics.engines.jax import state as jax_state
     >>> jax_state.active is None or jax_state.active.name == "jax"
     True
 """

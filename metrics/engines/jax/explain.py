@@ -1,6 +1,6 @@
 """How the JAX hook describes a compile: the cause JAX's
 ``jax_explain_cache_misses`` gives (captured from its logger; parsed by
-:mod:`metrics.engines.jax_causes`) and the input signature from the
+:mod:`metrics.engines.jax.causes`) and the input signature from the
 lowering step.
 
 With the flag on, JAX compares every tracing-cache miss against every cached
@@ -23,7 +23,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from metrics.engines.jax_causes import parse_cache_miss
+from metrics.engines.jax.causes import parse_cache_miss
 
 __all__ = ["EXPLAIN_LOGGERS", "ExplainFilter", "LastVariantExplainer", "format_aval",
            "parse_cache_miss"]

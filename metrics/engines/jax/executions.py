@@ -2,10 +2,10 @@
 (``jax.jit``'s, ``jax.pmap``'s, AOT-compiled calls', ``metrics.track``'s)
 folded into ``ExecuteComputation``/``ExecuteTime``, the executions of each
 graph in the ledger, and the call times steps and busy % are inferred from
-(:mod:`metrics.engines.jax_steps`).
+(:mod:`metrics.engines.jax.steps`).
 
 A record is ``CALL_FIELDS`` items: (owner, key, start, end, compiled graph
-or None); ``owner`` is a :class:`metrics.engines.jax_calls.Owner`, ``key``
+or None); ``owner`` is a :class:`metrics.engines.jax.calls.Owner`, ``key``
 the shapes and dtypes that pick its graph once it has more than one.
 
 Example:
@@ -21,7 +21,7 @@ import operator
 import time
 from typing import Any
 
-from metrics.engines.jax_state import CALL_FIELDS, ENGINE
+from metrics.engines.jax.state import CALL_FIELDS, ENGINE
 from metrics.recording import sampling
 from metrics.recording.callstats import CallTimes
 from metrics.recording.recorder import Recorder

@@ -4,11 +4,11 @@ wrapped at install, each call's bytes and time recorded into
 ``TransferFromDeviceTime``/``InboundData`` with an event per transfer.
 
 The hot path (a numpy batch into ``device_put``, counted in the numpy shard
-handler: :mod:`metrics.engines.jax_to_device`) writes one journal record,
+handler: :mod:`metrics.engines.jax.to_device`) writes one journal record,
 and reads the clock twice on one put in 16 (:mod:`metrics.recording.sampling`);
 pytrees are walked for their bytes. Implicit
 transfers (``float(x)``, ``jnp.asarray(numpy)``) are
-:mod:`metrics.engines.jax_transfers`' and never counted here too.
+:mod:`metrics.engines.jax.implicit`' and never counted here too.
 
 Example:
     >>> import jax, numpy as np, metrics                      # doctest: +SKIP
@@ -27,8 +27,8 @@ from typing import Any
 import jax
 import numpy as np
 
-from metrics.engines import jax_state as state
-from metrics.engines.jax_state import TRANSFER_FIELDS
+from metrics.engines.jax import state
+from metrics.engines.jax.state import TRANSFER_FIELDS
 from metrics.recording import events as ev
 from metrics.recording import sampling
 from metrics.recording.journal import FOLD_AT

@@ -21,11 +21,11 @@ The wrapper keeps what user code reaches for on a jitted function
 (``lower``, ``trace``, ``eval_shape``, ``clear_cache``, ``_cache_size``,
 ``__wrapped__``, ``__name__``, ``__doc__`` ...). ``jax.pmap`` is wrapped the
 same way (:func:`hook_pmap`); calls of AOT-compiled functions are counted by
-:mod:`metrics.engines.jax_aot`. Not seen: functions jitted before install,
+:mod:`metrics.engines.jax.aot`. Not seen: functions jitted before install,
 ``jax.jit`` reached through a name bound before install (``from jax import
 jit`` above ``metrics.install()``, ``jax._src.api.jit``); :func:`blind_spots`
 says so, naming the user's own such names with the line that bound them
-(:mod:`metrics.engines.jax_bound`).
+(:mod:`metrics.engines.jax.bound`).
 
 Example:
     >>> import jax, metrics                                  # doctest: +SKIP
@@ -41,7 +41,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from metrics.engines import jax_state as jx
+from metrics.engines.jax import state as jx
 from metrics.recording import native
 from metrics.recording.journal import FOLD_AT
 from metrics.recording.sampling import TIME_EVERY, TIME_FIRST
@@ -124,7 +124,7 @@ def nested_numpy_bytes(args: tuple[Any, ...], paths: tuple[tuple[Any, ...], ...]
 
 class JitArguments:
     """The one owner of "a numpy argument of a jitted call" (one per
-    :class:`~metrics.engines.jax_transfers.ImplicitTransfers`).
+    :class:`~metrics.engines.jax.implicit.ImplicitTransfers`).
 
     On one device JAX moves a numpy argument of a jitted call in C++, where
     no hook sees it, so the ``jax.jit`` wrapper hands each call's arguments
@@ -457,12 +457,12 @@ def blind_spots(hooked: dict[str, bool]) -> list[str]:
 
 def _bound_before_install(hooked: dict[str, bool]) -> list[str]:
     """The user's module-level names still bound to JAX's own ``jit``/``pmap``
-    (:mod:`metrics.engines.jax_bound`), one sentence each."""
+    (:mod:`metrics.engines.jax.bound`), one sentence each."""
     jax = sys.modules.get("jax")
     if jax is None:
         return []
-    from metrics.engines import jax_bound
     from metrics.engines._frames import frames_for, skip_prefixes
+    from metrics.engines.jax import bound as jax_bound
 
     originals = {what: getattr(getattr(jax, what, None), "__wrapped__", None)
                  for what in ("jit", "pmap") if hooked.get(what)}

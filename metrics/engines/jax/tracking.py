@@ -2,7 +2,7 @@
 attribute each to the graph it ran.
 
 It goes through the counting wrappers' public seam only
-(:func:`metrics.engines.jax_calls.counting`, :func:`metrics.engines.jax_aot.adopt`),
+(:func:`metrics.engines.jax.calls.counting`, :func:`metrics.engines.jax.aot.adopt`),
 never the engine module's state.
 
 Example:
@@ -16,8 +16,8 @@ import functools
 from collections.abc import Callable
 from typing import ParamSpec, TypeVar, cast
 
-from metrics.engines import jax_aot
-from metrics.engines.jax_calls import Owner, counting
+from metrics.engines.jax import aot as jax_aot
+from metrics.engines.jax.calls import Owner, counting
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -36,7 +36,7 @@ def track(fn: Callable[P, R], name: str | None = None) -> Callable[P, R]:
 
     A call costs one journal write, and two clock reads on the calls it
     times: its first 64, then one in 16 (see
-    :func:`metrics.engines.jax_calls.counting`). A function the hook already
+    :func:`metrics.engines.jax.calls.counting`). A function the hook already
     counts is counted once: one jitted after install is unwrapped first; an
     AOT-compiled one (``f.lower(x).compile()``) is returned as it is, its
     calls counted as tracked by the hook on ``Compiled.__call__``.
