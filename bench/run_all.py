@@ -82,6 +82,7 @@ def render_results(rows: list[Row], machine: str) -> str:
            "What each benchmark measures and why its target is what it is: "
            "`docs/performance.md`.", "",
            f"Machine of the latest run: {machine}.", "",
+           f"Rows: {_modes(rows)}.", "",
            "Each row is one verdict line a benchmark printed. *mode* `full` is a real "
            "measurement; `smoke` ran the benchmark briefly to check that it runs, and "
            "its figures mean little. *date* is when the benchmark started, *load* the "
@@ -90,6 +91,12 @@ def render_results(rows: list[Row], machine: str) -> str:
            "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     out += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows]
     return "\n".join(out) + "\n"
+
+
+def _modes(rows: list[Row]) -> str:
+    counts = {m: sum(r.mode == m for r in rows) for m in ("full", "smoke")}
+    said = [f"{n} {m}" for m, n in counts.items() if n]
+    return " and ".join(said) or "none"
 
 
 def parse_results(text: str) -> list[Row]:
