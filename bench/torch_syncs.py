@@ -6,7 +6,7 @@
 Three contenders in alternating rounds, one process: torch as it is, a
 bare pass-through Python wrapper in the same place (``torch.Tensor.item =
 lambda self: original(self)``: the floor any Python hook pays), and the
-hook (:mod:`metrics.engines.torch_syncs`, past its first 1,000 reads, which
+hook (:mod:`metrics.engines.torch.syncs`, past its first 1,000 reads, which
 are each recorded: its steady state, one read in 64 recorded). Prints ns
 per call of each and the ratios hooked / unhooked and hooked / bare
 wrapper, for ``t.item()`` of a scalar, ``t.tolist()`` of 16 floats and a
@@ -20,7 +20,7 @@ import torch
 from _common import parser, three_way_report, three_ways
 
 import metrics
-from metrics.engines import torch_syncs
+from metrics.engines.torch import syncs as torch_syncs
 
 NAMES = ("item", "tolist", "cpu")
 

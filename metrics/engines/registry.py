@@ -55,10 +55,10 @@ class EngineSpec:
 # replaces ``torch_lazy``: both read the same lazy-tensor counters.
 ENGINES: tuple[EngineSpec, ...] = (
     EngineSpec("jax", trigger="jax", adapter="metrics.engines.jax"),
-    EngineSpec("torch_compile", trigger="torch", adapter="metrics.engines.torch_compile"),
+    EngineSpec("torch_compile", trigger="torch", adapter="metrics.engines.torch.compile"),
     EngineSpec("torch_lazy", trigger="torch._lazy.ts_backend",
-               adapter="metrics.engines.torch_lazy", superseded_by=("torch_xla",)),
-    EngineSpec("torch_xla", trigger="torch_xla", adapter="metrics.engines.torch_xla"),
+               adapter="metrics.engines.torch.lazy", superseded_by=("torch_xla",)),
+    EngineSpec("torch_xla", trigger="torch_xla", adapter="metrics.engines.torch.xla"),
 )
 
 # The helpers below read ENGINES at each call (a few entries, read at install

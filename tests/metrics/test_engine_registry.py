@@ -114,11 +114,16 @@ def test_install_by_name_loads_the_adapter(fake_engine) -> None:
 
 
 def test_every_adapter_is_an_engine_base() -> None:
-    """Each registered adapter module defines a subclass of EngineBase (read
-    from the source: loading them would import torch and torch_xla)."""
+    """Each registered adapter (a module, or a package whose front door
+    offers its ``create``) defines a subclass of EngineBase and a ``create``
+    (read from the source: loading them would import torch and torch_xla)."""
     for spec in registry.ENGINES:
-        path = ROOT / Path(*spec.adapter.split(".")).with_suffix(".py")
-        source = path.read_text()
+        base = ROOT / Path(*spec.adapter.split("."))
+        if base.is_dir():  # a package: its parts define them, its __init__ offers create
+            assert "create" in (base / "__init__.py").read_text(), spec.adapter
+            source = "".join(p.read_text() for p in sorted(base.rglob("*.py")))
+        else:
+            source = base.with_suffix(".py").read_text()
         assert "(EngineBase):" in source, spec.adapter
         assert "\ndef create(" in source, spec.adapter
 

@@ -166,7 +166,7 @@ class _Part:
 
 
 def test_break_gaps_pair_parts_of_one_function_only():
-    from metrics.engines.torch_breaks import BreakGaps
+    from metrics.engines.torch.compile.breaks import BreakGaps
 
     f = ("t.py", "f")
     head, rest, other = _Part(f, None), _Part(f, 7), _Part(("t.py", "g"), None)
@@ -187,7 +187,7 @@ def test_break_gaps_pair_parts_of_one_function_only():
 
 
 def test_hook_failure_is_counted_not_raised(rec, monkeypatch):
-    from metrics.engines import torch_compile
+    from metrics.engines.torch.compile import engine as torch_compile
 
     def broken(*_args, **_kwargs):
         raise RuntimeError("boom")

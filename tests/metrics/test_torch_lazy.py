@@ -81,7 +81,7 @@ def test_graph_hashes_one_per_graph_and_cause_says_what_changed(rec, ts_backend)
 
 
 def test_text_hash_ignores_source_lines():
-    from metrics.engines.torch_lazy import diff_graphs, text_hash
+    from metrics.engines.torch.lazy import diff_graphs, text_hash
 
     a = 'graph(%p0 : Tensor):\n  %1 : Tensor = aten::relu[source="a.py f 3"](%p0)\n  return (%1)\n'
     b = a.replace("a.py f 3", "b.py g 90")
@@ -94,7 +94,7 @@ def test_text_hash_ignores_source_lines():
 def test_graph_hash_helper_matches_engine(ts_backend):
     from torch._lazy import computation
 
-    from metrics.engines.torch_lazy import graph_hash
+    from metrics.engines.torch.lazy import graph_hash
 
     y = torch.ones(2, device=ts_backend) + 1
     assert graph_hash([y]) == computation.get_graph_hash([y]).hex()

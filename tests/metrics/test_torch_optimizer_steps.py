@@ -253,7 +253,7 @@ def test_uninstall_removes_the_optimizer_hook():
 
     def ours():
         return [h for h in optimizer._global_optimizer_post_hooks.values()
-                if getattr(h, "__module__", "") == "metrics.engines.torch_optim"]
+                if getattr(h, "__module__", "") == "metrics.engines.torch.optim"]
 
     metrics.install(engines=["torch_compile"], serve=False)
     assert len(ours()) == 1

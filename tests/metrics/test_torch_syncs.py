@@ -142,7 +142,7 @@ def test_a_read_in_a_compiled_function_is_dynamos_break_and_a_site():
 
 def test_reads_after_the_first_thousand_are_sampled_estimates():
     import metrics
-    from metrics.engines import torch_syncs
+    from metrics.engines.torch import syncs as torch_syncs
 
     rec = metrics.install(engines=["torch_compile"], serve=False)
     rec.reset()

@@ -167,7 +167,7 @@ Post Compilation Analysis: {EQ}
 
 
 def test_debug_parser_reads_complete_blocks_only(tmp_path):
-    from metrics.engines._xla_debug import DebugTail, parse
+    from metrics.engines.torch.xla.debug import DebugTail, parse
 
     blocks, used = parse(BLOCK)
     assert len(blocks) == 1 and used == len(BLOCK)

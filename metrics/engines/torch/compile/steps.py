@@ -1,5 +1,5 @@
 """The step of a torch program that marks none: its optimizer's steps
-(:mod:`metrics.engines.torch_optim`) when it took at least ``MIN_CALLS``,
+(:mod:`metrics.engines.torch.optim`) when it took at least ``MIN_CALLS``,
 else inferred from its compiled graphs' calls: the graph with the most time
 among calls with gradients on (training), the same function's calls with
 gradients off (evaluation under ``torch.no_grad()``) counted apart, never as

@@ -22,7 +22,7 @@ always wins over them.
 A step inside a compiled function (``torch.compile(opt.step)``) is not
 counted: Dynamo would trace the hook's clock read and break the graph, so
 the hook returns at once while compiling, and those steps are told by the
-compiled graph's calls instead (:mod:`metrics.engines.torch_steps`).
+compiled graph's calls instead (:mod:`metrics.engines.torch.compile.steps`).
 
 Example:
     >>> from metrics.recording.recorder import Recorder
@@ -161,7 +161,7 @@ class OptimizerSteps:
 
     def steps_so_far(self) -> int:
         """Optimizer steps (and backward() calls) so far, folded or not: which
-        step a tensor read belongs to (:mod:`torch_syncs`)."""
+        step a tensor read belongs to (:mod:`~metrics.engines.torch.syncs`)."""
         return sum(e.calls for e in list(self.by_id.values())) + len(self.queue) // FIELDS
 
     def _feeds_step_time(self) -> bool:

@@ -11,7 +11,7 @@
   when the source moves. The signature lists the user's inputs
   (``x: f32[s77,3]``); parameters and buffers count in the hash only.
 * Recompile causes: Dynamo's guard failures parsed into argument / before /
-  after (:mod:`metrics.engines.torch_guards`), with the user's call site.
+  after (:mod:`metrics.engines.torch.compile.guards`), with the user's call site.
   Dynamo checks every cached graph and its metrics keep the first failure
   only; the hook sees them all and keeps the first that is not a
   global-state change (after an eval graph under ``no_grad``, a training
@@ -19,13 +19,13 @@
 * A backend (Inductor FX/AOT) cache hit is still a Dynamo (re)compile: in the
   ledger with its time and cause, and a cache hit (``CachedCompile``).
 * The backward compiled at the first ``backward()`` adds to its forward's
-  time (:mod:`metrics.engines.torch_backward`).
+  time (:mod:`metrics.engines.torch.compile.backward`).
 * Graph breaks (``GraphBreaks``, and a ``graph_break`` event with the reason
   and the user's line); the Python time across a break Dynamo resumes from,
   and the eager time of a frame it gave up on
-  (:mod:`metrics.engines.torch_breaks`).
-* Steps: the optimizer's (:mod:`metrics.engines.torch_optim`), else compiled
-  calls with gradients on (:mod:`metrics.engines.torch_steps`).
+  (:mod:`metrics.engines.torch.compile.breaks`).
+* Steps: the optimizer's (:mod:`metrics.engines.torch.optim`), else compiled
+  calls with gradients on (:mod:`metrics.engines.torch.compile.steps`).
 * Executions of each compiled graph and their time (``ExecuteComputation``,
   ``ExecuteTime``): the backend's callable is wrapped (forward graphs only;
   backward runs inside autograd).
@@ -66,21 +66,24 @@ from typing import Any
 
 import torch
 
-from metrics.engines import _torchutil as tu
-from metrics.engines import device_profilers, ranks, torch_optim, torch_syncs
-from metrics.engines import torch_breaks as brk
+from metrics.engines import device_profilers, ranks
 from metrics.engines._frames import skip_prefixes
 from metrics.engines._patching import Patches
 from metrics.engines.base import EngineBase
-from metrics.engines.torch_backward import BackwardCompiles
-from metrics.engines.torch_guards import (
+from metrics.engines.torch import devices
+from metrics.engines.torch import optim as torch_optim
+from metrics.engines.torch import syncs as torch_syncs
+from metrics.engines.torch.compile import breaks as brk
+from metrics.engines.torch.compile import graphs as tu
+from metrics.engines.torch.compile.backward import BackwardCompiles
+from metrics.engines.torch.compile.guards import (
     TypesByCompile,
     choose_reason,
     frame_values,
     parse_recompile_reason,
     source_name,
 )
-from metrics.engines.torch_steps import GradModeSteps
+from metrics.engines.torch.compile.steps import GradModeSteps
 from metrics.recording.journal import FOLD_AT
 from metrics.recording.recorder import Recorder
 from tpu_info.contract import catalog as names
@@ -374,19 +377,19 @@ class TorchCompileEngine(EngineBase):
     # Scrape time -----------------------------------------------------------
 
     def steps(self) -> StepsReading | None:
-        """Optimizer steps, else compiled graph calls (:mod:`torch_steps`)."""
+        """Optimizer steps, else compiled graph calls (:mod:`.steps`)."""
         self.calls.flush()
         return self.call_times.beside(self.optimizer.steps(), self.optimizer.step_time_note)
 
     def sites(self) -> list[SiteReading]:
         """Resumable graph breaks with the Python time across them (measured),
-        and the program's reads of tensor values (:mod:`torch_syncs`)."""
+        and the program's reads of tensor values (:mod:`~metrics.engines.torch.syncs`)."""
         self.calls.flush()
         syncs = self.syncs
         return self.gaps.sites() + (syncs.sites(self) if syncs is not None else [])
 
     def blind_spots(self) -> list[str]:
-        """The tensor reads the sync hook does not count (:mod:`torch_syncs`)."""
+        """The tensor reads the sync hook does not count (:mod:`~metrics.engines.torch.syncs`)."""
         syncs = self.syncs
         return syncs.blind_spots(self) if syncs is not None else []
 
@@ -395,7 +398,7 @@ class TorchCompileEngine(EngineBase):
         is loaded: its adapter lists the devices the program uses)."""
         if "torch_xla" in sys.modules and not torch.cuda.is_available():
             return []
-        return tu.torch_devices(torch)
+        return devices.torch_devices(torch)
 
     def rank(self) -> ranks.Rank | None:
         return ranks.from_torch_distributed()

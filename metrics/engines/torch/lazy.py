@@ -32,7 +32,7 @@ Private APIs used (each behind a check that degrades the feature):
 
 Reads of lazy tensors' values (``.item()``, ``.tolist()``, ``.cpu()``: each
 runs the pending graph and waits) are counted per user line by
-:mod:`metrics.engines.torch_syncs` (``sites()``).
+:mod:`metrics.engines.torch.syncs` (``sites()``).
 """
 
 from __future__ import annotations
@@ -48,10 +48,11 @@ from typing import Any
 import torch
 import torch._lazy
 
-from metrics.engines import _foreign, device_profilers, ranks, torch_syncs
+from metrics.engines import _foreign, device_profilers, ranks
 from metrics.engines._frames import skip_prefixes, user_location
 from metrics.engines._patching import Patches
 from metrics.engines.base import EngineBase
+from metrics.engines.torch import syncs as torch_syncs
 from metrics.recording.recorder import Recorder
 from tpu_info.contract import catalog as names
 from tpu_info.contract.cause_kinds import CauseKind
@@ -162,7 +163,7 @@ class TorchLazyEngine(EngineBase):
         self._patches.restore()
 
     def sites(self) -> list[SiteReading]:
-        """Reads of tensor values per user line (:mod:`torch_syncs`): each
+        """Reads of tensor values per user line (:mod:`~metrics.engines.torch.syncs`): each
         one of a lazy tensor runs the graph pending so far and waits."""
         syncs = self.syncs
         return syncs.sites(self) if syncs is not None else []

@@ -56,8 +56,8 @@ from metrics import config
 from metrics.engines import _foreign, device_profilers, ranks
 from metrics.engines._frames import skip_prefixes
 from metrics.engines._patching import Patches
-from metrics.engines._xla_debug import CompileAnalysis, DebugTail
 from metrics.engines.base import EngineBase
+from metrics.engines.torch.xla.debug import CompileAnalysis, DebugTail
 from metrics.recording.recorder import Recorder
 from tpu_info.contract.cause_kinds import CauseKind, xla_warm_up
 from tpu_info.contract.model import (
