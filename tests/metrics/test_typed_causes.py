@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from metrics.engines.jax_causes import LoweringHistory, parse_cache_miss
-from metrics.engines.torch_guards import parse_recompile_reason
+from metrics.engines.torch.compile.guards import parse_recompile_reason
 from tpu_info.contract.cause_kinds import CauseKind
 from tpu_info.contract.model import RecompileCause
 from tpu_info.views.causes import _typed_from_text, classify, typed
