@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+SYSTEM = ROOT / "tests" / "system"
 
 # Several CPU devices for multi-device tests; must be set before jax imports.
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=4")
@@ -41,3 +42,60 @@ def fresh_metrics():
     rec.reset()
     yield rec
     rec.reset()
+
+
+# `make test-fast` (``--fast``): unit tests only. Left out: every test under
+# tests/system (whole programs, faults) and every test marked ``slow``. A test
+# it keeps that starts a process (a hooked program, the torch_xla venv,
+# Prometheus, a browser, tmux, a compiler) fails, saying to mark it slow.
+_SPAWNS = frozenset({"subprocess.Popen", "os.posix_spawn", "os.fork", "os.forkpty",
+                     "os.system", "os.exec"})
+_running: list[str] = []
+_spawned: dict[str, list[str]] = {}
+
+
+def _record_spawn(event: str, args: tuple) -> None:
+    if _running and event in _SPAWNS:
+        _spawned.setdefault(_running[-1], []).append(f"{event} {args[:2]!r}"[:200])
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--fast", action="store_true", default=False,
+                     help="unit tests only (make test-fast): no tests/system, no test marked "
+                          "slow, and a kept test that starts a process fails")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if config.getoption("fast"):
+        sys.addaudithook(_record_spawn)  # audit hooks cannot be removed: --fast runs only
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if SYSTEM in item.path.parents:
+            item.add_marker(pytest.mark.slow)
+    if config.getoption("fast"):
+        slow = [item for item in items if item.get_closest_marker("slow") is not None]
+        if slow:
+            config.hook.pytest_deselected(items=slow)
+            items[:] = [item for item in items if item.get_closest_marker("slow") is None]
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
+    _running.append(item.nodeid)
+    try:
+        yield
+    finally:
+        _running.pop()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    outcome = yield
+    report = outcome.get_result()
+    spawns = _spawned.pop(item.nodeid, None)
+    if spawns and report.outcome != "failed":
+        report.outcome = "failed"
+        report.longrepr = (f"make test-fast runs unit tests only, and this test starts a process "
+                           f"in its {call.when}: mark it @pytest.mark.slow\n  " + "\n  ".join(spawns))

@@ -151,6 +151,7 @@ def test_install_before_torch_hooks_torch_compile_when_imported(tmp_path):
     assert any("size mismatch at index 0. expected 3, actual 4" in c for c in out["causes"]), out
 
 
+@pytest.mark.slow
 def test_no_engine_ever_imported_says_so_in_the_report(tmp_path):
     code = ("import metrics\nmetrics.install(serve=False)\n"
             "print(getattr(metrics, 'waiting_engines', list)())\nprint(metrics.metrics_report())\n"
@@ -267,6 +268,7 @@ def test_tpu_info_run_shares_the_watcher_and_hooks_an_engine_imported_later(tmp_
     assert "torch compiles: 1" in out, out
 
 
+@pytest.mark.slow
 def test_a_fork_while_another_thread_holds_the_watchers_lock_does_not_hang(tmp_path):
     (tmp_path / "late_engine_f.py").write_text("X = 1\n")
     code = textwrap.dedent(f"""
@@ -333,6 +335,7 @@ def test_an_engine_import_never_waits_long_for_a_busy_install(tmp_path):
     assert "during: [] True" in r.stdout and "after: ['jax'] False" in r.stdout, r.stdout
 
 
+@pytest.mark.slow
 def test_tpu_info_run_hooks_jax_before_the_programs_first_line_after_import(tmp_path):
     """The engine is hooked while its import finishes (its module still marked
     initializing by importlib), so functions jitted at module level right after

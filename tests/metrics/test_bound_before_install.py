@@ -72,6 +72,7 @@ def bound_program(tmp_path_factory: pytest.TempPathFactory):
     return got, doctor.stdout, f"train.py:{line}"
 
 
+@pytest.mark.slow
 def test_the_snapshot_names_the_bound_name_and_its_line_first(bound_program):
     got, _, where = bound_program
     assert not got["steps"]  # the loop's calls went through JAX's own jit: none counted
@@ -83,6 +84,7 @@ def test_the_snapshot_names_the_bound_name_and_its_line_first(bound_program):
     assert not any("reached through a name bound before install" in b for b in got["blind"])
 
 
+@pytest.mark.slow
 def test_doctor_blames_the_bound_name_not_a_missing_mark_step(bound_program):
     _, doctor, where = bound_program
     steps = [ln for ln in doctor.splitlines() if "/steps:" in ln]

@@ -33,6 +33,7 @@ def _gone_within(proc: psutil.Process, seconds: float) -> bool:
         return False
 
 
+@pytest.mark.slow
 def test_a_helper_serves_the_program_and_leaves_with_it(tmp_path):
     env = {"TPU_INFO_SERVE": "process", "TPU_INFO_RUNTIME_DIR": str(tmp_path)}
     with HookedProgram(env=env) as prog:
@@ -64,6 +65,7 @@ def test_a_helper_serves_the_program_and_leaves_with_it(tmp_path):
         assert not (tmp_path / f"{prog.proc.pid}.json").exists()
 
 
+@pytest.mark.slow
 def test_the_helper_leaves_when_the_program_is_killed(tmp_path):
     env = {"TPU_INFO_SERVE": "process", "TPU_INFO_RUNTIME_DIR": str(tmp_path)}
     with HookedProgram(env=env) as prog:
@@ -73,6 +75,7 @@ def test_the_helper_leaves_when_the_program_is_killed(tmp_path):
         assert _gone_within(helper, 15)
 
 
+@pytest.mark.slow
 def test_a_taken_port_is_a_bind_error_and_no_helper_stays():
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
@@ -92,6 +95,7 @@ def test_a_taken_port_is_a_bind_error_and_no_helper_stays():
             pytest.fail("the helper of a failed bind is still running")
 
 
+@pytest.mark.slow
 def test_a_failing_snapshot_is_an_error_answer_not_a_dead_helper():
     calls = []
 
@@ -112,6 +116,7 @@ def test_a_failing_snapshot_is_an_error_answer_not_a_dead_helper():
         exporter.stop()
 
 
+@pytest.mark.slow
 def test_a_recompile_reaches_watchers_of_the_helper_through_a_flood_of_steps():
     from metrics.recording.recorder import Recorder
     from metrics.recording.snapshot import build
@@ -135,6 +140,7 @@ def test_a_recompile_reaches_watchers_of_the_helper_through_a_flood_of_steps():
         exporter.stop()
 
 
+@pytest.mark.slow
 def test_serving_from_a_helper_is_the_default(tmp_path):
     """Issue 14: in the program, a one-process flood costs it most of its step
     rate (bench/attack.py); from the helper, ten snapshot builds a second."""

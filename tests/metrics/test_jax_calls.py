@@ -193,6 +193,7 @@ print(json.dumps({"blind": list(s.blind_spots),
 """
 
 
+@pytest.mark.slow
 def test_functions_jitted_before_install_are_a_blind_spot():
     r = run_python(_BEFORE_INSTALL)
     assert r.returncode == 0, r.stderr
@@ -206,6 +207,7 @@ def test_functions_jitted_before_install_are_a_blind_spot():
                for b in out["blind"])
 
 
+@pytest.mark.slow
 def test_install_before_import_wraps_jit():
     """``tpu-info run`` and ``metrics.install()`` above ``import jax``: the
     hook goes in when the import finishes, so every function is counted."""
@@ -241,6 +243,7 @@ def test_inferred_steps_are_shown_as_inferred(fresh_metrics):
     assert "basis: jit(train_step): the jitted function with the most time (1,200 calls)" in report
 
 
+@pytest.mark.slow
 def test_uninstall_restores_jax_jit_and_wrapped_functions_pass_through():
     r = run_python("import jax, jax.numpy as jnp, metrics\n"
                    "from jax._src import api\n"
@@ -312,6 +315,7 @@ print(json.dumps([s.steps.count, s.steps.source, s.steps.basis, s.steps.seconds_
 """
 
 
+@pytest.mark.slow
 def test_steps_inferred_from_the_most_frequent_sync_when_no_jitted_call_is_seen(tmp_path):
     """A step jitted before install is invisible, but its per-step float()
     is not: the steps come from that line, labelled, and the time between
@@ -402,6 +406,7 @@ print(json.dumps({"execs": {g.name: g.executions for g in s.graphs if g.executio
 """
 
 
+@pytest.mark.slow
 def test_pmap_calls_count_as_executions_of_their_graph():
     """``jax.pmap`` is wrapped at install like ``jax.jit``: each call is an
     execution of the pmapped graph (in JAX 0.10 a jit of shard_map), not of
@@ -429,6 +434,7 @@ print(json.dumps([eng.blind_spots(), eng.degraded, run(jnp.ones(2)).tolist()]))
 """
 
 
+@pytest.mark.slow
 def test_missing_aot_and_pmap_names_degrade_with_a_reason_and_a_blind_spot():
     r = run_python(_AOT_PMAP_MISSING)
     assert r.returncode == 0, r.stderr

@@ -273,6 +273,7 @@ def _program_line(marker: str) -> int:
     return next(i for i, ln in enumerate(MOVES_PROGRAM.splitlines(), 1) if marker in ln)
 
 
+@pytest.mark.slow
 def test_silent_device_move_is_named(moves):
     """JAX logs no explanation for this recompile (tracing cache hit, lowering
     cache miss): the previous lowering's input shardings name it."""
@@ -283,6 +284,7 @@ def test_silent_device_move_is_named(moves):
     _only_its_advice(message, "sharding/device")
 
 
+@pytest.mark.slow
 def test_committed_to_uncommitted_is_named(moves):
     kind, message = moves["jit(loose)"]
     assert kind == _slug("sharding/device"), message
@@ -291,6 +293,7 @@ def test_committed_to_uncommitted_is_named(moves):
     _only_its_advice(message, "sharding/device")
 
 
+@pytest.mark.slow
 def test_sharding_change(moves):
     kind, message = moves["jit(spread)"]
     assert kind == _slug("sharding"), message
@@ -299,6 +302,7 @@ def test_sharding_change(moves):
     _only_its_advice(message, "sharding")
 
 
+@pytest.mark.slow
 def test_mesh_context(moves):
     kind, message = moves["jit(meshed)"]
     assert kind == _slug("config/context: mesh"), message
@@ -307,6 +311,7 @@ def test_mesh_context(moves):
     _only_its_advice(message, "config/context: mesh")
 
 
+@pytest.mark.slow
 def test_names_from_the_signature_with_the_users_own_flag_on(moves):
     kind, message = moves["jit(flagged)"]
     assert kind == _slug("static argument"), message

@@ -36,6 +36,7 @@ def runtime_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     local_socket.remember(rt, ())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("factory", [None, HelperServer], ids=["in_process", "helper"])
 def test_the_record_names_a_private_socket_that_clients_dial(runtime_dir: Path,
                                                              factory) -> None:
@@ -139,6 +140,7 @@ def test_a_path_too_long_for_a_socket_serves_over_tcp(tmp_path: Path,
         exporter.stop(grace=0)
 
 
+@pytest.mark.slow
 def test_a_fork_child_closes_its_copy_of_the_socket(runtime_dir: Path) -> None:
     exporter = export.start(_snapshot, port=0)
     path = str(runtime_dir / f"{os.getpid()}.sock")

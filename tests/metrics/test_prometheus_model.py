@@ -43,6 +43,7 @@ def promtool_check(text: str) -> None:
     assert r.returncode == 0 and not (r.stdout + r.stderr).strip(), r.stdout + r.stderr
 
 
+@pytest.mark.slow
 def test_engine_op_counters_are_one_family_with_an_op_label():
     ops = {"lazy::add": 5, "lazy::mm": 2, "xla::addmm": 3, "aten::nonzero": 1}
     snap = dataclasses.replace(make_snapshot(), counters=make_snapshot().counters + tuple(
@@ -58,6 +59,7 @@ def test_engine_op_counters_are_one_family_with_an_op_label():
     promtool_check(text)
 
 
+@pytest.mark.slow
 def test_every_counter_is_present_at_zero_before_the_first_event():
     snap = snapshot_build.build(Recorder())  # a real recorder that saw nothing yet
     text, _ = exposition(lambda: snap)
@@ -154,6 +156,7 @@ def test_graph_series_are_stable_and_grow_across_graph_churn():
                                                           ()): 0.0}
 
 
+@pytest.mark.slow
 def test_families_add_constant_labels_to_every_series_and_stay_promtool_clean():
     """The host exporter's call: one process's families with host/pid/rank on
     every series (the process info's own host/pid give way)."""
@@ -178,6 +181,7 @@ def test_families_add_constant_labels_to_every_series_and_stay_promtool_clean():
     promtool_check(text)
 
 
+@pytest.mark.slow
 def test_served_endpoint_has_the_default_process_and_python_collectors():
     from prometheus_client.openmetrics import parser as om_parser
 

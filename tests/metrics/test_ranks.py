@@ -53,6 +53,7 @@ def test_an_engine_with_several_processes_beats_the_environment(monkeypatch):
     assert job_rank([_Broken(None)]) is None
 
 
+@pytest.mark.slow
 def test_a_jax_program_carries_its_rank_in_the_snapshot():
     out = run_python("""
 import jax, jax.numpy as jnp

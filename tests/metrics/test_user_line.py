@@ -130,33 +130,39 @@ def own_library(tmp_path_factory: pytest.TempPathFactory):
     return _run(tmp_path_factory.mktemp("own"), f"/nowhere{os.pathsep}{{site}}")
 
 
+@pytest.mark.slow
 def test_a_sync_inside_a_library_is_at_the_users_line_via_the_library(library_user):
     got, user, _ = library_user
     assert ["sync", user["read"], "mylib read"] in got["sites"], got["sites"]
 
 
+@pytest.mark.slow
 def test_a_transfer_inside_a_library_is_at_the_users_line(library_user):
     got, user, _ = library_user
     assert ["implicit_to_device", user["put"], "mylib to_device"] in got["sites"], got["sites"]
 
 
+@pytest.mark.slow
 def test_a_compile_through_a_library_jit_is_at_the_users_call(library_user):
     got, user, _ = library_user
     assert ["jit(<lambda>)", user["step"], "mylib jit"] in got["compiles"], got["compiles"]
 
 
+@pytest.mark.slow
 def test_eager_ops_inside_a_library_layer_are_at_the_users_call(library_user):
     got, user, _ = library_user
     at_layer = [c for c in got["compiles"] if c[1] == user["layer"]]
     assert at_layer and all(c[2] == "mylib nn.Linear" for c in at_layer), got["compiles"]
 
 
+@pytest.mark.slow
 def test_a_recompile_cause_is_at_the_users_call_via_the_library(library_user):
     got, user, _ = library_user
     causes = [c for c in got["causes"] if c[0] == "jit(<lambda>)" and "changed" in c[1]]
     assert causes and causes[0][2:] == [user["recompile"], "mylib jit"], got["causes"]
 
 
+@pytest.mark.slow
 def test_no_line_points_into_the_library(library_user):
     got, _, _ = library_user
     lines = [s[1] for s in got["sites"]] + [c[1] for c in got["compiles"]] + [
@@ -164,6 +170,7 @@ def test_no_line_points_into_the_library(library_user):
     assert lines and not [x for x in lines if x and "site-packages" in x], lines
 
 
+@pytest.mark.slow
 def test_user_paths_make_an_installed_package_the_users_own(own_library):
     got, _, lib = own_library
     assert ["sync", lib["read"], ""] in got["sites"], got["sites"]

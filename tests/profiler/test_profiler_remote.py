@@ -92,6 +92,7 @@ def tpu_info(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str
                           cwd=ROOT)
 
 
+@pytest.mark.slow
 def test_tpu_info_profile_captures_another_process(program, tmp_path) -> None:
     out = tmp_path / "trace.json.gz"
     r = tpu_info("--timeout", "10", "profile", "--target", program.address, "--duration", "1.5",
@@ -113,6 +114,7 @@ def test_tpu_info_profile_captures_another_process(program, tmp_path) -> None:
     assert pids == {program.pid}
 
 
+@pytest.mark.slow
 def test_tpu_info_profile_by_pid_with_device_traces(device_program, tmp_path) -> None:
     out = tmp_path / "out" / "run.json"
     r = tpu_info("--timeout", "10", "profile", "--pid", str(device_program.pid),
@@ -128,6 +130,7 @@ def test_tpu_info_profile_by_pid_with_device_traces(device_program, tmp_path) ->
     assert all(Path(p).name.startswith("run.device-") for p in written)
 
 
+@pytest.mark.slow
 def test_a_concurrent_remote_capture_is_refused_cleanly(program, tmp_path) -> None:
     first: list[bytes] = []
     t = threading.Thread(target=lambda: first.append(
@@ -216,6 +219,7 @@ def test_old_hook_without_capture_is_a_clear_error() -> None:
     (["profile", "--pid", "1", "--target", "localhost:1", "-o", "t.json"], "not allowed"),
     (["profile", "--pid", "999999999", "-o", "t.json"], "no hooked process with pid"),
 ])
+@pytest.mark.slow
 def test_profile_usage_errors_are_one_line(args, needle, tmp_path) -> None:
     env = dict(os.environ, PYTHONPATH=str(ROOT), TPU_INFO_RUNTIME_DIR=str(tmp_path / "rt"))
     r = tpu_info(*args, env=env)

@@ -13,6 +13,8 @@ import pytest
 
 from tests.conftest import ROOT
 
+pytestmark = pytest.mark.slow  # every test runs `tpu-info` or a hooked program in a subprocess
+
 CLI = [sys.executable, "-m", "tpu_info"]
 
 PROGRAM = r"""

@@ -88,6 +88,7 @@ def test_streaming_into_a_pipe_appends_each_look(hooked):  # noqa: F811
     assert rows[0] == "pid, steps" and rows[1].startswith(f"{pid}, ") and rows[2] != rows[0]
 
 
+@pytest.mark.slow
 def test_streaming_on_a_terminal_redraws_in_place(hooked):  # noqa: F811
     import pty
 
@@ -177,6 +178,7 @@ def test_version_is_googles_three_lines(capsys):
     assert capsys.readouterr().out.splitlines()[0].startswith("- tpu-info version: ")
 
 
+@pytest.mark.slow
 def test_ascii_stdout_degrades(hooked):  # noqa: F811
     hooked()
     env = dict(hooked.env, LANG="C", LC_ALL="C", PYTHONIOENCODING="ascii", COLUMNS="160")
@@ -214,6 +216,7 @@ def test_narrow_terminals_keep_every_number(name: str, width: int):
                 assert any(" ".join(t.split()) in out for t in texts), (col.header, texts)
 
 
+@pytest.mark.slow
 def test_watch_refuses_without_a_terminal():
     env = dict(os.environ, PYTHONPATH=str(ROOT), TPU_INFO_RUNTIME_DIR="/nonexistent-tpu-info")
     try:

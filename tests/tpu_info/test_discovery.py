@@ -153,6 +153,7 @@ def test_scan_missing_directory_is_empty_without_warnings(tmp_path: Path):
     assert s.processes == () and s.skipped == ()
 
 
+@pytest.mark.slow
 def test_dead_pid_is_skipped_and_removed(rdir: Path, caplog):
     pid = dead_pid()
     dead = write_record(rdir, pid)
@@ -176,6 +177,7 @@ def test_reused_pid_is_skipped_and_removed(rdir: Path):
     assert not path.exists()
 
 
+@pytest.mark.slow
 def test_records_that_are_not_removed(rdir: Path, tmp_path: Path):
     """Never another user's file, never through a symlink, never a live one,
     never when told not to, and never when a socket of ours holds its port."""
@@ -203,6 +205,7 @@ def test_records_that_are_not_removed(rdir: Path, tmp_path: Path):
     assert kept.exists()
 
 
+@pytest.mark.slow
 def test_record_rewritten_while_judged_is_kept(rdir: Path):
     """The pid was reused and its new process wrote a fresh record between
     the read and the removal: the fresh record stays."""
@@ -232,6 +235,7 @@ def test_many_skipped_records_summarise_in_a_few_lines(rdir: Path):
     assert lines[-1] == "95 more records skipped: 95 corrupt"
 
 
+@pytest.mark.slow
 def test_rescanner_reads_again_only_when_the_directory_changes(rdir: Path):
     for n in range(300):
         (rdir / f"{1_000_000 + n}.json").write_text("{}")  # corrupt: never removed
@@ -345,6 +349,7 @@ def test_reader_refuses_unsafe_directory(tmp_path: Path, case: str):
     assert [k.reason for k in s.skipped] == [reader.BAD_DIRECTORY]
 
 
+@pytest.mark.slow
 def test_reader_imports_no_metrics_or_engines():
     code = ("import sys, tpu_info.net.discovery, tpu_info.commands.run; "
             "bad = [m for m in ('metrics', 'jax', 'torch') if m in sys.modules]; "
@@ -352,6 +357,7 @@ def test_reader_imports_no_metrics_or_engines():
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT, timeout=60)
 
 
+@pytest.mark.slow
 def test_the_writer_shares_the_record_rules_not_the_reader():
     """The hook in the user's program loads what a record is, never the
     directory scan (``tpu_info.net.discovery``, /proc listeners, psutil)."""
@@ -457,6 +463,7 @@ def test_a_bad_capture_secret_is_a_corrupt_record(rdir, bad):
     assert not scan.processes and scan.skipped[0].reason == reader.CORRUPT
 
 
+@pytest.mark.slow
 def test_a_forked_child_gets_its_own_capture_secret():
     code = textwrap.dedent("""
         import os
@@ -476,6 +483,7 @@ def test_a_forked_child_gets_its_own_capture_secret():
     assert r.stdout.strip() == "True", r.stderr
 
 
+@pytest.mark.slow
 def test_doctor_with_thousands_of_stale_records_prints_a_few_lines(rdir: Path):
     for n in range(3000):
         write_record(rdir, 4_200_000 + n)  # above any pid_max: dead

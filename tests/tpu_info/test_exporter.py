@@ -68,6 +68,7 @@ def v5e_scan(tmp_path: Path):
     return lambda: scan_local(str(sysfs), str(proc), str(dev), nvml_loader=None)
 
 
+@pytest.mark.slow
 def test_processes_come_and_go_and_a_silent_one_costs_its_timeout(tmp_path, v5e_scan):
     runtime = tmp_path / "run"
     runtime.mkdir(mode=0o700)
@@ -148,6 +149,7 @@ def test_bad_flags_are_one_line_and_exit_2(argv, message, capsys):
     assert message in err and err.count("\n") == 1
 
 
+@pytest.mark.slow
 def test_the_command_serves_writes_file_sd_and_cleans_up(tmp_path):
     sd = tmp_path / "sd" / "h1.json"
     sd.parent.mkdir()
@@ -187,6 +189,7 @@ def test_an_unsafe_runtime_directory_is_said_and_counted(tmp_path, caplog):
     assert caplog.text.count("not reading") == 1
 
 
+@pytest.mark.slow
 def test_the_example_scrape_config_is_valid():
     promtool = shutil.which("promtool")
     if promtool is None:

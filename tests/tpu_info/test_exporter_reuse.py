@@ -74,6 +74,7 @@ def _promtool_check(text: str) -> None:
     assert r.returncode == 0, r.stdout + r.stderr
 
 
+@pytest.mark.slow
 def test_a_poll_rebuilds_and_encodes_only_what_changed_and_serves_the_same_bytes(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     built = _Counting(monkeypatch, prometheus, "cumulative_buckets")

@@ -320,6 +320,7 @@ def _scrape(snapshot: Snapshot) -> str:
     return generate_latest(reg).decode()
 
 
+@pytest.mark.slow
 def test_prometheus_gauges_per_finding_kind():
     from prometheus_client.parser import text_string_to_metric_families
     text = _scrape(_busy())

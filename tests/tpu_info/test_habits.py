@@ -103,6 +103,7 @@ def _in_a_pipe(env: dict[str, str]) -> bytes:
                           capture_output=True, timeout=30, check=True).stdout
 
 
+@pytest.mark.slow
 def test_no_color_turns_colour_off_on_a_terminal():
     assert RED in _on_a_terminal(_env())  # a terminal gets colour ...
     for env in (_env(NO_COLOR="1"), _env(NO_COLOR="1", FORCE_COLOR="1")):
@@ -112,6 +113,7 @@ def test_no_color_turns_colour_off_on_a_terminal():
     assert RED in _on_a_terminal(_env(NO_COLOR=""))  # empty: not set (no-color.org)
 
 
+@pytest.mark.slow
 def test_force_color_colours_a_pipe_that_stays_a_pipe():
     assert RED not in _in_a_pipe(_env())
     for level in ("1", "2", "3"):
@@ -121,6 +123,7 @@ def test_force_color_colours_a_pipe_that_stays_a_pipe():
     assert RED not in _in_a_pipe(_env(FORCE_COLOR=""))
 
 
+@pytest.mark.slow
 def test_force_color_streaming_to_a_pipe_appends_frames():
     """`FORCE_COLOR=1 tpu-info -l S | less -R`: colour, and no cursor movement
     (before: rich took FORCE_COLOR for a terminal and redrew in place)."""
@@ -159,6 +162,7 @@ def test_streamed_process_and_metric_frames_carry_the_time(flags, stamped):
     assert bool(STAMP.search(out.getvalue())) is stamped, out.getvalue()
 
 
+@pytest.mark.slow
 def test_minus_l_minus_p_to_a_pipe_stamps_every_frame():
     try:
         out = subprocess.run([sys.executable, "-m", "tpu_info", "--no-discovery", "-p", "-l",
@@ -200,16 +204,19 @@ def _complete(words: list[str], shell: str = "bash") -> list[str]:
     (["exporter", "--li"], {"--listen"}),
     (["--timeout", "3", "report", "--pid", "12", "--j"], {"--json"}),
 ])
+@pytest.mark.slow
 def test_completion_offers_what_the_parser_takes(words, offered):
     assert offered <= set(_complete(words)), _complete(words)
 
 
+@pytest.mark.slow
 def test_completion_leaves_the_program_after_run_to_the_shell():
     assert _complete(["run", "--", "python", "-"]) == []
     assert _complete(["--query", ""]) and not any(w.startswith("-") for w in
                                                   _complete(["--query", ""]))
 
 
+@pytest.mark.slow
 def test_completion_knows_every_flag_of_every_subcommand():
     """Generated from the argparse tree: a new flag needs no edit here."""
     parser = build_parser()

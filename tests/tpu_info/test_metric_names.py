@@ -88,6 +88,7 @@ def _dropped(text: str) -> dict[str, float]:
     return out
 
 
+@pytest.mark.slow
 def test_the_hooks_own_endpoint_leaves_out_and_counts_hostile_names() -> None:
     rec = _hostile_recorder()
     server = hook_prometheus.start_http(lambda: build(rec, (), 0), port=0)
@@ -113,6 +114,7 @@ def _record(runtime: Path, name: str, port: int) -> None:
         "start_time": psutil.Process().create_time()}))
 
 
+@pytest.mark.slow
 def test_the_exporter_over_hostile_processes_passes_promtool(tmp_path: Path) -> None:
     rec = _hostile_recorder()
     hook = export.start(lambda since: build(rec, (), since), port=0, workers=2)

@@ -13,6 +13,7 @@ from tpu_info.proto import regen  # noqa: E402
 PROTO_DIR = Path(regen.__file__).resolve().parent
 
 
+@pytest.mark.slow
 def test_generated_code_is_fresh(tmp_path: Path) -> None:
     written = regen.regenerate(tmp_path)
     stale = []

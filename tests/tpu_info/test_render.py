@@ -283,6 +283,7 @@ def test_any_strings_any_width(name: str, target: str, width: int):
     validate(to_json(views, local=v5e_scan(), header=header()))
 
 
+@pytest.mark.slow
 def test_render_imports_nothing_heavy():
     from tests.conftest import run_python
 
@@ -294,6 +295,7 @@ def test_render_imports_nothing_heavy():
     assert res.stdout.strip() == "[]"
 
 
+@pytest.mark.slow
 def test_outputs_are_siblings_over_one_view():
     """--json, the text report and the tables each read tpu_info.views.derived; none
     renders another (the N/A list once came from drawing the tables at width

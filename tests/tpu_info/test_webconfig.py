@@ -92,6 +92,7 @@ BAD = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name, text, message", BAD, ids=[b[0] for b in BAD])
 def test_a_bad_file_is_one_line_naming_it(pki: Path, tmp_path: Path, name, text, message):
     where = tmp_path / "cfg"
@@ -119,6 +120,7 @@ def test_the_exporter_says_it_in_one_line_and_exits_2(tmp_path: Path, capsys, ar
     assert message in err and "--web.config.file" in err and err.count("\n") == 1, err
 
 
+@pytest.mark.slow
 def test_client_auth_types_map_to_verify_modes(pki: Path):
     expected = {"NoClientCert": ssl.CERT_NONE, "RequestClientCert": ssl.CERT_NONE,
                 "RequireAnyClientCert": ssl.CERT_REQUIRED,
@@ -139,6 +141,7 @@ def test_client_auth_types_map_to_verify_modes(pki: Path):
     assert webconfig.load(_write(pki, "")).tls is None  # an empty file: plain HTTP
 
 
+@pytest.mark.slow
 def test_https_with_basic_auth_and_the_landing_page(pki: Path):
     cfg = webconfig.load(_write(pki, f"""
         tls_server_config: {{cert_file: server.crt, key_file: server.key}}
@@ -169,6 +172,7 @@ def test_https_with_basic_auth_and_the_landing_page(pki: Path):
     assert cfg.users == {"prom": HASH.encode()}
 
 
+@pytest.mark.slow
 def test_client_certificates_are_required_and_verified(pki: Path):
     cfg = webconfig.load(_write(pki, """
         tls_server_config:
@@ -205,6 +209,7 @@ def test_a_header_that_passed_is_not_checked_again_and_failures_have_a_budget():
     assert auth(good) and auth.checks <= 2 + webconfig.CHECK_BURST
 
 
+@pytest.mark.slow
 def test_the_hook_runs_on_without_its_endpoint_when_the_file_is_bad(tmp_path: Path):
     program = ("import metrics, urllib.request\n"
                "metrics.install(serve='thread', port=0, prometheus_port=0)\n"
@@ -236,6 +241,7 @@ def test_the_exporter_has_a_landing_page_linking_metrics():
         ex.stop()
 
 
+@pytest.mark.slow
 def test_connections_that_never_handshake_do_not_keep_a_scrape_out(pki: Path):
     from tpu_info.net.bounded_http import MAX_CONNECTIONS
 
@@ -273,6 +279,7 @@ def _replace(path: Path, data: bytes) -> None:
     os.replace(tmp, path)
 
 
+@pytest.mark.slow
 def test_rotated_certificates_and_new_passwords_serve_without_a_restart(
         pki: Path, tmp_path: Path, caplog):
     where = tmp_path / "etc"
