@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml setup.py constraints.txt metrics/recording/_native.c
 	$(PY) -m pip show tpu-info 2>/dev/null | grep '^Editable project location:' >/dev/null \
 		&& $(PY) -m pip uninstall -q -y tpu-info || true
 	@# torch by name: the [torch] extra never installs or changes torch.
-	$(PY) -m pip install -q -c constraints.txt -e '.[jax,torch,dev]' torch
+	$(PY) -m pip install -q -c constraints.txt -e '.[jax,torch,dev,docs]' torch
 	touch $(STAMP)
 
 venv: $(STAMP)

@@ -3,8 +3,8 @@ names each, its default, how it is parsed and what it means.
 
 Callers read a variable through this module (:func:`port`, :func:`flag`,
 :func:`text`, :func:`serve`), never ``os.environ`` with a literal name; the
-README's table of variables lists :data:`VARIABLES` in this order and with
-these meanings (``tests/metrics/test_config.py`` holds the two together). Three are
+table of variables in ``docs/environment.md`` lists :data:`VARIABLES` in this order
+and with these meanings (``tests/metrics/test_config.py`` holds the two together). Three are
 also named outside ``metrics``, where this module cannot be imported, and
 the test checks they agree: ``TPU_INFO_RUNTIME_DIR`` (read by
 ``tpu_info.net.discovery``, shared with the CLI) and ``TPU_INFO_AUTOINSTALL``
@@ -37,7 +37,7 @@ __all__ = ["Variable", "VARIABLES", "PORT", "BIND", "PROMETHEUS_PORT", "PROMETHE
            "SERVE", "DEVICE_CAPTURE", "RUNTIME_DIR", "AUTOINSTALL", "XLA_DEBUG_OWNER",
            "USER_PATHS", "PURE_PYTHON", "SAVE", "SUMMARY",
            "text", "is_set", "flag", "port", "serve", "serve_word", "SERVE_WORDS",
-           "readme_table"]
+           "docs_table"]
 
 log = logging.getLogger("metrics.export")
 
@@ -49,7 +49,8 @@ class Variable:
     Attributes:
         name: the variable (``TPU_INFO_PORT``).
         default: what unset means, in words.
-        meaning: one paragraph: what it does and how it is parsed (the README row).
+        meaning: one paragraph: what it does and how it is parsed (its row in
+            ``docs/environment.md``).
         set_by_tpu_info: set by ``tpu-info`` itself for its child processes,
             not by users.
     """
@@ -143,15 +144,16 @@ SUMMARY = Variable(
     "outside, with `--summary`/`--no-summary`); formatting it costs the exit some "
     "milliseconds")
 
-# In the README's order.
+# In the order of docs/environment.md's table.
 VARIABLES: tuple[Variable, ...] = (PORT, BIND, PROMETHEUS_BIND, DEVICE_CAPTURE, SERVE,
                                    PROMETHEUS_PORT, PROMETHEUS_WEB_CONFIG, RUNTIME_DIR,
                                    AUTOINSTALL, XLA_DEBUG_OWNER, USER_PATHS, PURE_PYTHON, SAVE,
                                    SUMMARY)
 
 
-def readme_table() -> str:
-    """README's table of variables (``tests/metrics/test_config.py`` finds it there verbatim)."""
+def docs_table() -> str:
+    """The table of variables in ``docs/environment.md`` (``tests/metrics/test_config.py``
+    finds it there verbatim)."""
     rows = ["| environment variable | default | meaning |", "|---|---|---|"]
     rows += [f"| `{v.name}` | {v.default} | {v.meaning} |" for v in VARIABLES]
     return "\n".join(rows)

@@ -1,9 +1,9 @@
 """One config module names every ``TPU_INFO_*`` variable (issue 16, item 1:
 "export: one config module for every TPU_INFO_* variable").
 
-Every variable the code or the README mentions is in
-:data:`metrics.config.VARIABLES`; the README's table is the module's
-table; no code but the config module reads one by a literal name (the three
+Every variable the code, the README or the documentation mentions is in
+:data:`metrics.config.VARIABLES`; the table in ``docs/environment.md`` is the
+module's table; no code but the config module reads one by a literal name (the three
 places ``metrics`` cannot reach use the same names); and the parses say what
 is wrong in one line.
 """
@@ -44,17 +44,19 @@ def _sources() -> list[tuple[str, str]]:
 
 def test_every_variable_mentioned_is_in_the_config_module() -> None:
     known = {v.name for v in config.VARIABLES}
-    texts = [*_sources(), ("README.md", (ROOT / "README.md").read_text())]
+    docs = [(p.relative_to(ROOT).as_posix(), p.read_text())
+            for p in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]]
+    texts = [*_sources(), *docs]
     unknown = sorted({f"{where}: {name}" for where, text in texts
                       for name in NAME.findall(text) if name not in known})
     assert not unknown, "not in metrics/config.py:\n" + "\n".join(unknown)
 
 
-def test_the_readme_table_is_the_config_modules() -> None:
-    readme = (ROOT / "README.md").read_text()
-    assert config.readme_table() in readme, (
-        "README's table of environment variables differs from "
-        "metrics.config.readme_table():\n" + config.readme_table())
+def test_the_docs_table_is_the_config_modules() -> None:
+    page = (ROOT / "docs" / "environment.md").read_text()
+    assert config.docs_table() in page, (
+        "docs/environment.md's table of environment variables differs from "
+        "metrics.config.docs_table():\n" + config.docs_table())
 
 
 def test_only_the_config_module_names_a_variable_in_code() -> None:

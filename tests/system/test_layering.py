@@ -41,7 +41,7 @@ FORBIDDEN = {
     "tui": ("metrics", "profiler"),
 }
 MAX_LINES = 500
-# tpu_info's layers (README "Layout"), lowest first: a module imports its own
+# tpu_info's layers (docs/layout.md), lowest first: a module imports its own
 # layer and the ones before it, never one after. The protos are the wire's
 # generated half.
 TPU_INFO_LAYERS = (("contract",), ("proto", "wire"), ("net", "host"), ("views",), ("outputs",),

@@ -6,7 +6,7 @@ long its own start took: its clock starts with its process, and a stopped
 target is given up at the deadline.
 
 Timing bounds here are structural (--timeout is the command's wall time,
-README "What it reads"), with a margin wide enough for a loaded 2-core box;
+docs/cli.md, "On a loaded machine"), with a margin wide enough for a loaded 2-core box;
 before the fix the stopped-target case took start-up + --timeout + 2-3 s of
 interpreter tear-down (11-25 s at --timeout 8..10: always more than
 --timeout + 1.5 s, whatever the load).

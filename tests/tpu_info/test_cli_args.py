@@ -1,6 +1,6 @@
 """Bad arguments to every flag of every subcommand: one line and exit 2, never a traceback.
 
-The exit codes are README's: 0 ok, 1 some targets failed, 2 usage error (``run``
+The exit codes are the ones docs/cli.md documents: 0 ok, 1 some targets failed, 2 usage error (``run``
 returns its child's status: 126/127 when the command cannot run). Command lines
 are drawn from a grammar of each subcommand's flags with hostile values
 (inf/nan/huge floats, ports 0/65536/-1, hosts with spaces, NUL, unicode, 64-character

@@ -3,7 +3,7 @@
 The walk needs no list of fields: it takes them from the generated
 descriptors, so a field added to ``tpu_info_v1.proto`` is walked the day it
 is added, and the test fails until the model, the plain codec and the fast
-path all carry it (README "Adding a field").
+path all carry it (docs/layout.md, "Changing it": a snapshot field end to end).
 """
 
 from __future__ import annotations
