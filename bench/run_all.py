@@ -57,14 +57,18 @@ class Row(NamedTuple):
     commit: str = ""
 
 
-def _commit() -> str:
-    """HEAD's short hash, ``+dirty`` when the tree has uncommitted changes."""
+def _commit(results: Path | None = None) -> str:
+    """HEAD's short hash, ``+dirty`` when the tree has uncommitted changes (the
+    results file itself aside: run one benchmark at a time and it is rewritten)."""
+    inside = results is not None and results.resolve().is_relative_to(HERE.parent)
+    pathspec = ["--", ".", f":(exclude){results.resolve().as_posix()}"] if inside else []
     try:
         head = subprocess.run(["git", "rev-parse", "--short=10", "HEAD"], capture_output=True,
                               text=True, cwd=HERE.parent, timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, cwd=HERE.parent,
-                               timeout=30).stdout.strip()
+        status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no",
+                                 *pathspec],
+                                capture_output=True, text=True, cwd=HERE.parent, timeout=30)
+        dirty = status.stdout.strip() if status.returncode == 0 else "unknown"  # not clean
     except (OSError, subprocess.SubprocessError):
         return "unknown"
     return (head or "unknown") + ("+dirty" if dirty else "")
@@ -150,7 +154,7 @@ def main() -> int:
         return 2
     timeout = args.timeout or (300 if args.smoke else 1800)
     mode = "smoke" if args.smoke else "full"
-    commit = _commit()
+    commit = _commit(args.results)
     ncpu = os.cpu_count() or 1
     rows: list[Row] = []
     failed = []
