@@ -186,7 +186,7 @@ def test_fan_out_rounds_ask_with_each_targets_cursor(served) -> None:
 
 @pytest.mark.slow
 def test_the_exporter_keeps_one_cursor_per_process(tmp_path) -> None:
-    from tests.tpu_info.test_exporter import Hooked, _series
+    from tests.tpu_info.commands.test_exporter import Hooked, _series
     from tpu_info.commands.exporter import ExporterOptions, HostExporter
     from tpu_info.contract.model import LocalScan
 

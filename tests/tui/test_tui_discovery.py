@@ -8,7 +8,7 @@ import os
 import time
 from pathlib import Path
 
-from tests.tpu_info.test_libtpu_port import LIBTPU_MAP, OTHER, fake_proc
+from tests.tpu_info.host.test_libtpu_port import LIBTPU_MAP, OTHER, fake_proc
 from tui.source import DiscoveryLoop
 
 

@@ -179,7 +179,7 @@ async def test_first_selection_is_this_users_newest_process():
 
 
 def test_discovery_reports_start_times(tmp_path):
-    from tests.tpu_info.test_libtpu_port import fake_proc
+    from tests.tpu_info.host.test_libtpu_port import fake_proc
     from tests.tui.test_tui_discovery import _records
     from tui.source import DiscoveryLoop
 

@@ -18,7 +18,7 @@ the same object comes back. Both sides of the rule live here, once:
   no new object can take one of their ids while the value is kept.
 
 Producers that follow the rule are tested once, together
-(``tests/tpu_info/test_reuse.py``): a changed record yields a new object, an
+(``tests/tpu_info/contract/test_reuse.py``): a changed record yields a new object, an
 unchanged one the same.
 
 Example:

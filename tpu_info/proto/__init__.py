@@ -5,7 +5,7 @@
   ``tpu.monitoring.runtime.RuntimeMetricService``, wire-compatible with it.
 
 Regenerate with ``python -m tpu_info.proto.regen`` from the repository root;
-``tests/tpu_info/test_proto_fresh.py`` fails when the checked-in copy is stale.
+``tests/tpu_info/proto/test_proto_fresh.py`` fails when the checked-in copy is stale.
 
 Example:
     >>> from tpu_info.proto import tpu_info_v1_pb2 as pb

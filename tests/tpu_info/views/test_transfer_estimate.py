@@ -10,7 +10,7 @@ from dataclasses import replace
 
 import pytest
 
-from tests.tpu_info.test_findings_cost import _h2d, _one, _snap
+from tests.tpu_info.views.test_findings_cost import _h2d, _one, _snap
 from tpu_info.contract.model import DistributionReading, Snapshot, StepsReading, Unit
 from tpu_info.views.findings import find
 

@@ -30,7 +30,7 @@ from tpu_info.contract.model import (
 )
 from tpu_info.views.findings import find
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 JAX = ProcessRecord(pid=7, name="train.py", engine="jax")
 STEPS = StepsReading(1200, "inferred", "jit(train_step): the compiled function with the most "
                      "time, 1,200 calls", seconds_total=164.0)
@@ -250,7 +250,7 @@ def _busy() -> Snapshot:
 
 
 def test_json_findings_carry_kind_count_and_cost():
-    from tests.tpu_info.test_render import validate
+    from tests.tpu_info.outputs.test_render import validate
     from tpu_info.outputs.jsonview import dumps, to_json
     from tpu_info.views.values import Header, TargetView
     doc = to_json([TargetView("127.0.0.1:8431", _busy())], header=Header(host="h",

@@ -3,7 +3,7 @@ three lines, ASCII and narrow terminals, ``--watch`` without a terminal,
 refused combinations, and help text on every flag (issue 17, item 5).
 
 End-to-end cases run ``python -m tpu_info`` against a real hooked JAX program
-(``hooked`` from :mod:`tests.tpu_info.test_cli`); the rest run in-process on
+(``hooked`` from :mod:`tests.tpu_info.commands.test_cli`); the rest run in-process on
 the fixture snapshots.
 """
 
@@ -23,7 +23,7 @@ from rich.text import Text
 
 from tests.conftest import ROOT
 from tests.fixtures.snapshots import SCENARIOS, header, v5e_scan
-from tests.tpu_info.test_cli import CLI, hooked, tpu_info  # noqa: F401  (hooked: a fixture)
+from tests.tpu_info.commands.test_cli import CLI, hooked, tpu_info  # noqa: F401  (hooked: a fixture)
 from tpu_info.commands import cli
 from tpu_info.commands.version import accelerator_type, version_text
 from tpu_info.outputs import query

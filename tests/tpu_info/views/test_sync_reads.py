@@ -4,7 +4,7 @@ one line (a graph break's read is the break's finding)."""
 
 from __future__ import annotations
 
-from tests.tpu_info.test_findings_cost import _one, _snap, _sync
+from tests.tpu_info.views.test_findings_cost import _one, _snap, _sync
 from tpu_info.contract.model import SiteReading, StepsReading
 from tpu_info.views.findings import find
 from tpu_info.views.sites import not_raised

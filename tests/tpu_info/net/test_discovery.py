@@ -20,7 +20,7 @@ import pytest
 from metrics.export import discovery as writer
 from tpu_info.net import discovery as reader
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 OTHER_UID = 54321
 
 

@@ -24,7 +24,7 @@ from tpu_info.wire import encoder
 KINDS = ("compile", "recompile", "cache_hit", "transfer_to_device", "transfer_from_device",
          "step", "hook_error", "graph_break")
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 # Where names are used rather than defined (the engines read their own
 # libraries' counters, which share torch_xla's names).
 USERS = ("tpu_info", "tui", "profiler", "metrics/export", "metrics/recording/snapshot.py",

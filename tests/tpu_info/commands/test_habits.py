@@ -17,7 +17,7 @@ import pytest
 from tpu_info.commands import cli
 from tpu_info.commands.args import build_parser, check_combination
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.mark.parametrize("argv, says", [

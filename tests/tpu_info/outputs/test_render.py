@@ -1,6 +1,6 @@
 """Tables, text, reasons and JSON from fixture snapshots.
 
-Goldens live in tests/golden/; regenerate with ``UPDATE_GOLDEN=1``.
+Goldens live in golden/ beside this file; regenerate with ``UPDATE_GOLDEN=1``.
 """
 
 from __future__ import annotations
@@ -312,7 +312,7 @@ def test_outputs_are_siblings_over_one_view():
             "[metrics_report(v.snapshot) for v in views if v.snapshot]\n"
             "assert doc['na'], doc\n"
             "print(sorted(m for m in sys.modules if m.startswith(('tpu_info.outputs.render', 'rich'))))\n")
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]
     out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True,
                          env={**os.environ, "PYTHONPATH": str(root)}, timeout=60)
     assert out.returncode == 0, out.stderr

@@ -31,7 +31,7 @@ from tpu_info.views.cost import cost_cell
 from tpu_info.views.findings import find
 from tpu_info.wire import codec, encoder
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 LOOP = StepsReading(100, "marked", seconds_total=10.0, first_unix=1000.0, last_unix=1010.0)
 
 

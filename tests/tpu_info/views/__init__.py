@@ -1,0 +1,1 @@
+"""Tests of tpu_info.views."""
