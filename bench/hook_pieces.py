@@ -133,6 +133,7 @@ def jit_pieces(step, params, batches, rounds, own, put):  # type: ignore[no-unty
     """Steps/s of the tiny loop per jit wrapper variant, JAX's own handler and
     ``put`` (JAX's own ``device_put``) in place."""
     from metrics.engines.jax import calls as jax_calls
+    from metrics.engines.jax.context import CONTEXT
     from metrics.recording import native
 
     plain = step
@@ -141,9 +142,9 @@ def jit_pieces(step, params, batches, rounds, own, put):  # type: ignore[no-unty
         return plain(*args, **kwargs)
 
     was, native.NATIVE = native.NATIVE, None
-    in_python = jax_calls.counting(plain, jax_calls.Owner("jit(step)"))
+    in_python = jax_calls.counting(plain, jax_calls.Owner("jit(step)"), CONTEXT)
     native.NATIVE = was
-    installed = jax_calls.counting(plain, jax_calls.Owner("jit(step)"))
+    installed = jax_calls.counting(plain, jax_calls.Owner("jit(step)"), CONTEXT)
     steps = {"unhooked": plain, "bare": bare, "the wrapper in Python": in_python,
              "the wrapper": installed}
     _set_shard_handlers(own)

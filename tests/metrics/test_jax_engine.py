@@ -427,12 +427,19 @@ def test_busy_percent_from_tracked_calls(fresh_metrics):
 
 def _module_imports(path, package: str = "metrics.engines.jax") -> set[str]:
     """Every module of ``package`` a file imports, at module level or inside
-    functions (a lazy import is still an edge of the graph); ``from package
-    import part`` counts as ``package.part``."""
+    functions (a lazy import is still an edge of the graph), not for type
+    hints only (``if TYPE_CHECKING:``); ``from package import part`` counts
+    as ``package.part``."""
     import ast
 
     found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    nodes: list[ast.AST] = [ast.parse(path.read_text())]
+    while nodes:
+        node = nodes.pop()
+        if isinstance(node, ast.If) and getattr(node.test, "id", None) == "TYPE_CHECKING":
+            nodes.extend(node.orelse)
+            continue
+        nodes.extend(ast.iter_child_nodes(node))
         if isinstance(node, ast.ImportFrom) and node.module:
             if node.module == package:
                 found.update(f"{package}.{a.name}" for a in node.names)

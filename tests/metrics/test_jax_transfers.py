@@ -109,14 +109,14 @@ def test_a_device_put_bound_before_install_is_counted_once_with_its_event(xfer):
 def test_one_object_owns_the_numpy_argument_of_a_jitted_call(xfer):
     """The jit wrapper's report and the frame walk's "already counted"
     come from JitArguments alone (no file check, no engine default)."""
-    from metrics.engines.jax import calls as jax_calls
     from metrics.engines.jax import JaxEngine
+    from metrics.engines.jax import calls as jax_calls
 
     _, eng = xfer
     assert "implicit" not in vars(JaxEngine)
     step = jax.jit(lambda x: x * 2)
     owner = eng.implicit.jit_arguments
-    call, timed_call = jax_calls._python_calls(lambda: None, jax_calls.Owner(""), 16, 0)
+    call, timed_call = jax_calls._python_calls(lambda: None, jax_calls.Owner(""), eng.context, 16, 0)
     assert owner.reported_under(call.__code__) and owner.reported_under(timed_call.__code__)
     assert owner.jit_hooked()
     assert not owner.reported_under(jax_calls.hook_jit.__code__)

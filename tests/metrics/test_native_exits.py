@@ -28,9 +28,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 def _journal(path: str) -> Any:
     """The journal a hooked path folds into: the jitted calls', the explicit
     puts' or the device->host reads'."""
-    from metrics.engines.jax import state as jax_state
+    from metrics.engines.jax.context import CONTEXT as jax_context
 
-    eng = jax_state.active
+    eng = jax_context.active
     return {"call": eng.calls, "put": eng.explicit.journal, "read": eng.implicit.journal}[path]
 
 
@@ -110,7 +110,7 @@ def test_ctrl_c_inside_a_c_hook_s_python_helper_still_reaches_the_program(hooks,
     the Python code the C wrapper calls (here the numpy report) is not
     swallowed: it reaches the program from the call."""
     hooks("C")
-    from metrics.engines.jax import state as jax_state
+    from metrics.engines.jax.context import CONTEXT as jax_context
 
     f = jax.jit(lambda x: x + 1)
     for _ in range(TIME_FIRST + 1):
@@ -119,7 +119,7 @@ def test_ctrl_c_inside_a_c_hook_s_python_helper_still_reaches_the_program(hooks,
     def interrupted(owner, args):  # type: ignore[no-untyped-def]
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(jax_state.active.implicit.jit_arguments, "report", interrupted)
+    monkeypatch.setattr(jax_context.active.implicit.jit_arguments, "report", interrupted)
     with pytest.raises(KeyboardInterrupt):
         for _ in range(TIME_EVERY - 1):  # the untimed calls, in C, before the next timed one
             f(np.ones(2, np.float32))
@@ -136,8 +136,8 @@ if sys.argv[1] == "Python":
 metrics.install(engines=["jax"])  # serves: its SIGTERM handler stops serving, then exits
 journal = {"call": lambda e: e.calls, "put": lambda e: e.explicit.journal,
            "read": lambda e: e.implicit.journal}[sys.argv[2]]
-from metrics.engines.jax import state as jax_state
-j = journal(jax_state.active)
+from metrics.engines.jax.context import CONTEXT as jax_context
+j = journal(jax_context.active)
 fold = j._fold
 def fold_then_sigterm(batch):
     fold(batch)
@@ -177,9 +177,9 @@ def test_sigterm_landing_in_a_hook_s_fold_ends_the_program(tmp_path, kind, path)
 
 
 def _inner_fold(path: str) -> Any:
-    from metrics.engines.jax import state as jax_state
+    from metrics.engines.jax.context import CONTEXT as jax_context
 
-    eng = jax_state.active
+    eng = jax_context.active
     return {"call": eng.runs._fold, "put": eng.explicit._fold, "read": eng.implicit._fold}[path]
 
 
@@ -237,8 +237,8 @@ def on_sigterm(signum, frame):  # the program's own: checkpoint on preemption
     raise Preempted()
 
 signal.signal(signal.SIGTERM, on_sigterm)
-from metrics.engines.jax import state as jax_state
-eng = jax_state.active
+from metrics.engines.jax.context import CONTEXT as jax_context
+eng = jax_context.active
 inner = eng.explicit._fold
 def fold_then_sigterm(batch):
     os.kill(os.getpid(), signal.SIGTERM)  # its handler runs here, in the hook's fold

@@ -224,9 +224,9 @@ def test_the_wrapper_keeps_what_a_jitted_function_offers(hooks):
 
 def test_a_failure_while_recording_is_counted_and_swallowed(hooks):
     rec = hooks("C")
-    from metrics.engines.jax import state as jax_state
+    from metrics.engines.jax.context import CONTEXT as jax_context
 
-    eng = jax_state.active
+    eng = jax_context.active
     step = jax.jit(lambda x: x + 1)
     saved = eng.calls_queue
     eng.calls_queue = "not a list"  # the journal the C path writes to, broken

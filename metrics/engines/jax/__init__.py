@@ -41,16 +41,18 @@ R = TypeVar("R")
 def create(recorder: Recorder, explain_cache_misses: bool = True,
            **_: object) -> JaxEngine:
     """The adapter ``metrics.install()`` uses; options other engines take are ignored."""
+    from metrics.engines.jax.context import CONTEXT
     from metrics.engines.jax.engine import JaxEngine
 
-    return JaxEngine(recorder, explain_cache_misses=explain_cache_misses)
+    return JaxEngine(recorder, explain_cache_misses=explain_cache_misses, context=CONTEXT)
 
 
 def track(fn: Callable[P, R], name: str | None = None) -> Callable[P, R]:
     """``metrics.track`` for JAX (:func:`metrics.engines.jax.tracking.track`)."""
+    from metrics.engines.jax.context import CONTEXT
     from metrics.engines.jax.tracking import track as track_calls
 
-    return track_calls(fn, name)
+    return track_calls(fn, CONTEXT, name)
 
 
 def __getattr__(name: str) -> object:

@@ -35,16 +35,20 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import sys
 import time
-import weakref
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from metrics.engines.jax import state as jx
+from metrics.engines.jax.context import CALL_FIELDS, JaxContext
 from metrics.recording import native
 from metrics.recording.journal import FOLD_AT
 from metrics.recording.sampling import TIME_EVERY, TIME_FIRST
+
+if TYPE_CHECKING:
+    from metrics.engines.jax.engine import JaxEngine
+    from metrics.engines.jax.implicit import ImplicitTransfers
 
 try:
     from numpy import ndarray as _NDARRAY
@@ -141,7 +145,7 @@ class JitArguments:
     :meth:`report` counted them.
     """
 
-    def __init__(self, transfers: Any) -> None:
+    def __init__(self, transfers: ImplicitTransfers) -> None:
         self._transfers = transfers
 
     @staticmethod
@@ -202,8 +206,8 @@ class JitArguments:
 _BY_HANDLER = "first numpy arguments counted by the numpy shard handler"
 
 
-def counting(fn: Callable[..., Any], owner: Owner, time_every: int = TIME_EVERY,
-             time_first: int = TIME_FIRST) -> Callable[..., Any]:
+def counting(fn: Callable[..., Any], owner: Owner, context: JaxContext,
+             time_every: int = TIME_EVERY, time_first: int = TIME_FIRST) -> Callable[..., Any]:
     """``fn`` wrapped so each call counts as an execution of the graph it ran.
 
     Every call is counted (one journal write); the first ``time_first`` and
@@ -213,17 +217,21 @@ def counting(fn: Callable[..., Any], owner: Owner, time_every: int = TIME_EVERY,
     has compiled twice, each call also records the shapes and dtypes of its
     top-level arguments, which pick the graph (a call that compiled teaches
     the mapping). The untimed usual calls run in C where it is built
-    (:mod:`metrics.recording.native`), the same records either way.
+    (:mod:`metrics.recording.native`), the same records either way: C reads
+    ``active`` and ``compile_seq`` from ``vars(context)`` per call.
     """
-    call, timed_call = _python_calls(fn, owner, time_every, time_first)
+    call, timed_call = _python_calls(fn, owner, context, time_every, time_first)
     c = native.native()
     if c is None:
         return call
-    return c.Counting(fn, owner, vars(jx), timed_call, _report_numpy, _keyed_call, _jit_failed,
-                      time_every, time_first, _NDARRAY, FOLD_AT * jx.CALL_FIELDS)
+    counted: Callable[..., Any] = c.Counting(
+        fn, owner, vars(context), timed_call, _report_numpy, _keyed_call,
+        functools.partial(context.hook_failed, "jax.jit"), time_every, time_first, _NDARRAY,
+        FOLD_AT * CALL_FIELDS)
+    return counted
 
 
-def _python_calls(fn: Callable[..., Any], owner: Owner, time_every: int,
+def _python_calls(fn: Callable[..., Any], owner: Owner, context: JaxContext, time_every: int,
                   time_first: int) -> tuple[Callable[..., Any], Callable[..., Any]]:
     """(every call, a timed call) of ``fn`` in Python: the first is the hook
     without the C hot path; the second is where both send a timed call."""
@@ -231,8 +239,8 @@ def _python_calls(fn: Callable[..., Any], owner: Owner, time_every: int,
     # engine's state, no call but the journal's (and the clock's on a timed
     # call); the rest is off the usual path (a call with numpy arguments, or
     # one that compiled).
-    clock, seqs, ndarray, state = time.monotonic_ns, jx.compile_seq, _NDARRAY, jx
-    fold_at = FOLD_AT * jx.CALL_FIELDS
+    clock, seqs, ndarray, state = time.monotonic_ns, context.compile_seq, _NDARRAY, context
+    fold_at = FOLD_AT * CALL_FIELDS
     untimed = 0  # calls left to count untimed before the next timed one
     first = time_first  # timed calls left before sampling starts
 
@@ -276,7 +284,7 @@ def _python_calls(fn: Callable[..., Any], owner: Owner, time_every: int,
         if seqs[0] == seq and owner.compiles < 2:
             # The usual call: nothing compiled, one graph: no key.
             q = eng.calls_queue
-            q.extend((owner, None, start, end, None))  # fields: see jx.CALL_FIELDS
+            q.extend((owner, None, start, end, None))  # fields: see CALL_FIELDS
             if len(q) >= fold_at:  # checked on timed calls: at most time_every - 1 over
                 eng.calls.flush()
         else:
@@ -286,7 +294,7 @@ def _python_calls(fn: Callable[..., Any], owner: Owner, time_every: int,
     return call, timed_call
 
 
-def _report_numpy(eng: Any, owner: Owner, args: tuple[Any, ...]) -> None:
+def _report_numpy(eng: JaxEngine, owner: Owner, args: tuple[Any, ...]) -> None:
     """An untimed call's numpy arguments (the function takes them), guarded."""
     try:
         eng.implicit.jit_arguments.report(owner, args)
@@ -294,20 +302,14 @@ def _report_numpy(eng: Any, owner: Owner, args: tuple[Any, ...]) -> None:
         eng.rec.hook_failed("jax.implicit", e)
 
 
-def _jit_failed(error: BaseException) -> None:
-    """A failure while the C hot path recorded a call: counted, swallowed."""
-    eng = jx.active
-    if eng is not None and isinstance(error, Exception):
-        eng.rec.hook_failed("jax.jit", error)
-
-
-def _keyed_call(eng: Any, owner: Owner, args: tuple[Any, ...], seq: int, start: int,
+def _keyed_call(eng: JaxEngine, owner: Owner, args: tuple[Any, ...], seq: int, start: int,
                 end: int) -> None:
     """A call that compiled, or of a function with several graphs: recorded
     with the graph it compiled or the key (shapes, dtypes) that picks it."""
     compiled = None
-    if jx.compile_seq[0] != seq:
-        compiled = jx.compiled_since(seq)
+    context = eng.context
+    if context.compile_seq[0] != seq:
+        compiled = context.compiled_since(seq)
         if compiled is not None:
             owner.compiles += 1
             try:
@@ -319,26 +321,25 @@ def _keyed_call(eng: Any, owner: Owner, args: tuple[Any, ...], seq: int, start: 
         key = tuple((getattr(a, "shape", None), getattr(a, "dtype", None)) for a in args)
     q = eng.calls_queue
     q.extend((owner, key, start, end, compiled))
-    if len(q) >= FOLD_AT * jx.CALL_FIELDS:
+    if len(q) >= FOLD_AT * CALL_FIELDS:
         eng.calls.flush()
 
 
 # The wrapper's Python frames a numpy shard handler can run under: every
 # call without the C hot path, and a timed call with it.
-_CALL_CODES = tuple(f.__code__ for f in _python_calls(lambda: None, Owner(""), 1, 0))
+_CALL_CODES = tuple(f.__code__
+                    for f in _python_calls(lambda: None, Owner(""), JaxContext(), 1, 0))
 
 
-# One owner per (user function, jit options), so a function re-jitted every
-# call (``jax.jit(f)(x)`` in a loop) is still one function with its graphs.
-_owners: weakref.WeakKeyDictionary[Any, dict[str, Owner]] = weakref.WeakKeyDictionary()
-
-
-def _owner_for(fun: Any, jitted: Any, options: dict[str, Any], kind: str) -> Owner:
+def _owner_for(fun: object, jitted: object, options: dict[str, Any], kind: str,
+               context: JaxContext) -> Owner:
+    """The one owner of ``fun`` jitted with ``options`` (``context.owners``)."""
     name = f"{kind}({getattr(jitted, '__name__', None) or getattr(fun, '__name__', 'fn')})"
+    owners = context.owners
     try:
-        by_options = _owners.get(fun)
+        by_options = owners.get(fun)
         if by_options is None:
-            by_options = _owners[fun] = {}
+            by_options = owners[fun] = {}
     except TypeError:  # not weakly referable (a builtin): its own owner
         return Owner(name)
     key = kind + repr(sorted(options.items())) if options else kind
@@ -350,13 +351,14 @@ def _owner_for(fun: Any, jitted: Any, options: dict[str, Any], kind: str) -> Own
     return owner
 
 
-def wrap_jitted(jitted: Any, fun: Any, options: dict[str, Any], kind: str = "jit") -> Any:
+def wrap_jitted(jitted: Any, fun: object, options: dict[str, Any], kind: str,
+                context: JaxContext) -> Any:
     """The counted stand-in for what ``jax.jit`` (``kind`` "jit") or
     ``jax.pmap`` ("pmap") returned (that object itself when it is not a
     jitted function)."""
     if not callable(jitted) or not hasattr(jitted, "lower"):
         return jitted
-    wrapper = counting(jitted, _owner_for(fun, jitted, options, kind))
+    wrapper = counting(jitted, _owner_for(fun, jitted, options, kind, context), context)
     for attr in (*getattr(jitted, "__dict__", {}), *_KEPT):
         try:
             setattr(wrapper, attr, getattr(jitted, attr))
@@ -366,29 +368,29 @@ def wrap_jitted(jitted: Any, fun: Any, options: dict[str, Any], kind: str = "jit
     return wrapper
 
 
-def hook_jit(original: Callable[..., Any]) -> Callable[..., Any]:
+def hook_jit(original: Callable[..., Any], context: JaxContext) -> Callable[..., Any]:
     """The ``jax.jit`` installed in place of ``original``: the same call
     shapes (``jax.jit(f, ...)``, ``@jax.jit``, ``jax.jit(static_argnums=1)``
     as a decorator, ``functools.partial(jax.jit, ...)``)."""
-    return _hooked(original, "jit")
+    return _hooked(original, "jit", context)
 
 
-def hook_pmap(original: Callable[..., Any]) -> Callable[..., Any]:
+def hook_pmap(original: Callable[..., Any], context: JaxContext) -> Callable[..., Any]:
     """The ``jax.pmap`` installed in place of ``original``: what it returns
     is counted like a jitted function (``pmap(f)`` in the ledger's calls; in
     JAX 0.10 its graph is a ``jit`` of shard_map)."""
-    return _hooked(original, "pmap")
+    return _hooked(original, "pmap", context)
 
 
-def _hooked(original: Callable[..., Any], kind: str) -> Callable[..., Any]:
+def _hooked(original: Callable[..., Any], kind: str, context: JaxContext) -> Callable[..., Any]:
     def transform(*args: Any, **kwargs: Any) -> Any:
         out = original(*args, **kwargs)
         try:
             if not args:  # options only: JAX returned a decorator
-                return _decorator(out, kwargs, kind)
-            return wrap_jitted(out, args[0], kwargs, kind)
+                return _decorator(out, kwargs, kind, context)
+            return wrap_jitted(out, args[0], kwargs, kind, context)
         except Exception as e:  # noqa: BLE001 - the user's jit/pmap must work unhooked
-            _failed(e)
+            context.hook_failed("jax.jit", e)
             return out
 
     _like(transform, original)
@@ -396,13 +398,13 @@ def _hooked(original: Callable[..., Any], kind: str) -> Callable[..., Any]:
 
 
 def _decorator(decorate: Callable[..., Any], options: dict[str, Any],
-               kind: str) -> Callable[..., Any]:
-    def decorator(fun: Any) -> Any:
+               kind: str, context: JaxContext) -> Callable[..., Any]:
+    def decorator(fun: object) -> Any:
         jitted = decorate(fun)
         try:
-            return wrap_jitted(jitted, fun, options, kind)
+            return wrap_jitted(jitted, fun, options, kind, context)
         except Exception as e:  # noqa: BLE001
-            _failed(e)
+            context.hook_failed("jax.jit", e)
             return jitted
 
     _like(decorator, decorate)
@@ -418,13 +420,7 @@ def _like(wrapper: Callable[..., Any], original: Callable[..., Any]) -> None:
     wrapper.__wrapped__ = original  # type: ignore[attr-defined]
 
 
-def _failed(error: Exception) -> None:
-    eng = jx.active
-    if eng is not None:
-        eng.rec.hook_failed("jax.jit", error)
-
-
-_JIT_CODE = hook_jit(lambda: None).__code__  # the installed jax.jit's
+_JIT_CODE = hook_jit(lambda: None, JaxContext()).__code__  # the installed jax.jit's
 
 
 def blind_spots(hooked: dict[str, bool]) -> list[str]:

@@ -51,11 +51,17 @@ from typing import Any
 
 import numpy as np
 
-from metrics.engines.jax import state
-from metrics.engines.jax.implicit import _THIRD, _USER  # the walk's frame classes
+from metrics.engines._patching import Patches
+from metrics.engines.jax.context import JaxContext
+from metrics.engines.jax.implicit import (  # the walk's frame classes
+    _THIRD,
+    _USER,
+    ImplicitTransfers,
+)
 from metrics.engines.jax.implicit import MAX_CODES as _MAX_CODES
 from metrics.engines.jax.sites import EAGER_OP, OVERFLOW
 from metrics.recording.journal import FOLD_AT
+from metrics.recording.recorder import Recorder
 
 FIELDS = 6  # (code, offset, name, start, end, separators) per record
 MAX_NAMES = 4  # primitive names kept per site
@@ -74,22 +80,20 @@ class _Local(threading.local):
 
 class EagerOps:
     """Counts eager primitives for one :class:`~metrics.engines.jax.JaxEngine`
-    (``engine.eager``) into its implicit-transfer site table."""
+    (``engine.eager``) into its implicit-transfer site table (``implicit``)."""
 
-    def __init__(self, engine: Any) -> None:
-        self.rec = engine.rec
-        self.impl = impl = engine.implicit
-        self.journal = engine.rec.journal(self._fold)
+    def __init__(self, recorder: Recorder, implicit: ImplicitTransfers,
+                 calls_queue: list[Any], explicit_queue: list[Any]) -> None:
+        self.rec = recorder
+        self.impl = impl = implicit
+        self.journal = recorder.journal(self._fold)
         self.queue = self.journal.queue
         impl.feeders.append(self.journal)
         # What separates two times a line ran (see the module docstring):
-        # the journals of counted calls, step marks, transfers and syncs.
-        found = [q for q in (
-            getattr(engine, "calls_queue", None), getattr(engine.rec, "_steps_queue", None),
-            impl.queue, getattr(getattr(engine, "explicit", None), "queue", None))
-            if q is not None]
-        # (each holds fewer than 2**15 items: record packs their lengths in one int)
-        self.separators: tuple[list[Any], ...] = tuple(found + [[]] * (4 - len(found)))
+        # the journals of counted calls, step marks, syncs and transfers
+        # (each holds fewer than 2**15 items: record packs their lengths in one int).
+        self.separators: tuple[list[Any], list[Any], list[Any], list[Any]] = (
+            calls_queue, recorder._steps_queue, impl.queue, explicit_queue)
         self.last = (0, -1)  # the last record folded: its line key and separators
         self._lines: dict[tuple[int, int], int] = {}  # (id(code), offset) -> line key
         self.names: dict[Any, str | None] = {}  # primitive -> its name, None: not counted
@@ -97,15 +101,16 @@ class EagerOps:
         self.missing: list[str] = []
         self.record = _recorder(self)
 
-    def install(self, patches: Any) -> None:
-        """Wraps ``EvalTrace.process_primitive`` (restored with ``patches``)."""
+    def install(self, patches: Patches, context: JaxContext) -> None:
+        """Wraps ``EvalTrace.process_primitive`` (restored with ``patches``;
+        a call that compiles is told by ``context``'s compile count)."""
         try:
             from jax._src import core
         except ImportError as e:
             self.missing.append(f"eager ops are not counted: jax._src.core missing ({e})")
             return
         self.installed = patches.apply(core.EvalTrace, "process_primitive",
-                                       lambda orig: _wrap(orig, self),
+                                       lambda orig: _wrap(orig, self, context),
                                        ("self", "primitive", "args", "params"))
         if not self.installed:
             self.missing.append("eager ops are not counted: EvalTrace.process_primitive "
@@ -249,8 +254,9 @@ def _jit_name(params: dict[str, Any], frame: Any) -> str | None:
     return name if isinstance(name, str) else _JIT
 
 
-def _wrap(original: Callable[..., Any], ops: EagerOps) -> Callable[..., Any]:
-    clock, getframe, seq = time.monotonic_ns, sys._getframe, state.compile_seq
+def _wrap(original: Callable[..., Any], ops: EagerOps,
+          context: JaxContext) -> Callable[..., Any]:
+    clock, getframe, seq = time.monotonic_ns, sys._getframe, context.compile_seq
     names, name_of, record, local = ops.names, ops.name_of, ops.record, _Local()
     unseen = object()
 

@@ -21,7 +21,7 @@ import operator
 import time
 from typing import Any
 
-from metrics.engines.jax.state import CALL_FIELDS, ENGINE
+from metrics.engines.jax.context import CALL_FIELDS, ENGINE
 from metrics.recording import sampling
 from metrics.recording.callstats import CallTimes
 from metrics.recording.recorder import Recorder

@@ -23,19 +23,87 @@ import weakref
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from metrics.engines.jax.causes import parse_cache_miss
+from metrics.engines._patching import Patches
 
-__all__ = ["EXPLAIN_LOGGERS", "ExplainFilter", "LastVariantExplainer", "format_aval",
-           "parse_cache_miss"]
+__all__ = ["EXPLAIN_LOGGERS", "ExplainFilter", "Explanations", "LastVariantExplainer",
+           "format_aval"]
 
 # Where JAX logs its explanations (0.10: partial_eval; older: pjit).
 EXPLAIN_LOGGERS = ("jax._src.interpreters.partial_eval", "jax._src.pjit")
 
 
 class _Listener(Protocol):
-    def on_cache_miss(self, message: str, fun: Any = None) -> None: ...
+    """Who is told of each explanation (the engine's :class:`~.compiles.Compiles`)."""
+
+    def on_cache_miss(self, message: str, fun: Callable[..., object] | None = None) -> None: ...
 
     def on_explain_failed(self, error: Exception) -> None: ...
+
+
+class Explanations:
+    """Recompile explanations for one engine, captured from JAX's loggers,
+    with the user's ``jax_explain_cache_misses`` flag left as it was where
+    :class:`LastVariantExplainer` can work (else the flag is turned on, and
+    back off at uninstall)."""
+
+    def __init__(self, listener: _Listener, skip: tuple[str, ...]) -> None:
+        self._listener = listener
+        self._skip = skip  # the hook's own directory first: not the user's call site
+        self._filters: list[tuple[logging.Logger, logging.Filter]] = []
+        self._was_on: bool | None = None
+        self._flag_set_by_us = False  # only where the cheap explainer cannot work
+
+    def install(self, patches: Patches) -> None:
+        """Wraps JAX's tracing cache (restored with ``patches``) and filters its loggers."""
+        try:
+            from jax._src import config as jax_config
+            from jax._src import source_info_util
+            from jax._src.interpreters import partial_eval as pe
+
+            flag = jax_config.explain_cache_misses
+            self._was_on = bool(flag.value)
+        except (ImportError, AttributeError):
+            patches.degraded.append("jax_explain_cache_misses unavailable: no recompile causes")
+            return
+        try:  # our wrappers are library frames, not the user's call site
+            source_info_util.register_exclusion(self._skip[0])
+        except AttributeError:
+            patches.degraded.append("call sites may point into the hook")
+        ours = threading.local()
+        current: Callable[[], Callable[..., object] | None] = _nothing  # no explainer
+        why_not = LastVariantExplainer.usable(pe)
+        if why_not is None:
+            explainer = LastVariantExplainer(pe, flag, jax_config.trace_context,
+                                             source_info_util.is_user_filename, self._listener)
+            patches.apply(pe, "trace_to_jaxpr", explainer.wrap)
+            ours, current = explainer.ours, explainer.current
+        elif not self._was_on:
+            import jax
+
+            # The slow way: JAX compares each miss with every cached variant.
+            patches.degraded.append(f"recompile causes cost O(variants) per compile: {why_not}")
+            jax.config.update("jax_explain_cache_misses", True)
+            self._flag_set_by_us = True
+
+        def users_own() -> bool:  # JAX's records go on only when the user turned the flag on
+            return bool(flag.value) and not self._flag_set_by_us
+
+        flt = ExplainFilter(self._listener, users_own, ours, current)
+        for lname in EXPLAIN_LOGGERS:
+            logger = logging.getLogger(lname)
+            logger.addFilter(flt)
+            self._filters.append((logger, flt))
+
+    def uninstall(self) -> None:
+        """Removes the filters; turns the flag back off where the hook turned it on."""
+        for logger, flt in self._filters:
+            logger.removeFilter(flt)
+        self._filters.clear()
+        if self._flag_set_by_us:
+            import jax
+
+            jax.config.update("jax_explain_cache_misses", False)
+            self._flag_set_by_us = False
 
 
 class ExplainFilter(logging.Filter):
@@ -43,7 +111,8 @@ class ExplainFilter(logging.Filter):
     asked for (``passthrough()``), never the ones the hook made itself."""
 
     def __init__(self, engine: _Listener, passthrough: Callable[[], bool],
-                 ours: threading.local, current: Callable[[], Any] = lambda: None) -> None:
+                 ours: threading.local,
+                 current: Callable[[], Callable[..., object] | None] = lambda: None) -> None:
         super().__init__()
         self.engine = engine
         self.passthrough = passthrough
@@ -150,6 +219,10 @@ class LastVariantExplainer:
                 self.ours.active, self._tracing.fun = False, None
         except Exception as e:  # noqa: BLE001 - never into the program
             self._listener.on_explain_failed(e)
+
+
+def _nothing() -> None:
+    return None
 
 
 def format_aval(name: str | None, aval: Any, sharding: Any) -> str:

@@ -27,8 +27,8 @@ from typing import Any
 import jax
 import numpy as np
 
-from metrics.engines.jax import state
-from metrics.engines.jax.state import TRANSFER_FIELDS
+from metrics.engines._patching import Patches
+from metrics.engines.jax.context import TRANSFER_FIELDS, JaxContext
 from metrics.recording import events as ev
 from metrics.recording import sampling
 from metrics.recording.journal import FOLD_AT
@@ -54,15 +54,15 @@ class ExplicitTransfers:
         # batch of only untimed puts is taken at.
         self._mean_ns: dict[Any, int] = {}
 
-    def install(self, patches: Any, engine: Any, put: bool = True
+    def install(self, patches: Patches, context: JaxContext, put: bool = True
                 ) -> tuple[Callable[..., Any], ...]:
         """Wraps ``jax.device_get`` and, when ``put``, ``jax.device_put``
-        (counted while ``engine`` is the active one); returns the wrappers
-        applied. Without ``put`` the numpy shard handler counts explicit puts
-        (JAX marks them), one hook per put."""
+        (counted while the context's active engine is this one's); returns
+        the wrappers applied. Without ``put`` the numpy shard handler counts
+        explicit puts (JAX marks them), one hook per put."""
         if put:
-            patches.apply(jax, "device_put", lambda orig: _wrap_device_put(orig, engine, self))
-        patches.apply(jax, "device_get", lambda orig: _wrap_device_get(orig, engine, self))
+            patches.apply(jax, "device_put", lambda orig: _wrap_device_put(orig, context, self))
+        patches.apply(jax, "device_get", lambda orig: _wrap_device_get(orig, context, self))
         return tuple(getattr(jax, n) for n in ("device_put", "device_get") if patches.has(n))
 
     def _fold(self, flat: list[Any]) -> None:
@@ -137,7 +137,7 @@ def _record_transfer(seen: ExplicitTransfers, to_device: bool, tree: Any, start:
         seen.journal.flush()
 
 
-def _wrap_device_put(original: Callable[..., Any], engine: Any,
+def _wrap_device_put(original: Callable[..., Any], context: JaxContext,
                      seen: ExplicitTransfers) -> Callable[..., Any]:
     # Runs on every batch: names bound once, no calls but the clock's.
     clock, ndarray = time.monotonic_ns, np.ndarray
@@ -148,7 +148,8 @@ def _wrap_device_put(original: Callable[..., Any], engine: Any,
     # the common call passes x (and a device) alone, which a plain positional
     # call forwards faster than *args/**kwargs.
     def device_put(x: Any, device: Any = None, **kwargs: Any) -> Any:
-        if state.active is not engine:
+        eng = context.active
+        if eng is None or eng.explicit is not seen:
             return original(x, device, **kwargs)
         start = clock()
         out = original(x, device, **kwargs) if kwargs else original(x, device)
@@ -165,12 +166,13 @@ def _wrap_device_put(original: Callable[..., Any], engine: Any,
     return device_put
 
 
-def _wrap_device_get(original: Callable[..., Any], engine: Any,
+def _wrap_device_get(original: Callable[..., Any], context: JaxContext,
                      seen: ExplicitTransfers) -> Callable[..., Any]:
     clock = time.monotonic_ns
 
     def device_get(x: Any, *args: Any, **kwargs: Any) -> Any:
-        if state.active is not engine:
+        eng = context.active
+        if eng is None or eng.explicit is not seen:
             return original(x, *args, **kwargs)
         start = clock()
         out = original(x, *args, **kwargs)

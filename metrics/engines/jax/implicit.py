@@ -36,18 +36,24 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from metrics.engines._frames import ENGINE, LIBRARY, LibraryFrames, skip_prefixes, via_words
+from metrics.engines._patching import Patches
 from metrics.engines.jax import sites as jax_sites
 from metrics.engines.jax import to_device
+from metrics.engines.jax.calls import JitArguments
 from metrics.engines.jax.sites import EAGER_OP, IMPLICIT_H2D, OVERFLOW, SITE_KINDS, SYNC, SyncLine
 from metrics.recording import forksafe, native
 from metrics.recording.journal import FOLD_AT
+from metrics.recording.recorder import Recorder
 from tpu_info.contract import catalog as names
 from tpu_info.contract.model import SiteReading
+
+if TYPE_CHECKING:
+    from metrics.engines.jax.explicit import ExplicitTransfers
 
 # Record kinds in the journal (SYNC, IMPLICIT_H2D: the kinds a site is kept
 # under, jax_sites'); UNTIMED_H2D: implicit, time unknown (the jit wrapper's
@@ -115,12 +121,13 @@ class ImplicitTransfers:
     """Counts implicit transfers for one :class:`~metrics.engines.jax.JaxEngine`
     (attached as ``engine.implicit``); folds them at read time."""
 
-    def __init__(self, engine: Any) -> None:
+    def __init__(self, recorder: Recorder, degraded: list[str],
+                 explicit: ExplicitTransfers) -> None:
         import jax
 
-        self.rec = rec = engine.rec
-        self._engine = engine  # its transfer journal takes the explicit device_puts
-        self.degraded: list[str] = engine.degraded
+        self.rec = rec = recorder
+        self._explicit = explicit  # its journal takes the explicit device_puts
+        self.degraded = degraded  # the engine's
         self._frames = LibraryFrames(skip_prefixes(jax, sys.modules.get("jaxlib"), np))
         # id(code) -> its class, or its detail (a library function that names
         # the path). Keyed by id: a code object hashes its whole body (~0.5 us);
@@ -147,8 +154,6 @@ class ImplicitTransfers:
         self._implicit_d2h = counter(names.IMPLICIT_TRANSFER_FROM_DEVICE)
         self._implicit_out = counter(names.IMPLICIT_OUTBOUND_BYTES)
         self._implicit_in = counter(names.IMPLICIT_INBOUND_BYTES)
-        from metrics.engines.jax.calls import JitArguments
-
         self.jit_arguments = JitArguments(self)  # numpy arguments of jitted calls
         self.explicit_puts_counted = False  # by the numpy shard handler (see install)
         forksafe.owned(self)
@@ -158,13 +163,13 @@ class ImplicitTransfers:
 
     # Install -----------------------------------------------------------------
 
-    def install(self, patches: Any) -> None:
+    def install(self, patches: Patches) -> None:
         """Hooks ``_value``, ``stage_p`` and the numpy shard handlers (which
         count the engine's explicit ``jax.device_put``s of host data where JAX
         marks them: ``explicit_puts_counted``)."""
         self._patch_value(patches)
         to_device.patch_stage(self, patches, _COUNTED)
-        self.explicit_puts_counted = to_device.patch_shard_handlers(self, self._engine, patches)
+        self.explicit_puts_counted = to_device.patch_shard_handlers(self, self._explicit, patches)
 
     def counted_by(self, *wrappers: Callable[..., Any]) -> None:
         """The hook's own wrappers (of ``jax.device_get``, ...): a transfer
@@ -184,7 +189,7 @@ class ImplicitTransfers:
         self.missing.append(f"{what} are not counted: {why}")
         self.degraded.append(f"{what} not counted: {why}")
 
-    def _patch_value(self, patches: Any) -> None:
+    def _patch_value(self, patches: Patches) -> None:
         try:
             from jax._src.array import ArrayImpl
         except ImportError as e:

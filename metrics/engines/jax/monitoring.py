@@ -23,7 +23,8 @@ A record costs one dict lookup and the metric's O(1) record (a list append);
 a new name takes a lock once.
 
 Example:
-    >>> from metrics.recording.recorder import Recorder
+    >>> from metrics.engines.jax.context import JaxContext
+from metrics.recording.recorder import Recorder
     >>> rec = Recorder()
     >>> m = MonitoringRecords(rec)
     >>> m.duration("/myapp/checkpoint/save", 0.2)
@@ -34,9 +35,9 @@ Example:
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
 from typing import Any
 
+from metrics.engines.jax.context import JaxContext
 from metrics.recording.recorder import Recorder
 from metrics.recording.registry import Counter, Distribution
 from tpu_info.contract import catalog as names
@@ -115,23 +116,52 @@ class MonitoringRecords:
         return self.rec.distribution(key, unit, _HELP[kind].format(name=name))
 
 
-def register(mon: Any, active: Callable[[], Any]) -> list[str]:
-    """Registers the scalar listener with ``jax.monitoring`` (``mon``; the
-    event and duration listeners are the engine's, which hand every record
-    here too): it gives each record to ``active().monitoring`` (the hooked
-    engine's; nothing when none is). Returns what could not be listened to."""
+def listen(context: JaxContext) -> list[str]:
+    """Registers the listeners with ``jax.monitoring``, once per process
+    (JAX cannot unregister them): each hands its record to the installed
+    engine (``context.active``: its :class:`MonitoringRecords`, and its
+    compiles for JAX's own durations and cache hits), nothing while none is.
+    Returns what could not be listened to, in words."""
+    if context.listeners_missing is not None:
+        return list(context.listeners_missing)
+    import jax.monitoring as mon
 
-    def on_scalar(event: str, value: float, **_: Any) -> None:
-        eng = active()
+    def on_duration(event: str, duration_secs: float, **kw: str | int) -> None:
+        eng = context.active
         if eng is not None:
             try:
-                eng.monitoring.scalar(event, value)
+                eng.monitoring.duration(event, duration_secs)
+                fun_name = kw.get("fun_name")
+                eng.compiles.on_duration(event, duration_secs,
+                                         fun_name if isinstance(fun_name, str) else None)
             except Exception as e:  # noqa: BLE001 - a hook never raises into the program
                 eng.rec.hook_failed("jax.monitoring", e)
 
+    def on_event(event: str, **_: str | int) -> None:
+        eng = context.active
+        if eng is not None:
+            try:
+                eng.monitoring.event(event)
+                eng.compiles.on_event(event)
+            except Exception as e:  # noqa: BLE001
+                eng.rec.hook_failed("jax.monitoring", e)
+
+    def on_scalar(event: str, value: float, **_: str | int) -> None:
+        eng = context.active
+        if eng is not None:
+            try:
+                eng.monitoring.scalar(event, value)
+            except Exception as e:  # noqa: BLE001
+                eng.rec.hook_failed("jax.monitoring", e)
+
+    mon.register_event_duration_secs_listener(on_duration)
+    mon.register_event_listener(on_event)
+    missing = []
     add = getattr(mon, "register_scalar_listener", None)
     if add is None:
-        return ["jax.monitoring scalars not recorded: "
-                "jax.monitoring.register_scalar_listener missing"]
-    add(on_scalar)
-    return []
+        missing.append("jax.monitoring scalars not recorded: "
+                       "jax.monitoring.register_scalar_listener missing")
+    else:
+        add(on_scalar)
+    context.listeners_missing = missing
+    return list(missing)

@@ -18,9 +18,13 @@ Example (what a site reads as)::
 from __future__ import annotations
 
 import os
-from typing import Any, NamedTuple
+from types import CodeType
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from tpu_info.contract.model import SiteKind, SiteReading
+
+if TYPE_CHECKING:
+    from metrics.engines.jax.implicit import ImplicitTransfers
 
 # The kinds a site is kept under (jax_transfers' record kinds of the same
 # numbers; an untimed host->device record is kept as IMPLICIT_H2D).
@@ -49,7 +53,7 @@ class SyncLine(NamedTuple):
     last_end: int
 
 
-def readings(impl: Any) -> list[SiteReading]:
+def readings(impl: ImplicitTransfers) -> list[SiteReading]:
     """One reading per line (per kind) that synced or moved data implicitly
     under ``impl`` (an ``ImplicitTransfers``), locations resolved now, each
     with the library call it went through (``via``: ``flax nnx.jit``; see
@@ -64,7 +68,7 @@ def readings(impl: Any) -> list[SiteReading]:
                                    via) in by_line(impl).items()]
 
 
-def sync_lines(impl: Any) -> list[SyncLine]:
+def sync_lines(impl: ImplicitTransfers) -> list[SyncLine]:
     """Device->host syncs per line of the user's code (not the overflow
     entry, nor syncs with no user frame), with their first and last time."""
     return [SyncLine(location, ", ".join(details[:4]), count, ns, first, last)
@@ -73,7 +77,7 @@ def sync_lines(impl: Any) -> list[SyncLine]:
             if kind == SYNC and location not in (OTHER_SITES, NO_USER_FRAME)]
 
 
-def by_line(impl: Any) -> dict[tuple[int, str], list[Any]]:
+def by_line(impl: ImplicitTransfers) -> dict[tuple[int, str], list[Any]]:
     """(kind, location) -> [count, bytes, ns, first end, last end, function,
     details, via]: ``impl``'s sites merged per line, folded first."""
     impl.journal.flush()
@@ -114,7 +118,7 @@ def by_line(impl: Any) -> dict[tuple[int, str], list[Any]]:
     return merged
 
 
-def where(code: Any, offset: int) -> tuple[str, str]:
+def where(code: CodeType | None, offset: int) -> tuple[str, str]:
     """``("/abs/file.py:LINE", function)`` of an instruction (read time only)."""
     if code is None:  # no frame outside the libraries (a library's own thread)
         return NO_USER_FRAME, ""
@@ -130,7 +134,7 @@ def where(code: Any, offset: int) -> tuple[str, str]:
     return f"{path}:{line}", getattr(code, "co_qualname", code.co_name)
 
 
-def blind_spots(impl: Any) -> list[str]:
+def blind_spots(impl: ImplicitTransfers) -> list[str]:
     """What ``impl`` (an ``ImplicitTransfers``) cannot see in this process,
     one sentence each."""
     import jax

@@ -24,11 +24,15 @@ from __future__ import annotations
 import os
 import time
 from collections import deque
-from typing import Any
+from typing import TYPE_CHECKING
 
 from metrics.engines.jax.executions import Executions
+from metrics.engines.jax.sites import SyncLine
 from metrics.recording.callstats import MIN_CALLS
 from tpu_info.contract.model import STEPS_INFERRED, StepsReading
+
+if TYPE_CHECKING:
+    from metrics.engines.jax.implicit import ImplicitTransfers
 
 BUSY_INFERRED = ("inferred: host time inside calls of jitted functions (dispatch is "
                  "asynchronous, so a step that does not wait for its result reads low); "
@@ -54,7 +58,7 @@ class StepWatch:
     counted calls (``runs``) and its implicit syncs (``implicit``: an
     :class:`~metrics.engines.jax.implicit.ImplicitTransfers`)."""
 
-    def __init__(self, runs: Executions, implicit: Any) -> None:
+    def __init__(self, runs: Executions, implicit: ImplicitTransfers | None) -> None:
         self.runs = runs
         self.implicit = implicit
         # (monotonic ns, tracked ns, inferred ns, {sync line: ns}) at recent
@@ -69,7 +73,7 @@ class StepWatch:
         self._marks.clear()
         self._marks.append((time.monotonic_ns(), 0, 0, {}))
 
-    def _step_sync(self) -> tuple[Any, dict[str, int]] | None:
+    def _step_sync(self) -> tuple[SyncLine, dict[str, int]] | None:
         """The line that syncs most often (at least ``MIN_CALLS`` times) and
         the host ns inside the syncs of every line; None without one."""
         lines = self.implicit.sync_lines() if self.implicit is not None else []
@@ -146,6 +150,6 @@ class StepWatch:
                                   f"({top.count:,} times); {timing}")
 
 
-def _where(line: Any) -> str:
+def _where(line: SyncLine) -> str:
     """``float() at train.py:41`` for a sync line."""
     return f"{line.detail or 'sync'} at {os.path.basename(line.location)}"

@@ -36,14 +36,19 @@ import inspect
 import sys
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from metrics.engines.jax.state import TRANSFER_FIELDS
+from metrics.engines._patching import Patches
+from metrics.engines.jax.context import TRANSFER_FIELDS
 from metrics.recording import native
 from metrics.recording.journal import FOLD_AT
 from metrics.recording.sampling import TIME_EVERY, TIME_FIRST
+
+if TYPE_CHECKING:
+    from metrics.engines.jax.explicit import ExplicitTransfers
+    from metrics.engines.jax.implicit import ImplicitTransfers
 
 IMPLICIT_H2D = 1  # jax_transfers' record kind (kept equal there)
 
@@ -76,7 +81,7 @@ def explicit_puts_marked() -> bool:
     return _guard_state() is not None
 
 
-def patch_stage(impl: Any, patches: Any, counted: int) -> None:
+def patch_stage(impl: ImplicitTransfers, patches: Patches, counted: int) -> None:
     """``stage_p.impl``: ``jnp.asarray``/``jnp.array`` of host data."""
     what = "jnp.asarray/jnp.array of host data"
     try:
@@ -91,7 +96,8 @@ def patch_stage(impl: Any, patches: Any, counted: int) -> None:
     impl.hold(stage_p.impl.__code__, counted)  # its first call shards numpy
 
 
-def patch_shard_handlers(impl: Any, engine: Any, patches: Any) -> bool:
+def patch_shard_handlers(impl: ImplicitTransfers, explicit: ExplicitTransfers,
+                         patches: Patches) -> bool:
     """The numpy entries of ``pxla.shard_arg_handlers``; True where explicit
     ``jax.device_put``s of host data are counted there. With the C hot path
     ``jax.device_put`` is also run in its ``ExplicitScope``, which tells the
@@ -107,7 +113,7 @@ def patch_shard_handlers(impl: Any, engine: Any, patches: Any) -> bool:
                          f"pxla.shard_arg_handlers/_shard_np_array missing ({e})")
         return False
     state = _guard_state()
-    wrapped = _shard_handler(numpy_handler, impl, engine, state)
+    wrapped = _shard_handler(numpy_handler, impl, explicit, state)
     for key, handler in list(handlers.items()):
         if handler is numpy_handler:
             handlers[key] = wrapped
@@ -131,7 +137,7 @@ def _explicit_scope(c: Any, original: Callable[..., Any]) -> Any:
 
 # The hooks (each runs inside the user's program: guarded) -------------------
 
-def _stage_impl(original: Callable[..., Any], impl: Any) -> Callable[..., Any]:
+def _stage_impl(original: Callable[..., Any], impl: ImplicitTransfers) -> Callable[..., Any]:
     clock, getframe = time.monotonic_ns, sys._getframe
 
     def stage_impl(*args: Any, **params: Any) -> Any:
@@ -149,7 +155,8 @@ def _stage_impl(original: Callable[..., Any], impl: Any) -> Callable[..., Any]:
     return stage_impl
 
 
-def _shard_handler(original: Callable[..., Any], impl: Any, engine: Any,
+def _shard_handler(original: Callable[..., Any], impl: ImplicitTransfers,
+                   explicit: ExplicitTransfers,
                    state: Callable[[], Any] | None) -> Callable[..., Any]:
     """The numpy handler counted. Runs on every device_put of a batch, so the
     usual call is decided once here, not per call: JAX's own four-argument
@@ -162,7 +169,7 @@ def _shard_handler(original: Callable[..., Any], impl: Any, engine: Any,
     ``ShardPut`` over the same pieces (``timed_put`` for a call off JAX's
     shape, ``other`` for what is no explicit put)."""
     clock, every = time.monotonic_ns, TIME_EVERY
-    queue, flush = engine.explicit.queue, engine.explicit.journal.flush
+    queue, flush = explicit.queue, explicit.journal.flush
     extend, fold_at = queue.extend, FOLD_AT * TRANSFER_FIELDS
 
     if state is None or not _takes_four(original):
@@ -170,7 +177,7 @@ def _shard_handler(original: Callable[..., Any], impl: Any, engine: Any,
             start = clock()
             out = original(xs, *args)
             end = clock()
-            _shard_other(impl, engine, state, xs, start, end)
+            _shard_other(impl, explicit, state, xs, start, end)
             return out
 
         shard_np_array_any.__wrapped__ = original  # type: ignore[attr-defined]
@@ -196,14 +203,14 @@ def _shard_handler(original: Callable[..., Any], impl: Any, engine: Any,
                 if len(queue) >= fold_at:  # checked on timed puts: at most every - 1 over
                     flush()
             else:
-                _shard_other(impl, engine, None, xs, start, end)
+                _shard_other(impl, explicit, None, xs, start, end)
         except Exception as e:  # noqa: BLE001
             impl.rec.hook_failed("jax.shard_arg", e)
         return out
 
     if c is not None:  # the explicit puts in C, the rest in timed_put and other
         def other(xs: Any, start: int, end: int) -> None:
-            _shard_other(impl, engine, None, xs, start, end)
+            _shard_other(impl, explicit, None, xs, start, end)
 
         counter = c.ShardPut(original, state, queue, flush, timed_put, other, _bytes_of,
                              lambda e: impl.rec.hook_failed("jax.shard_arg", e),
@@ -257,17 +264,17 @@ def _takes_four(fn: Callable[..., Any]) -> bool:
             and not getattr(fn, "__defaults__", None))
 
 
-def _shard_other(impl: Any, engine: Any, state: Callable[[], Any] | None, xs: Any,
-                 start: int, end: int) -> None:
+def _shard_other(impl: ImplicitTransfers, explicit: ExplicitTransfers,
+                 state: Callable[[], Any] | None, xs: Any, start: int, end: int) -> None:
     """A handler call off the usual path: an explicit put where JAX's
     transfer state is read per call (``state``: the generic wrapper), else an
     implicit transfer (a numpy argument sharded by a jitted call)."""
     try:
         if state is not None and state().explicit_device_put:
-            q = engine.explicit.queue
+            q = explicit.queue
             q.extend((True, start, end, sum(map(nbytes_of, xs))))
             if len(q) >= FOLD_AT * TRANSFER_FIELDS:
-                engine.explicit.journal.flush()
+                explicit.journal.flush()
         # 0-d values are the library's own constants (jnp.ones' fill
         # value on its first call), not the user's data.
         elif any(getattr(x, "ndim", 1) for x in xs):

@@ -2,8 +2,8 @@
 attribute each to the graph it ran.
 
 It goes through the counting wrappers' public seam only
-(:func:`metrics.engines.jax.calls.counting`, :func:`metrics.engines.jax.aot.adopt`),
-never the engine module's state.
+(:func:`metrics.engines.jax.calls.counting`, :func:`metrics.engines.jax.aot.adopt`)
+with the context it is given, never the engine.
 
 Example:
     >>> import jax, metrics
@@ -14,10 +14,14 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import ParamSpec, TypeVar, cast
+from typing import TYPE_CHECKING, ParamSpec, TypeVar, cast
 
 from metrics.engines.jax import aot as jax_aot
 from metrics.engines.jax.calls import Owner, counting
+from metrics.engines.jax.context import JaxContext
+
+if TYPE_CHECKING:
+    from jax.stages import Compiled
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -31,7 +35,7 @@ class Tracked(Owner):
     explicit = True
 
 
-def track(fn: Callable[P, R], name: str | None = None) -> Callable[P, R]:
+def track(fn: Callable[P, R], context: JaxContext, name: str | None = None) -> Callable[P, R]:
     """Wraps ``fn`` so each call counts as an execution of the graph it ran.
 
     A call costs one journal write, and two clock reads on the calls it
@@ -43,6 +47,8 @@ def track(fn: Callable[P, R], name: str | None = None) -> Callable[P, R]:
     """
     fn = getattr(fn, "_tpu_info_jitted", fn)
     if jax_aot.counts(fn):
-        return cast("Callable[P, R]", jax_aot.adopt(fn, Tracked(name or jax_aot.owner_of(fn).name)))
+        compiled = cast("Compiled", fn)
+        owner = Tracked(name or jax_aot.owner_of(compiled, context).name)
+        return cast("Callable[P, R]", jax_aot.adopt(compiled, owner, context))
     owner = Tracked(name or f"jit({getattr(fn, '__name__', 'fn')})")
-    return cast("Callable[P, R]", functools.wraps(fn)(counting(fn, owner)))
+    return cast("Callable[P, R]", functools.wraps(fn)(counting(fn, owner, context)))

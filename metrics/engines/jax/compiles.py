@@ -1,0 +1,257 @@
+"""Compiles, as JAX's compiler does them: counted, timed, hashed, signed, explained.
+
+Three private JAX functions are wrapped at install (each behind a check that
+degrades the feature, never crashes):
+
+* ``jax._src.compiler.compile_or_get_cached``: one compile request, timed;
+  its result is the executable AOT-compiled calls find their graph by;
+* ``jax._src.compiler._cache_read``: reads the cache key JAX made (the
+  graph hash; ``compilation_cache.get_cache_key`` computes it otherwise);
+* ``jax._src.interpreters.pxla.lower_sharding_computation``: the input
+  signature, and an input that moved device (:class:`~.causes.LoweringHistory`).
+
+What one compile's pieces tell each other travels in the context's
+per-thread state (:class:`~.context.CompileLocal`), never in module globals.
+:class:`Compiles` turns a compile into ``CompileTime``, ``UncachedCompile``
+/ ``CachedCompile``, the ledger's graph with its signature and cause, and a
+compile or recompile event at the user's line. ``jax.monitoring`` durations
+give ``TraceTime`` and ``LoweringTime`` (and the compile itself where the
+compiler could not be wrapped).
+
+Example:
+    >>> import jax, metrics                                   # doctest: +SKIP
+    >>> metrics.install(); jax.jit(lambda x: x + 1)(1.0)      # doctest: +SKIP
+    >>> metrics.snapshot().graphs[0].name                     # doctest: +SKIP
+    'jit(<lambda>)'
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import time
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from metrics.engines._frames import outer_user_call, user_line
+from metrics.engines._patching import Patches
+from metrics.engines.jax.causes import LoweringHistory, param_path, parse_cache_miss
+from metrics.engines.jax.context import ENGINE, CompileInProgress, JaxContext, Lowering
+from metrics.engines.jax.explain import format_aval
+from metrics.recording.recorder import Recorder
+from tpu_info.contract import catalog as names
+from tpu_info.contract.model import CALLED_FROM, FIRST_CALL, EventKind
+
+if TYPE_CHECKING:
+    from jax._src.core import ClosedJaxpr
+    from jax._src.interpreters import mlir
+
+
+class Compiles:
+    """The compiles of one engine: what the compiler wrappers and the
+    ``jax.monitoring`` durations report, recorded."""
+
+    def __init__(self, recorder: Recorder, context: JaxContext,
+                 skip: tuple[str, ...]) -> None:
+        self.rec = recorder
+        self.context = context
+        self._skip = skip  # library frames: the user's line is past them
+        self._lowerings = LoweringHistory()
+        self.patched = False  # compile_or_get_cached is wrapped (it records the compile)
+        dist, counter = recorder.distribution, recorder.counter
+        self._compile_time = dist(names.COMPILE_TIME)
+        self._trace_time = dist(names.TRACE_TIME)
+        self._lowering_time = dist(names.LOWERING_TIME)
+        self._uncached = counter(names.UNCACHED_COMPILE)
+        self._cached = counter(names.CACHED_COMPILE)
+
+    def install(self, patches: Patches) -> None:
+        """Wraps the compiler's functions (restored with ``patches``)."""
+        try:
+            from jax._src import compiler
+            from jax._src.interpreters import pxla
+        except ImportError as e:
+            patches.degraded.append(f"compiler hooks unavailable: {e}")
+            return
+        ctx = self.context
+        patches.apply(compiler, "compile_or_get_cached", lambda orig: _wrap_compile(orig, ctx),
+                      ("backend", "computation", "devices", "compile_options"))
+        self.patched = patches.has("compile_or_get_cached")
+        patches.apply(compiler, "_cache_read", lambda orig: _wrap_cache_read(orig, ctx),
+                      ("module_name", "cache_key"))
+        patches.apply(pxla, "lower_sharding_computation", lambda orig: _wrap_lowering(orig, ctx),
+                      ("closed_jaxpr", "api_name", "fun_name", "in_shardings"))
+
+    # Callbacks (each runs inside the user's program: guarded) --------------
+
+    def on_cache_miss(self, message: str, fun: Callable[..., object] | None = None) -> None:
+        """One explain-cache-miss record (:mod:`.explain`): the cause the
+        next compile of its function gets."""
+        try:
+            func, cause = parse_cache_miss(message, time.time(),
+                                           functools.partial(param_path, fun))
+            local = self.context.local
+            pending = local.causes
+            if pending is None:
+                pending = local.causes = {}
+            pending[func] = cause
+        except Exception as e:  # noqa: BLE001
+            self.on_explain_failed(e)
+
+    def on_explain_failed(self, error: Exception) -> None:
+        self.rec.hook_failed("jax.explain", error)
+
+    def on_lowering(self, fun_name: str, api_name: str, closed_jaxpr: ClosedJaxpr,
+                    in_shardings: Sequence[object] | None) -> None:
+        """A lowering: the signature (and an input that moved device) its compile gets."""
+        try:
+            jaxpr = closed_jaxpr.jaxpr
+            dbg = getattr(jaxpr, "_debug_info", None) or getattr(jaxpr, "debug_info", None)
+            arg_names: list[str | None] = list(getattr(dbg, "arg_names", None) or ())
+            avals = closed_jaxpr.in_avals
+            if len(arg_names) != len(avals):
+                arg_names = [None] * len(avals)
+            shardings = list(in_shardings) if in_shardings is not None else []
+            shardings += [None] * (len(avals) - len(shardings))
+            sig = tuple(format_aval(n, a, s) for n, a, s in zip(arg_names, avals, shardings))
+            moved = self._lowerings.moved((fun_name, getattr(dbg, "func_src_info", None)),
+                                          avals, shardings, arg_names)
+            self.context.local.lowering = Lowering(f"{api_name}({fun_name})", fun_name, sig,
+                                                   moved)
+        except Exception as e:  # noqa: BLE001
+            self.rec.hook_failed("jax.lowering", e)
+
+    def on_compiled(self, ctx: CompileInProgress, computation: mlir.ir.Module,
+                    devices: object, options: object, backend: object, wall_ns: int) -> None:
+        """A compile request done (``wall_ns`` long): recorded, guarded."""
+        try:
+            self._on_compiled(ctx, computation, devices, options, backend, wall_ns)
+        except Exception as e:  # noqa: BLE001
+            self.rec.hook_failed("jax.compile", e)
+
+    def _on_compiled(self, ctx: CompileInProgress, computation: mlir.ir.Module,
+                     devices: object, options: object, backend: object, wall_ns: int) -> None:
+        key = ctx.cache_key
+        if key is None:
+            from jax._src import compilation_cache
+
+            key = compilation_cache.get_cache_key(computation, devices, options, backend)
+        graph_hash = key.rsplit("-", 1)[-1]
+        local = self.context.local
+        lowering, local.lowering = local.lowering, None
+        moved = None
+        if lowering is not None:
+            name, fun_name, sig, moved = lowering
+        else:
+            name = str(computation.operation.attributes["sym_name"])
+            fun_name, sig = name, ()
+        causes = local.causes or {}
+        cause = causes.pop(fun_name, None)
+        # The user's line, past installed libraries (JAX's own explanation
+        # stops at the first frame outside jax: flax's jit wrapper).
+        here = user_line(self._skip)
+        location = here.location if here else cause.location if cause else None
+        via = here.via if here else ""
+        if cause is None and moved is not None:  # JAX explains no device move
+            cause = dataclasses.replace(moved, time_unix=time.time(), location=location, via=via)
+        elif cause is not None and (cause.location, cause.via) != (location, via):
+            cause = dataclasses.replace(cause, location=location, via=via)
+        ledger, events = self.rec.ledger, self.rec.events
+        self.context.note_compile(graph_hash)
+        seconds = wall_ns / 1e9
+        loaded = ctx.cache_hit
+        if loaded:  # traced and lowered again; only the backend compile was loaded
+            self._cached.inc()
+        else:
+            self._uncached.inc()
+            self._compile_time.observe(wall_ns)
+        ledger.compiled(graph_hash, name, ENGINE, seconds, sig, cause)
+        if loaded:
+            ledger.cache_hit(graph_hash, name, ENGINE, sig)
+        real = cause is not None and cause.description != FIRST_CALL
+        detail = cause.description if cause is not None and real else ""
+        if not real and (outer := outer_user_call(self._skip)):
+            # eager code compiles op by op at its innermost line; name the call to jit too
+            detail = f"{CALLED_FROM}{outer}"
+        if loaded:
+            detail = f"{detail}; backend cache hit" if detail else "backend cache hit"
+        kind = EventKind.RECOMPILE if real else EventKind.COMPILE
+        events.emit(kind, name, graph_hash, detail, location, seconds, via=via)
+        self.context.remember_executable(ctx.executable, graph_hash, name)
+
+    def on_duration(self, event: str, seconds: float, fun_name: str | None) -> None:
+        """A ``jax.monitoring`` duration: trace and lowering times (and the
+        compile, where the compiler is not wrapped)."""
+        if event.endswith("/backend_compile_duration"):
+            # JAX emits this after compile_or_get_cached returns; when that is
+            # wrapped, the wrapper has already recorded the compile.
+            if not self.patched:
+                self._uncached.inc()
+                self._compile_time.observe(seconds * 1e9)
+                name = fun_name or "unknown"
+                self.rec.ledger.compiled("name:" + name, name, ENGINE, seconds)
+                self.rec.events.emit(EventKind.COMPILE, name, "", "", None, seconds)
+        elif event.endswith("/jaxpr_trace_duration"):
+            self._trace_time.observe(seconds * 1e9)
+        elif event.endswith("/jaxpr_to_mlir_module_duration"):
+            self._lowering_time.observe(seconds * 1e9)
+
+    def on_event(self, event: str) -> None:
+        """A ``jax.monitoring`` event: a persistent-cache hit."""
+        if event == "/jax/compilation_cache/cache_hits":
+            ctx = self.context.local.compile
+            if ctx is not None:
+                ctx.cache_hit = True
+            else:
+                self._cached.inc()
+
+
+# The wrappers (each runs inside the user's program) ---------------------------
+
+def _wrap_compile(original: Callable[..., Any], context: JaxContext) -> Callable[..., Any]:
+    local = context.local
+
+    def compile_or_get_cached(backend: Any, computation: Any, devices: Any,
+                              compile_options: Any, *args: Any, **kwargs: Any) -> Any:
+        eng = context.active
+        if eng is None:
+            return original(backend, computation, devices, compile_options, *args, **kwargs)
+        outer = local.compile
+        ctx = local.compile = CompileInProgress()
+        start = time.perf_counter_ns()
+        try:
+            result = original(backend, computation, devices, compile_options, *args, **kwargs)
+        finally:
+            local.compile = outer
+        ctx.executable = result  # AOT-compiled calls find their graph by it
+        eng.compiles.on_compiled(ctx, computation, devices, compile_options, backend,
+                                 time.perf_counter_ns() - start)
+        return result
+
+    compile_or_get_cached.__wrapped__ = original  # type: ignore[attr-defined]
+    return compile_or_get_cached
+
+
+def _wrap_cache_read(original: Callable[..., Any], context: JaxContext) -> Callable[..., Any]:
+    local = context.local
+
+    def _cache_read(module_name: Any, cache_key: Any, *args: Any, **kwargs: Any) -> Any:
+        ctx = local.compile
+        if ctx is not None:
+            ctx.cache_key = cache_key
+        return original(module_name, cache_key, *args, **kwargs)
+
+    _cache_read.__wrapped__ = original  # type: ignore[attr-defined]
+    return _cache_read
+
+
+def _wrap_lowering(original: Callable[..., Any], context: JaxContext) -> Callable[..., Any]:
+    def lower_sharding_computation(closed_jaxpr: Any, api_name: Any, fun_name: Any,
+                                   in_shardings: Any, *args: Any, **kwargs: Any) -> Any:
+        eng = context.active
+        if eng is not None:
+            eng.compiles.on_lowering(fun_name, api_name, closed_jaxpr, in_shardings)
+        return original(closed_jaxpr, api_name, fun_name, in_shardings, *args, **kwargs)
+
+    lower_sharding_computation.__wrapped__ = original  # type: ignore[attr-defined]
+    return lower_sharding_computation

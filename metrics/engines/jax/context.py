@@ -1,0 +1,146 @@
+"""What the JAX hook's parts share: one typed :class:`JaxContext`.
+
+The wrappers installed into JAX (``jax.jit``'s, ``Compiled.__call__``'s,
+the compiler's, ``device_put``'s) run in the user's calls, whoever made
+them; each is given the context when it is made and reads
+:attr:`JaxContext.active` once per call (None: it passes straight through).
+The engine (:mod:`.engine`) sets ``active`` at install; no part imports the
+engine or another part's module state.
+
+The C hot path (:mod:`metrics.recording.native`'s ``Counting``) is handed
+the context's attribute dict (``vars(context)``) and reads ``active`` and
+``compile_seq`` from it per call: the context keeps them as plain instance
+attributes (no slots, no properties), so Python and C read the same values.
+
+Example:
+    >>> from metrics.engines.jax.context import CONTEXT
+    >>> CONTEXT.active is None or CONTEXT.active.name == "jax"
+    True
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections import deque
+from collections.abc import Hashable
+from typing import TYPE_CHECKING, NamedTuple
+
+if TYPE_CHECKING:
+    from metrics.engines.jax.calls import Owner
+    from metrics.engines.jax.engine import JaxEngine
+    from tpu_info.contract.model import RecompileCause
+
+ENGINE = "jax"
+
+# Hot paths write each record as its fields, in one ``deque.extend`` (atomic
+# under the GIL, like an append): the journal then holds only numbers and
+# existing objects, so records waiting to be folded make no new objects for
+# the garbage collector to count and trace, and a fold takes each field as
+# one slice. Transfers: (to_device, start, end, bytes). Counted calls:
+# (owner, key, start, end, compiled graph or None).
+TRANSFER_FIELDS = 4
+CALL_FIELDS = 5
+
+RECENT_COMPILES = 64  # per thread; a call that compiles more finds its first among these
+MAX_AOT_GRAPHS = 4096  # executable fingerprints kept (oldest dropped first)
+
+
+class Lowering(NamedTuple):
+    """What a lowering tells the compile that follows it on the same thread."""
+
+    name: str  # the graph's name: ``jit(step)``
+    fun_name: str
+    signature: tuple[str, ...]  # one ``name: f32[8]`` per input
+    moved: RecompileCause | None  # an input on another device than last time
+
+
+class CompileInProgress:
+    """One backend compile on this thread: what the wrapped cache read and
+    the ``jax.monitoring`` cache-hit event tell the compile wrapper."""
+
+    __slots__ = ("cache_key", "cache_hit", "executable")
+
+    def __init__(self) -> None:
+        self.cache_key: str | None = None
+        self.cache_hit = False
+        self.executable: object = None  # what the compile returned (AOT calls find it)
+
+
+class CompileLocal(threading.local):
+    """Per thread: the compile in progress, the lowering the next compile
+    gets, pending recompile explanations by function, and this thread's
+    newest compiles ((seq, graph hash): a counted call learns its graph)."""
+
+    compile: CompileInProgress | None = None
+    lowering: Lowering | None = None
+    causes: dict[str | None, RecompileCause] | None = None
+    compiles: deque[tuple[int, str]] | None = None
+
+
+class JaxContext:
+    """The state the JAX hook's parts share; one per process (:data:`CONTEXT`)."""
+
+    def __init__(self) -> None:
+        # The installed engine (None while none is): each wrapper reads it
+        # once per call. Read by C too (see the module's docstring).
+        self.active: JaxEngine | None = None
+        # Bumped by every compile; a counted call compares it before and
+        # after, which is cheaper than resetting a thread-local on every call.
+        self.compile_seq: list[int] = [0]
+        self.local = CompileLocal()
+        # executable fingerprint -> (graph hash, graph name), noted at compile time
+        self.aot_graphs: dict[Hashable, tuple[str, str]] = {}
+        # One owner per (user function, jit options), so a function re-jitted
+        # every call (``jax.jit(f)(x)`` in a loop) is one function with its graphs.
+        self.owners: weakref.WeakKeyDictionary[object, dict[str, Owner]] = (
+            weakref.WeakKeyDictionary())
+        # The jax.monitoring listeners are registered once per process: what
+        # could not be listened to, in words (None until registered).
+        self.listeners_missing: list[str] | None = None
+
+    def note_compile(self, graph_hash: str) -> None:
+        """Counts one compile (the engine calls it) and notes its graph for
+        the call it happens in."""
+        self.compile_seq[0] += 1
+        local = self.local
+        recent = local.compiles
+        if recent is None:
+            recent = local.compiles = deque(maxlen=RECENT_COMPILES)
+        recent.append((self.compile_seq[0], graph_hash))
+
+    def compiled_since(self, seq: int) -> str | None:
+        """The graph of this thread's first compile after ``seq``: a call's own
+        graph (compiles nested in running it, such as resharding an input of a
+        pmapped call, come after it); None when this thread compiled none."""
+        for n, graph_hash in self.local.compiles or ():
+            if n > seq:
+                return graph_hash
+        return None
+
+    def remember_executable(self, executable: object, graph_hash: str, name: str) -> None:
+        """Notes which graph ``executable`` (what the backend compile returned)
+        runs, for AOT-compiled calls (:mod:`.aot`); once per compile (~0.6 us)."""
+        try:
+            fingerprint = executable.fingerprint  # type: ignore[attr-defined]
+            hash(fingerprint)
+        except Exception:  # noqa: BLE001 - a backend without fingerprints: AOT calls have no graph
+            return
+        if fingerprint is None:
+            return
+        known = self.aot_graphs
+        if len(known) >= MAX_AOT_GRAPHS:
+            del known[next(iter(known))]
+        known[fingerprint] = (graph_hash, name)
+
+    def hook_failed(self, where: str, error: BaseException) -> None:
+        """A failure inside a hook: counted by the installed engine's
+        recorder (none installed: nothing to count it in), swallowed."""
+        eng = self.active
+        if eng is not None and isinstance(error, Exception):
+            eng.rec.hook_failed(where, error)
+
+
+# The process's context: the adapter's entry points (``create``, ``track``)
+# hand it to the parts; the parts never read it from here.
+CONTEXT = JaxContext()
