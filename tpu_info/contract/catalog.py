@@ -1,7 +1,7 @@
 """Every counter and distribution name the hook records, with unit and help.
 
 Names follow torch_xla's where one exists, so ``metrics_report()`` reads the
-same; new ones are CamelCase the same way. The README's table is this one.
+same; new ones are CamelCase the same way. The table in docs/names.md is this one.
 It lives in ``tpu_info`` so the CLI knows the names without importing the
 hook.
 

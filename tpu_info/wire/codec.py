@@ -61,7 +61,7 @@ _UNIT_FROM_PB: dict[int, Unit] = {v: k for k, v in UNIT_TO_PB.items()}
 # proto -> model (client side) ------------------------------------------------
 #
 # A reply is a stranger's data. Counts are bounded before anything is decoded
-# (what a real hook stays under, README "Bounds"; beyond them a reply is cut),
+# (what a real hook stays under, docs/threat-model.md, "Bounds"; beyond them a reply is cut),
 # every string is cleaned (tpu_info.contract.safe.clean), and a number that is not
 # finite is kept out: an optional one becomes None, a required one 0, a
 # distribution whose total is not finite is left out; each time with the
