@@ -4,8 +4,14 @@ without TPUs it prints "No TPU chips found."), alternating, same run.
 
     python bench/cli_startup.py [--smoke]
 
-Prints the median wall time of each, the ratio (target <= 0.25), the median
-of `tpu-info --version`, and an import-time breakdown of our one-shot path.
+Prints the median wall time of each, the ratio (target <= 0.15, issue 32),
+the median of `tpu-info --version`, the load average, and an import-time
+breakdown of our one-shot path.
+
+Both run as installed: Google's package was compiled by pip; ours is run
+once before timing with bytecode written to a private cache (a checkout
+with PYTHONDONTWRITEBYTECODE=1 would compile every source file edited since
+its last .pyc on every run: 20-40 ms that no installed tpu-info pays).
 """
 
 from __future__ import annotations
@@ -47,15 +53,19 @@ def main() -> int:
     from tests.hooked import HookedProgram
 
     gdir = google_dir()
-    with tempfile.TemporaryDirectory() as rt:
+    with tempfile.TemporaryDirectory() as rt, tempfile.TemporaryDirectory() as pyc:
         env = dict(os.environ, TPU_INFO_RUNTIME_DIR=rt, TPU_INFO_PORT="0",
-                   PYTHONPATH=str(ROOT))
+                   PYTHONPATH=str(ROOT), PYTHONPYCACHEPREFIX=pyc)
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
         genv = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
         genv["PYTHONPATH"] = str(gdir)
         ours_cmd = [sys.executable, "-m", "tpu_info"]
         google_cmd = [sys.executable, "-S", "-c",
                       "import sys; from tpu_info import cli; sys.exit(cli.print_chip_info())"]
         with HookedProgram(env={"TPU_INFO_RUNTIME_DIR": rt, "TPU_INFO_PORT": "0"}):
+            for cmd in (ours_cmd, [*ours_cmd, "--version"]):  # writes ours' bytecode
+                timed(cmd, env, str(ROOT))
+            load = [os.getloadavg()[0]]
             ours, google, version = [], [], []
             for i in range(rounds):
                 pair = [("ours", ours_cmd, env, str(ROOT), ours),
@@ -68,6 +78,7 @@ def main() -> int:
                     assert "jit(f)" in r.stdout, r.stdout + r.stderr
                 dt, _ = timed([*ours_cmd, "--version"], env, str(ROOT))
                 version.append(dt)
+            load.append(os.getloadavg()[0])
             _, rg = timed(google_cmd, genv, rt)
             print(f"google tpu-info says: {rg.stdout.strip()[:80]!r}")
             imp = subprocess.run([*ours_cmd[:1], "-X", "importtime", "-m", "tpu_info"],
@@ -76,6 +87,7 @@ def main() -> int:
     print(f"tpu-info one-shot (1 hooked process): median {o * 1e3:.0f} ms over {rounds} runs")
     print(f"google tpu-info {VERSION}:             median {g * 1e3:.0f} ms")
     print(f"tpu-info --version:                   median {v * 1e3:.0f} ms")
+    print(f"load average (1 min) {load[0]:.2f} -> {load[1]:.2f} on {os.cpu_count()} CPUs")
     rows = []
     for line in imp.stderr.splitlines():
         parts = line.split("|")
@@ -85,7 +97,7 @@ def main() -> int:
     print("import time (cumulative us), top-level modules of the one-shot path:")
     for us, name in sorted(top, reverse=True)[:10]:
         print(f"  {us:>8}  {name.strip()}")
-    verdict("cli_startup ratio ours/google", o / g, "<= 0.25", o / g <= 0.25)
+    verdict("cli_startup ratio ours/google", o / g, "<= 0.15", o / g <= 0.15)
     return 0
 
 

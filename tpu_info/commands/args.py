@@ -325,9 +325,10 @@ def _check_from(args: argparse.Namespace) -> None:
 def view_mode(args: argparse.Namespace) -> Any:
     """The default view's :class:`~tpu_info.commands.show.Mode` from checked flags."""
     from tpu_info.commands.show import Mode
-    from tpu_info.outputs.query import Format
 
     if args.query_fields and args.csv_format is None:
+        from tpu_info.outputs.query import Format  # only --query prints CSV
+
         args.csv_format = Format()
     form = "csv" if args.query_fields else "json" if args.json else "table"
     return Mode(form, streaming=args.streaming or args.loop is not None,

@@ -81,17 +81,24 @@ def _gather(args: argparse.Namespace, targets: list[str]):  # type: ignore[no-un
         return gathered(args.from_file)
 
     return gather(targets, timeout=args.timeout, deadline=args.deadline,
-                  prepare=_import_outputs, use_discovery=not args.no_discovery,
+                  prepare=lambda: _import_outputs(args), use_discovery=not args.no_discovery,
                   probe_libtpu=not args.no_discovery, scan_devices=not args.no_discovery)
 
 
-def _import_outputs() -> None:
-    """Imports what prints a look (rich, the tables): done while the targets
-    are asked (:func:`~tpu_info.commands.gather.gather`'s ``prepare``), not
-    before, on a machine where each import takes its time."""
-    import tpu_info.outputs.jsonview
-    import tpu_info.outputs.render
-    import tpu_info.views.metrics  # noqa: F401
+def _import_outputs(args: argparse.Namespace) -> None:
+    """Imports what prints this look and nothing else (the tables and rich;
+    the JSON document; the CSV fields; a --metric table): done while the
+    targets are asked (:func:`~tpu_info.commands.gather.gather`'s
+    ``prepare``), not before, on a machine where each import takes its time."""
+    if args.query_fields:
+        import tpu_info.outputs.query
+        import tpu_info.views.derived  # noqa: F401
+    elif args.json:
+        import tpu_info.outputs.jsonview  # noqa: F401
+    else:
+        import tpu_info.outputs.render  # noqa: F401
+    if args.metrics:
+        import tpu_info.views.metrics  # noqa: F401
 
 
 def is_terminal() -> bool:
@@ -137,10 +144,11 @@ def _show(args: argparse.Namespace, targets: list[str]) -> int:
             args.deadline = time.monotonic() + args.timeout
         looked = True
         g = _gather(args, targets)
-        from tpu_info.views.metrics import unknown_metric
+        if args.metrics:
+            from tpu_info.views.metrics import unknown_metric
 
-        if bad := unknown_metric([name for name, _ in args.metrics or ()], g.views):
-            raise UsageError(bad)  # a name no target records (custom names are allowed)
+            if bad := unknown_metric([name for name, _ in args.metrics], g.views):
+                raise UsageError(bad)  # a name no target records (custom names are allowed)
         return g
 
     return show(args, view_mode(args), look, _say)

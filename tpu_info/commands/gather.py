@@ -133,11 +133,18 @@ def gather(
     :func:`~tpu_info.commands.budget.first_wait` from when its request is
     sent when the deadline is already near.
     """
+    net = ProcNet(proc_root)
+    # The kernel writes the socket table (tens of ms on some hosts) while this
+    # thread imports the client: a read waits outside the interpreter lock.
+    early = threading.Thread(target=net.sockets, name="tpu-info-sockets", daemon=True)
+    if use_discovery or probe_libtpu:
+        early.start()
     from tpu_info.net import discovery
     from tpu_info.net.client import Client
     from tpu_info.net.fanout import fan_out
 
-    net = ProcNet(proc_root)
+    if early.ident is not None:
+        early.join()
     found = None
     if use_discovery:
         found = discovery.scan(runtime_dir, port_owners=net.owners_by_port)

@@ -57,9 +57,10 @@ def renderable(args: argparse.Namespace, g: Gathered, width: int) -> Any:
     from rich.console import Group
 
     from tpu_info.outputs import render
-    from tpu_info.views.metrics import DEFAULT_PERCENTILES, metric_table
 
     if args.metrics or args.process:
+        from tpu_info.views.metrics import DEFAULT_PERCENTILES, metric_table
+
         parts: list[Any] = ([metric_table(name, g.views, cols or DEFAULT_PERCENTILES)
                              for name, cols in args.metrics] if args.metrics
                             else [render.processes_table(g.views, render.Reasons(), width)])
@@ -128,16 +129,20 @@ def show(args: argparse.Namespace, mode: Mode, look: Callable[[], Gathered],
                 console.print()
             sys.stdout.flush()
 
+    def tables() -> Any:
+        """The console (rich) for the tables; JSON and CSV are written without it."""
+        return make_console(args.no_color) if mode.form == "table" else None
+
     if not mode.streaming:
         g = look()  # first: the console (rich) is made while the targets answer
-        console = make_console(args.no_color)
+        console = tables()
         frame(g)
         for v in g.failed:
             say(v.error if v.error.startswith(f"{v.target}: ") else f"{v.target}: {v.error}")
         return EXIT_PARTIAL if g.failed else EXIT_OK
-    console = make_console(args.no_color)
+    console = tables()
     try:
-        if mode.appends(console.is_terminal):
+        if console is None or mode.appends(console.is_terminal):
             while True:
                 frame(look())
                 time.sleep(mode.interval)

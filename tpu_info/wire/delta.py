@@ -39,7 +39,7 @@ import bisect
 import dataclasses
 import itertools
 import operator
-import secrets
+import os
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
@@ -92,7 +92,7 @@ class Generations:
     __slots__ = ("instance", "keep", "_held", "_numbers")
 
     def __init__(self, instance: str | None = None, keep: int = GENERATIONS_KEPT) -> None:
-        self.instance = instance or secrets.token_hex(8)
+        self.instance = instance or os.urandom(8).hex()  # as secrets.token_hex(8), without hmac
         self.keep = keep
         self._held: OrderedDict[int, tuple[Any, ...]] = OrderedDict()
         self._numbers = itertools.count(1)
