@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.metrics.test_prometheus import prometheus_binary  # noqa: F401
+from tests.metrics.export.test_prometheus import prometheus_binary  # noqa: F401
 from tests.system.fleet import Fleet, running_fleet
 
 

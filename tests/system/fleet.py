@@ -39,7 +39,7 @@ from pathlib import Path
 from tests.conftest import ROOT
 from tests.fixtures.sysfs_trees import MACHINES, build_sysfs
 from tests.hooked import terminate
-from tests.metrics.test_prometheus import free_port, query
+from tests.metrics.export.test_prometheus import free_port, query
 
 EXAMPLE_CONFIG = ROOT / "examples" / "prometheus" / "prometheus.yml"
 RULES = EXAMPLE_CONFIG.with_name("tpu-info-rules.yml")

@@ -24,8 +24,8 @@ import pytest
 from metrics.export import prometheus as prom
 from tests.conftest import ROOT
 from tests.hooked import terminate
-from tests.metrics.test_prometheus import free_port, make_snapshot, prometheus_binary  # noqa: F401
-from tests.metrics.test_prometheus import query as prom_query
+from tests.metrics.export.test_prometheus import free_port, make_snapshot, prometheus_binary  # noqa: F401
+from tests.metrics.export.test_prometheus import query as prom_query
 from tests.tls_certs import make_pki
 
 

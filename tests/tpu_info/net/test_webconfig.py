@@ -25,7 +25,7 @@ import pytest
 
 from metrics.export import prometheus as prom
 from tests.conftest import ROOT
-from tests.metrics.test_prometheus import make_snapshot
+from tests.metrics.export.test_prometheus import make_snapshot
 from tests.tls_certs import make_pki
 from tpu_info.commands import cli
 from tpu_info.net import webconfig

@@ -36,7 +36,7 @@ from tpu_info.contract.model import (
     Unit,
 )
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def make_snapshot(n_graphs: int = 3) -> Snapshot:

@@ -19,7 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from metrics.export import prometheus as prom
 from metrics.recording import snapshot as snapshot_build
 from metrics.recording.recorder import Recorder
-from tests.metrics.test_prometheus import make_snapshot, samples
+from tests.metrics.export.test_prometheus import make_snapshot, samples
 from tpu_info.contract import catalog
 from tpu_info.contract.model import CounterReading, GraphRecord
 

@@ -218,7 +218,7 @@ def test_event_kinds_have_one_name_each():
     from tpu_info.contract.model import EventKind
 
     assert not [k.name for k in EventKind if hasattr(events, k.name)]
-    root = Path(__file__).resolve().parents[2] / "metrics"
+    root = Path(__file__).resolve().parents[3] / "metrics"
     aliases = [f"{p.relative_to(root)}:{n}" for p in root.rglob("*.py")
                for n, line in enumerate(p.read_text().splitlines(), 1)
                if re.search(r"\bev\.[A-Z_]+\b", line)]
