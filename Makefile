@@ -1,11 +1,12 @@
 # The README's two commands: `make demo` and `make test`. Both set up .venv.
+# `make test-fast` is the quick loop: unit tests only, in under two minutes.
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?= -q
 
-.PHONY: venv demo test lint bench bench-smoke clean xla-env
+.PHONY: venv demo test test-fast lint bench bench-smoke clean xla-env
 
 $(STAMP): pyproject.toml setup.py constraints.txt metrics/recording/_native.c
 	$(PYTHON) -m venv $(VENV)
@@ -29,6 +30,11 @@ demo: venv
 # pytest's exit code 5 (no tests collected) is not a failure.
 test: venv xla-env
 	$(PY) -m pytest $(PYTEST_ARGS) || { rc=$$?; [ $$rc -eq 5 ] && echo "no tests collected" || exit $$rc; }
+
+# The quick loop: unit tests only (no tests/system, no test marked slow); a
+# kept test that starts a process fails (tests/conftest.py, --fast).
+test-fast: venv
+	$(PY) -m pytest $(PYTEST_ARGS) --fast || { rc=$$?; [ $$rc -eq 5 ] && echo "no tests collected" || exit $$rc; }
 
 lint: venv
 	$(PY) -m ruff check .
