@@ -232,6 +232,7 @@ print(json.dumps([g.hash for g in metrics.snapshot().graphs if g.name == "jit(mo
 """
 
 
+@pytest.mark.slow
 def test_graph_hash_stable_across_processes_and_source_moves(tmp_path):
     hashes = []
     for padding in ("", "\n" * 50, "\n" * 50):
@@ -254,6 +255,7 @@ RECOMPILE_PROGRAM = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_explanations_not_printed_unless_user_asked():
     r = run_python(RECOMPILE_PROGRAM.format(user_flag=""))
     assert r.returncode == 0, r.stderr
@@ -303,6 +305,7 @@ LATE_FLAG_PROGRAM = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_explanations_the_user_turns_on_later_are_printed_once():
     r = run_python(LATE_FLAG_PROGRAM)
     assert r.returncode == 0, r.stderr
@@ -330,6 +333,7 @@ FALLBACK_PROGRAM = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_without_the_cheap_explainer_the_flag_gives_causes_and_is_put_back():
     r = run_python(FALLBACK_PROGRAM)
     assert r.returncode == 0, r.stderr
@@ -363,6 +367,7 @@ PERSISTENT_CACHE_PROGRAM = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_persistent_cache_hit_is_a_compile_whose_backend_was_loaded(tmp_path):
     """A warm persistent cache skips only the backend compile: the function is
     still traced, lowered and recompiled for the same cause, so the second run
@@ -387,6 +392,7 @@ def test_persistent_cache_hit_is_a_compile_whose_backend_was_loaded(tmp_path):
     assert "Pad or bucket" not in message and "persistent compilation cache" not in message
 
 
+@pytest.mark.slow
 def test_busy_percent_needs_tracked_calls():
     r = run_python("import jax, jax.numpy as jnp, metrics\n"
                    "metrics.install(serve=False)\n"
@@ -397,6 +403,7 @@ def test_busy_percent_needs_tracked_calls():
     assert r.stdout.startswith("None |") and "metrics.track" in r.stdout
 
 
+@pytest.mark.slow
 def test_import_metrics_and_tpu_info_import_no_engine():
     r = run_python("import sys, metrics, tpu_info, tpu_info.outputs.textreport, tpu_info.commands.cli\n"
                    "bad = [m for m in ('jax', 'torch', 'jaxlib') if m in sys.modules]\n"

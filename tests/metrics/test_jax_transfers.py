@@ -260,6 +260,7 @@ MESH = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_numpy_into_a_jitted_function_on_a_mesh_is_counted_each_call(tmp_path):
     script = tmp_path / "mesh_prog.py"
     script.write_text(MESH)
@@ -334,6 +335,7 @@ FORK = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_a_fork_child_records_syncs_though_the_parent_held_the_site_lock():
     r = run_python(FORK, timeout=60, env={"JAX_PLATFORMS": "cpu"})
     assert r.returncode == 0, r.stderr
@@ -373,12 +375,14 @@ NO_MARK = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_without_jax_s_explicit_put_mark_a_put_is_counted_once_by_a_wrapper():
     r = run_python(NO_MARK, env={"JAX_PLATFORMS": "cpu"})
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout.strip().splitlines()[-1]) == [True, [2, 24], 1]
 
 
+@pytest.mark.slow
 def test_a_missing_private_name_degrades_with_a_reason_and_a_blind_spot():
     r = run_python(DEGRADED, env={"JAX_PLATFORMS": "cpu"})
     assert r.returncode == 0, r.stderr

@@ -157,6 +157,7 @@ print("still running after SIGTERM", flush=True)
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", ["call", "put", "read"])
 @pytest.mark.parametrize("kind", ["C", "Python"])
 def test_sigterm_landing_in_a_hook_s_fold_ends_the_program(tmp_path, kind, path):
@@ -255,6 +256,7 @@ print("still running after SIGTERM", flush=True)
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["C", "Python"])
 def test_a_preemption_handler_s_exception_reaches_the_training_loop(tmp_path, kind):
     """The usual preemption pattern (SIGTERM handler raising the program's own

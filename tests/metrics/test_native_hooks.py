@@ -249,6 +249,7 @@ def test_uninstalled_the_wrapper_passes_calls_through(hooks):
     assert rec.registry.counter_value(names.EXECUTE_COUNT) == 1
 
 
+@pytest.mark.slow
 def test_pure_python_switch():
     env = dict(os.environ, TPU_INFO_PURE_PYTHON="1", JAX_PLATFORMS="cpu",
                PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
@@ -458,6 +459,7 @@ def test_a_marked_step_runs_no_frame_of_the_recorder(hooks):
     assert data[0] == 49 and data[1] > 0
 
 
+@pytest.mark.slow
 def test_a_module_built_from_an_older_source_runs_the_python_hooks():
     """A compiled module lacking one of the callables (a checkout updated
     without reinstalling) is not used at all: every hook runs in Python and

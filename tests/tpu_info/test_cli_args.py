@@ -39,6 +39,7 @@ def tpu_info(*args: str) -> subprocess.CompletedProcess[str]:
     (["--no-discovery", "--target", f"{LONG_LABEL}:80"], "not a valid DNS name"),
     (["--rate", "1e300", "--streaming"], "--rate is at most"),
 ])
+@pytest.mark.slow
 def test_quoted_cases_are_one_line_and_exit_2(args: list[str], needle: str):
     r = tpu_info(*args)
     assert r.returncode == 2, (r.stdout, r.stderr)
@@ -47,6 +48,7 @@ def test_quoted_cases_are_one_line_and_exit_2(args: list[str], needle: str):
     assert "Traceback" not in r.stderr
 
 
+@pytest.mark.slow
 def test_watch_entry_point_checks_its_arguments():
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     for args in (["--rate", "nan"], ["--timeout", "1e10"], ["--target", f"{LONG_LABEL}:1"]):
@@ -56,6 +58,7 @@ def test_watch_entry_point_checks_its_arguments():
 
 
 
+@pytest.mark.slow
 def test_watch_entry_point_refuses_a_pipe():
     """``python -m tui`` run directly into a pipe says so in one line (exit 2)
     instead of writing escape codes forever (tpu-info --watch checks first)."""
@@ -287,6 +290,7 @@ def test_what_the_fuzz_found_once(argv: list[str], contained, capsys):
     (["run", "--", "a\x00b"], {2}),
     (["run", "--"], {2}),
 ])
+@pytest.mark.slow
 def test_run_with_bad_commands(argv: list[str], codes: set[int], capsys):
     assert cli.main(argv) in codes
     out, err = capsys.readouterr()
