@@ -14,7 +14,7 @@ import) and the fields it leaves to the plain codec's fillers
 (``filled``: :mod:`tpu_info.wire.fillers`). A field in neither, one added
 to the ``.proto`` since, makes the plan incomplete: that message then goes
 through the plain codec whole (slower, nothing dropped), and
-``tests/tpu_info/test_encoder_fields.py`` fails until the plan names it.
+``tests/tpu_info/wire/test_encoder_fields.py`` fails until the plan names it.
 
 Reuse follows :mod:`tpu_info.contract.reuse`: a record that did not change is the
 same object, so encodings are kept by the identity of what they encode.

@@ -21,7 +21,7 @@ from tpu_info.proto import tpu_info_v1_pb2 as pb
 from tpu_info.wire import codec as wire
 from tpu_info.wire import encoder
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 # Fields the model does not hold by design: the server writes its own version.
 NOT_IN_THE_MODEL = {"tpu_info.v1.Snapshot.protocol_version",
                     # One answer's stamp for cursors (tpu_info.wire.delta), not the program's.
