@@ -100,6 +100,7 @@ def test_graph_hash_helper_matches_engine(ts_backend):
     assert graph_hash([y]) == computation.get_graph_hash([y]).hex()
 
 
+@pytest.mark.slow
 def test_auto_detects_lazy_after_ts_backend_init():
     code = """
 import torch, metrics

@@ -186,6 +186,7 @@ print(json.dumps({{"count": d.count if d else None, "basis": s.steps.basis,
 """
 
 
+@pytest.mark.slow
 def test_slow_steps_from_optimizer_intervals_when_none_is_marked():
     # Its own process: whether anything else marks steps (torch._lazy's backend
     # loaded by another test) must not decide it.

@@ -159,6 +159,7 @@ def test_reads_after_the_first_thousand_are_sampled_estimates():
     rec.reset()
 
 
+@pytest.mark.slow
 def test_uninstall_gives_torch_its_own_methods_back():
     r = run_python(
         "import torch, metrics\n"
@@ -175,6 +176,7 @@ def test_uninstall_gives_torch_its_own_methods_back():
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr[-2000:]
 
 
+@pytest.mark.slow
 def test_lazy_tensor_reads_are_sync_sites_and_cpu_reads_then_are_not():
     """Under torch._lazy each .item() runs the pending graph and waits: a
     device read. With device reads seen, a CPU tensor's reads are not syncs."""

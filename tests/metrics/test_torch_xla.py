@@ -96,6 +96,7 @@ def xla_program(tmp_path_factory):
     proc.wait(timeout=60)
 
 
+@pytest.mark.slow
 def test_compile_counts_equal_torch_xlas_own(xla_program):
     doc, _ = xla_program
     assert doc["engines"] == ["torch_compile", "torch_xla"]
@@ -112,12 +113,14 @@ def test_compile_counts_equal_torch_xlas_own(xla_program):
                                       "GetAllocatorStats is not supported"]]
 
 
+@pytest.mark.slow
 def test_executed_fallback_ops_answers_as_torch_xlas_own(xla_program):
     doc, _ = xla_program
     ours, theirs = doc["fallback_ops"]
     assert ours == theirs and "aten::nonzero" in ours, doc["fallback_ops"]
 
 
+@pytest.mark.slow
 def test_cpu_fallback_becomes_a_finding(xla_program):
     doc, _ = xla_program
     assert doc["theirs"]["aten::nonzero"] == 3
@@ -125,6 +128,7 @@ def test_cpu_fallback_becomes_a_finding(xla_program):
                for f in doc["findings"]), doc["findings"]
 
 
+@pytest.mark.slow
 def test_tpu_info_report_shows_torch_xla_counters(xla_program):
     doc, env = xla_program
     main_env = dict(env, PYTHONPATH=str(ROOT), COLUMNS="120")
