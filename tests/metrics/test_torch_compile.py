@@ -187,12 +187,12 @@ def test_break_gaps_pair_parts_of_one_function_only():
 
 
 def test_hook_failure_is_counted_not_raised(rec, monkeypatch):
-    from metrics.engines.torch.compile import engine as torch_compile
+    from metrics.engines.torch.compile import record
 
     def broken(*_args, **_kwargs):
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(torch_compile.TorchCompileEngine, "_describe", broken)
+    monkeypatch.setattr(record, "describe", broken)
     compiled = torch.compile(lambda x: x - 1, backend="eager")
     assert compiled(torch.ones(2)).tolist() == [0.0, 0.0]
     assert rec.registry.counter_value("HookErrors") >= 1

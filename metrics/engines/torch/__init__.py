@@ -8,8 +8,10 @@
 * :mod:`metrics.engines.torch.xla`: ``torch_xla``, PyTorch/XLA on PJRT: its
   counters and metrics, compile analyses, step marks.
 
-Shared by them: :mod:`~metrics.engines.torch.syncs` (reads of tensor values
-on the host, per user line), :mod:`~metrics.engines.torch.optim` (the
+Shared by them: :class:`~metrics.engines.torch.context.TorchContext` (what
+an engine's parts share: recorder, notes, patches, library paths),
+:mod:`~metrics.engines.torch.syncs` (reads of tensor values on the host, per
+user line), :mod:`~metrics.engines.torch.optim` (the
 optimizer's steps) and :mod:`~metrics.engines.torch.devices` (CUDA or CPU
 device records). Each adapter has a ``create(recorder,
 explain_cache_misses=...)`` (:mod:`metrics.engines.registry` names them);

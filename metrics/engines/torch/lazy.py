@@ -42,7 +42,8 @@ import hashlib
 import os
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from types import ModuleType
 from typing import Any
 
 import torch
@@ -50,9 +51,9 @@ import torch._lazy
 
 from metrics.engines import _foreign, device_profilers, ranks
 from metrics.engines._frames import skip_prefixes, user_location
-from metrics.engines._patching import Patches
 from metrics.engines.base import EngineBase
 from metrics.engines.torch import syncs as torch_syncs
+from metrics.engines.torch.context import TorchContext
 from metrics.recording.recorder import Recorder
 from tpu_info.contract import catalog as names
 from tpu_info.contract.cause_kinds import CauseKind
@@ -84,7 +85,7 @@ def text_hash(graph_text: str) -> str:
     return hashlib.sha256(normalize(graph_text).encode()).hexdigest()[:32]
 
 
-def graph_hash(tensors: Any) -> str:
+def graph_hash(tensors: Iterable[torch.Tensor]) -> str:
     """The lazy-tensor core's own hash of the graph behind ``tensors`` (hex)."""
     from torch._lazy import computation
 
@@ -120,21 +121,23 @@ class TorchLazyEngine(EngineBase):
     keeps_readings = True  # extra_readings: the engine's own counters
     device_trace_kind = device_profilers.TorchTrace
 
-    def __init__(self, recorder: Recorder, **_: Any) -> None:
+    def __init__(self, recorder: Recorder, **_: object) -> None:
+        # What the parts share: the recorder, the notes, the patches, the syncs.
+        self.ctx = ctx = TorchContext(ENGINE, recorder, skip_prefixes(torch))
         self.rec = recorder
-        self.degraded: list[str] = []
-        self._patches = Patches(self.degraded)
+        self.degraded = ctx.degraded
         self._base = _foreign.Baseline()
         self._hash_cache: dict[tuple[int, int], str] = {}
         self._last_text_at: dict[str, str] = {}  # location -> last compiled graph text
-        self._skip = skip_prefixes(torch)
-        self._C: Any = getattr(torch._C, "_lazy", None)
+        self._C: ModuleType | None = getattr(torch._C, "_lazy", None)
+        self._latest: Callable[[], str] | None = None
         try:
             import torch._C._lazy_ts_backend as ts
 
-            self._latest: Callable[[], str] | None = ts._get_latest_computation_graph
-        except (ImportError, AttributeError):
-            self._latest = None
+            self._latest = getattr(ts, "_get_latest_computation_graph", None)
+        except ImportError:
+            pass
+        if self._latest is None:
             self.degraded.append("TorchScript backend hooks unavailable: no graph hashes")
         if self._C is None or not hasattr(self._C, "_counter_value"):
             self.degraded.append("torch._C._lazy counters unavailable")
@@ -142,40 +145,41 @@ class TorchLazyEngine(EngineBase):
         self._compile_time = recorder.distribution(names.COMPILE_TIME)
         self._exec_time = recorder.distribution(names.EXECUTE_TIME)
         self._exec_count = recorder.counter(names.EXECUTE_COUNT)
-        self.syncs: torch_syncs.SyncReads | None = None  # tensor reads, while installed
 
     def install(self) -> None:
         global _active
         original = getattr(torch._lazy, "mark_step", None)
         if original is None or self._C is None:
             self.degraded.append("torch._lazy.mark_step missing: steps are not timed")
-        elif not self._patches.has("mark_step"):
-            self._patches.apply(torch._lazy, "mark_step", _wrap_mark_step)
+        elif not self.ctx.patches.has("mark_step"):
+            self.ctx.patches.apply(torch._lazy, "mark_step", _wrap_mark_step)
         _active = self
-        self.syncs = torch_syncs.attach(self)  # .item()/.tolist()/.cpu() of lazy tensors
+        self.ctx.syncs = torch_syncs.attach(self.ctx)  # .item()/.tolist()/.cpu() of lazy tensors
 
     def uninstall(self) -> None:
         global _active
         if _active is self:
             _active = None
-        torch_syncs.detach(self)
-        self.syncs = None
-        self._patches.restore()
+        torch_syncs.detach(self.ctx)
+        self.ctx.syncs = None
+        self.ctx.patches.restore()
 
     def sites(self) -> list[SiteReading]:
         """Reads of tensor values per user line (:mod:`~metrics.engines.torch.syncs`): each
         one of a lazy tensor runs the graph pending so far and waits."""
-        syncs = self.syncs
-        return syncs.sites(self) if syncs is not None else []
+        syncs = self.ctx.syncs
+        return syncs.sites(self.ctx) if syncs is not None else []
 
     def blind_spots(self) -> list[str]:
-        syncs = self.syncs
-        return syncs.blind_spots(self) if syncs is not None else []
+        syncs = self.ctx.syncs
+        return syncs.blind_spots(self.ctx) if syncs is not None else []
 
     # Hot path (guarded) ----------------------------------------------------
 
     def compiles(self) -> tuple[int, int]:
+        """The engine's (UncachedCompile, CachedCompile) counters now."""
         c = self._C
+        assert c is not None  # mark_step is wrapped only with the counters there
         return (c._counter_value("UncachedCompile") or 0, c._counter_value("CachedCompile") or 0)
 
     def on_step(self, before: tuple[int, int], elapsed_ns: int) -> None:
@@ -192,7 +196,7 @@ class TorchLazyEngine(EngineBase):
                 if len(self._hash_cache) > 4096:
                     self._hash_cache.clear()
                 self._hash_cache[key] = h
-            location = user_location(self._skip, 3)
+            location = user_location(self.ctx.skip, 3)
             name = f"lazy({os.path.basename(location) if location else '?'})"
             ledger = self.rec.ledger
             if uncached:
@@ -267,7 +271,7 @@ class TorchLazyEngine(EngineBase):
         return {"torch": torch.__version__}
 
 
-def create(recorder: Recorder, **options: Any) -> TorchLazyEngine:
+def create(recorder: Recorder, **options: object) -> TorchLazyEngine:
     """The adapter ``metrics.install()`` uses."""
     return TorchLazyEngine(recorder, **options)
 

@@ -41,13 +41,17 @@ import operator
 import sys
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from metrics.recording.callstats import MIN_CALLS
 from metrics.recording.journal import FOLD_AT
 from metrics.recording.recorder import Recorder
 from tpu_info.contract import catalog as names
 from tpu_info.contract.model import STEPS_INFERRED, StepsReading
+
+if TYPE_CHECKING:
+    from torch.optim import Optimizer
+    from torch.utils.hooks import RemovableHandle
 
 FIELDS = 2  # a step in the journal: (optimizer, end in monotonic ns)
 MAX_OPTIMIZERS = 64  # optimizers kept apart; later ones are not counted
@@ -84,8 +88,9 @@ class OptimizerSteps:
         self.primary: int | None = None  # the first optimizer that stepped: StepTime's
         self.step_time_fed = 0  # intervals given to StepTime
         self._step_time = recorder.distribution(names.STEP_TIME)  # kept across resets
-        self._handle: Any = None
-        self._backward: Any = None  # torch.autograd.backward as it was, while wrapped
+        self._handle: RemovableHandle | None = None
+        # torch.autograd.backward as it was, while wrapped.
+        self._backward: Callable[..., None] | None = None
         self.journal = recorder.journal(self._fold)
         self.queue = self.journal.queue
         recorder.on_reset(self.clear)
@@ -114,11 +119,13 @@ class OptimizerSteps:
         handle, self._handle = self._handle, None
         if handle is not None:
             handle.remove()
-        original, self._backward = self._backward, None
+        original = self._backward
+        self._backward = None
         if original is not None:
             import torch
 
-            if getattr(torch.autograd.backward, "__wrapped__", None) is original:
+            wrapped_now = getattr(torch.autograd.backward, "__wrapped__", None) is original
+            if wrapped_now:  # not wrapped again by someone since
                 torch.autograd.backward = original
 
     @property
@@ -217,13 +224,13 @@ class OptimizerSteps:
         self.step_time_fed = 0
 
 
-def _noter(steps: OptimizerSteps, compiling: Callable[[], bool]) -> Callable[[Any], None]:
+def _noter(steps: OptimizerSteps, compiling: Callable[[], bool]) -> Callable[[object], None]:
     """What both hooks do: a clock read and an append of ``(owner, now)``
     (``compiling``: Dynamo reads it as True while tracing, so a compiled step
     traces none of the rest)."""
     q, flush, clock, limit = steps.queue, steps.journal.flush, time.monotonic_ns, FOLD_AT * FIELDS
 
-    def note(owner: Any) -> None:
+    def note(owner: object) -> None:
         if compiling():
             return
         q.extend((owner, clock()))
@@ -252,7 +259,7 @@ def _hook(steps: OptimizerSteps, compiling: Callable[[], bool]) -> Callable[...,
     """The post-step hook: notes the optimizer's step."""
     note = _noter(steps, compiling)
 
-    def optimizer_stepped(optimizer: Any, args: Any, kwargs: Any) -> None:
+    def optimizer_stepped(optimizer: Optimizer, args: object, kwargs: object) -> None:
         note(optimizer)
 
     return optimizer_stepped

@@ -42,12 +42,15 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from types import FrameType
 from typing import Any
 
 import torch
 
 from metrics.engines._frames import USER, frames_for, skip_prefixes
+from metrics.engines.torch.context import TorchContext
 from metrics.recording.journal import FOLD_AT
+from metrics.recording.recorder import Recorder
 from tpu_info.contract.model import SiteKind, SiteReading
 
 EXACT_READS = 1000  # the first reads, each recorded
@@ -63,7 +66,10 @@ _VIA = {"__repr__": "print()", "__str__": "print()", "__format__": "format()/f-s
         "__array__": "np.asarray()", "numpy": "numpy()"}
 _GAP_RATE = -math.log(1.0 - 1.0 / MEAN_GAP)  # exponential rate whose floor + 1 is geometric
 
-_left = 1 << 62  # reads until the next recorded one (the fast path's one global)
+# The process's one hook: torch.Tensor's methods are process-wide, and so are
+# the wrappers' countdown (a module global: the fast path reads nothing else)
+# and the hook they report to (looked up at each recorded read).
+_left = 1 << 62  # reads until the next recorded one
 _hook: SyncReads | None = None  # the one installed, shared by the torch engines
 
 
@@ -72,22 +78,24 @@ class SyncReads:
     journal and the per-line table; reported by the first engine that
     attached (a process with torch.compile and torch._lazy has both)."""
 
-    def __init__(self, recorder: Any) -> None:
+    def __init__(self, recorder: Recorder) -> None:
         self.rec = recorder
-        self.owners: list[Any] = []
+        self.owners: list[TorchContext] = []
         self.missing: list[str] = []
         self.exact_left = EXACT_READS
         self.sampled = False
         self._rng = random.Random()
         self._frames = frames_for(skip_prefixes(torch))  # the user's frames from libraries'
         self._lock = threading.Lock()
+        # (class, location, detail) -> [count, ns, bytes, first end, last end,
+        # function, via, last step, occurrences]
         self._sites: dict[tuple[int, str, str], list[Any]] = {}
         self._kept = {DEVICE: 0, CPU: 0}
-        self._originals: dict[str, tuple[Any, bool]] = {}
+        self._originals: dict[str, tuple[Callable[..., Any], bool]] = {}
         self.journal = recorder.journal(self._fold)
         self.queue = self.journal.queue
         # Which step a read belongs to (steps marked, optimizer steps): the
-        # owner engine's, set by attach(); a burst of reads in one step (an
+        # first owner's, set by attach(); a burst of reads in one step (an
         # evaluation's per-batch .item()) is one occurrence of its line.
         self.step_index: Callable[[], int] = recorder.steps_so_far
 
@@ -129,7 +137,8 @@ class SyncReads:
         _left = 1 + int(self._rng.expovariate(_GAP_RATE))
         return MEAN_GAP
 
-    def record(self, tensor: Any, detail: str, start: int, end: int, weight: int) -> None:
+    def record(self, tensor: torch.Tensor, detail: str, start: int, end: int,
+               weight: int) -> None:
         """One read of ``tensor`` (``detail``: how), timed ``start``..``end``
         (monotonic ns), standing for ``weight`` reads: kept when it is one
         (see the module docstring), at the user's line."""
@@ -144,9 +153,9 @@ class SyncReads:
         if torch._guards.TracingContext.try_get() is not None:
             return  # Dynamo or AOT tracing reading a real value: not the program's
         kind = self._frames.kind
-        f: Any = sys._getframe(3)  # record <- _read <- the wrapper <- its caller
+        f: FrameType | None = sys._getframe(3)  # record <- _read <- the wrapper <- its caller
         code = f.f_code if f is not None else None
-        if code is not None and kind(code.co_filename) == USER:  # the usual: the user's line
+        if f is not None and code is not None and kind(code.co_filename) == USER:  # usual
             location, via = f"{code.co_filename}:{f.f_lineno}", ""
         else:
             named = None  # torch's function that says how the line read it (print())
@@ -193,11 +202,11 @@ class SyncReads:
                 site[3] = min(site[3], end)
                 site[4] = max(site[4], end)
 
-    def sites(self, engine: Any) -> list[SiteReading]:
+    def sites(self, owner: TorchContext) -> list[SiteReading]:
         """The reads per line, for the first engine that attached (none for
         the others); a CPU tensor's reads only in a process that uses no
         accelerator."""
-        if not self.owners or engine is not self.owners[0]:
+        if not self.owners or owner is not self.owners[0]:
             return []
         self.journal.flush()
         with self._lock:
@@ -213,10 +222,10 @@ class SyncReads:
                                             occurrences) in rows
                 if c == cls and count]
 
-    def blind_spots(self, engine: Any) -> list[str]:
+    def blind_spots(self, owner: TorchContext) -> list[str]:
         """What the sync hook does not count in this process, for the first
         engine that attached."""
-        if not self.owners or engine is not self.owners[0]:
+        if not self.owners or owner is not self.owners[0]:
             return []
         out = list(self.missing)
         out.append("float(t), int(t) and bool(t) (if t > 0:) of a tensor read its value on "
@@ -245,31 +254,29 @@ def _accelerated() -> bool:
     return bool(cuda is not None and cuda.is_initialized()) or "torch_xla" in sys.modules
 
 
-def attach(engine: Any) -> SyncReads:
+def attach(owner: TorchContext) -> SyncReads:
     """The process's sync hook (patched on the first attach), with
-    ``engine`` among its owners."""
+    ``owner`` (an engine's context) among its owners."""
     global _hook
     if _hook is None:
-        _hook = SyncReads(engine.rec)
+        _hook = SyncReads(owner.rec)
         _hook.patch()
-        engine.rec.on_reset(_hook.clear)
-    if engine not in _hook.owners:
-        _hook.owners.append(engine)
-        optimizer = getattr(engine, "optimizer", None)
-        if optimizer is not None and len(_hook.owners) == 1:
-            marks = engine.rec.steps_so_far
-            _hook.step_index = lambda: optimizer.steps_so_far() + marks()
+        owner.rec.on_reset(_hook.clear)
+    if owner not in _hook.owners:
+        _hook.owners.append(owner)
+        if owner.optimizer is not None and len(_hook.owners) == 1:
+            _hook.step_index = owner.steps_so_far
     return _hook
 
 
-def detach(engine: Any) -> None:
-    """``engine`` is gone; the last owner's going unpatches ``torch.Tensor``."""
+def detach(owner: TorchContext) -> None:
+    """``owner`` is gone; the last owner's going unpatches ``torch.Tensor``."""
     global _hook
     hook = _hook
     if hook is None:
         return
-    if engine in hook.owners:
-        hook.owners.remove(engine)
+    if owner in hook.owners:
+        hook.owners.remove(owner)
     if not hook.owners:
         hook.unpatch()
         _hook = None
@@ -297,14 +304,14 @@ def hide_from_dynamo() -> str | None:
 
 def _reader(name: str, original: Callable[..., Any], detail: str) -> Callable[..., Any]:
     if name == "cpu":
-        def read(self: Any, *args: Any, **kwargs: Any) -> Any:
+        def read(self: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
             global _left
             _left -= 1
             if _left > 0:
                 return original(self, *args, **kwargs)
             return _read(original, detail, self, args, kwargs)
     else:
-        def read(self: Any) -> Any:  # type: ignore[misc]
+        def read(self: torch.Tensor) -> Any:  # type: ignore[misc]
             global _left
             _left -= 1
             if _left > 0:
@@ -318,8 +325,8 @@ def _reader(name: str, original: Callable[..., Any], detail: str) -> Callable[..
     return read
 
 
-def _read(original: Callable[..., Any], detail: str, tensor: Any, args: tuple[Any, ...],
-          kwargs: dict[str, Any]) -> Any:
+def _read(original: Callable[..., Any], detail: str, tensor: torch.Tensor,
+          args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """A recorded read: timed, then walked out to the user's line."""
     global _left
     hook = _hook

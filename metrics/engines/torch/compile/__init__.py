@@ -1,11 +1,15 @@
 """The ``torch_compile`` adapter: torch.compile (Dynamo) watched from outside.
 
 :func:`create` makes the :class:`TorchCompileEngine` (``metrics.install()``
-calls it). Its parts: :mod:`.engine` (install, Dynamo's hooks, readings),
-:mod:`.graphs` (what a compiled graph reads as), :mod:`.guards` (guard
-failures as typed causes), :mod:`.breaks` (graph breaks and their cost),
-:mod:`.backward` (backward graphs compiled at ``backward()``) and
-:mod:`.steps` (steps from compiled calls).
+calls it). Its parts share one :class:`~.context.CompileContext` (and the
+installed one is :data:`.context.ACTIVE`, where the process-wide patches
+find it): :mod:`.engine` (install, readings), :mod:`.dynamo` (the patches
+of torch.compile and Dynamo), :mod:`.record` (what each Dynamo event
+becomes in the recorder), :mod:`.graphs` (what a compiled graph reads as),
+:mod:`.guards` (guard failures as typed causes), :mod:`.breaks` (graph
+breaks: names, details, the Python across them), :mod:`.eager` (the time
+after Dynamo gave up on a frame), :mod:`.backward` (backward graphs
+compiled at ``backward()``) and :mod:`.steps` (steps from compiled calls).
 """
 
 from __future__ import annotations

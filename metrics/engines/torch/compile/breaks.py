@@ -14,14 +14,9 @@ what they cost.
 * A break Dynamo cannot resume from: either it gives up on the whole frame
   ("falling back to eager"), or it compiles the frame up to that line and
   runs the rest of it in Python ("cannot resume from ..., skipping the rest
-  of the function": :data:`UNRESUMABLE_REST`). The calls of what
-  ``torch.compile`` returned (the innermost such call on the stack when
-  Dynamo gave up: a module, or a function that calls it) are timed from then
-  on, and the part of each call outside compiled graphs goes to
-  ``EagerFallbackTime`` (:func:`time_compiled`): from the end of the frame's
-  compiled part to the next compiled graph or the call's end, or, with no
-  compiled part, the call's time less the compiled graphs run inside it. The
-  event keeps Dynamo's hints after the marker.
+  of the function": :data:`UNRESUMABLE_REST`); the event keeps Dynamo's
+  hints after the marker, and the time the program then runs in Python is
+  :mod:`metrics.engines.torch.compile.eager`'s.
 
 Private names used (each read with ``getattr``; a missing one loses the
 break's line or its measured time, never the program): the graph-break
@@ -40,14 +35,14 @@ Example:
 from __future__ import annotations
 
 import bisect
-import functools
 import itertools
 import operator
 import re
 import sys
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Sequence
+from types import CodeType, FrameType
+from typing import Protocol
 
 import torch
 
@@ -69,6 +64,16 @@ GAP_DETAIL = "Python between compiled graphs (a graph break Dynamo resumes from)
 Function = tuple[str, str]
 
 
+class Part(Protocol):
+    """A compiled graph as the break measures see it
+    (:class:`metrics.engines.torch.compile.graphs.Graph`)."""
+
+    # The user's function it compiles part of.
+    function: Function
+    # (function, resume line) for the part after a break, None for the start.
+    break_key: tuple[Function, int] | None
+
+
 def resumed(qualname: str) -> tuple[str, int] | None:
     """A resume function's qualname -> (the function it resumes, the line it
     resumes at); None for any other code."""
@@ -87,7 +92,7 @@ def display_name(qualname: str) -> str:
     return f"compile({r[0]}@{r[1]})" if r else f"compile({qualname})"
 
 
-def function_of(code: Any) -> tuple[Function, int | None]:
+def function_of(code: CodeType) -> tuple[Function, int | None]:
     """The user's function a code object compiles part of, and the line it
     resumes at (None: the function's own start)."""
     qualname = getattr(code, "co_qualname", code.co_name)
@@ -97,7 +102,7 @@ def function_of(code: Any) -> tuple[Function, int | None]:
     return (code.co_filename, r[0]), r[1]
 
 
-def break_detail(reason: Any, exc: Any) -> tuple[str, str]:
+def break_detail(reason: object, exc: BaseException | None) -> tuple[str, str]:
     """A break's detail (``Tensor.item() ...: explanation``) and, when Dynamo
     cannot resume from it, its marker (:data:`UNRESUMABLE`: the whole frame
     runs eagerly; :data:`UNRESUMABLE_REST`: the frame after the break), else
@@ -132,7 +137,7 @@ def call_site(function: Function, resume_line: int | None,
         return user_location(skip, 4)
     name = function[1].rsplit(".", 1)[-1]
     try:
-        f: Any = sys._getframe(3)
+        f: FrameType | None = sys._getframe(3)
     except ValueError:
         return None
     while f is not None:
@@ -143,7 +148,7 @@ def call_site(function: Function, resume_line: int | None,
         f = f.f_back
     return None
 
-def break_location(exc: Any, skip: tuple[str, ...]) -> str | None:
+def break_location(exc: BaseException | None, skip: tuple[str, ...]) -> str | None:
     """The user's line of a break: the innermost frame of the user's own code
     in Dynamo's stack (a compiled torch.nn module breaks inside torch: its
     user line is where it is called)."""
@@ -159,7 +164,7 @@ def break_location(exc: Any, skip: tuple[str, ...]) -> str | None:
                                       if stack else None)
 
 
-def break_name(tx: Any, skip: tuple[str, ...]) -> str:
+def break_name(tx: object, skip: tuple[str, ...]) -> str:
     """The graph name of the frame that broke; a module compiled through
     torch's ``wrap_inline`` frame is named by its class (``LSTM.forward``)."""
     code = getattr(tx, "f_code", None)
@@ -181,7 +186,7 @@ class BreakGaps:
     (``(function, resume line)`` for a resume part, else None)."""
 
     def __init__(self) -> None:
-        self._last: tuple[Any, int] = (None, 0)  # the previous batch's last call
+        self._last: tuple[Part | None, int] = (None, 0)  # the previous batch's last call
         self._gaps: dict[tuple[Function, int], list[int]] = {}  # -> [count, timed, ns]
         self._compiles: list[int] = []  # when Dynamo finished compiling (monotonic ns)
         self._seen: dict[tuple[Function, int], float] = {}  # -> last seen (unix)
@@ -199,7 +204,7 @@ class BreakGaps:
         if len(times) > 2 * _KEEP_COMPILES:
             del times[:-_KEEP_COMPILES]
 
-    def fold(self, graphs: list[Any], starts: list[int], ends: list[int]) -> None:
+    def fold(self, graphs: Sequence[Part], starts: list[int], ends: list[int]) -> None:
         """Calls in the order they ended (``graph``, ``start``, ``end`` in ns)."""
         last, last_end = self._last
         self._last = (graphs[-1], ends[-1]) if graphs else self._last
@@ -247,60 +252,7 @@ class BreakGaps:
         self._compiles.clear()
 
 
-# Eager fallback: what torch.compile returned, timed once Dynamo gave up on
-# its frame. Module state, set by the active engine (watch / unwatch).
-_eager_codes: set[Any] = set()  # keys of timed calls (code objects) to time from now on
-_partial_codes: set[Any] = set()  # frames compiled up to a break, the rest run eagerly
-_eager_time: Any = None  # the engine's EagerFallbackTime distribution while installed
-_calls: list[Any] = []  # the engine's calls queue: (graph, start, end) per compiled call
-_failed: Callable[[str, BaseException], None] | None = None
-
-
-def watch(eager_time: Any, failed: Callable[[str, BaseException], None],
-          calls: list[Any] | None = None) -> None:
-    """Timed calls go to ``eager_time``, less the compiled graphs' calls
-    appended to ``calls`` (the engine's calls queue) meanwhile; a wrapping
-    that fails is ``failed``."""
-    global _eager_time, _failed, _calls
-    _eager_time, _failed = eager_time, failed
-    _calls = calls if calls is not None else []
-
-
-def unwatch() -> None:
-    global _eager_time, _failed, _calls
-    _eager_time = _failed = None
-    _calls = []
-
-
-def gave_up_on(root: Any, rest_only: bool = False) -> None:
-    """Dynamo runs ``root``'s frame eagerly from now on (``rest_only``: the
-    part after the break, the part before is a compiled graph): time the
-    calls of the innermost ``torch.compile`` result on the stack (the frame
-    may be a module called by a compiled function), else ``root``'s own (and,
-    for a module compiled through Dynamo's ``wrap_inline``, the module's)."""
-    code = getattr(root, "f_code", None)
-    if code is not None:
-        _eager_codes.add(code)
-        if rest_only:
-            _partial_codes.add(code)
-    _eager_codes.update(_wrapped_module_codes(root))
-    f: Any = sys._getframe(1)
-    while f is not None:
-        if f.f_code is _TIMED_CODE:  # a timed wrapper: its key is its closure's ``code``
-            key = f.f_locals.get("code")
-            if key is not None:
-                _eager_codes.add(key)
-            break
-        f = f.f_back
-
-
-def is_partial(code: Any) -> bool:
-    """Dynamo compiled ``code``'s frame up to an unresumable break: its graph
-    is the compiled part, the rest runs eagerly after it."""
-    return code in _partial_codes
-
-
-def wrapped_modules(tx: Any) -> list[Any]:
+def wrapped_modules(tx: object) -> list[torch.nn.Module]:
     """The torch.nn modules a frame closes over: a module compiled through
     Dynamo's ``wrap_inline`` frame (``torch.compile(nn.LSTM(...))``)."""
     out = []
@@ -312,89 +264,3 @@ def wrapped_modules(tx: Any) -> list[Any]:
         if isinstance(value, torch.nn.Module):
             out.append(value)
     return out
-
-
-def _wrapped_module_codes(root: Any) -> list[Any]:
-    """The ``forward`` code of the modules behind a ``wrap_inline`` frame: the
-    frame Dynamo gave up on is that shared wrapper, the calls to time are the
-    module's."""
-    codes = (getattr(type(m).forward, "__code__", None) for m in wrapped_modules(root))
-    return [c for c in codes if c is not None]
-
-
-def time_decorated(decorate: Callable[..., Any]) -> Callable[..., Any]:
-    """``torch.compile(backend=...)`` used as a decorator factory: what it
-    decorates is timed like :func:`time_compiled`."""
-    @functools.wraps(decorate)
-    def decorator(model: Any) -> Any:
-        return time_compiled(model, decorate(model))
-
-    return decorator
-
-
-def time_compiled(model: Any, compiled: Any) -> Any:
-    """``compiled`` with its calls timed once Dynamo gave up on ``model``'s
-    frame; untouched when that cannot be done safely."""
-    try:
-        if getattr(compiled, "__code__", None) is _TIMED_CODE:
-            return compiled  # torch.compile(backend=...)(f) calls torch.compile(f) again
-        if isinstance(model, torch.nn.Module):
-            code = getattr(getattr(type(model), "forward", None), "__code__", None)
-            forward = getattr(compiled, "forward", None)
-            if code is not None and forward is not None and "forward" in vars(compiled):
-                compiled.forward = _timed(forward, code)
-            return compiled
-        code = getattr(model, "__code__", None)
-        return _timed(compiled, code) if code is not None and callable(compiled) else compiled
-    except Exception as e:  # noqa: BLE001
-        if _failed is not None:
-            _failed("torch_compile.time", e)
-        return compiled
-
-
-def _timed(fn: Callable[..., Any], code: Any) -> Callable[..., Any]:
-    clock = time.monotonic_ns
-    compiling = torch.compiler.is_compiling
-
-    @functools.wraps(fn)
-    def timed(*args: Any, **kwargs: Any) -> Any:
-        # Cheapest first: a frame Dynamo compiled (the usual one) is not in
-        # _eager_codes, and is_compiling() is a Python call.
-        if code not in _eager_codes or _eager_time is None or compiling():
-            return fn(*args, **kwargs)
-        calls = _calls
-        n = len(calls)
-        start = clock()
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            end = clock()
-            dist = _eager_time
-            if dist is not None:
-                # Folded meanwhile (the queue shrank): the records since then.
-                inside = calls[n:] if len(calls) >= n else calls[:]
-                dist.observe(outside_graphs(inside, start, end))
-
-    return timed
-
-
-_TIMED_CODE = _timed(lambda: None, None).__code__  # every timed wrapper's code
-
-
-def outside_graphs(calls: list[Any], start: int, end: int) -> int:
-    """The ns of a timed call (``start``..``end``) run eagerly, given the
-    compiled graphs' calls inside it (``(graph, start, end)`` flat): after
-    a frame's compiled part (a graph whose code :func:`is_partial`), up to
-    the next graph's start or the call's end; with no such part, the
-    call's time less the graphs' time."""
-    graphs, starts, ends = calls[0::3], calls[1::3], calls[2::3]
-    if not graphs:
-        return end - start
-    rest, partial = 0, False
-    for i, g in enumerate(graphs):
-        if getattr(g, "partial", False):
-            partial = True
-            rest += max(0, (starts[i + 1] if i + 1 < len(graphs) else end) - ends[i])
-    if partial:
-        return rest
-    return max(0, end - start - (sum(ends) - sum(starts)))

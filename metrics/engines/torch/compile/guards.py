@@ -26,7 +26,7 @@ from __future__ import annotations
 import re
 from collections import OrderedDict
 from dataclasses import replace
-from typing import Any
+from types import FrameType
 
 from tpu_info.contract.cause_kinds import CauseKind
 from tpu_info.contract.model import FIRST_CALL, RecompileCause
@@ -140,7 +140,7 @@ def _dims(type_str: str) -> list[str] | None:
     return inner.split(",") if inner else []
 
 
-def frame_values(frame: Any) -> dict[str, str]:
+def frame_values(frame: FrameType) -> dict[str, str]:
     """The frame's Python numbers and sequence lengths, for value guards
     (``n == 2``, ``len(xs) == 2``): what they are on this call."""
     out: dict[str, str] = {}

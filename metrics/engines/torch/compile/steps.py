@@ -22,7 +22,8 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import operator
-from typing import Any
+from collections.abc import Sequence
+from typing import Protocol
 
 from metrics.recording.callstats import MIN_CALLS, CallTimes
 from tpu_info.contract.model import STEPS_INFERRED, StepsReading
@@ -30,6 +31,14 @@ from tpu_info.contract.model import STEPS_INFERRED, StepsReading
 # The compiled model ran this many times per optimizer step or more: several
 # micro-batches per step (gradient accumulation).
 ACCUMULATING = 1.5
+
+
+class CompiledCall(Protocol):
+    """What a call is folded by: its graph's name and grad mode
+    (:class:`metrics.engines.torch.compile.graphs.Graph`)."""
+
+    name: str
+    grad: bool
 
 
 class GradModeSteps:
@@ -46,8 +55,9 @@ class GradModeSteps:
         if not grad:
             self._split = True
 
-    def fold(self, graphs: list[Any], starts: list[int], ends: list[int],
-             durations: list[int] | None = None, uniq: set[Any] | None = None) -> None:
+    def fold(self, graphs: Sequence[CompiledCall], starts: list[int], ends: list[int],
+             durations: list[int] | None = None,
+             uniq: set[CompiledCall] | None = None) -> None:
         """One batch of calls (in the order they ended)."""
         if durations is None:
             durations = list(map(operator.sub, ends, starts))

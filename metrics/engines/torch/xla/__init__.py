@@ -1,9 +1,10 @@
 """The ``torch_xla`` adapter: PyTorch/XLA on PJRT, read at scrape time.
 
 :func:`create` makes the :class:`TorchXlaEngine` (``metrics.install()``
-calls it): :mod:`.engine` reads torch_xla's counters, metrics and devices
-and turns its compile analyses into the graph ledger; :mod:`.debug` parses
-the analyses torch_xla writes with ``PT_XLA_DEBUG_LEVEL=1``.
+calls it): :mod:`.engine` reads torch_xla's counters, metrics and devices;
+:mod:`.analyses` turns the compile analyses torch_xla writes with
+``PT_XLA_DEBUG_LEVEL=1`` (parsed by :mod:`.debug`) into the graph ledger,
+each placed in its step.
 """
 
 from __future__ import annotations
