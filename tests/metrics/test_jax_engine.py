@@ -268,6 +268,7 @@ def test_explanations_not_printed_unless_user_asked():
     assert "changed f32[3] -> f32[4]" in r.stdout
 
 
+@pytest.mark.slow
 def test_a_miss_is_explained_against_the_previous_variant_only(fresh_metrics, monkeypatch):
     """jax_explain_cache_misses compares each miss with every cached variant
     (1,225 comparisons over 50 variants); the hook compares with one."""

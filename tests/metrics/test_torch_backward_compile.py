@@ -10,6 +10,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 
+@pytest.mark.slow
 def test_the_lazy_backward_compile_counts_in_its_graphs_compile_time():
     import metrics
     from tpu_info.contract import catalog

@@ -70,6 +70,7 @@ def _run(shape: str):
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("shape", ["module", "function"])
 def test_lstm_after_a_compiled_part_is_unresumable_with_measured_eager_time(shape):
     snap, found, eager = _run(shape)

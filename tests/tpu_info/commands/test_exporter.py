@@ -200,6 +200,7 @@ def test_the_example_scrape_config_is_valid():
     assert r.returncode == 0, r.stdout + r.stderr
 
 
+@pytest.mark.slow
 def test_a_scrape_is_answered_while_a_poll_waits_on_a_silent_target(tmp_path):
     runtime = tmp_path / "run"
     runtime.mkdir(mode=0o700)
