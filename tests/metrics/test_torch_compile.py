@@ -218,6 +218,7 @@ def test_inductor_mlp_compiles_once_and_counts_steps(rec):
     assert rec.registry.counter_value("ExecuteComputation") == 4
 
 
+@pytest.mark.slow
 def test_uninstall_restores_dynamo():
     code = """
 import torch, torch._dynamo, metrics
@@ -235,6 +236,7 @@ print("ok")
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
 
 
+@pytest.mark.slow
 def test_lazy_dynamo_hooks_and_import_cost():
     code = """
 import sys, metrics
