@@ -24,7 +24,8 @@ from __future__ import annotations
 import functools
 import os
 import sys
-from typing import Any, NamedTuple
+from types import CodeType, FrameType, ModuleType
+from typing import NamedTuple
 
 from metrics import config
 
@@ -39,10 +40,11 @@ _USER_PSEUDO = ("<stdin>", "<string>", "<console>", "<ipython-input")
 _ENTRY_POINTS = frozenset({"main", "_main", "run", "train", "cli"})
 
 
-def skip_prefixes(*modules: Any) -> tuple[str, ...]:
+def skip_prefixes(*modules: ModuleType | None) -> tuple[str, ...]:
     """Directories whose frames are library frames, not the user's: this
     hook's packages, the standard library and the given modules' packages
-    (beyond these, anything installed is a library: :class:`LibraryFrames`)."""
+    (beyond these, anything installed is a library: :class:`LibraryFrames`);
+    a module that is None (not imported) adds nothing."""
     paths = [os.path.join(_HOOK_ROOT, "metrics") + os.sep, _STDLIB,
              os.path.join(_HOOK_ROOT, "profiler") + os.sep]
     for m in modules:
@@ -66,7 +68,7 @@ class UserLine(NamedTuple):
     via: str
 
 
-def via_words(code: Any) -> str:
+def via_words(code: CodeType) -> str:
     """A library function in a few words: its distribution's top package,
     the subpackage it lives in when public, and the function (``flax
     nnx.jit`` for a closure in ``flax/nnx/.../compilation.py``'s ``jit``,
@@ -124,11 +126,12 @@ class LibraryFrames:
         frame (a program that lives in site-packages). Walks the whole
         stack: for rare events (a compile)."""
         try:
-            f = sys._getframe(depth)
+            f: FrameType | None = sys._getframe(depth)
         except ValueError:
             return None
         kind = self.kind
-        via = inner = None
+        via: CodeType | None = None
+        inner: FrameType | None = None
         while f is not None:
             k = kind(f.f_code.co_filename)
             if k == USER:
@@ -145,10 +148,10 @@ class LibraryFrames:
     def outer_user_call(self, depth: int = 2) -> str | None:
         """See :func:`outer_user_call`."""
         try:
-            f = sys._getframe(depth)
+            f: FrameType | None = sys._getframe(depth)
         except ValueError:
             return None
-        frames = []  # the user's frames, innermost first
+        frames: list[FrameType] = []  # the user's frames, innermost first
         while f is not None:
             k = self.kind(f.f_code.co_filename)
             if frames and k == LIBRARY:
@@ -181,7 +184,7 @@ def user_line(skip: tuple[str, ...], depth: int = 2) -> UserLine | None:
     return frames_for(skip).user_line(depth + 1)
 
 
-def _is_entry_point(frame: Any) -> bool:
+def _is_entry_point(frame: FrameType) -> bool:
     """A function that is the program itself (``main()``), not a helper to jit."""
     code = frame.f_code
     return code.co_name in _ENTRY_POINTS or code.co_argcount + code.co_kwonlyargcount == 0
@@ -198,7 +201,7 @@ def outer_user_call(skip: tuple[str, ...], depth: int = 2) -> str | None:
     return frames_for(skip).outer_user_call(depth + 1)
 
 
-def _outer_call(frames: list[Any]) -> str | None:
+def _outer_call(frames: list[FrameType]) -> str | None:
     functions = [i for i, fr in enumerate(frames) if fr.f_code.co_name != "<module>"]
     if not functions:
         return None

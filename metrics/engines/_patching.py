@@ -28,9 +28,10 @@ class Patches:
 
     def __init__(self, degraded: list[str]) -> None:
         self.degraded = degraded
-        self._applied: list[tuple[Any, str, Any]] = []
+        # (owner, attribute, original), in the order applied.
+        self._applied: list[tuple[object, str, object]] = []
 
-    def apply(self, owner: Any, attr: str, make: Callable[[Any], Any],
+    def apply(self, owner: object, attr: str, make: Callable[[Any], Any],
               params: tuple[str, ...] = ()) -> bool:
         """Replaces ``owner.attr`` with ``make(original)`` (its ``__wrapped__``
         set to the original); False when skipped."""
@@ -59,7 +60,7 @@ class Patches:
         self._applied.append((owner, attr, original))
         return True
 
-    def add(self, owner: Any, attr: str, original: Any) -> None:
+    def add(self, owner: object, attr: str, original: object) -> None:
         """Records a patch the adapter applied itself, so restore undoes it."""
         self._applied.append((owner, attr, original))
 

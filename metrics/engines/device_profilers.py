@@ -22,9 +22,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from metrics.engines.base import DeviceTrace, Engine
+
+if TYPE_CHECKING:
+    import torch.profiler
 
 __all__ = ["JaxTrace", "TorchTrace", "DeviceWindow"]
 
@@ -61,7 +64,7 @@ class TorchTrace:
     library = "torch"
 
     def __init__(self) -> None:
-        self._prof: Any = None
+        self._prof: torch.profiler.profile | None = None
         self._folder: Path | None = None
 
     def start(self, folder: Path) -> None:

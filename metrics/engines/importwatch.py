@@ -37,7 +37,12 @@ import os
 import sys
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from importlib.machinery import ModuleSpec
+    from types import ModuleType
 
 Callback = Callable[[], None]
 _lock = threading.Lock()
@@ -154,7 +159,8 @@ class _PostImportFinder:
     def __init__(self) -> None:
         self._busy = threading.local()
 
-    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+    def find_spec(self, fullname: str, path: Sequence[str] | None = None,
+                  target: ModuleType | None = None) -> ModuleSpec | None:
         if getattr(self._busy, "on", False):
             return None
         if _late and fullname not in _waiting:
@@ -177,7 +183,7 @@ class _PostImportFinder:
             return spec
         original = loader.exec_module
 
-        def exec_module(module: Any) -> None:
+        def exec_module(module: ModuleType) -> None:
             original(module)
             # exec_module returned: the body ran; sys.modules holds it but
             # __spec__._initializing is still set, so fire directly.
