@@ -10,13 +10,13 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any
+from types import ModuleType
 
 from metrics.engines._frames import host_ram
 from tpu_info.contract.model import DeviceRecord, MemoryReading
 
 
-def torch_devices(torch: Any) -> list[DeviceRecord]:
+def torch_devices(torch: ModuleType) -> list[DeviceRecord]:
     """CUDA devices with the caching allocator's numbers, or one CPU record
     saying why there are none. Never initializes CUDA itself."""
     cuda = getattr(torch, "cuda", None)
