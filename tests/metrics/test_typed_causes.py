@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from metrics.engines.jax_causes import LoweringHistory, parse_cache_miss
+from metrics.engines.jax.causes import LoweringHistory, parse_cache_miss
 from metrics.engines.torch.compile.guards import parse_recompile_reason
 from tpu_info.contract.cause_kinds import CauseKind
 from tpu_info.contract.model import RecompileCause

@@ -27,9 +27,12 @@ import linecache
 import os
 import sys
 from collections.abc import Mapping
-from typing import Any, NamedTuple
+from types import ModuleType
+from typing import NamedTuple, TypeVar
 
 from metrics.engines._frames import USER, LibraryFrames
+
+V = TypeVar("V")
 
 MAX_NAMES = 4  # named one by one; more are counted
 
@@ -43,7 +46,7 @@ class Bound(NamedTuple):
     what: str
 
 
-def _items(d: dict[str, Any]) -> list[tuple[str, Any]]:
+def _items(d: dict[str, V]) -> list[tuple[str, V]]:
     """``d``'s items, read while the program may add to it: ``dict.copy`` is one
     C call, but a collection during it can run a finalizer that lets the
     program's thread in (a module's globals grow as its loop first assigns
@@ -61,9 +64,9 @@ class _Modules:
 
     def __init__(self) -> None:
         self._size = -1
-        self._mods: list[tuple[str, Any]] = []
+        self._mods: list[tuple[str, ModuleType]] = []
 
-    def of(self, frames: LibraryFrames) -> list[tuple[str, Any]]:
+    def of(self, frames: LibraryFrames) -> list[tuple[str, ModuleType]]:
         mods = sys.modules
         if len(mods) != self._size:
             self._size = len(mods)
@@ -80,7 +83,7 @@ class _Modules:
 _modules = _Modules()
 
 
-def bound_names(originals: Mapping[str, Any], frames: LibraryFrames) -> list[Bound]:
+def bound_names(originals: Mapping[str, object], frames: LibraryFrames) -> list[Bound]:
     """Names in the user's modules bound to one of ``originals`` (``what ->``
     JAX's own function), ``__main__``'s first."""
     by_id = {id(v): k for k, v in originals.items() if v is not None}
@@ -140,7 +143,7 @@ def sentence(b: Bound) -> str:
             "`tpu-info run`")
 
 
-def sentences(originals: Mapping[str, Any], frames: LibraryFrames) -> list[str]:
+def sentences(originals: Mapping[str, object], frames: LibraryFrames) -> list[str]:
     """One sentence per name bound before install (at most :data:`MAX_NAMES`, then a count)."""
     found = bound_names(originals, frames)
     out = [sentence(b) for b in found[:MAX_NAMES]]

@@ -38,7 +38,8 @@ from __future__ import annotations
 import functools
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
+from types import CodeType
 from typing import TYPE_CHECKING, Any
 
 from metrics.engines.jax.context import CALL_FIELDS, JaxContext
@@ -57,6 +58,11 @@ except ImportError:  # no numpy, so no jax: metrics.track() of a plain function 
         pass
 
 # What user code and libraries read on a jitted function, besides its __dict__.
+# What picks a function's graph once it has several: (shape, dtype) per
+# top-level argument; and where a numpy leaf sits in a call's arguments.
+CallKey = tuple[tuple[object, object], ...]
+Path = tuple[Hashable, ...]
+
 _KEPT = ("__module__", "__name__", "__qualname__", "__doc__", "__annotations__",
          "__wrapped__", "lower", "trace", "eval_shape", "clear_cache", "_cache_size",
          "_cache_miss", "_clear_cache", "_fun")
@@ -71,30 +77,30 @@ class Owner:
 
     def __init__(self, name: str) -> None:
         self.name = name
-        self.graphs: dict[tuple[Any, ...], str] = {}
+        self.graphs: dict[CallKey, str] = {}
         self.last_hash: str | None = None
         self.compiles = 0  # seen during its calls; from two on, calls carry a key
         # Where numpy leaves sat inside container arguments (a (images, labels)
         # batch) when a call compiled: looked up on each call, no tree walk.
-        self.nested_numpy: tuple[tuple[Any, ...], ...] = ()
+        self.nested_numpy: tuple[Path, ...] = ()
         # Mean host ns of its timed calls that did not compile: what its
         # untimed ones are taken at in a batch without a timed one.
         self.usual_ns = 0
         # Whether numpy arguments were seen (each call is then checked):
-        # JitArguments says how it learns.
-        self.numpy_args = False
+        # JitArguments says how it learns (_BY_HANDLER: truthy, not yet True).
+        self.numpy_args: bool | str = False
 
 
 NESTED_DEPTH = 4  # container levels searched for numpy leaves when a call compiles
 NESTED_LEAVES = 64  # numpy leaf paths kept per function
 
 
-def numpy_paths(args: tuple[Any, ...]) -> tuple[tuple[Any, ...], ...]:
+def numpy_paths(args: tuple[object, ...]) -> tuple[Path, ...]:
     """Index paths of numpy arrays nested in tuple/list/dict arguments (not
     top-level ones, which each call checks itself); run when a call compiled."""
-    found: list[tuple[Any, ...]] = []
+    found: list[Path] = []
 
-    def walk(x: Any, path: tuple[Any, ...]) -> None:
+    def walk(x: Any, path: Path) -> None:  # any pytree the user passes
         if len(found) >= NESTED_LEAVES or len(path) > NESTED_DEPTH:
             return
         if type(x) is _NDARRAY:
@@ -111,7 +117,7 @@ def numpy_paths(args: tuple[Any, ...]) -> tuple[tuple[Any, ...], ...]:
     return tuple(found)
 
 
-def nested_numpy_bytes(args: tuple[Any, ...], paths: tuple[tuple[Any, ...], ...]) -> int:
+def nested_numpy_bytes(args: tuple[object, ...], paths: tuple[Path, ...]) -> int:
     """Bytes of the numpy leaves at ``paths`` in this call's arguments."""
     total = 0
     for path in paths:
@@ -149,7 +155,7 @@ class JitArguments:
         self._transfers = transfers
 
     @staticmethod
-    def reported_under(code: Any) -> bool:
+    def reported_under(code: CodeType) -> bool:
         """Whether a frame of ``code`` is a jax.jit wrapper's call (whose
         numpy arguments :meth:`report` counted)."""
         return code is _CALL_CODES[0] or code is _CALL_CODES[1]
@@ -331,7 +337,7 @@ _CALL_CODES = tuple(f.__code__
                     for f in _python_calls(lambda: None, Owner(""), JaxContext(), 1, 0))
 
 
-def _owner_for(fun: object, jitted: object, options: dict[str, Any], kind: str,
+def _owner_for(fun: object, jitted: object, options: dict[str, object], kind: str,
                context: JaxContext) -> Owner:
     """The one owner of ``fun`` jitted with ``options`` (``context.owners``)."""
     name = f"{kind}({getattr(jitted, '__name__', None) or getattr(fun, '__name__', 'fn')})"

@@ -35,7 +35,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 from tpu_info.contract.cause_kinds import CauseKind, static_kind, type_change
@@ -83,7 +83,7 @@ def _also(others: Sequence[str]) -> str:
     return f" (also {shown}{f' and {len(others) - 2} more' if len(others) > 2 else ''})"
 
 
-def param_path(fun: Any, path: str) -> str:
+def param_path(fun: Callable[..., object] | None, path: str) -> str:
     """An input path of a jitted call -> the parameter it names: ``[0][1]`` ->
     ``mode`` (the second positional parameter of ``fun``), ``[1]['mode']`` ->
     ``mode``, ``[0][0]['layer']`` -> ``params['layer']``; the path itself when
@@ -230,7 +230,7 @@ def parse_cache_miss(message: str, now: float, names: Namer | None = None,
 # --- recompiles JAX does not explain -----------------------------------------------
 
 
-def placement(sharding: Any) -> str:
+def placement(sharding: Any) -> str:  # a Sharding, an UnspecifiedValue or None
     """Where an input lives, in a few words: ``device 1``, ``uncommitted``,
     ``P('d',) over 2 devices``."""
     if sharding is None or type(sharding).__name__ == "UnspecifiedValue":
@@ -254,9 +254,9 @@ class LoweringHistory:
 
     def __init__(self, limit: int = 4096) -> None:
         self._limit = limit
-        self._last: dict[Any, tuple[Any, ...]] = {}
+        self._last: dict[Hashable, tuple[object, ...]] = {}
 
-    def moved(self, key: Any, avals: Sequence[Any], shardings: Sequence[Any],
+    def moved(self, key: Hashable, avals: Sequence[object], shardings: Sequence[object],
               arg_names: Sequence[str | None]) -> RecompileCause | None:
         """Remembers this lowering of function ``key``; the cause when it was
         lowered before for the same input types with inputs placed elsewhere
@@ -287,7 +287,7 @@ class LoweringHistory:
                               kind=CauseKind.DEVICE)
 
 
-def _same(a: Any, b: Any) -> bool:
+def _same(a: object, b: object) -> bool:
     try:
         return bool(a == b)
     except Exception:  # noqa: BLE001

@@ -43,8 +43,10 @@ from tpu_info.contract import catalog as names
 from tpu_info.contract.model import CALLED_FROM, FIRST_CALL, EventKind
 
 if TYPE_CHECKING:
+    import numpy as np
     from jax._src.core import ClosedJaxpr
-    from jax._src.interpreters import mlir
+    from jax._src.lib.mlir import ir
+    from jaxlib._jax import Client, CompileOptions
 
 
 class Compiles:
@@ -121,16 +123,18 @@ class Compiles:
         except Exception as e:  # noqa: BLE001
             self.rec.hook_failed("jax.lowering", e)
 
-    def on_compiled(self, ctx: CompileInProgress, computation: mlir.ir.Module,
-                    devices: object, options: object, backend: object, wall_ns: int) -> None:
+    def on_compiled(self, ctx: CompileInProgress, computation: ir.Module,
+                    devices: np.ndarray, options: CompileOptions, backend: Client,
+                    wall_ns: int) -> None:
         """A compile request done (``wall_ns`` long): recorded, guarded."""
         try:
             self._on_compiled(ctx, computation, devices, options, backend, wall_ns)
         except Exception as e:  # noqa: BLE001
             self.rec.hook_failed("jax.compile", e)
 
-    def _on_compiled(self, ctx: CompileInProgress, computation: mlir.ir.Module,
-                     devices: object, options: object, backend: object, wall_ns: int) -> None:
+    def _on_compiled(self, ctx: CompileInProgress, computation: ir.Module,
+                     devices: np.ndarray, options: CompileOptions, backend: Client,
+                     wall_ns: int) -> None:
         key = ctx.cache_key
         if key is None:
             from jax._src import compilation_cache
@@ -211,8 +215,8 @@ class Compiles:
 def _wrap_compile(original: Callable[..., Any], context: JaxContext) -> Callable[..., Any]:
     local = context.local
 
-    def compile_or_get_cached(backend: Any, computation: Any, devices: Any,
-                              compile_options: Any, *args: Any, **kwargs: Any) -> Any:
+    def compile_or_get_cached(backend: Client, computation: ir.Module, devices: np.ndarray,
+                              compile_options: CompileOptions, *args: Any, **kwargs: Any) -> Any:
         eng = context.active
         if eng is None:
             return original(backend, computation, devices, compile_options, *args, **kwargs)
@@ -235,7 +239,7 @@ def _wrap_compile(original: Callable[..., Any], context: JaxContext) -> Callable
 def _wrap_cache_read(original: Callable[..., Any], context: JaxContext) -> Callable[..., Any]:
     local = context.local
 
-    def _cache_read(module_name: Any, cache_key: Any, *args: Any, **kwargs: Any) -> Any:
+    def _cache_read(module_name: str, cache_key: str, *args: Any, **kwargs: Any) -> Any:
         ctx = local.compile
         if ctx is not None:
             ctx.cache_key = cache_key
@@ -246,8 +250,9 @@ def _wrap_cache_read(original: Callable[..., Any], context: JaxContext) -> Calla
 
 
 def _wrap_lowering(original: Callable[..., Any], context: JaxContext) -> Callable[..., Any]:
-    def lower_sharding_computation(closed_jaxpr: Any, api_name: Any, fun_name: Any,
-                                   in_shardings: Any, *args: Any, **kwargs: Any) -> Any:
+    def lower_sharding_computation(closed_jaxpr: ClosedJaxpr, api_name: str, fun_name: str,
+                                   in_shardings: Sequence[object] | None, *args: Any,
+                                   **kwargs: Any) -> Any:
         eng = context.active
         if eng is not None:
             eng.compiles.on_lowering(fun_name, api_name, closed_jaxpr, in_shardings)

@@ -46,8 +46,9 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
+from types import CodeType, FrameType
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -62,6 +63,9 @@ from metrics.engines.jax.implicit import MAX_CODES as _MAX_CODES
 from metrics.engines.jax.sites import EAGER_OP, OVERFLOW
 from metrics.recording.journal import FOLD_AT
 from metrics.recording.recorder import Recorder
+
+if TYPE_CHECKING:
+    from jax._src.core import EvalTrace, Primitive
 
 FIELDS = 6  # (code, offset, name, start, end, separators) per record
 MAX_NAMES = 4  # primitive names kept per site
@@ -96,7 +100,7 @@ class EagerOps:
             calls_queue, recorder._steps_queue, impl.queue, explicit_queue)
         self.last = (0, -1)  # the last record folded: its line key and separators
         self._lines: dict[tuple[int, int], int] = {}  # (id(code), offset) -> line key
-        self.names: dict[Any, str | None] = {}  # primitive -> its name, None: not counted
+        self.names: dict[Primitive, str | None] = {}  # primitive -> its name, None: not counted
         self.installed = False
         self.missing: list[str] = []
         self.record = _recorder(self)
@@ -116,7 +120,7 @@ class EagerOps:
             self.missing.append("eager ops are not counted: EvalTrace.process_primitive "
                                 "missing or changed")
 
-    def name_of(self, primitive: Any) -> str | None:
+    def name_of(self, primitive: Primitive) -> str | None:
         """``primitive``'s name as counted (kept), None when not counted."""
         name = getattr(primitive, "name", None)
         if not isinstance(name, str) or name in _NOT_COUNTED:
@@ -172,7 +176,7 @@ class EagerOps:
                 if site.detail != OVERFLOW and name not in names and len(names) < MAX_NAMES:
                     site.detail = ", ".join([*names, name])
 
-    def _line_key(self, code: Any, offset: int) -> int:
+    def _line_key(self, code: CodeType | None, offset: int) -> int:
         """A number for ``code``'s line at ``offset`` (fold time; kept per
         instruction): equal for two instructions of one line."""
         key = (id(code), offset)
@@ -194,7 +198,7 @@ class EagerOps:
         return out
 
 
-def _recorder(ops: EagerOps) -> Callable[[str, Any, int, int], None]:
+def _recorder(ops: EagerOps) -> Callable[[str, FrameType | None, int, int], None]:
     """``record(name, frame, start, end)``: one eager primitive seen at
     ``frame``, walked out to the user's frame (its code object and
     instruction offset kept; the line found when read) and appended with the
@@ -205,8 +209,9 @@ def _recorder(ops: EagerOps) -> Callable[[str, Any, int, int], None]:
     queue, flush, fold_at = ops.queue, ops.journal.flush, FOLD_AT * FIELDS
     extend = queue.extend
 
-    def record(name: str, frame: Any, start: int, end: int) -> None:
+    def record(name: str, frame: FrameType | None, start: int, end: int) -> None:
         via = inner = None
+        code: CodeType | None  # (an annotation: no work on the hot path)
         f = frame
         while f is not None:  # one dict lookup per frame, as the transfer hook's walk
             code = f.f_code
@@ -231,7 +236,7 @@ def _recorder(ops: EagerOps) -> Callable[[str, Any, int, int], None]:
     return record
 
 
-def _line(code: Any, offset: int) -> int:
+def _line(code: CodeType | None, offset: int) -> int:
     """``code``'s line number at instruction ``offset`` (0 when not known)."""
     if code is None:
         return 0
@@ -241,7 +246,7 @@ def _line(code: Any, offset: int) -> int:
     return 0
 
 
-def _jit_name(params: dict[str, Any], frame: Any) -> str | None:
+def _jit_name(params: dict[str, object], frame: FrameType | None) -> str | None:
     """A ``jit`` bound eagerly: the jitted function's name when an eager
     transformation (vmap, grad) bound it, None when JAX's own jit wrapper
     called it (a jitted call: counted as an execution, not eager work)."""
@@ -260,7 +265,8 @@ def _wrap(original: Callable[..., Any], ops: EagerOps,
     names, name_of, record, local = ops.names, ops.name_of, ops.record, _Local()
     unseen = object()
 
-    def process_primitive(self: Any, primitive: Any, args: Any, params: Any, /) -> Any:
+    def process_primitive(self: EvalTrace, primitive: Primitive, args: Sequence[object],
+                          params: dict[str, object], /) -> Any:
         name = names.get(primitive, unseen)
         if name is None or local.busy:
             return original(self, primitive, args, params)
@@ -281,7 +287,8 @@ def _wrap(original: Callable[..., Any], ops: EagerOps,
             end = clock()
             local.busy = False
             try:
-                record(name, getframe(1), end if seq[0] != compiles else start, end)
+                record(name, getframe(1),  # type: ignore[arg-type]  # a str by now
+                       end if seq[0] != compiles else start, end)
             except Exception as e:  # noqa: BLE001 - a hook never raises into the program
                 ops.rec.hook_failed("jax.eager", e)
 

@@ -19,13 +19,16 @@ from __future__ import annotations
 import collections
 import operator
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from metrics.engines.jax.context import CALL_FIELDS, ENGINE
 from metrics.recording import sampling
 from metrics.recording.callstats import CallTimes
 from metrics.recording.recorder import Recorder
 from tpu_info.contract import catalog as names
+
+if TYPE_CHECKING:
+    from metrics.engines.jax.calls import Owner
 
 
 class Executions:
@@ -79,7 +82,7 @@ class Executions:
                 if owner.last_hash:
                     executed(owner.last_hash, owner.name, ENGINE, n)
             return
-        runs: dict[tuple[Any, str], int] = {}  # (counted function, graph) -> calls
+        runs: dict[tuple[Owner, str], int] = {}  # (counted function, graph) -> calls
         for owner, key, graph in zip(owners, keys, compiled, strict=True):
             known = owner.graphs
             if graph:
@@ -94,8 +97,8 @@ class Executions:
         for (owner, graph_hash), n in runs.items():
             executed(graph_hash, owner.name, ENGINE, n)
 
-    def _fold_sampled(self, owners: list[Any], starts: list[int], ends: list[int],
-                      compiled: list[Any], uniq: set[Any]) -> tuple[int, int]:
+    def _fold_sampled(self, owners: list[Owner], starts: list[int], ends: list[int],
+                      compiled: list[str | None], uniq: set[Owner]) -> tuple[int, int]:
         """ExecuteTime and call times of a batch where some calls were
         counted untimed: each timed call stands for its function's untimed
         ones; a function with none timed here is taken at its mean so far."""
@@ -124,11 +127,12 @@ class Executions:
         return tracked_ns, other_ns
 
 
-def _note_usual_means(owners: list[Any], durations: list[int], usual: list[bool] | None) -> None:
+def _note_usual_means(owners: list[Owner], durations: list[int],
+                      usual: list[bool] | None) -> None:
     """Each owner's mean over its timed calls that did not compile (``usual``:
     which did not; None: none did): what its untimed calls are taken at when
     a batch holds none of its timed ones."""
-    acc: dict[Any, list[int]] = {}
+    acc: dict[Owner, list[int]] = {}
     for i, (o, d) in enumerate(zip(owners, durations, strict=True)):
         if usual is None or usual[i]:
             a = acc.setdefault(o, [0, 0])

@@ -21,9 +21,15 @@ import logging
 import threading
 import weakref
 from collections.abc import Callable
-from typing import Any, Protocol
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Protocol
 
 from metrics.engines._patching import Patches
+
+if TYPE_CHECKING:
+    from jax._src.config import State
+    from jax._src.core import AbstractValue
+    from jax._src.linear_util import DebugInfo
 
 __all__ = ["EXPLAIN_LOGGERS", "ExplainFilter", "Explanations", "LastVariantExplainer",
            "format_aval"]
@@ -143,7 +149,7 @@ class LastVariantExplainer:
     turned it on) JAX explains by itself and this stands aside.
     """
 
-    def __init__(self, pe: Any, flag: Any, trace_context: Callable[[], Any],
+    def __init__(self, pe: ModuleType, flag: State[bool], trace_context: Callable[[], object],
                  is_user_file: Callable[[str], bool], listener: _Listener) -> None:
         self._pe, self._flag = pe, flag
         self._trace_context, self._is_user_file = trace_context, is_user_file
@@ -152,14 +158,15 @@ class LastVariantExplainer:
         self.ours = threading.local()  # .active while our explanation logs
         self._nested = threading.local()  # .misses: misses of calls nested in the current one
         self._tracing = threading.local()  # .fun: the function whose trace may miss now
-        self._last: weakref.WeakKeyDictionary[Any, tuple[Any, ...]] = weakref.WeakKeyDictionary()
+        self._last: weakref.WeakKeyDictionary[object, tuple[object, ...]] = (
+            weakref.WeakKeyDictionary())
 
     def current(self) -> Any:
         """The function JAX is explaining now (it explains while this wrapper runs)."""
         return getattr(self._tracing, "fun", None)
 
     @staticmethod
-    def usable(pe: Any) -> str | None:
+    def usable(pe: ModuleType) -> str | None:
         """Why this JAX cannot be explained this way, or None."""
         for name in ("trace_to_jaxpr", "explain", "diff_tracing_cache_keys"):
             if not hasattr(pe, name):
@@ -168,13 +175,13 @@ class LastVariantExplainer:
             return "partial_eval.trace_to_jaxpr has no cache_info"
         return None
 
-    def wrap(self, original: Any) -> Callable[..., Any]:
+    def wrap(self, original: Any) -> Callable[..., Any]:  # JAX's cache: has cache_info
         misses = original.cache_info
         nested, flag = self._nested, self._flag
 
         tracing = self._tracing
 
-        def trace_to_jaxpr(fun: Any, in_avals: Any, debug_info: Any, *context: Any,
+        def trace_to_jaxpr(fun: object, in_avals: object, debug_info: DebugInfo, *context: Any,
                            **kwargs: Any) -> Any:
             if not self.enabled:
                 return original(fun, in_avals, debug_info, *context, **kwargs)
@@ -203,12 +210,14 @@ class LastVariantExplainer:
         trace_to_jaxpr.__wrapped__ = original  # type: ignore[attr-defined]
         return trace_to_jaxpr
 
-    def _explain(self, fun: Any, in_avals: Any, debug_info: Any, context: tuple[Any, ...]) -> None:
+    def _explain(self, fun: object, in_avals: object, debug_info: DebugInfo,
+                 context: tuple[object, ...]) -> None:
         try:
             filename = debug_info.func_filename
             if filename and not self._is_user_file(filename):
                 return  # JAX explains only the user's functions
-            key = (self._trace_context(), (in_avals, debug_info, *context), {})
+            key: tuple[object, ...] = (self._trace_context(), (in_avals, debug_info, *context),
+                                       {})
             previous = self._last.get(fun)
             self._last[fun] = key
             keys = [] if previous is None else [(lambda: fun, *previous)]
@@ -225,7 +234,7 @@ def _nothing() -> None:
     return None
 
 
-def format_aval(name: str | None, aval: Any, sharding: Any) -> str:
+def format_aval(name: str | None, aval: AbstractValue, sharding: object) -> str:
     try:
         s = aval.str_short(short_dtypes=True)
     except Exception:  # noqa: BLE001

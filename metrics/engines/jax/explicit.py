@@ -33,6 +33,7 @@ from metrics.recording import events as ev
 from metrics.recording import sampling
 from metrics.recording.journal import FOLD_AT
 from metrics.recording.recorder import Recorder
+from metrics.recording.registry import Distribution
 from tpu_info.contract import catalog as names
 from tpu_info.contract.model import EventKind
 
@@ -52,7 +53,7 @@ class ExplicitTransfers:
         self.queue = self.journal.queue
         # Per time distribution, the mean of its last timed batch: what a
         # batch of only untimed puts is taken at.
-        self._mean_ns: dict[Any, int] = {}
+        self._mean_ns: dict[Distribution, int] = {}
 
     def install(self, patches: Patches, context: JaxContext, put: bool = True
                 ) -> tuple[Callable[..., Any], ...]:
@@ -75,12 +76,15 @@ class ExplicitTransfers:
         raw_ends, sizes = flat[2::TRANSFER_FIELDS], flat[3::TRANSFER_FIELDS]
         sampled = 0 in raw_ends
         ends = sampling.filled(raw_ends, time.monotonic_ns()) if sampled else raw_ends
+        sides: tuple[tuple[Distribution, Distribution, list[int], list[int], list[int],
+                           list[int]], ...]
         if all(to_device):  # the usual batch: every record a device_put
             sides = ((self._h2d_time, self._outbound, starts, ends, raw_ends, sizes),)
         else:
             pick, back = itertools.compress, [not t for t in to_device]
             sides = tuple(
-                (time_d, bytes_d, *(list(pick(x, mask)) for x in (starts, ends, raw_ends, sizes)))
+                (time_d, bytes_d, list(pick(starts, mask)), list(pick(ends, mask)),
+                 list(pick(raw_ends, mask)), list(pick(sizes, mask)))
                 for time_d, bytes_d, mask in ((self._h2d_time, self._outbound, to_device),
                                               (self._d2h_time, self._inbound, back)))
         for time_d, bytes_d, s, e, raw, b in sides:
@@ -102,7 +106,7 @@ class ExplicitTransfers:
             _transfer_rows, to_device, ends, sizes, self.rec.mono_to_unix))
 
 
-def _leaf_bytes(tree: Any, host_only: bool) -> int:
+def _leaf_bytes(tree: object, host_only: bool) -> int:
     if type(tree) is np.ndarray:  # fast path: the usual batch
         return tree.nbytes
     total = 0
@@ -123,7 +127,7 @@ def _transfer_rows(to_device: list[bool], ends: list[int], sizes: list[int], off
                       [float(b) for b in sizes])
 
 
-def _record_transfer(seen: ExplicitTransfers, to_device: bool, tree: Any, start: int,
+def _record_transfer(seen: ExplicitTransfers, to_device: bool, tree: object, start: int,
                      end: int) -> None:
     """The general case: pytrees, lists, scalars (walks the leaves)."""
     try:

@@ -36,6 +36,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from types import CodeType, FrameType
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -44,15 +45,17 @@ from metrics.engines._frames import ENGINE, LIBRARY, LibraryFrames, skip_prefixe
 from metrics.engines._patching import Patches
 from metrics.engines.jax import sites as jax_sites
 from metrics.engines.jax import to_device
-from metrics.engines.jax.calls import JitArguments
+from metrics.engines.jax.calls import JitArguments, Owner
 from metrics.engines.jax.sites import EAGER_OP, IMPLICIT_H2D, OVERFLOW, SITE_KINDS, SYNC, SyncLine
 from metrics.recording import forksafe, native
-from metrics.recording.journal import FOLD_AT
+from metrics.recording.journal import FOLD_AT, Journal
 from metrics.recording.recorder import Recorder
 from tpu_info.contract import catalog as names
 from tpu_info.contract.model import SiteReading
 
 if TYPE_CHECKING:
+    from jax._src.array import ArrayImpl
+
     from metrics.engines.jax.explicit import ExplicitTransfers
 
 # Record kinds in the journal (SYNC, IMPLICIT_H2D: the kinds a site is kept
@@ -108,7 +111,7 @@ class _Site:
     __slots__ = ("code", "offset", "detail", "count", "bytes", "ns", "first_end", "last_end",
                  "where", "via")
 
-    def __init__(self, code: Any, offset: int, detail: str | None) -> None:
+    def __init__(self, code: CodeType | None, offset: int, detail: str | None) -> None:
         self.code, self.offset, self.detail = code, offset, detail
         self.count = self.bytes = self.ns = 0
         self.first_end: int | None = None  # monotonic ns: the first record's end
@@ -133,19 +136,21 @@ class ImplicitTransfers:
         # the path). Keyed by id: a code object hashes its whole body (~0.5 us);
         # the codes are kept alive in _held so an id is never reused.
         self._codes: dict[int, int | str] = {}
-        self._held: list[Any] = []
+        self._held: list[CodeType] = []
         # (id(user code), offset) -> the outermost installed-library code a
         # walk from there went through (flax's jit): the line's via.
-        self._via: dict[tuple[int, int], Any] = {}
+        self._via: dict[tuple[int, int], CodeType] = {}
         self._sites: dict[tuple[int, int, int], _Site] = {}
         self._per_kind = dict.fromkeys(SITE_KINDS, 0)
         self._other: dict[int, _Site] = {}
         self._lock = threading.Lock()  # the site table: folds vs readers
-        self.dict_patches: list[tuple[dict[Any, Any], Any, Any]] = []
+        # (table, key, original): the numpy shard handlers replaced in JAX's table
+        self.dict_patches: list[tuple[dict[type, Callable[..., Any]], type,
+                                      Callable[..., Any]]] = []
         self.missing: list[str] = []  # what could not be hooked, in words
         self.journal = rec.journal(self._fold)
         self.queue = self.journal.queue
-        self.feeders: list[Any] = []  # other hooks' journals folding into the site table
+        self.feeders: list[Journal] = []  # other hooks' journals folding into the site table
         dist, counter = rec.distribution, rec.counter
         self._h2d_time, self._d2h_time = (dist(names.TRANSFER_TO_DEVICE_TIME),
                                           dist(names.TRANSFER_FROM_DEVICE_TIME))
@@ -204,7 +209,7 @@ class ImplicitTransfers:
 
     # The frame walk (hot path) -----------------------------------------------
 
-    def _classify(self, code: Any) -> int | str:
+    def _classify(self, code: CodeType) -> int | str:
         fn = code.co_filename
         if fn.startswith(_METRICS_DIR):
             cls = _JIT_WRAPPER if self.jit_arguments.reported_under(code) else _LIB
@@ -219,14 +224,14 @@ class ImplicitTransfers:
         detail = _DETAILS.get(code.co_name) if cls == _LIB else None
         return cls if detail is None else detail
 
-    def hold(self, code: Any, cls: int) -> None:
+    def hold(self, code: CodeType, cls: int) -> None:
         """``code``'s class, kept (a library function that names the path is
         kept as its detail)."""
         detail = _DETAILS.get(code.co_name) if cls == _LIB else None
         self._held.append(code)
         self._codes[id(code)] = cls if detail is None else detail
 
-    def record(self, kind: int, frame: Any, start: int, end: int, nbytes: int,
+    def record(self, kind: int, frame: FrameType | None, start: int, end: int, nbytes: int,
                detail: str | None = None) -> None:
         """One transfer seen at ``frame``: walks out to the user's frame (the
         code object and instruction offset are kept, the line is found when
@@ -236,6 +241,7 @@ class ImplicitTransfers:
         get = self._codes.get
         under_jit_counted = kind == IMPLICIT_H2D
         found = via = inner = None
+        code: CodeType | None  # (an annotation: no work on the hot path)
         f = frame
         while f is not None:  # one dict lookup per frame: this is the hot path
             code = f.f_code
@@ -252,7 +258,7 @@ class ImplicitTransfers:
             if c.__class__ is str:  # a library function that names the path
                 found = c
             elif c == _USER:
-                if under_jit_counted and (owner := native.calling()) is not None:
+                if under_jit_counted and isinstance(owner := native.calling(), Owner):
                     # Under a counted call in C (no wrapper frame): as below.
                     if not self.jit_arguments.counted_in_handler(owner):
                         return
@@ -276,7 +282,7 @@ class ImplicitTransfers:
             f = f.f_back
         else:  # no user frame: the innermost library frame, as the user's (if any)
             f, code, via = inner, inner.f_code if inner is not None else None, None
-        if via is not None and len(self._via) < MAX_CODES:
+        if via is not None and f is not None and len(self._via) < MAX_CODES:
             self._via.setdefault((id(code), f.f_lasti), via)
         q = self.queue
         q.extend((kind, code, f.f_lasti if f is not None else 0, detail or found, start, end,
@@ -379,7 +385,8 @@ class ImplicitTransfers:
                                min(ends))
         return True
 
-    def _add_site(self, kind: int, code: Any, offset: int, detail: str | None, count: int,
+    def _add_site(self, kind: int, code: CodeType | None, offset: int, detail: str | None,
+                  count: int,
                   nbytes: int, ns: int, last_end: int, first_end: int) -> _Site:
         """Adds one site's records of a batch (caller holds the lock); the site."""
         kind = _SITE_KIND[kind]
@@ -403,7 +410,7 @@ class ImplicitTransfers:
 
     # Read (metrics.engines.jax.sites) ---------------------------------------
 
-    def via(self, code: Any, offset: int) -> str:
+    def via(self, code: CodeType | None, offset: int) -> str:
         """The library call the line at ``code``/``offset`` went through
         (``flax nnx.jit``), "" for none (read time)."""
         lib = self._via.get((id(code), offset)) if code is not None else None
@@ -445,7 +452,7 @@ def _value_property(original: property, impl: ImplicitTransfers) -> property:
     get, queue, flush, user_class = impl._codes.get, impl.queue, impl.journal.flush, _USER
     extend, fold_at = queue.extend, FOLD_AT * FIELDS
 
-    def _value(self: Any) -> Any:
+    def _value(self: ArrayImpl) -> Any:
         if self._npy_value is not None:  # the host copy is cached: nothing moves
             return fget(self)
         start = clock()

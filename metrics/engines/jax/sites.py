@@ -47,7 +47,7 @@ class SyncLine(NamedTuple):
 
     location: str
     detail: str
-    count: int
+    count: int  # type: ignore[assignment]  # the field, over tuple.count
     ns: int  # host time inside the syncs
     first_end: int
     last_end: int

@@ -119,7 +119,7 @@ class StepWatch:
             # whole time counts (its syncs began after that mark or at it).
             before = (start[3] or {}).get(top.location, 0)
         else:
-            before = start[which]
+            before = start[1] if which == 1 else start[2]
         share = (busy - before) / (now - start[0])
         return min(100.0, max(0.0, 100.0 * share)), reason
 

@@ -35,8 +35,9 @@ import functools
 import inspect
 import sys
 import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -49,11 +50,19 @@ from metrics.recording.sampling import TIME_EVERY, TIME_FIRST
 if TYPE_CHECKING:
     from metrics.engines.jax.explicit import ExplicitTransfers
     from metrics.engines.jax.implicit import ImplicitTransfers
+    from metrics.recording._native import ShardPut
+
+
+class _ThreadState(Protocol):
+    explicit_device_put: bool
+
+
+TransferState = Callable[[], _ThreadState]  # JAX's guard_lib.thread_local_state
 
 IMPLICIT_H2D = 1  # jax_transfers' record kind (kept equal there)
 
 
-def nbytes_of(x: Any) -> int:
+def nbytes_of(x: object) -> int:
     n = getattr(x, "nbytes", None)
     if n is not None:
         return int(n)
@@ -61,7 +70,7 @@ def nbytes_of(x: Any) -> int:
     return int(dtype.itemsize) if dtype is not None else 8
 
 
-def _guard_state() -> Callable[[], Any] | None:
+def _guard_state() -> TransferState | None:
     """JAX's per-thread transfer state (``explicit_device_put`` is True
     inside ``jax.device_put``/``device_put_sharded``/``_replicated``), or None."""
     try:
@@ -127,7 +136,7 @@ def patch_shard_handlers(impl: ImplicitTransfers, explicit: ExplicitTransfers,
     return counted
 
 
-def _explicit_scope(c: Any, original: Callable[..., Any]) -> Any:
+def _explicit_scope(c: ModuleType, original: Callable[..., Any]) -> Callable[..., Any]:
     """``jax.device_put`` run in the C ``ExplicitScope`` (its name, doc,
     signature and ``__wrapped__`` kept)."""
     scope = c.ExplicitScope(original)
@@ -157,7 +166,7 @@ def _stage_impl(original: Callable[..., Any], impl: ImplicitTransfers) -> Callab
 
 def _shard_handler(original: Callable[..., Any], impl: ImplicitTransfers,
                    explicit: ExplicitTransfers,
-                   state: Callable[[], Any] | None) -> Callable[..., Any]:
+                   state: TransferState | None) -> Callable[..., Any]:
     """The numpy handler counted. Runs on every device_put of a batch, so the
     usual call is decided once here, not per call: JAX's own four-argument
     call (no ``*args`` tuple built and unpacked), JAX's transfer state there
@@ -173,7 +182,7 @@ def _shard_handler(original: Callable[..., Any], impl: ImplicitTransfers,
     extend, fold_at = queue.extend, FOLD_AT * TRANSFER_FIELDS
 
     if state is None or not _takes_four(original):
-        def shard_np_array_any(xs: Any, *args: Any) -> Any:
+        def shard_np_array_any(xs: Sequence[np.ndarray], *args: Any) -> Any:
             start = clock()
             out = original(xs, *args)
             end = clock()
@@ -184,9 +193,10 @@ def _shard_handler(original: Callable[..., Any], impl: ImplicitTransfers,
         return shard_np_array_any
 
     c = native.native()
-    counter: Any = _Countdown()
+    counter: _Countdown | ShardPut = _Countdown()
 
-    def timed_put(xs: Any, shardings: Any, layouts: Any, copy_semantics: Any) -> Any:
+    def timed_put(xs: Sequence[np.ndarray], shardings: object, layouts: object,
+                  copy_semantics: object) -> Any:
         """A handler call timed: an explicit put (the first ``TIME_FIRST``,
         then one in ``TIME_EVERY``), or anything else the handler shards."""
         start = clock()
@@ -209,16 +219,18 @@ def _shard_handler(original: Callable[..., Any], impl: ImplicitTransfers,
         return out
 
     if c is not None:  # the explicit puts in C, the rest in timed_put and other
-        def other(xs: Any, start: int, end: int) -> None:
+        def other(xs: Sequence[np.ndarray], start: int, end: int) -> None:
             _shard_other(impl, explicit, None, xs, start, end)
 
-        counter = c.ShardPut(original, state, queue, flush, timed_put, other, _bytes_of,
-                             lambda e: impl.rec.hook_failed("jax.shard_arg", e),
-                             fold_at, TIME_FIRST, every, native.array_layout(np.ndarray))
-        counter.__wrapped__ = original
-        return counter  # type: ignore[no-any-return]
+        put: ShardPut = c.ShardPut(original, state, queue, flush, timed_put, other, _bytes_of,
+                                   lambda e: impl.rec.hook_failed("jax.shard_arg", e),
+                                   fold_at, TIME_FIRST, every, native.array_layout(np.ndarray))
+        put.__wrapped__ = original
+        counter = put  # timed_put counts down the C handler's own countdown
+        return put
 
-    def shard_np_array(xs: Any, shardings: Any, layouts: Any, copy_semantics: Any) -> Any:
+    def shard_np_array(xs: Sequence[np.ndarray], shardings: object, layouts: object,
+                       copy_semantics: object) -> Any:
         if counter.untimed:
             try:
                 explicit = state().explicit_device_put  # set before device_put shards
@@ -251,7 +263,7 @@ class _Countdown:
         self.first = TIME_FIRST  # timed puts left before sampling starts
 
 
-def _bytes_of(xs: Any) -> int:
+def _bytes_of(xs: Sequence[object]) -> int:
     return sum(map(nbytes_of, xs))
 
 
@@ -265,7 +277,8 @@ def _takes_four(fn: Callable[..., Any]) -> bool:
 
 
 def _shard_other(impl: ImplicitTransfers, explicit: ExplicitTransfers,
-                 state: Callable[[], Any] | None, xs: Any, start: int, end: int) -> None:
+                 state: TransferState | None, xs: Sequence[object], start: int,
+                 end: int) -> None:
     """A handler call off the usual path: an explicit put where JAX's
     transfer state is read per call (``state``: the generic wrapper), else an
     implicit transfer (a numpy argument sharded by a jitted call)."""
