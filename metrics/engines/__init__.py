@@ -11,8 +11,10 @@ already imported by the program or is asked for it by name.
   adapter meets, and :class:`EngineBase`, the defaults of the optional
   readings.
 
-Adding an engine: an adapter module (a subclass of :class:`EngineBase` and
-a ``create(recorder, explain_cache_misses=...)``) and one entry in
+Adding an engine: an adapter (a module, or a package whose ``__init__``
+offers them: :mod:`metrics.engines.torch`, :mod:`metrics.engines.jax`) with a
+subclass of :class:`EngineBase` and a ``create(recorder,
+explain_cache_misses=...)``, and one entry in
 :data:`metrics.engines.registry.ENGINES`.
 """
 

@@ -32,7 +32,7 @@ class EngineSpec:
             record call it.
         trigger: the module whose import (finished) means the program uses
             the engine; ``install("auto")`` hooks the engine then.
-        adapter: the module of its adapter, with a ``create(recorder,
+        adapter: the module (or package) of its adapter, with a ``create(recorder,
             explain_cache_misses=...)`` that returns a
             :class:`metrics.engines.base.Engine`.
         superseded_by: engines that, when present too, make this one
