@@ -28,7 +28,9 @@ NOT_FOR_THE_TABLE = ("tpu_info.outputs.query", "tpu_info.views.metrics",
                      "tpu_info.commands.profile", "tpu_info.commands.run",
                      "tpu_info.commands.saved", "tpu_info.commands.exporter",
                      # the wire's server-side instance id: os.urandom, not secrets (hmac)
-                     "secrets", "hmac")
+                     "secrets", "hmac",
+                     # a record's process start is read from /proc (discovery)
+                     "psutil")
 TABLES = ("rich", "tpu_info.outputs.render", "tpu_info.outputs.table_layout")
 
 
