@@ -91,6 +91,10 @@ TORCH_REASONS = [
     ("0/0: L['n'] == 2", K.PYTHON_NUMBER, "argument 'n' changed 2 -> 3"),
     ("0/0: L['flag'] == True", K.PYTHON_FLAG, "argument 'flag' changed True -> False"),
     ("0/0: len(L['xs']) == 2", K.SEQUENCE_LENGTH, "len(xs) changed 2 -> 3"),
+    # model.train() then model.eval() around one compiled module
+    ("0/0: L['self'].training == True", K.MODULE_MODE, "'self' switched train() -> eval()"),
+    ("0/0: L['fn']._modules['1'].training == False", K.MODULE_MODE,
+     "'fn.1' switched eval() -> train()"),
 ]
 
 

@@ -59,6 +59,7 @@ class CauseKind(enum.StrEnum):
     OBJECT_IDENTITY = "object_identity"
     SEQUENCE_LENGTH = "sequence_length"
     PYTHON_FLAG = "python_flag"  # a Python bool compiled in
+    MODULE_MODE = "module_mode"  # an nn.Module's ``training``: model.train() vs model.eval()
     PYTHON_NUMBER = "python_number"  # a Python int or float compiled in
     # torch_xla.
     XLA_WARM_UP = "xla_warm_up"  # a new graph the sync right after the last one

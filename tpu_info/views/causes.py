@@ -145,6 +145,11 @@ ADVICE: dict[CauseKind, Said] = {
                         "into one tensor.", False),
     K.PYTHON_FLAG: ("Python bool flag", "Expected once per value: each value of a Python flag "
                     "compiles its own graph, cached after that.", True),
+    K.MODULE_MODE: ("model.train()/model.eval() switch", "Expected once per mode: "
+                    "train() and eval() compile their own graphs (dropout and batch norm run "
+                    "differently), each cached after that, so switching back costs nothing. "
+                    "Only a switch inside the compiled function would compile on every "
+                    "call: set the mode outside it.", True),
     K.XLA_WARM_UP: ("warm-up", "Nothing to do: the first steps compile their graphs once.",
                     True),
     K.XLA_NEW_GRAPH: ("new input shapes", "torch_xla compiles a graph for every new input "
@@ -307,6 +312,10 @@ def _words(c: RecompileCause) -> str:
         return f"'{arg}' is another object than when compiled"
     if k == K.SEQUENCE_LENGTH:
         return f"len({arg}) changed {c.before} -> {new}"
+    if k == K.MODULE_MODE:
+        mode = {"True": "train()", "False": "eval()"}
+        return (f"'{arg.removesuffix('.training')}' switched "
+                f"{mode.get(c.before or '', c.before)} -> {mode.get(new or '', new)}")
     if k in (K.PYTHON_FLAG, K.PYTHON_NUMBER):
         return f"argument '{arg}' changed {c.before} -> {new}"
     exp, act = _at(c.before, c.dim), _at(c.after, c.dim)
@@ -424,8 +433,8 @@ def _typed_from_text(c: RecompileCause) -> RecompileCause:
                        guard="id", argument=g["src"].strip())
     if g.get("val"):
         arg, val, new = c.argument or g["vsrc"], g["val"], c.after or "another value"
-        kind = K.SEQUENCE_LENGTH if g.get("len") else K.PYTHON_FLAG if val in (
-            "True", "False") else K.PYTHON_NUMBER
+        kind = K.SEQUENCE_LENGTH if g.get("len") else K.PYTHON_NUMBER if val not in (
+            "True", "False") else K.MODULE_MODE if arg.endswith(".training") else K.PYTHON_FLAG
         return replace(c, kind=kind, guard="==", argument=arg, before=val,
                        name="float" if "." in val or "." in new else "int")
     if d == FIRST_CALL:

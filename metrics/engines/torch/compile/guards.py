@@ -102,7 +102,10 @@ def parse_recompile_reason(reason: str, now: float, location: str | None,
         if m.group("len"):
             kind, name = CauseKind.SEQUENCE_LENGTH, ""
         elif val in ("True", "False"):
-            kind, name = CauseKind.PYTHON_FLAG, "bool"
+            # A bool has one other value; `.training` is a module's train/eval mode.
+            new = new or str(val == "False")
+            kind = CauseKind.MODULE_MODE if arg.endswith(".training") else CauseKind.PYTHON_FLAG
+            name = "bool"
         else:
             kind = CauseKind.PYTHON_NUMBER
             name = "float" if "." in val or "." in (new or "") else "int"
