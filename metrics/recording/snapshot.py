@@ -189,16 +189,16 @@ def _marked_steps(recorder: Recorder, counters: tuple[CounterReading, ...],
     total = step_time.total / 1e9 if step_time is not None and step_time.count else None
     if step_time is not None and step_time.count and step_time.count != marks:
         total = total / step_time.count * marks if total is not None else None
-    bounds: dict[str, float] = {}
+    first_unix = last_unix = None
     first, last = recorder.first_step_ns, recorder.last_step_ns
     if first is not None and last is not None:
         # A mark ends a step: the loop began one (mean) step before the first.
         mean = total / marks if total is not None else 0.0
-        bounds = {"first_unix": first / 1e9 + recorder.mono_to_unix - mean,
-                  "last_unix": last / 1e9 + recorder.mono_to_unix}
+        first_unix = first / 1e9 + recorder.mono_to_unix - mean
+        last_unix = last / 1e9 + recorder.mono_to_unix
     return StepsReading(count=marks, source=STEPS_MARKED, seconds_total=total,
                         basis="metrics.mark_step / metrics.track, or the engine's own steps",
-                        **bounds)
+                        first_unix=first_unix, last_unix=last_unix)
 
 
 def diagnosis(recorder: Recorder, engines: list[Source], counters: tuple[CounterReading, ...],
