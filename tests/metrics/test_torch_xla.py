@@ -214,6 +214,39 @@ def test_install_before_torch_xla_hooks_it_when_imported(tmp_path):
     assert r.stdout.split() == ["torch_compile,torch_xla", "jax", "2"], r.stdout
 
 
+@pytest.mark.slow
+def test_the_hook_never_starts_the_xla_runtime_itself(tmp_path):
+    """Scrapes, the report and the saved run's checkpoints read nothing that
+    starts the XLA runtime before the program does: a ``torch_xla.launch``
+    parent that runs no XLA would hold a PJRT client (its workers' devices,
+    on a TPU) and spend its normal end tearing it down (0.2-0.4 s longer
+    than without the hook). Once the program started it, devices and the
+    rank are read."""
+    code = textwrap.dedent("""
+        import metrics
+        metrics.install(serve=False)
+        import torch, torch_xla
+        started = torch_xla._XLAC._xla_runtime_is_initialized
+        engine = next(e for e in metrics.installed_engines() if e.name == "torch_xla")
+        s = metrics.snapshot()
+        metrics.metrics_report()
+        engine._unit("NotAMetricYet")  # a unit it does not know: no report parsed
+        before = [started(), len(s.devices), s.process.process_count]
+        (torch.ones(3, device=torch_xla.device()) * 2).sum().item()
+        s = metrics.snapshot()
+        print(before, [started(), len(s.devices) > 0, s.process.process_count])
+    """)
+    env = dict(os.environ)
+    for var in ("PT_XLA_DEBUG_LEVEL", "PT_XLA_DEBUG_FILE", "PT_XLA_DEBUG", "PYTHONPATH",
+                "RANK", "WORLD_SIZE"):
+        env.pop(var, None)
+    env.update(PJRT_DEVICE="CPU", PYTHONPATH=str(ROOT), TPU_INFO_RUNTIME_DIR=str(tmp_path))
+    r = subprocess.run([xla_python(), "-c", code], capture_output=True, text=True,
+                       timeout=300, env=env, cwd=ROOT)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.split("\n")[0] == "[False, 0, None] [True, True, 1]", r.stdout
+
+
 LAUNCH_PROGRAM = r'''
 import torch_xla.distributed.xla_multiprocessing as xmp  # first: torch finishes inside it
 import json, os
@@ -226,6 +259,7 @@ def dump(who):
     from tpu_info.views import findings
     s = metrics.snapshot()
     doc = {"pid": os.getpid(), "engine": s.process.engine if s.process else None,
+           "runtime_started": torch_xla._XLAC._xla_runtime_is_initialized(),
            "graphs": [[g.name, g.compiles, [c.description for c in g.causes]] for g in s.graphs],
            "kinds": sorted({str(c.kind) for g in s.graphs for c in g.causes}),
            "findings": [[f.kind, f.severity, f.location, f.message] for f in findings.find(s)]}
@@ -273,6 +307,11 @@ def test_launch_worker_owns_its_graphs_and_value_access_is_named(tmp_path):
     worker = json.loads((tmp_path / "worker.json").read_text())
     assert parent["pid"] != worker["pid"]
     assert parent["graphs"] == [], parent  # the worker's graphs are not the parent's
+    # The parent runs no XLA, and the hook's scrapes did not start the runtime
+    # there either (a PJRT client held, torn down at its end).
+    assert parent["runtime_started"] is False and worker["runtime_started"] is True
+    # Both records are gone at their normal ends (the dumps are *.json too).
+    assert not [p.name for p in tmp_path.glob("*.json") if p.stem.isdigit()]
     assert "torch_xla" in worker["engine"].split(",")
     line = next(i for i, t in enumerate(LAUNCH_PROGRAM.splitlines(), 1) if "value read" in t)
     found = {f[0]: f for f in worker["findings"]}

@@ -22,7 +22,8 @@ Nothing runs on the program's hot path: everything is read at scrape time.
 
 Private APIs used (behind checks): ``torch_xla._XLAC._get_graph_hash``
 (:func:`graph_hash`), ``torch_xla._XLAC._xla_runtime_is_initialized``
-(devices are not read before the program started the runtime).
+(:func:`runtime_started`: nothing that starts the runtime is called before
+the program started it).
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ from tpu_info.contract.model import (
     Unit,
 )
 
-__all__ = ["ENGINE", "TorchXlaEngine", "create", "graph_hash"]
+__all__ = ["ENGINE", "TorchXlaEngine", "create", "graph_hash", "runtime_started"]
 
 _KNOWN_UNITS = {"InboundData": Unit.BYTES, "OutboundData": Unit.BYTES,
                 "TensorsGraphSize": Unit.NUMBER, "InputOutputAliasCount": Unit.NUMBER}
@@ -59,6 +60,16 @@ def graph_hash(tensors: Iterable[torch.Tensor]) -> str:
     not always equal to the ``Graph Hash`` its debug output prints)."""
     h = torch_xla._XLAC._get_graph_hash(list(tensors))
     return h.hex() if isinstance(h, (bytes, bytearray)) else str(h)
+
+
+def runtime_started() -> bool:
+    """Whether the program started the XLA runtime (its PJRT client). Until
+    it did, the hook calls nothing that would start it (the device list,
+    ``metrics_report()``, the rank): a ``torch_xla.launch`` parent that runs
+    no XLA would hold its workers' devices, and tear the client down at exit.
+    Unknown (a torch_xla without the probe) counts as not started."""
+    started = getattr(torch_xla._XLAC, "_xla_runtime_is_initialized", None)
+    return bool(started is not None and started())
 
 
 class TorchXlaEngine(EngineBase):
@@ -99,6 +110,9 @@ class TorchXlaEngine(EngineBase):
 
     def _unit(self, name: str) -> Unit:
         unit = self._units.get(name)
+        if unit is None and not runtime_started():
+            # torch_xla's report would start the runtime (see runtime_started).
+            return Unit.TIME_NS
         if unit is None:
             for n, fields in _foreign.report_metrics(met.metrics_report()).items():
                 if n not in self._units and "Accumulator" in fields:
@@ -136,9 +150,7 @@ class TorchXlaEngine(EngineBase):
 
     def devices(self) -> list[DeviceRecord]:
         """One record per local XLA device once the program started the runtime."""
-        xlac = torch_xla._XLAC
-        started = getattr(xlac, "_xla_runtime_is_initialized", None)
-        if started is not None and not started():
+        if not runtime_started():
             return []
         import torch_xla.core.xla_model as xm
         import torch_xla.runtime as xr
