@@ -8,7 +8,7 @@ with their own process index in XLA's options, so JAX's cache keys (our
 graph hashes) differ between them even for one SPMD program (measured
 here: 2 CPU processes, one global jit, two hashes); the ``computation``
 label is the same for them. That path's rank (the ``rank`` label) is
-tested in ``tests/metrics/test_ranks.py``.
+tested in ``tests/metrics/engines/test_ranks.py``.
 
 Rank 1 compiles a graph of another shape than the rest; host B's rank 2
 holds far more device memory than its neighbour. PromQL over what the

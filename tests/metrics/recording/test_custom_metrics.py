@@ -1,6 +1,6 @@
 """The program's own metrics carry a unit and help to ``metrics_report()`` and
 Prometheus (``# HELP`` and the unit suffix); across the wire (``tpu-info
---metric NAME``, ``--json``) in tests/metrics/test_jax_monitoring.py.
+--metric NAME``, ``--json``) in tests/metrics/engines/jax/test_jax_monitoring.py.
 ``executed_fallback_ops()`` has torch_xla's call shape (its real answer is
 compared in tests/metrics/test_torch_xla.py)."""
 

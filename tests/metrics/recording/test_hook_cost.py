@@ -34,7 +34,7 @@ pytestmark = pytest.mark.skipif(sys.version_info[:2] != (3, 11),
 def fresh_metrics(fresh_metrics):  # type: ignore[no-untyped-def]
     """The hooks without the C hot path: these budgets are the Python hooks'
     (where the C one is built it runs the usual calls with no bytecode at
-    all: tests/metrics/test_native_hooks.py)."""
+    all: tests/metrics/recording/test_native_hooks.py)."""
     import metrics
     from metrics.recording import native
 

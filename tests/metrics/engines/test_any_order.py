@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 CLI = [sys.executable, "-m", "tpu_info"]
 
 # Prints one JSON line per stage; waits for a line on stdin before importing jax.

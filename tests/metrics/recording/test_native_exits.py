@@ -22,7 +22,7 @@ from metrics.recording import native  # noqa: E402
 from metrics.recording.sampling import TIME_EVERY, TIME_FIRST  # noqa: E402
 from tpu_info.contract import catalog as names  # noqa: E402
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 
 def _journal(path: str) -> Any:

@@ -21,7 +21,7 @@ import pytest
 
 pytest.importorskip("jax")
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[4]
 
 LIBRARY = {
     "__init__.py": '''

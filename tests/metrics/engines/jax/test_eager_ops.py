@@ -22,7 +22,7 @@ from tests.lines import line_of
 jax = pytest.importorskip("jax")
 jnp = jax.numpy
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[4]
 
 
 def _here(text: str) -> str:

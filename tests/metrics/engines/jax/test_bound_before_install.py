@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from metrics.engines.jax import bound as jax_bound
 from metrics.engines._frames import LibraryFrames, skip_prefixes
+from metrics.engines.jax import bound as jax_bound
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[4]
 
 PROGRAM = '''
 import json, sys

@@ -1,7 +1,7 @@
 """The hooks type their recompile causes (the kind of change and what changed),
 and their older words, read back by the views' one fallback, read the same:
 JAX's explanations, a device move, Dynamo's guard failures (pure text: no
-JAX or torch needed here; tests/metrics/test_jax_causes.py and
+JAX or torch needed here; tests/metrics/engines/jax/test_jax_causes.py and
 test_torch_compile.py run them on the real engines)."""
 
 from __future__ import annotations
