@@ -48,7 +48,7 @@ bench-smoke: venv
 
 # torch_xla needs torch 2.9.0: its own venv outside the clone, keyed by the pins
 # (~/.cache/tpu-info/xla-venv-torch2.9.0-xla2.9.0; about 4 GB the first time).
-# tests/metrics/test_torch_xla.py and bench/overhead_torch.py use it when it exists.
+# tests/metrics/engines/torch/test_torch_xla.py and bench/overhead_torch.py use it when it exists.
 xla-env:
 	bash tools/xla-env.sh
 

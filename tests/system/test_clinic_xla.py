@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.metrics.test_torch_xla import xla_python
+from tests.metrics.engines.torch.test_torch_xla import xla_python
 from tests.system.test_clinic_torch import findings_of, mistake_lines
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -2,7 +2,7 @@
 Prometheus (``# HELP`` and the unit suffix); across the wire (``tpu-info
 --metric NAME``, ``--json``) in tests/metrics/engines/jax/test_jax_monitoring.py.
 ``executed_fallback_ops()`` has torch_xla's call shape (its real answer is
-compared in tests/metrics/test_torch_xla.py)."""
+compared in tests/metrics/engines/torch/test_torch_xla.py)."""
 
 from __future__ import annotations
 
