@@ -34,6 +34,15 @@ def run_python(code: str, *, env: dict[str, str] | None = None, timeout: float =
 
 
 @pytest.fixture
+def rdir(tmp_path: Path) -> Path:
+    """A private (0700) runtime directory for discovery records."""
+    d = tmp_path / "rt"
+    d.mkdir(mode=0o700)
+    os.chmod(d, 0o700)
+    return d
+
+
+@pytest.fixture
 def fresh_metrics():
     """The global recorder, emptied before and after the test, hooks installed."""
     import metrics
