@@ -24,13 +24,32 @@ __all__ = ["Rank", "from_jax", "from_torch_distributed", "from_torch_xla"]
 
 def from_jax() -> Rank | None:
     """``jax.process_index()`` of an imported jax (0 of 1 without
-    ``jax.distributed.initialize``: that is the truth for one process)."""
+    ``jax.distributed.initialize``: that is the truth for one process), once
+    the program started JAX's backends. Never before: the probe would start
+    them, and the program's own ``jax.distributed.initialize()`` then raises
+    (it must come before any backend starts; on a TPU the backend takes the
+    chips)."""
     jax = sys.modules.get("jax")
     if jax is None:
         return None
+    started = getattr(sys.modules.get("jax._src.xla_bridge"), "backends_are_initialized", None)
     try:
+        if started is None or not started():
+            return _jax_job()
         return Rank(int(jax.process_index()), int(jax.process_count()), "jax")
     except Exception:  # noqa: BLE001 - no backend yet, or a plugin that refuses
+        return None
+
+
+def _jax_job() -> Rank | None:
+    """The rank ``jax.distributed.initialize()`` gave, read before any
+    backend started (its coordinator state; None outside a job)."""
+    state = getattr(sys.modules.get("jax._src.distributed"), "global_state", None)
+    try:
+        if state is None or getattr(state, "client", None) is None:
+            return None
+        return Rank(int(state.process_id), int(state.num_processes), "jax")
+    except Exception:  # noqa: BLE001 - a JAX that keeps it elsewhere
         return None
 
 

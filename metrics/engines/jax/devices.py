@@ -15,6 +15,20 @@ from metrics.engines._frames import host_ram
 from tpu_info.contract.model import DeviceRecord, MemoryReading
 
 
+def backends_started() -> bool:
+    """Whether the program started JAX's backends. Until it did, the hook
+    calls nothing that starts them (``jax.local_devices()``): the program may
+    still have to call ``jax.distributed.initialize()``, which raises once a
+    backend started, and on a TPU a backend takes the chips. Unknown (a JAX
+    without the probe) counts as not started."""
+    try:
+        from jax._src import xla_bridge
+
+        return bool(xla_bridge.backends_are_initialized())
+    except Exception:  # noqa: BLE001 - a JAX without the probe
+        return False
+
+
 class DeviceMemory:
     """Reads device records; keeps the highest live bytes seen per device
     (the peak where the backend keeps none)."""
@@ -27,7 +41,9 @@ class DeviceMemory:
         (percent, reason) every device gets."""
         busy_percent, busy_reason = busy
         live: dict[int, int] | None = None
-        out = []
+        out: list[DeviceRecord] = []
+        if not backends_started():
+            return out  # no devices until the program starts a backend
         for d in jax.local_devices():
             try:
                 stats = d.memory_stats()

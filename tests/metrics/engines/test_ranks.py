@@ -109,3 +109,38 @@ def test_the_ranks_of_a_jax_distributed_job_say_which_they_are():
     assert [o[:3] for o in outs] == [["0", "2", "jax"], ["1", "2", "jax"]]
     (graph0, computation0), (graph1, computation1) = (o[3:] for o in outs)
     assert graph0 != graph1 and computation0 == computation1  # the rank-skew rule's label
+
+
+BEFORE_THE_JOB = """
+import os, socket
+import jax
+from jax._src import xla_bridge
+import metrics
+metrics.install(engines=["jax"], serve=False)
+s = metrics.snapshot()  # what a scrape or the saved run's first checkpoint (1 s) builds
+metrics.metrics_report()
+started = xla_bridge.backends_are_initialized()
+with socket.socket() as free:
+    free.bind(("127.0.0.1", 0))
+    port = free.getsockname()[1]
+# It raises once any backend started: the hook's reads must not have started one.
+jax.distributed.initialize(coordinator_address=f"127.0.0.1:{port}", num_processes=1,
+                           process_id=0, initialization_timeout=60)
+jax.numpy.ones(3).block_until_ready()
+after = metrics.snapshot()
+print(started, len(s.devices), s.process.process_count, len(after.devices) > 0,
+      after.process.process_count)
+"""
+
+
+@pytest.mark.slow
+def test_a_snapshot_before_the_program_joins_its_jax_job_starts_no_backend():
+    """The rank probe and the device list wait for the program's first backend:
+    ``jax.process_index()`` / ``jax.local_devices()`` start one, and the
+    program's own ``jax.distributed.initialize()`` then raised (a hooked
+    program that joined its job more than 1 s after ``install()`` crashed)."""
+    out = run_python(BEFORE_THE_JOB, env={"JAX_PLATFORMS": "cpu", "RANK": "", "WORLD_SIZE": ""})
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split()[-5:] == ["False", "0", "None", "True", "1"], out.stdout
+    # In a job, before its first backend: the rank the coordinator gave (the
+    # two-process test above reads it so).
