@@ -21,6 +21,7 @@ editable install's .pth finder) is printed beside it, not in the ratio.
 from __future__ import annotations
 
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -44,10 +45,19 @@ def google_dir() -> Path:
     return target
 
 
+CPU: dict[str, list[float]] = {}  # command -> CPU seconds (user + system) of each run
+
+
+def _children_cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
 def timed(cmd: list[str], env: dict[str, str],
           cwd: str) -> tuple[float, subprocess.CompletedProcess]:
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), _children_cpu()
     r = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=cwd, timeout=120)
+    CPU.setdefault(" ".join(cmd), []).append(_children_cpu() - c0)
     return time.perf_counter() - t0, r
 
 
@@ -72,6 +82,7 @@ def main() -> int:
         with HookedProgram(env={"TPU_INFO_RUNTIME_DIR": rt, "TPU_INFO_PORT": "0"}):
             for cmd in (ours_cmd, site_cmd, [*ours_cmd, "--version"]):  # writes bytecode
                 timed(cmd, env, str(ROOT))
+            CPU.clear()
             load = [os.getloadavg()[0]]
             ours, google, version, with_site = [], [], [], []
             for i in range(rounds):
@@ -99,6 +110,9 @@ def main() -> int:
           "not the verdict: the venv's .pth files)")
     print(f"tpu-info --version:                   median {v * 1e3:.0f} ms")
     print(f"load average (1 min) {load[0]:.2f} -> {load[1]:.2f} on {os.cpu_count()} CPUs")
+    oc, gc = (statistics.median(CPU[" ".join(c)]) for c in (ours_cmd, google_cmd))
+    print(f"CPU (user + system) median: ours {oc * 1e3:.0f} ms, google {gc * 1e3:.0f} ms, "
+          f"ratio {oc / gc:.3f} (steadier than wall time on a loaded machine; not the verdict)")
     rows = []
     for line in imp.stderr.splitlines():
         parts = line.split("|")
