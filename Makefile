@@ -8,7 +8,7 @@ PYTEST_ARGS ?= -q
 
 .PHONY: venv demo test test-fast lint bench bench-smoke clean xla-env
 
-$(STAMP): pyproject.toml setup.py constraints.txt metrics/recording/_native.c
+$(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	@# A .venv made before the rename holds our editable `tpu-info`: remove it

@@ -15,13 +15,11 @@ and the microseconds per put that makes:
 * transfer state: reads JAX's thread-local ``explicit_device_put``;
 * journal write: one ``extend`` of a record, the array's ``nbytes``, ``len``;
 * caller frame: ``sys._getframe(1).f_code`` (a frame check's price);
-* the hook in Python: the handler without the C hot path
-  (``metrics.recording.native``; untimed on 15 of 16 puts);
-* the hook: the installed handler (in C where it is built).
+* the hook: the installed handler (untimed on 15 of 16 puts).
 
 Then the same for the ``jax.jit`` wrapper, JAX's own handler in place: the
-step unhooked, through a bare pass-through Python wrapper, through the
-wrapper in Python, and through the installed one (in C where it is built).
+step unhooked, through a bare pass-through Python wrapper, and through the
+installed one.
 
 Two verdicts, informational: each hook's ratio.
 """
@@ -85,15 +83,8 @@ def main() -> int:
     rounds = 4 if args.smoke else args.rounds
     batches, params = loop_data("tiny")
     step = make_step()  # jitted before install: only the handler differs
-    original_put = jax.device_put  # the installed hook also runs device_put in its scope
+    original_put = jax.device_put
     run(step, params, batches[:20], False, original_put)
-    from metrics.recording import native
-
-    was, native.NATIVE = native.NATIVE, None
-    metrics.install(engines=["jax"], serve=False)
-    in_python, _ = _shard_handlers()  # the Python handler, kept for its variant
-    metrics.uninstall()
-    native.NATIVE = was
     metrics.install(engines=["jax"], serve=False)
     hooked, own = _shard_handlers()
     if not hooked:
@@ -101,7 +92,7 @@ def main() -> int:
         return 1
     pieces = variants(next(iter(own.values())))
     handlers = {"JAX's own": own, **{k: dict.fromkeys(own, h) for k, h in pieces.items()},
-                "the hook in Python": in_python, "the hook": hooked}
+                "the hook": hooked}
     puts = {name: jax.device_put if name == "the hook" else original_put for name in handlers}
     for name, h in handlers.items():  # each past its first calls (the hook times its first 64)
         _set_shard_handlers(h)
@@ -134,19 +125,14 @@ def jit_pieces(step, params, batches, rounds, own, put):  # type: ignore[no-unty
     ``put`` (JAX's own ``device_put``) in place."""
     from metrics.engines.jax import calls as jax_calls
     from metrics.engines.jax.context import CONTEXT
-    from metrics.recording import native
 
     plain = step
 
     def bare(*args, **kwargs):  # type: ignore[no-untyped-def]
         return plain(*args, **kwargs)
 
-    was, native.NATIVE = native.NATIVE, None
-    in_python = jax_calls.counting(plain, jax_calls.Owner("jit(step)"), CONTEXT)
-    native.NATIVE = was
     installed = jax_calls.counting(plain, jax_calls.Owner("jit(step)"), CONTEXT)
-    steps = {"unhooked": plain, "bare": bare, "the wrapper in Python": in_python,
-             "the wrapper": installed}
+    steps = {"unhooked": plain, "bare": bare, "the wrapper": installed}
     _set_shard_handlers(own)
     for fn in steps.values():  # past their first calls (the wrapper times its first 64)
         run(fn, params, batches, False, put)

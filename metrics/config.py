@@ -35,7 +35,7 @@ from tpu_info.contract.discovery_record import ENV_RUNTIME_DIR
 __all__ = ["Variable", "VARIABLES", "PORT", "BIND", "PROMETHEUS_PORT", "PROMETHEUS_BIND",
            "PROMETHEUS_WEB_CONFIG",
            "SERVE", "DEVICE_CAPTURE", "RUNTIME_DIR", "AUTOINSTALL", "XLA_DEBUG_OWNER",
-           "USER_PATHS", "PURE_PYTHON", "SAVE", "SUMMARY",
+           "USER_PATHS", "SAVE", "SUMMARY",
            "text", "is_set", "flag", "port", "serve", "serve_word", "SERVE_WORDS",
            "docs_table"]
 
@@ -123,12 +123,6 @@ USER_PATHS = Variable(
     "packages), decided once per file, with the library call it went through: `at "
     "train.py:41 (via flax nnx.jit)`; code under these paths counts as yours, so lines point "
     "into it")
-PURE_PYTHON = Variable(
-    "TPU_INFO_PURE_PYTHON", "off",
-    "`1` (or `true`, `yes`) runs the JAX hooks in Python on every call instead of their C "
-    "hot path (`metrics/recording/_native.c`, built at install when a C compiler is there): "
-    "the same counts, a Python frame per hooked `jax.jit` call and `device_put`; read once, "
-    "when `metrics` is imported")
 SAVE = Variable(
     "TPU_INFO_SAVE", "`runs/` in the runtime directory",
     "where the run is saved when the program ends (a normal end, an exception, Ctrl-C; "
@@ -147,7 +141,7 @@ SUMMARY = Variable(
 # In the order of docs/environment.md's table.
 VARIABLES: tuple[Variable, ...] = (PORT, BIND, PROMETHEUS_BIND, DEVICE_CAPTURE, SERVE,
                                    PROMETHEUS_PORT, PROMETHEUS_WEB_CONFIG, RUNTIME_DIR,
-                                   AUTOINSTALL, XLA_DEBUG_OWNER, USER_PATHS, PURE_PYTHON, SAVE,
+                                   AUTOINSTALL, XLA_DEBUG_OWNER, USER_PATHS, SAVE,
                                    SUMMARY)
 
 

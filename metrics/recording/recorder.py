@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 from metrics.recording import events as ev
-from metrics.recording import forksafe, interrupts, native
+from metrics.recording import forksafe, interrupts
 from metrics.recording.events import EventLog
 from metrics.recording.graphs import GraphLedger
 from metrics.recording.journal import FOLD_AT, Journal
@@ -62,11 +62,6 @@ class Recorder:
         self._flushing = threading.local()
         self._steps = self.journal(self._fold_steps)
         self._steps_queue = self._steps.queue
-        c = native.native()
-        if c is not None:
-            # The same append in C: a marked step runs no frame of the recorder.
-            self.mark_step = c.StepMarker(  # type: ignore[method-assign]
-                self._steps_queue, self._steps.flush, FOLD_AT)
         self.registry.before_read = self.flush
         self.ledger.before_read = self.flush
         self.events.before_read = self.flush
@@ -140,9 +135,7 @@ class Recorder:
     def mark_step(self) -> None:
         """Counts one training step and the time since the previous one.
 
-        One clock read and one append; counted at the next read or fold
-        (with the C hot path built, :mod:`metrics.recording.native`, the
-        recorder's ``mark_step`` is its ``StepMarker``: the same append).
+        One clock read and one append; counted at the next read or fold.
         """
         q = self._steps_queue
         q.append(_clock())

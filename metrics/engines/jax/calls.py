@@ -12,11 +12,6 @@ top-level ones on every call, and ones nested in containers (an
 ``(images, labels)`` batch) at the places a compiling call had them (the
 tree is walked only when a call compiles).
 
-Where the C hot path is built (:mod:`metrics.recording.native`) the wrapper
-is its ``Counting``, which runs the usual call (timed or not) without a
-Python frame and hands the rest to the Python functions of
-:func:`_python_calls`; otherwise those functions are the wrapper.
-
 The wrapper keeps what user code reaches for on a jitted function
 (``lower``, ``trace``, ``eval_shape``, ``clear_cache``, ``_cache_size``,
 ``__wrapped__``, ``__name__``, ``__doc__`` ...). ``jax.pmap`` is wrapped the
@@ -35,7 +30,6 @@ Example:
 
 from __future__ import annotations
 
-import functools
 import sys
 import time
 from collections.abc import Callable, Hashable
@@ -43,7 +37,6 @@ from types import CodeType
 from typing import TYPE_CHECKING, Any
 
 from metrics.engines.jax.context import CALL_FIELDS, JaxContext
-from metrics.recording import native
 from metrics.recording.journal import FOLD_AT
 from metrics.recording.sampling import TIME_EVERY, TIME_FIRST
 
@@ -222,25 +215,15 @@ def counting(fn: Callable[..., Any], owner: Owner, context: JaxContext,
     While the function has one graph, calls are attributed to it; once it
     has compiled twice, each call also records the shapes and dtypes of its
     top-level arguments, which pick the graph (a call that compiled teaches
-    the mapping). The untimed usual calls run in C where it is built
-    (:mod:`metrics.recording.native`), the same records either way: C reads
-    ``active`` and ``compile_seq`` from ``vars(context)`` per call.
+    the mapping).
     """
-    call, timed_call = _python_calls(fn, owner, context, time_every, time_first)
-    c = native.native()
-    if c is None:
-        return call
-    counted: Callable[..., Any] = c.Counting(
-        fn, owner, vars(context), timed_call, _report_numpy, _keyed_call,
-        functools.partial(context.hook_failed, "jax.jit"), time_every, time_first, _NDARRAY,
-        FOLD_AT * CALL_FIELDS)
-    return counted
+    return _python_calls(fn, owner, context, time_every, time_first)[0]
 
 
 def _python_calls(fn: Callable[..., Any], owner: Owner, context: JaxContext, time_every: int,
                   time_first: int) -> tuple[Callable[..., Any], Callable[..., Any]]:
-    """(every call, a timed call) of ``fn`` in Python: the first is the hook
-    without the C hot path; the second is where both send a timed call."""
+    """(every call, the timed call it makes on its sampled calls) of ``fn``:
+    the first is the wrapper."""
     # Every call runs this: names bound once, one attribute read of the
     # engine's state, no call but the journal's (and the clock's on a timed
     # call); the rest is off the usual path (a call with numpy arguments, or
@@ -263,10 +246,13 @@ def _python_calls(fn: Callable[..., Any], owner: Owner, context: JaxContext, tim
                 _report_numpy(eng, owner, args)
             seq = seqs[0]
             out = fn(*args, **kwargs) if kwargs else fn(*args)
-            if seqs[0] == seq and owner.compiles < 2:
-                eng.calls_queue.extend((owner, None, 0, 0, None))  # end 0: untimed
-            else:
-                _keyed_call(eng, owner, args, seq, 0, 0)
+            try:  # (a try costs nothing until it catches, in CPython 3.11+)
+                if seqs[0] == seq and owner.compiles < 2:
+                    eng.calls_queue.extend((owner, None, 0, 0, None))  # end 0: untimed
+                else:
+                    _keyed_call(eng, owner, args, seq, 0, 0)
+            except Exception as e:  # noqa: BLE001 - a hook never raises into the program
+                eng.rec.hook_failed("jax.jit", e)
             return out
         if first:
             first -= 1
@@ -278,7 +264,7 @@ def _python_calls(fn: Callable[..., Any], owner: Owner, context: JaxContext, tim
         eng = state.active
         if eng is None:
             return fn(*args, **kwargs)
-        try:  # top level in C; nested: the paths learnt at a compile
+        try:  # nested numpy: the paths learnt at a compile
             if owner.numpy_args or owner.nested_numpy or ndarray in map(type, args):
                 eng.implicit.jit_arguments.report(owner, args)
         except Exception as e:  # noqa: BLE001 - a hook never raises into the program
@@ -287,14 +273,17 @@ def _python_calls(fn: Callable[..., Any], owner: Owner, context: JaxContext, tim
         start = clock()
         out = fn(*args, **kwargs) if kwargs else fn(*args)  # no dict copy in the usual call
         end = clock()
-        if seqs[0] == seq and owner.compiles < 2:
-            # The usual call: nothing compiled, one graph: no key.
-            q = eng.calls_queue
-            q.extend((owner, None, start, end, None))  # fields: see CALL_FIELDS
-            if len(q) >= fold_at:  # checked on timed calls: at most time_every - 1 over
-                eng.calls.flush()
-        else:
-            _keyed_call(eng, owner, args, seq, start, end)
+        try:
+            if seqs[0] == seq and owner.compiles < 2:
+                # The usual call: nothing compiled, one graph: no key.
+                q = eng.calls_queue
+                q.extend((owner, None, start, end, None))  # fields: see CALL_FIELDS
+                if len(q) >= fold_at:  # checked on timed calls: at most time_every - 1 over
+                    eng.calls.flush()
+            else:
+                _keyed_call(eng, owner, args, seq, start, end)
+        except Exception as e:  # noqa: BLE001 - a hook never raises into the program
+            eng.rec.hook_failed("jax.jit", e)
         return out
 
     return call, timed_call
@@ -331,8 +320,7 @@ def _keyed_call(eng: JaxEngine, owner: Owner, args: tuple[Any, ...], seq: int, s
         eng.calls.flush()
 
 
-# The wrapper's Python frames a numpy shard handler can run under: every
-# call without the C hot path, and a timed call with it.
+# The wrapper's Python frames a numpy shard handler can run under.
 _CALL_CODES = tuple(f.__code__
                     for f in _python_calls(lambda: None, Owner(""), JaxContext(), 1, 0))
 

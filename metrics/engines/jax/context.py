@@ -7,11 +7,6 @@ them; each is given the context when it is made and reads
 The engine (:mod:`.engine`) sets ``active`` at install; no part imports the
 engine or another part's module state.
 
-The C hot path (:mod:`metrics.recording.native`'s ``Counting``) is handed
-the context's attribute dict (``vars(context)``) and reads ``active`` and
-``compile_seq`` from it per call: the context keeps them as plain instance
-attributes (no slots, no properties), so Python and C read the same values.
-
 Example:
     >>> from metrics.engines.jax.context import CONTEXT
     >>> CONTEXT.active is None or CONTEXT.active.name == "jax"
@@ -83,7 +78,7 @@ class JaxContext:
 
     def __init__(self) -> None:
         # The installed engine (None while none is): each wrapper reads it
-        # once per call. Read by C too (see the module's docstring).
+        # once per call.
         self.active: JaxEngine | None = None
         # Bumped by every compile; a counted call compares it before and
         # after, which is cheaper than resetting a thread-local on every call.

@@ -76,7 +76,6 @@ from metrics.engines.jax.explicit import ExplicitTransfers
 from metrics.engines.jax.implicit import ImplicitTransfers
 from metrics.engines.jax.monitoring import MonitoringRecords
 from metrics.engines.jax.steps import StepWatch
-from metrics.recording import native
 from metrics.recording.recorder import Recorder
 from tpu_info.contract.model import DeviceRecord, SiteReading, StepsReading
 
@@ -120,13 +119,12 @@ class JaxEngine(EngineBase):
     def _forget_calls(self) -> None:
         self.runs.forget()
         self.step_watch.forget()
+        self.implicit.clear()  # the lines: a reset forgets what they did too
 
     # Install / uninstall ---------------------------------------------------
 
     def install(self) -> None:
         self.degraded.extend(monitoring.listen(self.context))
-        if native.native() is None:  # a cost, not a blind spot: every count is the same
-            self.degraded.append(f"hooked calls cost more: {native.status()}")
         self.compiles.install(self._patches)
         self._patch_transfers()
         self._patch_calls()
@@ -147,9 +145,7 @@ class JaxEngine(EngineBase):
     def _patch_transfers(self) -> None:
         # Explicit device_puts of host data are counted by the numpy shard
         # handler (one hook per put); jax.device_put is wrapped only where
-        # that cannot tell them apart (with the C hot path it runs in the C
-        # ExplicitScope, which counts nothing: it spares the handler asking
-        # JAX's transfer state).
+        # that cannot tell them apart.
         self.implicit.install(self._patches)
         put = not self.implicit.explicit_puts_counted
         self.implicit.counted_by(*self.explicit.install(self._patches, self.context, put=put))

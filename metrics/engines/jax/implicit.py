@@ -45,9 +45,9 @@ from metrics.engines._frames import ENGINE, LIBRARY, LibraryFrames, skip_prefixe
 from metrics.engines._patching import Patches
 from metrics.engines.jax import sites as jax_sites
 from metrics.engines.jax import to_device
-from metrics.engines.jax.calls import JitArguments, Owner
+from metrics.engines.jax.calls import JitArguments
 from metrics.engines.jax.sites import EAGER_OP, IMPLICIT_H2D, OVERFLOW, SITE_KINDS, SYNC, SyncLine
-from metrics.recording import forksafe, native
+from metrics.recording import forksafe
 from metrics.recording.journal import FOLD_AT, Journal
 from metrics.recording.recorder import Recorder
 from tpu_info.contract import catalog as names
@@ -174,7 +174,7 @@ class ImplicitTransfers:
         marks them: ``explicit_puts_counted``)."""
         self._patch_value(patches)
         to_device.patch_stage(self, patches, _COUNTED)
-        self.explicit_puts_counted = to_device.patch_shard_handlers(self, self._explicit, patches)
+        self.explicit_puts_counted = to_device.patch_shard_handlers(self, self._explicit)
 
     def counted_by(self, *wrappers: Callable[..., Any]) -> None:
         """The hook's own wrappers (of ``jax.device_get``, ...): a transfer
@@ -258,12 +258,6 @@ class ImplicitTransfers:
             if c.__class__ is str:  # a library function that names the path
                 found = c
             elif c == _USER:
-                if under_jit_counted and isinstance(owner := native.calling(), Owner):
-                    # Under a counted call in C (no wrapper frame): as below.
-                    if not self.jit_arguments.counted_in_handler(owner):
-                        return
-                    kind, detail = UNTIMED_H2D, f"numpy argument of {owner.name}"
-                    start = end
                 break
             elif c == _COUNTED:
                 return
@@ -477,11 +471,4 @@ def _value_property(original: property, impl: ImplicitTransfers) -> property:
         return out
 
     _value.__wrapped__ = fget  # type: ignore[attr-defined]
-    c = native.native()
-    if c is not None:  # the same getter, in C
-        getter = c.SyncValue(fget, impl._codes, queue, flush, record, user_class, SYNC,
-                             lambda e: impl.rec.hook_failed("jax.sync", e), fold_at,
-                             native.array_layout(np.ndarray))
-        getter.__wrapped__ = fget
-        return property(getter, original.fset, original.fdel, original.__doc__)
     return property(_value, original.fset, original.fdel, original.__doc__)

@@ -17,13 +17,6 @@ Numpy arguments of single-device jitted calls move in C++, unseen here: the
 ``jax.jit`` wrapper reports them through
 :class:`~metrics.engines.jax.calls.JitArguments`, which owns that seam.
 
-Where the C hot path is built (:mod:`metrics.recording.native`) the numpy
-handler is its ``ShardPut``: explicit puts, timed or not, are counted there
-without a Python frame; everything else goes to the Python functions here.
-``jax.device_put`` then runs in the C ``ExplicitScope``, which marks the
-thread so the handler knows a put is explicit without asking JAX (its
-transfer state costs two calls into jaxlib, a third of the handler's work).
-
 Where JAX's ``explicit_device_put`` state is missing, ``jax.device_put`` is
 wrapped instead (:func:`explicit_puts_marked` is False) and the handler's
 frame walk tells its puts apart.
@@ -31,26 +24,22 @@ frame walk tells its puts apart.
 
 from __future__ import annotations
 
-import functools
 import inspect
 import sys
 import time
 from collections.abc import Callable, Sequence
-from types import ModuleType
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
 from metrics.engines._patching import Patches
 from metrics.engines.jax.context import TRANSFER_FIELDS
-from metrics.recording import native
 from metrics.recording.journal import FOLD_AT
 from metrics.recording.sampling import TIME_EVERY, TIME_FIRST
 
 if TYPE_CHECKING:
     from metrics.engines.jax.explicit import ExplicitTransfers
     from metrics.engines.jax.implicit import ImplicitTransfers
-    from metrics.recording._native import ShardPut
 
 
 class _ThreadState(Protocol):
@@ -105,13 +94,10 @@ def patch_stage(impl: ImplicitTransfers, patches: Patches, counted: int) -> None
     impl.hold(stage_p.impl.__code__, counted)  # its first call shards numpy
 
 
-def patch_shard_handlers(impl: ImplicitTransfers, explicit: ExplicitTransfers,
-                         patches: Patches) -> bool:
+def patch_shard_handlers(impl: ImplicitTransfers, explicit: ExplicitTransfers) -> bool:
     """The numpy entries of ``pxla.shard_arg_handlers``; True where explicit
-    ``jax.device_put``s of host data are counted there. With the C hot path
-    ``jax.device_put`` is also run in its ``ExplicitScope``, which tells the
-    C handler a put is explicit without asking JAX's transfer state (a put
-    through JAX's own function, taken before install, still asks it)."""
+    ``jax.device_put``s of host data are counted there (JAX's transfer state
+    says which puts are explicit)."""
     try:
         from jax._src.interpreters import pxla
 
@@ -127,21 +113,7 @@ def patch_shard_handlers(impl: ImplicitTransfers, explicit: ExplicitTransfers,
         if handler is numpy_handler:
             handlers[key] = wrapped
             impl.dict_patches.append((handlers, key, handler))
-    counted = state is not None and wrapped in handlers.values()
-    c = native.native()
-    if counted and c is not None:
-        import jax
-
-        patches.apply(jax, "device_put", lambda orig: _explicit_scope(c, orig))
-    return counted
-
-
-def _explicit_scope(c: ModuleType, original: Callable[..., Any]) -> Callable[..., Any]:
-    """``jax.device_put`` run in the C ``ExplicitScope`` (its name, doc,
-    signature and ``__wrapped__`` kept)."""
-    scope = c.ExplicitScope(original)
-    functools.update_wrapper(scope, original)
-    return scope
+    return state is not None and wrapped in handlers.values()
 
 
 # The hooks (each runs inside the user's program: guarded) -------------------
@@ -174,9 +146,7 @@ def _shard_handler(original: Callable[..., Any], impl: ImplicitTransfers,
     journal's calls only, and the clock's on the first ``TIME_FIRST`` puts
     and then one in ``TIME_EVERY``:
     :mod:`metrics.recording.sampling`); anything else goes to
-    :func:`_shard_other`, timed. With the C hot path the handler is its
-    ``ShardPut`` over the same pieces (``timed_put`` for a call off JAX's
-    shape, ``other`` for what is no explicit put)."""
+    :func:`_shard_other`, timed."""
     clock, every = time.monotonic_ns, TIME_EVERY
     queue, flush = explicit.queue, explicit.journal.flush
     extend, fold_at = queue.extend, FOLD_AT * TRANSFER_FIELDS
@@ -192,8 +162,7 @@ def _shard_handler(original: Callable[..., Any], impl: ImplicitTransfers,
         shard_np_array_any.__wrapped__ = original  # type: ignore[attr-defined]
         return shard_np_array_any
 
-    c = native.native()
-    counter: _Countdown | ShardPut = _Countdown()
+    counter = _Countdown()
 
     def timed_put(xs: Sequence[np.ndarray], shardings: object, layouts: object,
                   copy_semantics: object) -> Any:
@@ -217,17 +186,6 @@ def _shard_handler(original: Callable[..., Any], impl: ImplicitTransfers,
         except Exception as e:  # noqa: BLE001
             impl.rec.hook_failed("jax.shard_arg", e)
         return out
-
-    if c is not None:  # the explicit puts in C, the rest in timed_put and other
-        def other(xs: Sequence[np.ndarray], start: int, end: int) -> None:
-            _shard_other(impl, explicit, None, xs, start, end)
-
-        put: ShardPut = c.ShardPut(original, state, queue, flush, timed_put, other, _bytes_of,
-                                   lambda e: impl.rec.hook_failed("jax.shard_arg", e),
-                                   fold_at, TIME_FIRST, every, native.array_layout(np.ndarray))
-        put.__wrapped__ = original
-        counter = put  # timed_put counts down the C handler's own countdown
-        return put
 
     def shard_np_array(xs: Sequence[np.ndarray], shardings: object, layouts: object,
                        copy_semantics: object) -> Any:
@@ -253,18 +211,13 @@ def _shard_handler(original: Callable[..., Any], impl: ImplicitTransfers,
 
 
 class _Countdown:
-    """The sampling countdown of a numpy shard handler in Python (the C
-    handler keeps its own, under the same names)."""
+    """The sampling countdown of a numpy shard handler."""
 
     __slots__ = ("untimed", "first")
 
     def __init__(self) -> None:
         self.untimed = 0  # explicit puts left to count untimed before the next timed one
         self.first = TIME_FIRST  # timed puts left before sampling starts
-
-
-def _bytes_of(xs: Sequence[object]) -> int:
-    return sum(map(nbytes_of, xs))
 
 
 def _takes_four(fn: Callable[..., Any]) -> bool:

@@ -32,20 +32,14 @@ pytestmark = pytest.mark.skipif(sys.version_info[:2] != (3, 11),
 
 @pytest.fixture
 def fresh_metrics(fresh_metrics):  # type: ignore[no-untyped-def]
-    """The hooks without the C hot path: these budgets are the Python hooks'
-    (where the C one is built it runs the usual calls with no bytecode at
-    all: tests/metrics/recording/test_native_hooks.py)."""
+    """The JAX hooks installed afresh."""
     import metrics
-    from metrics.recording import native
 
-    was = native.NATIVE
     metrics.uninstall()
-    native.NATIVE = None
     rec = metrics.install(engines=["jax"], serve=False)
     rec.reset()
     yield rec
     metrics.uninstall()
-    native.NATIVE = was
     metrics.install(engines=["jax"], serve=False).reset()
 
 
@@ -99,7 +93,8 @@ def test_a_jitted_call_stays_within_budget(fresh_metrics):
     x = jnp.ones(4)
     _past_the_first_timed(lambda: step(x))
     counts = _opcodes_in_metrics(lambda: step(x))
-    assert set(counts) == {"call"} and counts["call"] <= 51, counts  # untimed (74 timed)
+    # untimed (74 timed); 2 of them the try that swallows a failure while recording
+    assert set(counts) == {"call"} and counts["call"] <= 53, counts
 
 
 def test_a_device_put_runs_one_hook(fresh_metrics):
@@ -111,8 +106,7 @@ def test_a_device_put_runs_one_hook(fresh_metrics):
     fresh_metrics.reset()
     counts = _opcodes_in_metrics(lambda: jax.device_put(batch))
     assert set(counts) == {"shard_np_array"}, counts
-    # untimed (the usual put; 50 before its countdown became an object the C
-    # handler shares, metrics.recording.native): 58 timed
+    # untimed (the usual put): 58 timed
     assert sum(counts.values()) <= 54, counts
     assert fresh_metrics.registry.metric_data("OutboundData")[:2] == (2, 2 * batch.nbytes)
 

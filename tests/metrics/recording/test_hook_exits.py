@@ -1,7 +1,7 @@
 """A SystemExit or KeyboardInterrupt raised inside the Python code a hook
-runs reaches the program, under the C hot path as under the Python hooks
-(which catch ``Exception`` only): where a SIGTERM handler's exit lands when
-the signal came while the engine ran. Real JAX on the CPU, real signals."""
+runs reaches the program (the hooks catch ``Exception`` only): where a
+SIGTERM handler's exit lands when the signal came while the engine ran.
+Real JAX on the CPU, real signals."""
 
 from __future__ import annotations
 
@@ -18,8 +18,7 @@ import pytest
 jax = pytest.importorskip("jax")
 jnp = jax.numpy
 
-from metrics.recording import native  # noqa: E402
-from metrics.recording.sampling import TIME_EVERY, TIME_FIRST  # noqa: E402
+from metrics.recording.sampling import TIME_FIRST  # noqa: E402
 from tpu_info.contract import catalog as names  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
@@ -58,15 +57,13 @@ def _run_path(path: str, n: int) -> None:
 
 @pytest.mark.parametrize("exc", [SystemExit, KeyboardInterrupt])
 @pytest.mark.parametrize("path", ["call", "put", "read"])
-@pytest.mark.parametrize("kind", ["C", "Python"])
 def test_an_exit_raised_inside_a_hook_s_python_helper_reaches_the_program(
-        hooks, monkeypatch, kind, path, exc):
+        hooks, monkeypatch, path, exc):
     """The hooks swallow Exception only. A SystemExit or KeyboardInterrupt
     raised in the Python code a hook runs (here the journal's fold: where a
     SIGTERM handler's SystemExit lands when the signal came while the engine
-    ran) ends the program as it would have without the hook: under C too,
-    where the call's result is dropped and the exception raised from it."""
-    rec = hooks(kind)
+    ran) ends the program as it would have without the hook."""
+    rec = hooks()
     folds = []
 
     def fold(batch):  # type: ignore[no-untyped-def]
@@ -81,61 +78,14 @@ def test_an_exit_raised_inside_a_hook_s_python_helper_reaches_the_program(
     assert rec.registry.counter_value(names.HOOK_ERRORS) in (None, 0)
 
 
-@pytest.mark.parametrize("path", ["call", "put", "read"])
-def test_an_exit_raised_while_a_c_hook_counts_its_failure_reaches_the_program(
-        hooks, monkeypatch, path):
-    """A signal handler can run inside the code that counts a C hook's
-    failure too (its ``on_error``): the SystemExit raised there ends the
-    program instead of being cleared with the failure."""
-    from metrics.recording.journal import Journal
-
-    rec = hooks("C")
-    run = _path_runner(path)
-    run(2 * TIME_FIRST)  # compiled, past the timed calls: the usual path, in C
-
-    def broken(self):  # type: ignore[no-untyped-def]
-        raise ValueError("a broken journal")
-
-    def interrupted(where, e):  # type: ignore[no-untyped-def]
-        raise SystemExit(143)
-
-    monkeypatch.setattr(Journal, "flush_held", broken)
-    monkeypatch.setattr(rec, "hook_failed", interrupted)
-    with pytest.raises(SystemExit):
-        run(50_000)
-
-
-def test_ctrl_c_inside_a_c_hook_s_python_helper_still_reaches_the_program(hooks, monkeypatch):
-    """The Python hooks swallow Exception only; a KeyboardInterrupt raised in
-    the Python code the C wrapper calls (here the numpy report) is not
-    swallowed: it reaches the program from the call."""
-    hooks("C")
-    from metrics.engines.jax.context import CONTEXT as jax_context
-
-    f = jax.jit(lambda x: x + 1)
-    for _ in range(TIME_FIRST + 1):
-        f(np.ones(2, np.float32))  # learns it takes numpy; now past the timed calls
-
-    def interrupted(owner, args):  # type: ignore[no-untyped-def]
-        raise KeyboardInterrupt
-
-    monkeypatch.setattr(jax_context.active.implicit.jit_arguments, "report", interrupted)
-    with pytest.raises(KeyboardInterrupt):
-        for _ in range(TIME_EVERY - 1):  # the untimed calls, in C, before the next timed one
-            f(np.ones(2, np.float32))
-
-
 SIGTERM_PROGRAM = r"""
 import os, signal, sys
 import numpy as np
 import jax, jax.numpy as jnp
 import metrics
-from metrics.recording import native
-if sys.argv[1] == "Python":
-    native.NATIVE = None
 metrics.install(engines=["jax"])  # serves: its SIGTERM handler stops serving, then exits
 journal = {"call": lambda e: e.calls, "put": lambda e: e.explicit.journal,
-           "read": lambda e: e.implicit.journal}[sys.argv[2]]
+           "read": lambda e: e.implicit.journal}[sys.argv[1]]
 from metrics.engines.jax.context import CONTEXT as jax_context
 j = journal(jax_context.active)
 fold = j._fold
@@ -147,9 +97,9 @@ f = jax.jit(lambda x: x + 1)
 x = jnp.ones(4)
 batch = np.ones(256, np.float32)
 for i in range(50_000):
-    if sys.argv[2] == "call":
+    if sys.argv[1] == "call":
         x = f(x)
-    elif sys.argv[2] == "put":
+    elif sys.argv[1] == "put":
         jax.device_put(batch)
     else:
         float(f(x)[0])
@@ -159,18 +109,14 @@ print("still running after SIGTERM", flush=True)
 
 @pytest.mark.slow
 @pytest.mark.parametrize("path", ["call", "put", "read"])
-@pytest.mark.parametrize("kind", ["C", "Python"])
-def test_sigterm_landing_in_a_hook_s_fold_ends_the_program(tmp_path, kind, path):
+def test_sigterm_landing_in_a_hook_s_fold_ends_the_program(tmp_path, path):
     """A real SIGTERM whose handler runs inside the hook's Python fold (the
     next Python code after the engine ran) ends a serving program with 143,
-    its discovery record removed: under the C hooks it was swallowed as a
-    hook failure and the program trained on, unserved (`make demo`: 1 stop
-    in 10 did not stop)."""
-    if kind == "C" and native.built() is None:
-        pytest.skip("the C hot path is not built here")
+    its discovery record removed (a hook that swallowed it as its own
+    failure trained on, unserved: `make demo` once did not stop)."""
     env = dict(os.environ, JAX_PLATFORMS="cpu", TPU_INFO_RUNTIME_DIR=str(tmp_path),
                TPU_INFO_PORT="0", PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    out = subprocess.run([sys.executable, "-c", SIGTERM_PROGRAM, kind, path], env=env,
+    out = subprocess.run([sys.executable, "-c", SIGTERM_PROGRAM, path], env=env,
                          capture_output=True, text=True, timeout=180)
     assert "still running" not in out.stdout
     assert out.returncode in (143, -15), out.stderr[-2000:]
@@ -186,14 +132,13 @@ def _inner_fold(path: str) -> Any:
 
 @pytest.mark.parametrize("from_handler", [True, False])
 @pytest.mark.parametrize("path", ["call", "put", "read"])
-@pytest.mark.parametrize("kind", ["C", "Python"])
 def test_an_exception_a_signal_handler_raises_in_a_fold_reaches_the_program(
-        hooks, monkeypatch, kind, path, from_handler):
+        hooks, monkeypatch, path, from_handler):
     """A handler of the program's own (a SIGALRM timeout, a preemption
     handler) raising an ordinary exception while the hook folds: the program
     gets it, as it would without the hook. The same exception raised by the
     fold itself is the hook's failure: counted and swallowed."""
-    rec = hooks(kind)
+    rec = hooks()
     run = _path_runner(path)
     run(2 * TIME_FIRST)
     inner = _inner_fold(path)
@@ -257,17 +202,12 @@ print("still running after SIGTERM", flush=True)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", ["C", "Python"])
-def test_a_preemption_handler_s_exception_reaches_the_training_loop(tmp_path, kind):
+def test_a_preemption_handler_s_exception_reaches_the_training_loop(tmp_path):
     """The usual preemption pattern (SIGTERM handler raising the program's own
     exception, caught around the loop to checkpoint), with the signal landing
     in the hook's fold of a serving program: the loop catches it."""
-    if kind == "C" and native.built() is None:
-        pytest.skip("the C hot path is not built here")
     env = dict(os.environ, JAX_PLATFORMS="cpu", TPU_INFO_RUNTIME_DIR=str(tmp_path),
                TPU_INFO_PORT="0", PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    if kind == "Python":
-        env["TPU_INFO_PURE_PYTHON"] = "1"
     out = subprocess.run([sys.executable, "-c", PREEMPTED_PROGRAM], env=env,
                          capture_output=True, text=True, timeout=180)
     assert out.returncode == 0, out.stderr[-2000:]
