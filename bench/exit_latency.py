@@ -1,6 +1,7 @@
 """How much longer a hooked program takes to stop: SIGTERM, Ctrl-C and a normal end.
 
     python bench/exit_latency.py [--smoke] [--reps N] [--only jax,compile,xla] [--modes ...]
+                                 [--serve process,thread]
 
 A preempted TPU VM or a Kubernetes pod gets a grace period between SIGTERM
 and SIGKILL; the hook must not spend it. Each row starts a fresh program,
@@ -12,6 +13,12 @@ in alternated pairs, lets it loop, stops it, and times the stop:
   (Python raises ``KeyboardInterrupt``), to the program's exit;
 * ``end``: the program's last statement (a ``CLOCK_MONOTONIC`` stamp it
   prints) to its exit: interpreter shutdown, ``atexit`` and thread joins.
+
+Serving: from its helper (``TPU_INFO_SERVE=process``, the default: no
+SIGTERM handler in the program), or in-process (``serve=thread`` rows:
+``TPU_INFO_SERVE=thread``, a gRPC server in the program and its own
+SIGTERM handler, which removes the record, saves the run and dies by the
+signal).
 
 Programs: a jitted JAX loop; a ``torch.compile`` loop (Inductor; its FX
 graph cache is warm after the first run); a ``torch_xla.launch`` program
@@ -119,7 +126,7 @@ class Trial:
     """One program run: started, stopped as the row says, timed."""
 
     def __init__(self, code: str, variant: str, mode: str, python: str, runtime: str,
-                 env: dict[str, str]) -> None:
+                 env: dict[str, str], serve: str = "process") -> None:
         # A file, not -c: torch_xla's spawned worker imports the program by path.
         script = os.path.join(os.path.dirname(runtime), f"program-{abs(hash(code))}.py")
         if not os.path.exists(script):
@@ -128,7 +135,8 @@ class Trial:
         self.proc = subprocess.Popen(
             [python, script, variant, mode], stdout=subprocess.PIPE,
             stderr=self.err, stdin=subprocess.DEVNULL, text=True, cwd=ROOT,
-            env={**env, "TPU_INFO_RUNTIME_DIR": runtime}, start_new_session=True)
+            env={**env, "TPU_INFO_RUNTIME_DIR": runtime, "TPU_INFO_SERVE": serve},
+            start_new_session=True)
         self.runtime = runtime
 
     def stderr_tail(self) -> str:
@@ -201,10 +209,10 @@ def _wait_child(proc: subprocess.Popen[str], timeout: float) -> float:
 
 
 def one(code: str, variant: str, mode: str, python: str, runtime: str,
-        env: dict[str, str]) -> tuple[float, bool]:
+        env: dict[str, str], serve: str = "process") -> tuple[float, bool]:
     """(seconds from the stop to the exit, whether its record was left); a
     program still there after EXIT_WAIT_S has its last stderr line printed."""
-    secs, kept, t = _one(code, variant, mode, python, runtime, env)
+    secs, kept, t = _one(code, variant, mode, python, runtime, env, serve)
     if secs >= EXIT_WAIT_S:
         print(f"  {variant} {mode}: still running {EXIT_WAIT_S:.0f} s after the stop; its "
               f"stderr ends: {t}", flush=True)
@@ -212,10 +220,10 @@ def one(code: str, variant: str, mode: str, python: str, runtime: str,
 
 
 def _one(code: str, variant: str, mode: str, python: str, runtime: str,
-         env: dict[str, str]) -> tuple[float, bool, str]:
+         env: dict[str, str], serve: str) -> tuple[float, bool, str]:
     program_mode = "worker-end" if mode == "worker-end" else (
         "end" if mode == "end" else "loop")
-    t = Trial(code, variant, program_mode, python, runtime, env)
+    t = Trial(code, variant, program_mode, python, runtime, env, serve)
     try:
         ready = int(t.line("READY"))
         if mode in ("end", "worker-end"):
@@ -242,24 +250,38 @@ def _one(code: str, variant: str, mode: str, python: str, runtime: str,
         t.close()
 
 
-def rows(only: set[str], smoke: bool) -> list[tuple[str, str, str, str, str | None]]:
-    """(row name, code, mode, python, reason to skip)."""
+Row = tuple[str, str, str, str, str | None, str]
+
+
+def rows(only: set[str], smoke: bool, serve: set[str] | None = None) -> list[Row]:
+    """(row name, code, mode, python, reason to skip, TPU_INFO_SERVE)."""
+    serve = {"process"} if serve is None else serve
     py = sys.executable
     xla_py = str(XLA_VENV / "bin/python")
     xla_skip = None if os.path.exists(xla_py) else f"no torch_xla venv at {XLA_VENV}"
-    out = []
-    if "jax" in only:
-        out += [("jax sigterm", JAX, "sigterm", py, None)]
-        if not smoke:
-            out += [("jax sigint", JAX, "sigint", py, None), ("jax end", JAX, "end", py, None)]
-    if "compile" in only and not smoke:
-        out += [(f"torch.compile {m}", COMPILE, m, py, None) for m in ("sigterm", "sigint", "end")]
-    if "xla" in only and not smoke:
-        out += [("xla parent sigterm", XLA, "sigterm", xla_py, xla_skip),
-                ("xla parent sigint", XLA, "sigint", xla_py, xla_skip),
-                ("xla parent end", XLA, "end", xla_py, xla_skip),
-                ("xla worker sigterm", XLA, "worker-sigterm", xla_py, xla_skip),
-                ("xla worker end", XLA, "worker-end", xla_py, xla_skip)]
+    out: list[Row] = []
+    if "process" in serve:
+        if "jax" in only:
+            out += [("jax sigterm", JAX, "sigterm", py, None, "process")]
+            if not smoke:
+                out += [("jax sigint", JAX, "sigint", py, None, "process"),
+                        ("jax end", JAX, "end", py, None, "process")]
+        if "compile" in only and not smoke:
+            out += [(f"torch.compile {m}", COMPILE, m, py, None, "process")
+                    for m in ("sigterm", "sigint", "end")]
+        if "xla" in only and not smoke:
+            out += [("xla parent sigterm", XLA, "sigterm", xla_py, xla_skip, "process"),
+                    ("xla parent sigint", XLA, "sigint", xla_py, xla_skip, "process"),
+                    ("xla parent end", XLA, "end", xla_py, xla_skip, "process"),
+                    ("xla worker sigterm", XLA, "worker-sigterm", xla_py, xla_skip, "process"),
+                    ("xla worker end", XLA, "worker-end", xla_py, xla_skip, "process")]
+    if "thread" in serve and not smoke:  # the in-process server and its SIGTERM handler
+        if "jax" in only:
+            out += [(f"jax {m} serve=thread", JAX, m, py, None, "thread")
+                    for m in ("sigterm", "sigint", "end")]
+        if "xla" in only:
+            out += [(f"xla parent {m} serve=thread", XLA, m, xla_py, xla_skip, "thread")
+                    for m in ("sigterm", "sigint", "end")]
     return out
 
 
@@ -270,6 +292,9 @@ def main() -> int:
     ap.add_argument("--only", default="jax,compile,xla", help="programs: jax,compile,xla")
     ap.add_argument("--modes", default="sigterm,sigint,end",
                     help="stops: sigterm,sigint,end (a worker's rows go with sigterm and end)")
+    ap.add_argument("--serve", default="process,thread",
+                    help="where the hooked program serves: process (its helper, the default "
+                         "of the hook), thread (in the program: serve=thread rows)")
     args = ap.parse_args()
     reps = 1 if args.smoke else args.reps
     env = dict(os.environ)
@@ -283,7 +308,8 @@ def main() -> int:
         runtime = os.path.join(tmp, "runtime")
         os.mkdir(runtime, 0o700)
         modes = set(args.modes.split(","))
-        for name, code, mode, python, skip in rows(set(args.only.split(",")), args.smoke):
+        for name, code, mode, python, skip, serve in rows(
+                set(args.only.split(",")), args.smoke, set(args.serve.split(","))):
             if mode.removeprefix("worker-") not in modes:
                 continue
             if skip:
@@ -294,7 +320,7 @@ def main() -> int:
             try:
                 for i in range(reps):
                     for variant in (("plain", "hooked") if i % 2 == 0 else ("hooked", "plain")):
-                        secs, kept = one(code, variant, mode, python, runtime, env)
+                        secs, kept = one(code, variant, mode, python, runtime, env, serve)
                         got[variant].append(secs)
                         # (a program still running keeps its record, rightly)
                         left += kept and variant == "hooked" and secs < EXIT_WAIT_S
