@@ -170,6 +170,7 @@ def main() -> int:
         except subprocess.TimeoutExpired as e:
             out, rc = (e.stdout or b"").decode(errors="replace") if isinstance(e.stdout, bytes) \
                 else (e.stdout or ""), -1
+            out += f"\nrun_all: timed out after {timeout:g} s (--timeout)"
         secs = time.monotonic() - t0
         found = list(VERDICT.finditer(out))
         print(f"== {name} ({secs:.0f} s, exit {rc})", flush=True)
@@ -178,8 +179,9 @@ def main() -> int:
         where = (mode, started, load, commit)
         if rc != 0 or not found:
             failed.append(name)
-            rows.append(Row(name, "did not run" if rc else "printed no verdict", "", "",
-                            "FAILED", *where))
+            why = (f"timed out after {timeout:g} s" if rc == -1 else
+                   f"did not run (exit {rc})" if rc else "printed no verdict")
+            rows.append(Row(name, why, "", "", "FAILED", *where))
         for m in found:
             rows.append(Row(name, m["name"].strip(), m["value"], m["target"], m["ok"], *where))
     print()
