@@ -43,13 +43,15 @@ _FEW_OWNERS = 8  # up to this many functions in a batch: grouped in C, by mask
 
 class FunctionCalls:
     """Calls of one function (by name): count, host ns inside them, the
-    monotonic ns of the first call's start and the last timed call's end, and
-    the calls counted after that end (``trailing``: untimed ones, when timing
-    is sampled; :mod:`metrics.recording.sampling`)."""
+    monotonic ns of the first call's start and the last timed call's end, the
+    calls counted after that end (``trailing``: untimed ones, when timing
+    is sampled; :mod:`metrics.recording.sampling`) and the first owner
+    object folded under the name (the engine's, for :meth:`CallTimes.step_owner`)."""
 
-    __slots__ = ("calls", "ns", "first", "last", "trailing")
+    __slots__ = ("calls", "ns", "first", "last", "trailing", "owner")
 
     def __init__(self) -> None:
+        self.owner: Any = None
         self.calls = 0
         self.ns = 0
         self.first: int | None = None
@@ -142,6 +144,8 @@ class CallTimes:
             f = self._entry(owner.name, explicit)
             if f is None:
                 continue
+            if f.owner is None:
+                f.owner = owner
             f.calls += n
             f.ns += ns
             if untimed:
@@ -195,6 +199,12 @@ class CallTimes:
         return StepsReading(count=f.calls, source=STEPS_INFERRED,
                             basis=f"{name}: the {self.what} with the most time ({f.calls:,} calls)",
                             seconds_total=_span(f), **self._bounds(f))
+
+    def step_owner(self, min_calls: int = MIN_CALLS) -> Any:
+        """The owner object of the function :meth:`steps` counts (the
+        tracked one, else the inferred one), None without one."""
+        found = self.dominant(True, 1) or self.dominant(False, min_calls)
+        return None if found is None else found[1].owner
 
     def _bounds(self, f: FunctionCalls) -> dict[str, float | None]:
         """The step loop's bounds: the first call's start, the last timed call's end."""

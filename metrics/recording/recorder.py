@@ -50,6 +50,9 @@ class Recorder:
         self._warned_lock = threading.Lock()
         self._last_step_ns: int | None = None
         self.first_step_ns: int | None = None  # the first marked step's end (monotonic)
+        # Marks folded so far, a plain int: a hot path's step index reads it
+        # with the marks waiting (MarkStep's value parses a repr: ~0.4 us).
+        self.steps_folded = 0
         # Hot-path handles, looked up once.
         self._mark_step = self.counter(names.MARK_STEP)
         self._step_time = self.distribution(names.STEP_TIME)
@@ -123,6 +126,7 @@ class Recorder:
         self.ledger.clear()
         self.events.clear()
         self._last_step_ns = self.first_step_ns = None
+        self.steps_folded = 0
         for forget in self._on_reset:
             forget()
 
@@ -158,6 +162,7 @@ class Recorder:
         if self.first_step_ns is None:
             self.first_step_ns = times[0]
         self._mark_step.inc(len(times))
+        self.steps_folded += len(times)
         ends = times if last is not None else times[1:]
         starts = [last, *times[:-1]] if last is not None else times[:-1]
         self._step_time.observe_many([e - s for s, e in zip(starts, ends)], ends)

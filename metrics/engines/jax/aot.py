@@ -91,6 +91,7 @@ def hook_call(original: Callable[..., Any], context: JaxContext) -> Callable[...
         if eng is None:
             return original(self, *args, **kwargs)
         owner = self.__dict__.get(OWNER_ATTR) or owner_of(self, context)
+        owner.calls += 1  # a read's step index when this is the step (JaxContext.step_owner)
         start = clock()
         out = original(self, *args, **kwargs)
         end = clock()
@@ -98,6 +99,8 @@ def hook_call(original: Callable[..., Any], context: JaxContext) -> Callable[...
         q.extend((owner, None, start, end, None))  # fields: see CALL_FIELDS
         if len(q) >= fold_at:
             eng.calls.flush()
+        if owner is not context.step_owner and not context.step_named:
+            context.step_candidate(owner)
         return out
 
     __call__.__wrapped__ = original  # type: ignore[attr-defined]

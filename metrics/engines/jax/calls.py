@@ -37,6 +37,7 @@ from types import CodeType
 from typing import TYPE_CHECKING, Any
 
 from metrics.engines.jax.context import CALL_FIELDS, JaxContext
+from metrics.recording.callstats import evaluation
 from metrics.recording.journal import FOLD_AT
 from metrics.recording.sampling import TIME_EVERY, TIME_FIRST
 
@@ -65,11 +66,15 @@ class Owner:
     """One counted function: its name in the ledger and the graphs its calls ran."""
 
     __slots__ = ("name", "graphs", "last_hash", "compiles", "nested_numpy", "usual_ns",
-                 "numpy_args")
+                 "numpy_args", "calls", "evaluation")
     explicit = False  # a function the user wrapped in metrics.track is explicit
 
     def __init__(self, name: str) -> None:
         self.name = name
+        # Calls so far, counted on every call: when this function is the step,
+        # a device->host read's step index (JaxContext.step_owner).
+        self.calls = 0
+        self.evaluation = evaluation(name)  # its name says it evaluates: never the step
         self.graphs: dict[CallKey, str] = {}
         self.last_hash: str | None = None
         self.compiles = 0  # seen during its calls; from two on, calls carry a key
@@ -235,6 +240,7 @@ def _python_calls(fn: Callable[..., Any], owner: Owner, context: JaxContext, tim
 
     def call(*args: Any, **kwargs: Any) -> Any:
         nonlocal untimed, first
+        owner.calls += 1  # (a race between threads loses a count: a step index, not a total)
         if untimed:
             eng = state.active
             if eng is None:
@@ -282,6 +288,8 @@ def _python_calls(fn: Callable[..., Any], owner: Owner, context: JaxContext, tim
                     eng.calls.flush()
             else:
                 _keyed_call(eng, owner, args, seq, start, end)
+            if owner is not state.step_owner and not state.step_named:
+                state.step_candidate(owner)  # (timed calls only: the step's guess)
         except Exception as e:  # noqa: BLE001 - a hook never raises into the program
             eng.rec.hook_failed("jax.jit", e)
         return out

@@ -19,11 +19,12 @@ import threading
 import weakref
 from collections import deque
 from collections.abc import Hashable
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, cast
 
 if TYPE_CHECKING:
     from metrics.engines.jax.calls import Owner
     from metrics.engines.jax.engine import JaxEngine
+    from metrics.engines.jax.steps import MarkedSteps
     from tpu_info.contract.model import RecompileCause
 
 ENGINE = "jax"
@@ -93,6 +94,29 @@ class JaxContext:
         # The jax.monitoring listeners are registered once per process: what
         # could not be listened to, in words (None until registered).
         self.listeners_missing: list[str] | None = None
+        # What a device->host read's step index is (its ``calls`` now): the
+        # step function, so a burst of reads in one evaluation is one
+        # occurrence of its line (an eval function's own calls are not
+        # steps). Guessed by counted calls' timed calls (step_candidate)
+        # until the step watch names it at a read (name_step); None: each
+        # read is its own occurrence.
+        self.step_owner: Owner | MarkedSteps | None = None
+        self.step_named = False
+
+    def step_candidate(self, owner: Owner) -> None:
+        """A timed call of ``owner``: it becomes the guessed step when it
+        outranks the current guess: a tracked function first, then one whose
+        name does not say evaluation, then more calls (the step watch ranks
+        by time once it can: :meth:`name_step`)."""
+        lead = cast("Owner | None", self.step_owner)  # (guessed only while none is named)
+        if lead is None or ((owner.explicit, not owner.evaluation, owner.calls)
+                            > (lead.explicit, not lead.evaluation, lead.calls)):
+            self.step_owner = owner
+
+    def name_step(self, step: Owner | MarkedSteps | None) -> None:
+        """The step watch's step (marked steps, the tracked or inferred step
+        function); None: forget it and guess again (a reset, an install)."""
+        self.step_owner, self.step_named = step, step is not None
 
     def note_compile(self, graph_hash: str) -> None:
         """Counts one compile (the engine calls it) and notes its graph for

@@ -108,7 +108,7 @@ class JaxEngine(EngineBase):
         self.explicit = ExplicitTransfers(recorder)  # device_put / device_get
         self.runs = Executions(recorder)  # counted calls: executions per graph
         self.calls, self.calls_queue = self.runs.journal, self.runs.queue  # the wrappers write
-        self.implicit = ImplicitTransfers(recorder, self.degraded, self.explicit)
+        self.implicit = ImplicitTransfers(recorder, self.degraded, self.explicit, context)
         self.eager = EagerOps(recorder, self.implicit,  # into implicit's site table
                               self.calls_queue, self.explicit.queue)
         self.monitoring = MonitoringRecords(recorder)  # every jax.monitoring record, by name
@@ -119,6 +119,7 @@ class JaxEngine(EngineBase):
     def _forget_calls(self) -> None:
         self.runs.forget()
         self.step_watch.forget()
+        self.context.name_step(None)  # which calls are steps: guessed again
         self.implicit.clear()  # the lines: a reset forgets what they did too
 
     # Install / uninstall ---------------------------------------------------
@@ -131,6 +132,7 @@ class JaxEngine(EngineBase):
         self.eager.install(self._patches, self.context)
         if self._explain:
             self._explanations.install(self._patches)
+        self.context.name_step(None)  # not an earlier engine's step
         self.context.active = self
 
     def uninstall(self) -> None:
@@ -162,6 +164,7 @@ class JaxEngine(EngineBase):
 
     def sites(self) -> list[SiteReading]:
         """Lines that synced or moved data implicitly, or ran eager ops."""
+        self.step_watch.name_step(self.context)  # later reads' step index, named now
         return self.implicit.sites()
 
     def busy_percent(self) -> tuple[float | None, str]:

@@ -46,7 +46,16 @@ from metrics.engines._patching import Patches
 from metrics.engines.jax import sites as jax_sites
 from metrics.engines.jax import to_device
 from metrics.engines.jax.calls import JitArguments
-from metrics.engines.jax.sites import EAGER_OP, IMPLICIT_H2D, OVERFLOW, SITE_KINDS, SYNC, SyncLine
+from metrics.engines.jax.sites import (
+    EAGER_OP,
+    IMPLICIT_H2D,
+    OVERFLOW,
+    SITE_KINDS,
+    SYNC,
+    Steps,
+    SyncLine,
+    grouped_steps,
+)
 from metrics.recording import forksafe
 from metrics.recording.journal import FOLD_AT, Journal
 from metrics.recording.recorder import Recorder
@@ -56,6 +65,7 @@ from tpu_info.contract.model import SiteReading
 if TYPE_CHECKING:
     from jax._src.array import ArrayImpl
 
+    from metrics.engines.jax.context import JaxContext
     from metrics.engines.jax.explicit import ExplicitTransfers
 
 # Record kinds in the journal (SYNC, IMPLICIT_H2D: the kinds a site is kept
@@ -80,8 +90,9 @@ _D2H_ALL = _kinds(SYNC, EXPLICIT_D2H)
 _H2D_IMPLICIT = _kinds(IMPLICIT_H2D, UNTIMED_H2D)
 _D2H_IMPLICIT = _kinds(SYNC)
 _SITE_MASK = _kinds(SYNC, IMPLICIT_H2D, UNTIMED_H2D)
-# (kind, code, offset, detail, start, end, bytes) per record.
-FIELDS = 7
+# (kind, code, offset, detail, start, end, bytes, step) per record; step: the
+# step function's calls so far (JaxContext.step_owner), else the end (its own).
+FIELDS = 8
 MAX_SITES_PER_KIND = 256
 MAX_CODES = 1 << 16  # code objects classified and kept; beyond, classified each time
 
@@ -109,11 +120,12 @@ _KIND_CLASS = {ENGINE: _LIB, LIBRARY: _THIRD}
 
 class _Site:
     __slots__ = ("code", "offset", "detail", "count", "bytes", "ns", "first_end", "last_end",
-                 "where", "via")
+                 "where", "via", "occurrences", "last_step")
 
     def __init__(self, code: CodeType | None, offset: int, detail: str | None) -> None:
         self.code, self.offset, self.detail = code, offset, detail
-        self.count = self.bytes = self.ns = 0
+        self.count = self.bytes = self.ns = self.occurrences = 0  # occurrences: steps it ran in
+        self.last_step = -1
         self.first_end: int | None = None  # monotonic ns: the first record's end
         self.last_end = 0
         self.where: tuple[str, str] | None = None  # (location, function), resolved once read
@@ -125,10 +137,11 @@ class ImplicitTransfers:
     (attached as ``engine.implicit``); folds them at read time."""
 
     def __init__(self, recorder: Recorder, degraded: list[str],
-                 explicit: ExplicitTransfers) -> None:
+                 explicit: ExplicitTransfers, context: JaxContext) -> None:
         import jax
 
         self.rec = rec = recorder
+        self.context = context  # its step_owner: which step a read belongs to
         self._explicit = explicit  # its journal takes the explicit device_puts
         self.degraded = degraded  # the engine's
         self._frames = LibraryFrames(skip_prefixes(jax, sys.modules.get("jaxlib"), np))
@@ -278,9 +291,9 @@ class ImplicitTransfers:
             f, code, via = inner, inner.f_code if inner is not None else None, None
         if via is not None and f is not None and len(self._via) < MAX_CODES:
             self._via.setdefault((id(code), f.f_lasti), via)
-        q = self.queue
+        q, step = self.queue, self.context.step_owner
         q.extend((kind, code, f.f_lasti if f is not None else 0, detail or found, start, end,
-                  nbytes))
+                  nbytes, end if step is None else step.calls))
         if len(q) >= FOLD_AT * FIELDS:
             self.journal.flush()
 
@@ -339,11 +352,12 @@ class ImplicitTransfers:
         np.maximum.at(last, inv, ends[rows])
         earliest = np.full(m, np.iinfo(np.int64).max, np.int64)
         np.minimum.at(earliest, inv, ends[rows])
+        steps = grouped_steps(np.fromiter(flat[7::w], np.int64, n)[rows], inv, m)
         with self._lock:
             for i, j in enumerate(rows[first].tolist()):
                 self._add_site(flat[w * j], flat[w * j + 1], flat[w * j + 2], flat[w * j + 3],
                                counts[i], int(nbytes[i]), int(ns[i]), int(last[i]),
-                               int(earliest[i]))
+                               int(earliest[i]), steps[i])
 
     def _fold_one_site(self, flat: list[Any]) -> bool:
         """The usual batch (one kind of record, all from one line: a
@@ -374,15 +388,18 @@ class ImplicitTransfers:
             self._implicit_d2h.inc(n)
             self._implicit_in.inc(moved)
         if _SITE_MASK[kind]:
+            steps = flat[7::w]  # the times the step changed, the first included
+            runs = 1 + sum(map(operator.ne, steps[1:], steps))
             with self._lock:
                 self._add_site(kind, code, offset, flat[3], n, moved, sum(durations), max(ends),
-                               min(ends))
+                               min(ends), Steps(runs, steps[0], steps[-1]))
         return True
 
     def _add_site(self, kind: int, code: CodeType | None, offset: int, detail: str | None,
-                  count: int,
-                  nbytes: int, ns: int, last_end: int, first_end: int) -> _Site:
-        """Adds one site's records of a batch (caller holds the lock); the site."""
+                  count: int, nbytes: int, ns: int, last_end: int, first_end: int,
+                  steps: Steps | None = None) -> _Site:
+        """Adds one site's records of a batch (caller holds the lock), with
+        the steps they ran in (``steps``: none for eager ops); the site."""
         kind = _SITE_KIND[kind]
         key = (kind, id(code), offset)
         site = self._sites.get(key)
@@ -400,6 +417,9 @@ class ImplicitTransfers:
         site.last_end = max(site.last_end, last_end)
         if site.first_end is None or first_end < site.first_end:
             site.first_end = first_end
+        if steps is not None:  # a batch that goes on in the site's last step: one less
+            site.occurrences += steps.runs - (steps.first == site.last_step)
+            site.last_step = steps.last
         return site
 
     # Read (metrics.engines.jax.sites) ---------------------------------------
@@ -444,7 +464,7 @@ def _value_property(original: property, impl: ImplicitTransfers) -> property:
     fget, clock, getframe, record = original.fget, time.monotonic_ns, sys._getframe, impl.record
     assert fget is not None
     get, queue, flush, user_class = impl._codes.get, impl.queue, impl.journal.flush, _USER
-    extend, fold_at = queue.extend, FOLD_AT * FIELDS
+    extend, fold_at, context = queue.extend, FOLD_AT * FIELDS, impl.context
 
     def _value(self: ArrayImpl) -> Any:
         if self._npy_value is not None:  # the host copy is cached: nothing moves
@@ -461,7 +481,9 @@ def _value_property(original: property, impl: ImplicitTransfers) -> property:
             if detail.__class__ is str:
                 user = f.f_back
                 if user is not None and get(id(code := user.f_code)) == user_class:
-                    extend((SYNC, code, user.f_lasti, detail, start, end, out.nbytes))
+                    step = context.step_owner  # the step function's calls: the read's step
+                    extend((SYNC, code, user.f_lasti, detail, start, end, out.nbytes,
+                            end if step is None else step.calls))
                     if len(queue) >= fold_at:
                         flush()
                     return out

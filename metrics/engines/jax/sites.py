@@ -21,6 +21,8 @@ import os
 from types import CodeType
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+import numpy as np
+
 from tpu_info.contract.model import SiteKind, SiteReading
 
 if TYPE_CHECKING:
@@ -39,6 +41,29 @@ _GENERIC = {SYNC: "device->host read", IMPLICIT_H2D: "host->device transfer",
             EAGER_OP: "eager op"}
 _KIND_NAMES = {SYNC: SiteKind.SYNC.value, IMPLICIT_H2D: SiteKind.IMPLICIT_TO_DEVICE.value,
                EAGER_OP: SiteKind.EAGER_OP.value}
+
+
+class Steps(NamedTuple):
+    """The steps one site's records of a batch ran in, in order: how many
+    times the step changed (the first record counts), the first and last."""
+
+    runs: int
+    first: int
+    last: int
+
+
+def grouped_steps(steps: np.ndarray, inv: np.ndarray, m: int) -> list[Steps]:
+    """:class:`Steps` per site of a batch: ``steps`` per record (in order),
+    ``inv`` its site (0 .. ``m - 1``)."""
+    order = np.argsort(inv, kind="stable")
+    g, s = inv[order], steps[order]
+    new = np.ones(g.size, bool)  # a record in another step (or site) than the one before
+    new[1:] = (s[1:] != s[:-1]) | (g[1:] != g[:-1])
+    starts = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])  # each site's first, sites in order
+    lasts = np.r_[starts[1:], g.size] - 1
+    runs = np.bincount(g, weights=new, minlength=m).astype(np.int64)
+    return [Steps(*t) for t in zip(runs.tolist(), s[starts].tolist(), s[lasts].tolist(),
+                                   strict=True)]
 
 
 class SyncLine(NamedTuple):
@@ -63,23 +88,27 @@ def readings(impl: ImplicitTransfers) -> list[SiteReading]:
                         bytes=nbytes, seconds=ns / 1e9, function=function,
                         detail=", ".join(details[:4]),
                         last_seen_unix=last_end / 1e9 + to_unix,
-                        first_seen_unix=first_end / 1e9 + to_unix, via=via)
+                        first_seen_unix=first_end / 1e9 + to_unix, via=via,
+                        occurrences=min(count, occurrences))
             for (kind, location), (count, nbytes, ns, first_end, last_end, function, details,
-                                   via) in by_line(impl).items()]
+                                   via, occurrences) in by_line(impl).items()]
 
 
 def sync_lines(impl: ImplicitTransfers) -> list[SyncLine]:
     """Device->host syncs per line of the user's code (not the overflow
     entry, nor syncs with no user frame), with their first and last time."""
     return [SyncLine(location, ", ".join(details[:4]), count, ns, first, last)
-            for (kind, location), (count, _, ns, first, last, _, details, _)
+            for (kind, location), (count, _, ns, first, last, _, details, _, _)
             in by_line(impl).items()
             if kind == SYNC and location not in (OTHER_SITES, NO_USER_FRAME)]
 
 
 def by_line(impl: ImplicitTransfers) -> dict[tuple[int, str], list[Any]]:
     """(kind, location) -> [count, bytes, ns, first end, last end, function,
-    details, via]: ``impl``'s sites merged per line, folded first."""
+    details, via, occurrences]: ``impl``'s sites merged per line, folded
+    first. A line's occurrences are its busiest instruction's (the steps
+    two reads of one line ran in are mostly the same; 0 for eager ops,
+    whose count is already the times their line ran)."""
     impl.journal.flush()
     for feeder in impl.feeders:  # other hooks' journals that fold into the table
         feeder.flush()
@@ -87,9 +116,9 @@ def by_line(impl: ImplicitTransfers) -> dict[tuple[int, str], list[Any]]:
     with impl._lock:
         held = [(k[0], s) for k, s in impl._sites.items()]
         held += list(impl._other.items())
-        rows = [(kind, s, s.detail, s.count, s.bytes, s.ns, s.first_end, s.last_end)
-                for kind, s in held]
-    for kind, site, detail, count, nbytes, ns, first_end, last_end in rows:
+        rows = [(kind, s, s.detail, s.count, s.bytes, s.ns, s.first_end, s.last_end,
+                 s.occurrences) for kind, s in held]
+    for kind, site, detail, count, nbytes, ns, first_end, last_end, occurrences in rows:
         if detail == OVERFLOW:
             location, function, via = OTHER_SITES, "", ""
         else:
@@ -106,7 +135,7 @@ def by_line(impl: ImplicitTransfers) -> dict[tuple[int, str], list[Any]]:
         first_end = last_end if first_end is None else first_end
         if row is None:
             merged[(kind, location)] = [count, nbytes, ns, first_end, last_end, function,
-                                        details, via]
+                                        details, via, occurrences]
             continue
         row[0] += count
         row[1] += nbytes
@@ -115,6 +144,7 @@ def by_line(impl: ImplicitTransfers) -> dict[tuple[int, str], list[Any]]:
         row[4] = max(row[4], last_end)
         row[6].extend(d for d in details if d not in row[6])
         row[7] = row[7] or via
+        row[8] = max(row[8], occurrences)
     return merged
 
 

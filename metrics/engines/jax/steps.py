@@ -32,7 +32,9 @@ from metrics.recording.callstats import MIN_CALLS
 from tpu_info.contract.model import STEPS_INFERRED, StepsReading
 
 if TYPE_CHECKING:
+    from metrics.engines.jax.context import JaxContext
     from metrics.engines.jax.implicit import ImplicitTransfers
+    from metrics.recording.recorder import Recorder
 
 BUSY_INFERRED = ("inferred: host time inside calls of jitted functions (dispatch is "
                  "asynchronous, so a step that does not wait for its result reads low); "
@@ -53,6 +55,22 @@ def _sync_busy_reason(where: str) -> str:
             "metrics.track(step) gives the step's own")
 
 
+class MarkedSteps:
+    """The program's marked steps as a device->host read's step index
+    (``calls``, as a step function's :class:`~metrics.engines.jax.calls.Owner`
+    has): steps marked so far (folded and waiting, read as plain ints)."""
+
+    __slots__ = ("_rec", "_waiting")
+
+    def __init__(self, recorder: Recorder) -> None:
+        self._rec = recorder
+        self._waiting = recorder._steps_queue  # the marks not folded yet
+
+    @property
+    def calls(self) -> int:
+        return self._rec.steps_folded + len(self._waiting)
+
+
 class StepWatch:
     """Steps and busy % of one JAX engine, read at scrape time from its
     counted calls (``runs``) and its implicit syncs (``implicit``: an
@@ -67,6 +85,22 @@ class StepWatch:
         # the basis (None otherwise).
         self._marks: deque[tuple[int, int, int, dict[str, int] | None]] = deque(maxlen=32)
         self.forget()
+
+    def name_step(self, context: JaxContext) -> None:
+        """Tells ``context`` which calls are steps, for the step index of
+        later device->host reads: marked steps when the program marks them,
+        else the tracked or inferred step function (by time, as
+        :meth:`steps`); no change while none is known (the jit wrapper's
+        guess stands)."""
+        rec = self.runs.rec
+        if rec.steps_so_far():
+            if not isinstance(context.step_owner, MarkedSteps):
+                context.name_step(MarkedSteps(rec))
+            return
+        self.runs.journal.flush()
+        owner = self.runs.call_times.step_owner()
+        if owner is not None:
+            context.name_step(owner)
 
     def forget(self) -> None:
         """Starts over (``metrics.clear_*``): no marks before now."""

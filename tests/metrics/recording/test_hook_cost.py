@@ -7,6 +7,8 @@ Measured on CPython 3.11 / JAX 0.10.2 (before the overhead passes -> after):
 float(x) 146 -> 90 -> 84 (92 at 26a32f9), a jitted call 86 -> 76 -> 74, jax.device_put of
 numpy 95 -> 83 (a device_put wrapper and the numpy shard handler) -> 60 (the
 handler alone: one hook per put) -> 58 (JAX's four arguments, no ``*args``).
+A read's step index (the step function's call count, counted in the jit
+wrapper): float(x) 86 -> 91, an untimed jitted call 53 -> 60.
 
 Also counted here: which Python frames and C calls one hooked training step
 runs (the per-call properties the overhead bench's figures rest on: JAX's
@@ -85,7 +87,8 @@ def test_float_of_an_array_costs_no_frame_walk(fresh_metrics):
     scalar = jnp.float32(3.0) * 2
     counts = _opcodes_in_metrics(lambda: float(scalar))
     assert set(counts) == {"_value"}, counts  # no call out of the hook
-    assert sum(counts.values()) <= 86, counts
+    # 5 of them the read's step (the step function's calls so far)
+    assert sum(counts.values()) <= 91, counts
 
 
 def test_a_jitted_call_stays_within_budget(fresh_metrics):
@@ -93,8 +96,9 @@ def test_a_jitted_call_stays_within_budget(fresh_metrics):
     x = jnp.ones(4)
     _past_the_first_timed(lambda: step(x))
     counts = _opcodes_in_metrics(lambda: step(x))
-    # untimed (74 timed); 2 of them the try that swallows a failure while recording
-    assert set(counts) == {"call"} and counts["call"] <= 53, counts
+    # untimed (74 timed); 2 of them the try that swallows a failure while recording,
+    # 7 the call count (a device->host read's step index when this is the step)
+    assert set(counts) == {"call"} and counts["call"] <= 60, counts
 
 
 def test_a_device_put_runs_one_hook(fresh_metrics):

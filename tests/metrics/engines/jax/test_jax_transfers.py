@@ -207,14 +207,15 @@ def _fold_result(eng, rec, records, one_site_path):
     finally:
         impl.__dict__.pop("_fold_one_site", None)
     reg = rec.registry
-    sites = sorted((k[0], k[2], s.code is not None, s.detail, s.count, s.bytes, s.ns, s.last_end)
+    sites = sorted((k[0], k[2], s.code is not None, s.detail, s.count, s.bytes, s.ns, s.last_end,
+                    s.occurrences, s.last_step)
                    for k, s in impl._sites.items())
     counters = [reg.counter_value(n) for n in ("ImplicitTransferToDevice",
                                                 "ImplicitTransferFromDevice",
                                                 "ImplicitOutboundBytes", "ImplicitInboundBytes")]
     dists = [reg.metric_data(n) for n in ("TransferToDeviceTime", "TransferFromDeviceTime",
                                           "OutboundData", "InboundData")]
-    assert jt.FIELDS == 7
+    assert jt.FIELDS == 8
     return sites, counters, dists
 
 
@@ -224,12 +225,14 @@ def test_the_one_site_fold_counts_what_the_grouped_fold_counts(xfer, kind):
     give exactly what the general, grouped fold gives."""
     rec, eng = xfer
     code = _fold_result.__code__
-    records = [(kind, code, 42, "float()", 1000 * i, 1000 * i + 7 + i, 4 + i % 3)
-               for i in range(50)]
+    # (the step each ran in: five reads a step, then one a step)
+    records = [(kind, code, 42, "float()", 1000 * i, 1000 * i + 7 + i, 4 + i % 3,
+                i // 5 if i < 30 else i) for i in range(50)]
     fast = _fold_result(eng, rec, records, one_site_path=True)
     grouped = _fold_result(eng, rec, records, one_site_path=False)
     assert fast == grouped
-    mixed = [*records, (kind, code, 43, "float()", 10**6, 10**6 + 5, 8)]  # a second line
+    assert [site[-2:] for site in fast[0]] == ([(6 + 20, 49)] if kind in (0, 1, 4) else [])
+    mixed = [*records, (kind, code, 43, "float()", 10**6, 10**6 + 5, 8, 7)]  # a second line
     assert _fold_result(eng, rec, mixed, True) == _fold_result(eng, rec, mixed, False)
 
 

@@ -1,0 +1,94 @@
+"""Which step a device->host read belongs to, in JAX (real JAX on CPU, a real
+loop): a burst of reads in one evaluation every N steps is one occurrence of
+its line (periodic work, costed per time it ran), a read every step is per
+step, and an evaluation function's own calls are not steps."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.lines import line_of
+
+jax = pytest.importorskip("jax")
+jnp = jax.numpy
+
+STEPS, EVAL_EVERY, EVAL_BATCHES = 100, 20, 10
+
+
+def _here(text: str) -> str:
+    return f"{__file__}:{line_of(__file__, text)}"
+
+
+def train_step(w, x):
+    return w - 0.01 * x, jnp.sum(w * x)
+
+
+def eval_step(w, x):
+    return jnp.sum(w * x)
+
+
+def _train(jit, read_every_step: bool, mark=None, scrape=None) -> float:
+    """100 training steps; every 20, an evaluation over 10 batches that reads
+    each batch's loss on the host (float(), as an evaluation loop does)."""
+    train, evaluate = jit(train_step), jit(eval_step)
+    w, x = jnp.ones(8), jnp.arange(8.0)
+    batches = [jnp.full(8, float(i)) for i in range(EVAL_BATCHES)]
+    total = 0.0
+    for step in range(STEPS):
+        w, loss = train(w, x)
+        if read_every_step:
+            total += float(loss)  # the training read
+        if mark is not None:
+            mark()
+        if step == 1 and scrape is not None:
+            scrape()  # a dashboard's first scrape (or the saved run's first checkpoint)
+        if (step + 1) % EVAL_EVERY == 0:
+            for b in batches:
+                total += float(evaluate(w, b))  # the evaluation read
+    return total
+
+
+def _site(snapshot, text: str):
+    return next(s for s in snapshot.sites if s.kind == "sync" and s.location == _here(text))
+
+
+def test_an_evaluation_read_per_batch_every_20_steps_is_periodic_not_per_step(fresh_metrics):
+    import metrics
+    from tpu_info.views.findings import find
+
+    _train(jax.jit, read_every_step=False)
+    s = metrics.snapshot()
+    assert s.steps is not None and s.steps.count == STEPS  # the eval calls are not steps
+    read = _site(s, "total += float(evaluate(w, b))  # the evaluation read")
+    assert read.count == 50
+    assert read.occurrences == 5  # five evaluations, not fifty steps
+    assert read.phase == "periodic"
+    assert not [f for f in find(s) if f.kind == "per_step_sync"
+                and f.location == read.location]
+
+
+def test_a_read_every_step_beside_the_evaluation_is_still_per_step(fresh_metrics):
+    import metrics
+
+    _train(jax.jit, read_every_step=True)
+    s = metrics.snapshot()
+    train = _site(s, "total += float(loss)  # the training read")
+    assert (train.count, train.occurrences, train.phase) == (STEPS, STEPS, "step")
+    evaluation = _site(s, "total += float(evaluate(w, b))  # the evaluation read")
+    assert (evaluation.count, evaluation.occurrences, evaluation.phase) == (50, 5, "periodic")
+
+
+def test_with_marked_steps_a_read_belongs_to_the_marked_step(fresh_metrics):
+    # The step is jitted where the hook does not count its calls (JAX's own
+    # jit, as a function jitted before install): the marks are the steps,
+    # named at the first scrape.
+    import metrics
+
+    _train(jax.jit.__wrapped__, read_every_step=True, mark=metrics.mark_step,
+           scrape=metrics.snapshot)
+    s = metrics.snapshot()
+    assert s.steps is not None and s.steps.count == STEPS and s.steps.source == "marked"
+    train = _site(s, "total += float(loss)  # the training read")
+    evaluation = _site(s, "total += float(evaluate(w, b))  # the evaluation read")
+    assert (train.occurrences, train.phase) == (STEPS, "step")
+    assert (evaluation.count, evaluation.occurrences, evaluation.phase) == (50, 5, "periodic")
