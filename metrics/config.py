@@ -83,10 +83,10 @@ DEVICE_CAPTURE = Variable(
 SERVE = Variable(
     "TPU_INFO_SERVE", "`process`",
     "where the gRPC server runs. `process`: a helper process beside the program "
-    "(`install(serve=\"process\")`, below). `thread` or `1`: a thread pool inside the "
+    "(`install(serve=\"process\")`, see Serving). `thread` or `1`: a thread pool inside the "
     "program (`install(serve=\"thread\")` or `serve=True`); cheaper to start, but a flooding "
-    "local client can then cost the program up to 90 % of its step rate (threat model "
-    "below). `0`: no server (`install(serve=False)`). Any other word is logged and the "
+    "local client can then cost the program up to 90 % of its step rate (see the threat "
+    "model). `0`: no server (`install(serve=False)`). Any other word is logged and the "
     "helper serves")
 PROMETHEUS_PORT = Variable(
     "TPU_INFO_PROMETHEUS_PORT", "no endpoint",
