@@ -388,8 +388,8 @@ class ImplicitTransfers:
             self._implicit_d2h.inc(n)
             self._implicit_in.inc(moved)
         if _SITE_MASK[kind]:
-            steps = flat[7::w]  # the times the step changed, the first included
-            runs = 1 + sum(map(operator.ne, steps[1:], steps))
+            steps = flat[7::w]  # the steps they ran in (in order, so distinct: the runs)
+            runs = 1 if steps[0] == steps[-1] else len(set(steps))
             with self._lock:
                 self._add_site(kind, code, offset, flat[3], n, moved, sum(durations), max(ends),
                                min(ends), Steps(runs, steps[0], steps[-1]))
