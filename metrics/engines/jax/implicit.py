@@ -13,7 +13,9 @@ The hot path walks out of library frames (jax, jaxlib, numpy, the standard
 library, this hook, and anything else installed in site-packages: see
 :mod:`metrics.engines._frames`), deciding "library or not" once per code
 object, and appends the user's code object and instruction offset with the
-clock readings and byte count to a journal: one ``list.extend``. A walk
+clock readings, byte count and step (which step the read belongs to:
+``JaxContext.step_owner``'s calls, so a site counts the steps it ran in,
+its ``occurrences``) to a journal: one ``list.extend``. A walk
 that went through another installed library (flax, optax) notes the
 outermost such frame for that line (its ``via``). Line numbers, file names
 and function names are resolved only when read
