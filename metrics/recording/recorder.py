@@ -147,8 +147,9 @@ class Recorder:
             self._steps.flush()
 
     def steps_so_far(self) -> int:
-        """Steps marked so far, folded or not (read, never changed)."""
-        return self._mark_step.value + len(self._steps_queue)
+        """Steps marked so far, folded or not (read, never changed; two plain
+        reads: engines call it per recorded read to know the step)."""
+        return self.steps_folded + len(self._steps_queue)
 
     @property
     def last_step_ns(self) -> int | None:

@@ -87,6 +87,7 @@ class OptimizerSteps:
         self.by_id: dict[int, _Optimizer] = {}
         self.primary: int | None = None  # the first optimizer that stepped: StepTime's
         self.step_time_fed = 0  # intervals given to StepTime
+        self.folded = 0  # steps (and backward() calls) folded: read per tensor read
         self._step_time = recorder.distribution(names.STEP_TIME)  # kept across resets
         self._handle: RemovableHandle | None = None
         # torch.autograd.backward as it was, while wrapped.
@@ -136,6 +137,7 @@ class OptimizerSteps:
 
     def _fold(self, flat: list[Any]) -> None:
         optimizers, ends = flat[0::FIELDS], flat[1::FIELDS]
+        self.folded += len(ends)
         uniq = set(map(id, optimizers))
         if len(uniq) == 1:
             groups = [(optimizers[0], ends)]
@@ -169,7 +171,7 @@ class OptimizerSteps:
     def steps_so_far(self) -> int:
         """Optimizer steps (and backward() calls) so far, folded or not: which
         step a tensor read belongs to (:mod:`~metrics.engines.torch.syncs`)."""
-        return sum(e.calls for e in list(self.by_id.values())) + len(self.queue) // FIELDS
+        return self.folded + len(self.queue) // FIELDS  # two reads: this runs per tensor read
 
     def _feeds_step_time(self) -> bool:
         """No step is marked, nor queued to be: StepTime is ours to fill."""
@@ -222,6 +224,7 @@ class OptimizerSteps:
         self.by_id.clear()
         self.primary = None
         self.step_time_fed = 0
+        self.folded = 0
 
 
 def _noter(steps: OptimizerSteps, compiling: Callable[[], bool]) -> Callable[[object], None]:
