@@ -22,6 +22,7 @@ import datetime
 import os
 import platform
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -137,6 +138,25 @@ def _machine() -> str:
             f"Python {platform.python_version()}")
 
 
+def _run(cmd: list[str], timeout: float) -> tuple[str, int]:
+    """A benchmark's output and exit status (-1: past ``timeout``). One past
+    its time gets Ctrl-C first, so its own clean-up runs: the programs it
+    started live in sessions of their own, which killing it alone would leave
+    running (a looping hooked program, at full CPU, for good)."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            cwd=HERE.parent)
+    try:
+        return proc.communicate(timeout=timeout)[0], proc.returncode
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGINT)
+        try:
+            out = proc.communicate(timeout=60)[0]
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out = proc.communicate()[0]
+        return (out or "") + f"\nrun_all: timed out after {timeout:g} s (--timeout)", -1
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--smoke", action="store_true")
@@ -163,14 +183,7 @@ def main() -> int:
         started = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M")
         load = f"{os.getloadavg()[0]:.1f}/{ncpu}"
         t0 = time.monotonic()
-        try:
-            r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
-                               cwd=HERE.parent)
-            out, rc = r.stdout + r.stderr, r.returncode
-        except subprocess.TimeoutExpired as e:
-            out, rc = (e.stdout or b"").decode(errors="replace") if isinstance(e.stdout, bytes) \
-                else (e.stdout or ""), -1
-            out += f"\nrun_all: timed out after {timeout:g} s (--timeout)"
+        out, rc = _run(cmd, timeout)
         secs = time.monotonic() - t0
         found = list(VERDICT.finditer(out))
         print(f"== {name} ({secs:.0f} s, exit {rc})", flush=True)
