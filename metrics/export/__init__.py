@@ -46,7 +46,8 @@ from metrics.export.captures import CaptureFn, register_capture
 from metrics.recording import forksafe
 
 if TYPE_CHECKING:  # the server (and grpc) loads in start(): `import profiler` stays light
-    from metrics.export.server import Server, SnapshotFn
+    from metrics.export.captures import SnapshotFn
+    from metrics.export.server import Server
 
 __all__ = ["start", "Exporter", "BindError", "LIBTPU_PORT", "LOOPBACK", "register_capture"]
 

@@ -27,17 +27,30 @@ Example:
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from tpu_info.contract.captures import RemoteCapture
+from tpu_info.contract.model import Snapshot
 
 if TYPE_CHECKING:
     from metrics.export.owner import Caller
 
-__all__ = ["CaptureFn", "Recorder", "ProfilerNotLoaded",
+__all__ = ["CaptureFn", "SnapshotFn", "Recorder", "ProfilerNotLoaded", "status_name",
            "register_capture", "registered_capture", "run", "NOT_LOADED"]
+
+log = logging.getLogger("metrics.export")
+
+# grpc.StatusCode's error names, spelled out: this module stays free of grpc,
+# which a program serving from its helper never loads (its import and its
+# teardown at exit cost the program; a test checks the list against grpc's).
+STATUS_NAMES = frozenset({
+    "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND",
+    "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION",
+    "ABORTED", "OUT_OF_RANGE", "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS",
+    "UNAUTHENTICATED"})
 
 
 # recorder(duration_s, device, stop): records until the duration ends or
@@ -52,6 +65,10 @@ Recorder = Callable[[float, bool, threading.Event], RemoteCapture]
 # (PERMISSION_DENIED for a caller who is not the owner, ABORTED for a
 # capture already running), INVALID_ARGUMENT for a ValueError, else INTERNAL.
 CaptureFn = Callable[[float, bool, threading.Event, "Caller"], RemoteCapture]
+
+# snapshot_fn(since): the program's snapshot with the events after ``since``;
+# what a server (in the program, or its helper's link) answers reads with.
+SnapshotFn = Callable[[int], Snapshot]
 
 NOT_LOADED = ("this program has not loaded the profiler, so it cannot be traced: add "
               "`import profiler` to it (or start it with `tpu-info run`)")
@@ -91,3 +108,16 @@ def run(duration_s: float, device: bool, stop: threading.Event,
     if recorder is None:
         raise ProfilerNotLoaded(NOT_LOADED)
     return recorder(duration_s, device, stop)
+
+
+def status_name(error: Exception) -> str:
+    """The grpc status (its name) a capture function's exception answers with:
+    its ``grpc_status`` attribute, INVALID_ARGUMENT for a ValueError, else
+    INTERNAL (logged)."""
+    named = getattr(error, "grpc_status", None)
+    if isinstance(named, str) and named in STATUS_NAMES:
+        return named
+    if isinstance(error, ValueError):
+        return "INVALID_ARGUMENT"
+    log.warning("tpu-info: trace capture failed: %r", error)
+    return "INTERNAL"

@@ -42,6 +42,7 @@ from typing import Any
 
 from metrics.recording import forksafe
 from tpu_info.contract import discovery_record as _record
+from tpu_info.contract.discovery_record import process_start_unix
 
 log = logging.getLogger("metrics.export.discovery")
 
@@ -142,9 +143,7 @@ def _is_socket(path: Path) -> bool:
 def process_start_time() -> float:
     """This process's start time, Unix seconds (now, if it cannot be read)."""
     try:
-        import psutil
-
-        return float(psutil.Process().create_time())
+        return process_start_unix(os.getpid())  # psutil's number, without importing it
     except Exception:  # noqa: BLE001 - psutil missing or /proc unreadable
         return time.time()
 

@@ -53,17 +53,13 @@ from typing import Any
 
 from metrics import config
 from metrics.export import discovery
+from metrics.export.binding import BindError
+from metrics.export.captures import CaptureFn, SnapshotFn, status_name
 from metrics.export.helper_channel import Channel, send_quietly
 from metrics.export.owner import Caller
-from metrics.export.server import (
-    BindError,
-    CaptureFn,
-    SnapshotFn,
-    capture_reply,
-    capture_status,
-)
 from metrics.recording import forksafe
 from tpu_info.wire import encoder
+from tpu_info.wire.fillers import capture_reply
 
 __all__ = ["HelperServer", "START_TIMEOUT_S", "RESTART_FIRST_S", "RESTART_MAX_S"]
 
@@ -379,7 +375,7 @@ class HelperServer:
             reply = capture_reply(out).SerializeToString()
         except Exception as e:  # noqa: BLE001 - becomes the RPC's status in the helper
             send_quietly(channel, {"op": "error", "id": request_id,
-                                    "status": capture_status(e).name,
+                                    "status": status_name(e),
                                     "message": str(e) or type(e).__name__})
         else:
             send_quietly(channel, {"op": "capture", "id": request_id}, reply)

@@ -25,11 +25,13 @@ from __future__ import annotations
 
 import hmac
 from dataclasses import dataclass, field
-
-import grpc
+from typing import TYPE_CHECKING
 
 from tpu_info.contract.discovery_record import CAPTURE_TOKEN_METADATA
 from tpu_info.net.targets import is_loopback_host
+
+if TYPE_CHECKING:  # the program imports this module through its helper, which needs no grpc
+    import grpc
 
 __all__ = ["TOKEN_KEY", "Caller", "NotOwner", "caller_of", "check", "is_loopback_peer"]
 

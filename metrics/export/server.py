@@ -35,7 +35,7 @@ import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from concurrent import futures
 from typing import Any
 
@@ -43,7 +43,7 @@ import grpc
 
 from metrics.export import binding
 from metrics.export.binding import BindError
-from metrics.export.captures import CaptureFn
+from metrics.export.captures import CaptureFn, SnapshotFn, status_name
 from metrics.export.libtpu_service import RuntimeMetricServicer, snapshot_or_abort
 from metrics.export.limits import (
     CALL_BURST,
@@ -56,17 +56,15 @@ from metrics.export.limits import (
 )
 from metrics.export.owner import caller_of
 from tpu_info.contract import catalog as names
-from tpu_info.contract.captures import RemoteCapture
 from tpu_info.contract.model import Event, MetricInfo, Snapshot
 from tpu_info.proto import tpu_info_v1_pb2 as pb
 from tpu_info.proto import tpu_info_v1_pb2_grpc as pb_grpc
 from tpu_info.proto import tpu_metric_service_pb2_grpc as lpb_grpc
 from tpu_info.wire import codec as wire
 from tpu_info.wire import delta, encoder
+from tpu_info.wire.fillers import capture_reply
 
 log = logging.getLogger("metrics.export")
-
-SnapshotFn = Callable[[int], Snapshot]
 
 MAX_CAPTURE_MS = 300_000
 
@@ -318,7 +316,7 @@ class MonitorServicer(pb_grpc.MonitorServicer):
             out = self._capture_fn(request.duration_ms / 1000.0, request.device, stop,
                                    caller_of(context))
         except Exception as e:  # noqa: BLE001 - becomes the RPC's status
-            failure = (capture_status(e), str(e) or type(e).__name__)
+            failure = (grpc.StatusCode[status_name(e)], str(e) or type(e).__name__)
         finally:
             self._capture_stops.discard(stop)
         if failure is not None:
@@ -330,26 +328,6 @@ class MonitorServicer(pb_grpc.MonitorServicer):
         self.stopping.set()
         for stop in list(self._capture_stops):
             stop.set()
-
-
-def capture_reply(out: RemoteCapture) -> pb.CaptureReply:
-    """The ``Capture`` reply carrying what a capture function returned."""
-    return pb.CaptureReply(
-        trace=out.trace, format=out.format, protocol_version=wire.PROTOCOL_VERSION,
-        files=[pb.CaptureFile(name=f.name, size_bytes=f.size_bytes, data=f.data or b"",
-                              server_path=f.server_path) for f in out.files],
-        truncated=out.truncated, notes=list(out.notes), event_count=out.event_count)
-
-
-def capture_status(error: Exception) -> grpc.StatusCode:
-    """The status a capture function's exception answers with."""
-    named = getattr(error, "grpc_status", None)
-    if isinstance(named, str) and named in grpc.StatusCode.__members__:
-        return grpc.StatusCode[named]
-    if isinstance(error, ValueError):
-        return grpc.StatusCode.INVALID_ARGUMENT
-    log.warning("tpu-info: trace capture failed: %r", error)
-    return grpc.StatusCode.INTERNAL
 
 
 def _serialize(reply: bytes | Any) -> bytes:

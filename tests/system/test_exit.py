@@ -130,3 +130,47 @@ def test_what_sigterm_does_without_the_hook_is_what_the_test_expects(tmp_path: P
     plain, _, marks, default_sigterm = _start(tmp_path, "plain", "sigterm")
     assert default_sigterm
     assert _stop(plain, marks, "sigterm") == (-signal.SIGTERM, [])
+
+
+# Ctrl-C's exit: the hook's save turns the automatic collector off for the
+# rest of the exit (its allocations would otherwise start a full collection,
+# 45 ms in a JAX program), and the interpreter's finalization still collects
+# what the program left, so a cycle's __del__ runs as without the hook.
+GC_PROGRAM = r"""
+import atexit, gc, os, sys
+import jax, jax.numpy as jnp
+hooked, marks = sys.argv[1] == "hooked", sys.argv[2]
+fd = os.open(marks, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+class Cycle:
+    def __init__(self):
+        self.me = self
+    def __del__(self, write=os.write, fd=fd):
+        write(fd, b"COLLECTED\n")
+def late():  # registered before install: runs after the hook's exit work
+    os.write(fd, b"GC-ON\n" if gc.isenabled() else b"GC-OFF\n")
+    Cycle()  # garbage in a cycle: only a collection frees it
+atexit.register(late)
+if hooked:
+    import metrics
+    metrics.install()
+jax.jit(lambda x: x + 1)(jnp.ones(3)).block_until_ready()
+raise KeyboardInterrupt
+"""
+
+
+@pytest.mark.slow
+def test_ctrl_c_s_exit_save_starts_no_full_collection_yet_cycles_are_collected(
+        tmp_path: Path) -> None:
+    env = dict(os.environ, JAX_PLATFORMS="cpu", TPU_INFO_RUNTIME_DIR=str(tmp_path),
+               PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env.pop("TPU_INFO_SAVE", None)  # the suite saves nothing; this program does
+    got = {}
+    for variant in ("plain", "hooked"):
+        marks = tmp_path / f"{variant}.marks"
+        out = subprocess.run([sys.executable, "-c", GC_PROGRAM, variant, str(marks)], env=env,
+                             cwd=ROOT, capture_output=True, text=True, timeout=180)
+        assert "KeyboardInterrupt" in out.stderr, out.stderr[-2000:]
+        got[variant] = marks.read_text().split()
+    assert got["plain"] == ["GC-ON", "COLLECTED"]
+    assert got["hooked"] == ["GC-OFF", "COLLECTED"]
+    assert list((tmp_path / "runs").glob("*.tpurun")), "the hooked run was not saved"

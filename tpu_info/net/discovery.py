@@ -47,6 +47,7 @@ from tpu_info.contract.discovery_record import (
     SCHEMA_VERSION,
     DiscoveredProcess,
     parse_record,
+    process_start_unix,
     runtime_dir,
     unsafe_directory_reason,
 )
@@ -114,29 +115,6 @@ class Scan:
             lines.append(f"{len(kept) - first:,} more records skipped: " + ", ".join(
                 f"{n:,} {reason}" for reason, n in by_reason.most_common()))
         return lines
-
-
-def process_start_unix(pid: int, proc_root: str = "/proc") -> float:
-    """When ``pid`` started (Unix seconds), reckoned as psutil's
-    ``create_time()`` is on Linux, which the hook writes in its record: the
-    boot time from ``/proc/stat`` plus the process's start ticks. Read
-    without importing psutil (5-30 ms of a one-shot's start); psutil where
-    there is no procfs.
-
-    Raises:
-        OSError, ValueError: the process is gone or its start cannot be read.
-    """
-    if not os.path.exists(f"{proc_root}/self/stat"):
-        import psutil
-
-        return float(psutil.Process(pid).create_time())
-    with open(f"{proc_root}/{pid}/stat", "rb") as f:
-        ticks = int(f.read().rsplit(b")", 1)[1].split()[19])  # field 22: starttime
-    with open(f"{proc_root}/stat", "rb") as f:
-        boot = next((float(line.split()[1]) for line in f if line.startswith(b"btime ")), None)
-    if boot is None:
-        raise ValueError(f"no btime in {proc_root}/stat")
-    return ticks / os.sysconf("SC_CLK_TCK") + boot
 
 
 def pid_alive(pid: int, start_time: float | None = None) -> bool:

@@ -18,6 +18,7 @@ from collections.abc import Iterable
 from typing import Any, NamedTuple
 
 from tpu_info.contract.buckets import SortedCounts
+from tpu_info.contract.captures import RemoteCapture
 from tpu_info.contract.cause_kinds import CauseKind
 from tpu_info.contract.model import (
     BucketCounts,
@@ -250,3 +251,12 @@ def metric_infos_to_proto(infos: Iterable[MetricInfo]) -> pb.ListMetricsReply:
     for i in infos:
         reply.metrics.add(name=i.name, kind=i.kind, unit=UNIT_TO_PB[i.unit], help=i.help)
     return reply
+
+
+def capture_reply(out: RemoteCapture) -> pb.CaptureReply:
+    """The ``Capture`` reply carrying what a capture function returned."""
+    return pb.CaptureReply(
+        trace=out.trace, format=out.format, protocol_version=PROTOCOL_VERSION,
+        files=[pb.CaptureFile(name=f.name, size_bytes=f.size_bytes, data=f.data or b"",
+                              server_path=f.server_path) for f in out.files],
+        truncated=out.truncated, notes=list(out.notes), event_count=out.event_count)
