@@ -122,6 +122,14 @@ if __name__ == "__main__":
 """
 
 
+def _default_sigint() -> None:
+    """In the program, before it starts: Ctrl-C does what it does at a terminal.
+    A shell starts a background job (``make bench &``, ``nohup``) with SIGINT
+    ignored, and a child inherits that: Python then installs no
+    KeyboardInterrupt handler and every ``sigint`` row would hang for 60 s."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 class Trial:
     """One program run: started, stopped as the row says, timed."""
 
@@ -136,7 +144,7 @@ class Trial:
             [python, script, variant, mode], stdout=subprocess.PIPE,
             stderr=self.err, stdin=subprocess.DEVNULL, text=True, cwd=ROOT,
             env={**env, "TPU_INFO_RUNTIME_DIR": runtime, "TPU_INFO_SERVE": serve},
-            start_new_session=True)
+            start_new_session=True, preexec_fn=_default_sigint)
         self.runtime = runtime
 
     def stderr_tail(self) -> str:
