@@ -151,6 +151,10 @@ def _without_pid(series: Series) -> Series:
                      for name, labels in series)
 
 
+def _without_findings(series: Series) -> Series:
+    return frozenset(s for s in series if not s[0].startswith("tpu_info_finding"))
+
+
 def test_a_restart_keeps_every_series_and_two_runs_of_one_script_stay_apart(
         script: Path, runtime: Path):
     ex = HostExporter(ExporterOptions(host_label="h1", job="llama", runtime_dir=runtime,
@@ -177,7 +181,10 @@ def test_a_restart_keeps_every_series_and_two_runs_of_one_script_stay_apart(
                  for name, labels in after if name == "tpu_info_process_info"}
         assert infos == {"train.py": str(restarted.pid), "train.py#2": str(second.pid)}
         # Every series of the restarted process is the one it had: only the
-        # info series changed (its pid).
+        # info series changed (its pid). Findings come and go with time (on a
+        # loaded machine compile_share appeared between the two reads), so
+        # their families are left out.
+        before, after = _without_findings(before), _without_findings(after)
         assert before ^ after == {s for s in before ^ after if s[0] == "tpu_info_process_info"}
         assert len(before ^ after) == 2
         assert _without_pid(before) == _without_pid(after)

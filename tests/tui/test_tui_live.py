@@ -41,6 +41,17 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def port_is_free(port: int) -> bool:
+    """Whether a server could bind ``port`` now (as grpc does, past TIME_WAIT)."""
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
 async def until(cond: Callable[[], bool], timeout: float = 60.0,
                 why: Callable[[], str] = lambda: "") -> None:
     loop = asyncio.get_running_loop()
@@ -75,6 +86,10 @@ async def test_streams_then_shows_the_disconnect_then_reconnects():
             assert app.state.targets[target].since_unix is not None
             assert app.main.query_one("#banner").display
             assert app.is_running
+            # The killed program's serving helper leaves once it reads its end of
+            # file, which a loaded machine can take seconds to schedule.
+            await until(lambda: port_is_free(port), timeout=180.0,
+                        why=lambda: f"(port {port} still held: the killed program's helper?)")
             prog = HookedProgram(env={"HOOK_PORT": str(port)})  # the same place again
             await until(lambda: app.state.targets[target].state is Conn.STREAMING)
     finally:

@@ -10,6 +10,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -164,13 +165,22 @@ def test_streamed_process_and_metric_frames_carry_the_time(flags, stamped):
 
 @pytest.mark.slow
 def test_minus_l_minus_p_to_a_pipe_stamps_every_frame():
+    # Streaming runs until stopped: read until two frames came (a loaded machine
+    # takes its time starting the command), then stop it.
+    proc = subprocess.Popen([sys.executable, "-m", "tpu_info", "--no-discovery", "-p", "-l",
+                             "0.2"], env=_env(), cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True)
+    assert proc.stdout is not None
+    text, deadline = "", time.monotonic() + 120
     try:
-        out = subprocess.run([sys.executable, "-m", "tpu_info", "--no-discovery", "-p", "-l",
-                              "0.2"], env=_env(), cwd=ROOT, capture_output=True,
-                             timeout=3).stdout
-    except subprocess.TimeoutExpired as e:  # streaming runs until stopped
-        out = e.stdout or b""
-    text = out.decode()
+        while text.count("Processes") < 3 and time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if not line:
+                break
+            text += line
+    finally:
+        proc.kill()
+        proc.wait()
     frames = text.count("Processes")
     assert frames >= 2 and len(STAMP.findall(text)) >= frames, text  # the stamp comes first
 

@@ -27,7 +27,7 @@ from tpu_info.contract.model import (
 )
 from tpu_info.contract.phases import bursts_phase, phase_of
 from tpu_info.proto import tpu_info_v1_pb2 as pb
-from tpu_info.views.cost import cost_cell
+from tpu_info.views.cost import ONE_OFF_WARN_SECONDS, ONE_OFF_WARN_SHARE, cost_cell
 from tpu_info.views.findings import find
 from tpu_info.wire import codec, encoder
 
@@ -149,7 +149,8 @@ PROGRAM = textwrap.dedent("""
     s = metrics.snapshot()
     print(json.dumps({"step": s.steps.seconds_total / s.steps.count, "findings": [
         {"kind": f.kind, "phase": f.phase, "severity": f.severity.value, "cell": cost_cell(f),
-         "per_step": f.seconds_per_step, "share": f.share_of_step, "message": f.message}
+         "per_step": f.seconds_per_step, "share": f.share_of_step, "message": f.message,
+         "share_of_run": f.share_of_run, "seconds_lost": f.seconds_lost}
         for f in find(s)]}))
 """)
 
@@ -164,9 +165,14 @@ def test_a_real_loop_with_eager_init_a_short_batch_and_periodic_checkpoints(tmp_
     assert r.returncode == 0, r.stderr[-3000:]
     out = json.loads(r.stdout.strip().splitlines()[-1])
     by_kind = {f["kind"]: f for f in out["findings"]}
-    # 1. The initialisation's op-by-op compiles are start-up work, not a per-step warning.
+    # 1. The initialisation's op-by-op compiles are start-up work, not a per-step warning:
+    #    information, unless they weigh on the run as the rule says (a loaded machine
+    #    made them 10.6 s of a short run once).
     eager = by_kind["eager_ops"]
-    assert eager["phase"] == "setup" and eager["severity"] == "info", eager
+    weighs = (eager["share_of_run"] or 0.0) >= ONE_OFF_WARN_SHARE and \
+        eager["seconds_lost"] >= ONE_OFF_WARN_SECONDS
+    assert eager["phase"] == "setup", eager
+    assert eager["severity"] == ("warning" if weighs else "info"), eager
     assert eager["per_step"] is None and "/step" not in eager["cell"], eager
     assert "once at start-up" in eager["message"] and "train.py:1" in eager["message"], eager
     assert "Wrap the loop body" not in eager["message"]
