@@ -23,6 +23,14 @@ os.environ.setdefault("TPU_INFO_PORT", "0")
 os.environ.setdefault("TPU_INFO_SAVE", "off")
 
 
+def patient(seconds: float) -> float:
+    """A hang guard's timeout stretched by the machine's load: a heavy program
+    (torch.compile, torch_xla) takes about load/cores times longer on a loaded
+    machine (``tools/loaded_suite.py``). Never a performance check."""
+    cores = os.cpu_count() or 1
+    return seconds * max(1.0, os.getloadavg()[0] / cores)
+
+
 def run_python(code: str, *, env: dict[str, str] | None = None, timeout: float = 120,
                cwd: str | Path | None = None) -> subprocess.CompletedProcess[str]:
     """Runs ``code`` in a fresh interpreter with the project importable."""

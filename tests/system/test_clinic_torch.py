@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import patient
+
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "clinic_torch.py"
 _FINDING = re.compile(r"^  - \[(?P<kind>[a-z0-9_]+)\] (?P<msg>.+)$", re.MULTILINE)
@@ -54,7 +56,8 @@ def _run(mode: str, tmp: Path) -> list[tuple[str, str]]:
                "--install", "none"]
     else:
         cmd = [sys.executable, *args, "--install", mode]
-    r = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, timeout=180)
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT,
+                       timeout=patient(180))
     assert r.returncode == 0, r.stderr[-3000:]
     assert "could not install" not in r.stderr, r.stderr[-2000:]
     return findings_of(r.stdout)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import patient
 from tests.metrics.engines.torch.test_torch_xla import xla_python
 from tests.system.test_clinic_torch import findings_of, mistake_lines
 
@@ -34,7 +35,8 @@ def _run(mode: str, tmp: Path) -> list[tuple[str, str]]:
     args = [str(EXAMPLE), "--report", "--epochs", "1"]
     cmd = ([py, "-m", "tpu_info", "run", "--", py, *args, "--install", "none"]
            if mode == "run" else [py, *args, "--install", mode])
-    r = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, timeout=240)
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT,
+                       timeout=patient(240))
     assert r.returncode == 0, r.stderr[-3000:]
     assert "could not install" not in r.stderr, r.stderr[-2000:]
     return findings_of(r.stdout)
@@ -139,6 +141,6 @@ def test_analysis_waits_for_its_compile_time_sample(tmp_path):
     for var in ("PT_XLA_DEBUG_LEVEL", "PT_XLA_DEBUG_FILE", "PT_XLA_DEBUG"):
         env.pop(var, None)
     r = subprocess.run([xla_python(), "-c", ANALYSIS_RACE], capture_output=True, text=True,
-                       env=env, cwd=tmp_path, timeout=120)
+                       env=env, cwd=tmp_path, timeout=patient(120))
     assert r.returncode == 0, r.stderr[-3000:]
     assert "waited True" in r.stdout and "timed True" in r.stdout, r.stdout

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import run_python
+from tests.conftest import patient, run_python
 from tests.lines import line_of
 
 torch = pytest.importorskip("torch")
@@ -292,7 +292,7 @@ def test_warm_inductor_cache_still_counts_the_recompile_and_its_cause(tmp_path):
     import json
 
     env = {"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}
-    cold, warm = (run_python(WARM_PROGRAM, env=env, timeout=240) for _ in range(2))
+    cold, warm = (run_python(WARM_PROGRAM, env=env, timeout=patient(240)) for _ in range(2))
     assert cold.returncode == 0 and warm.returncode == 0, cold.stderr[-2000:] + warm.stderr[-2000:]
     cold_doc, warm_doc = json.loads(cold.stdout), json.loads(warm.stdout)
     assert [g[:2] for g in cold_doc["graphs"]] == [[1, 0], [1, 0]]
