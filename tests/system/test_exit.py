@@ -88,6 +88,12 @@ def _stop(proc: subprocess.Popen[str], marks: Path, how: str) -> tuple[int, list
         proc.stdin.flush()
     try:
         proc.wait(timeout=120)
+    except subprocess.TimeoutExpired:
+        # Still running (a Ctrl-C lost at load 30: stop 28 saw it unhooked too):
+        # never leave it looping past the test (one burnt a core for an hour).
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        raise
     finally:
         for pipe in (proc.stdin, proc.stdout):
             try:
