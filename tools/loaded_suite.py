@@ -2,7 +2,8 @@
 
 Every test's timing must survive a neighbour's job (issue 29: "the whole
 suite passes under that load"). Run one after the other at a load of 20 on
-2 cores, the suite takes about ten times its quiet hour; so it runs in
+2 cores, the suite takes about ten times as long as on a quiet machine
+(100 minutes and more); so it runs in
 ``--shards`` pytest processes at once, the test files dealt among them by
 size. That makes the machine busier still for every test (each process
 gets a smaller share of a core than one run alone would), never quieter.

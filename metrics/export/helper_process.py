@@ -26,9 +26,11 @@ from collections.abc import Callable
 from typing import Any
 
 from metrics.export import owner
+from metrics.export.binding import BindError
+from metrics.export.captures import CaptureFn
 from metrics.export.helper_channel import Channel
 from metrics.export.owner import Caller
-from metrics.export.server import BindError, CaptureFn, Server
+from metrics.export.server import Server
 from metrics.recording.events import EventLog
 from tpu_info.contract.captures import CaptureFile, RemoteCapture
 from tpu_info.contract.discovery_record import runtime_dir
