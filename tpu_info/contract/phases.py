@@ -84,7 +84,8 @@ def every_steps(count: int, steps: StepsReading | None,
 
 
 def bursts_phase(times: list[float], steps: StepsReading | None,
-                 seconds: list[float] | None = None) -> tuple[Phase, int]:
+                 seconds: list[float] | None = None,
+                 sites: list[str] | None = None) -> tuple[Phase, int]:
     """The phase of events ending at ``times`` (compiles, each taking
     ``seconds``) and how many times the work happened: an event that began
     less than two steps (and :data:`BURST_MIN_S`) after the previous one ended
@@ -92,29 +93,54 @@ def bursts_phase(times: list[float], steps: StepsReading | None,
     one, not a per-step cost. Events in at least half the steps are per-step only when
     they span at least half the loop; occurrences in the loop are otherwise
     periodic from :data:`PERIODIC_AT_LEAST` on (and seen again within
-    :data:`STOPPED_PERIODS` of their period before the loop's end), else once."""
+    :data:`STOPPED_PERIODS` of their period before the loop's end), else once.
+
+    ``sites`` (what each event compiled and from where, in ``times``' order)
+    tell one pass from recurring work however soon the read and however the
+    machine stretches the pass: a new occurrence begins only where some site
+    of the current one compiles again (new shapes, the next pass), so an
+    evaluation's train and test calls, or one pass slowed into pieces, are once."""
     if not times:
         return Phase.UNKNOWN, 0
     took = dict(zip(times, seconds)) if seconds is not None else {}
-    order = sorted(times)
+    order = sorted(range(len(times)), key=times.__getitem__)
+    at = [times[i] for i in order]
     per_step = (steps.seconds_per_step or 0.0) if steps else 0.0
     # One occurrence while the next begins within two steps and BURST_MIN_S of the
     # last (both: two epochs of fast steps are two, however close in time).
     gap = min(BURST_MIN_S, 2 * per_step) if per_step else BURST_MIN_S
-    bursts = 1 + sum(1 for a, b in zip(order, order[1:]) if b - took.get(b, 0.0) - a > gap)
-    phase = phase_of(order[0], order[-1], len(order), steps)
+    starts = [0] + [k + 1 for k, (a, b) in enumerate(zip(at, at[1:]))
+                    if b - took.get(b, 0.0) - a > gap]
+    if sites is not None:
+        starts = _passes(starts, [sites[i] for i in order])
+    bursts = len(starts)
+    phase = phase_of(at[0], at[-1], len(at), steps)
     loop = loop_of(steps)
     if phase == Phase.STEP and loop is not None and (
-            order[-1] - order[0] < PER_STEP_AT_LEAST * (loop[1] - loop[0])):
+            at[-1] - at[0] < PER_STEP_AT_LEAST * (loop[1] - loop[0])):
         phase = Phase.ONCE  # many events in a short stretch of the loop: told by bursts
-    after_loop = loop is not None and order[0] - took.get(order[0], 0.0) > loop[1]
+    after_loop = loop is not None and at[0] - took.get(at[0], 0.0) > loop[1]
     if phase in (Phase.PERIODIC, Phase.ONCE) and not after_loop:
         phase = Phase.PERIODIC if bursts >= PERIODIC_AT_LEAST else Phase.ONCE
     if phase == Phase.PERIODIC and loop is not None:
         # Work that recurs is seen again within its period: compiles that
         # stopped long before the loop's end were a first pass (an
         # evaluation's two data sets), once, not every N steps.
-        period = (order[-1] - order[0]) / (bursts - 1)
-        if loop[1] - order[-1] > STOPPED_PERIODS * period + gap:
+        period = (at[-1] - at[0]) / (bursts - 1)
+        if loop[1] - at[-1] > STOPPED_PERIODS * period + gap:
             phase = Phase.ONCE
     return phase, bursts
+
+
+def _passes(starts: list[int], sites: list[str]) -> list[int]:
+    """The burst ``starts`` (indexes into time-sorted ``sites``) where a new
+    pass begins: a burst that compiles a site the current pass already did."""
+    kept = [0]
+    current: set[str] = set()
+    for a, b in zip(starts, starts[1:] + [len(sites)]):
+        burst = sites[a:b]
+        if a and current.intersection(burst):
+            kept.append(a)
+            current = set()
+        current.update(burst)
+    return kept

@@ -152,6 +152,20 @@ def _compile_times(s: Snapshot, tiny: list[GraphRecord]) -> dict[str, float]:
     return times
 
 
+def _compile_sites(s: Snapshot, tiny: list[GraphRecord]) -> list[str] | None:
+    """What each single-op graph compiled and from where (its op, the op's
+    line and the user's call that led there), in ``tiny``'s order: the same
+    op from the same line and call compiling again is the next pass. None
+    when some compile event is gone from the ring (then times alone judge)."""
+    names = {g.hash for g in tiny}
+    site: dict[str, str] = {}
+    for e in s.events:
+        if e.kind == EventKind.COMPILE and e.graph_hash in names:
+            m = _CALLED_FROM_RE.search(e.detail)
+            site[e.graph_hash] = f"{e.name} {e.location} {m.group('loc') if m else ''}"
+    return [site[g.hash] for g in tiny] if all(g.hash in site for g in tiny) else None
+
+
 def _by_stretch(s: Snapshot, tiny: list[GraphRecord]) -> list[list[GraphRecord]]:
     """The single-op graphs split by when they compiled: before the step loop,
     in it, after it; a stretch of at least ``MIN_GRAPHS`` is judged on its
@@ -217,7 +231,7 @@ def _eager_finding(s: Snapshot, tiny: list[GraphRecord], times: list[float]) -> 
     site, where, what = _eager_where(_eager_sites(s, tiny, window))
     where += _via(s, tiny, window)
     phase, bursts = _outside_loop(times, steps_of(s)) or bursts_phase(
-        times, steps_of(s), [g.compile_seconds_last for g in tiny])
+        times, steps_of(s), [g.compile_seconds_last for g in tiny], _compile_sites(s, tiny))
     listed = f"{', '.join(ops[:4])}{', ...' if len(ops) > 4 else ''}"
     step = step_function(s)
     if phase in OUTSIDE_STEP:

@@ -359,3 +359,41 @@ def test_eager_ops_before_and_after_the_loop_are_one_off_not_every_n_steps() -> 
         (f,) = [f for f in find(s) if f.kind == "eager_ops"]
         assert words in f.message and "every" not in f.message, f.message
         assert f.severity == "info" and f.phase in ("once", "teardown")
+
+
+def test_a_first_pass_over_two_calls_is_once_however_soon_the_read() -> None:
+    # Read two steps' time after an evaluation of the train set then the test
+    # set (each call compiles the ops once, 1 s apart): times alone cannot
+    # tell this from work every 1 s; the calls can.
+    train = [1005.0 + 0.01 * i for i in range(10)]
+    test = [1006.0 + 0.01 * i for i in range(10)]
+    soon = replace(LOOP, last_unix=1006.3)
+    assert bursts_phase(train + test, soon)[0] == Phase.PERIODIC
+    ops = [f"jit(op{i}) /w/train.py:44" for i in range(10)]
+    calls = [f"{op} train.py:93" for op in ops] + [f"{op} train.py:94" for op in ops]
+    assert bursts_phase(train + test, soon, sites=calls) == (Phase.ONCE, 1)
+    # One pass stretched into pieces by a loaded machine: once, in one piece.
+    slow = [1005.0 + 0.6 * i for i in range(10)]
+    assert bursts_phase(slow, soon, [0.3] * 10)[0] == Phase.PERIODIC
+    assert bursts_phase(slow, soon, [0.3] * 10, ops) == (Phase.ONCE, 1)
+    # The same ops from the same call compiling again (new shapes each pass) recur.
+    assert bursts_phase(train + test, soon, sites=ops + ops) == (Phase.PERIODIC, 2)
+
+
+def test_eager_evaluation_of_two_data_sets_reads_once_not_every_n_steps() -> None:
+    from tpu_info.contract.model import CALLED_FROM, GraphRecord
+
+    ops = ["dot", "add", "_argmax", "_mean", "max", "exp", "sub", "log", "eq", "_reduce_sum"]
+    times = [1004.0 + 0.01 * k for k in range(10)] + [1005.0 + 0.01 * k for k in range(10)]
+    graphs = tuple(GraphRecord(f"{k:064x}", f"jit({ops[k % 10]})", "jax", t, t, compiles=1,
+                               compile_seconds_total=0.02, compile_seconds_last=0.02)
+                   for k, t in enumerate(times))
+    events = tuple(Event(k + 1, t, "compile", g.name, g.hash,
+                         f"{CALLED_FROM}accuracy() at /w/train.py:{93 + k // 10}",
+                         "/w/train.py:44", 0.02)
+                   for k, (t, g) in enumerate(zip(times, graphs)))
+    s = Snapshot(1007.0, uptime_seconds=9.0, steps=replace(LOOP, last_unix=1006.5),
+                 graphs=graphs, events=events, last_seq=len(events))
+    (f,) = [f for f in find(s) if f.kind == "eager_ops"]
+    assert "every" not in f.message and "once in the step loop" in f.message, f.message
+    assert f.phase == "once"
