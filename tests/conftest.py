@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -21,6 +22,13 @@ os.environ.setdefault("TPU_INFO_PORT", "0")
 # Hooked test programs save no run unless a test asks (tests/system/test_saved_runs.py):
 # many tests check that a program leaves its runtime directory empty.
 os.environ.setdefault("TPU_INFO_SAVE", "off")
+# A suite started in the background (``nohup``, ``cmd &`` in a script) inherits
+# SIGINT ignored, and so would every program a test starts: Python installs no
+# KeyboardInterrupt in them, and the tests that press Ctrl-C (test_exit, the
+# CLI's --streaming, the TUI) would wait out a Ctrl-C that can never land. A
+# handled signal is reset to the default in an exec'd child; an ignored one is not.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def patient(seconds: float) -> float:

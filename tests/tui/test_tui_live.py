@@ -52,6 +52,23 @@ def port_is_free(port: int) -> bool:
         return True
 
 
+def port_holders(port: int) -> str:
+    """Who has ``port`` now (pid, name, state, age), for a test that waits for it."""
+    import psutil
+
+    held = []
+    for c in psutil.net_connections("tcp"):
+        if c.laddr and c.laddr.port == port:
+            try:
+                p = psutil.Process(c.pid) if c.pid else None
+                who = (f"pid {c.pid} {p.name()} {' '.join(p.cmdline())[:80]!r} "
+                       f"{p.status()}" if p else "no process")
+            except psutil.Error:
+                who = f"pid {c.pid} (gone)"
+            held.append(f"{c.status} {c.laddr.port}->{c.raddr.port if c.raddr else '-'}: {who}")
+    return "; ".join(held) or "nobody"
+
+
 async def until(cond: Callable[[], bool], timeout: float = 60.0,
                 why: Callable[[], str] = lambda: "") -> None:
     loop = asyncio.get_running_loop()
@@ -89,7 +106,7 @@ async def test_streams_then_shows_the_disconnect_then_reconnects():
             # The killed program's serving helper leaves once it reads its end of
             # file, which a loaded machine can take seconds to schedule.
             await until(lambda: port_is_free(port), timeout=180.0,
-                        why=lambda: f"(port {port} still held: the killed program's helper?)")
+                        why=lambda: f"(port {port} still held by {port_holders(port)})")
             prog = HookedProgram(env={"HOOK_PORT": str(port)})  # the same place again
             await until(lambda: app.state.targets[target].state is Conn.STREAMING)
     finally:

@@ -73,6 +73,11 @@ class SiteReading:
     # How many separate times the line ran: reads in one step's (or one
     # evaluation's) burst count once; 0 when the engine does not tell.
     occurrences: int = 0
+    # Steps from the first occurrence's step to the last's (the step index
+    # the hook kept); 0 when the engine does not tell. ``steps_spanned /
+    # (occurrences - 1)`` is how many steps apart periodic work ran, exact
+    # where a loop's time per step is not (one-off compiles in it).
+    steps_spanned: int = 0
 
 
 # StepsReading.source values.

@@ -194,7 +194,8 @@ def _target(t: TargetReadings, top_graphs: int | None) -> dict[str, Any]:
                 "detail": _s(x.detail), "count": x.count, "bytes": x.bytes,
                 "seconds": x.seconds, "last_seen_unix": x.last_seen_unix,
                 "first_seen_unix": x.first_seen_unix, "phase": site_phase(s, x).value,
-                "via": _s(x.via), "not_raised": why or None}
+                "via": _s(x.via), "occurrences": x.occurrences,
+                "steps_spanned": x.steps_spanned, "not_raised": why or None}
                for x, why in zip(s.sites, not_raised(s), strict=True)],
         blind_spots=[_s(b) for b in s.blind_spots],
         findings=[_finding(f) for f in t.findings],
@@ -360,7 +361,8 @@ JSON_SCHEMA: dict[str, Any] = {
                     "properties": {"kind": {"type": "string"}, "location": {"type": "string"},
                                    "count": {"type": "integer"}, "bytes": {"type": "integer"},
                                    "seconds": {"type": "number"},
-                                   "phase": {"type": "string"}}}},
+                                   "phase": {"type": "string"}, "occurrences": _INT,
+                                   "steps_spanned": _INT}}},
                 "blind_spots": {"type": "array", "items": {"type": "string"}},
                 "custom_metrics": {"type": "array", "items": {
                     "type": "object", "required": ["name", "kind", "unit", "help"],

@@ -108,6 +108,7 @@ class Cost:
     run_seconds: float = 0.0
     span: tuple[float, float] | None = None  # first and last occurrence (unix)
     note: str = ""  # after the label: what the figure stands for, where it is a bound
+    apart: float | None = None  # steps between occurrences, counted by the hook (else from time)
 
     @property
     def outside_step(self) -> bool:
@@ -145,6 +146,8 @@ class Cost:
     def every_steps(self) -> float | None:
         if self.phase != Phase.PERIODIC:
             return None
+        if self.apart and (self.steps is None or self.apart <= self.steps.count):
+            return max(1.0, self.apart)
         return every_steps(self.count or 0, self.steps, self.span)
 
     def label(self) -> str:
@@ -219,14 +222,16 @@ def outside_warns(c: Cost) -> bool:
 
 def cost_of(s: Snapshot, seconds: float, count: int | None, estimated: str = "",
             phase: Phase | str = Phase.UNKNOWN,
-            span: tuple[float, float] | None = None, note: str = "") -> Cost:
+            span: tuple[float, float] | None = None, note: str = "",
+            apart: float | None = None) -> Cost:
     """The cost of something that happened ``count`` times and took ``seconds``
     in ``s``; ``estimated`` names how the seconds were estimated (empty: measured);
     ``phase`` where it happened (:func:`tpu_info.contract.phases.phase_of`),
     ``span`` its first and last time (for how many steps apart it recurs);
-    ``note`` what the figure stands for, said after how it was had."""
+    ``note`` what the figure stands for, said after how it was had; ``apart``
+    how many steps apart it recurred, where the hook counted them."""
     return Cost(max(0.0, seconds), count, bool(estimated), estimated, steps_of(s),
-                as_phase(phase), s.uptime_seconds, span, note)
+                as_phase(phase), s.uptime_seconds, span, note, apart)
 
 
 def as_phase(value: Phase | str) -> Phase:

@@ -126,20 +126,30 @@ def site_phase(s: Snapshot, site: SiteReading) -> Phase:
                     min(site.occurrences, site.count) or site.count, steps_of(s))
 
 
-def _site_cost(s: Snapshot, site: SiteReading) -> Cost:
+def steps_apart(site: SiteReading) -> float | None:
+    """How many steps apart the line's occurrences were, from the step index
+    the hook kept (None: not told, or fewer than two occurrences)."""
+    if site.steps_spanned <= 0 or site.occurrences < 2:
+        return None
+    return site.steps_spanned / (site.occurrences - 1)
+
+
+def site_cost(s: Snapshot, site: SiteReading) -> Cost:
+    """What ``site`` cost, in its phase: per step, or per time it ran."""
     phase = site_phase(s, site)
     span = (site.first_seen_unix, site.last_seen_unix) if site.first_seen_unix else None
+    apart = steps_apart(site)
     if phase in OUTSIDE_STEP and site.occurrences:  # costed per time it ran, not per read
         site = replace(site, count=min(site.occurrences, site.count))
     if site.seconds > 0 and site.kind == SiteKind.SYNC.value and phase not in OUTSIDE_STEP:
-        return _sync_cost(s, site, phase, span)
+        return replace(_sync_cost(s, site, phase, span), apart=apart)
     if site.seconds > 0:
-        return cost_of(s, site.seconds, site.count, phase=phase, span=span)
+        return cost_of(s, site.seconds, site.count, phase=phase, span=span, apart=apart)
     rate, how = transfer_rate(s)
     fixed = ASSUMED_SYNC_S * site.count if site.kind == SiteKind.SYNC.value else 0.0
     if fixed:
         how += f" plus {duration(ASSUMED_SYNC_S)} a read"
-    return cost_of(s, fixed + site.bytes / rate, site.count, how, phase, span)
+    return cost_of(s, fixed + site.bytes / rate, site.count, how, phase, span, apart=apart)
 
 
 def _sync_cost(s: Snapshot, site: SiteReading, phase: Phase,
@@ -288,7 +298,7 @@ def _outside_finding(site: SiteReading, c: Cost) -> Finding | None:
 
 
 def _finding(s: Snapshot, site: SiteReading) -> Finding | None:
-    c = _site_cost(s, site)
+    c = site_cost(s, site)
     if c.outside_step:
         return _outside_finding(site, c)
     if not _worth_saying(c, site):
@@ -342,7 +352,7 @@ def _not_raised(s: Snapshot, site: SiteReading, broken: set[str]) -> str:
         return "the graph break at this line is the finding (it names this read)"
     if _finding(s, site) is not None:
         return ""
-    c = _site_cost(s, site)
+    c = site_cost(s, site)
     if c.outside_step:
         floor = OUTSIDE_INFO_SHARE.get(c.phase, 1.0)
         return (f"{c.phase.value} work: {duration(c.seconds)}, "

@@ -29,7 +29,7 @@ def fill_diagnosis(msg: pb.Snapshot, s: Snapshot) -> None:
                       bytes=site.bytes, seconds=site.seconds, function=site.function,
                       detail=site.detail, last_seen_unix=site.last_seen_unix,
                       first_seen_unix=site.first_seen_unix, phase=site.phase, via=site.via,
-                      occurrences=site.occurrences)
+                      occurrences=site.occurrences, steps_spanned=site.steps_spanned)
     st = s.steps
     if st is not None:
         msg.steps.count = st.count
@@ -55,6 +55,7 @@ def _site(m: pb.Site, dec: Decoding) -> SiteReading:
         last_seen_unix=dec.when(m.last_seen_unix, where, "last_seen_unix"),
         first_seen_unix=dec.when(m.first_seen_unix, where, "first_seen_unix"),
         phase=text(m.phase), via=text(m.via), occurrences=m.occurrences,
+        steps_spanned=m.steps_spanned,
     )
 
 

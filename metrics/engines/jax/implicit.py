@@ -122,12 +122,12 @@ _KIND_CLASS = {ENGINE: _LIB, LIBRARY: _THIRD}
 
 class _Site:
     __slots__ = ("code", "offset", "detail", "count", "bytes", "ns", "first_end", "last_end",
-                 "where", "via", "occurrences", "last_step")
+                 "where", "via", "occurrences", "first_step", "last_step")
 
     def __init__(self, code: CodeType | None, offset: int, detail: str | None) -> None:
         self.code, self.offset, self.detail = code, offset, detail
         self.count = self.bytes = self.ns = self.occurrences = 0  # occurrences: steps it ran in
-        self.last_step = -1
+        self.first_step = self.last_step = -1  # the step index of the first and latest record
         self.first_end: int | None = None  # monotonic ns: the first record's end
         self.last_end = 0
         self.where: tuple[str, str] | None = None  # (location, function), resolved once read
@@ -421,6 +421,8 @@ class ImplicitTransfers:
             site.first_end = first_end
         if steps is not None:  # a batch that goes on in the site's last step: one less
             site.occurrences += steps.runs - (steps.first == site.last_step)
+            if site.first_step < 0:
+                site.first_step = steps.first
             site.last_step = steps.last
         return site
 

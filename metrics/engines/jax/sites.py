@@ -89,23 +89,25 @@ def readings(impl: ImplicitTransfers) -> list[SiteReading]:
                         detail=", ".join(details[:4]),
                         last_seen_unix=last_end / 1e9 + to_unix,
                         first_seen_unix=first_end / 1e9 + to_unix, via=via,
-                        occurrences=min(count, occurrences))
+                        occurrences=min(count, occurrences),
+                        steps_spanned=max(0, last_step - first_step) if first_step >= 0 else 0)
             for (kind, location), (count, nbytes, ns, first_end, last_end, function, details,
-                                   via, occurrences) in by_line(impl).items()]
+                                   via, occurrences, first_step, last_step)
+            in by_line(impl).items()]
 
 
 def sync_lines(impl: ImplicitTransfers) -> list[SyncLine]:
     """Device->host syncs per line of the user's code (not the overflow
     entry, nor syncs with no user frame), with their first and last time."""
     return [SyncLine(location, ", ".join(details[:4]), count, ns, first, last)
-            for (kind, location), (count, _, ns, first, last, _, details, _, _)
+            for (kind, location), (count, _, ns, first, last, _, details, _, _, _, _)
             in by_line(impl).items()
             if kind == SYNC and location not in (OTHER_SITES, NO_USER_FRAME)]
 
 
 def by_line(impl: ImplicitTransfers) -> dict[tuple[int, str], list[Any]]:
     """(kind, location) -> [count, bytes, ns, first end, last end, function,
-    details, via, occurrences]: ``impl``'s sites merged per line, folded
+    details, via, occurrences, first step, last step]: ``impl``'s sites merged per line, folded
     first. A line's occurrences are its busiest instruction's (the steps
     two reads of one line ran in are mostly the same; 0 for eager ops,
     whose count is already the times their line ran)."""
@@ -117,8 +119,9 @@ def by_line(impl: ImplicitTransfers) -> dict[tuple[int, str], list[Any]]:
         held = [(k[0], s) for k, s in impl._sites.items()]
         held += list(impl._other.items())
         rows = [(kind, s, s.detail, s.count, s.bytes, s.ns, s.first_end, s.last_end,
-                 s.occurrences) for kind, s in held]
-    for kind, site, detail, count, nbytes, ns, first_end, last_end, occurrences in rows:
+                 s.occurrences, s.first_step, s.last_step) for kind, s in held]
+    for (kind, site, detail, count, nbytes, ns, first_end, last_end, occurrences, first_step,
+         last_step) in rows:
         if detail == OVERFLOW:
             location, function, via = OTHER_SITES, "", ""
         else:
@@ -135,7 +138,7 @@ def by_line(impl: ImplicitTransfers) -> dict[tuple[int, str], list[Any]]:
         first_end = last_end if first_end is None else first_end
         if row is None:
             merged[(kind, location)] = [count, nbytes, ns, first_end, last_end, function,
-                                        details, via, occurrences]
+                                        details, via, occurrences, first_step, last_step]
             continue
         row[0] += count
         row[1] += nbytes
@@ -145,6 +148,9 @@ def by_line(impl: ImplicitTransfers) -> dict[tuple[int, str], list[Any]]:
         row[6].extend(d for d in details if d not in row[6])
         row[7] = row[7] or via
         row[8] = max(row[8], occurrences)
+        if first_step >= 0:  # -1: no step told (eager ops)
+            row[9] = first_step if row[9] < 0 else min(row[9], first_step)
+            row[10] = max(row[10], last_step)
     return merged
 
 

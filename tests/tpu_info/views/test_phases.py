@@ -60,7 +60,7 @@ def test_a_burst_of_compiles_in_the_loop_is_one_occurrence() -> None:
 
 def test_phases_and_the_loop_travel_on_the_wire() -> None:
     site = SiteReading("sync", "/w/train.py:9", 3, first_seen_unix=1001.0, last_seen_unix=1009.0,
-                       phase="periodic", via="flax nnx.jit")
+                       phase="periodic", via="flax nnx.jit", occurrences=3, steps_spanned=40)
     e = Event(1, 1002.0, EventKind.COMPILE, "jit(f)", via="flax nnx.jit")
     s = Snapshot(1011.0, sites=(site,), events=(e,), last_seq=1,
                  steps=StepsReading(100, "inferred", "jit(step)", 10.0, 1000.0, 1010.0, 7))
@@ -194,6 +194,11 @@ def test_json_says_each_line_and_findings_phase() -> None:
                     first_seen_unix=995.0, last_seen_unix=995.0, detail="jnp.asarray"),))
     target = report_json("t", s)["target"]
     assert target["sites"][0]["phase"] == "setup"
+    periodic = replace(s, sites=(SiteReading("sync", "/w/train.py:9", 50, first_seen_unix=1001.0,
+                                             last_seen_unix=1009.0, occurrences=5,
+                                             steps_spanned=80),))
+    site = report_json("t", periodic)["target"]["sites"][0]
+    assert (site["occurrences"], site["steps_spanned"]) == (5, 80)
     f = next(f for f in target["findings"] if f["kind"] == "setup_implicit_transfer")
     assert f["phase"] == "setup" and f["share_of_run"] == 0.15 and f["per_step"] is None
 

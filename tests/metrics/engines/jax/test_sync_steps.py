@@ -97,3 +97,20 @@ def test_with_marked_steps_a_read_belongs_to_the_marked_step(fresh_metrics):
     evaluation = _site(s, "total += float(evaluate(w, b))  # the evaluation read")
     assert (train.occurrences, train.phase) == (STEPS, "step")
     assert (evaluation.count, evaluation.occurrences, evaluation.phase) == (50, 5, "periodic")
+
+
+def test_periodic_reads_say_how_many_steps_apart_by_the_steps_counted(fresh_metrics):
+    # A one-off stall in the loop (a first compile, a checkpoint) makes the
+    # loop's mean step slower than its steps; "every N steps" from time
+    # would shrink. The hook counts the steps between the evaluations.
+    import time
+
+    import metrics
+    from tpu_info.views.sites import site_cost
+
+    _train(jax.jit, read_every_step=False, scrape=lambda: time.sleep(1.0))
+    s = metrics.snapshot()
+    read = _site(s, "total += float(evaluate(w, b))  # the evaluation read")
+    assert (read.occurrences, read.steps_spanned) == (5, 80)
+    cost = site_cost(s, read)
+    assert cost.every_steps == 20 and "every 20 steps" in cost.tail(), cost.tail()
