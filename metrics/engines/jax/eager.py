@@ -30,6 +30,10 @@ record starts a new time unless the previous record came from the same
 instruction with nothing else recorded in between (no counted jitted call,
 step mark, transfer or sync: what separates steps), so a periodic
 evaluation's hundreds of ops at one line are one time each, never "per step".
+Each record also carries its step (the step function's calls so far, as a
+device->host read does), so a line's ``occurrences`` are the steps it ran
+in and ``steps_spanned`` how far apart: an evaluation's ops every 47 steps
+read "every 47 steps", however long its own passes take.
 
 Not seen: eager calls of functions JAX jitted itself (``jnp.sin(x)``,
 ``x + 1``, ``jnp.sum(x)``) run in C++ after their first call; they are named
@@ -60,14 +64,14 @@ from metrics.engines.jax.implicit import (  # the walk's frame classes
     ImplicitTransfers,
 )
 from metrics.engines.jax.implicit import MAX_CODES as _MAX_CODES
-from metrics.engines.jax.sites import EAGER_OP, OVERFLOW
+from metrics.engines.jax.sites import EAGER_OP, OVERFLOW, grouped_steps
 from metrics.recording.journal import FOLD_AT
 from metrics.recording.recorder import Recorder
 
 if TYPE_CHECKING:
     from jax._src.core import EvalTrace, Primitive
 
-FIELDS = 6  # (code, offset, name, start, end, separators) per record
+FIELDS = 7  # (code, offset, name, start, end, separators, step) per record
 MAX_NAMES = 4  # primitive names kept per site
 # Not counted: host->device transfers (the transfer hooks count them) and a
 # PRNG key's wrapping and unwrapping (metadata only: no dispatch, no device work).
@@ -165,13 +169,20 @@ class EagerOps:
         np.maximum.at(latest, inv, ends)
         earliest = np.full(m, np.iinfo(np.int64).max, np.int64)
         np.minimum.at(earliest, inv, ends)
+        # The steps each line ran in (its occurrences: an evaluation's ops
+        # every 47 steps, 47 apart), where the step function was known (-1: not yet).
+        step_of = np.fromiter(flat[6::w], np.int64, n)
+        lowest = np.full(m, np.iinfo(np.int64).max, np.int64)
+        np.minimum.at(lowest, inv, step_of)
+        steps = grouped_steps(step_of, inv, m)
         impl = self.impl
         with impl._lock:
             for i in np.argsort(first, kind="stable").tolist():  # names in the order seen
                 j = int(first[i])
                 name = flat[w * j + 2]
                 site = impl._add_site(EAGER_OP, codes[j], offsets[j], name, int(times[i]), 0,
-                                      int(spent[i]), int(latest[i]), int(earliest[i]))
+                                      int(spent[i]), int(latest[i]), int(earliest[i]),
+                                      steps[i] if lowest[i] >= 0 else None)
                 names = site.detail.split(", ") if site.detail else []
                 if site.detail != OVERFLOW and name not in names and len(names) < MAX_NAMES:
                     site.detail = ", ".join([*names, name])
@@ -204,6 +215,7 @@ def _recorder(ops: EagerOps) -> Callable[[str, FrameType | None, int, int], None
     instruction offset kept; the line found when read) and appended with the
     separators' state. What it reads is bound once (hot path)."""
     impl = ops.impl
+    context = impl.context  # its step_owner: which step the op ran in
     get, classify, vias, user, third = impl._codes.get, impl._classify, impl._via, _USER, _THIRD
     q1, q2, q3, q4 = ops.separators
     queue, flush, fold_at = ops.queue, ops.journal.flush, FOLD_AT * FIELDS
@@ -228,8 +240,10 @@ def _recorder(ops: EagerOps) -> Callable[[str, FrameType | None, int, int], None
         offset = f.f_lasti if f is not None else 0
         if via is not None and len(vias) < _MAX_CODES:
             vias.setdefault((id(code), offset), via)
+        step = context.step_owner
         extend((code, offset, name, start, end,
-                len(q1) + (len(q2) << 15) + (len(q3) << 30) + (len(q4) << 45)))
+                len(q1) + (len(q2) << 15) + (len(q3) << 30) + (len(q4) << 45),
+                -1 if step is None else step.calls))
         if len(queue) >= fold_at:
             flush()
 
