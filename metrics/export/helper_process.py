@@ -187,7 +187,12 @@ def main(argv: list[str] | None = None) -> int:
     threading.Thread(target=_collect_garbage, args=(done,), name="tpu-info-gc",
                      daemon=True).start()
     while not done.is_set():
-        message = channel.recv()
+        try:
+            message = channel.recv()
+        except (OSError, ValueError):
+            # Killed with our request unread in its socket, the program's end
+            # resets ours (ECONNRESET, not an end of file): gone all the same.
+            message = None
         if message is None:  # the program is gone or ending: leave at once
             if server is not None:  # (the caller's os._exit closes the port)
                 _remove_record(program, server.port)
@@ -225,11 +230,18 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    code = main()
-    # Leave at once: the server is stopped and the helper has nothing to
-    # flush or remove. Interpreter finalization can block in gRPC's C-core
-    # shutdown: one helper whose program was gone stayed 78 minutes in
-    # epoll_wait after main() returned, still listening on the port.
+    try:
+        code = main()
+    except BaseException:  # noqa: BLE001 - never into finalization (below), whatever happened
+        import traceback
+
+        traceback.print_exc()
+        code = 1
+    # Leave at once, returned or raised: the helper has nothing to flush or
+    # remove. Interpreter finalization blocks in gRPC's C-core shutdown while
+    # a client is connected: a helper whose recv raised ECONNRESET stayed in
+    # epoll_wait, listening on the port (one for 78 minutes; a TUI test's
+    # port, at load 20, for minutes).
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)

@@ -7,6 +7,8 @@ import json
 import os
 import signal
 import socket
+import subprocess
+import threading
 import time
 
 import psutil
@@ -159,3 +161,46 @@ def test_tpu_info_serve_words(raw: str, serve: object):
     from metrics import config  # the one parse of every TPU_INFO_* variable
 
     assert config.serve_word(raw) == serve
+
+
+def _unread_in(pid: int) -> bool:
+    """Whether one of ``pid``'s Unix sockets has bytes it has not read (``ss``)."""
+    out = subprocess.run(["ss", "-xpn"], capture_output=True, text=True).stdout
+    return any(f"pid={pid}," in line and int(line.split()[2]) > 0
+               for line in out.splitlines()[1:] if len(line.split()) > 2
+               and line.split()[2].isdigit())
+
+
+@pytest.mark.slow
+def test_the_helper_leaves_when_the_program_dies_with_its_request_unread(tmp_path):
+    # The program is killed while the helper's snapshot request sits unread in
+    # its socket: the helper's read is reset (ECONNRESET), not at end of file.
+    # Before, main() raised, the interpreter's finalization waited in gRPC's
+    # shutdown, and the helper kept the port (and the record) for minutes.
+    env = {"TPU_INFO_SERVE": "process", "TPU_INFO_RUNTIME_DIR": str(tmp_path)}
+    with HookedProgram(env=env) as prog:
+        [helper] = _helpers_of(prog.proc.pid)
+        record = tmp_path / f"{prog.proc.pid}.json"
+        os.kill(prog.proc.pid, signal.SIGSTOP)  # it reads nothing more
+        client = Client(prog.address, timeout=30)
+        asking = threading.Thread(target=lambda: _quietly(client.snapshot), daemon=True)
+        asking.start()  # a client's read: the helper asks the program for a snapshot
+        deadline = time.monotonic() + 60
+        while not _unread_in(prog.proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _unread_in(prog.proc.pid), "the helper's request never reached the program"
+        os.kill(prog.proc.pid, signal.SIGKILL)
+        prog.proc.wait(10)
+        assert _gone_within(helper, 30)
+        assert not record.exists()
+        with socket.socket() as s:  # the port is free again
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind(("127.0.0.1", prog.port))
+        client.close()
+
+
+def _quietly(call) -> None:
+    try:
+        call()
+    except Exception:  # noqa: BLE001 - the program is killed under it
+        pass
