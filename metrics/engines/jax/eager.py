@@ -169,20 +169,28 @@ class EagerOps:
         np.maximum.at(latest, inv, ends)
         earliest = np.full(m, np.iinfo(np.int64).max, np.int64)
         np.minimum.at(earliest, inv, ends)
-        # The steps each line ran in (its occurrences: an evaluation's ops
-        # every 47 steps, 47 apart), where the step function was known (-1: not yet).
+        # The steps each instruction ran in (its occurrences: an evaluation's
+        # ops every 47 steps, 47 apart), where the step function was known (-1:
+        # not yet); per instruction, as the site table keeps them, not per op.
         step_of = np.fromiter(flat[6::w], np.int64, n)
-        lowest = np.full(m, np.iinfo(np.int64).max, np.int64)
-        np.minimum.at(lowest, inv, step_of)
-        steps = grouped_steps(step_of, inv, m)
+        _, at, by_site = np.unique(keys[:, :2].copy().view(np.dtype((np.void, 16))).ravel(),
+                                   return_index=True, return_inverse=True)
+        by_site = by_site.ravel()
+        lowest = np.full(at.size, np.iinfo(np.int64).max, np.int64)
+        np.minimum.at(lowest, by_site, step_of)
+        steps = grouped_steps(step_of, by_site, at.size)
+        told: set[int] = set()  # the instructions whose steps this batch has told
         impl = self.impl
         with impl._lock:
             for i in np.argsort(first, kind="stable").tolist():  # names in the order seen
                 j = int(first[i])
                 name = flat[w * j + 2]
+                k = int(by_site[j])
+                tell = k not in told and lowest[k] >= 0
+                told.add(k)
                 site = impl._add_site(EAGER_OP, codes[j], offsets[j], name, int(times[i]), 0,
                                       int(spent[i]), int(latest[i]), int(earliest[i]),
-                                      steps[i] if lowest[i] >= 0 else None)
+                                      steps[k] if tell else None)
                 names = site.detail.split(", ") if site.detail else []
                 if site.detail != OVERFLOW and name not in names and len(names) < MAX_NAMES:
                     site.detail = ", ".join([*names, name])

@@ -198,7 +198,8 @@ def test_eager_initialisation_before_the_loop_is_counted_as_set_up_not_per_step(
 
 
 def test_an_eager_evaluation_every_20_steps_occurs_once_per_evaluation_20_steps_apart(eng):
-    # Steps are the jitted step's calls; the evaluation's reshape runs three
+    # Steps are the jitted step's calls; the evaluation's reshape and transpose
+    # (two ops of one line: each evaluation once, not once per op) run three
     # times (three batches) in each of five evaluations.
     import metrics
     from tpu_info.views.sites import site_cost
@@ -209,7 +210,7 @@ def test_an_eager_evaluation_every_20_steps_occurs_once_per_evaluation_20_steps_
         w = step(w, batch)
         if (i + 1) % 20 == 0:
             for _ in range(3):
-                jnp.reshape(batch, (8, 8)).block_until_ready()  # EAGER(evaluation)
+                jnp.reshape(batch, (8, 8)).T.block_until_ready()  # EAGER(evaluation)
     s = metrics.snapshot()
     site = next(x for x in s.sites if x.location == _here("# EAGER(evaluation)"))
     assert (site.occurrences, site.steps_spanned) == (5, 80), site
