@@ -115,6 +115,10 @@ class RunSaver:
         self._ended = threading.Event()  # the end's save began: no more checkpoints
         self._error = ""  # the uncaught exception, as the excepthook saw it
         self._cache = PartCache()  # encodings the checkpoints made, reused by the end's save
+        # A checkpoint's file lands only before the end's: its rename, under
+        # this lock, checks that the end's save has not begun (a loaded machine
+        # once let a slow checkpoint replace the end's file, "saved while running").
+        self._file_lock = threading.Lock()
 
     def saw_exception(self, exc: BaseException) -> None:
         """The program is ending by an uncaught exception (the excepthook's)."""
@@ -133,7 +137,7 @@ class RunSaver:
                        len(snap.graphs))
                 if key != last and not self._ended.is_set():
                     last = key
-                    self._write(snap, "", "")
+                    self._write(snap, "", "", checkpoint=True)
             except Exception as e:  # noqa: BLE001 - never into the program
                 self._failed("saving.checkpoint", e)
 
@@ -170,7 +174,8 @@ class RunSaver:
             gc.disable()
         return self.save()
 
-    def _write(self, snap: Snapshot, ended: str, signal: str) -> Path | None:
+    def _write(self, snap: Snapshot, ended: str, signal: str,
+               checkpoint: bool = False) -> Path | None:
         if self.path is None:
             return None
         try:
@@ -180,7 +185,10 @@ class RunSaver:
             folder = self.path.parent
             if self._default:
                 folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-            runfile.write(self.path, data)
+            with self._file_lock:
+                if checkpoint and self._ended.is_set():
+                    return None  # the end's save began while this one was encoding
+                runfile.write(self.path, data)
             if self._default:
                 prune(folder)
             return self.path
