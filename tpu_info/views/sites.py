@@ -142,7 +142,7 @@ def site_cost(s: Snapshot, site: SiteReading) -> Cost:
     if phase in OUTSIDE_STEP and site.occurrences:  # costed per time it ran, not per read
         site = replace(site, count=min(site.occurrences, site.count))
     if site.seconds > 0 and site.kind == SiteKind.SYNC.value and phase not in OUTSIDE_STEP:
-        return replace(_sync_cost(s, site, phase, span), apart=apart)
+        return _sync_cost(s, site, phase, span, apart)
     if site.seconds > 0:
         return cost_of(s, site.seconds, site.count, phase=phase, span=span, apart=apart)
     rate, how = transfer_rate(s)
@@ -153,7 +153,7 @@ def site_cost(s: Snapshot, site: SiteReading) -> Cost:
 
 
 def _sync_cost(s: Snapshot, site: SiteReading, phase: Phase,
-               span: tuple[float, float] | None) -> Cost:
+               span: tuple[float, float] | None, apart: float | None) -> Cost:
     """A read in the step loop: the hook times its wait, and the wait holds the
     device's queued work, which runs whether or not the host waits. What the
     read costs is the overlap it prevents: at most the wait, and at most the
@@ -164,7 +164,7 @@ def _sync_cost(s: Snapshot, site: SiteReading, phase: Phase,
         other = max(0.0, steps.seconds_total - site.seconds)
         if other < lost:
             lost, note = other, HOST_NOTE
-    return cost_of(s, lost, site.count, phase=phase, span=span, note=note)
+    return cost_of(s, lost, site.count, phase=phase, span=span, note=note, apart=apart)
 
 
 def _outside_severity(c: Cost) -> Severity | None:
