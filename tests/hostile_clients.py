@@ -97,6 +97,7 @@ class RawH2:
         self.goaway: tuple[int, bytes] | None = None  # (error code, debug data)
         self.closed = threading.Event()
         self.resets: dict[int, int] = {}
+        self.received: dict[int, int] = {}  # frame type -> frames read (diagnostics)
         self._next_stream = 1
         self._lock = threading.Lock()
         settings = b"" if window is None else struct.pack(">HI", INITIAL_WINDOW_SIZE, window)
@@ -113,6 +114,7 @@ class RawH2:
             if f is None:
                 break
             kind, flags, stream, payload = f
+            self.received[kind] = self.received.get(kind, 0) + 1
             try:
                 if kind == SETTINGS and not flags & ACK:
                     self._send(frame(SETTINGS, ACK, 0))

@@ -58,7 +58,7 @@ class Journal:
             by default.
     """
 
-    __slots__ = ("_queue", "_fold", "_lock", "fold_at")
+    __slots__ = ("_queue", "_fold", "_lock", "fold_at", "folded")
 
     def __init__(self, fold: Callable[[list[Any]], None], fold_at: int = FOLD_AT,
                  lock: threading.Lock | None = None) -> None:
@@ -69,6 +69,10 @@ class Journal:
         self._fold = fold
         self._lock = lock if lock is not None else threading.Lock()
         self.fold_at = fold_at
+        # Items taken off the queue so far (folded or cleared): ``folded +
+        # len(queue)`` only ever grows, so a hot path can tell "nothing was
+        # appended since" across a fold (the eager-op hook's separators).
+        self.folded = 0
 
     @property
     def queue(self) -> list[Any]:
@@ -99,10 +103,12 @@ class Journal:
             # delete (each one step in C under the GIL).
             batch = q[:n]
             del q[:n]
+            self.folded += n
             self._fold(batch)
 
     def clear(self) -> None:
         with self._lock:
+            self.folded += len(self._queue)
             self._queue.clear()
 
     def __len__(self) -> int:

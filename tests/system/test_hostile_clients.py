@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import patient
 from tests.hostile_clients import (
     ENHANCE_YOUR_CALM,
     RawH2,
@@ -223,12 +224,16 @@ def test_a_ping_flood_gets_goaway(program):
     p = program()
     conn = RawH2("127.0.0.1", p.port, window=None)
     try:
+        sent = 0
         for _ in range(100):
             if not conn.ping(20) or conn.goaway:
                 break
+            sent += 20
             time.sleep(0.02)
-        conn.closed.wait(10)
-        assert conn.goaway is not None and conn.goaway[0] == ENHANCE_YOUR_CALM, conn.goaway
+        conn.closed.wait(patient(10))
+        assert conn.goaway is not None and conn.goaway[0] == ENHANCE_YOUR_CALM, (
+            conn.goaway, f"closed: {conn.closed.is_set()}", f"pings sent: {sent}",
+            f"frames read by type: {conn.received}")
         assert p.snapshot_ok()
     finally:
         conn.close()

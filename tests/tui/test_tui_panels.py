@@ -13,6 +13,7 @@ from datetime import UTC
 from rich.console import Console
 from textual.widgets import Static
 
+from tests.tui.waiting import until_drawn
 from tpu_info.contract.catalog import GRAPH_BREAKS, MARK_STEP
 from tpu_info.contract.model import (
     CounterReading,
@@ -144,7 +145,7 @@ async def test_graphs_by_cost_per_step_own_functions_first_and_recompiles_marked
 
     app = make(FakeSource([Update(MAIN, Conn.STREAMING, _jax_like_run())]))
     async with app.run_test(size=(160, 45)) as pilot:
-        await pilot.pause()
+        await until_drawn(pilot, lambda: graph_rows(app))
         table = app.main.query_one(GraphsPanel)
         rows = graph_rows(app)
         assert app.state.sort == "cost/step"
@@ -202,15 +203,14 @@ async def test_findings_one_line_each_costliest_on_top_and_f_opens_its_detail(tm
                          steps=replace(snaps[1].steps, count=2400, seconds_total=328.0)))
     app = make(FakeSource([Update(MAIN, Conn.STREAMING, s) for s in snaps]))
     async with app.run_test(size=(160, 45)) as pilot:
-        await pilot.pause()
         panel = app.main.query_one(FindingsPanel)
+        await until_drawn(pilot, lambda: panel.row_keys)
         top = find(snaps[-1])[0]
         assert panel.row_keys[0] == app.state.targets[MAIN].finding_ids[0]
         assert panel.plain_rows()[0].startswith("warn") and top.message in panel.plain_rows()[0]
         assert panel.region.y < app.main.query_one("#graphs").region.y  # above the fold
         await pilot.press("f")
-        await pilot.pause()
-        assert isinstance(app.screen, FindingScreen)
+        await until_drawn(pilot, lambda: isinstance(app.screen, FindingScreen))
         body = text_of(app.screen.query_one("#finding-body", Static))
         assert f"{src}:2" in body and "total += float(loss)  # the sync" in body
         assert "History" in body and "2,400" in body and "1,200" in body  # how it grew
@@ -218,5 +218,4 @@ async def test_findings_one_line_each_costliest_on_top_and_f_opens_its_detail(tm
         await pilot.press("escape")
         panel.focus()
         await pilot.press("enter")
-        await pilot.pause()
-        assert isinstance(app.screen, FindingScreen)
+        await until_drawn(pilot, lambda: isinstance(app.screen, FindingScreen))

@@ -65,7 +65,7 @@ from metrics.engines.jax.implicit import (  # the walk's frame classes
 )
 from metrics.engines.jax.implicit import MAX_CODES as _MAX_CODES
 from metrics.engines.jax.sites import EAGER_OP, OVERFLOW, grouped_steps
-from metrics.recording.journal import FOLD_AT
+from metrics.recording.journal import FOLD_AT, Journal
 from metrics.recording.recorder import Recorder
 
 if TYPE_CHECKING:
@@ -91,17 +91,19 @@ class EagerOps:
     (``engine.eager``) into its implicit-transfer site table (``implicit``)."""
 
     def __init__(self, recorder: Recorder, implicit: ImplicitTransfers,
-                 calls_queue: list[Any], explicit_queue: list[Any]) -> None:
+                 calls: Journal, explicit: Journal) -> None:
         self.rec = recorder
         self.impl = impl = implicit
         self.journal = recorder.journal(self._fold)
         self.queue = self.journal.queue
         impl.feeders.append(self.journal)
         # What separates two times a line ran (see the module docstring):
-        # the journals of counted calls, step marks, syncs and transfers
-        # (each holds fewer than 2**15 items: record packs their lengths in one int).
-        self.separators: tuple[list[Any], list[Any], list[Any], list[Any]] = (
-            calls_queue, recorder._steps_queue, impl.queue, explicit_queue)
+        # the journals of counted calls, step marks, syncs and transfers. A
+        # record keeps the sum of their positions (items ever appended: each
+        # only grows, so the sum is unchanged only where nothing was appended,
+        # whether or not a read folded them in between).
+        self.separators: tuple[Journal, Journal, Journal, Journal] = (
+            calls, recorder._steps, impl.journal, explicit)
         self.last = (0, -1)  # the last record folded: its line key and separators
         self._lines: dict[tuple[int, int], int] = {}  # (id(code), offset) -> line key
         self.names: dict[Primitive, str | None] = {}  # primitive -> its name, None: not counted
@@ -225,7 +227,8 @@ def _recorder(ops: EagerOps) -> Callable[[str, FrameType | None, int, int], None
     impl = ops.impl
     context = impl.context  # its step_owner: which step the op ran in
     get, classify, vias, user, third = impl._codes.get, impl._classify, impl._via, _USER, _THIRD
-    q1, q2, q3, q4 = ops.separators
+    j1, j2, j3, j4 = ops.separators
+    q1, q2, q3, q4 = (j.queue for j in ops.separators)
     queue, flush, fold_at = ops.queue, ops.journal.flush, FOLD_AT * FIELDS
     extend = queue.extend
 
@@ -250,7 +253,8 @@ def _recorder(ops: EagerOps) -> Callable[[str, FrameType | None, int, int], None
             vias.setdefault((id(code), offset), via)
         step = context.step_owner
         extend((code, offset, name, start, end,
-                len(q1) + (len(q2) << 15) + (len(q3) << 30) + (len(q4) << 45),
+                len(q1) + j1.folded + len(q2) + j2.folded + len(q3) + j3.folded
+                + len(q4) + j4.folded,
                 -1 if step is None else step.calls))
         if len(queue) >= fold_at:
             flush()

@@ -110,7 +110,7 @@ class JaxEngine(EngineBase):
         self.calls, self.calls_queue = self.runs.journal, self.runs.queue  # the wrappers write
         self.implicit = ImplicitTransfers(recorder, self.degraded, self.explicit, context)
         self.eager = EagerOps(recorder, self.implicit,  # into implicit's site table
-                              self.calls_queue, self.explicit.queue)
+                              self.calls, self.explicit.journal)
         self.monitoring = MonitoringRecords(recorder)  # every jax.monitoring record, by name
         self.step_watch = StepWatch(self.runs, self.implicit)
         recorder.on_reset(self._forget_calls)

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.tui.waiting import until_drawn
 from tpu_info.contract.model import (
     CounterReading,
     DistributionReading,
@@ -303,16 +304,15 @@ async def test_tui_findings_panel_ranks_and_shows_cost():
     app = WatchApp(FakeSource([Update(MAIN, Conn.STREAMING, snap)]), 1.0,
                    clock=FrozenClock(), tz=UTC, tick_s=None)
     async with app.run_test(size=(200, 50)) as pilot:
-        lines: list[str] = []
-        for _ in range(600):  # the update lands after some pauses on a loaded machine
-            await pilot.pause(0.05)
+        def lines() -> list[str]:
             text = "\n".join(app.main.query_one(FindingsPanel).plain_rows())
-            lines = [ln for ln in text.splitlines() if ln.startswith(("warn", "info"))]
-            if lines:
-                break
-    assert lines[0].split()[1:3] == ["4.1", "ms/step"] and "float() at train.py:88" in lines[0]
-    assert "~3.2 ms/step" in lines[1] and "copies 32.0 MB" in lines[1]
-    assert "jit(train_step) compiled" in "".join(lines[2:])
+            return [ln for ln in text.splitlines() if ln.startswith(("warn", "info"))]
+
+        await until_drawn(pilot, lines)
+        drawn = lines()
+    assert drawn[0].split()[1:3] == ["4.1", "ms/step"] and "float() at train.py:88" in drawn[0]
+    assert "~3.2 ms/step" in drawn[1] and "copies 32.0 MB" in drawn[1]
+    assert "jit(train_step) compiled" in "".join(drawn[2:])
 
 
 def _scrape(snapshot: Snapshot) -> str:
