@@ -11,6 +11,7 @@ import argparse
 import json
 import os
 import random
+import signal
 import statistics
 import subprocess
 import sys
@@ -18,6 +19,16 @@ import timeit
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+
+def keep_ctrl_c() -> None:
+    """Gives back Ctrl-C to this process and every program it starts, when it
+    was started with SIGINT ignored (``nohup``, ``cmd &`` in a script): an
+    ignored signal stays ignored across exec, so those programs would never
+    stop on a SIGINT (exit_latency's Ctrl-C rows, run_all's stop past
+    ``--timeout``). A handled one is reset to the default in an exec'd child."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:

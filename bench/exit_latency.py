@@ -44,7 +44,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import ROOT, median, verdict
+from _common import ROOT, keep_ctrl_c, median, verdict
 
 XLA_VENV = Path.home() / ".cache/tpu-info/xla-venv-torch2.9.0-xla2.9.0"
 TARGET_S = 0.050
@@ -294,6 +294,7 @@ def rows(only: set[str], smoke: bool, serve: set[str] | None = None) -> list[Row
 
 
 def main() -> int:
+    keep_ctrl_c()  # the Ctrl-C rows measure nothing where SIGINT is ignored
     ap = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
     ap.add_argument("--smoke", action="store_true", help="one JAX SIGTERM pair")
     ap.add_argument("--reps", type=int, default=10, help="pairs per row (default 10)")

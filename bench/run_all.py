@@ -158,6 +158,9 @@ def _run(cmd: list[str], timeout: float) -> tuple[str, int]:
 
 
 def main() -> int:
+    from _common import keep_ctrl_c  # bench/ is on the path when run as a script
+
+    keep_ctrl_c()  # a benchmark past its time is stopped with Ctrl-C (_run)
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--smoke", action="store_true")
     ap.add_argument("names", nargs="*", help="benchmarks to run (default: all)")
