@@ -46,6 +46,7 @@ metrics.install(engines=["jax"])
 done = threading.Event()
 threading.Thread(target=lambda: (sys.stdin.read(), done.set()), daemon=True).start()
 step = jax.jit(lambda x: (x * 2).sum())
+step(jnp.ones(64)).block_until_ready()  # the backend has started: devices are there to read
 print(metrics.exporter().address, flush=True)
 while not done.is_set():
     step(jnp.ones(64)).block_until_ready()
