@@ -312,7 +312,6 @@ def main() -> int:
     env.setdefault("PJRT_DEVICE", "CPU")
     env.setdefault("TPU_INFO_PORT", "0")  # never take 8431 from a real libtpu
     print(f"load average {os.getloadavg()[0]:.2f}; {reps} alternated pairs a row")
-    results = []
     with tempfile.TemporaryDirectory() as tmp:
         runtime = os.path.join(tmp, "runtime")
         os.mkdir(runtime, 0o700)
@@ -343,10 +342,12 @@ def main() -> int:
                   f"({min(got['hooked']) * 1e3:.0f}-{max(got['hooked']) * 1e3:.0f}), "
                   f"records left {left}/{reps}; still running at {EXIT_WAIT_S:.0f} s: plain "
                   f"{hung['plain']}, hooked {hung['hooked']}", flush=True)
-            results.append((name, hooked - plain, left))
-    for name, extra, left in results:
-        verdict(f"exit {name} hooked - plain seconds", extra, f"<= {TARGET_S}",
-                extra <= TARGET_S and left == 0)
+            # Each row's verdict as soon as it is measured: a run stopped part way
+            # (run_all's timeout, Ctrl-C) still reports the rows it finished.
+            extra = hooked - plain
+            verdict(f"exit {name} hooked - plain seconds", extra, f"<= {TARGET_S}",
+                    extra <= TARGET_S and left == 0)
+            sys.stdout.flush()
     return 0
 
 
