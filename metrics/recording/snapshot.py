@@ -205,11 +205,16 @@ def diagnosis(recorder: Recorder, engines: list[Source], counters: tuple[Counter
               dists: tuple[DistributionReading, ...]) -> tuple[
                   tuple[SiteReading, ...], StepsReading | None, tuple[str, ...]]:
     """Every engine's sites (costliest first, each with its phase), the steps
-    (marked ones win over an engine's inference) and blind spots; an engine that fails here is
-    counted in ``HookErrors`` and skipped."""
+    and blind spots; an engine that fails here is counted in ``HookErrors``
+    and skipped. Steps the program marked (``metrics.mark_step``) win over an
+    engine's inference (its optimizer's steps, its step function's calls),
+    which wins over an engine's own ``MarkStep`` count: torch_xla counts
+    every sync, and a step of ``torch_xla.compile(step_fn)`` under a device
+    loader syncs three times."""
     sites: list[SiteReading] = []
     blind: list[str] = []
-    steps = _marked_steps(recorder, counters, dists)
+    marked = _marked_steps(recorder, counters, dists)
+    steps = marked if recorder.first_step_ns is not None or recorder.steps_so_far() else None
     for e in engines:
         try:
             sites.extend(e.sites())
@@ -218,6 +223,8 @@ def diagnosis(recorder: Recorder, engines: list[Source], counters: tuple[Counter
             blind.extend(e.blind_spots())
         except Exception as err:  # noqa: BLE001 - diagnosis never breaks a scrape
             recorder.hook_failed(f"{e.name}.diagnosis", err)
+    if steps is None:
+        steps = marked
     sites.sort(key=lambda x: (-x.seconds, -x.count, x.location))
     if steps is not None:  # each line's phase, told now that the step loop is known
         sites = [replace(x, phase=phase_of(x.first_seen_unix or x.last_seen_unix,

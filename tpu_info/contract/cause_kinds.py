@@ -65,6 +65,8 @@ class CauseKind(enum.StrEnum):
     XLA_WARM_UP = "xla_warm_up"  # a new graph the sync right after the last one
     XLA_NEW_GRAPH = "xla_new_graph"  # a new graph later: new input shapes
     XLA_VALUE_ACCESS = "xla_value_access"  # a tensor's value read before the sync
+    # ... read in a step closure (xm.add_step_closure: after the sync); its own small graph
+    XLA_CLOSURE_READ = "xla_closure_read"
 
 
 def kind_of(value: str | None) -> str:

@@ -158,6 +158,9 @@ ADVICE: dict[CauseKind, Said] = {
                          "Move the .item() / print after torch_xla.sync(), or read the value "
                          "every N steps: each read cuts the step's graph there and waits for "
                          "the device.", False),
+    K.XLA_CLOSURE_READ: ("value read in a step closure", "Nothing to change: a step closure "
+                         "runs after torch_xla.sync(); its read compiles its own small graph "
+                         "once per shape.", True),
     K.OTHER: ("other", "Keep input shapes, dtypes and static arguments fixed across steps.",
               False),
 }
@@ -210,6 +213,15 @@ def _batch(old: str, new: str, ctx: _Ctx, loader: bool) -> Said:
 def _said_batch(c: RecompileCause, ctx: _Ctx) -> Said:
     old = _at(c.before, 0) or ("1" if c.guard else "0")
     return _batch(old, _at(c.after, 0) or old, ctx, ctx.loader or bool(c.guard))
+
+
+def _said_xla_graph(c: RecompileCause, ctx: _Ctx) -> Said:
+    if c.before and c.after and c.before != c.after:  # other tensors, not other shapes
+        return ("other graph inputs", "torch_xla compiles a graph for every new set of tensors "
+                "the step reads and writes: create what the step keeps (optimizer state, "
+                "buffers) before the loop, and keep the tensors it touches the same every "
+                "step.", False)
+    return ADVICE[K.XLA_NEW_GRAPH]
 
 
 def _said_dtype(c: RecompileCause, ctx: _Ctx) -> Said:
@@ -276,6 +288,7 @@ _SAID: dict[CauseKind, Callable[[RecompileCause, _Ctx], Said]] = {
     K.TENSOR_PROPERTY: lambda c, ctx: (c.name, f"Keep the input's {c.name} the same on every "
                                        "call.", False),
     K.PYTHON_NUMBER: _said_number,
+    K.XLA_NEW_GRAPH: _said_xla_graph,
 }
 
 
@@ -289,11 +302,17 @@ def _words(c: RecompileCause) -> str:
                     "torch_xla's warm-up (state the first step created now lives on the device)")
         after = (f", {c.syncs_after} syncs after the last new graph at this line"
                  if c.syncs_after is not None else "")
+        if c.before and c.after and c.before != c.after:  # torch_xla counted other tensors
+            return (f"new graph at sync {c.sync}{after}, with other graph inputs or outputs "
+                    f"({c.before} -> {c.after}): the step reads or writes other tensors "
+                    "than before (state created or dropped, a new model part)")
         return (f"new graph at sync {c.sync}{after}, with the same graph inputs and outputs: "
                 "the tensors' shapes changed: a short last batch, or a new batch size")
     if k == K.XLA_VALUE_ACCESS:
         return ("a tensor's value is read before torch_xla.sync() (.item(), print, if on a "
                 "tensor)")
+    if k == K.XLA_CLOSURE_READ:
+        return "a tensor's value is read in a step closure, after torch_xla.sync()"
     if not c.guard:
         return clean_text(c.description)
     new = c.after or "another value"

@@ -52,9 +52,11 @@ from tpu_info.views.cost import (
 )
 from tpu_info.views.eager import eager_ops, single_op
 from tpu_info.views.findings_torch import (
+    closure_read,
     cpu_fallbacks,
     graph_breaks,
     value_access,
+    xla_closure_reads,
     xla_value_access,
 )
 from tpu_info.views.sites import explicit_syncs, site_findings
@@ -131,8 +133,8 @@ def recompiles(s: Snapshot) -> Iterable[Finding]:
         causes = sorted((c for g in graphs for c in g.causes
                          if c.description not in _NON_RECOMPILE),
                         key=lambda c: c.time_unix)
-        if causes and all(map(value_access, causes)):
-            continue  # xla_value_access names it
+        if causes and all(value_access(c) or closure_read(c) for c in causes):
+            continue  # xla_value_access or xla_closure_reads names it
         if not causes and (compiles < 10 or single_op(name)):
             continue  # eager ops compile once per new shape: only many are news
         total = sum(g.compile_seconds_total for g in graphs)
@@ -300,7 +302,8 @@ def compile_share(s: Snapshot) -> Iterable[Finding]:
     if again:
         # The findings that name these recompiles, by the same rules (one may
         # name none: warm-up aside, a few compiles with no cause are no finding).
-        named = list(dict.fromkeys(f.kind for rule in (recompiles, xla_value_access)
+        named = list(dict.fromkeys(f.kind for rule in (recompiles, xla_value_access,
+                                                        xla_closure_reads)
                                    for f in rule(s)))
         if named:
             yield Finding(f"{head}; the recompiles among them: see the finding"
@@ -413,7 +416,8 @@ EVENTS_READ = frozenset({EventKind.COMPILE, EventKind.RECOMPILE, EventKind.GRAPH
 RULES: tuple[Callable[[Snapshot], Iterable[Finding]], ...] = (
     no_engine, recompiles, eager_ops, site_findings, explicit_syncs, slow_steps, slow_compiles,
     compile_share,
-    memory_pressure, graph_breaks, xla_value_access, cpu_fallbacks, hook_errors, kept_out,
+    memory_pressure, graph_breaks, xla_value_access, xla_closure_reads, cpu_fallbacks,
+    hook_errors, kept_out,
     nothing_recorded,
 )
 

@@ -5,7 +5,9 @@ Pure functions of a :class:`~tpu_info.contract.model.Snapshot`, each yielding
 :func:`graph_breaks` (torch.compile: where Dynamo split a function, and the
 breaks it cannot resume from, with their share of step time),
 :func:`xla_value_access` (torch_xla compiled an extra graph because a tensor's
-value was read before ``torch_xla.sync()``) and :func:`cpu_fallbacks`
+value was read before ``torch_xla.sync()``), :func:`xla_closure_reads` (the
+same words from torch_xla for a read in a step closure, after the sync: no
+problem) and :func:`cpu_fallbacks`
 (torch_xla's ``aten::`` counters).
 
 Example:
@@ -25,7 +27,6 @@ from tpu_info.contract.catalog import (
     EAGER_FALLBACK_TIME,
     EXECUTE_TIME,
     GRAPH_BREAKS,
-    MARK_STEP,
     TRANSFER_FROM_DEVICE_TIME,
 )
 from tpu_info.contract.cause_kinds import CauseKind
@@ -130,6 +131,51 @@ def _value_access_graphs(s: Snapshot) -> list[GraphRecord]:
     return [g for g in s.graphs if g.engine == "torch_xla" and any(map(value_access, g.causes))]
 
 
+def closure_read(c: RecompileCause) -> bool:
+    """torch_xla compiled the graph of a value read in a step closure (after the sync)."""
+    return typed(c).kind == CauseKind.XLA_CLOSURE_READ
+
+
+def _closure_graphs(s: Snapshot) -> list[GraphRecord]:
+    return [g for g in s.graphs if g.engine == "torch_xla" and any(map(closure_read, g.causes))]
+
+
+def _steps_count(s: Snapshot) -> int:
+    """The program's steps as the views count them (:func:`steps_of`: not
+    torch_xla's syncs where the hook knows the steps), 0 when unknown."""
+    steps = steps_of(s)
+    return steps.count if steps is not None else 0
+
+
+def xla_closure_reads(s: Snapshot) -> Iterable[Finding]:
+    """A tensor's value read in a step closure (``xm.add_step_closure``, run
+    after the sync): torch_xla names it a read before the sync, but it cuts no
+    step's graph; the read's own small graph compiles once. Information:
+    what the reads cost, and that there is nothing to change."""
+    by_site: dict[str | None, list[GraphRecord]] = defaultdict(list)
+    for g in _closure_graphs(s):
+        by_site[next((c.location for c in g.causes if closure_read(c)), None)].append(g)
+    steps = _steps_count(s)
+    d2h = s.distribution(TRANSFER_FROM_DEVICE_TIME)
+    alone = not _value_access_graphs(s) and len(by_site) == 1
+    for site, graphs in by_site.items():
+        compiles = sum(g.compiles for g in graphs)
+        compiled = sum(g.compile_seconds_total for g in graphs)
+        where = f" at {short_location(site)}" if site else ""
+        reads = ""
+        if alone and d2h is not None and d2h.count:
+            per = f" in {steps:,} steps" if steps else ""
+            reads = (f"; the program's device->host reads: {d2h.count:,}{per}, "
+                     f"{duration(d2h.total / 1e9)} waiting, measured")
+        yield Finding(
+            f"value read in a step closure{where}: xm.add_step_closure runs it after "
+            "torch_xla.sync(), so it cuts no step's graph (torch_xla's analysis still says "
+            "\"before torch_xla.sync\"); torch_xla compiled the read's own small graph "
+            f"{compiles} time{'s' * (compiles != 1)} ({duration(compiled)}){reads}. Nothing "
+            "to change: this is how torch_xla asks for values to be read.",
+            "info", site, kind="value_read_in_step_closure", count=compiles)
+
+
 def xla_value_access(s: Snapshot) -> Iterable[Finding]:
     """torch_xla compiled a graph because the program read a tensor's value
     (``.item()``, ``print``, ``if t:``) before ``torch_xla.sync()``: each step
@@ -138,7 +184,7 @@ def xla_value_access(s: Snapshot) -> Iterable[Finding]:
     for g in _value_access_graphs(s):
         site = next((c.location for c in g.causes if value_access(c)), None)
         by_site[site].append(g)
-    steps = s.counter(MARK_STEP)
+    steps = _steps_count(s)
     d2h = s.distribution(TRANSFER_FROM_DEVICE_TIME)
     for site, graphs in by_site.items():
         compiles = sum(g.compiles for g in graphs)
@@ -201,8 +247,9 @@ def cpu_fallbacks(s: Snapshot) -> Iterable[Finding]:
     for c in s.counters:
         if not c.name.startswith("aten::") or not c.value:
             continue
-        if c.name == "aten::_local_scalar_dense" and _value_access_graphs(s):
-            continue  # named with its line by xla_value_access
+        if c.name == "aten::_local_scalar_dense" and (_value_access_graphs(s)
+                                                      or _closure_graphs(s)):
+            continue  # named with its line by xla_value_access or xla_closure_reads
         if c.name == "aten::_local_scalar_dense":
             cost = cost_of(s, 0.0, c.value)
             p = cost.per_step

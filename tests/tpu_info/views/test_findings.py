@@ -272,6 +272,42 @@ def test_torch_xla_new_graph_after_steady_steps_is_new_shapes_not_warm_up():
     assert f.kind == "warm_up"
 
 
+def test_torch_xla_new_graph_with_other_inputs_is_not_called_a_batch_size_problem():
+    """A later new graph where torch_xla counted other graph inputs: the step
+    touches other tensors; neither shapes nor drop_last are the answer."""
+    from tpu_info.contract.cause_kinds import CauseKind
+    other = RecompileCause(3.0, "new graph at sync 9, 5 syncs after the last new graph at this "
+                           "line (graph inputs 35 -> 77)", "train.py:65",
+                           kind=CauseKind.XLA_NEW_GRAPH, sync=9, syncs_after=5,
+                           before="35 inputs, 105 outputs", after="77 inputs, 105 outputs")
+    (f,) = recompiles(_xla_site(other))
+    assert f.kind == "recompile_other_graph_inputs" and f.severity == "warning", f
+    assert "35 inputs, 105 outputs -> 77 inputs, 105 outputs" in f.message
+    assert "same graph inputs" not in f.message and "drop_last" not in f.message
+    assert "batch size" not in f.message and "before the loop" in f.message
+
+
+def test_a_read_in_a_step_closure_is_information_not_a_read_before_the_sync():
+    """torch_xla's analysis says "before torch_xla.sync" for a read in a step
+    closure (xm.add_step_closure runs after it): one small graph, once."""
+    from tpu_info.contract.cause_kinds import CauseKind
+    from tpu_info.contract.model import CounterReading, DistributionReading, Unit
+    read = RecompileCause(1.0, "a tensor's value read in a step closure", "train.py:49",
+                          kind=CauseKind.XLA_CLOSURE_READ)
+    g = GraphRecord("a" * 64, "xla(train.py:49)", "torch_xla", 1.0, 1.0, compiles=1,
+                    compile_seconds_total=0.057, compile_seconds_last=0.057, causes=(read,))
+    d2h = DistributionReading("TransferFromDeviceTime", Unit.TIME_NS, 12, 6e6, 1e5, 1e6)
+    s = Snapshot(taken_at_unix=0.0, graphs=(g,), distributions=(d2h,),
+                 counters=(CounterReading("MarkStep", 177),
+                           CounterReading("aten::_local_scalar_dense", 12)))
+    found = {f.kind: f for f in find(s)}
+    f = found["value_read_in_step_closure"]
+    assert f.severity == "info" and f.location == "train.py:49", f
+    assert "Nothing to change" in f.message and "57 ms" in f.message and "12 in 177" in f.message
+    assert "value_access_before_sync" not in found and "value_read" not in found, found
+    assert not any("Move the .item()" in x.message for x in found.values())
+
+
 def _eager(n_ops: int, big: tuple[tuple[str, float], ...] = ()) -> Snapshot:
     from tpu_info.contract.model import DistributionReading, Unit
     ops = ["jit(add)", "jit(multiply)", "jit(convert_element_type)", "jit(tanh)",

@@ -47,6 +47,8 @@ LEVEL_VAR, FILE_VAR = "PT_XLA_DEBUG_LEVEL", "PT_XLA_DEBUG_FILE"
 # variable (torch_xla.launch, xmp.spawn) makes its own file instead.
 OWNER_VAR = config.XLA_DEBUG_OWNER.name
 VALUE_ACCESS = "access tensor value before"  # torch_xla's cause for .item() before the sync
+# Where torch_xla runs step closures (xm.add_step_closure), after the sync.
+STEP_CLOSURES = "_run_step_closures"
 ANALYSIS_WAIT_S = 30.0  # a compile analysis waits this long for its CompileTime sample
 STEPS_KEPT = 4096  # step marks kept for placing compiles (older compiles: step unknown)
 
@@ -157,15 +159,15 @@ class CompileAnalyses:
                 if not self._waiting:
                     return 0
                 data = met.metric_data("CompileTime")
-                done = int(data[0]) if data else None
+                # No CompileTime yet: the first compile is still running.
+                done = int(data[0]) if data else 0
                 n = 0
                 # torch_xla writes the analysis before it compiles: a block whose
                 # CompileTime sample is not there yet waits (its time and its sync
                 # decide warm-up vs new shapes), unless it waited too long.
                 while self._waiting:
                     since, block = self._waiting[0]
-                    if done is not None and self._compiles_seen >= done and \
-                            now - since < ANALYSIS_WAIT_S:
+                    if self._compiles_seen >= done and now - since < ANALYSIS_WAIT_S:
                         break
                     self._waiting.popleft()
                     self._ingest(block, data)
@@ -195,7 +197,16 @@ class CompileAnalyses:
         if step is not None:
             self._last_step_at[name] = step
         sync = syncs_after = None
-        if previous is None:
+        was = now = None  # graph inputs and outputs, where they changed
+        in_closure = VALUE_ACCESS in block.cause and any(
+            f[0] == STEP_CLOSURES for f in block.frames)
+        if in_closure:
+            # torch_xla calls it a read before the sync, but a step closure runs
+            # after it: the read's own small graph, not a cut in the step's.
+            kind = CauseKind.XLA_CLOSURE_READ
+            description = ("a tensor's value read in a step closure (xm.add_step_closure, run "
+                           f"after the sync); torch_xla: {block.cause}")
+        elif previous is None:
             # A value read before the sync is news even on its first compile:
             # keep torch_xla's own words (findings.xla_value_access names it).
             kind = CauseKind.XLA_VALUE_ACCESS if VALUE_ACCESS in block.cause \
@@ -208,6 +219,9 @@ class CompileAnalyses:
                 changes.append(f"graph inputs {previous.inputs} -> {block.inputs}")
             if previous.outputs != block.outputs:
                 changes.append(f"graph outputs {previous.outputs} -> {block.outputs}")
+            if changes:
+                was = f"{previous.inputs} inputs, {previous.outputs} outputs"
+                now = f"{block.inputs} inputs, {block.outputs} outputs"
             when = ""
             if step is not None:
                 # The kind depends on it (warm-up vs changed inputs).
@@ -229,7 +243,8 @@ class CompileAnalyses:
                 f"; torch_xla: {block.cause}" if block.cause else "")
         signature = (f"inputs: {block.inputs}", f"outputs: {block.outputs}")
         cause = RecompileCause(time_unix=time.time(), description=description,
-                               location=location, kind=kind, sync=sync, syncs_after=syncs_after)
+                               location=location, kind=kind, sync=sync, syncs_after=syncs_after,
+                               before=was, after=now)
         self.rec.ledger.compiled(block.graph_hash, name, ENGINE, seconds, signature, cause)
         event = EventKind.COMPILE if previous is None else EventKind.RECOMPILE
         self.rec.events.emit(event, name, block.graph_hash,
