@@ -57,6 +57,7 @@ from tpu_info.views.findings_torch import (
     graph_breaks,
     value_access,
     xla_closure_reads,
+    xla_eager_mode,
     xla_value_access,
 )
 from tpu_info.views.sites import explicit_syncs, site_findings
@@ -416,7 +417,8 @@ EVENTS_READ = frozenset({EventKind.COMPILE, EventKind.RECOMPILE, EventKind.GRAPH
 RULES: tuple[Callable[[Snapshot], Iterable[Finding]], ...] = (
     no_engine, recompiles, eager_ops, site_findings, explicit_syncs, slow_steps, slow_compiles,
     compile_share,
-    memory_pressure, graph_breaks, xla_value_access, xla_closure_reads, cpu_fallbacks,
+    memory_pressure, graph_breaks, xla_value_access, xla_closure_reads, xla_eager_mode,
+    cpu_fallbacks,
     hook_errors, kept_out,
     nothing_recorded,
 )

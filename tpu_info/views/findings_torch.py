@@ -5,9 +5,10 @@ Pure functions of a :class:`~tpu_info.contract.model.Snapshot`, each yielding
 :func:`graph_breaks` (torch.compile: where Dynamo split a function, and the
 breaks it cannot resume from, with their share of step time),
 :func:`xla_value_access` (torch_xla compiled an extra graph because a tensor's
-value was read before ``torch_xla.sync()``), :func:`xla_closure_reads` (the
-same words from torch_xla for a read in a step closure, after the sync: no
-problem) and :func:`cpu_fallbacks`
+value was read before ``torch_xla.sync()``), :func:`xla_eager_mode` (torch_xla's
+eager mode, op by op), :func:`xla_closure_reads` (the same words from
+torch_xla for a read in a step closure, after the sync: no problem) and
+:func:`cpu_fallbacks`
 (torch_xla's ``aten::`` counters).
 
 Example:
@@ -37,6 +38,7 @@ from tpu_info.contract.model import (
     Finding,
     GraphRecord,
     RecompileCause,
+    Severity,
     SiteKind,
     Snapshot,
 )
@@ -147,6 +149,45 @@ def _steps_count(s: Snapshot) -> int:
     return steps.count if steps is not None else 0
 
 
+# torch_xla's metrics in eager mode (torch_xla.experimental.eager_mode(True)).
+EAGER_OP_EXECUTE_TIME, EAGER_OP_COMPILE_TIME = "EagerOpExecuteTime", "EagerOpCompileTime"
+EAGER_OPS_MANY = 20  # eager ops a step from which it is a warning: a step's worth of ops
+
+
+def _steps_apart(per_step: float) -> str:
+    """Steps between reads at ``per_step`` reads a step: ``1.3``, ``12``."""
+    apart = 1 / max(per_step, 1e-9)
+    return f"{apart:.1f}".rstrip("0").rstrip(".") if apart < 10 else f"{apart:.0f}"
+
+
+def xla_eager_mode(s: Snapshot) -> Iterable[Finding]:
+    """torch_xla's eager mode: every op runs as its own small graph. Where
+    the step itself runs that way (many ops a step) it is a warning with
+    torch_xla's own advice (compile the step); a few ops a step (data made
+    eagerly around a compiled step) are information."""
+    ran = s.distribution(EAGER_OP_EXECUTE_TIME)
+    if ran is None or not ran.count:
+        return
+    built = s.distribution(EAGER_OP_COMPILE_TIME)
+    steps = steps_of(s)
+    per_step = ran.count / steps.count if steps is not None and steps.count else None
+    often = f", {per_step:,.0f} a step" if per_step is not None else ", steps are not known"
+    compiled = (f"; {built.count:,} op graphs compiled ({duration(built.total / 1e9)})"
+                if built is not None and built.count else "")
+    many = per_step is not None and per_step >= EAGER_OPS_MANY
+    advice = (" The step runs op by op: compile it, torch_xla.compile(step_fn), so its ops are "
+              "one graph (eager mode can stay on around it, as in pytorch/xla's "
+              "examples/eager/train_decoder_only_eager_with_compile.py). What that saves is "
+              "not measured here." if many else
+              " A few ops a step around a compiled step (data made on the device): nothing "
+              "to change.")
+    yield Finding(
+        f"torch_xla eager mode: {ran.count:,} ops ran one at a time, each as its own small "
+        f"graph{often}{compiled}.{advice}",
+        Severity.WARNING if many else Severity.INFO, None, kind="xla_eager_mode",
+        count=ran.count, per_step=per_step)
+
+
 def xla_closure_reads(s: Snapshot) -> Iterable[Finding]:
     """A tensor's value read in a step closure (``xm.add_step_closure``, run
     after the sync): torch_xla names it a read before the sync, but it cuts no
@@ -255,12 +296,12 @@ def cpu_fallbacks(s: Snapshot) -> Iterable[Finding]:
             p = cost.per_step
             often = ("steps are not known" if p is None
                      else f"{p:.1f} per step" if p >= 0.1 else f"{p:.2g} per step")
-            if cost.per_step is not None and cost.per_step < 0.5:
+            if cost.per_step is not None and cost.per_step < 1.0:  # fewer reads than steps
                 # No compile was forced by them (else xla_value_access names them):
                 # occasional reads after the sync, e.g. logging every N steps.
                 yield Finding(
                     f"{c.name} ran {c.value} times ({often}, about one every "
-                    f"{1 / max(cost.per_step, 1e-9):.0f} steps): occasional reads of a tensor's "
+                    f"{_steps_apart(cost.per_step)} steps): occasional reads of a tensor's "
                     "value on the host (logging every N steps), none of them before "
                     "torch_xla.sync() (no extra graph was compiled for them): nothing to do.",
                     "info", None, kind="value_read", count=c.value, per_step=cost.per_step)

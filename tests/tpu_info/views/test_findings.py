@@ -308,6 +308,21 @@ def test_a_read_in_a_step_closure_is_information_not_a_read_before_the_sync():
     assert not any("Move the .item()" in x.message for x in found.values())
 
 
+@pytest.mark.parametrize("ops_a_step, severity", [(600, "warning"), (4, "info")])
+def test_torch_xla_eager_mode_is_named_with_its_ops_a_step(ops_a_step, severity):
+    """torch_xla's eager mode runs each op as its own graph: a step run op by
+    op is told to compile the step; a few ops around a compiled step are fine."""
+    from tpu_info.contract.model import DistributionReading, StepsReading, Unit
+    ran = DistributionReading("EagerOpExecuteTime", Unit.TIME_NS, ops_a_step * 40, 1e9, 1e3, 1e6)
+    built = DistributionReading("EagerOpCompileTime", Unit.TIME_NS, 147, 7.2e9, 1e6, 5e8)
+    s = Snapshot(taken_at_unix=0.0, distributions=(ran, built),
+                 steps=StepsReading(40, "inferred", "optimizer.step(): 40 calls (Adam)"))
+    (f,) = [f for f in find(s) if f.kind == "xla_eager_mode"]
+    assert f.severity == severity and f.per_step == ops_a_step, f
+    assert f"{ops_a_step:,} a step" in f.message and "147 op graphs compiled (7.2 s)" in f.message
+    assert ("torch_xla.compile(step_fn)" in f.message) == (severity == "warning")
+
+
 def _eager(n_ops: int, big: tuple[tuple[str, float], ...] = ()) -> Snapshot:
     from tpu_info.contract.model import DistributionReading, Unit
     ops = ["jit(add)", "jit(multiply)", "jit(convert_element_type)", "jit(tanh)",

@@ -422,6 +422,12 @@ def test_torch_xla_occasional_value_reads_after_the_sync_are_not_a_warning():
     read = _one(s, "value_read")
     assert read.severity == "info" and "nothing to do" in read.message
     assert "one every 10 steps" in read.message and "cuts the graph" not in read.message
+    # Two reads every 4 steps (float(loss) and isnan(loss).item() in one closure):
+    # fewer reads than steps is still not every step.
+    s = Snapshot(0.0, xla, counters=(CounterReading("MarkStep", 12),
+                                     CounterReading("aten::_local_scalar_dense", 6)))
+    read = _one(s, "value_read")
+    assert read.severity == "info" and "one every 2 steps" in read.message, read.message
 
 
 def test_no_compilation_cache_advice_when_a_third_of_compiling_is_eager_ops():

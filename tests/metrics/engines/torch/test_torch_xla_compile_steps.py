@@ -33,7 +33,9 @@ import torch_xla.core.xla_model as xm
 import torch_xla.distributed.parallel_loader as pl
 import torch_xla.utils.utils as xu
 
-STEPS = int(sys.argv[1])
+STEPS, MODE = int(sys.argv[1]), sys.argv[2]
+if MODE != "compiled":  # pytorch/xla's examples/eager/: eager mode, the step compiled or not
+    torch_xla.experimental.eager_mode(True)
 device = torch_xla.device()
 model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Tanh(),
                             torch.nn.Linear(32, 4)).to(device)
@@ -57,7 +59,8 @@ def log(step, loss):
     assert not torch.isnan(loss).item()  # read in a step closure (a small graph of its own)
 
 
-compiled = torch_xla.compile(step_fn, full_graph=True, name="step_fn")
+compiled = torch_xla.compile(step_fn, full_graph=True, name="step_fn") if MODE != "eager" \
+    else step_fn
 for step, (x, y) in enumerate(itertools.islice(loader, STEPS)):
     loss = compiled(x, y)  # step line
     if step % 4 == 0:
@@ -80,7 +83,7 @@ def _lines(marker: str) -> int:
     return next(i for i, t in enumerate(PROGRAM.splitlines(), 1) if marker in t)
 
 
-def test_torch_xla_compile_under_a_device_loader_counts_steps_not_syncs(tmp_path):
+def _run(tmp_path, mode: str) -> dict:
     prog, out = tmp_path / "train.py", tmp_path / "out.json"
     prog.write_text(PROGRAM)
     env = dict(os.environ, PJRT_DEVICE="CPU", PYTHONPATH=str(ROOT), OUT=str(out),
@@ -88,10 +91,14 @@ def test_torch_xla_compile_under_a_device_loader_counts_steps_not_syncs(tmp_path
     for var in ("PT_XLA_DEBUG_LEVEL", "PT_XLA_DEBUG_FILE", "PT_XLA_DEBUG"):
         env.pop(var, None)
     r = subprocess.run([sys.executable, "-m", "tpu_info", "run", "--", xla_python(), str(prog),
-                        str(STEPS)], capture_output=True, text=True, env=env, cwd=tmp_path,
-                       timeout=patient(300))
+                        str(STEPS), mode], capture_output=True, text=True, env=env,
+                       cwd=tmp_path, timeout=patient(300))
     assert r.returncode == 0, r.stderr[-3000:]
-    doc = json.loads(out.read_text())
+    return json.loads(out.read_text())
+
+
+def test_torch_xla_compile_under_a_device_loader_counts_steps_not_syncs(tmp_path):
+    doc = _run(tmp_path, "compiled")
     # Three syncs a step; the steps are the optimizer's (torch_xla's MarkStep reads ~3x).
     assert doc["steps"] == STEPS, doc
     found = {f[0]: f for f in doc["findings"]}
@@ -157,3 +164,16 @@ def test_an_analysis_read_before_its_compile_time_waits_for_it(tmp_path):
                        env=env, cwd=ROOT, timeout=patient(240))
     assert r.returncode == 0, r.stderr[-3000:]
     assert r.stdout.split()[-3:] == ["0", "1", "True"], r.stdout
+
+
+@pytest.mark.parametrize("mode, severity", [("eager", "warning"), ("eager+compile", "info")])
+def test_eager_mode_is_told_to_compile_the_step_only_where_the_step_runs_eagerly(
+        tmp_path, mode, severity):
+    """pytorch/xla's examples/eager/: the step run op by op is told to compile
+    it; the step compiled with eager mode around it is told nothing to change."""
+    doc = _run(tmp_path, mode)
+    assert doc["steps"] == STEPS, doc
+    (eager,) = [f for f in doc["findings"] if f[0] == "xla_eager_mode"]
+    assert eager[1] == severity, eager
+    assert ("torch_xla.compile(step_fn)" in eager[3]) == (severity == "warning"), eager
+    assert not any(f[0] == "value_access_before_sync" for f in doc["findings"]), doc["findings"]
