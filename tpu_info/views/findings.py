@@ -303,8 +303,7 @@ def compile_share(s: Snapshot) -> Iterable[Finding]:
     if again:
         # The findings that name these recompiles, by the same rules (one may
         # name none: warm-up aside, a few compiles with no cause are no finding).
-        named = list(dict.fromkeys(f.kind for rule in (recompiles, xla_value_access,
-                                                        xla_closure_reads)
+        named = list(dict.fromkeys(f.kind for rule in (recompiles, xla_value_access)
                                    for f in rule(s)))
         if named:
             yield Finding(f"{head}; the recompiles among them: see the finding"
