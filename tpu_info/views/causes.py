@@ -215,8 +215,15 @@ def _said_batch(c: RecompileCause, ctx: _Ctx) -> Said:
     return _batch(old, _at(c.after, 0) or old, ctx, ctx.loader or bool(c.guard))
 
 
+def _other_tensors(c: RecompileCause) -> bool:
+    """A torch_xla new graph with other graph input/output counts than the
+    last one at its line (the hook's ``before``/``after``): other tensors,
+    not other shapes."""
+    return bool(c.before and c.after and c.before != c.after)
+
+
 def _said_xla_graph(c: RecompileCause, ctx: _Ctx) -> Said:
-    if c.before and c.after and c.before != c.after:  # other tensors, not other shapes
+    if _other_tensors(c):
         return ("other graph inputs", "torch_xla compiles a graph for every new set of tensors "
                 "the step reads and writes: create what the step keeps (optimizer state, "
                 "buffers) before the loop, and keep the tensors it touches the same every "
@@ -302,7 +309,7 @@ def _words(c: RecompileCause) -> str:
                     "torch_xla's warm-up (state the first step created now lives on the device)")
         after = (f", {c.syncs_after} syncs after the last new graph at this line"
                  if c.syncs_after is not None else "")
-        if c.before and c.after and c.before != c.after:  # torch_xla counted other tensors
+        if _other_tensors(c):
             return (f"new graph at sync {c.sync}{after}, with other graph inputs or outputs "
                     f"({c.before} -> {c.after}): the step reads or writes other tensors "
                     "than before (state created or dropped, a new model part)")

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from tpu_info.contract.catalog import (
     EAGER_FALLBACK_TIME,
@@ -129,8 +129,13 @@ def value_access(c: RecompileCause) -> bool:
     return typed(c).kind == CauseKind.XLA_VALUE_ACCESS
 
 
+def _xla_graphs(s: Snapshot, cause: Callable[[RecompileCause], bool]) -> list[GraphRecord]:
+    """torch_xla's graphs with a cause ``cause`` accepts."""
+    return [g for g in s.graphs if g.engine == "torch_xla" and any(map(cause, g.causes))]
+
+
 def _value_access_graphs(s: Snapshot) -> list[GraphRecord]:
-    return [g for g in s.graphs if g.engine == "torch_xla" and any(map(value_access, g.causes))]
+    return _xla_graphs(s, value_access)
 
 
 def closure_read(c: RecompileCause) -> bool:
@@ -139,7 +144,7 @@ def closure_read(c: RecompileCause) -> bool:
 
 
 def _closure_graphs(s: Snapshot) -> list[GraphRecord]:
-    return [g for g in s.graphs if g.engine == "torch_xla" and any(map(closure_read, g.causes))]
+    return _xla_graphs(s, closure_read)
 
 
 def _steps_count(s: Snapshot) -> int:
