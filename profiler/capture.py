@@ -181,6 +181,7 @@ class Capture:
                 device_files = device.stop()
                 w.notes.extend(device.notes)
         self._drain(w, seq)
+        w.events_left_out = frozenset(e.seq for e in w.events if e.time_unix > end_unix)
         w.events = [e for e in w.events if e.time_unix <= end_unix]
         self._sample(w, exec_before)
         w.thread_names = {**threads, **_thread_names()}

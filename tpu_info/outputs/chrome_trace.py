@@ -68,6 +68,8 @@ class Window:
         events_dropped: events the recorder's ring dropped before they were read.
         events_after_seq: the last event number before the window, when known
             (a gap after it also leaves steps unnumbered).
+        events_left_out: numbers of events that were read but are not in
+            ``events`` (they came after the window's end): not a gap.
         last_step_unix: time of the last step event before the window, if any.
         steps_before: ``MarkStep`` count when the window started.
         memory: ``(perf_counter_ns, {"device 0": bytes_in_use, ...})`` samples.
@@ -87,6 +89,7 @@ class Window:
     events: list[Event] = field(default_factory=list)
     events_dropped: int = 0
     events_after_seq: int | None = None
+    events_left_out: frozenset[int] = frozenset()
     last_step_unix: float | None = None
     steps_before: int = 0
     memory: list[tuple[int, dict[str, int]]] = field(default_factory=list)
@@ -184,7 +187,11 @@ def _step_spans(w: Window, clock: _Clock) -> list[dict[str, Any]]:
     last_seq = w.events_after_seq
     gap = False
     for e in w.events:
-        gap = gap or (last_seq is not None and e.seq > last_seq + 1)
+        # Numbers follow the order events reached the log, not their times: a
+        # journal folded after a direct event numbers earlier steps after it,
+        # so an event past the window's end can sit between two in it.
+        gap = gap or (last_seq is not None and any(
+            s not in w.events_left_out for s in range(last_seq + 1, e.seq)))
         last_seq = e.seq
         if e.kind != EventKind.STEP:
             continue

@@ -79,6 +79,7 @@ def fill(cap: RemoteCapture, seen: Seen) -> RemoteCapture:
     w = chrome_trace.Window(start_ns=0, end_ns=round(seconds * 1e9), start_unix=start, pid=pid,
                             process_name=str(process))
     w.events, w.events_after_seq = window, after
+    w.events_left_out = frozenset(e.seq for e in ordered if e.seq > after and e.time_unix > end)
     w.last_step_unix = next((e.time_unix for e in reversed(before)
                              if e.kind == EventKind.STEP), None)
     early = seen.first_seq if seen.first_seq is not None else after
