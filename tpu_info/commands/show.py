@@ -59,9 +59,12 @@ def renderable(args: argparse.Namespace, g: Gathered, width: int) -> Any:
     from tpu_info.outputs import render
 
     if args.metrics or args.process:
+        from tpu_info.commands.libtpu_reads import reads
         from tpu_info.views.metrics import DEFAULT_PERCENTILES, metric_table
 
-        parts: list[Any] = ([metric_table(name, g.views, cols or DEFAULT_PERCENTILES)
+        # Google's names that only libtpu serves: asked of libtpu now, once a look
+        libtpu = reads([name for name, _ in args.metrics or ()], g.views, args.timeout)
+        parts: list[Any] = ([metric_table(name, g.views, cols or DEFAULT_PERCENTILES, libtpu)
                              for name, cols in args.metrics] if args.metrics
                             else [render.processes_table(g.views, render.Reasons(), width)])
         if args.streaming or args.loop is not None:  # each frame says when it was taken

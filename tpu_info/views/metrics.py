@@ -18,37 +18,29 @@ Example:
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from rich.table import Table
 from rich.text import Text
 
-from tpu_info.contract.catalog import (
-    CATALOG,
-    EXECUTE_TIME,
-    TRANSFER_FROM_DEVICE_TIME,
-    TRANSFER_TO_DEVICE_TIME,
-)
+from tpu_info.contract.catalog import CATALOG
 from tpu_info.contract.model import CounterReading, DistributionReading, Unit
 from tpu_info.views.derived import device_row
+from tpu_info.views.google_metrics import (
+    GOOGLE_METRICS,
+    LIBTPU_SOURCES,
+    GoogleMetric,
+    LibtpuRead,
+    Source,
+    has_value,
+    libtpu_table,
+    na_table,
+    percentile_of,
+    reason,
+    recorded_name,
+)
 from tpu_info.views.values import NA, TargetView, clean, format_bytes, format_ns
 
-# Google's short name -> (our distribution/counter name or a device reading, help)
-GOOGLE_METRICS: dict[str, tuple[str, str]] = {
-    "hbm_usage": ("@hbm", "HBM used and total per device"),
-    "duty_cycle_percent": ("@duty", "busy % per device"),
-    "tensorcore_utilization": ("@duty", "busy % per device (TensorCore utilization)"),
-    "runtime_hbm_utilization": ("@hbm", "HBM used and total per device"),
-    "tensorcore_idle_duration": ("@none", "TensorCore idle time (libtpu only)"),
-    "hlo_queue_size": ("@none", "programs queued per device (libtpu only)"),
-    "hlo_exec_timing": (EXECUTE_TIME, "program execution time"),
-    "host_to_device_transfer_latency": (TRANSFER_TO_DEVICE_TIME, "host->device transfer latency"),
-    "device_to_host_transfer_latency": (TRANSFER_FROM_DEVICE_TIME, "device->host transfer latency"),
-    "buffer_transfer_latency": ("@none", "DCN transfer latency (multi-slice libtpu only)"),
-    "inbound_buffer_transfer_latency": ("@none", "DCN inbound latency (multi-slice libtpu only)"),
-    "collective_e2e_latency": ("@none", "collective end-to-end latency (libtpu only)"),
-    "host_compute_latency": ("@none", "host compute latency (libtpu only)"),
-}
 PERCENTILE_COLUMNS = {"p1": 1.0, "p5": 5.0, "p10": 10.0, "p20": 20.0, "p50": 50.0, "p80": 80.0,
                       "p90": 90.0, "p95": 95.0, "p99": 99.0, "p999": 99.9}
 DEFAULT_PERCENTILES = ("p50", "p90", "p95", "p999")
@@ -62,15 +54,23 @@ def valid_names() -> list[str]:
     return sorted(GOOGLE_METRICS) + sorted(CATALOG)
 
 
+def google_metric(name: str) -> GoogleMetric | None:
+    """Google's name ``name`` (spaces as ``_``), or None when it is not one."""
+    return GOOGLE_METRICS.get(name.strip().replace(" ", "_"))
+
+
 def resolve(name: str) -> str:
-    """Our name for ``name`` (Google's short names accepted, spaces as ``_``).
+    """Our name for ``name``: Google's short names (spaces as ``_``) that mean
+    one of our distributions give its name, the others stay themselves
+    (:mod:`tpu_info.views.google_metrics` says where their values come from).
 
     Raises:
         ValueError: unknown name; the message lists the valid ones.
     """
+    m = google_metric(name)
+    if m is not None:
+        return m.key if m.source is Source.OURS else m.name
     key = name.strip().replace(" ", "_")
-    if key in GOOGLE_METRICS:
-        return GOOGLE_METRICS[key][0]
     for ours in CATALOG:
         if ours.lower() == key.lower():
             return ours
@@ -167,11 +167,28 @@ def parse_filter(text: str) -> tuple[str, ...]:
 def metric_list() -> list[dict[str, str]]:
     """Every metric name ``--metric`` takes: ``{name, unit, kind, meaning, source}``
     (``source`` is ``google`` for Google's short names, else ``tpu-info``)."""
-    out = [{"name": name, "unit": "", "kind": "", "meaning": help_, "source": "google"}
-           for name, (_, help_) in sorted(GOOGLE_METRICS.items())]
+    out = [{"name": name, "unit": m.unit, "kind": "", "meaning": _google_meaning(m),
+            "source": "google"} for name, m in sorted(GOOGLE_METRICS.items())]
     out += [{"name": name, "unit": unit.value, "kind": kind, "meaning": help_,
              "source": "tpu-info"} for name, (kind, unit, help_) in sorted(CATALOG.items())]
     return out
+
+
+_FROM = {
+    Source.DEVICE_HBM: "from libtpu, else the hooked processes",
+    Source.DEVICE_BUSY: "from libtpu, else the hooked processes' estimate",
+    Source.LIBTPU_GAUGE: "libtpu only",
+    Source.LIBTPU_LATENCY: "libtpu only, multi-slice jobs",
+    Source.LIBTPU_STATUS: "libtpu only",
+    Source.JAX_MONITORING: "the hooked processes' jax.monitoring records",
+    Source.PYGRAIN: "pygrain's Prometheus endpoint: not read here",
+}
+
+
+def _google_meaning(m: GoogleMetric) -> str:
+    if m.source is Source.OURS:
+        return f"{m.meaning} (our {m.key})"
+    return f"{m.meaning} ({_FROM[m.source]})"
 
 
 def list_metrics_table() -> Table:
@@ -194,14 +211,6 @@ def _value(v: float, unit: Unit) -> str:
     return f"{v:.6g}"
 
 
-def _percentile(d: DistributionReading, p: float) -> float | None:
-    from tpu_info.contract.buckets import percentile
-
-    if d.buckets is not None and d.count:
-        return percentile(d.buckets, d.count, p, d.min, d.max)
-    return d.percentile(p)
-
-
 def _titled(name: str, views: Sequence[TargetView]) -> Table:
     """An empty table titled ``name``, at least as wide as its title (a narrow
     table would wrap it mid-word), saying why when there is nothing to show."""
@@ -213,39 +222,19 @@ def _titled(name: str, views: Sequence[TargetView]) -> Table:
 
 
 def metric_table(name: str, views: Sequence[TargetView],
-                 columns: Sequence[str] = DEFAULT_PERCENTILES) -> Table:
-    """One table for one metric across every view."""
+                 columns: Sequence[str] = DEFAULT_PERCENTILES,
+                 libtpu: Mapping[str, Sequence[LibtpuRead]] | None = None) -> Table:
+    """One table for one metric across every view; ``libtpu`` holds what
+    libtpu answered for Google's names that only it serves
+    (:func:`tpu_info.commands.libtpu_reads.reads`)."""
+    google = google_metric(name)
+    if google is not None and google.source is not Source.OURS:
+        return _google_table(google, views, columns, (libtpu or {}).get(google.name, ()))
     ours = resolve_or_custom(name)
-    if ours not in CATALOG and ours not in ("@hbm", "@duty", "@none"):
+    if ours not in CATALOG:
         return _custom_table(ours, views, columns)
     t = _titled(name, views)
     t.add_column("target", no_wrap=True, overflow="ellipsis", max_width=28)
-    if ours in ("@hbm", "@duty"):
-        t.add_column("device", no_wrap=True)
-        t.add_column("HBM used / total" if ours == "@hbm" else "busy %", no_wrap=True)
-        for v in views:
-            if not v.ok or v.snapshot is None:
-                t.add_row(Text(clean(v.target)), NA, Text(f"{NA}: {clean(v.error)}"))
-                continue
-            for dev in v.snapshot.devices:
-                row = device_row(v, dev)  # the tables' values, and their reasons
-                if ours == "@hbm":
-                    used, total = row.hbm_used, row.hbm_total
-                    val = (f"{format_bytes(used.value)} / {format_bytes(total.value)}"
-                           if used.value is not None and total.value else
-                           f"{NA}: {clean(used.reason or total.reason or 'not reported')}")
-                else:
-                    val = (f"{row.busy.value:.1f}%" if row.busy.value is not None
-                           else f"{NA}: {clean(row.busy.reason)}")
-                t.add_row(Text(clean(v.target)), Text(f"{dev.id} {clean(dev.kind)}"),
-                          Text(val))
-        return t
-    if ours == "@none":
-        t.add_column("value")
-        for v in views:
-            t.add_row(Text(clean(v.target)),
-                      f"{NA}: only libtpu on a TPU VM reports {clean(name)}")
-        return t
     kind = CATALOG[ours][0]
     if kind == "counter":
         t.add_column("value", justify="right")
@@ -265,16 +254,65 @@ def metric_table(name: str, views: Sequence[TargetView],
             continue
         cells = []
         for c in columns:
-            p = _percentile(d, PERCENTILE_COLUMNS[c])
+            p = percentile_of(d, PERCENTILE_COLUMNS[c])
             cells.append(NA if p is None else _value(p, d.unit))
         t.add_row(Text(clean(v.target)), str(d.count), *cells)
     return t
 
 
-def _custom_table(name: str, views: Sequence[TargetView], columns: Sequence[str]) -> Table:
+def _google_table(m: GoogleMetric, views: Sequence[TargetView], columns: Sequence[str],
+                  reads: Sequence[LibtpuRead]) -> Table:
+    """Google's name ``m``, from its source, or one row saying why not."""
+    if m.source in (Source.DEVICE_HBM, Source.DEVICE_BUSY):
+        return _device_table(m, views)
+    if m.source in LIBTPU_SOURCES:
+        shown = [r for r in reads if has_value(m, r)]
+        if shown:
+            return libtpu_table(m, shown, columns, PERCENTILE_COLUMNS)
+        failed = next((r for r in reads if r.error), None)
+        reachable = any(v.ok and v.source == "libtpu" for v in views)
+        return na_table(m, reason(m, libtpu_reachable=reachable, hooked=False, read=failed))
+    recorded = recorded_name(views, m.key)
+    if recorded is not None:
+        return _custom_table(recorded, [v for v in views if v.source == "hook"], columns,
+                             title=m.name)
+    hooked = any(v.ok and v.source == "hook" for v in views)
+    return na_table(m, reason(m, libtpu_reachable=False, hooked=hooked))
+
+
+def _device_table(m: GoogleMetric, views: Sequence[TargetView]) -> Table:
+    """HBM used / total, or busy %, of each device of each view, with the
+    device tables' reasons for an N/A (:func:`tpu_info.views.derived.device_row`)."""
+    hbm = m.source is Source.DEVICE_HBM
+    t = _titled(m.name, views)
+    t.add_column("target", no_wrap=True, overflow="ellipsis", max_width=28)
+    t.add_column("device", no_wrap=True)
+    t.add_column("HBM used / total" if hbm else "busy %", no_wrap=True)
+    for v in views:
+        if not v.ok or v.snapshot is None:
+            t.add_row(Text(clean(v.target)), NA, Text(f"{NA}: {clean(v.error)}"))
+            continue
+        if not v.snapshot.devices:
+            t.add_row(Text(clean(v.target)), NA, Text(f"{NA}: the process reported no devices"))
+        for dev in v.snapshot.devices:
+            row = device_row(v, dev)  # the tables' values, and their reasons
+            if hbm:
+                used, total = row.hbm_used, row.hbm_total
+                val = (f"{format_bytes(used.value)} / {format_bytes(total.value)}"
+                       if used.value is not None and total.value else
+                       f"{NA}: {clean(used.reason or total.reason or 'not reported')}")
+            else:
+                val = (f"{row.busy.value:.1f}%" if row.busy.value is not None
+                       else f"{NA}: {clean(row.busy.reason)}")
+            t.add_row(Text(clean(v.target)), Text(f"{dev.id} {clean(dev.kind)}"), Text(val))
+    return t
+
+
+def _custom_table(name: str, views: Sequence[TargetView], columns: Sequence[str],
+                  title: str | None = None) -> Table:
     """A metric outside the catalog: a counter's value or a distribution's
     count and percentiles, in its unit, with its help as the caption."""
-    t = _titled(name, views)
+    t = _titled(title or name, views)
     t.add_column("target", no_wrap=True, overflow="ellipsis", max_width=28)
     found = [(v, _custom_reading(v, name)) for v in views]
     dist = any(isinstance(r, DistributionReading) for _, r in found)
@@ -293,7 +331,7 @@ def _custom_table(name: str, views: Sequence[TargetView], columns: Sequence[str]
             continue
         about = about or (f"{clean(r.help)} " if r.help else "") + f"(unit: {r.unit.value})"
         if isinstance(r, DistributionReading):
-            cells = [NA if (p := _percentile(r, PERCENTILE_COLUMNS[c])) is None
+            cells = [NA if (p := percentile_of(r, PERCENTILE_COLUMNS[c])) is None
                      else _value(p, r.unit) for c in columns]
             t.add_row(Text(clean(v.target)), str(r.count), *cells)
         else:
