@@ -236,8 +236,24 @@ def arm(saver: RunSaver) -> None:
     _saver = saver
     chain_excepthook(saver)
     atexit.register(saver.save_at_exit)
+    _save_before_jax_cleans_up(saver)
     if saver.path is not None:
         threading.Thread(target=saver.checkpoints, name="tpu-info-save", daemon=True).start()
+
+
+def _save_before_jax_cleans_up(saver: RunSaver) -> None:
+    """Moves the exit save after JAX's own exit handler in the ``atexit`` list
+    once JAX is imported, so the save runs first: JAX's handler (registered
+    when ``jax`` is imported) clears its backends, and the hook reads no
+    device once they are gone. A program that installed the hook before
+    importing JAX otherwise saved a run without its devices' memory."""
+    from metrics.engines import importwatch
+
+    def again() -> None:
+        atexit.unregister(saver.save_at_exit)
+        atexit.register(saver.save_at_exit)
+
+    importwatch.when_imported("jax", again)
 
 
 def on_sigterm() -> None:

@@ -117,6 +117,23 @@ def test_the_cli_reads_a_saved_run_as_a_live_one(runs, capsys):
     assert "read from a file: the program ended (exit)" in capsys.readouterr().out
 
 
+def test_the_saved_run_keeps_device_memory(runs, capsys, tmp_path):
+    """The program installs the hook before it imports JAX, whose own exit
+    handler clears its backends: the end's save runs before it, so the run
+    keeps its devices (the TPU machine's run said 'the process reported no
+    devices')."""
+    path = str(runs["exit"][1])
+    devices = runfile.read(path).snapshot.devices
+    used = sum(d.memory.used_bytes or 0 for d in devices)
+    assert devices and used > 0, devices
+    assert main(["--from", path, "--json"]) == 0
+    (target,) = json.loads(capsys.readouterr().out)["targets"]
+    assert target["hbm_used_bytes"] == used and len(target["devices"]) == len(devices)
+    html = tmp_path / "r.html"
+    assert main(["report", "--from", path, "--html", str(html)]) == 0
+    assert "reported no devices" not in html.read_text()
+
+
 def test_runs_lists_them_newest_first(runs, capsys, monkeypatch):
     folder = runs["exit"][1].parent
     monkeypatch.setenv("TPU_INFO_RUNTIME_DIR", str(folder.parent))
