@@ -200,9 +200,7 @@ def main(argv: list[str] | None = None) -> int:
         head, payload = message
         op = head.get("op")
         if op == "bind":
-            port = head["port"]  # None: the local socket alone
-            kwargs: dict[str, Any] = {"address": head["address"],
-                                      "port": None if port is None else int(port)}
+            kwargs: dict[str, Any] = {"address": head["address"], "port": int(head["port"])}
             if head.get("workers"):
                 kwargs["workers"] = int(head["workers"])
             if head.get("local_socket"):
@@ -214,8 +212,8 @@ def main(argv: list[str] | None = None) -> int:
             # the program pays one refresh per REFRESH_S whatever it is.
             server = Server(mirror.snapshot, calls_per_s=HELPER_CALLS_PER_S, **kwargs)
             try:
-                channel.send({"op": "bound", "port": server.bind(),
-                              "local_socket": server.local_socket})
+                port = server.bind()
+                channel.send({"op": "bound", "port": port, "local_socket": server.local_socket})
             except BindError as e:
                 channel.send({"op": "bind_error", "message": str(e)})
                 server = None

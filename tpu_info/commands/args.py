@@ -146,6 +146,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "lines; an object with --json) and exit")
     p.add_argument("-p", "--process", action="store_true",
                    help="show only the processes table (Google's flag)")
+    p.add_argument("--all", dest="all_chips", action="store_true",
+                   help="list every TPU chip on the host's PCI bus, also those whose device "
+                        "node is missing here (by default one line counts them)")
     p.add_argument("--streaming", action="store_true",
                    help="look again every --rate seconds (Ctrl-C stops): in place on a "
                         "terminal, one frame appended per look to a pipe or file")

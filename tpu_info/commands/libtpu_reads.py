@@ -78,10 +78,7 @@ def reads(names: Sequence[str], views: Sequence[TargetView], timeout: float,
     if deadline is None:
         deadline = time.monotonic() + timeout
     for target in targets:
-        c = _LibtpuClient(target, timeout=timeout, deadline=deadline)
-        try:
+        with _LibtpuClient(target, timeout=timeout, deadline=deadline) as c:
             for m in wanted:
                 out[m.name].append(_read(c, m))
-        finally:
-            c.close()
     return {k: tuple(v) for k, v in out.items()}

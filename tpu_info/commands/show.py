@@ -66,14 +66,28 @@ def renderable(args: argparse.Namespace, g: Gathered, width: int) -> Any:
         libtpu = reads([name for name, _ in args.metrics or ()], g.views, args.timeout)
         parts: list[Any] = ([metric_table(name, g.views, cols or DEFAULT_PERCENTILES, libtpu)
                              for name, cols in args.metrics] if args.metrics
-                            else [render.processes_table(g.views, render.Reasons(), width)])
+                            else [render.processes_table(_readings(args, g), render.Reasons(),
+                                                         width)])
         if args.streaming or args.loop is not None:  # each frame says when it was taken
             from rich.text import Text
 
             h = _header(g)
             parts.insert(0, Text(f"{h.host}   {h.time_text()}", style="dim"))
         return Group(*parts)
-    return render.render(g.views, local=g.local, header=_header(g), width=width)
+    return render.render(g.views, local=g.local, header=_header(g), width=width,
+                         all_chips=_all(args))
+
+
+def _all(args: argparse.Namespace) -> bool:
+    return bool(getattr(args, "all_chips", False))
+
+
+def _readings(args: argparse.Namespace, g: Gathered) -> Any:
+    """The run's readings with the local chips and their owners (``-p`` lists
+    every process that holds a chip, hooked or not)."""
+    from tpu_info.views.derived import readings
+
+    return readings(g.views, local=g.local, header=_header(g), all_chips=_all(args))
 
 
 def json_text(g: Gathered, indent: int | None) -> str:
@@ -89,16 +103,16 @@ class _Csv:
     """CSV lines of ``--query`` fields; the header once, before the first look."""
 
     def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
         self.fields, self.fmt = args.query_fields, args.csv_format
         self.header_due = self.fmt.header
 
     def lines(self, g: Gathered) -> list[str]:
         from tpu_info.outputs import query
-        from tpu_info.views.derived import readings
 
         out = [query.header_line(self.fields, self.fmt)] if self.header_due else []
         self.header_due = False
-        run = readings(g.views, local=g.local, header=_header(g))
+        run = _readings(self.args, g)
         return out + query.csv_lines(run, self.fields, self.fmt)
 
 

@@ -375,6 +375,10 @@ class ChipRecord:
     devices_per_chip: int | None = None
     owner_pids: tuple[int, ...] = ()
     reasons: Mapping[str, str] = field(default_factory=dict)
+    # Whether this host's programs can open the chip: its device node exists
+    # here (a sandbox may pass through one of the host's four chips). Tables
+    # list usable chips only, unless asked for all.
+    usable: bool = True
 
     @property
     def name(self) -> str:
@@ -383,15 +387,35 @@ class ChipRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class OwnerRecord:
+    """A process that holds a local chip open, hooked or not (from ``/proc``).
+
+    Empty strings are what ``/proc`` would not tell (the process exited
+    between the scans, or another user's ``cmdline``).
+    """
+
+    pid: int
+    name: str = ""  # /proc/<pid>/comm: python3
+    user: str = ""  # the real uid's name, or the uid as digits
+    command: str = ""  # /proc/<pid>/cmdline joined by spaces
+
+
+@dataclass(frozen=True, slots=True)
 class LocalScan:
     """Every local accelerator, and why some could not be seen.
 
     ``reasons`` maps a scope (``tpu``, ``gpu``, ``owners``) to a sentence:
     no TPU chips in sysfs, NVML absent, no permission to read ``/proc``.
+    ``owners`` names each pid of any chip's ``owner_pids``.
     """
 
     chips: tuple[ChipRecord, ...] = ()
     reasons: Mapping[str, str] = field(default_factory=dict)
+    owners: tuple[OwnerRecord, ...] = ()
+
+    def owner(self, pid: int) -> OwnerRecord | None:
+        """The owner record of ``pid``, None when the scan did not name it."""
+        return next((o for o in self.owners if o.pid == pid), None)
 
     @property
     def tpus(self) -> tuple[ChipRecord, ...]:

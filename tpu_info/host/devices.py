@@ -11,7 +11,11 @@ How TPU chips are found (as Google's ``tpu-info`` does): each
 ``/sys/bus/pci/devices/*`` whose ``vendor`` is ``0x1ae0`` (Google) and whose
 ``device`` id names a generation is one chip. From v5e on a chip is opened
 through ``/dev/vfio/<iommu group>``; before, through ``/dev/accelN``. A
-process owns a chip when one of its ``/proc/<pid>/fd/*`` links points there.
+chip whose node does not exist here is on the host but not usable by this
+host's programs (a sandbox passes through one of the host's four chips):
+:attr:`ChipRecord.usable <tpu_info.contract.model.ChipRecord.usable>` is
+False. A process owns a chip when one of its ``/proc/<pid>/fd/*`` links
+points there; :attr:`LocalScan.owners` names each owner (name, user, command).
 
 Example:
     >>> scan = scan_local(sysfs_root="/nonexistent", nvml_loader=None)
@@ -25,11 +29,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import ModuleType
 from typing import Any
 
 from tpu_info.contract.model import ChipRecord, LocalScan
+from tpu_info.host.processes import describe_all
 
 SYSFS_ROOT = "/sys"
 PROC_ROOT = "/proc"
@@ -148,14 +153,17 @@ def find_tpu_chips(sysfs_root: str = SYSFS_ROOT,
                                      "not from sysfs",
                    "busy_percent": "busy % comes from libtpu's duty-cycle gauge, "
                                    "not from sysfs"}
+        usable = os.path.exists(path)
         if guessed:
             reasons["device_path"] = guessed
-        elif not os.path.exists(path):
-            reasons["device_path"] = f"{path} does not exist (is the TPU driver loaded?)"
+        elif not usable:
+            reasons["device_path"] = (f"{path} does not exist: the chip is on this host's PCI "
+                                      "bus but not usable here (not passed through, or the "
+                                      "TPU driver is not loaded)")
         chips.append(ChipRecord(
             index=index, vendor="tpu", kind=gen.name, device_path=path, pci_address=addr,
             hbm_total_bytes=gen.hbm_bytes, cores_per_chip=gen.cores_per_chip,
-            devices_per_chip=gen.devices_per_chip, reasons=reasons,
+            devices_per_chip=gen.devices_per_chip, reasons=reasons, usable=usable,
         ))
     if chips:
         return chips, None
@@ -324,13 +332,7 @@ def _with_owners(chip: ChipRecord, owners: OwnerScan) -> ChipRecord:
     elif owners.reason:
         reasons["owner_pids"] = (("may be incomplete: " if pids else "none found, but ")
                                  + owners.reason)
-    return ChipRecord(
-        index=chip.index, vendor=chip.vendor, kind=chip.kind, device_path=chip.device_path,
-        pci_address=chip.pci_address, hbm_total_bytes=chip.hbm_total_bytes,
-        hbm_used_bytes=chip.hbm_used_bytes, busy_percent=chip.busy_percent,
-        cores_per_chip=chip.cores_per_chip, devices_per_chip=chip.devices_per_chip,
-        owner_pids=pids, reasons=reasons,
-    )
+    return replace(chip, owner_pids=pids, reasons=reasons)
 
 
 def scan_local(
@@ -358,15 +360,21 @@ def scan_local(
     gpus, why = find_gpus(nvml_loader, dev_root)
     if why:
         reasons["gpu"] = why
-    return LocalScan(chips=tuple(tpus) + tuple(gpus), reasons=reasons)
+    chips = tuple(tpus) + tuple(gpus)
+    return LocalScan(chips=chips, reasons=reasons,
+                     owners=describe_all((p for c in chips for p in c.owner_pids), proc_root))
 
 
 def accelerator_type(scan: LocalScan) -> str | None:
-    """``v5e x4`` style summary of the local TPU chips, None without any.
+    """``TPU v5e x1`` style summary of the TPU chips this host's programs can
+    use (all of them, and so said, when none is usable); None without any.
 
     >>> accelerator_type(LocalScan())
     """
-    kinds = sorted({c.kind for c in scan.tpus})
+    usable = [c for c in scan.tpus if c.usable]
+    chips = usable or list(scan.tpus)
+    kinds = sorted({c.kind for c in chips})
     if not kinds:
         return None
-    return ", ".join(f"TPU {k} x{sum(1 for c in scan.tpus if c.kind == k)}" for k in kinds)
+    text = ", ".join(f"TPU {k} x{sum(1 for c in chips if c.kind == k)}" for k in kinds)
+    return text if usable else f"{text} (none usable here)"

@@ -12,11 +12,16 @@ Top level::
     tpu_info_version  this tool's version
     host, time_unix   where and when
     libtpu_version    string or null
-    accelerator_type  "TPU v5e x4" or null
-    chips             local accelerators: name, index, vendor, kind,
-                      device_path, pci_address, hbm_used_bytes,
-                      hbm_total_bytes, busy_percent, cores_per_chip,
-                      devices_per_chip, owner_pids, reasons{field: why}
+    accelerator_type  "TPU v5e x1" (the usable chips) or null
+    chips             every local accelerator, usable here or not: name,
+                      index, vendor, kind, device_path, pci_address,
+                      usable (its device node exists here; tables list
+                      only these without --all), hbm_used_bytes,
+                      hbm_total_bytes, hbm_source ("libtpu"|"hook"|"nvml"|
+                      "spec"|null), busy_percent, busy_source ("libtpu"|
+                      "nvml"|"estimate"|null), cores_per_chip,
+                      devices_per_chip, owner_pids, owners[{pid, name,
+                      user, command}], reasons{field: why}
     local_reasons     {"tpu"|"gpu"|"owners": why} for the local scan
     targets           one per target: target, source ("hook"|"libtpu"),
                       ok, error, process{pid, name, user, host, engine,
@@ -73,12 +78,12 @@ from typing import Any
 
 from tpu_info.contract.catalog import CACHED_COMPILE, MARK_STEP, UNCACHED_COMPILE
 from tpu_info.contract.model import (
-    ChipRecord,
     CounterReading,
     DistributionReading,
     LocalScan,
     Snapshot,
 )
+from tpu_info.views.chips import ChipUsage
 from tpu_info.views.custom import CustomMetric, custom_metrics
 from tpu_info.views.derived import FindingLine, TargetReadings, readings
 from tpu_info.views.sites import not_raised, site_phase
@@ -97,14 +102,19 @@ def _opt(value: object) -> str | None:
     return None if value is None else _s(value)
 
 
-def _chip(c: ChipRecord, used: int | None, total: int | None, busy: float | None,
-          reasons: dict[str, str]) -> dict[str, Any]:
+def _chip(u: ChipUsage) -> dict[str, Any]:
+    c = u.chip
     return {
         "name": c.name, "index": c.index, "vendor": c.vendor, "kind": _s(c.kind),
-        "device_path": c.device_path, "pci_address": c.pci_address,
-        "hbm_used_bytes": used, "hbm_total_bytes": total, "busy_percent": busy,
+        "device_path": c.device_path, "pci_address": c.pci_address, "usable": c.usable,
+        "hbm_used_bytes": u.hbm_used_bytes, "hbm_total_bytes": u.hbm_total_bytes,
+        "hbm_source": u.hbm_source or None, "busy_percent": u.busy_percent,
+        "busy_source": u.busy_source or None,
         "cores_per_chip": c.cores_per_chip, "devices_per_chip": c.devices_per_chip,
-        "owner_pids": list(c.owner_pids), "reasons": {k: _s(v) for k, v in reasons.items()},
+        "owner_pids": list(c.owner_pids),
+        "owners": [{"pid": o.pid, "name": _s(o.name), "user": _s(o.user),
+                    "command": _s(o.command)} for o in u.owners],
+        "reasons": {k: _s(v) for k, v in u.reasons.items()},
     }
 
 
@@ -223,8 +233,7 @@ def to_json(views: Sequence[TargetView], *, local: LocalScan | None = None,
         "time_unix": header.time_unix,
         "libtpu_version": _opt(run.libtpu_version.value),
         "accelerator_type": run.accelerator.value,
-        "chips": [_chip(u.chip, u.hbm_used_bytes, u.hbm_total_bytes, u.busy_percent, u.reasons)
-                  for u in run.usage],
+        "chips": [_chip(u) for u in run.usage],
         "local_reasons": dict(local.reasons) if local else {},
         "targets": [_target(t, top_graphs) for t in run.targets],
         "job_findings": [{"severity": f.finding.severity, "kind": f.kind,
@@ -317,7 +326,15 @@ JSON_SCHEMA: dict[str, Any] = {
                 "name": {"type": "string"}, "index": {"type": "integer"},
                 "vendor": {"enum": ["tpu", "nvidia"]}, "kind": {"type": "string"},
                 "device_path": _STR, "pci_address": {"type": "string"},
+                "usable": {"type": "boolean"},
                 "hbm_used_bytes": _INT, "hbm_total_bytes": _INT, "busy_percent": _NUM,
+                "hbm_source": {"enum": ["libtpu", "hook", "nvml", "spec", None]},
+                "busy_source": {"enum": ["libtpu", "nvml", "estimate", None]},
+                "owners": {"type": "array", "items": {
+                    "type": "object", "required": ["pid", "name", "user", "command"],
+                    "properties": {"pid": {"type": "integer"}, "name": {"type": "string"},
+                                   "user": {"type": "string"},
+                                   "command": {"type": "string"}}}},
                 "cores_per_chip": _INT, "devices_per_chip": _INT,
                 "owner_pids": {"type": "array", "items": {"type": "integer"}},
                 "reasons": _REASONS}}},

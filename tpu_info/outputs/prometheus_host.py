@@ -56,7 +56,8 @@ def chip_families(scan: LocalScan, labels: Mapping[str, str]) -> Iterator[Metric
     names, values = list(labels), [str(v) for v in labels.values()]
     per_chip = [*names, "device"]
     info = InfoMetricFamily(PREFIX + "chip", "An accelerator this host's scan found "
-                            "(sysfs for TPUs, NVML for GPUs).", labels=per_chip)
+                            "(sysfs for TPUs, NVML for GPUs); usable=\"false\" when its "
+                            "device node is missing here.", labels=per_chip)
     total = _gauge("chip_hbm_total_bytes", "Device memory of the chip.", per_chip)
     used = _gauge("chip_hbm_used_bytes", "Device memory in use on the chip (NVML; TPUs: "
                   "from libtpu or the hooked processes' device series).", per_chip)
@@ -68,7 +69,8 @@ def chip_families(scan: LocalScan, labels: Mapping[str, str]) -> Iterator[Metric
     for chip in scan.chips:
         at = [*values, chip.name]
         info.add_metric(at, {"vendor": chip.vendor, "kind": chip.kind,
-                             "pci_address": chip.pci_address})
+                             "pci_address": chip.pci_address,
+                             "usable": "true" if chip.usable else "false"})
         for fam, value in ((total, chip.hbm_total_bytes), (used, chip.hbm_used_bytes),
                            (busy, None if chip.busy_percent is None
                             else chip.busy_percent / 100.0)):

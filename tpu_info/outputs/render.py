@@ -29,7 +29,6 @@ from rich.console import Console, Group, RenderableType
 from rich.text import Text
 
 from tpu_info.contract.model import LocalScan
-from tpu_info.net.targets import label
 from tpu_info.outputs.jsonview import JSON_SCHEMA, SCHEMA, to_json
 from tpu_info.outputs.table_layout import BAR_CELLS, WIDE, Alt, Cell, Col, bar, na, table
 from tpu_info.views.derived import (
@@ -96,18 +95,24 @@ def _hbm_percent(wide: bool) -> Callable[[DeviceRow], Cell]:
     return lambda d: show(d.hbm_percent, bar if wide else lambda p: Text(format_percent(p)))
 
 
+def _busy(d: DeviceRow) -> Cell:
+    """Busy %, ``~``-marked when it is the hook's estimate (a note says so)."""
+    return show(d.busy, lambda p: ("~" if d.busy_estimated else "") + format_percent(p))
+
+
 def device_columns(wide: bool) -> Columns[DeviceRow]:
     return [
         (Col("Device", min=4, max=16), lambda d: d.label),
         (Col("Kind", min=4, want=8, max=28, flex=True), lambda d: d.kind),
         (Col("Path", min=8, want=12, max=24, flex=True, give=2, optional=1),
-         lambda d: show(d.path, label)),
+         lambda d: show(d.path)),
         (Col("HBM used / total", min=16, max=24),
          lambda d: format_gib_pair(d.hbm_used.value, d.hbm_total.value)),
         (Col("HBM %", min=BAR_CELLS + 5) if wide else Col("HBM", justify="right"),
          _hbm_percent(wide)),
-        (Col("Busy", justify="right"), lambda d: show(d.busy, format_percent)),
-        (Col("PIDs", min=4, want=8, max=30, flex=True), lambda d: show(d.pids)),
+        (Col("Busy", justify="right"), _busy),
+        (Col("Owner", min=4, want=12, max=32, flex=True),
+         lambda d: show(d.owners if d.owners.value is not None or d.owners.reason else d.pids)),
     ]
 
 
@@ -115,7 +120,10 @@ def devices_table(run: RunReadings, width: int) -> RenderableType:
     rows = [*run.chips, *(d for t in run.targets for d in t.devices)]
     if not rows:
         return Text.assemble(("Devices\n", "bold"), "No accelerators found: ", run.no_devices)
-    return table("Devices", *_rows(device_columns(width >= WIDE), rows), width)
+    t = table("Devices", *_rows(device_columns(width >= WIDE), rows), width)
+    if not run.device_notes:
+        return t
+    return Group(t, *(Text(note, style="dim") for note in run.device_notes))
 
 
 PROCESS_COLUMNS: Columns[ProcessRow] = [
@@ -123,27 +131,32 @@ PROCESS_COLUMNS: Columns[ProcessRow] = [
     (Col("Name", min=6, want=8, max=32, flex=True, give=2), lambda p: show(p.name)),
     (Col("User", min=4, want=8, max=12, flex=True, optional=1), lambda p: show(p.user)),
     (Col("Engine", min=6, want=10, max=28, flex=True), lambda p: show(p.engine)),
-    (Col("Address", min=9, want=15, max=28, flex=True), lambda p: label(p.target)),
+    (Col("Address", min=9, want=15, max=28, flex=True), lambda p: p.target),
     (Col("Uptime", justify="right"), lambda p: show(p.uptime_seconds, format_uptime)),
     (Col("Steps", justify="right"), lambda p: Alt(show(p.steps), show(p.steps_short))),
     (Col("Compiles", justify="right"), lambda p: show(p.compiles)),
     (Col("HBM", justify="right"), lambda p: show(p.hbm_used_bytes, format_bytes)),
+    (Col("Chips", min=5, want=5, max=20, flex=True, optional=1), lambda p: show(p.chips)),
 ]
 
 
 def processes_table(run: RunReadings | Sequence[TargetView], r: Reasons | None = None,
                     width: int = 80) -> RenderableType:
-    """The Processes table (``tpu-info --process``); ``r`` (when given) collects
-    the reasons of the whole run's N/As."""
+    """The Processes table (``tpu-info --process``): the hooked processes, then
+    every other process that holds a local chip (given a :class:`RunReadings`
+    made with the local scan); ``r`` (when given) collects the reasons of the
+    whole run's N/As."""
     if not isinstance(run, RunReadings):
         run = readings(run, header=Header(host="", time_unix=0.0))
     if r is not None:
         for where, why in run.reasons():
             r.na(where, why)
-    rows = [t.process for t in run.targets if t.process is not None]
+    rows = list(run.processes)
     if not rows:
         return Text.assemble(("Processes\n", "bold"), "No hooked processes found.")
-    return table("Processes", *_rows(PROCESS_COLUMNS, rows), width)
+    held = any(p.chips.value for p in rows)  # the Chips column, where a local chip is held
+    return table("Processes", *_rows(PROCESS_COLUMNS if held else PROCESS_COLUMNS[:-1], rows),
+                 width)
 
 
 Graph = tuple[str, GraphRow]  # (pid, graph)
@@ -270,7 +283,8 @@ def sections(run: RunReadings, views: Sequence[TargetView], width: int,
 
 
 def render(views: Sequence[TargetView], *, local: LocalScan | None = None,
-           header: Header | None = None, width: int = 80, top_graphs: int = 5) -> Group:
+           header: Header | None = None, width: int = 80, top_graphs: int = 5,
+           all_chips: bool = False) -> Group:
     """Every section as one renderable, laid out for ``width`` columns.
 
     Args:
@@ -279,20 +293,22 @@ def render(views: Sequence[TargetView], *, local: LocalScan | None = None,
         header: time and host; None means now, here.
         width: the terminal width the columns are sized for.
         top_graphs: graphs listed per process.
+        all_chips: list the chips not usable here too (``--all``).
     """
-    run = readings(views, local=local, header=header, top_graphs=top_graphs)
+    run = readings(views, local=local, header=header, top_graphs=top_graphs,
+                   all_chips=all_chips)
     return Group(*sections(run, views, width, top_graphs))
 
 
 def render_text(views: Sequence[TargetView], width: int = 80, color: bool = False, *,
                 local: LocalScan | None = None, header: Header | None = None,
-                top_graphs: int = 5) -> str:
+                top_graphs: int = 5, all_chips: bool = False) -> str:
     """:func:`render` printed to a string (ANSI styles only when ``color``)."""
     console = Console(file=StringIO(), width=width, color_system="standard" if color else None,
                       force_terminal=color, no_color=not color, legacy_windows=False,
                       highlight=False, emoji=False, markup=False)
     console.print(render(views, local=local, header=header, width=width,
-                         top_graphs=top_graphs))
+                         top_graphs=top_graphs, all_chips=all_chips))
     out = console.file.getvalue()  # type: ignore[attr-defined]
     return "\n".join(line.rstrip() for line in out.splitlines()) + "\n"
 

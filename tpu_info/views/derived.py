@@ -27,18 +27,30 @@ from dataclasses import dataclass, replace
 from typing import Generic, TypeVar
 
 from tpu_info.contract.catalog import UNCACHED_COMPILE
-from tpu_info.contract.model import DeviceRecord, Finding, GraphRecord, LocalScan, Snapshot
+from tpu_info.contract.model import (
+    DeviceRecord,
+    Finding,
+    GraphRecord,
+    LocalScan,
+    OwnerRecord,
+    Snapshot,
+)
+from tpu_info.views.chips import (
+    BUSY_ESTIMATE,
+    ChipUsage,
+    chip_notes,
+    chip_usage,
+    hidden_line,
+)
 from tpu_info.views.cost import cost_cell
 from tpu_info.views.findings import diverging_graphs, find, no_engine_reason, short_location
 from tpu_info.views.values import (
     NA,
     NO_STEPS,
-    ChipUsage,
     Header,
     Reasons,
     TargetView,
     TransferStats,
-    chip_usage,
     clean,
     engine_label,
     last_cause,
@@ -106,25 +118,37 @@ class DeviceRow:
     hbm_total: Derived[int]
     hbm_percent: Derived[float]
     busy: Derived[float]
-    pids: Derived[str]
+    pids: Derived[str]  # "4242, 4243": the owners' pids
     na: tuple[tuple[str, str], ...] = ()
+    owners: Derived[str] = Derived()  # "4242 python3": the owners named (tables show this)
+    busy_estimated: bool = False  # the hook's estimate, not libtpu's duty cycle
+    hbm_source: str = ""  # libtpu, hook, nvml, spec (views.chips)
+
+
+def owner_cell(pids: tuple[int, ...], named: tuple[OwnerRecord, ...]) -> str:
+    """``4242 python3, 4300``: each owner's pid and, where known, its name."""
+    names = {o.pid: o.name for o in named}
+    return ", ".join(f"{p} {clean(names[p], 32)}" if names.get(p) else str(p) for p in pids)
 
 
 def chip_row(u: ChipUsage) -> DeviceRow:
-    """One local chip with what libtpu said about it."""
+    """One local chip with what libtpu or its owner's hook said about it."""
     c = u.chip
     r = _Row(f"devices/{c.name}")
     why_used = u.reasons.get("hbm_used_bytes", "not reported")
     used = r.get("hbm_used", u.hbm_used_bytes, why_used)
     total = r.get("hbm_total", u.hbm_total_bytes, u.reasons.get("hbm_total_bytes", "not reported"))
-    owners = ", ".join(map(str, c.owner_pids)) or "-"
-    pids = r.get("pids", None if not c.owner_pids and "owner_pids" in u.reasons else owners,
+    unknown = not c.owner_pids and "owner_pids" in u.reasons
+    pids = r.get("pids", None if unknown else ", ".join(map(str, c.owner_pids)) or "-",
                  u.reasons.get("owner_pids", ""))
+    owners = Derived.of(None if unknown else owner_cell(c.owner_pids, u.owners) or "-",
+                        pids.reason)
     path = r.get("path", c.device_path or None, u.reasons.get("device_path", "not reported"))
     busy = r.get("busy", u.busy_percent, u.reasons.get("busy_percent", "not reported"))
     pct = r.get("hbm_percent", _percent(u.hbm_used_bytes, u.hbm_total_bytes), why_used)
     kind = f"TPU {c.kind}" if c.vendor == "tpu" else c.kind
-    return DeviceRow(c.name, kind, path, used, total, pct, busy, pids, tuple(r.na))
+    return DeviceRow(c.name, kind, path, used, total, pct, busy, pids, tuple(r.na), owners,
+                     u.busy_source == BUSY_ESTIMATE, u.hbm_source)
 
 
 def device_row(v: TargetView, d: DeviceRecord) -> DeviceRow:
@@ -139,8 +163,11 @@ def device_row(v: TargetView, d: DeviceRecord) -> DeviceRow:
     busy = r.get("busy", d.busy_percent, d.busy_reason or "the engine does not report busy %")
     pct = r.get("hbm_percent", _percent(m.used_bytes, m.limit_bytes), why)
     pid = Derived(str(s.process.pid) if s.process else "-")
+    owner = Derived(f"{s.process.pid} {clean(s.process.name, 32)}".strip() if s.process
+                    else "-")
     return DeviceRow(f"{d.platform}:{d.id}", d.kind, Derived(v.target), used, total, pct, busy,
-                     pid, tuple(r.na))
+                     pid, tuple(r.na), owner, v.source != "libtpu" and d.busy_percent is not None,
+                     m.source if m.used_bytes is not None else "")
 
 
 def _percent(used: int | None, total: int | None) -> float | None:
@@ -164,6 +191,7 @@ class ProcessRow:
     compiles: Derived[int]
     hbm_used_bytes: Derived[int]
     na: tuple[tuple[str, str], ...] = ()
+    chips: Derived[str] = Derived()  # the local chips it holds open: "tpu3"
 
 
 def _all_missing(target: str, why: str, na: list[tuple[str, str]]) -> ProcessRow:
@@ -223,6 +251,55 @@ def process_row(v: TargetView) -> ProcessRow | None:
                    steps_short=Derived.of(steps_label(s, short=True), steps.reason),
                    compiles=Derived(s.counter(UNCACHED_COMPILE)), hbm_used_bytes=hbm,
                    na=tuple(r.na))
+
+
+def chip_names(chips: Sequence[ChipUsage]) -> str:
+    """``tpu0-3, gpu1``: chip names, runs of consecutive indices shortened."""
+    out: list[str] = []
+    run: list[int] = []
+    prefix = ""
+
+    def close() -> None:
+        if run:
+            out.append(f"{prefix}{run[0]}" + (f"-{run[-1]}" if len(run) > 1 else ""))
+
+    for u in sorted(chips, key=lambda u: (u.chip.name.rstrip("0123456789"), u.chip.index)):
+        p = u.chip.name.rstrip("0123456789")
+        if p == prefix and run and u.chip.index == run[-1] + 1:
+            run.append(u.chip.index)
+            continue
+        close()
+        prefix, run = p, [u.chip.index]
+    close()
+    return ", ".join(out)
+
+
+def owner_rows(usage: Sequence[ChipUsage], local: LocalScan | None,
+               listed: set[int]) -> tuple[ProcessRow, ...]:
+    """A row for each process that holds a chip and is not ``listed`` (hooked
+    processes have theirs): pid, name, user and the chips, from ``/proc``."""
+    held: dict[int, list[ChipUsage]] = {}
+    for u in usage:
+        for pid in u.chip.owner_pids:
+            held.setdefault(pid, []).append(u)
+    out = []
+    for pid, chips in sorted(held.items()):
+        if pid in listed:
+            continue
+        o = (local.owner(pid) if local else None) or OwnerRecord(pid)
+        r = _Row(f"processes/pid {pid}")
+        name = r.get("name", clean(o.command or o.name, 200) or None,
+                     "the process exited, or /proc does not show its command")
+        user = r.get("user", o.user or None, "/proc does not show the process's user")
+        used = [u.hbm_used_bytes for u in chips if u.hbm_used_bytes is not None]
+        sole = all(u.chip.owner_pids == (pid,) for u in chips)
+        why = next((u.reasons.get("hbm_used_bytes", "") for u in chips), "") or "not reported"
+        hbm = r.get("hbm", sum(used) if sole and len(used) == len(chips) else None,
+                    why if sole else "the process shares its chips: HBM is per chip")
+        out.append(ProcessRow("-", Derived(pid), name, user, Derived("not hooked"),
+                              Derived(), Derived(), Derived(), Derived(), hbm, tuple(r.na),
+                              Derived(chip_names(chips))))
+    return tuple(out)
 
 
 # Graphs and transfers ---------------------------------------------------------
@@ -325,10 +402,12 @@ def findings_of(s: Snapshot, where: str = "") -> tuple[FindingLine, ...]:
     return tuple(finding_line(f, where) for f in find(s))
 
 
-def _problems(views: Sequence[TargetView], local: LocalScan | None) -> list[FindingLine]:
+def _problems(views: Sequence[TargetView], local: LocalScan | None,
+              usage: Sequence[ChipUsage] = ()) -> list[FindingLine]:
     """Targets that could not be read, as lines above the findings."""
     out = []
     has_tpus = local is not None and bool(local.tpus)
+    hooked = any(u.hook_pid is not None for u in usage)
     for v in views:
         if v.snapshot is not None:
             continue
@@ -337,7 +416,10 @@ def _problems(views: Sequence[TargetView], local: LocalScan | None) -> list[Find
                 out.append(FindingLine(
                     "info", "libtpu_unanswered", v.target, "", clean(
                         f"libtpu's metric service did not answer ({v.error or 'not read'}); "
-                        "chip HBM use and busy % are unknown until a TPU workload runs"), "-"))
+                        + ("chip HBM and busy % come from the hooks of the programs that "
+                           "hold the chips" if hooked else
+                           "chip HBM use and busy % are unknown until a TPU workload runs")),
+                    "-"))
             continue
         out.append(FindingLine("FAIL", "unreadable", v.target, "", clean(v.error or "not read"),
                                "-"))
@@ -365,13 +447,22 @@ class RunReadings:
     header: Header
     libtpu_version: Derived[str]
     accelerator: Derived[str]
-    chips: tuple[DeviceRow, ...]
-    usage: tuple[ChipUsage, ...]
+    chips: tuple[DeviceRow, ...]  # the chips listed (usable ones, or all when asked)
+    usage: tuple[ChipUsage, ...]  # every local chip, listed or not (for --json)
     targets: tuple[TargetReadings, ...]
     no_devices: str  # why the Devices section is empty ("" when it is not)
     problems: tuple[FindingLine, ...]  # targets that could not be read
     job_findings: tuple[FindingLine, ...]
     no_findings: str  # what to say when no rule fired
+    # Lines under the Devices table: chips not listed, where HBM and busy came from.
+    device_notes: tuple[str, ...] = ()
+    owners: tuple[ProcessRow, ...] = ()  # chip owners without the hook
+    hidden: str = ""  # the chips not listed (not usable here), in one line
+
+    @property
+    def processes(self) -> tuple[ProcessRow, ...]:
+        """Every process row: the hooked targets', then the other chip owners'."""
+        return tuple(t.process for t in self.targets if t.process is not None) + self.owners
 
     @property
     def findings(self) -> tuple[FindingLine, ...]:
@@ -387,7 +478,9 @@ class RunReadings:
                  *(p for t in self.targets for d in t.devices for p in d.na)]
         if self.no_devices:
             pairs.append(("devices", self.no_devices))
+        pairs += [("devices", n) for n in self.device_notes[:1] if n == self.hidden]
         pairs += [p for t in self.targets if t.process for p in t.process.na]
+        pairs += [p for o in self.owners for p in o.na]
         pairs += [p for t in self.targets for g in t.graphs for p in g.na]
         pairs += [p for t in self.targets for x in t.transfers if x.count for p in x.na]
         for where, why in pairs:
@@ -412,7 +505,8 @@ def libtpu_version(header: Header, views: Sequence[TargetView]) -> str | None:
 
 
 def readings(views: Sequence[TargetView], *, local: LocalScan | None = None,
-             header: Header | None = None, top_graphs: int = 5) -> RunReadings:
+             header: Header | None = None, top_graphs: int = 5,
+             all_chips: bool = False) -> RunReadings:
     """Derives every value of one run once (see the module docstring).
 
     Args:
@@ -420,28 +514,35 @@ def readings(views: Sequence[TargetView], *, local: LocalScan | None = None,
         local: this machine's accelerators (``devices.scan_local()``).
         header: time and host; None means now, here.
         top_graphs: graphs kept per process (by compile time).
+        all_chips: list every chip on the host, also those not usable here
+            (``--all``); by default they are counted in one note.
     """
     from tpu_info.host.devices import accelerator_type  # the host scan: not for `import metrics`
 
     header = header or Header.now()
     views = list(views)
-    usage, folded = chip_usage(local, views)
-    chips = tuple(chip_row(u) for u in usage)
+    usage, folded = chip_usage(local, views, header.host)
+    listed = [u for u in usage if all_chips or u.chip.usable]
+    chips = tuple(chip_row(u) for u in listed)
     targets = []
     for v in views:
         s = v.snapshot
         if s is None:
-            targets.append(TargetReadings(v, process_row(v), (), (), (), ()))
+            row = _with_chips(process_row(v), v, usage, header.host)
+            targets.append(TargetReadings(v, row, (), (), (), ()))
             continue
         who = f"pid {s.process.pid}" if s.process else v.target
-        devices = () if id(v) in folded else tuple(device_row(v, d) for d in s.devices)
+        devices = tuple(device_row(v, d) for d in s.devices if (id(v), d.id) not in folded)
         targets.append(TargetReadings(
-            v, process_row(v), devices,
+            v, _with_chips(process_row(v), v, usage, header.host), devices,
             tuple(graph_row(v.target, g) for g in ranked_graphs(s, top_graphs)),
             transfer_rows(v), findings_of(s, who)))
     no_devices = ""
+    notes = tuple(chip_notes(usage, listed))
     if not chips and not any(t.devices for t in targets):
-        no_devices = "; ".join(clean(x) for x in (local.reasons.values() if local else ())) \
+        hidden = hidden_line(usage, listed)
+        no_devices = "; ".join(clean(x) for x in ([hidden] if hidden else [])
+                               + list(local.reasons.values() if local else ())) \
             or "no local scan and no process reported devices"
     accel = header.accelerator_type or (accelerator_type(local) if local else None)
     job = diverging_graphs([v.snapshot for v in views if v.snapshot is not None])
@@ -451,8 +552,22 @@ def readings(views: Sequence[TargetView], *, local: LocalScan | None = None,
                 "reported a libtpu version"),
         Derived.of(accel, (local.reasons.get("tpu") if local else None)
                 or "the local machine was not scanned"),
-        chips, tuple(usage), tuple(targets), no_devices, tuple(_problems(views, local)),
-        tuple(finding_line(f, "job") for f in job), no_findings_text(views))
+        chips, tuple(usage), tuple(targets), no_devices, tuple(_problems(views, local, usage)),
+        tuple(finding_line(f, "job") for f in job), no_findings_text(views),
+        notes,
+        owner_rows(listed, local, {v.snapshot.process.pid for v in views
+                                   if v.snapshot is not None and v.snapshot.process}),
+        hidden_line(usage, listed))
+
+
+def _with_chips(row: ProcessRow | None, v: TargetView, usage: Sequence[ChipUsage],
+                host: str) -> ProcessRow | None:
+    """``row`` with the local chips its process holds (its pid among their owners)."""
+    s = v.snapshot
+    if row is None or s is None or s.process is None or (s.process.host or host) != host:
+        return row
+    held = [u for u in usage if s.process.pid in u.chip.owner_pids]
+    return replace(row, chips=Derived(chip_names(held))) if held else row
 
 
 

@@ -32,10 +32,8 @@ from tpu_info.contract.buckets import percentile
 from tpu_info.contract.model import (
     FIRST_CALL,
     STEPS_INFERRED,
-    ChipRecord,
     DistributionReading,
     GraphRecord,
-    LocalScan,
     ProcessRecord,
     RecompileCause,
     Snapshot,
@@ -357,65 +355,3 @@ def last_cause(g: GraphRecord) -> RecompileCause | None:
 def top_graphs(s: Snapshot, n: int) -> list[GraphRecord]:
     """The ``n`` graphs that cost the most compile time, then most compiles."""
     return sorted(s.graphs, key=lambda g: (-g.compile_seconds_total, -g.compiles, g.hash))[:n]
-
-
-@dataclass(frozen=True, slots=True)
-class ChipUsage:
-    """A local chip with what libtpu said about it (when it did)."""
-
-    chip: ChipRecord
-    hbm_used_bytes: int | None
-    hbm_total_bytes: int | None
-    busy_percent: float | None
-    reasons: dict[str, str]
-
-
-def chip_usage(local: LocalScan | None,
-               views: list[TargetView]) -> tuple[list[ChipUsage], set[int]]:
-    """Local chips joined with libtpu's per-device gauges.
-
-    libtpu's device ``d`` belongs to chip ``d // devices_per_chip``.
-
-    Returns:
-        The chips, and the ``id()`` of each view whose devices were folded
-        into them (those views' devices are not listed again).
-    """
-    chips = list(local.chips) if local else []
-    per_chip: dict[int, list] = {}
-    folded: set[int] = set()
-    tpus = {c.index: c for c in chips if c.vendor == "tpu"}
-    for v in views:
-        if v.source != "libtpu" or v.snapshot is None or not tpus:
-            continue
-        folded.add(id(v))
-        for d in v.snapshot.devices:
-            chip = tpus.get(d.id // max(1, tpus[min(tpus)].devices_per_chip or 1))
-            if chip is not None:
-                per_chip.setdefault(chip.index, []).append(d)
-    out = []
-    for c in chips:
-        reasons = dict(c.reasons)
-        used, total, busy = c.hbm_used_bytes, c.hbm_total_bytes, c.busy_percent
-        devs = per_chip.get(c.index) if c.vendor == "tpu" else None
-        if devs:
-            us = [d.memory.used_bytes for d in devs if d.memory.used_bytes is not None]
-            ts = [d.memory.limit_bytes for d in devs if d.memory.limit_bytes is not None]
-            bs = [d.busy_percent for d in devs if d.busy_percent is not None]
-            if us:
-                used = sum(us)
-                reasons.pop("hbm_used_bytes", None)
-            if ts:
-                total = sum(ts)
-            if bs:
-                busy = sum(bs) / len(bs)
-                reasons.pop("busy_percent", None)
-        elif c.vendor == "tpu" and not any(v.source == "libtpu" and v.ok for v in views):
-            libtpu = [v for v in views if v.source == "libtpu"]
-            why = (f"libtpu's metric service did not answer ({libtpu[0].error})" if libtpu
-                   else "libtpu's metric service was not asked")
-            if used is None:
-                reasons["hbm_used_bytes"] = why
-            if busy is None:
-                reasons["busy_percent"] = why
-        out.append(ChipUsage(c, used, total, busy, reasons))
-    return out, folded

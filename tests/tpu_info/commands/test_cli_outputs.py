@@ -159,7 +159,8 @@ def test_query_fields_from_fixtures():
     fields = query.parse_query("index,device,memory.used,duty_cycle,pid,compiles")
     lines = query.csv_lines(run, fields, query.Format())
     assert lines[0] == "0, tpu0, 3328 MiB, 87.5 %, 4242, 6"  # the table rounds it to 88%
-    assert len(lines) == 9 and "[N/A]" in lines[4]  # libtpu's devices: no busy %
+    # The JAX process's 4 devices are the chips it holds (one row each), then its CPU.
+    assert len(lines) == 5 and lines[4].startswith("4, cpu:0") and "[N/A]" in lines[4]
     assert query.header_line(fields, query.Format(units=False)) == \
         "index, device, hbm_used, duty_cycle, pid, compiles"
     named = query.Field("n", "process", "", "", lambda r: 'a, "b"')

@@ -261,7 +261,7 @@ def _processes_at(width: int) -> str:
 
     cols = [c for c, _ in render.PROCESS_COLUMNS]
     row = ["123456", "train.py", "alice", "jax 0.10.2", "127.0.0.1:8431", "2h 03m",
-           Alt("10,561 (inferred: jit(step))", "~10,561"), "12", "1.2 GiB"]
+           Alt("10,561 (inferred: jit(step))", "~10,561"), "12", "1.2 GiB", "tpu0"]
     out = StringIO()
     Console(file=out, width=width, color_system=None).print(table("Processes", cols, [row],
                                                                   width))

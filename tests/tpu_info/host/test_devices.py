@@ -108,13 +108,14 @@ def test_no_sysfs_at_all(tmp_path: Path):
 
 def test_owners_from_proc(tmp_path: Path):
     sys_root = build_sysfs(tmp_path, MACHINES["v5e"])
+    dev = build_dev(tmp_path, [f"vfio/{g}" for g in (12, 13, 14, 15)])
     proc = build_proc(tmp_path, {
-        100: ["/dev/vfio/vfio", "/dev/vfio/12", "/dev/vfio/13"],
-        200: ["/dev/vfio/14", "/tmp/log.txt"],
-        300: ["/dev/vfio/14"],
-        400: ["/dev/vfio/140", "/dev/accel0"],  # look-alikes own nothing here
+        100: [f"{dev}/vfio/vfio", f"{dev}/vfio/12", f"{dev}/vfio/13"],
+        200: [f"{dev}/vfio/14", "/tmp/log.txt"],
+        300: [f"{dev}/vfio/14"],
+        400: [f"{dev}/vfio/140", f"{dev}/accel0"],  # look-alikes own nothing here
     })
-    scan = scan_local(str(sys_root), str(proc), "/dev", nvml_loader=NO_NVML)
+    scan = scan_local(str(sys_root), str(proc), str(dev), nvml_loader=NO_NVML)
     assert [c.owner_pids for c in scan.tpus] == [(100,), (100,), (200, 300), ()]
     assert "owners" not in scan.reasons
     assert all("owner_pids" not in c.reasons for c in scan.tpus)

@@ -1,0 +1,59 @@
+"""Who a process is, from ``/proc``: its name, user and command line.
+
+Google's ``tpu-info -p`` and nvidia-smi name every process that holds an
+accelerator, hooked or not; this is how the host scan does it without psutil
+(plain reads keep ``tpu-info``'s start-up fast). ``proc_root`` is an argument
+so tests point it at a fixture tree.
+
+Example:
+    >>> describe(1, proc_root="/nonexistent")
+    OwnerRecord(pid=1, name='', user='', command='')
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+from collections.abc import Iterable
+
+from tpu_info.contract.model import OwnerRecord
+
+PROC_ROOT = "/proc"
+COMMAND_CHARS = 500  # a command line is shown, not parsed: enough to recognise it
+
+
+def _read(path: str, limit: int = 4096) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            return f.read(limit)
+    except OSError:
+        return b""
+
+
+def _user(status: bytes) -> str:
+    """The real uid's name from ``/proc/<pid>/status`` (the uid when unnamed)."""
+    for line in status.splitlines():
+        if line.startswith(b"Uid:"):
+            fields = line.split()
+            if len(fields) > 1 and fields[1].isdigit():
+                uid = int(fields[1])
+                try:
+                    return pwd.getpwuid(uid).pw_name
+                except KeyError:  # a container's uid without a passwd entry
+                    return str(uid)
+    return ""
+
+
+def describe(pid: int, proc_root: str = PROC_ROOT) -> OwnerRecord:
+    """``pid``'s name, user and command line; empty fields for what is unreadable."""
+    where = os.path.join(proc_root, str(pid))
+    name = _read(os.path.join(where, "comm"), 256).decode("utf-8", "replace").strip()
+    argv = _read(os.path.join(where, "cmdline"), COMMAND_CHARS * 4).split(b"\0")
+    command = " ".join(a.decode("utf-8", "replace") for a in argv if a)[:COMMAND_CHARS]
+    user = _user(_read(os.path.join(where, "status")))
+    return OwnerRecord(pid=pid, name=name, user=user, command=command)
+
+
+def describe_all(pids: Iterable[int], proc_root: str = PROC_ROOT) -> tuple[OwnerRecord, ...]:
+    """:func:`describe` for each distinct pid, in pid order."""
+    return tuple(describe(p, proc_root) for p in sorted(set(pids)))
