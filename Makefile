@@ -6,7 +6,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?= -q
 
-.PHONY: venv demo test test-fast lint bench bench-smoke clean xla-env
+.PHONY: venv demo test test-fast test-tpu lint bench bench-smoke clean xla-env
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -35,6 +35,16 @@ test: venv xla-env
 # kept test that starts a process fails (tests/conftest.py, --fast).
 test-fast: venv
 	$(PY) -m pytest $(PYTEST_ARGS) --fast || { rc=$$?; [ $$rc -eq 5 ] && echo "no tests collected" || exit $$rc; }
+
+# The TPU lane: only the tests marked `tpu` (tests/tpu: a hooked JAX program on
+# the chip, read by tpu-info from another process), on a machine with a TPU chip.
+# It builds no venv (the TPU machine reaches no package registry): it runs that
+# machine's python3 with this checkout added in front of its PYTHONPATH (which
+# names libtpu's folder: added to, never replaced). To take the project there,
+# ../shared/tools/tpu-wheels puts the runtime wheels into .whl-tpu/ and prints
+# the line that installs them on that machine. Elsewhere the tests are skipped.
+test-tpu:
+	PYTHONPATH="$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH}" $(PYTHON) -m pytest $(PYTEST_ARGS) -m tpu tests/tpu
 
 lint: venv
 	$(PY) -m ruff check .

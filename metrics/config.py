@@ -62,16 +62,20 @@ class Variable:
 
 
 PORT = Variable(
-    "TPU_INFO_PORT", "8431 when free, else any free port",
+    "TPU_INFO_PORT", "8431 when free and no TPU host, else any free port",
     "pin the gRPC port (`install(port=)`; `0`: any free port); 8431 by default so Google's "
-    "client finds us on machines without libtpu. A value that is not a port number in "
-    "0..65535 is an error, and so is a pinned port that is taken")
+    "client finds us on machines without libtpu. On a host with TPU chips or libtpu "
+    "installed, libtpu's ports (8431, `TPU_RUNTIME_METRICS_PORTS`) are never taken unless "
+    "pinned. A value that is not a port number in 0..65535 is an error, and so is a pinned "
+    "port that is taken")
 BIND = Variable(
     "TPU_INFO_BIND", "loopback",
     "serve gRPC on these addresses instead of loopback (comma-separated; `0.0.0.0` is every "
     "IPv4 address of the host, `::` every address of both families; one warning is logged; "
     "captures stay loopback-only, so keep loopback in the list to capture, e.g. "
-    "`127.0.0.1,10.0.0.5`)")
+    "`127.0.0.1,10.0.0.5`). `unix`: the program's local socket alone (`<pid>.sock` in the "
+    "runtime directory, its user only), as where no TCP socket can be opened (gVisor, "
+    "seccomp'd containers), which the hook finds by itself (one warning)")
 PROMETHEUS_BIND = Variable(
     "TPU_INFO_PROMETHEUS_BIND", "loopback",
     "serve `/metrics` on this address instead of loopback (its own setting: `TPU_INFO_BIND` "

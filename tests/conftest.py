@@ -12,6 +12,10 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 SYSTEM = ROOT / "tests" / "system"
+TPU_LANE = ROOT / "tests" / "tpu"
+# What the user asked JAX for, before the CPU default below: the TPU lane's
+# programs take the chip unless the user forced the CPU.
+USER_JAX_PLATFORMS = os.environ.get("JAX_PLATFORMS")
 
 # Several CPU devices for multi-device tests; must be set before jax imports.
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=4")
@@ -88,6 +92,51 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--fast", action="store_true", default=False,
                      help="unit tests only (make test-fast): no tests/system, no test marked "
                           "slow, and a kept test that starts a process fails")
+    parser.addoption("--tpu", action="store_true", default=False,
+                     help="run the tests marked tpu even where no TPU chip is found "
+                          "(also TPU_INFO_TEST_TPU=1; TPU_INFO_TEST_TPU=0 skips them)")
+
+
+def tpu_chip(sys_root: str = "/sys", dev_root: str = "/dev") -> str | None:
+    """A usable Google TPU chip here: the first PCI function of vendor 0x1ae0
+    whose device node exists (``/dev/vfio/<iommu group>`` from v5e on,
+    ``/dev/accelN`` before), as ``pci-address (node)``; else None. A sandbox
+    can show more functions than it lets a program open (the TPU machine: 4
+    functions, one ``/dev/vfio/1``)."""
+    pci = Path(sys_root) / "bus/pci/devices"
+    try:
+        functions = sorted(pci.iterdir())
+    except OSError:
+        return None
+    accel = sorted(Path(dev_root).glob("accel*"))
+    for fn in functions:
+        try:
+            if (fn / "vendor").read_text().strip().lower() != "0x1ae0":
+                continue
+            group = os.path.basename(os.readlink(fn / "iommu_group"))
+        except OSError:
+            group = ""
+        node = Path(dev_root) / "vfio" / group if group else None
+        if node is not None and node.exists():
+            return f"{fn.name} ({node})"
+        if accel:
+            return f"{fn.name} ({accel[0]})"
+    return None
+
+
+def tpu_lane_enabled(config: pytest.Config) -> tuple[bool, str]:
+    """Whether the tests marked ``tpu`` run here, and why not when they don't."""
+    asked = os.environ.get("TPU_INFO_TEST_TPU", "")
+    if config.getoption("tpu") or asked == "1":
+        return True, ""
+    if asked == "0":
+        return False, "TPU_INFO_TEST_TPU=0"
+    if (USER_JAX_PLATFORMS or "").strip().lower() == "cpu":
+        return False, "JAX_PLATFORMS=cpu forces the CPU"
+    if tpu_chip() is None:
+        return False, ("needs a TPU chip (no PCI function of vendor 0x1ae0 with its /dev node): "
+                       "make test-tpu on a TPU machine, or --tpu / TPU_INFO_TEST_TPU=1")
+    return True, ""
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -96,9 +145,15 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    tpu_ok, why_not = None, ""
     for item in items:
-        if SYSTEM in item.path.parents:
+        if SYSTEM in item.path.parents or TPU_LANE in item.path.parents:
             item.add_marker(pytest.mark.slow)
+        if item.get_closest_marker("tpu") is not None:
+            if tpu_ok is None:
+                tpu_ok, why_not = tpu_lane_enabled(config)
+            if not tpu_ok:
+                item.add_marker(pytest.mark.skip(reason=why_not))
     if config.getoption("fast"):
         slow = [item for item in items if item.get_closest_marker("slow") is not None]
         if slow:

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 
-from tpu_info.commands.gather import LIBTPU_TARGET, local_targets
+from tpu_info.commands.gather import libtpu_targets, local_targets
 from tpu_info.contract.errors import NotAMonitor, ServerError, TimedOut, TpuInfoError
 from tpu_info.contract.model import Snapshot
 from tpu_info.net.client import Client
@@ -258,19 +258,21 @@ class DiscoveryLoop:
         every_s: seconds between looks.
         probe_libtpu: also read libtpu's port when it is libtpu.
         proc_root: where ``/proc`` is (tests point it at a fixture tree).
-        libtpu_target: libtpu's address.
+        libtpu_target: libtpu's address, or several (default: 8431 and
+            ``$TPU_RUNTIME_METRICS_PORTS``).
     """
 
     def __init__(self, runtime_dir: str | Path | None = None, every_s: float = 2.0,
                  probe_libtpu: bool = True, *, proc_root: str | Path = "/proc",
-                 libtpu_target: str = LIBTPU_TARGET) -> None:
+                 libtpu_target: str | Sequence[str] | None = None) -> None:
         from tpu_info.host.listeners import ProcNet
         from tpu_info.net.discovery import Rescanner
 
         self.runtime_dir = runtime_dir
         self.every_s = every_s
         self.probe_libtpu = probe_libtpu
-        self.libtpu_target = libtpu_target
+        # None: 8431 and $TPU_RUNTIME_METRICS_PORTS
+        self.libtpu_target = libtpu_targets() if libtpu_target is None else libtpu_target
         self.net = ProcNet(proc_root)
         self.rescanner = Rescanner(runtime_dir, port_owners=self.net.owners_by_port)
         self._stopped = threading.Event()
@@ -283,8 +285,7 @@ class DiscoveryLoop:
         picked = local_targets(scan, self.net,
                                libtpu_target=self.libtpu_target if self.probe_libtpu else None)
         found = list(picked.processes)
-        if picked.libtpu is not None:
-            found.append((picked.libtpu, ()))
+        found += [(libtpu, ()) for libtpu in picked.libtpus]
         started = tuple((p.target, p.start_time or 0.0) for p in scan.processes)
         return Found(tuple(found), started)
 

@@ -1,11 +1,17 @@
 """Serve the hook's snapshots over gRPC: :func:`start` returns an :class:`Exporter`.
 
 Port rule: an explicit ``port``, else ``$TPU_INFO_PORT``, else 8431 when it
-is free (libtpu's port, so Google's ``tpu-info`` finds the hook on machines
-without libtpu), else a free ephemeral port. Binding is loopback-only unless
+is free and this is no TPU host (libtpu's port, so Google's ``tpu-info``
+finds the hook on machines without libtpu), else a free ephemeral port; on a
+host with TPU chips or libtpu installed, none of libtpu's ports (8431,
+``$TPU_RUNTIME_METRICS_PORTS``) is taken unless pinned
+(:mod:`tpu_info.contract.libtpu_ports`). Binding is loopback-only unless
 ``bind=`` or ``$TPU_INFO_BIND`` names other addresses (one warning; see
 :mod:`metrics.export.binding`: ``0.0.0.0`` is IPv4 only, the Prometheus
-endpoint has its own setting, and captures stay loopback-only).
+endpoint has its own setting, and captures stay loopback-only). The server
+also listens on its 0600 local socket, and on that socket alone where no TCP
+socket can be opened (one warning; nothing of grpc's) or when
+``$TPU_INFO_BIND`` is ``unix``: its discovery record then has port 0.
 At interpreter exit the exporter removes its discovery record first and
 then stops serving without waiting for anything (calls in flight are cut,
 the serving helper leaves on its own), so a hooked program stops as fast as
@@ -44,6 +50,8 @@ from metrics.export import binding, discovery, saving
 from metrics.export.binding import BindError
 from metrics.export.captures import CaptureFn, register_capture
 from metrics.recording import forksafe
+from tpu_info.contract import discovery_record as _record
+from tpu_info.contract import libtpu_ports
 
 if TYPE_CHECKING:  # the server (and grpc) loads in start(): `import profiler` stays light
     from metrics.export.captures import SnapshotFn
@@ -53,7 +61,7 @@ __all__ = ["start", "Exporter", "BindError", "LIBTPU_PORT", "LOOPBACK", "registe
 
 log = logging.getLogger("metrics.export")
 
-LIBTPU_PORT = 8431
+LIBTPU_PORT = libtpu_ports.LIBTPU_PORT
 LOOPBACK = binding.LOOPBACK
 
 
@@ -81,8 +89,10 @@ class Exporter:
 
     def __init__(self, server: Server, host: str, published: Any = None) -> None:
         self._server = server
-        self.host = host
+        self.host = host  # "": served on the local socket alone
         self.port = server.port
+        self.local_socket: str = getattr(server, "local_socket", "") or ""
+        self._no_tcp: tuple[str, str] = ("", "")  # why no TCP, the OS's words
         self.address = self._address(server.port)
         self.published = published
         # engine, versions, waiting
@@ -98,13 +108,15 @@ class Exporter:
         self._sigterm_cleanup = not getattr(server, "removes_record_at_death", False)
 
     def _address(self, port: int) -> str:
+        if not port:  # the local socket alone
+            return f"unix:{self.local_socket}"
         return f"{self.host}:{port}" if ":" not in self.host else f"[{self.host}]:{port}"
 
     def _publish(self, engine: str, versions: dict[str, str],
                  waiting: list[str] | None = None) -> None:
         self._record = (engine, versions, list(waiting or []))
         self.published = _publish(self.port, self.host, *self._record,
-                                  sigterm=self._sigterm_cleanup)
+                                  sigterm=self._sigterm_cleanup, no_tcp=self._no_tcp)
         if hasattr(self._server, "on_port_change"):  # a serving helper that may restart
             self._server.on_port_change = self._serving_moved
 
@@ -120,7 +132,7 @@ class Exporter:
             self._record = (engine, dict(versions), list(waiting))
             if self.published is not None:  # else: written when serving again
                 self.published = _publish(self.port, self.host, *self._record,
-                                          sigterm=self._sigterm_cleanup)
+                                          sigterm=self._sigterm_cleanup, no_tcp=self._no_tcp)
 
     def _serving_moved(self, port: int | None) -> None:
         """The server stopped serving (``None``: its record goes at once) or
@@ -135,7 +147,7 @@ class Exporter:
             self.port = port
             self.address = self._address(port)
             self.published = _publish(port, self.host, *self._record,
-                                      sigterm=self._sigterm_cleanup)
+                                      sigterm=self._sigterm_cleanup, no_tcp=self._no_tcp)
 
     def let_go_after_fork(self) -> None:
         """In a fork child: closes the copies of the server's sockets."""
@@ -226,10 +238,11 @@ def _stop_before_thread_pools(exporter: Exporter) -> None:
 
 
 def _publish(port: int, host: str, engine: str, versions: dict[str, str],
-             waiting: list[str] | None = None, *, sigterm: bool = True) -> Any:
+             waiting: list[str] | None = None, *, sigterm: bool = True,
+             no_tcp: tuple[str, str] = ("", "")) -> Any:
     try:
         return discovery.publish(port, host, engine, versions, waiting=waiting or (),
-                                 sigterm=sigterm)
+                                 sigterm=sigterm, no_tcp=no_tcp)
     except Exception as e:  # noqa: BLE001 - discovery is best effort; serving goes on
         log.warning("tpu-info: could not publish the discovery record: %r", e)
         return None
@@ -259,10 +272,10 @@ def start(
         snapshot_fn: ``snapshot_fn(events_since) -> Snapshot``; runs on the
             server's threads at request time, never on the caller's.
         port: pin a port (0: any free one). Default: ``$TPU_INFO_PORT``, else
-            8431 if free, else any free port.
+            8431 if free and no libtpu may want it, else any free port.
         bind: where to listen: an address or a comma-separated list
-            (``0.0.0.0``: every IPv4 address). Default: ``$TPU_INFO_BIND``,
-            else loopback.
+            (``0.0.0.0``: every IPv4 address; ``unix``: the local socket
+            alone). Default: ``$TPU_INFO_BIND``, else loopback.
         engine: engine names for the discovery record (for example ``"jax"``).
         versions: versions for the discovery record.
         workers: most server threads (default 40, started on demand; each
@@ -273,7 +286,9 @@ def start(
             UNIMPLEMENTED); see :data:`metrics.export.server.CaptureFn`.
 
     Raises:
-        BindError: a pinned port (argument or ``$TPU_INFO_PORT``) is taken.
+        BindError: a pinned port (argument or ``$TPU_INFO_PORT``) is taken, or
+            neither TCP nor the local socket can be had. The discovery record
+            then says that the server failed (``failed``), for ``doctor``.
         ValueError: ``$TPU_INFO_PORT`` is not a port number.
 
     Example:
@@ -284,8 +299,6 @@ def start(
 
         server_factory = Server
     address = binding.setting(bind, binding.GRPC_ENV)
-    binding.warn_once("the gRPC server", address,
-                      "read this program's metrics (captures stay loopback-only, for its owner)")
     kwargs: dict[str, Any] = {"address": address}
     if workers is not None:
         kwargs["workers"] = workers
@@ -295,34 +308,88 @@ def start(
     if local is not None:
         kwargs["local_socket"] = local
     pinned = port if port is not None else _env_port()
-    server: Server | None
-    if pinned is not None:
-        server = server_factory(snapshot_fn, port=pinned, **kwargs)
-        try:
-            server.bind()
-        except BindError:
-            server.stop(grace=0)
-            raise
-    else:
-        server = None
-        if _port_free(address, LIBTPU_PORT):
-            server = server_factory(snapshot_fn, port=LIBTPU_PORT, **kwargs)
-            try:
-                server.bind()
-            except BindError:  # taken between the probe and the bind
-                server.stop(grace=0)
-                server = None
-        if server is None:
-            server = server_factory(snapshot_fn, port=0, **kwargs)
-            server.bind()
-    if server is None:  # unreachable: the branches above bind or raise
-        raise BindError(f"cannot bind {address}")
-    server.start()
-    host = binding.dial_host(address)
+    try:
+        no_tcp = _no_tcp(address, pinned, local)
+        if no_tcp is None:
+            binding.warn_once("the gRPC server", address, "read this program's metrics "
+                              "(captures stay loopback-only, for its owner)")
+        server = _bind(server_factory, snapshot_fn, address, pinned, no_tcp, kwargs)
+        server.start()
+    except Exception as e:
+        # Its record says so (doctor reads it), and the error goes to install().
+        discovery.publish_failure(str(e) or type(e).__name__, engine, dict(versions or {}))
+        raise
+    host = "" if no_tcp is not None else binding.dial_host(address)
     exporter = Exporter(server, host)
+    exporter._no_tcp = no_tcp or ("", "")
     exporter._publish(engine, dict(versions or {}))
     atexit.register(exporter._at_exit)
     _stop_before_thread_pools(exporter)
     if exporter._sigterm_cleanup:
         exporter._install_sigterm()
     return exporter
+
+
+def _no_tcp(address: str, pinned: int | None, local: str | None) -> tuple[str, str] | None:
+    """``(why, the OS's words)`` when the server listens on its local socket
+    alone (:data:`~tpu_info.contract.discovery_record.NO_TCP_REASONS`), else
+    None. Says so in one line (INFO when asked for, else a warning).
+
+    Raises:
+        BindError: no TCP socket can be opened here, and there is no local socket.
+    """
+    if binding.unix_only(address):
+        log.info("tpu-info: serving on the local socket %s only (%s=%s)", local,
+                 binding.GRPC_ENV, address)
+        return (_record.NO_TCP_ASKED, "")
+    why = binding.no_tcp(address)
+    if why is None:
+        return None
+    if local is None:
+        raise BindError(f"cannot serve: {why}, and there is no local socket (see the "
+                        "warning above; set TPU_INFO_RUNTIME_DIR to a private directory)")
+    pinned_too = f"; port {pinned} is not served" if pinned else ""
+    log.warning("tpu-info: serving on the local socket %s only: %s%s (tpu-info on this "
+                "host reads it)", local, why, pinned_too)
+    return (_record.NO_TCP_UNAVAILABLE, why)
+
+
+def _bind(server_factory: Callable[..., Server], snapshot_fn: SnapshotFn, address: str,
+          pinned: int | None, no_tcp: tuple[str, str] | None, kwargs: dict[str, Any]) -> Server:
+    """A bound server: the local socket alone, the pinned port, else 8431
+    when that is ours to take (:func:`_default_port`), else an ephemeral port
+    that is none of libtpu's."""
+    if no_tcp is not None:
+        return _bound(server_factory(snapshot_fn, port=None, **kwargs))
+    if pinned is not None:  # the user's choice, libtpu's port or not
+        return _bound(server_factory(snapshot_fn, port=pinned, **kwargs))
+    reserved = _libtpu_reserved()
+    if LIBTPU_PORT not in reserved and _port_free(address, LIBTPU_PORT):
+        try:
+            return _bound(server_factory(snapshot_fn, port=LIBTPU_PORT, **kwargs))
+        except BindError:  # taken between the probe and the bind
+            pass
+    for _ in range(4):  # the kernel's ephemeral range rarely holds libtpu's ports
+        server = _bound(server_factory(snapshot_fn, port=0, **kwargs))
+        if server.port not in reserved:
+            return server
+        server.stop(grace=0)
+    raise BindError(f"every ephemeral port given was one of libtpu's ({sorted(reserved)})")
+
+
+def _bound(server: Server) -> Server:
+    try:
+        server.bind()
+    except BaseException:
+        server.stop(grace=0)
+        raise
+    return server
+
+
+def _libtpu_reserved(sysfs_root: str = "/sys") -> frozenset[int]:
+    """The ports the hook must not take: libtpu's (8431 and
+    ``$TPU_RUNTIME_METRICS_PORTS``) on a host with TPU chips or libtpu
+    installed, where libtpu's own service is the truth; none elsewhere."""
+    if not libtpu_ports.tpu_host(sysfs_root):
+        return frozenset()
+    return frozenset(libtpu_ports.libtpu_ports())

@@ -16,7 +16,10 @@ private runtime directory (:func:`add_local_socket`; the path is
 :func:`metrics.export.discovery.socket_path`): only the program's user (and
 root) can reach it, and its connections are not counted against the TCP
 port's cap, so another local user holding every TCP connection cannot lock
-the owner's reads out.
+the owner's reads out. Where no TCP socket can be had (gVisor, a seccomp'd
+container: :func:`no_tcp` asks the OS before grpc is asked, so grpc's own
+error lines never reach the program's stderr), or when the setting is
+``unix`` (:func:`unix_only`), the server listens on that socket alone.
 
 Example:
     >>> addresses("127.0.0.1")
@@ -39,7 +42,8 @@ from metrics import config
 from tpu_info.net.targets import is_loopback_host
 
 __all__ = ["GRPC_ENV", "PROMETHEUS_ENV", "LOOPBACK", "BindError", "setting", "addresses",
-           "is_loopback", "dial_host", "warn_once", "add_local_socket"]
+           "is_loopback", "dial_host", "warn_once", "add_local_socket", "UNIX", "unix_only",
+           "no_tcp"]
 
 log = logging.getLogger("metrics.export")
 
@@ -48,7 +52,7 @@ PROMETHEUS_ENV = config.PROMETHEUS_BIND.name
 LOOPBACK = "127.0.0.1"
 _IPV4_ANY = "0.0.0.0"
 _ANY = ("::", "[::]")
-
+UNIX = "unix"  # the setting that asks for the local socket alone
 
 
 class BindError(OSError):
@@ -91,6 +95,30 @@ def addresses(bind: str) -> list[str]:
         expanded = _ipv4_addresses() if part == _IPV4_ANY else [part]
         out.extend(a for a in expanded if a not in out)
     return out or [LOOPBACK]
+
+
+def unix_only(bind: str) -> bool:
+    """Whether a setting asks for the local socket alone: ``unix`` (or
+    ``unix:PATH``; the socket is always ``<pid>.sock`` in the runtime directory)."""
+    word = bind.strip().lower()
+    return word == UNIX or word.startswith(UNIX + ":")
+
+
+def no_tcp(bind: str) -> str | None:
+    """Why no TCP socket can serve the setting ``bind`` on this host (the
+    OS's words), or None when one can. Asks with Python's own ``socket``
+    (created and closed, never bound) for each address family the setting
+    needs, so grpc is never asked to bind what it cannot (it would print
+    its own error lines into the program's stderr)."""
+    families = {socket.AF_INET6 if ":" in a.strip("[]") else socket.AF_INET
+                for a in addresses(bind)}
+    for family in sorted(families):
+        try:
+            socket.socket(family, socket.SOCK_STREAM).close()
+        except OSError as e:
+            name = "IPv6" if family == socket.AF_INET6 else "IPv4"
+            return f"no {name} socket can be opened here: {e.strerror or e}"
+    return None
 
 
 def is_loopback(bind: str) -> bool:

@@ -173,10 +173,20 @@ def record(
     start_time: float | None = None,
     waiting: Sequence[str] = (),
     socket: str = "",
+    no_tcp: tuple[str, str] = ("", ""),
+    failed: str = "",
 ) -> dict[str, Any]:
     """The JSON-ready record ``publish`` writes (``waiting``: engines the hook
     waits for, hooked once the program imports them; ``socket``: the path of
-    the server's local socket, "" for none)."""
+    the server's local socket, "" for none; ``no_tcp``: why it serves on that
+    socket alone and the OS's words, see
+    :data:`tpu_info.contract.discovery_record.NO_TCP_REASONS`; ``failed``:
+    why its server did not start)."""
+    extra: dict[str, Any] = {}
+    if no_tcp[0]:
+        extra.update(no_tcp=no_tcp[0], no_tcp_detail=_one_line(no_tcp[1]))
+    if failed:
+        extra["failed"] = _one_line(failed)
     return {
         "schema": _record.SCHEMA_VERSION,
         "pid": os.getpid() if pid is None else pid,
@@ -189,7 +199,13 @@ def record(
         "start_time": process_start_time() if start_time is None else float(start_time),
         "capture_secret": capture_secret(),
         "socket": socket,
+        **extra,
     }
+
+
+def _one_line(text: str, limit: int = 500) -> str:
+    """``text`` as the record keeps it: printable, one line, at most ``limit`` characters."""
+    return "".join(c if c.isprintable() else " " for c in text)[:limit]
 
 
 def publish(
@@ -204,6 +220,8 @@ def publish(
     register_cleanup: bool = True,
     sigterm: bool = True,
     waiting: Sequence[str] = (),
+    no_tcp: tuple[str, str] = ("", ""),
+    failed: str = "",
 ) -> Path | None:
     """Writes (or rewrites) this process's discovery record.
 
@@ -213,6 +231,9 @@ def publish(
         engine: the installed engine names, comma separated.
         versions: engine and Python versions.
         waiting: engines not imported yet that the hook waits for.
+        no_tcp: why the server listens on its local socket alone (port 0),
+            and the OS's words; ``("", "")`` when it serves TCP too.
+        failed: why the server did not start (port 0, no socket), for ``doctor``.
         runtime_dir: the directory (default :func:`tpu_info.contract.discovery_record.runtime_dir`).
         start_time: the process's start time, Unix seconds (default: read
             from the OS; readers use it to tell a reused pid).
@@ -245,7 +266,8 @@ def publish(
     try:
         payload = json.dumps(
             record(port, host, engine, versions, pid=pid, argv=argv, start_time=start_time,
-                   waiting=waiting, socket=str(sock) if _is_socket(sock) else ""),
+                   waiting=waiting, socket=str(sock) if _is_socket(sock) and not failed else "",
+                   no_tcp=no_tcp, failed=failed),
             indent=1,
         ).encode("utf-8")
         dir_fd = ensure_private_dir(directory)
@@ -263,6 +285,17 @@ def publish(
     if register_cleanup:
         _register_cleanup(sigterm)
     return path
+
+
+def publish_failure(error: str, engine: str, versions: Mapping[str, str]) -> Path | None:
+    """Writes a record saying this process is hooked but its server did not
+    start (``error``), so ``tpu-info doctor`` can tell; removed at exit like
+    any record (a SIGTERM leaves it to readers, which remove a dead pid's
+    record). Never raises."""
+    try:
+        return publish(0, "", engine, versions, sigterm=False, failed=error)
+    except Exception:  # noqa: BLE001 - the server's failure is reported anyway
+        return None
 
 
 def published() -> Path | None:

@@ -134,7 +134,8 @@ class HelperServer:
 
     removes_record_at_death = True
 
-    def __init__(self, snapshot_fn: SnapshotFn, *, address: str = "127.0.0.1", port: int = 0,
+    def __init__(self, snapshot_fn: SnapshotFn, *, address: str = "127.0.0.1",
+                 port: int | None = 0,
                  workers: int | None = None, capture_fn: CaptureFn | None = None,
                  local_socket: str | None = None) -> None:
         self.address = address
@@ -150,6 +151,7 @@ class HelperServer:
         self._cache = encoder.PartCache()
         self._captures: dict[int, threading.Event] = {}
         self._stopped = False
+        self._bound = False
         self._stop_wanted = threading.Event()  # wakes a restart's wait
         self._lock = threading.Lock()  # guards _link against stop() during a restart
         self._delay = RESTART_FIRST_S
@@ -189,6 +191,7 @@ class HelperServer:
         Raises:
             BindError: the port is taken, or the helper did not start.
         """
+        self._bound = True
         try:
             self.port = self._bind(self._link, self.requested_port)
         except _HelperGone:
@@ -196,7 +199,7 @@ class HelperServer:
             raise
         return self.port
 
-    def _bind(self, link: _Link, port: int) -> int:
+    def _bind(self, link: _Link, port: int | None) -> int:
         try:
             link.channel.send({"op": "bind", "address": self.address, "port": port,
                                "workers": self._workers,
@@ -218,7 +221,7 @@ class HelperServer:
         return int(reply["port"])
 
     def start(self) -> int:
-        if not self.port:
+        if not self._bound:
             self.bind()
         self._start(self._link)
         return self.port
@@ -330,9 +333,11 @@ class HelperServer:
                     return
                 self._link = link
             try:
-                try:
-                    port = self._bind(link, old_port)
+                try:  # the same port (None: the local socket alone, as before)
+                    port = self._bind(link, None if self.requested_port is None else old_port)
                 except BindError:  # taken meanwhile: any free port, and a new record
+                    if self.requested_port is None:
+                        raise
                     port = self._bind(link, 0)
                 self._start(link)
             except (BindError, OSError) as e:
@@ -342,8 +347,8 @@ class HelperServer:
                 continue
             self.port = port
             self._moved(port)
-            log.warning("tpu-info: serving again from a new helper (pid %d) on port %d",
-                        link.proc.pid, port)
+            log.warning("tpu-info: serving again from a new helper (pid %d) on %s",
+                        link.proc.pid, f"port {port}" if port else "the local socket")
             return
 
     def _moved(self, port: int | None) -> None:

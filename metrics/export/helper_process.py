@@ -200,7 +200,9 @@ def main(argv: list[str] | None = None) -> int:
         head, payload = message
         op = head.get("op")
         if op == "bind":
-            kwargs: dict[str, Any] = {"address": head["address"], "port": int(head["port"])}
+            port = head["port"]  # None: the local socket alone
+            kwargs: dict[str, Any] = {"address": head["address"],
+                                      "port": None if port is None else int(port)}
             if head.get("workers"):
                 kwargs["workers"] = int(head["workers"])
             if head.get("local_socket"):
@@ -212,8 +214,8 @@ def main(argv: list[str] | None = None) -> int:
             # the program pays one refresh per REFRESH_S whatever it is.
             server = Server(mirror.snapshot, calls_per_s=HELPER_CALLS_PER_S, **kwargs)
             try:
-                port = server.bind()
-                channel.send({"op": "bound", "port": port, "local_socket": server.local_socket})
+                channel.send({"op": "bound", "port": server.bind(),
+                              "local_socket": server.local_socket})
             except BindError as e:
                 channel.send({"op": "bind_error", "message": str(e)})
                 server = None

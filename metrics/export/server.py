@@ -362,7 +362,8 @@ class Server:
             server thread for each request.
         address: where to listen (default loopback): an address or a
             comma-separated list; ``0.0.0.0`` is every IPv4 address.
-        port: port to bind; 0 picks a free one.
+        port: port to bind; 0 picks a free one; None: no TCP at all, the
+            local socket alone (``local_socket`` is then required).
         workers: size of the thread pool.
         max_streams: concurrent ``StreamSnapshots`` calls (default:
             ``workers`` less :data:`RESERVED_WORKERS`, so one-shot calls
@@ -385,7 +386,7 @@ class Server:
         snapshot_fn: SnapshotFn,
         *,
         address: str = "127.0.0.1",
-        port: int = 0,
+        port: int | None = 0,
         workers: int = DEFAULT_WORKERS,
         max_streams: int | None = None,
         metric_infos: Iterable[MetricInfo] | None = None,
@@ -417,15 +418,25 @@ class Server:
             RuntimeMetricServicer(self._monitor.paced_snapshot, host_name), self._server)
         self._started = False
         self._stopped = False
+        self._bound = False
 
     def bind(self) -> int:
         """Binds the port on every address of ``address`` (see
-        :func:`metrics.export.binding.addresses`), without serving yet, and
-        returns it.
+        :func:`metrics.export.binding.addresses`) and the local socket,
+        without serving yet, and returns the port (0: the socket alone).
 
         Raises:
-            BindError: an address or the port is taken or invalid.
+            BindError: an address or the port is taken or invalid; or, with
+                no TCP (``port=None``), the local socket cannot be had.
         """
+        self._bound = True
+        if self.requested_port is None:  # the local socket alone: grpc never sees TCP
+            if not (self._local_path and binding.add_local_socket(self._server,
+                                                                  self._local_path)):
+                raise BindError("no TCP here, and no local socket"
+                                + (f" at {self._local_path}" if self._local_path else ""))
+            self.local_socket = self._local_path
+            return 0
         port = self.requested_port
         for address in binding.addresses(self.address):
             where = _host_port(address, port)
@@ -443,7 +454,7 @@ class Server:
 
     def start(self) -> int:
         """Binds (if not yet bound) and starts serving; returns the port."""
-        if not self.port:
+        if not self._bound:
             self.bind()
         self._server.start()
         self._started = True

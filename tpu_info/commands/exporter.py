@@ -53,7 +53,7 @@ import socket
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -96,7 +96,7 @@ class ExporterOptions:
         runtime_dir: the discovery directory to read (default: this user's).
         interval_s: seconds between polls.
         timeout_s: seconds a poll gives its targets (all at once).
-        libtpu_target: where libtpu may serve (None: never ask).
+        libtpu_target: where libtpu may serve, one target or several (None: never ask).
         max_targets: hooked processes asked per poll at most.
     """
 
@@ -105,7 +105,7 @@ class ExporterOptions:
     runtime_dir: str | os.PathLike[str] | None = None
     interval_s: float = DEFAULT_INTERVAL_S
     timeout_s: float = DEFAULT_TIMEOUT_S
-    libtpu_target: str | None = LIBTPU_TARGET
+    libtpu_target: str | Sequence[str] | None = LIBTPU_TARGET
     max_targets: int = MAX_TARGETS
 
     @property
@@ -182,9 +182,10 @@ class HostExporter:
                             f"{n} {r}" for r, n in sorted(self._not_asked.items())))
         out = [_Target(p.target, {"program": program_name(p.argv)},
                        (p.pid, p.start_time, p.port), p) for p in processes]
-        libtpu = local_targets(scan, self._net, libtpu_target=self.options.libtpu_target).libtpu
-        if libtpu is not None:
-            out.append(_Target(libtpu, {"program": "libtpu"}, ("libtpu",)))
+        libtpus = local_targets(scan, self._net, libtpu_target=self.options.libtpu_target).libtpus
+        for libtpu in libtpus:  # 8431 and $TPU_RUNTIME_METRICS_PORTS
+            out.append(_Target(libtpu, {"program": "libtpu"},
+                               ("libtpu",) if len(libtpus) == 1 else ("libtpu", libtpu)))
         return out
 
     def _identities(self, targets: list[_Target], snaps: list[Snapshot | None],

@@ -96,6 +96,7 @@ def run(args: argparse.Namespace, error: Callable[[str], Exception]) -> int:
     import threading
 
     from tpu_info.commands import exporter as ex
+    from tpu_info.commands.gather import libtpu_targets
     from tpu_info.contract.safe import clean
     from tpu_info.host.devices import scan_local
     from tpu_info.net import webconfig
@@ -118,7 +119,7 @@ def run(args: argparse.Namespace, error: Callable[[str], Exception]) -> int:
     options = ex.ExporterOptions(
         **({"host_label": args.host_label} if args.host_label else {}), job=args.job,
         runtime_dir=args.runtime_dir, interval_s=args.interval, timeout_s=args.poll_timeout,
-        libtpu_target=None if args.no_libtpu else ex.LIBTPU_TARGET)
+        libtpu_target=None if args.no_libtpu else libtpu_targets())
     exporter = ex.HostExporter(
         options, scan_chips=lambda: scan_local(args.sysfs, args.procfs), proc_root=args.procfs)
     host, port = args.listen

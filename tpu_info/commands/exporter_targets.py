@@ -123,7 +123,7 @@ class TargetChooser:
         skipped: Counter[str] = Counter()
         for p in sorted(procs, key=self._group):
             first = self._group(p)[0] == 0
-            if listening is not None and p.port not in listening \
+            if listening is not None and p.port and p.port not in listening \
                     and is_loopback_host(p.host) and not first:
                 skipped[PORT_CLOSED] += 1
             elif len(asked) >= self.max_targets:

@@ -3,8 +3,10 @@ processes, libtpu on localhost:8431 and the targets the user named.
 
 What is read without being named (:func:`local_targets`, shared with the
 dashboard): this user's discovery records whose port is not held by another
-user's socket, and ``localhost:8431`` only when it is libtpu this user may
-trust (:func:`tpu_info.host.listeners.judge_libtpu_port`) or a record of this user
+user's socket (a process served on its local socket alone is read there),
+and ``localhost:8431`` (and each port of ``$TPU_RUNTIME_METRICS_PORTS``)
+only when it is libtpu this user may trust
+(:func:`tpu_info.host.listeners.judge_libtpu_port`) or a record of this user
 names it. Everything skipped is a note that ``doctor`` prints.
 
 Example:
@@ -19,7 +21,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent import futures
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
@@ -62,17 +64,55 @@ class LocalTargets:
     processes: list[tuple[str, tuple[str, ...]]]
     libtpu: str | None
     notes: list[tuple[str, str]]
+    libtpus: list[str] = field(default_factory=list)  # every libtpu target to read
+
+
+def libtpu_targets(environ: Mapping[str, str] | None = None) -> list[str]:
+    """Where libtpu may serve on this host: ``localhost:8431`` and each port of
+    ``$TPU_RUNTIME_METRICS_PORTS`` (:mod:`tpu_info.contract.libtpu_ports`)."""
+    from tpu_info.contract.libtpu_ports import libtpu_ports
+
+    return [f"localhost:{port}" for port in libtpu_ports(environ)]
+
+
+def serving_notes(scan: Scan) -> list[tuple[str, str]]:
+    """How each discovered process is served, and each hooked process whose
+    server did not start (``doctor``'s serving lines)."""
+    from tpu_info.contract.discovery_record import NO_TCP_ASKED
+    from tpu_info.net.targets import label
+
+    notes = []
+    for p in scan.processes:
+        who = f"pid {p.pid} ({label(p.target)})"
+        if p.port and p.socket:
+            notes.append((who, f"served on TCP port {p.port} and on its local socket"))
+        elif p.port:
+            notes.append((who, f"served on TCP port {p.port} only (a hook without a "
+                          "local socket)"))
+        elif p.no_tcp == NO_TCP_ASKED:
+            notes.append((who, "served on its local socket only: TPU_INFO_BIND=unix asks "
+                          "for that; tpu-info on this host reads it, other hosts cannot"))
+        else:
+            why = f" ({p.no_tcp_detail})" if p.no_tcp_detail else ""
+            notes.append((who, f"served on its local socket only: no TCP socket can be "
+                          f"opened on this host{why}; tpu-info on this host reads it, "
+                          "other hosts cannot"))
+    for p in scan.unserved:
+        notes.append((f"pid {p.pid}", f"hooked, but its metrics server did not start: "
+                      f"{p.failed} (see that program's stderr)"))
+    return notes
 
 
 def local_targets(scan: Scan | None, net: ProcNet, *, uid: int | None = None,
-                  libtpu_target: str | None = LIBTPU_TARGET,
+                  libtpu_target: str | Sequence[str] | None = LIBTPU_TARGET,
                   named: Sequence[str] = ()) -> LocalTargets:
     """Picks this host's targets from a discovery ``scan`` and ``/proc``.
 
     Every process ``scan`` found is read (it already skipped records whose
-    port another user holds). ``libtpu_target`` is read when a record of this
-    user names it, or when :func:`judge_libtpu_port` accepts who listens; a
-    target the user ``named`` is left to them.
+    port another user holds). Each ``libtpu_target`` (one, or several:
+    :func:`libtpu_targets`) is read when a record of this user names it, or
+    when :func:`judge_libtpu_port` accepts who listens; a target the user
+    ``named`` is left to them.
     """
     uid = os.geteuid() if uid is None else uid
     notes: list[tuple[str, str]] = []
@@ -80,30 +120,36 @@ def local_targets(scan: Scan | None, net: ProcNet, *, uid: int | None = None,
     if scan is not None:
         notes += [("discovery", line) for line in scan.summary()]
         processes = [(p.target, p.argv) for p in scan.processes]
+        notes += serving_notes(scan)
         if not scan.processes:
             notes.append(("discovery", f"no hooked process of this user found in "
                           f"{scan.directory} (start one with metrics.install() or "
                           "`tpu-info run -- python ...`)"))
-    libtpu = None
     recorded = {normalize(t) for t, _ in processes}
-    if libtpu_target is not None and normalize(libtpu_target) in recorded:
-        notes.append((libtpu_target, "read as a hooked process: a discovery record of yours "
+    wanted = [libtpu_target] if isinstance(libtpu_target, str) else list(libtpu_target or ())
+    libtpus = [t for t in wanted if _libtpu_read(t, recorded, named, net, uid, notes)]
+    return LocalTargets(processes, libtpus[0] if libtpus else None, notes, libtpus)
+
+
+def _libtpu_read(target: str, recorded: set[str], named: Sequence[str], net: ProcNet,
+                 uid: int, notes: list[tuple[str, str]]) -> bool:
+    """Whether to read ``target`` as libtpu; says why (or why not) in ``notes``."""
+    if normalize(target) in recorded:
+        notes.append((target, "read as a hooked process: a discovery record of yours "
                       "names this port"))
-    elif libtpu_target is not None and normalize(libtpu_target) in map(normalize, named):
-        notes.append((libtpu_target, "read because you named it with --target, whoever "
+        return False
+    if normalize(target) in map(normalize, named):
+        notes.append((target, "read because you named it with --target, whoever "
                       "listens there"))
-    elif libtpu_target is not None:
-        port = int(libtpu_target.rpartition(":")[2])
-        verdict = judge_libtpu_port(net.listeners(port), port, uid)
-        if verdict.read:
-            libtpu = libtpu_target
-            notes.append((libtpu_target, verdict.why))
-        elif verdict.listening:
-            notes.append((libtpu_target, verdict.why))
-        else:
-            notes.append((libtpu_target, f"libtpu not present: {verdict.why} (normal on "
-                          "machines without TPUs, or when no TPU program runs)"))
-    return LocalTargets(processes, libtpu, notes)
+        return False
+    port = int(target.rpartition(":")[2])
+    verdict = judge_libtpu_port(net.listeners(port), port, uid)
+    if verdict.read or verdict.listening:
+        notes.append((target, verdict.why))
+    else:
+        notes.append((target, f"libtpu not present: {verdict.why} (normal on "
+                      "machines without TPUs, or when no TPU program runs)"))
+    return verdict.read
 
 
 def gather(
@@ -117,7 +163,7 @@ def gather(
     scan_devices: bool = True,
     runtime_dir: str | os.PathLike[str] | None = None,
     proc_root: str | os.PathLike[str] = "/proc",
-    libtpu_target: str = LIBTPU_TARGET,
+    libtpu_target: str | Sequence[str] | None = None,
 ) -> Gathered:
     """Reads every source at once; a failed target becomes a view with its error.
 
@@ -148,14 +194,16 @@ def gather(
     found = None
     if use_discovery:
         found = discovery.scan(runtime_dir, port_owners=net.owners_by_port)
+    if libtpu_target is None:  # 8431 and $TPU_RUNTIME_METRICS_PORTS
+        libtpu_target = libtpu_targets()
     picked = local_targets(found, net, libtpu_target=libtpu_target if probe_libtpu else None,
                            named=targets)
     notes = list(picked.notes)
     order = [t for t, _ in picked.processes] + list(targets)
     implicit: set[str] = set()
-    if picked.libtpu is not None:
-        order.append(picked.libtpu)
-        implicit.add(normalize(picked.libtpu))
+    for libtpu in picked.libtpus:
+        order.append(libtpu)
+        implicit.add(normalize(libtpu))
     seen: set[str] = set()
     unique: list[str] = []
     for t in order:

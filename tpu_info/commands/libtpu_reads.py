@@ -78,7 +78,10 @@ def reads(names: Sequence[str], views: Sequence[TargetView], timeout: float,
     if deadline is None:
         deadline = time.monotonic() + timeout
     for target in targets:
-        with _LibtpuClient(target, timeout=timeout, deadline=deadline) as c:
+        c = _LibtpuClient(target, timeout=timeout, deadline=deadline)
+        try:
             for m in wanted:
                 out[m.name].append(_read(c, m))
+        finally:
+            c.close()
     return {k: tuple(v) for k, v in out.items()}

@@ -11,6 +11,13 @@ for a trace capture, and ``socket``, the path of the Unix socket the
 process also serves on (``<pid>.sock`` beside the record; "" for none),
 which only its user can reach (:mod:`tpu_info.net.local_socket`).
 
+A process served on that socket alone (no TCP socket can be opened on its
+host, or ``TPU_INFO_BIND=unix`` asked for it) writes port 0 and says why in
+``no_tcp`` (:data:`NO_TCP_UNAVAILABLE`, :data:`NO_TCP_ASKED`; the OS's words
+in ``no_tcp_detail``); its :attr:`DiscoveredProcess.target` is
+``unix:<socket>``. A hooked process whose server did not start writes port
+0, no socket and ``failed`` (what went wrong), so ``doctor`` can say so.
+
 Example:
     >>> from pathlib import Path
     >>> p = parse_record({"schema": 1, "pid": 42, "port": 8431, "host": "localhost",
@@ -35,6 +42,12 @@ ENV_XDG_RUNTIME_DIR = "XDG_RUNTIME_DIR"
 MAX_RECORD_BYTES = 64 * 1024
 # The gRPC metadata key a client sends the record's capture secret under.
 CAPTURE_TOKEN_METADATA = "tpu-info-capture-token"
+# Why a process serves on its local socket alone (the record's ``no_tcp``).
+NO_TCP_UNAVAILABLE = "unavailable"  # no TCP socket can be opened on its host
+NO_TCP_ASKED = "asked"  # TPU_INFO_BIND=unix
+NO_TCP_REASONS = (NO_TCP_UNAVAILABLE, NO_TCP_ASKED)
+# A target naming a local socket: ``unix:/path/<pid>.sock`` (grpc's own spelling).
+UNIX_SCHEME = "unix:"
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,12 +69,30 @@ class DiscoveredProcess:
     waiting: tuple[str, ...] = ()
     # The Unix socket the process serves on too ("" for none; older hooks have none).
     socket: str = ""
+    # Why it serves on that socket alone (NO_TCP_REASONS; "" when TCP serves too),
+    # and the OS's words for it.
+    no_tcp: str = ""
+    no_tcp_detail: str = ""
+    # Its server did not start: what went wrong ("" when it serves).
+    failed: str = ""
+
+    @property
+    def served(self) -> bool:
+        """Whether a client can reach it (its server started)."""
+        return not self.failed
 
     @property
     def target(self) -> str:
-        """``host:port`` for a gRPC client (IPv6 hosts in brackets)."""
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"{host}:{self.port}"
+        """``host:port`` for a gRPC client (IPv6 hosts in brackets); for a
+        process served on its local socket alone, ``unix:<socket>`` (the
+        socket beside the record as this reader found it); "" when its
+        server did not start."""
+        if self.port:
+            host = f"[{self.host}]" if ":" in self.host else self.host
+            return f"{host}:{self.port}"
+        if self.socket:
+            return UNIX_SCHEME + os.path.abspath(self.path.with_name(f"{self.pid}.sock"))
+        return ""
 
 
 def runtime_dir(environ: Mapping[str, str] | None = None, uid: int | None = None) -> Path:
@@ -114,7 +145,7 @@ def parse_record(data: Any, path: Path) -> DiscoveredProcess:
 
     pid = get("pid", int)
     port = get("port", int)
-    if not 0 < port < 65536:
+    if not 0 <= port < 65536:
         raise ValueError(f"port {port} out of range")
     argv = get("argv", list)
     versions = get("versions", dict)
@@ -134,12 +165,27 @@ def parse_record(data: Any, path: Path) -> DiscoveredProcess:
         raise ValueError(f"socket is not a path ending in {pid}.sock")
     if path.name != f"{pid}.json":
         raise ValueError(f"pid {pid} does not match the file name")
+    no_tcp, detail, failed = (_printable(data, k) for k in ("no_tcp", "no_tcp_detail", "failed"))
+    if no_tcp and no_tcp not in NO_TCP_REASONS:
+        raise ValueError(f"no_tcp is {no_tcp!r}, not one of {', '.join(NO_TCP_REASONS)}")
+    if port == 0 and not sock and not failed:
+        raise ValueError("port 0 with no socket: nothing serves it, and it does not say why")
     return DiscoveredProcess(
         pid=pid, port=port, host=get("host", str), argv=tuple(argv),
         engine=get("engine", str), versions=dict(versions),
         start_time=float(get("start_time", (int, float))), path=path, schema=schema,
         capture_secret=secret, waiting=tuple(waiting), socket=sock,
+        no_tcp=no_tcp if port == 0 else "", no_tcp_detail=detail if port == 0 else "",
+        failed=failed,
     )
+
+
+def _printable(data: dict[str, Any], key: str, limit: int = 500) -> str:
+    """An optional one-line string field ("" when absent), at most ``limit`` characters."""
+    value = data.get(key, "")
+    if not isinstance(value, str) or not value.isprintable():
+        raise ValueError(f"{key} is not a printable string")
+    return value[:limit]
 
 
 def process_start_unix(pid: int, proc_root: str = "/proc") -> float:

@@ -43,7 +43,7 @@ from tpu_info.contract.errors import (
 from tpu_info.contract.model import DistributionReading, MetricInfo, Snapshot
 from tpu_info.contract.safe import clean
 from tpu_info.net import discovery, local_socket, probe
-from tpu_info.net.targets import is_loopback_host, validate_target
+from tpu_info.net.targets import is_loopback_host, is_unix, validate_target
 from tpu_info.proto import tpu_info_v1_pb2 as pb
 from tpu_info.proto import tpu_info_v1_pb2_grpc as pb_grpc
 from tpu_info.proto import tpu_metric_service_pb2 as lpb
@@ -107,7 +107,9 @@ class Client:
     """A connection to one monitor: a tpu-info hook or libtpu.
 
     Args:
-        target: ``host:port``.
+        target: ``host:port``, or ``unix:PATH`` for a program served on its
+            local socket alone (only this user's socket in a private
+            directory: :func:`tpu_info.net.local_socket.unix_path`).
         timeout: seconds allowed for each call, decoding its reply included.
         max_message_bytes: largest reply accepted (larger: :class:`ReplyTooLarge`).
         deadline: ``time.monotonic()`` by which every call must have ended,
@@ -126,7 +128,13 @@ class Client:
                  keepalive_s: float = DEFAULT_KEEPALIVE_S,
                  follower: delta.Follower | None = None,
                  deadline: float | None = None) -> None:
-        host, _ = split_target(target)
+        if is_unix(target):  # a program served on its local socket alone
+            try:
+                host, local = "", f"unix:{local_socket.unix_path(target)}"
+            except ValueError as e:
+                raise Unreachable(str(e), target=target) from None
+        else:
+            (host, _), local = split_target(target), ""
         self.target = target
         self.timeout = timeout
         self.deadline = deadline
@@ -149,8 +157,10 @@ class Client:
             ("grpc.keepalive_timeout_ms", int(max(0.5, keepalive_s / 2) * 1000)),
             ("grpc.http2.max_pings_without_data", 0),
         ]
-        self.dialled = local_socket.dial_address(target)  # target, or unix:<path>
-        if self.dialled != target:
+        # target, or unix:<path> (the program's own socket: its user only)
+        self.dialled = local or local_socket.dial_address(target)
+        self._local = self.dialled.startswith("unix:")
+        if self._local:
             self._channel = grpc.insecure_channel(self.dialled, options=options)
         elif is_loopback_host(host):
             self._channel = grpc.secure_channel(target, grpc.local_channel_credentials(),
@@ -196,7 +206,7 @@ class Client:
         if code == grpc.StatusCode.RESOURCE_EXHAUSTED and "larger than max" in details:
             return ReplyTooLarge(f"the reply is larger than the {self.max_message_bytes / 2**20:g}"
                                  f" MiB this client accepts ({details})", target=t)
-        if code == grpc.StatusCode.UNAVAILABLE and self.dialled != t:
+        if code == grpc.StatusCode.UNAVAILABLE and self._local:
             if "timed out" in details:  # the socket took it, the program did not answer
                 return TimedOut(f"no answer within {self._allowed():.3g}s (over its local "
                                 "socket: the program is stopped or too busy to answer)", target=t)

@@ -52,7 +52,7 @@ from tpu_info.contract.discovery_record import (
     unsafe_directory_reason,
 )
 from tpu_info.net import local_socket
-from tpu_info.net.targets import is_loopback_host
+from tpu_info.net.targets import is_loopback_host, is_unix
 
 log = logging.getLogger("tpu_info.net.discovery")
 
@@ -93,6 +93,9 @@ class Scan:
     processes: tuple[DiscoveredProcess, ...] = ()
     skipped: tuple[Skipped, ...] = field(default_factory=tuple)
     files_read: int = 0
+    # Live hooked processes whose server did not start (their records say
+    # why: ``failed``); nothing to read, only to tell (``doctor``).
+    unserved: tuple[DiscoveredProcess, ...] = ()
 
     @property
     def removed(self) -> int:
@@ -231,7 +234,10 @@ class _Owners:
 
 def _port_taken(p: DiscoveredProcess, owners: _Owners, uid: int) -> Skipped | None:
     """A live record whose port another user's socket listens on: its server
-    is gone (or moved) and someone else holds the port now; never read."""
+    is gone (or moved) and someone else holds the port now; never read. A
+    record with no port (its local socket alone, or no server) holds none."""
+    if not p.port:
+        return None
     others = sorted((owners.of(p.port) or set()) - {uid})
     if not others:
         return None
@@ -277,6 +283,7 @@ def scan(
     except OSError as e:
         return Scan(path, skipped=(Skipped(path, BAD_DIRECTORY, e.strerror or str(e)),))
     found: list[DiscoveredProcess] = []
+    unserved: list[DiscoveredProcess] = []
     skipped: list[Skipped] = []
     owners = _Owners(port_owners)
     for name in names:
@@ -285,20 +292,23 @@ def scan(
         if isinstance(result, DiscoveredProcess) and not alive(result.pid, result.start_time):
             dead, removed, detail = result, False, f"pid {result.pid}"
             if remove_dead:
-                if uid in (owners.of(dead.port) or ()):
+                if dead.port and uid in (owners.of(dead.port) or ()):
                     detail += f"; kept: a socket of yours listens on its port {dead.port}"
                 else:
                     removed = _remove_dead(dead.path, seen, uid)
             result = Skipped(dead.path, DEAD, detail, removed=removed)
         elif isinstance(result, DiscoveredProcess):
             result = _port_taken(result, owners, uid) or result
-        if isinstance(result, DiscoveredProcess):
+        if isinstance(result, DiscoveredProcess) and not result.served:
+            unserved.append(result)
+        elif isinstance(result, DiscoveredProcess):
             found.append(result)
         else:
             skipped.append(result)
     found.sort(key=lambda p: p.pid)
     local_socket.remember(path, found)  # the owner's way in to each (tpu_info.net.client)
-    return Scan(path, tuple(found), tuple(skipped), files_read=len(names))
+    return Scan(path, tuple(found), tuple(skipped), files_read=len(names),
+                unserved=tuple(sorted(unserved, key=lambda p: p.pid)))
 
 
 class Rescanner:
@@ -350,7 +360,8 @@ class Rescanner:
             if all(self.alive(p.pid, p.start_time) and not _port_taken(p, owners, self.uid)
                    for p in last.processes):
                 return Scan(last.directory, last.processes,
-                            tuple(s for s in last.skipped if not s.removed))
+                            tuple(s for s in last.skipped if not s.removed),
+                            unserved=last.unserved)
         result = scan(self.directory, alive=self.alive, uid=self.uid,
                       port_owners=self.port_owners)
         self._key, self._last = (key, result) if settled else (None, None)
@@ -387,12 +398,26 @@ def secret_for(target: str, processes: Iterable[DiscoveredProcess] | None = None
     """The capture secret for ``target``: from this user's record of the
     process serving it on loopback (same port, and ``pid`` when given).
 
+    A ``unix:PATH`` target's secret is that of the record beside the socket
+    (this user's socket in a private directory: only its process made it).
+
     Returns:
         The secret; ``""`` when the record has none (a hook older than
         secrets, which captures without one); ``None`` when no record of
         this user names the target, or the target is not on loopback:
         captures are for the program's owner, on its host.
     """
+    if is_unix(target):  # a local socket: the record beside it names it
+        try:
+            sock = local_socket.unix_path(target)
+        except ValueError:
+            return None
+        for p in scan().processes if processes is None else processes:
+            mine = local_socket.socket_of(p)
+            if mine is not None and Path(os.path.abspath(mine)) == sock \
+                    and pid in (None, p.pid):
+                return p.capture_secret
+        return None
     host, _, port = target.strip().rpartition(":")
     if not is_loopback_host(host) or not port.isdigit():
         return None

@@ -16,6 +16,11 @@ is used only while it is still a socket of this user's in a private
 directory (checked at each dial); otherwise the target is dialled over TCP
 as before, so an older hook without a socket still answers.
 
+A process served on its socket alone (no TCP on its host) is the target
+``unix:PATH`` (its record's :attr:`~tpu_info.contract.discovery_record.DiscoveredProcess.target`,
+or named with ``--target``): :func:`unix_path` dials it only when it is this
+user's socket in a private directory, and says why not otherwise.
+
 Example:
     >>> dial_address("127.0.0.1:8431")  # no record of this user names it
     '127.0.0.1:8431'
@@ -29,10 +34,14 @@ import threading
 from collections.abc import Iterable
 from pathlib import Path
 
-from tpu_info.contract.discovery_record import DiscoveredProcess, unsafe_directory_reason
-from tpu_info.net.targets import is_loopback_host, normalize
+from tpu_info.contract.discovery_record import (
+    DiscoveredProcess,
+    runtime_dir,
+    unsafe_directory_reason,
+)
+from tpu_info.net.targets import UNIX, is_loopback_host, is_unix, normalize
 
-__all__ = ["remember", "dial_address", "socket_of"]
+__all__ = ["remember", "dial_address", "socket_of", "unix_path", "why_unusable"]
 
 _known: dict[str, Path] = {}  # normalize(target) -> the socket beside its record
 _lock = threading.Lock()
@@ -56,15 +65,44 @@ def remember(directory: Path, processes: Iterable[DiscoveredProcess]) -> None:
         _known.update(fresh)
 
 
-def _usable(path: Path, uid: int) -> bool:
-    """Still this user's socket, in a directory only this user can write."""
+def why_unusable(path: Path, uid: int) -> str | None:
+    """Why ``path`` is not a socket to dial (None: this user's socket, in a
+    directory only this user can write)."""
     try:
         st = os.lstat(path)
         parent = os.lstat(path.parent)
-    except OSError:
-        return False
-    return (stat.S_ISSOCK(st.st_mode) and st.st_uid == uid
-            and unsafe_directory_reason(parent, uid) is None)
+    except OSError as e:
+        return f"no socket there ({e.strerror or e})"
+    if not stat.S_ISSOCK(st.st_mode):
+        return "it is not a socket"
+    if st.st_uid != uid:
+        return f"it is uid {st.st_uid}'s socket, not yours (uid {uid})"
+    reason = unsafe_directory_reason(parent, uid)
+    return f"its directory {reason}" if reason else None
+
+
+def _usable(path: Path, uid: int) -> bool:
+    return why_unusable(path, uid) is None
+
+
+def unix_path(target: str, uid: int | None = None) -> Path:
+    """The socket a ``unix:PATH`` target names (a bare file name is in the
+    runtime directory), when it is one to dial.
+
+    Raises:
+        ValueError: not a ``unix:`` target, or not this user's socket in a
+            private directory (saying which).
+    """
+    if not is_unix(target):
+        raise ValueError(f"{target} is not unix:PATH")
+    raw = target.strip()[len(UNIX):].removeprefix("//")
+    path = Path(raw) if os.path.isabs(raw) else runtime_dir() / raw
+    path = Path(os.path.abspath(path))
+    why = why_unusable(path, os.geteuid() if uid is None else uid)
+    if why is not None:
+        raise ValueError(f"not dialled: {why}; only your own hooked programs' sockets, "
+                         "in a private directory, are")
+    return path
 
 
 def dial_address(target: str, uid: int | None = None) -> str:

@@ -6,11 +6,19 @@ optional ``%zone``), or a DNS name whose labels are 1..63 characters (253 in
 all) of letters, digits, ``-`` and ``_``; an internationalized name is
 returned in its ASCII (IDNA) form, which is what a resolver looks up.
 
+A hooked process served on its local socket alone (no TCP on its host) is
+the target ``unix:/path/<pid>.sock``, grpc's own spelling (a bare
+``unix:<pid>.sock`` names it in the runtime directory); only this user's
+sockets in a private directory are dialled (:mod:`tpu_info.net.local_socket`).
+:func:`label` is how a target is shown in a table's Address column.
+
 Example:
     >>> validate_target("[::1]:8431"), normalize("127.0.0.1:8431")
     ('[::1]:8431', 'localhost:8431')
     >>> validate_target("bücher.example:80")
     'xn--bcher-kva.example:80'
+    >>> label("unix:/run/user/1000/tpu-info/4242.sock")
+    'unix:4242.sock'
 """
 
 from __future__ import annotations
@@ -29,6 +37,24 @@ MAX_TARGETS_FILE_BYTES = 1 << 20
 MAX_TARGETS = 4096
 _MAX_DNS_NAME = 253
 _DNS_CHARS = frozenset(string.ascii_letters + string.digits + "-_.")
+
+
+UNIX = "unix:"
+# sun_path holds 108 bytes with its NUL.
+MAX_SOCKET_PATH_BYTES = 107
+
+
+def is_unix(target: str) -> bool:
+    """Whether ``target`` names a local socket (``unix:PATH``)."""
+    return target.strip().startswith(UNIX)
+
+
+def label(target: str) -> str:
+    """``target`` as a table shows it: a local socket by its file name
+    (``unix:4242.sock``; the whole path is in ``--json``), others as they are."""
+    if is_unix(target):
+        return UNIX + target.strip()[len(UNIX):].rstrip("/").rpartition("/")[2]
+    return target
 
 
 def normalize(target: str) -> str:
@@ -159,6 +185,8 @@ def validate_target(target: str) -> str:
     t = target.strip()
     if not t:
         raise ValueError("empty target; expected HOST:PORT, e.g. localhost:8431")
+    if is_unix(t):
+        return _validate_unix(t, target)
     if not t.isprintable() or any(c.isspace() for c in t):
         raise ValueError(f"target {shown(target)} is not HOST:PORT (it has spaces or "
                          "control characters)")
@@ -189,6 +217,19 @@ def validate_target(target: str) -> str:
     except ValueError:
         host = _check_dns_name(host, target)
     return f"{host}:{int(port)}"
+
+
+def _validate_unix(t: str, target: str) -> str:
+    """``unix:PATH``: a path a Unix socket can have (whose socket it is, is
+    checked when it is dialled)."""
+    path = t[len(UNIX):].removeprefix("//")  # unix:///abs is unix:/abs
+    if not path or not path.isprintable():
+        raise ValueError(f"target {shown(target)}: expected unix:PATH, the socket of a "
+                         "hooked process (tpu-info lists them)")
+    if len(path.encode()) > MAX_SOCKET_PATH_BYTES:
+        raise ValueError(f"target {shown(target)}: a socket path is at most "
+                         f"{MAX_SOCKET_PATH_BYTES} bytes")
+    return UNIX + path
 
 
 def is_loopback_host(host: str) -> bool:

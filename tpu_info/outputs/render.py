@@ -29,6 +29,7 @@ from rich.console import Console, Group, RenderableType
 from rich.text import Text
 
 from tpu_info.contract.model import LocalScan
+from tpu_info.net.targets import label
 from tpu_info.outputs.jsonview import JSON_SCHEMA, SCHEMA, to_json
 from tpu_info.outputs.table_layout import BAR_CELLS, WIDE, Alt, Cell, Col, bar, na, table
 from tpu_info.views.derived import (
@@ -105,7 +106,7 @@ def device_columns(wide: bool) -> Columns[DeviceRow]:
         (Col("Device", min=4, max=16), lambda d: d.label),
         (Col("Kind", min=4, want=8, max=28, flex=True), lambda d: d.kind),
         (Col("Path", min=8, want=12, max=24, flex=True, give=2, optional=1),
-         lambda d: show(d.path)),
+         lambda d: show(d.path, label)),
         (Col("HBM used / total", min=16, max=24),
          lambda d: format_gib_pair(d.hbm_used.value, d.hbm_total.value)),
         (Col("HBM %", min=BAR_CELLS + 5) if wide else Col("HBM", justify="right"),
@@ -131,7 +132,7 @@ PROCESS_COLUMNS: Columns[ProcessRow] = [
     (Col("Name", min=6, want=8, max=32, flex=True, give=2), lambda p: show(p.name)),
     (Col("User", min=4, want=8, max=12, flex=True, optional=1), lambda p: show(p.user)),
     (Col("Engine", min=6, want=10, max=28, flex=True), lambda p: show(p.engine)),
-    (Col("Address", min=9, want=15, max=28, flex=True), lambda p: p.target),
+    (Col("Address", min=9, want=15, max=28, flex=True), lambda p: label(p.target)),
     (Col("Uptime", justify="right"), lambda p: show(p.uptime_seconds, format_uptime)),
     (Col("Steps", justify="right"), lambda p: Alt(show(p.steps), show(p.steps_short))),
     (Col("Compiles", justify="right"), lambda p: show(p.compiles)),
