@@ -145,7 +145,8 @@ def test_served_on_its_socket_and_read_by_the_cli(program: Program, rdir: Path) 
 
 
 def test_profile_over_the_socket(rdir: Path, tmp_path: Path) -> None:
-    """A capture (the owner's, by the record's secret) over the socket alone."""
+    """A capture (the owner's, by the record's secret) over the socket alone; a
+    ``unix:`` target named with ``--target`` and given to ``diff``."""
     p = Program(rdir, TPU_INFO_SERVE="thread")
     try:
         out = tmp_path / "trace.json"
@@ -156,6 +157,8 @@ def test_profile_over_the_socket(rdir: Path, tmp_path: Path) -> None:
         explicit = cli(rdir, "--no-discovery", "--target", f"unix:{p.proc.pid}.sock",
                        "--json")
         assert explicit.returncode == 0, explicit.stderr
+        diff = cli(rdir, "diff", f"unix:{p.proc.pid}.sock", f"unix:{rdir}/{p.proc.pid}.sock")
+        assert diff.returncode == 0, diff.stderr
     finally:
         code, err = p.stop()
     assert code == 0

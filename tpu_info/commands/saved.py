@@ -40,13 +40,16 @@ def runs_folder() -> Path:
 
 
 def load(spec: str, timeout: float) -> tuple[str, Snapshot, runfile.SavedRun | None]:
-    """A run by file path, or a live target (``HOST:PORT``) read now.
+    """A run by file path, or a live target (``HOST:PORT``, ``unix:PATH``) read now.
 
     Raises:
         runfile.RunFileError: the file is not a readable saved run.
         TpuInfoError: the live target could not be read.
     """
-    if os.path.exists(spec) or os.sep in spec or spec.endswith(runfile.SUFFIX):
+    from tpu_info.net.targets import is_unix
+
+    if not is_unix(spec) and (os.path.exists(spec) or os.sep in spec
+                              or spec.endswith(runfile.SUFFIX)):
         run = runfile.read(spec)
         return spec, run.snapshot, run
     from tpu_info.net.client import Client

@@ -209,3 +209,78 @@ def test_a_unix_target_is_dialled_only_when_it_is_this_users_private_socket(
     (private / "3.sock").write_text("")
     with pytest.raises(ValueError, match="not a socket"):
         local_socket.unix_path(f"unix:{private}/3.sock")
+
+
+# Readers ---------------------------------------------------------------------------
+
+def _record(rdir: Path, **fields: object) -> Path:
+    rec = writer.record(0, "", "jax", {}, pid=4242, argv=["train.py"], start_time=1.0)
+    rec.update(fields)
+    path = rdir / "4242.json"
+    path.write_text(json.dumps(rec))
+    return path
+
+
+def test_what_a_record_without_a_port_must_say(tmp_path: Path) -> None:
+    from tpu_info.contract.discovery_record import parse_record
+
+    sock = str(tmp_path / "4242.sock")
+    p = parse_record(json.loads(_record(tmp_path, socket=sock, no_tcp="unavailable")
+                                .read_text()), tmp_path / "4242.json")
+    assert p.target == f"unix:{sock}" and p.served
+    failed = parse_record(json.loads(_record(tmp_path, failed="cannot bind").read_text()),
+                          tmp_path / "4242.json")
+    assert failed.target == "" and not failed.served
+    for bad in ({}, {"socket": sock, "no_tcp": "maybe"}, {"failed": "\x1b[2J"}):
+        with pytest.raises(ValueError):
+            parse_record(json.loads(_record(tmp_path, **bad).read_text()),
+                         tmp_path / "4242.json")
+
+
+def test_unix_targets_are_checked_and_shown_by_their_socket() -> None:
+    from tpu_info.net.targets import label, normalize, validate_target
+
+    assert validate_target("unix:///run/x/1.sock") == "unix:/run/x/1.sock"
+    assert validate_target("unix:1.sock") == "unix:1.sock"
+    assert label("unix:/run/user/1000/tpu-info/4242.sock") == "unix:4242.sock"
+    assert label("127.0.0.1:8431") == "127.0.0.1:8431"
+    assert normalize("unix:/a/1.sock") == "unix:/a/1.sock"
+    for bad in ("unix:", "unix:/a/\x00.sock", "unix:/" + "a" * 120):
+        with pytest.raises(ValueError):
+            validate_target(bad)
+
+
+def test_doctor_says_how_each_program_is_served(rdir: Path) -> None:
+    from tpu_info.commands.gather import libtpu_targets, serving_notes
+    from tpu_info.net.discovery import Scan
+
+    def p(**fields: object):  # noqa: ANN202
+        from tpu_info.contract.discovery_record import parse_record
+
+        return parse_record(json.loads(_record(rdir, **fields).read_text()), rdir / "4242.json")
+
+    tcp = p(port=8000, host="127.0.0.1", socket=str(rdir / "4242.sock"))
+    alone = p(socket=str(rdir / "4242.sock"), no_tcp="unavailable", no_tcp_detail="EAFNOSUPPORT")
+    asked = p(socket=str(rdir / "4242.sock"), no_tcp="asked")
+    failed = p(failed="cannot bind 127.0.0.1:9")
+    notes = dict(serving_notes(Scan(rdir, (tcp,), unserved=(failed,))))
+    assert notes == {"pid 4242 (127.0.0.1:8000)": "served on TCP port 8000 and on its local "
+                     "socket", "pid 4242": "hooked, but its metrics server did not start: "
+                     "cannot bind 127.0.0.1:9 (see that program's stderr)"}
+    [(who, why)] = serving_notes(Scan(rdir, (alone,)))
+    assert who == "pid 4242 (unix:4242.sock)" and "no TCP socket can be opened on this " \
+        "host (EAFNOSUPPORT)" in why
+    assert "TPU_INFO_BIND=unix" in serving_notes(Scan(rdir, (asked,)))[0][1]
+    assert libtpu_targets({"TPU_RUNTIME_METRICS_PORTS": "8432"}) == ["localhost:8431",
+                                                                     "localhost:8432"]
+
+
+def test_the_exporter_asks_a_program_without_a_port(rdir: Path) -> None:
+    from tpu_info.commands.exporter_targets import TargetChooser
+    from tpu_info.contract.discovery_record import parse_record
+
+    p = parse_record(json.loads(_record(rdir, socket=str(rdir / "4242.sock"),
+                                        no_tcp="unavailable").read_text()), rdir / "4242.json")
+    chooser = TargetChooser()
+    asked, skipped = chooser.choose([p], {8431: {0}})
+    assert asked == [p] and not skipped
