@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from metrics.export import binding
 from tests import no_tcp
 from tests.conftest import ROOT, patient
 
@@ -184,6 +185,7 @@ def test_asked_for_by_tpu_info_bind_unix(rdir: Path) -> None:
     assert _clean_stderr(err) == []
 
 
+@pytest.mark.skipif(binding.no_tcp("127.0.0.1") is not None, reason="no TCP on this host")
 def test_a_server_that_did_not_start_is_told_by_doctor(rdir: Path) -> None:
     """A pinned port that is taken: the record says the server failed, doctor says so."""
     import socket

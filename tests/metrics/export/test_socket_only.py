@@ -95,6 +95,7 @@ def test_no_tcp_and_no_socket_fails_and_the_record_says_so(
         writer.unpublish()
 
 
+@pytest.mark.skipif(binding.no_tcp("127.0.0.1") is not None, reason="no TCP on this host")
 def test_a_pinned_port_that_is_taken_leaves_a_failed_record(runtime_dir: Path) -> None:
     with socket.socket() as holder:
         holder.bind(("127.0.0.1", 0))
@@ -141,6 +142,7 @@ class _Recorder:
 def recorder(runtime_dir: Path, monkeypatch: pytest.MonkeyPatch) -> type[_Recorder]:
     monkeypatch.delenv("TPU_INFO_PORT", raising=False)
     monkeypatch.setattr(export, "_port_free", lambda address, port: True)
+    monkeypatch.setattr(binding, "no_tcp", lambda bind: None)  # TCP, as on most hosts
     _Recorder.asked, _Recorder.ephemeral = [], [40001, 40002, 40003]
     return _Recorder
 
