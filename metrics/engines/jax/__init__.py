@@ -11,7 +11,7 @@ What it offers (nothing here imports JAX until it is used):
 The parts, one concern each: compiles and their causes (:mod:`.compiles`,
 :mod:`.causes`, :mod:`.explain`), counted calls (:mod:`.calls`, :mod:`.aot`,
 :mod:`.executions`, :mod:`.bound`), transfers (:mod:`.explicit`,
-:mod:`.to_device`, :mod:`.implicit`, :mod:`.sites`), eager ops
+:mod:`.to_device`, :mod:`.implicit`, :mod:`.jit_numpy`, :mod:`.sites`), eager ops
 (:mod:`.eager`), ``jax.monitoring`` records (:mod:`.monitoring`), inferred
 steps (:mod:`.steps`) and devices (:mod:`.devices`). What they share is one
 typed object, :class:`~.context.JaxContext` (the engine that is installed,

@@ -7,7 +7,8 @@ function then goes to the engine's calls journal, exactly as a
 return: dispatch is asynchronous, so device time after the return is not in
 it). That fills in executions per graph, ``ExecuteTime``, the inferred step
 (:mod:`metrics.recording.callstats`) and busy %. A numpy argument is a
-host->device transfer nobody asked for; :class:`JitArguments` counts it:
+host->device transfer nobody asked for;
+:class:`~metrics.engines.jax.jit_numpy.JitArguments` counts it:
 top-level ones on every call, and ones nested in containers (an
 ``(images, labels)`` batch) at the places a compiling call had them (the
 tree is walked only when a call compiles).
@@ -33,7 +34,6 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable, Hashable
-from types import CodeType
 from typing import TYPE_CHECKING, Any
 
 from metrics.engines.jax.context import CALL_FIELDS, JaxContext
@@ -43,7 +43,6 @@ from metrics.recording.sampling import TIME_EVERY, TIME_FIRST
 
 if TYPE_CHECKING:
     from metrics.engines.jax.engine import JaxEngine
-    from metrics.engines.jax.implicit import ImplicitTransfers
 
 try:
     from numpy import ndarray as _NDARRAY
@@ -66,7 +65,7 @@ class Owner:
     """One counted function: its name in the ledger and the graphs its calls ran."""
 
     __slots__ = ("name", "graphs", "last_hash", "compiles", "nested_numpy", "usual_ns",
-                 "numpy_args", "calls", "evaluation")
+                 "numpy_args", "calls", "evaluation", "numpy_label")
     explicit = False  # a function the user wrapped in metrics.track is explicit
 
     def __init__(self, name: str) -> None:
@@ -87,127 +86,7 @@ class Owner:
         # Whether numpy arguments were seen (each call is then checked):
         # JitArguments says how it learns (_BY_HANDLER: truthy, not yet True).
         self.numpy_args: bool | str = False
-
-
-NESTED_DEPTH = 4  # container levels searched for numpy leaves when a call compiles
-NESTED_LEAVES = 64  # numpy leaf paths kept per function
-
-
-def numpy_paths(args: tuple[object, ...]) -> tuple[Path, ...]:
-    """Index paths of numpy arrays nested in tuple/list/dict arguments (not
-    top-level ones, which each call checks itself); run when a call compiled."""
-    found: list[Path] = []
-
-    def walk(x: Any, path: Path) -> None:  # any pytree the user passes
-        if len(found) >= NESTED_LEAVES or len(path) > NESTED_DEPTH:
-            return
-        if type(x) is _NDARRAY:
-            if len(path) > 1:
-                found.append(path)
-        elif type(x) in (tuple, list):
-            for i, v in enumerate(x):
-                walk(v, (*path, i))
-        elif type(x) is dict:
-            for k, v in x.items():
-                walk(v, (*path, k))
-
-    walk(args, ())
-    return tuple(found)
-
-
-def nested_numpy_bytes(args: tuple[object, ...], paths: tuple[Path, ...]) -> int:
-    """Bytes of the numpy leaves at ``paths`` in this call's arguments."""
-    total = 0
-    for path in paths:
-        x: Any = args
-        try:
-            for k in path:
-                x = x[k]
-        except (IndexError, KeyError, TypeError):
-            continue
-        if type(x) is _NDARRAY:
-            total += x.nbytes
-    return total
-
-
-class JitArguments:
-    """The one owner of "a numpy argument of a jitted call" (one per
-    :class:`~metrics.engines.jax.implicit.ImplicitTransfers`).
-
-    On one device JAX moves a numpy argument of a jitted call in C++, where
-    no hook sees it, so the ``jax.jit`` wrapper hands each call's arguments
-    here (:meth:`report`: top-level numpy ones, nested ones at the paths
-    learnt when a call compiled), on every call of a function known to take
-    numpy (``Owner.numpy_args``). It learns that (the usual call checks one
-    attribute, not its arguments) on a timed call, which checks the
-    arguments' types, or when the numpy shard handler runs under the
-    wrapper: the first numpy argument of a function misses JAX's C++ cache
-    and goes through it, and the frame walk counts that call and sets the
-    flag. A compiling call, or one on several devices, also passes numpy
-    arguments through the handler; the frame walk drops those records when
-    the function's flag is set (:meth:`reported_under`), since
-    :meth:`report` counted them.
-    """
-
-    def __init__(self, transfers: ImplicitTransfers) -> None:
-        self._transfers = transfers
-
-    @staticmethod
-    def reported_under(code: CodeType) -> bool:
-        """Whether a frame of ``code`` is a jax.jit wrapper's call (whose
-        numpy arguments :meth:`report` counted)."""
-        return code is _CALL_CODES[0] or code is _CALL_CODES[1]
-
-    @staticmethod
-    def jit_hooked() -> bool:
-        """Whether ``jax.jit`` is the hook's wrapper now."""
-        import jax
-
-        return getattr(jax.jit, "__code__", None) is _JIT_CODE
-
-    @staticmethod
-    def counted_in_handler(owner: Owner) -> bool:
-        """Whether the numpy shard handler, running under ``owner``'s wrapper,
-        counts this call's numpy arguments: yes when the wrapper did not know
-        the function takes them (its first numpy call, a C++ cache miss);
-        then it knows."""
-        if owner.numpy_args:
-            return False
-        owner.numpy_args = _BY_HANDLER
-        return True
-
-    def report(self, owner: Owner, args: tuple[Any, ...]) -> None:
-        """The numpy arguments of one call, top-level and at the nested paths
-        learnt when it compiled (off the usual path: only calls that have them)."""
-        owner.numpy_args = True
-        label = f"numpy argument of {owner.name}"
-        host = self._transfers.host_arguments
-        for a in args:
-            if type(a) is _NDARRAY:
-                host(a.nbytes, label)
-        if owner.nested_numpy and (n := nested_numpy_bytes(args, owner.nested_numpy)):
-            host(n, label)
-
-    def learn_nested(self, owner: Owner, args: tuple[Any, ...]) -> None:
-        """After a call that compiled: where its nested numpy leaves are, and
-        those at new places counted for this call (unless the numpy shard
-        handler counted the whole call). Once per compile, so the tree walk
-        stays off the hot path."""
-        was, owner.nested_numpy = owner.nested_numpy, numpy_paths(args)
-        by_handler = owner.numpy_args is _BY_HANDLER
-        if owner.nested_numpy or by_handler:
-            owner.numpy_args = True
-        if by_handler:
-            return
-        new = tuple(p for p in owner.nested_numpy if p not in was)
-        if new and (n := nested_numpy_bytes(args, new)):
-            self._transfers.host_arguments(n, f"numpy argument of {owner.name}")
-
-
-# Owner.numpy_args while the numpy shard handler has counted the call it
-# learnt of them in (truthy: later calls are checked); the next report() or
-# learn_nested() sets it to True.
-_BY_HANDLER = "first numpy arguments counted by the numpy shard handler"
+        self.numpy_label = f"numpy argument of {name}"  # its records' detail: made once
 
 
 def counting(fn: Callable[..., Any], owner: Owner, context: JaxContext,
@@ -235,6 +114,7 @@ def _python_calls(fn: Callable[..., Any], owner: Owner, context: JaxContext, tim
     # one that compiled).
     clock, seqs, ndarray, state = time.monotonic_ns, context.compile_seq, _NDARRAY, context
     fold_at = FOLD_AT * CALL_FIELDS
+    usual = (owner, None, 0, 0, None)  # an untimed call's record (end 0), made once
     untimed = 0  # calls left to count untimed before the next timed one
     first = time_first  # timed calls left before sampling starts
 
@@ -249,12 +129,15 @@ def _python_calls(fn: Callable[..., Any], owner: Owner, context: JaxContext, tim
             # only moves which call is timed.)
             untimed -= 1
             if owner.numpy_args:  # it takes numpy (JitArguments): each call's counted
-                _report_numpy(eng, owner, args)
+                try:  # (a try costs nothing until it catches, in CPython 3.11+)
+                    eng.numpy_arguments(owner, args, 2)  # 2: this call's caller
+                except Exception as e:  # noqa: BLE001 - a hook never raises into the program
+                    eng.rec.hook_failed("jax.implicit", e)
             seq = seqs[0]
             out = fn(*args, **kwargs) if kwargs else fn(*args)
-            try:  # (a try costs nothing until it catches, in CPython 3.11+)
+            try:
                 if seqs[0] == seq and owner.compiles < 2:
-                    eng.calls_queue.extend((owner, None, 0, 0, None))  # end 0: untimed
+                    eng.calls_queue.extend(usual)  # end 0: untimed
                 else:
                     _keyed_call(eng, owner, args, seq, 0, 0)
             except Exception as e:  # noqa: BLE001 - a hook never raises into the program
@@ -272,7 +155,7 @@ def _python_calls(fn: Callable[..., Any], owner: Owner, context: JaxContext, tim
             return fn(*args, **kwargs)
         try:  # nested numpy: the paths learnt at a compile
             if owner.numpy_args or owner.nested_numpy or ndarray in map(type, args):
-                eng.implicit.jit_arguments.report(owner, args)
+                eng.numpy_arguments(owner, args, 3)  # 3: call()'s caller
         except Exception as e:  # noqa: BLE001 - a hook never raises into the program
             eng.rec.hook_failed("jax.implicit", e)
         seq = seqs[0]
@@ -295,14 +178,6 @@ def _python_calls(fn: Callable[..., Any], owner: Owner, context: JaxContext, tim
         return out
 
     return call, timed_call
-
-
-def _report_numpy(eng: JaxEngine, owner: Owner, args: tuple[Any, ...]) -> None:
-    """An untimed call's numpy arguments (the function takes them), guarded."""
-    try:
-        eng.implicit.jit_arguments.report(owner, args)
-    except Exception as e:  # noqa: BLE001 - a hook never raises into the program
-        eng.rec.hook_failed("jax.implicit", e)
 
 
 def _keyed_call(eng: JaxEngine, owner: Owner, args: tuple[Any, ...], seq: int, start: int,

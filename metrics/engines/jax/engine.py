@@ -109,6 +109,8 @@ class JaxEngine(EngineBase):
         self.runs = Executions(recorder)  # counted calls: executions per graph
         self.calls, self.calls_queue = self.runs.journal, self.runs.queue  # the wrappers write
         self.implicit = ImplicitTransfers(recorder, self.degraded, self.explicit, context)
+        # The jit wrapper's numpy arguments, on each call of a function that takes them.
+        self.numpy_arguments = self.implicit.jit_arguments.report
         self.eager = EagerOps(recorder, self.implicit,  # into implicit's site table
                               self.calls, self.explicit.journal)
         self.monitoring = MonitoringRecords(recorder)  # every jax.monitoring record, by name

@@ -7,7 +7,7 @@ replaced by one that, when no host copy is cached yet (``_npy_value`` is
 None), times the read and notes the caller. Host -> device: the hooks of
 :mod:`metrics.engines.jax.to_device` (``jnp.asarray`` of host data, the
 numpy shard handlers) and the ``jax.jit`` wrapper's report of numpy
-arguments (:class:`~metrics.engines.jax.calls.JitArguments`) record here.
+arguments (:class:`~metrics.engines.jax.jit_numpy.JitArguments`) record here.
 
 The hot path walks out of library frames (jax, jaxlib, numpy, the standard
 library, this hook, and anything else installed in site-packages: see
@@ -47,7 +47,7 @@ from metrics.engines._frames import ENGINE, LIBRARY, LibraryFrames, skip_prefixe
 from metrics.engines._patching import Patches
 from metrics.engines.jax import sites as jax_sites
 from metrics.engines.jax import to_device
-from metrics.engines.jax.calls import JitArguments
+from metrics.engines.jax.jit_numpy import JitArguments
 from metrics.engines.jax.sites import (
     EAGER_OP,
     IMPLICIT_H2D,
@@ -174,7 +174,7 @@ class ImplicitTransfers:
         self._implicit_d2h = counter(names.IMPLICIT_TRANSFER_FROM_DEVICE)
         self._implicit_out = counter(names.IMPLICIT_OUTBOUND_BYTES)
         self._implicit_in = counter(names.IMPLICIT_INBOUND_BYTES)
-        self.jit_arguments = JitArguments(self)  # numpy arguments of jitted calls
+        self.jit_arguments = JitArguments(self, _USER, UNTIMED_H2D, FIELDS)  # jit's numpy args
         self.explicit_puts_counted = False  # by the numpy shard handler (see install)
         forksafe.owned(self)
 

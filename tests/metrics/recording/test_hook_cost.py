@@ -8,7 +8,9 @@ float(x) 146 -> 90 -> 84 (92 at 26a32f9), a jitted call 86 -> 76 -> 74, jax.devi
 numpy 95 -> 83 (a device_put wrapper and the numpy shard handler) -> 60 (the
 handler alone: one hook per put) -> 58 (JAX's four arguments, no ``*args``).
 A read's step index (the step function's call count, counted in the jit
-wrapper): float(x) 86 -> 91, an untimed jitted call 53 -> 60.
+wrapper): float(x) 86 -> 91, an untimed jitted call 53 -> 60 -> 55 (its record's
+tuple made once per function). A host-bound step's numpy arguments: see
+tests/metrics/engines/jax/test_jit_numpy.py.
 
 Also counted here: which Python frames and C calls one hooked training step
 runs (the per-call properties the overhead bench's figures rest on: JAX's
@@ -98,7 +100,7 @@ def test_a_jitted_call_stays_within_budget(fresh_metrics):
     counts = _opcodes_in_metrics(lambda: step(x))
     # untimed (74 timed); 2 of them the try that swallows a failure while recording,
     # 7 the call count (a device->host read's step index when this is the step)
-    assert set(counts) == {"call"} and counts["call"] <= 60, counts
+    assert set(counts) == {"call"} and counts["call"] <= 55, counts
 
 
 def test_a_device_put_runs_one_hook(fresh_metrics):

@@ -1,0 +1,212 @@
+"""Numpy arguments of jitted calls: the host->device copies JAX makes in C++.
+
+On one device JAX moves a numpy argument of a jitted call in C++, where no
+hook sees it; the ``jax.jit`` wrapper (:mod:`metrics.engines.jax.calls`)
+hands such calls' arguments to :class:`JitArguments`, which writes one
+untimed implicit transfer per top-level numpy argument (and one for the
+numpy leaves nested in containers) into the transfer hook's journal
+(:class:`~metrics.engines.jax.implicit.ImplicitTransfers`), at the user's
+line. A host-bound loop (``step(params, data[i:i + B], 0.01)``) runs this on
+every step, so the usual call is decided with one code-table lookup and
+written in one frame (:func:`_writer`); only a call from a library's frame
+walks.
+
+Example:
+    >>> import jax, numpy as np, metrics                     # doctest: +SKIP
+    >>> metrics.install()                                    # doctest: +SKIP
+    >>> f = jax.jit(lambda x: x + 1)                         # doctest: +SKIP
+    >>> f(np.ones(4))          # an implicit transfer of 32 bytes at this line  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+from types import CodeType
+from typing import TYPE_CHECKING, Any
+
+from numpy import ndarray as _NDARRAY
+
+from metrics.engines.jax.calls import _CALL_CODES, _JIT_CODE, Path
+from metrics.recording.journal import FOLD_AT
+
+if TYPE_CHECKING:
+    from metrics.engines.jax.calls import Owner
+    from metrics.engines.jax.implicit import ImplicitTransfers
+
+Report = Callable[["Owner", tuple[Any, ...], int], None]
+
+NESTED_DEPTH = 4  # container levels searched for numpy leaves when a call compiles
+NESTED_LEAVES = 64  # numpy leaf paths kept per function
+
+
+def numpy_paths(args: tuple[object, ...]) -> tuple[Path, ...]:
+    """Index paths of numpy arrays nested in tuple/list/dict arguments (not
+    top-level ones, which each call checks itself); run when a call compiled."""
+    found: list[Path] = []
+
+    def walk(x: Any, path: Path) -> None:  # any pytree the user passes
+        if len(found) >= NESTED_LEAVES or len(path) > NESTED_DEPTH:
+            return
+        if type(x) is _NDARRAY:
+            if len(path) > 1:
+                found.append(path)
+        elif type(x) in (tuple, list):
+            for i, v in enumerate(x):
+                walk(v, (*path, i))
+        elif type(x) is dict:
+            for k, v in x.items():
+                walk(v, (*path, k))
+
+    walk(args, ())
+    return tuple(found)
+
+
+def nested_numpy_bytes(args: tuple[object, ...], paths: tuple[Path, ...]) -> int:
+    """Bytes of the numpy leaves at ``paths`` in this call's arguments."""
+    total = 0
+    for path in paths:
+        x: Any = args
+        try:
+            for k in path:
+                x = x[k]
+        except (IndexError, KeyError, TypeError):
+            continue
+        if type(x) is _NDARRAY:
+            total += x.nbytes
+    return total
+
+
+class JitArguments:
+    """The one owner of "a numpy argument of a jitted call" (one per
+    :class:`~metrics.engines.jax.implicit.ImplicitTransfers`).
+
+    On one device JAX moves a numpy argument of a jitted call in C++, where
+    no hook sees it, so the ``jax.jit`` wrapper hands each call's arguments
+    here (:attr:`report`: top-level numpy ones, nested ones at the paths
+    learnt when a call compiled), on every call of a function known to take
+    numpy (``Owner.numpy_args``). It learns that (the usual call checks one
+    attribute, not its arguments) on a timed call, which checks the
+    arguments' types, or when the numpy shard handler runs under the
+    wrapper: the first numpy argument of a function misses JAX's C++ cache
+    and goes through it, and the frame walk counts that call and sets the
+    flag. A compiling call, or one on several devices, also passes numpy
+    arguments through the handler; the frame walk drops those records when
+    the function's flag is set (:meth:`reported_under`), since
+    :attr:`report` counted them.
+
+    Attributes:
+        report: ``report(owner, args, depth)``: one call's numpy arguments,
+            each an untimed implicit transfer at the line that called the
+            wrapper (``depth`` frames above ``report``'s). Runs on every call
+            of a function that takes numpy, so it is the transfer hook's
+            writer into the transfer hook's journal (:func:`_writer`): when
+            that frame is the user's (decided once per code object), the
+            records are written there, one ``list.extend`` each, no walk;
+            else :meth:`report_walked`.
+    """
+
+    def __init__(self, transfers: ImplicitTransfers, user_class: int, kind: int,
+                 fields: int) -> None:
+        # (the transfer hook's class of a user's frame, its record kind for an
+        # untimed host->device transfer and its record length: it owns both)
+        self._transfers = transfers
+        self.report: Report = _writer(transfers, self.report_walked, user_class, kind, fields)
+
+    @staticmethod
+    def reported_under(code: CodeType) -> bool:
+        """Whether a frame of ``code`` is a jax.jit wrapper's call (whose
+        numpy arguments :attr:`report` counted)."""
+        return code is _CALL_CODES[0] or code is _CALL_CODES[1]
+
+    @staticmethod
+    def jit_hooked() -> bool:
+        """Whether ``jax.jit`` is the hook's wrapper now."""
+        import jax
+
+        return getattr(jax.jit, "__code__", None) is _JIT_CODE
+
+    @staticmethod
+    def counted_in_handler(owner: Owner) -> bool:
+        """Whether the numpy shard handler, running under ``owner``'s wrapper,
+        counts this call's numpy arguments: yes when the wrapper did not know
+        the function takes them (its first numpy call, a C++ cache miss);
+        then it knows."""
+        if owner.numpy_args:
+            return False
+        owner.numpy_args = _BY_HANDLER
+        return True
+
+    def report_walked(self, owner: Owner, args: tuple[Any, ...]) -> None:
+        """:attr:`report` where the wrapper's caller is not known to be the
+        user's frame (a library's, or one not classified yet): each record
+        walks out to the user's line."""
+        owner.numpy_args = True
+        label = owner.numpy_label
+        host = self._transfers.host_arguments
+        for a in args:
+            if type(a) is _NDARRAY:
+                host(a.nbytes, label)
+        if owner.nested_numpy and (n := nested_numpy_bytes(args, owner.nested_numpy)):
+            host(n, label)
+
+    def learn_nested(self, owner: Owner, args: tuple[Any, ...]) -> None:
+        """After a call that compiled: where its nested numpy leaves are, and
+        those at new places counted for this call (unless the numpy shard
+        handler counted the whole call). Once per compile, so the tree walk
+        stays off the hot path."""
+        was, owner.nested_numpy = owner.nested_numpy, numpy_paths(args)
+        by_handler = owner.numpy_args is _BY_HANDLER
+        if owner.nested_numpy or by_handler:
+            owner.numpy_args = True
+        if by_handler:
+            return
+        new = tuple(p for p in owner.nested_numpy if p not in was)
+        if new and (n := nested_numpy_bytes(args, new)):
+            self._transfers.host_arguments(n, owner.numpy_label)
+
+
+# Owner.numpy_args while the numpy shard handler has counted the call it
+# learnt of them in (truthy: later calls are checked); the next report() or
+# learn_nested() sets it to True.
+_BY_HANDLER = "first numpy arguments counted by the numpy shard handler"
+
+
+
+
+def _writer(transfers: ImplicitTransfers, walked: Callable[[Owner, tuple[Any, ...]], None],
+            user_class: int, kind: int, fields: int) -> Report:
+    """``write(owner, args, depth)``: one call's numpy arguments, each a
+    record of ``kind`` (``fields`` long) at the wrapper's caller, ``depth``
+    frames above ``write``'s. That frame is almost always the user's loop
+    (``user_class`` in the transfer hook's code table, decided once per code
+    object): the records are then the ones the frame walk would write,
+    without the walk (no frame, no call per argument). Any other frame, or
+    one not classified yet: ``walked``. What it reads is bound once."""
+    get, getframe, clock, context = transfers._codes.get, sys._getframe, time.monotonic_ns, \
+        transfers.context
+    queue, flush, fold_at, ndarray = (transfers.queue, transfers.journal.flush,
+                                      FOLD_AT * fields, _NDARRAY)
+    extend = queue.extend
+
+    def write(owner: Owner, args: tuple[Any, ...], depth: int) -> None:
+        try:
+            f = getframe(depth)
+        except ValueError:  # fewer frames above than the wrapper's usual caller (from C)
+            return walked(owner, args)
+        code = f.f_code
+        if get(id(code)) != user_class:
+            return walked(owner, args)
+        owner.numpy_args = True  # (from _BY_HANDLER too: each later call is written)
+        label, lasti, now, step = owner.numpy_label, f.f_lasti, clock(), context.step_owner
+        at = now if step is None else step.calls  # the step it ran in (as the walk's records)
+        for a in args:
+            if type(a) is ndarray:  # (not a subclass: as the walked path)
+                extend((kind, code, lasti, label, now, now, a.nbytes, at))
+        if owner.nested_numpy and (n := nested_numpy_bytes(args, owner.nested_numpy)):
+            extend((kind, code, lasti, label, now, now, n, at))
+        if len(queue) >= fold_at:
+            flush()
+
+    return write

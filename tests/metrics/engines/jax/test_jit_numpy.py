@@ -1,0 +1,175 @@
+"""Numpy arguments of jitted calls (metrics.engines.jax.jit_numpy): a
+host-bound loop's step ``step(params, data[j:j + B], data[j:j + B, 1:], 0.01)``
+writes its transfers where the frame walk would, in one frame, with exact
+counts; and the per-step work stays what it was measured at (bytecode
+counted, not timed: the same under any load).
+
+Measured on CPython 3.11 / JAX 0.10.2, one untimed step of that loop (two
+numpy slices, a dict of parameters, a Python float): 7 Python frames, 588
+opcodes and 25 C calls in metrics/ before (the wrapper, a report, two
+host_arguments and two frame walks), 2 frames, 196 opcodes, 8 C calls after.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+
+from tests.lines import line_of
+
+jax = pytest.importorskip("jax")
+jnp = jax.numpy
+
+
+@pytest.fixture
+def eng(fresh_metrics):  # type: ignore[no-untyped-def]
+    import metrics
+
+    engine = next(e for e in metrics.installed_engines() if e.name == "jax")
+    engine.implicit.clear()
+    yield engine
+    engine.implicit.clear()
+
+
+def _host_bound_loop() -> tuple[Callable[[int], object], np.ndarray]:
+    """``one(j)``: one step of the loop, called at one line; and its data."""
+    data = np.arange(64 * 9, dtype=np.float32).reshape(64, 9)
+    params = {"w": jnp.ones((8, 8)), "b": jnp.zeros(8)}
+
+    @jax.jit
+    def step(p, x, y, lr):  # type: ignore[no-untyped-def]
+        g = jax.grad(lambda p: jnp.mean((x @ p["w"] + p["b"] - y[:, :1]) ** 2))(p)
+        return jax.tree.map(lambda a, b: a - lr * b, p, g)
+
+    def one(j: int) -> object:
+        return step(params, data[j:j + 4, :-1], data[j:j + 4, 1:], 0.01)  # THE STEP
+
+    return one, data
+
+
+def _past_the_first_timed(fn: Callable[[int], object]) -> None:
+    from metrics.recording.sampling import TIME_EVERY, TIME_FIRST
+
+    for i in range(TIME_FIRST + TIME_EVERY):
+        fn(i % 32)
+
+
+def test_the_usual_call_writes_what_the_walk_writes(eng):
+    """The records written at the wrapper's caller are the frame walk's own
+    (kind, code, offset, detail, bytes, step), one per numpy argument."""
+    from metrics.engines.jax.implicit import _LIB
+
+    one, _ = _host_bound_loop()
+    _past_the_first_timed(one)
+    impl, ja = eng.implicit, eng.implicit.jit_arguments
+
+    def walked(owner, args, depth):  # type: ignore[no-untyped-def]  # as before the writer
+        ja.report_walked(owner, args)
+
+    impl.hold(walked.__code__, _LIB)  # the hook's own frame, walked through
+    got = []
+    for fast in (True, False):
+        impl.journal.flush()
+        if not fast:
+            eng.numpy_arguments = walked
+        try:
+            one(3)
+        finally:
+            eng.numpy_arguments = ja.report
+        q = list(impl.queue)
+        got.append([q[i:i + 4] + q[i + 6:i + 7] for i in range(0, len(q), 8)])  # not the times
+    assert got[0] == got[1] and len(got[0]) == 2, got
+    assert [r[0] for r in got[0]] == [4, 4]  # untimed host->device
+    assert [r[4] for r in got[0]] == [4 * 8 * 4, 4 * 8 * 4]
+
+
+def test_a_host_bound_loop_counts_every_numpy_argument(eng):
+    one, _ = _host_bound_loop()
+    for j in range(100):
+        one(j % 32)
+    line = line_of(__file__, "# THE STEP")
+    (site,) = [s for s in eng.sites() if s.kind == "implicit_to_device"]
+    assert site.location == f"{__file__}:{line}"
+    assert (site.count, site.bytes, site.detail) == (200, 200 * 4 * 8 * 4,
+                                                    "numpy argument of jit(step)")
+    assert site.occurrences == 100  # each call its own step (the step function is inferred)
+    assert eng.rec.registry.counter_value("ImplicitTransferToDevice") == 200
+    assert eng.rec.registry.metric_data("OutboundData")[:2] == (200, 200 * 128)
+
+
+def test_a_call_from_a_library_frame_walks_to_the_user_s_line(eng):
+    """The wrapper called by a library (here jax's tree_map): the writer
+    hands it to the walk, which finds the user's line."""
+    step = jax.jit(lambda x: x * 2)
+    xs = [np.ones(4, np.float32), np.ones(4, np.float32)]
+    for _ in range(3):
+        jax.tree_util.tree_map(step, xs)  # THROUGH A LIBRARY
+    line = line_of(__file__, "# THROUGH A LIBRARY")
+    (site,) = [s for s in eng.sites() if s.kind == "implicit_to_device"]
+    assert (site.location, site.count, site.bytes) == (f"{__file__}:{line}", 6, 6 * 16)
+
+
+def _work(fn: Callable[[], object]) -> tuple[dict[str, int], int, int]:
+    """(Python frames by name, opcodes, C calls) run in metrics/ by ``fn``,
+    no journal fold inside (the journals are emptied first)."""
+    import metrics
+
+    root = os.path.dirname(metrics.__file__) + os.sep
+    frames: dict[str, int] = {}
+    ops = [0]
+    c_calls = [0]
+
+    def local(frame, event, arg):  # type: ignore[no-untyped-def]
+        if event == "opcode":
+            ops[0] += 1
+        return local
+
+    def tracer(frame, event, arg):  # type: ignore[no-untyped-def]
+        if not frame.f_code.co_filename.startswith(root):
+            return None
+        frames[frame.f_code.co_name] = frames.get(frame.f_code.co_name, 0) + 1
+        frame.f_trace_opcodes = True
+        return local
+
+    def profile(frame, event, arg):  # type: ignore[no-untyped-def]
+        if event == "c_call" and frame.f_code.co_filename.startswith(root):
+            c_calls[0] += 1
+
+    metrics.recorder().flush()
+    sys.settrace(tracer)
+    try:
+        fn()
+    finally:
+        sys.settrace(None)
+    metrics.recorder().flush()
+    sys.setprofile(profile)
+    try:
+        fn()
+    finally:
+        sys.setprofile(None)
+    return frames, ops[0], c_calls[0]
+
+
+@pytest.mark.skipif(sys.version_info[:2] != (3, 11), reason="bytecode counts are CPython 3.11's")
+def test_a_host_bound_step_stays_within_its_measured_work(eng):
+    """Over TIME_EVERY steps of the loop (one of them timed): the hook's
+    frames, opcodes and C calls a step, bounded by what was measured (2
+    frames, 198 opcodes, 8.2 C calls a step with the timed one's frame and
+    clock reads). Before the writer: 7 frames, ~590 opcodes, 25 C calls."""
+    from metrics.recording.sampling import TIME_EVERY
+
+    one, _ = _host_bound_loop()
+    _past_the_first_timed(one)
+
+    def steps() -> None:
+        for j in range(TIME_EVERY):
+            one(j)
+
+    frames, ops, c_calls = _work(steps)
+    assert frames == {"call": TIME_EVERY, "timed_call": 1, "write": TIME_EVERY}, frames
+    assert ops / TIME_EVERY <= 205, ops / TIME_EVERY  # measured 198.4
+    assert c_calls / TIME_EVERY <= 8.5, c_calls / TIME_EVERY  # measured 8.2
