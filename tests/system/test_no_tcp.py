@@ -85,9 +85,11 @@ class Program:
         return self.proc.returncode, err
 
 
-def cli(rdir: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """The real CLI, without the filter, reading the test's runtime directory."""
-    return subprocess.run([sys.executable, "-m", "tpu_info", "--timeout", "20", *args],
+def cli(rdir: Path, *args: str, filtered: bool = False) -> subprocess.CompletedProcess[str]:
+    """The real CLI reading the test's runtime directory, without the filter
+    (or under it, ``filtered``: a reader on the same host without TCP)."""
+    launcher = [sys.executable, "-m", "tests.no_tcp"] if filtered else []
+    return subprocess.run([*launcher, sys.executable, "-m", "tpu_info", "--timeout", "20", *args],
                           capture_output=True, text=True, env=_env(rdir), cwd=ROOT,
                           timeout=patient(120))
 
@@ -137,6 +139,13 @@ def test_served_on_its_socket_and_read_by_the_cli(program: Program, rdir: Path) 
     doctor = cli(rdir, "doctor")
     assert f"pid {pid} (unix:{pid}.sock): served on its local socket only: no TCP socket " \
            "can be opened on this host" in doctor.stdout, doctor.stdout
+
+    # A reader on the host without TCP: it reads the program, and says why
+    # libtpu's service is not read (not "libtpu not present").
+    here = cli(rdir, "doctor", filtered=True)
+    assert here.returncode == 0 and f"pid {pid} (unix:{pid}.sock)" in here.stdout, here.stdout
+    assert "libtpu's metric service cannot be reached: no TCP socket can be opened" \
+        in here.stdout and "libtpu not present" not in here.stdout, here.stdout
 
     code, err = program.stop()
     assert code == 0, err[-2000:]

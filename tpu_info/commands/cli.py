@@ -239,13 +239,18 @@ def _doctor(args: argparse.Namespace, targets: list[str]) -> int:
     pairs = list(dict.fromkeys((clean(w, 1000), clean(r, 1000)) for w, r in pairs))
     if args.json:
         print(json.dumps({"schema": "tpu-info-doctor/v1", "targets_read": len(g.views),
-                          "discovered": g.discovered, "local_accelerators": len(g.local.chips),
+                          "discovered": g.discovered, "local_accelerators": sum(1 for c in g.local.chips if c.usable),
+                          "local_accelerators_not_usable": sum(1 for c in g.local.chips
+                                                               if not c.usable),
                           "failed": [clean(v.target) for v in g.failed],
                           "explanations": [{"where": w, "reason": r} for w, r in pairs]},
                          indent=2))
         return EXIT_PARTIAL if g.failed else EXIT_OK
+    usable = sum(1 for c in g.local.chips if c.usable)
+    hidden = f" ({len(g.local.chips) - usable} more not usable here)" if usable < len(
+        g.local.chips) else ""
     print(f"tpu-info doctor: {len(g.views)} target(s) read, {g.discovered} discovered, "
-          f"{len(g.local.chips)} local accelerator(s)")
+          f"{usable} local accelerator(s){hidden}")
     for w, r in pairs:
         print(f"  - {w}: {r}")
     if not pairs:

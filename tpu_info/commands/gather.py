@@ -28,7 +28,7 @@ from typing import Any, Generic, TypeVar
 
 from tpu_info.commands import budget
 from tpu_info.contract.model import LocalScan
-from tpu_info.host.listeners import ProcNet, judge_libtpu_port
+from tpu_info.host.listeners import ProcNet, judge_libtpu_port, no_tcp_reason
 from tpu_info.net.discovery import Scan
 from tpu_info.net.targets import normalize
 from tpu_info.views.values import TargetView
@@ -147,9 +147,17 @@ def _libtpu_read(target: str, recorded: set[str], named: Sequence[str], net: Pro
     if verdict.read or verdict.listening:
         notes.append((target, verdict.why))
     else:
-        notes.append((target, f"libtpu not present: {verdict.why} (normal on "
-                      "machines without TPUs, or when no TPU program runs)"))
+        notes.append((target, _libtpu_absent(verdict.why)))
     return verdict.read
+
+
+def _libtpu_absent(why: str) -> str:
+    """Why libtpu's service was not read, in words that fit this host."""
+    if (blocked := no_tcp_reason()) is not None:
+        return (f"libtpu's metric service cannot be reached: no TCP socket can be opened on "
+                f"this host ({blocked}); HBM and busy come from the programs' hooks")
+    return f"libtpu not present: {why} (normal on machines without TPUs, or when no TPU " \
+           "program runs)"
 
 
 def gather(
@@ -230,8 +238,7 @@ def gather(
             source, snap = r.value  # type: ignore[misc]
             views.append(TargetView(r.target, snap, source=source))
         elif normalize(r.target) in implicit:
-            notes.append((r.target, f"libtpu not present: {r.error} (normal on machines "
-                          "without TPUs, or when no TPU program runs)"))
+            notes.append((r.target, _libtpu_absent(str(r.error))))
         else:
             views.append(TargetView(r.target, None, error=str(r.error)))
     return Gathered(views, local, notes, len(picked.processes))

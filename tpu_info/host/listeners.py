@@ -40,6 +40,19 @@ def _address(field: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
     return ipaddress.ip_address(raw)
 
 
+def no_tcp_reason() -> str | None:
+    """Why no TCP socket can be opened on this host (gVisor, a seccomp'd
+    container: the OS's words), or None where one can. Nothing listens on a
+    TCP port there, libtpu's metric service included."""
+    import socket
+
+    try:
+        socket.socket(socket.AF_INET, socket.SOCK_STREAM).close()
+    except OSError as e:
+        return e.strerror or str(e)
+    return None
+
+
 def reaches_loopback(addr: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
     """Whether a socket bound to ``addr`` answers ``localhost``: a loopback
     address or a wildcard (IPv4-mapped ones included)."""

@@ -44,12 +44,33 @@ def _user(status: bytes) -> str:
     return ""
 
 
+def short_name(argv: list[str], comm: str) -> str:
+    """What a table calls a process: a Python program by its script
+    (``train.py``), module (``-m trainer``) or ``python3 -c``; anything else by
+    its executable's base name; ``comm`` when the command line is unreadable."""
+    if not argv:
+        return comm
+    exe = os.path.basename(argv[0]) or argv[0]
+    if exe.startswith("python") and len(argv) > 1:
+        rest = [a for a in argv[1:] if not (a.startswith("-") and a not in ("-c", "-m"))]
+        if rest[:1] == ["-m"] and len(rest) > 1:
+            return f"-m {rest[1]}"
+        if rest[:1] == ["-c"]:
+            return f"{exe} -c"
+        if rest:
+            return os.path.basename(rest[0]) or rest[0]
+    return exe
+
+
 def describe(pid: int, proc_root: str = PROC_ROOT) -> OwnerRecord:
-    """``pid``'s name, user and command line; empty fields for what is unreadable."""
+    """``pid``'s name (:func:`short_name`), user and command line; empty
+    fields for what is unreadable."""
     where = os.path.join(proc_root, str(pid))
-    name = _read(os.path.join(where, "comm"), 256).decode("utf-8", "replace").strip()
-    argv = _read(os.path.join(where, "cmdline"), COMMAND_CHARS * 4).split(b"\0")
-    command = " ".join(a.decode("utf-8", "replace") for a in argv if a)[:COMMAND_CHARS]
+    comm = _read(os.path.join(where, "comm"), 256).decode("utf-8", "replace").strip()
+    argv = [a.decode("utf-8", "replace")
+            for a in _read(os.path.join(where, "cmdline"), COMMAND_CHARS * 4).split(b"\0") if a]
+    command = " ".join(argv)[:COMMAND_CHARS]
+    name = short_name(argv, comm)
     user = _user(_read(os.path.join(where, "status")))
     return OwnerRecord(pid=pid, name=name, user=user, command=command)
 

@@ -22,6 +22,8 @@ Example:
 
 from __future__ import annotations
 
+import os
+
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Generic, TypeVar
@@ -288,7 +290,11 @@ def owner_rows(usage: Sequence[ChipUsage], local: LocalScan | None,
             continue
         o = (local.owner(pid) if local else None) or OwnerRecord(pid)
         r = _Row(f"processes/pid {pid}")
-        name = r.get("name", clean(o.command or o.name, 200) or None,
+        # The command with its interpreter's directory cut (a full path would
+        # fill the column): "python3 plain.py --lr 3".
+        exe, _, args = o.command.partition(" ")
+        command = f"{os.path.basename(exe) or exe} {args}".strip()
+        name = r.get("name", clean(command or o.name, 200) or None,
                      "the process exited, or /proc does not show its command")
         user = r.get("user", o.user or None, "/proc does not show the process's user")
         used = [u.hbm_used_bytes for u in chips if u.hbm_used_bytes is not None]

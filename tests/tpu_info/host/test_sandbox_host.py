@@ -8,9 +8,11 @@ import os
 import pwd
 from pathlib import Path
 
+import pytest
+
 from tests.fixtures.sysfs_trees import MACHINES, SANDBOX_DEV, build_dev, build_proc, build_sysfs
 from tpu_info.host.devices import accelerator_type, scan_local
-from tpu_info.host.processes import describe
+from tpu_info.host.processes import describe, short_name
 
 ME = pwd.getpwuid(os.getuid()).pw_name
 
@@ -39,7 +41,7 @@ def test_owners_are_named_from_proc(tmp_path: Path):
                       {4242: ("python3", os.getuid(), ["python3", "train.py", "--steps", "9"])})
     assert scan.tpus[3].owner_pids == (4242,)
     (o,) = scan.owners
-    assert (o.pid, o.name, o.user, o.command) == (4242, "python3", ME,
+    assert (o.pid, o.name, o.user, o.command) == (4242, "train.py", ME,
                                                  "python3 train.py --steps 9")
 
 
@@ -55,3 +57,16 @@ def test_describe_what_proc_hides(tmp_path: Path):
     o = describe(5, str(proc))
     assert (o.name, o.user, o.command) == ("python3", "654321", "")  # uid without a name
     assert describe(6, str(proc)).name == ""  # exited
+
+
+@pytest.mark.parametrize(("argv", "comm", "name"), [
+    (["/root/.pyenv/versions/3.11/bin/python3", "-c", "import jax"], "python3", "python3 -c"),
+    (["python3", "-u", "/home/me/train.py", "--lr", "1e-3"], "python3", "train.py"),
+    (["python", "-m", "trainer.main"], "python", "-m trainer.main"),
+    (["/usr/bin/java", "-jar", "x.jar"], "java", "java"),
+    ([], "kworker", "kworker"),
+])
+def test_an_owner_is_named_by_its_program(argv: list[str], comm: str, name: str) -> None:
+    # The plain owner on the TPU machine read '/root/.…' (its interpreter's
+    # full path cut to the column) where Google's -p says python3.
+    assert short_name(argv, comm) == name

@@ -90,12 +90,12 @@ def test_an_owner_without_the_hook_is_named(tmp_path: Path):
     scan, _ = sandbox(tmp_path, {777: ["DEV/vfio/0"]}, WHO)
     out = render_text([NO_LIBTPU], 160, local=scan, header=header())
     (row,) = _chip_rows(out)
-    assert "777 python3" in row and "N/A / 16.00 GiB" in row
+    assert "777 plain.py" in row and "N/A / 16.00 GiB" in row
     proc = re.search(r"^ *777 +python3 plain\.py --lr 3 +\S+ +not hooked +- .* tpu3$", out,
                      re.M)
     assert proc, out
     why = dict(reasons([NO_LIBTPU], local=scan, header=header()))
-    assert "pid 777 (python3) holds the chip without the hook" in why["devices/tpu3/hbm_used"]
+    assert "pid 777 (plain.py) holds the chip without the hook" in why["devices/tpu3/hbm_used"]
     assert "HBM total of tpu3: the v5e's nominal size" in _flat(out)
 
 
