@@ -99,12 +99,11 @@ class JitArguments:
     Attributes:
         report: ``report(owner, args, depth)``: one call's numpy arguments,
             each an untimed implicit transfer at the line that called the
-            wrapper (``depth`` frames above ``report``'s). Runs on every call
-            of a function that takes numpy, so it is the transfer hook's
-            writer into the transfer hook's journal (:func:`_writer`): when
-            that frame is the user's (decided once per code object), the
-            records are written there, one ``list.extend`` each, no walk;
-            else :meth:`report_walked`.
+            wrapper (``depth`` frames above ``report``'s). It runs on every
+            call of a function that takes numpy, so it writes into the
+            transfer hook's journal itself (:func:`_writer`): when that frame
+            is the user's (decided once per code object), one
+            ``list.extend`` per argument, no walk; else :meth:`report_walked`.
     """
 
     def __init__(self, transfers: ImplicitTransfers, user_class: int, kind: int,
