@@ -173,3 +173,16 @@ def test_a_host_bound_step_stays_within_its_measured_work(eng):
     assert frames == {"call": TIME_EVERY, "timed_call": 1, "write": TIME_EVERY}, frames
     assert ops / TIME_EVERY <= 205, ops / TIME_EVERY  # measured 198.4
     assert c_calls / TIME_EVERY <= 8.5, c_calls / TIME_EVERY  # measured 8.2
+
+
+def test_a_call_with_fewer_frames_above_walks(eng):
+    """``depth`` past the outermost frame (a wrapper called from C with no
+    Python caller): the walk, not an error."""
+    from metrics.engines.jax.calls import Owner
+
+    owner = Owner("jit(f)")
+    eng.numpy_arguments(owner, (np.ones(4, np.float32), 1.0), 10_000)  # FROM NOWHERE
+    (site,) = [s for s in eng.sites() if s.kind == "implicit_to_device"]
+    assert (site.count, site.bytes, site.detail) == (1, 16, "numpy argument of jit(f)")
+    assert site.location == f"{__file__}:{line_of(__file__, '# FROM NOWHERE')}"
+    assert owner.numpy_args is True
