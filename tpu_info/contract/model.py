@@ -285,7 +285,14 @@ class MemoryReading:
 
 @dataclass(frozen=True, slots=True)
 class DeviceRecord:
-    """One accelerator as a hooked process (or the host) sees it."""
+    """One accelerator as a hooked process (or the host) sees it.
+
+    ``busy_source`` says whose busy % it is: :data:`BUSY_FROM_LIBTPU` (the
+    chip's duty cycle, from libtpu's service or its SDK in the process),
+    :data:`BUSY_FROM_ESTIMATE` (the hook's host-side estimate), or "" (not
+    said: an older hook, which sent its estimate). Outputs label any source
+    but libtpu as an estimate (``~``).
+    """
 
     id: int
     kind: str
@@ -293,6 +300,10 @@ class DeviceRecord:
     memory: MemoryReading
     busy_percent: float | None = None
     busy_reason: str = ""
+    busy_source: str = ""
+
+
+BUSY_FROM_LIBTPU, BUSY_FROM_ESTIMATE = "libtpu", "estimate"
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,7 +31,8 @@ Top level::
                       compiles, cache_hits, hbm_used_bytes, hbm_limit_bytes,
                       devices[{id, kind, platform, hbm_used_bytes,
                       hbm_peak_bytes, hbm_limit_bytes, memory_source,
-                      busy_percent, reasons}],
+                      busy_percent, busy_source ("libtpu": the chip's duty
+                      cycle, "estimate": the hook's, or null), reasons}],
                       transfers{h2d|d2h: {count, bytes, p50_ns, p90_ns,
                       p95_ns, p999_ns, timed, reasons}},
                       graphs[{hash, name, engine, compiles, cache_hits,
@@ -78,6 +79,7 @@ from typing import Any
 
 from tpu_info.contract.catalog import CACHED_COMPILE, MARK_STEP, UNCACHED_COMPILE
 from tpu_info.contract.model import (
+    BUSY_FROM_LIBTPU,
     CounterReading,
     DistributionReading,
     LocalScan,
@@ -187,6 +189,9 @@ def _target(t: TargetReadings, top_graphs: int | None) -> dict[str, Any]:
             "hbm_used_bytes": d.memory.used_bytes, "hbm_peak_bytes": d.memory.peak_bytes,
             "hbm_limit_bytes": d.memory.limit_bytes, "memory_source": _s(d.memory.source),
             "busy_percent": d.busy_percent,
+            "busy_source": (None if d.busy_percent is None else "libtpu"
+                            if d.busy_source == BUSY_FROM_LIBTPU or v.source == "libtpu"
+                            else "estimate"),
             "reasons": {k: _s(x) for k, x in (("memory", d.memory.reason),
                                               ("busy_percent", d.busy_reason)) if x},
         } for d in s.devices],
@@ -359,7 +364,9 @@ JSON_SCHEMA: dict[str, Any] = {
                                  "busy_percent", "reasons"],
                     "properties": {"id": {"type": "integer"}, "hbm_used_bytes": _INT,
                                    "hbm_peak_bytes": _INT, "hbm_limit_bytes": _INT,
-                                   "busy_percent": _NUM, "reasons": _REASONS}}},
+                                   "busy_percent": _NUM,
+                                   "busy_source": {"enum": ["libtpu", "estimate", None]},
+                                   "reasons": _REASONS}}},
                 "transfers": {"type": ["object", "null"],
                               "properties": {"h2d": _TRANSFER, "d2h": _TRANSFER}},
                 "graphs": {"type": "array", "items": {

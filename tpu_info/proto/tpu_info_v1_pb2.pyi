@@ -98,20 +98,22 @@ class Memory(_message.Message):
     def __init__(self, used_bytes: _Optional[int] = ..., peak_bytes: _Optional[int] = ..., limit_bytes: _Optional[int] = ..., source: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class Device(_message.Message):
-    __slots__ = ("id", "kind", "platform", "memory", "busy_percent", "busy_reason")
+    __slots__ = ("id", "kind", "platform", "memory", "busy_percent", "busy_reason", "busy_source")
     ID_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
     PLATFORM_FIELD_NUMBER: _ClassVar[int]
     MEMORY_FIELD_NUMBER: _ClassVar[int]
     BUSY_PERCENT_FIELD_NUMBER: _ClassVar[int]
     BUSY_REASON_FIELD_NUMBER: _ClassVar[int]
+    BUSY_SOURCE_FIELD_NUMBER: _ClassVar[int]
     id: int
     kind: str
     platform: str
     memory: Memory
     busy_percent: float
     busy_reason: str
-    def __init__(self, id: _Optional[int] = ..., kind: _Optional[str] = ..., platform: _Optional[str] = ..., memory: _Optional[_Union[Memory, _Mapping]] = ..., busy_percent: _Optional[float] = ..., busy_reason: _Optional[str] = ...) -> None: ...
+    busy_source: str
+    def __init__(self, id: _Optional[int] = ..., kind: _Optional[str] = ..., platform: _Optional[str] = ..., memory: _Optional[_Union[Memory, _Mapping]] = ..., busy_percent: _Optional[float] = ..., busy_reason: _Optional[str] = ..., busy_source: _Optional[str] = ...) -> None: ...
 
 class Counter(_message.Message):
     __slots__ = ("name", "value", "unit", "help")

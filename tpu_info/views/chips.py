@@ -26,7 +26,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from tpu_info.contract.model import ChipRecord, DeviceRecord, LocalScan, OwnerRecord
+from tpu_info.contract.model import (
+    BUSY_FROM_LIBTPU,
+    ChipRecord,
+    DeviceRecord,
+    LocalScan,
+    OwnerRecord,
+)
 from tpu_info.views.values import TargetView
 
 # Where a chip's HBM figures came from.
@@ -45,6 +51,9 @@ class ChipUsage:
         busy_source: ``libtpu``, ``nvml``, ``estimate`` (the hook's), or "".
         hook_pid: the hooked owner whose snapshot filled the row, if any.
         owners: who holds the chip open, named (pid, name, user, command).
+        libtpu_devices, hook_devices: ``(target, device id)`` of the devices
+            of libtpu's service and of the owner's hook joined to the chip
+            (the dashboard draws the row's history from their samples).
     """
 
     chip: ChipRecord
@@ -56,16 +65,19 @@ class ChipUsage:
     busy_source: str = ""
     hook_pid: int | None = None
     owners: tuple[OwnerRecord, ...] = field(default=())
+    libtpu_devices: tuple[tuple[str, int], ...] = ()
+    hook_devices: tuple[tuple[str, int], ...] = ()
+    busy_from_hook: bool = False  # busy % as the owner's hook sent it (estimate or SDK)
 
 
 Folded = set[tuple[int, int]]  # (id(view), device id): devices shown in a chip's row
 
 
 def _libtpu_devices(tpus: list[ChipRecord], views: Sequence[TargetView],
-                    folded: Folded) -> dict[int, list[DeviceRecord]]:
+                    folded: Folded) -> dict[int, list[tuple[str, DeviceRecord]]]:
     """libtpu's devices per chip index: its k-th device (by id) on the k-th usable
     chip (all chips, when it reports more devices than the usable ones hold)."""
-    out: dict[int, list[DeviceRecord]] = {}
+    out: dict[int, list[tuple[str, DeviceRecord]]] = {}
     per = max(1, tpus[0].devices_per_chip or 1) if tpus else 1
     usable = [c for c in tpus if c.usable]
     for v in views:
@@ -76,14 +88,14 @@ def _libtpu_devices(tpus: list[ChipRecord], views: Sequence[TargetView],
         for k, d in enumerate(devs):
             folded.add((id(v), d.id))
             if k // per < len(pool):
-                out.setdefault(pool[k // per].index, []).append(d)
+                out.setdefault(pool[k // per].index, []).append((v.target, d))
     return out
 
 
 def _hooked_devices(tpus: list[ChipRecord], views: Sequence[TargetView], host: str | None,
-                    folded: Folded) -> dict[int, tuple[int, list[DeviceRecord]]]:
-    """Each hooked owner's TPU devices per chip index it holds: (pid, devices)."""
-    out: dict[int, tuple[int, list[DeviceRecord]]] = {}
+                    folded: Folded) -> dict[int, tuple[int, str, list[DeviceRecord]]]:
+    """Each hooked owner's TPU devices per chip index it holds: (pid, target, devices)."""
+    out: dict[int, tuple[int, str, list[DeviceRecord]]] = {}
     for v in views:
         s = v.snapshot
         if v.source == "libtpu" or s is None or s.process is None:
@@ -104,7 +116,7 @@ def _hooked_devices(tpus: list[ChipRecord], views: Sequence[TargetView], host: s
             continue  # which device is which chip cannot be told: listed apart
         for chip, group in zip(owned, groups, strict=True):
             if chip.index not in out:
-                out[chip.index] = (p.pid, group)
+                out[chip.index] = (p.pid, v.target, group)
                 folded.update((id(v), d.id) for d in group)
     return out
 
@@ -184,7 +196,8 @@ def chip_usage(local: LocalScan | None, views: Sequence[TargetView],
         nvidia = c.vendor == "nvidia"
         hbm_src = HBM_NVML if nvidia and total is not None else HBM_SPEC if total else ""
         busy_src = BUSY_NVML if nvidia and busy is not None else ""
-        devs = lib.get(c.index) if not nvidia else None
+        lib_pairs = lib.get(c.index, []) if not nvidia else []
+        devs = [d for _, d in lib_pairs]
         if devs:
             lib_used = _sum([d.memory.used_bytes for d in devs])
             lib_total = _sum([d.memory.limit_bytes for d in devs])
@@ -197,7 +210,9 @@ def chip_usage(local: LocalScan | None, views: Sequence[TargetView],
             if bs:
                 busy, busy_src = sum(bs) / len(bs), BUSY_LIBTPU
                 reasons.pop("busy_percent", None)
-        pid, own = hooked.get(c.index, (None, [])) if not nvidia else (None, [])
+        from_hook = False
+        pid, hook_target, own = (hooked.get(c.index, (None, "", [])) if not nvidia
+                                 else (None, "", []))
         if own:
             hook_used = _sum([d.memory.used_bytes for d in own])
             hook_total = _sum([d.memory.limit_bytes for d in own])
@@ -208,7 +223,12 @@ def chip_usage(local: LocalScan | None, views: Sequence[TargetView],
                 total, hbm_src = hook_total, HBM_HOOK  # the runtime's, not a table's
             bs = [d.busy_percent for d in own if d.busy_percent is not None]
             if busy is None and bs:
-                busy, busy_src = sum(bs) / len(bs), BUSY_ESTIMATE
+                # libtpu's duty cycle read by the hook in the process (its SDK), else
+                # the hook's own estimate (an older hook does not say: its estimate)
+                sdk = all(d.busy_source == BUSY_FROM_LIBTPU for d in own
+                          if d.busy_percent is not None)
+                busy, busy_src = sum(bs) / len(bs), BUSY_LIBTPU if sdk else BUSY_ESTIMATE
+                from_hook = True
                 reasons.pop("busy_percent", None)
             elif busy is None:
                 why = next((d.busy_reason for d in own if d.busy_reason), "")
@@ -222,7 +242,9 @@ def chip_usage(local: LocalScan | None, views: Sequence[TargetView],
                 reasons["busy_percent"] = missing
         owners = tuple(names.get(o.pid, o) for o in scan.owners if o.pid in c.owner_pids)
         out.append(ChipUsage(c, used, total, busy, reasons, hbm_src, busy_src,
-                             pid if own else None, owners))
+                             pid if own else None, owners,
+                             tuple((t, d.id) for t, d in lib_pairs),
+                             tuple((hook_target, d.id) for d in own), from_hook))
     return out, folded
 
 
@@ -250,6 +272,9 @@ def chip_notes(usage: Sequence[ChipUsage], listed: Sequence[ChipUsage]) -> list[
         if u.hbm_source == HBM_HOOK:
             out.append(f"HBM of {u.chip.name}: from pid {u.hook_pid}'s hook (libtpu's metric "
                        "service did not report it)")
+        if u.busy_from_hook and u.busy_source == BUSY_LIBTPU:
+            out.append(f"busy % of {u.chip.name}: libtpu's duty cycle, read in pid "
+                       f"{u.hook_pid} by its hook (libtpu's monitoring SDK)")
     if any(u.busy_source == BUSY_ESTIMATE for u in listed):
         out.append("~ busy %: the hook's estimate, not libtpu's duty cycle")
     spec = [u.chip for u in listed if u.hbm_source == HBM_SPEC]

@@ -23,31 +23,31 @@ Example:
 from __future__ import annotations
 
 import os
-
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Generic, TypeVar
 
 from tpu_info.contract.catalog import UNCACHED_COMPILE
 from tpu_info.contract.model import (
-    DeviceRecord,
     Finding,
     GraphRecord,
     LocalScan,
     OwnerRecord,
     Snapshot,
 )
-from tpu_info.views.chips import (
-    BUSY_ESTIMATE,
-    ChipUsage,
-    chip_notes,
-    chip_usage,
-    hidden_line,
-)
+from tpu_info.views.chips import ChipUsage
 from tpu_info.views.cost import cost_cell
+from tpu_info.views.derived_value import Derived
+from tpu_info.views.derived_value import Row as _Row
+from tpu_info.views.device_rows import (  # noqa: F401 - re-exported: the outputs' one door
+    DeviceReadings,
+    DeviceRow,
+    chip_row,
+    device_readings,
+    device_row,
+    owner_cell,
+)
 from tpu_info.views.findings import diverging_graphs, find, no_engine_reason, short_location
 from tpu_info.views.values import (
-    NA,
     NO_STEPS,
     Header,
     Reasons,
@@ -63,118 +63,6 @@ from tpu_info.views.values import (
     transfer_stats,
 )
 from tpu_info.views.values import top_graphs as ranked_graphs
-
-T = TypeVar("T")
-U = TypeVar("U")
-
-
-@dataclass(frozen=True, slots=True)
-class Derived(Generic[T]):
-    """A value an output shows, or why it cannot.
-
-    ``value`` None with a ``reason`` is an N/A; None without one means the
-    value does not apply (tables show ``-``).
-    """
-
-    value: T | None = None
-    reason: str = ""
-
-    @classmethod
-    def of(cls, value: T | None, reason: str) -> Derived[T]:
-        """``value``, or the missing value with ``reason``."""
-        return cls(value) if value is not None else cls(None, reason)
-
-    def text(self, fmt: Callable[[T], str] = str) -> str:  # type: ignore[assignment]
-        """``fmt(value)``, ``N/A`` when missing, ``-`` when it does not apply."""
-        if self.value is not None:
-            return fmt(self.value)
-        return NA if self.reason else "-"
-
-
-class _Row:
-    """Builds one row's values and the ``(where, reason)`` of each N/A in it."""
-
-    def __init__(self, where: str) -> None:
-        self.where = where
-        self.na: list[tuple[str, str]] = []
-
-    def get(self, name: str, value: U | None, reason: str, applies: bool = True) -> Derived[U]:
-        if value is not None:
-            return Derived(value)
-        if not applies:
-            return Derived()
-        self.na.append((f"{self.where}/{name}" if name else self.where, reason))
-        return Derived(None, reason)
-
-
-# Devices --------------------------------------------------------------------
-
-@dataclass(frozen=True, slots=True)
-class DeviceRow:
-    """A local chip, or a device one process reported."""
-
-    label: str  # tpu0, or platform:id
-    kind: str
-    path: Derived[str]  # a chip's device node; a process's target
-    hbm_used: Derived[int]
-    hbm_total: Derived[int]
-    hbm_percent: Derived[float]
-    busy: Derived[float]
-    pids: Derived[str]  # "4242, 4243": the owners' pids
-    na: tuple[tuple[str, str], ...] = ()
-    owners: Derived[str] = Derived()  # "4242 python3": the owners named (tables show this)
-    busy_estimated: bool = False  # the hook's estimate, not libtpu's duty cycle
-    hbm_source: str = ""  # libtpu, hook, nvml, spec (views.chips)
-
-
-def owner_cell(pids: tuple[int, ...], named: tuple[OwnerRecord, ...]) -> str:
-    """``4242 python3, 4300``: each owner's pid and, where known, its name."""
-    names = {o.pid: o.name for o in named}
-    return ", ".join(f"{p} {clean(names[p], 32)}" if names.get(p) else str(p) for p in pids)
-
-
-def chip_row(u: ChipUsage) -> DeviceRow:
-    """One local chip with what libtpu or its owner's hook said about it."""
-    c = u.chip
-    r = _Row(f"devices/{c.name}")
-    why_used = u.reasons.get("hbm_used_bytes", "not reported")
-    used = r.get("hbm_used", u.hbm_used_bytes, why_used)
-    total = r.get("hbm_total", u.hbm_total_bytes, u.reasons.get("hbm_total_bytes", "not reported"))
-    unknown = not c.owner_pids and "owner_pids" in u.reasons
-    pids = r.get("pids", None if unknown else ", ".join(map(str, c.owner_pids)) or "-",
-                 u.reasons.get("owner_pids", ""))
-    owners = Derived.of(None if unknown else owner_cell(c.owner_pids, u.owners) or "-",
-                        pids.reason)
-    path = r.get("path", c.device_path or None, u.reasons.get("device_path", "not reported"))
-    busy = r.get("busy", u.busy_percent, u.reasons.get("busy_percent", "not reported"))
-    pct = r.get("hbm_percent", _percent(u.hbm_used_bytes, u.hbm_total_bytes), why_used)
-    kind = f"TPU {c.kind}" if c.vendor == "tpu" else c.kind
-    return DeviceRow(c.name, kind, path, used, total, pct, busy, pids, tuple(r.na), owners,
-                     u.busy_source == BUSY_ESTIMATE, u.hbm_source)
-
-
-def device_row(v: TargetView, d: DeviceRecord) -> DeviceRow:
-    """One device of the process read at ``v`` (``v.snapshot`` is set)."""
-    s = v.snapshot
-    assert s is not None
-    r = _Row(f"devices/{v.target}/{d.platform}:{d.id}")
-    m = d.memory
-    why = m.reason or f"the engine does not report device memory ({m.source})"
-    used = r.get("hbm_used", m.used_bytes, why)
-    total = r.get("hbm_total", m.limit_bytes, m.reason or "the engine reports no memory limit")
-    busy = r.get("busy", d.busy_percent, d.busy_reason or "the engine does not report busy %")
-    pct = r.get("hbm_percent", _percent(m.used_bytes, m.limit_bytes), why)
-    pid = Derived(str(s.process.pid) if s.process else "-")
-    owner = Derived(f"{s.process.pid} {clean(s.process.name, 32)}".strip() if s.process
-                    else "-")
-    return DeviceRow(f"{d.platform}:{d.id}", d.kind, Derived(v.target), used, total, pct, busy,
-                     pid, tuple(r.na), owner, v.source != "libtpu" and d.busy_percent is not None,
-                     m.source if m.used_bytes is not None else "")
-
-
-def _percent(used: int | None, total: int | None) -> float | None:
-    return None if used is None or not total else 100.0 * used / total
-
 
 # Processes ------------------------------------------------------------------
 
@@ -527,9 +415,8 @@ def readings(views: Sequence[TargetView], *, local: LocalScan | None = None,
 
     header = header or Header.now()
     views = list(views)
-    usage, folded = chip_usage(local, views, header.host)
-    listed = [u for u in usage if all_chips or u.chip.usable]
-    chips = tuple(chip_row(u) for u in listed)
+    devs = device_readings(views, local, header.host, all_chips)
+    usage, listed, chips = devs.usage, devs.listed, devs.chips
     targets = []
     for v in views:
         s = v.snapshot
@@ -538,16 +425,14 @@ def readings(views: Sequence[TargetView], *, local: LocalScan | None = None,
             targets.append(TargetReadings(v, row, (), (), (), ()))
             continue
         who = f"pid {s.process.pid}" if s.process else v.target
-        devices = tuple(device_row(v, d) for d in s.devices if (id(v), d.id) not in folded)
+        devices = tuple(device_row(v, d) for d in devs.shown(v))
         targets.append(TargetReadings(
             v, _with_chips(process_row(v), v, usage, header.host), devices,
             tuple(graph_row(v.target, g) for g in ranked_graphs(s, top_graphs)),
             transfer_rows(v), findings_of(s, who)))
     no_devices = ""
-    notes = tuple(chip_notes(usage, listed))
     if not chips and not any(t.devices for t in targets):
-        hidden = hidden_line(usage, listed)
-        no_devices = "; ".join(clean(x) for x in ([hidden] if hidden else [])
+        no_devices = "; ".join(clean(x) for x in ([devs.hidden] if devs.hidden else [])
                                + list(local.reasons.values() if local else ())) \
             or "no local scan and no process reported devices"
     accel = header.accelerator_type or (accelerator_type(local) if local else None)
@@ -558,12 +443,12 @@ def readings(views: Sequence[TargetView], *, local: LocalScan | None = None,
                 "reported a libtpu version"),
         Derived.of(accel, (local.reasons.get("tpu") if local else None)
                 or "the local machine was not scanned"),
-        chips, tuple(usage), tuple(targets), no_devices, tuple(_problems(views, local, usage)),
+        chips, usage, tuple(targets), no_devices, tuple(_problems(views, local, usage)),
         tuple(finding_line(f, "job") for f in job), no_findings_text(views),
-        notes,
+        devs.notes,
         owner_rows(listed, local, {v.snapshot.process.pid for v in views
                                    if v.snapshot is not None and v.snapshot.process}),
-        hidden_line(usage, listed))
+        devs.hidden)
 
 
 def _with_chips(row: ProcessRow | None, v: TargetView, usage: Sequence[ChipUsage],

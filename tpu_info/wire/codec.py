@@ -264,6 +264,8 @@ def _device(m: pb.Device, dec: Decoding) -> DeviceRecord:
         busy_percent=busy,
         busy_reason=(f"the target sent {m.busy_percent!r}, not a finite number"
                      if busy is None and m.HasField("busy_percent") else text(m.busy_reason)),
+        # Views label only "libtpu" as the chip's duty cycle: any other is an estimate.
+        busy_source=text(m.busy_source),
     )
 
 

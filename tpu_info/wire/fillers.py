@@ -154,6 +154,7 @@ def fill_device(m: pb.Device, d: DeviceRecord) -> None:
     if d.busy_percent is not None:
         m.busy_percent = d.busy_percent
     m.busy_reason = d.busy_reason
+    m.busy_source = d.busy_source
 
 
 def fill_event(m: pb.Event, e: Event) -> None:

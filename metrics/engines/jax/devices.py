@@ -1,6 +1,9 @@
 """JAX devices at scrape time: one record per local device with its memory
 (``device.memory_stats()`` where the backend has allocator stats, else the
-bytes of live arrays on it, with host RAM as the limit) and busy %.
+bytes of live arrays on it, with host RAM as the limit) and busy %: on a TPU,
+libtpu's duty cycle where its SDK in this process gives one
+(:mod:`metrics.engines.jax.libtpu_sdk`), else the hook's estimate, each
+record saying which (``busy_source``).
 
 Example:
     >>> DeviceMemory().records((None, "no calls yet"))[0].memory.source  # doctest: +SKIP
@@ -9,9 +12,12 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import jax
 
 from metrics.engines._frames import host_ram
+from metrics.engines.jax.libtpu_sdk import DutyCycle, with_duty_cycle
 from tpu_info.contract.model import DeviceRecord, MemoryReading
 
 
@@ -31,10 +37,19 @@ def backends_started() -> bool:
 
 class DeviceMemory:
     """Reads device records; keeps the highest live bytes seen per device
-    (the peak where the backend keeps none)."""
+    (the peak where the backend keeps none).
 
-    def __init__(self) -> None:
+    Args:
+        duty: libtpu's duty cycle from its SDK (asked only once a TPU device
+            is seen; default: a fresh :class:`~.libtpu_sdk.DutyCycle`).
+        on_error: ``on_error(where, exception)`` for a failure of the SDK
+            (the recorder's ``hook_failed``: counted in ``HookErrors``).
+    """
+
+    def __init__(self, duty: DutyCycle | None = None,
+                 on_error: Callable[[str, BaseException], None] | None = None) -> None:
         self._peak_live: dict[int, int] = {}
+        self.duty = duty if duty is not None else DutyCycle(on_error=on_error)
 
     def records(self, busy: tuple[float | None, str]) -> list[DeviceRecord]:
         """One record per local device, memory read now; ``busy`` is the
@@ -72,7 +87,8 @@ class DeviceMemory:
                 id=d.id, kind=getattr(d, "device_kind", d.platform), platform=d.platform,
                 memory=mem, busy_percent=busy_percent, busy_reason=busy_reason,
             ))
-        return out
+        tpu = any(r.platform == "tpu" for r in out)
+        return with_duty_cycle(out, self.duty.per_chip() if tpu else ())
 
 
 def live_bytes_by_device() -> dict[int, int]:
