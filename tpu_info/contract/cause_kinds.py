@@ -61,6 +61,10 @@ class CauseKind(enum.StrEnum):
     PYTHON_FLAG = "python_flag"  # a Python bool compiled in
     MODULE_MODE = "module_mode"  # an nn.Module's ``training``: model.train() vs model.eval()
     PYTHON_NUMBER = "python_number"  # a Python int or float compiled in
+    # A dynamic dimension's guard (``16 <= x.size()[0]``): ``dim``, the bound in
+    # ``before``, this call's size in ``after``; a slice's storage offset: ``name``.
+    SYMBOLIC_SHAPE = "symbolic_shape"
+    INFERENCE_MODE = "inference_mode"  # a tensor made under torch.inference_mode() or not
     # torch_xla.
     XLA_WARM_UP = "xla_warm_up"  # a new graph the sync right after the last one
     XLA_NEW_GRAPH = "xla_new_graph"  # a new graph later: new input shapes

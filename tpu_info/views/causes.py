@@ -46,6 +46,7 @@ from tpu_info.contract.cause_kinds import (  # noqa: F401 - is_function re-expor
     xla_warm_up,
 )
 from tpu_info.contract.model import FIRST_CALL, RecompileCause
+from tpu_info.views.causes_torch import said_symbolic, torch_words
 
 K = CauseKind
 _KNOWN = frozenset(CauseKind) - {CauseKind.UNKNOWN}
@@ -211,8 +212,10 @@ def _batch(old: str, new: str, ctx: _Ctx, loader: bool) -> Said:
 
 # Kinds whose advice depends on the cause's fields or the program: (cause, ctx) -> said.
 def _said_batch(c: RecompileCause, ctx: _Ctx) -> Said:
-    old = _at(c.before, 0) or ("1" if c.guard else "0")
-    return _batch(old, _at(c.after, 0) or old, ctx, ctx.loader or bool(c.guard))
+    old, g = _at(c.before, 0) or ("1" if c.guard else "0"), bool(c.guard)
+    new = _at(c.after, 0) or old  # Dynamo's smaller batch at any call: short, not a 2nd caller
+    short = g and new.isdigit() and old.isdigit() and int(new) < int(old)
+    return _batch(old, new, replace(ctx, second_site=ctx.second_site > short), ctx.loader or g)
 
 
 def _other_tensors(c: RecompileCause) -> bool:
@@ -295,6 +298,7 @@ _SAID: dict[CauseKind, Callable[[RecompileCause, _Ctx], Said]] = {
     K.TENSOR_PROPERTY: lambda c, ctx: (c.name, f"Keep the input's {c.name} the same on every "
                                        "call.", False),
     K.PYTHON_NUMBER: _said_number,
+    **dict.fromkeys((K.SYMBOLIC_SHAPE, K.INFERENCE_MODE), lambda c, ctx: said_symbolic(c)),
     K.XLA_NEW_GRAPH: _said_xla_graph,
 }
 
@@ -334,6 +338,8 @@ def _words(c: RecompileCause) -> str:
                 if "grad_mode" in c.name else f"global state changed: {c.name}")
     if k == K.TYPE_CHANGE:
         return f"'{arg}' changed type"
+    if k in (K.INFERENCE_MODE, K.SYMBOLIC_SHAPE):
+        return torch_words(c)
     if k == K.OBJECT_IDENTITY:
         return f"'{arg}' is another object than when compiled"
     if k == K.SEQUENCE_LENGTH:

@@ -36,12 +36,18 @@ COMPILE_ID = re.compile(r"^\s*\[?\d+/\d+\]?:\s*")
 # stride, requires_grad, device index, dispatch key set).
 _TENSOR = re.compile(
     r"^tensor '(?P<arg>[^']+)' (?P<what>size|stride|dtype|rank|requires_grad|device index"
-    r"|dispatch key set) mismatch(?: at index (?P<i>\d+))?[.:]? expected (?P<exp>[^,]+?)"
-    r"(?:, actual (?P<act>\S+))?$")
+    r"|dispatch key set) mismatch(?: at index (?P<i>\d+))?[.:]? expected (?P<exp>.+?)"
+    r"(?:, actual (?P<act>.+))?$")
 _GLOBAL = re.compile(r"^GLOBAL_STATE changed: (?P<what>.+)$")
 _ID = re.compile(r"___check_(?P<what>obj|type)_id\((?P<src>[^,]+),")
 _VALUE_GUARD = re.compile(r"^(?P<len>len\()?(?P<src>[^=()]+?)\)? == (?P<val>\S+)$")
 _GUARD_COMMENT = re.compile(r"\s+#.*$")
+# A dynamic dimension's guard: ``16 <= x.size()[0]``, ``idx.size()[1] != 64``;
+# a slice's ``2 <= x.storage_offset()``.
+_SYMBOLIC = re.compile(r"(?P<src>[\w\[\]'.]+?)\.(?:size\(\)\[(?P<dim>\d+)\]|"
+                       r"(?P<offset>storage_offset)\(\))")
+_BOUND = re.compile(r"(?:^(?P<lo>-?\d+) (?P<lop><=|<|==|!=) )|(?: (?P<hop><=|<|>=|>|==|!=) "
+                    r"(?P<hi>-?\d+)$)")
 _TENSOR_KINDS = {"size": CauseKind.SHAPE_DIM, "stride": CauseKind.STRIDE,
                  "dtype": CauseKind.DTYPE, "rank": CauseKind.RANK,
                  "requires_grad": CauseKind.REQUIRES_GRAD}
@@ -57,13 +63,42 @@ def source_name(source: str) -> str:
     return s
 
 
+# The order Dynamo checks a tensor's properties in (its TensorCheck), after
+# the global state, which it checks before any argument: an entry that failed
+# on a later check of the same argument passed the earlier ones.
+_CHECK_ORDER = {"GLOBAL_STATE": 0, "dispatch key set": 1, "dtype": 2, "device index": 3,
+                "requires_grad": 4, "rank": 5, "size": 6, "stride": 7}
+_LATER = len(_CHECK_ORDER)  # value and symbolic guards: after the tensor checks
+
+
+def _check(reason: str) -> tuple[str | None, int]:
+    """A guard failure's argument (None: global state) and its place in
+    Dynamo's check order."""
+    text = guard_text(reason)
+    if _GLOBAL.match(text):
+        return None, 0
+    if m := _TENSOR.match(text):
+        return m.group("arg"), _CHECK_ORDER.get(m.group("what"), _LATER)
+    if m := _SYMBOLIC.search(text):
+        return source_name(m.group("src")), _LATER
+    return "", _LATER
+
+
 def choose_reason(reasons: list[str]) -> str:
     """The guard failure that explains a recompile, out of one per cached
-    graph: an entry that failed on global state (grad mode) was compiled for
-    the other mode, so the first failure of another kind is the real change."""
-    for r in reasons:
-        if "GLOBAL_STATE changed" not in r:
-            return r
+    graph (each entry reports the first of its checks that failed). A
+    failure is not what is new when another entry failed on a later check
+    of the same argument (global state: of any), since that entry passed
+    it: a discriminator's short last batch fails ``requires_grad`` on the
+    entry compiled for a model output and ``size`` on the entries compiled
+    for plain data, so the new thing is the size. The first failure no
+    other entry got past; else the first."""
+    checks = [_check(r) for r in reasons]
+    for i, (arg, order) in enumerate(checks):
+        passed = any(j != i and o > order and (arg is None or a == arg)
+                     for j, (a, o) in enumerate(checks))
+        if not passed:
+            return reasons[i]
     return reasons[0]
 
 
@@ -88,6 +123,8 @@ def parse_recompile_reason(reason: str, now: float, location: str | None,
                            kind=CauseKind.OTHER)
     if m := _TENSOR.match(text):
         return _tensor(cause, m, before_types)
+    if m := _SYMBOLIC.search(text):
+        return _symbolic(cause, m, text, values)
     if m := _GLOBAL.match(text):
         return replace(cause, kind=CauseKind.GLOBAL_STATE, guard="GLOBAL_STATE",
                        name=m.group("what").strip())
@@ -116,6 +153,23 @@ def parse_recompile_reason(reason: str, now: float, location: str | None,
     return cause
 
 
+def _symbolic(cause: RecompileCause, m: re.Match[str], text: str,
+              values: dict[str, str] | None) -> RecompileCause:
+    """A guard on a dynamic dimension (``16 <= x.size()[0]``: the code
+    branched on it, or Dynamo specialized a bound) or on a slice's storage
+    offset: the dimension, the bound (``before``), the size this call had."""
+    arg = source_name(m.group("src"))
+    if m.group("offset"):
+        return replace(cause, kind=CauseKind.SYMBOLIC_SHAPE, guard="symbolic", argument=arg,
+                       name="storage_offset", before=text)
+    dim = int(m.group("dim"))
+    shape = (values or {}).get(f"{arg}.shape", "").split(",")
+    after = shape[dim] if dim < len(shape) and shape[dim] else None
+    bound = next((b.group("lo") or b.group("hi") for b in _BOUND.finditer(text)), None)
+    return replace(cause, kind=CauseKind.SYMBOLIC_SHAPE, guard="symbolic", argument=arg,
+                   dim=dim, name="size", before=bound, after=after)
+
+
 def _tensor(cause: RecompileCause, m: re.Match[str],
             before_types: dict[str, str] | None) -> RecompileCause:
     """A tensor guard: the property that changed, the dimension, before and
@@ -123,6 +177,13 @@ def _tensor(cause: RecompileCause, m: re.Match[str],
     arg, what, exp, act = m.group("arg"), m.group("what"), m.group("exp"), m.group("act")
     dim = int(m.group("i")) if m.group("i") is not None else None
     kind = _TENSOR_KINDS.get(what, CauseKind.TENSOR_PROPERTY)
+    if what == "dispatch key set" and ("Autograd" in exp) != ("Autograd" in (act or "")):
+        # A tensor made under torch.inference_mode() has no autograd keys.
+        return replace(cause, kind=CauseKind.INFERENCE_MODE, guard=what, argument=arg,
+                       name="inference_mode",
+                       before="inference tensor" if "Autograd" not in exp else "normal tensor",
+                       after="inference tensor" if "Autograd" not in (act or "") else
+                       "normal tensor")
     if what == "size" and dim == 0:
         kind = CauseKind.BATCH_SIZE
     before, after = exp, act
@@ -150,9 +211,17 @@ def frame_values(frame: FrameType) -> dict[str, str]:
     for name, value in frame.f_locals.items():
         if type(value) in _SCALARS:
             out[name] = repr(value)
+        elif isinstance(value, _tensor_type()):
+            out[f"{name}.shape"] = ",".join(map(str, value.shape))
         elif type(value) in (list, tuple, dict):
             out[f"len({name})"] = str(len(value))
     return out
+
+
+def _tensor_type() -> type:
+    import torch  # loaded: this runs inside Dynamo
+
+    return torch.Tensor
 
 
 class TypesByCompile:

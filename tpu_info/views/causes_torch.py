@@ -1,0 +1,62 @@
+"""Words and advice for the torch.compile guard kinds that need more than a
+table entry: a dynamic dimension's guard (``16 <= x.size()[0]``, a growing
+``idx.size()[1] != 64``, a slice's storage offset) and the dispatch-key
+guard of ``torch.inference_mode()``. Read by :mod:`tpu_info.views.causes`.
+
+Example:
+    >>> from tpu_info.contract.model import RecompileCause
+    >>> c = RecompileCause(0.0, "16 <= x.size()[0]", kind="symbolic_shape", guard="symbolic",
+    ...                    argument="x", dim=0, name="size", before="16", after="8")
+    >>> said_symbolic(c)[0]
+    'batch size outside the compiled range (symbolic shape)'
+"""
+
+from __future__ import annotations
+
+from tpu_info.contract.model import RecompileCause
+
+# (kind named, advice, expected), as in causes.py.
+Said = tuple[str, str, bool]
+
+_SEQUENCE_GROWTH = ("Pad the growing dimension to a few bucket sizes (powers of two, or the "
+                    "maximum length with a mask), or mark it dynamic from the first call "
+                    "(torch._dynamo.mark_dynamic(x, dim)) without branching on its size.")
+
+
+def said_symbolic(c: RecompileCause) -> Said:
+    """A dynamic dimension's guard failed: the code (or Dynamo) assumed a
+    bound on it, and this call's size lies beyond; or a tensor made under
+    ``torch.inference_mode()`` met the graph of a normal one."""
+    if c.kind == "inference_mode":
+        return INFERENCE_MODE
+    if c.name == "storage_offset":
+        return ("storage offset of a slice", "The input is a slice of a larger tensor whose "
+                "offset Dynamo specialized (0 vs not): pass a contiguous copy (.clone()), or "
+                "mark it unbacked as Dynamo suggests (torch._dynamo.decorators.mark_unbacked).",
+                False)
+    if c.dim == 0:
+        return ("batch size outside the compiled range (symbolic shape)",
+                "The batch dimension is dynamic, but the code or Dynamo assumed a bound on "
+                "it, and a batch beyond it (a short last batch, often validation's) compiles "
+                "again. Drop or pad the last batch (drop_last=True on torch's DataLoader), "
+                "or avoid branching on x.size(0) in the compiled function.", False)
+    return ("sequence length growth (symbolic shape)", _SEQUENCE_GROWTH, False)
+
+
+INFERENCE_MODE: Said = ("inference mode", "Tensors made under torch.inference_mode() and "
+                       "normal tensors reach the same compiled function, and each compiles its "
+                       "own graph: run evaluation under torch.no_grad() instead (or always under "
+                       "inference_mode), and compile the evaluation function separately from "
+                       "the training step.", False)
+
+
+def torch_words(c: RecompileCause) -> str:
+    """An inference-mode or symbolic-shape cause in words."""
+    text = " ".join(c.description.split())
+    if c.kind == "inference_mode":
+        return f"tensor '{c.argument}' changed {c.before} -> {c.after} (torch.inference_mode())"
+    if c.name == "storage_offset":
+        return f"tensor '{c.argument}' storage offset guard failed ({text})"
+    size = f", this call's size {c.after}" if c.after else ""
+    return (f"tensor '{c.argument}' dimension {c.dim} crossed the bound {c.before} the "
+            f"compiled graph assumed ({text}{size})")
