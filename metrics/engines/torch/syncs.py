@@ -19,7 +19,11 @@ What counts as a read, decided where it is recorded:
 Cost: the three methods of ``torch.Tensor`` become Python functions whose
 usual call is a countdown and the original call (``bench/torch_syncs.py``
 measures it against a bare pass-through wrapper). The first
-:data:`EXACT_READS` reads are each recorded; after that one read in
+:data:`EXACT_READS` reads called from the user's code are each recorded,
+and as many called from libraries' (an optimizer's ``step_t.item()``,
+15 a step in AdamW's single-tensor path) on a budget of their own, decided
+by the caller's code object (cached), so library reads never make the
+user's lines sampled; after that one read in
 :data:`MEAN_GAP` on average, at random (geometric gaps, so no loop's
 rhythm can hide a line), each standing for :data:`MEAN_GAP` reads: counts
 and times per line are then estimates, and ``blind_spots`` says so. A
@@ -42,7 +46,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from types import FrameType
+from types import CodeType, FrameType
 from typing import Any
 
 import torch
@@ -64,6 +68,8 @@ _HOOKED = {"item": "item()", "tolist": "tolist()", "cpu": "cpu()"}
 # Library functions that name how the user's line read the value (outermost wins).
 _VIA = {"__repr__": "print()", "__str__": "print()", "__format__": "format()/f-string",
         "__array__": "np.asarray()", "numpy": "numpy()"}
+# torch's own printing of a value (print(t), f"{t}"): a read on the user's behalf.
+_PRINTING = ("_tensor_str.py", "_tensor.py")
 _GAP_RATE = -math.log(1.0 - 1.0 / MEAN_GAP)  # exponential rate whose floor + 1 is geometric
 
 # The process's one hook: torch.Tensor's methods are process-wide, and so are
@@ -82,8 +88,11 @@ class SyncReads:
         self.rec = recorder
         self.owners: list[TorchContext] = []
         self.missing: list[str] = []
-        self.exact_left = EXACT_READS
-        self.sampled = False
+        self.exact_left = EXACT_READS  # the user's reads
+        self.library_left = EXACT_READS  # the libraries' own reads
+        self.sampled = self.library_sampled = False
+        self._library_gap = 1
+        self._callers: dict[CodeType, bool] = {}  # a read's caller: the user's code?
         self._rng = random.Random()
         self._frames = frames_for(skip_prefixes(torch))  # the user's frames from libraries'
         self._lock = threading.Lock()
@@ -125,17 +134,52 @@ class SyncReads:
 
     # Hot path (a recorded read only) ---------------------------------------
 
-    def next_weight(self) -> int:
-        """Sets the countdown to the next recorded read; returns how many
-        reads this one stands for."""
+    def is_user_read(self, code: CodeType) -> bool:
+        """A read called from the user's code (or torch's printing of a
+        value, on the user's behalf), not from a library's (an optimizer's
+        ``step_t.item()``): decided once per code object."""
+        user = self._callers.get(code)
+        if user is None:
+            name = code.co_filename
+            user = self._frames.kind(name) == USER or name.endswith(_PRINTING)
+            if len(self._callers) < 1 << 14:
+                self._callers[code] = user
+        return user
+
+    def next_weight(self, user: bool) -> int:
+        """How many reads this one stands for (0: not recorded), and the
+        countdown to the next recorded read. The user's reads and the
+        libraries' have a budget each of :data:`EXACT_READS` exact reads,
+        so an optimizer's 15 reads a step never make the user's lines
+        sampled; while the user's budget lasts every read comes here, and a
+        library's read past its own budget is sampled by its own countdown."""
         global _left
-        if self.exact_left > 0:
-            self.exact_left -= 1
-            _left = 1
-            return 1
-        self.sampled = True
-        _left = 1 + int(self._rng.expovariate(_GAP_RATE))
-        return MEAN_GAP
+        if user:
+            if self.exact_left > 0:
+                self.exact_left -= 1
+                weight = 1
+            else:
+                self.sampled = True
+                weight = MEAN_GAP
+        elif self.library_left > 0:
+            self.library_left -= 1
+            weight = 1
+        elif self.exact_left > 0:  # here for the user's sake: the library's own countdown
+            self.library_sampled = True
+            self._library_gap -= 1
+            if self._library_gap > 0:
+                weight = 0
+            else:
+                self._library_gap = self._gap()
+                weight = MEAN_GAP
+        else:
+            self.library_sampled = True
+            weight = MEAN_GAP
+        _left = 1 if self.exact_left > 0 else self._gap()
+        return weight
+
+    def _gap(self) -> int:
+        return 1 + int(self._rng.expovariate(_GAP_RATE))
 
     def record(self, tensor: torch.Tensor, detail: str, start: int, end: int,
                weight: int) -> None:
@@ -231,9 +275,14 @@ class SyncReads:
         out.append("float(t), int(t) and bool(t) (if t > 0:) of a tensor read its value on "
                    "the host without being counted (only .item(), .tolist() and .cpu() are)")
         if self.sampled:
-            out.append(f"after the first {EXACT_READS:,} tensor reads one in {MEAN_GAP} is "
-                       "recorded (at random): the counts and times of .item()/.tolist()/"
-                       ".cpu() per line are estimates")
+            out.append(f"after the first {EXACT_READS:,} tensor reads at your lines one in "
+                       f"{MEAN_GAP} is recorded (at random): the counts and times of .item()/"
+                       ".tolist()/.cpu() per line are estimates")
+        elif self.library_sampled:
+            out.append(f"after the first {EXACT_READS:,} tensor reads inside libraries one in "
+                       f"{MEAN_GAP} is recorded (at random): the counts of reads that "
+                       "libraries make for your lines are estimates (your own lines' reads "
+                       "are exact)")
         return out
 
     def clear(self) -> None:
@@ -244,6 +293,7 @@ class SyncReads:
             self._sites.clear()
             self._kept = {DEVICE: 0, CPU: 0}
             self.exact_left, self.sampled = EXACT_READS, False
+            self.library_left, self.library_sampled = EXACT_READS, False
             if self._originals:
                 _left = 1
 
@@ -333,7 +383,13 @@ def _read(original: Callable[..., Any], detail: str, tensor: torch.Tensor,
     if hook is None:
         _left = 1 << 62
         return original(tensor, *args, **kwargs)
-    weight = hook.next_weight()
+    try:
+        weight = hook.next_weight(hook.is_user_read(sys._getframe(2).f_code))
+    except Exception as e:  # noqa: BLE001 - a hook never raises into the program
+        hook.rec.hook_failed("torch.sync", e)
+        weight = 0
+    if not weight:
+        return original(tensor, *args, **kwargs)
     start = time.monotonic_ns()
     out = original(tensor, *args, **kwargs)
     end = time.monotonic_ns()
