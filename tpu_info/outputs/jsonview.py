@@ -207,7 +207,8 @@ def _target(t: TargetReadings, top_graphs: int | None) -> dict[str, Any]:
         } for g in graphs],
         sites=[{"kind": _s(x.kind), "location": _s(x.location), "function": _s(x.function),
                 "detail": _s(x.detail), "count": x.count, "bytes": x.bytes,
-                "seconds": x.seconds, "last_seen_unix": x.last_seen_unix,
+                "seconds": x.seconds, "drain_seconds": x.drain_seconds,
+                "last_seen_unix": x.last_seen_unix,
                 "first_seen_unix": x.first_seen_unix, "phase": site_phase(s, x).value,
                 "via": _s(x.via), "occurrences": x.occurrences,
                 "steps_spanned": x.steps_spanned, "not_raised": why or None}

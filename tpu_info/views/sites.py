@@ -141,6 +141,8 @@ def site_cost(s: Snapshot, site: SiteReading) -> Cost:
     apart = steps_apart(site)
     if phase in OUTSIDE_STEP and site.occurrences:  # costed per time it ran, not per read
         site = replace(site, count=min(site.occurrences, site.count))
+    if site.seconds > 0 and site.kind == SiteKind.SYNC.value and site.drain_seconds is not None:
+        return _drain_cost(s, site, phase, span, apart)
     if site.seconds > 0 and site.kind == SiteKind.SYNC.value and phase not in OUTSIDE_STEP:
         return _sync_cost(s, site, phase, span, apart)
     if site.seconds > 0:
@@ -150,6 +152,28 @@ def site_cost(s: Snapshot, site: SiteReading) -> Cost:
     if fixed:
         how += f" plus {duration(ASSUMED_SYNC_S)} a read"
     return cost_of(s, fixed + site.bytes / rate, site.count, how, phase, span, apart=apart)
+
+
+def drain_note(site: SiteReading) -> str:
+    """What a read's drained cost stands on, in words (its waits, and the
+    device work they held, which is charged to the graphs that ran)."""
+    queued = max(0.0, site.seconds - (site.drain_seconds or 0.0))
+    return (f"the drain it caused: per read, the least of its wait and the host's own time "
+            f"since the previous read; its {duration(site.seconds)} of waiting held "
+            f"{duration(queued)} of the device's queued work, which runs either way")
+
+
+def _drain_cost(s: Snapshot, site: SiteReading, phase: Phase,
+                span: tuple[float, float] | None, apart: float | None) -> Cost:
+    """A read the hook measured the drain of (:mod:`metrics.engines.jax.drains`):
+    it costs that drain, never its wait, and never more than the host's own
+    time in the steps (what overlap could hide)."""
+    lost = min(site.drain_seconds or 0.0, site.seconds)
+    steps = steps_of(s)
+    if phase not in OUTSIDE_STEP and steps is not None and steps.seconds_total:
+        lost = min(lost, max(0.0, steps.seconds_total - (site.seconds - lost)))
+    return cost_of(s, lost, site.count, phase=phase, span=span, note=drain_note(site),
+                   apart=apart)
 
 
 def _sync_cost(s: Snapshot, site: SiteReading, phase: Phase,

@@ -95,6 +95,28 @@ def _in_slow_steps(s: Snapshot, slow: list[tuple[float, float]]) -> list[str]:
     return said
 
 
+def _excess(s: Snapshot, d: DistributionReading, median: float,
+            slow: list[tuple[float, float]]) -> tuple[float, str]:
+    """The outliers' time above the median over all steps, and what it stands
+    on. Measured when the recent window holds every step; else scaled from
+    it, and never more than was measured: all steps' time above the median
+    (``StepTime``'s total less the median times its count) and the run."""
+    recent = sum(v - median for _, v in slow)
+    if d.count <= len(d.recent):
+        return recent, f"measured over all {d.count:,} steps"
+    scaled = recent * d.count / len(d.recent)
+    bound = max(recent, d.total / 1e9 - median * d.count)
+    if s.uptime_seconds > 0:
+        bound = min(bound, s.uptime_seconds)
+    words = (f"estimated from the last {len(d.recent):,} of {d.count:,} timed steps, scaled "
+             "to all")
+    if scaled > bound:
+        return bound, (f"at most the {duration(bound)} all {d.count:,} timed steps took above "
+                       f"the median (the last {len(d.recent):,} scaled to all would say "
+                       f"{duration(scaled)})")
+    return scaled, words
+
+
 def slow_steps(s: Snapshot) -> Iterable[Finding]:
     """Steps much slower than the median step, with what ran in them."""
     d = s.distribution(STEP_TIME)
@@ -103,10 +125,8 @@ def slow_steps(s: Snapshot) -> Iterable[Finding]:
     median, p99, slow = outliers(d)
     if not slow or median <= 0:
         return
-    # The outliers' time above the median, scaled from the recent window to all steps.
-    excess_recent = sum(v - median for _, v in slow)
-    excess = excess_recent * d.count / len(d.recent)
-    share = excess / s.uptime_seconds if s.uptime_seconds > 0 else None
+    excess, stands_on = _excess(s, d, median, slow)
+    share = min(1.0, excess / s.uptime_seconds) if s.uptime_seconds > 0 else None
     if excess < MIN_EXCESS_S or (share is not None and share < INFO_SHARE):
         return
     seen = _in_slow_steps(s, slow)
@@ -122,7 +142,7 @@ def slow_steps(s: Snapshot) -> Iterable[Finding]:
         f"{f', every {every} steps' if every else ''}"
         f" ({duration(sum(v for _, v in slow) / len(slow))} each against a median step of "
         f"{duration(median)}; P99 {duration(p99)}; ~{duration(excess)} above the median in "
-        f"all{share_text}, estimated from the recent steps): {what}host work between steps "
+        f"all{share_text}, {stands_on}): {what}host work between steps "
         "that no hook sees at a line (checkpoint writes, logging, data loading, Python). "
         "Time a suspect with metrics.track(fn); do the periodic work less often, on the "
         "device, or in a background thread (async checkpointing).",

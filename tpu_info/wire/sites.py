@@ -29,7 +29,8 @@ def fill_diagnosis(msg: pb.Snapshot, s: Snapshot) -> None:
                       bytes=site.bytes, seconds=site.seconds, function=site.function,
                       detail=site.detail, last_seen_unix=site.last_seen_unix,
                       first_seen_unix=site.first_seen_unix, phase=site.phase, via=site.via,
-                      occurrences=site.occurrences, steps_spanned=site.steps_spanned)
+                      occurrences=site.occurrences, steps_spanned=site.steps_spanned,
+                      drain_seconds=site.drain_seconds)
     st = s.steps
     if st is not None:
         msg.steps.count = st.count
@@ -56,6 +57,8 @@ def _site(m: pb.Site, dec: Decoding) -> SiteReading:
         first_seen_unix=dec.when(m.first_seen_unix, where, "first_seen_unix"),
         phase=text(m.phase), via=text(m.via), occurrences=m.occurrences,
         steps_spanned=m.steps_spanned,
+        drain_seconds=(max(0.0, dec.num0(m.drain_seconds, where, "drain_seconds"))
+                       if m.HasField("drain_seconds") else None),
     )
 
 

@@ -45,8 +45,8 @@ import numpy as np
 
 from metrics.engines._frames import ENGINE, LIBRARY, LibraryFrames, skip_prefixes, via_words
 from metrics.engines._patching import Patches
+from metrics.engines.jax import drains, to_device
 from metrics.engines.jax import sites as jax_sites
-from metrics.engines.jax import to_device
 from metrics.engines.jax.jit_numpy import JitArguments
 from metrics.engines.jax.sites import (
     EAGER_OP,
@@ -122,11 +122,11 @@ _KIND_CLASS = {ENGINE: _LIB, LIBRARY: _THIRD}
 
 class _Site:
     __slots__ = ("code", "offset", "detail", "count", "bytes", "ns", "first_end", "last_end",
-                 "where", "via", "occurrences", "first_step", "last_step")
+                 "where", "via", "occurrences", "first_step", "last_step", "drain_ns")
 
     def __init__(self, code: CodeType | None, offset: int, detail: str | None) -> None:
         self.code, self.offset, self.detail = code, offset, detail
-        self.count = self.bytes = self.ns = self.occurrences = 0  # occurrences: steps it ran in
+        self.count = self.bytes = self.ns = self.occurrences = self.drain_ns = 0  # drains.py
         self.first_step = self.last_step = -1  # the step index of the first and latest record
         self.first_end: int | None = None  # monotonic ns: the first record's end
         self.last_end = 0
@@ -163,7 +163,7 @@ class ImplicitTransfers:
         self.dict_patches: list[tuple[dict[type, Callable[..., Any]], type,
                                       Callable[..., Any]]] = []
         self.missing: list[str] = []  # what could not be hooked, in words
-        self.journal = rec.journal(self._fold)
+        self.journal = rec.journal(drains.Drains.around(self, FIELDS))  # then each read's drain
         self.queue = self.journal.queue
         self.feeders: list[Journal] = []  # other hooks' journals folding into the site table
         dist, counter = rec.distribution, rec.counter

@@ -90,9 +90,10 @@ def readings(impl: ImplicitTransfers) -> list[SiteReading]:
                         last_seen_unix=last_end / 1e9 + to_unix,
                         first_seen_unix=first_end / 1e9 + to_unix, via=via,
                         occurrences=min(count, occurrences),
-                        steps_spanned=max(0, last_step - first_step) if first_step >= 0 else 0)
+                        steps_spanned=max(0, last_step - first_step) if first_step >= 0 else 0,
+                        drain_seconds=drain / 1e9 if kind == SYNC else None)
             for (kind, location), (count, nbytes, ns, first_end, last_end, function, details,
-                                   via, occurrences, first_step, last_step)
+                                   via, occurrences, first_step, last_step, drain)
             in by_line(impl).items()]
 
 
@@ -100,17 +101,18 @@ def sync_lines(impl: ImplicitTransfers) -> list[SyncLine]:
     """Device->host syncs per line of the user's code (not the overflow
     entry, nor syncs with no user frame), with their first and last time."""
     return [SyncLine(location, ", ".join(details[:4]), count, ns, first, last)
-            for (kind, location), (count, _, ns, first, last, _, details, _, _, _, _)
+            for (kind, location), (count, _, ns, first, last, _, details, _, _, _, _, _)
             in by_line(impl).items()
             if kind == SYNC and location not in (OTHER_SITES, NO_USER_FRAME)]
 
 
 def by_line(impl: ImplicitTransfers) -> dict[tuple[int, str], list[Any]]:
     """(kind, location) -> [count, bytes, ns, first end, last end, function,
-    details, via, occurrences, first step, last step]: ``impl``'s sites merged per line, folded
-    first. A line's occurrences are its busiest instruction's (the steps
-    two reads of one line ran in are mostly the same; 0 for eager ops,
-    whose count is already the times their line ran)."""
+    details, via, occurrences, first step, last step, drain ns]: ``impl``'s
+    sites merged per line, folded first. A line's occurrences are its
+    busiest instruction's (the steps two reads of one line ran in are mostly
+    the same; 0 for eager ops, whose count is already the times their line
+    ran)."""
     impl.journal.flush()
     for feeder in impl.feeders:  # other hooks' journals that fold into the table
         feeder.flush()
@@ -119,9 +121,9 @@ def by_line(impl: ImplicitTransfers) -> dict[tuple[int, str], list[Any]]:
         held = [(k[0], s) for k, s in impl._sites.items()]
         held += list(impl._other.items())
         rows = [(kind, s, s.detail, s.count, s.bytes, s.ns, s.first_end, s.last_end,
-                 s.occurrences, s.first_step, s.last_step) for kind, s in held]
+                 s.occurrences, s.first_step, s.last_step, s.drain_ns) for kind, s in held]
     for (kind, site, detail, count, nbytes, ns, first_end, last_end, occurrences, first_step,
-         last_step) in rows:
+         last_step, drain) in rows:
         if detail == OVERFLOW:
             location, function, via = OTHER_SITES, "", ""
         else:
@@ -138,8 +140,9 @@ def by_line(impl: ImplicitTransfers) -> dict[tuple[int, str], list[Any]]:
         first_end = last_end if first_end is None else first_end
         if row is None:
             merged[(kind, location)] = [count, nbytes, ns, first_end, last_end, function,
-                                        details, via, occurrences, first_step, last_step]
+                                        details, via, occurrences, first_step, last_step, drain]
             continue
+        row[11] += drain
         row[0] += count
         row[1] += nbytes
         row[2] += ns

@@ -1,0 +1,146 @@
+"""A finding's cost against an A/B timing: the program with the problem (A) and
+without it (B), each run in its own process, alternated; the finding for the
+problem's line read from A's own snapshot (issue 41: "within 2x of an A/B
+timing on the chip").
+
+Programs (``--program``), each flax/optax-free, plain ``jax.jit``:
+
+- ``read``: a per-step ``float(loss)`` (``--every 1``) or a print every N
+  steps (``--every 20``) in a training loop; B reads nothing in the loop.
+- ``numpy``: numpy batches passed straight into the jitted step; B puts the
+  whole data set on the device once and indexes it there.
+- ``eval``: an evaluation (another jitted function over several batches, its
+  loss read once) every N steps; B skips it. Its cost is periodic work.
+
+Run on the TPU machine (``reference/tpu-machine.md``)::
+
+    JAX_PLATFORMS=tpu XLA_FLAGS= python3 bench/tpu_costs.py --program read --every 1
+    JAX_PLATFORMS=tpu XLA_FLAGS= python3 bench/tpu_costs.py --program numpy
+    JAX_PLATFORMS=tpu XLA_FLAGS= python3 bench/tpu_costs.py --program eval --every 30
+
+It prints, per program, the A and B loop times (median of ``--pairs``
+alternated runs), their difference per step, and each finding at the
+problem's line with its cost (seconds lost in the loop); ``ratio`` is
+finding / (A - B). One process holds the chip at a time: the runs are
+sequential.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from _common import median, parser
+
+ROOT = Path(__file__).resolve().parent.parent
+
+PROGRAM = r'''
+import json, sys, time
+import numpy as np
+import metrics; metrics.install(serve=False)
+import jax, jax.numpy as jnp
+from tpu_info.views.findings import find
+program, variant = sys.argv[1], sys.argv[2]
+steps, every, size = map(int, sys.argv[3:6])
+A = variant == "A"
+jnp.zeros(()).block_until_ready()  # opening the device: not part of the loop
+
+@jax.jit
+def step(w, x, y):
+    def loss_fn(w):
+        h = x
+        for _ in range(3):
+            h = jnp.tanh(h @ w)
+        return jnp.mean((h - y) ** 2)
+    loss, g = jax.value_and_grad(loss_fn)(w)
+    return w - 1e-3 * g, loss
+
+@jax.jit
+def evaluate(w, x, y):
+    h = x
+    for _ in range(3):
+        h = jnp.tanh(h @ w)
+    return jnp.mean((h - y) ** 2)
+
+rng = np.random.default_rng(0)
+w = jnp.asarray(rng.standard_normal((size, size), np.float32) / size ** 0.5)
+data = rng.standard_normal((64, 256, size), np.float32)
+on_device = jax.device_put(data)
+x0, y0 = on_device[0], on_device[1]
+w, loss = step(w, x0, y0); loss.block_until_ready()  # compile outside the timed loop
+evaluate(w, x0, y0).block_until_ready()
+t0 = time.perf_counter()
+for i in range(steps):
+    if program == "numpy":
+        j = i % 63
+        if A:
+            w, loss = step(w, data[j], data[j + 1])  # LINE numpy
+        else:
+            w, loss = step(w, on_device[j], on_device[j + 1])
+    else:
+        w, loss = step(w, x0, y0)
+    if program == "read" and A and i % every == 0:
+        if every == 1:
+            total = float(loss)  # LINE read1
+        else:
+            print(f"step {i} loss {loss}", file=sys.stderr)  # LINE readN
+    if program == "eval" and A and i % every == every - 1:
+        acc = sum(evaluate(w, on_device[k], on_device[k + 1]) for k in range(0, 40, 2))
+        print(f"eval {float(acc)}", file=sys.stderr)  # LINE eval
+w.block_until_ready()
+loop = time.perf_counter() - t0
+s = metrics.snapshot()
+tag = {"read": "read1" if every == 1 else "readN"}.get(program, program)
+the_line = next(n for n, t in enumerate(open(__file__).read().splitlines(), 1)
+                if t.endswith(f"# LINE {tag}"))
+found = [{"kind": f.kind, "seconds_lost": f.seconds_lost, "message": f.message}
+         for f in find(s) if f.location and f.location.endswith(f":{the_line}")]
+sites = [{"kind": x.kind, "count": x.count, "wait": x.seconds, "drain": x.drain_seconds}
+         for x in s.sites if x.location.endswith(f":{the_line}")]
+print(json.dumps({"loop": loop, "findings": found, "sites": sites}))
+'''
+
+
+def _run(path: Path, program: str, variant: str, steps: int, every: int, size: int) -> dict:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p))
+    out = subprocess.run([sys.executable, str(path), program, variant, str(steps), str(every),
+                          str(size)], capture_output=True, text=True, env=env, timeout=600)
+    if out.returncode != 0:
+        raise SystemExit(out.stderr[-3000:])
+    return json.loads(out.stdout.splitlines()[-1])
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = parser(__doc__)
+    p.add_argument("--program", choices=("read", "numpy", "eval"), default="read")
+    p.add_argument("--every", type=int, default=1, help="steps between reads / evaluations")
+    p.add_argument("--steps", type=int, default=600)
+    p.add_argument("--size", type=int, default=512, help="the model's width (matmul size)")
+    p.add_argument("--pairs", type=int, default=3, help="alternated A/B runs")
+    args = p.parse_args(argv)
+    path = Path(os.environ.get("TMPDIR", "/tmp")) / "tpu_costs_program.py"
+    path.write_text(PROGRAM)
+    runs: dict[str, list[dict]] = {"A": [], "B": []}
+    for _ in range(args.pairs):
+        for v in ("A", "B"):
+            runs[v].append(_run(path, args.program, v, args.steps, args.every, args.size))
+    a = median([r["loop"] for r in runs["A"]])
+    b = median([r["loop"] for r in runs["B"]])
+    said = median([sum(f["seconds_lost"] for f in r["findings"]) for r in runs["A"]])
+    print(f"program {args.program} every {args.every} steps {args.steps} size {args.size}")
+    print(f"A {a:.3f} s  B {b:.3f} s  A-B {a - b:.3f} s ({(a - b) / args.steps * 1e3:.3f} ms/step)")
+    print(f"finding cost {said:.3f} s  ratio {said / (a - b) if a > b else float('nan'):.2f}")
+    last = runs["A"][-1]
+    for f in last["findings"]:
+        print(f"  {f['kind']}: {f['message'][:400]}")
+    for x in last["sites"]:
+        print(f"  site {x}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
