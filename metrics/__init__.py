@@ -186,8 +186,10 @@ def _arm_saving(save: str | None) -> None:
     snapshot, every event the rings hold, at the program's end."""
     from metrics.export import saving
 
+    rec = recorder()
     saving.start_from_config(save, lambda: _snapshot.build(
-        recorder(), installed_engines(), 0, max_events=None), recorder().hook_failed)
+        recorder(), installed_engines(), 0, max_events=None), rec.hook_failed,
+        progress=lambda: (rec.steps_so_far(), rec.events.last_seq))
 
 
 def _hook(name: str, rec: Recorder) -> None:

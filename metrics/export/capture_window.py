@@ -17,7 +17,8 @@ opt-in run before this (``metrics._capture``). One capture at a time.
 
 Example:
     >>> import json, threading
-    >>> from metrics.recording.recorder import Recorder
+    >>> from metrics.recording import whoami
+from metrics.recording.recorder import Recorder
     >>> out = record(0.01, False, threading.Event(), [], Recorder())
     >>> out.format, sorted(json.loads(out.trace)["otherData"])[:2]
     ('tpu-info-window', ['capture_start_unix', 'duration_s'])
@@ -27,7 +28,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import threading
 import time
 from collections.abc import Sequence
@@ -35,6 +35,7 @@ from collections.abc import Sequence
 from metrics.engines.base import Engine
 from metrics.engines.device_profilers import DeviceWindow
 from metrics.export import device_capture
+from metrics.recording import whoami
 from metrics.recording.recorder import Recorder
 from tpu_info.contract.captures import WINDOW_FORMAT, CaptureFile, RemoteCapture
 from tpu_info.contract.errors import CaptureBusy
@@ -90,7 +91,7 @@ def _record(duration_s: float, device: bool, stop: threading.Event,
             files, left_out = device_capture.read_files(folder, written)
             if left_out:
                 notes.append(left_out)
-    argv0 = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "python"
+    argv0 = whoami.program()
     pid = os.getpid()
     doc = {
         "traceEvents": [{"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "ts": 0,

@@ -32,7 +32,6 @@ import os
 import secrets
 import signal
 import stat
-import sys
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -40,18 +39,31 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from metrics.recording import forksafe
+from metrics.export import at_exec
+from metrics.recording import forksafe, whoami
 from tpu_info.contract import discovery_record as _record
 from tpu_info.contract.discovery_record import process_start_unix
+from tpu_info.contract.safe import os_text
 
 log = logging.getLogger("metrics.export.discovery")
 
 _lock = threading.Lock()
 _published: tuple[Path, int] | None = None  # (path, pid that wrote it)
+_local: tuple[Path, int] | None = None  # (the local socket's path, pid it is for)
+# What the last publish wrote (directory, name, bytes, pid): an exec that
+# fails after its record was removed writes it back.
+_written: tuple[Path, str, bytes, int] | None = None
+_at_exec_registered = False
 _atexit_registered = False
 _secret: tuple[int, str] | None = None  # (pid it was made for, the secret)
 _secret_lock = threading.Lock()
 _sigterm_installed = False
+# The record's command line: the first arguments within this many characters
+# as JSON (each argument cut to MAX_ARG_CHARS), the rest counted in
+# ``argv_truncated``: with the other fields' bounds, the record stays well
+# within what readers accept (MAX_RECORD_BYTES) whatever the command line.
+MAX_ARGV_CHARS = 4096
+MAX_ARG_CHARS = 1024
 # sun_path holds 108 bytes with its NUL: a longer path gets no local socket.
 _MAX_SOCKET_PATH = 107
 
@@ -126,6 +138,10 @@ def socket_path(runtime_dir: str | os.PathLike[str] | None = None) -> str | None
     except Exception as e:  # noqa: BLE001 - TCP still serves everyone
         log.info("tpu-info: no local socket in %s: %s", directory, e)
         return None
+    global _local
+    with _lock:
+        _local = (Path(path), os.getpid())  # removed at exit, record or not
+    _register_cleanup(sigterm=False)
     return path
 
 
@@ -183,6 +199,9 @@ def record(
     :data:`tpu_info.contract.discovery_record.NO_TCP_REASONS`; ``failed``:
     why its server did not start)."""
     extra: dict[str, Any] = {}
+    args, cut = bounded_argv(whoami.argv() if argv is None else [os_text(str(a)) for a in argv])
+    if cut:
+        extra["argv_truncated"] = cut
     if no_tcp[0]:
         extra.update(no_tcp=no_tcp[0], no_tcp_detail=_one_line(no_tcp[1]))
     if failed:
@@ -191,16 +210,36 @@ def record(
         "schema": _record.SCHEMA_VERSION,
         "pid": os.getpid() if pid is None else pid,
         "port": int(port),
-        "host": host,
-        "argv": [str(a) for a in (sys.argv if argv is None else argv)],
+        "host": os_text(host),
+        "argv": args,
         "engine": engine,
-        "waiting": [str(e) for e in waiting],
-        "versions": {str(k): str(v) for k, v in versions.items()},
+        "waiting": [os_text(str(e))[:64] for e in list(waiting)[:16]],
+        "versions": {os_text(str(k))[:64]: os_text(str(v))[:128]
+                     for k, v in list(versions.items())[:32]},
         "start_time": process_start_time() if start_time is None else float(start_time),
         "capture_secret": capture_secret(),
         "socket": socket,
         **extra,
     }
+
+
+def bounded_argv(argv: Sequence[str]) -> tuple[list[str], int]:
+    """The command line as the record keeps it, and how many arguments it
+    leaves out: each argument at most :data:`MAX_ARG_CHARS` characters (a
+    longer one cut, ending in ``…``), then the first ones within
+    :data:`MAX_ARGV_CHARS` in all as JSON writes them (argv[0] always). A job given thousands of
+    shard paths keeps a record readers accept (``MAX_RECORD_BYTES``); the
+    whole argv is in the process record of its snapshots."""
+    kept: list[str] = []
+    total = 0
+    for arg in argv:
+        if len(arg) > MAX_ARG_CHARS:
+            arg = arg[:MAX_ARG_CHARS - 1] + "…"
+        total += len(json.dumps(arg)) + 3  # escaped as the record writes it; comma, indent
+        if kept and total > MAX_ARGV_CHARS:
+            break
+        kept.append(arg)
+    return kept, len(argv) - len(kept)
 
 
 def _one_line(text: str, limit: int = 500) -> str:
@@ -280,8 +319,10 @@ def publish(
                     "(set TPU_INFO_RUNTIME_DIR to a private directory)", directory, e)
         return None
     path = directory / name
+    global _written
     with _lock:
         _published = (path, pid)
+        _written = (directory, name, payload, pid)
     if register_cleanup:
         _register_cleanup(sigterm)
     return path
@@ -310,31 +351,64 @@ def unpublish() -> None:
 
     A forked child that inherited the state leaves its parent's record alone.
     """
-    global _published
+    global _published, _local
     with _lock:
         entry, _published = _published, None
-    if entry is None or entry[1] != os.getpid():
-        return
-    try:
-        entry[0].unlink()
-    except FileNotFoundError:
-        pass
-    except Exception as e:  # noqa: BLE001
-        log.warning("tpu-info: could not remove discovery record %s: %s", entry[0], e)
-    sock = _socket_beside(entry[0])
-    if _is_socket(sock):
+        local, _local = _local, None
+    mine = os.getpid()
+    socks = [_socket_beside(entry[0])] if entry is not None and entry[1] == mine else []
+    if local is not None and local[1] == mine and local[0] not in socks:
+        socks.append(local[0])  # a socket whose record was never written (a full disk)
+    if entry is not None and entry[1] == mine:
+        try:
+            entry[0].unlink()
+        except FileNotFoundError:
+            pass
+        except Exception as e:  # noqa: BLE001
+            log.warning("tpu-info: could not remove discovery record %s: %s", entry[0], e)
+    for sock in socks:
+        if not _is_socket(sock):
+            continue
         try:
             sock.unlink()
         except OSError:
             pass
 
 
+def _before_exec() -> None:
+    """The process becomes another program (no atexit): its record and
+    socket go now; kept aside to write back if the exec fails."""
+    unpublish()
+
+
+def _exec_failed() -> None:
+    global _published
+    written = _written
+    if written is None or written[3] != os.getpid():
+        return
+    directory, name, payload, pid = written
+    try:
+        dir_fd = ensure_private_dir(directory)
+        try:
+            _write_atomically(dir_fd, name, payload)
+        finally:
+            os.close(dir_fd)
+        with _lock:
+            _published = (directory / name, pid)
+    except Exception as e:  # noqa: BLE001
+        log.warning("tpu-info: could not write the discovery record back: %s", e)
+
+
 def _register_cleanup(sigterm: bool = True) -> None:
-    global _atexit_registered, _sigterm_installed
+    global _atexit_registered, _sigterm_installed, _at_exec_registered
     with _lock:
         if not _atexit_registered:
             atexit.register(unpublish)
             _atexit_registered = True
+        first_exec, _at_exec_registered = not _at_exec_registered, True
+    if first_exec:
+        at_exec.register(_before_exec, _exec_failed)
+    with _lock:
         if (not sigterm or _sigterm_installed
                 or threading.current_thread() is not threading.main_thread()):
             return
@@ -373,12 +447,14 @@ def _make_sigterm_handler(previous: Any) -> Any:
 def _forget_in_child() -> None:
     """A forked child has no record of its own yet (the parent's is not
     its to remove), and may install its own SIGTERM cleanup when it publishes."""
-    global _lock, _published, _sigterm_installed
+    global _lock, _published, _local, _sigterm_installed, _at_exec_registered
     _lock = threading.Lock()  # another thread of the parent may have held it
     if _published is not None:  # the parent's local socket: only the parent serves it
         forksafe.close_unix_sockets_at(str(_socket_beside(_published[0])))
-    _published = None
-    _sigterm_installed = False
+    elif _local is not None:
+        forksafe.close_unix_sockets_at(str(_local[0]))
+    _published = _local = None
+    _sigterm_installed = _at_exec_registered = False
 
 
 forksafe.in_child(_forget_in_child)

@@ -160,17 +160,23 @@ def _collect_garbage(done: threading.Event) -> None:
 
 def _remove_record(program: int, port: int) -> None:
     """Removes the program's discovery record (and its socket file) if it
-    still names this helper's port: the program died without removing it
-    (SIGTERM kills it with no handler of the hook's, a crash, ``kill -9``).
+    still names this helper's port, or the socket alone when it wrote none:
+    the program died without removing it (SIGTERM kills it with no handler
+    of the hook's, a crash, ``kill -9``).
     A program that ended normally removed it itself. Never raises."""
     try:
         path = runtime_dir() / f"{program}.json"
-        record = json.loads(path.read_bytes())
-        if record.get("pid") != program or record.get("port") != port:
-            return  # not the record of this helper's program any more
-        path.unlink()
+        try:
+            record = json.loads(path.read_bytes())
+        except FileNotFoundError:  # killed before it wrote one: its socket goes alone
+            record = None
+        if record is not None:
+            if record.get("pid") != program or record.get("port") != port:
+                return  # not the record of this helper's program any more
+            path.unlink()
         sock = path.with_suffix(".sock")
-        if stat.S_ISSOCK(os.lstat(sock).st_mode):
+        st = os.lstat(sock)
+        if stat.S_ISSOCK(st.st_mode) and st.st_uid == os.geteuid():
             sock.unlink()
     except (OSError, ValueError, AttributeError):
         pass

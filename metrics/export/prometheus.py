@@ -22,7 +22,6 @@ from __future__ import annotations
 import gzip
 import logging
 import os
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -32,7 +31,7 @@ from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.exposition import choose_encoder
 
 from metrics import config
-from metrics.recording import forksafe
+from metrics.recording import forksafe, whoami
 from tpu_info.contract.model import Snapshot
 from tpu_info.net import webconfig
 from tpu_info.net.bounded_http import BoundedHttpServer, landing_page
@@ -225,7 +224,7 @@ def start_http(
         log.warning("tpu-info: Prometheus endpoint listens on %s (not loopback): anyone "
                     "who can reach this host can read this program's metrics", addr)
     registry = make_registry(snapshot_fn, top_graphs)
-    program = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "python"
+    program = whoami.program()
     live = webconfig.LiveWebConfig(web) if web else None  # read again when changed
     httpd = BoundedHttpServer(
         CachedExposition(registry), addr, resolve_port(port, env),

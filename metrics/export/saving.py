@@ -12,10 +12,14 @@ directory (``<program>-<pid>-<start>.tpurun``), where only the newest
 :data:`KEEP_RUNS` files within :data:`KEEP_BYTES` are kept; ``0``/``off``
 saves nothing.
 
-Meanwhile a daemon thread writes the run as it stands every 30 s (when it
-changed), so a program SIGTERM (served by its helper: no handler delays its
-end) or SIGKILL ends without exit work leaves its run, "ended without its
-exit work", at most 30 s short. Cost at exit: one snapshot built and
+Meanwhile a daemon thread writes the run as it stands: as soon as the
+program's first steps are seen (it looks every 0.1 s until then, at a probe
+that costs two reads) and 1 s after the start, then at 1, 2, 4 ... and every
+30 s (when it changed), so a program SIGTERM (served by its helper: no
+handler delays its end) or SIGKILL ends without exit work leaves its run,
+"ended without its exit work", at most 30 s short. A program that ends by
+``exec`` (no ``atexit`` then) saves its run first, "exec"
+(:mod:`metrics.export.at_exec`). Cost at exit: one snapshot built and
 encoded (what one scrape costs; the parts the last checkpoint encoded are
 reused) and one write; the file is written to a temporary name and renamed,
 so a run cut short leaves the previous file, never half of one. The exit's
@@ -38,6 +42,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
 
+from metrics.export import at_exec
+from metrics.recording import whoami
 from tpu_info.contract.discovery_record import runtime_dir
 from tpu_info.contract.model import Snapshot
 from tpu_info.wire import runfile
@@ -55,6 +61,12 @@ SIGNAL_SAVE_S = 1.0
 # without its exit work leaves); a checkpoint is written only when something changed.
 CHECKPOINT_S = 30.0
 FIRST_CHECKPOINT_S = 1.0
+# Until the first checkpoint that holds a step, the program's progress (a
+# cheap probe: steps marked, events numbered) is looked at this often, and a
+# change is saved at once: a program killed just after its first steps
+# leaves them.
+FIRST_STEP_POLL_S = 0.1
+FIRST_STEP_WITHIN_S = 30.0
 _saver: RunSaver | None = None  # the process's, for the in-process exporter's SIGTERM
 _started: int | None = None  # the pid that armed a saver (a forked child arms none)
 
@@ -105,8 +117,10 @@ class RunSaver:
     with ``summary``, prints the end-of-run summary to stderr after it."""
 
     def __init__(self, final_snapshot: Callable[[], Snapshot], where: tuple[Path, bool] | None,
-                 failed: Callable[[str, BaseException], None], summary: bool = False) -> None:
+                 failed: Callable[[str, BaseException], None], summary: bool = False,
+                 progress: Callable[[], object] | None = None) -> None:
         self._final = final_snapshot
+        self._progress = progress
         self.path, self._default = where if where is not None else (None, False)
         self._failed = failed
         self._summary = summary
@@ -119,6 +133,7 @@ class RunSaver:
         # this lock, checks that the end's save has not begun (a loaded machine
         # once let a slow checkpoint replace the end's file, "saved while running").
         self._file_lock = threading.Lock()
+        self._execing = threading.Event()  # an exec's save landed: no checkpoint over it
 
     def saw_exception(self, exc: BaseException) -> None:
         """The program is ending by an uncaught exception (the excepthook's)."""
@@ -129,6 +144,8 @@ class RunSaver:
         thread: it dies with the program), marked as not ended, until the
         end's own save."""
         last, wait = None, FIRST_CHECKPOINT_S
+        if self._progress is not None and not self._first_step():
+            return
         while not self._ended.wait(wait):
             wait = min(CHECKPOINT_S, 2 * wait)  # 1, 2, 4 ... s: a short run is kept too
             try:
@@ -140,6 +157,58 @@ class RunSaver:
                     self._write(snap, "", "", checkpoint=True)
             except Exception as e:  # noqa: BLE001 - never into the program
                 self._failed("saving.checkpoint", e)
+
+    def _first_step(self) -> bool:
+        """Checkpoints as soon as the program makes progress (``progress``
+        changes: its first steps) and at :data:`FIRST_CHECKPOINT_S`, until
+        one holds a step or :data:`FIRST_STEP_WITHIN_S` passed; a checkpoint
+        without a step doubles the wait before the next (a handful of
+        snapshots at most). False when the program's end came first."""
+        assert self._progress is not None
+        start = time.monotonic()
+        due, next_ok, gap = start + FIRST_CHECKPOINT_S, start, FIRST_STEP_POLL_S
+        seen = self._progress()
+        while not self._ended.wait(FIRST_STEP_POLL_S):
+            try:
+                now, clock = self._progress(), time.monotonic()
+                if clock - start > FIRST_STEP_WITHIN_S:
+                    return True
+                if not ((now != seen and clock >= next_ok) or clock >= due):
+                    continue
+                snap = self._final()
+                if not self._ended.is_set():
+                    self._write(snap, "", "", checkpoint=True)
+                if snap.steps is not None and snap.steps.count:
+                    return True
+                seen, due, gap = now, float("inf"), 2 * gap
+                next_ok = clock + gap
+            except Exception as e:  # noqa: BLE001 - never into the program
+                self._failed("saving.checkpoint", e)
+                return True
+        return False
+
+    def save_at_exec(self) -> None:
+        """Saves the run as it stands, ended by ``exec`` (the process becomes
+        another program: no ``atexit``), on a thread of its own waited for at
+        most :data:`SIGNAL_SAVE_S`; checkpoints leave it until
+        :meth:`exec_failed`."""
+        if os.getpid() != self.owner or self._ended.is_set() or self.path is None:
+            return
+        self._execing.set()
+
+        def work() -> None:
+            try:
+                self._write(self._final(), "exec", "", exec_=True)
+            except Exception as e:  # noqa: BLE001
+                self._failed("saving.exec", e)
+
+        done = threading.Thread(target=work, name="tpu-info-save-exec", daemon=True)
+        done.start()
+        done.join(SIGNAL_SAVE_S)
+
+    def exec_failed(self) -> None:
+        """The exec did not happen: the program goes on, and so do checkpoints."""
+        self._execing.clear()
 
     def save(self, ended: str = "exit", signal: str = "") -> Path | None:
         """Writes the file (and the summary); the path, or None (done already,
@@ -175,7 +244,7 @@ class RunSaver:
         return self.save()
 
     def _write(self, snap: Snapshot, ended: str, signal: str,
-               checkpoint: bool = False) -> Path | None:
+               checkpoint: bool = False, exec_: bool = False) -> Path | None:
         if self.path is None:
             return None
         try:
@@ -186,8 +255,10 @@ class RunSaver:
             if self._default:
                 folder.mkdir(mode=0o700, parents=True, exist_ok=True)
             with self._file_lock:
-                if checkpoint and self._ended.is_set():
+                if checkpoint and (self._ended.is_set() or self._execing.is_set()):
                     return None  # the end's save began while this one was encoding
+                if exec_ and self._ended.is_set():
+                    return None  # the program's own end came first
                 runfile.write(self.path, data)
             if self._default:
                 prune(folder)
@@ -236,6 +307,7 @@ def arm(saver: RunSaver) -> None:
     _saver = saver
     chain_excepthook(saver)
     atexit.register(saver.save_at_exit)
+    at_exec.register(saver.save_at_exec, saver.exec_failed)
     _save_before_jax_cleans_up(saver)
     if saver.path is not None:
         threading.Thread(target=saver.checkpoints, name="tpu-info-save", daemon=True).start()
@@ -272,14 +344,15 @@ def on_sigterm() -> None:
 
 def start(final_snapshot: Callable[[], Snapshot], failed: Callable[[str, BaseException], None],
           program: str, setting: str | None = None, *, summary: bool = False,
-          environ: Mapping[str, str] | None = None) -> RunSaver | None:
+          environ: Mapping[str, str] | None = None,
+          progress: Callable[[], object] | None = None) -> RunSaver | None:
     """The process's saver, armed (None when there is nothing to do at the
     end: saving off and no summary; a failure is counted, never raised)."""
     try:
         where = target(setting, program, os.getpid(), time.time(), environ)
         if where is None and not summary:
             return None
-        saver = RunSaver(final_snapshot, where, failed, summary)
+        saver = RunSaver(final_snapshot, where, failed, summary, progress)
         arm(saver)
         return saver
     except Exception as e:  # noqa: BLE001 - the program runs on without a saved run
@@ -288,7 +361,8 @@ def start(final_snapshot: Callable[[], Snapshot], failed: Callable[[str, BaseExc
 
 
 def start_from_config(save: str | None, final_snapshot: Callable[[], Snapshot],
-                      failed: Callable[[str, BaseException], None]) -> RunSaver | None:
+                      failed: Callable[[str, BaseException], None],
+                      progress: Callable[[], object] | None = None) -> RunSaver | None:
     """:func:`start` as ``install(save=)`` and the environment say
     (``TPU_INFO_SAVE``, ``TPU_INFO_SUMMARY``)."""
     from metrics import config
@@ -298,5 +372,6 @@ def start_from_config(save: str | None, final_snapshot: Callable[[], Snapshot],
         return None  # one saver a process: the first install() decides
     _started = os.getpid()
     setting = save if save is not None else (config.text(config.SAVE) or None)
-    program = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "python"
-    return start(final_snapshot, failed, program, setting, summary=config.flag(config.SUMMARY))
+    program = whoami.program()
+    return start(final_snapshot, failed, program, setting, summary=config.flag(config.SUMMARY),
+                 progress=progress)

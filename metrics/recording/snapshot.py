@@ -18,15 +18,13 @@ then come from the added buckets; else from the larger one, with no buckets).
 
 from __future__ import annotations
 
-import getpass
 import os
-import socket
 import sys
 import time
 from collections.abc import Iterable
 from dataclasses import replace
 
-from metrics.recording import ranks
+from metrics.recording import ranks, whoami
 from metrics.recording.ranks import Rank
 from metrics.recording.recorder import Recorder
 from metrics.recording.sources import Source
@@ -94,17 +92,13 @@ def _build_process_record(recorder: Recorder, engines: list[Source],
             versions.update(e.versions())
         except Exception:  # noqa: BLE001 - a version probe never breaks a scrape
             pass
-    try:
-        user = getpass.getuser()
-    except Exception:  # noqa: BLE001
-        user = str(os.getuid())
-    argv = tuple(sys.argv)
+    argv = whoami.argv()
     return ProcessRecord(
         pid=os.getpid(),
-        name=os.path.basename(argv[0]) if argv and argv[0] else "python",
+        name=whoami.program(argv),
         argv=argv,
-        host=socket.gethostname(),
-        user=user,
+        host=whoami.host(),
+        user=whoami.user(),
         engine=",".join(e.name for e in engines),
         waiting=waiting,
         versions=versions,

@@ -203,7 +203,7 @@ def test_tpu_info_run_prints_the_summary_after_its_child_ended(tmp_path):
                        capture_output=True, text=True, timeout=180, cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     lines = r.stderr.splitlines()
-    assert lines[0].startswith("tpu-info: train.py (pid ") and "ended (exit)" in lines[0]
+    assert lines[0].startswith("tpu-info: train.py (pid ") and "ended (exit 0)" in lines[0]
     assert lines[1].startswith("  steps 40 (") and "step time P50" in lines[1]
     assert any("recompile_short_last_batch at train.py:" in line for line in lines), lines
     assert lines[-1].startswith("  saved: ") and "tpu-info report --from FILE" in lines[-1]
@@ -213,7 +213,7 @@ def test_tpu_info_run_prints_the_summary_after_its_child_ended(tmp_path):
     off = subprocess.run(tpu_info + ["--summary", "--", sys.executable, str(prog)],
                          env=dict(env, TPU_INFO_SAVE="off"), capture_output=True, text=True,
                          timeout=180, cwd=tmp_path)
-    assert "ended (exit)" in off.stderr and "saved:" not in off.stderr
+    assert "ended (exit 0)" in off.stderr and "saved:" not in off.stderr
     assert len(list((tmp_path / "rt" / "runs").glob("*.tpurun"))) == 2  # not the third
 
 

@@ -101,7 +101,7 @@ def _saved_in(env: dict[str, str]) -> tuple[Path, bool]:
 
 
 def _print_summaries(saved_in: tuple[Path, bool], started: float, pid: int,
-                     brief: bool = False) -> None:
+                     brief: bool = False, status: int | None = None) -> None:
     """The child's summaries; ``brief`` (SIGTERM: a grace period is running)
     only where the saved runs are, with nothing to import or decode."""
     folder, ours = saved_in
@@ -113,7 +113,7 @@ def _print_summaries(saved_in: tuple[Path, bool], started: float, pid: int,
             return
         from tpu_info.commands.saved import summaries_since
 
-        for text in summaries_since(folder, started, pid, kept=not ours):
+        for text in summaries_since(folder, started, pid, kept=not ours, status=status):
             sys.stderr.write(text + "\n")
         sys.stderr.flush()
     finally:
@@ -204,9 +204,11 @@ def run_hooked(
             return EXIT_NOT_EXECUTABLE
         for pending_signal in pending:
             child.send_signal(pending_signal)
-        status = _exit_status(child.wait())
+        returncode = child.wait()
+        status = _exit_status(returncode)
         if saved_in is not None:
-            _print_summaries(saved_in, started, child.pid, brief=bool(terminated))
+            _print_summaries(saved_in, started, child.pid, brief=bool(terminated),
+                             status=returncode)
         return status
     finally:
         for restored, handler in previous.items():

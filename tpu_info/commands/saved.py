@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import socket
 import sys
 import time
 from collections.abc import Callable
@@ -102,6 +103,33 @@ def _when(unix: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(unix)) if unix > 0 else "-"
 
 
+def still_running(run: runfile.SavedRun, host: str | None = None) -> bool:
+    """Whether the program a checkpoint (ended "") was saved from still runs:
+    its pid is alive on this host and that process started before the run's
+    hook did (a younger process that reused the pid started after the
+    checkpoint; the start is read from /proc, a second early at most)."""
+    from tpu_info.contract.discovery_record import process_start_unix
+    from tpu_info.contract.safe import os_text
+
+    s = run.snapshot
+    p = s.process
+    if run.ended or p is None or p.pid <= 0 or not p.start_time_unix:
+        return False
+    if p.host != (os_text(socket.gethostname()) if host is None else host):
+        return False  # a run copied from another host
+    try:
+        os.kill(p.pid, 0)
+    except PermissionError:
+        pass
+    except OSError:
+        return False
+    try:
+        started = process_start_unix(p.pid)
+    except Exception:  # noqa: BLE001 - gone meanwhile, or no /proc: cannot tell
+        return False
+    return started <= min(p.start_time_unix, s.taken_at_unix or p.start_time_unix) + 1.0
+
+
 def _run_row(run: runfile.SavedRun) -> dict[str, object]:
     from tpu_info.views.findings import find
 
@@ -114,7 +142,8 @@ def _run_row(run: runfile.SavedRun) -> dict[str, object]:
         "file": run.path, "program": clean(p.name, 60) if p is not None else "?",
         "pid": p.pid if p is not None else None, "engine": p.engine if p is not None else "",
         "start": _when(start), "end": _when(run.ended_unix or s.taken_at_unix),
-        "ended": run.how_it_ended(), "steps": s.steps.count if s.steps is not None else None,
+        "ended": runfile.RUNNING if still_running(run) else run.how_it_ended(),
+        "steps": s.steps.count if s.steps is not None else None,
         "findings": len(found),
         "warnings": sum(1 for f in found if f.severity == "warning"),
     }
@@ -138,12 +167,13 @@ def runs_command(args: argparse.Namespace, say: Callable[[object], None]) -> int
         return EXIT_OK
     cols = ("start", "end", "ended", "program", "pid", "steps", "findings", "file")
     table = [[str(r[c]) if r[c] is not None else "-" for c in cols] for r in rows]
-    widths = [max(len(c), *(len(row[i]) for row in table)) for i, c in enumerate(cols)]
+    widths = [max([len(c), *(len(row[i]) for row in table)]) for i, c in enumerate(cols)]
     print("  ".join(c.capitalize().ljust(w) for c, w in zip(cols, widths)).rstrip())
     for row in table:
         print("  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip())
-    for _, why in bad:
-        say(f"skipped {why}")
+    if bad:  # one line, however many: the first says why, --json lists them all
+        more = f" (and {len(bad) - 1:,} more; --json lists them)" if len(bad) > 1 else ""
+        say(f"skipped {len(bad):,} unreadable file(s): {bad[0][1]}{more}")
     return EXIT_OK
 
 
@@ -215,10 +245,11 @@ def _print_diff(name_a: str, name_b: str, c: object, checks: list[tuple[bool, st
 
 
 def summaries_since(folder: Path, started_unix: float, pid: int | None = None,
-                    most: int = 4, kept: bool = True) -> list[str]:
+                    most: int = 4, kept: bool = True, status: int | None = None) -> list[str]:
     """The end-of-run summaries of the runs saved in ``folder`` since
     ``started_unix`` (``pid``'s own first, when it saved one): what
-    ``tpu-info run`` prints after its child ended."""
+    ``tpu-info run`` prints after its child ended (``status``: the child's
+    exit status, which its own run says when it ended by exiting)."""
     from tpu_info.outputs.summary import summary
 
     found = []
@@ -240,5 +271,8 @@ def summaries_since(folder: Path, started_unix: float, pid: int | None = None,
         except runfile.RunFileError as e:
             out.append(f"tpu-info: {e}")
             continue
+        if pid is not None and run.snapshot.process is not None \
+                and run.snapshot.process.pid == pid:
+            run = run.with_exit_code(status)
         out.append(summary(run.snapshot, run.how_it_ended(), str(p) if kept else ""))
     return out

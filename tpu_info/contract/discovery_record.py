@@ -11,6 +11,12 @@ for a trace capture, and ``socket``, the path of the Unix socket the
 process also serves on (``<pid>.sock`` beside the record; "" for none),
 which only its user can reach (:mod:`tpu_info.net.local_socket`).
 
+Text in a record is valid UTF-8 (:func:`tpu_info.contract.safe.os_text`:
+the writer's argv and host, and whatever an older or foreign writer left,
+as the reader parses it). The command line is cut to a bounded size;
+``argv_truncated`` counts the arguments left out (the snapshot's process
+record carries them all).
+
 A process served on that socket alone (no TCP socket can be opened on its
 host, or ``TPU_INFO_BIND=unix`` asked for it) writes port 0 and says why in
 ``no_tcp`` (:data:`NO_TCP_UNAVAILABLE`, :data:`NO_TCP_ASKED`; the OS's words
@@ -35,6 +41,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from tpu_info.contract.safe import os_text
 
 SCHEMA_VERSION = 1
 ENV_RUNTIME_DIR = "TPU_INFO_RUNTIME_DIR"
@@ -75,6 +83,9 @@ class DiscoveredProcess:
     no_tcp_detail: str = ""
     # Its server did not start: what went wrong ("" when it serves).
     failed: str = ""
+    # Arguments the record leaves out (a long command line is cut to keep the
+    # record small; the snapshot's process record has them all).
+    argv_truncated: int = 0
 
     @property
     def served(self) -> bool:
@@ -151,6 +162,9 @@ def parse_record(data: Any, path: Path) -> DiscoveredProcess:
     versions = get("versions", dict)
     if not all(isinstance(a, str) for a in argv):
         raise ValueError("argv is not a list of strings")
+    cut = data.get("argv_truncated", 0)
+    if not isinstance(cut, int) or isinstance(cut, bool) or cut < 0:
+        raise ValueError("argv_truncated is not a count")
     if not all(isinstance(k, str) and isinstance(v, str) for k, v in versions.items()):
         raise ValueError("versions is not a map of strings")
     waiting = data.get("waiting", [])
@@ -160,7 +174,8 @@ def parse_record(data: Any, path: Path) -> DiscoveredProcess:
     if not isinstance(secret, str) or not secret.isascii() or not secret.isprintable():
         raise ValueError("capture_secret is not a printable ASCII string")
     sock = data.get("socket", "")
-    if not isinstance(sock, str) or not sock.isprintable() \
+    # A path to reopen: kept as the OS spells it (surrogate-escaped bytes too).
+    if not isinstance(sock, str) or not os_text(sock).isprintable() \
             or (sock and Path(sock).name != f"{pid}.sock"):
         raise ValueError(f"socket is not a path ending in {pid}.sock")
     if path.name != f"{pid}.json":
@@ -171,12 +186,13 @@ def parse_record(data: Any, path: Path) -> DiscoveredProcess:
     if port == 0 and not sock and not failed:
         raise ValueError("port 0 with no socket: nothing serves it, and it does not say why")
     return DiscoveredProcess(
-        pid=pid, port=port, host=get("host", str), argv=tuple(argv),
-        engine=get("engine", str), versions=dict(versions),
+        pid=pid, port=port, host=os_text(get("host", str)), argv=tuple(map(os_text, argv)),
+        engine=os_text(get("engine", str)),
+        versions={os_text(k): os_text(v) for k, v in versions.items()},
         start_time=float(get("start_time", (int, float))), path=path, schema=schema,
-        capture_secret=secret, waiting=tuple(waiting), socket=sock,
+        capture_secret=secret, waiting=tuple(map(os_text, waiting)), socket=sock,
         no_tcp=no_tcp if port == 0 else "", no_tcp_detail=detail if port == 0 else "",
-        failed=failed,
+        failed=failed, argv_truncated=cut,
     )
 
 

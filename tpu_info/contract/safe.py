@@ -41,3 +41,28 @@ def clean(text: object, limit: int = MAX_TEXT) -> str:
     return "".join(" " if c == "\t" else "\ufffd" if unicodedata.category(c) in _UNSAFE
                    else c for c in s)
 
+
+def _escape_surrogate(c: str) -> str:
+    code = ord(c)
+    return f"\\x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else f"\\u{code:04x}"
+
+
+def os_text(text: str) -> str:
+    """Text the OS gave (an argument, a path, a user or host name) as valid
+    UTF-8, whatever its bytes: Python decodes them with ``surrogateescape``,
+    so a byte that is not UTF-8 (a Latin-1 file name's ``\\xe9``) arrives as
+    a lone surrogate, which protobuf, JSON output and HTML cannot carry. Each
+    such byte becomes the four characters ``\\xe9`` (as
+    ``bytes.decode("utf-8", "backslashreplace")`` writes it), any other lone
+    surrogate ``\\udXXX``; valid text comes back as it is (the same object).
+    The one rule for the OS's text wherever tpu-info reads it (the hook's
+    argv, user and host, the records readers parse).
+
+    >>> os_text("/data/caf\\udce9.txt")
+    '/data/caf\\\\xe9.txt'
+    """
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return "".join(_escape_surrogate(c) if "\ud800" <= c <= "\udfff" else c for c in text)

@@ -19,7 +19,9 @@ file its process left beside it, :mod:`tpu_info.net.local_socket`), if it is thi
 regular file (never through a symlink, never another user's), it is still the
 file that was read (same inode, size and times), and no socket of this user
 listens on its port (a live process in another pid namespace that shares the
-directory keeps its record). A record of a live process is never removed.
+directory keeps its record). A record of a live process is never removed. A ``<pid>.sock`` without a
+record (its process was killed before writing one, or could not write it) is
+removed on the same terms once its pid is gone.
 :class:`Rescanner` is :func:`scan` for loops: it reads the records again only
 when the directory changed.
 
@@ -96,6 +98,8 @@ class Scan:
     # Live hooked processes whose server did not start (their records say
     # why: ``failed``); nothing to read, only to tell (``doctor``).
     unserved: tuple[DiscoveredProcess, ...] = ()
+    # Sockets of exited processes without a record, removed by this look.
+    sockets_removed: int = 0
 
     @property
     def removed(self) -> int:
@@ -107,8 +111,10 @@ class Scan:
         counted in one line, the first ``first`` others one line each, the
         rest counted by reason (``9,998 more records skipped: ...``)."""
         lines = []
-        if self.removed:
-            lines.append(f"removed {self.removed:,} record(s) of exited processes from "
+        if self.removed or self.sockets_removed:
+            what = [f"{n:,} {kind}" for n, kind in ((self.removed, "record(s)"),
+                                                   (self.sockets_removed, "lone socket(s)")) if n]
+            lines.append(f"removed {' and '.join(what)} of exited processes from "
                          f"{self.directory}")
         kept = [s for s in self.skipped if not s.removed
                 and not (s.reason == UNREADABLE and s.detail == "vanished")]
@@ -209,6 +215,32 @@ def _remove_dead(path: Path, seen: tuple[int, ...] | None, uid: int) -> bool:
     return True
 
 
+def _remove_lone_sockets(path: Path, listed: Iterable[str], uid: int,
+                        alive: Callable[[int, float], bool]) -> int:
+    """Removes the ``<pid>.sock`` files without a record whose process is
+    gone (killed before it wrote its record, or whose record could not be
+    written): this user's sockets only, ``lstat`` only, judged as a record
+    is, with the socket's creation standing for the start time (a younger
+    process that reused the pid is no owner of it). Returns how many."""
+    names = set(listed)
+    removed = 0
+    for name in names:
+        stem, dot, suffix = name.partition(".")
+        if suffix != "sock" or not stem.isdigit() or f"{stem}.json" in names:
+            continue
+        sock = path / name
+        try:
+            st = sock.lstat()
+            if not stat.S_ISSOCK(st.st_mode) or st.st_uid != uid \
+                    or alive(int(stem), st.st_mtime):
+                continue
+            os.unlink(sock)
+            removed += 1
+        except (OSError, ValueError):
+            continue
+    return removed
+
+
 PortOwners = Callable[[], "Mapping[int, set[int]] | None"]
 
 
@@ -279,9 +311,11 @@ def scan(
     if reason:
         return Scan(path, skipped=(Skipped(path, BAD_DIRECTORY, reason),))
     try:
-        names = sorted(n for n in os.listdir(path) if n.endswith(".json"))
+        listed = os.listdir(path)
     except OSError as e:
         return Scan(path, skipped=(Skipped(path, BAD_DIRECTORY, e.strerror or str(e)),))
+    names = sorted(n for n in listed if n.endswith(".json"))
+    sockets = _remove_lone_sockets(path, listed, uid, alive) if remove_dead else 0
     found: list[DiscoveredProcess] = []
     unserved: list[DiscoveredProcess] = []
     skipped: list[Skipped] = []
@@ -308,7 +342,7 @@ def scan(
     found.sort(key=lambda p: p.pid)
     local_socket.remember(path, found)  # the owner's way in to each (tpu_info.net.client)
     return Scan(path, tuple(found), tuple(skipped), files_read=len(names),
-                unserved=tuple(sorted(unserved, key=lambda p: p.pid)))
+                unserved=tuple(sorted(unserved, key=lambda p: p.pid)), sockets_removed=sockets)
 
 
 class Rescanner:
@@ -385,7 +419,7 @@ def find_processes(
     """
     result = scan(runtime_dir, alive=alive)
     lines = result.summary()
-    if result.removed:
+    if result.removed or result.sockets_removed:
         log.info("discovery: %s", lines.pop(0))
     quiet = all(s.reason == DEAD for s in result.skipped)
     for line in lines:

@@ -29,18 +29,20 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import operator
 import struct
 import threading
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from google.protobuf.descriptor import FieldDescriptor as FD
 
 from tpu_info.contract import reuse
 from tpu_info.contract.buckets import SortedCounts, StableKeys
 from tpu_info.contract.model import DistributionReading, Event, GraphRecord, Snapshot
+from tpu_info.contract.safe import os_text
 from tpu_info.proto import tpu_info_v1_pb2 as pb
 from tpu_info.wire import fillers as wire_encode
 
@@ -359,6 +361,56 @@ def snapshot_to_bytes(s: Snapshot, cache: PartCache | None = None,
 
     With ``cache`` (one per server), unchanged parts are not encoded again.
     """
+    try:
+        return _encode(s, cache, stamp)
+    except UnicodeEncodeError:
+        # A string from the OS with bytes that are not UTF-8 (a path's Latin-1
+        # byte, as a lone surrogate): protobuf carries only valid text, so the
+        # records holding one are made valid (os_text) and encoded again; the
+        # others are the same objects, and their encodings are reused.
+        return _encode(retexted(s), cache, retexted(stamp))
+
+
+def _encode(s: Snapshot, cache: PartCache | None, stamp: wire_encode.Stamp | None) -> bytes:
     if cache is None or not SNAPSHOT.complete:
         return wire_encode.snapshot_to_proto(s, stamp).SerializeToString()
     return cache.encode(s, wire_encode.fill_head(s, stamp), stamp)
+
+
+_T = TypeVar("_T")
+
+
+def retexted(value: _T) -> _T:
+    """``value`` (a record, or tuples, lists and maps of them) with every
+    string made valid UTF-8 (:func:`tpu_info.contract.safe.os_text`); what
+    holds none to change is returned as it is (the same object)."""
+    result: _T = _retexted(value)
+    return result
+
+
+def _retexted(value: Any) -> Any:
+    kind = type(value)
+    if kind is str:
+        return os_text(value)
+    if isinstance(value, (tuple, list)):
+        items = [_retexted(v) for v in value]
+        if all(a is b for a, b in zip(items, value, strict=True)):
+            return value
+        if kind is list:
+            return items
+        return kind._make(items) if hasattr(kind, "_make") else kind(items)
+    if isinstance(value, dict):
+        pairs = [(_retexted(k), _retexted(v)) for k, v in value.items()]
+        if all(k is k0 and v is v0 for (k, v), (k0, v0) in zip(pairs, value.items(), strict=True)):
+            return value
+        return kind(pairs)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        changed = {}
+        for f in dataclasses.fields(value):
+            if f.init:
+                old = getattr(value, f.name)
+                new = _retexted(old)
+                if new is not old:
+                    changed[f.name] = new
+        return dataclasses.replace(value, **changed) if changed else value
+    return value

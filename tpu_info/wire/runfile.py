@@ -28,7 +28,7 @@ import os
 import stat
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from tpu_info.contract.errors import TpuInfoError
 from tpu_info.contract.model import Snapshot
@@ -44,7 +44,9 @@ SUFFIX = ".tpurun"
 # every distribution fit in a few MB; this bounds what a hostile file costs.
 MAX_FILE_BYTES = 64 * 1024 * 1024
 DECODE_SECONDS = 10.0
-ENDINGS = ("exit", "exception", "signal", "")
+ENDINGS = ("exit", "exception", "signal", "exec", "")
+# How a checkpoint (ended "") of a program still running reads.
+RUNNING = "running (saved while running)"
 # TPU_INFO_SAVE words that turn saving off (read by the hook and by tpu-info run).
 OFF_WORDS = frozenset({"0", "off", "no", "false", "none"})
 RUNS_DIR = "runs"  # the default folder, in the runtime directory
@@ -81,7 +83,16 @@ class SavedRun:
             return self.signal or "signal"
         if self.ended == "exception":
             return f"exception: {self.error}" if self.error else "exception"
+        if self.ended == "exec":
+            return "exec (the process became another program)"
         return "ended without its exit work (SIGTERM or SIGKILL; saved while running)"
+
+    def with_exit_code(self, code: int | None) -> SavedRun:
+        """This run with the exit status its parent saw (``tpu-info run``
+        knows it; the hook does not), when it ended by exiting."""
+        if code is None or code < 0 or self.ended != "exit":
+            return self
+        return replace(self, exit_code=code)
 
 
 def encode(snapshot_bytes: bytes, ended: str, ended_unix: float, *, exit_code: int = -1,
@@ -153,7 +164,10 @@ def read(path: str | os.PathLike[str]) -> SavedRun:
         m = pb.SavedRun.FromString(data[len(MAGIC):])
     except Exception as e:  # noqa: BLE001 - protobuf's DecodeError and friends
         raise RunFileError(f"{path}: truncated or damaged ({clean(e, 200)})") from e
-    if m.format_version == 0 or m.format_version > FORMAT_VERSION:
+    if m.format_version == 0:  # every writer sets it: the file ends before its head did
+        raise RunFileError(f"{path}: truncated ({len(data):,} bytes: it ends before the run "
+                           "it holds; a write cut short, or a copy)")
+    if m.format_version > FORMAT_VERSION:
         raise RunFileError(f"{path}: saved-run format {m.format_version}, this tpu-info reads "
                            f"up to {FORMAT_VERSION}: upgrade tpu-info to read it")
     if not m.HasField("snapshot"):
