@@ -24,6 +24,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--timeout", type=seconds_arg("--timeout"), default=3.0, metavar="S")
     p.add_argument("--no-discovery", action="store_true")
     p.add_argument("--from", dest="from_file", metavar="FILE")
+    p.add_argument("--all", dest="all_chips", action="store_true")
     try:
         args = p.parse_args(argv)
     except UsageError as e:
@@ -44,7 +45,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 1
         return run([], args.rate, discover=False, source=ReplaySource(
             args.from_file, saved.snapshot, saved.how_it_ended(), saved.ended_unix))
-    return run(args.target, args.rate, discover=not args.no_discovery, timeout=args.timeout)
+    return run(args.target, args.rate, discover=not args.no_discovery, timeout=args.timeout,
+               all_chips=args.all_chips)
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ Example:
 from __future__ import annotations
 
 import asyncio
+import socket
 import sys
 import threading
 import time
@@ -65,6 +66,9 @@ class WatchApp(App[int]):
         clock: wall clock for the header (tests freeze it).
         tz: time zone for clock times (None: local).
         tick_s: how often the header clock redraws (None: never).
+        all_chips: list every chip of this host, also those not usable here
+            (``--all``); by default the Devices panel counts them.
+        host: this host's name (default: ``socket.gethostname()``).
     """
 
     TITLE = "tpu-info --watch"
@@ -79,13 +83,15 @@ class WatchApp(App[int]):
 
     def __init__(self, source: Source, interval_s: float = 1.0, *,
                  clock: Callable[[], float] = time.time, tz: tzinfo | None = None,
-                 tick_s: float | None = 1.0) -> None:
+                 tick_s: float | None = 1.0, all_chips: bool = False,
+                 host: str | None = None) -> None:
         super().__init__()
         self.source = source
         self.clock = clock
         self.tz = tz
         self.tick_s = tick_s
-        self.state = WatchState(max(MIN_INTERVAL_S, interval_s))
+        self.state = WatchState(max(MIN_INTERVAL_S, interval_s), all_chips=all_chips,
+                                host=socket.gethostname() if host is None else host)
         self._stop = threading.Event()
         self._dirty: set[str | None] = set()
         self._draw_pending = False
@@ -160,6 +166,8 @@ class WatchApp(App[int]):
     def _found(self, found: Found) -> None:
         """New hooked processes join; one that replaces a dead one takes its place."""
         self.state.started.update(found.started)
+        if found.local is not None:
+            self.state.local = found.local
         known = {normalize(t) for t in self.state.targets}
         for target, argv in found.processes:
             if normalize(target) in known:
@@ -272,7 +280,7 @@ class WatchApp(App[int]):
 
 def run(targets: Sequence[str], rate: float = 1.0, *, discover: bool = True,
         timeout: float = 3.0, runtime_dir: str | Path | None = None,
-        source: Source | None = None) -> int:
+        source: Source | None = None, all_chips: bool = False) -> int:
     """Runs the dashboard in this terminal until ``q``; returns the exit code.
 
     Args:
@@ -282,6 +290,7 @@ def run(targets: Sequence[str], rate: float = 1.0, *, discover: bool = True,
         timeout: seconds allowed per unary call.
         runtime_dir: where discovery looks (default: the usual place).
         source: read this instead of live targets (a saved run's replay).
+        all_chips: list the chips not usable here too (``--all``).
     """
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
         # Textual would write escape codes into a pipe or a file, forever.
@@ -291,7 +300,7 @@ def run(targets: Sequence[str], rate: float = 1.0, *, discover: bool = True,
     rate = max(MIN_INTERVAL_S, rate)
     if source is None:
         source = LiveSource(targets, rate, timeout, discover=discover, runtime_dir=runtime_dir)
-    app = WatchApp(source, rate)
+    app = WatchApp(source, rate, all_chips=all_chips)
     try:
         result = app.run()
     finally:

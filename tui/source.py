@@ -10,7 +10,9 @@ server-streaming call open (``Monitor/StreamSnapshots``), falls back to
 polling ``GetSnapshot`` (or libtpu's service) when streaming is refused,
 and after a failure reports "disconnected" and retries with backoff.
 :class:`DiscoveryLoop` rescans the runtime directory so programs started (or
-restarted) after the dashboard are picked up. :mod:`tui.fake` holds a
+restarted) after the dashboard are picked up, and scans this host's chips and
+their owners (sysfs, ``/proc``) every :data:`HOST_EVERY_S` seconds, as the
+exporter does each poll, and when the hooked processes change. :mod:`tui.fake` holds a
 deterministic source for tests and benchmarks.
 
 Example:
@@ -24,17 +26,20 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from pathlib import Path
 
 from tpu_info.commands.gather import libtpu_targets, local_targets
 from tpu_info.contract.errors import NotAMonitor, ServerError, TimedOut, TpuInfoError
-from tpu_info.contract.model import Snapshot
+from tpu_info.contract.model import LocalScan, Snapshot
 from tpu_info.net.client import Client
 
 Clock = Callable[[], float]
 BACKOFF_S: tuple[float, ...] = (0.5, 1.0, 2.0, 4.0, 8.0, 15.0)
+# The host scan reads every process's open files in /proc (tens of ms on a busy
+# host): as often as the exporter's poll, not at the dashboard's rate.
+HOST_EVERY_S = 5.0
 
 
 class Conn(StrEnum):
@@ -72,10 +77,13 @@ class Update:
 @dataclass(frozen=True, slots=True)
 class Found:
     """Discovery's view of the live hooked processes: ``(target, argv)``, and
-    ``started``: ``(target, start time)`` of those this user's records name."""
+    ``started``: ``(target, start time)`` of those this user's records name;
+    ``local``: this host's chips and their owners, when scanned this time
+    (None: keep the last scan)."""
 
     processes: tuple[tuple[str, tuple[str, ...]], ...] = field(default_factory=tuple)
     started: tuple[tuple[str, float], ...] = field(default_factory=tuple)
+    local: LocalScan | None = None
 
 
 Sink = Callable[[Update | Found], None]
@@ -260,11 +268,19 @@ class DiscoveryLoop:
         proc_root: where ``/proc`` is (tests point it at a fixture tree).
         libtpu_target: libtpu's address, or several (default: 8431 and
             ``$TPU_RUNTIME_METRICS_PORTS``).
+        scan_host: scans this host's chips and owners
+            (:func:`tpu_info.host.devices.scan_local`; None: never).
+        host_every_s: seconds between host scans (one also follows a change
+            in the hooked processes, at the next look).
+        clock: a monotonic clock (tests step it).
     """
 
     def __init__(self, runtime_dir: str | Path | None = None, every_s: float = 2.0,
                  probe_libtpu: bool = True, *, proc_root: str | Path = "/proc",
-                 libtpu_target: str | Sequence[str] | None = None) -> None:
+                 libtpu_target: str | Sequence[str] | None = None,
+                 scan_host: Callable[[], LocalScan] | None = None,
+                 host_every_s: float = HOST_EVERY_S,
+                 clock: Clock = time.monotonic) -> None:
         from tpu_info.host.listeners import ProcNet
         from tpu_info.net.discovery import Rescanner
 
@@ -275,6 +291,12 @@ class DiscoveryLoop:
         self.libtpu_target = libtpu_targets() if libtpu_target is None else libtpu_target
         self.net = ProcNet(proc_root)
         self.rescanner = Rescanner(runtime_dir, port_owners=self.net.owners_by_port)
+        self.scan_host = scan_host
+        self.host_every_s = host_every_s
+        self.clock = clock
+        self.host_scans = 0
+        self._host_at = -float("inf")
+        self._host_key: tuple[str, ...] | None = None
         self._stopped = threading.Event()
 
     def stop(self) -> None:
@@ -287,7 +309,20 @@ class DiscoveryLoop:
         found = list(picked.processes)
         found += [(libtpu, ()) for libtpu in picked.libtpus]
         started = tuple((p.target, p.start_time or 0.0) for p in scan.processes)
-        return Found(tuple(found), started)
+        return self._with_host(Found(tuple(found), started))
+
+    def _with_host(self, found: Found) -> Found:
+        """``found`` with a host scan when one is due: every ``host_every_s``,
+        or at once when the hooked processes changed (a chip's owner came or went)."""
+        if self.scan_host is None:
+            return found
+        key = tuple(sorted(t for t, _ in found.processes))
+        now = self.clock()
+        if key == self._host_key and now - self._host_at < self.host_every_s:
+            return found
+        self._host_key, self._host_at = key, now
+        self.host_scans += 1
+        return replace(found, local=self.scan_host())
 
     def run(self, sink: Sink, stop: threading.Event) -> None:
         while not (stop.is_set() or self._stopped.is_set()):
@@ -302,7 +337,8 @@ class LiveSource(Source):
         targets: ``host:port`` addresses named by the user.
         interval_s: seconds between snapshots (the server's floor is 50 ms).
         timeout_s: deadline for unary calls.
-        discover: also read this host's hooked processes (and libtpu).
+        discover: also read this host's hooked processes (and libtpu), and scan
+            its chips and their owners.
         runtime_dir: where discovery looks (default: the usual place).
         probe_libtpu: with ``discover``, also read libtpu's port when it listens.
         backoff_s: waits between reconnection attempts (the last repeats).
@@ -318,8 +354,8 @@ class LiveSource(Source):
         self.clock = clock
         self.backoff_s = tuple(backoff_s)
         self.readers: list[TargetReader] = []
-        self.discovery = (DiscoveryLoop(runtime_dir, probe_libtpu=probe_libtpu) if discover
-                          else None)
+        self.discovery = (DiscoveryLoop(runtime_dir, probe_libtpu=probe_libtpu,
+                                        scan_host=_scan_host) if discover else None)
         self._stop = threading.Event()
         for t in dict.fromkeys(targets):
             self._reader(t)
@@ -360,3 +396,9 @@ class LiveSource(Source):
             self.discovery.stop()
         for r in list(self.readers):
             r.stop()
+
+
+def _scan_host() -> LocalScan:
+    from tpu_info.host.devices import scan_local  # only where the dashboard reads this host
+
+    return scan_local()

@@ -38,6 +38,7 @@ from tpu_info.contract.model import (
     Event,
     EventKind,
     Finding,
+    LocalScan,
     Snapshot,
 )
 from tpu_info.views.findings import EVENTS_READ, find
@@ -277,6 +278,9 @@ class WatchState:
     sort: str = "cost/step"
     filter: str = ""
     started: dict[str, float] = field(default_factory=dict)  # this user's, from discovery
+    local: LocalScan | None = None  # this host's chips and owners (None: not scanned)
+    all_chips: bool = False  # list the chips not usable here too (--all)
+    host: str = ""  # this host's name: a process elsewhere is never joined to its chips
 
     def ordered(self) -> list[TargetData]:
         return list(self.targets.values())

@@ -125,6 +125,8 @@ def _watch(args: argparse.Namespace, targets: list[str]) -> int:
         argv += ["--target", t]
     if args.no_discovery:
         argv.append("--no-discovery")
+    if args.all_chips:  # the Devices panel lists the chips not usable here too
+        argv.append("--all")
     if args.from_file:
         argv += ["--from", args.from_file]
     sys.stdout.flush()

@@ -198,7 +198,8 @@ class MainScreen(Screen[None]):
 
     def action_why_na(self) -> None:
         """Lists why each N/A is N/A (the words of ``tpu-info doctor``)."""
-        self.app.push_screen(ReasonsScreen(self.state.ordered()))
+        s = self.state
+        self.app.push_screen(ReasonsScreen(s.ordered(), s.local, s.host, s.all_chips))
 
     # Filter -----------------------------------------------------------------
 
@@ -254,7 +255,8 @@ class MainScreen(Screen[None]):
         self._slow_due = now + SLOW_S
         s, palette = self.state, self.palette
         targets, current = s.ordered(), s.current()
-        self.query_one(DevicesPanel).show(targets, s.selected, palette)
+        self.query_one(DevicesPanel).show(targets, s.selected, palette, s.local, s.all_chips,
+                                          s.host)
         self.query_one(GraphsPanel).show(current, s.sort, s.filter, palette)
         self.query_one(TransfersPanel).show(current, palette)
         self.query_one(ProcessesPanel).show(targets, s.selected, palette, self.tz)

@@ -17,15 +17,19 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
+from tpu_info.contract.model import LocalScan
 from tpu_info.views.derived import readings
 from tpu_info.views.values import Header, clean
 from tui.state import TargetData
 from tui.widgets.common import view_of
 
 
-def reasons_table(targets: Sequence[TargetData]) -> Table | Text:
-    """``where`` and ``why`` for every N/A of ``targets`` (their latest data)."""
-    run = readings([view_of(d) for d in targets], header=Header(host="", time_unix=0.0))
+def reasons_table(targets: Sequence[TargetData], local: LocalScan | None = None,
+                  host: str = "", all_chips: bool = False) -> Table | Text:
+    """``where`` and ``why`` for every N/A of ``targets`` (their latest data) and of
+    this host's chips (``local``), as the Devices panel lists them."""
+    run = readings([view_of(d) for d in targets], local=local,
+                   header=Header(host=host, time_unix=0.0), all_chips=all_chips)
     pairs = [(w, r) for w, r in run.reasons() if not w.startswith("header/")]
     if not pairs:
         return Text("every value was read")
@@ -50,11 +54,14 @@ class ReasonsScreen(ModalScreen[None]):
     BINDINGS = [Binding("escape", "dismiss", "Close"), Binding("n", "dismiss", "Close",
                                                               show=False)]
 
-    def __init__(self, targets: Sequence[TargetData]) -> None:
+    def __init__(self, targets: Sequence[TargetData], local: LocalScan | None = None,
+                 host: str = "", all_chips: bool = False) -> None:
         super().__init__()
         self.targets = list(targets)
+        self.local, self.host, self.all_chips = local, host, all_chips
 
     def compose(self) -> ComposeResult:
         with VerticalScroll():
             yield Static("Why N/A (esc closes)", classes="title")
-            yield Static(reasons_table(self.targets), id="reasons-body")
+            yield Static(reasons_table(self.targets, self.local, self.host, self.all_chips),
+                         id="reasons-body")
