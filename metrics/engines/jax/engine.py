@@ -101,7 +101,7 @@ class JaxEngine(EngineBase):
         self._patches = Patches(self.degraded)
         self._explain = explain_cache_misses
         skip = skip_prefixes(jax, sys.modules.get("jaxlib"))
-        self._memory = DeviceMemory()
+        self._memory = DeviceMemory(on_error=recorder.hook_failed)  # SDK failures counted
         self.compiles = Compiles(recorder, context, skip)
         self._explanations = Explanations(self.compiles, skip)
         # Hot paths append raw records to these journals, folded before reads.
@@ -198,4 +198,10 @@ class JaxEngine(EngineBase):
             v["jaxlib"] = jaxlib.__version__
         except (ImportError, AttributeError):
             pass
+        # libtpu as the TPU backend loaded it (JAX imports the package to find
+        # its library): the CLI's header and doctor show it where no libtpu
+        # service answers (a sandbox without TCP).
+        libtpu = sys.modules.get("libtpu")
+        if isinstance(version := getattr(libtpu, "__version__", None), str):
+            v["libtpu"] = version
         return v
