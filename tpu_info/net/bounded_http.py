@@ -25,8 +25,10 @@ With ``tls`` (an :class:`ssl.SSLContext`, from :mod:`tpu_info.net.webconfig`)
 each connection's handshake is done without blocking under the same request
 deadline, and a client that does not speak TLS is closed unanswered; with
 ``authorize`` every request needs an ``Authorization`` header it accepts, else
-401 with ``WWW-Authenticate: Basic``. ``landing`` is the HTML page served at
-``/`` (:func:`landing_page`); any other path gets ``body_fn``'s exposition.
+401 with ``WWW-Authenticate: Basic``, or 429 with ``Retry-After`` when the
+authorizer did not check it (that client's budget of checks is spent).
+``landing`` is the HTML page served at ``/`` (:func:`landing_page`); any other
+path gets ``body_fn``'s exposition.
 Every answer closes its connection (``Connection: close``).
 
 Example:
@@ -72,11 +74,26 @@ class TlsWrapper(Protocol):
                     do_handshake_on_connect: bool = ...) -> ssl.SSLSocket: ...
 
 
-class _Conn:
-    __slots__ = ("sock", "deadline", "buf", "out", "ready", "opened", "handshaking")
+class AuthVerdict(Protocol):
+    """What ``authorize`` answers (:class:`tpu_info.net.basic_auth.Verdict`)."""
 
-    def __init__(self, sock: socket.socket, now: float) -> None:
+    @property
+    def status(self) -> int: ...  # 200, 401 or 429
+
+    @property
+    def retry_after_s(self) -> int: ...
+
+
+Authorizer = Callable[[str, str], AuthVerdict]
+"""``authorize(authorization_header, peer_address) -> verdict``."""
+
+
+class _Conn:
+    __slots__ = ("sock", "deadline", "buf", "out", "ready", "opened", "handshaking", "peer")
+
+    def __init__(self, sock: socket.socket, now: float, peer: str = "") -> None:
         self.sock = sock
+        self.peer = peer
         self.opened = now
         self.deadline = now + REQUEST_TIMEOUT_S
         self.buf = b""
@@ -122,7 +139,8 @@ class BoundedHttpServer:
 
     Args:
         tls: serve HTTPS with this context (None: plain HTTP).
-        authorize: ``authorize(authorization_header) -> bool``, None: no auth.
+        authorize: ``authorize(authorization_header, peer) -> verdict``
+            (:data:`Authorizer`), None: no auth.
         landing: the page served at ``/`` (None: the exposition there too).
 
     Raises:
@@ -133,7 +151,7 @@ class BoundedHttpServer:
                  requests_per_s: float = REQUESTS_PER_S,
                  thread_name: str = "tpu-info-prometheus", *,
                  tls: TlsWrapper | None = None,
-                 authorize: Callable[[str], bool] | None = None,
+                 authorize: Authorizer | None = None,
                  landing: bytes | None = None) -> None:
         self._body_fn = body_fn
         self._tls = tls
@@ -240,7 +258,7 @@ class BoundedHttpServer:
                     return  # the rest wait in the backlog
                 self._close(min(unfinished, key=lambda c: c.opened), answered=False)
             try:
-                sock, _ = self._listener.accept()
+                sock, addr = self._listener.accept()
             except (BlockingIOError, InterruptedError):
                 return
             except OSError as e:  # EMFILE and the like: try again on the next round
@@ -254,7 +272,7 @@ class BoundedHttpServer:
                 except (OSError, ValueError):
                     sock.close()
                     continue
-            conn = _Conn(sock, now)
+            conn = _Conn(sock, now, str(addr[0]) if isinstance(addr, tuple) and addr else "")
             self._conns[sock.fileno()] = conn
             self._sel.register(sock, selectors.EVENT_READ, conn)
 
@@ -311,19 +329,25 @@ class BoundedHttpServer:
             if conn.sock.fileno() not in self._conns:
                 continue  # closed while waiting
             self._tokens -= 1.0
-            self._reply_now(conn, self._respond(conn.buf))
+            self._reply_now(conn, self._respond(conn.buf, conn.peer))
 
-    def _respond(self, head: bytes) -> bytes:
+    def _respond(self, head: bytes, peer: str = "") -> bytes:
         parts = head.split(b"\r\n", 1)[0].split(b" ")
         if len(parts) != 3 or not parts[2].startswith(b"HTTP/1."):
             return _response("400 Bad Request")
         method, path = parts[0], parts[1]
         if method not in (b"GET", b"HEAD"):
             return _response("405 Method Not Allowed")
-        if self._authorize is not None and not self._authorize(
-                _header(head, b"authorization")):
-            return _response("401 Unauthorized", b"Unauthorized\n", head_only=method == b"HEAD",
-                             extra='WWW-Authenticate: Basic realm="tpu-info"')
+        if self._authorize is not None:
+            verdict = self._authorize(_header(head, b"authorization"), peer)
+            if verdict.status == 429:
+                return _response("429 Too Many Requests", b"Too many password checks from "
+                                 b"this client: try again later\n", head_only=method == b"HEAD",
+                                 extra=f"Retry-After: {max(1, int(verdict.retry_after_s))}")
+            if verdict.status != 200:
+                return _response("401 Unauthorized", b"Unauthorized\n",
+                                 head_only=method == b"HEAD",
+                                 extra='WWW-Authenticate: Basic realm="tpu-info"')
         route = path.split(b"?", 1)[0]
         if route == b"/favicon.ico":
             return _response("200 OK", head_only=method == b"HEAD")

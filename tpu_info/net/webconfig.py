@@ -18,12 +18,11 @@ parsed) and raises :class:`WebConfigError`, one line naming the file, for a
 missing file, bad YAML, an unknown or unsupported key, a bad hash or a
 certificate that does not load. :class:`LiveWebConfig` reads it again when
 it or a file it names changes (rotated certificates, new users), as
-exporter-toolkit does. :class:`BasicAuth` checks ``Authorization``
-headers on the serving thread: bcrypt at cost 10 takes 50-160 ms (and
-releases the GIL), so a header that passed is remembered for
-:data:`AUTH_CACHE_S`, and at most :data:`CHECKS_PER_S` bcrypt checks run a
-second (a flood of wrong passwords costs the process a fraction of one core,
-and answers 401).
+exporter-toolkit does. :class:`~tpu_info.net.basic_auth.BasicAuth` checks
+``Authorization`` headers on the serving thread: a header that passed is
+remembered while it is used, and bcrypt checks are rationed per client
+(address and user name) under one ceiling for the process; a client over
+its budget gets 429 with ``Retry-After``, not 401.
 
 Python's ``ssl`` only ever verifies a client certificate it asks for, so
 ``RequireAnyClientCert`` and ``VerifyClientCertIfGiven`` verify against
@@ -39,26 +38,20 @@ Example:
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import logging
 import os
 import re
 import ssl
-import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from tpu_info.contract.errors import TpuInfoError
+from tpu_info.net.basic_auth import PASSED, BasicAuth, Verdict
 
 log = logging.getLogger("tpu_info.net.webconfig")
 
-AUTH_CACHE_S = 60.0  # a header that passed bcrypt is not checked again this long
-AUTH_CACHE_MAX = 64
-CHECKS_PER_S = 2.0  # bcrypt checks a second at most (burst CHECK_BURST)
-CHECK_BURST = 4.0
 RELOAD_CHECK_S = 1.0  # the files' stat() at most this often, on the serving thread
 
 CLIENT_AUTH = {  # exporter-toolkit's names -> (verify_mode, needs client_ca_file)
@@ -245,74 +238,6 @@ def _users(path: str, doc: Any) -> dict[str, bytes]:
     return users
 
 
-class BasicAuth:
-    """Checks ``Authorization: Basic`` headers against bcrypt hashes, on one
-    thread (the server's); see the module docstring for the cache and budget.
-
-    Args:
-        users: user -> bcrypt hash.
-        clock: monotonic seconds (injected for tests).
-    """
-
-    def __init__(self, users: Mapping[str, bytes],
-                 clock: Any = time.monotonic) -> None:
-        self._users = dict(users)
-        self._clock = clock
-        self._passed: dict[bytes, float] = {}
-        self._tokens = CHECK_BURST
-        self._last = clock()
-        self._lock = threading.Lock()
-        self._dummy = next(iter(self._users.values()), b"")
-        self.checks = 0  # bcrypt checks run
-        self.refused_busy = 0  # headers refused unchecked: over CHECKS_PER_S
-
-    def __call__(self, header: str) -> bool:
-        """Whether ``header`` (the ``Authorization`` value) names a user with
-        the right password."""
-        scheme, _, encoded = header.strip().partition(" ")
-        if scheme.lower() != "basic":
-            return False
-        try:
-            user, sep, password = base64.b64decode(encoded.strip(), validate=True) \
-                .decode("utf-8").partition(":")
-        except (ValueError, UnicodeDecodeError):
-            return False
-        if not sep:
-            return False
-        key = hashlib.sha256(header.encode("latin-1", "replace")).digest()
-        now = self._clock()
-        with self._lock:
-            expiry = self._passed.get(key)
-            if expiry is not None and expiry > now:
-                return True
-            self._tokens = min(CHECK_BURST, self._tokens + (now - self._last) * CHECKS_PER_S)
-            self._last = now
-            if self._tokens < 1.0:
-                self.refused_busy += 1
-                return False
-            self._tokens -= 1.0
-        ok = self._check(password.encode("utf-8"), self._users.get(user))
-        if ok:
-            with self._lock:
-                if len(self._passed) >= AUTH_CACHE_MAX:
-                    self._passed = {k: v for k, v in self._passed.items() if v > now}
-                    if len(self._passed) >= AUTH_CACHE_MAX:
-                        self._passed.clear()
-                self._passed[key] = now + AUTH_CACHE_S
-        return ok
-
-    def _check(self, password: bytes, hashed: bytes | None) -> bool:
-        import bcrypt
-
-        self.checks += 1
-        # An unknown user costs the same check (no telling users apart by time).
-        try:
-            ok = bcrypt.checkpw(password, hashed or self._dummy)
-        except ValueError:
-            return False
-        return ok and hashed is not None
-
-
 def _stamp(files: tuple[str, ...]) -> tuple[tuple[int, int, int] | None, ...]:
     out: list[tuple[int, int, int] | None] = []
     for f in files:
@@ -335,7 +260,8 @@ class LiveWebConfig:
     scrapes with one scheme).
 
     It is both the server's ``tls`` (:meth:`wrap_socket`) and its
-    ``authorize`` (calling it checks a header; True when no users are set).
+    ``authorize`` (calling it with a header and the client's address gives a
+    :class:`~tpu_info.net.basic_auth.Verdict`; in when no users are set).
 
     Args:
         config: the configuration loaded at start (:func:`load`).
@@ -364,9 +290,9 @@ class LiveWebConfig:
         return self._config.tls.wrap_socket(sock, server_side=server_side,
                                             do_handshake_on_connect=do_handshake_on_connect)
 
-    def __call__(self, header: str) -> bool:
+    def __call__(self, header: str, peer: str = "") -> Verdict:
         self.refresh()
-        return True if self._auth is None else self._auth(header)
+        return PASSED if self._auth is None else self._auth(header, peer)
 
     def refresh(self) -> None:
         """Reads the file again when it or a file it names changed."""

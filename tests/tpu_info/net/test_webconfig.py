@@ -28,7 +28,7 @@ from tests.conftest import ROOT
 from tests.metrics.export.test_prometheus import make_snapshot
 from tests.tls_certs import make_pki
 from tpu_info.commands import cli
-from tpu_info.net import webconfig
+from tpu_info.net import basic_auth, webconfig
 from tpu_info.net.bounded_http import BoundedHttpServer
 
 HASH = bcrypt.hashpw(b"s3cret", bcrypt.gensalt(10)).decode()
@@ -196,17 +196,56 @@ def test_client_certificates_are_required_and_verified(pki: Path):
     assert server.answered == 1 and server.dropped == 2
 
 
-def test_a_header_that_passed_is_not_checked_again_and_failures_have_a_budget():
+def _auth(now: list[float]) -> basic_auth.BasicAuth:
+    # bcrypt's answer without its 50-160 ms: the rules, not the hash, are tested here.
+    return basic_auth.BasicAuth({"prom": b"right", "other": b"other-right"},
+                                clock=lambda: now[0], checker=lambda pw, h: pw == h)
+
+
+def test_a_header_that_passed_is_remembered_while_it_is_used():
     now = [100.0]
-    auth = webconfig.BasicAuth({"prom": HASH.encode()}, clock=lambda: now[0])
-    good = _basic("prom", "s3cret")
-    assert auth(good) and auth(good) and auth.checks == 1
-    refused = [auth(_basic("prom", f"guess{i}")) for i in range(20)]
-    assert not any(refused)
-    assert auth.checks <= 1 + webconfig.CHECK_BURST and auth.refused_busy >= 15
-    assert auth(good)  # a cached header gets in while guesses are refused
-    now[0] += webconfig.AUTH_CACHE_S + 1  # expired: checked again (the budget refilled)
-    assert auth(good) and auth.checks <= 2 + webconfig.CHECK_BURST
+    auth = _auth(now)
+    good = _basic("prom", "right")
+    assert auth(good, "127.0.0.1").ok and auth.checks == 1
+    for _ in range(20):  # used every 60 s for 20 minutes: never checked again
+        now[0] += 60
+        assert auth(good, "127.0.0.1").ok
+    assert auth.checks == 1
+    now[0] += basic_auth.AUTH_IDLE_S + 1  # unused that long: checked again
+    assert auth(good, "127.0.0.1").ok and auth.checks == 2
+
+
+def test_a_flood_of_guesses_spends_its_own_budget_and_is_told_429():
+    now = [100.0]
+    auth = _auth(now)
+    verdicts = [auth(_basic("prom", f"guess{i}"), "127.0.0.1") for i in range(20)]
+    assert [v.status for v in verdicts[:4]] == [401] * 4  # the burst: checked, wrong
+    assert {v.status for v in verdicts[4:]} == {429}  # not checked: come back later
+    assert all(v.retry_after_s >= 1 for v in verdicts[4:])
+    assert auth.checks == basic_auth.CHECK_BURST and auth.refused_busy == 16
+    # The same wrong password again is known wrong: 401, no check, no budget.
+    assert auth(_basic("prom", "guess0"), "127.0.0.1").status == 401
+    # Another user name from the same address, and the same name from another
+    # address, have budgets of their own: their first login is checked at once.
+    assert auth(_basic("other", "other-right"), "127.0.0.1").ok
+    assert auth(_basic("prom", "right"), "10.0.0.2").ok
+    # Made-up names share one budget per address: no state per name.
+    for i in range(50):
+        auth(_basic(f"nobody{i}", "x"), "127.0.0.1")
+    assert auth.clients == 4  # (127.0.0.1: prom, other, unknown names), (10.0.0.2: prom)
+    now[0] += 1.0  # two tokens back
+    assert auth(_basic("prom", "right"), "127.0.0.1").ok
+
+
+def test_the_budget_table_is_bounded_and_the_ceiling_holds():
+    now = [100.0]
+    auth = _auth(now)
+    statuses = [auth(_basic("prom", f"g{i}"), f"10.0.{i // 250}.{i % 250}").status
+                for i in range(2 * basic_auth.MAX_CLIENTS)]
+    assert statuses.count(401) == basic_auth.CEILING_BURST  # the process's ceiling
+    assert auth.clients <= basic_auth.MAX_CLIENTS + 1
+    now[0] += 3600
+    assert auth(_basic("prom", "right"), "127.0.0.1").ok
 
 
 @pytest.mark.slow
