@@ -20,8 +20,9 @@ encoded again (:class:`~tpu_info.outputs.prometheus.SeriesState`,
 byte for byte that of building and encoding everything anew.
 
 Bounds: at most :data:`MAX_TARGETS` targets a poll, and of the targets not
-known to answer at most 64 less those that hung in the last 20 s, answering
-and newest first
+known to answer those whose server greets when looked at (all at once, a
+fraction of a second) and at most 64 more less those that hung in the last
+20 s, least recently asked first, those that keep failing backed off
 (:mod:`tpu_info.commands.exporter_targets`; what was not asked is counted in
 ``tpu_info_exporter_targets_skipped{reason}``); a poll ends within
 ``--timeout``; the endpoint is the hook's bounded HTTP server
@@ -70,6 +71,7 @@ from tpu_info.net import discovery
 from tpu_info.net.bounded_http import BoundedHttpServer, landing_page
 from tpu_info.net.client import Client
 from tpu_info.net.fanout import FAN_OUT_MARGIN_S, Channels, FanOutResult, fan_out
+from tpu_info.net.greet import greeters
 from tpu_info.net.webconfig import LiveWebConfig, WebConfig
 from tpu_info.outputs import prometheus_host as host_fams
 from tpu_info.outputs.identity import ProgramLabels, job_rank, program_name
@@ -81,6 +83,7 @@ log = logging.getLogger("tpu_info.commands.exporter")
 DEFAULT_INTERVAL_S = 5.0
 DEFAULT_TIMEOUT_S = 2.0
 MAX_WORKERS = 64
+GREET_S = 0.5  # how long a poll waits for servers not answering lately to greet (of --timeout)
 MAX_REPLY_BYTES = 16 * 1024 * 1024  # one target's answer (the hook's at its bounds: a few MiB)
 POLL_SLACK_S = 0.1  # of --timeout, kept for what follows the fan-out (merging, encoding)
 MAX_FORMATS = 4  # (Accept, gzip) pairs whose bodies are kept and encoded by each poll
@@ -150,7 +153,11 @@ class HostExporter:
         # what changed since the last one.
         self._followers: dict[tuple[object, ...], Follower] = {}
         self._channels = Channels(options.max_targets + 1)  # kept open between polls
-        self._chooser = TargetChooser(options.max_targets)
+        # Targets not answering lately are looked at all at once before a poll
+        # dials any (a live one is asked whatever hung records there are).
+        greet_s = min(GREET_S, options.timeout_s / 4)
+        self._chooser = TargetChooser(options.max_targets,
+                                      greet=lambda targets: greeters(targets, greet_s))
         self._not_asked: Counter[str] = Counter()
         self._said_not_asked = 0.0  # when the log last said so (once a minute at most)
         self._families: list[Metric] = []
@@ -176,7 +183,7 @@ class HostExporter:
         if self._not_asked and time.monotonic() - self._said_not_asked > 60.0:
             self._said_not_asked = time.monotonic()
             log.warning("tpu-info exporter: %d of %d hooked processes not asked this poll "
-                        "(%s; answering and newest first, the rest in turn): see "
+                        "(%s; answering and greeting first, the rest in turn): see "
                         "tpu_info_exporter_targets_skipped", sum(self._not_asked.values()),
                         len(scan.processes), ", ".join(
                             f"{n} {r}" for r, n in sorted(self._not_asked.items())))

@@ -168,7 +168,8 @@ def target_families(targets: Iterable[TargetHealth], labels: Mapping[str, str],
     unasked = _gauge("exporter_targets_skipped", "Hooked processes discovery found that the "
                      "last poll did not ask, by reason: max_targets (more than it asks), "
                      "port_closed (nothing listens on the port), not_answering (did not "
-                     "answer lately: asked again in turn, answering and newest first), "
+                     "answer lately: asked again in turn, answering and greeting first, "
+                     "backed off), "
                      "dial_budget (not asked yet: recent dials hung).",
                      [*names, "reason"])
     for reason in ("dial_budget", "max_targets", "not_answering", "port_closed"):

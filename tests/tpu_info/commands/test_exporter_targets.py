@@ -67,3 +67,36 @@ def test_closed_ports_and_max_targets_are_counted() -> None:
     asked, skipped = chooser.choose(procs, {7000: {0}, 7001: {0}, 7002: {0}, 7003: {0}})
     assert [p.pid for p in asked] == [13, 12, 11]
     assert skipped == {"port_closed": 2, "max_targets": 1}
+
+
+def test_a_program_that_greets_is_asked_whatever_the_hung_records_and_they_back_off() -> None:
+    from tpu_info.commands.exporter_targets import MAX_BACKOFF_POLLS
+
+    clock = Clock()
+    real = _proc(7, 6000, start=1.0)  # the oldest record
+    hung = [_proc(100 + i, 5000 + i, start=10.0 + i) for i in range(500)]
+    watched = {p.target: [] for p in [*hung[:3], *hung[-3:]]}  # polls each was looked at
+    looked: list[int] = []
+    poll = [0]
+
+    def greet(targets: list[str]) -> set[str]:
+        looked.append(len(targets))
+        for t in targets:
+            if t in watched:
+                watched[t].append(poll[0])
+        return {real.target} & set(targets)
+
+    chooser = TargetChooser(max_targets=256, dial_budget=64, window_s=20.0, clock=clock,
+                            greet=greet)
+    for poll[0] in range(1, 60):
+        asked, skipped = chooser.choose([*hung, real], None)
+        assert asked[0] == real  # asked first, every poll
+        assert len(asked) + sum(skipped.values()) == 501
+        for p in asked:
+            chooser.answered(p, p is real, hung=p is not real)
+        clock.now += 5.0
+    # Backed off: hung records are looked at in a few polls of the 59, not in each.
+    assert looked[0] == 501 and sum(looked) < 500 * 59 / 4, looked
+    for polls in watched.values():  # oldest and newest alike have their turn, never starved
+        assert polls[0] == 1 and max(b - a for a, b in zip(polls, [*polls[1:], 60])) \
+            <= MAX_BACKOFF_POLLS, polls
