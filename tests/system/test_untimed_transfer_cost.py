@@ -1,9 +1,11 @@
-"""A numpy batch passed straight into a jitted function each step: the jit
-wrapper counts the copy but cannot time it (JAX moves it in C++), so its cost
-is estimated from bytes and a rate (this program's own timed transfers when
-it has enough, else an assumed one), labelled so, and named with its line,
-per-step count, bytes per step and share of step in the findings, the report,
-the CLI table and the JSON; a one-off copy stays quiet. Real JAX on CPU."""
+"""A numpy batch passed straight into a jitted function each step: JAX moves
+it in C++, so the jit wrapper counts every copy and times a sample of them
+itself (its first 64, then one in 256: issue 41 item 4), and the cost is that
+sample scaled to every copy, saying what it stands on ("timed 64 of 200
+transfers: ... GB/s to the device"; a copy that compiled is
+no sample), never an assumed rate; named with its
+line, per-step count, bytes per step and share of step in the findings, the
+report, the CLI table and the JSON; a one-off copy stays quiet. Real JAX on CPU."""
 
 from __future__ import annotations
 
@@ -39,7 +41,7 @@ def once(a):
 w = jnp.ones((784, 10))
 x, y = np.ones((128, 784), np.float32), np.ones((128, 10), np.float32)
 once(np.ones((2048, 1024), np.float32)).block_until_ready()  # the one-off copy
-for i in range(40):
+for i in range(200):
     w = update(w, (x, y))  # the per-step copy
 w.block_until_ready()
 if sys.argv[1] == "timed":  # explicit, timed puts give this program's own rate
@@ -80,12 +82,13 @@ def _run(tmp_path: Path, mode: str) -> tuple[dict, int]:
 def _check(out: dict, line: int, rate_words: str) -> dict:
     (f,) = out["findings"]  # the per-step copy only: the one-off stays quiet
     assert f["location"].endswith(f"numpy_batch.py:{line}"), f
-    assert f["count"] == 40 and f["per_step"] == pytest.approx(1.0)
+    assert f["count"] == 200 and f["per_step"] == pytest.approx(1.0)
     assert f["bytes_per_step"] == 128 * (784 + 10) * 4
-    assert f["cost_estimated"] and f["seconds_per_step"] > 0 and f["share_of_step"] > 0
+    assert not f["cost_estimated"] and f["seconds_per_step"] > 0 and f["share_of_step"] > 0
     msg = f["message"]
     assert f"numpy argument of jit(update) at numpy_batch.py:{line} copies 406.5 KB" in msg
-    assert "every step (40 times, 1.0 per step, ~" in msg and "of step time, " in msg
+    assert "every step (200 times, 1.0 per step, " in msg and "of step time, " in msg
+    assert "assumed" not in msg
     assert rate_words in msg, msg
     assert "jax.device_put it in the data loader one step ahead" in msg
     assert "double-buffer" in msg and "Pad or bucket" not in msg
@@ -94,18 +97,12 @@ def _check(out: dict, line: int, rate_words: str) -> dict:
     assert f"numpy_batch.py:{line}copies406.5KB" in cli and "".join(msg.split())[:200] in cli
     (j,) = out["json"]
     assert j["message"] == msg and j["bytes_per_step"] == f["bytes_per_step"]
-    assert j["cost"].startswith("~") and j["cost_estimated"] is True
+    assert not j["cost"].startswith("~") and j["cost_estimated"] is False
     return f
 
 
 @pytest.mark.slow
-def test_numpy_batch_every_step_is_named_with_an_assumed_rate(tmp_path: Path):
-    out, line = _run(tmp_path, "untimed")
-    _check(out, line, "estimated at an assumed 10 GB/s")
-
-
-@pytest.mark.slow
-def test_numpy_batch_every_step_is_costed_at_the_program_own_measured_rate(tmp_path: Path):
-    out, line = _run(tmp_path, "timed")
-    f = _check(out, line, "measured on this program's")
-    assert "GB/s measured on this program's 20 timed transfers" in f["message"], f["message"]
+def test_numpy_batch_every_step_is_costed_on_its_timed_copies(tmp_path: Path):
+    for mode in ("untimed", "timed"):  # the program's own explicit puts change nothing
+        out, line = _run(tmp_path, mode)
+        _check(out, line, "measured; timed 6")  # 63 or 64: a copy that compiled is no sample

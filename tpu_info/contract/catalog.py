@@ -37,11 +37,21 @@ IMPLICIT_INBOUND_BYTES = "ImplicitInboundBytes"
 EAGER_FALLBACK_TIME = "EagerFallbackTime"
 DEVICE_BUSY_TIME = "DeviceBusyTime"
 MONITORING_DROPPED = "JaxMonitoringDropped"
+BACKEND_START_TIME = "BackendStartTime"
+COMPILE_STEP_TIME = "CompileStepTime"
 
 # name -> (kind, unit, help). kind is "counter" or "distribution".
 CATALOG: dict[str, tuple[str, Unit, str]] = {
     COMPILE_TIME: ("distribution", Unit.TIME_NS,
                    "Backend (XLA) compile time of each real compile."),
+    BACKEND_START_TIME: ("distribution", Unit.TIME_NS,
+                         "Time opening the device backends (the first device operation of "
+                         "the process: 7-11 s for a TPU chip): a start-up, not a cost of the "
+                         "operation that asked first."),
+    COMPILE_STEP_TIME: ("distribution", Unit.TIME_NS,
+                        "Compile work (tracing, lowering, backend compiles, the backends' "
+                        "start-up) inside the step loop: one sample per step that held any, "
+                        "its time. The steady step is the steps less this."),
     TRACE_TIME: ("distribution", Unit.TIME_NS,
                  "Time tracing Python into a graph (JAX: to a jaxpr; torch.compile: "
                  "Dynamo's bytecode tracing of one frame)."),

@@ -84,6 +84,12 @@ class SiteReading:
     # drain_seconds`` is the device's queued work the reads waited for. None:
     # not told (another kind, or an older hook).
     drain_seconds: float | None = None
+    # Records of the line that were timed (a host->device copy's time is
+    # sampled: the jit wrapper times a sample of its numpy arguments) and the
+    # bytes they moved: the site's ``seconds`` are theirs. 0: not told (an
+    # older hook, or a kind whose every record is timed).
+    timed: int = 0
+    timed_bytes: int = 0
 
 
 # StepsReading.source values.
@@ -116,12 +122,34 @@ class StepsReading:
     last_unix: float | None = None
     excluded_calls: int = 0
     loop_ended: bool = False
+    # Steps that held a compile or the backend's start-up, and the seconds
+    # those took (the engine's ``CompileStepTime``, joined by
+    # :func:`tpu_info.views.cost.steps_of`): one-off time inside the loop,
+    # apart from the steady steps.
+    compile_steps: int = 0
+    compile_seconds: float = 0.0
 
     @property
     def seconds_per_step(self) -> float | None:
         if not self.count or self.seconds_total is None:
             return None
         return self.seconds_total / self.count
+
+    @property
+    def steady_seconds_total(self) -> float | None:
+        """The steps' wall time less the compiles (and start-up) inside them:
+        what shares of step time are taken over; None when unknown."""
+        if self.seconds_total is None:
+            return None
+        return max(0.0, self.seconds_total - self.compile_seconds)
+
+    @property
+    def steady_seconds_per_step(self) -> float | None:
+        """The mean steady step: the steps less the compiles inside them."""
+        total = self.steady_seconds_total
+        if not self.count or total is None:
+            return None
+        return total / self.count
 
 
 class Severity(enum.StrEnum):

@@ -23,7 +23,7 @@ from __future__ import annotations
 from tpu_info.contract import catalog
 from tpu_info.contract.model import Snapshot
 from tpu_info.contract.safe import clean
-from tpu_info.views.cost import duration, short_location, steps_of
+from tpu_info.views.cost import duration, short_location, steady_step_words, steps_of
 from tpu_info.views.derived import finding_line
 from tpu_info.views.findings import find
 from tpu_info.views.values import dist_percentile, format_uptime
@@ -46,8 +46,11 @@ def _steps_line(s: Snapshot) -> str | None:
         parts.append(f"step time P50 {duration(p50 / 1e9)}")
         if p99 is not None:
             parts.append(f"P99 {duration(p99 / 1e9)}")
-    elif steps.seconds_total:
-        parts.append(f"mean step {duration(steps.seconds_total / steps.count)}")
+    elif (steady := steps.steady_seconds_per_step):
+        word = "steady step" if steps.compile_steps else "mean step"
+        parts.append(f"{word} {duration(steady)}")
+    if compiles := steady_step_words(steps):
+        parts.append(compiles)
     return ", ".join(parts)
 
 

@@ -18,10 +18,10 @@ Example:
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from tpu_info.contract.catalog import MARK_STEP, STEP_TIME
+from tpu_info.contract.catalog import COMPILE_STEP_TIME, MARK_STEP, STEP_TIME
 from tpu_info.contract.model import STEPS_MARKED, Phase, Severity, Snapshot, StepsReading
 from tpu_info.contract.phases import every_steps
 
@@ -69,17 +69,38 @@ def size_words(nbytes: float) -> str:
 
 def steps_of(s: Snapshot) -> StepsReading | None:
     """The snapshot's steps; for an older hook without them, its ``MarkStep``
-    counter (and ``StepTime`` total) as marked steps. None when nothing counts steps."""
+    counter (and ``StepTime`` total) as marked steps. None when nothing counts steps.
+    The compile steps the engine told (``CompileStepTime``: compiles and the
+    backends' start-up inside the loop) are joined in, so every share of step
+    time is taken over the steady steps (``steady_seconds_total``)."""
     if s.steps is not None and s.steps.count > 0:
-        return s.steps
-    marks = s.counter(MARK_STEP)
-    if not marks:
-        return None
-    step_time = s.distribution(STEP_TIME)
-    total = None
-    if step_time is not None and step_time.count:
-        total = step_time.total / 1e9 / step_time.count * marks
-    return StepsReading(marks, STEPS_MARKED, "metrics.mark_step", total)
+        steps: StepsReading = s.steps
+    else:
+        marks = s.counter(MARK_STEP)
+        if not marks:
+            return None
+        step_time = s.distribution(STEP_TIME)
+        total = None
+        if step_time is not None and step_time.count:
+            total = step_time.total / 1e9 / step_time.count * marks
+        steps = StepsReading(marks, STEPS_MARKED, "metrics.mark_step", total)
+    compiles = s.distribution(COMPILE_STEP_TIME)
+    if compiles is None or not compiles.count or steps.compile_steps:
+        return steps
+    seconds = compiles.total / 1e9
+    if steps.seconds_total is not None:
+        seconds = min(seconds, steps.seconds_total)
+    return replace(steps, compile_steps=min(compiles.count, steps.count),
+                   compile_seconds=seconds)
+
+
+def steady_step_words(steps: StepsReading) -> str:
+    """``compiles: 43.0 s in 3 steps`` when compile work sat inside the loop
+    (the steady step leaves it out), else ``""``."""
+    if not steps.compile_steps or steps.compile_seconds <= 0:
+        return ""
+    n = steps.compile_steps
+    return f"compiles: {duration(steps.compile_seconds)} in {n:,} step{'s' * (n != 1)}"
 
 
 # Phases whose work is not part of every step: costed per occurrence and as
@@ -125,15 +146,19 @@ class Cost:
         if self.steps is None or self.outside_step:
             return None
         seconds = self.seconds
-        if self.steps.seconds_total:  # part of the steps: never more than they took
-            seconds = min(seconds, self.steps.seconds_total)
+        steady = self.steps.steady_seconds_total
+        if steady:  # part of the steady steps: never more than they took
+            seconds = min(seconds, steady)
         return seconds / self.steps.count
 
     @property
     def share_of_step(self) -> float | None:
-        if self.steps is None or not self.steps.seconds_total or self.outside_step:
+        """The cost over the steady steps' time (compiles inside the loop
+        left out: one-off, said on their own line)."""
+        steady = None if self.steps is None else self.steps.steady_seconds_total
+        if not steady or self.outside_step:
             return None
-        return min(1.0, self.seconds / self.steps.seconds_total)
+        return min(1.0, self.seconds / steady)
 
     @property
     def share_of_run(self) -> float | None:
@@ -149,6 +174,11 @@ class Cost:
         if self.apart and (self.steps is None or self.apart <= self.steps.count):
             return max(1.0, self.apart)
         return every_steps(self.count or 0, self.steps, self.span)
+
+    @property
+    def untimed(self) -> bool:
+        """Nothing was measured to cost it by: no figure is said."""
+        return self.estimated and self.seconds <= 0 and self.how.startswith("not timed")
 
     def label(self) -> str:
         said = self.how if self.estimated else "measured"
@@ -182,6 +212,8 @@ class Cost:
         if (p := self.per_step) is not None:
             parts.append(f"{p:.2g} per step" if p < 0.1 else f"{p:.1f} per step")
         mark = "~" if self.estimated else ""
+        if self.untimed:  # no figure: the label says why
+            return ", ".join(parts + [self.label()])
         parts.append(f"{mark}{duration(self.seconds_per_step or 0.0)}/step")
         if (share := self.share_of_step) is not None:
             parts.append(f"{share_words(share)} of step time")

@@ -62,6 +62,7 @@ from tpu_info.views.findings_torch import (
 )
 from tpu_info.views.sites import explicit_syncs, site_findings
 from tpu_info.views.slow_steps import slow_steps
+from tpu_info.views.startup import startup
 
 _NON_RECOMPILE = (FIRST_CALL,)
 _XLA_WARM_UP = ("warm-up (the step after the first is a new graph once: optimizer state or "
@@ -418,7 +419,7 @@ RULES: tuple[Callable[[Snapshot], Iterable[Finding]], ...] = (
     compile_share,
     memory_pressure, graph_breaks, xla_value_access, xla_closure_reads, xla_eager_mode,
     cpu_fallbacks,
-    hook_errors, kept_out,
+    hook_errors, kept_out, startup,
     nothing_recorded,
 )
 

@@ -49,7 +49,8 @@ class StepLine:
     Attributes:
         steps: the Processes table's Steps cell (``~1,200`` when inferred).
         per_second: steps per second between the last two readings.
-        step_seconds: mean wall time per step since the program started.
+        step_seconds: mean wall time per steady step since the program
+            started (the steps less the compiles and start-up inside them).
         p50_seconds, p99_seconds: step time percentiles (marked steps only:
             ``StepTime`` times each step).
         busy: busy % of the process's devices (their mean), as the devices
@@ -156,7 +157,8 @@ def step_line(v: TargetView, prev: Snapshot | None = None) -> StepLine:
         na.append((where, why))
         return StepLine(steps, gone, gone, gone, gone, _busy(v, s), "", tuple(na))
     rate = get("per_second", steps_per_second(prev, s), NO_RATE)
-    mean = get("step_time", st.seconds_per_step, "the hook did not time the steps")
+    # The steady step: compiles inside the loop (and the start-up) left out.
+    mean = get("step_time", st.steady_seconds_per_step, "the hook did not time the steps")
     basis = clean(st.basis, 120) if st.source == STEPS_INFERRED else ""
     dist = s.distribution(STEP_TIME)
     if dist is not None and not dist.count:

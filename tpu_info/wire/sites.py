@@ -30,7 +30,8 @@ def fill_diagnosis(msg: pb.Snapshot, s: Snapshot) -> None:
                       detail=site.detail, last_seen_unix=site.last_seen_unix,
                       first_seen_unix=site.first_seen_unix, phase=site.phase, via=site.via,
                       occurrences=site.occurrences, steps_spanned=site.steps_spanned,
-                      drain_seconds=site.drain_seconds)
+                      drain_seconds=site.drain_seconds, timed=site.timed,
+                      timed_bytes=site.timed_bytes)
     st = s.steps
     if st is not None:
         msg.steps.count = st.count
@@ -59,6 +60,7 @@ def _site(m: pb.Site, dec: Decoding) -> SiteReading:
         steps_spanned=m.steps_spanned,
         drain_seconds=(max(0.0, dec.num0(m.drain_seconds, where, "drain_seconds"))
                        if m.HasField("drain_seconds") else None),
+        timed=m.timed, timed_bytes=m.timed_bytes,
     )
 
 

@@ -65,7 +65,7 @@ class Owner:
     """One counted function: its name in the ledger and the graphs its calls ran."""
 
     __slots__ = ("name", "graphs", "last_hash", "compiles", "nested_numpy", "usual_ns",
-                 "numpy_args", "calls", "evaluation", "numpy_label")
+                 "numpy_args", "calls", "evaluation", "numpy_label", "copies_seen")
     explicit = False  # a function the user wrapped in metrics.track is explicit
 
     def __init__(self, name: str) -> None:
@@ -87,6 +87,7 @@ class Owner:
         # JitArguments says how it learns (_BY_HANDLER: truthy, not yet True).
         self.numpy_args: bool | str = False
         self.numpy_label = f"numpy argument of {name}"  # its records' detail: made once
+        self.copies_seen = 0  # timed calls with numpy arguments: which time their copy
 
 
 def counting(fn: Callable[..., Any], owner: Owner, context: JaxContext,
@@ -153,14 +154,19 @@ def _python_calls(fn: Callable[..., Any], owner: Owner, context: JaxContext, tim
         eng = state.active
         if eng is None:
             return fn(*args, **kwargs)
+        given = args
         try:  # nested numpy: the paths learnt at a compile
             if owner.numpy_args or owner.nested_numpy or ndarray in map(type, args):
-                eng.numpy_arguments(owner, args, 3)  # 3: call()'s caller
+                n = owner.copies_seen = owner.copies_seen + 1
+                if n <= time_first or n % time_every == 0:  # a sample: the copy timed here
+                    given = eng.implicit.jit_arguments.timed(owner, args, 3)
+                else:
+                    eng.numpy_arguments(owner, args, 3)  # 3: call()'s caller
         except Exception as e:  # noqa: BLE001 - a hook never raises into the program
             eng.rec.hook_failed("jax.implicit", e)
         seq = seqs[0]
         start = clock()
-        out = fn(*args, **kwargs) if kwargs else fn(*args)  # no dict copy in the usual call
+        out = fn(*given, **kwargs) if kwargs else fn(*given)  # no dict copy in the usual call
         end = clock()
         try:
             if seqs[0] == seq and owner.compiles < 2:

@@ -38,6 +38,7 @@ from metrics.engines._patching import Patches
 from metrics.engines.jax.causes import LoweringHistory, param_path, parse_cache_miss
 from metrics.engines.jax.context import ENGINE, CompileInProgress, JaxContext, Lowering
 from metrics.engines.jax.explain import format_aval
+from metrics.engines.jax.startup import CompileTimeline, patch_backends
 from metrics.recording.recorder import Recorder
 from tpu_info.contract import catalog as names
 from tpu_info.contract.model import CALLED_FROM, FIRST_CALL, EventKind
@@ -66,6 +67,9 @@ class Compiles:
         self._lowering_time = dist(names.LOWERING_TIME)
         self._uncached = counter(names.UNCACHED_COMPILE)
         self._cached = counter(names.CACHED_COMPILE)
+        self._startup_time = dist(names.BACKEND_START_TIME)
+        # Spans of compile work and the start-up: the step loop's compile steps.
+        self.timeline = CompileTimeline()
 
     def install(self, patches: Patches) -> None:
         """Wraps the compiler's functions (restored with ``patches``)."""
@@ -76,6 +80,7 @@ class Compiles:
             patches.degraded.append(f"compiler hooks unavailable: {e}")
             return
         ctx = self.context
+        patch_backends(patches, ctx)
         patches.apply(compiler, "compile_or_get_cached", lambda orig: _wrap_compile(orig, ctx),
                       ("backend", "computation", "devices", "compile_options"))
         self.patched = patches.has("compile_or_get_cached")
@@ -85,6 +90,13 @@ class Compiles:
                       ("closed_jaxpr", "api_name", "fun_name", "in_shardings"))
 
     # Callbacks (each runs inside the user's program: guarded) --------------
+
+    def on_startup(self, start: int, end: int, platforms: list[str]) -> None:
+        """The backends opened between ``start`` and ``end`` (monotonic ns):
+        a start-up, never the cost of the operation that asked first."""
+        self._startup_time.observe(end - start)
+        self.context.startups.append((start, end))
+        self.timeline.add(start, end)
 
     def on_cache_miss(self, message: str, fun: Callable[..., object] | None = None) -> None:
         """One explain-cache-miss record (:mod:`.explain`): the cause the
@@ -162,6 +174,8 @@ class Compiles:
             cause = dataclasses.replace(cause, location=location, via=via)
         ledger, events = self.rec.ledger, self.rec.events
         self.context.note_compile(graph_hash)
+        now = time.monotonic_ns()
+        self.timeline.add(now - wall_ns, now)
         seconds = wall_ns / 1e9
         loaded = ctx.cache_hit
         if loaded:  # traced and lowered again; only the backend compile was loaded
@@ -186,6 +200,10 @@ class Compiles:
     def on_duration(self, event: str, seconds: float, fun_name: str | None) -> None:
         """A ``jax.monitoring`` duration: trace and lowering times (and the
         compile, where the compiler is not wrapped)."""
+        now = time.monotonic_ns()
+        if event.endswith(("/jaxpr_trace_duration", "/jaxpr_to_mlir_module_duration")) or (
+                event.endswith("/backend_compile_duration") and not self.patched):
+            self.timeline.add(now - int(seconds * 1e9), now)
         if event.endswith("/backend_compile_duration"):
             # JAX emits this after compile_or_get_cached returns; when that is
             # wrapped, the wrapper has already recorded the compile.

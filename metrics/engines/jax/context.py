@@ -102,6 +102,9 @@ class JaxContext:
         # read is its own occurrence.
         self.step_owner: Owner | MarkedSteps | None = None
         self.step_named = False
+        # Monotonic-ns spans in which the backends opened (startup.py): taken
+        # out of whatever transfer, read or op they fell in, at fold time.
+        self.startups: list[tuple[int, int]] = []
 
     def step_candidate(self, owner: Owner) -> None:
         """A timed call of ``owner``: it becomes the guessed step when it

@@ -32,6 +32,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from metrics.engines.jax.sites import SYNC
+from metrics.engines.jax.startup import take_out
 
 EXPLICIT_D2H = 2  # implicit.EXPLICIT_D2H (a jax.device_get's leaf): a wait too
 _WAITS = (SYNC, EXPLICIT_D2H)
@@ -72,6 +73,7 @@ class Drains:
 
     def fold(self, flat: list[Any]) -> None:
         impl = self.impl
+        take_out(flat, self.fields, 4, 5, impl.context.startups)  # opening the device: apart
         impl._fold(flat)
         w = self.fields
         kinds = flat[0::w]

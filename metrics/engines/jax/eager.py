@@ -65,6 +65,7 @@ from metrics.engines.jax.implicit import (  # the walk's frame classes
 )
 from metrics.engines.jax.implicit import MAX_CODES as _MAX_CODES
 from metrics.engines.jax.sites import EAGER_OP, OVERFLOW, grouped_steps
+from metrics.engines.jax.startup import take_out
 from metrics.recording.journal import FOLD_AT, Journal
 from metrics.recording.recorder import Recorder
 
@@ -146,6 +147,7 @@ class EagerOps:
         n = len(flat) // w
         if not n:
             return
+        take_out(flat, w, 3, 4, self.impl.context.startups)  # opening the device: apart
         codes, offsets = flat[0::w], flat[1::w]
         ends = np.fromiter(flat[4::w], np.int64, n)
         ns = ends - np.fromiter(flat[3::w], np.int64, n)

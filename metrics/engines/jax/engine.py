@@ -77,7 +77,13 @@ from metrics.engines.jax.implicit import ImplicitTransfers
 from metrics.engines.jax.monitoring import MonitoringRecords
 from metrics.engines.jax.steps import StepWatch
 from metrics.recording.recorder import Recorder
-from tpu_info.contract.model import DeviceRecord, SiteReading, StepsReading
+from tpu_info.contract.model import (
+    CounterReading,
+    DeviceRecord,
+    DistributionReading,
+    SiteReading,
+    StepsReading,
+)
 
 
 class JaxEngine(EngineBase):
@@ -176,6 +182,13 @@ class JaxEngine(EngineBase):
     def steps(self) -> StepsReading | None:
         """Steps when the program never marks them (:mod:`metrics.engines.jax.steps`)."""
         return self.step_watch.steps()
+
+    keeps_readings = True  # extra_readings: the step loop's compile steps
+
+    def extra_readings(self) -> tuple[list[CounterReading], list[DistributionReading]]:
+        """``CompileStepTime``: the compile work in the steps that held any
+        (:meth:`StepWatch.compile_steps`)."""
+        return [], self.step_watch.compile_steps(self.compiles.timeline)
 
     def blind_spots(self) -> list[str]:
         """What the JAX hook cannot see in this process, one sentence each:

@@ -29,6 +29,7 @@ import numpy as np
 
 from metrics.engines._patching import Patches
 from metrics.engines.jax.context import TRANSFER_FIELDS, JaxContext
+from metrics.engines.jax.startup import take_out
 from metrics.recording import events as ev
 from metrics.recording import sampling
 from metrics.recording.journal import FOLD_AT
@@ -43,6 +44,7 @@ class ExplicitTransfers:
     wrappers write and the fold that turns records into readings."""
 
     def __init__(self, recorder: Recorder) -> None:
+        self._startups: list[tuple[int, int]] = []  # the context's, once installed
         self.rec = recorder
         dist = recorder.distribution
         self._h2d_time = dist(names.TRANSFER_TO_DEVICE_TIME)
@@ -61,6 +63,7 @@ class ExplicitTransfers:
         (counted while the context's active engine is this one's); returns
         the wrappers applied. Without ``put`` the numpy shard handler counts
         explicit puts (JAX marks them), one hook per put."""
+        self._startups = context.startups  # taken out of a put that opened the device
         if put:
             patches.apply(jax, "device_put", lambda orig: _wrap_device_put(orig, context, self))
         patches.apply(jax, "device_get", lambda orig: _wrap_device_get(orig, context, self))
@@ -72,6 +75,7 @@ class ExplicitTransfers:
         untimed (:mod:`metrics.recording.sampling`): its bytes count, its
         time is its side's timed ones', and its event takes the time of the
         timed record before it."""
+        take_out(flat, TRANSFER_FIELDS, 1, 2, self._startups)
         to_device, starts = flat[0::TRANSFER_FIELDS], flat[1::TRANSFER_FIELDS]
         raw_ends, sizes = flat[2::TRANSFER_FIELDS], flat[3::TRANSFER_FIELDS]
         sampled = 0 in raw_ends

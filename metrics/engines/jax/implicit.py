@@ -10,23 +10,19 @@ numpy shard handlers) and the ``jax.jit`` wrapper's report of numpy
 arguments (:class:`~metrics.engines.jax.jit_numpy.JitArguments`) record here.
 
 The hot path walks out of library frames (jax, jaxlib, numpy, the standard
-library, this hook, and anything else installed in site-packages: see
-:mod:`metrics.engines._frames`), deciding "library or not" once per code
-object, and appends the user's code object and instruction offset with the
-clock readings, byte count and step (which step the read belongs to:
-``JaxContext.step_owner``'s calls, so a site counts the steps it ran in,
-its ``occurrences``) to a journal: one ``list.extend``. A walk
-that went through another installed library (flax, optax) notes the
-outermost such frame for that line (its ``via``). Line numbers, file names
-and function names are resolved only when read
-(:mod:`metrics.engines.jax.sites`, the read side).
+library, this hook, anything installed in site-packages: :mod:`metrics.engines._frames`),
+deciding "library or not" once per code object, and appends the user's code
+object and instruction offset with the clock readings, byte count and step
+(``JaxContext.step_owner``'s calls: a site counts the steps it ran in, its
+``occurrences``) to a journal: one ``list.extend``. A walk through another
+installed library (flax, optax) notes its outermost frame for that line (its
+``via``). Lines, files and functions are resolved when read (:mod:`.sites`).
 
-Nothing is counted twice: a read under ``jax.device_get`` or a transfer
-under ``jax.device_put`` is explicit, and when the hook's own wrapper of
-either is on the stack that wrapper counts it; a numpy argument of a call
-of the ``jax.jit`` wrapper is its report's (:class:`JitArguments` says
-which frames those are); the first call of the jitted ``stage`` under
-``jnp.asarray`` is counted by the ``stage`` hook.
+Nothing is counted twice: a read under ``jax.device_get`` or a transfer under
+``jax.device_put`` is explicit, and when the hook's own wrapper of either is on
+the stack that wrapper counts it; a numpy argument of a call of the ``jax.jit``
+wrapper is its report's (:class:`JitArguments` says which frames those are); the
+first call of the jitted ``stage`` under ``jnp.asarray`` is the ``stage`` hook's.
 """
 
 from __future__ import annotations
@@ -70,9 +66,8 @@ if TYPE_CHECKING:
     from metrics.engines.jax.context import JaxContext
     from metrics.engines.jax.explicit import ExplicitTransfers
 
-# Record kinds in the journal (SYNC, IMPLICIT_H2D: the kinds a site is kept
-# under, jax_sites'); UNTIMED_H2D: implicit, time unknown (the jit wrapper's
-# report), recorded with start == end.
+# Record kinds in the journal (SYNC, IMPLICIT_H2D: the kinds a site is kept under,
+# jax_sites'); UNTIMED_H2D: implicit, not timed (the jit wrapper's), start == end.
 EXPLICIT_D2H, EXPLICIT_H2D, UNTIMED_H2D = 2, 3, 4
 assert to_device.IMPLICIT_H2D == IMPLICIT_H2D
 _SITE_KIND = {SYNC: SYNC, IMPLICIT_H2D: IMPLICIT_H2D, UNTIMED_H2D: IMPLICIT_H2D,
@@ -105,15 +100,13 @@ _USER, _LIB, _EXPLICIT, _COUNTED, _JIT_WRAPPER, _THIRD = range(6)
 # Library functions that name how the user got there: the outermost one seen
 # on the way out wins (``x.item()`` reaches ``_value`` through ``__array__``).
 _DETAILS = {
-    "__float__": "float()", "__int__": "int()", "__index__": "int index",
-    "__complex__": "complex()", "__bool__": "bool() (if/while on an array)",
-    "tolist": "tolist()", "_item": "item()", "__str__": "print()/str()",
-    "__repr__": "repr()", "__format__": "format()/f-string", "__array__": "np.asarray()",
-    "__reduce__": "pickle", "__iter__": "iteration", "device_get": "jax.device_get",
-    "device_put": "jax.device_put", "asarray": "jnp.asarray", "array": "jnp.array",
-    "cc_shard_arg": "host argument of a jitted call on several devices",
-    "_pjit_call_impl_python": "host argument of a jitted call",
-}
+    "__float__": "float()", "__int__": "int()", "__index__": "int index", "__complex__":
+    "complex()", "__bool__": "bool() (if/while on an array)", "tolist": "tolist()",
+    "_item": "item()", "__str__": "print()/str()", "__repr__": "repr()", "__format__":
+    "format()/f-string", "__array__": "np.asarray()", "__reduce__": "pickle", "__iter__":
+    "iteration", "device_get": "jax.device_get", "device_put": "jax.device_put", "asarray":
+    "jnp.asarray", "array": "jnp.array", "_pjit_call_impl_python": "host argument of a "
+    "jitted call", "cc_shard_arg": "host argument of a jitted call on several devices"}
 
 # metrics/: this hook's own frames (this file is metrics/engines/jax/implicit.py)
 _METRICS_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + os.sep
@@ -122,11 +115,13 @@ _KIND_CLASS = {ENGINE: _LIB, LIBRARY: _THIRD}
 
 class _Site:
     __slots__ = ("code", "offset", "detail", "count", "bytes", "ns", "first_end", "last_end",
-                 "where", "via", "occurrences", "first_step", "last_step", "drain_ns")
+                 "where", "via", "occurrences", "first_step", "last_step", "drain_ns",
+                 "timed", "timed_bytes")
 
     def __init__(self, code: CodeType | None, offset: int, detail: str | None) -> None:
         self.code, self.offset, self.detail = code, offset, detail
         self.count = self.bytes = self.ns = self.occurrences = self.drain_ns = 0  # drains.py
+        self.timed = self.timed_bytes = 0  # records with a time, their bytes
         self.first_step = self.last_step = -1  # the step index of the first and latest record
         self.first_end: int | None = None  # monotonic ns: the first record's end
         self.last_end = 0
@@ -355,11 +350,14 @@ class ImplicitTransfers:
         earliest = np.full(m, np.iinfo(np.int64).max, np.int64)
         np.minimum.at(earliest, inv, ends[rows])
         steps = grouped_steps(np.fromiter(flat[7::w], np.int64, n)[rows], inv, m)
+        timed = kinds[rows] != UNTIMED_H2D  # (a site's records with a time, their bytes)
+        n_timed = np.bincount(inv, weights=timed, minlength=m).astype(np.int64).tolist()
+        t_bytes = np.bincount(inv, weights=sizes[rows] * timed, minlength=m).astype(np.int64)
         with self._lock:
             for i, j in enumerate(rows[first].tolist()):
                 self._add_site(flat[w * j], flat[w * j + 1], flat[w * j + 2], flat[w * j + 3],
                                counts[i], int(nbytes[i]), int(ns[i]), int(last[i]),
-                               int(earliest[i]), steps[i])
+                               int(earliest[i]), steps[i], (n_timed[i], int(t_bytes[i])))
 
     def _fold_one_site(self, flat: list[Any]) -> bool:
         """The usual batch (one kind of record, all from one line: a
@@ -394,12 +392,13 @@ class ImplicitTransfers:
             runs = 1 if steps[0] == steps[-1] else len(set(steps))
             with self._lock:
                 self._add_site(kind, code, offset, flat[3], n, moved, sum(durations), max(ends),
-                               min(ends), Steps(runs, steps[0], steps[-1]))
+                               min(ends), Steps(runs, steps[0], steps[-1]),
+                               (0, 0) if kind == UNTIMED_H2D else (n, moved))
         return True
 
     def _add_site(self, kind: int, code: CodeType | None, offset: int, detail: str | None,
                   count: int, nbytes: int, ns: int, last_end: int, first_end: int,
-                  steps: Steps | None = None) -> _Site:
+                  steps: Steps | None = None, timed: tuple[int, int] = (0, 0)) -> _Site:
         """Adds one site's records of a batch (caller holds the lock), with
         the steps they ran in (``steps``: none for eager ops); the site."""
         kind = _SITE_KIND[kind]
@@ -415,6 +414,7 @@ class ImplicitTransfers:
                     site = self._other[kind] = _Site(None, 0, OVERFLOW)
         site.count += count
         site.bytes += nbytes
+        site.timed, site.timed_bytes = site.timed + timed[0], site.timed_bytes + timed[1]
         site.ns += ns
         site.last_end = max(site.last_end, last_end)
         if site.first_end is None or first_end < site.first_end:

@@ -11,6 +11,15 @@ every step, so the usual call is decided with one code-table lookup and
 written in one frame (:func:`_writer`); only a call from a library's frame
 walks.
 
+What the copy costs is measured, never assumed: on a sample of calls (the
+wrapper's first ``TIME_FIRST`` timed calls with numpy arguments, then one in
+``TIME_EVERY`` of them: one call in 256 once it runs long) the wrapper
+puts each numpy argument on the device itself (``jnp.asarray``, waited for),
+times that, and passes the device array to the call, so the copy is made
+once (:meth:`JitArguments.timed`). Each such record is a timed implicit
+transfer at the user's line; the rest stay untimed, and the site says how
+many of its records were timed (``SiteReading.timed``).
+
 Example:
     >>> import jax, numpy as np, metrics                     # doctest: +SKIP
     >>> metrics.install()                                    # doctest: +SKIP
@@ -36,6 +45,8 @@ if TYPE_CHECKING:
     from metrics.engines.jax.implicit import ImplicitTransfers
 
 Report = Callable[["Owner", tuple[Any, ...], int], None]
+# The transfer hook's record kinds of an implicit host->device copy, timed and not.
+IMPLICIT_H2D, UNTIMED_H2D = 1, 4
 
 NESTED_DEPTH = 4  # container levels searched for numpy leaves when a call compiles
 NESTED_LEAVES = 64  # numpy leaf paths kept per function
@@ -150,6 +161,51 @@ class JitArguments:
         if owner.nested_numpy and (n := nested_numpy_bytes(args, owner.nested_numpy)):
             host(n, label)
 
+    def timed(self, owner: Owner, args: tuple[Any, ...], depth: int) -> tuple[Any, ...]:
+        """A sampled call's numpy arguments copied to the device here, each
+        copy timed (from the call to the array being on the device) and
+        recorded as a timed implicit transfer at the caller's line (``depth``
+        frames above this one); returns the arguments with the device arrays
+        in their place, so the call does not copy them again. Top-level ones
+        each a record; the leaves nested at known places one record."""
+        import jax.numpy as jnp
+
+        owner.numpy_args = True  # (the stage hook drops its record of these under the wrapper)
+        try:
+            frame = sys._getframe(depth)
+        except ValueError:  # fewer frames above (called from C): no user line
+            frame = None
+        clock, out, seq = time.monotonic_ns, list(args), self._transfers.context.compile_seq
+        timed: list[tuple[int, int]] = []  # (ns, bytes) per record; ns -1: not a sample
+        for i, a in enumerate(args):
+            if type(a) is _NDARRAY:
+                start, compiles = clock(), seq[0]
+                d = jnp.asarray(a)
+                d.block_until_ready()  # a copy that compiled (a new shape's) is no sample
+                timed.append((clock() - start if seq[0] == compiles else -1, a.nbytes))
+                out[i] = d
+        if owner.nested_numpy:
+            moved, start, compiles = 0, clock(), seq[0]
+            for path in owner.nested_numpy:
+                x: Any = args
+                try:
+                    for k in path:
+                        x = x[k]
+                except (IndexError, KeyError, TypeError):
+                    continue
+                if type(x) is _NDARRAY:
+                    d = jnp.asarray(x)
+                    d.block_until_ready()
+                    out[path[0]] = _replaced(out[path[0]], path[1:], d)  # type: ignore[index]
+                    moved += x.nbytes
+            if moved:
+                timed.append((clock() - start if seq[0] == compiles else -1, moved))
+        end = clock()  # one end for the call's records: one step occurrence, as untimed
+        for ns, nbytes in timed:
+            self._transfers.record(IMPLICIT_H2D if ns >= 0 else UNTIMED_H2D, frame,
+                                   end - max(0, ns), end, nbytes, owner.numpy_label)
+        return tuple(out)
+
     def learn_nested(self, owner: Owner, args: tuple[Any, ...]) -> None:
         """After a call that compiled: where its nested numpy leaves are, and
         those at new places counted for this call (unless the numpy shard
@@ -164,6 +220,21 @@ class JitArguments:
         new = tuple(p for p in owner.nested_numpy if p not in was)
         if new and (n := nested_numpy_bytes(args, new)):
             self._transfers.host_arguments(n, owner.numpy_label)
+
+
+def _replaced(tree: Any, path: Path, value: object) -> Any:
+    """``tree`` with the leaf at ``path`` (through tuples, lists, dicts) set
+    to ``value``; the containers on the way are copies."""
+    if not path:
+        return value
+    k, rest = path[0], path[1:]
+    if type(tree) is dict:
+        out = dict(tree)
+        out[k] = _replaced(tree[k], rest, value)
+        return out
+    items = list(tree)
+    items[k] = _replaced(items[k], rest, value)  # type: ignore[index]
+    return items if type(tree) is list else tuple(items)
 
 
 # Owner.numpy_args while the numpy shard handler has counted the call it

@@ -91,9 +91,12 @@ def readings(impl: ImplicitTransfers) -> list[SiteReading]:
                         first_seen_unix=first_end / 1e9 + to_unix, via=via,
                         occurrences=min(count, occurrences),
                         steps_spanned=max(0, last_step - first_step) if first_step >= 0 else 0,
-                        drain_seconds=drain / 1e9 if kind == SYNC else None)
+                        drain_seconds=drain / 1e9 if kind == SYNC else None,
+                        timed=timed if kind == IMPLICIT_H2D else 0,
+                        timed_bytes=timed_bytes if kind == IMPLICIT_H2D else 0)
             for (kind, location), (count, nbytes, ns, first_end, last_end, function, details,
-                                   via, occurrences, first_step, last_step, drain)
+                                   via, occurrences, first_step, last_step, drain, timed,
+                                   timed_bytes)
             in by_line(impl).items()]
 
 
@@ -101,14 +104,15 @@ def sync_lines(impl: ImplicitTransfers) -> list[SyncLine]:
     """Device->host syncs per line of the user's code (not the overflow
     entry, nor syncs with no user frame), with their first and last time."""
     return [SyncLine(location, ", ".join(details[:4]), count, ns, first, last)
-            for (kind, location), (count, _, ns, first, last, _, details, _, _, _, _, _)
+            for (kind, location), (count, _, ns, first, last, _, details, *_)
             in by_line(impl).items()
             if kind == SYNC and location not in (OTHER_SITES, NO_USER_FRAME)]
 
 
 def by_line(impl: ImplicitTransfers) -> dict[tuple[int, str], list[Any]]:
     """(kind, location) -> [count, bytes, ns, first end, last end, function,
-    details, via, occurrences, first step, last step, drain ns]: ``impl``'s
+    details, via, occurrences, first step, last step, drain ns, timed records,
+    timed bytes]: ``impl``'s
     sites merged per line, folded first. A line's occurrences are its
     busiest instruction's (the steps two reads of one line ran in are mostly
     the same; 0 for eager ops, whose count is already the times their line
@@ -121,9 +125,10 @@ def by_line(impl: ImplicitTransfers) -> dict[tuple[int, str], list[Any]]:
         held = [(k[0], s) for k, s in impl._sites.items()]
         held += list(impl._other.items())
         rows = [(kind, s, s.detail, s.count, s.bytes, s.ns, s.first_end, s.last_end,
-                 s.occurrences, s.first_step, s.last_step, s.drain_ns) for kind, s in held]
+                 s.occurrences, s.first_step, s.last_step, s.drain_ns, s.timed, s.timed_bytes)
+                for kind, s in held]
     for (kind, site, detail, count, nbytes, ns, first_end, last_end, occurrences, first_step,
-         last_step, drain) in rows:
+         last_step, drain, timed, timed_bytes) in rows:
         if detail == OVERFLOW:
             location, function, via = OTHER_SITES, "", ""
         else:
@@ -140,8 +145,11 @@ def by_line(impl: ImplicitTransfers) -> dict[tuple[int, str], list[Any]]:
         first_end = last_end if first_end is None else first_end
         if row is None:
             merged[(kind, location)] = [count, nbytes, ns, first_end, last_end, function,
-                                        details, via, occurrences, first_step, last_step, drain]
+                                        details, via, occurrences, first_step, last_step, drain,
+                                        timed, timed_bytes]
             continue
+        row[12] += timed
+        row[13] += timed_bytes
         row[11] += drain
         row[0] += count
         row[1] += nbytes

@@ -47,6 +47,12 @@ def _h2d(count=1200, nbytes=32_000_000 * 1200, seconds=0.0) -> SiteReading:
                        seconds=seconds, function="train", detail="numpy argument of jit(step)")
 
 
+# This program's own timed host->device transfers: 20 of 1 GB in 2 s (10 GB/s),
+# the rate an untimed copy is costed at (issue 41: measured, never assumed).
+RATE = (DistributionReading("TransferToDeviceTime", Unit.TIME_NS, 20, 2e9, 1e8, 1e8),
+        DistributionReading("OutboundData", Unit.BYTES, 1220, 2e10 + 32e6 * 1200, 1e9, 1e9))
+
+
 def _snap(*sites: SiteReading, steps: StepsReading | None = STEPS, **kw) -> Snapshot:
     return Snapshot(taken_at_unix=0.0, process=JAX, sites=sites, steps=steps,
                     uptime_seconds=200.0, **kw)
@@ -247,7 +253,7 @@ def test_no_problems_found_is_never_said_over_blind_spots():
 # Outputs -----------------------------------------------------------------------------
 
 def _busy() -> Snapshot:
-    return _snap(_sync(), _h2d(), graphs=_recompile(2.0))
+    return _snap(_sync(), _h2d(), graphs=_recompile(2.0), distributions=RATE)
 
 
 def test_json_findings_carry_kind_count_and_cost():
@@ -300,7 +306,8 @@ async def test_tui_findings_panel_ranks_and_shows_cost():
     from tui.source import Conn, Update
     from tui.widgets.findings import FindingsPanel
     snap = Snapshot(1.0, ProcessRecord(pid=7, name="train.py", engine="jax"),
-                    sites=(_sync(), _h2d()), steps=STEPS, graphs=_recompile(2.0))
+                    sites=(_sync(), _h2d()), steps=STEPS, graphs=_recompile(2.0),
+                    distributions=RATE)
     app = WatchApp(FakeSource([Update(MAIN, Conn.STREAMING, snap)]), 1.0,
                    clock=FrozenClock(), tz=UTC, tick_s=None)
     async with app.run_test(size=(200, 50)) as pilot:

@@ -1,8 +1,10 @@
-"""An implicit host->device copy the hook counted but could not time (the
-jax.jit wrapper's numpy arguments): its cost is bytes over a rate, this
-program's own timed transfers when there are enough, else an assumed one, and
-the finding says which; a per-step copy of a batch is named whatever its
-share, a one-off or a scalar is not. Real JAX runs: tests/system/test_untimed_transfer_cost.py."""
+"""An implicit host->device copy the hook counted but did not time (the
+jax.jit wrapper's numpy arguments it did not sample): its cost stands on timed
+transfers, never on an assumed rate (issue 41 item 4): the line's own sample
+when it has 20 timed copies, else this program's own timed transfers that way,
+else no figure, and the finding says which; a per-step copy of a batch is
+named whatever its share, a one-off or a scalar is not. Real JAX runs:
+tests/system/test_untimed_transfer_cost.py, tests/tpu_info/views/test_steady_steps.py."""
 
 from __future__ import annotations
 
@@ -10,17 +12,17 @@ from dataclasses import replace
 
 import pytest
 
-from tests.tpu_info.views.test_findings_cost import _h2d, _one, _snap
+from tests.tpu_info.views.test_findings_cost import RATE, _h2d, _one, _snap
 from tpu_info.contract.model import DistributionReading, Snapshot, StepsReading, Unit
 from tpu_info.views.findings import find
 
 
-def test_implicit_transfer_without_timing_is_estimated_and_says_so():
-    f = _one(_snap(_h2d()), "per_step_implicit_transfer")
+def test_implicit_transfer_at_the_program_rate_is_estimated_and_says_so():
+    f = _one(_snap(_h2d(), distributions=RATE), "per_step_implicit_transfer")
     assert f.message.startswith(
         "numpy argument of jit(step) at train.py:80 copies 32.0 MB to the device every step "
-        "(1,200 times, 1.0 per step, ~3.2 ms/step, 2.3% of step time, estimated at an assumed "
-        "10 GB/s)")
+        "(1,200 times, 1.0 per step, ~3.2 ms/step, 2.3% of step time, estimated at 10 GB/s "
+        "to the device, measured on this program's 20 timed transfers)")
     assert "jax.device_put it in the data loader one step ahead" in f.message
     assert "double-buffer" in f.message and "prefetch_to_device" in f.message
     assert f.cost_estimated and f.seconds_lost == pytest.approx(3.84)
@@ -28,9 +30,26 @@ def test_implicit_transfer_without_timing_is_estimated_and_says_so():
     # The same copy in steps 20x longer (0.12% of step time) is still named:
     # it is on every step's critical path; as info, saying it is cheap here.
     slow = StepsReading(1200, "marked", "metrics.mark_step", seconds_total=3300.0)
-    f = _one(_snap(_h2d(), steps=slow), "per_step_implicit_transfer")
+    f = _one(_snap(_h2d(), steps=slow, distributions=RATE), "per_step_implicit_transfer")
     assert f.severity == "info" and "0.12% of step time" in f.message
     assert "cheap at this step time" in f.message
+
+
+def test_a_line_with_20_timed_copies_costs_its_own_sample_scaled_to_all():
+    site = replace(_h2d(), timed=40, timed_bytes=40 * 32_000_000, seconds=40 * 0.004)
+    f = _one(_snap(site, distributions=RATE), "per_step_implicit_transfer")
+    assert not f.cost_estimated and f.seconds_lost == pytest.approx(0.004 * 1200)
+    assert "measured; timed 40 of 1,200 transfers: 8 GB/s to the device" in f.message
+
+
+def test_nothing_timed_gives_no_figure_and_says_why():
+    f = _one(_snap(_h2d()), "per_step_implicit_transfer")
+    assert "assumed" not in f.message and f.seconds_lost == 0 and f.severity == "info"
+    assert "(1,200 times, 1.0 per step, not timed: none and fewer than 20" in f.message
+    # 5 timed copies at the line: still too few to stand on.
+    few = replace(_h2d(), timed=5, timed_bytes=5 * 32_000_000, seconds=0.02)
+    assert "not timed: 5 of its 1,200 transfers" in _one(
+        _snap(few), "per_step_implicit_transfer").message
 
 
 def test_one_off_or_small_implicit_transfers_are_not_findings():
@@ -54,13 +73,14 @@ def _rate_snap(timed_count: int, timed_bytes: float, timed_ns: float) -> Snapsho
 
 def test_implicit_transfer_estimated_from_the_process_own_transfer_rate():
     f = _one(_rate_snap(20, 2e9, 1e9), "per_step_implicit_transfer")
-    assert "estimated at 2 GB/s measured on this program's 20 timed transfers" in f.message
+    assert ("estimated at 2 GB/s to the device, measured on this program's 20 timed "
+            "transfers") in f.message
     assert f.seconds_lost == pytest.approx(32_000_000 * 1200 / 2e9)
     # Too few or too small timed transfers measure latency, not bandwidth: the
     # 4 or 5 timed transfers of a real program gave 0.05 to 43 GB/s.
     for few in (_rate_snap(5, 2e9, 1e9), _rate_snap(20, 5e6, 1e6)):
         f = _one(few, "per_step_implicit_transfer")
-        assert "estimated at an assumed 10 GB/s" in f.message
+        assert "not timed" in f.message and f.seconds_lost == 0
 
 
 def test_small_shares_keep_two_digits():
