@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import os
 import stat
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -205,11 +206,15 @@ def _printable(data: dict[str, Any], key: str, limit: int = 500) -> str:
 
 
 def process_start_unix(pid: int, proc_root: str = "/proc") -> float:
-    """When ``pid`` started (Unix seconds), reckoned as psutil's
-    ``create_time()`` is on Linux, which the hook writes in its record: the
-    boot time from ``/proc/stat`` plus the process's start ticks. Read
-    without importing psutil (5-30 ms of a one-shot's start); psutil where
-    there is no procfs.
+    """When ``pid`` started (Unix seconds), which the hook writes in its
+    record and readers compare with it (a pid reused by a younger process is
+    not the record's): now less the process's age, its age being the boot
+    clock (``CLOCK_BOOTTIME``) less its start ticks, so it is exact to a
+    tick (10 ms). psutil's ``create_time()`` adds the start ticks to
+    ``/proc/stat``'s btime, whole seconds: up to 1 s early (issue 42 item
+    4), and moved by every step of the wall clock; that is used only where
+    the boot clock cannot be read. Read without importing psutil (5-30 ms of
+    a one-shot's start); psutil where there is no procfs.
 
     Raises:
         OSError, ValueError: the process is gone or its start cannot be read.
@@ -220,6 +225,12 @@ def process_start_unix(pid: int, proc_root: str = "/proc") -> float:
         return float(psutil.Process(pid).create_time())
     with open(f"{proc_root}/{pid}/stat", "rb") as f:
         ticks = int(f.read().rsplit(b")", 1)[1].split()[19])  # field 22: starttime
+    if proc_root == "/proc" and hasattr(time, "CLOCK_BOOTTIME"):
+        try:
+            age = time.clock_gettime(time.CLOCK_BOOTTIME) - ticks / os.sysconf("SC_CLK_TCK")
+            return time.time() - max(0.0, age)
+        except OSError:
+            pass
     with open(f"{proc_root}/stat", "rb") as f:
         boot = next((float(line.split()[1]) for line in f if line.startswith(b"btime ")), None)
     if boot is None:
