@@ -22,6 +22,7 @@ def test_psutils_start_less_its_whole_second_of_btime(pid):
     assert psutils - 0.02 <= process_start_unix(pid) <= psutils + 1.02
 
 
+@pytest.mark.slow
 def test_the_start_is_exact_to_a_tick_not_a_second():
     """issue 42 item 4: a program's recorded start was up to 1 s before it started."""
     code = ("import time; t0 = time.time()\n"
