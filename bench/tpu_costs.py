@@ -8,15 +8,25 @@ Programs (``--program``), each flax/optax-free, plain ``jax.jit``:
 - ``read``: a per-step ``float(loss)`` (``--every 1``) or a print every N
   steps (``--every 20``) in a training loop; B reads nothing in the loop.
 - ``numpy``: numpy batches passed straight into the jitted step; B puts the
-  whole data set on the device once and indexes it there.
+  whole data set on the device once, as a list of device-resident batches.
 - ``eval``: an evaluation (another jitted function over several batches, its
   loss read once) every N steps; B skips it. Its cost is periodic work.
+- ``eager``: each step's batch gathered from device data by eager indexing
+  (``data[idx] * 2 + 1`` outside jit) after a slow first compile of the step
+  (``--unroll`` layers unrolled into its graph, inside the loop); B gathers
+  inside another jitted function. The finding's share must be of the steady
+  step (issue 41 item 3), not diluted by the compile.
 
 Run on the TPU machine (``reference/tpu-machine.md``)::
 
     JAX_PLATFORMS=tpu XLA_FLAGS= python3 bench/tpu_costs.py --program read --every 1
     JAX_PLATFORMS=tpu XLA_FLAGS= python3 bench/tpu_costs.py --program numpy
     JAX_PLATFORMS=tpu XLA_FLAGS= python3 bench/tpu_costs.py --program eval --every 30
+    JAX_PLATFORMS=tpu XLA_FLAGS= python3 bench/tpu_costs.py --program eager --unroll 200
+
+Each run also prints the steps as the summary says them (steady step and the
+compiles inside the loop) and the start-up the hook took out (``opening the
+TPU took ...``: the ``jnp.zeros`` that opens the device is no transfer).
 
 It prints, per program, the A and B loop times (median of ``--pairs``
 alternated runs), their difference per step, and each finding at the
@@ -44,9 +54,20 @@ import metrics; metrics.install(serve=False)
 import jax, jax.numpy as jnp
 from tpu_info.views.findings import find
 program, variant = sys.argv[1], sys.argv[2]
-steps, every, size = map(int, sys.argv[3:6])
+steps, every, size, unroll = map(int, sys.argv[3:7])
 A = variant == "A"
 jnp.zeros(()).block_until_ready()  # opening the device: not part of the loop
+
+@jax.jit
+def big(w, x):  # the eager program's step: a slow first compile
+    h = x
+    for i in range(unroll):
+        h = jnp.tanh(h @ w + i)
+    return w - 1e-4 * jnp.mean(h) * w, jnp.mean(h)
+
+@jax.jit
+def gather(d, idx):
+    return d[idx] * 2.0 + 1.0
 
 @jax.jit
 def step(w, x, y):
@@ -72,14 +93,24 @@ on_device = jax.device_put(data)
 x0, y0 = on_device[0], on_device[1]
 w, loss = step(w, x0, y0); loss.block_until_ready()  # compile outside the timed loop
 evaluate(w, x0, y0).block_until_ready()
+flat = on_device.reshape(-1, size)
+batches = [on_device[k] for k in range(64)]  # B: device-resident, no per-step work
+jax.block_until_ready(batches)
 t0 = time.perf_counter()
 for i in range(steps):
-    if program == "numpy":
+    if program == "eager":
+        idx = (i * 37 + np.arange(256)) % flat.shape[0]
+        if A:
+            x = flat[idx] * 2.0 + 1.0  # LINE eager
+        else:
+            x = gather(flat, idx)
+        w, loss = big(w, x)
+    elif program == "numpy":
         j = i % 63
         if A:
             w, loss = step(w, data[j], data[j + 1])  # LINE numpy
         else:
-            w, loss = step(w, on_device[j], on_device[j + 1])
+            w, loss = step(w, batches[j], batches[j + 1])  # on the device already
     else:
         w, loss = step(w, x0, y0)
     if program == "read" and A and i % every == 0:
@@ -96,19 +127,25 @@ s = metrics.snapshot()
 tag = {"read": "read1" if every == 1 else "readN"}.get(program, program)
 the_line = next(n for n, t in enumerate(open(__file__).read().splitlines(), 1)
                 if t.endswith(f"# LINE {tag}"))
-found = [{"kind": f.kind, "seconds_lost": f.seconds_lost, "message": f.message}
+found = [{"kind": f.kind, "seconds_lost": f.seconds_lost, "message": f.message,
+          "share_of_step": f.share_of_step}
          for f in find(s) if f.location and f.location.endswith(f":{the_line}")]
+from tpu_info.outputs.summary import _steps_line
+startup = [f.message for f in find(s) if f.kind == "backend_startup"]
 sites = [{"kind": x.kind, "count": x.count, "wait": x.seconds, "drain": x.drain_seconds}
          for x in s.sites if x.location.endswith(f":{the_line}")]
-print(json.dumps({"loop": loop, "findings": found, "sites": sites}))
+print(json.dumps({"loop": loop, "findings": found, "sites": sites, "steps": _steps_line(s),
+                  "startup": startup}))
 '''
 
 
-def _run(path: Path, program: str, variant: str, steps: int, every: int, size: int) -> dict:
+def _run(path: Path, program: str, variant: str, steps: int, every: int, size: int,
+         unroll: int) -> dict:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p))
     out = subprocess.run([sys.executable, str(path), program, variant, str(steps), str(every),
-                          str(size)], capture_output=True, text=True, env=env, timeout=600)
+                          str(size), str(unroll)], capture_output=True, text=True, env=env,
+                         timeout=600)
     if out.returncode != 0:
         raise SystemExit(out.stderr[-3000:])
     return json.loads(out.stdout.splitlines()[-1])
@@ -116,7 +153,9 @@ def _run(path: Path, program: str, variant: str, steps: int, every: int, size: i
 
 def main(argv: list[str] | None = None) -> int:
     p = parser(__doc__)
-    p.add_argument("--program", choices=("read", "numpy", "eval"), default="read")
+    p.add_argument("--program", choices=("read", "numpy", "eval", "eager"), default="read")
+    p.add_argument("--unroll", type=int, default=100,
+                   help="eager: layers unrolled into the step (its first compile's size)")
     p.add_argument("--every", type=int, default=1, help="steps between reads / evaluations")
     p.add_argument("--steps", type=int, default=600)
     p.add_argument("--size", type=int, default=512, help="the model's width (matmul size)")
@@ -127,7 +166,8 @@ def main(argv: list[str] | None = None) -> int:
     runs: dict[str, list[dict]] = {"A": [], "B": []}
     for _ in range(args.pairs):
         for v in ("A", "B"):
-            runs[v].append(_run(path, args.program, v, args.steps, args.every, args.size))
+            runs[v].append(_run(path, args.program, v, args.steps, args.every, args.size,
+                                args.unroll))
     a = median([r["loop"] for r in runs["A"]])
     b = median([r["loop"] for r in runs["B"]])
     said = median([sum(f["seconds_lost"] for f in r["findings"]) for r in runs["A"]])
@@ -135,8 +175,12 @@ def main(argv: list[str] | None = None) -> int:
     print(f"A {a:.3f} s  B {b:.3f} s  A-B {a - b:.3f} s ({(a - b) / args.steps * 1e3:.3f} ms/step)")
     print(f"finding cost {said:.3f} s  ratio {said / (a - b) if a > b else float('nan'):.2f}")
     last = runs["A"][-1]
+    share = (a - b) / a if a > 0 else float("nan")
+    print(f"A/B share of A's loop {share:.1%}; steps said: {last['steps']}")
+    for text in last["startup"]:
+        print(f"  start-up: {text[:160]}")
     for f in last["findings"]:
-        print(f"  {f['kind']}: {f['message'][:400]}")
+        print(f"  {f['kind']} (share of step {f['share_of_step']}): {f['message'][:400]}")
     for x in last["sites"]:
         print(f"  site {x}")
     return 0

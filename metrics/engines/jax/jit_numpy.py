@@ -14,9 +14,11 @@ walks.
 What the copy costs is measured, never assumed: on a sample of calls (the
 wrapper's first ``TIME_FIRST`` timed calls with numpy arguments, then one in
 ``TIME_EVERY`` of them: one call in 256 once it runs long) the wrapper
-puts each numpy argument on the device itself (``jnp.asarray``, waited for),
-times that, and passes the device array to the call, so the copy is made
-once (:meth:`JitArguments.timed`). Each such record is a timed implicit
+puts each numpy argument on the device itself (a transfer alone), times the
+host's part of it (the call that copies the buffer and starts the transfer,
+as the jitted call's C++ dispatch does: not waited for, since a wait would
+hold the device's queued work too), and passes the device array to the
+call, so the copy is made once (:meth:`JitArguments.timed`). Each such record is a timed implicit
 transfer at the user's line; the rest stay untimed, and the site says how
 many of its records were timed (``SiteReading.timed``).
 
@@ -168,8 +170,7 @@ class JitArguments:
         frames above this one); returns the arguments with the device arrays
         in their place, so the call does not copy them again. Top-level ones
         each a record; the leaves nested at known places one record."""
-        import jax.numpy as jnp
-
+        put = _put()
         owner.numpy_args = True  # (the stage hook drops its record of these under the wrapper)
         try:
             frame = sys._getframe(depth)
@@ -180,8 +181,7 @@ class JitArguments:
         for i, a in enumerate(args):
             if type(a) is _NDARRAY:
                 start, compiles = clock(), seq[0]
-                d = jnp.asarray(a)
-                d.block_until_ready()  # a copy that compiled (a new shape's) is no sample
+                d = put(a)  # (a copy that compiled, a new shape's, is no sample)
                 timed.append((clock() - start if seq[0] == compiles else -1, a.nbytes))
                 out[i] = d
         if owner.nested_numpy:
@@ -194,8 +194,7 @@ class JitArguments:
                 except (IndexError, KeyError, TypeError):
                     continue
                 if type(x) is _NDARRAY:
-                    d = jnp.asarray(x)
-                    d.block_until_ready()
+                    d = put(x)
                     out[path[0]] = _replaced(out[path[0]], path[1:], d)  # type: ignore[index]
                     moved += x.nbytes
             if moved:
@@ -220,6 +219,33 @@ class JitArguments:
         new = tuple(p for p in owner.nested_numpy if p not in was)
         if new and (n := nested_numpy_bytes(args, new)):
             self._transfers.host_arguments(n, owner.numpy_label)
+
+
+_PUT: list[Callable[[Any], Any]] = []
+
+
+def _put() -> Callable[[Any], Any]:
+    """A numpy array onto the default device as the jitted call's own copy is
+    made: a host->device transfer alone (JAX's ``batched_device_put_impl``,
+    copying the host buffer before it returns as the call's C++ dispatch does,
+    no executable queued, not marked an explicit ``device_put``); else
+    ``jnp.asarray``. It is not waited for: a wait would hold the device's
+    queued work too (the CPU backend runs transfers behind executions)."""
+    if not _PUT:
+        try:
+            from jax._src import dispatch
+
+            impl, copy = dispatch.batched_device_put_impl, (
+                dispatch.ArrayCopySemantics.ALWAYS_COPY,)
+
+            def put(x: Any) -> Any:
+                return impl(x, devices=(None,), srcs=(None,), copy_semantics=copy)[0]
+        except (ImportError, AttributeError):
+            import jax.numpy as jnp
+
+            put = jnp.asarray
+        _PUT.append(put)
+    return _PUT[0]
 
 
 def _replaced(tree: Any, path: Path, value: object) -> Any:
