@@ -38,6 +38,7 @@ class _Entry:
         "hash", "name", "engine", "first_seen", "last_seen", "compiles",
         "compile_total", "compile_last", "cache_hits", "executions",
         "signature", "signatures", "causes", "changes", "kept", "history",
+        "device_ns", "device_samples",
     )
 
     def __init__(self, graph_hash: str, name: str, engine: str, now: float,
@@ -52,6 +53,8 @@ class _Entry:
         self.compile_last = 0.0
         self.cache_hits = 0
         self.executions: int | None = None
+        self.device_ns: int | None = None  # median device ns of one execution (engine-measured)
+        self.device_samples = 0
         self.signature: tuple[str, ...] = ()
         self.signatures: deque[tuple[str, ...]] = deque(maxlen=max_signatures)
         self.causes: deque[RecompileCause] = deque(maxlen=max_causes)
@@ -78,6 +81,8 @@ class _Entry:
             compile_seconds_last=self.compile_last, cache_hits=self.cache_hits,
             executions=self.executions, signature=self.signature,
             signatures=signatures, causes=causes,
+            device_seconds=None if self.device_ns is None else self.device_ns / 1e9,
+            device_samples=self.device_samples,
         )
 
 
@@ -189,6 +194,18 @@ class GraphLedger:
         for graph_hash, name, engine, n in batch:
             e = touch(graph_hash, name, engine)
             e.executions = (e.executions or 0) + n
+
+    def device_time(self, graph_hash: str, median_ns: int, samples: int) -> None:
+        """The device's time for one execution of a known graph (the median of
+        ``samples`` executions the engine observed complete); a graph no
+        longer in the ledger is left alone."""
+        with self._lock:
+            e = self._entries.get(graph_hash)
+            if e is None or (e.device_ns, e.device_samples) == (median_ns, samples):
+                return
+            e.device_ns, e.device_samples = median_ns, samples
+            e.changes += 1
+            self._dirty.add(e)
 
     def __len__(self) -> int:
         return len(self._entries)

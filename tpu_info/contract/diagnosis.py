@@ -78,9 +78,10 @@ class SiteReading:
     # (occurrences - 1)`` is how many steps apart periodic work ran, exact
     # where a loop's time per step is not (one-off compiles in it).
     steps_spanned: int = 0
-    # A read's drain (kind sync): per read, the least of its wait and the
-    # host's own time since the previous read ended, summed: what the wait
-    # kept the host from overlapping with the device's work. ``seconds -
+    # A read's drain (kind sync): per read, ``h + w - max(h, d)`` (h: the
+    # host's own time since the previous read ended, w: its wait, d: the
+    # device's measured time for the work between; metrics.engines.jax.drains),
+    # summed: what the read added to the loop. ``seconds -
     # drain_seconds`` is the device's queued work the reads waited for. None:
     # not told (another kind, or an older hook).
     drain_seconds: float | None = None

@@ -214,6 +214,11 @@ class GraphRecord:
     signature: tuple[str, ...] = ()
     signatures: tuple[tuple[str, ...], ...] = ()
     causes: tuple[RecompileCause, ...] = ()
+    # The device's time for one execution (median over ``device_samples``
+    # executions whose completion the hook observed off the training thread);
+    # None: not measured.
+    device_seconds: float | None = None
+    device_samples: int = 0
 
     @property
     def short_hash(self) -> str:

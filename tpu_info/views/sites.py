@@ -181,8 +181,10 @@ def drain_note(site: SiteReading) -> str:
     """What a read's drained cost stands on, in words (its waits, and the
     device work they held, which is charged to the graphs that ran)."""
     queued = max(0.0, site.seconds - (site.drain_seconds or 0.0))
-    return (f"the drain it caused: per read, the least of its wait and the host's own time "
-            f"since the previous read; its {duration(site.seconds)} of waiting held "
+    return (f"the drain it caused: per read, its wait and the host's own time since the "
+            f"previous read less the longer of that host time and the device's measured time "
+            f"for the work between (the sync's latency and the device's idle after it); its "
+            f"{duration(site.seconds)} of waiting held "
             f"{duration(queued)} of the device's queued work, which runs either way")
 
 

@@ -231,6 +231,9 @@ def _graph(m: pb.Graph, dec: Decoding) -> GraphRecord:
         compile_seconds_last=dec.num0(m.compile_seconds_last, where, "compile_seconds_last"),
         cache_hits=m.cache_hits,
         executions=m.executions if m.HasField("executions") else None,
+        device_seconds=(max(0.0, dec.num0(m.device_seconds, where, "device_seconds"))
+                        if m.HasField("device_seconds") else None),
+        device_samples=m.device_samples,
         signature=dec.strings(m.signature, MAX_STRINGS, where, "signature"),
         signatures=tuple(dec.strings(s.args, MAX_STRINGS, where, "signatures")
                          for s in dec.bounded(m.signatures, MAX_SIGNATURES, where,

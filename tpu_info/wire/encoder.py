@@ -148,7 +148,7 @@ EVENT = FastFields(pb.Event, direct=("seq", "time_unix", "kind", "value"),
                    filled=("name", "graph_hash", "detail", "location", "via"))
 GRAPH = FastFields(pb.Graph, direct=(
     "last_seen_unix", "compiles", "compile_seconds_total", "compile_seconds_last",
-    "cache_hits", "executions"), filled=(
+    "cache_hits", "executions", "device_seconds", "device_samples"), filled=(
     "hash", "name", "engine", "first_seen_unix", "signature", "signatures", "causes"))
 DISTRIBUTION = FastFields(pb.Distribution, direct=("buckets",), filled=(
     "name", "unit", "count", "total", "min", "max", "rate_per_second",
@@ -317,8 +317,8 @@ def _encode_distribution(d: DistributionReading) -> bytes:
 _GRAPH_STATIC: reuse.ByIdentity[bytes] = reuse.ByIdentity(bound=4096)
 # The counts' tags, in the plan's order (a field added to ``direct`` and not
 # written below fails the unpacking here, and the field walk in the tests).
-_LAST_SEEN, _COMPILES, _SECONDS_TOTAL, _SECONDS_LAST, _HITS, _EXECUTIONS = (
-    GRAPH.tags[n] for n in GRAPH.direct)
+(_LAST_SEEN, _COMPILES, _SECONDS_TOTAL, _SECONDS_LAST, _HITS, _EXECUTIONS, _DEVICE_SECONDS,
+ _DEVICE_SAMPLES) = (GRAPH.tags[n] for n in GRAPH.direct)
 _put_float, _put_count = GRAPH.put("last_seen_unix"), GRAPH.put("compiles")
 
 
@@ -350,6 +350,10 @@ def _encode_graph(g: GraphRecord) -> bytes:
         parts += (_HITS, _put_count(g.cache_hits))
     if g.executions is not None:
         parts += (_EXECUTIONS, _put_count(g.executions))
+    if g.device_seconds is not None:  # (optional: written when set, even at 0)
+        parts += (_DEVICE_SECONDS, _put_float(g.device_seconds))
+    if g.device_samples:
+        parts += (_DEVICE_SAMPLES, _put_count(g.device_samples))
     return b"".join(parts)
 
 

@@ -102,6 +102,9 @@ def fill_graph(m: pb.Graph, g: GraphRecord) -> None:
     m.cache_hits = g.cache_hits
     if g.executions is not None:
         m.executions = g.executions
+    if g.device_seconds is not None:
+        m.device_seconds = g.device_seconds
+    m.device_samples = g.device_samples
     fill_history(m, g)
 
 

@@ -179,6 +179,7 @@ def _python_calls(fn: Callable[..., Any], owner: Owner, context: JaxContext, tim
                 _keyed_call(eng, owner, args, seq, start, end)
             if owner is not state.step_owner and not state.step_named:
                 state.step_candidate(owner)  # (timed calls only: the step's guess)
+            eng.device_times.offer(owner, start, given, out)  # timed off this thread
         except Exception as e:  # noqa: BLE001 - a hook never raises into the program
             eng.rec.hook_failed("jax.jit", e)
         return out

@@ -1,54 +1,94 @@
-"""What a device->host read cost: the drain it caused, not the queue it waited for.
+"""What a device->host read cost: what it added to the loop, not the queue it
+waited for.
 
 A read (``float(loss)``, ``print(loss)``, ``jax.device_get``) waits until the
-device has run everything queued before it. That wait holds the device's own
-work, which runs whether or not the host waits: the steps, an evaluation
-dispatched just before. What the read itself costs is the overlap it
-prevents: while the host waited, it could not run its own Python ahead of the
-device, so after the read the device idles for as long as the host takes to
-queue the next work. That is at most the host's own time between the
-previous wait and this one (the work the device could have overlapped), and
-at most the wait (a read of a value already computed drains nothing).
+device has run everything queued before it, then for the copy to come back.
+Between two reads the host works for ``h`` (measured: from the previous
+read's end to this one's start) and the read waits ``w`` (measured). With
+the read, that stretch of the loop takes ``h + w``; without it, host and
+device overlap and it takes ``max(h, d)``, ``d`` being the device's time for
+the work queued in the stretch. So each read costs ``h + w - max(h, d)``,
+between 0 and ``w``: the sync's own latency, and the device idling while the
+host prepares the next step, but never the device's queued work, which runs
+either way.
 
-So each read's drain is ``min(wait, host time since the previous read's end)``,
-folded per site beside its wait, off the hot path (at fold time, from the
-records' start and end the hot path already keeps). ``wait - drain`` is the
-device's queued work: it belongs to the graphs that ran (the steps, an
-evaluation), never to the line that waited.
+``d`` is measured, never assumed: the steps since the previous read (the
+read's step index) times the step function's device time per execution
+(:mod:`metrics.engines.jax.device_time`: completion times observed off the
+training thread), and at least the wait less the sync latency (measured by
+reading data already on the host's side of the wait: ``L``), since all of a
+wait but its latency is device work; at most ``h + w - L``. Without a
+measured device time, ``d`` is that lower bound; without either, ``d = w``
+(the wait taken as all device work): ``min(w, h)``, a lower bound.
 
-A print every 20 steps of a device-bound loop: it waits ~20 steps' device
-time and drains ~the host's 20 dispatches; a ``float(loss)`` every step of
-a host-bound loop drains its whole (short) wait.
+So a print every 20 steps of a device-bound loop costs about ``L`` (its
+wait is 20 steps of device work); a ``float(loss)`` every step costs about
+``L`` plus whatever of the host's time the device could have overlapped.
+Folded per site beside its wait, off the hot path (at fold time, from the
+records' start, end and step index the hot path already keeps).
 
 Example:
-    >>> from metrics.engines.jax.drains import drains
-    >>> drains([0, 5], [10, 40], [20, 60], last_end=0)   # (kinds, starts, ends)
+    >>> from metrics.engines.jax.drains import Model, drains
+    >>> drains([0, 2], [10, 40], [20, 60], last_end=0)   # (kinds, starts, ends)
     ([10, 20], 60)
+    >>> Model(device_ns=3, latency_ns=7).cost(h=10, w=8, steps=1)  # 10 + 8 - max(10, 3)
+    8
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from metrics.engines.jax.sites import SYNC
 from metrics.engines.jax.startup import take_out
+
+if TYPE_CHECKING:
+    from metrics.engines.jax.device_time import DeviceTimes
 
 EXPLICIT_D2H = 2  # implicit.EXPLICIT_D2H (a jax.device_get's leaf): a wait too
 _WAITS = (SYNC, EXPLICIT_D2H)
 
 
+class Model(NamedTuple):
+    """What a read is costed with: the step's device ns per execution and the
+    sync latency (None: not measured), each with the samples it stands on."""
+
+    device_ns: int | None = None
+    latency_ns: int | None = None
+    device_samples: int = 0
+    latency_samples: int = 0
+
+    def cost(self, h: int, w: int, steps: int | None) -> int:
+        """One read's cost in ns: ``h + w - max(h, d)`` (module docstring);
+        ``steps``: steps dispatched since the previous read (None: not known)."""
+        h, w = max(0, h), max(0, w)
+        lat = self.latency_ns
+        lo = w if lat is None else max(0, w - lat)  # the wait less its latency: device work
+        d = lo
+        if self.device_ns is not None and steps is not None and steps >= 0:
+            d = min(max(steps * self.device_ns, lo if lat is not None else 0),
+                    h + w - (lat or 0))
+        return max(0, min(w, h + w - max(h, d)))
+
+
 def drains(kinds: Sequence[int], starts: Sequence[int], ends: Sequence[int],
-           last_end: int) -> tuple[list[int], int]:
-    """Per record (``-1`` for a record that is no wait), its drain in ns,
-    given the end of the latest wait before them (``last_end``); and the
-    latest wait's end after them. Records are in the order they happened."""
+           last_end: int, steps: Sequence[int] | None = None, model: Model = Model(),
+           last_step: int | None = None) -> tuple[list[int], int]:
+    """Per record (``-1`` for a record that is no wait), its cost in ns,
+    given the end of the latest wait before them (``last_end``) and its step
+    index (``last_step``); and the latest wait's end after them. ``steps``:
+    each record's step index (a record's own end where none was told).
+    Records are in the order they happened."""
     out = [-1] * len(kinds)
     for i, k in enumerate(kinds):
         if k in _WAITS:
             s, e = starts[i], ends[i]
-            out[i] = max(0, min(e - s, s - last_end))
+            step = steps[i] if steps is not None and steps[i] != e else None
+            n = None if step is None or last_step is None else step - last_step
+            out[i] = model.cost(s - last_end, e - s, n)
             last_end = max(last_end, e)
+            last_step = step
     return out, last_end
 
 
@@ -56,11 +96,25 @@ class Drains:
     """Folds each read's drain into its site (``_Site.drain_ns``) after the
     site table's own fold; ``fold`` is the journal's fold function."""
 
-    __slots__ = ("impl", "last_end", "fields")
+    __slots__ = ("impl", "last_end", "fields", "last_step", "times", "model")
 
     def __init__(self, impl: Any, now_ns: int, fields: int) -> None:
         self.impl, self.fields = impl, fields  # fields: implicit.FIELDS a record
         self.last_end = now_ns  # no wait before the hook: the host's time counts from here
+        self.last_step: int | None = None  # the latest wait's step index
+        self.times: DeviceTimes | None = None  # the engine's (device_time.py)
+        self.model = Model()  # the last fold's: what the costs stand on
+
+    def current(self) -> Model:
+        """The model now: the step function's device time and the latency."""
+        times = self.times
+        if times is None:
+            return Model()
+        step = self.impl.context.step_owner
+        dev = times.device_ns(step) if step is not None and hasattr(step, "graphs") else None
+        lat = times.latency_ns()
+        return Model(dev[0] if dev else None, lat[0] if lat else None,
+                     dev[1] if dev else 0, lat[1] if lat else 0)
 
     @classmethod
     def around(cls, impl: Any, fields: int) -> Callable[[list[Any]], None]:
@@ -79,7 +133,14 @@ class Drains:
         kinds = flat[0::w]
         if SYNC not in kinds and EXPLICIT_D2H not in kinds:
             return
-        per, self.last_end = drains(kinds, flat[4::w], flat[5::w], self.last_end)
+        self.model = model = self.current()
+        steps = flat[7::w]
+        per, self.last_end = drains(kinds, flat[4::w], flat[5::w], self.last_end, steps, model,
+                                    self.last_step)
+        for i in range(len(kinds) - 1, -1, -1):  # the latest wait's step index, for the next
+            if per[i] >= 0:
+                self.last_step = steps[i] if steps[i] != flat[5 + w * i] else None
+                break
         sums: dict[tuple[int, int], int] = {}
         codes, offsets = flat[1::w], flat[2::w]
         for i, ns in enumerate(per):

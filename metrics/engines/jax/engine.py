@@ -58,6 +58,7 @@ crashes; ``JaxEngine.degraded`` lists what was unavailable):
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 
 import jax
 
@@ -73,6 +74,7 @@ from metrics.engines.jax.eager import EagerOps
 from metrics.engines.jax.executions import Executions
 from metrics.engines.jax.explain import Explanations
 from metrics.engines.jax.explicit import ExplicitTransfers
+from metrics.engines.jax.device_time import DeviceTimes
 from metrics.engines.jax.implicit import ImplicitTransfers
 from metrics.engines.jax.monitoring import MonitoringRecords
 from metrics.engines.jax.steps import StepWatch
@@ -121,6 +123,11 @@ class JaxEngine(EngineBase):
                               self.calls, self.explicit.journal)
         self.monitoring = MonitoringRecords(recorder)  # every jax.monitoring record, by name
         self.step_watch = StepWatch(self.runs, self.implicit)
+        # Device time per graph and the sync latency, off the training thread:
+        # what each read is costed with (drains.py), and the ledger's graphs'.
+        self.device_times = DeviceTimes(on_graph=recorder.ledger.device_time,
+                                        on_error=recorder.hook_failed)
+        self.implicit.drains.times = self.device_times
         recorder.on_reset(self._forget_calls)
         self._hooked: dict[str, bool] = {}  # "jit", "pmap", "aot": whether each is counted
 
@@ -136,6 +143,7 @@ class JaxEngine(EngineBase):
         self.degraded.extend(monitoring.listen(self.context))
         self.compiles.install(self._patches)
         self._patch_transfers()
+        self.device_times.read = _unhooked_read()  # the latency probe reads past the hook
         self._patch_calls()
         self.eager.install(self._patches, self.context)
         if self._explain:
@@ -146,6 +154,7 @@ class JaxEngine(EngineBase):
     def uninstall(self) -> None:
         if self.context.active is self:
             self.context.active = None
+        self.device_times.stop()
         self.implicit.uninstall()
         self._patches.restore()
         self._explanations.uninstall()
@@ -173,6 +182,8 @@ class JaxEngine(EngineBase):
     def sites(self) -> list[SiteReading]:
         """Lines that synced or moved data implicitly, or ran eager ops."""
         self.step_watch.name_step(self.context)  # later reads' step index, named now
+        self.calls.flush()  # each function's graph, then its device time to the ledger
+        self.device_times.publish()
         return self.implicit.sites()
 
     def busy_percent(self) -> tuple[float | None, str]:
@@ -218,3 +229,14 @@ class JaxEngine(EngineBase):
         if isinstance(version := getattr(libtpu, "__version__", None), str):
             v["libtpu"] = version
         return v
+
+
+def _unhooked_read() -> Callable[[object], object] | None:
+    """JAX's own ``ArrayImpl._value`` getter (under the hook's, if installed)."""
+    try:
+        from jax._src.array import ArrayImpl
+
+        fget = ArrayImpl.__dict__["_value"].fget
+    except (ImportError, KeyError, AttributeError):
+        return None
+    return getattr(fget, "__wrapped__", fget)

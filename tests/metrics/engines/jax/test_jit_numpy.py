@@ -170,9 +170,11 @@ def test_a_host_bound_step_stays_within_its_measured_work(eng):
             one(j)
 
     frames, ops, c_calls = _work(steps)
-    assert frames == {"call": TIME_EVERY, "timed_call": 1, "write": TIME_EVERY}, frames
-    assert ops / TIME_EVERY <= 205, ops / TIME_EVERY  # measured 198.4
-    assert c_calls / TIME_EVERY <= 8.5, c_calls / TIME_EVERY  # measured 8.2
+    # offer/_smallest: the timed call's sample for the device-time watcher
+    assert frames == {"call": TIME_EVERY, "timed_call": 1, "write": TIME_EVERY, "offer": 1,
+                      "_smallest": 1}, frames
+    assert ops / TIME_EVERY <= 212, ops / TIME_EVERY  # measured 198.4 (209.8 with the offer)
+    assert c_calls / TIME_EVERY <= 9.0, c_calls / TIME_EVERY  # measured 8.2 (8.9 with the offer)
 
 
 def test_a_call_with_fewer_frames_above_walks(eng):

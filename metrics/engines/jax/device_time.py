@@ -1,0 +1,225 @@
+"""The device's own time per graph, and a read's own latency, measured off the
+training thread.
+
+The ``jax.jit`` wrapper's sampled calls (its timed ones: the first 64, then
+one in 16) hand :meth:`DeviceTimes.offer` the call's start, its smallest
+top-level output array and its first top-level input array that was not
+ready at the call (the previous step's output, when the device is behind).
+A watcher thread (started at the first offer, a daemon) takes each sample
+from a bounded queue (full: the sample is dropped and counted, the training
+thread never waits) and calls ``block_until_ready()`` on the input, then on
+the output, reading the clock after each. The device ran that execution
+from the later of the call's start and the input's completion to the
+output's completion: its device time (an upper bound by the host's time
+before the enqueue and the watcher's wake-up; the median over samples is
+kept). The watcher holds at most the arrays of the queue's samples and the
+one it waits on, for as long as the device takes to finish them.
+
+On one sample in four whose output is small (a loss), once it is ready, the
+watcher also reads it to the host through a fresh array over the same buffer
+(the user's array keeps no host copy) with JAX's own, unhooked read: the
+wait of a read whose data is ready is the read's own latency (the device ->
+host round trip: ~0.7 ms on a TPU v5e, microseconds on the CPU).
+
+Per counted function, the last :data:`KEEP` samples are kept (at most
+:data:`MAX_GRAPHS` functions); :mod:`metrics.engines.jax.drains` reads them
+to cost each device->host read, and at read time the graph ledger gets each
+function's median for the graph it runs (``GraphRecord.device_seconds``,
+``device_samples``; a function with several graphs: their mix).
+
+Example:
+    >>> times = DeviceTimes()
+    >>> times.note(owner="f", graph="h", ns=100); times.note(owner="f", graph="h", ns=300)
+    >>> times.device_ns("f")
+    (200, 2)
+"""
+
+from __future__ import annotations
+
+import atexit
+import collections
+import os
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from metrics.recording import forksafe
+
+QUEUE = 4  # samples waiting for the watcher; more are dropped
+KEEP = 64  # samples kept per function, per graph and of the latency
+MAX_GRAPHS = 256  # functions / graphs kept; a new one past this is not measured
+PROBE_EVERY = 4  # one sample in this many with a small output also times a read
+PROBE_BYTES = 64 << 10  # the largest output a latency probe reads
+
+
+def _median(values: collections.deque[int]) -> int:
+    s = sorted(values)
+    n = len(s)
+    return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) // 2
+
+
+class DeviceTimes:
+    """Per counted function and graph, device ns per execution; the sync
+    latency. ``offer`` runs on the training thread (sampled calls only);
+    everything else on the watcher or at read time."""
+
+    def __init__(self, clock: Callable[[], int] = time.monotonic_ns,
+                 read: Callable[[Any], Any] | None = None,
+                 on_graph: Callable[[str, int, int], None] | None = None,
+                 on_error: Callable[[str, Exception], None] | None = None) -> None:
+        self.clock = clock
+        self.read = read  # JAX's own ArrayImpl._value getter: the latency probe
+        self.on_graph = on_graph  # (graph hash, median ns, samples): the ledger's
+        self.on_error = on_error
+        self.pending: collections.deque[tuple[Any, ...]] = collections.deque()
+        self.wake = threading.Event()
+        self.dropped = 0  # samples the full queue refused
+        self.held = 0  # samples the watcher is waiting on now (0 or 1)
+        self.by_owner: dict[Any, collections.deque[int]] = {}
+        self.latency: collections.deque[int] = collections.deque(maxlen=KEEP)
+        self._thread: threading.Thread | None = None
+        self._pid = 0
+        self._stop = False
+        self._probe = 0
+        self._pid_registered = False
+
+    # Training thread ---------------------------------------------------------
+
+    def offer(self, owner: Any, start: int, args: tuple[Any, ...], out: Any) -> None:
+        """One sampled call of ``owner`` that began at ``start``: its output
+        and a not-yet-ready input go to the watcher, or nowhere when the
+        queue is full. Never waits."""
+        if len(self.pending) >= QUEUE:
+            self.dropped += 1
+            return
+        leaf = _smallest(out)
+        if leaf is None:
+            return
+        behind = None
+        for a in args:  # top-level only: the step's params or state
+            ready = getattr(a, "is_ready", None)
+            if ready is not None and not ready():
+                behind = a
+                break
+        if self._thread is None:  # the first offer (or a forked child's)
+            self._start()
+        self.pending.append((owner, getattr(owner, "last_hash", None), start, behind, leaf))
+        self.wake.set()
+
+    def _start(self) -> None:
+        self._pid, self._stop = os.getpid(), False
+        self.pending.clear()  # a parent's samples, in a forked child
+        self.wake = threading.Event()
+        t = threading.Thread(target=self._watch, name="tpu-info-device-time", daemon=True)
+        t.start()
+        self._thread = t
+        if not self._pid_registered:
+            self._pid_registered = True
+            atexit.register(self.stop)  # before JAX's own exit handler clears the backends
+            forksafe.in_child(self._forget_thread)
+
+    def _forget_thread(self) -> None:
+        """In a forked child: the parent's watcher does not exist here."""
+        self._thread = None
+
+    def stop(self, timeout: float = 1.0) -> None:
+        """Stops the watcher (at exit): it finishes the sample it holds."""
+        self._stop = True
+        t = self._thread
+        if t is not None and t.is_alive() and self._pid == os.getpid():
+            self.wake.set()
+            t.join(timeout)
+
+    # Watcher -----------------------------------------------------------------
+
+    def _watch(self) -> None:
+        pending, wake = self.pending, self.wake
+        while not self._stop:
+            if not pending:
+                wake.wait()
+                wake.clear()
+                continue
+            self._sample(*pending.popleft())
+
+    def _sample(self, owner: Any, graph: str | None, start: int, behind: Any,
+                leaf: Any) -> None:
+        """Waits for one sample off the training thread; its arrays are let go
+        of when this returns."""
+        clock = self.clock
+        self.held = 1
+        try:
+            began = start
+            if behind is not None:
+                behind.block_until_ready()
+                began = max(start, clock())
+            leaf.block_until_ready()
+            done = clock()
+            self.note(owner, graph, done - began)
+            self._probe += 1
+            if self.read is not None and self._probe % PROBE_EVERY == 1:
+                self._time_read(leaf)
+        except Exception as e:  # noqa: BLE001 - a donated or deleted array: no sample
+            if self.on_error is not None and "deleted" not in str(e).lower():
+                self.on_error("jax.device_time", e)
+        finally:
+            self.held = 0
+
+    def _time_read(self, leaf: Any) -> None:
+        """The latency of a read whose data is ready: a fresh array over the
+        leaf's first shard (its own host copy, none cached on the user's),
+        read with JAX's unhooked getter."""
+        shard = leaf.addressable_shards[0].data
+        if shard.nbytes > PROBE_BYTES:
+            return
+        from jax._src.array import ArrayImpl
+
+        fresh = ArrayImpl(shard.aval, shard.sharding, [shard], committed=True,
+                          _skip_checks=True)
+        t0 = self.clock()
+        self.read(fresh)  # type: ignore[misc]
+        self.latency.append(self.clock() - t0)
+
+    def note(self, owner: Any, graph: str | None, ns: int) -> None:
+        """One execution's device time (the watcher's, or a test's)."""
+        kept = self.by_owner.get(owner)
+        if kept is None:
+            if len(self.by_owner) >= MAX_GRAPHS:
+                return
+            kept = self.by_owner[owner] = collections.deque(maxlen=KEEP)
+        kept.append(max(0, ns))
+
+    def publish(self) -> None:
+        """Each measured function's median, to its graph in the ledger (read
+        time: a function's graph is known once its calls are folded)."""
+        if self.on_graph is None:
+            return
+        for owner, kept in list(self.by_owner.items()):
+            graph = getattr(owner, "last_hash", None)
+            if graph and kept:
+                self.on_graph(graph, _median(kept), len(kept))
+
+    # Read time ---------------------------------------------------------------
+
+    def device_ns(self, owner: Any) -> tuple[int, int] | None:
+        """(median device ns of one execution, samples) of ``owner``'s calls."""
+        kept = self.by_owner.get(owner)
+        return (_median(kept), len(kept)) if kept else None
+
+    def latency_ns(self) -> tuple[int, int] | None:
+        """(median ns of a read whose data was ready, samples)."""
+        kept = self.latency
+        return (_median(kept), len(kept)) if kept else None
+
+
+def _smallest(out: Any) -> Any:
+    """The smallest array among ``out`` and its top-level items (a step's
+    ``(params, loss)``: the loss), or None."""
+    if hasattr(out, "block_until_ready"):
+        return out
+    items = out.values() if isinstance(out, dict) else out if isinstance(out, (tuple, list)) else ()
+    best = None
+    for x in items:
+        if hasattr(x, "block_until_ready") and (best is None or x.nbytes < best.nbytes):
+            best = x
+    return best

@@ -1,0 +1,150 @@
+"""The read model's measured parts (issue 41 items 1, 4): device time per
+graph and the sync latency, observed off the training thread; each read costs
+``h + w - max(h, d)``. Real JAX on the CPU; the TPU's figures are checked by
+bench/tpu_costs.py (A/B), never by wall-time asserts here."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from metrics.engines.jax.device_time import KEEP, MAX_GRAPHS, QUEUE, DeviceTimes
+from metrics.engines.jax.drains import Model, drains
+
+ROOT = Path(__file__).resolve().parents[4]
+MS = 1_000_000
+
+
+def test_a_per_step_read_costs_its_sync_latency_not_the_hosts_time():
+    # The TPU v5e's per-step float(loss), as measured there: host 0.157 ms
+    # between reads, each read waits 0.95 ms, the step's device time 0.15 ms,
+    # a read of ready data 0.75 ms. Removing the read saved 0.92 ms a step;
+    # the drain bound said min(w, h) = 0.157 ms (ratio 0.17).
+    h, w = 157_000, 950_000
+    measured = Model(device_ns=150_000, latency_ns=750_000, device_samples=40,
+                     latency_samples=10)
+    # d = max(0.15, w - L = 0.2) ms: h + w - max(h, d) = 0.907 ms (A/B: 0.92).
+    assert measured.cost(h, w, steps=1) == h + w - 200_000
+    # Device-bound per-step read (device 2 ms, host 0.2 ms): the latency and
+    # the device's idle after the read, not the step's device work.
+    w2 = 2 * MS - 200_000 + 750_000
+    assert measured._replace(device_ns=2 * MS).cost(200_000, w2, steps=1) == 750_000
+    # A print every 20 steps of a device-bound loop: its wait is 20 steps of
+    # device work, which runs either way: it costs the latency.
+    w20 = 20 * 2 * MS - 20 * 200_000 + 750_000
+    assert measured._replace(device_ns=2 * MS).cost(20 * 200_000, w20, steps=20) == 750_000
+    # A read after an evaluation the step's device time does not cover: the
+    # wait less the latency is device work all the same (never charged).
+    weval = 500 * MS
+    assert measured.cost(3 * MS, weval, steps=1) == 3 * MS + 750_000
+    # Nothing measured: the wait taken as all device work, min(w, h) (a lower bound).
+    assert Model().cost(h, w, steps=1) == h
+    # A latency but no device time: d is at least the wait less the latency.
+    assert Model(latency_ns=750_000).cost(h, w, steps=1) == h + 750_000
+    # Never below 0 nor above the wait.
+    assert 0 <= measured.cost(0, 10, steps=5) <= 10
+
+
+def test_reads_are_costed_with_the_steps_since_the_previous_read():
+    # Two reads, 3 and 1 steps after the last: (kinds, starts, ends, steps).
+    m = Model(device_ns=100, latency_ns=5)
+    per, last = drains([0, 4, 0], [1_000, 1_210, 1_300], [1_200, 1_210, 1_360], last_end=700,
+                       steps=[3, 1_210, 4], model=m, last_step=0)
+    # First: h 300, w 200, d = 3 x 100 = 300 -> 300 + 200 - 300; second: h 100,
+    # w 60, d = min(max(100, 55), 100 + 60 - 5) -> 60.
+    assert per == [200, -1, 60] and last == 1_360
+    # A record with no step index (its own end) is costed from the wait alone.
+    per, _ = drains([0], [1_000], [1_200], last_end=700, steps=[1_200], model=m, last_step=0)
+    assert per == [m.cost(300, 200, None)] == [300 + 200 - 300]
+
+
+class _Slow:
+    """An output whose completion the test holds back."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.waiting = threading.Event()
+        self.nbytes = 4
+
+    def block_until_ready(self) -> _Slow:
+        self.waiting.set()
+        self.release.wait(10)
+        return self
+
+    def is_ready(self) -> bool:
+        return self.release.is_set()
+
+
+def test_the_watcher_never_blocks_the_training_thread_and_stays_bounded():
+    clock = iter(range(10**9, 10**12, 1_000)).__next__
+    times = DeviceTimes(clock=clock)
+    held = _Slow()
+    times.offer("step", 0, (), (None, held))  # the watcher takes it and waits
+    assert held.waiting.wait(10) and times.held == 1
+    others = [_Slow() for _ in range(50)]
+    for o in others:  # the training thread goes on while the watcher is held
+        times.offer("step", 0, (), o)
+    assert len(times.pending) == QUEUE and times.dropped == 50 - QUEUE  # full: dropped
+    held.release.set()
+    for o in others:
+        o.release.set()
+    deadline = time.monotonic() + 10
+    while (times.pending or times.held) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    times.stop(timeout=10)
+    assert not times._thread.is_alive()
+    assert times.device_ns("step")[1] == 1 + QUEUE
+    for i in range(MAX_GRAPHS + 10):  # bounded: functions, graphs and samples
+        for _ in range(KEEP + 3):
+            times.note(i, f"g{i}", 5)
+    assert len(times.by_owner) <= MAX_GRAPHS
+    assert all(len(v) <= KEEP for v in times.by_owner.values())
+
+
+PROGRAM = '''
+import json, sys, time
+import metrics; metrics.install(serve=False)
+import jax, jax.numpy as jnp
+@jax.jit
+def step(w, x):
+    for _ in range(3):
+        x = jnp.tanh(x @ w)
+    return w - 1e-4 * x.T @ x, jnp.mean(x)
+w = jnp.eye(256) * 0.5; x = jnp.ones((256, 256))
+for i in range(150):
+    w, loss = step(w, x)
+    total = float(loss)  # the read
+w.block_until_ready()
+s = metrics.snapshot()
+from tpu_info.wire.fillers import snapshot_to_proto
+print(json.dumps({"proto": snapshot_to_proto(s).SerializeToString().hex()}))
+'''
+
+
+@pytest.mark.slow
+def test_a_real_per_step_read_is_costed_from_measured_device_time_and_latency(tmp_path):
+    prog = tmp_path / "read.py"
+    prog.write_text(PROGRAM)
+    env = dict(os.environ, PYTHONPATH=str(ROOT), JAX_PLATFORMS="cpu",
+               TPU_INFO_RUNTIME_DIR=str(tmp_path / "rt"))
+    r = subprocess.run([sys.executable, str(prog)], cwd=ROOT, capture_output=True, text=True,
+                       timeout=300, env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    from tpu_info.proto import tpu_info_v1_pb2 as pb
+    from tpu_info.wire.codec import snapshot_from_proto
+
+    s = snapshot_from_proto(pb.Snapshot.FromString(bytes.fromhex(
+        json.loads(r.stdout.splitlines()[-1])["proto"])))
+    (g,) = [g for g in s.graphs if g.name == "jit(step)"]
+    assert g.device_seconds is not None and g.device_samples >= 20  # crossed the wire
+    line = next(n for n, t in enumerate(PROGRAM.splitlines(), 1) if "# the read" in t)
+    (read,) = [x for x in s.sites if x.kind == "sync" and x.location.endswith(f":{line}")]
+    assert read.count == 150 and read.drain_seconds is not None
+    assert 0 <= read.drain_seconds <= read.seconds
