@@ -10,7 +10,10 @@ Programs (``--program``), each flax/optax-free, plain ``jax.jit``:
 - ``numpy``: numpy batches passed straight into the jitted step; B puts the
   whole data set on the device once, as a list of device-resident batches.
 - ``eval``: an evaluation (another jitted function over several batches, its
-  loss read once) every N steps; B skips it. Its cost is periodic work.
+  loss read once) every N steps; B skips it. Its cost is periodic work
+  (``periodic_evaluation``: the loop's gaps it took, measured by the hook).
+- ``checkpoint``: ``jax.device_get`` of the parameters plus host work (pickling
+  them) every N steps, no ``mark_step``; B skips it (``periodic_checkpoint``).
 - ``eager``: each step's batch gathered from device data by eager indexing
   (``data[idx] * 2 + 1`` outside jit) after a slow first compile of the step
   (``--unroll`` layers unrolled into its graph, inside the loop); B gathers
@@ -23,6 +26,7 @@ Run on the TPU machine (``reference/tpu-machine.md``)::
     JAX_PLATFORMS=tpu XLA_FLAGS= python3 bench/tpu_costs.py --program numpy
     JAX_PLATFORMS=tpu XLA_FLAGS= python3 bench/tpu_costs.py --program eval --every 30
     JAX_PLATFORMS=tpu XLA_FLAGS= python3 bench/tpu_costs.py --program eager --unroll 200
+    JAX_PLATFORMS=tpu XLA_FLAGS= python3 bench/tpu_costs.py --program checkpoint --every 25
 
 Each run also prints the steps as the summary says them (steady step and the
 compiles inside the loop) and the start-up the hook took out (``opening the
@@ -48,7 +52,7 @@ from _common import median, parser
 ROOT = Path(__file__).resolve().parent.parent
 
 PROGRAM = r'''
-import json, sys, time
+import io, json, pickle, sys, time
 import numpy as np
 import metrics; metrics.install(serve=False)
 import jax, jax.numpy as jnp
@@ -119,8 +123,11 @@ for i in range(steps):
         else:
             print(f"step {i} loss {loss}", file=sys.stderr)  # LINE readN
     if program == "eval" and A and i % every == every - 1:
-        acc = sum(evaluate(w, on_device[k], on_device[k + 1]) for k in range(0, 40, 2))
-        print(f"eval {float(acc)}", file=sys.stderr)  # LINE eval
+        acc = sum(evaluate(w, on_device[k], on_device[k + 1]) for k in range(0, 40, 2))  # LINE eval
+        print(f"eval {float(acc)}", file=sys.stderr)
+    if program == "checkpoint" and A and i % every == every - 1:
+        host = jax.device_get({"w": w, "data": on_device[:8]})  # LINE checkpoint
+        pickle.dump({k: np.array(v) for k, v in host.items()}, io.BytesIO())
 w.block_until_ready()
 loop = time.perf_counter() - t0
 s = metrics.snapshot()
@@ -135,7 +142,7 @@ startup = [f.message for f in find(s) if f.kind == "backend_startup"]
 sites = [{"kind": x.kind, "count": x.count, "wait": x.seconds, "drain": x.drain_seconds}
          for x in s.sites if x.location.endswith(f":{the_line}")]
 print(json.dumps({"loop": loop, "findings": found, "sites": sites, "steps": _steps_line(s),
-                  "startup": startup}))
+                  "startup": startup, "uptime": s.uptime_seconds}))
 '''
 
 
@@ -153,7 +160,8 @@ def _run(path: Path, program: str, variant: str, steps: int, every: int, size: i
 
 def main(argv: list[str] | None = None) -> int:
     p = parser(__doc__)
-    p.add_argument("--program", choices=("read", "numpy", "eval", "eager"), default="read")
+    p.add_argument("--program", choices=("read", "numpy", "eval", "eager", "checkpoint"),
+                   default="read")
     p.add_argument("--unroll", type=int, default=100,
                    help="eager: layers unrolled into the step (its first compile's size)")
     p.add_argument("--every", type=int, default=1, help="steps between reads / evaluations")
@@ -174,6 +182,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"program {args.program} every {args.every} steps {args.steps} size {args.size}")
     print(f"A {a:.3f} s  B {b:.3f} s  A-B {a - b:.3f} s ({(a - b) / args.steps * 1e3:.3f} ms/step)")
     print(f"finding cost {said:.3f} s  ratio {said / (a - b) if a > b else float('nan'):.2f}")
+    up = median([r["uptime"] for r in runs["A"]])
+    print(f"share of A's run: A/B {(a - b) / up:.1%}  finding {said / up:.1%} (uptime {up:.2f} s)")
     last = runs["A"][-1]
     share = (a - b) / a if a > 0 else float("nan")
     print(f"A/B share of A's loop {share:.1%}; steps said: {last['steps']}")

@@ -82,19 +82,21 @@ def _run(tmp_path: Path, mode: str) -> tuple[dict, int]:
 def _check(out: dict, line: int, rate_words: str) -> dict:
     (f,) = out["findings"]  # the per-step copy only: the one-off stays quiet
     assert f["location"].endswith(f"numpy_batch.py:{line}"), f
-    assert f["count"] == 200 and f["per_step"] == pytest.approx(1.0)
+    # x and y: two transfers a step, as JAX's transfer guard logs them (the
+    # compiling call's two JAX moves in one batch: counted once)
+    assert f["count"] == 2 * 200 - 1 and f["per_step"] == pytest.approx(2.0, abs=0.01)
     assert f["bytes_per_step"] == 128 * (784 + 10) * 4
     assert not f["cost_estimated"] and f["seconds_per_step"] > 0 and f["share_of_step"] > 0
     msg = f["message"]
-    assert f"numpy argument of jit(update) at numpy_batch.py:{line} copies 406.5 KB" in msg
-    assert "every step (200 times, 1.0 per step, " in msg and "of step time, " in msg
+    assert f"numpy argument of jit(update) at numpy_batch.py:{line} copies " in msg
+    assert "2 times every step (399 times, 2.0 per step, " in msg and "of step time, " in msg
     assert "assumed" not in msg
     assert rate_words in msg, msg
     assert "jax.device_put it in the data loader one step ahead" in msg
     assert "double-buffer" in msg and "Pad or bucket" not in msg
     assert f"  - [per_step_implicit_transfer] {msg[:300]}" in out["report"]  # cut at 500
     cli = "".join(out["cli"].split())  # the table wraps long words over lines
-    assert f"numpy_batch.py:{line}copies406.5KB" in cli and "".join(msg.split())[:200] in cli
+    assert f"numpy_batch.py:{line}copies" in cli and "".join(msg.split())[:200] in cli
     (j,) = out["json"]
     assert j["message"] == msg and j["bytes_per_step"] == f["bytes_per_step"]
     assert not j["cost"].startswith("~") and j["cost_estimated"] is False
@@ -105,4 +107,4 @@ def _check(out: dict, line: int, rate_words: str) -> dict:
 def test_numpy_batch_every_step_is_costed_on_its_timed_copies(tmp_path: Path):
     for mode in ("untimed", "timed"):  # the program's own explicit puts change nothing
         out, line = _run(tmp_path, mode)
-        _check(out, line, "measured; timed 6")  # 63 or 64: a copy that compiled is no sample
+        _check(out, line, "measured; timed 1")  # 126-128: two leaves a call; a copy that compiled is no sample

@@ -32,6 +32,24 @@ class SiteKind(str, enum.Enum):
     # its own: ``count`` the times the line ran them, ``seconds`` host time
     # inside them (their compiles apart), ``detail`` the primitives' names.
     EAGER_OP = "eager_op"
+    # A jitted function other than the step called from this line in the
+    # loop's gaps (an evaluation's loop): ``count`` the times it was called
+    # after other work (its first call of each gap), not every call.
+    CALL = "call"
+    # jax.device_get from this line (a checkpoint's copy of the state):
+    # ``count`` calls, ``bytes`` copied, ``seconds`` inside them.
+    DEVICE_GET = "device_get"
+
+
+class PeriodicWork(enum.StrEnum):
+    """What the work in the step loop's gaps was (:attr:`SiteReading.work`),
+    told by the hook from what ran there: another jitted function's calls
+    (or the step's at other shapes), copies of the state to the host, a read."""
+
+    NONE = ""
+    EVALUATION = "evaluation"
+    CHECKPOINT = "checkpoint"
+    LOGGING = "logging"
 
 
 class Phase(enum.StrEnum):
@@ -91,6 +109,15 @@ class SiteReading:
     # older hook, or a kind whose every record is timed).
     timed: int = 0
     timed_bytes: int = 0
+    # The loop's gaps this line led (the step function's calls around them
+    # bound them: metrics/engines/jax/gaps.py): ``work`` a PeriodicWork value,
+    # ``gaps`` how many, ``gap_seconds`` their wall time, each from its first
+    # record to the step's next call. ``within``: the line that led the gaps
+    # this one sat in (its time is that line's). Empty/0/None: not told.
+    work: str = ""
+    gaps: int = 0
+    gap_seconds: float | None = None
+    within: str = ""
 
 
 # StepsReading.source values.

@@ -208,6 +208,8 @@ def _target(t: TargetReadings, top_graphs: int | None) -> dict[str, Any]:
         sites=[{"kind": _s(x.kind), "location": _s(x.location), "function": _s(x.function),
                 "detail": _s(x.detail), "count": x.count, "bytes": x.bytes,
                 "seconds": x.seconds, "drain_seconds": x.drain_seconds,
+                "work": _s(x.work), "gaps": x.gaps, "gap_seconds": x.gap_seconds,
+                "within": _s(x.within),
                 "last_seen_unix": x.last_seen_unix,
                 "first_seen_unix": x.first_seen_unix, "phase": site_phase(s, x).value,
                 "via": _s(x.via), "occurrences": x.occurrences,

@@ -60,6 +60,7 @@ from tpu_info.views.findings_torch import (
     xla_eager_mode,
     xla_value_access,
 )
+from tpu_info.views.periodic import periodic_work
 from tpu_info.views.sites import explicit_syncs, site_findings
 from tpu_info.views.slow_steps import slow_steps
 from tpu_info.views.startup import startup
@@ -415,7 +416,8 @@ def _unseen(s: Snapshot) -> str:
 EVENTS_READ = frozenset({EventKind.COMPILE, EventKind.RECOMPILE, EventKind.GRAPH_BREAK})
 
 RULES: tuple[Callable[[Snapshot], Iterable[Finding]], ...] = (
-    no_engine, recompiles, eager_ops, site_findings, explicit_syncs, slow_steps, slow_compiles,
+    no_engine, recompiles, eager_ops, site_findings, explicit_syncs, periodic_work, slow_steps,
+    slow_compiles,
     compile_share,
     memory_pressure, graph_breaks, xla_value_access, xla_closure_reads, xla_eager_mode,
     cpu_fallbacks,

@@ -48,6 +48,7 @@ from tpu_info.views.cost import (
     size_words,
     steps_of,
 )
+from tpu_info.views.periodic import leads, part_of_periodic_work
 
 # A site is a finding when it ran in at least half the steps (or, steps
 # unknown, this many times) and cost at least this much, in all and as a share.
@@ -435,8 +436,10 @@ def site_findings(s: Snapshot) -> Iterable[Finding]:
     """One finding per costly sync, implicit-transfer or eager-op line; cheap
     lines are not news."""
     broken = _broken_lines(s)
+    led = leads(s)  # an evaluation's or checkpoint's lines are its finding's (periodic.py)
     for site in s.sites:
-        if site.kind == SiteKind.SYNC.value and site.location in broken:
+        if (site.kind == SiteKind.SYNC.value and site.location in broken
+                or part_of_periodic_work(s, site, led)):
             continue
         if site.kind in _JUDGED:
             f = _finding(s, site)

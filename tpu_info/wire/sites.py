@@ -31,7 +31,8 @@ def fill_diagnosis(msg: pb.Snapshot, s: Snapshot) -> None:
                       first_seen_unix=site.first_seen_unix, phase=site.phase, via=site.via,
                       occurrences=site.occurrences, steps_spanned=site.steps_spanned,
                       drain_seconds=site.drain_seconds, timed=site.timed,
-                      timed_bytes=site.timed_bytes)
+                      timed_bytes=site.timed_bytes, work=site.work, gaps=site.gaps,
+                      gap_seconds=site.gap_seconds, within=site.within)
     st = s.steps
     if st is not None:
         msg.steps.count = st.count
@@ -61,6 +62,9 @@ def _site(m: pb.Site, dec: Decoding) -> SiteReading:
         drain_seconds=(max(0.0, dec.num0(m.drain_seconds, where, "drain_seconds"))
                        if m.HasField("drain_seconds") else None),
         timed=m.timed, timed_bytes=m.timed_bytes,
+        work=text(m.work), gaps=m.gaps, within=text(m.within),
+        gap_seconds=(max(0.0, dec.num0(m.gap_seconds, where, "gap_seconds"))
+                     if m.HasField("gap_seconds") else None),
     )
 
 

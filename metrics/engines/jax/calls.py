@@ -37,6 +37,7 @@ from collections.abc import Callable, Hashable
 from typing import TYPE_CHECKING, Any
 
 from metrics.engines.jax.context import CALL_FIELDS, JaxContext
+from metrics.engines.jax.gaps import at_call
 from metrics.recording.callstats import evaluation
 from metrics.recording.journal import FOLD_AT
 from metrics.recording.sampling import TIME_EVERY, TIME_FIRST
@@ -61,11 +62,30 @@ _KEPT = ("__module__", "__name__", "__qualname__", "__doc__", "__annotations__",
          "_cache_miss", "_clear_cache", "_fun")
 
 
+FEEDBACK_CHECKS = 8  # a function's first calls checked for feeding back its output
+
+
+def note_feedback(owner: Owner, args: tuple[Any, ...], out: Any) -> None:
+    """One of ``owner``'s first calls (:attr:`Owner.fed_back`): off the usual
+    path (FEEDBACK_CHECKS calls per function, never after)."""
+    import jax
+
+    owner.checks -= 1
+    array = jax.Array
+    previous = {id(x) for x in owner.last_out}
+    if previous and any(id(x) in previous for x in jax.tree_util.tree_leaves(args)
+                        if isinstance(x, array)):
+        owner.fed_back += 1
+    owner.last_out = ([x for x in jax.tree_util.tree_leaves(out) if isinstance(x, array)]
+                      if owner.checks else [])
+
+
 class Owner:
     """One counted function: its name in the ledger and the graphs its calls ran."""
 
     __slots__ = ("name", "graphs", "last_hash", "compiles", "nested_numpy", "usual_ns",
-                 "numpy_args", "calls", "evaluation", "numpy_label", "copies_seen")
+                 "numpy_args", "calls", "evaluation", "numpy_label", "copies_seen", "fed_back",
+                 "checks", "last_out")
     explicit = False  # a function the user wrapped in metrics.track is explicit
 
     def __init__(self, name: str) -> None:
@@ -88,6 +108,13 @@ class Owner:
         self.numpy_args: bool | str = False
         self.numpy_label = f"numpy argument of {name}"  # its records' detail: made once
         self.copies_seen = 0  # timed calls with numpy arguments: which time their copy
+        # Whether its output feeds its next call (``w, loss = step(w, x)``: a
+        # training step carries its state; an evaluation's metrics never come
+        # back): calls of its first FEEDBACK_CHECKS (all timed, one after the
+        # other) in which an input array was the previous call's output.
+        self.fed_back = 0
+        self.checks = FEEDBACK_CHECKS
+        self.last_out: list[Any] = []  # the previous checked call's output arrays
 
 
 def counting(fn: Callable[..., Any], owner: Owner, context: JaxContext,
@@ -122,6 +149,11 @@ def _python_calls(fn: Callable[..., Any], owner: Owner, context: JaxContext, tim
     def call(*args: Any, **kwargs: Any) -> Any:
         nonlocal untimed, first
         owner.calls += 1  # (a race between threads loses a count: a step index, not a total)
+        if state.gap_owner is not owner:  # after other work: a gap's end or its work (gaps.py)
+            try:
+                at_call(state, owner, sys._getframe())
+            except Exception as e:  # noqa: BLE001 - a hook never raises into the program
+                state.hook_failed("jax.gaps", e)
         if untimed:
             eng = state.active
             if eng is None:
@@ -177,6 +209,8 @@ def _python_calls(fn: Callable[..., Any], owner: Owner, context: JaxContext, tim
                     eng.calls.flush()
             else:
                 _keyed_call(eng, owner, args, seq, start, end)
+            if owner.checks:  # its first calls: does its output feed the next?
+                note_feedback(owner, args, out)
             if owner is not state.step_owner and not state.step_named:
                 state.step_candidate(owner)  # (timed calls only: the step's guess)
             eng.device_times.offer(owner, start, given, out)  # timed off this thread

@@ -105,21 +105,30 @@ class JaxContext:
         # Monotonic-ns spans in which the backends opened (startup.py): taken
         # out of whatever transfer, read or op they fell in, at fold time.
         self.startups: list[tuple[int, int]] = []
+        # The function whose call came last with nothing else after it: a
+        # call of any other (or after a read) goes to gaps.at_call, where the
+        # step's call closes a gap in the loop (evaluation, checkpoint).
+        self.gap_owner: object = None
 
     def step_candidate(self, owner: Owner) -> None:
         """A timed call of ``owner``: it becomes the guessed step when it
         outranks the current guess: a tracked function first, then one whose
-        name does not say evaluation, then more calls (the step watch ranks
+        name does not say evaluation, then one whose output feeds its next
+        call (a training step's state; ``Owner.fed_back``), then more calls (the step watch ranks
         by time once it can: :meth:`name_step`)."""
         lead = cast("Owner | None", self.step_owner)  # (guessed only while none is named)
-        if lead is None or ((owner.explicit, not owner.evaluation, owner.calls)
-                            > (lead.explicit, not lead.evaluation, lead.calls)):
+        if lead is None or ((owner.explicit, not owner.evaluation, owner.fed_back > 0,
+                             owner.calls)
+                            > (lead.explicit, not lead.evaluation, lead.fed_back > 0,
+                               lead.calls)):
             self.step_owner = owner
+            self.gap_owner = None
 
     def name_step(self, step: Owner | MarkedSteps | None) -> None:
         """The step watch's step (marked steps, the tracked or inferred step
         function); None: forget it and guess again (a reset, an install)."""
         self.step_owner, self.step_named = step, step is not None
+        self.gap_owner = None
 
     def note_compile(self, graph_hash: str) -> None:
         """Counts one compile (the engine calls it) and notes its graph for

@@ -41,7 +41,7 @@ import numpy as np
 
 from metrics.engines._frames import ENGINE, LIBRARY, LibraryFrames, skip_prefixes, via_words
 from metrics.engines._patching import Patches
-from metrics.engines.jax import drains, to_device
+from metrics.engines.jax import drains, gaps, to_device
 from metrics.engines.jax import sites as jax_sites
 from metrics.engines.jax.jit_numpy import JitArguments
 from metrics.engines.jax.sites import (
@@ -71,12 +71,11 @@ if TYPE_CHECKING:
 EXPLICIT_D2H, EXPLICIT_H2D, UNTIMED_H2D = 2, 3, 4
 assert to_device.IMPLICIT_H2D == IMPLICIT_H2D
 _SITE_KIND = {SYNC: SYNC, IMPLICIT_H2D: IMPLICIT_H2D, UNTIMED_H2D: IMPLICIT_H2D,
-              EAGER_OP: EAGER_OP}
+              EAGER_OP: EAGER_OP, gaps.CALL: gaps.CALL, gaps.GET: gaps.GET}  # gaps': no transfer
 
 
-def _kinds(*kinds: int) -> np.ndarray:
-    """A lookup table: record kind -> in ``kinds`` (the fold indexes it)."""
-    table = np.zeros(5, bool)
+def _kinds(*kinds: int) -> np.ndarray:  # a lookup table: record kind -> in ``kinds``
+    table = np.zeros(gaps.GAP_END + 1, bool)
     table[list(kinds)] = True
     return table
 
@@ -86,7 +85,7 @@ _H2D_ALL = _kinds(IMPLICIT_H2D, EXPLICIT_H2D, UNTIMED_H2D)
 _D2H_ALL = _kinds(SYNC, EXPLICIT_D2H)
 _H2D_IMPLICIT = _kinds(IMPLICIT_H2D, UNTIMED_H2D)
 _D2H_IMPLICIT = _kinds(SYNC)
-_SITE_MASK = _kinds(SYNC, IMPLICIT_H2D, UNTIMED_H2D)
+_SITE_MASK = _kinds(SYNC, IMPLICIT_H2D, UNTIMED_H2D, gaps.CALL, gaps.GET)
 # (kind, code, offset, detail, start, end, bytes, step) per record; step: the
 # step function's calls so far (JaxContext.step_owner), else the end (its own).
 FIELDS = 8
@@ -158,7 +157,9 @@ class ImplicitTransfers:
         self.dict_patches: list[tuple[dict[type, Callable[..., Any]], type,
                                       Callable[..., Any]]] = []
         self.missing: list[str] = []  # what could not be hooked, in words
-        self.journal = rec.journal(drains.Drains.around(self, FIELDS))  # then each read's drain
+        # Its fold, then each read's drain, then the loop's gaps (evaluation, checkpoints).
+        self.journal = rec.journal(gaps.Gaps.around(self, drains.Drains.around(self, FIELDS),
+                                                    FIELDS))
         self.queue = self.journal.queue
         self.feeders: list[Journal] = []  # other hooks' journals folding into the site table
         dist, counter = rec.distribution, rec.counter
@@ -173,9 +174,8 @@ class ImplicitTransfers:
         self.explicit_puts_counted = False  # by the numpy shard handler (see install)
         forksafe.owned(self)
 
-    def let_go_after_fork(self) -> None:
+    def let_go_after_fork(self) -> None:  # noqa: D102
         forksafe.free_locks(self)
-
     # Install -----------------------------------------------------------------
 
     def install(self, patches: Patches) -> None:
@@ -250,6 +250,8 @@ class ImplicitTransfers:
         argument its report counted: :class:`JitArguments`)."""
         get = self._codes.get
         under_jit_counted = kind == IMPLICIT_H2D
+        if kind == SYNC:  # a read: the step's next call ends a gap (gaps.py)
+            self.context.gap_owner = None
         found = via = inner = None
         code: CodeType | None  # (an annotation: no work on the hot path)
         f = frame
@@ -429,25 +431,22 @@ class ImplicitTransfers:
     # Read (metrics.engines.jax.sites) ---------------------------------------
 
     def via(self, code: CodeType | None, offset: int) -> str:
-        """The library call the line at ``code``/``offset`` went through
-        (``flax nnx.jit``), "" for none (read time)."""
+        """The library call (``flax nnx.jit``) the line went through, "" none (read time)."""
         lib = self._via.get((id(code), offset)) if code is not None else None
         return via_words(lib) if lib is not None else ""
 
     def sites(self) -> list[SiteReading]:
-        """One reading per line (per kind) that synced or moved data
-        implicitly, locations resolved now, each with the library call it
-        went through; the overflow as one entry."""
+        """One reading per line (per kind), resolved now: :func:`~.sites.readings`."""
         return jax_sites.readings(self)
 
     def sync_lines(self) -> list[SyncLine]:
-        """Device->host syncs per line of the user's code, with their first
-        and last time (:func:`~metrics.engines.jax.sites.sync_lines`)."""
+        """Device->host syncs per line, first and last time: :func:`~.sites.sync_lines`."""
         return jax_sites.sync_lines(self)
 
     def clear(self) -> None:
         """Forgets every site (the counters are the registry's)."""
         self.journal.clear()
+        self.gaps.clear()  # type: ignore[attr-defined]
         for feeder in self.feeders:
             feeder.clear()
         with self._lock:
@@ -483,6 +482,7 @@ def _value_property(original: property, impl: ImplicitTransfers) -> property:
             f = getframe(1)
             detail = get(id(f.f_code))
             if detail.__class__ is str:
+                context.gap_owner = None  # the step's next call ends a gap (gaps.py)
                 user = f.f_back
                 if user is not None and get(id(code := user.f_code)) == user_class:
                     step = context.step_owner  # the step function's calls: the read's step

@@ -3,8 +3,9 @@
 On one device JAX moves a numpy argument of a jitted call in C++, where no
 hook sees it; the ``jax.jit`` wrapper (:mod:`metrics.engines.jax.calls`)
 hands such calls' arguments to :class:`JitArguments`, which writes one
-untimed implicit transfer per top-level numpy argument (and one for the
-numpy leaves nested in containers) into the transfer hook's journal
+untimed implicit transfer per numpy leaf (top-level, or nested in tuples,
+NamedTuples, lists and dicts: one per leaf, as JAX's transfer guard logs
+them) into the transfer hook's journal
 (:class:`~metrics.engines.jax.implicit.ImplicitTransfers`), at the user's
 line. A host-bound loop (``step(params, data[i:i + B], 0.01)``) runs this on
 every step, so the usual call is decided with one code-table lookup and
@@ -55,8 +56,9 @@ NESTED_LEAVES = 64  # numpy leaf paths kept per function
 
 
 def numpy_paths(args: tuple[object, ...]) -> tuple[Path, ...]:
-    """Index paths of numpy arrays nested in tuple/list/dict arguments (not
-    top-level ones, which each call checks itself); run when a call compiled."""
+    """Index paths of numpy arrays nested in tuple/list/dict arguments
+    (NamedTuples and dict subclasses too: pytrees JAX flattens; not top-level
+    ones, which each call checks itself); run when a call compiled."""
     found: list[Path] = []
 
     def walk(x: Any, path: Path) -> None:  # any pytree the user passes
@@ -65,10 +67,10 @@ def numpy_paths(args: tuple[object, ...]) -> tuple[Path, ...]:
         if type(x) is _NDARRAY:
             if len(path) > 1:
                 found.append(path)
-        elif type(x) in (tuple, list):
+        elif isinstance(x, (tuple, list)):  # a NamedTuple batch is a tuple
             for i, v in enumerate(x):
                 walk(v, (*path, i))
-        elif type(x) is dict:
+        elif isinstance(x, dict):
             for k, v in x.items():
                 walk(v, (*path, k))
 
@@ -76,9 +78,10 @@ def numpy_paths(args: tuple[object, ...]) -> tuple[Path, ...]:
     return tuple(found)
 
 
-def nested_numpy_bytes(args: tuple[object, ...], paths: tuple[Path, ...]) -> int:
-    """Bytes of the numpy leaves at ``paths`` in this call's arguments."""
-    total = 0
+def nested_numpy_bytes(args: tuple[object, ...], paths: tuple[Path, ...]) -> list[int]:
+    """Bytes of each numpy leaf at ``paths`` in this call's arguments (one
+    entry per leaf found: each is its own transfer)."""
+    found = []
     for path in paths:
         x: Any = args
         try:
@@ -87,8 +90,8 @@ def nested_numpy_bytes(args: tuple[object, ...], paths: tuple[Path, ...]) -> int
         except (IndexError, KeyError, TypeError):
             continue
         if type(x) is _NDARRAY:
-            total += x.nbytes
-    return total
+            found.append(x.nbytes)
+    return found
 
 
 class JitArguments:
@@ -143,8 +146,10 @@ class JitArguments:
     def counted_in_handler(owner: Owner) -> bool:
         """Whether the numpy shard handler, running under ``owner``'s wrapper,
         counts this call's numpy arguments: yes when the wrapper did not know
-        the function takes them (its first numpy call, a C++ cache miss);
-        then it knows."""
+        the function takes them (its first numpy call, a C++ cache miss:
+        each of its numpy leaves passes here); then it knows."""
+        if owner.numpy_args is _BY_HANDLER:  # the same call's next leaf
+            return True
         if owner.numpy_args:
             return False
         owner.numpy_args = _BY_HANDLER
@@ -160,16 +165,17 @@ class JitArguments:
         for a in args:
             if type(a) is _NDARRAY:
                 host(a.nbytes, label)
-        if owner.nested_numpy and (n := nested_numpy_bytes(args, owner.nested_numpy)):
-            host(n, label)
+        if owner.nested_numpy:
+            for n in nested_numpy_bytes(args, owner.nested_numpy):
+                host(n, label)
 
     def timed(self, owner: Owner, args: tuple[Any, ...], depth: int) -> tuple[Any, ...]:
         """A sampled call's numpy arguments copied to the device here, each
         copy timed (from the call to the array being on the device) and
         recorded as a timed implicit transfer at the caller's line (``depth``
         frames above this one); returns the arguments with the device arrays
-        in their place, so the call does not copy them again. Top-level ones
-        each a record; the leaves nested at known places one record."""
+        in their place, so the call does not copy them again. Each numpy
+        leaf a record (top-level, or nested at the places known)."""
         put = _put()
         owner.numpy_args = True  # (the stage hook drops its record of these under the wrapper)
         try:
@@ -184,10 +190,10 @@ class JitArguments:
                 d = put(a)  # (a copy that compiled, a new shape's, is no sample)
                 timed.append((clock() - start if seq[0] == compiles else -1, a.nbytes))
                 out[i] = d
-        if owner.nested_numpy:
-            moved, start, compiles = 0, clock(), seq[0]
+        if owner.nested_numpy:  # each leaf its own record, as the transfer guard logs them
             for path in owner.nested_numpy:
                 x: Any = args
+                start, compiles = clock(), seq[0]
                 try:
                     for k in path:
                         x = x[k]
@@ -196,9 +202,7 @@ class JitArguments:
                 if type(x) is _NDARRAY:
                     d = put(x)
                     out[path[0]] = _replaced(out[path[0]], path[1:], d)  # type: ignore[index]
-                    moved += x.nbytes
-            if moved:
-                timed.append((clock() - start if seq[0] == compiles else -1, moved))
+                    timed.append((clock() - start if seq[0] == compiles else -1, x.nbytes))
         end = clock()  # one end for the call's records: one step occurrence, as untimed
         for ns, nbytes in timed:
             self._transfers.record(IMPLICIT_H2D if ns >= 0 else UNTIMED_H2D, frame,
@@ -217,7 +221,7 @@ class JitArguments:
         if by_handler:
             return
         new = tuple(p for p in owner.nested_numpy if p not in was)
-        if new and (n := nested_numpy_bytes(args, new)):
+        for n in nested_numpy_bytes(args, new) if new else ():
             self._transfers.host_arguments(n, owner.numpy_label)
 
 
@@ -250,25 +254,26 @@ def _put() -> Callable[[Any], Any]:
 
 def _replaced(tree: Any, path: Path, value: object) -> Any:
     """``tree`` with the leaf at ``path`` (through tuples, lists, dicts) set
-    to ``value``; the containers on the way are copies."""
+    to ``value``; the containers on the way are copies of their own type (a
+    NamedTuple stays one: the function reads its fields by name)."""
     if not path:
         return value
     k, rest = path[0], path[1:]
-    if type(tree) is dict:
+    if isinstance(tree, dict):
         out = dict(tree)
         out[k] = _replaced(tree[k], rest, value)
-        return out
+        return out if type(tree) is dict else type(tree)(out)
     items = list(tree)
     items[k] = _replaced(items[k], rest, value)  # type: ignore[index]
-    return items if type(tree) is list else tuple(items)
+    if isinstance(tree, list):
+        return items if type(tree) is list else type(tree)(items)
+    return type(tree)._make(items) if hasattr(tree, "_make") else type(tree)(items)
 
 
 # Owner.numpy_args while the numpy shard handler has counted the call it
 # learnt of them in (truthy: later calls are checked); the next report() or
 # learn_nested() sets it to True.
 _BY_HANDLER = "first numpy arguments counted by the numpy shard handler"
-
-
 
 
 def _writer(transfers: ImplicitTransfers, walked: Callable[[Owner, tuple[Any, ...]], None],
@@ -300,8 +305,9 @@ def _writer(transfers: ImplicitTransfers, walked: Callable[[Owner, tuple[Any, ..
         for a in args:
             if type(a) is ndarray:  # (not a subclass: as the walked path)
                 extend((kind, code, lasti, label, now, now, a.nbytes, at))
-        if owner.nested_numpy and (n := nested_numpy_bytes(args, owner.nested_numpy)):
-            extend((kind, code, lasti, label, now, now, n, at))
+        if owner.nested_numpy:  # one transfer per leaf, as the transfer guard logs them
+            for n in nested_numpy_bytes(args, owner.nested_numpy):
+                extend((kind, code, lasti, label, now, now, n, at))
         if len(queue) >= fold_at:
             flush()
 

@@ -32,15 +32,17 @@ if TYPE_CHECKING:
 # numbers; an untimed host->device record is kept as IMPLICIT_H2D).
 SYNC, IMPLICIT_H2D = 0, 1
 EAGER_OP = 5  # eager primitives (metrics.engines.jax.eager): apart from the record kinds
-SITE_KINDS = (SYNC, IMPLICIT_H2D, EAGER_OP)
+CALL, GET = 6, 7  # gaps.CALL, gaps.GET: another jitted function's call site, a device_get
+SITE_KINDS = (SYNC, IMPLICIT_H2D, EAGER_OP, CALL, GET)
 OTHER_SITES = "(other sites)"
 NO_USER_FRAME = "(no user frame)"
 OVERFLOW = "more lines than kept"  # the detail of the overflow site
 
 _GENERIC = {SYNC: "device->host read", IMPLICIT_H2D: "host->device transfer",
-            EAGER_OP: "eager op"}
+            EAGER_OP: "eager op", CALL: "jitted call", GET: "jax.device_get"}
 _KIND_NAMES = {SYNC: SiteKind.SYNC.value, IMPLICIT_H2D: SiteKind.IMPLICIT_TO_DEVICE.value,
-               EAGER_OP: SiteKind.EAGER_OP.value}
+               EAGER_OP: SiteKind.EAGER_OP.value, CALL: SiteKind.CALL.value,
+               GET: SiteKind.DEVICE_GET.value}
 
 
 class Steps(NamedTuple):
@@ -84,6 +86,8 @@ def readings(impl: ImplicitTransfers) -> list[SiteReading]:
     with the library call it went through (``via``: ``flax nnx.jit``; see
     :meth:`ImplicitTransfers.via`); the overflow as one entry."""
     to_unix = impl.rec.mono_to_unix
+    lines = by_line(impl)
+    gaps = gap_lines(impl)
     return [SiteReading(kind=_KIND_NAMES[kind], location=location, count=count,
                         bytes=nbytes, seconds=ns / 1e9, function=function,
                         detail=", ".join(details[:4]),
@@ -93,11 +97,35 @@ def readings(impl: ImplicitTransfers) -> list[SiteReading]:
                         steps_spanned=max(0, last_step - first_step) if first_step >= 0 else 0,
                         drain_seconds=drain / 1e9 if kind == SYNC else None,
                         timed=timed if kind == IMPLICIT_H2D else 0,
-                        timed_bytes=timed_bytes if kind == IMPLICIT_H2D else 0)
+                        timed_bytes=timed_bytes if kind == IMPLICIT_H2D else 0,
+                        **gaps.get((kind, location), {}))
             for (kind, location), (count, nbytes, ns, first_end, last_end, function, details,
                                    via, occurrences, first_step, last_step, drain, timed,
                                    timed_bytes)
-            in by_line(impl).items()]
+            in lines.items()]
+
+
+def gap_lines(impl: ImplicitTransfers) -> dict[tuple[int, str], dict[str, Any]]:
+    """(kind, location) -> the loop's gaps it led or sat in, as
+    :class:`SiteReading` fields (``work``, ``gap_seconds``, ``gaps``,
+    ``within``): :mod:`metrics.engines.jax.gaps`, read after :func:`by_line`
+    (which resolved each site's line)."""
+    g = getattr(impl, "gaps", None)
+    if g is None:
+        return {}
+    kind_of = {id(site): key[0] for key, site in list(impl._sites.items())}
+    out: dict[tuple[int, str], dict[str, Any]] = {}
+    for site, gs in list(g.by_site.items()):
+        if site.where is None or id(site) not in kind_of:
+            continue
+        row = out.setdefault((kind_of[id(site)], site.where[0]), {})
+        if gs.gaps:
+            row["work"] = gs.work
+            row["gaps"] = row.get("gaps", 0) + gs.gaps
+            row["gap_seconds"] = row.get("gap_seconds", 0.0) + gs.gap_ns / 1e9
+        elif gs.within is not None and gs.within.where is not None:
+            row["within"] = gs.within.where[0]
+    return out
 
 
 def sync_lines(impl: ImplicitTransfers) -> list[SyncLine]:

@@ -9,7 +9,9 @@ numpy 95 -> 83 (a device_put wrapper and the numpy shard handler) -> 60 (the
 handler alone: one hook per put) -> 58 (JAX's four arguments, no ``*args``).
 A read's step index (the step function's call count, counted in the jit
 wrapper): float(x) 86 -> 91, an untimed jitted call 53 -> 60 -> 55 (its record's
-tuple made once per function). A host-bound step's numpy arguments: see
+tuple made once per function). Seeing the step loop's gaps (evaluation,
+checkpoints: metrics/engines/jax/gaps.py): float(x) 91 -> 94, an untimed
+jitted call 55 -> 60. A host-bound step's numpy arguments: see
 tests/metrics/engines/jax/test_jit_numpy.py.
 
 Also counted here: which Python frames and C calls one hooked training step
@@ -90,7 +92,7 @@ def test_float_of_an_array_costs_no_frame_walk(fresh_metrics):
     counts = _opcodes_in_metrics(lambda: float(scalar))
     assert set(counts) == {"_value"}, counts  # no call out of the hook
     # 5 of them the read's step (the step function's calls so far)
-    assert sum(counts.values()) <= 91, counts
+    assert sum(counts.values()) <= 94, counts  # +3: the store that opens a loop gap (gaps.py)
 
 
 def test_a_jitted_call_stays_within_budget(fresh_metrics):
@@ -100,7 +102,8 @@ def test_a_jitted_call_stays_within_budget(fresh_metrics):
     counts = _opcodes_in_metrics(lambda: step(x))
     # untimed (74 timed); 2 of them the try that swallows a failure while recording,
     # 7 the call count (a device->host read's step index when this is the step)
-    assert set(counts) == {"call"} and counts["call"] <= 55, counts
+    # +5: the identity check that sees a loop gap's end or work (gaps.py)
+    assert set(counts) == {"call"} and counts["call"] <= 60, counts
 
 
 def test_a_device_put_runs_one_hook(fresh_metrics):

@@ -173,7 +173,9 @@ def test_a_host_bound_step_stays_within_its_measured_work(eng):
     # offer/_smallest: the timed call's sample for the device-time watcher
     assert frames == {"call": TIME_EVERY, "timed_call": 1, "write": TIME_EVERY, "offer": 1,
                       "_smallest": 1}, frames
-    assert ops / TIME_EVERY <= 212, ops / TIME_EVERY  # measured 198.4 (209.8 with the offer)
+    # measured 198.4 (209.8 with the offer; 214.9 with the loop's gaps' one
+    # identity check a call, gaps.py)
+    assert ops / TIME_EVERY <= 217, ops / TIME_EVERY
     assert c_calls / TIME_EVERY <= 9.0, c_calls / TIME_EVERY  # measured 8.2 (8.9 with the offer)
 
 

@@ -1,0 +1,164 @@
+"""Periodic work in the step loop's gaps, named and measured: evaluation,
+checkpoints, logging every N steps.
+
+A gap is what the program did between two calls of the step function (the
+inferred or tracked one: ``JaxContext.step_owner``): the hook notes the
+first call of another jitted function after anything else (``CALL``: an
+evaluation's call site), a ``jax.device_get`` (``GET``: a checkpoint's
+copy of the state) and the reads (``float(loss)``, ``print(loss)``), each
+with the step index it ran after; the step's next call writes ``GAP_END``
+with its time. Both hot-path checks are one identity test
+(``JaxContext.gap_owner``); everything else happens here, at fold time.
+
+Each gap's time is its wall time, from its first record's start to the next
+step's call, less what its reads waited for the device's queued work (per
+read ``wait - drain``, as :mod:`~metrics.engines.jax.drains` says: the steps
+queued before it run either way), charged to the line that led it: the call site of the other jitted
+function with the most calls noted in it (evaluation), else the
+``device_get`` (checkpoint), else the first read (logging); the gap's other
+lines are ``within`` it (their cost is the lead's). Gaps of marked steps
+(``metrics.mark_step``) are not measured here: their step times are
+(``slow_steps``).
+
+Example:
+    >>> from metrics.engines.jax.gaps import lead_of
+    >>> lead_of({(0, 11, 4): 1, (CALL, 12, 8): 40})   # a read and an evaluation's calls
+    ((6, 12, 8), 'evaluation')
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from metrics.engines.jax.sites import SYNC
+
+if TYPE_CHECKING:
+    from metrics.engines.jax.calls import Owner
+    from metrics.engines.jax.context import JaxContext
+
+# Record kinds in the transfer hook's journal beside its own (implicit.py's
+# 0-4 and sites.EAGER_OP 5): a call of a jitted function that is not the step
+# (its first after other work), a jax.device_get, the step's call after a gap.
+CALL, GET, GAP_END = 6, 7, 8
+EVALUATION, CHECKPOINT, LOGGING = "evaluation", "checkpoint", "logging"
+_WORK_OF = {CALL: EVALUATION, GET: CHECKPOINT, SYNC: LOGGING}
+_LEAD_ORDER = (CALL, GET, SYNC)
+
+
+def lead_of(counts: dict[tuple[Any, Any], int]) -> tuple[tuple[Any, Any], str]:
+    """The record key (``(kind, ...)``) that leads a gap holding ``counts``
+    records per key, and the gap's work: another jitted function's calls
+    (the most noted), else a device_get, else a read."""
+    for kind in _LEAD_ORDER:
+        keys = [k for k in counts if k[0] == kind]
+        if keys:
+            key = max(keys, key=counts.__getitem__)
+            return key, _WORK_OF[kind]
+    key = next(iter(counts))
+    return key, LOGGING
+
+
+
+class GapSite:
+    """What one site (a ``_Site`` of the transfer hook) did in gaps."""
+
+    __slots__ = ("gap_ns", "gaps", "work", "within")
+
+    def __init__(self) -> None:
+        self.gap_ns = 0
+        self.gaps = 0
+        self.work = ""
+        self.within: Any = None  # the _Site whose gaps it sat in (not its own)
+
+
+class Gaps:
+    """Folds gap records after the transfer hook's own fold (``impl``: an
+    ``ImplicitTransfers``, records of ``fields`` values)."""
+
+    __slots__ = ("impl", "fields", "open", "by_site", "last_wait_end")
+
+    def __init__(self, impl: Any, fields: int) -> None:
+        self.impl, self.fields = impl, fields
+        # The gap being filled: [step index, first start ns, {site key: records},
+        # ns its reads waited for queued work]
+        self.open: list[Any] | None = None
+        self.last_wait_end = time.monotonic_ns()  # the latest read's end (drains.py's)
+        self.by_site: dict[Any, GapSite] = {}  # keyed by the transfer hook's _Site
+
+    @classmethod
+    def around(cls, impl: Any, fold: Callable[[list[Any]], None],
+               fields: int) -> Callable[[list[Any]], None]:
+        impl.gaps = g = cls(impl, fields)
+        def both(flat: list[Any]) -> None:
+            fold(flat)
+            g.fold(flat)
+        return both
+
+    def fold(self, flat: list[Any]) -> None:
+        w = self.fields
+        kinds = flat[0::w]
+        if GAP_END not in kinds and CALL not in kinds and GET not in kinds and SYNC not in kinds:
+            return  # the usual batch of a host-bound loop: its numpy arguments only
+        codes, offsets, starts, ends, steps = (flat[1::w], flat[2::w], flat[4::w],
+                                               flat[5::w], flat[7::w])
+        for i, k in enumerate(kinds):
+            if k == GAP_END:
+                gap = self.open
+                if gap is not None and gap[0] < steps[i]:
+                    self._close(gap, ends[i])
+                self.open = None
+            elif k == SYNC or k == CALL or k == GET:
+                gap = self.open
+                if gap is None or gap[0] != steps[i]:
+                    gap = self.open = [steps[i], starts[i], {}, 0]
+                key = (k, id(codes[i]), offsets[i])
+                gap[2][key] = gap[2].get(key, 0) + 1
+                if k != CALL:  # a wait: what it held beyond its drain was queued work
+                    s, e = starts[i], ends[i]
+                    gap[3] += max(0, (e - s) - max(0, s - self.last_wait_end))
+                    self.last_wait_end = max(self.last_wait_end, e)
+
+    def _close(self, gap: list[Any], end: int) -> None:
+        wall = max(0, end - gap[1] - gap[3])
+        (kind, code, offset), work = lead_of(gap[2])
+        sites = self.impl._sites
+        lead = sites.get((kind, code, offset))
+        if lead is None:
+            return
+        g = self._of(lead)
+        g.gap_ns += wall
+        g.gaps += 1
+        g.work = work
+        for k in gap[2]:
+            other = sites.get(k)
+            if other is not None and other is not lead:
+                self._of(other).within = lead
+
+    def _of(self, site: Any) -> GapSite:
+        g = self.by_site.get(site)
+        if g is None:
+            g = self.by_site[site] = GapSite()
+        return g
+
+    def clear(self) -> None:
+        self.open = None
+        self.by_site.clear()
+
+
+def at_call(context: JaxContext, owner: Owner, frame: Any) -> None:
+    """A call of ``owner`` after other work (``context.gap_owner`` was not
+    it): the step's call closes the gap (``GAP_END``); another function's
+    call is noted at the user's line (``CALL``), once until other work."""
+    context.gap_owner = owner
+    eng, step = context.active, context.step_owner
+    if eng is None or step is None:
+        return
+    now = time.monotonic_ns()
+    impl = eng.implicit
+    if owner is step:
+        q = impl.queue
+        q.extend((GAP_END, None, 0, None, now, now, 0, owner.calls))
+    elif not owner.explicit:
+        impl.record(CALL, frame, now, now, 0, owner.name)

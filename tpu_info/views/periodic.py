@@ -1,0 +1,115 @@
+"""Periodic work in the step loop's gaps, named as what it is: an evaluation
+or a checkpoint every N steps, with its line, how often, its measured time
+and its share of the run.
+
+The hook (``metrics/engines/jax/gaps.py``) bounds each gap by the step
+function's calls around it and tells which line led it
+(:attr:`SiteReading.work`, ``gaps``, ``gap_seconds``) and which lines sat in
+it (``within``): an evaluation's reads and numpy batches are its, not
+findings of their own. Logging (a lone read) stays the read's finding
+(``periodic_sync``), costed by its drain.
+
+Example:
+    >>> from tpu_info.contract.model import SiteReading, Snapshot, StepsReading
+    >>> ev = SiteReading("call", "/w/train.py:90", 10, detail="jit(apply_model)",
+    ...                  phase="periodic", occurrences=10, steps_spanned=270,
+    ...                  work="evaluation", gaps=9, gap_seconds=0.9)
+    >>> steps = StepsReading(300, "inferred", "jit(train_step)", 1.0, 100.0, 101.0)
+    >>> [f.kind for f in periodic_work(Snapshot(101.0, uptime_seconds=2.0, sites=(ev,),
+    ...                                         steps=steps))]
+    ['periodic_evaluation']
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from tpu_info.contract.model import (
+    STEPS_MARKED,
+    Finding,
+    Phase,
+    Severity,
+    SiteReading,
+    Snapshot,
+)
+from tpu_info.views.cost import duration, share_words, short_location, size_words, steps_of
+
+# Said from this share of the run; a warning from WARN_SHARE (as other periodic work).
+INFO_SHARE = 0.01
+WARN_SHARE = 0.05
+LED = frozenset({"evaluation", "checkpoint"})  # PeriodicWork values said here
+
+_ADVICE = {
+    "evaluation": ("Evaluate less often or on fewer batches; or run the evaluation loop on "
+                   "the device (its batches put there once, the loop in lax.scan or "
+                   "fori_loop) so the host dispatches it once."),
+    "checkpoint": ("Save less often, or asynchronously (orbax's AsyncCheckpointer copies "
+                   "and writes in a background thread while the steps go on)."),
+}
+
+
+def _phase(site: SiteReading) -> Phase:
+    try:
+        return Phase(site.phase)
+    except ValueError:
+        return Phase.UNKNOWN
+
+
+def leads(s: Snapshot) -> dict[str, SiteReading]:
+    """The lines that led periodic evaluation or checkpoint gaps, by location."""
+    return {x.location: x for x in s.sites
+            if x.work in LED and x.gaps and x.gap_seconds and _phase(x) == Phase.PERIODIC}
+
+
+def part_of_periodic_work(s: Snapshot, site: SiteReading,
+                          led: dict[str, SiteReading] | None = None) -> bool:
+    """Whether ``site`` sat in the gaps of an evaluation or checkpoint that
+    :func:`periodic_work` names, or ran at its line (its cost is that
+    finding's)."""
+    led = leads(s) if led is None else led
+    # Its gaps' lines, and other work at the lead's own line (the eager
+    # slicing of an evaluation's batches in its call).
+    return site.within in led if site.within else site.location in led
+
+
+def periodic_seconds(s: Snapshot) -> float:
+    """The measured wall time of the periodic evaluations and checkpoints, at
+    most the run."""
+    total = sum(x.gap_seconds or 0.0 for x in leads(s).values())
+    return min(total, s.uptime_seconds) if s.uptime_seconds > 0 else total
+
+
+def periodic_work(s: Snapshot) -> Iterable[Finding]:
+    """One finding per line that led an evaluation or checkpoint every N
+    steps, when it took at least :data:`INFO_SHARE` of the run."""
+    steps = steps_of(s)
+    led = leads(s)
+    for site in led.values():
+        run = s.uptime_seconds
+        seconds = min(site.gap_seconds or 0.0, run) if run > 0 else (site.gap_seconds or 0.0)
+        share = seconds / run if run > 0 else None
+        if share is not None and share < INFO_SHARE:
+            continue
+        each = seconds / site.gaps
+        every = (site.steps_spanned / (site.occurrences - 1)
+                 if site.occurrences > 1 and site.steps_spanned else None)
+        members = [short_location(x.location) for x in s.sites
+                   if x.within == site.location and x.location != site.location]
+        what = (f"{site.detail}, first called" if site.work == "evaluation" else
+                f"{site.detail} of {size_words(site.bytes / max(1, site.count))} each time")
+        how = ("steps marked by the program" if steps is not None
+               and steps.source == STEPS_MARKED else
+               f"steps inferred from {steps.basis.split(':')[0]}" if steps is not None
+               else "steps not known")
+        often = f"every {every:,.0f} steps" if every else f"{site.occurrences} times"
+        part = f"; {', '.join(sorted(set(members))[:4])} ran in it" if members else ""
+        share_text = f", {share_words(share)} of run time" if share is not None else ""
+        message = (
+            f"{site.work} at {short_location(site.location)} ({what} there) runs in the step "
+            f"loop's gaps {often} ({site.occurrences} times, {duration(each)} each"
+            f"{share_text}, measured: the wall time from its first call or copy to the step's "
+            f"next call, over {site.gaps} gap(s); {how}{part}). {_ADVICE[site.work]}")
+        yield Finding(message, Severity.WARNING if (share or 0.0) >= WARN_SHARE
+                      else Severity.INFO, site.location, seconds, f"periodic_{site.work}",
+                      count=site.gaps, phase=Phase.PERIODIC.value, share_of_run=share,
+                      every_steps=every)
