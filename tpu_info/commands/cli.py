@@ -240,10 +240,10 @@ def _doctor(args: argparse.Namespace, targets: list[str]) -> int:
               render.hooked_lines(g.views) + render.blind_spot_lines(g.views)]
     pairs = list(dict.fromkeys((clean(w, 1000), clean(r, 1000)) for w, r in pairs))
     if args.json:
+        usable = sum(1 for c in g.local.chips if c.usable)
         print(json.dumps({"schema": "tpu-info-doctor/v1", "targets_read": len(g.views),
-                          "discovered": g.discovered, "local_accelerators": sum(1 for c in g.local.chips if c.usable),
-                          "local_accelerators_not_usable": sum(1 for c in g.local.chips
-                                                               if not c.usable),
+                          "discovered": g.discovered, "local_accelerators": usable,
+                          "local_accelerators_not_usable": len(g.local.chips) - usable,
                           "failed": [clean(v.target) for v in g.failed],
                           "explanations": [{"where": w, "reason": r} for w, r in pairs]},
                          indent=2))

@@ -69,12 +69,12 @@ from metrics.engines.base import EngineBase
 from metrics.engines.jax import aot, calls, monitoring
 from metrics.engines.jax.compiles import Compiles
 from metrics.engines.jax.context import CONTEXT, ENGINE, JaxContext
+from metrics.engines.jax.device_time import DeviceTimes
 from metrics.engines.jax.devices import DeviceMemory
 from metrics.engines.jax.eager import EagerOps
 from metrics.engines.jax.executions import Executions
 from metrics.engines.jax.explain import Explanations
 from metrics.engines.jax.explicit import ExplicitTransfers
-from metrics.engines.jax.device_time import DeviceTimes
 from metrics.engines.jax.implicit import ImplicitTransfers
 from metrics.engines.jax.monitoring import MonitoringRecords
 from metrics.engines.jax.steps import StepWatch

@@ -450,9 +450,8 @@ def test_no_compilation_cache_advice_when_a_third_of_compiling_is_eager_ops():
 
 
 async def test_findings_say_the_same_words_in_cli_json_tui_and_report():
-    """One snapshot with findings through all four outputs: each shows every
-    finding's words and cost as the views derive them, and its kind where the
-    output names kinds (JSON, the report)."""
+    """One snapshot with findings through all four outputs: each shows every finding's words
+    and cost as the views derive them, and its kind where the output names kinds (JSON, report)."""
     from datetime import UTC
 
     from tpu_info.outputs.jsonview import to_json
