@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tpu_info.contract.model import Snapshot
+
 ROOT = Path(__file__).resolve().parent.parent
 
 PROGRAM = r"""
@@ -84,3 +86,29 @@ def terminate(process: subprocess.Popen | None, timeout: float = 30.0) -> None:
         process.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
         process.kill()
+
+
+# The last lines of a program for snapshot_printed_by: its snapshot as the wire carries it.
+PRINT_SNAPSHOT = '''
+s = metrics.snapshot()
+from tpu_info.wire.fillers import snapshot_to_proto
+print(json.dumps({"proto": snapshot_to_proto(s).SerializeToString().hex()}))
+'''
+
+
+def snapshot_printed_by(tmp_path: Path, source: str, name: str = "prog.py") -> Snapshot:
+    """Runs ``source`` (a JAX program on the CPU that ends with
+    :data:`PRINT_SNAPSHOT`) in its own process and decodes the snapshot it
+    printed, as the CLI reads one."""
+    from tpu_info.proto import tpu_info_v1_pb2 as pb
+    from tpu_info.wire.codec import snapshot_from_proto
+
+    prog = tmp_path / name
+    prog.write_text(source)
+    env = dict(os.environ, PYTHONPATH=str(ROOT), JAX_PLATFORMS="cpu",
+               TPU_INFO_RUNTIME_DIR=str(tmp_path / "rt"))
+    r = subprocess.run([sys.executable, str(prog)], cwd=ROOT, capture_output=True, text=True,
+                       timeout=300, env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return snapshot_from_proto(pb.Snapshot.FromString(bytes.fromhex(
+        json.loads(r.stdout.splitlines()[-1])["proto"])))

@@ -9,17 +9,13 @@ here (the machine is shared)."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.hooked import PRINT_SNAPSHOT, snapshot_printed_by
 from tpu_info.contract.model import Phase, SiteReading, Snapshot, StepsReading
 from tpu_info.views.findings import find
-from tpu_info.wire.codec import snapshot_from_proto
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -31,11 +27,7 @@ import jax, jax.numpy as jnp, numpy as np
 rng = np.random.default_rng(0)
 N = 256
 '''
-TAIL = '''
-s = metrics.snapshot()
-from tpu_info.wire.fillers import snapshot_to_proto
-print(json.dumps({"proto": snapshot_to_proto(s).SerializeToString().hex()}))
-'''
+TAIL = PRINT_SNAPSHOT
 
 # A training step fed a NamedTuple of numpy arrays; every 30 steps an
 # evaluation (a jitted function whose name does not say so) over 60 numpy
@@ -96,16 +88,7 @@ jax.block_until_ready(params)
 
 
 def _run(tmp_path: Path, source: str) -> tuple[Snapshot, dict[str, int]]:
-    prog = tmp_path / "prog.py"
-    prog.write_text(source)
-    env = dict(os.environ, PYTHONPATH=str(ROOT), JAX_PLATFORMS="cpu",
-               TPU_INFO_RUNTIME_DIR=str(tmp_path / "rt"))
-    r = subprocess.run([sys.executable, str(prog)], cwd=ROOT, capture_output=True, text=True,
-                       timeout=300, env=env)
-    assert r.returncode == 0, r.stderr[-3000:]
-    from tpu_info.proto import tpu_info_v1_pb2 as pb
-    s = snapshot_from_proto(pb.Snapshot.FromString(bytes.fromhex(
-        json.loads(r.stdout.splitlines()[-1])["proto"])))  # as the CLI reads it
+    s = snapshot_printed_by(tmp_path, source)
     lines = {text.rsplit("# LINE ", 1)[1]: n
              for n, text in enumerate(source.splitlines(), start=1) if "# LINE " in text}
     return s, lines

@@ -6,15 +6,12 @@ comparisons are in bench/tpu_costs.py (not asserted: the machine is shared)."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from tests.hooked import PRINT_SNAPSHOT, snapshot_printed_by
 from tests.tpu_info.views.test_findings_cost import STEPS, _one, _snap, _sync
 from tpu_info.contract.model import DistributionReading, Samples, SiteReading, Snapshot, Unit
 from tpu_info.views.findings import find
@@ -52,26 +49,14 @@ for i in range(120):
     if i % 20 == 0:
         print(f"step {i} loss {loss}", file=sys.stderr)  # the read
 w.block_until_ready()
-s = metrics.snapshot()
-from tpu_info.wire.fillers import snapshot_to_proto
-print(json.dumps({"proto": snapshot_to_proto(s).SerializeToString().hex()}))
-'''
+''' + PRINT_SNAPSHOT
 
 
 @pytest.mark.slow
 def test_a_print_every_20_steps_in_a_device_bound_loop_costs_its_drain_not_its_wait(tmp_path):
     # Before: "periodic_sync ... 688 ms each, 82% of run time" for a print whose
     # removal changed nothing (A/B: bench/tpu_costs.py --variant).
-    prog = tmp_path / "print20.py"
-    prog.write_text(PRINT_EVERY_20)
-    env = dict(os.environ, PYTHONPATH=str(ROOT), JAX_PLATFORMS="cpu",
-               TPU_INFO_RUNTIME_DIR=str(tmp_path / "rt"))
-    r = subprocess.run([sys.executable, str(prog)], cwd=ROOT, capture_output=True, text=True,
-                       timeout=300, env=env)
-    assert r.returncode == 0, r.stderr[-3000:]
-    from tpu_info.proto import tpu_info_v1_pb2 as pb
-    s = snapshot_from_proto(pb.Snapshot.FromString(bytes.fromhex(
-        json.loads(r.stdout.splitlines()[-1])["proto"])))  # as the CLI reads it
+    s = snapshot_printed_by(tmp_path, PRINT_EVERY_20, "print20.py")  # as the CLI reads it
     line = next(n for n, text in enumerate(PRINT_EVERY_20.splitlines(), start=1)
                 if "# the read" in text)
     (read,) = [x for x in s.sites if x.kind == "sync" and x.location.endswith(f":{line}")]

@@ -5,10 +5,6 @@ bench/tpu_costs.py (A/B), never by wall-time asserts here."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -17,6 +13,7 @@ import pytest
 
 from metrics.engines.jax.device_time import KEEP, MAX_GRAPHS, QUEUE, DeviceTimes
 from metrics.engines.jax.drains import Model, drains
+from tests.hooked import PRINT_SNAPSHOT, snapshot_printed_by
 
 ROOT = Path(__file__).resolve().parents[4]
 MS = 1_000_000
@@ -122,26 +119,12 @@ for i in range(150):
     w, loss = step(w, x)
     total = float(loss)  # the read
 w.block_until_ready()
-s = metrics.snapshot()
-from tpu_info.wire.fillers import snapshot_to_proto
-print(json.dumps({"proto": snapshot_to_proto(s).SerializeToString().hex()}))
-'''
+''' + PRINT_SNAPSHOT
 
 
 @pytest.mark.slow
 def test_a_real_per_step_read_is_costed_from_measured_device_time_and_latency(tmp_path):
-    prog = tmp_path / "read.py"
-    prog.write_text(PROGRAM)
-    env = dict(os.environ, PYTHONPATH=str(ROOT), JAX_PLATFORMS="cpu",
-               TPU_INFO_RUNTIME_DIR=str(tmp_path / "rt"))
-    r = subprocess.run([sys.executable, str(prog)], cwd=ROOT, capture_output=True, text=True,
-                       timeout=300, env=env)
-    assert r.returncode == 0, r.stderr[-3000:]
-    from tpu_info.proto import tpu_info_v1_pb2 as pb
-    from tpu_info.wire.codec import snapshot_from_proto
-
-    s = snapshot_from_proto(pb.Snapshot.FromString(bytes.fromhex(
-        json.loads(r.stdout.splitlines()[-1])["proto"])))
+    s = snapshot_printed_by(tmp_path, PROGRAM, "read.py")
     (g,) = [g for g in s.graphs if g.name == "jit(step)"]
     assert g.device_seconds is not None and g.device_samples >= 20  # crossed the wire
     line = next(n for n, t in enumerate(PROGRAM.splitlines(), 1) if "# the read" in t)
