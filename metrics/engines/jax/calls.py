@@ -55,7 +55,7 @@ except ImportError:  # no numpy, so no jax: metrics.track() of a plain function 
 # What picks a function's graph once it has several: (shape, dtype) per
 # top-level argument; and where a numpy leaf sits in a call's arguments.
 CallKey = tuple[tuple[object, object], ...]
-Path = tuple[Hashable, ...]
+Path = tuple[int, *tuple[Hashable, ...]]  # the argument's index, then the keys within it
 
 _KEPT = ("__module__", "__name__", "__qualname__", "__doc__", "__annotations__",
          "__wrapped__", "lower", "trace", "eval_shape", "clear_cache", "_cache_size",

@@ -37,17 +37,16 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from metrics.engines.jax.sites import SYNC
+from metrics.engines.jax.kinds import EXPLICIT_D2H, SYNC
 from metrics.engines.jax.startup import take_out
 
 if TYPE_CHECKING:
     from metrics.engines.jax.device_time import DeviceTimes
 
-EXPLICIT_D2H = 2  # implicit.EXPLICIT_D2H (a jax.device_get's leaf): a wait too
-_WAITS = (SYNC, EXPLICIT_D2H)
+_WAITS = (SYNC, EXPLICIT_D2H)  # a read, a jax.device_get's leaf: both wait
 
 
 class Model(NamedTuple):
@@ -115,15 +114,6 @@ class Drains:
         lat = times.latency_ns()
         return Model(dev[0] if dev else None, lat[0] if lat else None,
                      dev[1] if dev else 0, lat[1] if lat else 0)
-
-    @classmethod
-    def around(cls, impl: Any, fields: int) -> Callable[[list[Any]], None]:
-        """The journal's fold for ``impl`` (an ``ImplicitTransfers``, records of
-        ``fields`` values): its own fold, then the drains."""
-        import time
-
-        impl.drains = d = cls(impl, time.monotonic_ns(), fields)  # type: ignore[attr-defined]
-        return d.fold
 
     def fold(self, flat: list[Any]) -> None:
         impl = self.impl

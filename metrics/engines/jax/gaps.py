@@ -32,22 +32,21 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from metrics.engines.jax.sites import SYNC
+from metrics.engines.jax.kinds import CALL, GAP_END, GET, SYNC
 
 if TYPE_CHECKING:
     from metrics.engines.jax.calls import Owner
     from metrics.engines.jax.context import JaxContext
 
-# Record kinds in the transfer hook's journal beside its own (implicit.py's
-# 0-4 and sites.EAGER_OP 5): a call of a jitted function that is not the step
-# (its first after other work), a jax.device_get, the step's call after a gap.
-CALL, GET, GAP_END = 6, 7, 8
+# CALL, GET, GAP_END (kinds.py): the record kinds in the transfer hook's journal
+# beside its own: a call of a jitted function that is not the step (its first
+# after other work), a jax.device_get, the step's call after a gap.
 EVALUATION, CHECKPOINT, LOGGING = "evaluation", "checkpoint", "logging"
 _WORK_OF = {CALL: EVALUATION, GET: CHECKPOINT, SYNC: LOGGING}
 _LEAD_ORDER = (CALL, GET, SYNC)
 
 
-def lead_of(counts: dict[tuple[Any, Any], int]) -> tuple[tuple[Any, Any], str]:
+def lead_of(counts: dict[tuple[Any, ...], int]) -> tuple[tuple[Any, ...], str]:
     """The record key (``(kind, ...)``) that leads a gap holding ``counts``
     records per key, and the gap's work: another jitted function's calls
     (the most noted), else a device_get, else a read."""
@@ -87,13 +86,14 @@ class Gaps:
         self.last_wait_end = time.monotonic_ns()  # the latest read's end (drains.py's)
         self.by_site: dict[Any, GapSite] = {}  # keyed by the transfer hook's _Site
 
-    @classmethod
-    def around(cls, impl: Any, fold: Callable[[list[Any]], None],
-               fields: int) -> Callable[[list[Any]], None]:
-        impl.gaps = g = cls(impl, fields)
+    def after(self, fold: Callable[[list[Any]], None]) -> Callable[[list[Any]], None]:
+        """The journal's fold: ``fold`` (the transfer hook's, then its drains'),
+        then this one's."""
+        mine = self.fold
+
         def both(flat: list[Any]) -> None:
             fold(flat)
-            g.fold(flat)
+            mine(flat)
         return both
 
     def fold(self, flat: list[Any]) -> None:

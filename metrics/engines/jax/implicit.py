@@ -44,6 +44,7 @@ from metrics.engines._patching import Patches
 from metrics.engines.jax import drains, gaps, to_device
 from metrics.engines.jax import sites as jax_sites
 from metrics.engines.jax.jit_numpy import JitArguments
+from metrics.engines.jax.kinds import EXPLICIT_D2H, EXPLICIT_H2D, UNTIMED_H2D
 from metrics.engines.jax.sites import (
     EAGER_OP,
     IMPLICIT_H2D,
@@ -66,9 +67,7 @@ if TYPE_CHECKING:
     from metrics.engines.jax.context import JaxContext
     from metrics.engines.jax.explicit import ExplicitTransfers
 
-# Record kinds in the journal (SYNC, IMPLICIT_H2D: the kinds a site is kept under,
-# jax_sites'); UNTIMED_H2D: implicit, not timed (the jit wrapper's), start == end.
-EXPLICIT_D2H, EXPLICIT_H2D, UNTIMED_H2D = 2, 3, 4
+# The journal's record kinds: kinds.py (SYNC, IMPLICIT_H2D: those a site is kept under).
 assert to_device.IMPLICIT_H2D == IMPLICIT_H2D
 _SITE_KIND = {SYNC: SYNC, IMPLICIT_H2D: IMPLICIT_H2D, UNTIMED_H2D: IMPLICIT_H2D,
               EAGER_OP: EAGER_OP, gaps.CALL: gaps.CALL, gaps.GET: gaps.GET}  # gaps': no transfer
@@ -158,8 +157,9 @@ class ImplicitTransfers:
                                       Callable[..., Any]]] = []
         self.missing: list[str] = []  # what could not be hooked, in words
         # Its fold, then each read's drain, then the loop's gaps (evaluation, checkpoints).
-        self.journal = rec.journal(gaps.Gaps.around(self, drains.Drains.around(self, FIELDS),
-                                                    FIELDS))
+        self.drains = drains.Drains(self, time.monotonic_ns(), FIELDS)
+        self.gaps = gaps.Gaps(self, FIELDS)
+        self.journal = rec.journal(self.gaps.after(self.drains.fold))
         self.queue = self.journal.queue
         self.feeders: list[Journal] = []  # other hooks' journals folding into the site table
         dist, counter = rec.distribution, rec.counter
@@ -446,7 +446,7 @@ class ImplicitTransfers:
     def clear(self) -> None:
         """Forgets every site (the counters are the registry's)."""
         self.journal.clear()
-        self.gaps.clear()  # type: ignore[attr-defined]
+        self.gaps.clear()
         for feeder in self.feeders:
             feeder.clear()
         with self._lock:

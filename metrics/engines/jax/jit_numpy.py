@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from types import CodeType
 from typing import TYPE_CHECKING, Any
 
@@ -74,7 +74,8 @@ def numpy_paths(args: tuple[object, ...]) -> tuple[Path, ...]:
             for k, v in x.items():
                 walk(v, (*path, k))
 
-    walk(args, ())
+    for i, a in enumerate(args):
+        walk(a, (i,))
     return tuple(found)
 
 
@@ -201,7 +202,7 @@ class JitArguments:
                     continue
                 if type(x) is _NDARRAY:
                     d = put(x)
-                    out[path[0]] = _replaced(out[path[0]], path[1:], d)  # type: ignore[index]
+                    out[path[0]] = _replaced(out[path[0]], path[1:], d)
                     timed.append((clock() - start if seq[0] == compiles else -1, x.nbytes))
         end = clock()  # one end for the call's records: one step occurrence, as untimed
         for ns, nbytes in timed:
@@ -236,14 +237,17 @@ def _put() -> Callable[[Any], Any]:
     ``jnp.asarray``. It is not waited for: a wait would hold the device's
     queued work too (the CPU backend runs transfers behind executions)."""
     if not _PUT:
+        put: Callable[[Any], Any]
         try:
             from jax._src import dispatch
 
             impl, copy = dispatch.batched_device_put_impl, (
                 dispatch.ArrayCopySemantics.ALWAYS_COPY,)
 
-            def put(x: Any) -> Any:
+            def batched(x: Any) -> Any:
                 return impl(x, devices=(None,), srcs=(None,), copy_semantics=copy)[0]
+
+            put = batched
         except (ImportError, AttributeError):
             import jax.numpy as jnp
 
@@ -252,7 +256,7 @@ def _put() -> Callable[[Any], Any]:
     return _PUT[0]
 
 
-def _replaced(tree: Any, path: Path, value: object) -> Any:
+def _replaced(tree: Any, path: tuple[Hashable, ...], value: object) -> Any:
     """``tree`` with the leaf at ``path`` (through tuples, lists, dicts) set
     to ``value``; the containers on the way are copies of their own type (a
     NamedTuple stays one: the function reads its fields by name)."""
@@ -263,8 +267,10 @@ def _replaced(tree: Any, path: Path, value: object) -> Any:
         out = dict(tree)
         out[k] = _replaced(tree[k], rest, value)
         return out if type(tree) is dict else type(tree)(out)
+    if not isinstance(k, int):  # a sequence's index (the walk found an int here)
+        raise TypeError(f"index {k!r} into {type(tree).__name__}")
     items = list(tree)
-    items[k] = _replaced(items[k], rest, value)  # type: ignore[index]
+    items[k] = _replaced(items[k], rest, value)
     if isinstance(tree, list):
         return items if type(tree) is list else type(tree)(items)
     return type(tree)._make(items) if hasattr(tree, "_make") else type(tree)(items)

@@ -23,16 +23,14 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
+from metrics.engines.jax.kinds import CALL, EAGER_OP, GET, IMPLICIT_H2D, SYNC
 from tpu_info.contract.model import SiteKind, SiteReading
 
 if TYPE_CHECKING:
     from metrics.engines.jax.implicit import ImplicitTransfers
 
-# The kinds a site is kept under (jax_transfers' record kinds of the same
-# numbers; an untimed host->device record is kept as IMPLICIT_H2D).
-SYNC, IMPLICIT_H2D = 0, 1
-EAGER_OP = 5  # eager primitives (metrics.engines.jax.eager): apart from the record kinds
-CALL, GET = 6, 7  # gaps.CALL, gaps.GET: another jitted function's call site, a device_get
+# The kinds a site is kept under (the journal's record kinds: kinds.py; an
+# untimed host->device record is kept as IMPLICIT_H2D).
 SITE_KINDS = (SYNC, IMPLICIT_H2D, EAGER_OP, CALL, GET)
 OTHER_SITES = "(other sites)"
 NO_USER_FRAME = "(no user frame)"

@@ -27,9 +27,13 @@ import re
 from collections import OrderedDict
 from dataclasses import replace
 from types import FrameType
+from typing import TYPE_CHECKING
 
 from tpu_info.contract.cause_kinds import CauseKind
 from tpu_info.contract.model import FIRST_CALL, RecompileCause
+
+if TYPE_CHECKING:
+    import torch
 
 COMPILE_ID = re.compile(r"^\s*\[?\d+/\d+\]?:\s*")
 # tensor 'x' size mismatch at index 0. expected 4, actual 8 (and dtype, rank,
@@ -218,7 +222,7 @@ def frame_values(frame: FrameType) -> dict[str, str]:
     return out
 
 
-def _tensor_type() -> type:
+def _tensor_type() -> type[torch.Tensor]:
     import torch  # loaded: this runs inside Dynamo
 
     return torch.Tensor
