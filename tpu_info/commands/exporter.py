@@ -156,8 +156,13 @@ class HostExporter:
         # Targets not answering lately are looked at all at once before a poll
         # dials any (a live one is asked whatever hung records there are).
         greet_s = min(GREET_S, options.timeout_s / 4)
+        self._greet_s = greet_s
         self._chooser = TargetChooser(options.max_targets,
                                       greet=lambda targets: greeters(targets, greet_s))
+        # Seconds each target's last try took: a target skipped while it does
+        # not answer (backed off) keeps its up 0 and this.
+        self._took: dict[tuple[object, ...], float] = {}
+        self._down: list[_Target] = []  # this poll's skipped targets whose last try failed
         self._not_asked: Counter[str] = Counter()
         self._said_not_asked = 0.0  # when the log last said so (once a minute at most)
         self._families: list[Metric] = []
@@ -189,6 +194,10 @@ class HostExporter:
                             f"{n} {r}" for r, n in sorted(self._not_asked.items())))
         out = [_Target(p.target, {"program": program_name(p.argv)},
                        (p.pid, p.start_time, p.port), p) for p in processes]
+        asked = {key_of(p) for p in processes}
+        self._down = [_Target(p.target, {"program": program_name(p.argv)}, key_of(p), p)
+                      for p in self._chooser.not_answering(
+                          p for p in scan.processes if key_of(p) not in asked)]
         libtpus = local_targets(scan, self._net, libtpu_target=self.options.libtpu_target).libtpus
         for libtpu in libtpus:  # 8431 and $TPU_RUNTIME_METRICS_PORTS
             out.append(_Target(libtpu, {"program": "libtpu"},
@@ -237,11 +246,15 @@ class HostExporter:
         health = []
         snaps = [r.value[1] if r.ok and r.value is not None else None for r in results]
         alive = {t.key for t in targets} | {key_of(p) for p in scan.processes}
-        identities = self._identities(targets, snaps, alive)
-        for t, r, snap, labels in zip(targets, results, snaps, identities, strict=True):
+        down = self._down
+        identities = self._identities([*targets, *down], [*snaps, *(None for _ in down)],
+                                      alive)
+        for t, r, snap, labels in zip(targets, results, snaps, identities[:len(targets)],
+                                      strict=True):
             if t.process is not None:
                 self._chooser.answered(t.process, snap is not None,
                                        hung=isinstance(r.error, TimedOut))
+            self._took[t.key] = r.seconds
             health.append(host_fams.TargetHealth(
                 labels, snap is not None, r.seconds,
                 {"reply": 1} if isinstance(r.error, ReplyTooLarge)
@@ -249,6 +262,15 @@ class HostExporter:
             if snap is not None:
                 state = self._states.setdefault(t.key, SeriesState())
                 fams.append(families(snap, labels, state=state))
+        # Skipped while it does not answer (backed off, or waiting for the
+        # dial budget): still down, with its last try's seconds (only looked
+        # at: the look's timeout).
+        for t, labels in zip(down, identities[len(targets):], strict=True):
+            health.append(host_fams.TargetHealth(labels, False,
+                                                 self._took.get(t.key, self._greet_s),
+                                                 asked=False))
+        for gone in [k for k in self._took if k not in alive]:
+            del self._took[gone]
         live = {t.key for t in targets}  # a process not asked this poll starts afresh
         for gone in [k for k in self._states if k not in live]:
             del self._states[gone]

@@ -26,6 +26,8 @@ little, and none waits longer than that. A loopback target whose port no
 socket of this host listens on is not dialled at all. Everything not asked
 is counted by reason (:data:`REASONS`), which the exporter serves as
 ``tpu_info_exporter_targets_skipped{reason}``: nothing is dropped silently.
+A target skipped whose last try failed (:meth:`TargetChooser.not_answering`)
+keeps its ``tpu_info_target_up 0`` while it waits: it is still down.
 
 Example:
     >>> chooser = TargetChooser(max_targets=256)
@@ -172,6 +174,18 @@ class TargetChooser:
             k = self._known.setdefault(key_of(p), _Known())
             k.asked_at, k.asked = now, True
         return asked, skipped
+
+    def not_answering(self, processes: Iterable[DiscoveredProcess]) -> list[DiscoveredProcess]:
+        """Of ``processes``, those whose last try failed (asked and did not
+        answer, or looked at and silent), in the order given: a poll that
+        skips one (backed off, waiting for the dial budget) still says it
+        is down."""
+        out = []
+        for p in processes:
+            k = self._known.get(key_of(p))
+            if k is not None and k.fails > 0:
+                out.append(p)
+        return out
 
     def _failed(self, k: _Known) -> None:
         k.fails += 1

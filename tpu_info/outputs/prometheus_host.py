@@ -87,14 +87,17 @@ def chip_families(scan: LocalScan, labels: Mapping[str, str]) -> Iterator[Metric
 
 @dataclass(frozen=True, slots=True)
 class TargetHealth:
-    """One target the exporter asked this poll: its labels, whether it
-    answered, how long it took, and what of its answer was cut, by part
-    (``reply``: the whole answer, over the exporter's byte bound)."""
+    """One target of the exporter's poll: its labels, whether it answered,
+    how long it took, and what of its answer was cut, by part (``reply``:
+    the whole answer, over the exporter's byte bound). ``asked`` False: not
+    asked this poll because its last try failed (backed off): down, with
+    its last try's seconds."""
 
     labels: Mapping[str, str]
     up: bool
     seconds: float
     cut: Mapping[str, int] = field(default_factory=dict)
+    asked: bool = True
 
 
 # The parts of a snapshot whose values the client's decoder cuts or keeps out
@@ -122,7 +125,8 @@ def target_families(targets: Iterable[TargetHealth], labels: Mapping[str, str],
 
     Args:
         targets: every target of the poll (each with its own labels:
-            ``program``, ``rank``; what outlives a restart, never a pid or port).
+            ``program``, ``rank``; what outlives a restart, never a pid or port),
+            and those not asked because their last try failed (down).
         labels: the exporter's constant labels (``host``, ``job``).
         poll_seconds: how long the last poll took.
         polls: polls so far.
@@ -137,9 +141,11 @@ def target_families(targets: Iterable[TargetHealth], labels: Mapping[str, str],
     targets = list(targets)
     keys = sorted({k for t in targets for k in t.labels if k not in labels})
     up = _gauge("target_up", "1 when the target answered the exporter's last poll, "
-                "0 when it failed or did not answer within --timeout.", [*names, *keys])
+                "0 when it failed or did not answer within --timeout, or was not asked "
+                "because it has not answered lately (backed off).", [*names, *keys])
     took = _gauge("target_scrape_duration_seconds", "Seconds the target took to answer "
-                  "the exporter's last poll (its timeout when it did not).", [*names, *keys])
+                  "the exporter's last poll (its timeout when it did not; not asked: its "
+                  "last try's).", [*names, *keys])
     cut = _gauge("target_cut", "Places in the target's last answer where values were cut "
                  "or kept out (over the client's bounds: 2,000 graphs, ...; not finite), by "
                  "part; part=\"reply\": the whole answer was over the exporter's 16 MiB.",
@@ -151,7 +157,7 @@ def target_families(targets: Iterable[TargetHealth], labels: Mapping[str, str],
         for part, n in sorted(t.cut.items()):
             cut.add_metric([*at, part], n)
     count = _gauge("exporter_targets", "Targets the exporter asked in its last poll.", names)
-    count.add_metric(values, len(targets))
+    count.add_metric(values, sum(t.asked for t in targets))
     duration = _gauge("exporter_poll_duration_seconds", "Seconds the exporter's last poll "
                       "took (host scan, discovery and every target).", names)
     duration.add_metric(values, poll_seconds)

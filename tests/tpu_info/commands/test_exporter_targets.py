@@ -100,3 +100,21 @@ def test_a_program_that_greets_is_asked_whatever_the_hung_records_and_they_back_
     for polls in watched.values():  # oldest and newest alike have their turn, never starved
         assert polls[0] == 1 and max(b - a for a, b in zip(polls, [*polls[1:], 60])) \
             <= MAX_BACKOFF_POLLS, polls
+
+
+def test_targets_skipped_while_they_do_not_answer_are_named_as_down() -> None:
+    """A target backed off after failing is not asked, and still down (the
+    exporter keeps its tpu_info_target_up 0); an answering one is not."""
+    clock = Clock()
+    real, silent = _proc(7, 6000, start=1.0), _proc(8, 6001, start=2.0)
+    chooser = TargetChooser(max_targets=256, dial_budget=64, clock=clock,
+                            greet=lambda targets: set())
+    asked, _ = chooser.choose([real, silent], None)
+    assert chooser.not_answering([real, silent]) == []  # not tried yet
+    for _ in range(2):  # silent twice in a row: its next turn is two polls on
+        assert asked == [real, silent] or asked == [silent, real]
+        for p in asked:
+            chooser.answered(p, p is real, hung=p is silent)
+        asked, skipped = chooser.choose([real, silent], None)
+    assert asked == [real] and skipped == {"not_answering": 1}
+    assert chooser.not_answering([real, silent]) == [silent]
