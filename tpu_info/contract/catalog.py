@@ -135,6 +135,12 @@ MIRRORS: dict[str, str] = {
 }
 
 
+# Distributions of a one-off figure (a sample or two in a process's life):
+# the Prometheus exposition makes each one gauge of its total, named here
+# (buckets would say nothing one number does not, at 24-28 series each).
+ONE_OFF: dict[str, str] = {BACKEND_START_TIME: "tpu_info_backend_start_seconds"}
+
+
 def for_engines(name: str, engines: str) -> bool:
     """Whether a process whose engines are ``engines`` (``"jax"``,
     ``"torch_compile,torch_lazy"``) records ``name``."""

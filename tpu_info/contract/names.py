@@ -59,7 +59,8 @@ RESERVED = frozenset("tpu_info_" + n for n in (
     "chip_hbm_total_bytes", "chip_hbm_used_bytes", "chip_busy_ratio", "chip_processes",
     "chip_owner", "chips", "target_up", "target_scrape_duration_seconds", "target_cut",
     "exporter_targets", "exporter_targets_skipped", "exporter_poll_duration_seconds",
-    "exporter_polls", "exporter_poll_errors", "exporter_skipped_records"))
+    "exporter_polls", "exporter_poll_errors", "exporter_skipped_records",
+    "backend_start_seconds"))
 
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
 

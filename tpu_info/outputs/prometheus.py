@@ -17,9 +17,9 @@ torch._lazy's and torch_xla's ``ns::op`` names) are the one family
 back to the CPU). Every counter of the catalog (:mod:`tpu_info.contract.catalog`)
 that the process's engines record is present from the first scrape, at zero
 until it counts, so ``increase()`` and alerts see the first event; a
-histogram (28 series) appears with its first sample, and an engine's
-record that mirrors one of the catalog (JAX's ``jax.monitoring`` compile
-durations) is left out beside it.
+histogram (28 series) appears with its first sample, an engine's record that
+mirrors one of the catalog (JAX's ``jax.monitoring`` compile durations) is
+left out beside it, and a one-off figure (``catalog.ONE_OFF``) is one gauge.
 
 Distributions are exported as **histograms**, not summaries. A summary's
 quantiles cannot be combined across processes or hosts (the mean of p99s is
@@ -382,10 +382,15 @@ def _histogram(f: _Families, d: DistributionReading) -> HistogramMetricFamily:
 def _distributions(f: _Families, snap: Snapshot, st: SeriesState,
                    seen: set[str], dropped: dict[str, int]) -> Iterator[Metric]:
     # A histogram comes with its first sample (an empty one is 28 series of
-    # zeros); a mirror of a catalog record (catalog.MIRRORS) is left out.
+    # zeros); a mirror of a catalog record (catalog.MIRRORS) is left out; a
+    # one-off figure (catalog.ONE_OFF) is one gauge of its total instead.
     counted = {d.name for d in snap.distributions if d.count}
-    records = tuple(d for d in snap.distributions
-                    if d.count and catalog.MIRRORS.get(d.name) not in counted)
+    records = tuple(d for d in snap.distributions if d.count and d.name not in catalog.ONE_OFF
+                    and catalog.MIRRORS.get(d.name) not in counted)
+    for d in snap.distributions:
+        if d.count and d.name in catalog.ONE_OFF:
+            yield f.one(f.gauge(catalog.ONE_OFF[d.name], clean(d.help or d.name, 1000)),
+                        d.total * SCALE[d.unit])
     for d, fam in zip(records, st.histograms(f, records), strict=True):
         if _exported(d.name, d.unit, False, seen, dropped) is not None:
             yield fam
@@ -409,10 +414,7 @@ def _graphs(f: _Families, snap: Snapshot, st: SeriesState) -> Iterator[Metric]:
         f.add(g_hits, row.labels, row.cache_hits)
         if row.executions is not None:
             f.add(g_exec, row.labels, row.executions)
-    yield g_compiles
-    yield g_seconds
-    yield g_hits
-    yield g_exec
+    yield from (g_compiles, g_seconds, g_hits, g_exec)
     yield f.one(f.gauge(PREFIX + "graphs", "Distinct graphs in the ledger."), len(snap.graphs))
 
 
@@ -490,9 +492,7 @@ def _findings(f: _Families, snap: Snapshot, st: SeriesState) -> Iterator[Metric]
         f.add(lost, [kind], by_kind[kind][1])
         if kind in shares:
             f.add(share, [kind], shares[kind])
-    yield count
-    yield lost
-    yield share
+    yield from (count, lost, share)
 
 
 def _version_labels(versions: Mapping[str, str]) -> dict[str, str]:

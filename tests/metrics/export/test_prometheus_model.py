@@ -110,6 +110,27 @@ def test_each_engine_gets_its_own_families_and_a_mirror_is_left_out():
     assert "tpu_info_jax_core_compile_backend_compile_duration_seconds" in alone
 
 
+def test_a_one_off_figure_is_one_gauge_not_a_histogram():
+    """The backends' start-up (BackendStartTime, one sample a process) is
+    tpu_info_backend_start_seconds, a gauge of its total: no buckets."""
+    from tpu_info.outputs.prometheus import families
+
+    base = make_snapshot()
+    compile_time, _ = base.distributions
+    start = dataclasses.replace(compile_time, name=catalog.BACKEND_START_TIME, count=1,
+                                total=7.5e9, min=7.5e9, max=7.5e9)
+    fams = {f.name: f for f in families(dataclasses.replace(base,
+                                                            distributions=(compile_time, start)))}
+    assert fams["tpu_info_backend_start_seconds"].type == "gauge"
+    assert [s.value for s in fams["tpu_info_backend_start_seconds"].samples] \
+        == [pytest.approx(7.5)]
+    assert "tpu_info_backend_start_time_seconds" not in fams
+    assert fams["tpu_info_compile_time_seconds"].type == "histogram"
+    unstarted = {f.name for f in families(dataclasses.replace(base, distributions=(
+        compile_time, dataclasses.replace(start, count=0, total=0.0))))}
+    assert "tpu_info_backend_start_seconds" not in unstarted  # from its first sample on
+
+
 def _graph(i: int, compiles: int, seconds: float) -> GraphRecord:
     return GraphRecord(hash=f"{i:04x}" + "0" * 60, name=f"jit(f{i})", engine="jax",
                        first_seen_unix=float(i), last_seen_unix=float(i), compiles=compiles,
