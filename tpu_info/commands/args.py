@@ -115,6 +115,17 @@ def _pid(text: str) -> int:
     return int(text)
 
 
+def _ids(text: str) -> tuple[str, ...]:
+    """``-i``'s ``tpu3,1``: each id as the Devices table names a chip, or its number."""
+    ids = tuple(part.strip().lower() for part in text.split(","))
+    for i in ids:
+        number = i[3:] if i.startswith(("tpu", "gpu")) else i
+        if not (number.isascii() and number.isdigit()):
+            raise UsageError(f"-i takes device ids as the Devices table names them (tpu3 or "
+                             f"3, comma-separated; tpu-info -L lists them), got {text!r}")
+    return tuple(dict.fromkeys(ids))
+
+
 def _output_file(text: str) -> str:
     if not text or "\0" in text:
         raise UsageError(f"-o must name a file, got {text!r}")
@@ -149,6 +160,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--all", dest="all_chips", action="store_true",
                    help="list every TPU chip on the host's PCI bus, also those whose device "
                         "node is missing here (by default one line counts them)")
+    p.add_argument("-L", "--list-gpus", dest="list_gpus", action="store_true",
+                   help="list the devices, one a line, as nvidia-smi -L does (the usable "
+                        "chips; every one with --all) and exit")
+    p.add_argument("-i", "--id", dest="ids", type=_ids, metavar="ID[,ID...]",
+                   help="only these devices in the Devices table, --json and -L, as the "
+                        "table names them (tpu3 or 3)")
     p.add_argument("--streaming", action="store_true",
                    help="look again every --rate seconds (Ctrl-C stops): in place on a "
                         "terminal, one frame appended per look to a pipe or file")
@@ -275,7 +292,8 @@ def _csv_format(text: str) -> Any:
 # The device view's flags: (attribute, as the user wrote it).
 VIEW_FLAGS = (("streaming", "--streaming"), ("loop", "-l"), ("watch", "--watch"),
               ("process", "-p"), ("metrics", "--metric"), ("list_metrics", "--list_metrics"),
-              ("query_fields", "--query"), ("csv_format", "--format"), ("rate", "--rate"))
+              ("query_fields", "--query"), ("csv_format", "--format"), ("rate", "--rate"),
+              ("list_gpus", "-L"), ("ids", "-i"))
 
 
 def check_combination(args: argparse.Namespace) -> None:
@@ -297,6 +315,12 @@ def check_combination(args: argparse.Namespace) -> None:
         other = next(iter(sorted(set(given) - {"--watch", "--rate"})), "--json")
         raise UsageError(f"--watch is the interactive dashboard: it takes no {other} (for a "
                          "pipe or a file use --streaming)")
+    if args.list_gpus and (extra := [f for f in given if f not in ("-L", "-i")]
+                           + ["--json"] * args.json + ["--from"] * bool(args.from_file)):
+        raise UsageError(f"-L lists this host's devices and exits: it takes no {extra[0]}")
+    if args.ids and (args.metrics or args.process):
+        raise UsageError(f"-i selects the Devices table's chips: it takes no "
+                         f"{'--metric' if args.metrics else '-p'}")
     if args.list_metrics and (set(given) - {"--list_metrics"}):
         raise UsageError(f"--list_metrics lists names and exits: it takes no "
                          f"{sorted(set(given) - {'--list_metrics'})[0]}")

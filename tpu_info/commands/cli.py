@@ -136,7 +136,7 @@ def _watch(args: argparse.Namespace, targets: list[str]) -> int:
 
 
 def _show(args: argparse.Namespace, targets: list[str]) -> int:
-    from tpu_info.commands.show import show
+    from tpu_info.commands.show import select, show
 
     looked = False
 
@@ -146,6 +146,10 @@ def _show(args: argparse.Namespace, targets: list[str]) -> int:
             args.deadline = time.monotonic() + args.timeout
         looked = True
         g = _gather(args, targets)
+        try:
+            select(args, g)  # -i: the chips named, as this look found them
+        except ValueError as e:
+            raise UsageError(str(e)) from None
         if args.metrics:
             from tpu_info.views.metrics import unknown_metric
 
@@ -154,6 +158,22 @@ def _show(args: argparse.Namespace, targets: list[str]) -> int:
         return g
 
     return show(args, view_mode(args), look, _say)
+
+
+def _list_devices(args: argparse.Namespace) -> int:
+    """``-L``: this host's devices, one a line (none: one line on stderr, exit 1)."""
+    from tpu_info.commands.show import device_list
+    from tpu_info.host import devices
+
+    try:
+        lines, why = device_list(args, devices.scan_local())
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    if not lines:
+        _say(why)
+        return EXIT_PARTIAL
+    sys.stdout.write("".join(line + "\n" for line in lines))
+    return EXIT_OK
 
 
 def _pick_target(args: argparse.Namespace) -> str:
@@ -312,6 +332,8 @@ def main(argv: Sequence[str] | None = None, *, started: float | None = None) -> 
             else:
                 make_console(args.no_color).print(list_metrics_table())
             return EXIT_OK
+        if args.list_gpus:
+            return _list_devices(args)
         if args.command == "run":
             return _run(args)
         if args.command == "exporter":

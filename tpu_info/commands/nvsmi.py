@@ -9,8 +9,10 @@ program's, never read.
 Example:
     >>> nvidia_smi_hint(["--query-gpu=index,memory.used", "--format=csv"])
     "nvidia-smi's --query-gpu is --query here: tpu-info --query index,memory.used --format csv"
-    >>> nvidia_smi_hint(["-L"])
-    "nvidia-smi's -L is: tpu-info --query index,name --format csv,noheader"
+    >>> nvidia_smi_hint(["-q"])[:40]
+    "nvidia-smi's -q (every detail) is: tpu-i"
+
+nvidia-smi's ``-L`` and ``-i`` are tpu-info flags (:mod:`tpu_info.commands.args`).
 """
 
 from __future__ import annotations
@@ -86,17 +88,9 @@ def nvidia_smi_hint(argv: Sequence[str]) -> str | None:
             return (f"nvidia-smi's {flag} is --query with process fields here (a row per "
                     f"process): tpu-info --query {fields} --format {_format(argv)} "
                     "(device memory per process: tpu-info -p)")
-        if flag in ("-L", "--list-gpus"):
-            return f"nvidia-smi's {flag} is: tpu-info --query index,name --format csv,noheader"
         if flag == "-q" or (flag == "--query" and i + 1 == len(argv)):
             lone = ("--query takes fields here (tpu-info --query index,name --format csv; "
                     "--help-query lists them); " if flag == "--query" else "")
             return (f"{lone}nvidia-smi's {flag} (every detail) is: tpu-info (every section), "
                     "tpu-info --json (every field), tpu-info doctor (why a value is N/A)")
-        if flag in ("-i", "--id") or (token.startswith("-i") and token[2:].isdigit()):
-            device = _value(argv, i, "--id" if flag == "--id" else "-i") or ""
-            device = device if device.isascii() and device.isdigit() else "N"
-            return (f"nvidia-smi's {flag if flag in ('-i', '--id') else '-i'} picks a device; "
-                    "tpu-info shows them all, one row each: tpu-info --query "
-                    f"{_DEVICE_ROW} --format csv,noheader | awk -F', ' '$1 == {device}'")
     return None

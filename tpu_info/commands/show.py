@@ -75,11 +75,52 @@ def renderable(args: argparse.Namespace, g: Gathered, width: int) -> Any:
             parts.insert(0, Text(f"{h.host}   {h.time_text()}", style="dim"))
         return Group(*parts)
     return render.render(g.views, local=g.local, header=_header(g), width=width,
-                         all_chips=_all(args))
+                         all_chips=_all(args), only=_only(args))
 
 
 def _all(args: argparse.Namespace) -> bool:
     return bool(getattr(args, "all_chips", False))
+
+
+def _only(args: argparse.Namespace) -> frozenset[str] | None:
+    """The chips ``-i`` selected (:func:`select`), or None: every chip."""
+    return getattr(args, "only", None)
+
+
+def select(args: argparse.Namespace, g: Gathered) -> None:
+    """Resolves ``-i`` against this look's chips into ``args.only``.
+
+    Raises:
+        ValueError: an id that names no chip listed here (one line).
+    """
+    if getattr(args, "ids", None):
+        from tpu_info.views.device_rows import pick_chips
+
+        args.only = pick_chips(g.local, args.ids, _all(args))
+
+
+def device_list(args: argparse.Namespace, scan: Any) -> tuple[list[str], str]:
+    """``-L``: a line per chip the Devices table lists (``--all``: every one;
+    ``-i``: those), nvidia-smi's way (``TPU 3: TPU v5e (/dev/vfio/0, PCI
+    0000:00:0b.0)``, numbered as the table names it), and why there are none
+    ("" when there are)."""
+    from tpu_info.views.device_rows import pick_chips
+
+    only = pick_chips(scan, args.ids, _all(args)) if getattr(args, "ids", None) else None
+    lines = []
+    for c in scan.chips:
+        if not (_all(args) or c.usable) or (only is not None and c.name not in only):
+            continue
+        kind = f"TPU {c.kind}" if c.vendor == "tpu" else c.kind
+        where = ", ".join(x for x in (c.device_path, c.pci_address and f"PCI {c.pci_address}",
+                                     "" if c.usable else "not usable here") if x)
+        lines.append(f"{c.name[:3].upper()} {c.index}: {kind}" + (f" ({where})" if where else ""))
+    if lines:
+        return lines, ""
+    if n := len(scan.chips):
+        return [], (f"{n} TPU chip{'s' if n != 1 else ''} on this host, none usable here; "
+                    f"--all lists {'them' if n != 1 else 'it'}")
+    return [], "no accelerator found on this host (tpu-info doctor says why)"
 
 
 def _readings(args: argparse.Namespace, g: Gathered) -> Any:
@@ -87,14 +128,16 @@ def _readings(args: argparse.Namespace, g: Gathered) -> Any:
     every process that holds a chip, hooked or not)."""
     from tpu_info.views.derived import readings
 
-    return readings(g.views, local=g.local, header=_header(g), all_chips=_all(args))
+    return readings(g.views, local=g.local, header=_header(g), all_chips=_all(args),
+                    only=_only(args))
 
 
-def json_text(g: Gathered, indent: int | None) -> str:
-    """One look as the ``tpu-info/v1`` document (one line when ``indent`` is None)."""
+def json_text(g: Gathered, indent: int | None, only: frozenset[str] | None = None) -> str:
+    """One look as the ``tpu-info/v1`` document (one line when ``indent`` is None;
+    ``only``: the chips ``-i`` selected)."""
     from tpu_info.outputs.jsonview import dumps, to_json
 
-    doc = to_json(g.views, local=g.local, header=_header(g))
+    doc = to_json(g.views, local=g.local, header=_header(g), only=only)
     doc["notes"] = [{"where": w, "reason": r} for w, r in g.notes]
     return dumps(doc, indent=indent)
 
@@ -137,7 +180,7 @@ def show(args: argparse.Namespace, mode: Mode, look: Callable[[], Gathered],
         if csv is not None:
             _write("\n".join(csv.lines(g)))
         elif mode.form == "json":
-            _write(json_text(g, indent=None if mode.streaming else 2))
+            _write(json_text(g, indent=None if mode.streaming else 2, only=_only(args)))
         elif not mode.streaming and not g.views and not g.local.chips and not args.metrics:
             console.print(EMPTY)
         else:

@@ -74,7 +74,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from tpu_info.contract.catalog import CACHED_COMPILE, MARK_STEP, UNCACHED_COMPILE
@@ -223,7 +223,8 @@ def _target(t: TargetReadings, top_graphs: int | None) -> dict[str, Any]:
 
 
 def to_json(views: Sequence[TargetView], *, local: LocalScan | None = None,
-            header: Header | None = None, top_graphs: int | None = None) -> dict[str, Any]:
+            header: Header | None = None, top_graphs: int | None = None,
+            only: Collection[str] | None = None) -> dict[str, Any]:
     """The ``tpu-info/v1`` document for ``views`` (see the module docstring).
 
     Args:
@@ -231,8 +232,10 @@ def to_json(views: Sequence[TargetView], *, local: LocalScan | None = None,
         local: this machine's accelerators.
         header: time and host; None means now, here.
         top_graphs: keep only this many graphs per target (None: all).
+        only: keep only these chips (``-i``; names as the table's), usable or not.
     """
-    run = readings(views, local=local, header=header)  # its N/As are the tables'
+    run = readings(views, local=local, header=header,  # its N/As are the tables'
+                   all_chips=only is not None, only=only)
     header = run.header
     return {
         "schema": SCHEMA,
@@ -241,7 +244,7 @@ def to_json(views: Sequence[TargetView], *, local: LocalScan | None = None,
         "time_unix": header.time_unix,
         "libtpu_version": _opt(run.libtpu_version.value),
         "accelerator_type": run.accelerator.value,
-        "chips": [_chip(u) for u in run.usage],
+        "chips": [_chip(u) for u in run.usage if only is None or u.chip.name in only],
         "local_reasons": dict(local.reasons) if local else {},
         "targets": [_target(t, top_graphs) for t in run.targets],
         "job_findings": [{"severity": f.finding.severity, "kind": f.kind,

@@ -21,7 +21,7 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from io import StringIO
 from typing import TypeVar
 
@@ -285,7 +285,7 @@ def sections(run: RunReadings, views: Sequence[TargetView], width: int,
 
 def render(views: Sequence[TargetView], *, local: LocalScan | None = None,
            header: Header | None = None, width: int = 80, top_graphs: int = 5,
-           all_chips: bool = False) -> Group:
+           all_chips: bool = False, only: Collection[str] | None = None) -> Group:
     """Every section as one renderable, laid out for ``width`` columns.
 
     Args:
@@ -295,21 +295,23 @@ def render(views: Sequence[TargetView], *, local: LocalScan | None = None,
         width: the terminal width the columns are sized for.
         top_graphs: graphs listed per process.
         all_chips: list the chips not usable here too (``--all``).
+        only: list only these chips (``-i``; names as the table's).
     """
     run = readings(views, local=local, header=header, top_graphs=top_graphs,
-                   all_chips=all_chips)
+                   all_chips=all_chips, only=only)
     return Group(*sections(run, views, width, top_graphs))
 
 
 def render_text(views: Sequence[TargetView], width: int = 80, color: bool = False, *,
                 local: LocalScan | None = None, header: Header | None = None,
-                top_graphs: int = 5, all_chips: bool = False) -> str:
+                top_graphs: int = 5, all_chips: bool = False,
+                only: Collection[str] | None = None) -> str:
     """:func:`render` printed to a string (ANSI styles only when ``color``)."""
     console = Console(file=StringIO(), width=width, color_system="standard" if color else None,
                       force_terminal=color, no_color=not color, legacy_windows=False,
                       highlight=False, emoji=False, markup=False)
     console.print(render(views, local=local, header=header, width=width,
-                         top_graphs=top_graphs, all_chips=all_chips))
+                         top_graphs=top_graphs, all_chips=all_chips, only=only))
     out = console.file.getvalue()  # type: ignore[attr-defined]
     return "\n".join(line.rstrip() for line in out.splitlines()) + "\n"
 

@@ -23,7 +23,7 @@ Example:
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, replace
 
 from tpu_info.contract.catalog import UNCACHED_COMPILE
@@ -400,7 +400,7 @@ def libtpu_version(header: Header, views: Sequence[TargetView]) -> str | None:
 
 def readings(views: Sequence[TargetView], *, local: LocalScan | None = None,
              header: Header | None = None, top_graphs: int = 5,
-             all_chips: bool = False) -> RunReadings:
+             all_chips: bool = False, only: Collection[str] | None = None) -> RunReadings:
     """Derives every value of one run once (see the module docstring).
 
     Args:
@@ -410,12 +410,13 @@ def readings(views: Sequence[TargetView], *, local: LocalScan | None = None,
         top_graphs: graphs kept per process (by compile time).
         all_chips: list every chip on the host, also those not usable here
             (``--all``); by default they are counted in one note.
+        only: list only these chips (``-i``; names as the table's).
     """
     from tpu_info.host.devices import accelerator_type  # the host scan: not for `import metrics`
 
     header = header or Header.now()
     views = list(views)
-    devs = device_readings(views, local, header.host, all_chips)
+    devs = device_readings(views, local, header.host, all_chips, only)
     usage, listed, chips = devs.usage, devs.listed, devs.chips
     targets = []
     for v in views:

@@ -15,7 +15,7 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from tpu_info.contract.model import BUSY_FROM_LIBTPU, DeviceRecord, LocalScan, OwnerRecord
@@ -131,7 +131,8 @@ class DeviceReadings:
 
 
 def device_readings(views: Sequence[TargetView], local: LocalScan | None, host: str | None,
-                    all_chips: bool = False) -> DeviceReadings:
+                    all_chips: bool = False,
+                    only: Collection[str] | None = None) -> DeviceReadings:
     """The local chips joined with libtpu's devices and their owners' hooks
     (:func:`tpu_info.views.chips.chip_usage`), the rows of those listed, and
     the notes under them.
@@ -142,8 +143,39 @@ def device_readings(views: Sequence[TargetView], local: LocalScan | None, host: 
         local: the host scan (None: not scanned).
         host: this host's name: a hooked process on another host is never joined.
         all_chips: list every chip, also those not usable here (``--all``).
+        only: list only these chips (``-i``: names from :func:`pick_chips`); the
+            others are not counted under the table.
     """
     usage, folded = chip_usage(local, views, host)
-    listed = tuple(u for u in usage if all_chips or u.chip.usable)
+    listed = tuple(u for u in usage if (all_chips or u.chip.usable)
+                   and (only is None or u.chip.name in only))
+    scope = usage if only is None else listed  # -i: the chips left out are not "hidden"
     return DeviceReadings(tuple(usage), listed, tuple(chip_row(u) for u in listed), folded,
-                          tuple(chip_notes(usage, listed)), hidden_line(usage, listed))
+                          tuple(chip_notes(scope, listed)), hidden_line(scope, listed))
+
+
+def pick_chips(local: LocalScan, ids: Sequence[str], all_chips: bool = False) -> frozenset[str]:
+    """The chips ``-i`` names, as the Devices table names them (``tpu3``, or
+    ``3``: ``tpu3``, else ``gpu3``).
+
+    Raises:
+        ValueError: an id no listed chip has (one line, naming those there are).
+
+    >>> pick_chips(LocalScan(), ["0"])
+    Traceback (most recent call last):
+    ValueError: -i 0: no such device here (devices: none); tpu-info -L lists them
+    """
+    chips = {c.name: c for c in local.chips}
+    listed = [c.name for c in local.chips if all_chips or c.usable]
+    picked = set()
+    for i in ids:
+        name = next((n for n in (f"tpu{i}", f"gpu{i}") if n in chips), i) if i.isdigit() else i
+        chip = chips.get(name)
+        if chip is None:
+            raise ValueError(f"-i {i}: no such device here (devices: "
+                             f"{', '.join(listed) or 'none'}); tpu-info -L lists them")
+        if not (all_chips or chip.usable):
+            raise ValueError(f"-i {i}: {name} is on this host's PCI bus but not usable here; "
+                             "add --all to show it")
+        picked.add(name)
+    return frozenset(picked)
