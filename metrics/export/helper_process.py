@@ -78,9 +78,11 @@ class _Mirror:
             if self._snapshot is None or time.monotonic() - self._fetched >= REFRESH_S:
                 self._refresh()
             snap = self._snapshot
+            # At most MAX_EVENTS, chosen as the program's own server would; read
+            # with the snapshot they go with (under the lock: a refresh in between
+            # would add events past its last_seq, which a reader gets twice).
+            events, _ = self._events.since(events_since, limit=MAX_EVENTS)
         assert snap is not None
-        # At most MAX_EVENTS, chosen as the program's own server would.
-        events, _ = self._events.since(events_since, limit=MAX_EVENTS)
         return dataclasses.replace(snap, events=tuple(events))
 
     def _refresh(self) -> None:

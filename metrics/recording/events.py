@@ -207,6 +207,16 @@ class EventLog:
         """Events with ``seq`` greater than the given one, in order, and how
         many of those the rings already dropped. ``limit`` keeps the newest
         ones, rare kinds first (see the module docstring)."""
+        events, dropped, _ = self.since_through(seq, limit)
+        return events, dropped
+
+    def since_through(self, seq: int, limit: int | None = None
+                      ) -> tuple[tuple[Event, ...], int, int]:
+        """:meth:`since`, and the last number the answer covers: the rings'
+        :attr:`last_seq` when they were read. A snapshot's ``last_seq`` must
+        be this one, never :attr:`last_seq` read later: readers ask next for
+        the events after it, so those emitted in between would be skipped
+        (issue 42 item 7: a reader lost events 37-39 of a busy program)."""
         self.before_read()
         with self._lock:  # consistent copies, made in C (chunks are immutable)
             chunks, notable, last = tuple(self._frequent), list(self._notable), self._last
@@ -219,7 +229,7 @@ class EventLog:
         answers = self._memo.get(state, dict)
         answer = answers.get((seq, limit))
         if answer is not None:
-            return answer  # immutable: shared by everyone who asks the same
+            return (*answer, last)  # immutable: shared by everyone who asks the same
         part_n = notable[bisect.bisect_right(notable, seq, key=_seq_of):]
         spans = []  # (chunk, lo): its events from lo on come after seq; newest first
         n_frequent = 0
@@ -254,7 +264,7 @@ class EventLog:
         answer = (tuple(out), dropped)
         if len(answers) < 8:  # a few distinct questions per state
             answers[(seq, limit)] = answer
-        return answer
+        return (*answer, last)
 
     def _materialize(self, first: int, n: int, expand: Expand) -> list[_Row]:
         """A batch's rows, made once: the first reader to need any of them

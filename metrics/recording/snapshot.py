@@ -261,7 +261,9 @@ def build(
             if (d.platform, d.id) not in seen:
                 seen.add((d.platform, d.id))
                 devices.append(d)
-    events, _dropped = recorder.events.since(events_since, limit=max_events)
+    # last_seq as the events were read, not after diagnosis: a reader asks next
+    # for the events after it, and would skip any emitted in between.
+    events, _dropped, last_seq = recorder.events.since_through(events_since, limit=max_events)
     sites, steps, blind_spots = diagnosis(recorder, engines, counters, dists)
     now = time.time()
     return Snapshot(
@@ -272,7 +274,7 @@ def build(
         distributions=dists,
         graphs=recorder.ledger.snapshot(),
         events=tuple(events),
-        last_seq=recorder.events.last_seq,
+        last_seq=last_seq,
         uptime_seconds=now - recorder.start_time_unix,
         sites=sites,
         steps=steps,
