@@ -7,27 +7,19 @@ snapshot's protobuf). Wall-clock A/B comparisons: bench/tpu_costs.py."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.hooked import PRINT_SNAPSHOT, snapshot_printed_by
 from tpu_info.contract.model import Snapshot
 from tpu_info.views.cost import steps_of
 from tpu_info.views.findings import find
-from tpu_info.wire.codec import snapshot_from_proto
 
 ROOT = Path(__file__).resolve().parents[3]
 
 TAIL = '''
-w.block_until_ready()
-s = metrics.snapshot()
-from tpu_info.wire.fillers import snapshot_to_proto
-print(json.dumps({"proto": snapshot_to_proto(s).SerializeToString().hex()}))
-'''
+w.block_until_ready()''' + PRINT_SNAPSHOT
 
 # A jitted step with a slow first compile (a Python loop unrolled into a big
 # graph) fed by eager indexing of device data each step: the eager ops are
@@ -94,16 +86,7 @@ for i in range(60):
 
 
 def _run(tmp_path: Path, name: str, program: str) -> Snapshot:
-    prog = tmp_path / f"{name}.py"
-    prog.write_text(program)
-    env = dict(os.environ, PYTHONPATH=str(ROOT), JAX_PLATFORMS="cpu",
-               TPU_INFO_RUNTIME_DIR=str(tmp_path / "rt"))
-    r = subprocess.run([sys.executable, str(prog)], cwd=ROOT, capture_output=True, text=True,
-                       timeout=300, env=env)
-    assert r.returncode == 0, r.stderr[-3000:]
-    from tpu_info.proto import tpu_info_v1_pb2 as pb
-    return snapshot_from_proto(pb.Snapshot.FromString(bytes.fromhex(
-        json.loads(r.stdout.splitlines()[-1])["proto"])))
+    return snapshot_printed_by(tmp_path, program, f"{name}.py")
 
 
 def _line(program: str, mark: str) -> int:
