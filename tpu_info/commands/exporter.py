@@ -159,9 +159,10 @@ class HostExporter:
         self._greet_s = greet_s
         self._chooser = TargetChooser(options.max_targets,
                                       greet=lambda targets: greeters(targets, greet_s))
-        # Seconds each target's last try took: a target skipped while it does
-        # not answer (backed off) keeps its up 0 and this.
-        self._took: dict[tuple[object, ...], float] = {}
+        # Each target's last try (seconds it took, parts cut): a target skipped
+        # while it does not answer (backed off) keeps its up 0 and these, so
+        # the series that say why it is down do not flicker.
+        self._took: dict[tuple[object, ...], tuple[float, dict[str, int]]] = {}
         self._down: list[_Target] = []  # this poll's skipped targets whose last try failed
         self._not_asked: Counter[str] = Counter()
         self._said_not_asked = 0.0  # when the log last said so (once a minute at most)
@@ -254,21 +255,19 @@ class HostExporter:
             if t.process is not None:
                 self._chooser.answered(t.process, snap is not None,
                                        hung=isinstance(r.error, TimedOut))
-            self._took[t.key] = r.seconds
-            health.append(host_fams.TargetHealth(
-                labels, snap is not None, r.seconds,
-                {"reply": 1} if isinstance(r.error, ReplyTooLarge)
-                else host_fams.cut_parts(snap.left_out if snap is not None else ())))
+            cut = ({"reply": 1} if isinstance(r.error, ReplyTooLarge)
+                   else host_fams.cut_parts(snap.left_out if snap is not None else ()))
+            self._took[t.key] = (r.seconds, cut)
+            health.append(host_fams.TargetHealth(labels, snap is not None, r.seconds, cut))
             if snap is not None:
                 state = self._states.setdefault(t.key, SeriesState())
                 fams.append(families(snap, labels, state=state))
         # Skipped while it does not answer (backed off, or waiting for the
-        # dial budget): still down, with its last try's seconds (only looked
-        # at: the look's timeout).
+        # dial budget): still down, with its last try's seconds and cut parts
+        # (only looked at: the look's timeout, nothing cut).
         for t, labels in zip(down, identities[len(targets):], strict=True):
-            health.append(host_fams.TargetHealth(labels, False,
-                                                 self._took.get(t.key, self._greet_s),
-                                                 asked=False))
+            took, cut = self._took.get(t.key, (self._greet_s, {}))
+            health.append(host_fams.TargetHealth(labels, False, took, cut, asked=False))
         for gone in [k for k in self._took if k not in alive]:
             del self._took[gone]
         live = {t.key for t in targets}  # a process not asked this poll starts afresh

@@ -91,7 +91,7 @@ class TargetHealth:
     how long it took, and what of its answer was cut, by part (``reply``:
     the whole answer, over the exporter's byte bound). ``asked`` False: not
     asked this poll because its last try failed (backed off): down, with
-    its last try's seconds."""
+    its last try's seconds and cut parts."""
 
     labels: Mapping[str, str]
     up: bool
@@ -148,7 +148,8 @@ def target_families(targets: Iterable[TargetHealth], labels: Mapping[str, str],
                   "last try's).", [*names, *keys])
     cut = _gauge("target_cut", "Places in the target's last answer where values were cut "
                  "or kept out (over the client's bounds: 2,000 graphs, ...; not finite), by "
-                 "part; part=\"reply\": the whole answer was over the exporter's 16 MiB.",
+                 "part; part=\"reply\": the whole answer was over the exporter's 16 MiB (a target "
+                 "not asked since keeps its last try's).",
                  [*names, *keys, "part"])
     for t in targets:
         at = [*values, *(str(t.labels.get(k, "")) for k in keys)]
