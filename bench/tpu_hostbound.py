@@ -9,6 +9,9 @@ step (the per-step work of implicit transfers and Python scalars into jit).
 One process holds the chip at a time, so the runs are sequential; each prints
 its median steps/s over five blocks, and the pair's ratio is hooked / plain.
 ``--one plain|hooked`` runs a single process (what the driver starts).
+``--variants hooked,no-watcher,...`` alternates plain with each named hooked
+variant (:data:`VARIANTS`: the hook with one part switched off, to find what
+costs on the chip by A/B).
 """
 
 from __future__ import annotations
@@ -24,12 +27,53 @@ from _common import median, parser
 V, D, B, T = 256, 128, 16, 32
 
 
-def one(hooked: bool, steps: int) -> dict[str, float]:
+def _no_watcher() -> None:
+    from metrics.engines.jax import device_time
+
+    device_time.DeviceTimes.offer = lambda *a, **k: None  # type: ignore[method-assign]
+
+
+def _no_probe() -> None:
+    from metrics.engines.jax import device_time
+
+    device_time.PROBE_EVERY = 1 << 62  # only the first sample reads
+
+
+def _no_timed_copy() -> None:
+    from metrics.engines.jax import jit_numpy
+
+    def untimed(self, owner, args, depth):  # type: ignore[no-untyped-def]
+        self.report(owner, args, depth + 1) if hasattr(self, "report") else None
+        return args
+
+    jit_numpy.JitArguments.timed = untimed  # type: ignore[method-assign]
+
+
+def _no_gaps() -> None:
+    from metrics.engines.jax import calls
+
+    calls.at_call = lambda *a: None  # type: ignore[assignment]
+
+
+def _untimed() -> None:
+    from metrics.engines.jax import calls
+
+    calls.counting.__defaults__ = (1 << 62, 64)  # the first 64 calls timed, none after
+
+
+# Hooked variants: each switches one part of the hook off (applied after install,
+# before the program's jax.jit).
+VARIANTS = {"hooked": lambda: None, "no-watcher": _no_watcher, "no-probe": _no_probe,
+            "no-timed-copy": _no_timed_copy, "no-gaps": _no_gaps, "untimed": _untimed}
+
+
+def one(variant: str, steps: int) -> dict[str, float]:
     """One process's loop: its median steps/s over five timed blocks."""
-    if hooked:
+    if variant != "plain":
         import metrics
 
         metrics.install()
+        VARIANTS[variant]()
     import jax
     import numpy as np
 
@@ -69,26 +113,35 @@ def main() -> None:
     p = parser(__doc__)
     p.add_argument("--pairs", type=int, default=4)
     p.add_argument("--steps", type=int, default=4000)
-    p.add_argument("--one", choices=("plain", "hooked"), help=argparse.SUPPRESS)
+    p.add_argument("--one", choices=("plain", *VARIANTS), help=argparse.SUPPRESS)
+    p.add_argument("--variants", default="hooked",
+                   help=f"hooked variants to alternate with plain: {', '.join(VARIANTS)}")
     a = p.parse_args()
     if a.smoke:
         a.pairs, a.steps = 1, 200
     if a.one:
-        print(json.dumps(one(a.one == "hooked", a.steps)), flush=True)
+        print(json.dumps(one(a.one, a.steps)), flush=True)
         return
-    ratios = []
+    variants = a.variants.split(",")
+    if unknown := [v for v in variants if v not in VARIANTS]:
+        p.error(f"unknown variant {unknown[0]!r}: choose from {', '.join(VARIANTS)}")
+    ratios: dict[str, list[float]] = {v: [] for v in variants}
     for _ in range(a.pairs):
         got = {}
-        for mode in ("plain", "hooked"):
+        for mode in ("plain", *variants):
             out = subprocess.run([sys.executable, __file__, "--one", mode, "--steps",
                                   str(a.steps)], capture_output=True, text=True, timeout=300)
             got[mode] = json.loads(out.stdout.strip().splitlines()[-1])
-        ratios.append(got["hooked"]["steps_per_s"] / got["plain"]["steps_per_s"])
-        plain, hooked = got["plain"]["steps_per_s"], got["hooked"]["steps_per_s"]
-        print(f"plain {plain:.0f}/s  hooked {hooked:.0f}/s  ratio {ratios[-1]:.3f}  "
-              f"({got['plain']['backend']})", flush=True)
-    print(f"tpu_hostbound hooked / plain, median of {len(ratios)} pairs: {median(ratios):.3f} "
-          "(target >= 0.99)")
+        plain = got["plain"]["steps_per_s"]
+        row = []
+        for v in variants:
+            ratios[v].append(got[v]["steps_per_s"] / plain)
+            row.append(f"{v} {ratios[v][-1]:.3f}")
+        print(f"plain {plain:.0f}/s  " + "  ".join(row) + f"  ({got['plain']['backend']})",
+              flush=True)
+    for v in variants:
+        print(f"tpu_hostbound {v} / plain, median of {len(ratios[v])} pairs: "
+              f"{median(ratios[v]):.3f} (target >= 0.99)")
 
 
 if __name__ == "__main__":

@@ -2,7 +2,8 @@
 training thread.
 
 The ``jax.jit`` wrapper's sampled calls (its timed ones: the first 64, then
-one in 16) hand :meth:`DeviceTimes.offer` the call's start, its smallest
+one in 16; of those, after a function's first 16, at most one every 20 ms)
+hand :meth:`DeviceTimes.offer` the call's start, its smallest
 top-level output array and its first top-level input array that was not
 ready at the call (the previous step's output, when the device is behind).
 A watcher thread (started at the first offer, a daemon) takes each sample
@@ -47,6 +48,13 @@ from typing import Any
 from metrics.recording import forksafe
 
 QUEUE = 4  # samples waiting for the watcher; more are dropped
+# A sample wakes the watcher, which takes the GIL from the training thread on
+# a host-bound loop (~30 us a sample on the CPU): after each function's first
+# FIRST_SAMPLES, its samples are spaced at least SPACING_NS apart in time, not
+# in calls, so the watcher costs a bounded share of wall time (<= 50 a second)
+# however short the step.
+FIRST_SAMPLES = 16
+SPACING_NS = 20_000_000
 KEEP = 64  # samples kept per function, per graph and of the latency
 MAX_GRAPHS = 256  # functions / graphs kept; a new one past this is not measured
 PROBE_EVERY = 4  # one sample in this many with a small output also times a read
@@ -83,13 +91,25 @@ class DeviceTimes:
         self._stop = False
         self._probe = 0
         self._pid_registered = False
+        # Per function: [samples offered, the earliest start of its next one].
+        self._spacing: dict[Any, list[int]] = {}
 
     # Training thread ---------------------------------------------------------
 
     def offer(self, owner: Any, start: int, args: tuple[Any, ...], out: Any) -> None:
         """One sampled call of ``owner`` that began at ``start``: its output
         and a not-yet-ready input go to the watcher, or nowhere when the
-        queue is full. Never waits."""
+        queue is full, or within SPACING_NS of its previous sample. Never waits."""
+        spaced = self._spacing.get(owner)
+        if spaced is None:
+            if len(self._spacing) >= MAX_GRAPHS:
+                return
+            spaced = self._spacing[owner] = [0, 0]
+        if start < spaced[1]:
+            return
+        spaced[0] += 1
+        if spaced[0] >= FIRST_SAMPLES:
+            spaced[1] = start + SPACING_NS
         if len(self.pending) >= QUEUE:
             self.dropped += 1
             return

@@ -46,7 +46,7 @@ from metrics.engines.jax.startup import take_out
 if TYPE_CHECKING:
     from metrics.engines.jax.device_time import DeviceTimes
 
-_WAITS = (SYNC, EXPLICIT_D2H)  # a read, a jax.device_get's leaf: both wait
+_WAITS = frozenset((SYNC, EXPLICIT_D2H))  # a read, a jax.device_get's leaf: both wait
 
 
 class Model(NamedTuple):
@@ -80,14 +80,32 @@ def drains(kinds: Sequence[int], starts: Sequence[int], ends: Sequence[int],
     each record's step index (a record's own end where none was told).
     Records are in the order they happened."""
     out = [-1] * len(kinds)
-    for i, k in enumerate(kinds):
-        if k in _WAITS:
-            s, e = starts[i], ends[i]
-            step = steps[i] if steps is not None and steps[i] != e else None
-            n = None if step is None or last_step is None else step - last_step
-            out[i] = model.cost(s - last_end, e - s, n)
-            last_end = max(last_end, e)
-            last_step = step
+    # Model.cost inlined (a read every step: this loop is the fold's cost per
+    # record; function calls, max and min, would triple it).
+    lat, dev = model.latency_ns, model.device_ns
+    for i in [i for i, k in enumerate(kinds) if k in _WAITS]:
+        s, e = starts[i], ends[i]
+        h = s - last_end
+        if h < 0:
+            h = 0
+        w = e - s
+        if w < 0:
+            w = 0
+        step = steps[i] if steps is not None and steps[i] != e else None
+        lo = w if lat is None else (w - lat if w > lat else 0)  # the wait less its latency
+        d = lo
+        if dev is not None and step is not None and last_step is not None and step >= last_step:
+            d = (step - last_step) * dev
+            if lat is not None and d < lo:
+                d = lo
+            top = h + w - (lat or 0)
+            if d > top:
+                d = top
+        c = h + w - d if d > h else w  # h + w - max(h, d), at most w
+        out[i] = c if c > 0 else 0
+        if e > last_end:
+            last_end = e
+        last_step = step
     return out, last_end
 
 
@@ -133,10 +151,9 @@ class Drains:
                 break
         sums: dict[tuple[int, int], int] = {}
         codes, offsets = flat[1::w], flat[2::w]
-        for i, ns in enumerate(per):
-            if ns >= 0 and kinds[i] == SYNC:
-                key = (id(codes[i]), offsets[i])
-                sums[key] = sums.get(key, 0) + ns
+        for i in [i for i, k in enumerate(kinds) if k == SYNC]:
+            key = (id(codes[i]), offsets[i])
+            sums[key] = sums.get(key, 0) + per[i]
         with impl._lock:
             for (code, offset), ns in sums.items():
                 site = impl._sites.get((SYNC, code, offset)) or impl._other.get(SYNC)

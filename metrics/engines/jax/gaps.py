@@ -44,6 +44,7 @@ if TYPE_CHECKING:
 EVALUATION, CHECKPOINT, LOGGING = "evaluation", "checkpoint", "logging"
 _WORK_OF = {CALL: EVALUATION, GET: CHECKPOINT, SYNC: LOGGING}
 _LEAD_ORDER = (CALL, GET, SYNC)
+_GAP_KINDS = frozenset((GAP_END, CALL, GET, SYNC))
 
 
 def lead_of(counts: dict[tuple[Any, ...], int]) -> tuple[tuple[Any, ...], str]:
@@ -101,40 +102,57 @@ class Gaps:
         kinds = flat[0::w]
         if GAP_END not in kinds and CALL not in kinds and GET not in kinds and SYNC not in kinds:
             return  # the usual batch of a host-bound loop: its numpy arguments only
-        codes, offsets, starts, ends, steps = (flat[1::w], flat[2::w], flat[4::w],
-                                               flat[5::w], flat[7::w])
-        for i, k in enumerate(kinds):
+        steps, ends = flat[7::w], flat[5::w]
+        # Only records of these kinds that carry a step index (a read's step
+        # field is its end when no step function is known: no gap to be in).
+        # Per record this is the fold's cost on a loop that reads every step.
+        todo = [i for i, k in enumerate(kinds) if k in _GAP_KINDS and steps[i] != ends[i]]
+        if not todo:
+            return
+        codes, offsets, starts = flat[1::w], flat[2::w], flat[4::w]
+        gap, last_wait_end = self.open, self.last_wait_end
+        for i in todo:
+            k = kinds[i]
             if k == GAP_END:
-                gap = self.open
                 if gap is not None and gap[0] < steps[i]:
                     self._close(gap, ends[i])
-                self.open = None
-            elif k == SYNC or k == CALL or k == GET:
-                gap = self.open
-                if gap is None or gap[0] != steps[i]:
-                    gap = self.open = [steps[i], starts[i], {}, 0]
-                key = (k, id(codes[i]), offsets[i])
-                gap[2][key] = gap[2].get(key, 0) + 1
-                if k != CALL:  # a wait: what it held beyond its drain was queued work
-                    s, e = starts[i], ends[i]
-                    gap[3] += max(0, (e - s) - max(0, s - self.last_wait_end))
-                    self.last_wait_end = max(self.last_wait_end, e)
+                gap = None
+                continue
+            if gap is None or gap[0] != steps[i]:
+                gap = [steps[i], starts[i], {}, 0]
+            key = (k, id(codes[i]), offsets[i])
+            counts = gap[2]
+            counts[key] = counts.get(key, 0) + 1
+            if k != CALL:  # a wait: what it held beyond its drain was queued work
+                s, e = starts[i], ends[i]
+                gap[3] += max(0, (e - s) - max(0, s - last_wait_end))
+                if e > last_wait_end:
+                    last_wait_end = e
+        self.open, self.last_wait_end = gap, last_wait_end
 
     def _close(self, gap: list[Any], end: int) -> None:
         wall = max(0, end - gap[1] - gap[3])
-        (kind, code, offset), work = lead_of(gap[2])
+        counts = gap[2]
+        if len(counts) == 1:  # the usual gap: one line (a read every step)
+            lead_key = next(iter(counts))
+            work = _WORK_OF.get(lead_key[0], LOGGING)
+        else:
+            lead_key, work = lead_of(counts)
         sites = self.impl._sites
-        lead = sites.get((kind, code, offset))
+        lead = sites.get(lead_key)
         if lead is None:
             return
-        g = self._of(lead)
+        g = self.by_site.get(lead)
+        if g is None:
+            g = self.by_site[lead] = GapSite()
         g.gap_ns += wall
         g.gaps += 1
         g.work = work
-        for k in gap[2]:
-            other = sites.get(k)
-            if other is not None and other is not lead:
-                self._of(other).within = lead
+        if len(counts) > 1:
+            for k in counts:
+                other = sites.get(k)
+                if other is not None and other is not lead:
+                    self._of(other).within = lead
 
     def _of(self, site: Any) -> GapSite:
         g = self.by_site.get(site)

@@ -11,7 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from metrics.engines.jax.device_time import KEEP, MAX_GRAPHS, QUEUE, DeviceTimes
+from metrics.engines.jax.device_time import (
+    FIRST_SAMPLES,
+    KEEP,
+    MAX_GRAPHS,
+    QUEUE,
+    SPACING_NS,
+    DeviceTimes,
+)
 from metrics.engines.jax.drains import Model, drains
 from tests.hooked import PRINT_SNAPSHOT, snapshot_printed_by
 
@@ -86,8 +93,8 @@ def test_the_watcher_never_blocks_the_training_thread_and_stays_bounded():
     times.offer("step", 0, (), (None, held))  # the watcher takes it and waits
     assert held.waiting.wait(10) and times.held == 1
     others = [_Slow() for _ in range(50)]
-    for o in others:  # the training thread goes on while the watcher is held
-        times.offer("step", 0, (), o)
+    for i, o in enumerate(others, 1):  # the training thread goes on while the watcher is held
+        times.offer("step", i * SPACING_NS, (), o)
     assert len(times.pending) == QUEUE and times.dropped == 50 - QUEUE  # full: dropped
     held.release.set()
     for o in others:
@@ -131,3 +138,32 @@ def test_a_real_per_step_read_is_costed_from_measured_device_time_and_latency(tm
     (read,) = [x for x in s.sites if x.kind == "sync" and x.location.endswith(f":{line}")]
     assert read.count == 150 and read.drain_seconds is not None
     assert 0 <= read.drain_seconds <= read.seconds
+
+
+def test_samples_are_spaced_in_time_after_a_functions_first():
+    """A host-bound loop's timed calls come every few microseconds: after a
+    function's first FIRST_SAMPLES, one sample per SPACING_NS at most (the
+    watcher's share of wall time is bounded however short the step); another
+    function has its own first samples."""
+    times = DeviceTimes()
+    times._start = lambda: None  # no watcher: the queue is only looked at
+    times._thread = object()  # type: ignore[assignment]
+    taken = 0
+    for i in range(200):  # 200 timed calls 10 us apart: 2 ms in all
+        before = len(times.pending)
+        times.offer("step", i * 10_000, (), _Ready())
+        taken += len(times.pending) > before
+        times.pending.clear()
+    assert taken == FIRST_SAMPLES
+    times.offer("step", 199 * 10_000 + SPACING_NS, (), _Ready())  # a spacing later: taken
+    assert len(times.pending) == 1
+    times.pending.clear()
+    times.offer("eval", 0, (), _Ready())
+    assert len(times.pending) == 1 and times.dropped == 0
+
+
+class _Ready:
+    nbytes = 4
+
+    def block_until_ready(self) -> _Ready:
+        return self
