@@ -27,6 +27,7 @@ import threading
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable
+from dataclasses import replace
 
 from metrics.recording.journal import FOLD_AT, Journal
 from tpu_info.contract.model import GraphRecord, RecompileCause
@@ -38,7 +39,7 @@ class _Entry:
         "hash", "name", "engine", "first_seen", "last_seen", "compiles",
         "compile_total", "compile_last", "cache_hits", "executions",
         "signature", "signatures", "causes", "changes", "kept", "history",
-        "device_ns", "device_samples",
+        "device_ns", "device_samples", "cause_edits",
     )
 
     def __init__(self, graph_hash: str, name: str, engine: str, now: float,
@@ -63,6 +64,7 @@ class _Entry:
         # (signatures, causes) tuples: records of execution-only changes
         # share them, so encoders can reuse their bytes).
         self.changes = 0
+        self.cause_edits = 0  # causes changed in place (a compile's time added later)
         self.kept: Kept[GraphRecord] = Kept()
         self.history: Kept[tuple[tuple[tuple[str, ...], ...], tuple[RecompileCause, ...]]] = (
             Kept())
@@ -73,7 +75,7 @@ class _Entry:
 
     def _build(self) -> GraphRecord:
         signatures, causes = self.history.get(
-            self.compiles, lambda: (tuple(self.signatures), tuple(self.causes)))
+            (self.compiles, self.cause_edits), lambda: (tuple(self.signatures), tuple(self.causes)))
         return GraphRecord(
             hash=self.hash, name=self.name, engine=self.engine,
             first_seen_unix=self.first_seen, last_seen_unix=self.last_seen,
@@ -161,7 +163,8 @@ class GraphLedger:
     def compile_time_added(self, graph_hash: str, seconds: float) -> None:
         """More compile time for the last compile of a known graph (a part the
         engine compiles later, such as torch.compile's lazy backward); not a
-        compile of its own. A graph no longer in the ledger is left alone."""
+        compile of its own: the last cause's own time (where it has one) grows
+        by it. A graph no longer in the ledger is left alone."""
         with self._lock:
             if graph_hash not in self._entries:
                 return
@@ -169,6 +172,10 @@ class GraphLedger:
             e = self._touch(graph_hash, "", "")
             e.compile_total += seconds
             e.compile_last += seconds
+            if e.causes and e.causes[-1].seconds is not None:
+                last = e.causes[-1]
+                e.causes[-1] = replace(last, seconds=(last.seconds or 0.0) + seconds)
+                e.cause_edits += 1
 
     def cache_hit(self, graph_hash: str, name: str, engine: str,
                   signature: tuple[str, ...] = ()) -> None:

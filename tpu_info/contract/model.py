@@ -195,6 +195,10 @@ class RecompileCause:
     guard: str = ""  # the torch.compile guard that failed (size, dtype, value...)
     sync: int | None = None  # torch_xla: the sync the new graph came in
     syncs_after: int | None = None  # ... and how many after the last new graph at its line
+    # This compile's own time, measured at the compile (torch.compile: Dynamo's
+    # trace and the backend's, plus the backward AOTAutograd compiled for it
+    # later); None: not told (an older hook, an engine that does not say).
+    seconds: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -176,7 +176,7 @@ class Distribution(_message.Message):
     def __init__(self, name: _Optional[str] = ..., unit: _Optional[_Union[Unit, str]] = ..., count: _Optional[int] = ..., total: _Optional[float] = ..., min: _Optional[float] = ..., max: _Optional[float] = ..., rate_per_second: _Optional[float] = ..., value_rate_per_second: _Optional[float] = ..., percentile_percents: _Optional[_Iterable[float]] = ..., percentile_values: _Optional[_Iterable[float]] = ..., recent_times_unix: _Optional[_Iterable[float]] = ..., recent_values: _Optional[_Iterable[float]] = ..., buckets: _Optional[_Union[Buckets, _Mapping]] = ..., help: _Optional[str] = ...) -> None: ...
 
 class RecompileCause(_message.Message):
-    __slots__ = ("time_unix", "description", "location", "argument", "before", "after", "via", "kind", "dim", "name", "guard", "sync", "syncs_after")
+    __slots__ = ("time_unix", "description", "location", "argument", "before", "after", "via", "kind", "dim", "name", "guard", "sync", "syncs_after", "seconds")
     TIME_UNIX_FIELD_NUMBER: _ClassVar[int]
     DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
     LOCATION_FIELD_NUMBER: _ClassVar[int]
@@ -190,6 +190,7 @@ class RecompileCause(_message.Message):
     GUARD_FIELD_NUMBER: _ClassVar[int]
     SYNC_FIELD_NUMBER: _ClassVar[int]
     SYNCS_AFTER_FIELD_NUMBER: _ClassVar[int]
+    SECONDS_FIELD_NUMBER: _ClassVar[int]
     time_unix: float
     description: str
     location: str
@@ -203,7 +204,8 @@ class RecompileCause(_message.Message):
     guard: str
     sync: int
     syncs_after: int
-    def __init__(self, time_unix: _Optional[float] = ..., description: _Optional[str] = ..., location: _Optional[str] = ..., argument: _Optional[str] = ..., before: _Optional[str] = ..., after: _Optional[str] = ..., via: _Optional[str] = ..., kind: _Optional[str] = ..., dim: _Optional[int] = ..., name: _Optional[str] = ..., guard: _Optional[str] = ..., sync: _Optional[int] = ..., syncs_after: _Optional[int] = ...) -> None: ...
+    seconds: float
+    def __init__(self, time_unix: _Optional[float] = ..., description: _Optional[str] = ..., location: _Optional[str] = ..., argument: _Optional[str] = ..., before: _Optional[str] = ..., after: _Optional[str] = ..., via: _Optional[str] = ..., kind: _Optional[str] = ..., dim: _Optional[int] = ..., name: _Optional[str] = ..., guard: _Optional[str] = ..., sync: _Optional[int] = ..., syncs_after: _Optional[int] = ..., seconds: _Optional[float] = ...) -> None: ...
 
 class Signature(_message.Message):
     __slots__ = ("args",)

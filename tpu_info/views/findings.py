@@ -145,7 +145,9 @@ def recompiles(s: Snapshot) -> Iterable[Finding]:
                   if (compiled := [g for g in part if g.compiles])]
         first_site = next((c.location for g in graphs for c in g.causes
                            if c.description == FIRST_CALL and c.location), None)
-        lost = max(0.0, total - sum(g.compile_seconds_last for g in firsts))
+        own = own_seconds(causes)
+        lost = own if own is not None else max(
+            0.0, total - sum(g.compile_seconds_last for g in firsts))
         if causes and warm_up(compiles, graphs[0].engine, tuple(causes)) and all(
                 map(xla_new_graph, causes)):
             yield Finding(f"{name} compiled {compiles} times in its first steps "
@@ -165,6 +167,14 @@ def recompiles(s: Snapshot) -> Iterable[Finding]:
                   "torch._dynamo.mark_dynamic(x, dim))."))
         yield Finding(msg, _severity(c, expected=False), None, kind="recompile_no_cause",
                       **c.fields())
+
+
+def own_seconds(causes: Iterable[RecompileCause]) -> float | None:
+    """What these recompiles took, each its own compile's time as the hook
+    measured it at the compile (``RecompileCause.seconds``); None when one of
+    them does not say (an older hook, an engine that does not time each)."""
+    times = [c.seconds for c in causes]
+    return None if None in times else sum(t or 0.0 for t in times)
 
 
 def _severity(c: Cost, expected: bool) -> Severity:
@@ -219,11 +229,13 @@ def _by_kind(s: Snapshot, name: str, compiles: int, total: float, lost: float,
         else:
             split = any(len({classify(x, first_site).kind for x in g.causes
                              if x.description not in _NON_RECOMPILE}) > 1 for g in mine)
-            seconds = sum(g.compile_seconds_total / max(1, g.compiles) for _, g in seen)
+            own = own_seconds(c for c, _ in seen)
+            seconds = own if own is not None else min(lost, sum(
+                g.compile_seconds_total / max(1, g.compiles) for _, g in seen))
             n = max(per_part.values())  # one call recompiles each part once
-            c = cost_of(s, min(lost, seconds), n,
+            c = cost_of(s, seconds, n,
                         "estimated: a graph's compile time split evenly among its compiles"
-                        if split else "", phase)
+                        if split and own is None else "", phase)
             head = (f"{name} recompiled {n} time{'s' * (n > 1)} for {kind} "
                     f"({_seconds(c.seconds)} compiling{across}{loaded}, {c.tail()})")
         yield Finding(f"{head}; {_describe(k.text, cause)}. {k.advice}",

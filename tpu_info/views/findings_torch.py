@@ -31,6 +31,7 @@ from tpu_info.contract.catalog import (
     TRANSFER_FROM_DEVICE_TIME,
 )
 from tpu_info.contract.cause_kinds import CauseKind
+from tpu_info.contract.diagnosis import PeriodicWork
 from tpu_info.contract.model import (
     UNRESUMABLE,
     UNRESUMABLE_REST,
@@ -40,10 +41,11 @@ from tpu_info.contract.model import (
     RecompileCause,
     Severity,
     SiteKind,
+    SiteReading,
     Snapshot,
 )
 from tpu_info.views.causes import typed
-from tpu_info.views.cost import cost_of, duration, share_words, short_location, steps_of
+from tpu_info.views.cost import Cost, cost_of, duration, share_words, short_location, steps_of
 
 # Dynamo's words for a break it cannot resume from, in the details of hooks
 # from before the markers (UNRESUMABLE): this version's hook never needs them.
@@ -100,13 +102,13 @@ def graph_breaks(s: Snapshot) -> Iterable[Finding]:
         if any(w in detail.lower() for w in _OLD_UNRESUMABLE):
             yield _unresumable(s, name, where, loc, detail)
             continue
-        gap = next((x for x in s.sites if x.kind == SiteKind.GRAPH_BREAK.value
-                    and x.location == loc and x.count), None)
+        crossings = [x for x in s.sites if x.kind == SiteKind.GRAPH_BREAK.value
+                     and x.location == loc and x.count]
+        gap = next((x for x in crossings if x.work != PeriodicWork.EVALUATION), None)
+        evals = [x for x in crossings if x.work == PeriodicWork.EVALUATION]
         calls = sum(g.executions or 0 for g in s.graphs if g.name == name)
-        if gap is not None:  # the torch hook timed the Python between the two graphs
-            c = cost_of(s, gap.seconds, gap.count)
-            crossed = (f" Each crossing runs Python between the two graphs for "
-                       f"{duration(gap.seconds / gap.count)} ({c.words()}).")
+        if gap is not None or evals:  # the torch hook timed the Python between the two graphs
+            c, crossed = _crossings(s, gap, evals)
         else:
             c = cost_of(s, 0.0, calls or None)
             crossed = (f" It is crossed on every call ({calls:,} times, {c.per_step:.1f} per "
@@ -122,6 +124,32 @@ def graph_breaks(s: Snapshot) -> Iterable[Finding]:
         yield Finding(f"{n} torch.compile graph breaks (their reasons are no longer in the "
                       "recent events): run torch._dynamo.explain(fn)(*args) to list them.",
                       "warning", None, 0.0, "graph_break")
+
+
+def _crossings(s: Snapshot, gap: SiteReading | None,
+               evals: list[SiteReading]) -> tuple[Cost, str]:
+    """The cost and words of a break's measured crossings: the steps' (per
+    step, share of step time) and the evaluation's (gradients off, in all,
+    never per step) apart. A step figure more than the steady steps took is
+    not capped: it is said not to fit, with no per-step figure."""
+    words = []
+    c = cost_of(s, 0.0, None)
+    if gap is not None:
+        c, steps = cost_of(s, gap.seconds, gap.count), steps_of(s)
+        steady = steps.steady_seconds_total if steps is not None else None
+        each = duration(gap.seconds / gap.count)
+        if steps is not None and steady and gap.seconds > steady:
+            c = cost_of(s, 0.0, gap.count, "not timed: its crossings measured "
+                        f"{duration(gap.seconds)}, more than the {steps.count:,} steps took "
+                        f"({duration(steady)}), so not all of them are in the steps")
+        words.append(f" Each crossing runs Python between the two graphs for {each} "
+                     f"({c.words()}).")
+    if evals:
+        n, seconds = sum(x.count for x in evals), sum(x.seconds for x in evals)
+        words.append(f" Evaluation (calls with gradients off) crossed it {n:,} times, "
+                     f"{duration(seconds / n)} each, {duration(seconds)} in all, measured; "
+                     "not part of the steps' figure.")
+    return c, "".join(words)
 
 
 def value_access(c: RecompileCause) -> bool:

@@ -212,6 +212,7 @@ def _cause(c: pb.RecompileCause, where: str, dec: Decoding) -> RecompileCause:
         guard=text(c.guard),
         sync=c.sync if c.HasField("sync") else None,
         syncs_after=c.syncs_after if c.HasField("syncs_after") else None,
+        seconds=dec.opt(c, "seconds", where),
     )
 
 

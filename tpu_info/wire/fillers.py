@@ -137,6 +137,8 @@ def fill_history(m: pb.Graph, g: GraphRecord) -> None:
             cm.sync = c.sync
         if c.syncs_after is not None:
             cm.syncs_after = c.syncs_after
+        if c.seconds is not None:
+            cm.seconds = c.seconds
 
 
 def fill_device(m: pb.Device, d: DeviceRecord) -> None:

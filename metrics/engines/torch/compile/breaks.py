@@ -47,6 +47,7 @@ from typing import Protocol
 import torch
 
 from metrics.engines._frames import user_location
+from tpu_info.contract.diagnosis import PeriodicWork
 from tpu_info.contract.model import UNRESUMABLE, UNRESUMABLE_REST, SiteKind, SiteReading
 
 # UNRESUMABLE, UNRESUMABLE_REST (the contract's): the markers of an unresumable
@@ -72,6 +73,8 @@ class Part(Protocol):
     function: Function
     # (function, resume line) for the part after a break, None for the start.
     break_key: tuple[Function, int] | None
+    # Compiled for calls with gradients on (training) or off (evaluation).
+    grad: bool
 
 
 def resumed(qualname: str) -> tuple[str, int] | None:
@@ -178,16 +181,20 @@ def break_name(tx: object, skip: tuple[str, ...]) -> str:
 class BreakGaps:
     """Python time across resumable breaks: a call of a resume part that
     directly follows a call of another part of the same function (nothing
-    compiled ran in between) is a crossing of the break before that part,
+    compiled ran in between; not the same part again, whose previous call
+    was a whole call earlier) is a crossing of the break before that part,
     and the gap between the two calls its time. A gap in which Dynamo
     compiled (the first call, a recompile) is counted but not timed: the
     break's time is its untimed crossings at the mean of the timed ones.
-    Graphs need ``function`` (:data:`Function`) and ``break_key``
-    (``(function, resume line)`` for a resume part, else None)."""
+    Crossings are counted apart by the part's grad mode: in a program that
+    trains, the crossings with gradients off are its evaluation's, never the
+    steps'. Graphs need ``function`` (:data:`Function`), ``break_key``
+    (``(function, resume line)`` for a resume part, else None) and ``grad``."""
 
     def __init__(self) -> None:
         self._last: tuple[Part | None, int] = (None, 0)  # the previous batch's last call
-        self._gaps: dict[tuple[Function, int], list[int]] = {}  # -> [count, timed, ns]
+        # (break, grad mode) -> [count, timed, ns]
+        self._gaps: dict[tuple[tuple[Function, int], bool], list[int]] = {}
         self._compiles: list[int] = []  # when Dynamo finished compiling (monotonic ns)
         self._seen: dict[tuple[Function, int], float] = {}  # -> last seen (unix)
         self._where: dict[tuple[Function, int], tuple[str, str]] = {}  # -> (location, name)
@@ -214,11 +221,12 @@ class BreakGaps:
         for i in itertools.compress(range(len(keys)), keys):
             prev, prev_end = (graphs[i - 1], ends[i - 1]) if i else (last, last_end)
             key = keys[i]
-            if prev is None or prev.function != key[0]:
-                continue  # another function's graph ran in between
-            acc = gaps.get(key)
+            if prev is None or prev.function != key[0] or prev.break_key == key:
+                continue  # another function's graph, or this part's own last call
+            phase_key = (key, graphs[i].grad)
+            acc = gaps.get(phase_key)
             if acc is None:
-                acc = gaps[key] = [0, 0, 0]
+                acc = gaps[phase_key] = [0, 0, 0]
             acc[0] += 1
             crossed = True
             start = starts[i]
@@ -230,19 +238,24 @@ class BreakGaps:
             acc[2] += max(0, start - prev_end)
         if crossed:
             now = time.time()
-            for key in gaps:
+            for key, _ in gaps:
                 self._seen[key] = now
 
-    def sites(self) -> list[SiteReading]:
+    def sites(self, training: bool) -> list[SiteReading]:
+        """One ``graph_break`` site per break and grad mode crossed; where the
+        program ``training`` (steps with gradients on), the crossings with
+        gradients off are its evaluation's (``work`` evaluation)."""
         out = []
-        for key, (count, timed, ns) in list(self._gaps.items()):
+        for (key, grad), (count, timed, ns) in list(self._gaps.items()):
             if not timed:
                 continue
             (file, qualname), line = key
             location, name = self._where.get(key, (f"{file}:{line}", f"compile({qualname})"))
+            work = PeriodicWork.EVALUATION.value if training and not grad else ""
             out.append(SiteReading(kind=SiteKind.GRAPH_BREAK.value, location=location,
                                    count=count, seconds=ns / 1e9 / timed * count, function=name,
-                                   detail=GAP_DETAIL, last_seen_unix=self._seen.get(key, 0.0)))
+                                   detail=GAP_DETAIL, last_seen_unix=self._seen.get(key, 0.0),
+                                   work=work))
         return out
 
     def clear(self) -> None:

@@ -113,7 +113,9 @@ class TorchCompileEngine(EngineBase):
         ctx = self.ctx
         ctx.calls.flush()
         syncs = ctx.syncs
-        return ctx.gaps.sites() + (syncs.sites(ctx) if syncs is not None else [])
+        training = ctx.optimizer.steps_so_far() > 0 or any(
+            f.calls for f in ctx.call_times.train.by_key.values())
+        return ctx.gaps.sites(training) + (syncs.sites(ctx) if syncs is not None else [])
 
     def blind_spots(self) -> list[str]:
         """The tensor reads the sync hook does not count (:mod:`~metrics.engines.torch.syncs`)."""

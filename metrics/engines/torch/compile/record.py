@@ -12,6 +12,7 @@ failure is counted and swallowed, never raised.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import operator
 import time
 from collections.abc import Callable
@@ -115,7 +116,10 @@ def _record(ctx: CompileContext, graphs: list[Graph], reason: str | None,
         seconds = g.backend_ns / 1e9 + trace_s / len(graphs)
         # A backend cache hit is still a Dynamo (re)compile: Dynamo traced the
         # frame again (its time, its guard failure); only the backend was loaded.
-        ledger.compiled(g.hash, g.name, ENGINE, seconds, g.signature, cause)
+        # The cause carries this compile's own time: a recompile is charged
+        # what it took, never a share of the graph's total.
+        ledger.compiled(g.hash, g.name, ENGINE, seconds, g.signature,
+                        dataclasses.replace(cause, seconds=seconds))
         detail = "" if cause.description == FIRST_CALL else cause.description
         if cache_hit:
             ctx.cached.inc()

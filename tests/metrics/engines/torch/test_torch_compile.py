@@ -161,8 +161,9 @@ def test_recompile_of_a_function_split_by_a_break_is_one_finding(rec):
 
 
 class _Part:
-    def __init__(self, function, line) -> None:
+    def __init__(self, function, line, grad: bool = True) -> None:
         self.function, self.break_key = function, None if line is None else (function, line)
+        self.grad = grad
 
 
 def test_break_gaps_pair_parts_of_one_function_only():
@@ -178,12 +179,20 @@ def test_break_gaps_pair_parts_of_one_function_only():
               [1100, 1300, 2100, 2250, 2400])  # another function's graph in between: none
     gaps.fold([head], [3000], [3100])
     gaps.fold([rest], [3160], [3200])  # a crossing split between two folds: 60 ns
-    (site,) = gaps.sites()
+    gaps.fold([rest, rest], [4000, 4500], [4100, 4600])  # the same part again: no crossing
+    (site,) = gaps.sites(training=True)
     assert (site.kind, site.location, site.function) == ("graph_break", "/src/t.py:7",
                                                          "compile(f)")
     assert site.count == 3 and site.seconds == pytest.approx((50 + 60) / 2 * 3 / 1e9)
+    assert site.work == ""
+    # Crossings with gradients off in a program that trains: its evaluation's, apart.
+    gaps.fold([_Part(f, None, False), _Part(f, 7, False)], [5000, 5100], [5050, 5200])
+    steps, evals = sorted(gaps.sites(training=True), key=lambda x: x.work)
+    assert (steps.count, evals.count, evals.work) == (3, 1, "evaluation")
+    assert evals.seconds == pytest.approx(50 / 1e9)
+    assert {x.work for x in gaps.sites(training=False)} == {""}  # inference: its steps
     gaps.clear()
-    assert gaps.sites() == []
+    assert gaps.sites(training=True) == []
 
 
 def test_hook_failure_is_counted_not_raised(rec, monkeypatch):
