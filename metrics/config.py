@@ -121,10 +121,12 @@ XLA_DEBUG_OWNER = Variable(
 
 USER_PATHS = Variable(
     "TPU_INFO_USER_PATHS", "unset",
-    "directories (`os.pathsep`-separated) whose code is yours although installed in "
-    "site-packages. A finding's line is the first frame outside libraries (the standard "
-    "library, anything under `site-packages`/`dist-packages`, the engine's and the hook's "
-    "packages), decided once per file, with the library call it went through: `at "
+    "directories (`os.pathsep`-separated) whose code is yours although installed. A "
+    "finding's line is the first frame outside libraries (the standard library, the engine's "
+    "and the hook's packages, and what the import system installed: files imported from "
+    "site-packages, or from a directory where a distribution's `.dist-info` lists them, as "
+    "`pip install --target` leaves them), decided once per file, with the library call it "
+    "went through: `at "
     "train.py:41 (via flax nnx.jit)`; code under these paths counts as yours, so lines point "
     "into it")
 SAVE = Variable(

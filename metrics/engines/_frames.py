@@ -2,12 +2,19 @@
 (the innermost frame outside library code), the library call it went
 through, and the host's RAM.
 
-A frame is a *library* frame when its file is in the standard library, under
-any ``site-packages``/``dist-packages`` directory, in the engine's own
-packages or in this hook's; every other file is the user's, and so is any
-file under a path listed in ``TPU_INFO_USER_PATHS`` (``os.pathsep``
-separated: for people whose own code is installed in site-packages). Each
-file is decided once (:meth:`LibraryFrames.kind`). Of the library frames,
+A frame is a *library* frame when its file is in the standard library, in
+the engine's own packages or in this hook's, or installed, as the import
+system says: its import root (the ``sys.path`` entry it was imported from)
+is an installation directory (site-packages, the user's site, the
+interpreter's purelib/platlib), or a distribution installed in that root
+lists the file's top-level package in its ``.dist-info`` (``pip install
+--target DIR`` then ``DIR`` on ``PYTHONPATH``, as flax was on the TPU
+machine). The directory's spelling decides only for a file under no import
+root of this process. Every other file is the user's (its own project, an
+editable install's source tree), and so is any file under a path listed in
+``TPU_INFO_USER_PATHS`` (``os.pathsep`` separated: for people whose own code
+is installed). Each file is decided once (:meth:`LibraryFrames.kind`); lines
+are told apart by their full path, never the file's base name. Of the library frames,
 those of other installed packages (flax, optax, transformers ...) are
 ``LIBRARY``: the outermost one entered from the user's line is named after
 it (``via flax nnx.jit``); the engine's, the standard library's and this
@@ -23,7 +30,9 @@ from __future__ import annotations
 
 import functools
 import os
+import site
 import sys
+import sysconfig
 from types import CodeType, FrameType, ModuleType
 from typing import NamedTuple
 
@@ -68,6 +77,77 @@ class UserLine(NamedTuple):
     via: str
 
 
+@functools.lru_cache(maxsize=1)
+def _install_dirs() -> frozenset[str]:
+    """This interpreter's installation directories (site-packages, the
+    user's site, purelib/platlib): all of their files are installed."""
+    dirs: list[str] = []
+    try:
+        dirs += site.getsitepackages()
+    except AttributeError:  # an old virtualenv's site module
+        pass
+    try:
+        dirs.append(site.getusersitepackages())
+    except AttributeError:
+        pass
+    paths = sysconfig.get_paths()
+    dirs += [paths[k] for k in ("purelib", "platlib") if k in paths]
+    return frozenset(os.path.abspath(d) for d in dirs if d)
+
+
+def import_root(path: str) -> str | None:
+    """The ``sys.path`` entry ``path`` was imported from (the longest that
+    holds it; ``''`` is the working directory), or None."""
+    best = None
+    for entry in list(sys.path):
+        if not isinstance(entry, str):
+            continue
+        root = os.path.abspath(entry or os.curdir)
+        inside = path.startswith(root.rstrip(os.sep) + os.sep)
+        if inside and (best is None or len(root) > len(best)):
+            best = root
+    return best
+
+
+@functools.lru_cache(maxsize=256)
+def installed_names(root: str) -> frozenset[str]:
+    """The top-level names (``flax``, ``six.py``) the distributions installed
+    in ``root`` wrote there, from each ``.dist-info``'s RECORD (its
+    ``top_level.txt`` where it has no RECORD): what ``pip install --target
+    root`` put there. An egg-info (a legacy editable install of the
+    program's own project) installs nothing there."""
+    names: set[str] = set()
+    try:
+        entries = [e for e in os.scandir(root) if e.name.endswith(".dist-info") and e.is_dir()]
+    except OSError:
+        return frozenset()
+    for e in entries:
+        try:
+            with open(os.path.join(e.path, "RECORD"), encoding="utf-8") as f:
+                names.update(line.split(",", 1)[0].split("/", 1)[0] for line in f)
+        except OSError:
+            try:
+                with open(os.path.join(e.path, "top_level.txt"), encoding="utf-8") as f:
+                    names.update(line.strip() for line in f)
+            except OSError:
+                continue
+    return frozenset(n for n in names if n and n != ".." and not n.endswith(".dist-info"))
+
+
+def installed(path: str) -> bool:
+    """Whether the import system installed the file at ``path`` (absolute):
+    its import root is an installation directory, or a distribution in that
+    root lists its top-level name; under no import root, the directory's
+    spelling (``site-packages``) is all there is to go by."""
+    root = import_root(path)
+    if root is None:
+        return any(d in path for d in _INSTALLED)
+    if root in _install_dirs():
+        return True
+    top = path[len(root.rstrip(os.sep)) + 1:].split(os.sep, 1)[0]
+    return top in installed_names(root)
+
+
 def via_words(code: CodeType) -> str:
     """A library function in a few words: its distribution's top package,
     the subpackage it lives in when public, and the function (``flax
@@ -76,10 +156,14 @@ def via_words(code: CodeType) -> str:
     path = code.co_filename
     name = getattr(code, "co_qualname", code.co_name).split(".<locals>", 1)[0]
     name = name.removesuffix(".__call__")
+    root = import_root(os.path.abspath(path)) if os.sep in path else None
     cut, sep = max((path.rfind(d), d) for d in _INSTALLED)
-    if cut < 0:
+    if root is not None:
+        parts = os.path.abspath(path)[len(root.rstrip(os.sep)) + 1:].split(os.sep)
+    elif cut >= 0:
+        parts = path[cut + len(sep):].split(os.sep)
+    else:
         return f"{os.path.basename(path)} {name}"
-    parts = path[cut + len(sep):].split(os.sep)
     top = parts[0].removesuffix(".py")
     sub = parts[1] if len(parts) > 2 and not parts[1].startswith("_") else ""
     return f"{top} {sub}.{name}" if sub else f"{top} {name}"
@@ -115,7 +199,7 @@ class LibraryFrames:
                 return USER
         if path.startswith(self._engine):
             return ENGINE
-        if any(d in path for d in _INSTALLED):
+        if installed(path):
             return LIBRARY
         return ENGINE if path.startswith(_STDLIB) else USER
 

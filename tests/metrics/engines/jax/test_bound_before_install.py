@@ -48,8 +48,10 @@ sys.stdin.read()
 def bound_program(tmp_path_factory: pytest.TempPathFactory):
     pytest.importorskip("jax")
     tmp = tmp_path_factory.mktemp("bound")
-    site = tmp / "site-packages"
-    site.mkdir()
+    site = tmp / "target"  # installed as pip --target installs: a .dist-info lists it
+    (site / "libmod-0.1.dist-info").mkdir(parents=True)
+    (site / "libmod-0.1.dist-info" / "RECORD").write_text(
+        "libmod.py,,\nlibmod-0.1.dist-info/RECORD,,\n")
     (site / "libmod.py").write_text("from jax import jit\n")
     (tmp / "train.py").write_text(PROGRAM)
     line = next(n for n, t in enumerate(PROGRAM.splitlines(), 1) if "# BOUND" in t)
