@@ -217,7 +217,10 @@ def _by_kind(s: Snapshot, name: str, compiles: int, total: float, lost: float,
         across = (f" in {len(per_part)} graphs split by graph breaks" if len(per_part) > 1
                   else "" if name in per_part else f" in {next(iter(per_part))}, the part "
                   "after a graph break")
-        phase, _ = bursts_phase([c.time_unix for c, _ in seen], steps_of(s))
+        # Each recompile's site (its line, graph and argument): recompiles at
+        # lines that each recompiled once are one cluster, once, never a period.
+        phase, _ = bursts_phase([c.time_unix for c, _ in seen], steps_of(s), sites=[
+            f"{c.location}|{g.name}|{c.argument}" for c, g in seen])
         if phase == Phase.PERIODIC and max(per_part.values()) < 2:
             phase = Phase.ONCE  # one call recompiled each part of a split function once
         if len(kinds) == 1:

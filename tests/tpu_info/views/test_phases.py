@@ -402,3 +402,26 @@ def test_eager_evaluation_of_two_data_sets_reads_once_not_every_n_steps() -> Non
     (f,) = [f for f in find(s) if f.kind == "eager_ops"]
     assert "every" not in f.message and "once in the step loop" in f.message, f.message
     assert f.phase == "once"
+
+
+def test_recompiles_at_two_lines_once_each_are_one_off_not_every_n_steps() -> None:
+    """A short last batch recompiled once at the training line (step 80, an
+    epoch's end) and once at the validation line (step 91), near the loop's
+    end: one-off, not "every 11 steps" (issue 41 item 9)."""
+    from tpu_info.contract.cause_kinds import CauseKind
+    from tpu_info.contract.model import FIRST_CALL, GraphRecord, RecompileCause
+
+    def short(t: float, line: int) -> RecompileCause:
+        return RecompileCause(t, "tensor 'x' size mismatch at index 0. expected 16, actual 5",
+                              f"/w/train.py:{line}", "x", "f32[16, 4]", "f32[5, 4]",
+                              kind=CauseKind.BATCH_SIZE, dim=0, guard="size", seconds=0.4)
+
+    g = GraphRecord("hd", "compile(D.forward)", "torch_compile", 999.0, 1009.0, compiles=3,
+                    compile_seconds_total=2.0, compile_seconds_last=0.4, executions=300,
+                    causes=(RecompileCause(999.0, FIRST_CALL, "/w/train.py:40", seconds=1.2),
+                            short(1008.05, 40), short(1009.15, 52)))
+    s = Snapshot(1011.0, uptime_seconds=20.0, steps=LOOP, graphs=(g,))
+    [f] = [f for f in find(s) if f.kind.startswith("recompile_")]
+    # Main before: "every 11 steps, 400 ms each".
+    assert f.phase == Phase.ONCE and f.every_steps is None, f.message
+    assert "every" not in f.message and f.seconds_lost == pytest.approx(0.8)
