@@ -244,8 +244,14 @@ def _eager_finding(s: Snapshot, tiny: list[GraphRecord], times: list[float]) -> 
             + _WHERE_WORDS[phase].format(what=what) + jitted,
             Severity.WARNING if outside_warns(c) else Severity.INFO, site, kind="eager_ops",
             **c.fields())
-    if step is not None:
-        advice = (f"The step, {step}, is already jitted, so this is code outside it "
+    # A jitted function the program calls again and again (the loop's, however
+    # few its calls): these ops are code outside it, never "the loop body".
+    looped = [g for g in s.graphs if (g.executions or 0) >= 2 and g.name.startswith("jit(")
+              and not single_op(g.name)]
+    jitted = step or (max(looped, key=lambda g: g.executions or 0).name if looped else None)
+    if jitted is not None:
+        advice = (f"{'The step, ' if step else 'The program already jits '}{jitted}"
+                  f"{', is already jitted' if step else ''}, so this is code outside it "
                   "(evaluation, metrics or initialisation, e.g. an accuracy/eval function): "
                   f"jit {what}, so it compiles once per shape as one graph.")
     else:

@@ -61,6 +61,7 @@ from tpu_info.views.findings_torch import (
     xla_value_access,
 )
 from tpu_info.views.periodic import periodic_work
+from tpu_info.views.recompile_groups import own_seconds, recreated_once
 from tpu_info.views.sites import explicit_syncs, site_findings
 from tpu_info.views.slow_steps import slow_steps
 from tpu_info.views.startup import startup
@@ -169,14 +170,6 @@ def recompiles(s: Snapshot) -> Iterable[Finding]:
                       **c.fields())
 
 
-def own_seconds(causes: Iterable[RecompileCause]) -> float | None:
-    """What these recompiles took, each its own compile's time as the hook
-    measured it at the compile (``RecompileCause.seconds``); None when one of
-    them does not say (an older hook, an engine that does not time each)."""
-    times = [c.seconds for c in causes]
-    return None if None in times else sum(t or 0.0 for t in times)
-
-
 def _severity(c: Cost, expected: bool) -> Severity:
     """A recompile's severity: info when expected, or when it happened outside
     the step and does not weigh on the run (:func:`outside_warns`)."""
@@ -189,15 +182,15 @@ def _by_kind(s: Snapshot, name: str, compiles: int, total: float, lost: float,
              graphs: list[GraphRecord], first_site: str | None) -> Iterable[Finding]:
     """One finding per kind of cause (its ``kind`` is the cause's kind), each with
     its latest example and advice. Every recompile of a graph counts for the kind
-    of its own cause (a graph Dynamo recompiled for a short batch and again for
-    grad mode counts once for each), with the graph's compile time split evenly
-    among its compiles. Compiles whose backend came from a persistent cache still
-    recompiled (traced and lowered again): said so."""
+    of its own cause (a short batch, then grad mode: once for each) with its own
+    compile time (older hooks: the graph's split evenly among its compiles).
+    Compiles whose backend came from a persistent cache still recompiled: said so."""
     kinds: dict[str, list[tuple[RecompileCause, GraphRecord]]] = defaultdict(list)
     for g in graphs:
         for c in g.causes:
             if c.description not in _NON_RECOMPILE:
                 kinds[classify(c, first_site).kind].append((c, g))
+    kinds = recreated_once(kinds)
     for kind, seen in kinds.items():
         # The function's own graph names the user's argument (a later part, a local).
         own = [c for c, g in seen if g.name == name]
@@ -264,7 +257,7 @@ SLOW_COMPILE_SHARE = 0.1
 
 def slow_compiles(s: Snapshot) -> Iterable[Finding]:
     """A single graph whose compile took seconds and a good share of the run
-    (a Python loop unrolled into the graph, a huge model): one-off work, named
+    (a large model, a Python loop unrolled into it): one-off work, named
     with its function, its line and its phase. Only a function's first graph
     compiled from the program's own line: a recompile is its cause's finding,
     and a library's own set-up graph (no line of the program) is not news."""
@@ -283,13 +276,13 @@ def slow_compiles(s: Snapshot) -> Iterable[Finding]:
         c = cost_of(s, seconds, 1, phase=phase)
         at = f", {WHEN[phase]}" if told != Phase.UNKNOWN else ""
         where = f" at {short_location(first.location)}"
+        # No lax.scan advice: nothing recorded says this graph grew with a
+        # Python loop (graphs with none, or already a lax.scan, were told so).
         engine = g.engine or engine_of(s)
-        unroll = ("If it runs Python loops, they unroll into the graph: use lax.fori_loop "
-                  "or lax.scan. " if engine == "jax" else "")
         yield Finding(
             f"{g.name}{where} took {duration(seconds)} to compile once{at} "
             f"({share_words(seconds / s.uptime_seconds)} of run time so far, measured): a large "
-            f"graph. {unroll}{_CACHE_ADVICE.get(engine, 'Cache compiled graphs across runs.')}",
+            f"graph. {_CACHE_ADVICE.get(engine, 'Cache compiled graphs across runs.')}",
             Severity.WARNING if outside_warns(c) else Severity.INFO,
             first.location, kind="slow_compile", **c.fields())
 

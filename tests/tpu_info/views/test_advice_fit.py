@@ -6,6 +6,8 @@ compiles were when no finding does."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from tpu_info.contract import catalog
 from tpu_info.contract.model import (
     DistributionReading,
@@ -90,9 +92,15 @@ def test_static_argument_that_is_a_function_is_expected_with_no_array_advice():
 def test_a_new_object_of_the_same_function_each_call_is_a_warning():
     before, after = ("<function <lambda> at 0x7f4047628cc0>",
                      "<function <lambda> at 0x7f4047628fe0>")
-    (f,) = recompiles(_snap(_static(before, after)))
+    s = _snap(_static(before, after))
+    again = replace(s.graphs[1], hash="c" * 64, causes=(replace(
+        _static(after, "<function <lambda> at 0x7f4047629100>"), time_unix=3.0),))
+    (f,) = recompiles(replace(s, graphs=(*s.graphs, again)))  # made anew, twice
     assert f.kind == "recompile_function_re_created" and f.severity == Severity.WARNING
     assert "outside the loop" in f.message and "pass it as an array" not in f.message
+    # Once is no re-creation: two lambdas, each made once, read the same (issue 41 item 12).
+    (f,) = recompiles(s)
+    assert f.kind == "recompile_static_argument_function" and f.severity == Severity.INFO
 
 
 def test_a_static_number_keeps_the_array_advice():
