@@ -156,6 +156,9 @@ class StepsReading:
     # apart from the steady steps.
     compile_steps: int = 0
     compile_seconds: float = 0.0
+    # The measured wall time of evaluations and checkpoints in the loop's gaps
+    # (inside the steps' span; joined by steps_of too): not the steps' own.
+    periodic_seconds: float = 0.0
 
     @property
     def seconds_per_step(self) -> float | None:
@@ -165,11 +168,12 @@ class StepsReading:
 
     @property
     def steady_seconds_total(self) -> float | None:
-        """The steps' wall time less the compiles (and start-up) inside them:
-        what shares of step time are taken over; None when unknown."""
+        """The steps' wall time less the compiles (and start-up) inside them
+        and the periodic work between them: what shares of step time are
+        taken over; None when unknown."""
         if self.seconds_total is None:
             return None
-        return max(0.0, self.seconds_total - self.compile_seconds)
+        return max(0.0, self.seconds_total - self.compile_seconds - self.periodic_seconds)
 
     @property
     def steady_seconds_per_step(self) -> float | None:

@@ -22,8 +22,15 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from tpu_info.contract.catalog import COMPILE_STEP_TIME, MARK_STEP, STEP_TIME
-from tpu_info.contract.model import STEPS_MARKED, Phase, Severity, Snapshot, StepsReading
-from tpu_info.contract.phases import every_steps
+from tpu_info.contract.model import (
+    STEPS_MARKED,
+    Phase,
+    Severity,
+    SiteReading,
+    Snapshot,
+    StepsReading,
+)
+from tpu_info.contract.phases import every_steps, phase_of
 
 
 def duration(seconds: float) -> str:
@@ -67,12 +74,29 @@ def size_words(nbytes: float) -> str:
     return f"{nbytes:.0f} B"
 
 
+LED = frozenset({"evaluation", "checkpoint"})  # PeriodicWork values said here
+
+
+def _told_phase(site: SiteReading) -> Phase:
+    try:
+        return Phase(site.phase)
+    except ValueError:
+        return Phase.UNKNOWN
+
+
+def leads(s: Snapshot) -> dict[str, SiteReading]:
+    """The lines that led periodic evaluation or checkpoint gaps, by location."""
+    return {x.location: x for x in s.sites
+            if x.work in LED and x.gaps and x.gap_seconds and _told_phase(x) == Phase.PERIODIC}
+
+
 def steps_of(s: Snapshot) -> StepsReading | None:
     """The snapshot's steps; for an older hook without them, its ``MarkStep``
     counter (and ``StepTime`` total) as marked steps. None when nothing counts steps.
     The compile steps the engine told (``CompileStepTime``: compiles and the
-    backends' start-up inside the loop) are joined in, so every share of step
-    time is taken over the steady steps (``steady_seconds_total``)."""
+    backends' start-up inside the loop) and the periodic work in the loop's
+    gaps (:func:`leads`) are joined in, so every share of step time is taken
+    over the steady steps (``steady_seconds_total``)."""
     if s.steps is not None and s.steps.count > 0:
         steps: StepsReading = s.steps
     else:
@@ -85,13 +109,19 @@ def steps_of(s: Snapshot) -> StepsReading | None:
             total = step_time.total / 1e9 / step_time.count * marks
         steps = StepsReading(marks, STEPS_MARKED, "metrics.mark_step", total)
     compiles = s.distribution(COMPILE_STEP_TIME)
-    if compiles is None or not compiles.count or steps.compile_steps:
-        return steps
-    seconds = compiles.total / 1e9
-    if steps.seconds_total is not None:
-        seconds = min(seconds, steps.seconds_total)
-    return replace(steps, compile_steps=min(compiles.count, steps.count),
-                   compile_seconds=seconds)
+    if compiles is not None and compiles.count and not steps.compile_steps:
+        seconds = compiles.total / 1e9
+        if steps.seconds_total is not None:
+            seconds = min(seconds, steps.seconds_total)
+        steps = replace(steps, compile_steps=min(compiles.count, steps.count),
+                        compile_seconds=seconds)
+    # Evaluations and checkpoints in the loop's gaps ran inside the steps'
+    # span: their measured wall time is theirs, not the steps'.
+    periodic = sum(x.gap_seconds or 0.0 for x in leads(s).values())
+    if periodic > 0 and steps.seconds_total is not None and not steps.periodic_seconds:
+        steps = replace(steps, periodic_seconds=min(
+            periodic, max(0.0, steps.seconds_total - steps.compile_seconds)))
+    return steps
 
 
 def steady_step_words(steps: StepsReading) -> str:
@@ -264,6 +294,15 @@ def cost_of(s: Snapshot, seconds: float, count: int | None, estimated: str = "",
     how many steps apart it recurred, where the hook counted them."""
     return Cost(max(0.0, seconds), count, bool(estimated), estimated, steps_of(s),
                 as_phase(phase), s.uptime_seconds, span, note, apart)
+
+
+def site_phase(s: Snapshot, site: SiteReading) -> Phase:
+    """The phase the hook told for ``site``, else told here from its times
+    (an older hook's sites)."""
+    if site.phase:
+        return as_phase(site.phase)
+    return phase_of(site.first_seen_unix or site.last_seen_unix, site.last_seen_unix,
+                    min(site.occurrences, site.count) or site.count, steps_of(s))
 
 
 def as_phase(value: Phase | str) -> Phase:

@@ -32,12 +32,18 @@ from tpu_info.contract.model import (
     SiteReading,
     Snapshot,
 )
-from tpu_info.views.cost import duration, share_words, short_location, size_words, steps_of
+from tpu_info.views.cost import (
+    duration,
+    leads,
+    share_words,
+    short_location,
+    size_words,
+    steps_of,
+)
 
 # Said from this share of the run; a warning from WARN_SHARE (as other periodic work).
 INFO_SHARE = 0.01
 WARN_SHARE = 0.05
-LED = frozenset({"evaluation", "checkpoint"})  # PeriodicWork values said here
 
 _ADVICE = {
     "evaluation": ("Evaluate less often or on fewer batches; or run the evaluation loop on "
@@ -46,19 +52,6 @@ _ADVICE = {
     "checkpoint": ("Save less often, or asynchronously (orbax's AsyncCheckpointer copies "
                    "and writes in a background thread while the steps go on)."),
 }
-
-
-def _phase(site: SiteReading) -> Phase:
-    try:
-        return Phase(site.phase)
-    except ValueError:
-        return Phase.UNKNOWN
-
-
-def leads(s: Snapshot) -> dict[str, SiteReading]:
-    """The lines that led periodic evaluation or checkpoint gaps, by location."""
-    return {x.location: x for x in s.sites
-            if x.work in LED and x.gaps and x.gap_seconds and _phase(x) == Phase.PERIODIC}
 
 
 def part_of_periodic_work(s: Snapshot, site: SiteReading,

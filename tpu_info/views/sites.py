@@ -33,22 +33,23 @@ from tpu_info.contract.catalog import (
 )
 from tpu_info.contract.cause_kinds import CauseKind
 from tpu_info.contract.model import Finding, Phase, Severity, SiteKind, SiteReading, Snapshot
-from tpu_info.contract.phases import phase_of
+from tpu_info.views.breakdown import device_idle
 from tpu_info.views.causes import typed
 from tpu_info.views.cost import (
     OUTSIDE_STEP,
     Cost,
-    as_phase,
     cost_of,
     duration,
     engine_of,
+    leads,
     outside_warns,
     share_words,
     short_location,
+    site_phase,
     size_words,
     steps_of,
 )
-from tpu_info.views.periodic import leads, part_of_periodic_work
+from tpu_info.views.periodic import part_of_periodic_work
 
 # A site is a finding when it ran in at least half the steps (or, steps
 # unknown, this many times) and cost at least this much, in all and as a share.
@@ -130,15 +131,6 @@ def _sampled_note(site: SiteReading, seconds: float) -> str:
     return f"timed {site.timed:,} of {site.count:,} transfers{rate}"
 
 
-def site_phase(s: Snapshot, site: SiteReading) -> Phase:
-    """The phase the hook told for ``site``, else told here from its times
-    (an older hook's sites)."""
-    if site.phase:
-        return as_phase(site.phase)
-    return phase_of(site.first_seen_unix or site.last_seen_unix, site.last_seen_unix,
-                    min(site.occurrences, site.count) or site.count, steps_of(s))
-
-
 def steps_apart(site: SiteReading) -> float | None:
     """How many steps apart the line's occurrences were, from the step index
     the hook kept (None: not told, or fewer than two occurrences)."""
@@ -148,7 +140,25 @@ def steps_apart(site: SiteReading) -> float | None:
 
 
 def site_cost(s: Snapshot, site: SiteReading) -> Cost:
-    """What ``site`` cost, in its phase: per step, or per time it ran."""
+    """What ``site`` cost, in its phase: per step, or per time it ran. A copy
+    to the device in the steps costs at most the steps' time the device was
+    not busy (:func:`~tpu_info.views.breakdown.device_idle`): the host makes
+    it while the device runs the queued steps, so the rest overlapped."""
+    cost = _site_cost(s, site)
+    if (site.kind != SiteKind.IMPLICIT_TO_DEVICE.value or cost.outside_step
+            or cost.estimated or cost.seconds <= 0):
+        return cost
+    idle = device_idle(s)
+    if idle is None or cost.seconds <= idle.seconds:
+        return cost
+    bound = (f"at most the steps' time the device was not busy: the device's own "
+             f"{duration(idle.device_per_step)}/step (median of {idle.samples:,} timed "
+             f"executions) overlapped the copies' {duration(cost.seconds)}")
+    return replace(cost, seconds=idle.seconds,
+                   note=f"{cost.note}; {bound}" if cost.note else bound)
+
+
+def _site_cost(s: Snapshot, site: SiteReading) -> Cost:
     phase = site_phase(s, site)
     span = (site.first_seen_unix, site.last_seen_unix) if site.first_seen_unix else None
     apart = steps_apart(site)

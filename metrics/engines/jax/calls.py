@@ -63,6 +63,16 @@ _KEPT = ("__module__", "__name__", "__qualname__", "__doc__", "__annotations__",
 
 
 FEEDBACK_CHECKS = 8  # a function's first calls checked for feeding back its output
+# What a numpy argument's copy costs the call is measured on the path the
+# program uses (JAX's C++ dispatch copies it): a function's timed calls with
+# numpy arguments alternate between that path (the call timed whole) and a
+# sample whose arguments the hook put on the device first (the call timed on
+# device arrays); the difference of the two means is the copies' host time
+# (jit_numpy.JitArguments.timed). Samples: on its first COPIES_FIRST such
+# calls, then at most one every COPY_SPACING_NS (spread over the run, and
+# each pre-put, on JAX's Python path, costs a bounded share of wall time).
+COPIES_FIRST = 20  # as many as a cost or a percentile stands on (views: MIN_TIMED_TRANSFERS)
+COPY_SPACING_NS = 50_000_000
 
 
 def note_feedback(owner: Owner, args: tuple[Any, ...], out: Any) -> None:
@@ -84,8 +94,8 @@ class Owner:
     """One counted function: its name in the ledger and the graphs its calls ran."""
 
     __slots__ = ("name", "graphs", "last_hash", "compiles", "nested_numpy", "usual_ns",
-                 "numpy_args", "calls", "evaluation", "numpy_label", "copies_seen", "fed_back",
-                 "checks", "last_out")
+                 "numpy_args", "calls", "evaluation", "numpy_label", "copies_seen", "next_copy",
+                 "copy_stats", "fed_back", "checks", "last_out")
     explicit = False  # a function the user wrapped in metrics.track is explicit
 
     def __init__(self, name: str) -> None:
@@ -107,7 +117,12 @@ class Owner:
         # JitArguments says how it learns (_BY_HANDLER: truthy, not yet True).
         self.numpy_args: bool | str = False
         self.numpy_label = f"numpy argument of {name}"  # its records' detail: made once
-        self.copies_seen = 0  # timed calls with numpy arguments: which time their copy
+        self.copies_seen = 0  # pre-put samples of its numpy arguments so far
+        self.next_copy = 0  # the clock (ns) from which its next pre-put sample may come
+        # Host ns of its timed calls that did not compile: [calls with numpy
+        # arguments copied by JAX, their ns, calls on pre-put arrays, their ns,
+        # whether the next timed call with numpy arguments is JAX's turn].
+        self.copy_stats: list[int] = [0, 0, 0, 0, 0]
         # Whether its output feeds its next call (``w, loss = step(w, x)``: a
         # training step carries its state; an evaluation's metrics never come
         # back): calls of its first FEEDBACK_CHECKS (all timed, one after the
@@ -187,13 +202,19 @@ def _python_calls(fn: Callable[..., Any], owner: Owner, context: JaxContext, tim
         if eng is None:
             return fn(*args, **kwargs)
         given = args
+        copies = 0  # numpy arguments: 1 copied by JAX in the call, 2 put here first
         try:  # nested numpy: the paths learnt at a compile
             if owner.numpy_args or owner.nested_numpy or ndarray in map(type, args):
-                n = owner.copies_seen = owner.copies_seen + 1
-                if n <= time_first or n % time_every == 0:  # a sample: the copy timed here
+                now, stats = clock(), owner.copy_stats
+                if now >= owner.next_copy and not stats[4]:  # a sample: put here first
+                    n = owner.copies_seen = owner.copies_seen + 1
+                    if n >= COPIES_FIRST:
+                        owner.next_copy = now + COPY_SPACING_NS
                     given = eng.implicit.jit_arguments.timed(owner, args, 3)
+                    copies, stats[4] = 2, 1
                 else:
                     eng.numpy_arguments(owner, args, 3)  # 3: call()'s caller
+                    copies, stats[4] = 1, 0
         except Exception as e:  # noqa: BLE001 - a hook never raises into the program
             eng.rec.hook_failed("jax.implicit", e)
         seq = seqs[0]
@@ -201,6 +222,11 @@ def _python_calls(fn: Callable[..., Any], owner: Owner, context: JaxContext, tim
         out = fn(*given, **kwargs) if kwargs else fn(*given)  # no dict copy in the usual call
         end = clock()
         try:
+            if copies and seqs[0] == seq:  # (a call that compiled is no sample)
+                stats = owner.copy_stats
+                at = 0 if copies == 1 else 2
+                stats[at] += 1
+                stats[at + 1] += end - start
             if seqs[0] == seq and owner.compiles < 2:
                 # The usual call: nothing compiled, one graph: no key.
                 q = eng.calls_queue

@@ -128,6 +128,7 @@ class JaxEngine(EngineBase):
         self.device_times = DeviceTimes(on_graph=recorder.ledger.device_time,
                                         on_error=recorder.hook_failed)
         self.implicit.drains.times = self.device_times
+        self.implicit.gaps.timeline = self.compiles.timeline
         recorder.on_reset(self._forget_calls)
         self._hooked: dict[str, bool] = {}  # "jit", "pmap", "aot": whether each is counted
 

@@ -13,7 +13,9 @@ with its time. Both hot-path checks are one identity test
 Each gap's time is its wall time, from its first record's start to the next
 step's call, less what its reads waited for the device's queued work (per
 read ``wait - drain``, as :mod:`~metrics.engines.jax.drains` says: the steps
-queued before it run either way), charged to the line that led it: the call site of the other jitted
+queued before it run either way) and less the compile work inside it (an
+evaluation's first call compiles: said as a compile, and the steps' compile
+time already holds it), charged to the line that led it: the call site of the other jitted
 function with the most calls noted in it (evaluation), else the
 ``device_get`` (checkpoint), else the first read (logging); the gap's other
 lines are ``within`` it (their cost is the lead's). Gaps of marked steps
@@ -77,7 +79,7 @@ class Gaps:
     """Folds gap records after the transfer hook's own fold (``impl``: an
     ``ImplicitTransfers``, records of ``fields`` values)."""
 
-    __slots__ = ("impl", "fields", "open", "by_site", "last_wait_end")
+    __slots__ = ("impl", "fields", "open", "by_site", "last_wait_end", "timeline")
 
     def __init__(self, impl: Any, fields: int) -> None:
         self.impl, self.fields = impl, fields
@@ -86,6 +88,9 @@ class Gaps:
         self.open: list[Any] | None = None
         self.last_wait_end = time.monotonic_ns()  # the latest read's end (drains.py's)
         self.by_site: dict[Any, GapSite] = {}  # keyed by the transfer hook's _Site
+        # The engine's compile spans (startup.CompileTimeline): a gap's compiles
+        # (an evaluation's first call) are compile time, not the gap's.
+        self.timeline: Any = None
 
     def after(self, fold: Callable[[list[Any]], None]) -> Callable[[list[Any]], None]:
         """The journal's fold: ``fold`` (the transfer hook's, then its drains'),
@@ -131,7 +136,10 @@ class Gaps:
         self.open, self.last_wait_end = gap, last_wait_end
 
     def _close(self, gap: list[Any], end: int) -> None:
-        wall = max(0, end - gap[1] - gap[3])
+        wall = end - gap[1] - gap[3]
+        if self.timeline is not None and wall > 0:
+            wall -= self.timeline.within(gap[1], end)
+        wall = max(0, wall)
         counts = gap[2]
         if len(counts) == 1:  # the usual gap: one line (a read every step)
             lead_key = next(iter(counts))

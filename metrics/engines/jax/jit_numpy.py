@@ -12,16 +12,17 @@ every step, so the usual call is decided with one code-table lookup and
 written in one frame (:func:`_writer`); only a call from a library's frame
 walks.
 
-What the copy costs is measured, never assumed: on a sample of calls (the
-wrapper's first ``TIME_FIRST`` timed calls with numpy arguments, then one in
-``TIME_EVERY`` of them: one call in 256 once it runs long) the wrapper
-puts each numpy argument on the device itself (a transfer alone), times the
-host's part of it (the call that copies the buffer and starts the transfer,
-as the jitted call's C++ dispatch does: not waited for, since a wait would
-hold the device's queued work too), and passes the device array to the
-call, so the copy is made once (:meth:`JitArguments.timed`). Each such record is a timed implicit
-transfer at the user's line; the rest stay untimed, and the site says how
-many of its records were timed (``SiteReading.timed``).
+What the copy costs is measured, never assumed, on the path the program
+uses (JAX's C++ dispatch copies a numpy argument inside the call): the
+wrapper's timed calls with numpy arguments alternate between calls JAX
+copies for (timed whole) and samples whose arguments the wrapper put on the
+device first (timed on device arrays: its first ``COPIES_FIRST`` such
+samples, then at most one every ``COPY_SPACING_NS``). The difference of the
+two means is what the copies add to a call (:func:`copy_ns`); each sample's
+numpy leaves are records at the user's line timed at that (shared by bytes,
+:meth:`JitArguments.timed`); the rest stay untimed, and the site says how
+many of its records were timed (``SiteReading.timed``). A put on JAX's
+Python path, timed alone, measured 5-8x the copy's cost on the CPU: not used.
 
 Example:
     >>> import jax, numpy as np, metrics                     # doctest: +SKIP
@@ -171,43 +172,47 @@ class JitArguments:
                 host(n, label)
 
     def timed(self, owner: Owner, args: tuple[Any, ...], depth: int) -> tuple[Any, ...]:
-        """A sampled call's numpy arguments copied to the device here, each
-        copy timed (from the call to the array being on the device) and
-        recorded as a timed implicit transfer at the caller's line (``depth``
-        frames above this one); returns the arguments with the device arrays
-        in their place, so the call does not copy them again. Each numpy
-        leaf a record (top-level, or nested at the places known)."""
+        """A sampled call's numpy arguments put on the device here, so the
+        wrapper times the call on device arrays (``Owner.copy_stats``); returns
+        the arguments with the device arrays in their place (the call does
+        not copy them again). Each numpy leaf is a record at the caller's line
+        (``depth`` frames above this one; top-level, or nested at the places
+        known) timed at what the copies cost the call on JAX's own path: the
+        mean host time of the function's calls whose numpy arguments JAX
+        copied less that of its calls on put arrays (:func:`copy_ns`), shared
+        by bytes; untimed until each mean stands on MIN_COPY_CALLS calls."""
         put = _put()
         owner.numpy_args = True  # (the stage hook drops its record of these under the wrapper)
         try:
             frame = sys._getframe(depth)
         except ValueError:  # fewer frames above (called from C): no user line
             frame = None
-        clock, out, seq = time.monotonic_ns, list(args), self._transfers.context.compile_seq
-        timed: list[tuple[int, int]] = []  # (ns, bytes) per record; ns -1: not a sample
+        out, sizes = list(args), []
         for i, a in enumerate(args):
             if type(a) is _NDARRAY:
-                start, compiles = clock(), seq[0]
-                d = put(a)  # (a copy that compiled, a new shape's, is no sample)
-                timed.append((clock() - start if seq[0] == compiles else -1, a.nbytes))
-                out[i] = d
+                out[i] = put(a)
+                sizes.append(a.nbytes)
         if owner.nested_numpy:  # each leaf its own record, as the transfer guard logs them
             for path in owner.nested_numpy:
                 x: Any = args
-                start, compiles = clock(), seq[0]
                 try:
                     for k in path:
                         x = x[k]
                 except (IndexError, KeyError, TypeError):
                     continue
                 if type(x) is _NDARRAY:
-                    d = put(x)
-                    out[path[0]] = _replaced(out[path[0]], path[1:], d)
-                    timed.append((clock() - start if seq[0] == compiles else -1, x.nbytes))
-        end = clock()  # one end for the call's records: one step occurrence, as untimed
-        for ns, nbytes in timed:
-            self._transfers.record(IMPLICIT_H2D if ns >= 0 else UNTIMED_H2D, frame,
-                                   end - max(0, ns), end, nbytes, owner.numpy_label)
+                    out[path[0]] = _replaced(out[path[0]], path[1:], put(x))
+                    sizes.append(x.nbytes)
+        end = time.monotonic_ns()  # one end for the call's records: one step occurrence
+        ns = copy_ns(owner.copy_stats)
+        total = sum(sizes) or 1
+        for nbytes in sizes:
+            if ns is None:
+                self._transfers.record(UNTIMED_H2D, frame, end, end, nbytes, owner.numpy_label)
+            else:
+                share = ns * nbytes // total
+                self._transfers.record(IMPLICIT_H2D, frame, end - share, end, nbytes,
+                                       owner.numpy_label)
         return tuple(out)
 
     def learn_nested(self, owner: Owner, args: tuple[Any, ...]) -> None:
@@ -224,6 +229,18 @@ class JitArguments:
         new = tuple(p for p in owner.nested_numpy if p not in was)
         for n in nested_numpy_bytes(args, new) if new else ():
             self._transfers.host_arguments(n, owner.numpy_label)
+
+
+MIN_COPY_CALLS = 4  # timed calls each way before a copy's cost is said
+
+
+def copy_ns(stats: list[int]) -> int | None:
+    """What one call's numpy copies cost on JAX's path, in ns: the mean host
+    time of calls whose numpy arguments JAX copied less the mean of calls on
+    arrays put first (``Owner.copy_stats``); None on fewer calls either way."""
+    if stats[0] < MIN_COPY_CALLS or stats[2] < MIN_COPY_CALLS:
+        return None
+    return max(0, stats[1] // stats[0] - stats[3] // stats[2])
 
 
 _PUT: list[Callable[[Any], Any]] = []

@@ -55,6 +55,17 @@ class CompileTimeline:
     def clear(self) -> None:
         self.spans.clear()
 
+    def within(self, first: int, last: int) -> int:
+        """The compile ns inside ``[first, last]`` (spans clipped, overlaps
+        merged): a gap's compile work, said on its own line, not the gap's."""
+        total, end = 0, first
+        for s, e in sorted((max(s, first), min(e, last)) for s, e in list(self.spans)
+                           if e > first and s < last):
+            if e > end:
+                total += e - max(s, end)
+                end = e
+        return total
+
     def in_loop(self, first: int, last: int, steps: int) -> list[int]:
         """The compile ns in each step of the loop ``[first, last]`` (``steps``
         steps) that held any: the spans clipped to the loop, overlaps merged

@@ -1,0 +1,268 @@
+"""Where the run's time went, as XProf's overview page splits it: one model
+of time for every output (the report, ``--json``, the dashboard, the saved
+run's summary, the HTML report).
+
+The run (the process's uptime) is split into the backends' start-up, the
+compiles (tracing, lowering and the backend's compile), the steady steps,
+the periodic work in the loop's gaps (evaluation, checkpoints: their
+measured wall time) and the rest (imports, set-up and host work outside the
+loop), each measured by the hook; parts never add up past the run (a
+remainder is never negative, and overlapping parts are said to overlap).
+
+A steady step (the steps' wall time less the compiles inside them and less
+the periodic work between them, over the steps) is split on the host's
+timeline, which is what loops: copies to the device (the timed copies,
+scaled to all), waits at device->host reads, and the host's other work;
+and beside it the device's own time per step (the step function's graphs'
+device time per execution, measured off the training thread, times their
+executions per step), so ``the device waits for the host`` is the step
+less that. Each figure says how many samples it stands on; one that was
+not measured is left out, never assumed.
+
+Example:
+    >>> from tpu_info.contract.model import Snapshot, StepsReading
+    >>> s = Snapshot(0.0, uptime_seconds=10.0,
+    ...              steps=StepsReading(100, "marked", "metrics.mark_step", 5.0))
+    >>> b = breakdown(s)
+    >>> [(p.name, round(p.seconds, 1)) for p in b.parts]
+    [('steps', 5.0), ('other', 5.0)]
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from tpu_info.contract import catalog
+from tpu_info.contract.diagnosis import SiteKind
+from tpu_info.contract.model import STEPS_INFERRED, Snapshot, StepsReading
+from tpu_info.views.cost import OUTSIDE_STEP, duration, leads, site_phase, steps_of
+from tpu_info.views.startup import startup_seconds
+
+# The compile stages JAX reports apart (torch's CompileTime holds them all).
+COMPILE_PARTS = (catalog.COMPILE_TIME, catalog.TRACE_TIME, catalog.LOWERING_TIME)
+# A graph runs "once a step" when its executions are within this of the steps.
+PER_STEP_SLACK = 0.1
+
+
+@dataclass(frozen=True, slots=True)
+class Part:
+    """One part of the run or of a step: ``seconds`` (per step for a step's
+    parts), and what it stands on, in words ("" when plain)."""
+
+    name: str
+    seconds: float
+    basis: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Breakdown:
+    """The run's parts (shares of ``run_seconds``) and the steady step's.
+
+    Attributes:
+        run_seconds: the process's uptime.
+        parts: start-up, compiles, steps, each periodic work, other (only
+            those measured), in that order.
+        overlap: the parts add up past the run by this many seconds (they
+            overlapped: a compile inside a step); 0 otherwise.
+        step_seconds: the steady step's wall time (None: steps not timed).
+        step_parts: the host's timeline of a steady step: copies to the
+            device, reads' waits, other host work (per step).
+        device: the device's time per steady step (None: not measured).
+        device_basis: what ``device`` stands on.
+    """
+
+    run_seconds: float
+    parts: tuple[Part, ...]
+    overlap: float = 0.0
+    step_seconds: float | None = None
+    step_parts: tuple[Part, ...] = ()
+    device: float | None = None
+    device_basis: str = ""
+
+    @property
+    def device_waits(self) -> float | None:
+        """Share of the steady step the device had no work: it waited for the
+        host (None: the device's time or the step's was not measured)."""
+        if self.device is None or not self.step_seconds:
+            return None
+        return max(0.0, 1.0 - self.device / self.step_seconds)
+
+    def lines(self) -> list[str]:
+        """``Time: run 2m03s: start-up 7.0 s (6%), ...`` and the step's line."""
+        run = self.run_seconds
+        cells = [f"{p.name} {duration(p.seconds)} ({_pct(p.seconds, run)})" for p in self.parts]
+        out = [f"run {duration(run)}: " + ", ".join(cells)
+               + (f" (parts overlap by {duration(self.overlap)})" if self.overlap else "")]
+        if self.step_seconds:
+            w = self.step_seconds
+            host = ", ".join(f"{p.name} {duration(p.seconds)} ({_pct(p.seconds, w)})"
+                             for p in self.step_parts)
+            line = f"steady step {duration(w)}: host {host}"
+            if self.device is not None:
+                line += (f"; device busy {duration(self.device)} ({_pct(self.device, w)}, "
+                         f"{self.device_basis})")
+            out.append(line)
+        return out
+
+    def fields(self) -> dict[str, Any]:
+        """The JSON object (seconds; shares as fractions of the run or step)."""
+        run = self.run_seconds
+        out: dict[str, Any] = {
+            "run_seconds": run,
+            "parts": [{"name": p.name, "seconds": p.seconds,
+                       "share": p.seconds / run if run > 0 else None,
+                       **({"basis": p.basis} if p.basis else {})} for p in self.parts],
+            "overlap_seconds": self.overlap,
+        }
+        if self.step_seconds:
+            w = self.step_seconds
+            out["steady_step"] = {
+                "seconds": w,
+                "host": [{"name": p.name, "seconds": p.seconds, "share": p.seconds / w,
+                          **({"basis": p.basis} if p.basis else {})} for p in self.step_parts],
+                "device_seconds": self.device,
+                "device_basis": self.device_basis or None,
+                "device_waits_share": self.device_waits,
+            }
+        return out
+
+
+def _pct(part: float, whole: float) -> str:
+    if whole <= 0:
+        return "-"
+    share = part / whole
+    return "<1%" if 0 < share < 0.005 else f"{min(share, 1.0):.0%}"
+
+
+def compile_seconds(s: Snapshot) -> float:
+    """Seconds the compiles took: tracing, lowering and the backend's compile
+    (their distributions), else the graphs' own compile time."""
+    total = 0.0
+    for name in COMPILE_PARTS:
+        d = s.distribution(name)
+        if d is not None and d.count:
+            total += d.total / 1e9
+    return total or sum(g.compile_seconds_total for g in s.graphs)
+
+
+def _step_graphs(s: Snapshot, steps: StepsReading) -> list[Any]:
+    """The graphs a step runs: the inferred step function's, else those that
+    ran about once a step."""
+    if steps.source == STEPS_INFERRED and steps.basis:
+        name = steps.basis.split(":", 1)[0].strip()
+        named = [g for g in s.graphs if g.name == name and g.executions]
+        if named:
+            return named
+    lo, hi = steps.count * (1 - PER_STEP_SLACK), steps.count * (1 + PER_STEP_SLACK)
+    return [g for g in s.graphs if g.executions and lo <= g.executions <= hi]
+
+
+def step_device_seconds(s: Snapshot) -> tuple[float, int] | None:
+    """(the device's seconds per step, the timed executions that stands on):
+    each step graph's measured time per execution times its executions per
+    step; None when a step graph's device time was not measured."""
+    steps = steps_of(s)
+    if steps is None or not steps.count:
+        return None
+    graphs = _step_graphs(s, steps)
+    if not graphs or any(g.device_seconds is None or not g.device_samples for g in graphs):
+        return None
+    seconds = sum((g.device_seconds or 0.0) * (g.executions or 0) for g in graphs) / steps.count
+    return seconds, min(g.device_samples for g in graphs)
+
+
+def _site_seconds(s: Snapshot, kind: str) -> tuple[float, str]:
+    """The step-phase sites of ``kind``: their seconds (timed copies scaled to
+    all by bytes), and what that stands on."""
+    total, timed, count = 0.0, 0, 0
+    for x in s.sites:
+        if x.kind != kind or site_phase(s, x) in OUTSIDE_STEP or x.seconds <= 0:
+            continue
+        if 0 < x.timed < x.count:
+            scale = x.bytes / x.timed_bytes if x.timed_bytes else x.count / x.timed
+            total += x.seconds * scale
+            timed += x.timed
+        else:
+            total += x.seconds
+            timed += x.count
+        count += x.count
+    basis = f"timed {timed:,} of {count:,}" if count and timed < count else ""
+    return total, basis
+
+
+def _periodic_seconds(s: Snapshot) -> dict[str, float]:
+    """The periodic work's measured wall time, by work (evaluation, checkpoint)."""
+    out: dict[str, float] = {}
+    for site in leads(s).values():
+        out[site.work] = out.get(site.work, 0.0) + (site.gap_seconds or 0.0)
+    return out
+
+
+class DeviceIdle(NamedTuple):
+    """The steady steps' time the device was not busy (``seconds``, in all),
+    its own time per step and the timed executions that stands on."""
+
+    seconds: float
+    device_per_step: float
+    samples: int
+
+
+def device_idle(s: Snapshot) -> DeviceIdle | None:
+    """The steady steps less the device's measured time for them: what host
+    work could have added to the loop at most (None: not measured)."""
+    steps = steps_of(s)
+    dev = step_device_seconds(s)
+    if steps is None or dev is None:
+        return None
+    steady = steps.steady_seconds_total
+    if steady is None or dev[0] * steps.count > steady:
+        # A device busier than the steps are long: its samples (each an upper
+        # bound: the watcher wakes late) are not to be trusted for a bound.
+        return None
+    return DeviceIdle(steady - dev[0] * steps.count, dev[0], dev[1])
+
+
+def breakdown(s: Snapshot) -> Breakdown | None:
+    """``s``'s run and steady step split by what spent the time; None when
+    the process told no uptime."""
+    run = s.uptime_seconds
+    if run <= 0:
+        return None
+    parts: list[Part] = []
+    if (start := startup_seconds(s)) is not None and start > 0:
+        parts.append(Part("start-up", start, "opening the device backends"))
+    if (compiled := compile_seconds(s)) > 0:
+        parts.append(Part("compiles", compiled, "tracing, lowering and compiling"))
+    steps = steps_of(s)
+    periodic = _periodic_seconds(s)
+    steady = step_w = None
+    if steps is not None and steps.count:
+        steady = steps.steady_seconds_total  # less compiles and periodic work in the loop
+        if steady is not None:
+            parts.append(Part("steps", steady, f"{steps.count:,} steps"))
+            step_w = steady / steps.count if steady > 0 else None
+    for work, seconds in sorted(periodic.items()):
+        parts.append(Part(work, seconds, "its gaps' wall time"))
+    used = sum(p.seconds for p in parts)
+    overlap = max(0.0, used - run)
+    if run - used > 0:
+        parts.append(Part("other", run - used, "imports, set-up and host work outside the "
+                                                 "step loop"))
+    if step_w is None or steps is None:
+        return Breakdown(run, tuple(parts), overlap)
+    copies, copies_basis = _site_seconds(s, SiteKind.IMPLICIT_TO_DEVICE.value)
+    waits, waits_basis = _site_seconds(s, SiteKind.SYNC.value)
+    n = steps.count
+    host = [Part("copies to the device", min(copies / n, step_w), copies_basis),
+            Part("waits at reads", min(waits / n, step_w), waits_basis)]
+    host = [p for p in host if p.seconds > 0]
+    rest = step_w - sum(p.seconds for p in host)
+    host.append(Part("other", max(0.0, rest)))
+    dev = step_device_seconds(s)
+    device, basis = None, ""
+    if dev is not None:
+        device = min(dev[0], step_w)
+        basis = f"median of {dev[1]:,} timed executions"
+    return Breakdown(run, tuple(parts), overlap, step_w, tuple(host), device, basis)
+
