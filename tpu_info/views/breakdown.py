@@ -30,13 +30,13 @@ Example:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
 from tpu_info.contract import catalog
 from tpu_info.contract.diagnosis import SiteKind
 from tpu_info.contract.model import STEPS_INFERRED, Snapshot, StepsReading
-from tpu_info.views.cost import OUTSIDE_STEP, duration, leads, site_phase, steps_of
+from tpu_info.views.cost import OUTSIDE_STEP, Cost, duration, leads, site_phase, steps_of
 from tpu_info.views.startup import startup_seconds
 
 # The compile stages JAX reports apart (torch's CompileTime holds them all).
@@ -221,6 +221,22 @@ def device_idle(s: Snapshot) -> DeviceIdle | None:
         # bound: the watcher wakes late) are not to be trusted for a bound.
         return None
     return DeviceIdle(steady - dev[0] * steps.count, dev[0], dev[1])
+
+
+def copy_bound(s: Snapshot, cost: Cost) -> Cost:
+    """A copy to the device in the steps costs at most the steps' time the
+    device was not busy (:func:`device_idle`): the host makes it while the
+    device runs the queued steps, so the rest overlapped."""
+    if cost.outside_step or cost.estimated or cost.seconds <= 0:
+        return cost
+    idle = device_idle(s)
+    if idle is None or cost.seconds <= idle.seconds:
+        return cost
+    bound = (f"at most the steps' time the device was not busy: the device's own "
+             f"{duration(idle.device_per_step)}/step (median of {idle.samples:,} timed "
+             f"executions) overlapped the copies' {duration(cost.seconds)}")
+    return replace(cost, seconds=idle.seconds,
+                   note=f"{cost.note}; {bound}" if cost.note else bound)
 
 
 def breakdown(s: Snapshot) -> Breakdown | None:

@@ -33,7 +33,7 @@ from tpu_info.contract.catalog import (
 )
 from tpu_info.contract.cause_kinds import CauseKind
 from tpu_info.contract.model import Finding, Phase, Severity, SiteKind, SiteReading, Snapshot
-from tpu_info.views.breakdown import device_idle
+from tpu_info.views.breakdown import copy_bound
 from tpu_info.views.causes import typed
 from tpu_info.views.cost import (
     OUTSIDE_STEP,
@@ -140,22 +140,10 @@ def steps_apart(site: SiteReading) -> float | None:
 
 
 def site_cost(s: Snapshot, site: SiteReading) -> Cost:
-    """What ``site`` cost, in its phase: per step, or per time it ran. A copy
-    to the device in the steps costs at most the steps' time the device was
-    not busy (:func:`~tpu_info.views.breakdown.device_idle`): the host makes
-    it while the device runs the queued steps, so the rest overlapped."""
+    """What ``site`` cost, in its phase: per step, or per time it ran (a copy
+    to the device at most the device's idle time: :func:`copy_bound`)."""
     cost = _site_cost(s, site)
-    if (site.kind != SiteKind.IMPLICIT_TO_DEVICE.value or cost.outside_step
-            or cost.estimated or cost.seconds <= 0):
-        return cost
-    idle = device_idle(s)
-    if idle is None or cost.seconds <= idle.seconds:
-        return cost
-    bound = (f"at most the steps' time the device was not busy: the device's own "
-             f"{duration(idle.device_per_step)}/step (median of {idle.samples:,} timed "
-             f"executions) overlapped the copies' {duration(cost.seconds)}")
-    return replace(cost, seconds=idle.seconds,
-                   note=f"{cost.note}; {bound}" if cost.note else bound)
+    return copy_bound(s, cost) if site.kind == SiteKind.IMPLICIT_TO_DEVICE.value else cost
 
 
 def _site_cost(s: Snapshot, site: SiteReading) -> Cost:
