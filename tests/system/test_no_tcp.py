@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import textwrap
@@ -141,8 +142,17 @@ def test_served_on_its_socket_and_read_by_the_cli(program: Program, rdir: Path) 
            "can be opened on this host" in doctor.stdout, doctor.stdout
 
     # A reader on the host without TCP: it reads the program, and says why
-    # libtpu's service is not read (not "libtpu not present").
-    here = cli(rdir, "doctor", filtered=True)
+    # libtpu's service is not read (not "libtpu not present"), also while
+    # another process listens on libtpu's port (outside the filter: a fresh
+    # check once ran beside a program on 8431 and doctor judged that listener).
+    listener = socket.socket()
+    try:
+        listener.bind(("127.0.0.1", 8431))
+        listener.listen()
+    except OSError:
+        pass  # taken already: the case itself
+    with listener:
+        here = cli(rdir, "doctor", filtered=True)
     assert here.returncode == 0 and f"pid {pid} (unix:{pid}.sock)" in here.stdout, here.stdout
     assert "libtpu's metric service cannot be reached: no TCP socket can be opened" \
         in here.stdout and "libtpu not present" not in here.stdout, here.stdout

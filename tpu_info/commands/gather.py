@@ -142,6 +142,9 @@ def _libtpu_read(target: str, recorded: set[str], named: Sequence[str], net: Pro
         notes.append((target, "read because you named it with --target, whoever "
                       "listens there"))
         return False
+    if no_tcp_reason() is not None:  # whoever listens there, no TCP reaches it from here
+        notes.append((target, _libtpu_absent("")))
+        return False
     port = int(target.rpartition(":")[2])
     verdict = judge_libtpu_port(net.listeners(port), port, uid)
     if verdict.read or verdict.listening:
