@@ -2,7 +2,7 @@
 training thread.
 
 The ``jax.jit`` wrapper's sampled calls (its timed ones: the first 64, then
-one in 16; of those, after a function's first 16, at most one every 20 ms)
+one in 16; of those, after a function's first 16, at most one every 50 ms)
 hand :meth:`DeviceTimes.offer` the call's start, its smallest
 top-level output array and its first top-level input array that was not
 ready at the call (the previous step's output, when the device is behind).
@@ -16,7 +16,8 @@ before the enqueue and the watcher's wake-up; the median over samples is
 kept). The watcher holds at most the arrays of the queue's samples and the
 one it waits on, for as long as the device takes to finish them.
 
-On one sample in four whose output is small (a loss), once it is ready, the
+On one sample in four whose output is small (a loss; past the first four
+reads, at most one a second), once it is ready, the
 watcher also reads it to the host through a fresh array over the same buffer
 (the user's array keeps no host copy) with JAX's own, unhooked read: the
 wait of a read whose data is ready is the read's own latency (the device ->
@@ -51,13 +52,19 @@ QUEUE = 4  # samples waiting for the watcher; more are dropped
 # A sample wakes the watcher, which takes the GIL from the training thread on
 # a host-bound loop (~30 us a sample on the CPU): after each function's first
 # FIRST_SAMPLES, its samples are spaced at least SPACING_NS apart in time, not
-# in calls, so the watcher costs a bounded share of wall time (<= 50 a second)
+# in calls, so the watcher costs a bounded share of wall time (<= 20 a second)
 # however short the step.
 FIRST_SAMPLES = 16
-SPACING_NS = 20_000_000
+SPACING_NS = 50_000_000
 KEEP = 64  # samples kept per function, per graph and of the latency
 MAX_GRAPHS = 256  # functions / graphs kept; a new one past this is not measured
-PROBE_EVERY = 4  # one sample in this many with a small output also times a read
+# One sample in PROBE_EVERY with a small output also times a read, and past
+# the first PROBE_FIRST at most one per PROBE_SPACING_NS: a read on a TPU
+# takes ~0.7 ms, which the training thread may wait on for the interpreter
+# lock on a host-bound loop, and the sync latency is a constant of the machine.
+PROBE_EVERY = 4
+PROBE_FIRST = 4
+PROBE_SPACING_NS = 1_000_000_000
 PROBE_BYTES = 64 << 10  # the largest output a latency probe reads
 
 
@@ -90,6 +97,7 @@ class DeviceTimes:
         self._pid = 0
         self._stop = False
         self._probe = 0
+        self._probe_next = 0  # the clock (ns) from which the next read may be timed
         self._pid_registered = False
         # Per function: [samples offered, the earliest start of its next one].
         self._spacing: dict[Any, list[int]] = {}
@@ -177,8 +185,11 @@ class DeviceTimes:
             done = clock()
             self.note(owner, graph, done - began)
             self._probe += 1
-            if self.read is not None and self._probe % PROBE_EVERY == 1:
+            if (self.read is not None and self._probe % PROBE_EVERY == 1
+                    and done >= self._probe_next):
                 self._time_read(leaf)
+                if len(self.latency) >= PROBE_FIRST:
+                    self._probe_next = done + PROBE_SPACING_NS
         except Exception as e:  # noqa: BLE001 - a donated or deleted array: no sample
             if self.on_error is not None and "deleted" not in str(e).lower():
                 self.on_error("jax.device_time", e)
