@@ -71,7 +71,7 @@ FEEDBACK_CHECKS = 8  # a function's first calls checked for feeding back its out
 # (jit_numpy.JitArguments.timed). Samples: on its first COPIES_FIRST such
 # calls, then at most one every COPY_SPACING_NS (spread over the run, and
 # each pre-put, on JAX's Python path, costs a bounded share of wall time).
-COPIES_FIRST = 20  # as many as a cost or a percentile stands on (views: MIN_TIMED_TRANSFERS)
+COPIES_FIRST = 24  # 20 timed (what a cost or a percentile stands on) after 4 each way
 COPY_SPACING_NS = 50_000_000
 
 
