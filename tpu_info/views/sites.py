@@ -284,8 +284,17 @@ def _sync_advice(detail: str, engine: str = "jax") -> str:
             "read once).")
 
 
+# The hook names a numpy argument's dtype where the host sends float64 that
+# JAX (x64 off) turns into float32 on every call (jit_numpy.FLOAT64_WORD).
+FLOAT64_ADVICE = ("The host sends float64 that JAX converts to float32 on every call: make "
+                  "the data float32 once where it is made (np.float32, .astype once), which "
+                  "also halves what is copied. ")
+
+
 def _transfer_advice(detail: str) -> str:
     d = detail.lower()
+    if "float64" in d:
+        return FLOAT64_ADVICE + _transfer_advice(d.replace("float64 ", ""))
     if "shard" in d:
         return ("device_put the batch with its sharding in the data loader "
                 "(jax.device_put(batch, sharding)), ahead of the step.")

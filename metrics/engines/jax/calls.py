@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections import deque
 from collections.abc import Callable, Hashable
 from typing import TYPE_CHECKING, Any
 
@@ -67,12 +68,14 @@ FEEDBACK_CHECKS = 8  # a function's first calls checked for feeding back its out
 # program uses (JAX's C++ dispatch copies it): a function's timed calls with
 # numpy arguments alternate between that path (the call timed whole) and a
 # sample whose arguments the hook put on the device first (the call timed on
-# device arrays); the difference of the two means is the copies' host time
-# (jit_numpy.JitArguments.timed). Samples: on its first COPIES_FIRST such
-# calls, then at most one every COPY_SPACING_NS (spread over the run, and
-# each pre-put, on JAX's Python path, costs a bounded share of wall time).
+# device arrays); the copies' host time is the difference of their medians
+# over the latest COPY_KEEP each way (jit_numpy.copy_ns). Samples: on its
+# first COPIES_FIRST such calls, then at most one every COPY_SPACING_NS
+# (spread over the run, and each pre-put, on JAX's Python path, costs a
+# bounded share of wall time).
 COPIES_FIRST = 24  # 20 timed (what a cost or a percentile stands on) after 4 each way
 COPY_SPACING_NS = 50_000_000
+COPY_KEEP = 32  # host times kept each way (their medians: a slow first call is no mean's)
 
 
 def note_feedback(owner: Owner, args: tuple[Any, ...], out: Any) -> None:
@@ -119,10 +122,11 @@ class Owner:
         self.numpy_label = f"numpy argument of {name}"  # its records' detail: made once
         self.copies_seen = 0  # pre-put samples of its numpy arguments so far
         self.next_copy = 0  # the clock (ns) from which its next pre-put sample may come
-        # Host ns of its timed calls that did not compile: [calls with numpy
-        # arguments copied by JAX, their ns, calls on pre-put arrays, their ns,
-        # whether the next timed call with numpy arguments is JAX's turn].
-        self.copy_stats: list[int] = [0, 0, 0, 0, 0]
+        # Host ns of its latest timed calls that did not compile, with numpy
+        # arguments copied by JAX and on pre-put arrays; whether the next timed
+        # call with numpy arguments is JAX's turn (jit_numpy.copy_ns).
+        self.copy_stats: tuple[deque[int], deque[int], list[int]] = (
+            deque(maxlen=COPY_KEEP), deque(maxlen=COPY_KEEP), [0])
         # Whether its output feeds its next call (``w, loss = step(w, x)``: a
         # training step carries its state; an evaluation's metrics never come
         # back): calls of its first FEEDBACK_CHECKS (all timed, one after the
@@ -205,16 +209,16 @@ def _python_calls(fn: Callable[..., Any], owner: Owner, context: JaxContext, tim
         copies = 0  # numpy arguments: 1 copied by JAX in the call, 2 put here first
         try:  # nested numpy: the paths learnt at a compile
             if owner.numpy_args or owner.nested_numpy or ndarray in map(type, args):
-                now, stats = clock(), owner.copy_stats
-                if now >= owner.next_copy and not stats[4]:  # a sample: put here first
+                now, turn = clock(), owner.copy_stats[2]
+                if now >= owner.next_copy and not turn[0]:  # a sample: put here first
                     n = owner.copies_seen = owner.copies_seen + 1
                     if n >= COPIES_FIRST:
                         owner.next_copy = now + COPY_SPACING_NS
                     given = eng.implicit.jit_arguments.timed(owner, args, 3)
-                    copies, stats[4] = 2, 1
+                    copies, turn[0] = 2, 1
                 else:
                     eng.numpy_arguments(owner, args, 3)  # 3: call()'s caller
-                    copies, stats[4] = 1, 0
+                    copies, turn[0] = 1, 0
         except Exception as e:  # noqa: BLE001 - a hook never raises into the program
             eng.rec.hook_failed("jax.implicit", e)
         seq = seqs[0]
@@ -223,10 +227,7 @@ def _python_calls(fn: Callable[..., Any], owner: Owner, context: JaxContext, tim
         end = clock()
         try:
             if copies and seqs[0] == seq:  # (a call that compiled is no sample)
-                stats = owner.copy_stats
-                at = 0 if copies == 1 else 2
-                stats[at] += 1
-                stats[at + 1] += end - start
+                owner.copy_stats[copies - 1].append(end - start)
             if seqs[0] == seq and owner.compiles < 2:
                 # The usual call: nothing compiled, one graph: no key.
                 q = eng.calls_queue

@@ -74,9 +74,7 @@ _SITE_KIND = {SYNC: SYNC, IMPLICIT_H2D: IMPLICIT_H2D, UNTIMED_H2D: IMPLICIT_H2D,
 
 
 def _kinds(*kinds: int) -> np.ndarray:  # a lookup table: record kind -> in ``kinds``
-    table = np.zeros(gaps.GAP_END + 1, bool)
-    table[list(kinds)] = True
-    return table
+    return np.isin(np.arange(gaps.GAP_END + 1), kinds)
 
 
 _H2D_TIMED = _kinds(IMPLICIT_H2D, EXPLICIT_H2D)
@@ -414,6 +412,8 @@ class ImplicitTransfers:
                 site = self._other.get(kind)
                 if site is None:
                     site = self._other[kind] = _Site(None, 0, OVERFLOW)
+        if detail and detail != site.detail and detail.replace("float64 ", "", 1) == site.detail:
+            site.detail = detail  # a label that learnt its dtype (numpy float64 argument of f)
         site.count += count
         site.bytes += nbytes
         site.timed, site.timed_bytes = site.timed + timed[0], site.timed_bytes + timed[1]

@@ -18,7 +18,7 @@ wrapper's timed calls with numpy arguments alternate between calls JAX
 copies for (timed whole) and samples whose arguments the wrapper put on the
 device first (timed on device arrays: its first ``COPIES_FIRST`` such
 samples, then at most one every ``COPY_SPACING_NS``). The difference of the
-two means is what the copies add to a call (:func:`copy_ns`); each sample's
+two medians is what the copies add to a call (:func:`copy_ns`); each sample's
 numpy leaves are records at the user's line timed at that (shared by bytes,
 :meth:`JitArguments.timed`); the rest stay untimed, and the site says how
 many of its records were timed (``SiteReading.timed``). A put on JAX's
@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Sequence
 from types import CodeType
 from typing import TYPE_CHECKING, Any
 
@@ -178,9 +178,9 @@ class JitArguments:
         not copy them again). Each numpy leaf is a record at the caller's line
         (``depth`` frames above this one; top-level, or nested at the places
         known) timed at what the copies cost the call on JAX's own path: the
-        mean host time of the function's calls whose numpy arguments JAX
-        copied less that of its calls on put arrays (:func:`copy_ns`), shared
-        by bytes; untimed until each mean stands on MIN_COPY_CALLS calls."""
+        median host time of the function's calls whose numpy arguments JAX
+        copied less that of its calls on put arrays (medians: :func:`copy_ns`),
+        shared by bytes; untimed until each stands on MIN_COPY_CALLS calls."""
         put = _put()
         owner.numpy_args = True  # (the stage hook drops its record of these under the wrapper)
         try:
@@ -218,9 +218,12 @@ class JitArguments:
     def learn_nested(self, owner: Owner, args: tuple[Any, ...]) -> None:
         """After a call that compiled: where its nested numpy leaves are, and
         those at new places counted for this call (unless the numpy shard
-        handler counted the whole call). Once per compile, so the tree walk
-        stays off the hot path."""
+        handler counted the whole call); whether one is float64 that JAX
+        turns into float32 (its records then say so). Once per compile, so
+        the tree walk stays off the hot path."""
         was, owner.nested_numpy = owner.nested_numpy, numpy_paths(args)
+        if float64_sent(args, owner.nested_numpy):
+            owner.numpy_label = f"numpy {FLOAT64_WORD} argument of {owner.name}"
         by_handler = owner.numpy_args is _BY_HANDLER
         if owner.nested_numpy or by_handler:
             owner.numpy_args = True
@@ -232,15 +235,42 @@ class JitArguments:
 
 
 MIN_COPY_CALLS = 4  # timed calls each way before a copy's cost is said
+FLOAT64_WORD = "float64"  # in a record's detail: the views' advice reads it
 
 
-def copy_ns(stats: list[int]) -> int | None:
-    """What one call's numpy copies cost on JAX's path, in ns: the mean host
-    time of calls whose numpy arguments JAX copied less the mean of calls on
-    arrays put first (``Owner.copy_stats``); None on fewer calls either way."""
-    if stats[0] < MIN_COPY_CALLS or stats[2] < MIN_COPY_CALLS:
+def float64_sent(args: tuple[Any, ...], nested: tuple[Path, ...]) -> bool:
+    """Whether a numpy leaf of ``args`` (top-level, or at ``nested``) is
+    float64 while JAX runs in float32 (x64 off: it converts on every call)."""
+    import jax
+
+    if jax.config.jax_enable_x64:
+        return False
+    leaves: list[Any] = [a for a in args if type(a) is _NDARRAY]
+    for path in nested:
+        x: Any = args
+        try:
+            for k in path:
+                x = x[k]
+        except (IndexError, KeyError, TypeError):
+            continue
+        leaves.append(x)
+    return any(type(x) is _NDARRAY and x.dtype.char == "d" for x in leaves)
+
+
+def copy_ns(stats: tuple[Sequence[int], Sequence[int], Any]) -> int | None:
+    """What one call's numpy copies cost on JAX's path, in ns: the median host
+    time of the latest calls whose numpy arguments JAX copied less that of
+    calls on arrays put first (``Owner.copy_stats``: medians, since a call's
+    first run on a new kind of argument is slow); None on fewer calls either way."""
+    jax_copied, put_first = stats[0], stats[1]
+    if len(jax_copied) < MIN_COPY_CALLS or len(put_first) < MIN_COPY_CALLS:
         return None
-    return max(0, stats[1] // stats[0] - stats[3] // stats[2])
+    return max(0, _median(jax_copied) - _median(put_first))
+
+
+def _median(values: Sequence[int]) -> int:
+    s = sorted(values)
+    return s[len(s) // 2]
 
 
 _PUT: list[Callable[[Any], Any]] = []
