@@ -1,15 +1,16 @@
-"""Shell completion for ``tpu-info``, generated from its argparse tree.
+"""Shell completion for ``tpu-info``: shtab's scripts for its argparse tree.
 
-``tpu-info --completion bash`` prints a bash script (zsh: the same through
-``bashcompinit``). It completes the subcommands, each one's flags, the
-values of flags with choices, ``--query``'s fields after each comma,
-``--format``'s forms, ``--metric``'s names, and file names where a flag takes
-a file; after ``run`` (or ``--``) the shell's own completion takes over. The
-script is static: pressing Tab never starts Python.
+``tpu-info --completion bash`` (or ``zsh``) prints the script shtab
+generates from the parser: the subcommands, each one's flags, the values of
+flags with choices, and file or folder names where a flag takes one. What the
+parser cannot tell shtab is added here: ``--query``'s fields after each comma,
+``--format``'s forms and ``--metric``'s names. After ``run`` (or ``--``) the
+shell's own completion takes over. The script is static: pressing Tab never
+starts Python. shtab is imported only when a script is asked for.
 
 Example:
     >>> from tpu_info.commands.args import build_parser
-    >>> "_tpu_info()" in bash_script(build_parser())
+    >>> "_tpu_info()" in script("bash", build_parser())
     True
 """
 
@@ -20,7 +21,36 @@ import shlex
 from collections.abc import Iterable
 
 SHELLS = ("bash", "zsh")
-_FILE_METAVARS = {"FILE", "DIR"}
+_FORMATS = ("csv", "noheader", "nounits")
+
+# bash: shtab calls a value's function with the word typed and takes its lines.
+_BASH = """\
+_tpu_info_list() {  # $1: the word, $2: the choices; a list completes after its last comma
+  local head="" last="$1"
+  if [[ "$1" == *,* ]]; then head="${1%%,*},"; last="${1##*,}"; fi
+  compgen -P "$head" -W "$2" -- "$last"
+}
+_tpu_info_fields() { _tpu_info_list "$1" %(fields)s; }
+_tpu_info_formats() { _tpu_info_list "$1" %(formats)s; }
+_tpu_info_metrics() { compgen -W %(metrics)s -- "$1"; }
+"""
+# shtab runs the functions above in a subshell, where compopt cannot reach:
+# a list stays open (no space after a field) from this wrapper.
+_BASH_TAIL = """
+_tpu_info() {
+  _shtab_tpu_info
+  case "${COMP_WORDS[COMP_CWORD-1]}" in
+    %(lists)s) compopt -o nospace 2>/dev/null ;;
+  esac
+}
+complete -o bashdefault -o default -F _tpu_info tpu-info
+"""
+# zsh: compinit loaded where it is not yet (as bash's script needs nothing),
+# and ``source <(tpu-info --completion zsh)`` registers the function as
+# ``eval`` does (shtab's script would call it outside completion).
+_ZSH_HEAD = "(( $+functions[compdef] )) || { autoload -U +X compinit && compinit; }"
+_ZSH_SOURCED = ("[[ $zsh_eval_context[-1] == eval ]]",
+                "[[ $zsh_eval_context[-1] == (eval|file) ]]")
 
 
 def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
@@ -30,112 +60,62 @@ def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentP
     return {}
 
 
-def _flags(parser: argparse.ArgumentParser) -> list[str]:
-    return [s for a in parser._actions if a.help != argparse.SUPPRESS
-            for s in a.option_strings]
-
-
-def _valued(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
-    """Flags that take a value (nargs not 0), by spelling."""
-    return {s: a for a in parser._actions for s in a.option_strings
-            if a.nargs != 0 and not isinstance(a, (argparse._HelpAction,
-                                                    argparse._StoreTrueAction))}
-
-
 def _words(values: Iterable[str]) -> str:
     return shlex.quote(" ".join(values))
 
 
-def _value_cases(parser: argparse.ArgumentParser, fields: list[str], formats: list[str],
-                 metrics: list[str]) -> list[str]:
-    """``case "$prev"`` arms for the flags of ``parser`` that take a value."""
-    arms = []
-    for flag, action in sorted(_valued(parser).items()):
-        dest = action.dest
-        if dest == "query_fields":
-            arms.append(f"      {flag}) _tpu_info_list {_words(fields)}; return 0 ;;")
-        elif dest == "csv_format":
-            arms.append(f"      {flag}) _tpu_info_list {_words(formats)}; return 0 ;;")
-        elif dest == "metric_name":
-            arms.append(f"      {flag}) _tpu_info_words {_words(metrics)}; return 0 ;;")
-        elif action.choices:
-            arms.append(f"      {flag}) _tpu_info_words {_words(map(str, action.choices))}; "
-                        "return 0 ;;")
-        elif action.metavar in _FILE_METAVARS or dest in ("output", "targets_file",
-                                                          "sd_file", "runtime_dir"):
-            arms.append(f"      {flag}) COMPREPLY=( $(compgen -f -- \"$cur\") ); return 0 ;;")
-        else:  # a number, an address, a name: nothing to offer, and no flag either
-            arms.append(f"      {flag}) return 0 ;;")
-    return arms
-
-
-def bash_script(parser: argparse.ArgumentParser) -> str:
-    """The bash completion script for ``parser`` (``tpu-info``'s)."""
+def _values() -> tuple[list[str], list[str]]:
+    """``--query``'s field names (and their aliases) and the metric names."""
     from tpu_info.outputs.query import FIELDS
 
     fields = sorted({f.name for f in FIELDS} | {a for f in FIELDS for a in f.aliases})
-    formats = ["csv", "noheader", "nounits"]
     try:
         from tpu_info.views.metrics import metric_list
 
         metrics = sorted({m["name"] for m in metric_list()})
     except Exception:  # noqa: BLE001 - completion without metric names is still completion
         metrics = []
-    subs = _subparsers(parser)
-    top_valued = sorted(_valued(parser))
-    out = [
-        "# bash completion for tpu-info (tpu-info --completion bash; generated from its",
-        "# argparse tree). zsh: tpu-info --completion zsh.",
-        "_tpu_info_words() { COMPREPLY=( $(compgen -W \"$1\" -- \"$cur\") ); }",
-        "# A comma-separated list: complete the part after the last comma.",
-        "_tpu_info_list() {",
-        "  local head=\"\" last=\"$cur\"",
-        "  if [[ \"$cur\" == *,* ]]; then head=\"${cur%,*},\"; last=\"${cur##*,}\"; fi",
-        "  COMPREPLY=( $(compgen -P \"$head\" -W \"$1\" -- \"$last\") )",
-        "  compopt -o nospace 2>/dev/null",
-        "}",
-        "_tpu_info() {",
-        "  local cur=\"${COMP_WORDS[COMP_CWORD]}\" prev=\"${COMP_WORDS[COMP_CWORD-1]}\"",
-        "  local cmd=\"\" i w",
-        "  for ((i = 1; i < COMP_CWORD; i++)); do",
-        "    w=\"${COMP_WORDS[i]}\"",
-        "    case \"$w\" in",
-        f"      {'|'.join(top_valued)}) ((i++)) ;;  # its value is not a subcommand",
-        f"      {'|'.join(sorted(subs))}) cmd=\"$w\"; break ;;",
-        "      --) return 0 ;;",
-        "    esac",
-        "  done",
-        "  if [[ \"$cmd\" == run ]]; then return 0; fi  # the program's own words: the shell's",
-        "  case \"$cmd\" in",
-    ]
-    for name, sub in sorted(subs.items()):
-        if name == "run":
-            continue
-        out += [f"    {name})", "      case \"$prev\" in"]
-        out += ["  " + arm for arm in _value_cases(sub, fields, formats, metrics)]
-        out += ["      esac", f"      _tpu_info_words {_words(_flags(sub))} ;;"]
-    out += ["    *)", "      case \"$prev\" in"]
-    out += ["  " + arm for arm in _value_cases(parser, fields, formats, metrics)]
-    out += ["      esac",
-            "      if [[ \"$cur\" == -* ]]; then",
-            f"        _tpu_info_words {_words(_flags(parser))}",
-            "      else",
-            f"        _tpu_info_words {_words(sorted(subs))}",
-            "      fi ;;",
-            "  esac",
-            "}",
-            "complete -o default -F _tpu_info tpu-info",
-            ""]
-    return "\n".join(out)
+    return fields, metrics
+
+
+def _mark(parser: argparse.ArgumentParser, shell: str, fields: list[str],
+          metrics: list[str]) -> list[str]:
+    """Sets shtab's ``.complete`` on the actions of ``parser`` and its
+    subcommands whose values it cannot tell; returns the list flags' spellings."""
+    import shtab
+
+    by_dest = {"query_fields": {"bash": "_tpu_info_fields",
+                                "zsh": "_sequence compadd - " + " ".join(fields)},
+               "csv_format": {"bash": "_tpu_info_formats",
+                              "zsh": "_sequence compadd - " + " ".join(_FORMATS)},
+               "metric_name": {"bash": "_tpu_info_metrics", "zsh": f"({' '.join(metrics)})"}}
+    by_metavar = {"FILE": shtab.FILE, "DIR": shtab.DIRECTORY}
+    lists: list[str] = []
+    for p in [parser, *_subparsers(parser).values()]:
+        for a in p._actions:
+            complete = by_dest.get(a.dest) or by_metavar.get(str(a.metavar))
+            if complete:
+                a.complete = complete  # type: ignore[attr-defined]
+            if a.dest in ("query_fields", "csv_format"):
+                lists += a.option_strings
+            if shell == "zsh" and isinstance(a.metavar, str):  # its specs are ':'-separated
+                a.metavar = a.metavar.replace(":", "\\:")
+    return lists
 
 
 def script(shell: str, parser: argparse.ArgumentParser) -> str:
-    """The completion script for ``shell`` (one of :data:`SHELLS`)."""
+    """The completion script for ``shell`` (one of :data:`SHELLS`). It marks
+    ``parser``'s actions for shtab, so ``parser`` is for this use only."""
+    import shtab
+
+    fields, metrics = _values()
+    lists = _mark(parser, shell, fields, metrics)
     if shell == "zsh":
-        return ("# zsh completion for tpu-info, through bash's (bashcompinit)\n"
-                "autoload -U +X compinit && compinit\n"
-                "autoload -U +X bashcompinit && bashcompinit\n" + bash_script(parser))
-    return bash_script(parser)
+        return shtab.complete(parser, "zsh", preamble=_ZSH_HEAD).replace(*_ZSH_SOURCED)
+    head = _BASH % {"fields": _words(fields), "formats": _words(_FORMATS),
+                    "metrics": _words(metrics)}
+    return (shtab.complete(parser, "bash", preamble=head)
+            + _BASH_TAIL % {"lists": "|".join(sorted(set(lists)))})
 
 
 class CompletionAction(argparse.Action):

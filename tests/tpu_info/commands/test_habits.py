@@ -238,11 +238,31 @@ def test_completion_knows_every_flag_of_every_subcommand():
             assert flags <= set(_complete([name, "-"])), name
 
 
-def test_zsh_gets_the_script_through_bashcompinit(capsys):
+def test_zsh_gets_shtabs_native_script(capsys):
     assert cli.main(["--completion", "zsh"]) == cli.EXIT_OK
     out = capsys.readouterr().out
-    assert "bashcompinit" in out and "complete -o default -F _tpu_info tpu-info" in out
+    assert out.startswith("#compdef tpu-info") and "compdef _shtab_tpu_info" in out
+    assert "_sequence compadd - " in out and "hbm_usage" in out  # --query's list, --metric's names
+    # A ':' in a metavar would end zsh's spec there ("command not found: PORT").
+    assert ":HOST\\:PORT:" in out and ":HOST:PORT:" not in out
     assert cli.main(["--completion", "fish"]) == cli.EXIT_USAGE
+
+
+@pytest.mark.parametrize("load", ["source <(cat {f})", 'eval "$(cat {f})"'])
+@pytest.mark.slow
+def test_zsh_registers_the_completion_sourced_or_evaluated(load, tmp_path):
+    """``source <(tpu-info --completion zsh)`` in ~/.zshrc, compinit or not."""
+    zsh = shutil.which("zsh")
+    if zsh is None:
+        pytest.skip("zsh not installed")
+    f = tmp_path / "tpu-info.zsh"
+    f.write_text(subprocess.run([sys.executable, "-m", "tpu_info", "--completion", "zsh"],
+                                capture_output=True, text=True, cwd=ROOT, env=_env(),
+                                timeout=60, check=True).stdout)
+    r = subprocess.run([zsh, "-f", "-c", load.format(f=f) + "; print -r -- $_comps[tpu-info]"],
+                       capture_output=True, text=True, timeout=60, cwd=tmp_path,
+                       env={**_env(), "HOME": str(tmp_path)})
+    assert (r.returncode, r.stdout.strip(), r.stderr) == (0, "_shtab_tpu_info", "")
 
 
 # 80 columns: shorter cells before cut names -----------------------------------------

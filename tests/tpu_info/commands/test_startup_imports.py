@@ -23,7 +23,7 @@ pytestmark = pytest.mark.slow  # each test runs `tpu-info` in a subprocess
 # torch or jax"), the dashboard (its own process), the hook's packages.
 NEVER = ("torch", "jax", "jaxlib", "numpy", "textual", "tui", "metrics", "profiler")
 # What prints another form than the one asked for, or serves another command.
-NOT_FOR_THE_TABLE = ("tpu_info.outputs.query", "tpu_info.views.metrics",
+NOT_FOR_THE_TABLE = ("shtab", "tpu_info.outputs.query", "tpu_info.views.metrics",
                      "tpu_info.outputs.textreport", "tpu_info.commands.report_html",
                      "tpu_info.commands.profile", "tpu_info.commands.run",
                      "tpu_info.commands.saved", "tpu_info.commands.exporter",
