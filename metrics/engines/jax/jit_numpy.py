@@ -243,7 +243,7 @@ def float64_sent(args: tuple[Any, ...], nested: tuple[Path, ...]) -> bool:
     float64 while JAX runs in float32 (x64 off: it converts on every call)."""
     import jax
 
-    if jax.config.jax_enable_x64:
+    if jax.config.read("jax_enable_x64"):
         return False
     leaves: list[Any] = [a for a in args if type(a) is _NDARRAY]
     for path in nested:
