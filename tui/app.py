@@ -31,15 +31,20 @@ from textual import work
 from textual.app import App
 from textual.binding import Binding
 from textual.message import Message
+from textual.notifications import SeverityLevel
 from textual.screen import Screen
 
 from tpu_info.contract.safe import clean
+from tpu_info.host.processes import PROC_ROOT
 from tpu_info.net.targets import normalize
 from tui.pick import best, this_user
+from tui.procs import ProcessFilter, target_proc
+from tui.screens.confirm import SignalScreen
 from tui.screens.detail import DetailScreen
 from tui.screens.finding import FindingScreen
 from tui.screens.help import HelpScreen
 from tui.screens.main import MainScreen
+from tui.signals import ENDED, SENT, Outcome, Pinned, Refusal, pin, signal_name
 from tui.source import Conn, Found, LiveSource, Loop, Source, Update
 from tui.state import TargetData, WatchState
 from tui.widgets.findings import FindingsPanel
@@ -69,6 +74,10 @@ class WatchApp(App[int]):
         all_chips: list every chip of this host, also those not usable here
             (``--all``); by default the Devices panel counts them.
         host: this host's name (default: ``socket.gethostname()``).
+        process_filter: show only these users' and pids' rows in the Processes
+            panel at first (``--user``, ``--pid``; the filter box changes it).
+        proc_root: where ``/proc`` is (signals read owners there; tests point
+            it at a fixture tree).
     """
 
     TITLE = "tpu-info --watch"
@@ -84,14 +93,18 @@ class WatchApp(App[int]):
     def __init__(self, source: Source, interval_s: float = 1.0, *,
                  clock: Callable[[], float] = time.time, tz: tzinfo | None = None,
                  tick_s: float | None = 1.0, all_chips: bool = False,
-                 host: str | None = None) -> None:
+                 host: str | None = None, process_filter: ProcessFilter | None = None,
+                 proc_root: str = PROC_ROOT) -> None:
         super().__init__()
         self.source = source
         self.clock = clock
         self.tz = tz
         self.tick_s = tick_s
         self.state = WatchState(max(MIN_INTERVAL_S, interval_s), all_chips=all_chips,
-                                host=socket.gethostname() if host is None else host)
+                                host=socket.gethostname() if host is None else host,
+                                process_filter=process_filter or ProcessFilter())
+        self.proc_root = proc_root
+        self.signal_log: list[Refusal | Outcome] = []  # what each i/t/k came to, in order
         self._stop = threading.Event()
         self._dirty: set[str | None] = set()
         self._draw_pending = False
@@ -160,7 +173,10 @@ class WatchApp(App[int]):
         s = self.state
         if self._user_picked and s.selected in s.targets:
             return
-        top = best(s.ordered(), s.started, self._me)
+        pool = s.ordered()
+        if s.process_filter:  # --pid 4242: that process first, when it is a target
+            pool = [d for d in pool if s.process_filter.matches(target_proc(d))] or pool
+        top = best(pool, s.started, self._me)
         s.selected = top.target if top is not None else None
 
     def _found(self, found: Found) -> None:
@@ -216,6 +232,36 @@ class WatchApp(App[int]):
             self.main.show_all()
         if message.chosen:
             self.main.switch_to("graphs")
+
+    def on_main_screen_process_filter_changed(self, _message: MainScreen.ProcessFilterChanged
+                                              ) -> None:
+        self._auto_pick()
+        self.main.show_all()
+
+    def on_processes_panel_signal_asked(self, message: ProcessesPanel.SignalAsked) -> None:
+        """``i``/``t``/``k``: another user's process (or one elsewhere, or gone)
+        is refused at once, in one line; the user's own is asked about first."""
+        verdict = pin(message.proc, host=self.state.host, proc_root=self.proc_root)
+        if isinstance(verdict, Refusal):
+            self.signal_log.append(verdict)
+            self.notify(verdict.words, title=f"{signal_name(message.sig)} not sent",
+                        severity="error", timeout=6, markup=False)
+            return
+        self.push_screen(SignalScreen(verdict.proc, message.sig, self._me or
+                                      f"uid {verdict.uid}"),
+                         lambda send: self._signal_answered(verdict, message.sig, send))
+
+    def _signal_answered(self, pinned: Pinned, sig: int, send: bool | None) -> None:
+        if not send:
+            pinned.close()
+            self.notify(f"{signal_name(sig)} not sent to {pinned.proc.label()}", timeout=3,
+                        markup=False)
+            return
+        outcome = pinned.send(sig)
+        self.signal_log.append(outcome)
+        severity: SeverityLevel = ("information" if outcome.kind == SENT
+                                   else "warning" if outcome.kind == ENDED else "error")
+        self.notify(outcome.words, severity=severity, timeout=5, markup=False)
 
     def on_graphs_panel_opened(self, message: GraphsPanel.Opened) -> None:
         screen = DetailScreen(message.target, message.graph_hash, self.tz)
@@ -280,7 +326,8 @@ class WatchApp(App[int]):
 
 def run(targets: Sequence[str], rate: float = 1.0, *, discover: bool = True,
         timeout: float = 3.0, runtime_dir: str | Path | None = None,
-        source: Source | None = None, all_chips: bool = False) -> int:
+        source: Source | None = None, all_chips: bool = False,
+        process_filter: ProcessFilter | None = None) -> int:
     """Runs the dashboard in this terminal until ``q``; returns the exit code.
 
     Args:
@@ -291,6 +338,7 @@ def run(targets: Sequence[str], rate: float = 1.0, *, discover: bool = True,
         runtime_dir: where discovery looks (default: the usual place).
         source: read this instead of live targets (a saved run's replay).
         all_chips: list the chips not usable here too (``--all``).
+        process_filter: the Processes panel's first filter (``--user``, ``--pid``).
     """
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
         # Textual would write escape codes into a pipe or a file, forever.
@@ -300,7 +348,7 @@ def run(targets: Sequence[str], rate: float = 1.0, *, discover: bool = True,
     rate = max(MIN_INTERVAL_S, rate)
     if source is None:
         source = LiveSource(targets, rate, timeout, discover=discover, runtime_dir=runtime_dir)
-    app = WatchApp(source, rate, all_chips=all_chips)
+    app = WatchApp(source, rate, all_chips=all_chips, process_filter=process_filter)
     try:
         result = app.run()
     finally:

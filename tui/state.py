@@ -43,6 +43,7 @@ from tpu_info.contract.model import (
 )
 from tpu_info.views.findings import EVENTS_READ, find
 from tpu_info.views.steps import interval_step_seconds, steps_per_second
+from tui.procs import ProcessFilter
 from tui.source import Conn, Update
 
 HISTORY = 300  # samples kept per target: five minutes at the default 1 s
@@ -277,6 +278,7 @@ class WatchState:
     paused: bool = False
     sort: str = "cost/step"
     filter: str = ""
+    process_filter: ProcessFilter = field(default_factory=ProcessFilter)  # user / pid
     started: dict[str, float] = field(default_factory=dict)  # this user's, from discovery
     local: LocalScan | None = None  # this host's chips and owners (None: not scanned)
     all_chips: bool = False  # list the chips not usable here too (--all)

@@ -56,6 +56,7 @@ class Recorder:
         # Hot-path handles, looked up once.
         self._mark_step = self.counter(names.MARK_STEP)
         self._step_time = self.distribution(names.STEP_TIME)
+        self._step_time.keep_whole_run()  # the report's plot of the whole run
         self._hook_errors = self.counter(names.HOOK_ERRORS)
         # monotonic_ns -> unix seconds (journals keep raw clock readings): the
         # registry's, so an event and its sample carry one time.

@@ -16,7 +16,10 @@ A :class:`Distribution` keeps, since its last clear:
   ones, count in the edge bucket);
 * the time of the first and last sample (for the rates);
 * the last :data:`RECENT` samples with their times (torch_xla's
-  ``metric_data`` third element).
+  ``metric_data`` third element);
+* where asked (:meth:`Distribution.keep_whole_run`: ``StepTime``'s), the
+  whole run in a bounded number of buckets of consecutive samples
+  (:mod:`metrics.recording.series`), for a plot of the whole run.
 
 Recording does no arithmetic: samples wait in a journal (at most
 :data:`metrics.recording.journal.SAMPLES_FOLD_AT`) and are folded into the aggregates
@@ -49,6 +52,7 @@ from metrics.recording.dense import (
     percentiles_numpy,
 )
 from metrics.recording.journal import SAMPLES_FOLD_AT, Journal
+from metrics.recording.series import WholeRun
 from tpu_info.contract.buckets import SortedCounts, sorted_percentiles
 from tpu_info.contract.model import (
     PERCENTILES,
@@ -127,7 +131,7 @@ class Distribution:
     __slots__ = (
         "name", "unit", "help", "gamma", "_inv_log_gamma", "_lock", "_samples", "_queue",
         "_count", "_sum", "_min", "_max", "_pos", "_neg", "_zero",
-        "_first_ns", "_last_ns", "_recent", "_clock", "_kept",
+        "_first_ns", "_last_ns", "_recent", "_clock", "_kept", "_whole_run",
     )
 
     def __init__(
@@ -149,7 +153,15 @@ class Distribution:
         self._clock = clock
         self._samples = Journal(self._fold_samples, SAMPLES_FOLD_AT, lock=self._lock)
         self._queue = self._samples.queue  # (clock_ns, value) pairs
+        self._whole_run: WholeRun | None = None
         self._reset()
+
+    def keep_whole_run(self) -> None:
+        """Keeps the whole run in bounded buckets from now on (the readings'
+        ``series``; folded with the samples, never on the hot path)."""
+        with self._lock:
+            if self._whole_run is None:
+                self._whole_run = WholeRun()
 
     def _reset(self) -> None:
         self._count = 0
@@ -163,6 +175,8 @@ class Distribution:
         self._first_ns = 0
         self._last_ns = 0
         self._recent: deque[tuple[int, float]] = deque(maxlen=RECENT)
+        if self._whole_run is not None:
+            self._whole_run.clear()
         # The last reading, by (count, clock offset): tpu_info.contract.reuse's rule.
         self._kept: Kept[DistributionReading] = Kept()
 
@@ -248,6 +262,8 @@ class Distribution:
             self._recent.extend(pairs[-RECENT:])
         else:
             self._recent.extend(zip(times[-RECENT:], values[-RECENT:], strict=False))
+        if self._whole_run is not None and weights is None:
+            self._whole_run.add(times, values, (total, lo, hi))
 
     @property
     def count(self) -> int:
@@ -295,6 +311,9 @@ class Distribution:
             zero = self._zero
             first, last = self._first_ns, self._last_ns
             recent = list(self._recent)
+            whole = self._whole_run
+            series = (whole.reading(mono_to_unix) if whole is not None and whole.counts
+                      else None)
             # Dense counts are contiguous: copying out the filled ones is one
             # pass in C, not a lookup per bucket.
             np = sys.modules.get("numpy")  # used only if the program loaded it
@@ -326,7 +345,7 @@ class Distribution:
             min=lo, max=hi, rate_per_second=rate, value_rate_per_second=value_rate,
             percentiles=pct,
             recent=self._recent_unix(count, recent, mono_to_unix),
-            buckets=buckets, help=self.help,
+            buckets=buckets, help=self.help, series=series,
         )
         return kept.put((count, mono_to_unix), reading)
 

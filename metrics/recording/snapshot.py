@@ -137,6 +137,9 @@ def _merge_distribution(a: DistributionReading, b: DistributionReading) -> Distr
         percentiles=pct,
         recent=Samples.of(sorted([*a.recent, *b.recent])[-64:]),
         buckets=buckets, help=a.help or b.help,
+        # Two sources' series cannot be interleaved: the one that saw more.
+        series=max((x.series for x in (a, b) if x.series is not None),
+                   key=lambda r: r.count, default=None),
     )
 
 

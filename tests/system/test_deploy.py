@@ -66,7 +66,8 @@ def test_the_manifests_are_valid_kubernetes_objects():
             continue  # a CRD: checked field by field below
         kubernetes_validate.validate(doc, KUBERNETES_VERSION, strict=True)
         checked.append(doc["kind"])
-    assert sorted(checked) == ["DaemonSet", "Namespace", "Service", "ServiceAccount"]
+    assert sorted(checked) == ["ClusterRole", "ClusterRoleBinding", "DaemonSet", "Namespace",
+                               "Service", "ServiceAccount"]
 
 
 def test_kubernetes_validate_refuses_a_misspelt_field():
@@ -147,7 +148,8 @@ def test_the_daemonsets_command_line_is_one_tpu_info_accepts(env):
     assert args.command == "exporter"
     assert args.listen == (env["HOST_IP"], 9431)
     assert args.runtime_dir == "/run/tpu-info" and args.sysfs == "/host/sys"
-    assert args.host_label == env["NODE_NAME"]
+    assert args.host_label == env["NODE_NAME"] == args.node_name  # the node label
+    assert args.kubernetes == "auto" and args.kubelet_socket is None  # the default socket
     (port,) = c["ports"]
     assert port["containerPort"] == args.listen[1]
     for probe in ("livenessProbe", "readinessProbe"):
@@ -372,6 +374,43 @@ def test_the_training_pod_example_meets_the_exporter():
     (mount,) = train["volumeMounts"]
     (vol,) = spec["volumes"]
     assert mount["mountPath"] == vol["hostPath"]["path"] == exporter.runtime_dir
-    assert vol["hostPath"]["path"] in {v["hostPath"]["path"] for v in ds["volumes"]}
+    assert vol["hostPath"]["path"] in {v["hostPath"]["path"] for v in ds["volumes"]
+                                       if "hostPath" in v}
     command = train["command"]
     assert command[0] == "tpu-info" and _parse(command[1:]).command == "run"
+
+
+def test_pod_labels_take_a_token_in_the_exporter_alone_and_list_pods_only():
+    """Pod labels (issue 43): the exporter container mounts the kubelet's
+    pod-resources directory where its default socket path is, read-only, and a
+    service-account token for the API server; the token goes to that container
+    alone (the root init step gets none), and the account may list pods,
+    nothing else."""
+    from tpu_info.host.pods import DEFAULT_SOCKET
+
+    text = MANIFEST.read_text()
+    spec = _one("DaemonSet")["spec"]["template"]["spec"]
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    mounts = {m["name"]: m for m in _exporter_container()["volumeMounts"]}
+    socket_dir = os.path.dirname(DEFAULT_SOCKET)
+    assert volumes["pod-resources"]["hostPath"]["path"] == socket_dir
+    assert mounts["pod-resources"] == {"name": "pod-resources", "mountPath": socket_dir,
+                                       "readOnly": True}
+    token = mounts["kube-api-access"]
+    assert token["mountPath"] == "/var/run/secrets/kubernetes.io/serviceaccount"
+    assert token["readOnly"] is True
+    sources = volumes["kube-api-access"]["projected"]["sources"]
+    assert {"serviceAccountToken": {"path": "token", "expirationSeconds": 3607}} in sources
+    (init,) = spec["initContainers"]
+    assert all(m["name"] != "kube-api-access" for m in init["volumeMounts"])
+    assert spec["automountServiceAccountToken"] is False  # no token anywhere else
+    assert _one("ServiceAccount")["automountServiceAccountToken"] is False
+    role, binding = _one("ClusterRole"), _one("ClusterRoleBinding")
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}]
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io",
+                                  "kind": "ClusterRole", "name": role["metadata"]["name"]}
+    sa = _one("ServiceAccount")
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": sa["metadata"]["name"],
+                                    "namespace": sa["metadata"]["namespace"]}]
+    assert spec["serviceAccountName"] == sa["metadata"]["name"]
+    assert "# PRIVILEGE list pods" in text

@@ -6,7 +6,9 @@ reads its loss with ``float()`` (a per-step sync); then it serves. The CLI
 writes the page over real gRPC; Debian's ``chromium``, driven by
 Playwright (no browser download), opens it: it must render, load nothing,
 log no error, and show one point per step sample, the slow steps and
-compiles marked, every finding and every graph.
+compiles marked, every finding and every graph. A second program marks
+3,000 steps, two of them slow: its plot spans the whole run in a bounded
+number of points (buckets of consecutive steps), and both slow steps show.
 """
 
 from __future__ import annotations
@@ -53,6 +55,19 @@ print(json.dumps({"address": metrics.exporter().address}), flush=True)
 sys.stdin.read()
 """
 
+# 3,000 marked steps of ~1 ms, steps 300 and 2,700 slow: the whole run, not its last 64.
+LONG_PROGRAM = r"""
+import json, sys, time
+import metrics
+
+metrics.install(engines=[], serve=True)
+for i in range(3000):
+    time.sleep(0.25 if i in (300, 2700) else 0.001)
+    metrics.mark_step()
+print(json.dumps({"address": metrics.exporter().address}), flush=True)
+sys.stdin.read()
+"""
+
 CHROMIUM = "/usr/bin/chromium"
 
 
@@ -71,8 +86,19 @@ def _browser_or_skip() -> Any:
 @pytest.fixture(scope="module")
 def written(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Snapshot]]:
     """The page ``tpu-info report --html`` wrote, and the snapshot it was made from."""
+    yield from _report_of(PROGRAM, tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def written_long(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Snapshot]]:
+    """The same for the 3,000-step program."""
+    yield from _report_of(LONG_PROGRAM, tmp_path_factory)
+
+
+def _report_of(program: str, tmp_path_factory: pytest.TempPathFactory
+               ) -> Iterator[tuple[Path, Snapshot]]:
     env = dict(os.environ, PYTHONPATH=str(ROOT), JAX_PLATFORMS="cpu")
-    proc = subprocess.Popen([sys.executable, "-c", PROGRAM], stdin=subprocess.PIPE,
+    proc = subprocess.Popen([sys.executable, "-c", program], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=env, cwd=ROOT)
     try:
@@ -113,6 +139,7 @@ def test_it_renders_in_chromium(written: tuple[Path, Snapshot]) -> None:
     path, snap = written
     steps = snap.distribution("StepTime")
     assert steps is not None and len(steps.recent) == 40
+    assert steps.series is not None and len(steps.series) == 40  # one step a bucket
     slow = outliers(steps)[2]
     compiles = [e for e in snap.events if e.kind in COMPILE_KINDS]
     findings = findings_of(snap)
@@ -155,5 +182,56 @@ def test_it_renders_in_chromium(written: tuple[Path, Snapshot]) -> None:
             assert page.locator("#graphs tbody tr").count() == len(snap.graphs)
             assert errors == []
             assert requests == [path.as_uri()]  # the page itself, nothing else
+        finally:
+            browser.close()
+
+
+def test_a_long_run_is_plotted_whole_in_bounded_points(
+        written_long: tuple[Path, Snapshot]) -> None:
+    """Issue 43: the plot covered the last 64 steps of a run. 2,999 step
+    samples are 188 points of 16 consecutive steps, spread over the whole
+    plot's width, and the two slow steps (at 10% and 90% of the run) are two
+    red points whose lines reach their 250 ms."""
+    sync_playwright, chromium = _browser_or_skip()
+    path, snap = written_long
+    steps = snap.distribution("StepTime")
+    assert steps is not None and steps.count == 2999 and len(steps.recent) == 64
+    series = steps.series
+    assert series is not None and series.count == 2999 and series.width == 16
+    assert len(series) == 188
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
+        try:
+            page = browser.new_page(viewport={"width": 1200, "height": 900})
+            errors: list[str] = []
+            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.goto(path.as_uri())
+            page.wait_for_load_state("load")
+            plot = page.locator("#steps svg")
+            box = plot.bounding_box()
+            assert box is not None and box["width"] > 300
+            points = page.locator("#steps svg circle")
+            assert points.count() == len(series) == 188
+            xs = [b["x"] + b["width"] / 2 for b in
+                  (points.nth(i).bounding_box() for i in range(points.count())) if b]
+            # From the plot's left edge to its right: the whole run, not its end.
+            assert min(xs) - box["x"] < 0.15 * box["width"]
+            assert box["x"] + box["width"] - max(xs) < 0.1 * box["width"]
+            # The two sleeps are red, with their 250 ms kept as the bucket's slowest
+            # (a 1 ms sleep on a loaded machine may be slow too: more red is fine).
+            slow = page.locator("#steps svg circle.slow")
+            titles = [slow.nth(i).locator("title").text_content() or "" for i in range(slow.count())]
+            spiked = [t for t in titles if "slowest 2" in t and " ms (slow)" in t
+                      and float(t.split("slowest ")[1].split(" ms")[0]) >= 250]
+            assert [t.split(" (")[0] for t in spiked] == [
+                "step samples 289-304", "step samples 2,689-2,704"], titles
+            lines = page.locator("#steps svg line.range.slow")
+            tall = [b for b in (lines.nth(i).bounding_box() for i in range(lines.count()))
+                    if b is not None and b["height"] > 0.5 * box["height"]]
+            assert len(tall) == 2  # the spikes reach up the plot
+            note = page.locator("#step-plot-note").inner_text()
+            assert "The whole run: 2,999 step samples in 188 points of 16" in note
+            assert errors == []
         finally:
             browser.close()

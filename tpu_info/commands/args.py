@@ -36,7 +36,8 @@ class Parser(argparse.ArgumentParser):
 
     def parse_args(self, args: Any = None, namespace: Any = None) -> Any:  # type: ignore[override]
         """As argparse's; a line that fails and holds an nvidia-smi spelling
-        (``-L``, ``-i 0``, ``--query-gpu=...``) gets a hint naming ours instead."""
+        tpu-info has no flag for (``-x``, ``--query-accounted-apps=...``) gets a
+        hint naming ours instead."""
         try:
             return super().parse_args(args, namespace)
         except UsageError:
@@ -109,21 +110,85 @@ def target_arg(text: str) -> str:
         raise UsageError(f"--target: {e}") from e
 
 
-def _pid(text: str) -> int:
+def _pid(text: str, flag: str = "--pid") -> int:
     if not (text.isascii() and text.isdigit()) or not 0 < int(text) < 1 << 31:
-        raise UsageError(f"--pid must be a process id (a positive integer), got {text!r}")
+        raise UsageError(f"{flag} must be a process id (a positive integer), got {text!r}")
     return int(text)
 
 
-def _ids(text: str) -> tuple[str, ...]:
+def _ids(text: str, flag: str = "-i") -> tuple[str, ...]:
     """``-i``'s ``tpu3,1``: each id as the Devices table names a chip, or its number."""
     ids = tuple(part.strip().lower() for part in text.split(","))
     for i in ids:
         number = i[3:] if i.startswith(("tpu", "gpu")) else i
         if not (number.isascii() and number.isdigit()):
-            raise UsageError(f"-i takes device ids as the Devices table names them (tpu3 or "
-                             f"3, comma-separated; tpu-info -L lists them), got {text!r}")
+            raise UsageError(f"{flag} takes device ids as the Devices table names them (tpu3 "
+                             f"or 3, comma-separated; tpu-info -L lists them), got {text!r}")
     return tuple(dict.fromkeys(ids))
+
+
+class _IdsAction(argparse.Action):
+    """``-i ID[,ID]`` and nvitop's ``--only ID [ID ...]``: one selection of chips
+    (``ids``; ``ids_flag`` names the spelling in messages)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, ns: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        flag = "--only" if "--only" in self.option_strings else "-i"
+        texts = values if isinstance(values, list) else [values]
+        ids = [i for text in texts for i in _ids(text, flag)]
+        ns.ids = tuple(dict.fromkeys([*(ns.ids or ()), *ids]))
+        ns.ids_flag = ns.ids_flag if getattr(ns, "ids_flag", None) else flag
+
+
+def _pids(text: str) -> list[int]:
+    """nvitop's ``--pid``: ``4242,4243`` (or one pid a word)."""
+    return [_pid(part.strip(), "--pid") for part in text.split(",")]
+
+
+def _users(text: str) -> list[str]:
+    """nvitop's ``--user``: ``alice,bob`` (or one name a word), names or uids."""
+    names = [part.strip() for part in text.split(",")]
+    for n in names:
+        if not n or not n.isprintable() or any(c.isspace() for c in n):
+            raise UsageError(f"--user takes user names or uids (alice,bob), got {text!r}")
+    return names
+
+
+class _ListAction(argparse.Action):
+    """A flag whose words each hold a comma-separated list (its ``type`` splits
+    one): one flat list (``--pid 1 2,3`` is 1, 2, 3); ``--user`` alone is this
+    user, as nvitop's."""
+
+    def __call__(self, parser: argparse.ArgumentParser, ns: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        got = [x for word in values for x in word]
+        if not values and self.dest == "users":
+            from tpu_info.views.selection import this_user
+
+            got = [this_user()]
+        setattr(ns, self.dest, list(dict.fromkeys([*(getattr(ns, self.dest) or ()), *got])))
+
+
+class _QueryAction(argparse.Action):
+    """``--query``, and nvidia-smi's ``--query-gpu`` and ``--query-compute-apps``:
+    the CSV fields (``query_fields``), the rows they make (``query_rows``),
+    the spelling (``query_spelled``) and nvidia-smi's fields with no meaning
+    here (``query_unsupported``: one line on stderr says so)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, ns: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        from tpu_info.outputs.nvsmi_fields import parse_fields, unsupported_line
+
+        flag = self.option_strings[0]
+        before = getattr(ns, "query_spelled", None)
+        if before and before != flag:
+            raise UsageError(f"{before} and {flag} both choose the CSV fields: give one")
+        try:
+            q = parse_fields(values, flag)
+        except ValueError as e:
+            raise UsageError(str(e)) from e
+        ns.query_fields, ns.query_rows, ns.query_spelled = q.fields, q.per, flag
+        ns.query_unsupported = unsupported_line(q)
 
 
 def _output_file(text: str) -> str:
@@ -163,9 +228,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-L", "--list-gpus", dest="list_gpus", action="store_true",
                    help="list the devices, one a line, as nvidia-smi -L does (the usable "
                         "chips; every one with --all) and exit")
-    p.add_argument("-i", "--id", dest="ids", type=_ids, metavar="ID[,ID...]",
-                   help="only these devices in the Devices table, --json and -L, as the "
-                        "table names them (tpu3 or 3)")
+    p.add_argument("-i", "--id", dest="ids", action=_IdsAction, metavar="ID[,ID...]",
+                   help="only these devices in the Devices table, --json, --query, -q and "
+                        "-L, as the table names them (tpu3 or 3)")
+    p.add_argument("--only", dest="ids", action=_IdsAction, nargs="+", metavar="ID",
+                   help="nvitop's --only: the same as -i (--only 0 1, or 0,1)")
+    p.add_argument("--only-visible", action="store_true",
+                   help="nvitop's: only the devices usable here (the default; --all is its "
+                        "opposite)")
+    p.add_argument("--pid", dest="pids", action=_ListAction, type=_pids, nargs="+",
+                   metavar="PID", help="nvitop's: only these processes in Processes, -p, "
+                                       "--json, --query and -q (--pid 4242,4243)")
+    p.add_argument("--user", dest="users", action=_ListAction, type=_users, nargs="*",
+                   metavar="USER", help="nvitop's: only these users' processes (names or "
+                                        "uids; alone: yours), as --pid")
+    p.add_argument("-q", dest="detail", action="store_true",
+                   help="every detail of each device, one 'key : value' a line, as "
+                        "nvidia-smi -q (-i, --all, --pid and --user select)")
     p.add_argument("--streaming", action="store_true",
                    help="look again every --rate seconds (Ctrl-C stops): in place on a "
                         "terminal, one frame appended per look to a pipe or file")
@@ -186,13 +265,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true",
                    help="print the tpu-info/v1 JSON document (one per line with --streaming); "
                         "with -v, --list_metrics, report or doctor: their JSON form")
-    p.add_argument("--query", type=_query, metavar="FIELD,...", dest="query_fields",
+    p.add_argument("--query", action=_QueryAction, metavar="FIELD,...", dest="query_fields",
                    help="CSV rows of these fields, nvidia-smi style (e.g. index,name,hbm_used,"
                         "duty_cycle,pid,compiles,step_time; --help-query lists them)")
+    p.add_argument("--query-gpu", action=_QueryAction, metavar="FIELD,...", dest="query_fields",
+                   help="nvidia-smi's: a CSV row per device, nvidia-smi's field names too "
+                        "(index,name,pci.bus_id,memory.used,memory.total,utilization.gpu)")
+    p.add_argument("--query-compute-apps", action=_QueryAction, metavar="FIELD,...",
+                   dest="query_fields", help="nvidia-smi's: a CSV row per process on a device "
+                                             "(pid,process_name,used_memory,gpu_bus_id)")
     p.add_argument("--format", type=_csv_format, metavar="csv[,noheader][,nounits]",
                    dest="csv_format", help="how --query prints (default csv)")
-    p.add_argument("--help-query", action="store_true",
-                   help="list the --query fields with their units and exit")
+    p.add_argument("--help-query", "--help-query-gpu", "--help-query-compute-apps",
+                   dest="help_query", action="store_true",
+                   help="list the --query fields (ours and nvidia-smi's) with their units "
+                        "and exit")
     p.add_argument("--target", action="append", type=target_arg, default=[], metavar="HOST:PORT",
                    help="also read this hook or libtpu (repeatable)")
     p.add_argument("--targets-file", metavar="FILE", help="HOST:PORT per line (# comments)")
@@ -271,15 +358,6 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _query(text: str) -> list[Any]:
-    from tpu_info.outputs.query import parse_query
-
-    try:
-        return parse_query(text)
-    except ValueError as e:
-        raise UsageError(str(e)) from e
-
-
 def _csv_format(text: str) -> Any:
     from tpu_info.outputs.query import parse_format
 
@@ -293,13 +371,21 @@ def _csv_format(text: str) -> Any:
 VIEW_FLAGS = (("streaming", "--streaming"), ("loop", "-l"), ("watch", "--watch"),
               ("process", "-p"), ("metrics", "--metric"), ("list_metrics", "--list_metrics"),
               ("query_fields", "--query"), ("csv_format", "--format"), ("rate", "--rate"),
-              ("list_gpus", "-L"), ("ids", "-i"))
+              ("list_gpus", "-L"), ("ids", "-i"), ("detail", "-q"), ("pids", "--pid"),
+              ("users", "--user"))
+
+
+def _spelled(args: argparse.Namespace, attr: str, flag: str) -> str:
+    """``flag`` as the user wrote it: --query-gpu for --query, --only for -i."""
+    if attr == "query_fields":
+        return getattr(args, "query_spelled", None) or flag
+    return (getattr(args, "ids_flag", None) or flag) if attr == "ids" else flag
 
 
 def check_combination(args: argparse.Namespace) -> None:
     """Refuses flags that would be ignored together (one line, exit 2)."""
-    given = [flag for attr, flag in VIEW_FLAGS
-             if (v := getattr(args, attr)) is not None and v is not False and v != []]
+    given = [_spelled(args, attr, flag) for attr, flag in VIEW_FLAGS
+             if (v := getattr(args, attr, None)) is not None and v is not False and v != []]
     if args.command and given:
         raise UsageError(f"{given[0]} is for the device view, not for '{args.command}' "
                          "(put only --target, --targets-file, --no-discovery, --timeout, "
@@ -311,16 +397,26 @@ def check_combination(args: argparse.Namespace) -> None:
     if getattr(args, "html", None) and (args.json or args.short):
         raise UsageError(f"report --html writes the whole page: it takes no "
                          f"{'--json' if args.json else '--short'}")
-    if args.watch and (set(given) - {"--watch", "--rate"} or args.json):
-        other = next(iter(sorted(set(given) - {"--watch", "--rate"})), "--json")
+    watch = {"--watch", "--rate", "--pid", "--user"}  # its Processes panel filters at first
+    if args.watch and (set(given) - watch or args.json):
+        other = next(iter(sorted(set(given) - watch)), "--json")
         raise UsageError(f"--watch is the interactive dashboard: it takes no {other} (for a "
                          "pipe or a file use --streaming)")
-    if args.list_gpus and (extra := [f for f in given if f not in ("-L", "-i")]
+    if args.only_visible and args.all_chips:
+        raise UsageError("--only-visible (the default: the chips usable here) and --all (every "
+                         "chip on the host's PCI bus) contradict each other: give one")
+    ids = _spelled(args, "ids", "-i")
+    if args.list_gpus and (extra := [f for f in given if f not in ("-L", ids)]
                            + ["--json"] * args.json + ["--from"] * bool(args.from_file)):
         raise UsageError(f"-L lists this host's devices and exits: it takes no {extra[0]}")
     if args.ids and (args.metrics or args.process):
-        raise UsageError(f"-i selects the Devices table's chips: it takes no "
+        raise UsageError(f"{ids} selects the Devices table's chips: it takes no "
                          f"{'--metric' if args.metrics else '-p'}")
+    _check_processes(args)
+    if args.detail and (extra := [f for f in given if f not in ("-q", ids, "--pid", "--user",
+                                                                 "-l", "--streaming", "--rate")]
+                        + ["--json"] * args.json):
+        raise UsageError(f"-q prints every detail of each device: it takes no {extra[0]}")
     if args.list_metrics and (set(given) - {"--list_metrics"}):
         raise UsageError(f"--list_metrics lists names and exits: it takes no "
                          f"{sorted(set(given) - {'--list_metrics'})[0]}")
@@ -328,13 +424,31 @@ def check_combination(args: argparse.Namespace) -> None:
         raise UsageError("-l S and --rate S both set the interval: give one")
     if args.rate is not None and not (args.streaming or args.loop is not None or args.watch):
         raise UsageError("--rate sets the interval of --streaming or --watch: add one of them")
+    query = _spelled(args, "query_fields", "--query")
     if args.json and (args.process or args.metrics or args.query_fields or args.csv_format):
-        raise UsageError("--json prints the whole document; -p, --metric and --query/--format "
+        raise UsageError(f"--json prints the whole document; -p, --metric and {query}/--format "
                          "choose other outputs: give one (filter the JSON with jq)")
     if args.query_fields and (args.process or args.metrics):
-        raise UsageError("--query picks its own fields: drop -p and --metric")
+        raise UsageError(f"{query} picks its own fields: drop -p and --metric")
     if args.csv_format and not args.query_fields:
-        raise UsageError("--format csv needs --query FIELD,... (see --help-query)")
+        raise UsageError("--format csv needs --query FIELD,... (or nvidia-smi's --query-gpu or "
+                         "--query-compute-apps; see --help-query)")
+
+
+def _check_processes(args: argparse.Namespace) -> None:
+    """nvitop's ``--pid``/``--user`` keep processes: refused where the output
+    has none to keep (a row per device, ``--metric``)."""
+    flag = "--pid" if args.pids else "--user" if args.users is not None else ""
+    if not flag:
+        return
+    if args.metrics:
+        raise UsageError(f"{flag} keeps processes; --metric shows every target's: give one")
+    if args.query_fields and (getattr(args, "query_rows", None) == "device" or (
+            getattr(args, "query_rows", None) is None
+            and any(f.level == "device" for f in args.query_fields))):
+        raise UsageError(f"{flag} keeps processes, and {_spelled(args, 'query_fields', '--query')}"
+                         " prints a row per device (select devices with -i; a row per process: "
+                         "--query-compute-apps or --query with process fields only)")
 
 
 def _check_from(args: argparse.Namespace) -> None:
@@ -357,7 +471,8 @@ def view_mode(args: argparse.Namespace) -> Any:
         from tpu_info.outputs.query import Format  # only --query prints CSV
 
         args.csv_format = Format()
-    form = "csv" if args.query_fields else "json" if args.json else "table"
+    form = ("csv" if args.query_fields else "json" if args.json else
+            "detail" if getattr(args, "detail", False) else "table")
     return Mode(form, streaming=args.streaming or args.loop is not None,
                 interval=args.loop or args.rate or 1.0)
 

@@ -6,6 +6,9 @@
     tpu-info --streaming --rate 2     look every 2 s: in place on a terminal, appended to
     tpu-info -l 2                     a pipe or file (NDJSON with --json); Ctrl-C stops
     tpu-info --query pid,hbm_used --format csv[,noheader][,nounits]   nvidia-smi-style CSV
+    tpu-info --query-gpu=index,memory.used --format=csv   nvidia-smi's own spellings (also
+    tpu-info --query-compute-apps=pid,used_memory          -q, -L, -i; nvitop's --only,
+                                                           --pid, --user, --only-visible)
     tpu-info --watch [--rate 0.5]     live dashboard (q quits, ? lists keys)
     tpu-info --metric hbm_usage       one metric; Google's names and ours
     tpu-info -v                       Google's three version lines
@@ -43,7 +46,7 @@ from tpu_info.commands.args import (  # noqa: F401  (tui and tests use them from
 )
 from tpu_info.contract.errors import TpuInfoError
 from tpu_info.net.targets import shown
-from tpu_info.outputs.console import degrade_streams, make_console
+from tpu_info.outputs.console import degrade_streams, fold, make_console, text_width
 
 EXIT_OK = 0
 EXIT_PARTIAL = 1
@@ -93,12 +96,14 @@ def _import_outputs(args: argparse.Namespace) -> None:
     if args.query_fields:
         import tpu_info.outputs.query
         import tpu_info.views.derived  # noqa: F401
+    elif args.detail:
+        import tpu_info.outputs.detail  # noqa: F401
     elif args.json:
         import tpu_info.outputs.jsonview  # noqa: F401
     else:
         import tpu_info.outputs.render  # noqa: F401
     if args.metrics:
-        import tpu_info.views.metrics  # noqa: F401
+        import tpu_info.outputs.metric_tables  # noqa: F401
 
 
 def is_terminal() -> bool:
@@ -127,6 +132,9 @@ def _watch(args: argparse.Namespace, targets: list[str]) -> int:
         argv.append("--no-discovery")
     if args.all_chips:  # the Devices panel lists the chips not usable here too
         argv.append("--all")
+    for flag, dest in (("--user", "users"), ("--pid", "pids")):  # the Processes panel's
+        for v in getattr(args, dest, None) or ():  # filter at first (nvitop's --user, --pid)
+            argv += [flag, str(v)]
     if args.from_file:
         argv += ["--from", args.from_file]
     sys.stdout.flush()
@@ -142,6 +150,7 @@ def _show(args: argparse.Namespace, targets: list[str]) -> int:
 
     def look():  # type: ignore[no-untyped-def]
         nonlocal looked
+        first = not looked
         if looked:  # each look has its own --timeout; the first one's started with the command
             args.deadline = time.monotonic() + args.timeout
         looked = True
@@ -150,6 +159,8 @@ def _show(args: argparse.Namespace, targets: list[str]) -> int:
             select(args, g)  # -i: the chips named, as this look found them
         except ValueError as e:
             raise UsageError(str(e)) from None
+        if first and (unsupported := getattr(args, "query_unsupported", "")):
+            _say(unsupported)  # nvidia-smi's fields with no meaning here: [N/A], said once
         if args.metrics:
             from tpu_info.views.metrics import unknown_metric
 
@@ -227,8 +238,9 @@ def _report(args: argparse.Namespace) -> int:
 
         print(dumps(report_json(target, snap, args.short)))
         return EXIT_OK
-    text = (textreport.short_metrics_report(snap) if args.short
-            else textreport.metrics_report(snap))
+    width = text_width()  # a terminal's: lines fold; a pipe's stay whole
+    text = (textreport.short_metrics_report(snap, width=width) if args.short
+            else textreport.metrics_report(snap, width=width))
     sys.stdout.write(text or "(the process has recorded nothing yet)\n")
     return EXIT_OK
 
@@ -271,10 +283,10 @@ def _doctor(args: argparse.Namespace, targets: list[str]) -> int:
     usable = sum(1 for c in g.local.chips if c.usable)
     hidden = f" ({len(g.local.chips) - usable} more not usable here)" if usable < len(
         g.local.chips) else ""
-    print(f"tpu-info doctor: {len(g.views)} target(s) read, {g.discovered} discovered, "
-          f"{usable} local accelerator(s){hidden}")
-    for w, r in pairs:
-        print(f"  - {w}: {r}")
+    head = (f"tpu-info doctor: {len(g.views)} target(s) read, {g.discovered} discovered, "
+            f"{usable} local accelerator(s){hidden}")
+    for line in fold([head, *(f"  - {w}: {r}" for w, r in pairs)], text_width()):
+        print(line)  # one explanation a line in a pipe, folded on a terminal
     if not pairs:
         print("  nothing to explain: every value was read")
     return EXIT_PARTIAL if g.failed else EXIT_OK
@@ -319,13 +331,14 @@ def main(argv: Sequence[str] | None = None, *, started: float | None = None) -> 
             sys.stdout.write(version_text(scan_local(), as_json=args.json))
             return EXIT_OK
         if args.help_query:
-            from tpu_info.outputs.query import help_text
+            from tpu_info.outputs import nvsmi_fields, query
 
-            sys.stdout.write(help_text())
+            sys.stdout.write(query.help_text() + nvsmi_fields.help_text())
             return EXIT_OK
         check_combination(args)
         if args.list_metrics:
-            from tpu_info.views.metrics import list_metrics_table, metric_list
+            from tpu_info.outputs.metric_tables import list_metrics_table
+            from tpu_info.views.metrics import metric_list
 
             if args.json:
                 print(json.dumps({"metrics": metric_list()}))

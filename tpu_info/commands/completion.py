@@ -3,7 +3,8 @@
 ``tpu-info --completion bash`` (or ``zsh``) prints the script shtab
 generates from the parser: the subcommands, each one's flags, the values of
 flags with choices, and file or folder names where a flag takes one. What the
-parser cannot tell shtab is added here: ``--query``'s fields after each comma,
+parser cannot tell shtab is added here: ``--query``'s fields after each comma
+(nvidia-smi's names too, for ``--query-gpu`` and ``--query-compute-apps``),
 ``--format``'s forms and ``--metric``'s names. After ``run`` (or ``--``) the
 shell's own completion takes over. The script is static: pressing Tab never
 starts Python. shtab is imported only when a script is asked for.
@@ -65,10 +66,12 @@ def _words(values: Iterable[str]) -> str:
 
 
 def _values() -> tuple[list[str], list[str]]:
-    """``--query``'s field names (and their aliases) and the metric names."""
+    """``--query``'s field names (ours, their aliases, nvidia-smi's) and the metric names."""
+    from tpu_info.outputs.nvsmi_fields import APPS, GPU
     from tpu_info.outputs.query import FIELDS
 
-    fields = sorted({f.name for f in FIELDS} | {a for f in FIELDS for a in f.aliases})
+    fields = sorted({f.name for f in FIELDS} | {a for f in FIELDS for a in f.aliases}
+                    | set(GPU) | set(APPS))
     try:
         from tpu_info.views.metrics import metric_list
 

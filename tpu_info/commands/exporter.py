@@ -5,7 +5,10 @@ when it is there) and every hooked process of this host's user that it
 finds through the discovery records, each process's series labelled by
 what outlives its restarts: ``host``, ``program`` (``train.py#2`` for a
 second one alike), ``rank`` when a job says and, per device, ``device``; its
-``pid`` is on ``tpu_info_process_info`` alone. A background poll every
+``pid`` is on ``tpu_info_process_info`` alone; a process in a Kubernetes
+pod adds ``namespace``, ``pod``, ``container`` and ``node``
+(:mod:`tpu_info.host.pods`: its cgroup, then the kubelet's pod-resources
+API or the API server). A background poll every
 ``--interval`` seconds scans the host,
 re-reads the runtime directory and asks every target at once over gRPC
 (:func:`tpu_info.net.fanout.fan_out`: the round ends within ``--timeout``
@@ -54,7 +57,7 @@ import socket
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -67,6 +70,7 @@ from tpu_info.contract.discovery_record import DiscoveredProcess
 from tpu_info.contract.errors import ReplyTooLarge, TimedOut
 from tpu_info.contract.model import LocalScan, Snapshot
 from tpu_info.host.listeners import ProcNet
+from tpu_info.host.pods import DEFAULT_SOCKET, ApiServer, PodResolver
 from tpu_info.net import discovery
 from tpu_info.net.bounded_http import BoundedHttpServer, landing_page
 from tpu_info.net.client import Client
@@ -101,6 +105,11 @@ class ExporterOptions:
         timeout_s: seconds a poll gives its targets (all at once).
         libtpu_target: where libtpu may serve, one target or several (None: never ask).
         max_targets: hooked processes asked per poll at most.
+        kubernetes: name each process's pod (``namespace``, ``pod``,
+            ``container``, ``node`` labels) when it runs in one.
+        node_name: this node's name (the ``node`` label; the API server's
+            pods are asked by it); default ``$NODE_NAME``.
+        kubelet_socket: the kubelet's pod-resources socket (``""``: never ask).
     """
 
     host_label: str = field(default_factory=socket.gethostname)
@@ -110,6 +119,9 @@ class ExporterOptions:
     timeout_s: float = DEFAULT_TIMEOUT_S
     libtpu_target: str | Sequence[str] | None = LIBTPU_TARGET
     max_targets: int = MAX_TARGETS
+    kubernetes: bool = True
+    node_name: str = field(default_factory=lambda: os.environ.get("NODE_NAME", ""))
+    kubelet_socket: str = DEFAULT_SOCKET
 
     @property
     def labels(self) -> dict[str, str]:
@@ -131,12 +143,15 @@ class HostExporter:
     Args:
         options: the flags.
         scan_chips: the host scan (default :func:`tpu_info.host.devices.scan_local`).
-        proc_root: where ``/proc`` is (port owners, for discovery and libtpu).
+        proc_root: where ``/proc`` is (port owners, for discovery and libtpu;
+            processes' cgroups, for their pods).
+        pods: what names processes' pods (default: from ``options``, the API
+            server of the pod it runs in when there is one).
     """
 
     def __init__(self, options: ExporterOptions,
                  scan_chips: Callable[[], LocalScan] | None = None,
-                 proc_root: str = "/proc") -> None:
+                 proc_root: str = "/proc", pods: PodResolver | None = None) -> None:
         if scan_chips is None:
             from tpu_info.host.devices import scan_local
 
@@ -148,7 +163,12 @@ class HostExporter:
                                               port_owners=self._net.owners_by_port)
         self._states: dict[tuple[object, ...], SeriesState] = {}
         self._ranks: dict[tuple[object, ...], str] = {}
-        self._programs = ProgramLabels()  # program labels unique per (program, rank)
+        self._programs = ProgramLabels()  # program labels unique per (program, rank, pod)
+        if pods is None and options.kubernetes:
+            pods = PodResolver(proc_root, node=options.node_name,
+                               kubelet_socket=options.kubelet_socket,
+                               api=ApiServer.in_cluster())
+        self._pods = pods
         # One cursor per process (tpu_info.wire.delta): a poll asks only for
         # what changed since the last one.
         self._followers: dict[tuple[object, ...], Follower] = {}
@@ -210,18 +230,23 @@ class HostExporter:
         """Each target's labels: what outlives a restart (host, job, program,
         rank when a job says; :mod:`tpu_info.outputs.identity`), never its
         pid or port; two processes that would share them get ``program#2``.
-        A live process not asked this poll keeps its rank and label."""
+        A live process not asked this poll keeps its rank and label. A
+        process in a Kubernetes pod adds its pod's labels."""
         for gone in [k for k in self._ranks if k not in alive]:
             del self._ranks[gone]
+        hosts: dict[Hashable, str] = {}
         for t, snap in zip(targets, snaps, strict=True):
             if snap is not None and snap.process is not None:
                 self._ranks[t.key] = job_rank(snap.process)
+                hosts[t.key] = snap.process.host
+        pods = self._pods.labels(hosts) if self._pods is not None else {}
         oldest_first = sorted(targets, key=lambda t: (
             t.process.start_time if t.process is not None else 0.0, t.address))
         programs = self._programs.assign(
-            ((t.key, t.labels["program"], self._ranks.get(t.key, "")) for t in oldest_first),
-            alive)
-        return [{k: v for k, v in {**self.options.labels, "program": programs[t.key],
+            ((t.key, t.labels["program"], self._ranks.get(t.key, ""),
+              "/".join(pods.get(t.key, {}).values())) for t in oldest_first), alive)
+        return [{k: v for k, v in {**self.options.labels, **pods.get(t.key, {}),
+                                   "program": programs[t.key],
                                    "rank": self._ranks.get(t.key, "")}.items() if v}
                 for t in targets]
 
@@ -232,6 +257,10 @@ class HostExporter:
         chips = self._scan_chips()
         scan = self._rescanner.scan()
         targets = self._targets(scan)
+        if self._pods is not None:  # cgroups read, pod names asked (a quarter at most)
+            self._pods.observe([(t.key, t.process.pid) for t in (*targets, *self._down)
+                                if t.process is not None],
+                               budget_s=self.options.timeout_s / 4)
         followers = {t.address: self._followers.setdefault(t.key, Follower()) for t in targets}
         # The poll, not only its fan-out, ends within --timeout: the scans
         # above and fan_out's guard margin (a quarter at most) come out of it.

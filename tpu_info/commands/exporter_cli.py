@@ -5,6 +5,7 @@
     tpu-info exporter                                  127.0.0.1:9431, this user's processes
     tpu-info exporter --listen 0.0.0.0:9431 --job llama --sd-file /shared/sd/$(hostname).json
     tpu-info exporter --listen 0.0.0.0:9431 --web.config.file /etc/tpu-info/web.yml
+    tpu-info exporter --node-name "$NODE_NAME"         a Kubernetes node: pod labels per process
 
 Exit codes: 0 stopped by Ctrl-C or SIGTERM; 1 the address cannot be bound
 or the service-discovery file cannot be written; 2 usage error (a web
@@ -74,6 +75,15 @@ def add_parser(sub: Any, seconds: Callable[..., Callable[[str], float]],
                    "JSON naming this exporter (removed at exit)")
     e.add_argument("--sd-address", metavar="HOST:PORT", help="the address --sd-file names "
                    "(default: the --listen address, this host's name for 0.0.0.0 or ::)")
+    e.add_argument("--kubernetes", choices=("auto", "off"), default="auto",
+                   help="auto (default): a process in a Kubernetes pod gets namespace, pod, "
+                   "container and node labels (its cgroup, then the kubelet's pod-resources "
+                   "socket, else the API server with the pod's service account); off: never")
+    e.add_argument("--node-name", metavar="NAME", help="this node's name: the node label, and "
+                   "the node whose pods the API server is asked for (default $NODE_NAME)")
+    e.add_argument("--kubelet-socket", metavar="PATH", default=None,
+                   help="the kubelet's pod-resources socket (default "
+                   "/var/lib/kubelet/pod-resources/kubelet.sock; '' never asks it)")
     e.add_argument("--web.config.file", dest="web_config_file", metavar="FILE",
                    help="Prometheus' web configuration file (exporter-toolkit's YAML: "
                    "tls_server_config for HTTPS and client certificates, basic_auth_users "
@@ -107,7 +117,8 @@ def run(args: argparse.Namespace, error: Callable[[str], Exception]) -> int:
     if args.poll_timeout > args.interval:
         raise error(f"--timeout ({args.poll_timeout:g}s) must be at most --interval "
                     f"({args.interval:g}s)")
-    for flag, value in (("--host-label", args.host_label), ("--job", args.job)):
+    for flag, value in (("--host-label", args.host_label), ("--job", args.job),
+                        ("--node-name", args.node_name)):
         if value is not None and (not value.strip() or not value.isprintable()):
             raise error(f"{flag} must be printable text, got {value!r}")
     web = None
@@ -116,10 +127,14 @@ def run(args: argparse.Namespace, error: Callable[[str], Exception]) -> int:
             web = webconfig.load(args.web_config_file)
         except webconfig.WebConfigError as e:
             raise error(f"--web.config.file: {clean(str(e))}") from None
+    pods = {"kubernetes": args.kubernetes != "off",
+            **({"node_name": args.node_name} if args.node_name else {}),
+            **({"kubelet_socket": args.kubelet_socket} if args.kubelet_socket is not None
+               else {})}
     options = ex.ExporterOptions(
         **({"host_label": args.host_label} if args.host_label else {}), job=args.job,
         runtime_dir=args.runtime_dir, interval_s=args.interval, timeout_s=args.poll_timeout,
-        libtpu_target=None if args.no_libtpu else libtpu_targets())
+        libtpu_target=None if args.no_libtpu else libtpu_targets(), **pods)
     exporter = ex.HostExporter(
         options, scan_chips=lambda: scan_local(args.sysfs, args.procfs), proc_root=args.procfs)
     host, port = args.listen

@@ -40,6 +40,15 @@ def runs_folder() -> Path:
     return runtime_dir() / RUNS_DIR
 
 
+def saved_path(spec: str) -> str:
+    """``spec`` as a file: a bare name that is not here but is in the runs
+    folder (what ``tpu-info runs`` shows on a narrow terminal) is that file."""
+    if os.path.exists(spec) or os.sep in spec:
+        return spec
+    listed = runs_folder() / spec
+    return str(listed) if listed.is_file() else spec
+
+
 def load(spec: str, timeout: float) -> tuple[str, Snapshot, runfile.SavedRun | None]:
     """A run by file path, or a live target (``HOST:PORT``, ``unix:PATH``) read now.
 
@@ -51,7 +60,7 @@ def load(spec: str, timeout: float) -> tuple[str, Snapshot, runfile.SavedRun | N
 
     if not is_unix(spec) and (os.path.exists(spec) or os.sep in spec
                               or spec.endswith(runfile.SUFFIX)):
-        run = runfile.read(spec)
+        run = runfile.read(saved_path(spec))
         return spec, run.snapshot, run
     from tpu_info.net.client import Client
 
@@ -70,7 +79,7 @@ def gathered(path: str):  # type: ignore[no-untyped-def]
     from tpu_info.contract.model import LocalScan
     from tpu_info.views.values import TargetView
 
-    run = runfile.read(path)
+    run = runfile.read(saved_path(path))
     note = (f"saved run {os.path.basename(path)}",
             f"read from a file: the program ended ({run.how_it_ended()}) at "
             f"{_when(run.ended_unix)}; the values are its last ones")
@@ -165,12 +174,11 @@ def runs_command(args: argparse.Namespace, say: Callable[[object], None]) -> int
         print(f"No saved runs in {folder}. A program run with the hook saves one when it "
               "ends (TPU_INFO_SAVE chooses where).")
         return EXIT_OK
-    cols = ("start", "end", "ended", "program", "pid", "steps", "findings", "file")
-    table = [[str(r[c]) if r[c] is not None else "-" for c in cols] for r in rows]
-    widths = [max([len(c), *(len(row[i]) for row in table)]) for i, c in enumerate(cols)]
-    print("  ".join(c.capitalize().ljust(w) for c, w in zip(cols, widths)).rstrip())
-    for row in table:
-        print("  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip())
+    from tpu_info.outputs.console import make_console
+    from tpu_info.outputs.saved_runs import runs_table
+
+    make_console(getattr(args, "no_color", False)).print(runs_table(rows, clean(str(folder))))
+    sys.stdout.flush()
     if bad:  # one line, however many: the first says why, --json lists them all
         more = f" (and {len(bad) - 1:,} more; --json lists them)" if len(bad) > 1 else ""
         say(f"skipped {len(bad):,} unreadable file(s): {bad[0][1]}{more}")
@@ -202,15 +210,22 @@ def diff_command(args: argparse.Namespace, say: Callable[[object], None]) -> int
 
         print(dumps({
             "schema": "tpu-info-diff/v1", "a": name_a, "b": name_b,
+            # kind: "rate" (judged: worse says so) or "total" (grows with the
+            # run's length: worse is null, never judged)
             "rows": [{"key": r.key, "label": r.label, "a": r.a, "b": r.b, "unit": r.unit,
-                      "change": r.change, "relative": r.relative, "worse": r.worse()}
+                      "kind": r.kind, "change": r.change, "relative": r.relative,
+                      "worse": r.worse() if r.judged else None}
                      for r in c.rows],
+            "lengths": c.length_words() or None,
             "new_graphs": c.new_graphs, "gone_graphs": c.gone_graphs,
             "new_causes": c.new_causes, "new_findings": c.new_findings,
             "gone_findings": c.gone_findings,
             "fail_on": [{"condition": w, "held": h} for h, w in checks]}))
     else:
-        _print_diff(name_a, name_b, c, checks)
+        from tpu_info.outputs.console import folded_stdout
+
+        with folded_stdout():  # a terminal's width: long lines fold; a pipe's stay whole
+            _print_diff(name_a, name_b, c, checks)
     return EXIT_CONDITION if any(h for h, _ in checks) else EXIT_OK
 
 
@@ -219,12 +234,18 @@ def _print_diff(name_a: str, name_b: str, c: object, checks: list[tuple[bool, st
 
     assert isinstance(c, diff.Comparison)
     w = max(len(r.label) for r in c.rows)
-    print(f"A: {clean(name_a, 200)}\nB: {clean(name_b, 200)}\n")
-    print(f"{'':{w}}  {'A':>12}  {'B':>12}  change")
-    for r in c.rows:
-        mark = "  (worse)" if r.worse() else ""
-        print(f"{r.label:{w}}  {diff.fmt(r.a, r.unit):>12}  {diff.fmt(r.b, r.unit):>12}  "
-              f"{r.change_words()}{mark}")
+    print(f"A: {clean(name_a, 200)}\nB: {clean(name_b, 200)}")
+    lengths = c.length_words()
+    if lengths:
+        print(f"{lengths}: compare the rates; the totals follow the runs' lengths.")
+    for title, rows in (("Rates (per step, per second: the same for a run of any length; "
+                         "judged better or worse)", c.rates),
+                        ("Totals (grow with the run's length: shown, not judged)", c.totals)):
+        print(f"\n{title}\n{'':{w}}  {'A':>12}  {'B':>12}  change")
+        for r in rows:
+            mark = "  (worse)" if r.worse() else ""
+            print(f"{r.label:{w}}  {diff.fmt(r.a, r.unit):>12}  {diff.fmt(r.b, r.unit):>12}  "
+                  f"{r.change_words()}{mark}")
     sections = (("New graphs in B (by function and input signature)", c.new_graphs),
                 ("Graphs only in A", c.gone_graphs),
                 ("Recompile causes new in B", c.new_causes),

@@ -1,8 +1,11 @@
 """``tpu-info``'s default view: one look, or one every interval (``--streaming``, ``-l S``).
 
-Three forms, one per look: the tables (``-p``, ``--metric`` narrow them),
+Four forms, one per look: the tables (``-p``, ``--metric`` narrow them),
 the ``tpu-info/v1`` JSON document (``--json``; one document per line, NDJSON,
-when streaming) and CSV rows of named fields (``--query ... --format csv``).
+when streaming), CSV rows of named fields (``--query ... --format csv``, and
+nvidia-smi's ``--query-gpu``/``--query-compute-apps``) and every detail of
+each device (``-q``, as nvidia-smi's). ``-i``/``--only`` select the chips,
+``--pid``/``--user`` the processes (nvitop's), in every form.
 Streaming to a terminal redraws the tables in place; to a pipe or a file it
 appends one frame per interval and flushes it, as ``nvidia-smi -l`` does.
 JSON and CSV always append. Ctrl-C ends a stream with exit code 0.
@@ -34,7 +37,7 @@ EMPTY = ("No accelerator and no hooked process found. Run `tpu-info doctor` to s
 
 @dataclass(frozen=True)
 class Mode:
-    """What the view prints: ``form`` is ``table``, ``json`` or ``csv``."""
+    """What the view prints: ``form`` is ``table``, ``json``, ``csv`` or ``detail`` (``-q``)."""
 
     form: str = "table"
     streaming: bool = False
@@ -60,7 +63,8 @@ def renderable(args: argparse.Namespace, g: Gathered, width: int) -> Any:
 
     if args.metrics or args.process:
         from tpu_info.commands.libtpu_reads import reads
-        from tpu_info.views.metrics import DEFAULT_PERCENTILES, metric_table
+        from tpu_info.outputs.metric_tables import metric_table
+        from tpu_info.views.metrics import DEFAULT_PERCENTILES
 
         # Google's names that only libtpu serves: asked of libtpu now, once a look
         libtpu = reads([name for name, _ in args.metrics or ()], g.views, args.timeout)
@@ -74,8 +78,7 @@ def renderable(args: argparse.Namespace, g: Gathered, width: int) -> Any:
             h = _header(g)
             parts.insert(0, Text(f"{h.host}   {h.time_text()}", style="dim"))
         return Group(*parts)
-    return render.render(g.views, local=g.local, header=_header(g), width=width,
-                         all_chips=_all(args), only=_only(args))
+    return Group(*render.sections(_readings(args, g), g.views, width))
 
 
 def _all(args: argparse.Namespace) -> bool:
@@ -87,8 +90,19 @@ def _only(args: argparse.Namespace) -> frozenset[str] | None:
     return getattr(args, "only", None)
 
 
+def _picked(args: argparse.Namespace) -> Any:
+    """The processes ``--pid`` and ``--user`` keep (a ProcessPick; inactive when neither)."""
+    from tpu_info.views.selection import ProcessPick
+
+    return ProcessPick.of(getattr(args, "pids", None), getattr(args, "users", None))
+
+
+def _ids_flag(args: argparse.Namespace) -> str:
+    return getattr(args, "ids_flag", None) or "-i"
+
+
 def select(args: argparse.Namespace, g: Gathered) -> None:
-    """Resolves ``-i`` against this look's chips into ``args.only``.
+    """Resolves ``-i`` (``--only``) against this look's chips into ``args.only``.
 
     Raises:
         ValueError: an id that names no chip listed here (one line).
@@ -96,7 +110,7 @@ def select(args: argparse.Namespace, g: Gathered) -> None:
     if getattr(args, "ids", None):
         from tpu_info.views.device_rows import pick_chips
 
-        args.only = pick_chips(g.local, args.ids, _all(args))
+        args.only = pick_chips(g.local, args.ids, _all(args), _ids_flag(args))
 
 
 def device_list(args: argparse.Namespace, scan: Any) -> tuple[list[str], str]:
@@ -106,7 +120,8 @@ def device_list(args: argparse.Namespace, scan: Any) -> tuple[list[str], str]:
     ("" when there are)."""
     from tpu_info.views.device_rows import pick_chips
 
-    only = pick_chips(scan, args.ids, _all(args)) if getattr(args, "ids", None) else None
+    only = (pick_chips(scan, args.ids, _all(args), _ids_flag(args))
+            if getattr(args, "ids", None) else None)
     lines = []
     for c in scan.chips:
         if not (_all(args) or c.usable) or (only is not None and c.name not in only):
@@ -125,19 +140,23 @@ def device_list(args: argparse.Namespace, scan: Any) -> tuple[list[str], str]:
 
 def _readings(args: argparse.Namespace, g: Gathered) -> Any:
     """The run's readings with the local chips and their owners (``-p`` lists
-    every process that holds a chip, hooked or not)."""
+    every process that holds a chip, hooked or not), as ``-i``, ``--pid`` and
+    ``--user`` select them."""
     from tpu_info.views.derived import readings
 
-    return readings(g.views, local=g.local, header=_header(g), all_chips=_all(args),
-                    only=_only(args))
+    run = readings(g.views, local=g.local, header=_header(g), all_chips=_all(args),
+                   only=_only(args))
+    return _picked(args).apply(run)
 
 
-def json_text(g: Gathered, indent: int | None, only: frozenset[str] | None = None) -> str:
+def json_text(g: Gathered, indent: int | None, only: frozenset[str] | None = None,
+              procs: Any = None) -> str:
     """One look as the ``tpu-info/v1`` document (one line when ``indent`` is None;
-    ``only``: the chips ``-i`` selected)."""
+    ``only``: the chips ``-i`` selected; ``procs``: the processes ``--pid`` and
+    ``--user`` keep, a ProcessPick)."""
     from tpu_info.outputs.jsonview import dumps, to_json
 
-    doc = to_json(g.views, local=g.local, header=_header(g), only=only)
+    doc = to_json(g.views, local=g.local, header=_header(g), only=only, procs=procs)
     doc["notes"] = [{"where": w, "reason": r} for w, r in g.notes]
     return dumps(doc, indent=indent)
 
@@ -148,6 +167,7 @@ class _Csv:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
         self.fields, self.fmt = args.query_fields, args.csv_format
+        self.per = getattr(args, "query_rows", None)  # --query-gpu: devices; -compute-apps
         self.header_due = self.fmt.header
 
     def lines(self, g: Gathered) -> list[str]:
@@ -156,7 +176,7 @@ class _Csv:
         out = [query.header_line(self.fields, self.fmt)] if self.header_due else []
         self.header_due = False
         run = _readings(self.args, g)
-        return out + query.csv_lines(run, self.fields, self.fmt)
+        return out + query.csv_lines(run, self.fields, self.fmt, self.per)
 
 
 def _write(text: str) -> None:
@@ -178,9 +198,15 @@ def show(args: argparse.Namespace, mode: Mode, look: Callable[[], Gathered],
 
     def frame(g: Gathered) -> None:
         if csv is not None:
-            _write("\n".join(csv.lines(g)))
+            if lines := csv.lines(g):  # no row (no process to list): nothing, as nvidia-smi
+                _write("\n".join(lines))
         elif mode.form == "json":
-            _write(json_text(g, indent=None if mode.streaming else 2, only=_only(args)))
+            _write(json_text(g, indent=None if mode.streaming else 2, only=_only(args),
+                             procs=_picked(args)))
+        elif mode.form == "detail":
+            from tpu_info.outputs.detail import detail_text
+
+            _write(detail_text(_readings(args, g)))
         elif not mode.streaming and not g.views and not g.local.chips and not args.metrics:
             console.print(EMPTY)
         else:
@@ -190,7 +216,7 @@ def show(args: argparse.Namespace, mode: Mode, look: Callable[[], Gathered],
             sys.stdout.flush()
 
     def tables() -> Any:
-        """The console (rich) for the tables; JSON and CSV are written without it."""
+        """The console (rich) for the tables; JSON, CSV and -q are written without it."""
         return make_console(args.no_color) if mode.form == "table" else None
 
     if not mode.streaming:

@@ -35,6 +35,7 @@ from tpu_info.contract.diagnosis import (  # noqa: F401
     SiteReading,
     StepsReading,
 )
+from tpu_info.contract.series import RunSeries
 
 
 class Unit(str, enum.Enum):
@@ -160,6 +161,9 @@ class DistributionReading:
     recent: Sequence[tuple[float, float]] = ()  # a Samples from the hook and the wire
     buckets: BucketCounts | None = None
     help: str = ""
+    # The whole run, bounded (StepTime's, from hooks that keep one); None
+    # from older hooks and saved runs, and for other distributions.
+    series: RunSeries | None = None
 
     @property
     def mean(self) -> float | None:

@@ -8,6 +8,8 @@ so tests point it at a fixture tree.
 Example:
     >>> describe(1, proc_root="/nonexistent")
     OwnerRecord(pid=1, name='', user='', command='')
+    >>> real_uid(1, proc_root="/nonexistent") is None
+    True
 """
 
 from __future__ import annotations
@@ -30,18 +32,31 @@ def _read(path: str, limit: int = 4096) -> bytes:
         return b""
 
 
-def _user(status: bytes) -> str:
-    """The real uid's name from ``/proc/<pid>/status`` (the uid when unnamed)."""
+def _uid(status: bytes) -> int | None:
+    """The real uid in ``/proc/<pid>/status`` (None: not there)."""
     for line in status.splitlines():
         if line.startswith(b"Uid:"):
             fields = line.split()
             if len(fields) > 1 and fields[1].isdigit():
-                uid = int(fields[1])
-                try:
-                    return pwd.getpwuid(uid).pw_name
-                except KeyError:  # a container's uid without a passwd entry
-                    return str(uid)
-    return ""
+                return int(fields[1])
+    return None
+
+
+def _user(status: bytes) -> str:
+    """The real uid's name from ``/proc/<pid>/status`` (the uid when unnamed)."""
+    uid = _uid(status)
+    if uid is None:
+        return ""
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:  # a container's uid without a passwd entry
+        return str(uid)
+
+
+def real_uid(pid: int, proc_root: str = PROC_ROOT) -> int | None:
+    """``pid``'s real uid from ``/proc/<pid>/status``: whose process it is (the
+    uid the kernel checks a signal against); None when it is gone or unreadable."""
+    return _uid(_read(os.path.join(proc_root, str(pid), "status")))
 
 
 def short_name(argv: list[str], comm: str) -> str:

@@ -17,10 +17,15 @@ Example:
 from __future__ import annotations
 
 import codecs
+import contextlib
+import io
 import os
+import re
+import shutil
 import sys
+import textwrap
 import unicodedata
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, TextIO
 
 ASCII_ERRORS = "tpu_info_ascii"
@@ -106,3 +111,56 @@ def make_console(no_color: bool = False) -> Any:
 
     return _Console(highlight=False, emoji=False, markup=False, soft_wrap=False,
                     **color_settings(no_color))
+
+
+# Plain text (doctor, report) -------------------------------------------------------
+
+def text_width(stream: Any = None) -> int | None:
+    """The width plain text is folded to: the terminal's when ``stream``
+    (stdout) is one (``COLUMNS`` first, as rich reads it); None for a pipe or
+    a file, whose lines stay whole (one explanation a line, torch_xla's
+    report lines) for the scripts that read them."""
+    stream = sys.stdout if stream is None else stream
+    try:
+        if not stream.isatty():
+            return None
+    except (AttributeError, ValueError):
+        return None
+    return shutil.get_terminal_size().columns
+
+
+# A label a folded line's value hangs under: "  Percentiles: ", "  basis: ",
+# "                last cause: " (else two cells in: a finding's "  - [kind] ...")
+_HANG = re.compile(r"^(\s*[A-Za-z][\w ]*: )")
+
+
+def fold(lines: Iterable[str], width: int | None) -> list[str]:
+    """Each line no wider than ``width`` (None: as it is): a longer one folds
+    at its spaces, its next lines indented under its value."""
+    if width is None:
+        return list(lines)
+    out = []
+    for line in lines:
+        if len(line) <= width:
+            out.append(line)
+            continue
+        m = _HANG.match(line)
+        hang = len(m.group(1)) if m else len(line) - len(line.lstrip()) + 2
+        hang = min(hang, max(0, width // 2))  # a long label: indent less, not a narrow column
+        out += textwrap.wrap(line, width, subsequent_indent=" " * hang, break_on_hyphens=False,
+                             drop_whitespace=True) or [line[:width]]
+    return out
+
+
+@contextlib.contextmanager
+def folded_stdout(width: int | None = None) -> Iterator[None]:
+    """What is printed inside, each line folded to ``width`` (default: the
+    terminal's, :func:`text_width`); in a pipe or a file, as it is."""
+    width = text_width() if width is None else width
+    if width is None:
+        yield
+        return
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        yield
+    sys.stdout.write("".join(f"{line}\n" for line in fold(buf.getvalue().splitlines(), width)))

@@ -20,6 +20,7 @@ Example:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from html import escape
@@ -27,13 +28,16 @@ from html import escape
 from tpu_info.contract.catalog import COMPILE_TIME, STEP_TIME, UNCACHED_COMPILE
 from tpu_info.contract.model import (
     COMPILE_KINDS,
+    DistributionReading,
     Event,
     EventKind,
     RecompileCause,
     Snapshot,
 )
 from tpu_info.contract.safe import clean
+from tpu_info.contract.series import RunSeries
 from tpu_info.outputs import svgplot
+from tpu_info.views.breakdown import breakdown
 from tpu_info.views.cost import duration
 from tpu_info.views.derived import findings_of, graph_row
 from tpu_info.views.graphs import graph_costs, per_step_cell
@@ -69,6 +73,7 @@ dd{margin:0}.lvl-warn{color:#9a6700;font-weight:600}.lvl-FAIL{color:#cf222e;font
 svg.plot{width:100%;height:auto;display:block}svg text{font:11px system-ui,sans-serif;
 fill:#57606a}svg .label{font-size:12px}svg .lane{fill:#1d232a}
 .grid{stroke:#eaeef2}.axis{stroke:#8c959f}circle.step{fill:#0969da}circle.slow{fill:#cf222e}
+line.range{stroke-width:1.5}line.range.step{stroke:#0969da;opacity:.45}line.range.slow{stroke:#cf222e}
 line.mark{stroke-width:1.5;stroke-dasharray:4 3}line.compile{stroke:#8250df}
 line.recompile{stroke:#bc4c00}rect.compile{fill:#8250df}rect.recompile{fill:#bc4c00}
 rect.loop{fill:#ddf4ff;opacity:.6}rect.limit{fill:#eaeef2}rect.used{fill:#1a7f37}
@@ -104,6 +109,8 @@ def _origin(s: Snapshot) -> float:
     d = s.distribution(STEP_TIME)
     if d is not None:
         times += [t for t, _ in d.recent]
+        if d.series is not None and len(d.series):
+            times.append(d.series.first_unix[0])
     return min(times, default=s.taken_at_unix)
 
 
@@ -116,6 +123,23 @@ def _table(head: Sequence[str], rows: Sequence[Sequence[str]], numeric: set[int]
                                     for i, c in enumerate(r)) + "</tr>")
     out.append("</tbody></table>")
     return "".join(out)
+
+
+def _time(s: Snapshot) -> str:
+    """Where the run's time went (views.breakdown): its parts, then the steady step."""
+    b = breakdown(s)
+    if b is None:
+        return '<p class="note">The process told no uptime.</p>'
+    run = b.run_seconds
+    rows = [[escape(p.name), escape(duration(p.seconds)), f"{p.seconds / run:.0%}",
+             _e(p.basis, 200)] for p in b.parts]
+    lines = b.lines()
+    out = _table(["part", "time", "share of the run", "what it stands on"], rows, {1, 2})
+    if b.overlap:
+        out += f'<p class="note">{_e(lines[0].rpartition("(")[2].rstrip(")"), 200)}</p>'
+    if len(lines) > 1:
+        out += f"<p>{_e(lines[1], 600)}</p>"
+    return out
 
 
 def _summary(s: Snapshot, target: str) -> str:
@@ -179,11 +203,14 @@ def _compile_title(s: Snapshot, e: Event, origin: float) -> str:
 
 def _step_plot(s: Snapshot, origin: float) -> str:
     d = s.distribution(STEP_TIME)
+    if d is not None and d.series is not None and len(d.series):
+        return _whole_run_plot(s, d, d.series, origin)
     if d is None or not d.recent:
         why = ("the program marks no steps (StepTime is the time between metrics.mark_step() "
                "calls, or between optimizer steps in torch)" if d is None or not d.count
                else "the snapshot carries no recent step samples (the client kept them out)")
         return f'<p class="note" id="no-step-plot">No step-time plot: {escape(why)}.</p>'
+    # A hook (or saved run) from before whole-run series: its last samples only.
     median, _, slow = outliers(d) if d.percentile(50.0) else (0.0, 0.0, [])
     slow_at = {t for t, _ in slow}
     points = [svgplot.Point(t - origin, v / 1e6, "slow" if t in slow_at else "step",
@@ -192,23 +219,83 @@ def _step_plot(s: Snapshot, origin: float) -> str:
               for t, v in d.recent]
     first = min(t - v / 1e9 for t, v in d.recent)  # the first shown step's start
     last = max(t for t, _ in d.recent)
-    compiles = [e for e in s.events if e.kind in COMPILE_KINDS]
-    marks = [svgplot.Mark(e.time_unix - origin, str(e.kind), _compile_title(s, e, origin))
-             for e in compiles if first <= e.time_unix <= last]
-    # A few steps far above the rest (a compile, a checkpoint) would flatten them all.
+    marks, before = _compile_marks(s, origin, first, last)
     log_y = median > 0 and max(v for _, v in d.recent) / 1e9 > LOG_ABOVE * median
     svg = svgplot.scatter(points, marks, x_label="seconds since the program started "
                           "(each point: a step, at its end)",
                           y_label="step time (ms" + (", log scale)" if log_y else ")"),
                           log_y=log_y)
-    note = (f"The last {len(d.recent):,} of {d.count:,} steps. Red: slow steps "
-            f"({len(slow)}, over {duration(slow_cut(median))}); dashed "
-            f"lines: compiles that ended in these steps ({len(marks)}; purple a first "
-            "compile, orange a recompile).")
-    before = len([e for e in compiles if e.time_unix < first])
+    note = (f"The last {len(d.recent):,} of {d.count:,} steps (the program's hook keeps no "
+            f"whole-run series). Red: slow steps ({len(slow)}, over "
+            f"{duration(slow_cut(median))}); dashed lines: compiles that ended in these steps "
+            f"({len(marks)}; purple a first compile, orange a recompile).")
     if before:
         note += f" {before:,} compile(s) ended before the first step shown: see the timeline."
     return f'<p class="note">{escape(note)}</p>{svg}'
+
+
+def _compile_marks(s: Snapshot, origin: float, first: float,
+                   last: float) -> tuple[list[svgplot.Mark], int]:
+    """The compiles that ended from ``first`` to ``last`` (unix) as marks,
+    and how many ended before ``first``."""
+    compiles = [e for e in s.events if e.kind in COMPILE_KINDS]
+    marks = [svgplot.Mark(e.time_unix - origin, str(e.kind), _compile_title(s, e, origin))
+             for e in compiles if first <= e.time_unix <= last]
+    return marks, len([e for e in compiles if e.time_unix < first])
+
+
+def _whole_run_plot(s: Snapshot, d: DistributionReading, r: RunSeries, origin: float) -> str:
+    """The whole run from the hook's bounded series: one point per bucket of
+    consecutive steps at its mean, its line from the fastest step to the
+    slowest (a spike is a line's top); a bucket holding a slow step is red."""
+    median = (d.percentile(50.0) or 0.0) / 1e9
+    cut = slow_cut(median) if median > 0 else math.inf
+    points, ranges = [], []
+    slow = 0
+    for i, at in enumerate(r.first_index()):
+        n, lo, hi = r.counts[i], r.mins[i] / 1e9, r.maxs[i] / 1e9
+        t0, t1 = r.first_unix[i] - origin, r.last_unix[i] - origin
+        cls = "slow" if hi >= cut else "step"
+        slow += cls == "slow"
+        if n == 1:
+            points.append(svgplot.Point(t1, hi * 1e3, cls, f"step sample {at + 1:,} ended at "
+                                        f"+{t1:.2f} s: {duration(hi)}"
+                                        + (" (slow)" if cls == "slow" else "")))
+            continue
+        mean = r.mean(i) / 1e9
+        words = (f"step samples {at + 1:,}-{at + n:,} ({n:,}), ended +{t0:.2f} to "
+                 f"+{t1:.2f} s: mean {duration(mean)}, fastest {duration(lo)}, slowest "
+                 f"{duration(hi)}" + (" (slow)" if cls == "slow" else ""))
+        x = (t0 + t1) / 2
+        points.append(svgplot.Point(x, mean * 1e3, cls, words))
+        if hi > lo:
+            ranges.append(svgplot.Range(x, lo * 1e3, hi * 1e3, cls, words))
+    # The first sample's step began before it ended (at most its bucket's slowest).
+    first = r.first_unix[0] - r.maxs[0] / 1e9
+    marks, before = _compile_marks(s, origin, first, r.last_unix[-1])
+    log_y = median > 0 and max(r.maxs) / 1e9 > LOG_ABOVE * median
+    svg = svgplot.scatter(points, marks, ranges=ranges,
+                          x_span=(first - origin, r.last_unix[-1] - origin),
+                          x_label="seconds since the program "
+                          "started (each point: " + ("a step, at its end)" if r.width == 1 else
+                                                     "consecutive steps, at their middle)"),
+                          y_label="step time (ms" + (", log scale)" if log_y else ")"),
+                          log_y=log_y)
+    if r.width == 1:
+        what = f"All {r.count:,} step samples, one point each."
+    else:
+        what = (f"The whole run: {r.count:,} step samples in {len(r):,} points of "
+                f"{r.width:,} consecutive steps (the last of {r.counts[-1]:,}), each at their "
+                "mean, its line from the fastest to the slowest (a spike is a line's top).")
+    note = (f"{what} Red: {'points holding ' if r.width > 1 else ''}slow steps ({slow:,}, "
+            f"over {duration(slow_cut(median)) if median > 0 else '-'}); dashed lines: "
+            f"compiles that ended during the steps ({len(marks)}; purple a first compile, "
+            "orange a recompile).")
+    if d.count > r.count:
+        note += f" {d.count - r.count:,} step samples came from elsewhere and are not drawn."
+    if before:
+        note += f" {before:,} compile(s) ended before the first step: see the timeline."
+    return f'<p class="note" id="step-plot-note">{escape(note)}</p>{svg}'
 
 
 def _timeline(s: Snapshot, origin: float) -> str:
@@ -330,6 +417,7 @@ def report_html(snapshot: Snapshot, target: str = "") -> str:
            else target or "a hooked program")
     sections = [
         ("Summary", "summary", _summary(s, target)),
+        ("Where the time went", "time", _time(s)),
         ("Step time", "steps", _step_plot(s, origin)),
         ("Compile timeline", "compiles", _timeline(s, origin)),
         ("Device memory (HBM)", "hbm", _memory(s)),

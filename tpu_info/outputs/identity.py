@@ -14,6 +14,9 @@ Example:
     >>> labels = ProgramLabels()
     >>> labels.assign([("a", "train.py", ""), ("b", "train.py", ""), ("c", "train.py", "1")])
     {'a': 'train.py', 'b': 'train.py#2', 'c': 'train.py'}
+    >>> ProgramLabels().assign([("a", "train.py", "", "ml/train-0"),
+    ...                         ("b", "train.py", "", "ml/train-1")])
+    {'a': 'train.py', 'b': 'train.py'}
 """
 
 from __future__ import annotations
@@ -46,35 +49,40 @@ def job_rank(process: ProcessRecord | None) -> str:
 
 class ProgramLabels:
     """The ``program`` label of each live process of one host, unique per
-    (program, rank): kept for a process's life, freed when it is gone.
-    Not locked: one caller (the exporter's poll)."""
+    (program, rank, place): kept for a process's life, freed when it is gone.
+    ``place`` is what else tells processes apart in their labels (their
+    Kubernetes pod and container): two pods' ``train.py`` are both
+    ``train.py``. Not locked: one caller (the exporter's poll)."""
 
     def __init__(self) -> None:
-        self._held: dict[Hashable, tuple[tuple[str, str], str]] = {}
-        self._taken: dict[tuple[str, str], set[str]] = {}
+        self._held: dict[Hashable, tuple[tuple[str, ...], str]] = {}
+        self._taken: dict[tuple[str, ...], set[str]] = {}
 
-    def assign(self, processes: Iterable[tuple[Hashable, str, str]],
+    def assign(self, processes: Iterable[tuple[Hashable, str, str]
+                                         | tuple[Hashable, str, str, str]],
                alive: Collection[Hashable] | None = None) -> dict[Hashable, str]:
-        """Labels for ``(key, program, rank)`` of each process, oldest first
-        (the order given). A process neither given nor in ``alive`` (default:
-        those given) is forgotten: its label is free again."""
+        """Labels for ``(key, program, rank)`` or ``(key, program, rank,
+        place)`` of each process, oldest first (the order given). A process
+        neither given nor in ``alive`` (default: those given) is forgotten:
+        its label is free again."""
         processes = list(processes)
-        keep = alive if alive is not None else {key for key, _, _ in processes}
+        keep = alive if alive is not None else {p[0] for p in processes}
         for key in [k for k in self._held if k not in keep]:
             self._free(key)
         out: dict[Hashable, str] = {}
-        for key, program, rank in processes:
+        for key, program, rank, *place in processes:
+            ident = (program, rank, *place)
             held = self._held.get(key)
-            if held is None or held[0] != (program, rank):
+            if held is None or held[0] != ident:
                 if held is not None:
                     self._free(key)
-                taken = self._taken.setdefault((program, rank), set())
+                taken = self._taken.setdefault(ident, set())
                 label, n = program, 1
                 while label in taken:
                     n += 1
                     label = f"{program}#{n}"
                 taken.add(label)
-                held = self._held[key] = ((program, rank), label)
+                held = self._held[key] = (ident, label)
             out[key] = held[1]
         return out
 

@@ -23,7 +23,8 @@ Top level::
                       devices_per_chip, owner_pids, owners[{pid, name,
                       user, command}], reasons{field: why}
     local_reasons     {"tpu"|"gpu"|"owners": why} for the local scan
-    targets           one per target: target, source ("hook"|"libtpu"),
+    targets           one per target (--pid/--user: only those processes'): target,
+                      source ("hook"|"libtpu"),
                       ok, error, process{pid, name, user, host, engine,
                       versions, argv, start_time_unix, waiting: [engine],
                       process_index, process_count (the rank; null if unknown)} or null,
@@ -85,6 +86,7 @@ from tpu_info.contract.model import (
     LocalScan,
     Snapshot,
 )
+from tpu_info.views.breakdown import breakdown
 from tpu_info.views.chips import ChipUsage
 from tpu_info.views.custom import CustomMetric, custom_metrics
 from tpu_info.views.derived import FindingLine, TargetReadings, readings
@@ -149,7 +151,7 @@ def _target(t: TargetReadings, top_graphs: int | None) -> dict[str, Any]:
                            "error": _s(v.error) if v.snapshot is None else None}
     s: Snapshot | None = v.snapshot
     if s is None:
-        out.update(process=None, uptime_seconds=None, steps=None, steps_source=None,
+        out.update(process=None, uptime_seconds=None, time=None, steps=None, steps_source=None,
                    steps_basis=None, seconds_per_step=None, sites=[], blind_spots=[],
                    compiles=None,
                    cache_hits=None, hbm_used_bytes=None, hbm_limit_bytes=None, devices=[],
@@ -178,6 +180,7 @@ def _target(t: TargetReadings, top_graphs: int | None) -> dict[str, Any]:
             "waiting": [_s(e) for e in p.waiting.split(",") if e],
             "process_index": p.process_index, "process_count": p.process_count},
         uptime_seconds=s.uptime_seconds if s.uptime_seconds > 0 else None,
+        time=None if (time := breakdown(s)) is None else time.fields(),
         steps=steps,
         steps_source=None if st is None else _s(st.source),
         steps_basis=None if st is None else _s(st.basis),
@@ -224,7 +227,7 @@ def _target(t: TargetReadings, top_graphs: int | None) -> dict[str, Any]:
 
 def to_json(views: Sequence[TargetView], *, local: LocalScan | None = None,
             header: Header | None = None, top_graphs: int | None = None,
-            only: Collection[str] | None = None) -> dict[str, Any]:
+            only: Collection[str] | None = None, procs: Any = None) -> dict[str, Any]:
     """The ``tpu-info/v1`` document for ``views`` (see the module docstring).
 
     Args:
@@ -233,9 +236,13 @@ def to_json(views: Sequence[TargetView], *, local: LocalScan | None = None,
         header: time and host; None means now, here.
         top_graphs: keep only this many graphs per target (None: all).
         only: keep only these chips (``-i``; names as the table's), usable or not.
+        procs: keep only these processes in ``targets`` (``--pid``, ``--user``: a
+            :class:`~tpu_info.views.selection.ProcessPick`); the chips keep every owner.
     """
     run = readings(views, local=local, header=header,  # its N/As are the tables'
                    all_chips=only is not None, only=only)
+    if procs is not None:
+        run = procs.apply(run)
     header = run.header
     return {
         "schema": SCHEMA,
@@ -363,6 +370,14 @@ JSON_SCHEMA: dict[str, Any] = {
                                            "versions": _REASONS,
                                            "process_index": _INT, "process_count": _INT}},
                 "uptime_seconds": _NUM, "steps": _INT, "compiles": _INT, "cache_hits": _INT,
+                "time": {"type": ["object", "null"],
+                         "required": ["run_seconds", "parts", "overlap_seconds"],
+                         "properties": {"run_seconds": _NUM, "overlap_seconds": _NUM,
+                                        "parts": {"type": "array", "items": {
+                                            "type": "object",
+                                            "required": ["name", "seconds", "share"]}},
+                                        "steady_step": {"type": "object", "required": [
+                                            "seconds", "host", "device_seconds"]}}},
                 "hbm_used_bytes": _INT, "hbm_limit_bytes": _INT,
                 "devices": {"type": "array", "items": {
                     "type": "object",

@@ -13,10 +13,10 @@ Names are ``tpu_info_`` + snake_case + unit suffix: ``CompileTime`` (ns) ->
 ``tpu_info_uncached_compile_total``. One family per concept, with labels:
 the engines' per-op counters (``lazy::add``, ``xla::mm``, ``aten::nonzero``,
 torch._lazy's and torch_xla's ``ns::op`` names) are the one family
-``tpu_info_ops_total{namespace="lazy",op="add"}`` (``aten``: ops that fell
-back to the CPU). Every counter of the catalog (:mod:`tpu_info.contract.catalog`)
-that the process's engines record is present from the first scrape, at zero
-until it counts, so ``increase()`` and alerts see the first event; a
+``tpu_info_ops_total{op_namespace="lazy",op="add"}`` (``aten``: ops that fell
+back to the CPU; not ``namespace``: a Kubernetes pod's). Every counter of the
+catalog that the process's engines record is present from the first scrape,
+at zero until it counts, so ``increase()`` and alerts see the first event; a
 histogram (28 series) appears with its first sample, an engine's record that
 mirrors one of the catalog (JAX's ``jax.monitoring`` compile durations) is
 left out beside it, and a one-off figure (``catalog.ONE_OFF``) is one gauge.
@@ -344,9 +344,9 @@ def _exported(name: str, unit: Unit, counter: bool, seen: set[str],
 
 def _counters(f: _Families, snap: Snapshot, seen: set[str],
               dropped: dict[str, int]) -> Iterator[Metric]:
-    ops = f.counter(PREFIX + "ops", "Ops the engine counted, by namespace (torch._lazy's "
+    ops = f.counter(PREFIX + "ops", "Ops the engine counted, by op namespace (torch._lazy's "
                     "lazy::, torch_xla's xla::; aten::: ops that fell back to the CPU).",
-                    ["namespace", "op"])
+                    ["op_namespace", "op"])
     seen.add(ops.name)
     for c in snap.counters:
         split = _split_op(c.name)

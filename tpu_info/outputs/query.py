@@ -5,7 +5,10 @@
 :mod:`tpu_info.views.derived` (so a value here is the value the tables show).
 When any device field is asked, there is one row per device (local chips,
 then each process's devices), joined with the process that owns it; when
-only process fields are asked, one row per target. Values are joined with
+only process fields are asked, one row per process as the Processes table
+lists them (:func:`rows`; nvidia-smi's ``--query-gpu`` and
+``--query-compute-apps`` choose theirs: :mod:`tpu_info.outputs.nvsmi_fields`).
+Values are joined with
 ``", "`` as nvidia-smi does; a value holding a comma or a quote is quoted,
 so ``csv.reader(f, skipinitialspace=True)`` reads every row back. A value
 that could not be read is ``[N/A]`` (``tpu-info doctor`` says why).
@@ -26,7 +29,13 @@ from dataclasses import dataclass
 from tpu_info.contract.catalog import UNCACHED_COMPILE
 from tpu_info.contract.model import Snapshot
 from tpu_info.contract.safe import clean
-from tpu_info.views.derived import Derived, DeviceRow, RunReadings, TargetReadings
+from tpu_info.views.derived import (
+    Derived,
+    DeviceRow,
+    ProcessRow,
+    RunReadings,
+    TargetReadings,
+)
 from tpu_info.views.findings import by_function, function_compiles
 
 NA_CELL = "[N/A]"  # nvidia-smi's word for a value it could not read
@@ -35,11 +44,16 @@ MIB = float(1 << 20)
 
 @dataclass(frozen=True, slots=True)
 class Row:
-    """One output row: a device (or None, for process rows) and its process."""
+    """One output row: a device (or None, for process rows) and its process
+    (``process``: a hooked target's row or a chip owner's; ``target``: the
+    hooked target, whose snapshot the counters come from)."""
 
     index: int
     device: DeviceRow | None
     target: TargetReadings | None
+    process: ProcessRow | None = None
+    time_unix: float = 0.0  # when the look was taken
+    devices: int = 0  # how many devices the look lists
 
 
 Value = float | int | str | None
@@ -79,10 +93,35 @@ def _mib(value: int | None) -> float | None:
 
 
 def _pid(r: Row) -> Value:
-    if r.target is not None and r.target.process is not None and r.target.process.pid.value:
-        return r.target.process.pid.value
+    if r.process is not None and r.process.pid.value:
+        return r.process.pid.value
     pids = None if r.device is None else _d(r.device.pids)
     return None if pids == "-" else pids
+
+
+def _free_mib(d: DeviceRow) -> float | None:
+    used, total = d.hbm_used.value, d.hbm_total.value
+    return None if used is None or total is None else max(0, total - used) / MIB
+
+
+def _process_hbm(r: Row) -> float | None:
+    """The device memory the row's process uses: on the row's device when it
+    holds it alone (nvidia-smi's used_memory; a shared chip is N/A), else, on
+    a row of no device, the process's own total."""
+    if r.process is None:
+        return None
+    if r.device is None:
+        return _mib(r.process.hbm_used_bytes.value)
+    alone = _d(r.device.pids) == str(r.process.pid.value)
+    return _mib(r.device.hbm_used.value) if alone else None
+
+
+def _timestamp(r: Row) -> str:
+    """nvidia-smi's form: ``2026/12/05 23:12:09.123`` (local time)."""
+    import time
+
+    t = time.localtime(r.time_unix)
+    return time.strftime("%Y/%m/%d %H:%M:%S", t) + f".{int(r.time_unix % 1 * 1000):03d}"
 
 
 def _recompiles(s: Snapshot) -> int:
@@ -96,33 +135,45 @@ def _step_ms(s: Snapshot) -> float | None:
 
 
 def _process_field(name: str) -> Callable[[Row], Value]:
-    return _proc(lambda t: None if t.process is None else _d(getattr(t.process, name)))
+    return lambda r: None if r.process is None else _d(getattr(r.process, name))
 
 
 FIELDS: tuple[Field, ...] = (
-    Field("index", "device", "", "the device's row number (0, 1, ...)", lambda r: r.index),
+    Field("index", "device", "", "the row's number (0, 1, ...)", lambda r: r.index),
+    Field("id", "device", "", "the device's number, as -i, -L and the table name it (tpu3: 3)",
+          _dev(lambda d: d.number)),
     Field("device", "device", "", "the device's label (tpu0, cpu:0)",
           _dev(lambda d: d.label)),
     Field("name", "device", "", "the device's kind (TPU v5e, NVIDIA H100, cpu)",
           _dev(lambda d: d.kind), ("type",)),
+    Field("pci_bus_id", "device", "", "a local chip's PCI address (0000:00:0b.0)",
+          _dev(lambda d: d.pci_address or None), ("pci.bus_id", "gpu_bus_id")),
     Field("hbm_used", "device", "MiB", "device memory in use", _dev(
         lambda d: _mib(d.hbm_used.value)), ("memory.used",), 0),
     Field("hbm_total", "device", "MiB", "device memory in all", _dev(
         lambda d: _mib(d.hbm_total.value)), ("memory.total",), 0),
+    Field("hbm_free", "device", "MiB", "device memory not in use", _dev(_free_mib),
+          ("memory.free",), 0),
     Field("hbm_used_bytes", "device", "B", "device memory in use, exact",
           _dev(lambda d: d.hbm_used.value)),
     Field("hbm_total_bytes", "device", "B", "device memory in all, exact",
           _dev(lambda d: d.hbm_total.value)),
     Field("hbm_percent", "device", "%", "device memory in use, of the total",
-          _dev(lambda d: d.hbm_percent.value), ("utilization.memory",), 1),
+          _dev(lambda d: d.hbm_percent.value), (), 1),
     Field("duty_cycle", "device", "%", "busy % (libtpu's duty cycle, or the hook's estimate)",
           _dev(lambda d: d.busy.value), ("busy", "utilization.gpu"), 1),
+    Field("count", "look", "", "how many devices the look lists", lambda r: r.devices),
+    Field("timestamp", "look", "", "when the look was taken (2026/12/05 23:12:09.123)",
+          _timestamp),
     Field("pid", "process", "", "the process using the device (pids, for a chip)", _pid),
     Field("process", "process", "", "the process's name", _process_field("name"),
           ("process_name",)),
     Field("user", "process", "", "the process's user", _process_field("user")),
     Field("engine", "process", "", "what is hooked (jax 0.10, torch_xla ...)",
           _process_field("engine")),
+    Field("process_hbm", "process", "MiB", "device memory the process uses (on the row's "
+          "device, when it holds it alone)", _process_hbm, ("used_memory", "used_gpu_memory"),
+          0),
     Field("target", "process", "", "where the process was read (HOST:PORT)",
           _proc(lambda t: clean(t.view.target))),
     Field("uptime", "process", "s", "seconds since the process started",
@@ -149,8 +200,8 @@ def help_text() -> str:
         also = f" [{', '.join(f.aliases)}]" if f.aliases else ""
         unit = f" ({f.unit})" if f.unit else ""
         lines.append(f"  {f.name + also:<34} {f.level:<8} {f.help}{unit}")
-    lines += ["", "Rows are devices when any device field is asked, else processes. "
-              "A value not read is [N/A]."]
+    lines += ["", "Rows are devices when any device field is asked, else processes (a look's",
+              "fields go with either). A value not read is [N/A]."]
     return "\n".join(lines) + "\n"
 
 
@@ -185,20 +236,43 @@ def parse_format(text: str) -> Format:
     return Format(header="noheader" not in parts, units="nounits" not in parts)
 
 
-def rows(run: RunReadings, fields: Sequence[Field]) -> list[Row]:
-    """Device rows (each with its process) when a device field is asked, else one
-    row per target."""
-    if not any(f.level == "device" for f in fields):
-        return [Row(i, None, t) for i, t in enumerate(run.targets)]
-    by_pid = {str(t.process.pid.value): t for t in run.targets
-              if t.process is not None and t.process.pid.value is not None}
-    out: list[Row] = []
-    for chip in run.chips:
-        owners = (chip.pids.value or "").split(", ")
-        out.append(Row(len(out), chip, next((by_pid[p] for p in owners if p in by_pid), None)))
-    for t in run.targets:
-        out += [Row(len(out) + i, d, t) for i, d in enumerate(t.devices)]
-    return out
+def rows(run: RunReadings, fields: Sequence[Field], per: str | None = None) -> list[Row]:
+    """The rows of one look, ``per`` (None: ``device`` when a device field is
+    asked, else ``process``):
+
+    * ``device``: each device the Devices table lists, joined with the process
+      that holds it (its first owner);
+    * ``process``: each process, as the Processes table lists them (the
+      hooked targets, then every other process that holds a chip);
+    * ``app`` (``--query-compute-apps``): each process on each device it
+      holds, then each process that holds no chip (a program on the CPU);
+      one whose chips are not listed (``-i``) has no row, as nvidia-smi's.
+    """
+    per = per or ("device" if any(f.level == "device" for f in fields) else "process")
+    devices = [*run.chips, *(d for t in run.targets for d in t.devices)]
+    targets = {t.process.pid.value: t for t in run.targets
+               if t.process is not None and t.process.pid.value is not None}
+    procs = {p.pid.value: p for p in run.processes if p.pid.value is not None}
+    pairs: list[tuple[DeviceRow | None, TargetReadings | None, ProcessRow | None]] = []
+    if per == "process":
+        pairs = [(None, t, t.process) for t in run.targets]
+        pairs += [(None, None, o) for o in run.owners]
+    else:
+        for chip in run.chips:
+            owners = [int(p) for p in (chip.pids.value or "").split(", ") if p.isdigit()]
+            if per == "device":  # one row: its hooked owner first
+                first = next((p for p in owners if p in targets), owners[0] if owners else -1)
+                pairs.append((chip, targets.get(first), procs.get(first)))
+            else:
+                pairs += [(chip, targets.get(p), procs[p]) for p in owners if p in procs]
+        pairs += [(d, t, t.process) for t in run.targets for d in t.devices]
+        if per == "app":  # processes only, each with a pid; one that holds no chip at all once
+            pairs = [x for x in pairs if x[2] is not None and x[2].pid.value is not None]
+            held = {x[2].pid.value for x in pairs if x[2] is not None}
+            held |= {pid for u in run.usage for pid in u.chip.owner_pids}  # -i left them out
+            pairs += [(None, targets.get(pid), p) for pid, p in procs.items() if pid not in held]
+    return [Row(i, d, t, p, run.header.time_unix, len(devices))
+            for i, (d, t, p) in enumerate(pairs)]
 
 
 def _cell(field: Field, value: Value, units: bool) -> str:
@@ -220,6 +294,8 @@ def header_line(fields: Sequence[Field], fmt: Format) -> str:
                      for f in fields)
 
 
-def csv_lines(run: RunReadings, fields: Sequence[Field], fmt: Format) -> list[str]:
-    """The data lines (no header) for one look."""
-    return [", ".join(_cell(f, f.get(r), fmt.units) for f in fields) for r in rows(run, fields)]
+def csv_lines(run: RunReadings, fields: Sequence[Field], fmt: Format,
+              per: str | None = None) -> list[str]:
+    """The data lines (no header) for one look (``per``: as :func:`rows`)."""
+    return [", ".join(_cell(f, f.get(r), fmt.units) for f in fields)
+            for r in rows(run, fields, per)]

@@ -6,8 +6,10 @@ into one rich renderable: a header, then Devices, Processes, Compilation,
 Transfers and Findings. Each table is a list of ``(column, getter)`` pairs
 over the rows of :mod:`tpu_info.views.derived`, which decides every value and
 every N/A's reason (:func:`reasons` lists them, for ``doctor``); how the
-columns fit the terminal is :mod:`tpu_info.outputs.table_layout`'s. Output fits 80
-columns and grows to use 160. :func:`render_text` prints it to a string;
+columns fit the terminal is :mod:`tpu_info.outputs.table_layout`'s (each
+column's role, applied for the width the console renders at). Output fits 80
+columns and grows to use 160; HBM used and busy % are coloured by level
+(:func:`~tpu_info.outputs.table_layout.level_style`). :func:`render_text` prints it to a string;
 :func:`to_json` (from :mod:`tpu_info.outputs.jsonview`) is the ``--json`` form.
 
 Example:
@@ -31,7 +33,19 @@ from rich.text import Text
 from tpu_info.contract.model import LocalScan
 from tpu_info.net.targets import label
 from tpu_info.outputs.jsonview import JSON_SCHEMA, SCHEMA, to_json
-from tpu_info.outputs.table_layout import BAR_CELLS, WIDE, Alt, Cell, Col, bar, na, table
+from tpu_info.outputs.table_layout import (
+    BAR_CELLS,
+    BUSY_LEVELS,
+    HBM_LEVELS,
+    WIDE,
+    Alt,
+    Cell,
+    Col,
+    bar,
+    na,
+    percent_text,
+    table,
+)
 from tpu_info.views.derived import (
     Derived,
     DeviceRow,
@@ -93,26 +107,34 @@ def header_text(run: RunReadings, views: Sequence[TargetView]) -> Text:
 
 
 def _hbm_percent(wide: bool) -> Callable[[DeviceRow], Cell]:
-    return lambda d: show(d.hbm_percent, bar if wide else lambda p: Text(format_percent(p)))
+    return lambda d: show(d.hbm_percent, bar if wide else lambda p: percent_text(p, HBM_LEVELS))
+
+
+def _hbm_pair(d: DeviceRow) -> Cell:
+    """``3.25 GiB / 15.75 GiB``, coloured as its HBM %."""
+    text = format_gib_pair(d.hbm_used.value, d.hbm_total.value)
+    p = d.hbm_percent.value
+    return text if p is None else percent_text(p, HBM_LEVELS, text)
 
 
 def _busy(d: DeviceRow) -> Cell:
-    """Busy %, ``~``-marked when it is the hook's estimate (a note says so)."""
-    return show(d.busy, lambda p: ("~" if d.busy_estimated else "") + format_percent(p))
+    """Busy %, ``~``-marked when it is the hook's estimate (a note says so),
+    coloured by level."""
+    return show(d.busy, lambda p: percent_text(
+        p, BUSY_LEVELS, ("~" if d.busy_estimated else "") + format_percent(p)))
 
 
 def device_columns(wide: bool) -> Columns[DeviceRow]:
     return [
-        (Col("Device", min=4, max=16), lambda d: d.label),
-        (Col("Kind", min=4, want=8, max=28, flex=True), lambda d: d.kind),
-        (Col("Path", min=8, want=12, max=24, flex=True, give=2, optional=1),
+        (Col("Device", role="key", min=5, max=16), lambda d: d.label),
+        (Col("Kind", role="text", min=4, want=8, max=28), lambda d: d.kind),
+        (Col("Path", role="text", min=8, want=12, max=24, optional=1),
          lambda d: show(d.path, label)),
-        (Col("HBM used / total", min=16, max=24),
-         lambda d: format_gib_pair(d.hbm_used.value, d.hbm_total.value)),
+        (Col("HBM used / total"), _hbm_pair),
         (Col("HBM %", min=BAR_CELLS + 5) if wide else Col("HBM", justify="right"),
          _hbm_percent(wide)),
         (Col("Busy", justify="right"), _busy),
-        (Col("Owner", min=4, want=12, max=32, flex=True),
+        (Col("Owner", role="text", min=4, want=16, max=32),
          lambda d: show(d.owners if d.owners.value is not None or d.owners.reason else d.pids)),
     ]
 
@@ -127,17 +149,19 @@ def devices_table(run: RunReadings, width: int) -> RenderableType:
     return Group(t, *(Text(note, style="dim") for note in run.device_notes))
 
 
+# At 80 columns: User and Chips drop first, then Uptime, before Name, Engine or
+# Address is cut (docs/cli.md says so).
 PROCESS_COLUMNS: Columns[ProcessRow] = [
-    (Col("PID", justify="right", min=3, max=8), lambda p: show(p.pid)),
-    (Col("Name", min=6, want=8, max=32, flex=True, give=2), lambda p: show(p.name)),
-    (Col("User", min=4, want=8, max=12, flex=True, optional=1), lambda p: show(p.user)),
-    (Col("Engine", min=6, want=10, max=28, flex=True), lambda p: show(p.engine)),
-    (Col("Address", min=9, want=15, max=28, flex=True), lambda p: label(p.target)),
-    (Col("Uptime", justify="right"), lambda p: show(p.uptime_seconds, format_uptime)),
+    (Col("PID", justify="right"), lambda p: show(p.pid)),
+    (Col("Name", role="key", min=8, max=32), lambda p: show(p.name)),
+    (Col("User", role="text", min=4, want=8, max=12, optional=2), lambda p: show(p.user)),
+    (Col("Engine", role="key", min=6, max=28), lambda p: show(p.engine)),
+    (Col("Address", role="key", min=9, max=28), lambda p: label(p.target)),
+    (Col("Uptime", justify="right", optional=1), lambda p: show(p.uptime_seconds, format_uptime)),
     (Col("Steps", justify="right"), lambda p: Alt(show(p.steps), show(p.steps_short))),
     (Col("Compiles", justify="right"), lambda p: show(p.compiles)),
     (Col("HBM", justify="right"), lambda p: show(p.hbm_used_bytes, format_bytes)),
-    (Col("Chips", min=5, want=5, max=20, flex=True, optional=1), lambda p: show(p.chips)),
+    (Col("Chips", role="text", min=5, max=20, optional=2), lambda p: show(p.chips)),
 ]
 
 
@@ -154,7 +178,8 @@ def processes_table(run: RunReadings | Sequence[TargetView], r: Reasons | None =
             r.na(where, why)
     rows = list(run.processes)
     if not rows:
-        return Text.assemble(("Processes\n", "bold"), "No hooked processes found.")
+        return Text.assemble(("Processes\n", "bold"),
+                             run.no_processes or "No hooked processes found.")
     held = any(p.chips.value for p in rows)  # the Chips column, where a local chip is held
     return table("Processes", *_rows(PROCESS_COLUMNS if held else PROCESS_COLUMNS[:-1], rows),
                  width)
@@ -165,9 +190,9 @@ Graph = tuple[str, GraphRow]  # (pid, graph)
 
 def graph_columns(wide: bool) -> Columns[Graph]:
     cols: Columns[Graph] = [
-        (Col("PID", justify="right", min=3, max=8), lambda x: x[0]),
-        (Col("Graph", min=8, want=12, max=12, flex=True), lambda x: x[1].graph.short_hash),
-        (Col("Name", min=8, want=20, max=60, flex=True, give=2), lambda x: x[1].graph.name),
+        (Col("PID", justify="right"), lambda x: x[0]),
+        (Col("Graph"), lambda x: Alt(x[1].graph.short_hash, x[1].graph.short_hash[:8])),
+        (Col("Name", role="key", min=8, max=40), lambda x: x[1].graph.name),
         (Col("Compiles", justify="right"), lambda x: str(x[1].graph.compiles)),
         (Col("Hits", justify="right"), lambda x: str(x[1].graph.cache_hits)),
         (Col("Time", justify="right"),
@@ -175,7 +200,7 @@ def graph_columns(wide: bool) -> Columns[Graph]:
         (Col("Execs", justify="right"), lambda x: show(x[1].executions)),
     ]
     if wide:
-        cols.append((Col("Last recompile cause", min=20, want=40, max=100, flex=True),
+        cols.append((Col("Last recompile cause", role="text", min=20, want=40, max=100),
                      lambda x: show(x[1].cause, Text)))
     return cols
 
@@ -213,16 +238,17 @@ def _bytes(x: TransferRow) -> Cell:
     return cell
 
 
+# Narrow: the Address drops first, then P90 and P95 (P50 and P99.9 stay).
 TRANSFER_COLUMNS: Columns[Transfer] = [
-    (Col("PID", justify="right", min=3, max=8), lambda x: x[0]),
-    (Col("Direction", min=9), lambda x: "host->dev" if x[1].direction == "h2d" else "dev->host"),
+    (Col("PID", justify="right"), lambda x: x[0]),
+    (Col("Direction"), lambda x: "host->dev" if x[1].direction == "h2d" else "dev->host"),
     (Col("Count", justify="right"), lambda x: _count(x[1])),
     (Col("Bytes", justify="right"), lambda x: _bytes(x[1])),
     (Col("P50", justify="right"), lambda x: show(x[1].p50_ns, format_ns)),
-    (Col("P90", justify="right"), lambda x: show(x[1].p90_ns, format_ns)),
-    (Col("P95", justify="right"), lambda x: show(x[1].p95_ns, format_ns)),
+    (Col("P90", justify="right", optional=1), lambda x: show(x[1].p90_ns, format_ns)),
+    (Col("P95", justify="right", optional=1), lambda x: show(x[1].p95_ns, format_ns)),
     (Col("P99.9", justify="right"), lambda x: show(x[1].p999_ns, format_ns)),
-    (Col("Address", min=9, want=15, max=28, flex=True, optional=1), lambda x: x[2]),
+    (Col("Address", role="key", min=9, max=28, optional=2), lambda x: label(x[2])),
 ]
 
 
@@ -240,11 +266,11 @@ LEVEL_STYLE = {"warn": "yellow", "info": "cyan", "FAIL": "red"}
 
 def finding_columns(width: int) -> Columns[FindingLine]:
     return [
-        (Col("", min=4, max=4), lambda f: Text(f.level, style=LEVEL_STYLE.get(f.level, "cyan"))),
-        (Col("Where", min=5, want=10, max=24, flex=True),
+        (Col(""), lambda f: Text(f.level, style=LEVEL_STYLE.get(f.level, "cyan"))),
+        (Col("Where", role="text", min=5, want=10, max=24),
          lambda f: f"{f.where} {f.at}" if f.at else f.where),
-        (Col("Cost", min=4, want=15, max=18, flex=True, optional=1), lambda f: f.cost),
-        (Col("Finding", min=20, want=40, max=max(20, width), flex=True, give=3, wrap=True),
+        (Col("Cost", role="text", min=4, want=15, max=18, optional=1), lambda f: f.cost),
+        (Col("Finding", role="wrap", min=20, want=40, max=max(20, width)),
          lambda f: Text(f.text)),
     ]
 

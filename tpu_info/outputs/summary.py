@@ -23,6 +23,7 @@ from __future__ import annotations
 from tpu_info.contract import catalog
 from tpu_info.contract.model import Snapshot
 from tpu_info.contract.safe import clean
+from tpu_info.views.breakdown import breakdown
 from tpu_info.views.cost import duration, short_location, steady_step_words, steps_of
 from tpu_info.views.derived import finding_line
 from tpu_info.views.findings import find
@@ -85,6 +86,9 @@ def summary(s: Snapshot, ended: str, saved: str = "") -> str:
     if moved := _transfers(s):
         head += f", transfers {moved}"
     lines.append(head)
+    if (time := breakdown(s)) is not None and time.parts:
+        text = f"  time: {time.short_line()}"
+        lines.append(text if len(text) <= WIDTH else text[: WIDTH - 1] + "…")
     found = find(s)
     for f in found[:TOP_FINDINGS]:
         fl = finding_line(f, "")

@@ -1,12 +1,13 @@
 """Hand-written inline SVG plots for the HTML report: no script, no network.
 
-Three shapes: :func:`scatter` (points over time, with vertical markers),
+Three shapes: :func:`scatter` (points over time, each with an optional
+vertical range, with vertical markers),
 :func:`lanes` (bars on a time axis, one lane per name: a compile timeline)
 and :func:`hbars` (used / peak / limit per device). Each takes raw strings
 and escapes every one it writes (the data comes off the network); each
 returns one ``<svg>`` element that scales with its container (``viewBox``).
-Every point is one ``<circle>``, every marker one ``<line>`` and every bar
-one ``<rect>``, each with a ``<title>`` a browser shows on hover.
+Every point is one ``<circle>``, every marker or range one ``<line>`` and
+every bar one ``<rect>``, each with a ``<title>`` a browser shows on hover.
 
 Example:
     >>> svg = scatter([Point(0.0, 1.0, "step", "a")], [], x_label="s", y_label="ms")
@@ -35,6 +36,18 @@ class Point:
 
     x: float
     y: float
+    cls: str
+    title: str
+
+
+@dataclass(frozen=True, slots=True)
+class Range:
+    """A vertical line at ``x`` from ``lo`` to ``hi`` (the spread of the
+    samples a point stands for: their min and max)."""
+
+    x: float
+    lo: float
+    hi: float
     cls: str
     title: str
 
@@ -142,16 +155,19 @@ def _log_ticks(lo: float, hi: float) -> list[float]:
 
 
 def scatter(points: Sequence[Point], marks: Sequence[Mark], *, x_label: str, y_label: str,
-            spans: Sequence[Span] = (), log_y: bool = False) -> str:
+            spans: Sequence[Span] = (), log_y: bool = False,
+            ranges: Sequence[Range] = (), x_span: tuple[float, float] | None = None) -> str:
     """Points on a time axis (y from zero, or on a log scale with ``log_y``:
-    positive values only), with vertical ``marks`` and shaded ``spans``.
+    positive values only), with vertical ``ranges`` (drawn under the
+    points), vertical ``marks`` and shaded ``spans``.
 
-    The x range covers the points; marks outside it are not drawn (the
-    caller says so in words).
+    The x range covers the points, the ranges and ``x_span`` (the time the
+    points stand for, when it reaches past them); marks outside it are not
+    drawn (the caller says so in words).
     """
-    xs = [p.x for p in points] or [0.0]
+    xs = [p.x for p in points] + [r.x for r in ranges] + list(x_span or ()) or [0.0]
     x_lo, x_hi = _range(xs)
-    ys = [p.y for p in points] or [1.0]
+    ys = [p.y for p in points] + [r.hi for r in ranges] + [r.lo for r in ranges] or [1.0]
     sx = _Scale(x_lo, x_hi, LEFT, WIDTH - RIGHT)
     y0 = HEIGHT - BOTTOM
     if log_y:
@@ -187,6 +203,10 @@ def scatter(points: Sequence[Point], marks: Sequence[Mark], *, x_label: str, y_l
             x = _num(sx(m.x))
             body.append(f'<line class="mark {escape(m.cls)}" x1="{x}" y1="{TOP}" x2="{x}" '
                         f'y2="{_num(y0)}">{_title(m.title)}</line>')
+    for r in ranges:
+        x = _num(sx(r.x))
+        body.append(f'<line class="range {escape(r.cls)}" x1="{x}" y1="{_num(sy(r.lo))}" '
+                    f'x2="{x}" y2="{_num(sy(r.hi))}">{_title(r.title)}</line>')
     for p in points:
         body.append(f'<circle class="{escape(p.cls)}" cx="{_num(sx(p.x))}" '
                     f'cy="{_num(sy(p.y))}" r="3">{_title(p.title)}</circle>')

@@ -1,27 +1,63 @@
-"""How a table fits the terminal: column rules and the sizing that applies them.
+"""How a table fits the terminal: each column's role, applied when rich renders it.
 
-Every column is sized here, not by rich, from its content and the terminal
-width. Numbers keep their width; names, engines, addresses and causes shrink
-first and end in an ellipsis; optional columns appear only when there is
-room; before a name is cut or a column dropped, cells with a shorter form
-(:class:`Alt`) take it. :func:`table` builds the rich ``Table`` for
-:mod:`tpu_info.outputs.render`'s declared sections. Every string cell goes through
-:func:`~tpu_info.contract.safe.clean` into a ``Text`` object, so it is never read as
-rich markup and never carries terminal escapes.
+rich draws every table of the one-shot CLI (alignment, ellipsis, folding,
+styles, ASCII boxes on an ASCII stream). What rich cannot be told is which
+column may give way: its own sizing, as a last resort, narrows every
+column alike, numbers and names included, down to nothing (``--metric
+sequencer_state_detailed`` at 80 columns drew chip, core and PC zero cells
+wide), and a ``min_width`` it cannot honour widens the table past the
+terminal, whose right edge is then cut off. So each column here has a role:
+
+``number``
+    never shrinks: a number is never cut (PID, HBM, counts, percentiles).
+``key``
+    what a row is (Name, Engine, Address, device, target, graph name):
+    whole while anything else can give; then it shrinks, widest first, to no
+    fewer than ``min`` cells, ending in an ellipsis.
+``text``
+    free text (Owner, Kind, a cause, an error): shrinks first, widest first,
+    to ``want`` cells, later to ``min``, ending in an ellipsis.
+``wrap``
+    free text that folds onto more lines instead (a finding, a reason).
+
+When a table is too wide for the console, in this order: cells with a
+shorter form (:class:`Alt`) take it where the long ones would cut a key
+column or drop a column; text columns shrink to ``want``; ``optional``
+columns drop, the highest number first; text columns shrink to their
+floor; key columns shrink to theirs. A table whose floors still do not fit
+(a very narrow terminal) becomes one block of ``header  value`` lines per
+row, so no number is cut and no column is ever zero cells wide.
+
+:func:`table` returns a renderable that does this for the width rich
+renders it at (``options.max_width``: the console's width, ``COLUMNS``, or
+the ``width`` it was given, whichever is least), so a table sizes itself
+for whatever prints it, ``--streaming``'s in-place redraw included. Every
+string cell goes through :func:`~tpu_info.contract.safe.clean` into a
+``Text`` object, so it is never read as rich markup and never carries
+terminal escapes. Colour by level (:func:`level_style`) is a cell's style;
+the console drops it for ``--no-color``, ``NO_COLOR`` and a pipe.
 
 Example:
-    >>> t = table("T", [Col("Name", flex=True, min=4, want=4)], [["a very long name"]], 10)
-    >>> t.columns[0].width
-    10
+    >>> from rich.console import Console
+    >>> c = Console(width=30, color_system=None)
+    >>> with c.capture() as cap:
+    ...     c.print(table("T", [Col("Name", role="key", min=6), Col("Steps", "right")],
+    ...                   [["a_rather_long_program_name.py", "12,345"]]))
+    >>> print(cap.get().rstrip())
+    T
+    Name                     Steps
+    ──────────────────────────────
+    a_rather_long_program…  12,345
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
 
 from rich import box
 from rich.cells import cell_len
+from rich.console import Console, ConsoleOptions, RenderableType
 from rich.table import Table
 from rich.text import Text
 
@@ -31,35 +67,60 @@ from tpu_info.views.values import NA, format_percent
 WIDE = 120  # from here on: optional columns, HBM bars, causes inline
 BAR_CELLS = 10
 GAP = 2  # columns are separated by two cells
+ROLES = ("number", "key", "text", "wrap")
+
+# Colour by level, as nvitop's defaults: light (green) below the first
+# figure, moderate (yellow) up to the second, heavy (red) from there on.
+HBM_LEVELS = (10.0, 80.0)  # HBM used, % of the chip's
+BUSY_LEVELS = (10.0, 75.0)  # busy (duty cycle), %
+
+
+def level_style(percent: float, levels: tuple[float, float]) -> str:
+    """``green``, ``yellow`` or ``red`` for ``percent`` by ``levels`` (low, high)."""
+    low, high = levels
+    return "red" if percent >= high else "yellow" if percent >= low else "green"
 
 
 @dataclass(frozen=True, slots=True)
 class Col:
-    """A column's layout rules.
+    """A column's layout rules (see the module's text for the roles).
 
-    ``flex`` columns shrink when the table is too wide: first down to
-    ``want`` (a comfortable width), those with the highest ``give`` first;
-    then ``optional`` columns are dropped (highest number first); then flex
-    columns shrink down to ``min``. ``wrap`` columns fold instead of ending
-    in an ellipsis.
+    ``min``: the narrowest a key, text or wrap column gets (0: its header's
+    width, at least 4); ``want``: the width a text column shrinks to before
+    any optional column drops (0: ``min``); ``max``: the widest it is drawn,
+    its longer cells ending in an ellipsis (a wrap column folds them).
     """
 
     header: str
     justify: str = "left"
-    min: int = 3
+    role: str = "number"
+    min: int = 0
     want: int = 0
     max: int = 80
-    flex: bool = False
-    give: int = 1
     optional: int = 0
-    wrap: bool = False
+
+    def __post_init__(self) -> None:
+        if self.role not in ROLES:
+            raise ValueError(f"role {self.role!r} is not one of {ROLES}")
+
+    @property
+    def flex(self) -> bool:
+        """True when the column may shrink (every role but ``number``)."""
+        return self.role != "number"
+
+    @property
+    def floor(self) -> int:
+        """The fewest cells the column is ever given."""
+        if self.role == "number":
+            return cell_len(self.header)
+        return self.min or max(4, cell_len(self.header))
 
 
 @dataclass(frozen=True, slots=True)
 class Alt:
     """A cell with a shorter form (``10,561 (inferred: jit(step))`` and
     ``~10,561``): the table shows the short forms of the whole column set
-    when the long ones would cut names or drop a column."""
+    when the long ones would cut a key column, their own, or drop a column."""
 
     long: Text | str
     short: Text | str
@@ -76,72 +137,94 @@ def cell(value: Cell, style: str = "", short: bool = False) -> Text:
     return value if isinstance(value, Text) else Text(clean(value), style=style)
 
 
-def _cuts(cols: list[Col], cells: list[list[Text]], keep: list[int], widths: list[int]) -> bool:
-    """Whether a fit drops a column or narrows one below its content."""
-    if len(keep) < len(cols):
-        return True
-    return any(w < min(cols[i].max, max([cell_len(cols[i].header)] +
-                                         [r[i].cell_len for r in cells]))
-               for i, w in zip(keep, widths, strict=True))
-
-
 def na() -> Text:
     """The N/A a table shows (its reason is in :mod:`tpu_info.views.derived`)."""
     return Text(NA, style="dim")
 
 
+def percent_text(p: float, levels: tuple[float, float], text: str | None = None) -> Text:
+    """``text`` (default ``42%``) coloured by ``p``'s level."""
+    return Text(format_percent(p) if text is None else text, style=level_style(p, levels))
+
+
 def bar(p: float) -> Text:
-    """``████░░░░░░  40%`` coloured by how full it is."""
+    """``████░░░░░░  40%`` coloured by how full it is (:data:`HBM_LEVELS`)."""
     full = max(0, min(BAR_CELLS, round(p / 100 * BAR_CELLS)))
-    style = "red" if p >= 90 else "yellow" if p >= 70 else "green"
+    style = level_style(p, HBM_LEVELS)
     return Text.assemble(("█" * full, style), ("░" * (BAR_CELLS - full), "dim"),
-                         f" {format_percent(p):>4}")
+                         (f" {format_percent(p):>4}", style))
 
 
-def _shrink(cols: list[Col], keep: list[int], widths: dict[int, int], excess: int,
-            floor_of: Callable[[Col], int]) -> int:
-    flex = sorted((i for i in keep if cols[i].flex), key=lambda i: (-cols[i].give, -widths[i]))
-    for i in flex:
-        if excess <= 0:
+# Sizing ---------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class Fit:
+    """What :func:`fit` decided: the columns kept and their widths (None:
+    the floors do not fit; the table becomes records)."""
+
+    keep: list[int]
+    widths: list[int] | None
+
+    def cuts(self, cols: Sequence[Col], natural: Sequence[int], short: Collection[int] = ()
+             ) -> bool:
+        """Whether this fit drops a column, or narrows a key column or one of
+        the ``short`` ones (those with a shorter form) below its content."""
+        return len(self.keep) < len(cols) or self.widths is None or any(
+            (cols[i].role == "key" or i in short) and w < natural[i]
+            for i, w in zip(self.keep, self.widths))
+
+
+def _natural(cols: Sequence[Col], rows: Sequence[Sequence[Text]]) -> list[int]:
+    """Each column's width with nothing cut (a number's whole, others' up to ``max``)."""
+    out = []
+    for i, c in enumerate(cols):
+        widest = max([cell_len(c.header)] + [r[i].cell_len for r in rows])
+        out.append(widest if c.role == "number" else min(c.max, widest))
+    return out
+
+
+def _shrink(widths: dict[int, int], which: list[int], floor: dict[int, int],
+            excess: int) -> int:
+    """Takes ``excess`` cells from the ``which`` columns, a cell at a time from
+    the widest, none below its ``floor``; returns what is left to take."""
+    while excess > 0:
+        room = [i for i in which if widths[i] > floor[i]]
+        if not room:
             break
-        cut = min(excess, max(0, widths[i] - floor_of(cols[i])))
-        widths[i] -= cut
-        excess -= cut
+        widest = max(room, key=lambda i: (widths[i], -i))
+        widths[widest] -= 1
+        excess -= 1
     return excess
 
 
-def fit(cols: list[Col], rows: list[list[Text]], width: int) -> tuple[list[int], list[int]]:
+def fit(cols: Sequence[Col], rows: Sequence[Sequence[Text]], width: int) -> Fit:
     """Which columns to keep and how wide each is, so the table fits ``width``."""
+    natural = _natural(cols, rows)
     keep = list(range(len(cols)))
-    natural = [min(c.max, max([cell_len(c.header)] + [r[i].cell_len for r in rows]))
-               for i, c in enumerate(cols)]
-
-    def hard_floor(c: Col) -> int:
-        return max(c.min, 1 if c.wrap else cell_len(c.header))
-
     while True:
         widths = {i: natural[i] for i in keep}
         excess = sum(widths.values()) + GAP * (len(keep) - 1) - width
-        excess = _shrink(cols, keep, widths, excess, lambda c: max(c.want, hard_floor(c)))
+        text = [i for i in keep if cols[i].role in ("text", "wrap")]
+        floors = {i: min(natural[i], cols[i].floor) for i in keep}
+        wants = {i: max(floors[i], min(natural[i], cols[i].want)) for i in keep}
+        excess = _shrink(widths, text, wants, excess)
         optional = [i for i in keep if cols[i].optional]
         if excess > 0 and optional:
             keep.remove(max(optional, key=lambda i: (cols[i].optional, i)))
             continue
-        excess = _shrink(cols, keep, widths, excess, hard_floor)
-        flex = [i for i in keep if cols[i].flex]
-        while excess > 0 and flex and max(widths[i] for i in flex) > 1:  # last resort
-            widths[max(flex, key=lambda i: widths[i])] -= 1
-            excess -= 1
-        return keep, [widths[i] for i in keep]
+        excess = _shrink(widths, text, floors, excess)
+        excess = _shrink(widths, [i for i in keep if cols[i].role == "key"], floors, excess)
+        return Fit(keep, [widths[i] for i in keep] if excess <= 0 else None)
 
 
-def _records(title: str, cols: list[Col], cells: list[list[Text]], width: int) -> Table:
+# Drawing ---------------------------------------------------------------------------
+
+def _records(cols: Sequence[Col], cells: list[list[Text]], width: int) -> Table:
     """Each row as a block of ``header  value`` lines: what a table becomes when
-    its numbers alone are wider than the terminal. Values fold, never cut."""
+    its floors alone are wider than the terminal. Values fold, never cut."""
     label = min(max(cell_len(c.header) for c in cols), max(1, width // 3))
-    t = Table(title=title, title_justify="left", title_style="bold", box=None,
-              show_header=False, show_edge=False, pad_edge=False, padding=(0, 0, 0, 1),
-              expand=False)
+    t = Table(box=None, show_header=False, show_edge=False, pad_edge=False,
+              padding=(0, 0, 0, 1), expand=False)
     t.add_column(width=label, no_wrap=True, overflow="ellipsis", style="bold")
     t.add_column(width=max(1, width - label - GAP), overflow="fold")
     for n, row in enumerate(cells):
@@ -153,24 +236,59 @@ def _records(title: str, cols: list[Col], cells: list[list[Text]], width: int) -
     return t
 
 
-def table(title: str, cols: list[Col], rows: list[list[Cell]], width: int) -> Table:
-    """``rows`` under ``cols``, sized by :func:`fit` for ``width`` columns; a
-    table that cannot fit without cutting a number becomes records (one block
-    of ``header  value`` lines per row)."""
-    cells = [[cell(v) for v in row] for row in rows]
-    keep, widths = fit(cols, cells, width)
-    if any(isinstance(v, Alt) for row in rows for v in row) and _cuts(cols, cells, keep, widths):
-        cells = [[cell(v, short=True) for v in row] for row in rows]  # shorter cells, not cut names
-        keep, widths = fit(cols, cells, width)
-    if sum(widths) + GAP * (len(widths) - 1) > width:
-        return _records(title, cols, cells, width)
-    t = Table(title=title, title_justify="left", title_style="bold", box=box.SIMPLE_HEAD,
-              show_edge=False, pad_edge=False, padding=(0, 0, 0, 1), header_style="bold",
-              expand=False)
-    for i, w in zip(keep, widths, strict=True):
+def _grid(cols: Sequence[Col], cells: list[list[Text]], f: Fit) -> Table:
+    assert f.widths is not None
+    t = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 0, 0, 1),
+              header_style="bold", expand=False)
+    for i, w in zip(f.keep, f.widths, strict=True):
         c = cols[i]
-        t.add_column(c.header, justify=c.justify, width=w, no_wrap=not c.wrap,  # type: ignore[arg-type]
-                     overflow="fold" if c.wrap else "ellipsis")
+        t.add_column(c.header, justify=c.justify, width=w,  # type: ignore[arg-type]
+                     no_wrap=c.role != "wrap",
+                     overflow="fold" if c.role == "wrap" else "ellipsis")
     for row in cells:
-        t.add_row(*(row[i] for i in keep))
+        t.add_row(*(row[i] for i in f.keep))
     return t
+
+
+class FitTable:
+    """A titled table that fits itself to the width it is rendered at."""
+
+    def __init__(self, title: str, cols: Sequence[Col], rows: Sequence[Sequence[Cell]],
+                 width: int | None = None, caption: str | Text | None = None) -> None:
+        if any(len(r) != len(cols) for r in rows):
+            raise ValueError("a row's cells do not match the columns")
+        self.title, self.cols, self.rows = title, list(cols), [list(r) for r in rows]
+        self.width, self.caption = width, caption
+
+    def laid_out(self, width: int) -> tuple[list[Col], list[list[Text]], Fit]:
+        """The cells (long or short forms) and the fit for ``width`` columns."""
+        cells = [[cell(v) for v in row] for row in self.rows]
+        f = fit(self.cols, cells, width)
+        short = {i for row in self.rows for i, v in enumerate(row) if isinstance(v, Alt)}
+        if short and f.cuts(self.cols, _natural(self.cols, cells), short):
+            cells = [[cell(v, short=True) for v in row] for row in self.rows]
+            f = fit(self.cols, cells, width)
+        return self.cols, cells, f
+
+    def renderable(self, width: int) -> Table:
+        cols, cells, f = self.laid_out(width)
+        return _grid(cols, cells, f) if f.widths is not None else _records(cols, cells, width)
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions
+                         ) -> Iterator[RenderableType]:
+        width = options.max_width if self.width is None else min(self.width,
+                                                                 options.max_width)
+        if self.title:
+            yield Text(self.title, style="bold", overflow="fold")
+        yield self.renderable(max(1, width))
+        if self.caption:
+            yield (self.caption if isinstance(self.caption, Text)
+                   else Text(clean(self.caption), style="dim"))
+
+
+def table(title: str, cols: Sequence[Col], rows: Sequence[Sequence[Cell]],
+          width: int | None = None, caption: str | Text | None = None) -> FitTable:
+    """``rows`` under ``cols`` with ``title`` above and ``caption`` below, laid
+    out by :func:`fit` when rendered, for the console's width (``width``
+    caps it), as records when its floors do not fit."""
+    return FitTable(title, cols, rows, width, caption)

@@ -6,6 +6,13 @@ print :func:`metrics_report` of a snapshot. The format is torch_xla's
 rounds the leading time unit and truncates the rest, so 2.80 ms prints as
 ``003ms802.000us``; here every part is exact (``002ms802.000us``).
 
+Given a ``width`` (``tpu-info report`` on a terminal), no line is wider: a
+long line folds at its spaces, its next lines indented under its value
+(``Percentiles:``, a finding, a cause), and when a graph's row would not
+fit, the Graphs table gives each name a line of its own. Without one (a
+pipe, a file, ``metrics_report()`` in the program) every line is torch_xla's,
+whole.
+
 Example:
     >>> format_time_ns(2_802_000)
     '002ms802.000us'
@@ -34,6 +41,8 @@ from tpu_info.contract.model import (
     Snapshot,
     Unit,
 )
+from tpu_info.outputs.console import fold
+from tpu_info.views.breakdown import breakdown
 from tpu_info.views.derived import FindingLine, findings_of
 from tpu_info.views.findings import short_location
 from tpu_info.views.values import TargetView, clean, no_findings_text, presentable, steps_label
@@ -106,19 +115,23 @@ def counter_block(c: CounterReading) -> list[str]:
     return [f"Counter: {c.name}", f"  Value: {c.value}"]
 
 
-def _graph_lines(graphs: Sequence[GraphRecord], top: int) -> list[str]:
+def _graph_lines(graphs: Sequence[GraphRecord], top: int, width: int | None = None
+                 ) -> list[str]:
     if not graphs:
         return []
     ranked = sorted(graphs, key=lambda g: g.compile_seconds_total, reverse=True)[:top]
+    rows = [f"  {g.short_hash:<12}  {g.compiles:>8}  {g.cache_hits:>5}  "
+            f"{format_time_ns(g.compile_seconds_total * 1e9):>14}  "
+            f"{'-' if g.executions is None else g.executions:>7}" for g in ranked]
+    inline = width is None or all(len(r) + 2 + len(g.name) <= width
+                                  for r, g in zip(rows, ranked))
     lines = [f"Graphs: {len(graphs)} known, top {len(ranked)} by compile time",
              f"  {'hash':<12}  {'compiles':>8}  {'hits':>5}  {'compile time':>14}  "
-             f"{'execs':>7}  name"]
-    for g in ranked:
-        execs = "-" if g.executions is None else str(g.executions)
-        lines.append(
-            f"  {g.short_hash:<12}  {g.compiles:>8}  {g.cache_hits:>5}  "
-            f"{format_time_ns(g.compile_seconds_total * 1e9):>14}  {execs:>7}  {g.name}"
-        )
+             f"{'execs':>7}" + ("  name" if inline else "")]
+    for row, g in zip(rows, ranked):
+        lines.append(f"{row}  {g.name}" if inline else row)
+        if not inline:  # a name of its own, as the cause below it
+            lines.append(f"  {'':<12}  name: {g.name}")
         cause = presentable(g.causes[-1]) if g.causes else None
         if cause is not None:
             where = f" at {short_location(cause.location)}" if cause.location else ""
@@ -148,16 +161,19 @@ def finding_lines(f: FindingLine) -> list[str]:
     return out
 
 
-def metrics_report(snapshot: Snapshot, top_graphs: int = 10) -> str:
+def metrics_report(snapshot: Snapshot, top_graphs: int = 10, width: int | None = None) -> str:
     """The full report: every metric, every counter, graphs, findings (in the
-    words of the tables: :mod:`tpu_info.views.derived`)."""
+    words of the tables: :mod:`tpu_info.views.derived`); ``width``: the
+    widest a line may be (None: torch_xla's lines, whole)."""
     lines: list[str] = []
     for d in snapshot.distributions:
         lines += metric_block(d)
     for c in snapshot.counters:
         lines += counter_block(c)
     lines += _steps_lines(snapshot)
-    lines += _graph_lines(snapshot.graphs, top_graphs)
+    lines += _graph_lines(snapshot.graphs, top_graphs, width)
+    if (time := breakdown(snapshot)) is not None:  # where the time went
+        lines += ["Time:", *(f"  {line}" for line in time.lines())]
     findings = findings_of(snapshot)
     if findings:
         lines.append("Findings:")  # costliest first
@@ -165,7 +181,7 @@ def metrics_report(snapshot: Snapshot, top_graphs: int = 10) -> str:
             lines += finding_lines(f)
     elif lines:
         lines += ["Findings:", f"  {no_findings_text([TargetView('', snapshot)])}"]
-    return "\n".join(lines) + "\n" if lines else ""
+    return "\n".join(fold(lines, width)) + "\n" if lines else ""
 
 
 def short_selection(
@@ -200,9 +216,11 @@ def short_metrics_report(
     snapshot: Snapshot,
     counter_names: Iterable[str] | None = None,
     metric_names: Iterable[str] | None = None,
+    width: int | None = None,
 ) -> str:
-    """torch_xla's short report of :func:`short_selection`."""
+    """torch_xla's short report of :func:`short_selection` (``width``: as
+    :func:`metrics_report`'s)."""
     lines: list[str] = []
     for x in short_selection(snapshot, counter_names, metric_names):
         lines += counter_block(x) if isinstance(x, CounterReading) else metric_block(x)
-    return "\n".join(lines) + "\n" if lines else ""
+    return "\n".join(fold(lines, width)) + "\n" if lines else ""

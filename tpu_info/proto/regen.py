@@ -22,6 +22,7 @@ PROTOS: tuple[str, ...] = (
     "tpu_info/proto/tpu_telemetry.proto",
     "tpu_info/proto/tpu_metric_service.proto",
     "tpu_info/proto/tpu_info_v1.proto",
+    "tpu_info/proto/kubelet_podresources.proto",
 )
 
 

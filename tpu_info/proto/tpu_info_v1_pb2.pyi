@@ -144,7 +144,7 @@ class Buckets(_message.Message):
     def __init__(self, gamma: _Optional[float] = ..., positive_keys: _Optional[_Iterable[int]] = ..., positive_counts: _Optional[_Iterable[int]] = ..., negative_keys: _Optional[_Iterable[int]] = ..., negative_counts: _Optional[_Iterable[int]] = ..., zero: _Optional[int] = ...) -> None: ...
 
 class Distribution(_message.Message):
-    __slots__ = ("name", "unit", "count", "total", "min", "max", "rate_per_second", "value_rate_per_second", "percentile_percents", "percentile_values", "recent_times_unix", "recent_values", "buckets", "help")
+    __slots__ = ("name", "unit", "count", "total", "min", "max", "rate_per_second", "value_rate_per_second", "percentile_percents", "percentile_values", "recent_times_unix", "recent_values", "buckets", "help", "series")
     NAME_FIELD_NUMBER: _ClassVar[int]
     UNIT_FIELD_NUMBER: _ClassVar[int]
     COUNT_FIELD_NUMBER: _ClassVar[int]
@@ -159,6 +159,7 @@ class Distribution(_message.Message):
     RECENT_VALUES_FIELD_NUMBER: _ClassVar[int]
     BUCKETS_FIELD_NUMBER: _ClassVar[int]
     HELP_FIELD_NUMBER: _ClassVar[int]
+    SERIES_FIELD_NUMBER: _ClassVar[int]
     name: str
     unit: Unit
     count: int
@@ -173,7 +174,26 @@ class Distribution(_message.Message):
     recent_values: _containers.RepeatedScalarFieldContainer[float]
     buckets: Buckets
     help: str
-    def __init__(self, name: _Optional[str] = ..., unit: _Optional[_Union[Unit, str]] = ..., count: _Optional[int] = ..., total: _Optional[float] = ..., min: _Optional[float] = ..., max: _Optional[float] = ..., rate_per_second: _Optional[float] = ..., value_rate_per_second: _Optional[float] = ..., percentile_percents: _Optional[_Iterable[float]] = ..., percentile_values: _Optional[_Iterable[float]] = ..., recent_times_unix: _Optional[_Iterable[float]] = ..., recent_values: _Optional[_Iterable[float]] = ..., buckets: _Optional[_Union[Buckets, _Mapping]] = ..., help: _Optional[str] = ...) -> None: ...
+    series: RunSeries
+    def __init__(self, name: _Optional[str] = ..., unit: _Optional[_Union[Unit, str]] = ..., count: _Optional[int] = ..., total: _Optional[float] = ..., min: _Optional[float] = ..., max: _Optional[float] = ..., rate_per_second: _Optional[float] = ..., value_rate_per_second: _Optional[float] = ..., percentile_percents: _Optional[_Iterable[float]] = ..., percentile_values: _Optional[_Iterable[float]] = ..., recent_times_unix: _Optional[_Iterable[float]] = ..., recent_values: _Optional[_Iterable[float]] = ..., buckets: _Optional[_Union[Buckets, _Mapping]] = ..., help: _Optional[str] = ..., series: _Optional[_Union[RunSeries, _Mapping]] = ...) -> None: ...
+
+class RunSeries(_message.Message):
+    __slots__ = ("width", "first_unix", "last_unix", "counts", "totals", "mins", "maxs")
+    WIDTH_FIELD_NUMBER: _ClassVar[int]
+    FIRST_UNIX_FIELD_NUMBER: _ClassVar[int]
+    LAST_UNIX_FIELD_NUMBER: _ClassVar[int]
+    COUNTS_FIELD_NUMBER: _ClassVar[int]
+    TOTALS_FIELD_NUMBER: _ClassVar[int]
+    MINS_FIELD_NUMBER: _ClassVar[int]
+    MAXS_FIELD_NUMBER: _ClassVar[int]
+    width: int
+    first_unix: _containers.RepeatedScalarFieldContainer[float]
+    last_unix: _containers.RepeatedScalarFieldContainer[float]
+    counts: _containers.RepeatedScalarFieldContainer[int]
+    totals: _containers.RepeatedScalarFieldContainer[float]
+    mins: _containers.RepeatedScalarFieldContainer[float]
+    maxs: _containers.RepeatedScalarFieldContainer[float]
+    def __init__(self, width: _Optional[int] = ..., first_unix: _Optional[_Iterable[float]] = ..., last_unix: _Optional[_Iterable[float]] = ..., counts: _Optional[_Iterable[int]] = ..., totals: _Optional[_Iterable[float]] = ..., mins: _Optional[_Iterable[float]] = ..., maxs: _Optional[_Iterable[float]] = ...) -> None: ...
 
 class RecompileCause(_message.Message):
     __slots__ = ("time_unix", "description", "location", "argument", "before", "after", "via", "kind", "dim", "name", "guard", "sync", "syncs_after", "seconds")

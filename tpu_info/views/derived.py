@@ -352,6 +352,7 @@ class RunReadings:
     device_notes: tuple[str, ...] = ()
     owners: tuple[ProcessRow, ...] = ()  # chip owners without the hook
     hidden: str = ""  # the chips not listed (not usable here), in one line
+    no_processes: str = ""  # why Processes is empty when a selection left none (--pid, --user)
 
     @property
     def processes(self) -> tuple[ProcessRow, ...]:

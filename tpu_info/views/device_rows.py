@@ -47,6 +47,8 @@ class DeviceRow:
     owners: Derived[str] = Derived()  # "4242 python3": the owners named (tables show this)
     busy_estimated: bool = False  # the hook's estimate, not libtpu's duty cycle
     hbm_source: str = ""  # libtpu, hook, nvml, spec (views.chips)
+    number: int | None = None  # tpu3: 3 (what -i and -L take); a process's device: its id
+    pci_address: str = ""  # a local chip's (0000:00:0b.0)
 
 
 def owner_cell(pids: tuple[int, ...], named: tuple[OwnerRecord, ...]) -> str:
@@ -72,7 +74,7 @@ def chip_row(u: ChipUsage) -> DeviceRow:
     pct = r.get("hbm_percent", _percent(u.hbm_used_bytes, u.hbm_total_bytes), why_used)
     kind = f"TPU {c.kind}" if c.vendor == "tpu" else c.kind
     return DeviceRow(c.name, kind, path, used, total, pct, busy, pids, tuple(r.na), owners,
-                     u.busy_source == BUSY_ESTIMATE, u.hbm_source)
+                     u.busy_source == BUSY_ESTIMATE, u.hbm_source, c.index, c.pci_address)
 
 
 def device_row(v: TargetView, d: DeviceRecord) -> DeviceRow:
@@ -93,7 +95,7 @@ def device_row(v: TargetView, d: DeviceRecord) -> DeviceRow:
                  and d.busy_source != BUSY_FROM_LIBTPU)  # the hook's, unless its SDK read
     return DeviceRow(f"{d.platform}:{d.id}", d.kind, Derived(v.target), used, total, pct, busy,
                      pid, tuple(r.na), owner, estimated,
-                     m.source if m.used_bytes is not None else "")
+                     m.source if m.used_bytes is not None else "", d.id)
 
 
 def _percent(used: int | None, total: int | None) -> float | None:
@@ -154,9 +156,10 @@ def device_readings(views: Sequence[TargetView], local: LocalScan | None, host: 
                           tuple(chip_notes(scope, listed)), hidden_line(scope, listed))
 
 
-def pick_chips(local: LocalScan, ids: Sequence[str], all_chips: bool = False) -> frozenset[str]:
-    """The chips ``-i`` names, as the Devices table names them (``tpu3``, or
-    ``3``: ``tpu3``, else ``gpu3``).
+def pick_chips(local: LocalScan, ids: Sequence[str], all_chips: bool = False,
+               flag: str = "-i") -> frozenset[str]:
+    """The chips ``-i`` (or nvitop's ``--only``: ``flag``) names, as the
+    Devices table names them (``tpu3``, or ``3``: ``tpu3``, else ``gpu3``).
 
     Raises:
         ValueError: an id no listed chip has (one line, naming those there are).
@@ -172,10 +175,10 @@ def pick_chips(local: LocalScan, ids: Sequence[str], all_chips: bool = False) ->
         name = next((n for n in (f"tpu{i}", f"gpu{i}") if n in chips), i) if i.isdigit() else i
         chip = chips.get(name)
         if chip is None:
-            raise ValueError(f"-i {i}: no such device here (devices: "
+            raise ValueError(f"{flag} {i}: no such device here (devices: "
                              f"{', '.join(listed) or 'none'}); tpu-info -L lists them")
         if not (all_chips or chip.usable):
-            raise ValueError(f"-i {i}: {name} is on this host's PCI bus but not usable here; "
+            raise ValueError(f"{flag} {i}: {name} is on this host's PCI bus but not usable here; "
                              "add --all to show it")
         picked.add(name)
     return frozenset(picked)

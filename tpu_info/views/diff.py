@@ -1,11 +1,16 @@
 """Two runs compared: the changes that matter, and the conditions CI fails on.
 
 ``tpu-info diff A B`` reads two snapshots (saved runs or live targets) and
-says, side by side, what a performance engineer checks after a change:
-steps/s, step time P50/P99, compile count and time, transfers and syncs per
-step; the graphs new in B (by computation: function name and input
-signature, never the hash, which moves with any code change), the recompile
-causes new in B, and the findings that appeared or went away.
+says, side by side, what a performance engineer checks after a change. Two
+runs need not be of one length (a 10,000-step baseline, a 3,000-step pull
+request), so only **rates** are judged better or worse: steps/s, step time
+P50/P99, compiles and compile time per 1,000 steps, transfers and reads to
+the host per step. **Totals** (steps, compiles, compile time, distinct
+graphs) grow with the run: they are shown, with their change, and never
+called better or worse (:attr:`Row.judged`). Then the graphs new in B (by
+computation: function name and input signature, never the hash, which moves
+with any code change), the recompile causes new in B, and the findings that
+appeared or went away.
 
 ``--fail-on 'step_time_p50>+5%,compiles>+0'`` turns it into a gate: each
 condition names a row, ``>`` or ``<``, and a change: relative (``+5%``) or
@@ -18,6 +23,8 @@ Example:
     >>> b = Snapshot(0.0, steps=StepsReading(100, "marked", "m", 12.5))
     >>> [r.change_words() for r in compare(a, b).rows if r.key == "steps_per_s"]
     ['-20%']
+    >>> [(r.key, r.worse()) for r in compare(a, b).rows if r.key in ("steps", "steps_per_s")]
+    [('steps_per_s', True), ('steps', False)]
 """
 
 from __future__ import annotations
@@ -32,10 +39,16 @@ from tpu_info.views.cost import short_location, steps_of
 from tpu_info.views.findings import find
 from tpu_info.views.values import dist_percentile, transfer_stats
 
+RATE, TOTAL = "rate", "total"
+
 
 @dataclass(frozen=True, slots=True)
 class Row:
-    """One compared figure; ``better`` is which way is good (``up``/``down``)."""
+    """One compared figure; ``better`` is which way is good (``up``/``down``).
+
+    ``kind`` is :data:`RATE` (per step, per second, per 1,000 steps: the
+    same for a run of any length, so judged) or :data:`TOTAL` (grows with
+    the run: shown, never judged better or worse)."""
 
     key: str
     label: str
@@ -43,6 +56,12 @@ class Row:
     b: float | None
     unit: str = ""
     better: str = "down"
+    kind: str = RATE
+
+    @property
+    def judged(self) -> bool:
+        """Whether a change may be called better or worse (rates only)."""
+        return self.kind == RATE
 
     @property
     def change(self) -> float | None:
@@ -64,9 +83,10 @@ class Row:
         return f"{self.change:+g}" if self.change else "same"
 
     def worse(self) -> bool:
-        """Whether B moved the wrong way by more than 1% (or at all, from 0)."""
+        """Whether B moved the wrong way by more than 1% (or at all, from 0);
+        never for a total, which moves with the run's length."""
         c = self.change
-        if c is None or c == 0:
+        if not self.judged or c is None or c == 0:
             return False
         if self.relative is not None and abs(self.relative) < 0.01:
             return False
@@ -87,12 +107,30 @@ class Comparison:
     def row(self, key: str) -> Row | None:
         return next((r for r in self.rows if r.key == key), None)
 
+    @property
+    def rates(self) -> list[Row]:
+        return [r for r in self.rows if r.kind == RATE]
 
-def _per_step(s: Snapshot, count: float | None) -> float | None:
+    @property
+    def totals(self) -> list[Row]:
+        return [r for r in self.rows if r.kind == TOTAL]
+
+    def length_words(self) -> str:
+        """``B ran 70% fewer steps than A (3,000 vs 10,000)``, when the two
+        runs' step counts differ by 10% or more; else ``""``."""
+        r = self.row("steps")
+        if r is None or not r.a or not r.b or r.relative is None or abs(r.relative) < 0.1:
+            return ""
+        how = f"{abs(r.relative):.0%} {'more' if r.relative > 0 else 'fewer'}"
+        return f"B ran {how} steps than A ({_fmt(r.b)} vs {_fmt(r.a)})"
+
+
+def _per_step(s: Snapshot, count: float | None, per: float = 1.0) -> float | None:
+    """``count`` per step (per ``per`` steps); None without steps."""
     steps = steps_of(s)
-    if steps is None or count is None:
+    if steps is None or count is None or not steps.count:
         return None
-    return count / steps.count
+    return count / steps.count * per
 
 
 def _step_time_ms(s: Snapshot, percent: float) -> float | None:
@@ -113,6 +151,8 @@ def _figures(s: Snapshot) -> dict[str, float | None]:
     h2d, d2h = transfer_stats(s)
     syncs = sum(x.count for x in s.sites if x.kind == SiteKind.SYNC.value)
     compiles = sum(g.compiles for g in s.graphs) or (ct.count if ct is not None else None)
+    compile_s = ct.total / 1e9 if ct is not None else (
+        sum(g.compile_seconds_total for g in s.graphs) if s.graphs else None)
     return {
         "steps": float(steps.count) if steps is not None else None,
         "steps_per_s": (steps.count / steps.seconds_total
@@ -120,8 +160,9 @@ def _figures(s: Snapshot) -> dict[str, float | None]:
         "step_time_p50": _step_time_ms(s, 50),
         "step_time_p99": _step_time_ms(s, 99),
         "compiles": float(compiles) if compiles is not None else None,
-        "compile_s": ct.total / 1e9 if ct is not None else (
-            sum(g.compile_seconds_total for g in s.graphs) if s.graphs else None),
+        "compile_s": compile_s,
+        "compiles_per_1k_steps": _per_step(s, compiles, 1000.0),
+        "compile_s_per_1k_steps": _per_step(s, compile_s, 1000.0),
         "h2d_per_step": _per_step(s, h2d.count if h2d.count else None),
         "d2h_per_step": _per_step(s, d2h.count if d2h.count else None),
         "syncs_per_step": _per_step(s, syncs if s.sites else None),
@@ -129,18 +170,21 @@ def _figures(s: Snapshot) -> dict[str, float | None]:
     }
 
 
-# key, label, unit, which way is better
-ROWS: tuple[tuple[str, str, str, str], ...] = (
-    ("steps", "steps", "", "up"),
-    ("steps_per_s", "steps/s", "", "up"),
-    ("step_time_p50", "step time P50", "ms", "down"),
-    ("step_time_p99", "step time P99", "ms", "down"),
-    ("compiles", "compiles", "", "down"),
-    ("compile_s", "compile time", "s", "down"),
-    ("h2d_per_step", "host->device transfers/step", "", "down"),
-    ("d2h_per_step", "device->host transfers/step", "", "down"),
-    ("syncs_per_step", "reads to the host/step", "", "down"),
-    ("graphs", "distinct graphs", "", "down"),
+# key, label, unit, which way is better, rate or total. Rates first: the
+# figures a run's length does not move, the only ones judged.
+ROWS: tuple[tuple[str, str, str, str, str], ...] = (
+    ("steps_per_s", "steps/s", "", "up", RATE),
+    ("step_time_p50", "step time P50", "ms", "down", RATE),
+    ("step_time_p99", "step time P99", "ms", "down", RATE),
+    ("compiles_per_1k_steps", "compiles per 1,000 steps", "", "down", RATE),
+    ("compile_s_per_1k_steps", "compile time per 1,000 steps", "s", "down", RATE),
+    ("h2d_per_step", "host->device transfers/step", "", "down", RATE),
+    ("d2h_per_step", "device->host transfers/step", "", "down", RATE),
+    ("syncs_per_step", "reads to the host/step", "", "down", RATE),
+    ("steps", "steps", "", "up", TOTAL),
+    ("compiles", "compiles", "", "down", TOTAL),
+    ("compile_s", "compile time", "s", "down", TOTAL),
+    ("graphs", "distinct graphs", "", "down", TOTAL),
 )
 KEYS = tuple(k for k, *_ in ROWS)
 
@@ -167,7 +211,8 @@ def _finding_keys(s: Snapshot) -> dict[str, str]:
 def compare(a: Snapshot, b: Snapshot) -> Comparison:
     """What changed from ``a`` to ``b``."""
     fa, fb = _figures(a), _figures(b)
-    rows = [Row(key, label, fa[key], fb[key], unit, better) for key, label, unit, better in ROWS]
+    rows = [Row(key, label, fa[key], fb[key], unit, better, kind)
+            for key, label, unit, better, kind in ROWS]
     ga, gb = _graph_keys(a), _graph_keys(b)
     finds_a, finds_b = _finding_keys(a), _finding_keys(b)
     return Comparison(

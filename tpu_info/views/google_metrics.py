@@ -9,8 +9,8 @@ runtime status of each core), a ``jax.monitoring`` record the hook keeps by
 name (orbax reports its checkpoints there), or pygrain's own Prometheus
 endpoint, which is not read here. What libtpu answered for a name arrives as
 :class:`LibtpuRead` records (asked by :mod:`tpu_info.commands.libtpu_reads`);
-the tables below are pure functions of them, and every N/A says why in words
-made here and nowhere else.
+the tables (:mod:`tpu_info.outputs.metric_tables`) are pure functions of them,
+and every N/A says why in words made here and nowhere else.
 
 Example:
     >>> GOOGLE_METRICS["runtime_hbm_utilization"].source
@@ -24,11 +24,8 @@ Example:
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-
-from rich.table import Table
-from rich.text import Text
 
 from tpu_info.contract.catalog import (
     EXECUTE_TIME,
@@ -36,7 +33,7 @@ from tpu_info.contract.catalog import (
     TRANSFER_TO_DEVICE_TIME,
 )
 from tpu_info.contract.model import CounterReading, DistributionReading
-from tpu_info.views.values import NA, TargetView, clean
+from tpu_info.views.values import TargetView, clean
 from tpu_info.wire.libtpu_extra import CoreState, DeviceGauge, Latency
 
 
@@ -262,7 +259,7 @@ def recorded_name(views: Sequence[TargetView], key: str) -> str | None:
     return None
 
 
-# Tables of what libtpu answered ------------------------------------------------------
+# What libtpu answered -------------------------------------------------------------
 
 def percentile_of(d: DistributionReading, p: float) -> float | None:
     """``d``'s P``p`` from its buckets when it has them, else as it was sent."""
@@ -271,85 +268,6 @@ def percentile_of(d: DistributionReading, p: float) -> float | None:
     if d.buckets is not None and d.count:
         return percentile(d.buckets, d.count, p, d.min, d.max)
     return d.percentile(p)
-
-
-def _table(title: str, *columns: str) -> Table:
-    t = Table(title=title, title_justify="left", min_width=len(title))
-    t.add_column("target", no_wrap=True, overflow="ellipsis", max_width=28)
-    for c in columns:
-        t.add_column(c, no_wrap=c not in ("HLO location", "HLO detail", "error"),
-                     overflow="fold")
-    return t
-
-
-def na_table(m: GoogleMetric, why: str) -> Table:
-    """``m``'s table with one row: N/A and why."""
-    t = Table(title=m.name, title_justify="left", min_width=len(m.name))
-    t.add_column("value", overflow="fold")
-    t.add_row(Text(f"{NA}: {why}"))
-    return t
-
-
-def _gauge_text(value: float, unit: str) -> str:
-    if unit == "%":
-        return f"{value:.1f}%"
-    if unit == "s":
-        return f"{value:.3g} s"
-    return f"{value:.6g}"
-
-
-def libtpu_table(m: GoogleMetric, reads: Sequence[LibtpuRead], columns: Sequence[str],
-                 percentile: Mapping[str, float]) -> Table:
-    """``m``'s table from what each libtpu target answered (none empty here)."""
-    if m.source is Source.LIBTPU_GAUGE:
-        t = _table(m.name, "device", m.unit or "value")
-        for r in reads:
-            for g in r.gauges:
-                t.add_row(Text(clean(r.target)), str(g.device), _gauge_text(g.value, m.unit))
-        return t
-    if m.source is Source.LIBTPU_LATENCY:
-        t = _table(m.name, "attributes", "count", *(c.upper() for c in columns))
-        for r in reads:
-            for d in r.latencies:
-                cells = [NA if (v := d.percentile(percentile[c])) is None
-                         else f"{v:.4g} {m.unit}" for c in columns]
-                t.add_row(Text(clean(r.target)), Text(d.labels), str(d.count), *cells)
-            if any(not d.count for d in r.latencies):
-                t.caption, t.caption_justify = f"{NA}: no samples in that attribute set", "left"
-        return t
-    return _status_table(m, reads)
-
-
-def _status_table(m: GoogleMetric, reads: Sequence[LibtpuRead]) -> Table:
-    if m.key == "cores":
-        t = _table(m.name, "chip", "core", "type", "xdb server", "error")
-        for r in reads:
-            for c in r.cores:
-                t.add_row(Text(clean(r.target)), str(c.chip_id), str(c.global_core_id),
-                          c.core_type, "yes" if c.xdb_server else "no", Text(c.error or "-"))
-        return t
-    if m.key == "queued":
-        t = _table(m.name, "chip", "core", "run", "launch", "fingerprint")
-        for r in reads:
-            for c in r.cores:
-                for q in c.queued:
-                    t.add_row(Text(clean(r.target)), str(c.chip_id), str(c.global_core_id),
-                              str(q.run_id), str(q.launch_id), q.fingerprint[:16])
-        if not t.row_count:
-            t.caption, t.caption_justify = "no programs queued", "left"
-        return t
-    detailed = m.key == "sequencers_detailed"
-    more = ("error", "HLO location", "HLO detail") if detailed else ()
-    t = _table(m.name, "chip", "core", "PC", "tracemark", "program", "run", "sequencer", *more)
-    for r in reads:
-        for c in r.cores:
-            for s in c.sequencers:
-                extra = ((Text(c.error or "-"), Text(s.hlo_location or "-"),
-                          Text(s.hlo_detail or "-")) if detailed else ())
-                t.add_row(Text(clean(r.target)), str(c.chip_id), str(c.global_core_id),
-                          str(s.pc), str(s.tracemark), str(s.program_id), str(s.run_id),
-                          s.kind, *extra)
-    return t
 
 
 def has_value(m: GoogleMetric, r: LibtpuRead) -> bool:

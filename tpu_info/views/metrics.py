@@ -5,8 +5,8 @@ Google's short names keep their meaning (PROTOCOL-libtpu.md); our own names
 catalog that a target records (``metrics.distribution("DataLoadTime", ...)``,
 a ``jax.monitoring`` event such as ``/myapp/checkpoint/save``): its table
 shows the value in its unit, with its help below. Tables are pure functions of
-the gathered views; a device's N/A says the same why as the tables
-(:func:`tpu_info.views.derived.device_row`).
+the gathered views (:mod:`tpu_info.outputs.metric_tables`); a device's N/A
+says the same why as the tables (:func:`tpu_info.views.derived.device_row`).
 
 Example:
     >>> resolve("host_to_device_transfer_latency")
@@ -18,28 +18,12 @@ Example:
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
-
-from rich.table import Table
-from rich.text import Text
+from collections.abc import Sequence
 
 from tpu_info.contract.catalog import CATALOG
-from tpu_info.contract.model import CounterReading, DistributionReading, Unit
-from tpu_info.views.derived import device_row
-from tpu_info.views.google_metrics import (
-    GOOGLE_METRICS,
-    LIBTPU_SOURCES,
-    GoogleMetric,
-    LibtpuRead,
-    Source,
-    has_value,
-    libtpu_table,
-    na_table,
-    percentile_of,
-    reason,
-    recorded_name,
-)
-from tpu_info.views.values import NA, TargetView, clean, format_bytes, format_ns
+from tpu_info.contract.model import CounterReading, DistributionReading
+from tpu_info.views.google_metrics import GOOGLE_METRICS, GoogleMetric, Source
+from tpu_info.views.values import TargetView
 
 PERCENTILE_COLUMNS = {"p1": 1.0, "p5": 5.0, "p10": 10.0, "p20": 20.0, "p50": 50.0, "p80": 80.0,
                       "p90": 90.0, "p95": 95.0, "p99": 99.0, "p999": 99.9}
@@ -107,13 +91,14 @@ def unknown_metric(names: Sequence[str], views: Sequence[TargetView]) -> str | N
             continue
         except ValueError:
             pass
-        if not any(_custom_reading(v, name) is not None for v in views):
+        if not any(custom_reading(v, name) is not None for v in views):
             return (f"unknown metric {name!r}: not a known name and no target read records "
                     f"it; valid metrics: {', '.join(valid_names())}")
     return None
 
 
-def _custom_reading(v: TargetView, name: str) -> CounterReading | DistributionReading | None:
+def custom_reading(v: TargetView, name: str) -> CounterReading | DistributionReading | None:
+    """``v``'s counter or distribution named ``name`` (any name), or None."""
     s = v.snapshot
     if s is None:
         return None
@@ -189,153 +174,3 @@ def _google_meaning(m: GoogleMetric) -> str:
     if m.source is Source.OURS:
         return f"{m.meaning} (our {m.key})"
     return f"{m.meaning} ({_FROM[m.source]})"
-
-
-def list_metrics_table() -> Table:
-    t = Table(title="Metrics", title_justify="left")
-    t.add_column("name", no_wrap=True)
-    t.add_column("unit")
-    t.add_column("meaning", overflow="fold")
-    for m in metric_list():
-        meaning = (f"{m['meaning']} (Google's tpu-info name)" if m["source"] == "google"
-                   else f"{m['kind']}: {m['meaning']}")
-        t.add_row(m["name"], m["unit"], meaning)
-    return t
-
-
-def _value(v: float, unit: Unit) -> str:
-    if unit is Unit.TIME_NS:
-        return format_ns(v)
-    if unit is Unit.BYTES:
-        return format_bytes(v)
-    return f"{v:.6g}"
-
-
-def _titled(name: str, views: Sequence[TargetView]) -> Table:
-    """An empty table titled ``name``, at least as wide as its title (a narrow
-    table would wrap it mid-word), saying why when there is nothing to show."""
-    title = clean(name)
-    t = Table(title=title, title_justify="left", min_width=len(title))
-    if not views:
-        t.caption, t.caption_justify = "No hooked processes found.", "left"
-    return t
-
-
-def metric_table(name: str, views: Sequence[TargetView],
-                 columns: Sequence[str] = DEFAULT_PERCENTILES,
-                 libtpu: Mapping[str, Sequence[LibtpuRead]] | None = None) -> Table:
-    """One table for one metric across every view; ``libtpu`` holds what
-    libtpu answered for Google's names that only it serves
-    (:func:`tpu_info.commands.libtpu_reads.reads`)."""
-    google = google_metric(name)
-    if google is not None and google.source is not Source.OURS:
-        return _google_table(google, views, columns, (libtpu or {}).get(google.name, ()))
-    ours = resolve_or_custom(name)
-    if ours not in CATALOG:
-        return _custom_table(ours, views, columns)
-    t = _titled(name, views)
-    t.add_column("target", no_wrap=True, overflow="ellipsis", max_width=28)
-    kind = CATALOG[ours][0]
-    if kind == "counter":
-        t.add_column("value", justify="right")
-        for v in views:
-            val = str(v.snapshot.counter(ours)) if v.snapshot else f"{NA}: {clean(v.error)}"
-            t.add_row(Text(clean(v.target)), Text(val))
-        return t
-    t.add_column("count", justify="right")
-    for c in columns:
-        t.add_column(c.upper(), justify="right", no_wrap=True)
-    for v in views:
-        d = v.snapshot.distribution(ours) if v.snapshot else None
-        if d is None or not d.count:
-            why = clean(v.error) if not v.ok else f"no {ours} samples recorded"
-            t.add_row(Text(clean(v.target)), "0", *[NA] * len(columns))
-            t.caption = f"{NA}: {why}"
-            continue
-        cells = []
-        for c in columns:
-            p = percentile_of(d, PERCENTILE_COLUMNS[c])
-            cells.append(NA if p is None else _value(p, d.unit))
-        t.add_row(Text(clean(v.target)), str(d.count), *cells)
-    return t
-
-
-def _google_table(m: GoogleMetric, views: Sequence[TargetView], columns: Sequence[str],
-                  reads: Sequence[LibtpuRead]) -> Table:
-    """Google's name ``m``, from its source, or one row saying why not."""
-    if m.source in (Source.DEVICE_HBM, Source.DEVICE_BUSY):
-        return _device_table(m, views)
-    if m.source in LIBTPU_SOURCES:
-        shown = [r for r in reads if has_value(m, r)]
-        if shown:
-            return libtpu_table(m, shown, columns, PERCENTILE_COLUMNS)
-        failed = next((r for r in reads if r.error), None)
-        reachable = any(v.ok and v.source == "libtpu" for v in views)
-        return na_table(m, reason(m, libtpu_reachable=reachable, hooked=False, read=failed))
-    recorded = recorded_name(views, m.key)
-    if recorded is not None:
-        return _custom_table(recorded, [v for v in views if v.source == "hook"], columns,
-                             title=m.name)
-    hooked = any(v.ok and v.source == "hook" for v in views)
-    return na_table(m, reason(m, libtpu_reachable=False, hooked=hooked))
-
-
-def _device_table(m: GoogleMetric, views: Sequence[TargetView]) -> Table:
-    """HBM used / total, or busy %, of each device of each view, with the
-    device tables' reasons for an N/A (:func:`tpu_info.views.derived.device_row`)."""
-    hbm = m.source is Source.DEVICE_HBM
-    t = _titled(m.name, views)
-    t.add_column("target", no_wrap=True, overflow="ellipsis", max_width=28)
-    t.add_column("device", no_wrap=True)
-    t.add_column("HBM used / total" if hbm else "busy %", no_wrap=True)
-    for v in views:
-        if not v.ok or v.snapshot is None:
-            t.add_row(Text(clean(v.target)), NA, Text(f"{NA}: {clean(v.error)}"))
-            continue
-        if not v.snapshot.devices:
-            t.add_row(Text(clean(v.target)), NA, Text(f"{NA}: the process reported no devices"))
-        for dev in v.snapshot.devices:
-            row = device_row(v, dev)  # the tables' values, and their reasons
-            if hbm:
-                used, total = row.hbm_used, row.hbm_total
-                val = (f"{format_bytes(used.value)} / {format_bytes(total.value)}"
-                       if used.value is not None and total.value else
-                       f"{NA}: {clean(used.reason or total.reason or 'not reported')}")
-            else:
-                val = (f"{row.busy.value:.1f}%" if row.busy.value is not None
-                       else f"{NA}: {clean(row.busy.reason)}")
-            t.add_row(Text(clean(v.target)), Text(f"{dev.id} {clean(dev.kind)}"), Text(val))
-    return t
-
-
-def _custom_table(name: str, views: Sequence[TargetView], columns: Sequence[str],
-                  title: str | None = None) -> Table:
-    """A metric outside the catalog: a counter's value or a distribution's
-    count and percentiles, in its unit, with its help as the caption."""
-    t = _titled(title or name, views)
-    t.add_column("target", no_wrap=True, overflow="ellipsis", max_width=28)
-    found = [(v, _custom_reading(v, name)) for v in views]
-    dist = any(isinstance(r, DistributionReading) for _, r in found)
-    if dist:
-        t.add_column("count", justify="right")
-        for c in columns:
-            t.add_column(c.upper(), justify="right", no_wrap=True)
-    else:
-        t.add_column("value", justify="right")
-    width = 1 + len(columns) if dist else 1
-    about = ""
-    for v, r in found:
-        if r is None:
-            why = clean(v.error) if not v.ok else f"this target records no {clean(name)}"
-            t.add_row(Text(clean(v.target)), Text(f"{NA}: {why}"), *[""] * (width - 1))
-            continue
-        about = about or (f"{clean(r.help)} " if r.help else "") + f"(unit: {r.unit.value})"
-        if isinstance(r, DistributionReading):
-            cells = [NA if (p := percentile_of(r, PERCENTILE_COLUMNS[c])) is None
-                     else _value(p, r.unit) for c in columns]
-            t.add_row(Text(clean(v.target)), str(r.count), *cells)
-        else:
-            value = _value(r.value, r.unit) if r.unit is not Unit.NUMBER else str(r.value)
-            t.add_row(Text(clean(v.target)), Text(value), *[""] * (width - 1))
-    t.caption = about or t.caption
-    return t

@@ -52,6 +52,7 @@ from tpu_info.wire.fillers import (  # noqa: F401 - the server side, re-exported
     metric_infos_to_proto,
     snapshot_to_proto,
 )
+from tpu_info.wire.run_series import MAX_SERIES, read_series  # noqa: F401 - re-exported
 from tpu_info.wire.sites import read_diagnosis
 
 T = TypeVar("T")
@@ -194,6 +195,8 @@ def _distribution(m: pb.Distribution, dec: Decoding) -> DistributionReading | No
         recent=_samples(m.recent_times_unix, m.recent_values, f"{where} recent samples", dec),
         buckets=buckets,
         help=text(m.help),
+        series=(read_series(m.series, m.count, f"{where} series", dec)
+                if m.HasField("series") else None),
     )
 
 

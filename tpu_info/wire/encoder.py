@@ -153,7 +153,7 @@ GRAPH = FastFields(pb.Graph, direct=(
 DISTRIBUTION = FastFields(pb.Distribution, direct=("buckets",), filled=(
     "name", "unit", "count", "total", "min", "max", "rate_per_second",
     "value_rate_per_second", "percentile_percents", "percentile_values",
-    "recent_times_unix", "recent_values", "help"))
+    "recent_times_unix", "recent_values", "help", "series"))
 BUCKETS = FastFields(pb.Buckets, direct=("positive_keys", "negative_keys"),
                      filled=("gamma", "positive_counts", "negative_counts", "zero"))
 PLANS = (SNAPSHOT, EVENT, GRAPH, DISTRIBUTION, BUCKETS)  # every message the fast path writes

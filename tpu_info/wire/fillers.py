@@ -31,6 +31,7 @@ from tpu_info.contract.model import (
     Snapshot,
     Unit,
 )
+from tpu_info.contract.series import RunSeries
 from tpu_info.proto import tpu_info_v1_pb2 as pb
 from tpu_info.wire.sites import fill_diagnosis
 
@@ -87,6 +88,19 @@ def fill_distribution(m: pb.Distribution, d: DistributionReading,
         fill_buckets(m.buckets, d.buckets)
     if d.help:
         m.help = d.help
+    if d.series is not None:
+        fill_series(m.series, d.series)
+
+
+def fill_series(m: pb.RunSeries, r: RunSeries) -> None:
+    """Writes a whole-run series into ``m`` (its arrays straight in, from C)."""
+    m.width = r.width
+    m.first_unix.extend(r.first_unix)
+    m.last_unix.extend(r.last_unix)
+    m.counts.extend(r.counts)
+    m.totals.extend(r.totals)
+    m.mins.extend(r.mins)
+    m.maxs.extend(r.maxs)
 
 
 def fill_graph(m: pb.Graph, g: GraphRecord) -> None:

@@ -3,11 +3,14 @@
 Wide terminals (140 columns and 30 rows, or more) show every panel at once:
 devices, processes and findings (costliest first, one line each) across the
 top, graphs on the left, transfers and events on the right. Narrow ones
-(80x24) keep devices on top and show one of the other panels below, named in
-a tab line; ``tab`` moves between panels in both layouts. ``g`` and ``f``
-open the detail of the graph and of the finding under each cursor (the
-costliest at first) from any panel. ``n`` lists why each N/A is N/A; each
-panel's tooltip says it too.
+(80x24) keep nvidia-smi's two halves on the first screen, devices and then
+processes (a few rows, scrolling), and show one of the other panels below,
+named in a tab line; short ones (under 30 rows) draw the step line without
+its frame to leave that panel room. ``tab`` moves between panels in both
+layouts. ``g`` and ``f`` open the detail of the graph and of the finding
+under each cursor (the costliest at first) from any panel. ``n`` lists why
+each N/A is N/A; each panel's tooltip says it too. ``u`` (or ``/`` on the
+Processes panel) filters the processes by user and pid.
 
 The step line is redrawn at every update (at 10 Hz, ten times a second); the
 other panels at most every :data:`SLOW_S` seconds and always after the last
@@ -25,17 +28,20 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.events import Resize
+from textual.message import Message
 from textual.screen import Screen
 from textual.timer import Timer
 from textual.widget import Widget
 from textual.widgets import Footer, Input, Static
 
+from tpu_info.views.derived import owner_rows
 from tpu_info.views.values import clean
+from tui.procs import ProcessFilter
 from tui.screens.reasons import ReasonsScreen
 from tui.source import Conn
 from tui.state import WatchState
 from tui.widgets.common import Palette, hms
-from tui.widgets.devices import DevicesPanel
+from tui.widgets.devices import DevicesPanel, join
 from tui.widgets.events import EventsPanel
 from tui.widgets.findings import FindingsPanel
 from tui.widgets.graphs import GraphsPanel
@@ -49,7 +55,7 @@ if TYPE_CHECKING:
 
 SLOW_S = 0.5  # the slowest redraw of every panel but the step line
 PANELS = ("devices", "graphs", "processes", "transfers", "events", "findings")
-LOWER = PANELS[1:]
+TABBED = ("graphs", "transfers", "events", "findings")  # narrow: one at a time, below
 WIDE_COLUMNS = 140
 TALL_ROWS = 30
 
@@ -63,7 +69,7 @@ class PanelTabs(Static):
 
     def show(self, active: str) -> None:
         t = Text()
-        for name in LOWER:
+        for name in TABBED:
             label = f" {name.capitalize()} "
             t.append(label, style="reverse bold" if name == active else "")
             t.append(" ")
@@ -83,24 +89,31 @@ class MainScreen(Screen[None]):
     #graphs { width: 3fr; height: 1fr; }
     #side { width: 2fr; height: 1fr; }
     #events { height: 1fr; }
-    #filter { dock: bottom; display: none; margin-bottom: 1; }
+    #filter, #process-filter { dock: bottom; display: none; margin-bottom: 1; }
     MainScreen.-narrow #graphs { width: 1fr; }
     MainScreen.-narrow #side { width: 1fr; }
     MainScreen.-narrow #side > .panel { height: 1fr; max-height: 100%; }
-    MainScreen.-narrow #processes { height: 1fr; max-height: 100%; }
     MainScreen.-narrow #findings { height: 1fr; max-height: 100%; }
     MainScreen.-narrow #devices { max-height: 45%; }
     MainScreen.-narrow #steps { height: 4; }
+    MainScreen.-narrow.-short #devices { max-height: 40%; }
+    MainScreen.-narrow.-short #processes { max-height: 6; }
+    MainScreen.-narrow.-short #steps { height: 2; border: none; padding: 0 1;
+                                        background: $boost; }
     """
 
     BINDINGS = [
         Binding("tab", "next_panel", "Panel", priority=True),
         Binding("shift+tab", "prev_panel", "Prev panel", show=False, priority=True),
         Binding("escape", "close_filter", "Close filter", show=False),
+        Binding("u", "filter_processes", "Filter processes", show=False),
         Binding("n", "why_na", "Why N/A", show=False),
         Binding("g", "open_graph", "Graph detail"),
         Binding("f", "open_finding", "Finding detail"),
     ]
+
+    class ProcessFilterChanged(Message):
+        """The process filter changed (the app may pick another process)."""
 
     def __init__(self, state: WatchState, clock: Callable[[], float], tz: tzinfo | None) -> None:
         super().__init__()
@@ -109,6 +122,7 @@ class MainScreen(Screen[None]):
         self.tz = tz
         self.active = "graphs"
         self.narrow = True
+        self.short = True
         self.palette = Palette()
         self._slow_due = 0.0
         self._slow_timer: Timer | None = None
@@ -118,9 +132,9 @@ class MainScreen(Screen[None]):
         yield HeaderBar(id="header")
         yield Static(id="banner")
         yield DevicesPanel(id="devices", classes="panel")
-        yield PanelTabs(id="tabs")
         yield ProcessesPanel(id="processes", classes="panel")
         yield StepsPanel(id="steps", classes="panel")
+        yield PanelTabs(id="tabs")
         yield FindingsPanel(id="findings", classes="panel")
         with Horizontal(id="bottom"):
             yield GraphsPanel(id="graphs", classes="panel")
@@ -128,6 +142,8 @@ class MainScreen(Screen[None]):
                 yield TransfersPanel(id="transfers", classes="panel")
                 yield EventsPanel(id="events", classes="panel")
         yield Input(id="filter", placeholder="filter graphs and events (enter: keep, esc: close)")
+        yield Input(id="process-filter", placeholder="filter processes: user or pid, e.g. alice "
+                    "4242, user:bob pid:7 (enter: keep, esc: clear)")
         yield Footer()
 
     def on_mount(self) -> None:
@@ -150,12 +166,13 @@ class MainScreen(Screen[None]):
     def _layout(self) -> None:
         size = self.app.size
         self.narrow = size.width < WIDE_COLUMNS or size.height < TALL_ROWS
+        self.short = size.height < TALL_ROWS
         self.set_class(self.narrow, "-narrow")
+        self.set_class(self.short, "-short")
         self.query_one(PanelTabs).display = self.narrow
-        for name in LOWER:
+        for name in TABBED:
             self.query_one(f"#{name}").display = not self.narrow or name == self.active
-        self.query_one("#bottom").display = (not self.narrow
-                                             or self.active not in ("processes", "findings"))
+        self.query_one("#bottom").display = not self.narrow or self.active != "findings"
         self.query_one("#side").display = (not self.narrow
                                            or self.active in ("transfers", "events"))
         if self.narrow:
@@ -174,7 +191,7 @@ class MainScreen(Screen[None]):
 
     def switch_to(self, name: str) -> None:
         """Shows (in narrow layouts) and focuses panel ``name``."""
-        if name in LOWER:
+        if name in TABBED:
             self.active = name
             self._layout()
         self.panel(name).focus()
@@ -204,22 +221,61 @@ class MainScreen(Screen[None]):
     # Filter -----------------------------------------------------------------
 
     def open_filter(self) -> None:
+        self.query_one("#process-filter", Input).display = False  # one box at a time
         box = self.query_one("#filter", Input)
         box.value = self.state.filter
         box.display = True
         box.focus()
 
     def action_close_filter(self) -> None:
+        """Esc: closes the graphs filter (kept); clears and closes the process
+        filter; on the Processes panel, clears its filter."""
         box = self.query_one("#filter", Input)
-        if box.display:
+        pbox = self.query_one("#process-filter", Input)
+        if pbox.display:
+            pbox.display = False
+            self.set_process_filter(ProcessFilter())
+            self.panel("processes").focus()
+        elif box.display:
             box.display = False
             self.panel(self.active).focus()
+        elif self.state.process_filter and self._focused_panel() == "processes":
+            self.set_process_filter(ProcessFilter())
+
+    def action_filter_processes(self) -> None:
+        """Opens the process filter (user and pid) under the panels."""
+        self.query_one("#filter", Input).display = False  # one box at a time
+        box = self.query_one("#process-filter", Input)
+        box.value = self.state.process_filter.text()
+        box.display = True
+        box.focus()
+
+    def on_processes_panel_filter_asked(self, _message: ProcessesPanel.FilterAsked) -> None:
+        self.action_filter_processes()
+
+    def set_process_filter(self, flt: ProcessFilter) -> None:
+        if flt != self.state.process_filter:
+            self.state.process_filter = flt
+            self.post_message(self.ProcessFilterChanged())
+        self.show_all()
 
     def on_input_changed(self, event: Input.Changed) -> None:
+        if event.input.id == "process-filter":
+            try:
+                flt = ProcessFilter.parse(event.value)
+            except ValueError as e:  # half typed: the last good filter stays
+                self.query_one(ProcessesPanel).border_subtitle = f"{clean(str(e), 60)}"
+                return
+            self.set_process_filter(flt)
+            return
         self.state.filter = event.value
         self.show_all()
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
+        if event.input.id == "process-filter":
+            event.input.display = False
+            self.panel("processes").focus()
+            return
         self.action_close_filter()
 
     # Drawing ----------------------------------------------------------------
@@ -255,11 +311,17 @@ class MainScreen(Screen[None]):
         self._slow_due = now + SLOW_S
         s, palette = self.state, self.palette
         targets, current = s.ordered(), s.current()
+        joined = join(targets, s.local, s.host, s.all_chips)
+        views, devs = joined
         self.query_one(DevicesPanel).show(targets, s.selected, palette, s.local, s.all_chips,
-                                          s.host)
+                                          s.host, joined)
         self.query_one(GraphsPanel).show(current, s.sort, s.filter, palette)
         self.query_one(TransfersPanel).show(current, palette)
-        self.query_one(ProcessesPanel).show(targets, s.selected, palette, self.tz)
+        hooked = {v.snapshot.process.pid for v in views
+                  if v.snapshot is not None and v.snapshot.process is not None}
+        owners = owner_rows(devs.listed, s.local, hooked) if devs is not None else ()
+        self.query_one(ProcessesPanel).show(targets, s.selected, palette, self.tz, owners,
+                                            local=s.local, host=s.host, flt=s.process_filter)
         self.query_one(FindingsPanel).show(targets, current, palette, self.tz)
         self.query_one(EventsPanel).show(current, s.filter, palette, self.tz)
 

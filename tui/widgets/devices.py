@@ -25,8 +25,8 @@ from rich.text import Text
 
 from tpu_info.contract.model import LocalScan
 from tpu_info.views.chips import BUSY_LIBTPU, HBM_HOOK, HBM_LIBTPU, ChipUsage
-from tpu_info.views.derived import DeviceRow, device_readings, device_row
-from tpu_info.views.values import NA, clean, format_percent
+from tpu_info.views.derived import DeviceReadings, DeviceRow, device_readings, device_row
+from tpu_info.views.values import NA, TargetView, clean, format_percent
 from tui.state import TargetData, series
 from tui.widgets.common import BAR_CELLS, Palette, bar, reasons_tip, sparkline, timeline, view_of
 from tui.widgets.table import LiveTable
@@ -61,6 +61,18 @@ def _joined(targets: dict[str, TargetData], pairs: Sequence[tuple[str, int]], at
         known = [v for v in values if v is not None]
         out.append(None if not known else sum(known) / len(known) if mean else sum(known))
     return out
+
+
+Joined = tuple[list[TargetView], DeviceReadings | None]
+
+
+def join(targets: Sequence[TargetData], local: LocalScan | None, host: str | None,
+         all_chips: bool = False) -> Joined:
+    """The targets' views and the chips joined with them (None: no chips
+    scanned); the Processes panel's chip owners come from the same join."""
+    views = [view_of(d) for d in targets]
+    return views, (device_readings(views, local, host, all_chips) if local and local.chips
+                   else None)
 
 
 def subtitle(hidden: int, estimated: bool) -> str:
@@ -104,10 +116,10 @@ class DevicesPanel(LiveTable):
 
     def show(self, targets: Sequence[TargetData], selected: str | None, palette: Palette,
              local: LocalScan | None = None, all_chips: bool = False,
-             host: str | None = None) -> None:
-        """Brings every cell up to date with ``targets`` and the host scan ``local``."""
-        views = [view_of(d) for d in targets]
-        devs = device_readings(views, local, host, all_chips) if local and local.chips else None
+             host: str | None = None, joined: Joined | None = None) -> None:
+        """Brings every cell up to date with ``targets`` and the host scan
+        ``local`` (``joined``: :func:`join` of them, when the caller has it)."""
+        views, devs = joined or join(targets, local, host, all_chips)
         by_name = {d.target: d for d in targets}
         rows: list[tuple[str, tuple[ChipUsage, DeviceRow] | tuple[TargetData, DeviceRow]]] = []
         labels: list[str] = []

@@ -1,5 +1,6 @@
 """The step line: steps/s, step time P50/P99 (with the timed steps they stand
-on, where fewer than counted), busy %, and their history.
+on, where fewer than counted), busy %, where the run's time went
+(:mod:`tpu_info.views.breakdown`), and their history.
 
 Four lines under one border. The first says the numbers
 (:func:`tpu_info.views.steps.step_line`: the same count and N/A words as the
@@ -25,6 +26,7 @@ from textual.events import Resize
 from textual.widgets import Static
 
 from tpu_info.contract.model import GraphRecord
+from tpu_info.views.breakdown import breakdown
 from tpu_info.views.cost import duration
 from tpu_info.views.derived import Derived, graph_row
 from tpu_info.views.steps import step_line, transfers_per_second
@@ -163,6 +165,8 @@ class StepsPanel(Static):
         if moves is not None:
             t.append(f"  transfers h->d {rate_text(moves[0])}/s d->h {rate_text(moves[1])}/s",
                      style=muted)
+        if (time := breakdown(data.snapshot)) is not None and time.parts:
+            t.append(f"  time: {time.short_line()}", style=muted)  # where the run's time went
         if line.steps.value is not None and line.p50_seconds.value is None:
             t.append(f"  P50/P99 N/A: {clean(line.p50_seconds.reason, 120)}", style=muted)
         if rows >= FULL:

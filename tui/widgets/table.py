@@ -187,8 +187,10 @@ class LiveTable(ScrollView, can_focus=True):
             self.cursor_row = self._lt_index[current]
         self.refresh()
 
-    def move_cursor(self, row: int) -> None:
-        """Puts the cursor on ``row`` (clamped) and scrolls it into view."""
+    def move_cursor(self, row: int, announce: bool = True) -> None:
+        """Puts the cursor on ``row`` (clamped) and scrolls it into view;
+        posts :class:`Highlighted` if it moved, unless ``announce`` is False
+        (the owner placing it where its data says, not the user moving it)."""
         if not self.row_keys:
             self.cursor_row = 0
             return
@@ -197,7 +199,8 @@ class LiveTable(ScrollView, can_focus=True):
         if old != row:
             self._refresh_row(old)
             self._refresh_row(row)
-            self.post_message(self.Highlighted(self, self.row_keys[row]))
+            if announce:
+                self.post_message(self.Highlighted(self, self.row_keys[row]))
         top = int(self.scroll_offset.y)
         visible = max(1, self.scrollable_content_region.height - 1)
         if row < top:

@@ -52,7 +52,7 @@ def test_engine_op_counters_are_one_family_with_an_op_label():
     fams = parse(text)
     assert not [n for n in fams if n.startswith(("tpu_info_lazy_", "tpu_info_xla_",
                                                  "tpu_info_aten_"))], sorted(fams)
-    got = {(s.labels["namespace"], s.labels["op"]): s.value for s in fams["tpu_info_ops"].samples}
+    got = {(s.labels["op_namespace"], s.labels["op"]): s.value for s in fams["tpu_info_ops"].samples}
     assert got == {("lazy", "add"): 5, ("lazy", "mm"): 2, ("xla", "addmm"): 3,
                    ("aten", "nonzero"): 1}
     assert fams["tpu_info_ops"].type == "counter"
@@ -277,7 +277,7 @@ def test_real_torch_lazy_ops_are_one_family():
     fams = parse(r.stdout)
     assert not [n for n in fams if n.startswith("tpu_info_lazy_")], sorted(fams)
     ops = {s.labels["op"]: s.value for s in fams["tpu_info_ops"].samples
-           if s.labels["namespace"] == "lazy"}
+           if s.labels["op_namespace"] == "lazy"}
     assert ops.get("tanh") == 3 and len(ops) >= 3, ops
     promtool_check(r.stdout)
 

@@ -194,7 +194,11 @@ TOP = {"--json": None, "-p": None, "--no-color": None, "--list_metrics": None,
        "--watch": None, "--streaming": None, "--rate": "seconds", "--timeout": "seconds",
        "--metric": "metric", "-f": "filter", "--target": "target", "--targets-file": "file",
        "-l": "seconds", "--query": "query", "--format": "format", "--help-query": None,
-       "-v": None, "--bogus": None}
+       "-v": None, "--bogus": None,
+       # nvidia-smi's and nvitop's spellings (issue 43)
+       "-q": None, "--query-gpu": "query", "--query-compute-apps": "query", "-i": "pid",
+       "--only": "pid", "--only-visible": None, "--all": None, "--pid": "pid", "--user": None,
+       "-L": None}
 SUB = {
     None: {},
     "doctor": {"--json": None},
@@ -303,6 +307,13 @@ def test_watch_hands_over_checked_values(contained):
     argv = contained[0]
     assert argv[argv.index("--rate") + 1] == "0.1"  # the floor
     assert "xn--bcher-kva.example:80" in argv
+    assert cli.main(["--watch", "--pid", "42", "7,9", "--user", "alice,1000"]) == 0
+    argv = contained[1]  # nvitop's selection: the Processes panel filtered at first
+
+    def given(flag: str) -> list[str]:
+        return [v for i, a in enumerate(argv) if a == flag for v in argv[i + 1].split(",")]
+
+    assert given("--pid") == ["42", "7", "9"] and given("--user") == ["alice", "1000"]
 
 
 WATCH = {"--target": "target", "--rate": "seconds", "--timeout": "seconds",

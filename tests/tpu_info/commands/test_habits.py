@@ -1,5 +1,6 @@
-"""Habits an ops engineer brings: nvidia-smi's spellings get a one-line hint
-naming ours (exit 2), and NO_COLOR / FORCE_COLOR are honoured."""
+"""Habits an ops engineer brings: nvidia-smi's spellings tpu-info has no flag
+for get a one-line hint naming ours (exit 2), and NO_COLOR / FORCE_COLOR are
+honoured."""
 
 from __future__ import annotations
 
@@ -22,16 +23,13 @@ ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.mark.parametrize("argv, says", [
-    (["--query-gpu=index,memory.used", "--format=csv"],
-     "nvidia-smi's --query-gpu is --query here: tpu-info --query index,memory.used --format csv"),
-    (["--query-gpu", "index,utilization.gpu,bogus", "--format=csv,noheader"],
-     "tpu-info --query index,utilization.gpu --format csv,noheader"),
-    (["--query-compute-apps=pid,process_name,used_memory", "--format=csv"],
-     "is --query with process fields here (a row per process): "
-     "tpu-info --query pid,process --format csv"),
-    (["-i1", "-q"], "nvidia-smi's -q (every detail) is"),  # -i and -L are flags (test_device_ids)
-    (["-q"], "nvidia-smi's -q (every detail) is: tpu-info (every section), tpu-info --json"),
+    # -L, -i, -q, --query-gpu and --query-compute-apps are flags (test_nvidia_smi_spellings)
+    (["--query-accounted-apps=pid,used_memory", "--format=csv"],
+     "nvidia-smi's --query-accounted-apps lists processes that ended: tpu-info runs"),
+    (["-q", "-x"], "nvidia-smi's -x (XML) is --json here: tpu-info --json"),
+    (["--xml-format"], "nvidia-smi's --xml-format (XML) is --json here"),
     (["--query"], "--query takes fields here"),
+    (["--query"], "nvidia-smi's --query (every detail) is -q here: tpu-info -q"),
 ])
 def test_nvidia_smi_spellings_get_a_hint_naming_ours(argv, says, capsys):
     assert cli.main(argv) == cli.EXIT_USAGE
@@ -39,7 +37,8 @@ def test_nvidia_smi_spellings_get_a_hint_naming_ours(argv, says, capsys):
     assert err.count("\n") == 1 and says in err, err
     assert "invalid choice" not in err and "unrecognized" not in err
     # The command the hint names is one tpu-info accepts.
-    for suggested in re.findall(r"tpu-info (--query [\w.,]+ --format [a-z,]+)", err):
+    for suggested in re.findall(r"tpu-info (--query-compute-apps=[\w.,]+ --format=[a-z,]+)",
+                                err):
         args = build_parser().parse_args(suggested.split())
         check_combination(args)
 

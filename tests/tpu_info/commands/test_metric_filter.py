@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from rich.console import Console
 
-from tpu_info.views.metrics import DEFAULT_PERCENTILES, metric_table, parse_filter
+from tpu_info.outputs.metric_tables import metric_table
+from tpu_info.views.metrics import DEFAULT_PERCENTILES, parse_filter
 
 
 @pytest.mark.parametrize("text,cols", [

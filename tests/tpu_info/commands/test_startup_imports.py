@@ -23,7 +23,8 @@ pytestmark = pytest.mark.slow  # each test runs `tpu-info` in a subprocess
 # torch or jax"), the dashboard (its own process), the hook's packages.
 NEVER = ("torch", "jax", "jaxlib", "numpy", "textual", "tui", "metrics", "profiler")
 # What prints another form than the one asked for, or serves another command.
-NOT_FOR_THE_TABLE = ("shtab", "tpu_info.outputs.query", "tpu_info.views.metrics",
+NOT_FOR_THE_TABLE = ("shtab", "tpu_info.outputs.query", "tpu_info.outputs.nvsmi_fields",
+                     "tpu_info.outputs.detail", "tpu_info.views.metrics",
                      "tpu_info.outputs.textreport", "tpu_info.commands.report_html",
                      "tpu_info.commands.profile", "tpu_info.commands.run",
                      "tpu_info.commands.saved", "tpu_info.commands.exporter",
@@ -64,10 +65,11 @@ def test_the_tables_import_what_draws_them_and_nothing_for_other_forms(runtime_d
     assert "tpu_info.outputs.render" in names  # imported while the targets answer
 
 
-@pytest.mark.parametrize("args", [["--json"], ["--query", "pid,hbm_used", "--format", "csv"]],
-                         ids=["json", "csv"])
+@pytest.mark.parametrize("args", [["--json"], ["--query", "pid,hbm_used", "--format", "csv"],
+                                  ["--query-gpu=index,memory.used", "--format=csv"], ["-q"]],
+                         ids=["json", "csv", "query-gpu", "detail"])
 def test_json_and_csv_never_load_rich(args, runtime_dir):
-    """The document and the CSV rows are written without a console."""
+    """The document, the CSV rows and -q's detail are written without a console."""
     names = imported(args, runtime_dir)
     assert _under(names, NEVER) == []
     assert _under(names, TABLES) == []

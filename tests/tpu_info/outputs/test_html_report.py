@@ -29,6 +29,7 @@ from tpu_info.contract.model import (
     StepsReading,
     Unit,
 )
+from tpu_info.contract.series import RunSeries
 from tpu_info.outputs.html import report_html
 from tpu_info.views.slow_steps import outliers
 
@@ -109,6 +110,8 @@ def test_one_point_per_step_sample_and_slow_ones_marked() -> None:
     assert page.count('<rect class="compile"') == page.count('<rect class="recompile"') == 1
     assert "1 compile(s) ended before the first step shown" in page
     assert 'class="loop"' in page  # the step loop shaded on the timeline
+    # A hook (or saved run) from before whole-run series: its last samples, said so.
+    assert "The last 40 of 40 steps (the program&#x27;s hook keeps no whole-run series)" in page
 
 
 def test_a_step_far_above_the_rest_puts_the_plot_on_a_log_scale() -> None:
@@ -185,3 +188,77 @@ def test_a_recompile_events_hover_tells_its_typed_cause() -> None:
     page = report_html(s)
     assert "tensor &#x27;x&#x27; size mismatch at index 0: 4 -&gt; 8; backend cache hit" in page
     assert "newer Dynamo" not in page
+
+
+def _long_run(n: int = 10_000, spikes: tuple[int, ...] = (100, 9_000),
+              width: int = 64) -> Snapshot:
+    """``n`` steps of 10 ms (200 ms at ``spikes``) as the hook keeps them: the
+    last 64 as recent samples, the whole run in buckets of ``width``."""
+    values = [200e6 if i in spikes else 10e6 * (1 + (i % 3) / 10) for i in range(n)]
+    times = [NOW + 1.0 + 0.011 * (i + 1) for i in range(n)]
+    cuts = range(0, n, width)
+    series = RunSeries(width, [times[a] for a in cuts],
+                       [times[min(a + width, n) - 1] for a in cuts],
+                       [len(values[a:a + width]) for a in cuts],
+                       [sum(values[a:a + width]) for a in cuts],
+                       [min(values[a:a + width]) for a in cuts],
+                       [max(values[a:a + width]) for a in cuts])
+    d = replace(dist("StepTime", Unit.TIME_NS, values),
+                recent=Samples(times[-64:], values[-64:]), series=series)
+    events = (Event(1, NOW + 0.5, EventKind.COMPILE, "jit(step)", "a" * 64, "", None, 0.3),
+              Event(2, times[n // 2], EventKind.RECOMPILE, "jit(step)", "b" * 64,
+                    "argument 'x' changed f32[32,16] -> f32[8,16]", "/w/train.py:16", 0.08))
+    return Snapshot(times[-1] + 1.0, ProcessRecord(1, "train.py", start_time_unix=NOW),
+                    distributions=(d,), events=events, last_seq=2,
+                    steps=StepsReading(n + 1, "marked", seconds_total=sum(values) / 1e9,
+                                       first_unix=NOW + 1.0, last_unix=times[-1]))
+
+
+def test_the_step_plot_spans_the_whole_run_in_bounded_points_and_keeps_its_spikes() -> None:
+    """Issue 43: the plot covered the last 64 steps. Now 10,000 steps are
+    157 points (buckets of 64 consecutive steps: mean, line from fastest to
+    slowest), from the first step to the last, and both slow steps show."""
+    s = _long_run()
+    page = report_html(s)
+    series = s.distributions[0].series
+    assert series is not None and len(series) == 157
+    assert page.count("<circle") == 157  # one per bucket, not one per step
+    assert page.count('<circle class="slow"') == 2  # the buckets of steps 100 and 9,000
+    assert page.count('<line class="range slow"') == 2
+    assert "step samples 1-64 (64)" in page and "step samples 9,985-10,000 (16)" in page
+    assert "slowest 200 ms (slow)" in page
+    assert "The whole run: 10,000 step samples in 157 points of 64" in page
+    assert "The last 64" not in page
+    assert page.count('class="mark recompile"') == 1  # mid-run: inside the plot now
+    assert len(page.encode()) < 300_000
+
+
+def test_a_short_run_is_one_point_per_step() -> None:
+    s = _long_run(n=120, spikes=(30,), width=1)
+    page = report_html(s)
+    assert page.count("<circle") == 120 and page.count('<circle class="slow"') == 1
+    assert "All 120 step samples, one point each." in page
+    assert "<line class=\"range" not in page
+
+
+def test_a_run_saved_before_whole_run_series_still_reads_and_plots_its_last_steps(
+        tmp_path: Path) -> None:
+    """A saved run written by an older hook has no ``series`` field (the
+    wire's field 15 of Distribution): ``report --from --html`` reads it and
+    plots its last 64 steps, saying so; a new one plots the whole run."""
+    from tpu_info.proto import tpu_info_v1_pb2 as pb
+    from tpu_info.wire import runfile
+    from tpu_info.wire.codec import snapshot_to_proto
+
+    msg = snapshot_to_proto(_long_run())
+    new = msg.SerializeToString()
+    for d in msg.distributions:
+        d.ClearField("series")  # what an older hook wrote
+    assert pb.Distribution.DESCRIPTOR.fields_by_name["series"].number == 15
+    for name, data, words in (("old", msg.SerializeToString(), "The last 64 of 10,000 steps"),
+                              ("new", new, "The whole run: 10,000 step samples in 157")):
+        run = tmp_path / f"{name}{runfile.SUFFIX}"
+        runfile.write(run, runfile.encode(data, "exit", NOW + 200.0))
+        out = tmp_path / f"{name}.html"
+        assert main(["report", "--from", str(run), "--html", str(out)]) == 0
+        assert words in out.read_text()

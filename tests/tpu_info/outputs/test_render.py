@@ -327,7 +327,7 @@ def test_outputs_are_siblings_over_one_view():
 def test_metric_view_says_the_same_why_as_the_tables():
     from rich.console import Console
 
-    from tpu_info.views.metrics import metric_table
+    from tpu_info.outputs.metric_tables import metric_table
     views, local = SCENARIOS["cpu_host"]()
     why = dict(reasons(views, local=local, header=header()))
     console = Console(width=200, record=True, file=open(os.devnull, "w"))  # noqa: SIM115

@@ -95,6 +95,8 @@ Graphs: 2 known, top 2 by compile time
                 last cause: first call at train.py:88
   bbbbbbbbbbbb         1      0  002ms800.000us        1  jit(train_step)
                 last cause: argument 'batch' changed f32[32,128] -> f32[31,128] at train.py:88
+Time:
+  run 10.0 s: compiles 5.6 ms (<1%), other 10.0 s (100%)
 Findings:
   - [recompile_short_last_batch] jit(train_step) compiled 2 times (5.6 ms compiling; 1 recompile, 2.8 ms: 0.024 per step, 68 us/step, measured); argument 'batch' changed f32[32,128] -> f32[31,128] (short last batch) at train.py:88. Pad or bucket the last batch to the batch size, or skip the short last slice (range(0, n - batch + 1, batch)).
     cost: 68 us/step

@@ -20,9 +20,10 @@ from tests.fixtures.google_names import (
     sections,
 )
 from tpu_info.contract.model import CounterReading, Snapshot, Unit
+from tpu_info.outputs.metric_tables import metric_table
 from tpu_info.proto import tpu_metric_service_pb2 as lpb
 from tpu_info.views.google_metrics import GOOGLE_METRICS, LibtpuRead, Source
-from tpu_info.views.metrics import metric_list, metric_table, resolve, valid_names
+from tpu_info.views.metrics import metric_list, resolve, valid_names
 from tpu_info.views.values import TargetView
 from tpu_info.wire.libtpu_extra import DeviceGauge, cores_from_status, gauges_from_response
 

@@ -38,8 +38,9 @@ def _base() -> pb.Snapshot:
     d = m.devices.add(id=1)
     d.memory.source = "none"
     m.counters.add(name="c", value=1, unit=pb.UNIT_NUMBER)
-    dist = m.distributions.add(name="d", unit=pb.UNIT_NS, count=2, total=3.0)
+    dist = m.distributions.add(name="d", unit=pb.UNIT_NS, count=10, total=3.0)
     dist.buckets.gamma = 1.01
+    dist.buckets.zero = 8
     dist.buckets.positive_keys.append(3)
     dist.buckets.positive_counts.append(1)
     dist.buckets.negative_keys.append(2)
@@ -48,6 +49,11 @@ def _base() -> pb.Snapshot:
     dist.percentile_values.append(1.0)
     dist.recent_times_unix.append(1.0)
     dist.recent_values.append(1.0)
+    series = dist.series  # one bucket of a whole-run series (room for the walk's 7 samples)
+    series.width = 8
+    for name in ("first_unix", "last_unix", "totals", "mins", "maxs"):
+        getattr(series, name).append(1.0)
+    series.counts.append(1)
     g = m.graphs.add(hash="ab" * 32)
     g.signatures.add().args.append("x: f32[1]")
     g.causes.add(time_unix=1.0, description="first call")
@@ -110,6 +116,11 @@ def _set(m: pb.Snapshot, path: tuple[str, ...], fd: Any) -> Any:
         setattr(owner, name, value)
     dist = m.distributions[0]
     b = dist.buckets
+    if path[:2] == ("distributions", "series"):
+        # A valid series: each max at least its min, each last time at least its first.
+        sr = dist.series
+        sr.maxs[0] = max(sr.maxs[0], sr.mins[0])
+        sr.last_unix[0] = max(sr.last_unix[0], sr.first_unix[0])
     if path[:2] == ("distributions", "buckets") or path == ("distributions", "count"):
         # The count must be what the buckets hold: whichever moved, the other follows.
         held = sum(b.positive_counts) + sum(b.negative_counts)

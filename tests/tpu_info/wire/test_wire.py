@@ -22,6 +22,7 @@ from tpu_info.contract.model import (
     StepsReading,
     Unit,
 )
+from tpu_info.contract.series import RunSeries
 from tpu_info.proto import tpu_info_v1_pb2 as pb
 from tpu_info.wire import codec as wire
 from tpu_info.wire import encoder
@@ -43,7 +44,9 @@ FULL = Snapshot(
         DistributionReading(
             "CompileTime", Unit.TIME_NS, 6, 6e6, -1e6, 3e6, 0.5, 3e6,
             percentiles=((50.0, 2e6), (99.0, 3e6)), recent=((1.0, 1e6), (2.0, 2e6)),
-            buckets=BucketCounts(1.01, {1389: 1, 1430: 2}, {5: 1}, 2), help="compile"),
+            buckets=BucketCounts(1.01, {1389: 1, 1430: 2}, {5: 1}, 2), help="compile",
+            series=RunSeries(4, [1.0, 1.5], [1.4, 2.0], [4, 2], [4e6, 2e6], [-1e6, 1e6],
+                             [3e6, 1e6])),
         DistributionReading("Empty", Unit.BYTES, 0, 0.0, None, None),
     ),
     graphs=(GraphRecord(
@@ -110,6 +113,7 @@ def _msg() -> pb.Snapshot:
     (lambda m: setattr(m.counters[0], "value", -1), WireError),
     (lambda m: m.distributions[0].percentile_values.append(1.0), WireError),
     (lambda m: m.distributions[0].recent_values.append(1.0), WireError),
+    (lambda m: m.distributions[0].series.maxs.append(1.0), WireError),
     (lambda m: m.distributions[0].buckets.positive_keys.append(9), WireError),
     (lambda m: setattr(m.distributions[0].buckets, "gamma", 1.0), WireError),
     (lambda m: setattr(m.distributions[0], "count", 99), WireError),
@@ -307,3 +311,31 @@ def test_diagnosis_sections_travel_by_both_encoders_and_are_validated() -> None:
     assert {w for w, _ in got.left_out} >= {"site '/w/train.py:88' seconds", "steps seconds_total"}
     plain = wire.snapshot_from_proto(wire.snapshot_to_proto(Snapshot(taken_at_unix=1.0)))
     assert plain.steps is None and plain.sites == () and plain.blind_spots == ()
+
+
+def test_a_snapshot_without_a_whole_run_series_reads_as_before() -> None:
+    """An older hook's answer (or saved run) has no series: None, and the
+    rest of the distribution as it was."""
+    m = _msg()
+    m.distributions[0].ClearField("series")
+    d = wire.snapshot_from_proto(m).distributions[0]
+    assert d.series is None and d.count == 6 and len(d.recent) == 2
+
+
+@pytest.mark.parametrize("spoil, why", [
+    (lambda r: r.maxs.__setitem__(0, float("nan")), "not a finite number"),
+    (lambda r: r.counts.__setitem__(0, 5), "do not add up"),  # more than its width
+    (lambda r: r.counts.__setitem__(1, 4), "do not add up"),  # 8 samples of a count of 6
+    (lambda r: r.mins.__setitem__(1, 9e9), "min is above its max"),
+    (lambda r: setattr(r, "width", 0), "bucket width 0"),
+    (lambda r: [r.counts.append(1) or r.first_unix.append(2.0) or r.last_unix.append(2.0)
+                or r.totals.append(1.0) or r.mins.append(1.0) or r.maxs.append(1.0)
+                for _ in range(wire.MAX_SERIES)], "more than the 1,024"),
+])
+def test_a_series_that_does_not_add_up_is_left_out_with_its_reason(spoil, why) -> None:
+    m = _msg()
+    spoil(m.distributions[0].series)
+    s = wire.snapshot_from_proto(m)
+    assert s.distributions[0].series is None and s.distributions[0].count == 6
+    assert any(w == "distribution CompileTime series" and why in r for w, r in s.left_out), \
+        s.left_out
