@@ -26,6 +26,7 @@ from tpu_info.contract.model import (
     Finding,
     Phase,
     Severity,
+    SiteReading,
     Snapshot,
 )
 from tpu_info.views.cost import duration, share_words, short_location, size_words
@@ -95,6 +96,19 @@ def _in_slow_steps(s: Snapshot, slow: list[tuple[float, float]]) -> list[str]:
     return said
 
 
+def _periodic_in(s: Snapshot, slow: list[tuple[float, float]]) -> list[SiteReading]:
+    """The loop's periodic sites last seen inside a slow step: only those
+    were in them. A periodic read elsewhere in the loop (a log line every 10
+    steps) is no suspect for slow steps it was not seen in (the steps of a
+    run on a loaded machine were slow at random, and both reads were named
+    "in them" with their counts over the whole run)."""
+    def inside(t: float) -> bool:
+        return any(end - seconds <= t <= end for end, seconds in slow)
+
+    return [x for x in s.sites
+            if site_phase(s, x) == Phase.PERIODIC and inside(x.last_seen_unix)]
+
+
 def _excess(s: Snapshot, d: DistributionReading, median: float,
             slow: list[tuple[float, float]]) -> tuple[float, str]:
     """The outliers' time above the median over all steps, and what it stands
@@ -130,9 +144,8 @@ def slow_steps(s: Snapshot) -> Iterable[Finding]:
     if excess < MIN_EXCESS_S or (share is not None and share < INFO_SHARE):
         return
     seen = _in_slow_steps(s, slow)
-    periodic = [x for x in s.sites if site_phase(s, x) == Phase.PERIODIC]
-    seen += [f"{x.detail or 'a read'} at {short_location(x.location)} ({x.count:,} times)"
-             for x in periodic[:3]]
+    seen += [f"{x.detail or 'a read'} at {short_location(x.location)} ({x.count:,} times "
+             "in the run)" for x in _periodic_in(s, slow)[:3]]
     what = ("in them the hook saw " + "; ".join(seen) + ". What these do not explain is "
             if seen else "the hook saw nothing with a time in them, so it is ")
     share_text = f", {share_words(share)} of run time" if share is not None else ""
