@@ -36,9 +36,11 @@ if [ ! -f "$stamp" ]; then
   # torch-xla's wheel does not declare its torch pin: pin both here.
   "$PY" -m pip install -q "torch==$TORCH_VERSION" "torch-xla==$TORCH_XLA_VERSION"
   "$PY" -m pip install -q "grpcio>=1.85.1" "protobuf>=7.35.1" "rich>=13.7" "textual>=0.80" \
-    "psutil>=5.9" "prometheus-client>=0.20" "pytest>=8" numpy
+    "psutil>=5.9" "prometheus-client>=0.20" "shtab>=1.8.1" "pytest>=8" numpy
   touch "$stamp"
 fi
+# Dependencies added since a venv was built (its stamp is older): each once.
+"$PY" -c "import shtab" 2>/dev/null || "$PY" -m pip install -q "shtab>=1.8.1" >&2
 # A venv built before the rename holds our editable `tpu-info` (the old
 # distribution name): remove it, so only xla-tpu-info maps the packages.
 if "$PY" -m pip show tpu-info 2>/dev/null | grep '^Editable project location:' >/dev/null; then

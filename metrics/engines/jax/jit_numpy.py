@@ -188,6 +188,7 @@ class JitArguments:
         except ValueError:  # fewer frames above (called from C): no user line
             frame = None
         out, sizes = list(args), []
+        began = time.monotonic_ns()
         for i, a in enumerate(args):
             if type(a) is _NDARRAY:
                 out[i] = put(a)
@@ -205,6 +206,8 @@ class JitArguments:
                     sizes.append(x.nbytes)
         end = time.monotonic_ns()  # one end for the call's records: one step occurrence
         ns = copy_ns(owner.copy_stats)
+        if ns is not None:  # at most what the same copies took put on their own here
+            ns = min(ns, end - began)
         total = sum(sizes) or 1
         for nbytes in sizes:
             if ns is None:
@@ -222,8 +225,11 @@ class JitArguments:
         turns into float32 (its records then say so). Once per compile, so
         the tree walk stays off the hot path."""
         was, owner.nested_numpy = owner.nested_numpy, numpy_paths(args)
-        if float64_sent(args, owner.nested_numpy):
-            owner.numpy_label = f"numpy {FLOAT64_WORD} argument of {owner.name}"
+        # Decided again at each compile: a first call's float64 parameters do
+        # not make the later float32 batches float64.
+        owner.numpy_label = (f"numpy {FLOAT64_WORD} argument of {owner.name}"
+                             if float64_sent(args, owner.nested_numpy)
+                             else f"numpy argument of {owner.name}")
         by_handler = owner.numpy_args is _BY_HANDLER
         if owner.nested_numpy or by_handler:
             owner.numpy_args = True
@@ -236,6 +242,11 @@ class JitArguments:
 
 MIN_COPY_CALLS = 4  # timed calls each way before a copy's cost is said
 FLOAT64_WORD = "float64"  # in a record's detail: the views' advice reads it
+
+
+def undtyped(detail: str) -> str:
+    """A numpy argument's label without its dtype (a site keeps the latest)."""
+    return detail.replace(FLOAT64_WORD + " ", "", 1)
 
 
 def float64_sent(args: tuple[Any, ...], nested: tuple[Path, ...]) -> bool:
