@@ -2,7 +2,7 @@
 training thread.
 
 The ``jax.jit`` wrapper's sampled calls (its timed ones: the first 64, then
-one in 16; of those, after a function's first 16, at most one every 50 ms)
+one in 16; of those, after a function's first 24, at most one every 50 ms)
 hand :meth:`DeviceTimes.offer` the call's start, its smallest
 top-level output array and its first top-level input array that was not
 ready at the call (the previous step's output, when the device is behind).
@@ -54,7 +54,7 @@ QUEUE = 4  # samples waiting for the watcher; more are dropped
 # FIRST_SAMPLES, its samples are spaced at least SPACING_NS apart in time, not
 # in calls, so the watcher costs a bounded share of wall time (<= 20 a second)
 # however short the step.
-FIRST_SAMPLES = 16
+FIRST_SAMPLES = 24  # (a figure stands on 20: some of the first are dropped or compile)
 SPACING_NS = 50_000_000
 KEEP = 64  # samples kept per function, per graph and of the latency
 MAX_GRAPHS = 256  # functions / graphs kept; a new one past this is not measured
