@@ -65,12 +65,13 @@ class Shown:
 def sort_key(sort: str, row: Shown) -> tuple[float, ...]:
     """Descending: the program's own graphs first, then by the chosen value
     (cost per step as shown, total cost when steps are unknown), then by
-    compile time and compiles."""
+    executions (costs capped at the steady step tie: the graph that runs
+    goes first), compile time and compiles."""
     g = row.graph
     execs = float(g.executions) if g.executions is not None else -1.0
     main = {"cost/step": row.per_step, "compiles": float(g.compiles),
             "compile time": g.compile_seconds_total, "executions": execs}[sort]
-    return (float(row.own), main, g.compile_seconds_total, float(g.compiles))
+    return (float(row.own), main, execs, g.compile_seconds_total, float(g.compiles))
 
 
 def matches(g: GraphRecord, text: str) -> bool:
