@@ -83,16 +83,7 @@ def numpy_paths(args: tuple[object, ...]) -> tuple[Path, ...]:
 def nested_numpy_bytes(args: tuple[object, ...], paths: tuple[Path, ...]) -> list[int]:
     """Bytes of each numpy leaf at ``paths`` in this call's arguments (one
     entry per leaf found: each is its own transfer)."""
-    found = []
-    for path in paths:
-        x: Any = args
-        try:
-            for k in path:
-                x = x[k]
-        except (IndexError, KeyError, TypeError):
-            continue
-        if type(x) is _NDARRAY:
-            found.append(x.nbytes)
+    found = [x.nbytes for x in leaves_at(args, paths) if type(x) is _NDARRAY]
     return found
 
 
@@ -256,16 +247,23 @@ def float64_sent(args: tuple[Any, ...], nested: tuple[Path, ...]) -> bool:
 
     if jax.config.read("jax_enable_x64"):
         return False
-    leaves: list[Any] = [a for a in args if type(a) is _NDARRAY]
-    for path in nested:
+    leaves = [*args, *leaves_at(args, nested)]
+    return any(type(x) is _NDARRAY and x.dtype.char == "d" for x in leaves)
+
+
+def leaves_at(args: tuple[Any, ...], paths: tuple[Path, ...]) -> list[Any]:
+    """What sits at each of ``paths`` in ``args`` (a path that no longer
+    leads anywhere is skipped)."""
+    out = []
+    for path in paths:
         x: Any = args
         try:
             for k in path:
                 x = x[k]
         except (IndexError, KeyError, TypeError):
             continue
-        leaves.append(x)
-    return any(type(x) is _NDARRAY and x.dtype.char == "d" for x in leaves)
+        out.append(x)
+    return out
 
 
 def copy_ns(stats: tuple[Sequence[int], Sequence[int], Any]) -> int | None:
