@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import random
 import subprocess
 import sys
 import time
@@ -64,15 +65,18 @@ def _untimed() -> None:
 # Hooked variants: each switches one part of the hook off (applied after install,
 # before the program's jax.jit).
 VARIANTS = {"hooked": lambda: None, "no-watcher": _no_watcher, "no-probe": _no_probe,
-            "no-timed-copy": _no_timed_copy, "no-gaps": _no_gaps, "untimed": _untimed}
+            "no-timed-copy": _no_timed_copy, "no-gaps": _no_gaps, "untimed": _untimed,
+            "no-serve": lambda: None, "unhooked": lambda: None}
+# "unhooked" is plain again (the A/A: what order and the machine alone move a
+# ratio); "no-serve" installs without a server (install(serve=False)).
 
 
 def one(variant: str, steps: int) -> dict[str, float]:
     """One process's loop: its median steps/s over five timed blocks."""
-    if variant != "plain":
+    if variant not in ("plain", "unhooked"):
         import metrics
 
-        metrics.install()
+        metrics.install(serve=variant != "no-serve")
         VARIANTS[variant]()
     import jax
     import numpy as np
@@ -126,9 +130,12 @@ def main() -> None:
     if unknown := [v for v in variants if v not in VARIANTS]:
         p.error(f"unknown variant {unknown[0]!r}: choose from {', '.join(VARIANTS)}")
     ratios: dict[str, list[float]] = {v: [] for v in variants}
+    order = random.Random(0)
     for _ in range(a.pairs):
         got = {}
-        for mode in ("plain", *variants):
+        modes = ["plain", *variants]
+        order.shuffle(modes)  # no variant always runs first (or just after another's exit)
+        for mode in modes:
             out = subprocess.run([sys.executable, __file__, "--one", mode, "--steps",
                                   str(a.steps)], capture_output=True, text=True, timeout=300)
             got[mode] = json.loads(out.stdout.strip().splitlines()[-1])
@@ -141,7 +148,8 @@ def main() -> None:
               flush=True)
     for v in variants:
         print(f"tpu_hostbound {v} / plain, median of {len(ratios[v])} pairs: "
-              f"{median(ratios[v]):.3f} (target >= 0.99)")
+              f"{median(ratios[v]):.3f} (range {min(ratios[v]):.3f}-{max(ratios[v]):.3f}; "
+              f"target >= 0.99)")
 
 
 if __name__ == "__main__":

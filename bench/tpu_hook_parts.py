@@ -1,0 +1,122 @@
+"""Which part of the hook costs a host-bound loop on the chip: one process, the
+loop's step jitted before install (unhooked) and after (hooked), alternated
+in short blocks; ``--off`` switches parts of the hook off (issue 40).
+
+    JAX_PLATFORMS=tpu XLA_FLAGS= python3 bench/tpu_hook_parts.py [--off numpy,untimed]
+
+The loop is ``overhead_jax``'s "hostbound" (mnist's MLP, two numpy slices and a
+Python float straight into the jitted step: ~0.56 ms a step on a TPU v5e, where
+the host is the bottleneck). One process, so no process-to-process noise (the
+A/A of ``tpu_hostbound.py`` spans 0.99-1.02; here a few tenths of a percent).
+It prints the median over rounds of hooked / unhooked steps/s. The parts
+(:data:`PARTS`), each measured on the chip at 66e94ff (40-50 rounds):
+all on 0.967-0.969; ``numpy`` and ``precopy`` off 0.993; ``precopy`` off 0.961;
+all of ``untimed,numpy,offer,gaps,gc`` off 0.996; the wrapper alone 1.000.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import random
+import sys
+import threading
+from typing import Any
+
+from _common import median, parser
+
+os.environ.setdefault("JAX_PLATFORMS", "tpu")
+
+
+def _writer_frame_only(*_: Any) -> Any:
+    """JitArguments' per-call writer that finds the caller's frame and stops."""
+    import sys as _sys
+
+    def write(owner: Any, args: Any, depth: int) -> None:
+        f = _sys._getframe(depth)
+        owner.numpy_args = True
+        f.f_code, f.f_lasti  # noqa: B018 - what the real writer reads
+    return write
+
+
+def _no_fold(writer: Any) -> Any:
+    """``writer`` (JitArguments' real one) with the journal's fold switched off:
+    its records pile up unfolded."""
+    def make(transfers: Any, *rest: Any) -> Any:
+        class NoFold:
+            journal = type("Journal", (), {"flush": staticmethod(lambda: None)})()
+
+            def __getattr__(self, name: str) -> Any:
+                return getattr(transfers, name)
+        return writer(NoFold(), *rest)
+    return make
+
+# Part -> what switching it off does (applied before install unless said).
+PARTS = {
+    "numpy": "no record of numpy arguments (JitArguments' writer does nothing)",
+    "write-frame": "the numpy writer finds the caller's frame, writes nothing",
+    "write-nofold": "the numpy writer writes records, the journal never folds them",
+    "precopy": "no pre-put copy samples (COPY_SPACING_NS past the first)",
+    "untimed": "no timed calls past the first 64",
+    "offer": "no device-time samples",
+    "gaps": "no gap bookkeeping at a call after other work",
+    "gc": "the garbage collector off (both contenders)",
+    "wrapper": "the jitted function called past the hook's wrapper",
+}
+
+
+def main() -> None:
+    p = parser(__doc__)
+    p.add_argument("--off", default="", help=f"parts off, comma-separated: {', '.join(PARTS)}")
+    p.add_argument("--rounds", type=int, default=50)
+    a = p.parse_args()
+    off = {x for x in a.off.split(",") if x}
+    if unknown := off - set(PARTS):
+        p.error(f"unknown part {sorted(unknown)[0]!r}: choose from {', '.join(PARTS)}")
+    rounds = 3 if a.smoke else a.rounds
+    import jax  # noqa: F401 - before overhead_jax, which sets the platform default
+    import overhead_jax as o
+
+    import metrics
+    from metrics.engines.jax import calls, device_time, jit_numpy
+
+    batches, params = o.loop_data("hostbound", 100)
+    plain = o.make_step(True)
+    o.run(plain, params, batches[:20], False, None)
+    if "untimed" in off:
+        calls.counting.__defaults__ = (1 << 62, 64)
+    if "precopy" in off:
+        calls.COPIES_FIRST, calls.COPY_SPACING_NS = 0, 1 << 62
+    if "numpy" in off:
+        jit_numpy._writer = lambda *_: (lambda *__: None)
+    elif "write-frame" in off:
+        jit_numpy._writer = _writer_frame_only
+    elif "write-nofold" in off:
+        jit_numpy._writer = _no_fold(jit_numpy._writer)
+    metrics.install(engines=["jax"], serve=False)
+    if "offer" in off:
+        device_time.DeviceTimes.offer = lambda *_, **__: None  # type: ignore[method-assign]
+    if "gaps" in off:
+        calls.at_call = lambda *_: None
+    if "gc" in off:
+        gc.disable()
+    hooked = o.make_step(True)
+    o.run(hooked, params, batches[:20], False, None)
+    if "wrapper" in off:
+        hooked = getattr(hooked, "_tpu_info_jitted", hooked)
+    order = random.Random(1)
+    got: dict[str, list[float]] = {"plain": [], "hooked": []}
+    for _ in range(rounds):
+        for k in order.sample(list(got), 2):
+            got[k].append(o.run(plain if k == "plain" else hooked, params, batches, False,
+                                None)[0])
+    ratio = median([h / u for h, u in zip(got["hooked"], got["plain"])])
+    print(f"tpu_hook_parts off={','.join(sorted(off)) or 'none'}: hooked / unhooked "
+          f"{ratio:.3f} (unhooked {1e6 / median(got['plain']):.0f} us/step, hooked "
+          f"{1e6 / median(got['hooked']):.0f}; {rounds} rounds on {jax.default_backend()}; "
+          f"threads {sorted(t.name for t in threading.enumerate())})")
+    metrics.uninstall()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
