@@ -58,8 +58,11 @@ KEEP_BYTES = 256 * 1024 * 1024
 # lock the snapshot needs, and then the run is not saved rather than hung.
 SIGNAL_SAVE_S = 1.0
 # Seconds between checkpoints of the run while it runs (what a program killed
-# without its exit work leaves); a checkpoint is written only when something changed.
+# without its exit work leaves); a checkpoint is written when something changed,
+# and at least every STILL_S while nothing does (a long compile, a stalled
+# input pipeline: the file's uptime says how long the program was there).
 CHECKPOINT_S = 30.0
+STILL_S = 120.0
 FIRST_CHECKPOINT_S = 1.0
 # Until the first checkpoint that holds a step, the program's progress (a
 # cheap probe: steps marked, events numbered) is looked at this often, and a
@@ -143,7 +146,7 @@ class RunSaver:
         """Writes the run as it stands every :data:`CHECKPOINT_S` (a daemon
         thread: it dies with the program), marked as not ended, until the
         end's own save."""
-        last, wait = None, FIRST_CHECKPOINT_S
+        last, wait, written = None, FIRST_CHECKPOINT_S, time.monotonic()
         if self._progress is not None and not self._first_step():
             return
         while not self._ended.wait(wait):
@@ -152,8 +155,9 @@ class RunSaver:
                 snap = self._final()
                 key = (snap.last_seq, snap.steps.count if snap.steps is not None else 0,
                        len(snap.graphs))
-                if key != last and not self._ended.is_set():
-                    last = key
+                still = time.monotonic() - written >= STILL_S
+                if (key != last or still) and not self._ended.is_set():
+                    last, written = key, time.monotonic()
                     self._write(snap, "", "", checkpoint=True)
             except Exception as e:  # noqa: BLE001 - never into the program
                 self._failed("saving.checkpoint", e)

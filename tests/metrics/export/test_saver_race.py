@@ -38,3 +38,32 @@ def test_a_checkpoint_still_encoding_at_the_end_never_replaces_the_ends_file(
     checkpoints.join(10)
     assert not checkpoints.is_alive()
     assert runfile.read(path).ended == "exit"
+
+
+def test_a_run_with_nothing_new_is_still_checkpointed_every_still_period(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A long compile or a stalled pipeline adds no event, step or graph: the
+    checkpoint is rewritten anyway every STILL_S, so a program killed then
+    leaves how long it was there (the file stayed at the last change)."""
+    monkeypatch.setattr(saving, "FIRST_CHECKPOINT_S", 0.01)
+    monkeypatch.setattr(saving, "CHECKPOINT_S", 0.02)
+    monkeypatch.setattr(saving, "STILL_S", 0.05)
+    clock = iter(range(1, 10_000))
+    path = tmp_path / "run.tpurun"
+    saver = saving.RunSaver(lambda: Snapshot(1.0, uptime_seconds=float(next(clock))), (path, False),
+                            failed=lambda where, e: (_ for _ in ()).throw(e))
+    checkpoints = threading.Thread(target=saver.checkpoints, daemon=True)
+    checkpoints.start()
+    seen: set[float] = set()
+    for _ in range(400):
+        if path.exists():
+            try:
+                seen.add(runfile.read(path).snapshot.uptime_seconds)
+            except runfile.RunFileError:
+                pass
+        if len(seen) >= 3:
+            break
+        threading.Event().wait(0.01)
+    saver.save()
+    checkpoints.join(10)
+    assert len(seen) >= 3, f"checkpoints with the same key were not rewritten: {seen}"
