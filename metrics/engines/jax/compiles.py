@@ -35,10 +35,11 @@ from typing import TYPE_CHECKING, Any
 
 from metrics.engines._frames import outer_user_call, user_line
 from metrics.engines._patching import Patches
+from metrics.engines.compile_steps import CompileTimeline
 from metrics.engines.jax.causes import LoweringHistory, param_path, parse_cache_miss
 from metrics.engines.jax.context import ENGINE, CompileInProgress, JaxContext, Lowering
 from metrics.engines.jax.explain import format_aval
-from metrics.engines.jax.startup import CompileTimeline, patch_backends
+from metrics.engines.jax.startup import patch_backends
 from metrics.recording.recorder import Recorder
 from tpu_info.contract import catalog as names
 from tpu_info.contract.model import CALLED_FROM, FIRST_CALL, EventKind

@@ -11,85 +11,27 @@ kept in ``JaxContext.startups``). :func:`take_out` then removes that span from
 any journal record that contains it, at fold time (off the hot path: the
 usual call of ``backends()`` reads one module global and returns).
 
-**Compile steps.** :class:`CompileTimeline` keeps the spans of compile work
-(tracing, lowering, the backend compile, the start-up), bounded. At scrape
-time :meth:`CompileTimeline.in_loop` clips them to the step loop and groups
-them into the steps they fell in: the engine reports it as
-``CompileStepTime`` (one sample per step that held compile work, its
-seconds), so the views take the steady step as the steps less that time
-(``StepsReading.steady_seconds_total``) and say the compiles on their own line.
+**Compile steps.** The engine's :class:`~metrics.engines.compile_steps.CompileTimeline`
+keeps the spans of compile work (tracing, lowering, the backend compile, the
+start-up); :mod:`metrics.engines.compile_steps` groups them into the loop's
+steps (``CompileStepTime``), as it does for torch.compile.
 
 Example:
-    >>> t = CompileTimeline()
-    >>> t.add(100, 600); t.add(650, 700); t.add(5_000, 5_100)
-    >>> t.in_loop(0, 10_000, 10)     # two steps held compile work
-    [550, 100]
+    >>> take_out(flat := [0, 1_000], 2, 0, 1, [(100, 600)]); flat   # a record held it
+    [500, 1000]
 """
 
 from __future__ import annotations
 
 import time
-from collections import deque
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
+
+__all__ = ["patch_backends", "take_out"]
 
 if TYPE_CHECKING:
     from metrics.engines._patching import Patches
     from metrics.engines.jax.context import JaxContext
-
-MAX_SPANS = 8192  # compile spans kept (the oldest go first)
-
-
-class CompileTimeline:
-    """Monotonic-ns spans of compile work (and the backend's start-up)."""
-
-    __slots__ = ("spans",)
-
-    def __init__(self) -> None:
-        self.spans: deque[tuple[int, int]] = deque(maxlen=MAX_SPANS)
-
-    def add(self, start: int, end: int) -> None:
-        if end > start:
-            self.spans.append((start, end))
-
-    def clear(self) -> None:
-        self.spans.clear()
-
-    def within(self, first: int, last: int) -> int:
-        """The compile ns inside ``[first, last]`` (spans clipped, overlaps
-        merged): a gap's compile work, said on its own line, not the gap's."""
-        total, end = 0, first
-        for s, e in sorted((max(s, first), min(e, last)) for s, e in list(self.spans)
-                           if e > first and s < last):
-            if e > end:
-                total += e - max(s, end)
-                end = e
-        return total
-
-    def in_loop(self, first: int, last: int, steps: int) -> list[int]:
-        """The compile ns in each step of the loop ``[first, last]`` (``steps``
-        steps) that held any: the spans clipped to the loop, overlaps merged
-        (a trace inside another's), and spans less than a steady step apart
-        taken as one step's."""
-        clipped = sorted((max(s, first), min(e, last)) for s, e in list(self.spans)
-                         if e > first and s < last)
-        merged: list[list[int]] = []
-        for s, e in clipped:
-            if merged and s <= merged[-1][1]:
-                merged[-1][1] = max(merged[-1][1], e)
-            else:
-                merged.append([s, e])
-        busy = sum(e - s for s, e in merged)
-        steady = max(0, (last - first) - busy) / max(1, steps)  # a steady step's ns
-        out: list[int] = []
-        end = None
-        for s, e in merged:
-            if end is not None and s - end < steady:
-                out[-1] += e - s
-            else:
-                out.append(e - s)
-            end = e
-        return out
 
 
 def take_out(flat: list[Any], fields: int, start_at: int, end_at: int,

@@ -26,16 +26,16 @@ import time
 from collections import deque
 from typing import TYPE_CHECKING
 
+from metrics.engines.compile_steps import compile_step_time
 from metrics.engines.jax.executions import Executions
 from metrics.engines.jax.sites import SyncLine
 from metrics.recording.callstats import MIN_CALLS
-from tpu_info.contract import catalog as names
-from tpu_info.contract.model import STEPS_INFERRED, DistributionReading, StepsReading, Unit
+from tpu_info.contract.model import STEPS_INFERRED, DistributionReading, StepsReading
 
 if TYPE_CHECKING:
+    from metrics.engines.compile_steps import CompileTimeline
     from metrics.engines.jax.context import JaxContext
     from metrics.engines.jax.implicit import ImplicitTransfers
-    from metrics.engines.jax.startup import CompileTimeline
     from metrics.recording.recorder import Recorder
 
 BUSY_INFERRED = ("inferred: host time inside calls of jitted functions (dispatch is "
@@ -187,25 +187,9 @@ class StepWatch:
 
     def compile_steps(self, timeline: CompileTimeline) -> list[DistributionReading]:
         """``CompileStepTime``: per step of the loop that held compile work
-        (or the backends' start-up), its time (``timeline`` clipped to the
-        loop: the marked steps', else the inferred ones'); none without a
-        loop or such a step."""
-        rec = self.runs.rec
-        n = rec.steps_so_far()
-        first, last = rec.first_step_ns, rec.last_step_ns
-        if not (n and first is not None and last is not None):
-            st = self.steps()
-            if st is None or st.first_unix is None or st.last_unix is None:
-                return []
-            to_unix = rec.mono_to_unix
-            n, first, last = st.count, int((st.first_unix - to_unix) * 1e9), int(
-                (st.last_unix - to_unix) * 1e9)
-        per = timeline.in_loop(first, last, n)
-        if not per:
-            return []
-        return [DistributionReading(names.COMPILE_STEP_TIME, Unit.TIME_NS, len(per),
-                                    float(sum(per)), float(min(per)), float(max(per)),
-                                    help=names.help_for(names.COMPILE_STEP_TIME))]
+        (or the backends' start-up), its time (:func:`compile_step_time`:
+        the marked steps' loop, else the inferred one's)."""
+        return compile_step_time(timeline, self.runs.rec, self.steps)
 
 
 def _where(line: SyncLine) -> str:

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from metrics.engines._frames import skip_prefixes
+from metrics.engines.compile_steps import CompileTimeline
 from metrics.engines.torch.compile.backward import BackwardCompiles
 from metrics.engines.torch.compile.breaks import BreakGaps
 from metrics.engines.torch.compile.guards import TypesByCompile
@@ -85,6 +86,8 @@ class CompileContext(TorchContext):
         self.resumes = False  # a resume function compiled: pair calls at fold time
         self.optimizer = OptimizerSteps(recorder)  # the training step, if any
         self.backward = BackwardCompiles(recorder)  # compiled lazily, at backward()
+        # Spans of Dynamo's frame compiles and the backwards': CompileStepTime.
+        self.timeline = CompileTimeline()
         recorder.on_reset(self.call_times.clear)
         recorder.on_reset(self.gaps.clear)
 

@@ -25,7 +25,9 @@
   and the eager time of a frame it gave up on
   (:mod:`metrics.engines.torch.compile.breaks`, :mod:`.eager`).
 * Steps: the optimizer's (:mod:`metrics.engines.torch.optim`), else compiled
-  calls with gradients on (:mod:`metrics.engines.torch.compile.steps`).
+  calls with gradients on (:mod:`metrics.engines.torch.compile.steps`); the
+  steps that held a compile (a recompile in the loop, an evaluation's first
+  call) as ``CompileStepTime`` (:mod:`metrics.engines.compile_steps`, as JAX).
 * Executions of each compiled graph and their time (``ExecuteComputation``,
   ``ExecuteTime``): the backend's callable is wrapped (forward graphs only;
   backward runs inside autograd).
@@ -49,12 +51,19 @@ import torch
 
 from metrics.engines import device_profilers, ranks
 from metrics.engines.base import EngineBase
+from metrics.engines.compile_steps import compile_step_time
 from metrics.engines.torch import devices
 from metrics.engines.torch import syncs as torch_syncs
 from metrics.engines.torch.compile import dynamo, record
 from metrics.engines.torch.compile.context import ACTIVE, ENGINE, CompileContext
 from metrics.recording.recorder import Recorder
-from tpu_info.contract.model import DeviceRecord, SiteReading, StepsReading
+from tpu_info.contract.model import (
+    CounterReading,
+    DeviceRecord,
+    DistributionReading,
+    SiteReading,
+    StepsReading,
+)
 
 __all__ = ["ENGINE", "TorchCompileEngine", "create"]
 
@@ -106,6 +115,13 @@ class TorchCompileEngine(EngineBase):
         ctx.calls.flush()
         optimizer = ctx.optimizer
         return ctx.call_times.beside(optimizer.steps(), optimizer.step_time_note)
+
+    keeps_readings = True  # extra_readings: the step loop's compile steps
+
+    def extra_readings(self) -> tuple[list[CounterReading], list[DistributionReading]]:
+        """``CompileStepTime``: the compile work in the steps that held any
+        (Dynamo's frames and the backwards, clipped to the step loop)."""
+        return [], compile_step_time(self.ctx.timeline, self.rec, self.steps)
 
     def sites(self) -> list[SiteReading]:
         """Resumable graph breaks with the Python time across them (measured),

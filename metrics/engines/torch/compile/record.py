@@ -1,6 +1,7 @@
 """What Dynamo's events become in the recorder: a backend compile (the graph,
 its wrapped callable), a frame's compilation metrics (the ledger's compile
-with its cause, CompileTime, cache hits), a graph break (GraphBreaks and its
+with its cause, CompileTime, cache hits, its span for the loop's compile
+steps), a graph break (GraphBreaks and its
 event), and the folded calls of compiled graphs (ExecuteTime, executions per
 graph, steps, the Python across breaks).
 
@@ -69,7 +70,10 @@ def compilation_metrics(ctx: CompileContext, m: CompilationMetrics) -> None:
     """Dynamo's record of one frame's compile: the graphs its backend
     compiled meanwhile go to the ledger with the frame's cause."""
     try:
-        ctx.gaps.compiled(time.monotonic_ns())
+        now = time.monotonic_ns()
+        ctx.gaps.compiled(now)
+        if not m.is_runtime:  # a frame's compile, or its backward's: the loop's compile steps
+            ctx.timeline.add(now - _compile_ns(m), now)
         if m.is_forward is False and not m.is_runtime:
             return ctx.backward.compiled(m.compile_id, (m.duration_us or 0) / 1e6)
         if m.is_forward is False or m.is_runtime:
@@ -95,6 +99,15 @@ def compilation_metrics(ctx: CompileContext, m: CompilationMetrics) -> None:
     except Exception as e:  # noqa: BLE001
         ctx.failed("torch_compile.metrics", e)
     return None
+
+
+def _compile_ns(m: CompilationMetrics) -> int:
+    """The wall time of one compile record (it is logged as the compile ends)."""
+    if m.start_time_us is not None and m.end_time_us is not None:
+        return max(0, m.end_time_us - m.start_time_us) * 1000
+    if m.duration_us is not None:
+        return m.duration_us * 1000
+    return int((m.entire_frame_compile_time_s or 0.0) * 1e9)
 
 
 def _record(ctx: CompileContext, graphs: list[Graph], reason: str | None,

@@ -1,0 +1,105 @@
+"""Where a torch.compile'd training loop's time goes (issue 41), on real
+torch with Inductor on the CPU: a step during which Dynamo compiled (an
+evaluation's first call under ``no_grad`` recompiles the model) is a compile
+step, never part of the steady step, as the JAX engine tells it.
+
+The program runs in its own process (a fresh Dynamo) and is read through the
+wire as the CLI reads it; Dynamo's own compilation metrics are the truth.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from tests.hooked import ROOT
+from tpu_info.contract.model import Snapshot
+
+pytest.importorskip("torch")
+
+# A training loop (the compiled model, optimizer steps inferred) with an
+# evaluation every 50 steps through the same compiled model under no_grad.
+LOOP = textwrap.dedent('''
+    import json
+    import metrics
+    metrics.install(engines=["torch_compile"], serve=False)
+    import torch
+    from torch._dynamo import utils as dynamo_utils
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(),
+                                torch.nn.Linear(256, 64))
+    compiled = torch.compile(model)
+    opt = torch.optim.AdamW(model.parameters(), 1e-3)
+    data = torch.randn(4096, 64)
+
+
+    def evaluate():
+        model.eval()
+        with torch.no_grad():
+            for j in range(20):
+                compiled(data[j * 64:(j + 1) * 64]).pow(2).mean()  # LINE eval
+        model.train()
+
+
+    before_loop = 0
+    for i in range(200):
+        x = data[(i * 64) % 4096:(i * 64) % 4096 + 64]
+        loss = compiled(x).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        if i == 0:  # the first step's compiles are set-up: the loop starts after them
+            before_loop = len(dynamo_utils.get_compilation_metrics())
+        if i % 50 == 25:
+            evaluate()
+    in_loop = [m for m in dynamo_utils.get_compilation_metrics()[before_loop:]
+               if not m.is_runtime]
+    truth = [(m.end_time_us - m.start_time_us) / 1e6 for m in in_loop]
+    from tpu_info.wire.fillers import snapshot_to_proto
+    print(json.dumps({"proto": snapshot_to_proto(metrics.snapshot()).SerializeToString().hex(),
+                      "truth": truth}))
+''')
+
+
+@pytest.fixture(scope="module")
+def loop(tmp_path_factory: pytest.TempPathFactory) -> tuple[Snapshot, list[float], dict]:
+    """The snapshot of :data:`LOOP`, Dynamo's in-loop compile times, its lines."""
+    from tpu_info.proto import tpu_info_v1_pb2 as pb
+    from tpu_info.wire.codec import snapshot_from_proto
+
+    tmp = tmp_path_factory.mktemp("torch_loop")
+    prog = tmp / "train.py"
+    prog.write_text(LOOP)
+    env = dict(os.environ, PYTHONPATH=str(ROOT), TPU_INFO_RUNTIME_DIR=str(tmp / "rt"))
+    r = subprocess.run([sys.executable, str(prog)], capture_output=True, text=True, env=env,
+                       cwd=tmp, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(r.stdout.splitlines()[-1])
+    lines = {text.rsplit("# LINE ", 1)[1]: n
+             for n, text in enumerate(LOOP.splitlines(), start=1) if "# LINE " in text}
+    return (snapshot_from_proto(pb.Snapshot.FromString(bytes.fromhex(out["proto"]))),
+            out["truth"], lines)
+
+
+@pytest.mark.slow
+def test_a_step_that_compiled_is_a_compile_step_not_the_steady_step(loop):
+    from tpu_info.views.cost import steady_step_words, steps_of
+
+    s, truth, _ = loop
+    steps = steps_of(s)
+    assert steps is not None and steps.count == 200 and "optimizer.step()" in steps.basis
+    # The evaluation's first call recompiled the model for no_grad inside the
+    # loop: one step held it, and its time is Dynamo's (main before: no
+    # compile step, its seconds spread over the 200 steps' "steady" step).
+    assert truth and steps.compile_steps == 1, steps
+    assert steps.compile_seconds == pytest.approx(sum(truth), rel=0.05, abs=0.005)
+    assert steps.steady_seconds_total == pytest.approx(
+        steps.seconds_total - steps.compile_seconds)
+    words = steady_step_words(steps)  # the summary's "steady step X, compiles: Y in 1 step"
+    assert words.startswith("compiles: ") and words.endswith(" in 1 step"), words
