@@ -147,8 +147,11 @@ class Cost:
     (``"estimated at 10 GB/s"``); a timed cost says ``measured``. ``phase``
     is where it happened (:class:`~tpu_info.contract.model.Phase`): work
     outside the step (set-up, periodic, once, tear-down) is costed per
-    occurrence and over ``run_seconds``, never spread over the steps; per-step
-    work never costs more than the steps took."""
+    occurrence and over ``run_seconds``, never spread over the steps. Per-step
+    work measured at more than the steady steps took in all cannot all be in
+    them: it gets no per-step figure and says so (:attr:`beyond_steps`), or,
+    with ``capped`` (a graph table's cell, compile time included), is said at
+    the steps' time."""
 
     seconds: float
     count: int | None
@@ -160,10 +163,20 @@ class Cost:
     span: tuple[float, float] | None = None  # first and last occurrence (unix)
     note: str = ""  # after the label: what the figure stands for, where it is a bound
     apart: float | None = None  # steps between occurrences, counted by the hook (else from time)
+    capped: bool = False
 
     @property
     def outside_step(self) -> bool:
         return self.phase in OUTSIDE_STEP
+
+    @property
+    def beyond_steps(self) -> bool:
+        """Per-step work measured at more than the steady steps took in all
+        (counted across more than the steps, or not step work at all)."""
+        if self.steps is None or self.outside_step or self.capped:
+            return False
+        steady = self.steps.steady_seconds_total
+        return bool(steady) and self.seconds > steady
 
     @property
     def per_step(self) -> float | None:
@@ -173,11 +186,11 @@ class Cost:
 
     @property
     def seconds_per_step(self) -> float | None:
-        if self.steps is None or self.outside_step:
+        if self.steps is None or self.outside_step or self.beyond_steps:
             return None
         seconds = self.seconds
         steady = self.steps.steady_seconds_total
-        if steady:  # part of the steady steps: never more than they took
+        if steady:  # (capped) part of the steady steps: never more than they took
             seconds = min(seconds, steady)
         return seconds / self.steps.count
 
@@ -186,7 +199,7 @@ class Cost:
         """The cost over the steady steps' time (compiles inside the loop
         left out: one-off, said on their own line)."""
         steady = None if self.steps is None else self.steps.steady_seconds_total
-        if not steady or self.outside_step:
+        if not steady or self.outside_step or self.beyond_steps:
             return None
         return min(1.0, self.seconds / steady)
 
@@ -244,6 +257,13 @@ class Cost:
         mark = "~" if self.estimated else ""
         if self.untimed:  # no figure: the label says why
             return ", ".join(parts + [self.label()])
+        if self.beyond_steps:
+            steps = self.steps
+            assert steps is not None and steps.steady_seconds_total
+            parts.append(f"{mark}{duration(self.seconds)} in all, more than the steady steps "
+                         f"took ({duration(steps.steady_seconds_total)}): not all of it is in "
+                         "the steps, so no per-step figure")
+            return ", ".join(parts) + f", {self.label()}"
         parts.append(f"{mark}{duration(self.seconds_per_step or 0.0)}/step")
         if (share := self.share_of_step) is not None:
             parts.append(f"{share_words(share)} of step time")

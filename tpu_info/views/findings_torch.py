@@ -70,8 +70,9 @@ def _unresumable(s: Snapshot, name: str, where: str, loc: str | None,
         cost_words, fields = f"its share of step time is not known ({why})", {}
     else:
         c = cost_of(s, outside, None, "estimated as step time minus compiled-graph time")
-        cost_words = (f"{share_words(c.share_of_step or 0.0)} of step time runs outside "
-                      f"compiled graphs ({c.words()})")
+        cost_words = (f"{share_words(c.share_of_step)} of step time runs outside "
+                      f"compiled graphs ({c.words()})" if c.share_of_step is not None else
+                      f"its time outside compiled graphs: {c.words()}")
         fields = c.fields()
     hint = f" Dynamo's hint: {' '.join(hints)}" if hints else ""
     return Finding(

@@ -68,9 +68,10 @@ def graph_costs(s: Snapshot, graphs: Sequence[GraphRecord] | None = None,
     for g in (s.graphs if graphs is None else graphs):
         if g.executions and mean is not None:
             out.append(Cost(g.compile_seconds_total + g.executions * mean, g.executions, True,
-                            how, steps))
+                            how, steps, capped=True))
         else:
-            out.append(Cost(max(0.0, g.compile_seconds_total), g.executions, False, "", steps))
+            out.append(Cost(max(0.0, g.compile_seconds_total), g.executions, False, "", steps,
+                            capped=True))
     return out
 
 

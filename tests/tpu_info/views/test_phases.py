@@ -97,10 +97,19 @@ def test_no_per_step_cost_above_the_step_and_overlaps_said() -> None:
                     last_seen_unix=1009.9, detail="jnp.add"),
         SiteReading("eager_op", "/w/t.py:4", 100, 0, 8.0, first_seen_unix=1000.1,
                     last_seen_unix=1009.9, detail="jnp.mul"),
+        SiteReading("eager_op", "/w/t.py:5", 100, 0, 6.0, first_seen_unix=1000.1,
+                    last_seen_unix=1009.9, detail="jnp.sub"),
     ))
     found = find(s)
     step = LOOP.seconds_per_step or 0.0
     assert all((f.seconds_per_step or 0.0) <= step + 1e-9 for f in found), found
+    # 30 s of "per-step" work in 10 s of steps cannot all be in them: no figure
+    # per step and no share, said so (main capped it at "100% of step time").
+    beyond = next(f for f in found if f.location == "/w/t.py:3")
+    assert beyond.seconds_per_step is None and beyond.share_of_step is None
+    assert "30.0 s in all, more than the steady steps took (10.0 s): not all of it is in " \
+        "the steps" in beyond.message, beyond.message
+    assert "100%" not in beyond.message
     assert found[-1].kind == "overlapping_costs" and "overlap" in found[-1].message
 
 
