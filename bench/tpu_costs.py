@@ -3,12 +3,15 @@ without it (B), each run in its own process, alternated; the finding for the
 problem's line read from A's own snapshot (issue 41: "within 2x of an A/B
 timing on the chip").
 
-Programs (``--program``), each flax/optax-free, plain ``jax.jit``:
+Programs (``--program``), plain ``jax.jit`` but ``flax``:
 
 - ``read``: a per-step ``float(loss)`` (``--every 1``) or a print every N
   steps (``--every 20``) in a training loop; B reads nothing in the loop.
 - ``numpy``: numpy batches passed straight into the jitted step; B puts the
   whole data set on the device once, as a list of device-resident batches.
+- ``flax``: the same feeding into a flax nnx model trained with optax, its
+  step under ``nnx.jit`` (flax and optax are imported only here: on the TPU
+  machine they come from its own index, ``reference/tpu-machine.md``).
 - ``eval``: an evaluation (another jitted function over several batches, its
   loss read once) every N steps; B skips it. Its cost is periodic work
   (``periodic_evaluation``: the loop's gaps it took, measured by the hook).
@@ -24,6 +27,7 @@ Run on the TPU machine (``reference/tpu-machine.md``)::
 
     JAX_PLATFORMS=tpu XLA_FLAGS= python3 bench/tpu_costs.py --program read --every 1
     JAX_PLATFORMS=tpu XLA_FLAGS= python3 bench/tpu_costs.py --program numpy
+    JAX_PLATFORMS=tpu XLA_FLAGS= python3 bench/tpu_costs.py --program flax
     JAX_PLATFORMS=tpu XLA_FLAGS= python3 bench/tpu_costs.py --program eval --every 30
     JAX_PLATFORMS=tpu XLA_FLAGS= python3 bench/tpu_costs.py --program eager --unroll 200
     JAX_PLATFORMS=tpu XLA_FLAGS= python3 bench/tpu_costs.py --program checkpoint --every 25
@@ -98,6 +102,37 @@ x0, y0 = on_device[0], on_device[1]
 w, loss = step(w, x0, y0); loss.block_until_ready()  # compile outside the timed loop
 evaluate(w, x0, y0).block_until_ready()
 flat = on_device.reshape(-1, size)
+if program == "flax":  # a flax nnx model trained with optax, its step under nnx.jit
+    from flax import nnx
+    import optax
+
+    class MLP(nnx.Module):
+        def __init__(self, n, rngs):
+            self.l1, self.l2 = nnx.Linear(n, n, rngs=rngs), nnx.Linear(n, n, rngs=rngs)
+
+        def __call__(self, x):
+            return self.l2(jnp.tanh(self.l1(x)))
+
+    model = MLP(size, nnx.Rngs(0))
+    try:
+        opt = nnx.Optimizer(model, optax.adam(1e-3), wrt=nnx.Param)
+    except TypeError:  # flax before 0.11
+        opt = nnx.Optimizer(model, optax.adam(1e-3))
+
+    def loss_fn(model, x, y):
+        return jnp.mean((model(x) - y) ** 2)
+
+    @nnx.jit
+    def train_step(model, opt, x, y):
+        loss, grads = nnx.value_and_grad(loss_fn)(model, x, y)
+        try:
+            opt.update(model, grads)
+        except TypeError:  # flax before 0.11
+            opt.update(grads)
+        return loss
+
+    train_step(model, opt, x0, y0).block_until_ready()  # compiles outside the timed loop
+    train_step(model, opt, data[0], data[1]).block_until_ready()
 batches = [on_device[k] for k in range(64)]  # B: device-resident, no per-step work
 jax.block_until_ready(batches)
 t0 = time.perf_counter()
@@ -115,6 +150,12 @@ for i in range(steps):
             w, loss = step(w, data[j], data[j + 1])  # LINE numpy
         else:
             w, loss = step(w, batches[j], batches[j + 1])  # on the device already
+    elif program == "flax":
+        j = i % 63
+        if A:
+            loss = train_step(model, opt, data[j], data[j + 1])  # LINE flax
+        else:
+            loss = train_step(model, opt, batches[j], batches[j + 1])
     else:
         w, loss = step(w, x0, y0)
     if program == "read" and A and i % every == 0:
@@ -128,7 +169,7 @@ for i in range(steps):
     if program == "checkpoint" and A and i % every == every - 1:
         host = jax.device_get({"w": w, "data": on_device[:8]})  # LINE checkpoint
         pickle.dump({k: np.array(v) for k, v in host.items()}, io.BytesIO())
-w.block_until_ready()
+jax.block_until_ready((w, loss))
 loop = time.perf_counter() - t0
 s = metrics.snapshot()
 tag = {"read": "read1" if every == 1 else "readN"}.get(program, program)
@@ -160,7 +201,8 @@ def _run(path: Path, program: str, variant: str, steps: int, every: int, size: i
 
 def main(argv: list[str] | None = None) -> int:
     p = parser(__doc__)
-    p.add_argument("--program", choices=("read", "numpy", "eval", "eager", "checkpoint"),
+    p.add_argument("--program", choices=("read", "numpy", "flax", "eval", "eager",
+                                         "checkpoint"),
                    default="read")
     p.add_argument("--unroll", type=int, default=100,
                    help="eager: layers unrolled into the step (its first compile's size)")
