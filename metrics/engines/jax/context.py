@@ -109,6 +109,11 @@ class JaxContext:
         # call of any other (or after a read) goes to gaps.at_call, where the
         # step's call closes a gap in the loop (evaluation, checkpoint).
         self.gap_owner: object = None
+        # The step's latest call after other work (a gap's end): (its start
+        # ns, its step index, the step). The device runs none of the steps
+        # from it on before it: an eager op that waited for queued steps is
+        # charged only its time past them (eager.py).
+        self.gap_call: tuple[int, int, object] | None = None
 
     def step_candidate(self, owner: Owner) -> None:
         """A timed call of ``owner``: it becomes the guessed step when it

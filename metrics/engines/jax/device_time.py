@@ -3,9 +3,10 @@ training thread.
 
 The ``jax.jit`` wrapper's sampled calls (its timed ones: the first 64, then
 one in 16; of those, after a function's first 24, at most one every 50 ms)
-hand :meth:`DeviceTimes.offer` the call's start, its smallest
-top-level output array and its first top-level input array that was not
-ready at the call (the previous step's output, when the device is behind).
+hand :meth:`DeviceTimes.offer` the call's start, its smallest output
+array and its first input array that was not ready at the call (the
+previous step's output, when the device is behind): among the arguments,
+their items and theirs (mnist's ``[(w, b), ...]``).
 A watcher thread (started at the first offer, a daemon) takes each sample
 from a bounded queue (full: the sample is dropped and counted, the training
 thread never waits) and calls ``block_until_ready()`` on the input, then on
@@ -66,6 +67,7 @@ PROBE_EVERY = 4
 PROBE_FIRST = 4
 PROBE_SPACING_NS = 1_000_000_000
 PROBE_BYTES = 64 << 10  # the largest output a latency probe reads
+LEAVES = 64  # arrays of a sampled call's output (or inputs) looked at
 
 
 def _median(values: collections.deque[int]) -> int:
@@ -125,9 +127,8 @@ class DeviceTimes:
         if leaf is None:
             return
         behind = None
-        for a in args:  # top-level only: the step's params or state
-            ready = getattr(a, "is_ready", None)
-            if ready is not None and not ready():
+        for a in _leaves(args):  # the step's params or state
+            if not a.is_ready():
                 behind = a
                 break
         if self._thread is None:  # the first offer (or a forked child's)
@@ -243,14 +244,31 @@ class DeviceTimes:
         return (_median(kept), len(kept)) if kept else None
 
 
-def _smallest(out: Any) -> Any:
-    """The smallest array among ``out`` and its top-level items (a step's
-    ``(params, loss)``: the loss), or None."""
+def _leaves(out: Any) -> list[Any]:
+    """The arrays among ``out``, its items and theirs (a step's ``(params,
+    loss)``, mnist's ``[(w, b), ...]``): two levels, at most ``LEAVES``."""
     if hasattr(out, "block_until_ready"):
-        return out
-    items = out.values() if isinstance(out, dict) else out if isinstance(out, (tuple, list)) else ()
+        return [out]
+    found: list[Any] = []
+    for x in _items(out):
+        if hasattr(x, "block_until_ready"):
+            found.append(x)
+        else:
+            found.extend(y for y in _items(x) if hasattr(y, "block_until_ready"))
+        if len(found) >= LEAVES:
+            break
+    return found[:LEAVES]
+
+
+def _items(x: Any) -> Any:
+    return x.values() if isinstance(x, dict) else x if isinstance(x, (tuple, list)) else ()
+
+
+def _smallest(out: Any) -> Any:
+    """The smallest array among ``out``'s leaves (:func:`_leaves`: a step's
+    ``(params, loss)``: the loss), or None."""
     best = None
-    for x in items:
-        if hasattr(x, "block_until_ready") and (best is None or x.nbytes < best.nbytes):
+    for x in _leaves(out):
+        if best is None or x.nbytes < best.nbytes:
             best = x
     return best

@@ -35,6 +35,20 @@ device->host read does), so a line's ``occurrences`` are the steps it ran
 in and ``steps_spanned`` how far apart: an evaluation's ops every 47 steps
 read "every 47 steps", however long its own passes take.
 
+An op dispatched behind queued device work can wait for it (an input not
+ready yet, or CPU JAX's bound on computations in flight: the first ops of an
+evaluation after an epoch of queued steps wait for them). That wait is the
+queued steps' device time, not the op's: before the op, its array inputs'
+``is_ready()`` is read (non-blocking, a few hundred ns each); an op that
+found one not ready keeps the step's latest call after other work
+(``JaxContext.gap_call``: the device runs none of the steps from it on
+before it), and at fold time is charged only its time past the queue's
+end, which comes no sooner than that call plus the steps since times the
+step's measured device time: :mod:`~metrics.engines.jax.drains`' ``h + w -
+max(h, d)`` for a read. Without a device time the op keeps its whole time,
+and so does an op whose inputs were ready that waited for a slot behind
+the queue (not told apart).
+
 Not seen: eager calls of functions JAX jitted itself (``jnp.sin(x)``,
 ``x + 1``, ``jnp.sum(x)``) run in C++ after their first call; they are named
 as a blind spot.
@@ -72,7 +86,10 @@ from metrics.recording.recorder import Recorder
 if TYPE_CHECKING:
     from jax._src.core import EvalTrace, Primitive
 
-FIELDS = 7  # (code, offset, name, start, end, separators, step) per record
+# (code, offset, name, start, end, separators, step, queued) per record;
+# queued: for an op that found an input not ready, the step's latest call
+# after other work (JaxContext.gap_call), else None.
+FIELDS = 8
 MAX_NAMES = 4  # primitive names kept per site
 # Not counted: host->device transfers (the transfer hooks count them) and a
 # PRNG key's wrapping and unwrapping (metadata only: no dispatch, no device work).
@@ -81,6 +98,7 @@ _JIT = "jit"  # pjit_p's name: decided per call (_jit_name)
 # Where JAX's own jit wrapper binds a jitted call itself (not eager work).
 _JIT_CALLERS = frozenset({"_run_python_pjit", "_python_pjit_helper", "cache_miss"})
 _CORE = ("core.py",)
+READY_CHECKED = 4  # inputs of an op checked for readiness (an op has one to three)
 
 
 class _Local(threading.local):
@@ -120,8 +138,12 @@ class EagerOps:
         except ImportError as e:
             self.missing.append(f"eager ops are not counted: jax._src.core missing ({e})")
             return
+        try:
+            from jax._src.array import ArrayImpl as array
+        except ImportError:  # inputs' readiness not read: an op's waits stay its time
+            array = None
         self.installed = patches.apply(core.EvalTrace, "process_primitive",
-                                       lambda orig: _wrap(orig, self, context),
+                                       lambda orig: _wrap(orig, self, context, array),
                                        ("self", "primitive", "args", "params"))
         if not self.installed:
             self.missing.append("eager ops are not counted: EvalTrace.process_primitive "
@@ -151,6 +173,8 @@ class EagerOps:
         codes, offsets = flat[0::w], flat[1::w]
         ends = np.fromiter(flat[4::w], np.int64, n)
         ns = ends - np.fromiter(flat[3::w], np.int64, n)
+        if any(flat[7::w]):  # ops that waited for queued steps
+            self._waits_out(flat, ns)
         keys = np.empty((n, 3), np.int64)
         keys[:, 0] = np.fromiter(map(id, codes), np.int64, n)
         keys[:, 1] = np.fromiter(offsets, np.int64, n)
@@ -199,6 +223,28 @@ class EagerOps:
                 if site.detail != OVERFLOW and name not in names and len(names) < MAX_NAMES:
                     site.detail = ", ".join([*names, name])
 
+    def _waits_out(self, flat: list[Any], ns: np.ndarray) -> None:
+        """The ops that found an input not ready waited for queued device
+        work: each is charged only its time past the queue's end, in ``ns``
+        (in place). The queue ends no sooner than the step's latest call
+        after other work (a read, an evaluation: ``JaxContext.gap_call``,
+        kept with the op) plus the steps from it on times the step's measured
+        device time per execution: what :mod:`~metrics.engines.jax.drains`
+        charges a read, ``h + w - max(h, d)``, that is ``end - max(start,
+        queue's end)``, between 0 and the op's time. Without a measured
+        device time or such a call the op keeps its whole time."""
+        w = FIELDS
+        dev = self.impl.drains.current().device_ns
+        if dev is None:
+            return
+        for i, ref in enumerate(flat[7::w]):
+            if ref:
+                start, end, step = flat[w * i + 3], flat[w * i + 4], flat[w * i + 6]
+                at, first, _ = ref
+                if first <= step and at <= start:
+                    done = at + (step - first + 1) * dev  # the queue ends no sooner
+                    ns[i] = end - max(start, min(done, end))
+
     def _line_key(self, code: CodeType | None, offset: int) -> int:
         """A number for ``code``'s line at ``offset`` (fold time; kept per
         instruction): equal for two instructions of one line."""
@@ -221,8 +267,8 @@ class EagerOps:
         return out
 
 
-def _recorder(ops: EagerOps) -> Callable[[str, FrameType | None, int, int], None]:
-    """``record(name, frame, start, end)``: one eager primitive seen at
+def _recorder(ops: EagerOps) -> Callable[[str, FrameType | None, int, int, bool], None]:
+    """``record(name, frame, start, end, waited)``: one eager primitive seen at
     ``frame``, walked out to the user's frame (its code object and
     instruction offset kept; the line found when read) and appended with the
     separators' state. What it reads is bound once (hot path)."""
@@ -234,7 +280,8 @@ def _recorder(ops: EagerOps) -> Callable[[str, FrameType | None, int, int], None
     queue, flush, fold_at = ops.queue, ops.journal.flush, FOLD_AT * FIELDS
     extend = queue.extend
 
-    def record(name: str, frame: FrameType | None, start: int, end: int) -> None:
+    def record(name: str, frame: FrameType | None, start: int, end: int,
+               waited: bool) -> None:
         via = inner = None
         code: CodeType | None  # (an annotation: no work on the hot path)
         f = frame
@@ -254,10 +301,15 @@ def _recorder(ops: EagerOps) -> Callable[[str, FrameType | None, int, int], None
         if via is not None and len(vias) < _MAX_CODES:
             vias.setdefault((id(code), offset), via)
         step = context.step_owner
+        queued = None
+        if waited:  # an input not ready: the queue it waited for began no sooner than this
+            call = context.gap_call
+            if call is not None and call[2] is step:
+                queued = call
         extend((code, offset, name, start, end,
                 len(q1) + j1.folded + len(q2) + j2.folded + len(q3) + j3.folded
                 + len(q4) + j4.folded,
-                -1 if step is None else step.calls))
+                -1 if step is None else step.calls, queued))
         if len(queue) >= fold_at:
             flush()
 
@@ -287,9 +339,12 @@ def _jit_name(params: dict[str, object], frame: FrameType | None) -> str | None:
     return name if isinstance(name, str) else _JIT
 
 
-def _wrap(original: Callable[..., Any], ops: EagerOps,
-          context: JaxContext) -> Callable[..., Any]:
+def _wrap(original: Callable[..., Any], ops: EagerOps, context: JaxContext,
+          array: type | None) -> Callable[..., Any]:
+    """``process_primitive`` timed and recorded; ``array``: jax's array class
+    (its inputs' ``is_ready()`` is read before the op; None: not read)."""
     clock, getframe, seq = time.monotonic_ns, sys._getframe, context.compile_seq
+    is_ready = getattr(array, "is_ready", None)
     names, name_of, record, local = ops.names, ops.name_of, ops.record, _Local()
     unseen = object()
 
@@ -307,6 +362,15 @@ def _wrap(original: Callable[..., Any], ops: EagerOps,
             if name is None:
                 return original(self, primitive, args, params)
         local.busy = True
+        waited = False
+        if is_ready is not None:
+            try:  # non-blocking: an input not ready means the op may wait for queued work
+                for a in args[:READY_CHECKED]:
+                    if type(a) is array and not is_ready(a):
+                        waited = True
+                        break
+            except Exception:  # noqa: BLE001 - a deleted array: the op itself says so
+                waited = False
         compiles = seq[0]
         start = clock()
         try:
@@ -316,7 +380,7 @@ def _wrap(original: Callable[..., Any], ops: EagerOps,
             local.busy = False
             try:
                 record(name, getframe(1),  # type: ignore[arg-type]  # a str by now
-                       end if seq[0] != compiles else start, end)
+                       end if seq[0] != compiles else start, end, waited)
             except Exception as e:  # noqa: BLE001 - a hook never raises into the program
                 ops.rec.hook_failed("jax.eager", e)
 

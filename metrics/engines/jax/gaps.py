@@ -186,5 +186,6 @@ def at_call(context: JaxContext, owner: Owner, frame: Any) -> None:
     if owner is step:
         q = impl.queue
         q.extend((GAP_END, None, 0, None, now, now, 0, owner.calls))
+        context.gap_call = (now, owner.calls, owner)
     elif not owner.explicit:
         impl.record(CALL, frame, now, now, 0, owner.name)
