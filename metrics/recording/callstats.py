@@ -172,15 +172,17 @@ class CallTimes:
         times or more (ties: more calls, then the name); a watched function
         whose name says evaluation (``jit(evaluate)``, ``jit(eval_step)``,
         ``jit(accuracy)``) only when no other qualifies: a slow evaluation
-        run once an epoch is not the training step. Before time, a function
+        run once an epoch is not the training step; a library's function
+        (the owner's ``library``: optax's helpers called from the user's
+        train step) only when no function of the user's qualifies. Before time, a function
         whose output feeds its next call (the owner's ``fed_back``: a training
         step carries its state, an evaluation over many batches does not)."""
         best = None
         for (name, exp), f in list(self.by_key.items()):
             if exp is not explicit or f.calls < min_calls:
                 continue
-            rank = (explicit or not evaluation(name), getattr(f.owner, "fed_back", 0) > 0,
-                    f.ns, f.calls, name)
+            rank = (explicit or not evaluation(name), not getattr(f.owner, "library", False),
+                    getattr(f.owner, "fed_back", 0) > 0, f.ns, f.calls, name)
             if best is None or rank > best[0]:
                 best = (rank, name, f)
         return None if best is None else (best[1], best[2])

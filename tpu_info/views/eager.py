@@ -21,6 +21,7 @@ from collections.abc import Iterable
 
 from tpu_info.contract.model import (
     CALLED_FROM,
+    STEPS_INFERRED,
     EventKind,
     Finding,
     GraphRecord,
@@ -67,10 +68,15 @@ _JIT_NAME_RE = re.compile(r"\bjit\([^()]*\)")
 
 def step_function(s: Snapshot) -> str | None:
     """The jitted function a step runs (``jit(train_step)``): named by the
-    inferred steps' basis, else the non-single-op graph called most (10+ times)."""
+    inferred steps' basis (what it says the step is, before its ``: ``),
+    else, for marked steps or none, the non-single-op graph called most (10+
+    times). None where inferred steps are something else: a read's line, or
+    the user's train step that is not jitted (whose jitted calls are a
+    library's: never named as the step)."""
     st = steps_of(s)
-    if st is not None and (m := _JIT_NAME_RE.search(st.basis)) and not single_op(m.group()):
-        return m.group()
+    if st is not None and st.source == STEPS_INFERRED and st.basis:
+        m = _JIT_NAME_RE.search(st.basis.split(": ", 1)[0])
+        return m.group() if m is not None and not single_op(m.group()) else None
     called = [g for g in s.graphs if (g.executions or 0) >= 10 and not single_op(g.name)
               and g.name.startswith("jit(")]
     return max(called, key=lambda g: g.executions or 0).name if called else None

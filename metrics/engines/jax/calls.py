@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 from metrics.engines.jax.context import CALL_FIELDS, JaxContext
 from metrics.engines.jax.gaps import at_call
+from metrics.engines.jax.library_step import library_function, user_frame
 from metrics.recording.callstats import evaluation
 from metrics.recording.journal import FOLD_AT
 from metrics.recording.sampling import TIME_EVERY, TIME_FIRST
@@ -98,7 +99,7 @@ class Owner:
 
     __slots__ = ("name", "graphs", "last_hash", "compiles", "nested_numpy", "usual_ns",
                  "numpy_args", "calls", "evaluation", "numpy_label", "copies_seen", "next_copy",
-                 "copy_stats", "fed_back", "checks", "last_out")
+                 "copy_stats", "fed_back", "checks", "last_out", "library", "called_at")
     explicit = False  # a function the user wrapped in metrics.track is explicit
 
     def __init__(self, name: str) -> None:
@@ -134,6 +135,12 @@ class Owner:
         self.fed_back = 0
         self.checks = FEEDBACK_CHECKS
         self.last_out: list[Any] = []  # the previous checked call's output arrays
+        # Whether the function is a library's (optax's helpers, not the user's
+        # train step: never taken for the step while a user's function is;
+        # _frames.py decides), and then the user's line that called it, found
+        # on a timed call: (code, offset); () where none was on the stack.
+        self.library = False
+        self.called_at: tuple[Any, int] | tuple[()] | None = None
 
 
 def counting(fn: Callable[..., Any], owner: Owner, context: JaxContext,
@@ -241,6 +248,8 @@ def _python_calls(fn: Callable[..., Any], owner: Owner, context: JaxContext, tim
             if owner is not state.step_owner and not state.step_named:
                 state.step_candidate(owner)  # (timed calls only: the step's guess)
             eng.device_times.offer(owner, start, given, out)  # timed off this thread
+            if owner.library and owner.called_at is None:
+                owner.called_at = user_frame(eng.implicit._frames, sys._getframe(1))
         except Exception as e:  # noqa: BLE001 - a hook never raises into the program
             eng.rec.hook_failed("jax.jit", e)
         return out
@@ -293,6 +302,9 @@ def _owner_for(fun: object, jitted: object, options: dict[str, object], kind: st
         if len(by_options) >= 64:
             by_options.clear()
         owner = by_options[key] = Owner(name)
+        eng = context.active
+        if eng is not None:
+            owner.library = library_function(eng.implicit._frames, fun)
     return owner
 
 

@@ -118,14 +118,15 @@ class JaxContext:
     def step_candidate(self, owner: Owner) -> None:
         """A timed call of ``owner``: it becomes the guessed step when it
         outranks the current guess: a tracked function first, then one whose
-        name does not say evaluation, then one whose output feeds its next
+        name does not say evaluation, then the user's own over a library's
+        (optax's helpers: :attr:`Owner.library`), then one whose output feeds its next
         call (a training step's state; ``Owner.fed_back``), then more calls (the step watch ranks
         by time once it can: :meth:`name_step`)."""
         lead = cast("Owner | None", self.step_owner)  # (guessed only while none is named)
-        if lead is None or ((owner.explicit, not owner.evaluation, owner.fed_back > 0,
-                             owner.calls)
-                            > (lead.explicit, not lead.evaluation, lead.fed_back > 0,
-                               lead.calls)):
+        if lead is None or ((owner.explicit, not owner.evaluation, not owner.library,
+                             owner.fed_back > 0, owner.calls)
+                            > (lead.explicit, not lead.evaluation, not lead.library,
+                               lead.fed_back > 0, lead.calls)):
             self.step_owner = owner
             self.gap_owner = None
 

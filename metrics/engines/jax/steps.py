@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 
 from metrics.engines.compile_steps import compile_step_time
 from metrics.engines.jax.executions import Executions
+from metrics.engines.jax.library_step import users_line
 from metrics.engines.jax.sites import SyncLine
 from metrics.recording.callstats import MIN_CALLS
 from tpu_info.contract.model import STEPS_INFERRED, DistributionReading, StepsReading
@@ -164,6 +165,8 @@ class StepWatch:
         docstring for the order); None with too little history."""
         self.runs.journal.flush()
         found = self.runs.call_times.steps()
+        if found is not None and found.source == STEPS_INFERRED:
+            found = users_line(found, self.runs.call_times.step_owner())
         if found is not None:
             return found
         sync = self._step_sync()
