@@ -39,12 +39,18 @@ class SiteKind(str, enum.Enum):
     # jax.device_get from this line (a checkpoint's copy of the state):
     # ``count`` calls, ``bytes`` copied, ``seconds`` inside them.
     DEVICE_GET = "device_get"
+    # torch: ``model.eval()`` from this line between optimizer steps (an
+    # evaluation begins): ``count`` calls. Leads the gap it began.
+    EVAL_MODE = "eval_mode"
+    # torch: ``torch.save`` from this line (a checkpoint): ``count`` calls.
+    SAVE = "save"
 
 
 class PeriodicWork(enum.StrEnum):
     """What the work in the step loop's gaps was (:attr:`SiteReading.work`),
     told by the hook from what ran there: another jitted function's calls
-    (or the step's at other shapes), copies of the state to the host, a read."""
+    (or the step's at other shapes), copies of the state to the host, a read;
+    in torch, ``model.eval()`` or ``torch.save`` between optimizer steps."""
 
     NONE = ""
     EVALUATION = "evaluation"

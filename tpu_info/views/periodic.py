@@ -2,8 +2,10 @@
 or a checkpoint every N steps, with its line, how often, its measured time
 and its share of the run.
 
-The hook (``metrics/engines/jax/gaps.py``) bounds each gap by the step
-function's calls around it and tells which line led it
+The hook (``metrics/engines/jax/gaps.py``; for torch,
+``metrics/engines/torch/gaps.py``: the intervals between optimizer steps
+beyond the usual step) bounds each gap by the steps around it and tells
+which line led it
 (:attr:`SiteReading.work`, ``gaps``, ``gap_seconds``) and which lines sat in
 it (``within``): an evaluation's reads and numpy batches are its, not
 findings of their own. Logging (a lone read) stays the read's finding
@@ -29,6 +31,7 @@ from tpu_info.contract.model import (
     Finding,
     Phase,
     Severity,
+    SiteKind,
     SiteReading,
     Snapshot,
 )
@@ -52,6 +55,22 @@ _ADVICE = {
     "checkpoint": ("Save less often, or asynchronously (orbax's AsyncCheckpointer copies "
                    "and writes in a background thread while the steps go on)."),
 }
+_TORCH_ADVICE = {
+    "evaluation": ("Evaluate less often or on fewer batches (fewer eval iterations), under "
+                   "torch.inference_mode(), and with the model compiled for it once: an "
+                   "evaluation at another batch size or grad mode recompiles."),
+    "checkpoint": ("Save less often, or asynchronously "
+                   "(torch.distributed.checkpoint.async_save writes in a background thread "
+                   "while the steps go on)."),
+}
+# Lines torch's hook names between optimizer steps (metrics/engines/torch/gaps.py):
+# their gaps are the intervals between steps, costed beyond the usual step.
+_BETWEEN_STEPS = frozenset({SiteKind.EVAL_MODE.value, SiteKind.SAVE.value})
+_MEASURED = {
+    True: "the time between its optimizer steps beyond the usual step (their median), "
+          "compiles left out",
+    False: "the wall time from its first call or copy to the step's next call",
+}
 
 
 def part_of_periodic_work(s: Snapshot, site: SiteReading,
@@ -63,6 +82,18 @@ def part_of_periodic_work(s: Snapshot, site: SiteReading,
     # Its gaps' lines, and other work at the lead's own line (the eager
     # slicing of an evaluation's batches in its call).
     return site.within in led if site.within else site.location in led
+
+
+def _what(site: SiteReading, between: bool) -> str:
+    """What ran at the lead's line: ``jit(apply_model), first called``,
+    ``jax.device_get of 4.2 MB each time``, ``GPT.eval()``, ``torch.save``."""
+    if between:
+        return site.detail
+    if site.work == "evaluation":
+        return f"{site.detail}, first called"
+    if not site.bytes:
+        return site.detail
+    return f"{site.detail} of {size_words(site.bytes / max(1, site.count))} each time"
 
 
 def periodic_seconds(s: Snapshot) -> float:
@@ -88,8 +119,8 @@ def periodic_work(s: Snapshot) -> Iterable[Finding]:
                  if site.occurrences > 1 and site.steps_spanned else None)
         members = [short_location(x.location) for x in s.sites
                    if x.within == site.location and x.location != site.location]
-        what = (f"{site.detail}, first called" if site.work == "evaluation" else
-                f"{site.detail} of {size_words(site.bytes / max(1, site.count))} each time")
+        between = site.kind in _BETWEEN_STEPS
+        what = _what(site, between)
         how = ("steps marked by the program" if steps is not None
                and steps.source == STEPS_MARKED else
                f"steps inferred from {steps.basis.split(':')[0]}" if steps is not None
@@ -100,8 +131,8 @@ def periodic_work(s: Snapshot) -> Iterable[Finding]:
         message = (
             f"{site.work} at {short_location(site.location)} ({what} there) runs in the step "
             f"loop's gaps {often} ({site.occurrences} times, {duration(each)} each"
-            f"{share_text}, measured: the wall time from its first call or copy to the step's "
-            f"next call, over {site.gaps} gap(s); {how}{part}). {_ADVICE[site.work]}")
+            f"{share_text}, measured: {_MEASURED[between]}, over {site.gaps} gap(s); "
+            f"{how}{part}). {(_TORCH_ADVICE if between else _ADVICE)[site.work]}")
         yield Finding(message, Severity.WARNING if (share or 0.0) >= WARN_SHARE
                       else Severity.INFO, site.location, seconds, f"periodic_{site.work}",
                       count=site.gaps, phase=Phase.PERIODIC.value, share_of_run=share,

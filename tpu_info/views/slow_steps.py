@@ -29,7 +29,8 @@ from tpu_info.contract.model import (
     SiteReading,
     Snapshot,
 )
-from tpu_info.views.cost import duration, share_words, short_location, size_words
+from tpu_info.views.cost import duration, leads, share_words, short_location, size_words
+from tpu_info.views.periodic import part_of_periodic_work, periodic_seconds
 from tpu_info.views.sites import site_phase
 
 SLOW_FACTOR = 2.5  # a step this many times the median step is an outlier
@@ -105,8 +106,10 @@ def _periodic_in(s: Snapshot, slow: list[tuple[float, float]]) -> list[SiteReadi
     def inside(t: float) -> bool:
         return any(end - seconds <= t <= end for end, seconds in slow)
 
+    led = leads(s)  # an evaluation's or checkpoint's lines: its own finding, its time apart
     return [x for x in s.sites
-            if site_phase(s, x) == Phase.PERIODIC and inside(x.last_seen_unix)]
+            if site_phase(s, x) == Phase.PERIODIC and inside(x.last_seen_unix)
+            and not part_of_periodic_work(s, x, led)]
 
 
 def _excess(s: Snapshot, d: DistributionReading, median: float,
@@ -140,6 +143,12 @@ def slow_steps(s: Snapshot) -> Iterable[Finding]:
     if not slow or median <= 0:
         return
     excess, stands_on = _excess(s, d, median, slow)
+    # Steps a torch program's optimizer timed hold its evaluations and
+    # checkpoints, which periodic_work names and costs: their time is not here.
+    if (named := periodic_seconds(s)) > 0:
+        excess = max(0.0, excess - named)
+        stands_on += (f", less the {duration(named)} of the evaluations and checkpoints "
+                      "named on their own")
     share = min(1.0, excess / s.uptime_seconds) if s.uptime_seconds > 0 else None
     if excess < MIN_EXCESS_S or (share is not None and share < INFO_SHARE):
         return

@@ -11,7 +11,9 @@ folded before a read into per-optimizer counts and the step loop's bounds.
 When the program marks no step (``metrics.mark_step``, or a lazy-tensor
 engine's own ``mark_step``), the intervals between one optimizer's steps are
 also its ``StepTime`` samples, so the views' outlier rule sees rare slow
-steps (checkpoints, evaluation every N steps).
+steps (checkpoints, evaluation every N steps); and the first optimizer's
+intervals are where :mod:`~metrics.engines.torch.gaps` finds the work between
+steps (``model.eval()``, ``torch.save``) and what it took beyond the usual step.
 
 A program that updates its weights by hand (``p.data.add_(p.grad, alpha=-lr)``,
 pytorch/examples' word_language_model) steps no optimizer: its steps are then
@@ -43,6 +45,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from metrics.engines.torch.gaps import StepGaps
 from metrics.recording.callstats import MIN_CALLS
 from metrics.recording.journal import FOLD_AT
 from metrics.recording.recorder import Recorder
@@ -89,6 +92,8 @@ class OptimizerSteps:
         self.step_time_fed = 0  # intervals given to StepTime
         self.folded = 0  # steps (and backward() calls) folded: read per tensor read
         self._step_time = recorder.distribution(names.STEP_TIME)  # kept across resets
+        self.gaps = StepGaps()  # the work between the primary optimizer's steps
+        self.gaps.to_unix = recorder.mono_to_unix
         self._handle: RemovableHandle | None = None
         # torch.autograd.backward as it was, while wrapped.
         self._backward: Callable[..., None] | None = None
@@ -157,12 +162,14 @@ class OptimizerSteps:
                 entry = self.by_id[key] = _Optimizer(type(opt).__name__)
                 if self.primary is None and opt is not BACKWARD:
                     self.primary = key
-            if key == self.primary and self._feeds_step_time():
+            if key == self.primary:
                 prev = [entry.last] if entry.first is not None else []
                 marks = prev + times
-                self._step_time.observe_many(
-                    list(map(operator.sub, marks[1:], marks[:-1])), marks[1:])
-                self.step_time_fed += len(marks) - 1
+                if self._feeds_step_time():
+                    self._step_time.observe_many(
+                        list(map(operator.sub, marks[1:], marks[:-1])), marks[1:])
+                    self.step_time_fed += len(marks) - 1
+                self.gaps.intervals(marks, max(1, entry.calls))  # evaluation, checkpoints
             if entry.first is None:
                 entry.first = times[0]
             entry.calls += len(times)
@@ -187,8 +194,8 @@ class OptimizerSteps:
     def steps(self) -> StepsReading | None:
         """Steps from the optimizer stepped most (None below
         :data:`~metrics.recording.callstats.MIN_CALLS` steps): the loop from
-        the first step's start (its end less the mean step) to the latest
-        step's end."""
+        the first step's start (its end less the usual step, else the mean
+        one) to the latest step's end."""
         self.journal.flush()
         backward = self.by_id.get(id(BACKWARD))
         ranked = sorted(((k, o) for k, o in self.by_id.items() if k != id(BACKWARD)),
@@ -206,10 +213,14 @@ class OptimizerSteps:
             return None
         first, last = top.first or 0, top.last
         mean = (last - first) / (top.calls - 1) if top.calls > 1 else 0.0
-        seconds = (last - first + mean) / 1e9 if last > first else None
+        # The first step began a usual step before it ended: the mean of a loop
+        # that evaluates every N steps would reach back into its compiles.
+        usual = self.gaps.usual_ns() if self.by_id.get(self.primary or 0) is top else None
+        before = mean if usual is None else min(mean, usual)
+        seconds = (last - first + before) / 1e9 if last > first else None
         to_unix = self.rec.mono_to_unix
         return StepsReading(count=top.calls, source=STEPS_INFERRED, basis=basis,
-                            seconds_total=seconds, first_unix=(first - mean) / 1e9 + to_unix,
+                            seconds_total=seconds, first_unix=(first - before) / 1e9 + to_unix,
                             last_unix=last / 1e9 + to_unix)
 
     @property
@@ -225,6 +236,7 @@ class OptimizerSteps:
         self.primary = None
         self.step_time_fed = 0
         self.folded = 0
+        self.gaps.clear()
 
 
 def _noter(steps: OptimizerSteps, compiling: Callable[[], bool]) -> Callable[[object], None]:

@@ -88,6 +88,7 @@ class CompileContext(TorchContext):
         self.backward = BackwardCompiles(recorder)  # compiled lazily, at backward()
         # Spans of Dynamo's frame compiles and the backwards': CompileStepTime.
         self.timeline = CompileTimeline()
+        self.optimizer.gaps.timeline = self.timeline  # a gap's compiles are compile steps
         recorder.on_reset(self.call_times.clear)
         recorder.on_reset(self.gaps.clear)
 

@@ -27,7 +27,10 @@
 * Steps: the optimizer's (:mod:`metrics.engines.torch.optim`), else compiled
   calls with gradients on (:mod:`metrics.engines.torch.compile.steps`); the
   steps that held a compile (a recompile in the loop, an evaluation's first
-  call) as ``CompileStepTime`` (:mod:`metrics.engines.compile_steps`, as JAX).
+  call) as ``CompileStepTime`` (:mod:`metrics.engines.compile_steps`, as JAX);
+  the evaluations (``model.eval()``) and checkpoints (``torch.save``) between
+  optimizer steps and their time beyond the usual step
+  (:mod:`metrics.engines.torch.gaps`).
 * Executions of each compiled graph and their time (``ExecuteComputation``,
   ``ExecuteTime``): the backend's callable is wrapped (forward graphs only;
   backward runs inside autograd).
@@ -87,6 +90,7 @@ class TorchCompileEngine(EngineBase):
         ACTIVE.ctx = ctx
         ctx.syncs = torch_syncs.attach(ctx)
         ctx.optimizer.install(ctx.degraded)
+        ctx.optimizer.gaps.install(ctx.patches, ctx)  # model.eval(), torch.save
         if "torch._dynamo" in sys.modules:
             dynamo.hook_dynamo(ctx)
         # Hooks Dynamo on first use, and times what it returns once Dynamo
@@ -125,13 +129,17 @@ class TorchCompileEngine(EngineBase):
 
     def sites(self) -> list[SiteReading]:
         """Resumable graph breaks with the Python time across them (measured),
-        and the program's reads of tensor values (:mod:`~metrics.engines.torch.syncs`)."""
+        the program's reads of tensor values (:mod:`~metrics.engines.torch.syncs`)
+        and the evaluations and checkpoints between optimizer steps
+        (:mod:`~metrics.engines.torch.gaps`)."""
         ctx = self.ctx
         ctx.calls.flush()
         syncs = ctx.syncs
         training = ctx.optimizer.steps_so_far() > 0 or any(
             f.calls for f in ctx.call_times.train.by_key.values())
-        return ctx.gaps.sites(training) + (syncs.sites(ctx) if syncs is not None else [])
+        between = ctx.optimizer.gaps.sites(self.steps())  # evaluation, checkpoints
+        return (ctx.gaps.sites(training) + (syncs.sites(ctx) if syncs is not None else [])
+                + between)
 
     def blind_spots(self) -> list[str]:
         """The tensor reads the sync hook does not count (:mod:`~metrics.engines.torch.syncs`)."""

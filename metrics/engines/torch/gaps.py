@@ -1,0 +1,214 @@
+"""Periodic work between a torch program's optimizer steps, named and measured:
+an evaluation (``model.eval()``) or a checkpoint (``torch.save``) every N steps.
+
+The torch side of :mod:`metrics.engines.jax.gaps`, in the same model: a gap
+is what the program did between two steps, led by the line that began the
+work. The step here is the optimizer's (:mod:`~metrics.engines.torch.optim`);
+the work is told by two rare calls, patched at install, each noting
+``(kind, the user's line, its detail, now)`` with one append: ``Module.eval``
+(an evaluation begins: the line that called ``model.eval()``; ``.train(False)``
+on children is not ``eval``, so only the user's own call is seen) and
+``torch.save`` (a checkpoint). Nothing runs per step on the hot path.
+
+At fold time (the optimizer's steps folded, off the training thread) each
+interval between two steps of the first optimizer that holds notes is a gap;
+intervals without notes are the usual step. A gap costs its interval beyond
+the usual step (the median of the last :data:`USUAL_KEPT` usual intervals,
+taken when read) less the compile work inside it (an evaluation's first call
+recompiles for ``no_grad``: that is a compile step, ``CompileStepTime``),
+charged to the line that led it: the first ``model.eval()``, else the first
+``torch.save``; the other lines are ``within`` it. The first step's interval
+is no usual step (its compiles) and work before the first step is set-up.
+
+Example:
+    >>> gaps = StepGaps()
+    >>> gaps.notes.append(Note(EVAL, "/w/train.py:57", "", "GPT.eval()", 3_500))
+    >>> gaps.intervals([1_000, 2_000, 3_000, 5_000, 6_000], 1)  # the gap: 3_000 to 5_000
+    >>> [(x.work, x.location, x.gaps, x.gap_seconds) for x in gaps.sites(None)]
+    [('evaluation', '/w/train.py:57', 1, 1e-06)]
+"""
+
+from __future__ import annotations
+
+import functools
+import statistics
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from metrics.engines._frames import user_line
+from tpu_info.contract.diagnosis import PeriodicWork, SiteKind
+from tpu_info.contract.model import SiteReading, StepsReading
+from tpu_info.contract.phases import phase_of
+
+if TYPE_CHECKING:
+    from metrics.engines._patching import Patches
+    from metrics.engines.compile_steps import CompileTimeline
+    from metrics.engines.torch.context import TorchContext
+
+__all__ = ["CHECKPOINT", "EVAL", "Note", "StepGaps"]
+
+EVAL, CHECKPOINT = SiteKind.EVAL_MODE.value, SiteKind.SAVE.value  # a note's kind
+_WORK = {EVAL: PeriodicWork.EVALUATION.value, CHECKPOINT: PeriodicWork.CHECKPOINT.value}
+_LEAD_ORDER = (EVAL, CHECKPOINT)
+MAX_NOTES = 4096  # notes waiting for a step to close their gap (the oldest go first)
+MAX_SITES = 256  # lines kept apart
+USUAL_KEPT = 256  # usual intervals the median is taken over
+
+
+class Note(NamedTuple):
+    """A call noted in the program: its kind, the user's line, when (monotonic ns)."""
+
+    kind: str
+    location: str
+    via: str
+    detail: str
+    ns: int
+
+
+class _Site:
+    """One line that led gaps or sat in them."""
+
+    __slots__ = ("kind", "location", "via", "detail", "count", "gaps", "gap_ns",
+                 "first_step", "last_step", "first_ns", "last_ns", "within")
+
+    def __init__(self, kind: str, location: str, via: str, detail: str) -> None:
+        self.kind, self.location, self.via, self.detail = kind, location, via, detail
+        self.count = 0  # notes at the line
+        self.gaps = 0  # gaps it led
+        self.gap_ns = 0  # their intervals less their compiles (the usual step still in)
+        self.first_step = self.last_step = 0  # the steps those gaps came after
+        self.first_ns = self.last_ns = 0
+        self.within = ""  # the line whose gaps it sat in (its time is that line's)
+
+
+class StepGaps:
+    """The gaps between one optimizer's steps, and what ran in them."""
+
+    def __init__(self) -> None:
+        self.notes: deque[Note] = deque(maxlen=MAX_NOTES)
+        self.usual: deque[int] = deque(maxlen=USUAL_KEPT)
+        self.by_line: dict[tuple[str, str], _Site] = {}
+        # The engine's compile spans: a gap's compiles are compile steps, not the gap's.
+        self.timeline: CompileTimeline | None = None
+        self.to_unix = 0.0  # monotonic seconds -> unix
+
+    # Hooks (in the program: one append each) -------------------------------
+
+    def install(self, patches: Patches, ctx: TorchContext) -> None:
+        """Patches ``torch.nn.Module.eval`` and ``torch.save`` to note their
+        calls (restored with ``patches``)."""
+        import torch
+
+        notes, clock, skip = self.notes, time.monotonic_ns, ctx.skip
+        compiling = torch.compiler.is_compiling
+
+        def note(kind: str, detail: str) -> None:
+            if compiling():  # traced by Dynamo: a frame walk would break its graph
+                return
+            try:
+                here = user_line(skip, 3)
+                if here is not None:
+                    notes.append(Note(kind, here.location, here.via, detail, clock()))
+            except Exception as e:  # noqa: BLE001 - a hook never raises into the program
+                ctx.failed("torch.gaps", e)
+
+        def wrap_eval(original: Callable[..., Any]) -> Callable[..., Any]:
+            @functools.wraps(original)
+            def eval(self: Any) -> Any:  # noqa: A001 - the method's own name
+                note(EVAL, f"{type(self).__name__}.eval()")
+                return original(self)
+            return eval
+
+        def wrap_save(original: Callable[..., Any]) -> Callable[..., Any]:
+            @functools.wraps(original)
+            def save(*args: Any, **kwargs: Any) -> Any:
+                note(CHECKPOINT, "torch.save")
+                return original(*args, **kwargs)
+            return save
+
+        patches.apply(torch.nn.Module, "eval", wrap_eval)
+        patches.apply(torch, "save", wrap_save)
+
+    # Fold (off the training thread) ----------------------------------------
+
+    def intervals(self, marks: list[int], first_step: int) -> None:
+        """The optimizer's step ends ``marks`` (monotonic ns, ascending; the
+        first is step ``first_step``'s): each interval with notes in it is a
+        gap, the others usual steps."""
+        notes = self.notes
+        for k, (a, b) in enumerate(zip(marks, marks[1:]), start=first_step):
+            got = []
+            while notes and notes[0].ns <= b:
+                n = notes.popleft()
+                if n.ns > a:  # before the step that opens it: set-up, or a stale note
+                    got.append(n)
+            if got:
+                self._gap(a, b, k, got)
+            elif k > 1:  # the first step's interval holds its compiles: no usual step
+                self.usual.append(b - a)
+
+    def _gap(self, a: int, b: int, step: int, got: list[Note]) -> None:
+        compile_ns = self.timeline.within(a, b) if self.timeline is not None else 0
+        lead_note = next(n for kind in _LEAD_ORDER for n in got if n.kind == kind)
+        lead = self._site(lead_note)
+        if lead is None:
+            return
+        lead.gaps += 1
+        lead.gap_ns += max(0, (b - a) - compile_ns)
+        lead.first_step = lead.first_step or step
+        lead.last_step = step
+        for n in got:
+            site = self._site(n)
+            if site is None:
+                continue
+            site.count += 1
+            site.first_ns = site.first_ns or n.ns
+            site.last_ns = n.ns
+            if site is not lead and not site.gaps:
+                site.within = lead.location
+
+    def _site(self, n: Note) -> _Site | None:
+        key = (n.kind, n.location)
+        site = self.by_line.get(key)
+        if site is None and len(self.by_line) < MAX_SITES:
+            site = self.by_line[key] = _Site(n.kind, n.location, n.via, n.detail)
+        return site
+
+    # Read ------------------------------------------------------------------
+
+    def usual_ns(self) -> float | None:
+        """The usual step: the median interval between steps without work
+        in between; None before one was seen."""
+        usual = list(self.usual)
+        return statistics.median(usual) if usual else None
+
+    def sites(self, steps: StepsReading | None) -> list[SiteReading]:
+        """The lines that led gaps (``work``, ``gaps``, ``gap_seconds``: their
+        time beyond the usual step) or sat in them (``within``)."""
+        usual = self.usual_ns()
+        out = []
+        for site in list(self.by_line.values()):
+            if not site.count:
+                continue
+            first, last = site.first_ns / 1e9 + self.to_unix, site.last_ns / 1e9 + self.to_unix
+            fields: dict[str, Any] = {}
+            if site.gaps and usual is not None:
+                fields = {"work": _WORK[site.kind], "gaps": site.gaps,
+                          "gap_seconds": max(0.0, site.gap_ns - site.gaps * usual) / 1e9}
+            elif site.within:
+                fields = {"within": site.within}
+            occurrences = site.gaps or site.count
+            out.append(SiteReading(
+                site.kind, site.location, site.count, detail=site.detail, via=site.via,
+                first_seen_unix=first, last_seen_unix=last,
+                phase=phase_of(first, last, occurrences, steps).value,
+                occurrences=occurrences,
+                steps_spanned=site.last_step - site.first_step if site.gaps else 0, **fields))
+        return out
+
+    def clear(self) -> None:
+        self.notes.clear()
+        self.usual.clear()
+        self.by_line.clear()
