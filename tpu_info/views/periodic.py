@@ -37,6 +37,7 @@ from tpu_info.contract.model import (
 )
 from tpu_info.views.cost import (
     duration,
+    engine_of,
     leads,
     share_words,
     short_location,
@@ -63,9 +64,8 @@ _TORCH_ADVICE = {
                    "(torch.distributed.checkpoint.async_save writes in a background thread "
                    "while the steps go on)."),
 }
-# Lines torch's hook names between optimizer steps (metrics/engines/torch/gaps.py):
-# their gaps are the intervals between steps, costed beyond the usual step.
-_BETWEEN_STEPS = frozenset({SiteKind.EVAL_MODE.value, SiteKind.SAVE.value})
+# torch's hook measures the intervals between optimizer steps, beyond the
+# usual step (metrics/engines/torch/gaps.py); JAX's, the gap from its first record.
 _MEASURED = {
     True: "the time between its optimizer steps beyond the usual step (their median), "
           "compiles left out",
@@ -87,8 +87,8 @@ def part_of_periodic_work(s: Snapshot, site: SiteReading,
 def _what(site: SiteReading, between: bool) -> str:
     """What ran at the lead's line: ``jit(apply_model), first called``,
     ``jax.device_get of 4.2 MB each time``, ``GPT.eval()``, ``torch.save``."""
-    if between:
-        return site.detail
+    if between and site.kind != SiteKind.CALL.value:
+        return site.detail  # GPT.eval(), torch.save
     if site.work == "evaluation":
         return f"{site.detail}, first called"
     if not site.bytes:
@@ -108,6 +108,8 @@ def periodic_work(s: Snapshot) -> Iterable[Finding]:
     steps, when it took at least :data:`INFO_SHARE` of the run."""
     steps = steps_of(s)
     led = leads(s)
+    # torch's hook measures the gaps between optimizer steps (its own words).
+    torch = engine_of(s).startswith("torch")
     for site in led.values():
         run = s.uptime_seconds
         seconds = min(site.gap_seconds or 0.0, run) if run > 0 else (site.gap_seconds or 0.0)
@@ -119,7 +121,7 @@ def periodic_work(s: Snapshot) -> Iterable[Finding]:
                  if site.occurrences > 1 and site.steps_spanned else None)
         members = [short_location(x.location) for x in s.sites
                    if x.within == site.location and x.location != site.location]
-        between = site.kind in _BETWEEN_STEPS
+        between = torch
         what = _what(site, between)
         how = ("steps marked by the program" if steps is not None
                and steps.source == STEPS_MARKED else

@@ -8,7 +8,10 @@ the work is told by two rare calls, patched at install, each noting
 ``(kind, the user's line, its detail, now)`` with one append: ``Module.eval``
 (an evaluation begins: the line that called ``model.eval()``; ``.train(False)``
 on children is not ``eval``, so only the user's own call is seen) and
-``torch.save`` (a checkpoint). Nothing runs per step on the hot path.
+``torch.save`` (a checkpoint); and by torch.compile's graphs compiled for
+gradients off (an evaluation under ``no_grad``): their first call after a
+step is noted at the user's call (:meth:`StepGaps.call_off_grad`; one bool
+test on a training call). Nothing else runs per step on the hot path.
 
 At fold time (the optimizer's steps folded, off the training thread) each
 interval between two steps of the first optimizer that holds notes is a gap;
@@ -17,7 +20,8 @@ the usual step (the median of the last :data:`USUAL_KEPT` usual intervals,
 taken when read) less the compile work inside it (an evaluation's first call
 recompiles for ``no_grad``: that is a compile step, ``CompileStepTime``),
 charged to the line that led it: the first ``model.eval()``, else the first
-``torch.save``; the other lines are ``within`` it. The first step's interval
+call with gradients off, else the first ``torch.save``; the other lines are
+``within`` it. The first step's interval
 is no usual step (its compiles) and work before the first step is set-up.
 
 Example:
@@ -49,9 +53,11 @@ if TYPE_CHECKING:
 
 __all__ = ["CHECKPOINT", "EVAL", "Note", "StepGaps"]
 
-EVAL, CHECKPOINT = SiteKind.EVAL_MODE.value, SiteKind.SAVE.value  # a note's kind
-_WORK = {EVAL: PeriodicWork.EVALUATION.value, CHECKPOINT: PeriodicWork.CHECKPOINT.value}
-_LEAD_ORDER = (EVAL, CHECKPOINT)
+# A note's kind: model.eval(), a compiled graph's call with gradients off, torch.save.
+EVAL, CALL, CHECKPOINT = SiteKind.EVAL_MODE.value, SiteKind.CALL.value, SiteKind.SAVE.value
+_WORK = {EVAL: PeriodicWork.EVALUATION.value, CALL: PeriodicWork.EVALUATION.value,
+         CHECKPOINT: PeriodicWork.CHECKPOINT.value}
+_LEAD_ORDER = (EVAL, CALL, CHECKPOINT)
 MAX_NOTES = 4096  # notes waiting for a step to close their gap (the oldest go first)
 MAX_SITES = 256  # lines kept apart
 USUAL_KEPT = 256  # usual intervals the median is taken over
@@ -93,6 +99,7 @@ class StepGaps:
         # The engine's compile spans: a gap's compiles are compile steps, not the gap's.
         self.timeline: CompileTimeline | None = None
         self.to_unix = 0.0  # monotonic seconds -> unix
+        self.noted_at = 0  # the step after which a call with gradients off was last noted
 
     # Hooks (in the program: one append each) -------------------------------
 
@@ -130,6 +137,18 @@ class StepGaps:
 
         patches.apply(torch.nn.Module, "eval", wrap_eval)
         patches.apply(torch, "save", wrap_save)
+
+    def call_off_grad(self, steps: int, where: Callable[[], str | None], detail: str,
+                      ns: int) -> None:
+        """A compiled graph ran with gradients off after ``steps`` steps (an
+        evaluation's forward): noted at ``where()`` (the user's call, found
+        only here) once per interval between steps; none before the first."""
+        if steps == self.noted_at:
+            return
+        self.noted_at = steps
+        location = where()
+        if location is not None:
+            self.notes.append(Note(CALL, location, "", detail, ns))
 
     # Fold (off the training thread) ----------------------------------------
 

@@ -187,10 +187,24 @@ def fold_calls(ctx: CompileContext, flat: list[Any]) -> None:
         ctx.gaps.fold(graphs, starts, ends)
 
 
+def _off_grad(ctx: CompileContext, graph: Graph, start: int) -> None:
+    """A call of a graph compiled for gradients off: the first after each
+    optimizer step is noted at the user's call of the compiled model (the
+    compiled frame and its resumed parts passed over)."""
+    try:
+        ctx.optimizer.gaps.call_off_grad(
+            ctx.optimizer.steps_so_far(),
+            lambda: brk.call_site(graph.function, graph.resume_line or 0, ctx.skip),
+            graph.name, start)
+    except Exception as e:  # noqa: BLE001
+        ctx.failed("torch_compile.gaps", e)
+
+
 def _runner(fn: Callable[..., Any], graph: Graph) -> Callable[..., Any]:
     """``fn`` (a compiled graph) with each call appended to the installed
     context's journal: one clock read each side and one append."""
     clock = time.monotonic_ns  # the distributions' clock
+    grad = graph.grad
 
     def compiled_graph(*args: Any, **kwargs: Any) -> Any:
         ctx = ACTIVE.ctx
@@ -202,6 +216,8 @@ def _runner(fn: Callable[..., Any], graph: Graph) -> Callable[..., Any]:
         q.extend((graph, start, clock()))  # a record as its fields: no object kept
         if len(q) >= FOLD_AT * CALL_FIELDS:
             ctx.calls.flush()
+        if not grad:  # an evaluation's forward: the gap between steps it ran in
+            _off_grad(ctx, graph, start)
         return out
 
     compiled_graph.__wrapped__ = fn  # type: ignore[attr-defined]

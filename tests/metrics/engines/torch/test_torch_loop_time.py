@@ -17,6 +17,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -52,7 +53,7 @@ LOOP = textwrap.dedent('''
         with torch.no_grad():
             for j in range(100):
                 k = j % 64
-                compiled(data[k * 64:(k + 1) * 64]).pow(2).mean()
+                compiled(data[k * 64:(k + 1) * 64]).pow(2).mean()  # LINE evalcall
         model.train()
 
 
@@ -87,27 +88,36 @@ LOOP = textwrap.dedent('''
 ''')
 
 
-@pytest.fixture(scope="module")
-def loop(tmp_path_factory: pytest.TempPathFactory
-         ) -> tuple[Snapshot, list[float], dict, dict, dict]:
-    """The snapshot of :data:`LOOP`, Dynamo's in-loop compile times, its
-    lines, the seconds it timed its evaluations and checkpoints, and the
-    intervals between steps they ran in."""
+# The same loop whose evaluation calls no model.eval(): only torch.no_grad().
+NO_EVAL_MODE = LOOP.replace("    model.eval()  # LINE eval\n", "").replace(
+    "    model.train()\n", "")
+
+
+def _run(tmp: Path, source: str) -> tuple[Snapshot, list[float], dict, dict, dict]:
+    """The snapshot of ``source``, Dynamo's in-loop compile times, its lines,
+    the seconds it timed its evaluations and checkpoints, and the intervals
+    between steps they ran in."""
     from tpu_info.proto import tpu_info_v1_pb2 as pb
     from tpu_info.wire.codec import snapshot_from_proto
 
-    tmp = tmp_path_factory.mktemp("torch_loop")
     prog = tmp / "train.py"
-    prog.write_text(LOOP)
+    prog.write_text(source)
     env = dict(os.environ, PYTHONPATH=str(ROOT), TPU_INFO_RUNTIME_DIR=str(tmp / "rt"))
     r = subprocess.run([sys.executable, str(prog)], capture_output=True, text=True, env=env,
                        cwd=tmp, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     out = json.loads(r.stdout.splitlines()[-1])
     lines = {text.rsplit("# LINE ", 1)[1]: n
-             for n, text in enumerate(LOOP.splitlines(), start=1) if "# LINE " in text}
+             for n, text in enumerate(source.splitlines(), start=1) if "# LINE " in text}
     return (snapshot_from_proto(pb.Snapshot.FromString(bytes.fromhex(out["proto"]))),
             out["truth"], lines, out["spent"], out["walls"])
+
+
+@pytest.fixture(scope="module")
+def loop(tmp_path_factory: pytest.TempPathFactory
+         ) -> tuple[Snapshot, list[float], dict, dict, dict]:
+    """What :func:`_run` says of :data:`LOOP`."""
+    return _run(tmp_path_factory.mktemp("torch_loop"), LOOP)
 
 
 @pytest.mark.slow
@@ -158,3 +168,18 @@ def test_evaluation_and_checkpoint_between_optimizer_steps_are_named(loop):
     for f in found:
         if f.kind == "slow_steps":
             assert "eval()" not in f.message and "torch.save" not in f.message, f.message
+
+
+@pytest.mark.slow
+def test_an_evaluation_under_no_grad_alone_is_named_at_its_call(tmp_path):
+    from tpu_info.views.findings import find
+
+    s, truth, lines, spent, walls = _run(tmp_path, NO_EVAL_MODE)
+    assert "eval" not in lines
+    (ev,) = [f for f in find(s) if f.kind == "periodic_evaluation"]
+    # No model.eval(): the compiled model's first call with gradients off after
+    # a step leads the gap, at the user's call of it (main before: no finding).
+    assert ev.location.endswith(f":{lines['evalcall']}"), ev.message
+    assert ev.every_steps == pytest.approx(50.0) and ev.count == 4
+    assert 0.8 * (spent["evaluation"] - sum(truth)) <= ev.seconds_lost <= \
+        walls["evaluation"] - sum(truth), (ev.message, spent, walls)
