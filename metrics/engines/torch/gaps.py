@@ -35,6 +35,7 @@ Example:
 from __future__ import annotations
 
 import functools
+import operator
 import statistics
 import time
 from collections import deque
@@ -157,6 +158,10 @@ class StepGaps:
         first is step ``first_step``'s): each interval with notes in it is a
         gap, the others usual steps."""
         notes = self.notes
+        if not notes:  # the usual fold: steps only (it may run on the training thread)
+            first = 2 if first_step == 1 else 1  # the first step's interval is no usual step
+            self.usual.extend(map(operator.sub, marks[first:], marks[first - 1:-1]))
+            return
         for k, (a, b) in enumerate(zip(marks, marks[1:]), start=first_step):
             got = []
             while notes and notes[0].ns <= b:
@@ -228,6 +233,7 @@ class StepGaps:
         return out
 
     def clear(self) -> None:
+        self.noted_at = 0
         self.notes.clear()
         self.usual.clear()
         self.by_line.clear()
