@@ -145,7 +145,10 @@ class StepsReading:
     ``excluded_calls`` counts calls of the step's function that are not
     steps (evaluation with gradients off). ``loop_ended``: the program has
     ended (a saved run's last snapshot), so whatever came after the latest
-    step is tear-down, however soon after it.
+    step is tear-down, however soon after it. ``step_line``: the user's line
+    (``/w/train.py:41``) whose calls the steps are when the step itself is
+    not jitted (a plain Python train step around a library's jitted
+    functions, optax's: those calls were counted); "" otherwise.
     """
 
     count: int
@@ -156,6 +159,7 @@ class StepsReading:
     last_unix: float | None = None
     excluded_calls: int = 0
     loop_ended: bool = False
+    step_line: str = ""
     # Steps that held a compile or the backend's start-up, and the seconds
     # those took (the engine's ``CompileStepTime``, joined by
     # :func:`tpu_info.views.cost.steps_of`): one-off time inside the loop,

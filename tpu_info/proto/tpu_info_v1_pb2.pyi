@@ -334,7 +334,7 @@ class Site(_message.Message):
     def __init__(self, kind: _Optional[str] = ..., location: _Optional[str] = ..., count: _Optional[int] = ..., bytes: _Optional[int] = ..., seconds: _Optional[float] = ..., function: _Optional[str] = ..., detail: _Optional[str] = ..., last_seen_unix: _Optional[float] = ..., first_seen_unix: _Optional[float] = ..., phase: _Optional[str] = ..., via: _Optional[str] = ..., occurrences: _Optional[int] = ..., steps_spanned: _Optional[int] = ..., drain_seconds: _Optional[float] = ..., timed: _Optional[int] = ..., timed_bytes: _Optional[int] = ..., work: _Optional[str] = ..., gaps: _Optional[int] = ..., gap_seconds: _Optional[float] = ..., within: _Optional[str] = ...) -> None: ...
 
 class Steps(_message.Message):
-    __slots__ = ("count", "source", "basis", "seconds_total", "first_unix", "last_unix", "excluded_calls", "loop_ended")
+    __slots__ = ("count", "source", "basis", "seconds_total", "first_unix", "last_unix", "excluded_calls", "loop_ended", "step_line")
     COUNT_FIELD_NUMBER: _ClassVar[int]
     SOURCE_FIELD_NUMBER: _ClassVar[int]
     BASIS_FIELD_NUMBER: _ClassVar[int]
@@ -343,6 +343,7 @@ class Steps(_message.Message):
     LAST_UNIX_FIELD_NUMBER: _ClassVar[int]
     EXCLUDED_CALLS_FIELD_NUMBER: _ClassVar[int]
     LOOP_ENDED_FIELD_NUMBER: _ClassVar[int]
+    STEP_LINE_FIELD_NUMBER: _ClassVar[int]
     count: int
     source: str
     basis: str
@@ -351,7 +352,8 @@ class Steps(_message.Message):
     last_unix: float
     excluded_calls: int
     loop_ended: bool
-    def __init__(self, count: _Optional[int] = ..., source: _Optional[str] = ..., basis: _Optional[str] = ..., seconds_total: _Optional[float] = ..., first_unix: _Optional[float] = ..., last_unix: _Optional[float] = ..., excluded_calls: _Optional[int] = ..., loop_ended: _Optional[bool] = ...) -> None: ...
+    step_line: str
+    def __init__(self, count: _Optional[int] = ..., source: _Optional[str] = ..., basis: _Optional[str] = ..., seconds_total: _Optional[float] = ..., first_unix: _Optional[float] = ..., last_unix: _Optional[float] = ..., excluded_calls: _Optional[int] = ..., loop_ended: _Optional[bool] = ..., step_line: _Optional[str] = ...) -> None: ...
 
 class Snapshot(_message.Message):
     __slots__ = ("protocol_version", "taken_at_unix", "process", "devices", "counters", "distributions", "graphs", "events", "last_seq", "uptime_seconds", "sites", "steps", "blind_spots", "instance", "generation", "unchanged", "kept")

@@ -21,7 +21,6 @@ from collections.abc import Iterable
 
 from tpu_info.contract.model import (
     CALLED_FROM,
-    STEPS_INFERRED,
     EventKind,
     Finding,
     GraphRecord,
@@ -66,17 +65,23 @@ def single_op(name: str) -> bool:
 _JIT_NAME_RE = re.compile(r"\bjit\([^()]*\)")
 
 
+def not_jitted_step(line: str) -> str:
+    """The advice where the step itself is not jitted (``StepsReading.step_line``)."""
+    return (f"The step, at {short_location(line)}, is not jitted (only the library functions "
+            "it calls are): jit the function that holds that line, so its ops compile once "
+            "per shape as one graph.")
+
+
 def step_function(s: Snapshot) -> str | None:
     """The jitted function a step runs (``jit(train_step)``): named by the
-    inferred steps' basis (what it says the step is, before its ``: ``),
-    else, for marked steps or none, the non-single-op graph called most (10+
-    times). None where inferred steps are something else: a read's line, or
-    the user's train step that is not jitted (whose jitted calls are a
-    library's: never named as the step)."""
+    inferred steps' basis, else the non-single-op graph called most (10+
+    times); None where the step is not jitted (``StepsReading.step_line``:
+    its counted calls are a library's, never named as the step)."""
     st = steps_of(s)
-    if st is not None and st.source == STEPS_INFERRED and st.basis:
-        m = _JIT_NAME_RE.search(st.basis.split(": ", 1)[0])
-        return m.group() if m is not None and not single_op(m.group()) else None
+    if st is not None and st.step_line:  # the step is not jitted: a library's calls counted
+        return None
+    if st is not None and (m := _JIT_NAME_RE.search(st.basis)) and not single_op(m.group()):
+        return m.group()
     called = [g for g in s.graphs if (g.executions or 0) >= 10 and not single_op(g.name)
               and g.name.startswith("jit(")]
     return max(called, key=lambda g: g.executions or 0).name if called else None
@@ -255,7 +260,10 @@ def _eager_finding(s: Snapshot, tiny: list[GraphRecord], times: list[float]) -> 
     looped = [g for g in s.graphs if (g.executions or 0) >= 2 and g.name.startswith("jit(")
               and not single_op(g.name)]
     jitted = step or (max(looped, key=lambda g: g.executions or 0).name if looped else None)
-    if jitted is not None:
+    st = steps_of(s)
+    if st is not None and st.step_line:
+        advice = not_jitted_step(st.step_line)
+    elif jitted is not None:
         advice = (f"{'The step, ' if step else 'The program already jits '}{jitted}"
                   f"{', is already jitted' if step else ''}, so this is code outside it "
                   "(evaluation, metrics or initialisation, e.g. an accuracy/eval function): "

@@ -49,6 +49,7 @@ from tpu_info.views.cost import (
     size_words,
     steps_of,
 )
+from tpu_info.views.eager import not_jitted_step
 from tpu_info.views.periodic import part_of_periodic_work
 
 # A site is a finding when it ran in at least half the steps (or, steps
@@ -362,10 +363,13 @@ def _finding(s: Snapshot, site: SiteReading) -> Finding | None:
         return None
     via = f" (via {site.via})" if site.via else ""
     if site.kind == SiteKind.EAGER_OP.value:
+        st = steps_of(s)
+        advice = (not_jitted_step(st.step_line) if st is not None and st.step_line else
+                  "Move them into the jitted step (or jit the helper that holds them).")
         return Finding(
             f"eager jnp ops at {short_location(site.location)}{via} ({site.detail}) run outside "
             f"jit {_how_often(c)} ({c.words()}): each dispatches on its own from Python. "
-            "Move them into the jitted step (or jit the helper that holds them).",
+            + advice,
             Severity.WARNING, site.location, kind="per_step_eager_ops", **c.fields())
     where = f"{site.detail or 'a read'} at {short_location(site.location)}{via}"
     if site.kind == SiteKind.SYNC.value:

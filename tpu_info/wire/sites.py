@@ -46,6 +46,7 @@ def fill_diagnosis(msg: pb.Snapshot, s: Snapshot) -> None:
             msg.steps.last_unix = st.last_unix
         msg.steps.excluded_calls = st.excluded_calls
         msg.steps.loop_ended = st.loop_ended
+        msg.steps.step_line = st.step_line
     msg.blind_spots.extend(s.blind_spots)
 
 
@@ -82,6 +83,7 @@ def read_diagnosis(m: pb.Snapshot, dec: Decoding) -> tuple[
                              seconds_total=None if total is None else max(0.0, total),
                              first_unix=first or None, last_unix=last or None,
                              excluded_calls=m.steps.excluded_calls,
-                             loop_ended=m.steps.loop_ended)
+                             loop_ended=m.steps.loop_ended,
+                             step_line=text(m.steps.step_line))
     blind = dec.strings(m.blind_spots, MAX_BLIND_SPOTS, "blind_spots")
     return sites, steps, blind

@@ -10,8 +10,9 @@ is the user's) ranks below every function of the user's
 (:meth:`~metrics.engines.jax.context.JaxContext.step_candidate`,
 :meth:`~metrics.recording.callstats.CallTimes.dominant`); where one is
 still the step, its calls are the steps of the user's line that called it
-(found once, on a timed call), said so in the basis, and with no such line
-the step is not identified.
+(found once, on a timed call), said so in the basis and as
+``StepsReading.step_line``, and with no such line the step is not
+identified.
 
 Example:
     >>> eng.steps.steps().basis                               # doctest: +SKIP
@@ -64,8 +65,8 @@ def user_frame(frames: LibraryFrames, frame: FrameType | None
 def users_line(found: StepsReading, owner: Any) -> StepsReading | None:
     """Steps inferred from ``owner``'s calls: as they are when it is the
     user's function; when it is a library's, the calls of the user's line
-    that called it, said so in the basis; None where no user's line called
-    it (the step is not identified)."""
+    that called it (``step_line``), said so in the basis; None where no
+    user's line called it (the step is not identified)."""
     if not getattr(owner, "library", False):
         return found
     at = getattr(owner, "called_at", None)
@@ -74,7 +75,7 @@ def users_line(found: StepsReading, owner: Any) -> StepsReading | None:
     location, function = where(*at)
     path, line = location.rsplit(":", 1)
     return dataclasses.replace(
-        found,
+        found, step_line=location,
         basis=f"{function.rsplit('.', 1)[-1]}() in {os.path.basename(path)} (line {line}): not "
               f"jitted; the user's line that calls {getattr(owner, 'name', 'a jitted function')} "
               f"each step, a library's jitted function ({found.count:,} calls; the most time)")

@@ -78,6 +78,7 @@ PROGRAM = textwrap.dedent('''
     s = metrics.snapshot()
     print(json.dumps({"basis": s.steps.basis if s.steps else None,
                       "count": s.steps.count if s.steps else None,
+                      "step_line": s.steps.step_line if s.steps else None,
                       "step_function": step_function(s),
                       "findings": [f.message for f in find(s)]}))
 ''')
@@ -103,7 +104,12 @@ def test_a_step_that_is_not_jitted_is_the_users_line_not_the_librarys_function(t
     # (the one that calls the library's function with the most time) ...
     assert out["count"] == 40, out
     assert any(out["basis"].startswith(f"train_step() in train.py (line {n}): not jitted")
-               for n in lines), out
+               and out["step_line"] == f"{prog}:{n}" for n in lines), out
     # ... and no view takes the library's jitted function for the step.
     assert out["step_function"] is None, out
     assert not [m for m in out["findings"] if "The step, jit(" in m], out["findings"]
+    # The eager ops in it (an un-jitted value_and_grad) are told to jit the step itself.
+    eager = [m for m in out["findings"] if m.startswith("eager jnp ops at train.py:")]
+    assert eager and all(f"The step, at train.py:{out['step_line'].rsplit(':', 1)[1]}, is not "
+                         "jitted" in m and "Move them into the jitted step" not in m
+                         for m in eager), eager
