@@ -132,9 +132,11 @@ class JaxContext:
 
     def name_step(self, step: Owner | MarkedSteps | None) -> None:
         """The step watch's step (marked steps, the tracked or inferred step
-        function); None: forget it and guess again (a reset, an install)."""
+        function); None: forget it and guess again (a reset, an install).
+        The same step named again (each snapshot names it) is no gap's end."""
+        if step is None or step is not self.step_owner:
+            self.gap_owner = None
         self.step_owner, self.step_named = step, step is not None
-        self.gap_owner = None
 
     def note_compile(self, graph_hash: str) -> None:
         """Counts one compile (the engine calls it) and notes its graph for

@@ -282,3 +282,23 @@ def test_an_eager_evaluation_after_a_queue_of_steps_is_charged_its_own_time_not_
     assert min(waited) > 10 * own_time and min(waited) > 0.02, (waited, own)
     # ... and the evaluation is charged about its own time, not the queue's.
     assert per <= 3 * own_time + 0.003, (per, own, waited)
+
+
+def test_a_live_read_between_steps_is_no_gap_in_the_loop(eng):
+    # What bounds the queue an eager op waited for is the step's latest call
+    # after other work (JaxContext.gap_call). A live read (the dashboard's,
+    # the saved run's, every second) names the same step again: no gap's
+    # end, or each step after it would look like the queue's start.
+    import metrics
+
+    step = jax.jit(lambda w: w * 0.5 + 1.0)
+    w = jnp.ones((8,))
+    for _ in range(12):
+        w = step(w)
+    float(w[0])  # a read: the step's next call ends a gap
+    w = step(w)
+    after_read = eng.context.gap_call[:2]
+    for _ in range(5):
+        w = step(w)
+        metrics.snapshot()
+    assert eng.context.gap_call[:2] == after_read
