@@ -21,7 +21,8 @@ taken when read) less the compile work inside it (an evaluation's first call
 recompiles for ``no_grad``: that is a compile step, ``CompileStepTime``),
 charged to the line that led it: the first ``model.eval()``, else the first
 call with gradients off, else the first ``torch.save``; the other lines are
-``within`` it. The first step's interval
+``within`` it, and so are the tensor reads (``loss.item()``) whose first and
+last fell in its gaps (:meth:`StepGaps.lead_around`). The first step's interval
 is no usual step (its compiles) and work before the first step is set-up.
 
 Example:
@@ -60,6 +61,7 @@ _WORK = {EVAL: PeriodicWork.EVALUATION.value, CALL: PeriodicWork.EVALUATION.valu
          CHECKPOINT: PeriodicWork.CHECKPOINT.value}
 _LEAD_ORDER = (EVAL, CALL, CHECKPOINT)
 MAX_NOTES = 4096  # notes waiting for a step to close their gap (the oldest go first)
+MAX_SPANS = 1024  # the latest gaps' bounds kept, to place reads in them
 MAX_SITES = 256  # lines kept apart
 USUAL_KEPT = 256  # usual intervals the median is taken over
 
@@ -101,6 +103,7 @@ class StepGaps:
         self.timeline: CompileTimeline | None = None
         self.to_unix = 0.0  # monotonic seconds -> unix
         self.noted_at = 0  # the step after which a call with gradients off was last noted
+        self.spans: deque[tuple[int, int, str]] = deque(maxlen=MAX_SPANS)  # (a, b, lead)
 
     # Hooks (in the program: one append each) -------------------------------
 
@@ -183,6 +186,7 @@ class StepGaps:
         lead.gap_ns += max(0, (b - a) - compile_ns)
         lead.first_step = lead.first_step or step
         lead.last_step = step
+        self.spans.append((a, b, lead.location))
         for n in got:
             site = self._site(n)
             if site is None:
@@ -207,6 +211,17 @@ class StepGaps:
         in between; None before one was seen."""
         usual = list(self.usual)
         return statistics.median(usual) if usual else None
+
+    def lead_around(self, first_unix: float, last_unix: float) -> str:
+        """The line that led the gaps a line's first and last record both
+        fell in (its reads were the evaluation's: their cost is that
+        finding's), else ""."""
+        def lead(t: float) -> str | None:
+            ns = (t - self.to_unix) * 1e9
+            return next((x for a, b, x in self.spans if a < ns <= b), None)
+
+        spans_lead = lead(first_unix) if self.spans else None
+        return spans_lead if spans_lead is not None and lead(last_unix) == spans_lead else ""
 
     def sites(self, steps: StepsReading | None) -> list[SiteReading]:
         """The lines that led gaps (``work``, ``gaps``, ``gap_seconds``: their
@@ -234,6 +249,7 @@ class StepGaps:
 
     def clear(self) -> None:
         self.noted_at = 0
+        self.spans.clear()
         self.notes.clear()
         self.usual.clear()
         self.by_line.clear()

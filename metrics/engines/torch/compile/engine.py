@@ -48,6 +48,7 @@ what was unavailable).
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 
 import torch
@@ -137,9 +138,14 @@ class TorchCompileEngine(EngineBase):
         syncs = ctx.syncs
         training = ctx.optimizer.steps_so_far() > 0 or any(
             f.calls for f in ctx.call_times.train.by_key.values())
-        between = ctx.optimizer.gaps.sites(self.steps())  # evaluation, checkpoints
-        return (ctx.gaps.sites(training) + (syncs.sites(ctx) if syncs is not None else [])
-                + between)
+        gaps = ctx.optimizer.gaps
+        between = gaps.sites(self.steps())  # evaluation, checkpoints
+        reads = syncs.sites(ctx) if syncs is not None else []
+        # An evaluation's reads are its own: their time is in its gaps.
+        reads = [x if x.within or not (lead := gaps.lead_around(
+            x.first_seen_unix, x.last_seen_unix)) else dataclasses.replace(x, within=lead)
+            for x in reads]
+        return ctx.gaps.sites(training) + reads + between
 
     def blind_spots(self) -> list[str]:
         """The tensor reads the sync hook does not count (:mod:`~metrics.engines.torch.syncs`)."""

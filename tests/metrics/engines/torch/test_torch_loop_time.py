@@ -183,3 +183,54 @@ def test_an_evaluation_under_no_grad_alone_is_named_at_its_call(tmp_path):
     assert ev.every_steps == pytest.approx(50.0) and ev.count == 4
     assert 0.8 * (spent["evaluation"] - sum(truth)) <= ev.seconds_lost <= \
         walls["evaluation"] - sum(truth), (ev.message, spent, walls)
+
+
+# An evaluation that reads each batch's loss (loss.item()) every 50 steps.
+READS = textwrap.dedent('''
+    import json
+    import metrics
+    metrics.install(engines=["torch_compile"], serve=False)
+    import torch
+
+    model = torch.nn.Sequential(torch.nn.Linear(256, 256))
+    compiled = torch.compile(model)
+    opt = torch.optim.AdamW(model.parameters(), 1e-3)
+    x = torch.ones(256, 256)
+
+
+    def evaluate():
+        model.eval()  # LINE eval
+        with torch.no_grad():
+            for j in range(200):
+                v = compiled(x).pow(2).mean().item()  # LINE evalread
+        model.train()
+
+
+    for i in range(200):
+        loss = compiled(x).sum()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        if i % 50 == 25:
+            evaluate()
+    from tpu_info.wire.fillers import snapshot_to_proto
+    print(json.dumps({"proto": snapshot_to_proto(metrics.snapshot()).SerializeToString().hex(),
+                      "truth": [], "spent": {}, "walls": {}}))
+''')
+
+
+@pytest.mark.slow
+def test_an_evaluations_reads_are_its_own(tmp_path):
+    from tpu_info.views.findings import find
+
+    s, _, lines, _, _ = _run(tmp_path, READS)
+    (read,) = [x for x in s.sites if x.kind == "sync"
+               and x.location.endswith(f":{lines['evalread']}")]
+    # Main before: the reads were a line of their own, their time in the
+    # evaluation's gaps counted twice where a read costs (a GPU's drain).
+    assert read.within.endswith(f":{lines['eval']}"), read
+    found = find(s)
+    (ev,) = [f for f in found if f.kind == "periodic_evaluation"]
+    assert f"train.py:{lines['evalread']} ran in it" in ev.message, ev.message
+    assert not [f for f in found if f.kind.endswith("_sync")  # (its recompile is its own)
+                and (f.location or "").endswith(f":{lines['evalread']}")]
