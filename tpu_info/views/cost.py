@@ -148,7 +148,7 @@ class Cost:
     is where it happened (:class:`~tpu_info.contract.model.Phase`): work
     outside the step (set-up, periodic, once, tear-down) is costed per
     occurrence and over ``run_seconds``, never spread over the steps. Per-step
-    work measured at more than the steady steps took in all cannot all be in
+    work measured at more than the steps took in all cannot all be in
     them: it gets no per-step figure and says so (:attr:`beyond_steps`), or,
     with ``capped`` (a graph table's cell, compile time included), is said at
     the steps' time."""
@@ -171,12 +171,15 @@ class Cost:
 
     @property
     def beyond_steps(self) -> bool:
-        """Per-step work measured at more than the steady steps took in all
-        (counted across more than the steps, or not step work at all)."""
+        """Per-step work measured at more than the steps took in all, their
+        compiles and periodic work included (counted across more than the
+        steps, or not step work at all). Between the steady steps' time and
+        that, some of it ran in the steps that compiled: said at most the
+        steady steps' time."""
         if self.steps is None or self.outside_step or self.capped:
             return False
-        steady = self.steps.steady_seconds_total
-        return bool(steady) and self.seconds > steady
+        whole = self.steps.seconds_total or self.steps.steady_seconds_total
+        return bool(whole) and self.seconds > whole
 
     @property
     def per_step(self) -> float | None:
@@ -259,10 +262,10 @@ class Cost:
             return ", ".join(parts + [self.label()])
         if self.beyond_steps:
             steps = self.steps
-            assert steps is not None and steps.steady_seconds_total
-            parts.append(f"{mark}{duration(self.seconds)} in all, more than the steady steps "
-                         f"took ({duration(steps.steady_seconds_total)}): not all of it is in "
-                         "the steps, so no per-step figure")
+            assert steps is not None
+            parts.append(f"{mark}{duration(self.seconds)} in all, more than the steps took "
+                         f"({duration(steps.seconds_total or steps.steady_seconds_total)}): "
+                         "not all of it is in the steps, so no per-step figure")
             return ", ".join(parts) + f", {self.label()}"
         parts.append(f"{mark}{duration(self.seconds_per_step or 0.0)}/step")
         if (share := self.share_of_step) is not None:

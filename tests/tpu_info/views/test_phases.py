@@ -107,7 +107,7 @@ def test_no_per_step_cost_above_the_step_and_overlaps_said() -> None:
     # per step and no share, said so (main capped it at "100% of step time").
     beyond = next(f for f in found if f.location == "/w/t.py:3")
     assert beyond.seconds_per_step is None and beyond.share_of_step is None
-    assert "30.0 s in all, more than the steady steps took (10.0 s): not all of it is in " \
+    assert "30.0 s in all, more than the steps took (10.0 s): not all of it is in " \
         "the steps" in beyond.message, beyond.message
     assert "100%" not in beyond.message
     assert found[-1].kind == "overlapping_costs" and "overlap" in found[-1].message
