@@ -51,6 +51,7 @@ from tpu_info.views.cost import (
     steps_of,
 )
 from tpu_info.views.eager import eager_ops, single_op
+from tpu_info.views.explicit_syncs import explicit_syncs
 from tpu_info.views.findings_torch import (
     closure_read,
     cpu_fallbacks,
@@ -62,7 +63,7 @@ from tpu_info.views.findings_torch import (
 )
 from tpu_info.views.periodic import periodic_work
 from tpu_info.views.recompile_groups import own_seconds, recreated_once
-from tpu_info.views.sites import explicit_syncs, site_findings
+from tpu_info.views.sites import site_findings
 from tpu_info.views.slow_steps import slow_steps
 from tpu_info.views.startup import startup
 

@@ -138,8 +138,10 @@ class EagerOps:
         except ImportError as e:
             self.missing.append(f"eager ops are not counted: jax._src.core missing ({e})")
             return
+        array: type | None
         try:
-            from jax._src.array import ArrayImpl as array
+            from jax._src.array import ArrayImpl
+            array = ArrayImpl
         except ImportError:  # inputs' readiness not read: an op's waits stay its time
             array = None
         self.installed = patches.apply(core.EvalTrace, "process_primitive",
