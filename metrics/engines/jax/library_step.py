@@ -27,7 +27,6 @@ from types import CodeType, FrameType
 from typing import TYPE_CHECKING, Any
 
 from metrics.engines._frames import USER
-from metrics.engines.jax.sites import where
 from tpu_info.contract.model import StepsReading
 
 if TYPE_CHECKING:
@@ -72,6 +71,8 @@ def users_line(found: StepsReading, owner: Any) -> StepsReading | None:
     at = getattr(owner, "called_at", None)
     if not at:
         return None
+    from metrics.engines.jax.sites import where  # read time: sites imports numpy, calls may not
+
     location, function = where(*at)
     path, line = location.rsplit(":", 1)
     return dataclasses.replace(
