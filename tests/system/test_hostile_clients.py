@@ -28,6 +28,7 @@ from tests.hostile_clients import (
     idle_connections,
     slowloris,
 )
+from tpu_info.contract.errors import Unreachable
 from tpu_info.net.client import Client
 from tpu_info.proto import tpu_info_v1_pb2 as pb
 
@@ -143,6 +144,19 @@ def _settle(read, seconds: float = 3.0) -> float:
     return best
 
 
+def _served_within(p, seconds: float) -> bool:
+    """Whether the program answers a snapshot within ``seconds`` (tries again
+    while it still refuses: its connection cap not yet freed)."""
+    stop = time.monotonic() + seconds
+    while True:
+        try:
+            return p.snapshot_ok()
+        except Unreachable:
+            if time.monotonic() > stop:
+                raise
+            time.sleep(0.2)
+
+
 @pytest.mark.slow
 def test_idle_connections_do_not_take_the_programs_file_descriptors(program):
     p = program()
@@ -157,7 +171,10 @@ def test_idle_connections_do_not_take_the_programs_file_descriptors(program):
         assert peak - before < 200, (before, peak)
     finally:
         close_all(socks)
-    assert p.snapshot_ok()  # while the cap is full, new connections are refused
+    # While the cap is full, new connections are refused; once the attack's
+    # are closed the program serves again (a loaded machine takes a moment to
+    # reap them: fresh-check under load 18 was refused once right after).
+    assert _served_within(p, 10.0)
 
 
 @pytest.mark.slow
