@@ -18,15 +18,11 @@ wide (rich asks the terminal then; plain text folds only there).
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
-import pty
 import re
-import struct
 import subprocess
 import sys
-import termios
 from io import StringIO
 from pathlib import Path
 
@@ -40,6 +36,7 @@ from rich.text import Text
 from tests.conftest import ROOT
 from tests.fixtures.google_names import GOOGLE_LIST, FakeLibtpuServer, sections
 from tests.fixtures.snapshots import SCENARIOS, header
+from tests.terminal import on_a_pty
 from tpu_info.contract.model import (
     BUSY_FROM_LIBTPU,
     DeviceRecord,
@@ -302,22 +299,7 @@ class Machine:
     def on_a_terminal(self, *args: str, width: int = 80, **env: str) -> str:
         """What a real terminal ``width`` columns wide shows (no COLUMNS: rich
         asks the terminal)."""
-        main, sub = pty.openpty()
-        fcntl.ioctl(sub, termios.TIOCSWINSZ, struct.pack("HHHH", 24, width, 0, 0))
-        p = subprocess.Popen(self.argv(*args), stdin=sub, stdout=sub, stderr=sub, cwd=ROOT,
-                             env={**self.env, **env})
-        os.close(sub)
-        out = b""
-        while True:
-            try:
-                data = os.read(main, 65536)
-            except OSError:  # the child closed the terminal
-                break
-            if not data:
-                break
-            out += data
-        os.close(main)
-        assert p.wait(60) == 0, out[-3000:]
+        out = on_a_pty(self.argv(*args), {**self.env, **env}, ROOT, width=width)
         return out.decode().replace("\r\n", "\n")
 
 

@@ -5,7 +5,6 @@ honoured."""
 from __future__ import annotations
 
 import os
-import pty
 import re
 import shlex
 import shutil
@@ -16,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.terminal import on_a_pty
 from tpu_info.commands import cli
 from tpu_info.commands.args import build_parser, check_combination
 
@@ -76,22 +76,7 @@ def _env(**extra: str) -> dict[str, str]:
 
 
 def _on_a_terminal(env: dict[str, str], *argv: str) -> bytes:
-    main, sub = pty.openpty()
-    proc = subprocess.Popen([sys.executable, "-c", _PRINT, *argv], stdin=sub, stdout=sub,
-                            stderr=sub, env=env, cwd=ROOT)
-    os.close(sub)
-    out = b""
-    while True:
-        try:
-            data = os.read(main, 65536)
-        except OSError:  # the child closed the terminal
-            break
-        if not data:
-            break
-        out += data
-    os.close(main)
-    assert proc.wait(30) == 0, out
-    return out
+    return on_a_pty([sys.executable, "-c", _PRINT, *argv], env, ROOT, timeout=30)
 
 
 def _in_a_pipe(env: dict[str, str]) -> bytes:
