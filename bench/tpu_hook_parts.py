@@ -29,7 +29,7 @@ os.environ.setdefault("JAX_PLATFORMS", "tpu")
 
 
 def _writer_frame_only(*_: Any) -> Any:
-    """JitArguments' per-call writer that finds the caller's frame and stops."""
+    """The numpy-argument writer that finds the caller's frame and stops."""
     import sys as _sys
 
     def write(owner: Any, args: Any, depth: int) -> None:
@@ -39,28 +39,17 @@ def _writer_frame_only(*_: Any) -> Any:
     return write
 
 
-def _no_fold(writer: Any) -> Any:
-    """``writer`` (JitArguments' real one) with the journal's fold switched off:
-    its records pile up unfolded."""
-    def make(transfers: Any, *rest: Any) -> Any:
-        class NoFold:
-            journal = type("Journal", (), {"flush": staticmethod(lambda: None)})()
-
-            def __getattr__(self, name: str) -> Any:
-                return getattr(transfers, name)
-        return writer(NoFold(), *rest)
-    return make
-
 # Part -> what switching it off does (applied before install unless said).
 PARTS = {
     "numpy": "no record of numpy arguments (JitArguments' writer does nothing)",
     "write-frame": "the numpy writer finds the caller's frame, writes nothing",
-    "write-nofold": "the numpy writer writes records, the journal never folds them",
     "precopy": "no pre-put copy samples (COPY_SPACING_NS past the first)",
+    "precopy-50ms": "pre-put copy samples one every 50 ms past the first (as before 1 s)",
     "untimed": "no timed calls past the first 64",
     "offer": "no device-time samples",
     "gaps": "no gap bookkeeping at a call after other work",
     "gc": "the garbage collector off (both contenders)",
+    "switch": "GIL hand-offs 100x rarer (sys.setswitchinterval 0.5 s, both contenders)",
     "wrapper": "the jitted function called past the hook's wrapper",
 }
 
@@ -78,7 +67,7 @@ def main() -> None:
     import overhead_jax as o
 
     import metrics
-    from metrics.engines.jax import calls, device_time, jit_numpy
+    from metrics.engines.jax import calls, device_time, numpy_runs
 
     batches, params = o.loop_data("hostbound", 100)
     plain = o.make_step(True)
@@ -87,12 +76,12 @@ def main() -> None:
         calls.counting.__defaults__ = (1 << 62, 64)
     if "precopy" in off:
         calls.COPIES_FIRST, calls.COPY_SPACING_NS = 0, 1 << 62
+    if "precopy-50ms" in off:
+        calls.COPY_SPACING_NS = 50_000_000
     if "numpy" in off:
-        jit_numpy._writer = lambda *_: (lambda *__: None)
+        numpy_runs.writer = lambda *_: (lambda *__: None)
     elif "write-frame" in off:
-        jit_numpy._writer = _writer_frame_only
-    elif "write-nofold" in off:
-        jit_numpy._writer = _no_fold(jit_numpy._writer)
+        numpy_runs.writer = _writer_frame_only
     metrics.install(engines=["jax"], serve=False)
     if "offer" in off:
         device_time.DeviceTimes.offer = lambda *_, **__: None  # type: ignore[method-assign]
@@ -100,6 +89,8 @@ def main() -> None:
         calls.at_call = lambda *_: None
     if "gc" in off:
         gc.disable()
+    if "switch" in off:
+        sys.setswitchinterval(0.5)
     hooked = o.make_step(True)
     o.run(hooked, params, batches[:20], False, None)
     if "wrapper" in off:

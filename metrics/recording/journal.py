@@ -58,7 +58,7 @@ class Journal:
             by default.
     """
 
-    __slots__ = ("_queue", "_fold", "_lock", "fold_at", "folded")
+    __slots__ = ("_queue", "_fold", "_lock", "fold_at", "folded", "before")
 
     def __init__(self, fold: Callable[[list[Any]], None], fold_at: int = FOLD_AT,
                  lock: threading.Lock | None = None) -> None:
@@ -73,6 +73,9 @@ class Journal:
         # len(queue)`` only ever grows, so a hot path can tell "nothing was
         # appended since" across a fold (the eager-op hook's separators).
         self.folded = 0
+        # Called first by every fold, under the lock: an owner's state kept
+        # outside the queue (counted in place) joins the fold there.
+        self.before: Callable[[], None] | None = None
 
     @property
     def queue(self) -> list[Any]:
@@ -95,6 +98,8 @@ class Journal:
 
     def flush_held(self) -> None:
         """:meth:`flush` for a caller that holds the journal's lock."""
+        if self.before is not None:
+            self.before()
         q = self._queue
         n = len(q)
         if n:

@@ -73,9 +73,12 @@ FEEDBACK_CHECKS = 8  # a function's first calls checked for feeding back its out
 # over the latest COPY_KEEP each way (jit_numpy.copy_ns). Samples: on its
 # first COPIES_FIRST such calls, then at most one every COPY_SPACING_NS
 # (spread over the run, and each pre-put, on JAX's Python path, costs a
-# bounded share of wall time).
+# bounded share of wall time: on a TPU v5e host a sample's put took 0.55 ms
+# where the host-bound step took 0.56; at one every 50 ms the samples took
+# 9 us a step, 1.6 %; at one a second the loop read 0.979-0.986 of unhooked
+# against 0.972-0.974, bench/RESULTS-TPU.md).
 COPIES_FIRST = 24  # 20 timed (what a cost or a percentile stands on) after 4 each way
-COPY_SPACING_NS = 50_000_000
+COPY_SPACING_NS = 1_000_000_000
 COPY_KEEP = 32  # host times kept each way (their medians: a slow first call is no mean's)
 
 
@@ -99,7 +102,8 @@ class Owner:
 
     __slots__ = ("name", "graphs", "last_hash", "compiles", "nested_numpy", "usual_ns",
                  "numpy_args", "calls", "evaluation", "numpy_label", "copies_seen", "next_copy",
-                 "copy_stats", "fed_back", "checks", "last_out", "library", "called_at")
+                 "copy_stats", "fed_back", "checks", "last_out", "library", "called_at",
+                 "numpy_run")
     explicit = False  # a function the user wrapped in metrics.track is explicit
 
     def __init__(self, name: str) -> None:
@@ -121,6 +125,7 @@ class Owner:
         # JitArguments says how it learns (_BY_HANDLER: truthy, not yet True).
         self.numpy_args: bool | str = False
         self.numpy_label = f"numpy argument of {name}"  # its records' detail: made once
+        self.numpy_run: Any = None  # its calls' numpy arguments, counted (numpy_runs.Run)
         self.copies_seen = 0  # pre-put samples of its numpy arguments so far
         self.next_copy = 0  # the clock (ns) from which its next pre-put sample may come
         # Host ns of its latest timed calls that did not compile, with numpy

@@ -168,7 +168,7 @@ class ImplicitTransfers:
         self._implicit_d2h = counter(names.IMPLICIT_TRANSFER_FROM_DEVICE)
         self._implicit_out = counter(names.IMPLICIT_OUTBOUND_BYTES)
         self._implicit_in = counter(names.IMPLICIT_INBOUND_BYTES)
-        self.jit_arguments = JitArguments(self, _USER, UNTIMED_H2D, FIELDS)  # jit's numpy args
+        self.jit_arguments = JitArguments(self, _USER, UNTIMED_H2D)  # jit's numpy args
         self.explicit_puts_counted = False  # by the numpy shard handler (see install)
         forksafe.owned(self)
 
@@ -295,9 +295,8 @@ class ImplicitTransfers:
             self.journal.flush()
 
     def host_arguments(self, nbytes: int, what: str) -> None:
-        """Host (numpy) arguments of ``nbytes`` in one jitted call (``what``:
-        "numpy argument of jit(step)", from :class:`JitArguments`): an
-        implicit host->device transfer at the user's line, not timed."""
+        """Host (numpy) arguments of ``nbytes`` in one jitted call (``what``: "numpy
+        argument of jit(step)"): an untimed implicit host->device transfer at the user's line."""
         try:
             now = time.monotonic_ns()
             self.record(UNTIMED_H2D, sys._getframe(1), now, now, int(nbytes), what)
@@ -446,6 +445,7 @@ class ImplicitTransfers:
     def clear(self) -> None:
         """Forgets every site (the counters are the registry's)."""
         self.journal.clear()
+        self.jit_arguments.forget()
         self.gaps.clear()
         for feeder in self.feeders:
             feeder.clear()

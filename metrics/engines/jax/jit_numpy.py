@@ -8,9 +8,9 @@ NamedTuples, lists and dicts: one per leaf, as JAX's transfer guard logs
 them) into the transfer hook's journal
 (:class:`~metrics.engines.jax.implicit.ImplicitTransfers`), at the user's
 line. A host-bound loop (``step(params, data[i:i + B], 0.01)``) runs this on
-every step, so the usual call is decided with one code-table lookup and
-written in one frame (:func:`_writer`); only a call from a library's frame
-walks.
+every step, so the usual call is counted in place on the function's run
+(:mod:`metrics.engines.jax.numpy_runs`: consecutive calls from one line with
+the same leaves); only a call from a library's frame walks.
 
 What the copy costs is measured, never assumed, on the path the program
 uses (JAX's C++ dispatch copies a numpy argument inside the call): the
@@ -41,14 +41,14 @@ from typing import TYPE_CHECKING, Any
 
 from numpy import ndarray as _NDARRAY
 
+from metrics.engines.jax import numpy_runs
 from metrics.engines.jax.calls import _CALL_CODES, _JIT_CODE, Path
-from metrics.recording.journal import FOLD_AT
 
 if TYPE_CHECKING:
     from metrics.engines.jax.calls import Owner
     from metrics.engines.jax.implicit import ImplicitTransfers
 
-Report = Callable[["Owner", tuple[Any, ...], int], None]
+Report = numpy_runs.Report
 # The transfer hook's record kinds of an implicit host->device copy, timed and not.
 IMPLICIT_H2D, UNTIMED_H2D = 1, 4
 
@@ -109,18 +109,24 @@ class JitArguments:
         report: ``report(owner, args, depth)``: one call's numpy arguments,
             each an untimed implicit transfer at the line that called the
             wrapper (``depth`` frames above ``report``'s). It runs on every
-            call of a function that takes numpy, so it writes into the
-            transfer hook's journal itself (:func:`_writer`): when that frame
-            is the user's (decided once per code object), one
-            ``list.extend`` per argument, no walk; else :meth:`report_walked`.
+            call of a function that takes numpy, so when that frame is the
+            user's (decided once per code object) it counts the call on the
+            function's run (:func:`~metrics.engines.jax.numpy_runs.writer`),
+            no walk, no record; else :meth:`report_walked`.
     """
 
-    def __init__(self, transfers: ImplicitTransfers, user_class: int, kind: int,
-                 fields: int) -> None:
-        # (the transfer hook's class of a user's frame, its record kind for an
-        # untimed host->device transfer and its record length: it owns both)
+    def __init__(self, transfers: ImplicitTransfers, user_class: int, kind: int) -> None:
+        # (the transfer hook's class of a user's frame and its record kind for
+        # an untimed host->device transfer: it owns both)
         self._transfers = transfers
-        self.report: Report = _writer(transfers, self.report_walked, user_class, kind, fields)
+        self.runs: list[numpy_runs.Run] = []  # open runs, folded with the journal
+        self.report: Report = numpy_runs.writer(transfers, self.runs, self.report_walked,
+                                                user_class, nested_numpy_bytes)
+        transfers.journal.before = lambda: numpy_runs.fold_runs(transfers, self.runs, kind)
+
+    def forget(self) -> None:
+        """The runs' calls so far dropped (the site table was cleared)."""
+        numpy_runs.forget_runs(self.runs)
 
     @staticmethod
     def reported_under(code: CodeType) -> bool:
@@ -338,39 +344,3 @@ def _replaced(tree: Any, path: tuple[Hashable, ...], value: object) -> Any:
 _BY_HANDLER = "first numpy arguments counted by the numpy shard handler"
 
 
-def _writer(transfers: ImplicitTransfers, walked: Callable[[Owner, tuple[Any, ...]], None],
-            user_class: int, kind: int, fields: int) -> Report:
-    """``write(owner, args, depth)``: one call's numpy arguments, each a
-    record of ``kind`` (``fields`` long) at the wrapper's caller, ``depth``
-    frames above ``write``'s. That frame is almost always the user's loop
-    (``user_class`` in the transfer hook's code table, decided once per code
-    object): the records are then the ones the frame walk would write,
-    without the walk (no frame, no call per argument). Any other frame, or
-    one not classified yet: ``walked``. What it reads is bound once."""
-    get, getframe, clock, context = transfers._codes.get, sys._getframe, time.monotonic_ns, \
-        transfers.context
-    queue, flush, fold_at, ndarray = (transfers.queue, transfers.journal.flush,
-                                      FOLD_AT * fields, _NDARRAY)
-    extend = queue.extend
-
-    def write(owner: Owner, args: tuple[Any, ...], depth: int) -> None:
-        try:
-            f = getframe(depth)
-        except ValueError:  # fewer frames above than the wrapper's usual caller (from C)
-            return walked(owner, args)
-        code = f.f_code
-        if get(id(code)) != user_class:
-            return walked(owner, args)
-        owner.numpy_args = True  # (from _BY_HANDLER too: each later call is written)
-        label, lasti, now, step = owner.numpy_label, f.f_lasti, clock(), context.step_owner
-        at = now if step is None else step.calls  # the step it ran in (as the walk's records)
-        for a in args:
-            if type(a) is ndarray:  # (not a subclass: as the walked path)
-                extend((kind, code, lasti, label, now, now, a.nbytes, at))
-        if owner.nested_numpy:  # one transfer per leaf, as the transfer guard logs them
-            for n in nested_numpy_bytes(args, owner.nested_numpy):
-                extend((kind, code, lasti, label, now, now, n, at))
-        if len(queue) >= fold_at:
-            flush()
-
-    return write
