@@ -39,6 +39,7 @@ DEVICE_BUSY_TIME = "DeviceBusyTime"
 MONITORING_DROPPED = "JaxMonitoringDropped"
 BACKEND_START_TIME = "BackendStartTime"
 COMPILE_STEP_TIME = "CompileStepTime"
+TRAINING_THREAD_BUSY = "TrainingThreadBusy"
 
 # name -> (kind, unit, help). kind is "counter" or "distribution".
 CATALOG: dict[str, tuple[str, Unit, str]] = {
@@ -52,6 +53,10 @@ CATALOG: dict[str, tuple[str, Unit, str]] = {
                         "Compile work (tracing, lowering, backend compiles, the backends' "
                         "start-up) inside the step loop: one sample per step that held any, "
                         "its time. The steady step is the steps less this."),
+    TRAINING_THREAD_BUSY: ("distribution", Unit.NUMBER,
+                           "The training thread's CPU time over wall time in the step loop, in "
+                           "percent: one sample a second or more. Near 100 the host set the "
+                           "loop's pace; low, it waited for the device."),
     TRACE_TIME: ("distribution", Unit.TIME_NS,
                  "Time tracing Python into a graph (JAX: to a jaxpr; torch.compile: "
                  "Dynamo's bytecode tracing of one frame)."),

@@ -239,11 +239,29 @@ def device_idle(s: Snapshot) -> DeviceIdle | None:
     return DeviceIdle(steady - dev[0] * steps.count, dev[0], dev[1])
 
 
+# The training thread on the CPU this share of the loop's time or more
+# (``TrainingThreadBusy``'s median): it never waited for the device, so the
+# host set the pace and its copies overlapped nothing.
+HOST_PACED_PERCENT = 80.0
+
+
+def host_paced(s: Snapshot) -> tuple[float, int] | None:
+    """(the training thread's median CPU share of the loop in percent, the
+    seconds it stands on) when it reaches :data:`HOST_PACED_PERCENT`; else None."""
+    busy = s.distribution(catalog.TRAINING_THREAD_BUSY)
+    if busy is None or busy.count < 3:
+        return None
+    median = busy.percentile(50.0)
+    return (median, busy.count) if median is not None and median >= HOST_PACED_PERCENT else None
+
+
 def copy_bound(s: Snapshot, cost: Cost) -> Cost:
     """A copy to the device in the steps costs at most the steps' time the
     device was not busy (:func:`device_idle`): the host makes it while the
-    device runs the queued steps, so the rest overlapped."""
-    if cost.outside_step or cost.estimated or cost.seconds <= 0:
+    device runs the queued steps, so the rest overlapped. Not where the host
+    set the loop's pace (:func:`host_paced`): the device's sampled times are
+    upper bounds, so "the steps less the device's time" is no bound there."""
+    if cost.outside_step or cost.estimated or cost.seconds <= 0 or host_paced(s) is not None:
         return cost
     idle = device_idle(s)
     if idle is None or cost.seconds <= idle.seconds:

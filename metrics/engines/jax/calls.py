@@ -250,8 +250,11 @@ def _python_calls(fn: Callable[..., Any], owner: Owner, context: JaxContext, tim
                 _keyed_call(eng, owner, args, seq, start, end)
             if owner.checks:  # its first calls: does its output feed the next?
                 note_feedback(owner, args, out)
-            if owner is not state.step_owner and not state.step_named:
-                state.step_candidate(owner)  # (timed calls only: the step's guess)
+            if owner is not state.step_owner:
+                if not state.step_named:
+                    state.step_candidate(owner)  # (timed calls only: the step's guess)
+            else:
+                eng.thread_busy.tick(end)  # (a thread CPU-time read once a second)
             eng.device_times.offer(owner, start, given, out)  # timed off this thread
             if owner.library and owner.called_at is None:
                 owner.called_at = user_frame(eng.implicit._frames, sys._getframe(1))

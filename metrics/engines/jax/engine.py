@@ -79,6 +79,8 @@ from metrics.engines.jax.implicit import ImplicitTransfers
 from metrics.engines.jax.monitoring import MonitoringRecords
 from metrics.engines.jax.steps import StepWatch
 from metrics.recording.recorder import Recorder
+from metrics.recording.thread_busy import ThreadBusy
+from tpu_info.contract import catalog as names
 from tpu_info.contract.model import (
     CounterReading,
     DeviceRecord,
@@ -128,6 +130,11 @@ class JaxEngine(EngineBase):
         self.device_times = DeviceTimes(on_graph=recorder.ledger.device_time,
                                         on_error=recorder.hook_failed)
         self.implicit.drains.times = self.device_times
+        # The training thread's CPU share of the loop, ticked on the step's
+        # timed calls: who set the loop's pace (copy costs read it).
+        self.thread_busy = ThreadBusy(
+            lambda percent, at: recorder.distribution(names.TRAINING_THREAD_BUSY).observe_at(
+                percent, at))
         self.implicit.gaps.timeline = self.compiles.timeline
         recorder.on_reset(self._forget_calls)
         self._hooked: dict[str, bool] = {}  # "jit", "pmap", "aot": whether each is counted

@@ -203,3 +203,22 @@ def test_a_real_program_s_time_is_split_in_every_output(tmp_path: Path) -> None:
 
     page = report_html(s)
     assert '<section id="time"><h2>Where the time went</h2>' in page and "steady step" in page
+
+
+def test_no_copy_bound_where_the_training_thread_set_the_pace() -> None:
+    """On the TPU machine a host-bound step whose loop ran at 195 us a step
+    sampled 471 us of device time (the watcher's samples are upper bounds),
+    which cut the copies to 18 us a step where the A/B measured 147: where the
+    training thread was on the CPU nearly all the loop, no bound applies."""
+    import dataclasses
+
+    s = _snapshot(device_seconds=0.0675)
+    c = cost_of(s, 1.0, 1000, phase="step")
+    assert copy_bound(s, c).seconds == pytest.approx(0.5)  # waited for the device: bounded
+    busy = DistributionReading(catalog.TRAINING_THREAD_BUSY, Unit.NUMBER, 60, 60 * 97.0,
+                               95.0, 99.0, percentiles=((50.0, 97.0),))
+    paced = dataclasses.replace(s, distributions=(*s.distributions, busy))
+    assert copy_bound(paced, c) is c
+    few = dataclasses.replace(busy, count=2)
+    assert copy_bound(dataclasses.replace(s, distributions=(*s.distributions, few)), c) \
+        is not c  # two seconds stand on too little

@@ -1,0 +1,72 @@
+"""The training thread's CPU share of the loop (``TrainingThreadBusy``): near
+100 where the thread never waits, low where it sleeps or blocks; read at most
+once a second; a tick from another thread starts over."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from metrics.recording import thread_busy
+from metrics.recording.thread_busy import ThreadBusy
+
+
+@pytest.fixture
+def fast(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(thread_busy, "SPACING_NS", 50_000_000)
+
+
+def _ticks(work: str, seconds: float = 0.4) -> list[float]:
+    seen: list[float] = []
+    busy = ThreadBusy(lambda percent, at: seen.append(percent))
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        if work == "spin":
+            sum(range(2000))
+        else:
+            time.sleep(0.002)  # a wait, as for the device: no CPU time
+        busy.tick(time.monotonic_ns())
+    return seen
+
+
+def test_a_spinning_thread_reads_busy_and_a_waiting_one_idle(fast: None) -> None:
+    spin, wait = _ticks("spin"), _ticks("wait")
+    assert len(spin) >= 3 and len(wait) >= 3
+    # (a loaded machine takes CPU from the spinner too: only the order is sure)
+    assert sorted(spin)[len(spin) // 2] > sorted(wait)[len(wait) // 2]
+    assert max(wait) < 50.0
+    assert all(0.0 <= x <= 100.0 for x in spin + wait)
+
+
+def test_at_most_one_read_a_spacing_and_a_new_thread_starts_over(fast: None) -> None:
+    seen: list[float] = []
+    busy = ThreadBusy(lambda percent, at: seen.append(percent))
+    now = time.monotonic_ns()
+    for i in range(100):
+        busy.tick(now + i * 1_000_000)  # 100 ticks over 0.1 s: two reads apart
+    assert len(seen) == 1
+    other = threading.Thread(target=busy.tick, args=(now + 10 * thread_busy.SPACING_NS,))
+    other.start()
+    other.join()
+    assert len(seen) == 1  # another thread's first tick is no interval of this one
+
+
+def test_a_jitted_step_loop_reports_the_distribution(fast: None, fresh_metrics) -> None:
+    import jax
+    import jax.numpy as jnp
+
+    import metrics
+    from tpu_info.contract import catalog
+
+    @jax.jit
+    def step(w, x):  # type: ignore[no-untyped-def]
+        return w + jnp.sum(x), jnp.sum(x)
+
+    w, x = jnp.zeros(()), jnp.ones(8)
+    end = time.monotonic() + 1.0
+    while time.monotonic() < end:
+        w, _ = step(w, x)
+    busy = metrics.snapshot().distribution(catalog.TRAINING_THREAD_BUSY)
+    assert busy is not None and busy.count >= 3
