@@ -17,8 +17,14 @@ from pathlib import Path
 
 import pytest
 
+from tpu_info.views.cost import size_words
+
 ROOT = Path(__file__).resolve().parents[2]
 
+# A batch whose copy (3.2 MB, strided so the CPU backend cannot alias it) stands
+# clear of the calls' noise on a loaded machine (128 contiguous rows, which the CPU
+# may use in place, measured 1-27 us a step, and 1 run in 4 none at all at load 5).
+BATCH = 1024
 PROGRAM = '''
 import json, sys
 import metrics; metrics.install(serve=False)
@@ -38,8 +44,10 @@ def update(w, batch):
 def once(a):
     return a.sum()
 
+BATCH = int(sys.argv[2])
 w = jnp.ones((784, 10))
-x, y = np.ones((128, 784), np.float32), np.ones((128, 10), np.float32)
+x = np.ones((BATCH, 800), np.float32)[:, :784]  # a strided view: JAX copies it (a
+y = np.ones((BATCH, 10), np.float32)          # contiguous array the CPU may alias)
 once(np.ones((2048, 1024), np.float32)).block_until_ready()  # the one-off copy
 for i in range(200):
     w = update(w, (x, y))  # the per-step copy
@@ -71,7 +79,7 @@ def _run(tmp_path: Path, mode: str) -> tuple[dict, int]:
     prog.write_text(PROGRAM)
     env = dict(os.environ, PYTHONPATH=str(ROOT), JAX_PLATFORMS="cpu",
                TPU_INFO_RUNTIME_DIR=str(tmp_path / "rt"))
-    r = subprocess.run([sys.executable, str(prog), mode], cwd=ROOT, capture_output=True,
+    r = subprocess.run([sys.executable, str(prog), mode, str(BATCH)], cwd=ROOT, capture_output=True,
                        text=True, timeout=120, env=env)
     assert r.returncode == 0, r.stderr[-3000:]
     line = next(n for n, text in enumerate(PROGRAM.splitlines(), start=1)
@@ -85,11 +93,13 @@ def _check(out: dict, line: int, rate_words: str) -> dict:
     # x and y: two transfers a step, as JAX's transfer guard logs them (the
     # compiling call's two JAX moves in one batch: counted once)
     assert f["count"] == 2 * 200 - 1 and f["per_step"] == pytest.approx(2.0, abs=0.01)
-    assert f["bytes_per_step"] == 128 * (784 + 10) * 4
+    assert f["bytes_per_step"] == BATCH * (784 + 10) * 4
     assert not f["cost_estimated"] and f["seconds_per_step"] > 0 and f["share_of_step"] > 0
     msg = f["message"]
     assert f"numpy argument of jit(update) at numpy_batch.py:{line} copies " in msg
-    assert "2 times every step (399 times, 2.0 per step, " in msg and "of step time, " in msg
+    # the two arrays' sum a step (3.2 MB and 41.0 KB), not their mean
+    assert f"copies {size_words(BATCH * (784 + 10) * 4)} in 2 arrays to the device every step " \
+        f"(399 times, 2.0 per step, " in msg and "of step time, " in msg
     assert "assumed" not in msg
     assert rate_words in msg, msg
     assert "jax.device_put it in the data loader one step ahead" in msg

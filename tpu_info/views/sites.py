@@ -330,6 +330,22 @@ _OUTSIDE_NOUN = {SiteKind.SYNC.value: "sync", SiteKind.IMPLICIT_TO_DEVICE.value:
 _JUDGED = frozenset(_OUTSIDE_NOUN)
 
 
+# Libraries that take arrays to the host (plots, tables, loggers, images):
+# eager ops at their frames convert the jax arrays the user handed them.
+_HOST_CONSUMERS = frozenset({"matplotlib", "seaborn", "plotly", "bokeh", "pandas", "PIL",
+                             "imageio", "wandb", "tensorboard", "tensorboardX", "mlflow"})
+
+
+def _host_consumer_advice(via: str) -> str | None:
+    """Advice for eager ops that ran inside a plotting or logging library
+    (``via`` "matplotlib _preprocess_data"); None for any other."""
+    top = via.split(" ", 1)[0] if via else ""
+    if top not in _HOST_CONSUMERS:
+        return None
+    return (f"{top} converts the jax arrays it is given, op by op: hand it host data "
+            f"(jax.device_get(x) or np.asarray(x), once) before the call.")
+
+
 def _outside_finding(site: SiteReading, c: Cost) -> Finding | None:
     """A line that ran outside the step: said with when and what it cost each
     time, never per step; only when it took a share of the run worth it."""
@@ -345,7 +361,8 @@ def _outside_finding(site: SiteReading, c: Cost) -> Finding | None:
     else:
         head = (f"{site.detail or 'a read'} {where} copies "
                 f"{size_words(site.bytes / max(1, site.count))} to the device")
-    advice = _OUTSIDE_ADVICE.get(site.kind, "")
+    advice = ((site.kind == SiteKind.EAGER_OP.value and _host_consumer_advice(site.via))
+              or _OUTSIDE_ADVICE.get(site.kind, ""))
     return Finding(
         f"{head} {_OUTSIDE_WORDS[c.phase]} ({c.words()}). {advice}".rstrip(),
         severity, site.location, kind=f"{c.phase.value}_{_OUTSIDE_NOUN[site.kind]}",
@@ -361,8 +378,9 @@ def _finding(s: Snapshot, site: SiteReading) -> Finding | None:
     via = f" (via {site.via})" if site.via else ""
     if site.kind == SiteKind.EAGER_OP.value:
         st = steps_of(s)
-        advice = (not_jitted_step(st.step_line) if st is not None and st.step_line else
-                  "Move them into the jitted step (or jit the helper that holds them).")
+        advice = (_host_consumer_advice(site.via)
+                  or (not_jitted_step(st.step_line) if st is not None and st.step_line else
+                      "Move them into the jitted step (or jit the helper that holds them)."))
         return Finding(
             f"eager jnp ops at {short_location(site.location)}{via} ({site.detail}) run outside "
             f"jit {_how_often(c)} ({c.words()}): each dispatches on its own from Python. "
@@ -385,9 +403,15 @@ def _finding(s: Snapshot, site: SiteReading) -> Finding | None:
         " It is cheap at this step time, but it grows with the batch and weighs more "
         "where steps are shorter (an accelerator).")
     per_step = None if c.steps is None else site.bytes / c.steps.count
+    if per_step is not None and c.per_step is not None and c.per_step >= 1.5:
+        # several arrays a step (an image batch and its labels): their sum, not a
+        # mean of different sizes
+        each, often = f"{size_words(per_step)} in {c.per_step:.0f} arrays", "every step"
+    else:
+        often = _how_often(c)
     return Finding(
         f"{what} at {short_location(site.location)}{via} copies {each} to the device "
-        f"{_how_often(c)} "
+        f"{often} "
         f"({c.words()}): the copy sits on the step's critical path.{weight} "
         f"{_transfer_advice(site.detail)}",
         Severity.WARNING if costly else Severity.INFO, site.location,

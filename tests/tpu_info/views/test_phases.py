@@ -435,3 +435,21 @@ def test_recompiles_at_two_lines_once_each_are_one_off_not_every_n_steps() -> No
     # Main before: "every 11 steps, 400 ms each".
     assert f.phase == Phase.ONCE and f.every_steps is None, f.message
     assert "every" not in f.message and f.seconds_lost == pytest.approx(0.8)
+
+
+def test_eager_ops_inside_a_plotting_library_are_told_to_hand_it_host_data() -> None:
+    """advi (jax's examples) plots jax arrays every step: matplotlib converts
+    them op by op. "Move them into the jitted step" does not apply; handing
+    the library host arrays does (the A/B: moving into jit saved nothing)."""
+    plotted = SiteReading("eager_op", "/w/advi.py:101", 100, 0, 0.5, first_seen_unix=1000.1,
+                          last_seen_unix=1009.9, detail="jnp.asarray", via="matplotlib "
+                          "_preprocess_data")
+    (f,) = [f for f in find(Snapshot(11.0, uptime_seconds=11.0, steps=LOOP, sites=(plotted,)))
+            if f.location == "/w/advi.py:101"]
+    assert f.kind == "per_step_eager_ops"
+    assert "matplotlib converts the jax arrays it is given" in f.message
+    assert "jax.device_get(x)" in f.message and "jitted step" not in f.message
+    own = replace(plotted, via="")
+    (g,) = [f for f in find(Snapshot(11.0, uptime_seconds=11.0, steps=LOOP, sites=(own,)))
+            if f.location == "/w/advi.py:101"]
+    assert "Move them into the jitted step" in g.message
