@@ -422,9 +422,9 @@ class ImplicitTransfers:
             site.first_end = first_end
         if steps is not None:  # a batch that goes on in the site's last step: one less
             site.occurrences += steps.runs - (steps.first == site.last_step)
-            if site.first_step < 0:
-                site.first_step = steps.first
-            site.last_step = steps.last
+            if steps.last != last_end:  # step indices (with no step known, times: no span)
+                site.first_step = steps.first if site.first_step < 0 else site.first_step
+                site.last_step = steps.last
         return site
 
     # Read (metrics.engines.jax.sites) ---------------------------------------

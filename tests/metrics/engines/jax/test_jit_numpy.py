@@ -227,3 +227,17 @@ def test_a_call_with_fewer_frames_above_walks(eng):
     assert site.location == f"{__file__}:{line_of(__file__, '# FROM NOWHERE')}"
     assert owner.numpy_args is True
 
+
+
+def test_copies_before_any_step_span_no_steps(eng):
+    """With no step function known a record's step field is its time: the
+    line's occurrences count each, and no "steps spanned" is made of times
+    (hk_mnist's set-up copies read 1,604,121,373 steps spanned)."""
+    import time
+
+    for _ in range(5):
+        jnp.asarray(np.ones(4, np.float32))  # SET-UP COPY
+        time.sleep(0.002)
+    line = line_of(__file__, "# SET-UP COPY")
+    (site,) = [s for s in eng.sites() if s.location == f"{__file__}:{line}"]
+    assert (site.count, site.occurrences, site.steps_spanned) == (5, 5, 0)
