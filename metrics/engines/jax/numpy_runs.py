@@ -46,13 +46,16 @@ MAX_OPEN = 1024  # runs waiting for a fold before the training thread folds them
 class Run:
     """One owner's consecutive calls from one line with the same numpy leaves."""
 
-    __slots__ = ("owner", "code", "lasti", "label", "leaves", "per_call", "sizes",
+    __slots__ = ("owner", "home", "code", "lasti", "label", "leaves", "per_call", "sizes",
                  "calls", "steps", "first_at", "last_at", "first_ns", "last_ns",
                  "done_calls", "done_steps", "done_ns")
 
-    def __init__(self, owner: Owner, code: CodeType, lasti: int, sizes: list[int],
-                 step: Any, now: int) -> None:
-        self.owner, self.code, self.lasti, self.label = owner, code, lasti, owner.numpy_label
+    def __init__(self, owner: Owner, home: list[Run], code: CodeType, lasti: int,
+                 sizes: list[int], step: Any, now: int) -> None:
+        # ``home``: the open runs of the hook that made it (a function jitted
+        # before an uninstall and called after a new install starts a new run)
+        self.owner, self.home, self.code, self.lasti = owner, home, code, lasti
+        self.label = owner.numpy_label
         self.sizes, self.leaves, self.per_call = sizes, len(sizes), sum(sizes)
         # Its calls and the steps they ran in (a step counts each time the
         # index changes: the step function's calls, or with none known the
@@ -98,7 +101,7 @@ def writer(transfers: ImplicitTransfers, runs: list[Run],
             return None
         run, step = owner.numpy_run, context.step_owner
         if (run is not None and run.code is f.f_code and run.lasti == f.f_lasti
-                and run.per_call == total and run.leaves == k):
+                and run.per_call == total and run.leaves == k and run.home is runs):
             run.calls += 1
             now = run.last_ns = clock()
             at = step.calls if step is not None else now
@@ -115,7 +118,7 @@ def writer(transfers: ImplicitTransfers, runs: list[Run],
         sizes = [a.nbytes for a in args if type(a) is ndarray]
         if nested:
             sizes += nested_bytes(args, nested)
-        owner.numpy_run = new = Run(owner, code, f.f_lasti, sizes, step, clock())
+        owner.numpy_run = new = Run(owner, runs, code, f.f_lasti, sizes, step, clock())
         runs.append(new)
         if len(runs) >= MAX_OPEN:
             transfers.journal.flush()

@@ -445,3 +445,26 @@ def test_missing_aot_and_pmap_names_degrade_with_a_reason_and_a_blind_spot():
                             "are not counted") for s in spots)
     assert any("AOT-compiled calls not counted: jax._src.stages missing" in d for d in degraded)
     assert any("pmap missing" in d for d in degraded)
+
+
+@pytest.mark.slow
+def test_numpy_arguments_are_counted_after_a_second_install():
+    """A function jitted under one install and called after uninstall and a
+    new install: its numpy arguments count in the new hook's site table (its
+    run belongs to the hook that made it)."""
+    r = run_python("import numpy as np, jax, metrics\n"
+                   "metrics.install(serve=False)\n"
+                   "f = jax.jit(lambda x: x + 1)\n"
+                   "def calls(n):\n"
+                   "    for _ in range(n):\n"
+                   "        f(np.ones(4, np.float32))  # THE CALL\n"
+                   "def counted():\n"
+                   "    return sum(s.count for s in metrics.snapshot().sites\n"
+                   "               if s.kind == 'implicit_to_device' and ':6' in s.location)\n"
+                   "calls(10); first = counted()\n"
+                   "metrics.uninstall(); calls(5)\n"
+                   "metrics.install(serve=False); calls(10)\n"
+                   "print(first, counted())")  # the new hook's table: its own calls
+    assert r.returncode == 0, r.stderr
+    first, more = map(int, r.stdout.split())
+    assert first == 10 and more == 10, (first, more)
