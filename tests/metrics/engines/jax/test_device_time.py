@@ -210,3 +210,44 @@ def test_a_step_over_a_list_of_layers_is_timed_from_its_input_not_the_queue(fres
     ns, samples = eng.device_times.device_ns(eng.context.step_owner)
     assert samples >= 5, samples
     assert ns / 1e9 <= 3 * sorted(own)[2] + 0.005, (ns / 1e9, own)
+
+
+def test_a_step_whose_state_nests_its_arrays_three_deep_is_timed(fresh_metrics):
+    # dm-haiku's examples (rnn, mnist): update(state, batch) -> TrainingState(
+    # params={module: {name: array}}, opt_state=(ScaleByAdamState(count, mu,
+    # nu), ...)): no array within two levels of the output, so no sample was
+    # ever taken (hk_rnn, hk_mnist: device time null), and every read and
+    # eager op of the run fell back to its lower bound.
+    from typing import NamedTuple
+
+    import jax
+    import jax.numpy as jnp
+
+    import metrics
+
+    class State(NamedTuple):
+        params: dict
+        opt_state: tuple
+
+    eng = next(e for e in metrics.installed_engines() if e.name == "jax")
+
+    @jax.jit
+    def update(state, x):
+        w = state.params["linear"]["w"]
+        y = x
+        for _ in range(3):
+            y = jnp.tanh(y @ w)
+        mu = {"linear": {"w": state.opt_state[0]["linear"]["w"] * 0.9 + y.T @ x * 1e-6}}
+        return State({"linear": {"w": w - mu["linear"]["w"]}}, (mu,))
+
+    state = State({"linear": {"w": jnp.eye(400) * 0.5}},
+                  ({"linear": {"w": jnp.zeros((400, 400))}},))
+    x = jnp.ones((400, 400))
+    for _ in range(300):  # queued: the host runs far ahead
+        state = update(state, x)
+    jax.block_until_ready(state)
+    deadline = time.monotonic() + 10
+    while (eng.device_times.pending or eng.device_times.held) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    timed = eng.device_times.device_ns(eng.context.step_owner)
+    assert timed is not None and timed[1] >= 5, timed
