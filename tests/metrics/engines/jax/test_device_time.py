@@ -69,6 +69,24 @@ def test_reads_are_costed_with_the_steps_since_the_previous_read():
     assert per == [m.cost(300, 200, None)] == [300 + 200 - 300]
 
 
+def test_a_read_in_a_device_bound_stretch_costs_its_latency_not_a_sampling_shortfall():
+    # hk_transformer: float(loss) every 50 steps of a loop the device bounds at
+    # 40.0 ms a step, while the watcher's samples said 37.7 ms. With d = 50 x
+    # 37.7 ms the 2.3 ms a step short landed on the read: 115 ms plus its
+    # latency each (223 ms said; removing the logging saved nothing in 5 A/B
+    # rounds). The device's measured time covers >= 90 % of the stretch: it
+    # was busy the whole stretch, and the read costs its latency.
+    lat = 50_000
+    m = Model(device_ns=37_700_000, latency_ns=lat, device_samples=42, latency_samples=8)
+    h, w = 1_200 * MS, 50 * 40 * MS - 1_200 * MS + lat  # the stretch: 50 x 40 ms + the latency
+    assert m.cost(h, w, steps=50) == lat
+    per, _ = drains([0], [h], [h + w], last_end=0, steps=[50], model=m, last_step=0)
+    assert per == [lat]
+    # Below 90 % (an evaluation's device work the step's time does not cover,
+    # or host work the device idled through): the model as before.
+    assert m.cost(h, w, steps=40) == h + w - 40 * 37_700_000
+
+
 class _Slow:
     """An output whose completion the test holds back."""
 
