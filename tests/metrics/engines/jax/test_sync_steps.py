@@ -114,3 +114,25 @@ def test_periodic_reads_say_how_many_steps_apart_by_the_steps_counted(fresh_metr
     assert (read.occurrences, read.steps_spanned) == (5, 80)
     cost = site_cost(s, read)
     assert cost.every_steps == 20 and "every 20 steps" in cost.tail(), cost.tail()
+
+
+def test_logging_in_a_dict_comprehension_every_50_steps_says_every_50(fresh_metrics):
+    # haiku's transformer example logs {k: float(v) for k, v in metrics.items()}
+    # every 50 steps. CPython specializes the comprehension's float() call
+    # after a few runs, and the read then comes from another instruction of
+    # the same line: two sites, one for the early logs and one for the rest.
+    # Their line took the busier one's occurrences (10 of 12: "every 61
+    # steps"); those of instructions one after the other add up.
+    import metrics
+
+    step = jax.jit(train_step)
+    w, x = jnp.ones(8), jnp.arange(8.0)
+    logs = 0
+    for i in range(601):
+        w, loss = step(w, x)
+        if i % 50 == 0:
+            logs += len({k: float(v) for k, v in {"loss": loss, "w0": w[0]}.items()})  # log
+    read = _site(metrics.snapshot(), "logs += len({k: float(v) for k, v in")
+    assert read.count == 2 * 13
+    assert read.steps_spanned / (read.occurrences - 1) == 50, (read.occurrences,
+                                                              read.steps_spanned)
