@@ -86,21 +86,36 @@ class Model(NamedTuple):
 
 def drains(kinds: Sequence[int], starts: Sequence[int], ends: Sequence[int],
            last_end: int, steps: Sequence[int] | None = None, model: Model = Model(),
-           last_step: int | None = None) -> tuple[list[int], int]:
+           last_step: int | None = None,
+           compiles: Sequence[tuple[int, int]] = ()) -> tuple[list[int], int]:
     """Per record (``-1`` for a record that is no wait), its cost in ns,
     given the end of the latest wait before them (``last_end``) and its step
     index (``last_step``); and the latest wait's end after them. ``steps``:
     each record's step index (a record's own end where none was told).
+    ``compiles``: compile spans (start, end), in order, not overlapping: a
+    read's host time counts from the latest one's end in its stretch (the
+    device work it waits for was dispatched after it: a first step's compile
+    is no host time the device could have overlapped; work queued before it
+    that ran during it makes ``h`` shorter, the cost lower, never higher).
     Records are in the order they happened."""
     out = [-1] * len(kinds)
     # Model.cost inlined (a read every step: this loop is the fold's cost per
     # record; function calls, max and min, would triple it).
     lat, dev = model.latency_ns, model.device_ns
+    j, spans = 0, len(compiles)  # the first compile span not before the stretch
     for i in [i for i, k in enumerate(kinds) if k in _WAITS]:
         s, e = starts[i], ends[i]
         h = s - last_end
         if h < 0:
             h = 0
+        if spans:  # from the latest compile's end in the stretch: the work came after it
+            while j < spans and compiles[j][1] <= last_end:
+                j += 1
+            while j < spans and compiles[j][0] < s:
+                b = compiles[j][1]
+                h = s - (b if b < s else s)
+                j += 1
+            j = j - 1 if j else 0  # (the last one may reach into the next stretch)
         w = e - s
         if w < 0:
             w = 0
@@ -126,7 +141,7 @@ class Drains:
     """Folds each read's drain into its site (``_Site.drain_ns``) after the
     site table's own fold; ``fold`` is the journal's fold function."""
 
-    __slots__ = ("impl", "last_end", "fields", "last_step", "times", "model")
+    __slots__ = ("impl", "last_end", "fields", "last_step", "times", "model", "timeline")
 
     def __init__(self, impl: Any, now_ns: int, fields: int) -> None:
         self.impl, self.fields = impl, fields  # fields: implicit.FIELDS a record
@@ -134,6 +149,7 @@ class Drains:
         self.last_step: int | None = None  # the latest wait's step index
         self.times: DeviceTimes | None = None  # the engine's (device_time.py)
         self.model = Model()  # the last fold's: what the costs stand on
+        self.timeline: Any = None  # the engine's compile spans (compile_steps.CompileTimeline)
 
     def current(self) -> Model:
         """The model now: the step function's device time and the latency."""
@@ -146,6 +162,22 @@ class Drains:
         return Model(dev[0] if dev else None, lat[0] if lat else None,
                      dev[1] if dev else 0, lat[1] if lat else 0)
 
+    def _compiles(self, starts: list[int]) -> list[tuple[int, int]]:
+        """The compile spans that can fall in this batch's stretches (from the
+        latest wait's end to its last record), in order, overlaps merged."""
+        timeline = self.timeline
+        if timeline is None or not starts:
+            return []
+        first, last = self.last_end, max(starts)
+        merged: list[tuple[int, int]] = []
+        for a, b in sorted((a, b) for a, b in list(timeline.spans) if b > first and a < last):
+            if merged and a <= merged[-1][1]:
+                if b > merged[-1][1]:
+                    merged[-1] = (merged[-1][0], b)
+            else:
+                merged.append((a, b))
+        return merged
+
     def fold(self, flat: list[Any]) -> None:
         impl = self.impl
         take_out(flat, self.fields, 4, 5, impl.context.startups)  # opening the device: apart
@@ -157,7 +189,7 @@ class Drains:
         self.model = model = self.current()
         steps = flat[7::w]
         per, self.last_end = drains(kinds, flat[4::w], flat[5::w], self.last_end, steps, model,
-                                    self.last_step)
+                                    self.last_step, self._compiles(flat[4::w]))
         for i in range(len(kinds) - 1, -1, -1):  # the latest wait's step index, for the next
             if per[i] >= 0:
                 self.last_step = steps[i] if steps[i] != flat[5 + w * i] else None

@@ -129,6 +129,7 @@ class JaxEngine(EngineBase):
                                         on_error=recorder.hook_failed)
         self.implicit.drains.times = self.device_times
         self.implicit.gaps.timeline = self.compiles.timeline
+        self.implicit.drains.timeline = self.compiles.timeline  # a read's h: no compile
         recorder.on_reset(self._forget_calls)
         self._hooked: dict[str, bool] = {}  # "jit", "pmap", "aot": whether each is counted
 

@@ -87,6 +87,23 @@ def test_a_read_in_a_device_bound_stretch_costs_its_latency_not_a_sampling_short
     assert m.cost(h, w, steps=40) == h + w - 40 * 37_700_000
 
 
+def test_a_read_after_the_steps_compile_is_not_charged_the_wait_the_compile_delayed():
+    # hk_transformer's first log, at step 0: 9 s compiling jit(update), then
+    # its first execution, then float(loss). The host's 9 s did not overlap
+    # the step's device work (that was dispatched at their end), so taking
+    # them as h charged the read its whole wait (1.1 s of the 1.2 s drain
+    # said). Compile time is the compile's: not the host's time before a read.
+    lat = 50_000
+    m = Model(device_ns=40 * MS, latency_ns=lat)
+    compile_start, compile_end = 1_000 * MS, 10_000 * MS
+    s, e = compile_end + 1 * MS, compile_end + 1 * MS + 45 * MS  # dispatch, then the wait
+    per, _ = drains([0], [s], [e], last_end=compile_start, steps=[1], model=m,
+                    compiles=[(compile_start, compile_end)])
+    assert per == [1 * MS + lat]  # the host's own 1 ms and the latency: h + w - (w - L)
+    per, _ = drains([0], [s], [e], last_end=compile_start, steps=[1], model=m)
+    assert per == [45 * MS]  # (without the compile span: the whole wait)
+
+
 class _Slow:
     """An output whose completion the test holds back."""
 
