@@ -201,18 +201,28 @@ def line_occurrences(spans: list[tuple[int, int, int]]) -> int:
     a call after a few runs, and the line's later reads come from another
     instruction: a log's ``float()`` in a comprehension), one less where
     the next begins in the step the previous ended; side by side (two reads
-    of one line each time) the busiest one's.
+    of one line each time) the busiest one's. An instruction's occurrences
+    closer together than the busiest one's interval are one: the step
+    index can move within one occurrence while the step function is still
+    being guessed (an evaluation's two calls at step 0, each once the step).
 
     >>> line_occurrences([(1, 101, 3), (101, 601, 11)])
     13
     >>> line_occurrences([(1, 601, 13), (1, 601, 13)])
     13
+    >>> line_occurrences([(1, 2, 2), (51, 201, 4)])
+    5
     """
+    first_b, last_b, n_b = max(spans, key=lambda x: x[2])
+    every = (last_b - first_b) // (n_b - 1) if n_b > 1 and first_b >= 0 else 0
     total, end = 0, -1
     for first, last, n in sorted(spans):
         if first < 0:  # no step told (eager ops): its own count
             total = max(total, n)
-        elif first >= end:
+            continue
+        if every > 0:
+            n = min(n, 1 + (last - first) // every)
+        if first >= end:
             total += n - (first == end)
             end = last
         else:

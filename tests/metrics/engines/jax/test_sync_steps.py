@@ -136,3 +136,27 @@ def test_logging_in_a_dict_comprehension_every_50_steps_says_every_50(fresh_metr
     assert read.count == 2 * 13
     assert read.steps_spanned / (read.occurrences - 1) == 50, (read.occurrences,
                                                               read.steps_spanned)
+
+
+def test_an_evaluation_of_two_splits_every_50_steps_from_step_0_says_every_50(fresh_metrics):
+    # dm-haiku's rnn example: at step 0 (and every 50) loss_fn runs on the
+    # train and the test split, float() after each. At step 0 loss_fn has
+    # more calls than the step and is guessed the step for a moment, so the
+    # second read's step index moves: one evaluation read as two occurrences
+    # by the instruction it ran at (the other instruction, specialized,
+    # holds the rest). Occurrences closer than the line's interval are one.
+    import metrics
+
+    step = jax.jit(train_step)
+    loss_fn = jax.jit(lambda w, b: jnp.sum(w * b))
+    w, x = jnp.ones(8), jnp.arange(8.0)
+    splits = {"train": jnp.ones(8), "test": jnp.zeros(8)}
+    total = 0.0
+    for i in range(201):
+        w, _ = step(w, x)
+        if i % 50 == 0:
+            for b in splits.values():
+                total += float(loss_fn(w, b))  # the split's loss
+    read = _site(metrics.snapshot(), "total += float(loss_fn(w, b))  # the split's loss")
+    assert read.count == 10
+    assert (read.occurrences, read.steps_spanned) == (5, 200)
