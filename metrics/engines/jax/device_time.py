@@ -5,8 +5,9 @@ The ``jax.jit`` wrapper's sampled calls (its timed ones: the first 64, then
 one in 16; of those, after a function's first 24, at most one every 50 ms)
 hand :meth:`DeviceTimes.offer` the call's start, its smallest output
 array and its first input array that was not ready at the call (the
-previous step's output, when the device is behind): among the arguments,
-their items and theirs (mnist's ``[(w, b), ...]``).
+previous step's output, when the device is behind): among the arguments
+and their containers, a bounded walk (mnist's ``[(w, b), ...]``, haiku's
+``TrainingState(params={module: {name: w}}, ...)``).
 A watcher thread (started at the first offer, a daemon) takes each sample
 from a bounded queue (full: the sample is dropped and counted, the training
 thread never waits) and calls ``block_until_ready()`` on the input, then on
@@ -44,6 +45,7 @@ from __future__ import annotations
 
 import atexit
 import collections
+import itertools
 import os
 import threading
 import time
@@ -71,6 +73,8 @@ PROBE_FIRST = 4
 PROBE_SPACING_NS = 1_000_000_000
 PROBE_BYTES = 64 << 10  # the largest output a latency probe reads
 LEAVES = 64  # arrays of a sampled call's output (or inputs) looked at
+SMALL = 16  # bytes: an output leaf this small is the one (a loss)
+NODES = 128  # containers opened to find them (haiku's params: a dict of dicts)
 
 
 def _median(values: collections.deque[int]) -> int:
@@ -259,30 +263,52 @@ class DeviceTimes:
 
 
 def _leaves(out: Any) -> list[Any]:
-    """The arrays among ``out``, its items and theirs (a step's ``(params,
-    loss)``, mnist's ``[(w, b), ...]``): two levels, at most ``LEAVES``."""
+    """The arrays among ``out`` and its containers (dicts, lists, tuples,
+    dataclasses: a step's ``(params, loss)``, mnist's ``[(w, b), ...]``,
+    haiku's ``TrainingState(params={module: {name: w}}, ...)``), the
+    shallowest first (a loss beside the params), at most ``LEAVES`` of them
+    after opening at most ``NODES`` containers: bounded however large the
+    tree (a sampled call's cost)."""
     if hasattr(out, "block_until_ready"):
         return [out]
     found: list[Any] = []
-    for x in _items(out):
-        if hasattr(x, "block_until_ready"):
-            found.append(x)
-        else:
-            found.extend(y for y in _items(x) if hasattr(y, "block_until_ready"))
-        if len(found) >= LEAVES:
-            break
+    todo = collections.deque([out])
+    nodes = 0
+    while todo and nodes < NODES and len(found) < LEAVES:
+        nodes += 1
+        for x in itertools.islice(_items(todo.popleft()), LEAVES):  # a wide dict: its first
+            if isinstance(x, _CONTAINERS):
+                todo.append(x)
+            elif hasattr(x, "block_until_ready"):
+                found.append(x)
+            elif hasattr(type(x), "__dataclass_fields__"):
+                todo.append(x)
     return found[:LEAVES]
 
 
+_CONTAINERS = (dict, list, tuple)
+
+
 def _items(x: Any) -> Any:
-    return x.values() if isinstance(x, dict) else x if isinstance(x, (tuple, list)) else ()
+    if isinstance(x, dict):
+        return x.values()
+    if isinstance(x, (tuple, list)):
+        return x
+    fields = getattr(type(x), "__dataclass_fields__", None)  # flax's TrainState, eqx modules
+    if fields is not None:
+        return [getattr(x, name, None) for name in fields]
+    return ()
 
 
 def _smallest(out: Any) -> Any:
     """The smallest array among ``out``'s leaves (:func:`_leaves`: a step's
-    ``(params, loss)``: the loss), or None."""
+    ``(params, loss)``: the loss; the first of at most ``SMALL`` bytes), or None."""
     best = None
+    least = 0
     for x in _leaves(out):
-        if best is None or x.nbytes < best.nbytes:
-            best = x
+        n = x.nbytes
+        if best is None or n < least:
+            best, least = x, n
+            if n <= SMALL:  # a scalar: none is smaller to read (nbytes costs ~1.5 us each)
+                break
     return best

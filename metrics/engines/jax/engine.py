@@ -136,6 +136,7 @@ class JaxEngine(EngineBase):
             lambda percent, at: recorder.distribution(names.TRAINING_THREAD_BUSY).observe_at(
                 percent, at))
         self.implicit.gaps.timeline = self.compiles.timeline
+        self.implicit.drains.timeline = self.compiles.timeline  # a read's h: no compile
         recorder.on_reset(self._forget_calls)
         self._hooked: dict[str, bool] = {}  # "jit", "pmap", "aot": whether each is counted
 

@@ -140,13 +140,13 @@ def by_line(impl: ImplicitTransfers) -> dict[tuple[int, str], list[Any]]:
     details, via, occurrences, first step, last step, drain ns, timed records,
     timed bytes]: ``impl``'s
     sites merged per line, folded first. A line's occurrences are its
-    busiest instruction's (the steps two reads of one line ran in are mostly
-    the same; 0 for eager ops, whose count is already the times their line
-    ran)."""
+    instructions' (:func:`line_occurrences`; 0 for eager ops, whose count
+    is already the times their line ran)."""
     impl.journal.flush()
     for feeder in impl.feeders:  # other hooks' journals that fold into the table
         feeder.flush()
     merged: dict[tuple[int, str], list[Any]] = {}
+    spans: dict[tuple[int, str], list[tuple[int, int, int]]] = {}  # per line, its instructions'
     with impl._lock:
         held = [(k[0], s) for k, s in impl._sites.items()]
         held += list(impl._other.items())
@@ -169,6 +169,7 @@ def by_line(impl: ImplicitTransfers) -> dict[tuple[int, str], list[Any]]:
         # An eager site's detail is its primitives' names, ", "-joined.
         details = detail.split(", ") if kind == EAGER_OP else [detail]
         first_end = last_end if first_end is None else first_end
+        spans.setdefault((kind, location), []).append((first_step, last_step, occurrences))
         if row is None:
             merged[(kind, location)] = [count, nbytes, ns, first_end, last_end, function,
                                         details, via, occurrences, first_step, last_step, drain,
@@ -188,7 +189,45 @@ def by_line(impl: ImplicitTransfers) -> dict[tuple[int, str], list[Any]]:
         if first_step >= 0:  # -1: no step told (eager ops)
             row[9] = first_step if row[9] < 0 else min(row[9], first_step)
             row[10] = max(row[10], last_step)
+    for key, line in spans.items():
+        if len(line) > 1:
+            merged[key][8] = line_occurrences(line)
     return merged
+
+
+def line_occurrences(spans: list[tuple[int, int, int]]) -> int:
+    """The steps a line ran in, from its instructions' (first step, last
+    step, occurrences): one after another they add up (CPython specializes
+    a call after a few runs, and the line's later reads come from another
+    instruction: a log's ``float()`` in a comprehension), one less where
+    the next begins in the step the previous ended; side by side (two reads
+    of one line each time) the busiest one's. An instruction's occurrences
+    closer together than the busiest one's interval are one: the step
+    index can move within one occurrence while the step function is still
+    being guessed (an evaluation's two calls at step 0, each once the step).
+
+    >>> line_occurrences([(1, 101, 3), (101, 601, 11)])
+    13
+    >>> line_occurrences([(1, 601, 13), (1, 601, 13)])
+    13
+    >>> line_occurrences([(1, 2, 2), (51, 201, 4)])
+    5
+    """
+    first_b, last_b, n_b = max(spans, key=lambda x: x[2])
+    every = (last_b - first_b) // (n_b - 1) if n_b > 1 and first_b >= 0 else 0
+    total, end = 0, -1
+    for first, last, n in sorted(spans):
+        if first < 0:  # no step told (eager ops): its own count
+            total = max(total, n)
+            continue
+        if every > 0:
+            n = min(n, 1 + (last - first) // every)
+        if first >= end:
+            total += n - (first == end)
+            end = last
+        else:
+            total, end = max(total, n), max(end, last)
+    return total
 
 
 def where(code: CodeType | None, offset: int) -> tuple[str, str]:

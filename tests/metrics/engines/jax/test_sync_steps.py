@@ -114,3 +114,49 @@ def test_periodic_reads_say_how_many_steps_apart_by_the_steps_counted(fresh_metr
     assert (read.occurrences, read.steps_spanned) == (5, 80)
     cost = site_cost(s, read)
     assert cost.every_steps == 20 and "every 20 steps" in cost.tail(), cost.tail()
+
+
+def test_logging_in_a_dict_comprehension_every_50_steps_says_every_50(fresh_metrics):
+    # haiku's transformer example logs {k: float(v) for k, v in metrics.items()}
+    # every 50 steps. CPython specializes the comprehension's float() call
+    # after a few runs, and the read then comes from another instruction of
+    # the same line: two sites, one for the early logs and one for the rest.
+    # Their line took the busier one's occurrences (10 of 12: "every 61
+    # steps"); those of instructions one after the other add up.
+    import metrics
+
+    step = jax.jit(train_step)
+    w, x = jnp.ones(8), jnp.arange(8.0)
+    logs = 0
+    for i in range(601):
+        w, loss = step(w, x)
+        if i % 50 == 0:
+            logs += len({k: float(v) for k, v in {"loss": loss, "w0": w[0]}.items()})  # log
+    read = _site(metrics.snapshot(), "logs += len({k: float(v) for k, v in")
+    assert read.count == 2 * 13
+    assert read.steps_spanned / (read.occurrences - 1) == 50, (read.occurrences,
+                                                              read.steps_spanned)
+
+
+def test_an_evaluation_of_two_splits_every_50_steps_from_step_0_says_every_50(fresh_metrics):
+    # dm-haiku's rnn example: at step 0 (and every 50) loss_fn runs on the
+    # train and the test split, float() after each. At step 0 loss_fn has
+    # more calls than the step and is guessed the step for a moment, so the
+    # second read's step index moves: one evaluation read as two occurrences
+    # by the instruction it ran at (the other instruction, specialized,
+    # holds the rest). Occurrences closer than the line's interval are one.
+    import metrics
+
+    step = jax.jit(train_step)
+    loss_fn = jax.jit(lambda w, b: jnp.sum(w * b))
+    w, x = jnp.ones(8), jnp.arange(8.0)
+    splits = {"train": jnp.ones(8), "test": jnp.zeros(8)}
+    total = 0.0
+    for i in range(201):
+        w, _ = step(w, x)
+        if i % 50 == 0:
+            for b in splits.values():
+                total += float(loss_fn(w, b))  # the split's loss
+    read = _site(metrics.snapshot(), "total += float(loss_fn(w, b))  # the split's loss")
+    assert read.count == 10
+    assert (read.occurrences, read.steps_spanned) == (5, 200)
