@@ -90,6 +90,14 @@ def leads(s: Snapshot) -> dict[str, SiteReading]:
             if x.work in LED and x.gaps and x.gap_seconds and _told_phase(x) == Phase.PERIODIC}
 
 
+def step_leads(s: Snapshot) -> dict[str, SiteReading]:
+    """The lines that led gaps after (nearly) every step: work between the
+    steps that runs each step (a plotting callback), by location. Their time
+    is the steps' (not taken out of them as :func:`leads`' is)."""
+    return {x.location: x for x in s.sites
+            if x.work in LED and x.gaps and x.gap_seconds and _told_phase(x) == Phase.STEP}
+
+
 def steps_of(s: Snapshot) -> StepsReading | None:
     """The snapshot's steps; for an older hook without them, its ``MarkStep``
     counter (and ``StepTime`` total) as marked steps. None when nothing counts steps.

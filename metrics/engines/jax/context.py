@@ -22,6 +22,8 @@ from collections.abc import Hashable
 from typing import TYPE_CHECKING, NamedTuple, cast
 
 if TYPE_CHECKING:
+    from types import CodeType
+
     from metrics.engines.jax.calls import Owner
     from metrics.engines.jax.engine import JaxEngine
     from metrics.engines.jax.steps import MarkedSteps
@@ -114,6 +116,11 @@ class JaxContext:
         # from it on before it: an eager op that waited for queued steps is
         # charged only its time past them (eager.py).
         self.gap_call: tuple[int, int, object] | None = None
+        # The step's caller (the user's frame that runs the loop): (the step,
+        # its code). A gap's first call of another function is noted at that
+        # code's line (the loop's ``evaluate(...)``/``callback(...)``), found
+        # once per step (gaps.at_call).
+        self.loop_code: tuple[object, CodeType | None] | None = None
 
     def step_candidate(self, owner: Owner) -> None:
         """A timed call of ``owner``: it becomes the guessed step when it

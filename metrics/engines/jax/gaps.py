@@ -3,12 +3,16 @@ checkpoints, logging every N steps.
 
 A gap is what the program did between two calls of the step function (the
 inferred or tracked one: ``JaxContext.step_owner``): the hook notes the
-first call of another jitted function after anything else (``CALL``: an
-evaluation's call site), a ``jax.device_get`` (``GET``: a checkpoint's
-copy of the state) and the reads (``float(loss)``, ``print(loss)``), each
-with the step index it ran after; the step's next call writes ``GAP_END``
-with its time. Both hot-path checks are one identity test
-(``JaxContext.gap_owner``); everything else happens here, at fold time.
+first call of another jitted function after anything else (``CALL``: at
+the step loop's line that led to it, the ``evaluate(...)`` or
+``callback(params, t)`` the user would run less often, found by walking
+out to the code that calls the step; else at the call's own line), a
+``jax.device_get`` (``GET``: a checkpoint's copy of the state) and the
+reads (``float(loss)``, ``print(loss)``), each with the step index it
+ran after; the step's next call writes ``GAP_END`` with its time. Both
+hot-path checks are one identity test (``JaxContext.gap_owner``); the
+walk to the loop's line runs once per noted call; everything else
+happens here, at fold time.
 
 Each gap's time is its wall time, from its first record's start to the next
 step's call, less what its reads waited for the device's queued work (per
@@ -32,9 +36,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from types import CodeType, FrameType
 from typing import TYPE_CHECKING, Any
 
 from metrics.engines.jax.kinds import CALL, GAP_END, GET, SYNC
+from metrics.engines.jax.library_step import user_frame
 
 if TYPE_CHECKING:
     from metrics.engines.jax.calls import Owner
@@ -47,6 +53,7 @@ EVALUATION, CHECKPOINT, LOGGING = "evaluation", "checkpoint", "logging"
 _WORK_OF = {CALL: EVALUATION, GET: CHECKPOINT, SYNC: LOGGING}
 _LEAD_ORDER = (CALL, GET, SYNC)
 _GAP_KINDS = frozenset((GAP_END, CALL, GET, SYNC))
+MAX_LOOP_DEPTH = 64  # frames walked out from a gap's call to find the step loop's
 
 
 def lead_of(counts: dict[tuple[Any, ...], int]) -> tuple[tuple[Any, ...], str]:
@@ -176,7 +183,9 @@ class Gaps:
 def at_call(context: JaxContext, owner: Owner, frame: Any) -> None:
     """A call of ``owner`` after other work (``context.gap_owner`` was not
     it): the step's call closes the gap (``GAP_END``); another function's
-    call is noted at the user's line (``CALL``), once until other work."""
+    call is noted (``CALL``), once until other work, at the line of the
+    loop that led to it (:func:`loop_frame`), else at the user's line of
+    the call."""
     context.gap_owner = owner
     eng, step = context.active, context.step_owner
     if eng is None or step is None:
@@ -187,5 +196,28 @@ def at_call(context: JaxContext, owner: Owner, frame: Any) -> None:
         q = impl.queue
         q.extend((GAP_END, None, 0, None, now, now, 0, owner.calls))
         context.gap_call = (now, owner.calls, owner)
+        loop = context.loop_code
+        if loop is None or loop[0] is not owner:  # once per step: the loop's code
+            at = user_frame(impl._frames, frame)
+            context.loop_code = (owner, at[0] if at else None)
     elif not owner.explicit:
-        impl.record(CALL, frame, now, now, 0, owner.name)
+        loop = context.loop_code
+        code = loop[1] if loop is not None and loop[0] is step else None
+        impl.record(CALL, loop_frame(frame, code) or frame, now, now, 0, owner.name)
+
+
+def loop_frame(frame: FrameType | None, code: CodeType | None) -> FrameType | None:
+    """The innermost frame out from ``frame`` running ``code`` (the step
+    loop's: the line there led to this call, say ``callback(params, t)``
+    whose plotting calls a jitted function); None when none within
+    :data:`MAX_LOOP_DEPTH` frames (an evaluation called from elsewhere)."""
+    if code is None:
+        return None
+    f = frame
+    for _ in range(MAX_LOOP_DEPTH):
+        if f is None:
+            return None
+        if f.f_code is code:
+            return f
+        f = f.f_back
+    return None
