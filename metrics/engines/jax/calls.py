@@ -103,7 +103,7 @@ class Owner:
     __slots__ = ("name", "graphs", "last_hash", "compiles", "nested_numpy", "usual_ns",
                  "numpy_args", "calls", "evaluation", "numpy_label", "copies_seen", "next_copy",
                  "copy_stats", "fed_back", "checks", "last_out", "library", "called_at",
-                 "numpy_run")
+                 "numpy_run", "caller_code")
     explicit = False  # a function the user wrapped in metrics.track is explicit
 
     def __init__(self, name: str) -> None:
@@ -146,6 +146,9 @@ class Owner:
         # on a timed call: (code, offset); () where none was on the stack.
         self.library = False
         self.called_at: tuple[Any, int] | tuple[()] | None = None
+        # The user's code that calls it (the loop's, for the step), found at
+        # its first call after other work (gaps.at_call); False: none.
+        self.caller_code: Any = None
 
 
 def counting(fn: Callable[..., Any], owner: Owner, context: JaxContext,

@@ -111,9 +111,11 @@ def gap_lines(impl: ImplicitTransfers) -> dict[tuple[int, str], dict[str, Any]]:
     g = getattr(impl, "gaps", None)
     if g is None:
         return {}
-    kind_of = {id(site): key[0] for key, site in list(impl._sites.items())}
+    held = list(impl._sites.items())
+    kind_of = {id(site): key[0] for key, site in held}
     out: dict[tuple[int, str], dict[str, Any]] = {}
-    for site, gs in list(g.by_site.items()):
+    step = impl.context.step_owner
+    for site, gs in list(g.sites_of(step).items()):
         if site.where is None or id(site) not in kind_of:
             continue
         row = out.setdefault((kind_of[id(site)], site.where[0]), {})
@@ -123,6 +125,16 @@ def gap_lines(impl: ImplicitTransfers) -> dict[tuple[int, str], dict[str, Any]]:
             row["gap_seconds"] = row.get("gap_seconds", 0.0) + gs.gap_ns / 1e9
         elif gs.within is not None and gs.within.where is not None:
             row["within"] = gs.within.where[0]
+    called = g.called_in(step)
+    if called:  # a gap's functions' numpy arguments (counted apart) sat in it
+        name_of = {o.numpy_label: o.name for by in list(impl.context.owners.values())
+                   for o in list(by.values())}
+        for key, site in held:
+            lead = called.get(name_of.get(site.detail or "", ""))
+            if (key[0] == IMPLICIT_H2D and lead is not None and site.where is not None
+                    and lead.where is not None and lead.where[0] != site.where[0]):
+                out.setdefault((IMPLICIT_H2D, site.where[0]), {}).setdefault(
+                    "within", lead.where[0])
     return out
 
 

@@ -98,3 +98,14 @@ def test_gap_work_after_every_step_is_costed_per_step_and_small_shares_are_not_n
     # 1 % of the step: a second jitted call, not work to run less often
     assert not [f for f in find(Snapshot(106.0, uptime_seconds=10.0, sites=(lead(0.06),),
                                          steps=steps)) if f.kind.startswith("per_step_eval")]
+
+
+def test_a_line_in_the_step_phase_that_led_few_gaps_is_not_work_of_every_step() -> None:
+    # eqx_mnist: a line whose records ran in every step while the step was
+    # still a guess (phase "step") led one evaluation's gap: not per step.
+    steps = StepsReading(300, "inferred", "jit(make_step): ...", 10.0, 100.0, 110.0)
+    lead = SiteReading("call", "/w/mnist.py:157", 785, detail="jit(compute_accuracy)",
+                       phase="step", occurrences=641, steps_spanned=90,
+                       work="evaluation", gaps=1, gap_seconds=1.8)
+    assert not [f for f in find(Snapshot(110.0, uptime_seconds=60.0, sites=(lead,),
+                                         steps=steps)) if f.kind.startswith("per_step_eval")]
