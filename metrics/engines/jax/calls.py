@@ -90,9 +90,13 @@ def note_feedback(owner: Owner, args: tuple[Any, ...], out: Any) -> None:
     owner.checks -= 1
     array = jax.Array
     previous = {id(x) for x in owner.last_out}
-    if previous and any(id(x) in previous for x in jax.tree_util.tree_leaves(args)
-                        if isinstance(x, array)):
+    fed = [x for x in jax.tree_util.tree_leaves(args) if isinstance(x, array)
+           and id(x) in previous] if previous else []
+    if fed:
         owner.fed_back += 1
+        # The state it carries from call to call (parameters, optimizer
+        # state): what a checkpoint copies (gaps.py tells one by it).
+        owner.state_bytes = max(owner.state_bytes, sum(x.nbytes for x in fed))
     owner.last_out = ([x for x in jax.tree_util.tree_leaves(out) if isinstance(x, array)]
                       if owner.checks else [])
 
@@ -103,7 +107,7 @@ class Owner:
     __slots__ = ("name", "graphs", "last_hash", "compiles", "nested_numpy", "usual_ns",
                  "numpy_args", "calls", "evaluation", "numpy_label", "copies_seen", "next_copy",
                  "copy_stats", "fed_back", "checks", "last_out", "library", "called_at",
-                 "numpy_run", "caller_code")
+                 "numpy_run", "caller_code", "state_bytes")
     explicit = False  # a function the user wrapped in metrics.track is explicit
 
     def __init__(self, name: str) -> None:
@@ -138,6 +142,7 @@ class Owner:
         # back): calls of its first FEEDBACK_CHECKS (all timed, one after the
         # other) in which an input array was the previous call's output.
         self.fed_back = 0
+        self.state_bytes = 0  # bytes of its output its next call took back in (fed back)
         self.checks = FEEDBACK_CHECKS
         self.last_out: list[Any] = []  # the previous checked call's output arrays
         # Whether the function is a library's (optax's helpers, not the user's

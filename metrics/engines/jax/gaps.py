@@ -59,6 +59,12 @@ _WORK_OF = {CALL: EVALUATION, GET: CHECKPOINT, SYNC: LOGGING}
 _LEAD_ORDER = (CALL, GET, SYNC)
 _GAP_KINDS = frozenset((GAP_END, CALL, GET, SYNC))
 MAX_LOOP_DEPTH = 64  # frames walked out from a gap's call to find the step loop's
+# A gap's device_gets are a checkpoint when they copy at least this share of
+# the state the step carries from call to call (its parameters and optimizer
+# state, fed back: calls.note_feedback); with that unknown, at least
+# CHECKPOINT_MIN_BYTES. Less is a read of a loss or a few metrics (logging).
+CHECKPOINT_STATE_SHARE = 0.1
+CHECKPOINT_MIN_BYTES = 64 * 1024
 
 
 def lead_of(counts: dict[tuple[Any, ...], int]) -> tuple[tuple[Any, ...], str]:
@@ -73,6 +79,19 @@ def lead_of(counts: dict[tuple[Any, ...], int]) -> tuple[tuple[Any, ...], str]:
     key = next(iter(counts))
     return key, LOGGING
 
+
+
+def copies_state(nbytes: int, state_bytes: int) -> bool:
+    """Whether a gap's device_gets of ``nbytes`` in all copied the step's
+    state (``state_bytes``; 0: not known), as a checkpoint does.
+
+    Example:
+        >>> copies_state(4, 2_000_000), copies_state(700_000, 2_000_000)
+        (False, True)
+    """
+    if state_bytes > 0:
+        return nbytes >= CHECKPOINT_STATE_SHARE * state_bytes
+    return nbytes >= CHECKPOINT_MIN_BYTES
 
 
 class GapSite:
@@ -96,7 +115,8 @@ class Gaps:
     def __init__(self, impl: Any, fields: int) -> None:
         self.impl, self.fields = impl, fields
         # The gap being filled: [step index, first start ns, {site key: records},
-        # ns its reads waited for queued work, {names of the functions called}]
+        # ns its reads waited for queued work, {names of the functions called},
+        # bytes its device_gets copied]
         self.open: list[Any] | None = None
         self.last_wait_end = time.monotonic_ns()  # the latest read's end (drains.py's)
         # Per step function whose call closed the gaps (the ``GAP_END``'s):
@@ -135,7 +155,7 @@ class Gaps:
         todo = [i for i, k in enumerate(kinds) if k in _GAP_KINDS and steps[i] != ends[i]]
         if not todo:
             return
-        codes, offsets, starts = flat[1::w], flat[2::w], flat[4::w]
+        codes, offsets, starts, sizes = flat[1::w], flat[2::w], flat[4::w], flat[6::w]
         gap, last_wait_end = self.open, self.last_wait_end
         for i in todo:
             k = kinds[i]
@@ -145,13 +165,15 @@ class Gaps:
                 gap = None
                 continue
             if gap is None or gap[0] != steps[i]:
-                gap = [steps[i], starts[i], {}, 0, set()]
+                gap = [steps[i], starts[i], {}, 0, set(), 0]
             key = (k, id(codes[i]), offsets[i])
             counts = gap[2]
             counts[key] = counts.get(key, 0) + 1
             if k == CALL:
                 gap[4].add(details[i])
             else:  # a wait: what it held beyond its drain was queued work
+                if k == GET:
+                    gap[5] += sizes[i]
                 s, e = starts[i], ends[i]
                 gap[3] += max(0, (e - s) - max(0, s - last_wait_end))
                 if e > last_wait_end:
@@ -178,6 +200,8 @@ class Gaps:
             work = _WORK_OF.get(lead_key[0], LOGGING)
         else:
             lead_key, work = lead_of(counts)
+        if work == CHECKPOINT and not copies_state(gap[5], getattr(step, "state_bytes", 0)):
+            work = LOGGING  # device_get of a loss or a few metrics: no checkpoint
         sites = self.impl._sites
         lead = sites.get(lead_key)
         if lead is None:
