@@ -114,6 +114,9 @@ class JaxContext:
         # from it on before it: an eager op that waited for queued steps is
         # charged only its time past them (eager.py).
         self.gap_call: tuple[int, int, object] | None = None
+        # The functions in their first calls (calls.note_feedback): whose
+        # output feeds which other function's call.
+        self.checking: set[Owner] = set()
 
     def step_candidate(self, owner: Owner) -> None:
         """A timed call of ``owner``: it becomes the guessed step when it

@@ -109,3 +109,45 @@ def test_a_line_in_the_step_phase_that_led_few_gaps_is_not_work_of_every_step() 
                        work="evaluation", gaps=1, gap_seconds=1.8)
     assert not [f for f in find(Snapshot(110.0, uptime_seconds=60.0, sites=(lead,),
                                          steps=steps)) if f.kind.startswith("per_step_eval")]
+
+
+# A jitted augmentation whose output the step takes, and a read every step:
+# the gap after the read holds augment's call, the step's input (clinic_jax).
+INPUT = '''
+import json, sys
+import metrics; metrics.install(serve=False)
+import jax, jax.numpy as jnp, numpy as np
+
+@jax.jit
+def augment(x):
+    return jnp.tanh(x) * 2.0
+
+@jax.jit
+def train_step(w, x):
+    loss, g = jax.value_and_grad(lambda w: jnp.mean((x @ w) ** 2))(w)
+    return w - 1e-3 * g, loss
+
+w = jnp.ones((256, 256)) / 256
+data = jnp.asarray(np.random.default_rng(0).standard_normal((8, 128, 256), np.float32))
+total = 0.0
+for i in range(200):
+    xb = augment(data[i % 8])  # LINE augment
+    w, loss = train_step(w, xb)
+    total += float(loss)  # LINE read
+w.block_until_ready()
+''' + PRINT_SNAPSHOT
+
+
+@pytest.mark.slow
+def test_a_jitted_function_that_makes_the_steps_input_is_not_work_between_steps(
+        tmp_path: Path) -> None:
+    s = snapshot_printed_by(tmp_path, INPUT)
+    lines = _lines(INPUT)
+    assert s.steps is not None and "train_step" in s.steps.basis
+    (aug,) = [x for x in s.sites if x.kind == "call"
+              and x.location.endswith(f":{lines['augment']}")]
+    assert aug.work == "input" and aug.gaps > 100
+    found = find(s)
+    assert not [f for f in found if f.kind.startswith("per_step_eval")]
+    (read,) = [f for f in found if f.kind == "per_step_sync"]  # not hidden in a gap
+    assert read.location.endswith(f":{lines['read']}")
