@@ -224,10 +224,17 @@ def diagnosis(recorder: Recorder, engines: list[Source], counters: tuple[Counter
         steps = marked
     sites.sort(key=lambda x: (-x.seconds, -x.count, x.location))
     if steps is not None:  # each line's phase, told now that the step loop is known
+        untold = [not x.phase for x in sites]
         sites = [replace(x, phase=phase_of(x.first_seen_unix or x.last_seen_unix,
                                            x.last_seen_unix, x.occurrences or x.count,
                                            steps).value)
                  if not x.phase else x for x in sites]
+        # What sat in a gap of the loop (an evaluation's batches and reads) is
+        # in that gap's phase, however often its own records changed step.
+        gap_phase = {x.location: x.phase for x in sites if x.work and x.gaps}
+        sites = [replace(x, phase=gap_phase[x.within])
+                 if new and x.within and x.within in gap_phase else x
+                 for x, new in zip(sites, untold, strict=True)]
     return tuple(sites), steps, tuple(dict.fromkeys(blind))
 
 

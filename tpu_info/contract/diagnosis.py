@@ -56,6 +56,9 @@ class PeriodicWork(enum.StrEnum):
     EVALUATION = "evaluation"
     CHECKPOINT = "checkpoint"
     LOGGING = "logging"
+    # Another jitted function whose output the step takes (``augment(batch)``
+    # before ``train_step``): the step's input, made between its calls.
+    INPUT = "input"
 
 
 class Phase(enum.StrEnum):

@@ -36,7 +36,15 @@ from typing import Any, NamedTuple
 from tpu_info.contract import catalog
 from tpu_info.contract.diagnosis import SiteKind
 from tpu_info.contract.model import STEPS_INFERRED, Snapshot, StepsReading
-from tpu_info.views.cost import OUTSIDE_STEP, Cost, duration, leads, site_phase, steps_of
+from tpu_info.views.cost import (
+    OUTSIDE_STEP,
+    Cost,
+    duration,
+    leads,
+    site_phase,
+    step_leads,
+    steps_of,
+)
 from tpu_info.views.startup import startup_seconds
 
 # The compile stages JAX reports apart (torch's CompileTime holds them all).
@@ -190,10 +198,13 @@ def step_device_seconds(s: Snapshot) -> tuple[float, int] | None:
 
 def _site_seconds(s: Snapshot, kind: str) -> tuple[float, str]:
     """The step-phase sites of ``kind``: their seconds (timed copies scaled to
-    all by bytes), and what that stands on."""
+    all by bytes), and what that stands on; those in a gap after every step
+    are in that gap's time (:func:`step_leads`)."""
     total, timed, count = 0.0, 0, 0
+    between = step_leads(s)
     for x in s.sites:
-        if x.kind != kind or site_phase(s, x) in OUTSIDE_STEP or x.seconds <= 0:
+        if (x.kind != kind or site_phase(s, x) in OUTSIDE_STEP or x.seconds <= 0
+                or x.within in between):
             continue
         if 0 < x.timed < x.count:
             scale = x.bytes / x.timed_bytes if x.timed_bytes else x.count / x.timed
@@ -307,6 +318,12 @@ def breakdown(s: Snapshot) -> Breakdown | None:
     host = [Part("copies to the device", min(copies / n, step_w), copies_basis),
             Part("waits at reads", min(waits / n, step_w), waits_basis)]
     host = [p for p in host if p.seconds > 0]
+    # Work in a gap after every step (a plotting callback): its measured
+    # wall time, within what the other parts leave of the step.
+    between = sum(x.gap_seconds or 0.0 for x in step_leads(s).values()) / n
+    if between > 0:
+        host.append(Part("work between steps", min(between, max(0.0, step_w - sum(
+            p.seconds for p in host))), "its gaps' wall time"))
     rest = step_w - sum(p.seconds for p in host)
     host.append(Part("other", max(0.0, rest)))
     dev = step_device_seconds(s)

@@ -75,6 +75,7 @@ def size_words(nbytes: float) -> str:
 
 
 LED = frozenset({"evaluation", "checkpoint"})  # PeriodicWork values said here
+PER_STEP_GAPS = 0.5  # gaps after at least this share of the steps: work of every step
 
 
 def _told_phase(site: SiteReading) -> Phase:
@@ -88,6 +89,18 @@ def leads(s: Snapshot) -> dict[str, SiteReading]:
     """The lines that led periodic evaluation or checkpoint gaps, by location."""
     return {x.location: x for x in s.sites
             if x.work in LED and x.gaps and x.gap_seconds and _told_phase(x) == Phase.PERIODIC}
+
+
+def step_leads(s: Snapshot) -> dict[str, SiteReading]:
+    """The lines that led gaps after (nearly) every step: work between the
+    steps that runs each step (a plotting callback), by location: in the
+    step phase, and with gaps after at least half the steps (the phase
+    alone stands on all its records). Their time is the steps' (not taken
+    out of them as :func:`leads`' is)."""
+    steps = s.steps.count if s.steps is not None else 0
+    return {x.location: x for x in s.sites
+            if x.work in LED and x.gap_seconds and steps and x.gaps >= PER_STEP_GAPS * steps
+            and _told_phase(x) == Phase.STEP}
 
 
 def steps_of(s: Snapshot) -> StepsReading | None:

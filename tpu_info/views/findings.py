@@ -61,7 +61,7 @@ from tpu_info.views.findings_torch import (
     xla_eager_mode,
     xla_value_access,
 )
-from tpu_info.views.periodic import periodic_work
+from tpu_info.views.periodic import per_step_work, periodic_work
 from tpu_info.views.recompile_groups import own_seconds, recreated_once
 from tpu_info.views.sites import site_findings
 from tpu_info.views.slow_steps import slow_steps
@@ -425,7 +425,8 @@ def _unseen(s: Snapshot) -> str:
 EVENTS_READ = frozenset({EventKind.COMPILE, EventKind.RECOMPILE, EventKind.GRAPH_BREAK})
 
 RULES: tuple[Callable[[Snapshot], Iterable[Finding]], ...] = (
-    no_engine, recompiles, eager_ops, site_findings, explicit_syncs, periodic_work, slow_steps,
+    no_engine, recompiles, eager_ops, site_findings, explicit_syncs, periodic_work, per_step_work,
+    slow_steps,
     slow_compiles,
     compile_share,
     memory_pressure, graph_breaks, xla_value_access, xla_closure_reads, xla_eager_mode,

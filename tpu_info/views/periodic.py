@@ -36,18 +36,34 @@ from tpu_info.contract.model import (
     Snapshot,
 )
 from tpu_info.views.cost import (
+    cost_of,
     duration,
     engine_of,
     leads,
     share_words,
     short_location,
     size_words,
+    step_leads,
     steps_of,
 )
 
 # Said from this share of the run; a warning from WARN_SHARE (as other periodic work).
 INFO_SHARE = 0.01
 WARN_SHARE = 0.05
+# Work in a gap after (nearly) every step is said from this share of the
+# steady steps' time, a warning from STEP_WARN_SHARE: below, a second jitted
+# call in the step (an EMA update) and the host's own work until the next
+# step, not work that would run less often.
+STEP_INFO_SHARE = 0.05
+STEP_WARN_SHARE = 0.2
+_STEP_ADVICE = {
+    "evaluation": ("Run it every N steps (every 10 or 100: its cost falls N-fold) or only at "
+                   "the end; if it must see every step, compute what it needs inside the "
+                   "jitted step and read that back every N steps."),
+    "checkpoint": ("Save every N steps rather than every step, or asynchronously (orbax's "
+                   "AsyncCheckpointer copies and writes in a background thread while the "
+                   "steps go on)."),
+}
 
 _ADVICE = {
     "evaluation": ("Evaluate less often or on fewer batches; or run the evaluation loop on "
@@ -85,12 +101,13 @@ def part_of_periodic_work(s: Snapshot, site: SiteReading,
 
 
 def _what(site: SiteReading, between: bool) -> str:
-    """What ran at the lead's line: ``jit(apply_model), first called``,
-    ``jax.device_get of 4.2 MB each time``, ``GPT.eval()``, ``torch.save``."""
+    """What ran at the lead's line: ``jit(apply_model), called from``,
+    ``jax.device_get of 4.2 MB each time``, ``GPT.eval()``, ``torch.save``
+    (the hook notes a gap's call at the loop's line that led to it)."""
     if between and site.kind != SiteKind.CALL.value:
         return site.detail  # GPT.eval(), torch.save
     if site.work == "evaluation":
-        return f"{site.detail}, first called"
+        return f"{site.detail}, called from"
     if not site.bytes:
         return site.detail
     return f"{site.detail} of {size_words(site.bytes / max(1, site.count))} each time"
@@ -139,3 +156,32 @@ def periodic_work(s: Snapshot) -> Iterable[Finding]:
                       else Severity.INFO, site.location, seconds, f"periodic_{site.work}",
                       count=site.gaps, phase=Phase.PERIODIC.value, share_of_run=share,
                       every_steps=every)
+
+
+def _members(s: Snapshot, site: SiteReading) -> str:
+    """``; train.py:95, train.py:99 ran in it`` (the gap's other lines), or ""."""
+    members = {short_location(x.location) for x in s.sites
+               if x.within == site.location and x.location != site.location}
+    return f"; {', '.join(sorted(members)[:4])} ran in it" if members else ""
+
+
+def per_step_work(s: Snapshot) -> Iterable[Finding]:
+    """One finding per line that led a gap after (nearly) every step (a
+    plotting or logging callback that calls jitted functions, a save every
+    step) holding at least :data:`STEP_INFO_SHARE` of the steady steps:
+    its cost is the gaps' measured wall time, per step."""
+    steps = steps_of(s)
+    if steps is None or not steps.count or engine_of(s).startswith("torch"):
+        return
+    for site in step_leads(s).values():
+        c = cost_of(s, site.gap_seconds or 0.0, site.gaps, phase=Phase.STEP,
+                    note=f"{_MEASURED[False]}, over {site.gaps:,} gaps")
+        share = c.share_of_step
+        if share is None or share < STEP_INFO_SHARE:
+            continue
+        message = (
+            f"work between steps at {short_location(site.location)} ({_what(site, False)} "
+            f"there) runs in the step loop's gap after {site.gaps:,} of {steps.count:,} steps "
+            f"({c.tail()}{_members(s, site)}). {_STEP_ADVICE[site.work]}")
+        yield Finding(message, Severity.WARNING if share >= STEP_WARN_SHARE else Severity.INFO,
+                      site.location, kind=f"per_step_{site.work}", **c.fields())

@@ -44,6 +44,7 @@ from tpu_info.views.cost import (
     short_location,
     site_phase,
     size_words,
+    step_leads,
     steps_of,
 )
 from tpu_info.views.eager import not_jitted_step
@@ -468,7 +469,9 @@ def site_findings(s: Snapshot) -> Iterable[Finding]:
     """One finding per costly sync, implicit-transfer or eager-op line; cheap
     lines are not news."""
     broken = _broken_lines(s)
-    led = leads(s)  # an evaluation's or checkpoint's lines are its finding's (periodic.py)
+    # An evaluation's or checkpoint's lines are its finding's (periodic.py),
+    # also when it runs after every step.
+    led = {**leads(s), **step_leads(s)}
     for site in s.sites:
         if (site.kind == SiteKind.SYNC.value and site.location in broken
                 or part_of_periodic_work(s, site, led)):

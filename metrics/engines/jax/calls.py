@@ -82,19 +82,36 @@ COPY_SPACING_NS = 1_000_000_000
 COPY_KEEP = 32  # host times kept each way (their medians: a slow first call is no mean's)
 
 
-def note_feedback(owner: Owner, args: tuple[Any, ...], out: Any) -> None:
+def note_feedback(owner: Owner, args: tuple[Any, ...], out: Any,
+                  checking: set[Owner] | None = None) -> None:
     """One of ``owner``'s first calls (:attr:`Owner.fed_back`): off the usual
-    path (FEEDBACK_CHECKS calls per function, never after)."""
+    path (FEEDBACK_CHECKS calls per function, never after). ``checking``:
+    the functions in their first calls (their last output kept): one whose
+    output is an argument here feeds ``owner`` (:attr:`Owner.feeds`)."""
     import jax
 
     owner.checks -= 1
     array = jax.Array
+    leaves = [x for x in jax.tree_util.tree_leaves(args) if isinstance(x, array)]
     previous = {id(x) for x in owner.last_out}
-    if previous and any(id(x) in previous for x in jax.tree_util.tree_leaves(args)
-                        if isinstance(x, array)):
+    fed = [x for x in leaves if id(x) in previous] if previous else []
+    if fed:
         owner.fed_back += 1
+        # The state it carries from call to call (parameters, optimizer
+        # state): what a checkpoint copies (gaps.py tells one by it).
+        owner.state_bytes = max(owner.state_bytes, sum(x.nbytes for x in fed))
+    if checking is not None:
+        given = {id(x) for x in leaves}
+        for other in list(checking):
+            if other is not owner and any(id(x) in given for x in other.last_out):
+                other.feeds.add(owner)  # (its last output, held: the ids are its)
     owner.last_out = ([x for x in jax.tree_util.tree_leaves(out) if isinstance(x, array)]
                       if owner.checks else [])
+    if checking is not None:
+        if owner.checks:
+            checking.add(owner)
+        else:
+            checking.discard(owner)
 
 
 class Owner:
@@ -103,7 +120,7 @@ class Owner:
     __slots__ = ("name", "graphs", "last_hash", "compiles", "nested_numpy", "usual_ns",
                  "numpy_args", "calls", "evaluation", "numpy_label", "copies_seen", "next_copy",
                  "copy_stats", "fed_back", "checks", "last_out", "library", "called_at",
-                 "numpy_run")
+                 "numpy_run", "caller_code", "state_bytes", "feeds")
     explicit = False  # a function the user wrapped in metrics.track is explicit
 
     def __init__(self, name: str) -> None:
@@ -138,6 +155,11 @@ class Owner:
         # back): calls of its first FEEDBACK_CHECKS (all timed, one after the
         # other) in which an input array was the previous call's output.
         self.fed_back = 0
+        self.state_bytes = 0  # bytes of its output its next call took back in (fed back)
+        # The functions its output was an argument of, in their first calls
+        # and its own: a step's input made by another jitted function
+        # (``augment(batch)`` before ``train_step``), not work between steps.
+        self.feeds: set[Owner] = set()
         self.checks = FEEDBACK_CHECKS
         self.last_out: list[Any] = []  # the previous checked call's output arrays
         # Whether the function is a library's (optax's helpers, not the user's
@@ -146,6 +168,9 @@ class Owner:
         # on a timed call: (code, offset); () where none was on the stack.
         self.library = False
         self.called_at: tuple[Any, int] | tuple[()] | None = None
+        # The user's code that calls it (the loop's, for the step), found at
+        # its first call after other work (gaps.at_call); False: none.
+        self.caller_code: Any = None
 
 
 def counting(fn: Callable[..., Any], owner: Owner, context: JaxContext,
@@ -249,7 +274,7 @@ def _python_calls(fn: Callable[..., Any], owner: Owner, context: JaxContext, tim
             else:
                 _keyed_call(eng, owner, args, seq, start, end)
             if owner.checks:  # its first calls: does its output feed the next?
-                note_feedback(owner, args, out)
+                note_feedback(owner, args, out, state.checking)
             if owner is not state.step_owner:
                 if not state.step_named:
                     state.step_candidate(owner)  # (timed calls only: the step's guess)

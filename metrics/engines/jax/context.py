@@ -114,6 +114,9 @@ class JaxContext:
         # from it on before it: an eager op that waited for queued steps is
         # charged only its time past them (eager.py).
         self.gap_call: tuple[int, int, object] | None = None
+        # The functions in their first calls (calls.note_feedback): whose
+        # output feeds which other function's call.
+        self.checking: set[Owner] = set()
 
     def step_candidate(self, owner: Owner) -> None:
         """A timed call of ``owner``: it becomes the guessed step when it
@@ -133,10 +136,16 @@ class JaxContext:
     def name_step(self, step: Owner | MarkedSteps | None) -> None:
         """The step watch's step (marked steps, the tracked or inferred step
         function); None: forget it and guess again (a reset, an install).
-        The same step named again (each snapshot names it) is no gap's end."""
+        The same step named again (each snapshot names it) is no gap's end.
+        A function named by time whose output never fed its next call stays
+        a guess (:meth:`step_candidate` may still replace it): a save in the
+        first second names an evaluation run before the loop, and every
+        call of the loop's step would be a gap of it until the next naming."""
         if step is None or step is not self.step_owner:
             self.gap_owner = None
-        self.step_owner, self.step_named = step, step is not None
+        self.step_owner = step
+        self.step_named = step is not None and (getattr(step, "explicit", True)
+                                                or getattr(step, "fed_back", 1) > 0)
 
     def note_compile(self, graph_hash: str) -> None:
         """Counts one compile (the engine calls it) and notes its graph for

@@ -3,12 +3,16 @@ checkpoints, logging every N steps.
 
 A gap is what the program did between two calls of the step function (the
 inferred or tracked one: ``JaxContext.step_owner``): the hook notes the
-first call of another jitted function after anything else (``CALL``: an
-evaluation's call site), a ``jax.device_get`` (``GET``: a checkpoint's
-copy of the state) and the reads (``float(loss)``, ``print(loss)``), each
-with the step index it ran after; the step's next call writes ``GAP_END``
-with its time. Both hot-path checks are one identity test
-(``JaxContext.gap_owner``); everything else happens here, at fold time.
+first call of another jitted function after anything else (``CALL``: at
+the step loop's line that led to it, the ``evaluate(...)`` or
+``callback(params, t)`` the user would run less often, found by walking
+out to the code that calls the step; else at the call's own line), a
+``jax.device_get`` (``GET``: a checkpoint's copy of the state) and the
+reads (``float(loss)``, ``print(loss)``), each with the step index it
+ran after; the step's next call writes ``GAP_END`` with its time. Both
+hot-path checks are one identity test (``JaxContext.gap_owner``); the
+walk to the loop's line runs once per noted call; everything else
+happens here, at fold time.
 
 Each gap's time is its wall time, from its first record's start to the next
 step's call, less what its reads waited for the device's queued work (per
@@ -18,7 +22,12 @@ evaluation's first call compiles: said as a compile, and the steps' compile
 time already holds it), charged to the line that led it: the call site of the other jitted
 function with the most calls noted in it (evaluation), else the
 ``device_get`` (checkpoint), else the first read (logging); the gap's other
-lines are ``within`` it (their cost is the lead's). Gaps of marked steps
+lines are ``within`` it (their cost is the lead's), and so are the numpy
+arguments of the functions called in it (counted apart: numpy_runs.py).
+A gap is kept under the step function whose call closed it; only the
+step named when read has gaps (while the step was a guess, an evaluation's
+two functions alternating before the loop made each call of one a "gap"
+of the other). Gaps of marked steps
 (``metrics.mark_step``) are not measured here: their step times are
 (``slow_steps``).
 
@@ -32,9 +41,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from types import CodeType, FrameType
 from typing import TYPE_CHECKING, Any
 
 from metrics.engines.jax.kinds import CALL, GAP_END, GET, SYNC
+from metrics.engines.jax.library_step import user_frame
 
 if TYPE_CHECKING:
     from metrics.engines.jax.calls import Owner
@@ -47,6 +58,13 @@ EVALUATION, CHECKPOINT, LOGGING = "evaluation", "checkpoint", "logging"
 _WORK_OF = {CALL: EVALUATION, GET: CHECKPOINT, SYNC: LOGGING}
 _LEAD_ORDER = (CALL, GET, SYNC)
 _GAP_KINDS = frozenset((GAP_END, CALL, GET, SYNC))
+MAX_LOOP_DEPTH = 64  # frames walked out from a gap's call to find the step loop's
+# A gap's device_gets are a checkpoint when they copy at least this share of
+# the state the step carries from call to call (its parameters and optimizer
+# state, fed back: calls.note_feedback); with that unknown, at least
+# CHECKPOINT_MIN_BYTES. Less is a read of a loss or a few metrics (logging).
+CHECKPOINT_STATE_SHARE = 0.1
+CHECKPOINT_MIN_BYTES = 64 * 1024
 
 
 def lead_of(counts: dict[tuple[Any, ...], int]) -> tuple[tuple[Any, ...], str]:
@@ -61,6 +79,19 @@ def lead_of(counts: dict[tuple[Any, ...], int]) -> tuple[tuple[Any, ...], str]:
     key = next(iter(counts))
     return key, LOGGING
 
+
+
+def copies_state(nbytes: int, state_bytes: int) -> bool:
+    """Whether a gap's device_gets of ``nbytes`` in all copied the step's
+    state (``state_bytes``; 0: not known), as a checkpoint does.
+
+    Example:
+        >>> copies_state(4, 2_000_000), copies_state(700_000, 2_000_000)
+        (False, True)
+    """
+    if state_bytes > 0:
+        return nbytes >= CHECKPOINT_STATE_SHARE * state_bytes
+    return nbytes >= CHECKPOINT_MIN_BYTES
 
 
 class GapSite:
@@ -79,15 +110,25 @@ class Gaps:
     """Folds gap records after the transfer hook's own fold (``impl``: an
     ``ImplicitTransfers``, records of ``fields`` values)."""
 
-    __slots__ = ("impl", "fields", "open", "by_site", "last_wait_end", "timeline")
+    __slots__ = ("impl", "fields", "open", "by_owner", "called", "last_wait_end", "timeline")
 
     def __init__(self, impl: Any, fields: int) -> None:
         self.impl, self.fields = impl, fields
         # The gap being filled: [step index, first start ns, {site key: records},
-        # ns its reads waited for queued work]
+        # ns its reads waited for queued work, {names of the functions called},
+        # bytes its device_gets copied]
         self.open: list[Any] | None = None
         self.last_wait_end = time.monotonic_ns()  # the latest read's end (drains.py's)
-        self.by_site: dict[Any, GapSite] = {}  # keyed by the transfer hook's _Site
+        # Per step function whose call closed the gaps (the ``GAP_END``'s):
+        # the transfer hook's _Site -> its GapSite. Only the step's gaps are
+        # the loop's (:meth:`sites_of`): while the step was a guess (an
+        # evaluation before the loop, its two functions alternating), each
+        # call of one was a "gap" of the other.
+        self.by_owner: dict[Any, dict[Any, GapSite]] = {}
+        # Per step function: the jitted functions called in its gaps (their
+        # names, as the CALL records' detail) -> the _Site that led the gap:
+        # their numpy arguments, counted apart (numpy_runs.py), are its too.
+        self.called: dict[Any, dict[str, Any]] = {}
         # The engine's compile spans (startup.CompileTimeline): a gap's compiles
         # (an evaluation's first call) are compile time, not the gap's.
         self.timeline: Any = None
@@ -107,35 +148,48 @@ class Gaps:
         kinds = flat[0::w]
         if GAP_END not in kinds and CALL not in kinds and GET not in kinds and SYNC not in kinds:
             return  # the usual batch of a host-bound loop: its numpy arguments only
-        steps, ends = flat[7::w], flat[5::w]
+        steps, ends, details = flat[7::w], flat[5::w], flat[3::w]
         # Only records of these kinds that carry a step index (a read's step
         # field is its end when no step function is known: no gap to be in).
         # Per record this is the fold's cost on a loop that reads every step.
         todo = [i for i, k in enumerate(kinds) if k in _GAP_KINDS and steps[i] != ends[i]]
         if not todo:
             return
-        codes, offsets, starts = flat[1::w], flat[2::w], flat[4::w]
+        codes, offsets, starts, sizes = flat[1::w], flat[2::w], flat[4::w], flat[6::w]
         gap, last_wait_end = self.open, self.last_wait_end
         for i in todo:
             k = kinds[i]
             if k == GAP_END:
                 if gap is not None and gap[0] < steps[i]:
-                    self._close(gap, ends[i])
+                    self._close(gap, ends[i], details[i])
                 gap = None
                 continue
             if gap is None or gap[0] != steps[i]:
-                gap = [steps[i], starts[i], {}, 0]
+                gap = [steps[i], starts[i], {}, 0, set(), 0]
             key = (k, id(codes[i]), offsets[i])
             counts = gap[2]
             counts[key] = counts.get(key, 0) + 1
-            if k != CALL:  # a wait: what it held beyond its drain was queued work
+            if k == CALL:
+                gap[4].add(details[i])
+            else:  # a wait: what it held beyond its drain was queued work
+                if k == GET:
+                    gap[5] += sizes[i]
                 s, e = starts[i], ends[i]
                 gap[3] += max(0, (e - s) - max(0, s - last_wait_end))
                 if e > last_wait_end:
                     last_wait_end = e
         self.open, self.last_wait_end = gap, last_wait_end
 
-    def _close(self, gap: list[Any], end: int) -> None:
+    def sites_of(self, step: Any) -> dict[Any, GapSite]:
+        """The gaps ``step`` (the step function now named) closed, by site."""
+        return self.by_owner.get(step, {})
+
+    def called_in(self, step: Any) -> dict[str, Any]:
+        """The functions called in ``step``'s gaps, by name -> the _Site that
+        led the (latest) gap they were called in."""
+        return self.called.get(step, {})
+
+    def _close(self, gap: list[Any], end: int, step: Any) -> None:
         wall = end - gap[1] - gap[3]
         if self.timeline is not None and wall > 0:
             wall -= self.timeline.within(gap[1], end)
@@ -146,46 +200,80 @@ class Gaps:
             work = _WORK_OF.get(lead_key[0], LOGGING)
         else:
             lead_key, work = lead_of(counts)
+        if work == CHECKPOINT and not copies_state(gap[5], getattr(step, "state_bytes", 0)):
+            work = LOGGING  # device_get of a loss or a few metrics: no checkpoint
         sites = self.impl._sites
         lead = sites.get(lead_key)
         if lead is None:
             return
-        g = self.by_site.get(lead)
+        by_site = self.by_owner.get(step)
+        if by_site is None:
+            by_site = self.by_owner[step] = {}
+        g = by_site.get(lead)
         if g is None:
-            g = self.by_site[lead] = GapSite()
+            g = by_site[lead] = GapSite()
         g.gap_ns += wall
+        if gap[4]:
+            called = self.called.get(step)
+            if called is None:
+                called = self.called[step] = {}
+            for name in gap[4]:
+                called[name] = lead
         g.gaps += 1
         g.work = work
         if len(counts) > 1:
             for k in counts:
                 other = sites.get(k)
                 if other is not None and other is not lead:
-                    self._of(other).within = lead
-
-    def _of(self, site: Any) -> GapSite:
-        g = self.by_site.get(site)
-        if g is None:
-            g = self.by_site[site] = GapSite()
-        return g
+                    o = by_site.get(other)
+                    if o is None:
+                        o = by_site[other] = GapSite()
+                    o.within = lead
 
     def clear(self) -> None:
         self.open = None
-        self.by_site.clear()
+        self.by_owner.clear()
+        self.called.clear()
 
 
 def at_call(context: JaxContext, owner: Owner, frame: Any) -> None:
     """A call of ``owner`` after other work (``context.gap_owner`` was not
-    it): the step's call closes the gap (``GAP_END``); another function's
-    call is noted at the user's line (``CALL``), once until other work."""
+    it): the step's call closes the gap (``GAP_END``, with the step);
+    another function's call is noted (``CALL``), once until other work, at
+    the line of the loop that led to it (:func:`loop_frame`), else at the
+    user's line of the call."""
     context.gap_owner = owner
     eng, step = context.active, context.step_owner
-    if eng is None or step is None:
+    if eng is None:
+        return
+    impl = eng.implicit
+    if owner.caller_code is None:  # once per function: the user's code calling it
+        at = user_frame(impl._frames, frame)
+        owner.caller_code = at[0] if at else False
+    if step is None:
         return
     now = time.monotonic_ns()
-    impl = eng.implicit
     if owner is step:
         q = impl.queue
-        q.extend((GAP_END, None, 0, None, now, now, 0, owner.calls))
+        q.extend((GAP_END, None, 0, owner, now, now, 0, owner.calls))
         context.gap_call = (now, owner.calls, owner)
     elif not owner.explicit:
-        impl.record(CALL, frame, now, now, 0, owner.name)
+        loop = loop_frame(frame, getattr(step, "caller_code", None) or None)
+        impl.record(CALL, loop or frame, now, now, 0, owner.name)
+
+
+def loop_frame(frame: FrameType | None, code: CodeType | None) -> FrameType | None:
+    """The innermost frame out from ``frame`` running ``code`` (the step
+    loop's: the line there led to this call, say ``callback(params, t)``
+    whose plotting calls a jitted function); None when none within
+    :data:`MAX_LOOP_DEPTH` frames (an evaluation called from elsewhere)."""
+    if code is None:
+        return None
+    f = frame
+    for _ in range(MAX_LOOP_DEPTH):
+        if f is None:
+            return None
+        if f.f_code is code:
+            return f
+        f = f.f_back
+    return None

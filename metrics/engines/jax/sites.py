@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 
 from metrics.engines.jax.kinds import CALL, EAGER_OP, GET, IMPLICIT_H2D, SYNC
+from tpu_info.contract.diagnosis import PeriodicWork
 from tpu_info.contract.model import SiteKind, SiteReading
 
 if TYPE_CHECKING:
@@ -111,18 +112,35 @@ def gap_lines(impl: ImplicitTransfers) -> dict[tuple[int, str], dict[str, Any]]:
     g = getattr(impl, "gaps", None)
     if g is None:
         return {}
-    kind_of = {id(site): key[0] for key, site in list(impl._sites.items())}
+    held = list(impl._sites.items())
+    kind_of = {id(site): key[0] for key, site in held}
     out: dict[tuple[int, str], dict[str, Any]] = {}
-    for site, gs in list(g.by_site.items()):
+    step = impl.context.step_owner
+    called = g.called_in(step)
+    owners = [o for by in list(impl.context.owners.values()) for o in list(by.values())]
+    by_name = {o.name: o for o in owners}
+    # Gaps whose functions' output the step takes are its input's making.
+    inputs = {id(lead) for name, lead in called.items()
+              if step in getattr(by_name.get(name), "feeds", ())}
+    for site, gs in list(g.sites_of(step).items()):
         if site.where is None or id(site) not in kind_of:
             continue
         row = out.setdefault((kind_of[id(site)], site.where[0]), {})
         if gs.gaps:
-            row["work"] = gs.work
+            row["work"] = (PeriodicWork.INPUT.value if id(site) in inputs
+                           and gs.work == PeriodicWork.EVALUATION else gs.work)
             row["gaps"] = row.get("gaps", 0) + gs.gaps
             row["gap_seconds"] = row.get("gap_seconds", 0.0) + gs.gap_ns / 1e9
         elif gs.within is not None and gs.within.where is not None:
             row["within"] = gs.within.where[0]
+    if called:  # a gap's functions' numpy arguments (counted apart) sat in it
+        name_of = {o.numpy_label: o.name for o in owners}
+        for key, site in held:
+            lead = called.get(name_of.get(site.detail or "", ""))
+            if (key[0] == IMPLICIT_H2D and lead is not None and site.where is not None
+                    and lead.where is not None and lead.where[0] != site.where[0]):
+                out.setdefault((IMPLICIT_H2D, site.where[0]), {}).setdefault(
+                    "within", lead.where[0])
     return out
 
 

@@ -15,6 +15,7 @@ import pytest
 
 from tests.hooked import PRINT_SNAPSHOT, snapshot_printed_by
 from tpu_info.contract.model import Phase, SiteReading, Snapshot, StepsReading
+from tpu_info.views.breakdown import breakdown
 from tpu_info.views.findings import find
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -86,6 +87,12 @@ for i in range(300):
 jax.block_until_ready(params)
 ''' + TAIL
 
+# The checkpoint's loop, but every 25 steps it device_gets the loss (4 bytes)
+# and logs it, as dm-haiku's vae example does after its evaluation.
+LOSS_GET = CHECKPOINT.split("        host = ")[0] + (
+    "        print(jax.device_get(loss).item(), file=sys.stderr)  # LINE log\n"
+    "jax.block_until_ready(params)\n") + TAIL
+
 
 def _run(tmp_path: Path, source: str) -> tuple[Snapshot, dict[str, int]]:
     s = snapshot_printed_by(tmp_path, source)
@@ -152,3 +159,19 @@ def test_the_views_never_say_more_than_the_run():
     assert f.seconds_lost == 2.0 and f.share_of_run == 1.0 and f.every_steps == 30.0
     assert "train.py:91" in f.message  # its read is named in it...
     assert not [g for g in found if g.location == read.location]  # ...not on its own
+
+
+@pytest.mark.slow
+def test_a_device_get_of_the_loss_every_25_steps_is_no_checkpoint(tmp_path):
+    # Before: "periodic_checkpoint" and "checkpoint" in the time breakdown
+    # (hk_vae: "checkpoint 22 ms" in a program that saves nothing). A
+    # checkpoint copies bytes of the order of the state the step carries.
+    s, lines = _run(tmp_path, LOSS_GET)
+    assert s.steps is not None and s.steps.count == 300
+    found = find(s)
+    assert not [f for f in found if f.kind.endswith("_checkpoint")]
+    (get,) = [x for x in s.sites if x.kind == "device_get"
+              and x.location.endswith(f":{lines['log']}")]
+    assert get.work != "checkpoint" and get.bytes == 4 * get.count
+    b = breakdown(s)
+    assert b is not None and "checkpoint" not in [p.name for p in b.parts]
