@@ -217,6 +217,28 @@ def test_tpu_info_run_prints_the_summary_after_its_child_ended(tmp_path):
     assert len(list((tmp_path / "rt" / "runs").glob("*.tpurun"))) == 2  # not the third
 
 
+def test_tpu_info_run_summarises_no_program_that_started_before_it(tmp_path):
+    """Another of the user's programs that ends while the child runs (its run
+    saved since) is not the child's: its summary is not printed (the eval of
+    eight programs run one after another printed the previous one's too)."""
+    prog = tmp_path / "train.py"
+    prog.write_text(PROGRAM.replace("metrics.install(serve=False)", "pass"))
+    env = _env(tmp_path, TPU_INFO_SERVE="0", SHORT="1")
+    tpu_info = [sys.executable, "-m", "tpu_info", "run"]
+    first = subprocess.run(tpu_info + ["--no-summary", "--", sys.executable, str(prog)],
+                           env=env, capture_output=True, text=True, timeout=180, cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    (earlier,) = (tmp_path / "rt" / "runs").glob("*.tpurun")
+    time.sleep(1.5)  # its start now more than the clock's slack before the next
+    os.utime(earlier)  # as if it ended (saved) after the next one began
+    r = subprocess.run(tpu_info + ["--summary", "--", sys.executable, str(prog)], env=env,
+                       capture_output=True, text=True, timeout=180, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    heads = [x for x in r.stderr.splitlines() if x.startswith("tpu-info: train.py (pid ")]
+    assert len(heads) == 1 and f"(pid {runfile.read(earlier).snapshot.process.pid})" \
+        not in heads[0], heads
+
+
 def test_tpu_info_run_on_sigterm_says_only_where_the_run_is(tmp_path):
     # A grace period is running: no summary to build, one line at most.
     prog = tmp_path / "train.py"

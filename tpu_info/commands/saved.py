@@ -268,9 +268,11 @@ def _print_diff(name_a: str, name_b: str, c: object, checks: list[tuple[bool, st
 def summaries_since(folder: Path, started_unix: float, pid: int | None = None,
                     most: int = 4, kept: bool = True, status: int | None = None) -> list[str]:
     """The end-of-run summaries of the runs saved in ``folder`` since
-    ``started_unix`` (``pid``'s own first, when it saved one): what
-    ``tpu-info run`` prints after its child ended (``status``: the child's
-    exit status, which its own run says when it ended by exiting)."""
+    ``started_unix`` by programs that started since (``pid``'s own first,
+    when it saved one; a worker it started next): what ``tpu-info run``
+    prints after its child ended (``status``: the child's exit status, which
+    its own run says when it ended by exiting). A program that started
+    before (another of the user's, ending meanwhile) is not the child's."""
     from tpu_info.outputs.summary import summary
 
     found = []
@@ -286,14 +288,19 @@ def summaries_since(folder: Path, started_unix: float, pid: int | None = None,
     except OSError:
         return []
     out = []
-    for _, _, p in sorted(found)[:most]:
+    for other, _, p in sorted(found):
+        if len(out) >= most:
+            break
         try:
             run = runfile.read(p)
         except runfile.RunFileError as e:
             out.append(f"tpu-info: {e}")
             continue
-        if pid is not None and run.snapshot.process is not None \
-                and run.snapshot.process.pid == pid:
+        proc = run.snapshot.process
+        if other and proc is not None and proc.start_time_unix \
+                and proc.start_time_unix < started_unix - 1.0:
+            continue  # a program that ran already (it only ended since): not the child's
+        if pid is not None and proc is not None and proc.pid == pid:
             run = run.with_exit_code(status)
         out.append(summary(run.snapshot, run.how_it_ended(), str(p) if kept else ""))
     return out
