@@ -269,7 +269,7 @@ def _leaves(out: Any) -> list[Any]:
     shallowest first (a loss beside the params), at most ``LEAVES`` of them
     after opening at most ``NODES`` containers: bounded however large the
     tree (a sampled call's cost)."""
-    if hasattr(out, "block_until_ready"):
+    if _is_array(out):
         return [out]
     found: list[Any] = []
     todo = collections.deque([out])
@@ -279,7 +279,7 @@ def _leaves(out: Any) -> list[Any]:
         for x in itertools.islice(_items(todo.popleft()), LEAVES):  # a wide dict: its first
             if isinstance(x, _CONTAINERS):
                 todo.append(x)
-            elif hasattr(x, "block_until_ready"):
+            elif _is_array(x):
                 found.append(x)
             elif hasattr(type(x), "__dataclass_fields__"):
                 todo.append(x)
@@ -287,6 +287,12 @@ def _leaves(out: Any) -> list[Any]:
 
 
 _CONTAINERS = (dict, list, tuple)
+
+
+def _is_array(x: Any) -> bool:
+    """An array the watcher can wait on and ask (a typed PRNG key array can
+    be waited on but has no ``is_ready``: dpsgd's step takes one)."""
+    return hasattr(x, "is_ready") and hasattr(x, "block_until_ready")
 
 
 def _items(x: Any) -> Any:

@@ -317,3 +317,30 @@ def test_a_step_whose_state_nests_its_arrays_three_deep_is_timed(fresh_metrics):
         time.sleep(0.01)
     timed = eng.device_times.device_ns(eng.context.step_owner)
     assert timed is not None and timed[1] >= 5, timed
+
+
+def test_a_step_that_takes_a_prng_key_is_sampled_without_a_hook_error(fresh_metrics):
+    """A typed PRNG key array can be waited on but has no ``is_ready``
+    (dpsgd's private_update(rng, ...)): it is no array to sample, and the
+    sample is taken from the step's other arrays, with no hook error."""
+    import jax
+    import jax.numpy as jnp
+
+    import metrics
+
+    eng = next(e for e in metrics.installed_engines() if e.name == "jax")
+
+    @jax.jit
+    def step(key, w):  # type: ignore[no-untyped-def]
+        key, sub = jax.random.split(key)
+        return key, w + jax.random.normal(sub, w.shape)
+
+    key, w = jax.random.key(0), jnp.zeros((8,))
+    for _ in range(40):
+        key, w = step(key, w)
+    jax.block_until_ready(w)
+    deadline = time.monotonic() + 10
+    while (eng.device_times.pending or eng.device_times.held) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not eng.rec.registry.counter_value("HookErrors")
+    assert eng.device_times.device_ns(next(iter(eng.device_times.by_owner))) is not None
