@@ -237,6 +237,9 @@ class _Ready:
     def block_until_ready(self) -> _Ready:
         return self
 
+    def is_ready(self) -> bool:
+        return True
+
 
 def test_a_step_over_a_list_of_layers_is_timed_from_its_input_not_the_queue(fresh_metrics):
     # mnist_classifier_fromscratch's update(params, batch): params a list of
