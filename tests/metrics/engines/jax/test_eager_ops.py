@@ -244,6 +244,17 @@ def _reference(w):  # the same evaluation, timed by the test after the queue dra
     return jnp.reshape(w, (-1,))[:8], w.T
 
 
+def _tanh_step():  # type: ignore[no-untyped-def]
+    """A step of three matmuls, slow enough to queue behind (jitted once the
+    hook is in: its calls are counted)."""
+    @jax.jit
+    def step(w, x):  # type: ignore[no-untyped-def]
+        for _ in range(3):
+            w = jnp.tanh(w @ x)
+        return w
+    return step
+
+
 def test_an_eager_evaluation_after_a_queue_of_steps_is_charged_its_own_time_not_the_queue(eng):
     # CPU JAX runs a bounded number of dispatched computations at once: an
     # eager op dispatched behind a long queue of slow steps waits for them
@@ -252,11 +263,7 @@ def test_an_eager_evaluation_after_a_queue_of_steps_is_charged_its_own_time_not_
     # charged what it costs after jax.block_until_ready of the steps.
     import time
 
-    @jax.jit
-    def step(w, x):
-        for _ in range(3):
-            w = jnp.tanh(w @ x)
-        return w
+    step = _tanh_step()
 
     w, x = jnp.full((400, 400), 1e-3), jnp.full((400, 400), 1e-3)
     jax.block_until_ready((step(w, x), _evaluate(w), _reference(w)))  # compiled
@@ -313,11 +320,7 @@ def test_an_eager_split_of_a_ready_key_behind_queued_steps_is_charged_its_own_ti
     # with earlier work and this thread did not run is the queue's.
     import time
 
-    @jax.jit
-    def step(w, x):
-        for _ in range(3):
-            w = jnp.tanh(w @ x)
-        return w
+    step = _tanh_step()
 
     # 14 ms steps here; past ~32 in flight a new dispatch waits for a slot.
     w, x = jnp.full((600, 600), 1e-3), jnp.full((600, 600), 1e-3)
