@@ -472,9 +472,12 @@ def site_findings(s: Snapshot) -> Iterable[Finding]:
     # An evaluation's or checkpoint's lines are its finding's (periodic.py),
     # also when it runs after every step.
     led = {**leads(s), **step_leads(s)}
+    # Lines that ran in that work's gaps: their other kinds of records too
+    # (matplotlib's conversions beside its reads in a plotting callback).
+    inside = {x.location for x in s.sites if x.within and x.within in led}
     for site in s.sites:
         if (site.kind == SiteKind.SYNC.value and site.location in broken
-                or part_of_periodic_work(s, site, led)):
+                or part_of_periodic_work(s, site, led) or site.location in inside):
             continue
         if site.kind in _JUDGED:
             f = _finding(s, site)

@@ -453,3 +453,21 @@ def test_eager_ops_inside_a_plotting_library_are_told_to_hand_it_host_data() -> 
     (g,) = [f for f in find(Snapshot(11.0, uptime_seconds=11.0, steps=LOOP, sites=(own,)))
             if f.location == "/w/advi.py:101"]
     assert "Move them into the jitted step" in g.message
+
+
+def test_eager_ops_at_a_line_that_ran_in_work_between_steps_are_that_works() -> None:
+    """advi: matplotlib's conversions at prog.py:101 run inside the plotting
+    callback after every step, whose finding already holds that line's time
+    ("prog.py:101 ... ran in it"): no second per-step finding for its eager
+    ops (2.7 % counted twice)."""
+    lead = SiteReading("call", "/w/advi.py:138", 100, 0, 0.0, first_seen_unix=1000.1,
+                       last_seen_unix=1009.9, phase="step", work="evaluation", gaps=97,
+                       gap_seconds=5.2, occurrences=97)
+    read = SiteReading("sync", "/w/advi.py:101", 200, 800, 0.1, first_seen_unix=1000.1,
+                       last_seen_unix=1009.9, detail="float()", within="/w/advi.py:138")
+    plotted = SiteReading("eager_op", "/w/advi.py:101", 200, 0, 0.3, first_seen_unix=1000.1,
+                          last_seen_unix=1009.9, detail="jnp.asarray",
+                          via="matplotlib _preprocess_data")
+    kinds = {f.kind: f for f in find(Snapshot(11.0, uptime_seconds=11.0, steps=LOOP,
+                                              sites=(lead, read, plotted)))}
+    assert "per_step_evaluation" in kinds and "per_step_eager_ops" not in kinds, kinds
