@@ -39,7 +39,7 @@ class _Entry:
         "hash", "name", "engine", "first_seen", "last_seen", "compiles",
         "compile_total", "compile_last", "cache_hits", "executions",
         "signature", "signatures", "causes", "changes", "kept", "history",
-        "device_ns", "device_samples", "cause_edits",
+        "device_ns", "device_samples", "cause_edits", "loop",
     )
 
     def __init__(self, graph_hash: str, name: str, engine: str, now: float,
@@ -56,6 +56,7 @@ class _Entry:
         self.executions: int | None = None
         self.device_ns: int | None = None  # median device ns of one execution (engine-measured)
         self.device_samples = 0
+        self.loop: tuple[str, int] = ("", 0)  # (the user's line, its operations): compiles.py
         self.signature: tuple[str, ...] = ()
         self.signatures: deque[tuple[str, ...]] = deque(maxlen=max_signatures)
         self.causes: deque[RecompileCause] = deque(maxlen=max_causes)
@@ -85,6 +86,7 @@ class _Entry:
             signatures=signatures, causes=causes,
             device_seconds=None if self.device_ns is None else self.device_ns / 1e9,
             device_samples=self.device_samples,
+            loop_line=self.loop[0], loop_ops=self.loop[1],
         )
 
 
@@ -145,12 +147,16 @@ class GraphLedger:
         seconds: float,
         signature: tuple[str, ...] = (),
         cause: RecompileCause | None = None,
+        loop: tuple[str, int] | None = None,
     ) -> None:
-        """Records one real compile of ``graph_hash``."""
+        """Records one real compile of ``graph_hash`` (``loop``: the user's
+        line that put most of its operations into it, and how many)."""
         with self._lock:
             self._executions.flush_held()
             e = self._touch(graph_hash, name, engine)
             e.compiles += 1
+            if loop is not None:
+                e.loop = loop
             e.compile_total += seconds
             e.compile_last = seconds
             if signature:

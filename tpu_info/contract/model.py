@@ -227,6 +227,11 @@ class GraphRecord:
     # None: not measured.
     device_seconds: float | None = None
     device_samples: int = 0
+    # The user's line that put ``loop_ops`` of the graph's top-level
+    # operations into it, when they were a large part of it (a Python loop
+    # unrolled into the traced function); "" none or not told.
+    loop_line: str = ""
+    loop_ops: int = 0
 
     @property
     def short_hash(self) -> str:

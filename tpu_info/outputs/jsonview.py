@@ -37,7 +37,8 @@ Top level::
                       transfers{h2d|d2h: {count, bytes, p50_ns, p90_ns,
                       p95_ns, p999_ns, timed, reasons}},
                       graphs[{hash, name, engine, compiles, cache_hits,
-                      compile_seconds_total, executions, last_cause}],
+                      compile_seconds_total, executions, device_seconds,
+                      device_samples, loop_line, loop_ops, last_cause}],
                       findings[{severity, kind, message, location,
                       seconds_lost, count, per_step, seconds_per_step,
                       share_of_step, cost_estimated, bytes_per_step, cost}],
@@ -203,6 +204,8 @@ def _target(t: TargetReadings, top_graphs: int | None) -> dict[str, Any]:
             "hash": _s(g.hash), "name": _s(g.name), "engine": _s(g.engine),
             "compiles": g.compiles, "cache_hits": g.cache_hits,
             "compile_seconds_total": g.compile_seconds_total, "executions": g.executions,
+            "device_seconds": g.device_seconds, "device_samples": g.device_samples,
+            "loop_line": _s(g.loop_line), "loop_ops": g.loop_ops,
             "last_cause": None if (c := last_cause(g)) is None else {
                 "description": _s(c.description), "location": _opt(c.location),
                 "argument": _opt(c.argument), "before": _opt(c.before), "after": _opt(c.after),

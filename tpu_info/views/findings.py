@@ -277,13 +277,18 @@ def slow_compiles(s: Snapshot) -> Iterable[Finding]:
         c = cost_of(s, seconds, 1, phase=phase)
         at = f", {WHEN[phase]}" if told != Phase.UNKNOWN else ""
         where = f" at {short_location(first.location)}"
-        # No lax.scan advice: nothing recorded says this graph grew with a
-        # Python loop (graphs with none, or already a lax.scan, were told so).
         engine = g.engine or engine_of(s)
+        cache = _CACHE_ADVICE.get(engine, "Cache compiled graphs across runs.")
+        # Loop advice only where the hook saw one line fill the graph (a
+        # Python loop unrolled into it); else a large graph is only that.
+        what = (f"a large graph: {g.loop_ops:,} of its operations come from "
+                f"{short_location(g.loop_line)}, a Python loop unrolled into it. Do the "
+                f"work over the whole axis at once (jnp ops, jax.vmap) or as lax.fori_loop / "
+                f"lax.scan, which compile the body once; or: {cache[0].lower()}{cache[1:]}"
+                if g.loop_line else f"a large graph. {cache}")
         yield Finding(
             f"{g.name}{where} took {duration(seconds)} to compile once{at} "
-            f"({share_words(seconds / s.uptime_seconds)} of run time so far, measured): a large "
-            f"graph. {_CACHE_ADVICE.get(engine, 'Cache compiled graphs across runs.')}",
+            f"({share_words(seconds / s.uptime_seconds)} of run time so far, measured): {what}",
             Severity.WARNING if outside_warns(c) else Severity.INFO,
             first.location, kind="slow_compile", **c.fields())
 

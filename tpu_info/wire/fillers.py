@@ -119,6 +119,8 @@ def fill_graph(m: pb.Graph, g: GraphRecord) -> None:
     if g.device_seconds is not None:
         m.device_seconds = g.device_seconds
     m.device_samples = g.device_samples
+    m.loop_line = g.loop_line
+    m.loop_ops = g.loop_ops
     fill_history(m, g)
 
 

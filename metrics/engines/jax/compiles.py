@@ -39,6 +39,7 @@ from metrics.engines.compile_steps import CompileTimeline
 from metrics.engines.jax.causes import LoweringHistory, param_path, parse_cache_miss
 from metrics.engines.jax.context import ENGINE, CompileInProgress, JaxContext, Lowering
 from metrics.engines.jax.explain import format_aval
+from metrics.engines.jax.loops import loop_line
 from metrics.engines.jax.startup import patch_backends
 from metrics.recording.recorder import Recorder
 from tpu_info.contract import catalog as names
@@ -132,7 +133,7 @@ class Compiles:
             moved = self._lowerings.moved((fun_name, getattr(dbg, "func_src_info", None)),
                                           avals, shardings, arg_names)
             self.context.local.lowering = Lowering(f"{api_name}({fun_name})", fun_name, sig,
-                                                   moved)
+                                                   moved, loop_line(jaxpr))
         except Exception as e:  # noqa: BLE001
             self.rec.hook_failed("jax.lowering", e)
 
@@ -156,9 +157,9 @@ class Compiles:
         graph_hash = key.rsplit("-", 1)[-1]
         local = self.context.local
         lowering, local.lowering = local.lowering, None
-        moved = None
+        moved = loop = None
         if lowering is not None:
-            name, fun_name, sig, moved = lowering
+            name, fun_name, sig, moved, loop = lowering
         else:
             name = str(computation.operation.attributes["sym_name"])
             fun_name, sig = name, ()
@@ -184,7 +185,7 @@ class Compiles:
         else:
             self._uncached.inc()
             self._compile_time.observe(wall_ns)
-        ledger.compiled(graph_hash, name, ENGINE, seconds, sig, cause)
+        ledger.compiled(graph_hash, name, ENGINE, seconds, sig, cause, loop)
         if loaded:
             ledger.cache_hit(graph_hash, name, ENGINE, sig)
         real = cause is not None and cause.description != FIRST_CALL

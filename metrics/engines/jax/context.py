@@ -49,6 +49,7 @@ class Lowering(NamedTuple):
     fun_name: str
     signature: tuple[str, ...]  # one ``name: f32[8]`` per input
     moved: RecompileCause | None  # an input on another device than last time
+    loop: tuple[str, int] | None = None  # the user's line that filled the graph (loops.py)
 
 
 class CompileInProgress:

@@ -312,6 +312,30 @@ def test_one_long_compile_is_named_once_with_its_line() -> None:
     assert f.severity == "warning"  # 28% of the run and over 5 s
 
 
+def test_a_slow_compile_filled_by_one_line_is_told_to_fold_its_python_loop() -> None:
+    """mnist_vae's evaluate: image_grid traces 100 slices and transposes at
+    one line (a Python loop); the hook saw that line put 400 of the graph's
+    operations in, so the advice names it (issue 41: unroll advice only when
+    the graph grew with a Python loop)."""
+    from dataclasses import replace as _replace
+
+    from tpu_info.contract.model import FIRST_CALL, GraphRecord, RecompileCause
+
+    evaluate = GraphRecord("he", "jit(evaluate)", "jax", 1000.5, 1009.0, compiles=1,
+                           compile_seconds_total=16.9, compile_seconds_last=16.9, causes=(
+                               RecompileCause(1000.5, FIRST_CALL, "/w/mnist_vae.py:135"),),
+                           loop_line="/w/mnist_vae.py:66", loop_ops=400)
+    s = Snapshot(1011.0, uptime_seconds=60.0, steps=LOOP, graphs=(evaluate,))
+    (f,) = [f for f in find(s) if f.kind == "slow_compile"]
+    assert "400 of its operations come from mnist_vae.py:66, a Python loop" in f.message
+    assert "lax.fori_loop" in f.message and "jax.vmap" in f.message
+    assert "persistent compilation cache" in f.message  # still a way out
+    plain = Snapshot(1011.0, uptime_seconds=60.0, steps=LOOP,
+                     graphs=(_replace(evaluate, loop_line="", loop_ops=0),))
+    (g,) = [f for f in find(plain) if f.kind == "slow_compile"]
+    assert "Python loop" not in g.message and "lax.scan" not in g.message
+
+
 def test_lines_counted_are_something_recorded() -> None:
     from tpu_info.contract.model import ProcessRecord
 

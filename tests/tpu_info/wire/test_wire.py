@@ -54,7 +54,7 @@ FULL = Snapshot(
         compiles=2, compile_seconds_total=0.5, compile_seconds_last=0.2, cache_hits=1,
         executions=None, signature=("x: f32[2]",), signatures=(("x: f32[1]",), ("x: f32[2]",)),
         causes=(RecompileCause(1.5, "x changed", "a.py:3", "x", "f32[1]", "f32[2]"),
-                RecompileCause(1.0, "first call")),
+                RecompileCause(1.0, "first call")), loop_line="/w/a.py:66", loop_ops=400,
     ),),
     events=(Event(4, 1.0, "compile", "jit(f)", "ab", "d", "a.py:3", 0.5),
             Event(5, 2.0, "step")),
