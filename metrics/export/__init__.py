@@ -46,7 +46,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from metrics import config
-from metrics.export import binding, discovery, saving
+from metrics.export import binding, discovery, port_claim, saving
 from metrics.export.binding import BindError
 from metrics.export.captures import CaptureFn, register_capture
 from metrics.recording import forksafe
@@ -364,11 +364,13 @@ def _bind(server_factory: Callable[..., Server], snapshot_fn: SnapshotFn, addres
     if pinned is not None:  # the user's choice, libtpu's port or not
         return _bound(server_factory(snapshot_fn, port=pinned, **kwargs))
     reserved = _libtpu_reserved()
-    if LIBTPU_PORT not in reserved and _port_free(address, LIBTPU_PORT):
-        try:
-            return _bound(server_factory(snapshot_fn, port=LIBTPU_PORT, **kwargs))
-        except BindError:  # taken between the probe and the bind
-            pass
+    if LIBTPU_PORT not in reserved:
+        with port_claim.claimed(LIBTPU_PORT) as mine:  # this user's programs take turns
+            if mine and _port_free(address, LIBTPU_PORT):
+                try:
+                    return _bound(server_factory(snapshot_fn, port=LIBTPU_PORT, **kwargs))
+                except BindError:  # another user's program took it between the two
+                    pass
     for _ in range(4):  # the kernel's ephemeral range rarely holds libtpu's ports
         server = _bound(server_factory(snapshot_fn, port=0, **kwargs))
         if server.port not in reserved:
