@@ -66,6 +66,7 @@ from tpu_info.views.recompile_groups import own_seconds, recreated_once
 from tpu_info.views.sites import site_findings
 from tpu_info.views.slow_steps import slow_steps
 from tpu_info.views.startup import startup
+from tpu_info.views.values import recorded_anything
 
 _NON_RECOMPILE = (FIRST_CALL,)
 _XLA_WARM_UP = ("warm-up (the step after the first is a new graph once: optimizer state or "
@@ -404,9 +405,8 @@ def nothing_recorded(s: Snapshot) -> Iterable[Finding]:
     p = s.process
     if p is None or not p.engine:
         return
-    if s.graphs or s.sites or any(c.value for c in s.counters if c.name not in _AT_IMPORT) or any(
-            d.count for d in s.distributions):
-        return  # something was recorded (a line's reads are: an eager torch program's .item())
+    if recorded_anything(s):
+        return  # (a line's reads are: an eager torch program's .item())
     launch = (" A torch_xla.launch / xmp.spawn parent runs no steps itself: each worker is "
               "hooked and listed on its own (`tpu-info` lists their pids)."
               if "torch_xla" in p.engine else "")
@@ -414,10 +414,6 @@ def nothing_recorded(s: Snapshot) -> Iterable[Finding]:
                   "transfers), so there is nothing to judge: run a step, or check that the "
                   f"program runs its work through {p.engine}.{launch}{_unseen(s)}", Severity.INFO,
                   None, 0.0, "nothing_recorded")
-
-
-# Counters an engine counts on import, before the program did anything.
-_AT_IMPORT = frozenset({"RegisterXLAFunctions"})
 
 
 def _unseen(s: Snapshot) -> str:

@@ -320,6 +320,19 @@ def transfer_stats(s: Snapshot) -> tuple[TransferStats, TransferStats]:
     return out[0], out[1]
 
 
+# Counters an engine counts on import, before the program did anything.
+AT_IMPORT = frozenset({"RegisterXLAFunctions"})
+
+
+def recorded_anything(s: Snapshot) -> bool:
+    """Whether the hook recorded any of the program's work: a graph, a line,
+    steps, a count past import, a sample (an eager torch loop has no graph
+    but steps and its reads)."""
+    return bool(s.graphs or s.sites or (s.steps is not None and s.steps.count)
+                or any(c.value for c in s.counters if c.name not in AT_IMPORT)
+                or any(d.count for d in s.distributions))
+
+
 def no_findings_text(views: Sequence[TargetView]) -> str:
     """What to say when no rule fired: "No problems found" only where a hooked engine
     recorded something and could see everything; otherwise what it could not see
@@ -328,7 +341,7 @@ def no_findings_text(views: Sequence[TargetView]) -> str:
               and v.snapshot.process is not None and v.snapshot.process.engine]
     blind = list(dict.fromkeys(b for s in hooked for b in s.blind_spots))
     unseen = f"not counted here: {'; '.join(blind)}." if blind else ""
-    if any(s.graphs or any(c.value for c in s.counters) for s in hooked):
+    if any(recorded_anything(s) for s in hooked):
         return f"No problems seen; {unseen}" if blind else "No problems found."
     if hooked:
         said = "Nothing recorded yet: no compiles, steps or transfers to judge."

@@ -376,6 +376,14 @@ def test_no_problems_found_only_when_a_hooked_engine_recorded_something():
     busy = Snapshot(taken_at_unix=0.0, process=hooked, graphs=(
         GraphRecord("a" * 64, "jit(step)", "jax", 1.0, 1.0, compiles=1),))
     assert "No problems found" in _findings_text(busy)
+    from tpu_info.contract.model import StepsReading
+
+    # An eager torch loop (makemore: no compile, 1,001 optimizer steps and its
+    # reads counted) recorded plenty: not "nothing recorded yet".
+    eager = Snapshot(taken_at_unix=0.0, process=ProcessRecord(pid=7, name="makemore.py",
+                                                              engine="torch_compile"),
+                     steps=StepsReading(1001, "inferred", "optimizer.step()", 30.0))
+    assert "nothing recorded yet" not in _findings_text(eager).lower()
 
 
 def test_one_finding_per_cause_kind_of_a_function():
