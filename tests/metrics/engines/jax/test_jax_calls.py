@@ -257,14 +257,24 @@ def test_uninstall_restores_jax_jit_and_wrapped_functions_pass_through():
     assert r.stdout.split() == ["True", "True", "[2.0,", "2.0]"]
 
 
-def test_counted_calls_leave_no_garbage_collector_work(fresh_metrics):
+def test_counted_calls_leave_no_garbage_collector_work(fresh_metrics, monkeypatch):
     """As for metrics.track: a counted call's record holds numbers and
-    existing objects only, so it does not drive the garbage collector."""
+    existing objects only, so it does not drive the garbage collector. Past
+    a function's first calls (all timed, their device-time samples and
+    feedback checks), with the samplers spaced in time held off: on a loaded
+    machine 300 calls span more of their spacings (the margin went at load 5)."""
     import gc
 
+    from metrics.engines.jax import device_time
+    from metrics.recording import thread_busy
+
+    monkeypatch.setattr(device_time, "SPACING_NS", 1 << 62)
+    monkeypatch.setattr(thread_busy, "SPACING_NS", 1 << 62)
     step = jax.jit(lambda p, x: p + x.sum())
     x = jnp.ones(4)
     p = step(jnp.zeros(()), x)
+    for _ in range(100):  # past the first timed calls and samples
+        p = step(p, x)
     gc.collect()
     gc.disable()
     try:
