@@ -80,10 +80,11 @@ _TORCH_ADVICE = {
                    "(torch.distributed.checkpoint.async_save writes in a background thread "
                    "while the steps go on)."),
 }
-# torch's hook measures the intervals between optimizer steps, beyond the
-# usual step (metrics/engines/torch/gaps.py); JAX's, the gap from its first record.
+# torch's hook measures the intervals between steps (an optimizer's, else
+# backward()'s), beyond the usual step (metrics/engines/torch/gaps.py); JAX's,
+# the gap from its first record.
 _MEASURED = {
-    True: "the time between its optimizer steps beyond the usual step (their median), "
+    True: "the time between its steps beyond the usual step (their median), "
           "compiles left out",
     False: "the wall time from its first call or copy to the step's next call",
 }

@@ -25,6 +25,22 @@ call with gradients off, else the first ``torch.save``; the other lines are
 last fell in its gaps (:meth:`StepGaps.lead_around`). The first step's interval
 is no usual step (its compiles) and work before the first step is set-up.
 
+The work after the last step (makemore evaluates and saves after its final
+step, then leaves the loop) has no next step to close its gap: while the
+program runs it is left open (it may still be going on, or be tear-down
+that another step never follows), and when the program has ended (its
+main thread done: the saved run, ``tpu-info run --summary``) it is closed
+at its last noted call (:meth:`StepGaps.close_open`): its time is then from
+the last step to the start of that call (the ``torch.save``, or the last
+``model.eval()``), less the usual step, a lower bound of the work, since
+its end is not noted. An evaluation whose only note is its
+``model.eval()`` at its start adds an occurrence and (nearly) nothing to
+the time.
+
+The steps are the first optimizer's; while no optimizer has stepped, the
+``backward()`` calls' (a program that updates its weights by hand), until an
+optimizer's first step takes them over (:meth:`StepGaps.restart`).
+
 Example:
     >>> gaps = StepGaps()
     >>> gaps.notes.append(Note(EVAL, "/w/train.py:57", "", "GPT.eval()", 3_500))
@@ -104,6 +120,7 @@ class StepGaps:
         self.to_unix = 0.0  # monotonic seconds -> unix
         self.noted_at = 0  # the step after which a call with gradients off was last noted
         self.spans: deque[tuple[int, int, str]] = deque(maxlen=MAX_SPANS)  # (a, b, lead)
+        self.closed_after: int | None = None  # the last step whose open gap was closed
 
     # Hooks (in the program: one append each) -------------------------------
 
@@ -175,6 +192,26 @@ class StepGaps:
                 self._gap(a, b, k, got)
             elif k > 1:  # the first step's interval holds its compiles: no usual step
                 self.usual.append(b - a)
+
+    def close_open(self, a: int, step: int) -> None:
+        """The program ended after its last step (step ``step``, ended at
+        ``a``): the notes after it are the work its last gap held, closed at
+        the last of them (once per last step)."""
+        if self.closed_after == a:
+            return
+        got = [n for n in list(self.notes) if n.ns > a]  # (copied in one C call)
+        self.notes.clear()
+        if got:
+            self.closed_after = a
+            self._gap(a, got[-1].ns, step, got)
+
+    def restart(self) -> None:
+        """Another count of steps takes the gaps over (an optimizer's first
+        step after backward()'s): what was measured on the old one goes, the
+        notes not yet in a gap stay."""
+        notes = list(self.notes)
+        self.clear()
+        self.notes.extend(notes)
 
     def _gap(self, a: int, b: int, step: int, got: list[Note]) -> None:
         compile_ns = self.timeline.within(a, b) if self.timeline is not None else 0
@@ -249,6 +286,7 @@ class StepGaps:
 
     def clear(self) -> None:
         self.noted_at = 0
+        self.closed_after = None
         self.spans.clear()
         self.notes.clear()
         self.usual.clear()

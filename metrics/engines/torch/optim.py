@@ -18,8 +18,18 @@ steps (``model.eval()``, ``torch.save``) and what it took beyond the usual step.
 A program that updates its weights by hand (``p.data.add_(p.grad, alpha=-lr)``,
 pytorch/examples' word_language_model) steps no optimizer: its steps are then
 its ``backward()`` calls (``torch.autograd.backward`` wrapped: one clock read
-and one append per call), said so in the basis; an optimizer that steps
-always wins over them.
+and one append per call), said so in the basis, and the intervals between
+them are where the gaps are found, while no optimizer has stepped (the
+first optimizer's step takes them over); an optimizer that steps
+:data:`~metrics.recording.callstats.MIN_CALLS` times always wins over them,
+and one that stepped fewer times is named in the basis.
+
+A closure optimizer (``LBFGS.step(closure)``: pytorch/examples'
+time_sequence_prediction) calls ``backward()`` inside its own step, about
+20 times a step: those calls are told apart (the global step pre-hook sets
+a flag the post-hook clears: one store each) and are no steps of the loop;
+such an optimizer's steps are the loop's at any count (each one computed
+gradients: no guess), its closure's calls said in the basis.
 
 A step inside a compiled function (``torch.compile(opt.step)``) is not
 counted: Dynamo would trace the hook's clock read and break the graph, so
@@ -41,6 +51,7 @@ import functools
 import itertools
 import operator
 import sys
+import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -66,7 +77,18 @@ class _Backward:
     """Stands for ``backward()`` calls in the journal (not an optimizer)."""
 
 
+class _Closure:
+    """Stands for ``backward()`` calls inside an optimizer's step (its closure)."""
+
+
+class _Ended:
+    """Stands for the program's end in the journal (its fold closes the last gap)."""
+
+
 BACKWARD = _Backward()
+CLOSURE = _Closure()
+ENDED = _Ended()
+_NOT_OPTIMIZERS = (id(BACKWARD), id(CLOSURE))
 
 
 class _Optimizer:
@@ -89,12 +111,19 @@ class OptimizerSteps:
         self.rec = recorder
         self.by_id: dict[int, _Optimizer] = {}
         self.primary: int | None = None  # the first optimizer that stepped: StepTime's
+        # Whose intervals the gaps are taken from: the primary optimizer's, else
+        # (none stepped yet) backward()'s; None before either.
+        self.gaps_of: int | None = None
         self.step_time_fed = 0  # intervals given to StepTime
         self.folded = 0  # steps (and backward() calls) folded: read per tensor read
         self._step_time = recorder.distribution(names.STEP_TIME)  # kept across resets
         self.gaps = StepGaps()  # the work between the primary optimizer's steps
         self.gaps.to_unix = recorder.mono_to_unix
         self._handle: RemovableHandle | None = None
+        self._pre_handle: RemovableHandle | None = None
+        # The optimizer whose step is running (its pre-hook ran, its post-hook
+        # not yet): a backward() meanwhile is its closure's. One slot.
+        self.inside: list[object] = [None]
         # torch.autograd.backward as it was, while wrapped.
         self._backward: Callable[..., None] | None = None
         self.journal = recorder.journal(self._fold)
@@ -110,13 +139,17 @@ class OptimizerSteps:
             return
         try:
             import torch
-            from torch.optim.optimizer import register_optimizer_step_post_hook
+            from torch.optim.optimizer import (
+                register_optimizer_step_post_hook,
+                register_optimizer_step_pre_hook,
+            )
         except ImportError as e:
             degraded.append(f"torch.optim has no global step hook ({e}): steps come from "
                             "compiled graphs only")
             return
-        self._handle = register_optimizer_step_post_hook(
-            _hook(self, torch.compiler.is_compiling))
+        compiling = torch.compiler.is_compiling
+        self._pre_handle = register_optimizer_step_pre_hook(_pre_hook(self, compiling))
+        self._handle = register_optimizer_step_post_hook(_hook(self, compiling))
         original = torch.autograd.backward
         torch.autograd.backward = _backward_hook(self, original, torch.compiler.is_compiling)
         self._backward = original
@@ -125,6 +158,10 @@ class OptimizerSteps:
         handle, self._handle = self._handle, None
         if handle is not None:
             handle.remove()
+        pre, self._pre_handle = self._pre_handle, None
+        if pre is not None:
+            pre.remove()
+        self.inside[0] = None
         original = self._backward
         self._backward = None
         if original is not None:
@@ -142,7 +179,20 @@ class OptimizerSteps:
 
     def _fold(self, flat: list[Any]) -> None:
         optimizers, ends = flat[0::FIELDS], flat[1::FIELDS]
+        ended = ENDED in optimizers
+        if ended:
+            keep = [o is not ENDED for o in optimizers]
+            optimizers = list(itertools.compress(optimizers, keep))
+            ends = list(itertools.compress(ends, keep))
         self.folded += len(ends)
+        if ends:
+            self._fold_steps(optimizers, ends)
+        if ended:  # after the steps noted before it, under the journal's lock
+            entry = self.by_id.get(self.gaps_of) if self.gaps_of is not None else None
+            if entry is not None and entry.first is not None:
+                self.gaps.close_open(entry.last, entry.calls)
+
+    def _fold_steps(self, optimizers: list[Any], ends: list[int]) -> None:
         uniq = set(map(id, optimizers))
         if len(uniq) == 1:
             groups = [(optimizers[0], ends)]
@@ -153,6 +203,9 @@ class OptimizerSteps:
                 mask = list(map(operator.eq, ids, itertools.repeat(key)))
                 groups.append((next(itertools.compress(optimizers, mask)),
                                list(itertools.compress(ends, mask))))
+        # Optimizers first: one that steps in this batch takes the gaps over
+        # from backward() before backward()'s calls are folded.
+        groups.sort(key=lambda g: id(g[0]) in _NOT_OPTIMIZERS)
         for opt, times in groups:
             key = id(opt)
             entry = self.by_id.get(key)
@@ -160,20 +213,38 @@ class OptimizerSteps:
                 if len(self.by_id) >= MAX_OPTIMIZERS:
                     continue
                 entry = self.by_id[key] = _Optimizer(type(opt).__name__)
-                if self.primary is None and opt is not BACKWARD:
+                if self.primary is None and key not in _NOT_OPTIMIZERS:
                     self.primary = key
-            if key == self.primary:
+            if self.primary is not None and self.gaps_of != self.primary:
+                if self.gaps_of is not None:  # backward()'s until now: set-up for the optimizer
+                    self.gaps.restart()
+                self.gaps_of = self.primary
+            elif self.gaps_of is None and opt is BACKWARD:
+                self.gaps_of = key  # no optimizer stepped: backward()'s intervals
+            if key == self.primary or key == self.gaps_of:
                 prev = [entry.last] if entry.first is not None else []
                 marks = prev + times
-                if self._feeds_step_time():
+                if key == self.primary and self._feeds_step_time():
                     self._step_time.observe_many(
                         list(map(operator.sub, marks[1:], marks[:-1])), marks[1:])
                     self.step_time_fed += len(marks) - 1
-                self.gaps.intervals(marks, max(1, entry.calls))  # evaluation, checkpoints
+                if key == self.gaps_of:
+                    self.gaps.intervals(marks, max(1, entry.calls))  # evaluation, checkpoints
             if entry.first is None:
                 entry.first = times[0]
             entry.calls += len(times)
             entry.last = max(entry.last, times[-1])
+
+    def close_if_ended(self) -> None:
+        """When the program has ended (its main thread is done: the read is
+        the saved run's or the summary's), the work after its last step is
+        a last gap, closed at its last noted call
+        (:meth:`~metrics.engines.torch.gaps.StepGaps.close_open`). While it
+        runs, nothing: that work may still be going on."""
+        if threading.main_thread().is_alive():
+            return
+        self.queue.extend((ENDED, 0))
+        self.journal.flush()
 
     def steps_so_far(self) -> int:
         """Optimizer steps (and backward() calls) so far, folded or not: which
@@ -198,24 +269,34 @@ class OptimizerSteps:
         one) to the latest step's end."""
         self.journal.flush()
         backward = self.by_id.get(id(BACKWARD))
-        ranked = sorted(((k, o) for k, o in self.by_id.items() if k != id(BACKWARD)),
+        closure = self.by_id.get(id(CLOSURE))
+        ranked = sorted(((k, o) for k, o in self.by_id.items() if k not in _NOT_OPTIMIZERS),
                         key=lambda kv: -kv[1].calls)
-        if ranked and ranked[0][1].calls >= MIN_CALLS:
-            top = ranked[0][1]
+        best = ranked[0][1] if ranked else None
+        outside = backward.calls if backward is not None else 0
+        # backward() inside optimizer steps: their closures' (LBFGS), no steps.
+        inner = (f"; backward() ran {closure.calls:,} times inside its steps (the closure "
+                 "it evaluates): not steps") if closure is not None else ""
+        if best is not None and (best.calls >= MIN_CALLS or (
+                inner and outside < MIN_CALLS)):
+            top = best
             names_ = f"{top.name}" if len(ranked) == 1 else (
                 f"{top.name}, the most stepped of {len(ranked)} optimizers")
-            basis = f"optimizer.step(): {top.calls:,} calls ({names_})"
-        elif backward is not None and backward.calls >= MIN_CALLS:
+            basis = f"optimizer.step(): {top.calls:,} calls ({names_}{inner})"
+        elif backward is not None and outside >= MIN_CALLS:
             top = backward
-            basis = (f"backward(): {top.calls:,} calls (no torch.optim optimizer stepped: the "
-                     "weights are updated by hand)")
+            why = ("no torch.optim optimizer stepped: the weights are updated by hand"
+                   if best is None else
+                   f"{best.name} stepped {best.calls:,} time{'s' if best.calls != 1 else ''}, "
+                   f"fewer than the {MIN_CALLS} a step loop is inferred from")
+            basis = f"backward(): {top.calls:,} calls ({why}{inner})"
         else:
             return None
         first, last = top.first or 0, top.last
         mean = (last - first) / (top.calls - 1) if top.calls > 1 else 0.0
         # The first step began a usual step before it ended: the mean of a loop
         # that evaluates every N steps would reach back into its compiles.
-        usual = self.gaps.usual_ns() if self.by_id.get(self.primary or 0) is top else None
+        usual = self.gaps.usual_ns() if self.by_id.get(self.gaps_of or 0) is top else None
         before = mean if usual is None else min(mean, usual)
         seconds = (last - first + before) / 1e9 if last > first else None
         to_unix = self.rec.mono_to_unix
@@ -234,25 +315,36 @@ class OptimizerSteps:
         self.journal.clear()
         self.by_id.clear()
         self.primary = None
+        self.gaps_of = None
+        self.inside[0] = None
         self.step_time_fed = 0
         self.folded = 0
         self.gaps.clear()
 
 
-def _noter(steps: OptimizerSteps, compiling: Callable[[], bool]) -> Callable[[object], None]:
+def _noter(steps: OptimizerSteps,
+           compiling: Callable[[], bool] | None) -> Callable[[object], None]:
     """What both hooks do: a clock read and an append of ``(owner, now)``
     (``compiling``: Dynamo reads it as True while tracing, so a compiled step
-    traces none of the rest)."""
+    traces none of the rest; None: the caller tested it)."""
     q, flush, clock, limit = steps.queue, steps.journal.flush, time.monotonic_ns, FOLD_AT * FIELDS
 
     def note(owner: object) -> None:
+        q.extend((owner, clock()))
+        if len(q) >= limit:
+            flush()
+
+    if compiling is None:
+        return note
+
+    def note_unless_compiling(owner: object) -> None:
         if compiling():
             return
         q.extend((owner, clock()))
         if len(q) >= limit:
             flush()
 
-    return note
+    return note_unless_compiling
 
 
 def _backward_hook(steps: OptimizerSteps, original: Callable[..., Any],
@@ -260,21 +352,39 @@ def _backward_hook(steps: OptimizerSteps, original: Callable[..., Any],
     """``torch.autograd.backward`` noting its call after it (``Tensor.backward``
     calls it by that name)."""
     note = _noter(steps, compiling)
+    inside = steps.inside
 
     @functools.wraps(original)
     def backward(*args: Any, **kwargs: Any) -> Any:
         out = original(*args, **kwargs)
-        note(BACKWARD)
+        note(BACKWARD if inside[0] is None else CLOSURE)
         return out
 
     return backward
 
 
+def _pre_hook(steps: OptimizerSteps, compiling: Callable[[], bool]) -> Callable[..., None]:
+    """The pre-step hook: an optimizer's step begins (a backward() until its
+    end is its closure's). A step that raises leaves the flag set until the
+    next step's end: backward() calls meanwhile count as a closure's."""
+    inside = steps.inside
+
+    def optimizer_stepping(optimizer: Optimizer, args: object, kwargs: object) -> None:
+        if not compiling():
+            inside[0] = optimizer
+
+    return optimizer_stepping
+
+
 def _hook(steps: OptimizerSteps, compiling: Callable[[], bool]) -> Callable[..., None]:
     """The post-step hook: notes the optimizer's step."""
-    note = _noter(steps, compiling)
+    note = _noter(steps, None)  # compiling() is read below, once
+    inside = steps.inside
 
     def optimizer_stepped(optimizer: Optimizer, args: object, kwargs: object) -> None:
+        if compiling():  # traced by Dynamo: nothing (see _noter)
+            return
+        inside[0] = None
         note(optimizer)
 
     return optimizer_stepped

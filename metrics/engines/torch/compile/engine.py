@@ -135,6 +135,7 @@ class TorchCompileEngine(EngineBase):
         (:mod:`~metrics.engines.torch.gaps`)."""
         ctx = self.ctx
         ctx.calls.flush()
+        ctx.optimizer.close_if_ended()  # the work after the last step, once the program ended
         syncs = ctx.syncs
         training = ctx.optimizer.steps_so_far() > 0 or any(
             f.calls for f in ctx.call_times.train.by_key.values())

@@ -293,3 +293,62 @@ def test_weights_updated_by_hand_take_their_steps_from_backward():
     (site,) = [x for x in snap.sites if x.kind == "sync" and x.detail == "item()"]
     assert site.phase == "step"
     assert not [f for f in findings.find(snap) if "steps are not known" in f.message]
+
+
+def _lbfgs_loop(steps: int) -> None:
+    """pytorch/examples' time_sequence_prediction: LBFGS.step(closure), its
+    closure calling backward() (and reading the loss) up to 20 times a step."""
+    torch.manual_seed(0)
+    model = torch.nn.Linear(16, 1)
+    opt = torch.optim.LBFGS(model.parameters(), lr=0.8)
+    x, y = torch.randn(64, 16), torch.randn(64, 1)
+
+    def closure():
+        opt.zero_grad()
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.item()
+        loss.backward()
+        return loss
+
+    for _ in range(steps):
+        opt.step(closure)
+
+
+def test_a_closure_optimizers_backward_calls_are_not_steps():
+    """Main before: 'backward(): 60 calls (no torch.optim optimizer stepped:
+    the weights are updated by hand)', while LBFGS stepped 3 times."""
+    import metrics
+
+    rec = metrics.install(engines=["torch_compile"], serve=False)
+    rec.reset()
+    _lbfgs_loop(3)
+    snap = metrics.snapshot()
+    rec.reset()
+    assert snap.steps.count == 3, snap.steps
+    basis = snap.steps.basis
+    assert basis.startswith("optimizer.step(): 3 calls (LBFGS; backward() ran "), basis
+    inner = int(basis.split("backward() ran ")[1].split()[0].replace(",", ""))
+    assert 3 < inner <= 3 * 25, basis  # up to max_iter (20) + 1 evaluations a step
+    assert "by hand" not in basis
+
+
+def test_an_optimizer_that_stepped_too_few_times_is_named_not_denied():
+    """Backward() calls outside any step are the steps when the optimizer
+    stepped fewer than 10 times (20 micro-steps of gradient accumulation a
+    step): the basis says it stepped, and how often."""
+    import metrics
+
+    rec = metrics.install(engines=["torch_compile"], serve=False)
+    rec.reset()
+    model = Net()
+    opt = torch.optim.SGD(model.parameters(), lr=1e-2)
+    for _ in range(3):
+        for _ in range(20):
+            model(torch.ones(2, 32)).sum().backward()
+        opt.step()
+        opt.zero_grad()
+    snap = metrics.snapshot()
+    rec.reset()
+    assert snap.steps.basis.startswith(
+        "backward(): 60 calls (SGD stepped 3 times, fewer than the 10 a step loop is inferred "
+        "from)"), snap.steps.basis

@@ -1,0 +1,192 @@
+"""The work between an eager torch program's steps (issue 41), found by
+running unchanged third-party programs, each here as a small program of the
+same shape (real torch on the CPU, its own process, read as the CLI reads
+it):
+
+- pytorch/examples' word_language_model updates its weights by hand (no
+  torch.optim): its steps are its backward() calls, and its validation every
+  epoch is still a periodic evaluation between them;
+- karpathy/makemore evaluates and saves after its final optimizer step: that
+  gap is closed once the program has ended (the saved run), measured to its
+  last noted call (a lower bound), and counted;
+- pytorch/examples' time_sequence_prediction steps LBFGS with a closure that
+  calls backward() about 20 times a step: those calls are not the loop's
+  steps, LBFGS's steps are.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tests.hooked import ROOT
+
+pytest.importorskip("torch")
+
+pytestmark = pytest.mark.slow
+
+# word_language_model's shape: hand-written SGD, loss.item() every batch, a
+# validation (model.eval(), forward passes under no_grad) and a torch.save at
+# the end of each epoch; the program times its validations.
+BY_HAND = textwrap.dedent('''
+    import io, json, time
+    import metrics
+    metrics.install(engines=["torch_compile"], serve=False)
+    import torch
+
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    model = torch.nn.Sequential(torch.nn.Linear(128, 256), torch.nn.Tanh(),
+                                torch.nn.Linear(256, 128))
+    x = torch.randn(32, 128)
+    big = torch.randn(512, 128)
+    spent = []
+
+
+    def evaluate():
+        model.eval()  # LINE eval
+        with torch.no_grad():
+            for _ in range(60):
+                model(big).pow(2).mean()
+        model.train()
+
+
+    for epoch in range(3):
+        for batch in range(60):
+            model.zero_grad()
+            loss = model(x).pow(2).mean()
+            loss.backward()
+            for p in model.parameters():
+                p.data.add_(p.grad, alpha=-0.01)
+            total = loss.item()
+        t = time.perf_counter()
+        evaluate()
+        torch.save(model.state_dict(), io.BytesIO())  # LINE save
+        spent.append(time.perf_counter() - t)
+    from tpu_info.wire.fillers import snapshot_to_proto
+    print(json.dumps({"proto": snapshot_to_proto(metrics.snapshot()).SerializeToString().hex(),
+                      "spent": spent}))
+''')
+
+# makemore's shape: AdamW steps, an evaluation and a save every EVERY steps,
+# the last one after the final step (step MAX of MAX + 1), then the loop ends.
+EVERY, MAX = 40, 80
+AFTER_LAST = textwrap.dedent(f'''
+    import io, json, os, time
+    import metrics
+    metrics.install(engines=["torch_compile"], serve=False)
+    import torch
+
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    model = torch.nn.Sequential(torch.nn.Linear(128, 256), torch.nn.Tanh(),
+                                torch.nn.Linear(256, 128))
+    opt = torch.optim.AdamW(model.parameters(), 1e-3)
+    x = torch.randn(32, 128)
+    big = torch.randn(512, 128)
+    spent = []
+
+
+    def evaluate():
+        model.eval()  # LINE eval
+        with torch.no_grad():
+            for _ in range(60):
+                model(big).pow(2).mean()
+        model.train()
+
+
+    step = 0
+    while True:
+        loss = model(x).pow(2).mean()
+        model.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        if step > 0 and step % {EVERY} == 0:
+            t = time.perf_counter()
+            evaluate()
+            evaluate()
+            torch.save(model.state_dict(), io.BytesIO())  # LINE save
+            spent.append(time.perf_counter() - t)
+        step += 1
+        if step > {MAX}:
+            break
+    from tpu_info.wire.fillers import snapshot_to_proto
+    print(json.dumps({{"proto": snapshot_to_proto(metrics.snapshot()).SerializeToString().hex(),
+                      "spent": spent}}))
+''')
+
+
+def _run(tmp: Path, source: str) -> tuple[object, object, dict[str, int], list[float]]:
+    """The snapshot ``source`` printed while running, its saved run's (at its
+    end), its lines and the seconds it timed its evaluations."""
+    from tpu_info.proto import tpu_info_v1_pb2 as pb
+    from tpu_info.wire import runfile
+    from tpu_info.wire.codec import snapshot_from_proto
+
+    prog = tmp / "train.py"
+    prog.write_text(source)
+    saved = tmp / "run.tpurun"
+    env = dict(os.environ, PYTHONPATH=str(ROOT), TPU_INFO_RUNTIME_DIR=str(tmp / "rt"),
+               TPU_INFO_SAVE=str(saved), OMP_NUM_THREADS="1")
+    r = subprocess.run([sys.executable, str(prog)], capture_output=True, text=True, env=env,
+                       cwd=tmp, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(r.stdout.splitlines()[-1])
+    lines = {text.rsplit("# LINE ", 1)[1]: n
+             for n, text in enumerate(source.splitlines(), start=1) if "# LINE " in text}
+    live = snapshot_from_proto(pb.Snapshot.FromString(bytes.fromhex(out["proto"])))
+    return live, runfile.read(saved).snapshot, lines, out["spent"]
+
+
+def _evaluation(s):
+    from tpu_info.views.findings import find
+
+    return [f for f in find(s) if f.kind == "periodic_evaluation"]
+
+
+def test_weights_updated_by_hand_have_their_evaluations_between_backward_calls(tmp_path):
+    live, saved, lines, spent = _run(tmp_path, BY_HAND)
+    assert live.steps.basis.startswith("backward(): 180 calls"), live.steps.basis
+    # Main before: no finding, and no eval_mode or save site at all (the gaps
+    # were taken from an optimizer's steps only).
+    (ev,) = _evaluation(live)
+    assert ev.location.endswith(f"train.py:{lines['eval']}"), ev.message
+    assert "steps inferred from backward()" in ev.message, ev.message
+    assert f"train.py:{lines['save']} ran in it" in ev.message, ev.message
+    # While it runs: the first two epochs' (the third's, after the last
+    # backward(), no step closed yet), 60 steps apart.
+    assert ev.count == 2 and ev.every_steps == pytest.approx(60.0), ev.message
+    # Their time beyond the usual step: most of what the program timed, never more.
+    assert 0.7 * sum(spent[:2]) <= ev.seconds_lost <= 1.15 * sum(spent[:2]), (ev.message,
+                                                                               spent)
+    # At its end, the third is closed too (measured to its torch.save: a lower bound).
+    (end,) = _evaluation(saved)
+    assert end.count == 3 and end.every_steps == pytest.approx(60.0), end.message
+    assert ev.seconds_lost + 0.5 * spent[2] <= end.seconds_lost <= 1.15 * sum(spent), (
+        end.message, spent)
+
+
+def test_an_evaluation_after_the_last_step_is_counted_once_the_program_ended(tmp_path):
+    live, saved, lines, spent = _run(tmp_path, AFTER_LAST)
+    assert live.steps.basis.startswith(f"optimizer.step(): {MAX + 1} calls (AdamW)")
+    # While it runs, the evaluation after the last step may still be going
+    # on: one gap only, once, not named.
+    (site,) = [x for x in live.sites if x.kind == "eval_mode"]
+    assert site.gaps == 1 and site.phase == "once", site
+    assert not _evaluation(live)
+    # Main before: the saved run said the same (one gap, no finding). The
+    # program's end closes the last gap at its torch.save: two evaluations,
+    # 40 steps apart, the second measured to the save's start (a lower bound:
+    # never more than the program timed).
+    (ev,) = _evaluation(saved)
+    assert ev.location.endswith(f"train.py:{lines['eval']}"), ev.message
+    assert ev.count == 2 and ev.every_steps == pytest.approx(EVERY), ev.message
+    assert 0.7 * sum(spent) <= ev.seconds_lost <= 1.15 * sum(spent), (ev.message, spent)
+    (save,) = [x for x in saved.sites if x.kind == "save"]
+    assert save.within == ev.location and save.count == 2, save
