@@ -7,7 +7,10 @@ outliers (slower than :data:`SLOW_FACTOR` times the median), and the hook's
 records with a time say what ran in them: compiles (with their function),
 device->host transfers (with their bytes), and the lines that ran in the
 loop's gaps (periodic sites, with their line). What none of them explains is
-host time the hook does not see at a line, and is said so.
+host time the hook does not see at a line, and is said so. A step that held
+an evaluation or checkpoint that :mod:`~tpu_info.views.periodic` names and
+costs counts only for its time beyond that work (:func:`unexplained`), and
+nothing that ran in the work is a suspect: that work is its finding's.
 
 Example:
     >>> from tpu_info.contract.model import Snapshot

@@ -116,8 +116,12 @@ def test_an_evaluations_step_is_not_a_slow_step_and_its_read_is_no_suspect(tmp_p
     (f,) = [f for f in found if f.kind == "slow_steps"]
     assert f"train.py:{lines['read']}" not in f.message, f.message
     assert f.count >= 3, f.message
-    stalls, each = out["walls"]["stall"], min(out["walls"]["evaluation"])
-    assert 0.5 * 3 * 0.04 <= f.seconds_lost <= sum(stalls) + 0.5 * each, (f.message, out)
+    # At least the stalls' sleeps; at most what all steps took above the median
+    # less the evaluations' measured time (the machine's own slow steps may add),
+    # or the slow steps left in the window.
+    bound = max(d.total / 1e9 - median * d.count - ev.seconds_lost,
+                sum(x.seconds - median for x in slow))
+    assert 0.5 * 3 * 0.04 <= f.seconds_lost <= bound + 1e-9, (f.message, out)
 
 
 def _jax_shaped(stall: bool) -> Snapshot:
