@@ -36,10 +36,9 @@ from tpu_info.contract.model import (
     Severity,
     Snapshot,
 )
-from tpu_info.contract.phases import bursts_phase, phase_of
+from tpu_info.contract.phases import bursts_phase
 from tpu_info.views.causes import CauseAdvice, classify, warm_up, xla_new_graph
 from tpu_info.views.cost import (
-    WHEN,
     Cost,
     cost_of,
     duration,
@@ -64,6 +63,7 @@ from tpu_info.views.findings_torch import (
 from tpu_info.views.periodic import per_step_work, periodic_work
 from tpu_info.views.recompile_groups import own_seconds, recreated_once
 from tpu_info.views.sites import site_findings
+from tpu_info.views.slow_compile import CACHE_ADVICE, slow_compiles
 from tpu_info.views.slow_steps import slow_steps
 from tpu_info.views.startup import startup
 from tpu_info.views.values import recorded_anything
@@ -242,58 +242,6 @@ def _by_kind(s: Snapshot, name: str, compiles: int, total: float, lost: float,
 
 
 
-_CACHE_ADVICE = {
-    "jax": "Enable the persistent compilation cache (jax.config.update("
-           "'jax_compilation_cache_dir', DIR)) so the next run loads them.",
-    "torch_compile": "Keep Inductor's FX graph cache warm across runs (on by default; point "
-                     "TORCHINDUCTOR_CACHE_DIR at a directory that persists).",
-    "torch_xla": "Enable torch_xla's persistent cache (torch_xla.runtime.initialize_cache(DIR)) "
-                 "so the next run loads them.",
-}
-
-
-# One compile this long and this large a share of the run is news on its own.
-SLOW_COMPILE_S = 2.0
-SLOW_COMPILE_SHARE = 0.1
-
-
-def slow_compiles(s: Snapshot) -> Iterable[Finding]:
-    """A single graph whose compile took seconds and a good share of the run
-    (a large model, a Python loop unrolled into it): one-off work, named
-    with its function, its line and its phase. Only a function's first graph
-    compiled from the program's own line: a recompile is its cause's finding,
-    and a library's own set-up graph (no line of the program) is not news."""
-    steps = steps_of(s)
-    for g in s.graphs:
-        first = next((c for c in g.causes if c.description == FIRST_CALL), None)
-        if not g.compiles or single_op(g.name) or first is None or not first.location:
-            continue
-        seconds = g.compile_seconds_total / g.compiles  # one compile of this graph
-        if seconds < SLOW_COMPILE_S or s.uptime_seconds <= 0 or (
-                seconds < SLOW_COMPILE_SHARE * s.uptime_seconds):
-            continue
-        when = first.time_unix
-        told = phase_of(when, when, 1, steps)
-        phase = told if told in (Phase.SETUP, Phase.TEARDOWN) else Phase.ONCE  # one-off
-        c = cost_of(s, seconds, 1, phase=phase)
-        at = f", {WHEN[phase]}" if told != Phase.UNKNOWN else ""
-        where = f" at {short_location(first.location)}"
-        engine = g.engine or engine_of(s)
-        cache = _CACHE_ADVICE.get(engine, "Cache compiled graphs across runs.")
-        # Loop advice only where the hook saw one line fill the graph (a
-        # Python loop unrolled into it); else a large graph is only that.
-        what = (f"a large graph: {g.loop_ops:,} of its operations come from "
-                f"{short_location(g.loop_line)}, a Python loop unrolled into it. Do the "
-                f"work over the whole axis at once (jnp ops, jax.vmap) or as lax.fori_loop / "
-                f"lax.scan, which compile the body once; or: {cache[0].lower()}{cache[1:]}"
-                if g.loop_line else f"a large graph. {cache}")
-        yield Finding(
-            f"{g.name}{where} took {duration(seconds)} to compile once{at} "
-            f"({share_words(seconds / s.uptime_seconds)} of run time so far, measured): {what}",
-            Severity.WARNING if outside_warns(c) else Severity.INFO,
-            first.location, kind="slow_compile", **c.fields())
-
-
 def compile_share(s: Snapshot) -> Iterable[Finding]:
     """Compiling took a large share of the program's life."""
     ct = s.distribution(catalog.COMPILE_TIME)
@@ -313,7 +261,7 @@ def compile_share(s: Snapshot) -> Iterable[Finding]:
                       Severity.INFO, None, 0.0, "compile_share")
         return
     engine = engine_of(s)
-    advice = _CACHE_ADVICE.get(engine, "Cache compiled graphs across runs.")
+    advice = CACHE_ADVICE.get(engine, "Cache compiled graphs across runs.")
     functions = by_function(s)
     again = sorted(((n, c) for n, gs in functions.items()
                     if (c := function_compiles(gs)) > 1), key=lambda x: (-x[1], x[0]))

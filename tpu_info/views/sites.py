@@ -252,8 +252,12 @@ def _how_often(c: Cost) -> str:
     return "every step" if p >= 0.9 else "in most steps"
 
 
-_TORCH_SYNC_ADVICE = ("Log every N steps, or keep the value on the device (accumulate with "
-                      "torch ops, e.g. total += loss.detach(), and call .item() once).")
+# Where a read every step goes is not recorded (a log line, a stop test, a
+# constant): the advice names each case.
+_TORCH_SYNC_ADVICE = ("Log every N steps if it is logged (or sum it on the device: total += "
+                      "loss.detach(), one .item() at the end); test every N steps if it "
+                      "decides when to stop; read it once before the loop if it never "
+                      "changes.")
 
 
 def _on_cpu(s: Snapshot) -> bool:
@@ -279,8 +283,9 @@ def _sync_advice(detail: str, engine: str = "jax") -> str:
     if "bool" in d or " if" in d or "control" in d:
         return ("Python control flow on a device value: branch on the device (jnp.where, "
                 "lax.cond inside jit), or check it every N steps.")
-    return ("Log every N steps, or keep the value on the device (accumulate with jnp and "
-            "read once).")
+    return ("Log every N steps if it is logged (or accumulate it with jnp and read once); "
+            "test every N steps if it decides when to stop (or keep the test on the device: "
+            "lax.while_loop); read it once before the loop if it never changes.")
 
 
 # The hook names a numpy argument's dtype where the host sends float64 that

@@ -7,7 +7,10 @@ outliers (slower than :data:`SLOW_FACTOR` times the median), and the hook's
 records with a time say what ran in them: compiles (with their function),
 device->host transfers (with their bytes), and the lines that ran in the
 loop's gaps (periodic sites, with their line). What none of them explains is
-host time the hook does not see at a line, and is said so.
+host time the hook does not see at a line, and is said so. A step that held
+an evaluation or checkpoint that :mod:`~tpu_info.views.periodic` names and
+costs counts only for its time beyond that work (:func:`unexplained`), and
+nothing that ran in the work is a suspect: that work is its finding's.
 
 Example:
     >>> from tpu_info.contract.model import Snapshot
@@ -18,6 +21,7 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import NamedTuple
 
 from tpu_info.contract.catalog import INBOUND_DATA, STEP_TIME, TRANSFER_FROM_DEVICE_TIME
 from tpu_info.contract.model import (
@@ -38,6 +42,11 @@ MIN_STEPS = 20  # fewer step times say nothing about outliers
 MIN_EXCESS_S = 5e-3  # an outlier at least this much slower than the median
 WARN_SHARE = 0.05  # outliers' extra time over the run's time: a warning from here
 INFO_SHARE = 0.01  # and said from here (a loaded machine's odd slow step is not news)
+# A step that held named periodic work (an evaluation, a checkpoint) stays an
+# outlier only when what it took beyond the median step and that work's mean
+# time (its gaps' mean) is at least this share of the work's time: one
+# evaluation runs longer than another (ng-video-lecture's: 1.52-1.63 s).
+WORK_SPREAD = 0.5
 
 
 def slow_cut(median: float) -> float:
@@ -55,6 +64,78 @@ def outliers(d: DistributionReading) -> tuple[float, float, list[tuple[float, fl
     return median, p99, [(t, v / 1e9) for t, v in d.recent if v / 1e9 >= cut]
 
 
+class Slow(NamedTuple):
+    """A slow step: its end (unix time), its time left to explain (seconds:
+    the step's own, less the named periodic work it held), its start, and
+    until when what the hook saw in it is a suspect (its end; the start of
+    the named work in it: what ran from there on was that work's)."""
+
+    end: float
+    seconds: float
+    start: float
+    until: float
+
+
+def _work_times(s: Snapshot, lead: SiteReading) -> list[float]:
+    """When the named work at ``lead`` was seen: its line's first and last
+    times and those of the lines that ran in its gaps."""
+    times = [lead.first_seen_unix, lead.last_seen_unix]
+    for x in s.sites:
+        if x.within == lead.location:
+            times += [x.first_seen_unix, x.last_seen_unix]
+    return [t for t in times if t > 0]
+
+
+def unexplained(s: Snapshot, d: DistributionReading, median: float
+                ) -> tuple[list[Slow], int]:
+    """The recent outliers with the evaluations and checkpoints that
+    :func:`~tpu_info.views.periodic.periodic_work` names (and costs) taken
+    out, and how many outliers held such work. A step holds it where one of
+    the work's times falls in it, or, when the work ran every N steps, N
+    steps (one either side) from such a step. Its time less the work's mean
+    gap is what is left; it stays an outlier only when that is still one and
+    at least :data:`WORK_SPREAD` of the work's time, and then only what ran
+    in it before the work began is a suspect."""
+    cut = slow_cut(median)
+    recent = list(d.recent)
+    held: dict[int, tuple[float, float]] = {}  # step index -> (work seconds, work start)
+    for lead in leads(s).values():
+        each = (lead.gap_seconds or 0.0) / max(1, lead.gaps)
+        times = _work_times(s, lead)
+        found = {i: min(t for t in times if end - v / 1e9 <= t <= end)
+                 for i, (end, v) in enumerate(recent)
+                 if any(end - v / 1e9 <= t <= end for t in times)}
+        every = (round(lead.steps_spanned / (lead.occurrences - 1))
+                 if lead.occurrences > 1 and lead.steps_spanned else 0)
+        if every >= 2:  # the same work's other times in the window, every N steps
+            for i in list(found):
+                for k in range(-(len(recent) // every) - 1, len(recent) // every + 2):
+                    for j in (i + k * every, i + k * every - 1, i + k * every + 1):
+                        if 0 <= j < len(recent) and j not in found and (
+                                recent[j][1] / 1e9 >= cut):
+                            end, v = recent[j]
+                            found[j] = end - v / 1e9  # its start: no suspect in it
+                            break
+        for i, start in found.items():
+            work, first = held.get(i, (0.0, start))
+            held[i] = (work + each, min(first, start))
+    slow: list[Slow] = []
+    taken = 0
+    for i, (end, v) in enumerate(recent):
+        seconds = v / 1e9
+        if seconds < cut:
+            continue
+        if i not in held:
+            slow.append(Slow(end, seconds, end - seconds, end))
+            continue
+        taken += 1
+        work, start = held[i]
+        left = seconds - work
+        if left >= cut and left - median >= WORK_SPREAD * work:
+            slow.append(Slow(end, left, end - seconds, start))
+    return slow, taken
+
+
 def _every(d: DistributionReading, slow_times: list[float]) -> int | None:
     """How many steps apart the outliers are among the recent steps, when
     they are evenly spaced (every 40 steps); else None. Three at least (two
@@ -69,11 +150,16 @@ def _every(d: DistributionReading, slow_times: list[float]) -> int | None:
     return round(sum(gaps) / len(gaps))
 
 
-def _in_slow_steps(s: Snapshot, slow: list[tuple[float, float]]) -> list[str]:
+def _inside(slow: list[Slow], t: float) -> bool:
+    """Whether ``t`` falls in a slow step before the named work in it."""
+    return any(x.start <= t <= x.until for x in slow)
+
+
+def _in_slow_steps(s: Snapshot, slow: list[Slow]) -> list[str]:
     """What the hook saw with a time inside the slow steps: compiles, and
     device->host transfers with their bytes."""
     def inside(t: float) -> bool:
-        return any(end - seconds <= t <= end for end, seconds in slow)
+        return _inside(slow, t)
 
     said: list[str] = []
     compiles: dict[str, int] = {}
@@ -97,14 +183,14 @@ def _in_slow_steps(s: Snapshot, slow: list[tuple[float, float]]) -> list[str]:
     return said
 
 
-def _periodic_in(s: Snapshot, slow: list[tuple[float, float]]) -> list[SiteReading]:
+def _periodic_in(s: Snapshot, slow: list[Slow]) -> list[SiteReading]:
     """The loop's periodic sites last seen inside a slow step: only those
     were in them. A periodic read elsewhere in the loop (a log line every 10
     steps) is no suspect for slow steps it was not seen in (the steps of a
     run on a loaded machine were slow at random, and both reads were named
     "in them" with their counts over the whole run)."""
     def inside(t: float) -> bool:
-        return any(end - seconds <= t <= end for end, seconds in slow)
+        return _inside(slow, t)
 
     led = leads(s)  # an evaluation's or checkpoint's lines: its own finding, its time apart
     return [x for x in s.sites
@@ -112,25 +198,28 @@ def _periodic_in(s: Snapshot, slow: list[tuple[float, float]]) -> list[SiteReadi
             and not part_of_periodic_work(s, x, led)]
 
 
-def _excess(s: Snapshot, d: DistributionReading, median: float,
-            slow: list[tuple[float, float]]) -> tuple[float, str]:
+def _excess(s: Snapshot, d: DistributionReading, median: float, slow: list[Slow],
+            named: float) -> tuple[float, str]:
     """The outliers' time above the median over all steps, and what it stands
     on. Measured when the recent window holds every step; else scaled from
     it, and never more than was measured: all steps' time above the median
-    (``StepTime``'s total less the median times its count) and the run."""
-    recent = sum(v - median for _, v in slow)
+    (``StepTime``'s total less the median times its count) less the named
+    periodic work's (``named``), and the run."""
+    recent = sum(x.seconds - median for x in slow)
     if d.count <= len(d.recent):
         return recent, f"measured over all {d.count:,} steps"
     scaled = recent * d.count / len(d.recent)
-    bound = max(recent, d.total / 1e9 - median * d.count)
+    bound = max(recent, d.total / 1e9 - median * d.count - named)
     if s.uptime_seconds > 0:
         bound = min(bound, s.uptime_seconds)
+    less = (f" less the {duration(named)} of the evaluations and checkpoints named on their "
+            "own" if named > 0 else "")
     words = (f"estimated from the last {len(d.recent):,} of {d.count:,} timed steps, scaled "
              "to all")
     if scaled > bound:
-        return bound, (f"at most the {duration(bound)} all {d.count:,} timed steps took above "
-                       f"the median (the last {len(d.recent):,} scaled to all would say "
-                       f"{duration(scaled)})")
+        return bound, (f"at most {duration(bound)}: what all {d.count:,} timed steps took "
+                       f"above the median{less} (the last {len(d.recent):,} scaled to all "
+                       f"would say {duration(scaled)})")
     return scaled, words
 
 
@@ -139,16 +228,19 @@ def slow_steps(s: Snapshot) -> Iterable[Finding]:
     d = s.distribution(STEP_TIME)
     if d is None or d.count < MIN_STEPS or not d.recent:
         return
-    median, p99, slow = outliers(d)
-    if not slow or median <= 0:
+    median, p99, _ = outliers(d)
+    if median <= 0:
         return
-    excess, stands_on = _excess(s, d, median, slow)
-    # Steps a torch program's optimizer timed hold its evaluations and
-    # checkpoints, which periodic_work names and costs: their time is not here.
-    if (named := periodic_seconds(s)) > 0:
-        excess = max(0.0, excess - named)
-        stands_on += (f", less the {duration(named)} of the evaluations and checkpoints "
-                      "named on their own")
+    # Steps that held the evaluations and checkpoints periodic_work names and
+    # costs: that work's time (and what ran in it) is not here, only what is left.
+    slow, taken = unexplained(s, d, median)
+    if not slow:
+        return
+    excess, stands_on = _excess(s, d, median, slow, periodic_seconds(s))
+    if taken:
+        held = "steps held" if taken > 1 else "step held"
+        stands_on += (f"; {taken} slow {held} an evaluation or checkpoint named on its own: "
+                      "only time beyond that work counts here")
     share = min(1.0, excess / s.uptime_seconds) if s.uptime_seconds > 0 else None
     if excess < MIN_EXCESS_S or (share is not None and share < INFO_SHARE):
         return
@@ -158,11 +250,11 @@ def slow_steps(s: Snapshot) -> Iterable[Finding]:
     what = ("in them the hook saw " + "; ".join(seen) + ". What these do not explain is "
             if seen else "the hook saw nothing with a time in them, so it is ")
     share_text = f", {share_words(share)} of run time" if share is not None else ""
-    every = _every(d, [t for t, _ in slow])
+    every = _every(d, [x.end for x in slow])
     yield Finding(
         f"{len(slow)} of the last {len(d.recent)} steps were slow"
         f"{f', every {every} steps' if every else ''}"
-        f" ({duration(sum(v for _, v in slow) / len(slow))} each against a median step of "
+        f" ({duration(sum(x.seconds for x in slow) / len(slow))} each against a median step of "
         f"{duration(median)}; P99 {duration(p99)}; ~{duration(excess)} above the median in "
         f"all{share_text}, {stands_on}): {what}host work between steps "
         "that no hook sees at a line (checkpoint writes, logging, data loading, Python). "

@@ -71,8 +71,10 @@ def test_per_step_sync_names_line_frequency_and_measured_cost():
         "float() at train.py:88 reads a value back to the host every step (1,200 times, 1.0 "
         "per step, 4.1 ms/step, 3.0% of step time, measured; at most this: the wait includes "
         "the device's own work, which runs either way): the host waits for the device "
-        "to finish, then the device waits for the host. Log every N steps, or keep the value "
-        "on the device (accumulate with jnp and read once).")
+        "to finish, then the device waits for the host. Log every N steps if it is logged (or "
+        "accumulate it with jnp and read once); test every N steps if it decides when to stop "
+        "(or keep the test on the device: lax.while_loop); read it once before the loop if it "
+        "never changes.")
     assert f.location == "/src/train.py:88" and f.count == 1200 and f.per_step == 1.0
     assert f.seconds_per_step == pytest.approx(0.0041)
     assert f.share_of_step == pytest.approx(4.92 / 164) and not f.cost_estimated

@@ -1,0 +1,121 @@
+"""One graph that took seconds to compile (``slow_compile``), with advice
+chosen from what was recorded: the line of the user's that filled it (a
+Python loop unrolled into it), the backend cache's hits, and the time the
+compiled steps ran in against the compile's.
+
+A graph is called large only where its size was measured (``loop_ops``);
+a cache is offered only where the cache did not already answer; dropping
+the compile is offered only where compiling took longer than every step
+that ran compiled (it cannot pay back unless eager steps would be that much
+slower, which the hook did not measure).
+
+Example:
+    >>> from tpu_info.contract.model import Snapshot
+    >>> list(slow_compiles(Snapshot(taken_at_unix=0.0)))
+    []
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from tpu_info.contract.model import FIRST_CALL, Finding, GraphRecord, Phase, Severity, Snapshot
+from tpu_info.contract.phases import phase_of
+from tpu_info.views.cost import (
+    WHEN,
+    cost_of,
+    duration,
+    engine_of,
+    outside_warns,
+    share_words,
+    short_location,
+    steps_of,
+)
+from tpu_info.views.eager import single_op
+
+CACHE_ADVICE = {
+    "jax": "Enable the persistent compilation cache (jax.config.update("
+           "'jax_compilation_cache_dir', DIR)) so the next run loads them.",
+    "torch_compile": "Keep Inductor's FX graph cache warm across runs (on by default; point "
+                     "TORCHINDUCTOR_CACHE_DIR at a directory that persists).",
+    "torch_xla": "Enable torch_xla's persistent cache (torch_xla.runtime.initialize_cache(DIR)) "
+                 "so the next run loads them.",
+}
+_NO_CACHE = "Cache compiled graphs across runs."
+
+# One compile this long and this large a share of the run is news on its own.
+SLOW_COMPILE_S = 2.0
+SLOW_COMPILE_SHARE = 0.1
+# A graph whose calls are at least this many per step runs in the steps:
+# their wall time holds all of its runs in the loop.
+PER_STEP_CALLS = 0.9
+
+
+def _steps_time(s: Snapshot, g: GraphRecord) -> tuple[int, float] | None:
+    """``(steps, seconds)``: the steps the graph ran in (at least once each)
+    and their wall time, compiles inside the loop left out; None when the
+    graph is not the steps' or they were not timed."""
+    steps = steps_of(s)
+    if (steps is None or not steps.count or steps.seconds_total is None
+            or (g.executions or 0) < PER_STEP_CALLS * steps.count):
+        return None
+    return steps.count, max(0.0, steps.seconds_total - steps.compile_seconds)
+
+
+def _advice(s: Snapshot, g: GraphRecord, seconds: float) -> str:
+    """What to do, from what was recorded (see the module's words)."""
+    engine = g.engine or engine_of(s)
+    cache = CACHE_ADVICE.get(engine, _NO_CACHE)
+    hits = g.cache_hits
+    if g.loop_line:  # the hook saw one line fill the graph (a Python loop unrolled)
+        return (f"a large graph: {g.loop_ops:,} of its operations come from "
+                f"{short_location(g.loop_line)}, a Python loop unrolled into it. Do the "
+                f"work over the whole axis at once (jnp ops, jax.vmap) or as lax.fori_loop / "
+                f"lax.scan, which compile the body once"
+                + (f"; or: {cache[0].lower()}{cache[1:]}" if not hits else "."))
+    warm = (f"the backend cache answered it already ({hits} cache hit{'s' * (hits > 1)}), "
+            "so a warm cache will not cut this further" if hits else "")
+    ran = _steps_time(s, g)
+    if ran is not None and seconds > ran[1]:
+        count, loop = ran
+        even = (seconds + loop) / count  # an eager step this long breaks even
+        head = (f"that is more than all {count:,} steps that ran it took "
+                f"({duration(loop)}, {duration(loop / count)} each), so it pays back only if "
+                f"eager steps would take over {duration(even)} each")
+        if engine == "torch_compile":
+            cut = ("; with a warm FX graph cache (TORCHINDUCTOR_CACHE_DIR kept across runs) "
+                   "later runs compile faster" if not hits else f"; {warm}")
+            return (f"{head}. In a run this short, run it eagerly (no torch.compile), or "
+                    f"torch.compile only the part where the time goes{cut}.")
+        return f"{head}; {warm}." if hits else f"{head}. {cache}"
+    if hits:
+        return f"{warm}: it is paid once per process start, and a longer run spreads it out."
+    return cache
+
+
+def slow_compiles(s: Snapshot) -> Iterable[Finding]:
+    """A single graph whose compile took seconds and a good share of the run
+    (a large model, a Python loop unrolled into it): one-off work, named
+    with its function, its line and its phase. Only a function's first graph
+    compiled from the program's own line: a recompile is its cause's finding,
+    and a library's own set-up graph (no line of the program) is not news."""
+    steps = steps_of(s)
+    for g in s.graphs:
+        first = next((c for c in g.causes if c.description == FIRST_CALL), None)
+        if not g.compiles or single_op(g.name) or first is None or not first.location:
+            continue
+        seconds = g.compile_seconds_total / g.compiles  # one compile of this graph
+        if seconds < SLOW_COMPILE_S or s.uptime_seconds <= 0 or (
+                seconds < SLOW_COMPILE_SHARE * s.uptime_seconds):
+            continue
+        when = first.time_unix
+        told = phase_of(when, when, 1, steps)
+        phase = told if told in (Phase.SETUP, Phase.TEARDOWN) else Phase.ONCE  # one-off
+        c = cost_of(s, seconds, 1, phase=phase)
+        at = f", {WHEN[phase]}" if told != Phase.UNKNOWN else ""
+        yield Finding(
+            f"{g.name} at {short_location(first.location)} took {duration(seconds)} to "
+            f"compile once{at} ({share_words(seconds / s.uptime_seconds)} of run time so far, "
+            f"measured): {_advice(s, g, seconds)}",
+            Severity.WARNING if outside_warns(c) else Severity.INFO,
+            first.location, kind="slow_compile", **c.fields())
