@@ -182,8 +182,10 @@ from tpu_info.outputs.summary import _steps_line
 startup = [f.message for f in find(s) if f.kind == "backend_startup"]
 sites = [{"kind": x.kind, "count": x.count, "wait": x.seconds, "drain": x.drain_seconds}
          for x in s.sites if x.location.endswith(f":{the_line}")]
+busy = s.distribution("TrainingThreadBusy")
 print(json.dumps({"loop": loop, "findings": found, "sites": sites, "steps": _steps_line(s),
-                  "startup": startup, "uptime": s.uptime_seconds}))
+                  "startup": startup, "uptime": s.uptime_seconds,
+                  "busy": [busy.percentile(50.0), busy.count] if busy else None}))
 '''
 
 
@@ -229,6 +231,7 @@ def main(argv: list[str] | None = None) -> int:
     last = runs["A"][-1]
     share = (a - b) / a if a > 0 else float("nan")
     print(f"A/B share of A's loop {share:.1%}; steps said: {last['steps']}")
+    print(f"training thread busy (median %, samples) in A: {[r.get('busy') for r in runs['A']]}")
     for text in last["startup"]:
         print(f"  start-up: {text[:160]}")
     for f in last["findings"]:

@@ -16,6 +16,7 @@ from metrics.recording.thread_busy import ThreadBusy
 @pytest.fixture
 def fast(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(thread_busy, "SPACING_NS", 50_000_000)
+    monkeypatch.setattr(thread_busy, "FIRST_SPACING_NS", 50_000_000)
 
 
 def _ticks(work: str, seconds: float = 0.4) -> list[float]:
@@ -51,6 +52,20 @@ def test_at_most_one_read_a_spacing_and_a_new_thread_starts_over(fast: None) -> 
     other.start()
     other.join()
     assert len(seen) == 1  # another thread's first tick is no interval of this one
+
+
+def test_a_loop_of_two_seconds_has_a_median_to_stand_on() -> None:
+    # On the TPU a 2 s host-bound loop (6,000 steps of 0.33 ms) had one sample
+    # at one a second; the copy bound wants three (views/breakdown.host_paced).
+    seen: list[float] = []
+    busy = ThreadBusy(lambda percent, at: seen.append(percent))
+    now = time.monotonic_ns()
+    for i in range(200):  # a step's timed call every 10 ms for 2 s
+        busy.tick(now + i * 10_000_000)
+    assert len(seen) >= 3
+    for i in range(200, 1200):  # then at most one a second: 10 s more
+        busy.tick(now + i * 10_000_000)
+    assert len(seen) <= thread_busy.FIRST + 10
 
 
 def test_a_jitted_step_loop_reports_the_distribution(fast: None, fresh_metrics) -> None:

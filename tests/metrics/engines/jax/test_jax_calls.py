@@ -270,6 +270,7 @@ def test_counted_calls_leave_no_garbage_collector_work(fresh_metrics, monkeypatc
 
     monkeypatch.setattr(device_time, "SPACING_NS", 1 << 62)
     monkeypatch.setattr(thread_busy, "SPACING_NS", 1 << 62)
+    monkeypatch.setattr(thread_busy, "FIRST_SPACING_NS", 1 << 62)
     step = jax.jit(lambda p, x: p + x.sum())
     x = jnp.ones(4)
     p = step(jnp.zeros(()), x)

@@ -242,3 +242,29 @@ def test_copies_before_any_step_span_no_steps(eng):
     line = line_of(__file__, "# SET-UP COPY")
     (site,) = [s for s in eng.sites() if s.location == f"{__file__}:{line}"]
     assert (site.count, site.occurrences, site.steps_spanned) == (5, 5, 0)
+
+
+def test_a_sample_waits_for_its_puts_where_the_backend_does_not_queue_them(eng) -> None:
+    # On a TPU v5e a call made right after its arguments' puts, not waited
+    # for, ran as slow as the call that copied them (the A/B's other arm has
+    # its batches at rest): off the CPU a sample waits for its puts. The CPU
+    # backend's put is done when it returns, so here the put is one whose
+    # array comes late (a device computation's output), and the wait forced.
+    from metrics.engines.jax import jit_numpy
+    from metrics.engines.jax.calls import Owner
+
+    jit_numpy._put()  # decided for this backend first
+    assert jit_numpy._PUT_WAITS == [False]  # the CPU backend's
+    late = jax.jit(lambda a: jax.lax.fori_loop(0, 400, lambda i, a: jnp.tanh(a @ a.T), a))
+    host = np.ones((256, 256), np.float32)
+    late(host).block_until_ready()  # compiled
+    put, jit_numpy._PUT[0] = jit_numpy._PUT[0], lambda x: late(x)
+    try:
+        for waits in (False, True):
+            jit_numpy._PUT_WAITS[0] = waits
+            given = eng.implicit.jit_arguments.timed(Owner("jit(f)"), (host,), 1)
+            assert type(given[0]) is not np.ndarray
+            assert given[0].is_ready() is waits  # waited for: the call runs on it at rest
+            given[0].block_until_ready()
+    finally:
+        jit_numpy._PUT[0], jit_numpy._PUT_WAITS[0] = put, False
