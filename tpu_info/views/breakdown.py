@@ -161,13 +161,16 @@ def _pct(part: float, whole: float) -> str:
 
 def compile_seconds(s: Snapshot) -> float:
     """Seconds the compiles took: tracing, lowering and the backend's compile
-    (their distributions), else the graphs' own compile time."""
+    (their distributions), or the graphs' own compile time where that is
+    more (a torch compile the backend cache answered records Dynamo's
+    TraceTime, not the cache's load: nanoGPT's 2.9 s in its graphs read
+    663 ms)."""
     total = 0.0
     for name in COMPILE_PARTS:
         d = s.distribution(name)
         if d is not None and d.count:
             total += d.total / 1e9
-    return total or sum(g.compile_seconds_total for g in s.graphs)
+    return max(total, sum(g.compile_seconds_total for g in s.graphs))
 
 
 def _step_graphs(s: Snapshot, steps: StepsReading) -> list[Any]:

@@ -76,6 +76,9 @@ _TORCH_ADVICE = {
     "evaluation": ("Evaluate less often or on fewer batches (fewer eval iterations), under "
                    "torch.inference_mode(), and with the model compiled for it once: an "
                    "evaluation at another batch size or grad mode recompiles."),
+    # An eager program (nothing compiled) is told nothing about recompiles.
+    "evaluation_eager": ("Evaluate less often or on fewer batches (fewer eval iterations), "
+                         "under torch.inference_mode()."),
     "checkpoint": ("Save less often, or asynchronously "
                    "(torch.distributed.checkpoint.async_save writes in a background thread "
                    "while the steps go on)."),
@@ -121,6 +124,16 @@ def periodic_seconds(s: Snapshot) -> float:
     return min(total, s.uptime_seconds) if s.uptime_seconds > 0 else total
 
 
+def _advice(s: Snapshot, work: str, torch: bool) -> str:
+    """What to do about ``work``: torch's words for a torch program, and its
+    recompile advice only where something was compiled."""
+    if not torch:
+        return _ADVICE[work]
+    if work == "evaluation" and not any(g.compiles for g in s.graphs):
+        return _TORCH_ADVICE["evaluation_eager"]
+    return _TORCH_ADVICE[work]
+
+
 def periodic_work(s: Snapshot) -> Iterable[Finding]:
     """One finding per line that led an evaluation or checkpoint every N
     steps, when it took at least :data:`INFO_SHARE` of the run."""
@@ -152,7 +165,7 @@ def periodic_work(s: Snapshot) -> Iterable[Finding]:
             f"{site.work} at {short_location(site.location)} ({what} there) runs in the step "
             f"loop's gaps {often} ({site.occurrences} times, {duration(each)} each"
             f"{share_text}, measured: {_MEASURED[between]}, over {site.gaps} gap(s); "
-            f"{how}{part}). {(_TORCH_ADVICE if between else _ADVICE)[site.work]}")
+            f"{how}{part}). {_advice(s, site.work, between)}")
         yield Finding(message, Severity.WARNING if (share or 0.0) >= WARN_SHARE
                       else Severity.INFO, site.location, seconds, f"periodic_{site.work}",
                       count=site.gaps, phase=Phase.PERIODIC.value, share_of_run=share,

@@ -47,6 +47,11 @@ INFO_SHARE = 0.01  # and said from here (a loaded machine's odd slow step is not
 # time (its gaps' mean) is at least this share of the work's time: one
 # evaluation runs longer than another (ng-video-lecture's: 1.52-1.63 s).
 WORK_SPREAD = 0.5
+# Outliers in the recent window scaled to all steps only from this many: one
+# or two make no rate (nanoGPT on a loaded machine: 2 odd steps of the last 64
+# scaled 300/64 said ~223 ms, 1.9% of the run; the 47 ms measured was 0.4%,
+# and two more runs had none).
+MIN_TO_SCALE = 3
 
 
 def slow_cut(median: float) -> float:
@@ -201,13 +206,17 @@ def _periodic_in(s: Snapshot, slow: list[Slow]) -> list[SiteReading]:
 def _excess(s: Snapshot, d: DistributionReading, median: float, slow: list[Slow],
             named: float) -> tuple[float, str]:
     """The outliers' time above the median over all steps, and what it stands
-    on. Measured when the recent window holds every step; else scaled from
+    on. Measured when the recent window holds every step, or holds fewer
+    than :data:`MIN_TO_SCALE` outliers (the window's alone); else scaled from
     it, and never more than was measured: all steps' time above the median
     (``StepTime``'s total less the median times its count) less the named
     periodic work's (``named``), and the run."""
     recent = sum(x.seconds - median for x in slow)
     if d.count <= len(d.recent):
         return recent, f"measured over all {d.count:,} steps"
+    if len(slow) < MIN_TO_SCALE:
+        return recent, (f"measured in the last {len(d.recent):,} of {d.count:,} timed "
+                        f"steps ({len(slow)} slow: too few to scale to all)")
     scaled = recent * d.count / len(d.recent)
     bound = max(recent, d.total / 1e9 - median * d.count - named)
     if s.uptime_seconds > 0:

@@ -175,3 +175,27 @@ def test_a_device_get_of_the_loss_every_25_steps_is_no_checkpoint(tmp_path):
     assert get.work != "checkpoint" and get.bytes == 4 * get.count
     b = breakdown(s)
     assert b is not None and "checkpoint" not in [p.name for p in b.parts]
+
+
+def test_an_eager_torch_evaluation_is_not_told_about_recompiles():
+    # word_language_model, mnist, makemore, minGPT and ng-video-lecture (issue
+    # 41 re-run) compile nothing, yet their evaluation was told "and with the
+    # model compiled for it once: an evaluation at another batch size or grad
+    # mode recompiles". Said only where torch.compile compiled something.
+    from dataclasses import replace
+
+    from tpu_info.contract.model import GraphRecord, ProcessRecord
+
+    ev = SiteReading("eval_mode", "/w/main.py:145", 3, detail="RNNModel.eval()",
+                     phase="periodic", occurrences=3, steps_spanned=286,
+                     work="evaluation", gaps=3, gap_seconds=1.4)
+    steps = StepsReading(429, "inferred", "backward(): 429 calls", 27.8, 100.0, 130.0)
+    eager = Snapshot(131.0, ProcessRecord(1, "main.py", engine="torch_compile"),
+                     uptime_seconds=30.6, sites=(ev,), steps=steps)
+    (f,) = [f for f in find(eager) if f.kind == "periodic_evaluation"]
+    assert "Evaluate less often" in f.message and "recompile" not in f.message, f.message
+    graph = GraphRecord("a" * 64, "compile(GPT.forward)", "torch_compile", 100.0, 130.0,
+                        compiles=2, compile_seconds_total=2.9, executions=461)
+    (g,) = [f for f in find(replace(eager, graphs=(graph,)))
+            if f.kind == "periodic_evaluation"]
+    assert "compiled for it once" in g.message, g.message

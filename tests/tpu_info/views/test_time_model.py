@@ -126,3 +126,27 @@ def test_slow_steps_name_only_the_periodic_reads_seen_in_them():
     (f,) = [f for f in find(s) if f.kind == "slow_steps"]
     assert "makemore.py:695" not in f.message, f.message
     assert "item() at makemore.py:495 (40 times in the run)" in f.message, f.message
+
+
+def test_two_odd_slow_steps_in_the_window_are_not_scaled_to_the_whole_run():
+    # nanoGPT on a loaded 2-core machine, hooked (issue 41 re-run): 300 timed
+    # steps of 9.8 ms, 2 of the last 64 slow at random (25 and 42 ms, no
+    # evaluation or log step; 2 more runs with the same arguments had none,
+    # nor did the program without the hook). Scaled 300/64 they said "~223 ms
+    # in all, 1.9% of run time" (over the 1% bar) and blamed host work; the
+    # 47 ms measured is 0.4%. Two make no rate: only 3 or more are scaled.
+    median, run = 0.0098, 11.6
+    times = [1000.0 + 0.011 * i for i in range(64)]
+    values = [(0.0254 if i == 20 else 0.0417 if i == 26 else median) * 1e9 for i in range(64)]
+    total = (300 * median + 0.305) * 1e9  # all steps' time above the median: 305 ms
+    d = DistributionReading("StepTime", Unit.TIME_NS, 300, total, 8.5e6, 0.0417e9,
+                            percentiles=((50.0, median * 1e9), (99.0, 0.0425e9)),
+                            recent=Samples(times, values))
+    s = Snapshot(1001.0, uptime_seconds=run, steps=STEPS, distributions=(d,))
+    assert "slow_steps" not in {f.kind for f in find(s)}
+    # Three in the window are a rate: scaled to all (estimated, saying so).
+    values[40] = 0.0417e9
+    d3 = replace(d, recent=Samples(times, values))
+    (f,) = [f for f in find(replace(s, distributions=(d3,))) if f.kind == "slow_steps"]
+    assert f.count == 3 and "scaled to all" in f.message, f.message
+    assert f.seconds_lost > (0.0254 + 2 * 0.0417 - 3 * median) * 1.5
