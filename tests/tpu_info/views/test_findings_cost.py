@@ -74,26 +74,24 @@ def test_per_step_sync_names_line_frequency_and_measured_cost():
         "to finish, then the device waits for the host. Log every N steps if it is logged (or "
         "accumulate it with jnp and read once); test every N steps if it decides when to stop "
         "(or keep the test on the device: lax.while_loop); read it once before the loop if it "
-        "never changes.")
+        "never changes.") and f.severity == "warning"
     assert f.location == "/src/train.py:88" and f.count == 1200 and f.per_step == 1.0
-    assert f.seconds_per_step == pytest.approx(0.0041)
-    assert f.share_of_step == pytest.approx(4.92 / 164) and not f.cost_estimated
-    assert f.seconds_lost == pytest.approx(4.92) and f.severity == "warning"
+    assert f.seconds_per_step == pytest.approx(0.0041) and not f.cost_estimated
+    assert f.share_of_step == pytest.approx(4.92 / 164) and f.seconds_lost == pytest.approx(4.92)
 
 
 def test_sync_advice_fits_how_the_value_was_read():
-    printed = _one(_snap(_sync(detail="print")), "per_step_sync")
-    assert "jax.debug.print" in printed.message and "accumulate" not in printed.message
-    branched = _one(_snap(_sync(detail="bool() (if x > 0:)")), "per_step_sync")
-    assert "lax.cond" in branched.message and "jnp.where" in branched.message
+    printed = _one(_snap(_sync(detail="print")), "per_step_sync").message
+    branched = _one(_snap(_sync(detail="bool() (if x > 0:)")), "per_step_sync").message
+    assert "jax.debug.print" in printed and "accumulate" not in printed
+    assert "lax.cond" in branched and "jnp.where" in branched
 
 
 def test_sync_with_steps_unknown_gives_the_total_and_no_per_step_figure():
     f = _one(_snap(_sync(), steps=None), "per_step_sync")
     assert ("float() at train.py:88 reads a value back to the host 1,200 times (1,200 times, "
             "4.9 s in all, measured; steps are not known, so no per-step figure)") in f.message
-    assert f.per_step is None and f.seconds_per_step is None and f.share_of_step is None
-    assert f.count == 1200
+    assert f.per_step is f.seconds_per_step is f.share_of_step is None and f.count == 1200
 
 
 def test_cheap_or_rare_sites_are_not_findings():
