@@ -12,6 +12,10 @@ Programs (``--program``), plain ``jax.jit`` but ``flax``:
 - ``flax``: the same feeding into a flax nnx model trained with optax, its
   step under ``nnx.jit`` (flax and optax are imported only here: on the TPU
   machine they come from its own index, ``reference/tpu-machine.md``).
+- ``optax``: the same feeding into a plain ``jax.jit`` step that updates its
+  parameters with an optax optimizer (issue 41: "a flax or optax example").
+  For these three, ``--fix prefetch`` makes B the advice taken (each step's
+  batches ``jax.device_put`` one step ahead) instead of a data set put once.
 - ``eval``: an evaluation (another jitted function over several batches, its
   loss read once) every N steps; B skips it. Its cost is periodic work
   (``periodic_evaluation``: the loop's gaps it took, measured by the hook).
@@ -133,7 +137,27 @@ if program == "flax":  # a flax nnx model trained with optax, its step under nnx
 
     train_step(model, opt, x0, y0).block_until_ready()  # compiles outside the timed loop
     train_step(model, opt, data[0], data[1]).block_until_ready()
+if program == "optax":  # an optax optimizer in a plain jax.jit step
+    import optax
+
+    tx = optax.adam(1e-3)
+    params = {"w1": w, "w2": w}
+    opt_state = tx.init(params)
+
+    @jax.jit
+    def optax_step(params, opt_state, x, y):
+        def loss_fn(p):
+            return jnp.mean((jnp.tanh(x @ p["w1"]) @ p["w2"] - y) ** 2)
+        loss, g = jax.value_and_grad(loss_fn)(params)
+        updates, opt_state = tx.update(g, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state, loss
+
+    params, opt_state, loss = optax_step(params, opt_state, x0, y0)
+    params, opt_state, loss = optax_step(params, opt_state, data[0], data[1])
+    loss.block_until_ready()
 batches = [on_device[k] for k in range(64)]  # B: device-resident, no per-step work
+# P (--fix prefetch): the advice taken: each step's batches put one step ahead
+ahead = (jax.device_put(data[0]), jax.device_put(data[1]))
 jax.block_until_ready(batches)
 t0 = time.perf_counter()
 for i in range(steps):
@@ -148,14 +172,23 @@ for i in range(steps):
         j = i % 63
         if A:
             w, loss = step(w, data[j], data[j + 1])  # LINE numpy
+        elif variant == "P":
+            (x, y), ahead = ahead, (jax.device_put(data[j + 1]), jax.device_put(data[(j + 2) % 64]))
+            w, loss = step(w, x, y)
         else:
             w, loss = step(w, batches[j], batches[j + 1])  # on the device already
-    elif program == "flax":
+    elif program in ("flax", "optax"):
         j = i % 63
         if A:
-            loss = train_step(model, opt, data[j], data[j + 1])  # LINE flax
+            x, y = data[j], data[j + 1]
+        elif variant == "P":
+            (x, y), ahead = ahead, (jax.device_put(data[j + 1]), jax.device_put(data[(j + 2) % 64]))
         else:
-            loss = train_step(model, opt, batches[j], batches[j + 1])
+            x, y = batches[j], batches[j + 1]
+        if program == "flax":
+            loss = train_step(model, opt, x, y)  # LINE flax
+        else:
+            params, opt_state, loss = optax_step(params, opt_state, x, y)  # LINE optax
     else:
         w, loss = step(w, x0, y0)
     if program == "read" and A and i % every == 0:
@@ -203,7 +236,7 @@ def _run(path: Path, program: str, variant: str, steps: int, every: int, size: i
 
 def main(argv: list[str] | None = None) -> int:
     p = parser(__doc__)
-    p.add_argument("--program", choices=("read", "numpy", "flax", "eval", "eager",
+    p.add_argument("--program", choices=("read", "numpy", "flax", "optax", "eval", "eager",
                                          "checkpoint"),
                    default="read")
     p.add_argument("--unroll", type=int, default=100,
@@ -212,18 +245,22 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steps", type=int, default=600)
     p.add_argument("--size", type=int, default=512, help="the model's width (matmul size)")
     p.add_argument("--pairs", type=int, default=3, help="alternated A/B runs")
+    p.add_argument("--fix", choices=("resident", "prefetch"), default="resident",
+                   help="B for numpy/flax/optax: batches on the device from the start, or "
+                        "the advice taken (each step's batches put one step ahead)")
     args = p.parse_args(argv)
     path = Path(os.environ.get("TMPDIR", "/tmp")) / "tpu_costs_program.py"
     path.write_text(PROGRAM)
     runs: dict[str, list[dict]] = {"A": [], "B": []}
     for _ in range(args.pairs):
         for v in ("A", "B"):
-            runs[v].append(_run(path, args.program, v, args.steps, args.every, args.size,
-                                args.unroll))
+            runs[v].append(_run(path, args.program, "P" if v == "B" and args.fix == "prefetch"
+                                else v, args.steps, args.every, args.size, args.unroll))
     a = median([r["loop"] for r in runs["A"]])
     b = median([r["loop"] for r in runs["B"]])
     said = median([sum(f["seconds_lost"] for f in r["findings"]) for r in runs["A"]])
-    print(f"program {args.program} every {args.every} steps {args.steps} size {args.size}")
+    print(f"program {args.program} every {args.every} steps {args.steps} size {args.size} "
+          f"B: {args.fix}")
     print(f"A {a:.3f} s  B {b:.3f} s  A-B {a - b:.3f} s ({(a - b) / args.steps * 1e3:.3f} ms/step)")
     print(f"finding cost {said:.3f} s  ratio {said / (a - b) if a > b else float('nan'):.2f}")
     up = median([r["uptime"] for r in runs["A"]])

@@ -1,5 +1,5 @@
 """How busy the training thread keeps itself: its CPU time over wall time, a
-sample a second of the step loop (``TrainingThreadBusy``).
+sample a second of the step loop after its first few (``TrainingThreadBusy``).
 
 Whether a host-side cost (a numpy batch's copy made inside the jitted call)
 lengthens the loop depends on who sets its pace. Near 100 % the thread never

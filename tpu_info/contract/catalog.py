@@ -55,7 +55,8 @@ CATALOG: dict[str, tuple[str, Unit, str]] = {
                         "its time. The steady step is the steps less this."),
     TRAINING_THREAD_BUSY: ("distribution", Unit.NUMBER,
                            "The training thread's CPU time over wall time in the step loop, in "
-                           "percent: one sample a second or more. Near 100 the host set the "
+                           "percent: five samples a second for the first 8, then one a second "
+                           "or more. Near 100 the host set the "
                            "loop's pace; low, it waited for the device."),
     TRACE_TIME: ("distribution", Unit.TIME_NS,
                  "Time tracing Python into a graph (JAX: to a jaxpr; torch.compile: "
