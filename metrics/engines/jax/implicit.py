@@ -43,7 +43,7 @@ from metrics.engines._frames import ENGINE, LIBRARY, LibraryFrames, skip_prefixe
 from metrics.engines._patching import Patches
 from metrics.engines.jax import drains, gaps, to_device
 from metrics.engines.jax import sites as jax_sites
-from metrics.engines.jax.jit_numpy import JitArguments, undtyped
+from metrics.engines.jax.jit_numpy import JitArguments, relabelled
 from metrics.engines.jax.kinds import EXPLICIT_D2H, EXPLICIT_H2D, UNTIMED_H2D
 from metrics.engines.jax.sites import (
     EAGER_OP,
@@ -411,8 +411,8 @@ class ImplicitTransfers:
                 site = self._other.get(kind)
                 if site is None:
                     site = self._other[kind] = _Site(None, 0, OVERFLOW)
-        if detail and detail != site.detail and undtyped(detail) == site.detail:
-            site.detail = detail  # a label that learnt its dtype (numpy float64 argument of f)
+        if detail and site.detail and detail != site.detail and last_end >= site.last_end:
+            site.detail = relabelled(site.detail, detail)  # the latest records' dtype
         site.count += count
         site.bytes += nbytes
         site.timed, site.timed_bytes = site.timed + timed[0], site.timed_bytes + timed[1]

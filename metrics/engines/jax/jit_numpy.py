@@ -208,6 +208,9 @@ class JitArguments:
             for y in puts:
                 y.block_until_ready()
         end = time.monotonic_ns()  # one end for the call's records: one step occurrence
+        # The label from what this call sends (a first call's numpy parameters,
+        # float64, are on the device after it: the batches decide from then on).
+        owner.numpy_label = label_of(owner.name, float64_sent(args, owner.nested_numpy))
         ns = copy_ns(owner.copy_stats)
         if ns is not None:  # at most what the same copies took put on their own here
             ns = min(ns, end - began)
@@ -230,9 +233,7 @@ class JitArguments:
         was, owner.nested_numpy = owner.nested_numpy, numpy_paths(args)
         # Decided again at each compile: a first call's float64 parameters do
         # not make the later float32 batches float64.
-        owner.numpy_label = (f"numpy {FLOAT64_WORD} argument of {owner.name}"
-                             if float64_sent(args, owner.nested_numpy)
-                             else f"numpy argument of {owner.name}")
+        owner.numpy_label = label_of(owner.name, float64_sent(args, owner.nested_numpy))
         by_handler = owner.numpy_args is _BY_HANDLER
         if owner.nested_numpy or by_handler:
             owner.numpy_args = True
@@ -245,6 +246,17 @@ class JitArguments:
 
 MIN_COPY_CALLS = 4  # timed calls each way before a copy's cost is said
 FLOAT64_WORD = "float64"  # in a record's detail: the views' advice reads it
+
+
+def label_of(name: str, float64: bool) -> str:
+    """A numpy argument's record label: with the dtype where it is float64."""
+    return f"numpy {FLOAT64_WORD} argument of {name}" if float64 else f"numpy argument of {name}"
+
+
+def relabelled(old: str, new: str) -> str:
+    """A site's label once newer records say ``new``: the dtype they name
+    where only that differs (a float64 first call, float32 batches after)."""
+    return new if undtyped(new) == undtyped(old) else old
 
 
 def undtyped(detail: str) -> str:

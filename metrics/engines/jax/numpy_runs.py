@@ -46,7 +46,7 @@ MAX_OPEN = 1024  # runs waiting for a fold before the training thread folds them
 class Run:
     """One owner's consecutive calls from one line with the same numpy leaves."""
 
-    __slots__ = ("owner", "home", "code", "lasti", "label", "leaves", "per_call", "sizes",
+    __slots__ = ("owner", "home", "code", "lasti", "leaves", "per_call", "sizes",
                  "calls", "steps", "first_at", "last_at", "first_ns", "last_ns",
                  "done_calls", "done_steps", "done_ns")
 
@@ -55,7 +55,6 @@ class Run:
         # ``home``: the open runs of the hook that made it (a function jitted
         # before an uninstall and called after a new install starts a new run)
         self.owner, self.home, self.code, self.lasti = owner, home, code, lasti
-        self.label = owner.numpy_label
         self.sizes, self.leaves, self.per_call = sizes, len(sizes), sum(sizes)
         # Its calls and the steps they ran in (a step counts each time the
         # index changes: the step function's calls, or with none known the
@@ -158,7 +157,8 @@ def _fold_one(transfers: ImplicitTransfers, run: Run, kind: int) -> bool:
     first_end = run.done_ns if run.done_calls else run.first_ns
     k, sizes = run.leaves, run.sizes
     with transfers._lock:
-        transfers._add_site(kind, run.code, run.lasti, run.label, new * k, new * run.per_call,
+        transfers._add_site(kind, run.code, run.lasti, run.owner.numpy_label, new * k,
+                            new * run.per_call,
                             0, last_ns, first_end, spans)
     transfers._implicit_h2d.inc(new * k)
     transfers._implicit_out.inc(new * run.per_call)
