@@ -179,6 +179,8 @@ def metrics_report(snapshot: Snapshot, top_graphs: int = 10, width: int | None =
         lines.append("Findings:")  # costliest first
         for f in findings:
             lines += finding_lines(f)
+        if snapshot.blind_spots:  # what no finding could judge (np.asarray(x) on the CPU)
+            lines.append(f"  Not counted here: {'; '.join(snapshot.blind_spots)}.")
     elif lines:
         lines += ["Findings:", f"  {no_findings_text([TargetView('', snapshot)])}"]
     return "\n".join(fold(lines, width)) + "\n" if lines else ""

@@ -124,3 +124,16 @@ def test_short_report_with_names():
 
 def test_empty_snapshot_reports_nothing():
     assert metrics_report(Snapshot(taken_at_unix=0.0)) == ""
+
+
+def test_findings_say_what_the_hook_could_not_count():
+    # The new JAX evaluation's nnx vae: a per-step np.asarray(loss) (a CPU
+    # blind spot, 26 % of the step) sat beside other findings, and only
+    # --json said the hook could not count it.
+    from dataclasses import replace
+
+    blind = "np.asarray(x) of a jax.Array on CPU is not counted"
+    text = metrics_report(replace(_snapshot(), blind_spots=[blind]))
+    findings = text.split("Findings:\n", 1)[1]
+    assert f"  Not counted here: {blind}.\n" in findings
+    assert "Not counted here" not in metrics_report(_snapshot())
