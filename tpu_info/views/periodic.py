@@ -35,6 +35,7 @@ from tpu_info.contract.model import (
     SiteReading,
     Snapshot,
 )
+from tpu_info.views.breakdown import step_device_seconds
 from tpu_info.views.cost import (
     cost_of,
     duration,
@@ -85,12 +86,31 @@ _TORCH_ADVICE = {
 }
 # torch's hook measures the intervals between steps (an optimizer's, else
 # backward()'s), beyond the usual step (metrics/engines/torch/gaps.py); JAX's,
-# the gap from its first record.
+# the gap from its first record, less the device's work on the steps queued
+# before it (their count x the step's measured device time) or the usual step.
 _MEASURED = {
     True: "the time between its steps beyond the usual step (their median), "
           "compiles left out",
     False: "the wall time from its first call or copy to the step's next call",
 }
+
+
+def _jax_measured(s: Snapshot) -> str:
+    """What a JAX gap's time stands on (metrics/engines/jax/gaps.py): less
+    the usual step or the device's work left on the training steps queued
+    before it, up to its first read's return (all that wait where it had
+    sent no work of its own before; else their count x the step's measured
+    device time). Without that device time, an upper bound where a gap
+    called a jitted function before its first read."""
+    dev = step_device_seconds(s)
+    head = (f"{_MEASURED[False]}, less the usual step or the device's work left on the "
+            "training steps queued before it, up to its first read's return (all that wait "
+            "where it had run nothing of its own before; else")
+    if dev is None:
+        return (f"{head} an upper bound: the step's device time was not measured, and a wait "
+                "for those steps, which run either way, is in it)")
+    return (f"{head} their count x {duration(dev[0])} a step, median of {dev[1]} timed "
+            "executions)")
 
 
 def part_of_periodic_work(s: Snapshot, site: SiteReading,
@@ -164,7 +184,8 @@ def periodic_work(s: Snapshot) -> Iterable[Finding]:
         message = (
             f"{site.work} at {short_location(site.location)} ({what} there) runs in the step "
             f"loop's gaps {often} ({site.occurrences} times, {duration(each)} each"
-            f"{share_text}, measured: {_MEASURED[between]}, over {site.gaps} gap(s); "
+            f"{share_text}, measured: {_MEASURED[True] if between else _jax_measured(s)}, "
+            f"over {site.gaps} gap(s); "
             f"{how}{part}). {_advice(s, site.work, between)}")
         yield Finding(message, Severity.WARNING if (share or 0.0) >= WARN_SHARE
                       else Severity.INFO, site.location, seconds, f"periodic_{site.work}",
@@ -189,7 +210,7 @@ def per_step_work(s: Snapshot) -> Iterable[Finding]:
         return
     for site in step_leads(s).values():
         c = cost_of(s, site.gap_seconds or 0.0, site.gaps, phase=Phase.STEP,
-                    note=f"{_MEASURED[False]}, over {site.gaps:,} gaps")
+                    note=f"{_jax_measured(s)}, over {site.gaps:,} gaps")
         share = c.share_of_step
         if share is None or share < STEP_INFO_SHARE:
             continue

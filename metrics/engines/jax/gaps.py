@@ -14,13 +14,39 @@ hot-path checks are one identity test (``JaxContext.gap_owner``); the
 walk to the loop's line runs once per noted call; everything else
 happens here, at fold time.
 
-Each gap's time is its wall time, from its first record's start to the next
-step's call, less what its reads waited for the device's queued work (per
-read ``wait - drain``, as :mod:`~metrics.engines.jax.drains` says: the steps
-queued before it run either way) and less the compile work inside it (an
-evaluation's first call compiles: said as a compile, and the steps' compile
-time already holds it), charged to the line that led it: the call site of the other jitted
-function with the most calls noted in it (evaluation), else the
+Each gap's time is what it added to the loop: its wall time ``W``, from its
+first record's start to the step's next call, less what would have taken
+that time without it: the device's remaining work on the training steps
+queued before the gap, ``Q``, and the host's usual step and the compile work
+inside the gap, ``U + C`` (an evaluation's first call compiles: said as a
+compile, and the steps' compile time already holds it); the device drains
+its queue while the host compiles or loads the next batch, so the two
+overlap: ``W - max(Q, U + C)``, between 0 and ``W``. ``Q`` is what the gap
+waited for them, up to its first wait's return (a read, a ``device_get``: it
+had them done); a gap that waited for nothing holds no wait for them, and
+``Q`` is 0 (its wall time is the host's, and the device work it sent, which
+that wall time does not show, is in the device's queue). A gap that sent no
+device work of its own (a jitted call) before its first wait waited there
+for the queued steps only: ``Q`` is that wait, from the gap's start (an
+evaluation that starts with ``float(loss)``). Else the ``n`` steps
+dispatched since the step's previous call after a gap (its ``GAP_END``)
+start on the device no earlier than that call or the end of the previous
+gap's device work, whichever is later, and each takes the step's measured
+device time ``d`` (the median of the samples
+:mod:`~metrics.engines.jax.device_time` timed off the training thread): they
+end at ``max(resume, free) + n * d`` at the earliest, and ``Q`` is what of
+that lies after the gap's start, up to the first wait's return. Without a
+measured ``d`` (or before any ``GAP_END``) that ``Q`` is 0 and the figure an
+upper bound: it holds the wait for the queued steps, which run either way
+(the views say so). ``U``: the host's time per step before the gap (the
+previous call after a gap to the gap's start, over ``n``). The reads' own
+drains (:mod:`~metrics.engines.jax.drains`: per read, from the host's time
+since the previous read) are no measure of a gap: its first read's host time
+reaches back to the previous gap, 50 steps of host work that overlapped the
+queue it waits for (hk_rnn's sampling and evaluation every 50 steps: 1.7 s a
+gap said where the program times 0.19-0.33 s of its own after the queue
+drained). The gap is charged to the line that led it: the call site of the
+other jitted function with the most calls noted in it (evaluation), else the
 ``device_get`` (checkpoint), else the first read (logging); the gap's other
 lines are ``within`` it (their cost is the lead's), and so are the numpy
 arguments of the functions called in it (counted apart: numpy_runs.py).
@@ -35,6 +61,9 @@ Example:
     >>> from metrics.engines.jax.gaps import lead_of
     >>> lead_of({(0, 11, 4): 1, (CALL, 12, 8): 40})   # a read and an evaluation's calls
     ((6, 12, 8), 'evaluation')
+    >>> # 2.4 s of a 3.5 s gap waited for 50 queued 100 ms steps: 1.1 s its own
+    >>> own_ns(3_500, queued=queued_ns(0, 2_600, 50, 100, 2_400), usual=52, compiles=0)
+    1100
 """
 
 from __future__ import annotations
@@ -81,6 +110,24 @@ def lead_of(counts: dict[tuple[Any, ...], int]) -> tuple[tuple[Any, ...], str]:
 
 
 
+def queued_ns(start: int, gap_start: int, steps: int, device_ns: int,
+              first_wait: int) -> int:
+    """The device's work left at ``gap_start`` on the ``steps`` training steps
+    dispatched from ``start`` on (the step's previous call after a gap, or
+    the end of the device work before it, if later), each ``device_ns`` on
+    the device: at the earliest they end at ``start + steps * device_ns``;
+    at most ``first_wait`` ns after the gap's start (its first wait had them
+    done)."""
+    return max(0, min(start + steps * device_ns - gap_start, first_wait))
+
+
+def own_ns(wall: int, queued: int, usual: int, compiles: int) -> int:
+    """A gap's own cost: its wall time less what it would have taken anyway,
+    the device's ``queued`` work or (overlapping it) the host's ``usual``
+    step and the ``compiles`` in it; between 0 and ``wall``."""
+    return max(0, min(wall, wall - max(queued, usual + compiles)))
+
+
 def copies_state(nbytes: int, state_bytes: int) -> bool:
     """Whether a gap's device_gets of ``nbytes`` in all copied the step's
     state (``state_bytes``; 0: not known), as a checkpoint does.
@@ -110,15 +157,23 @@ class Gaps:
     """Folds gap records after the transfer hook's own fold (``impl``: an
     ``ImplicitTransfers``, records of ``fields`` values)."""
 
-    __slots__ = ("impl", "fields", "open", "by_owner", "called", "last_wait_end", "timeline")
+    __slots__ = ("impl", "fields", "open", "by_owner", "called", "resume", "free_at",
+                 "timeline")
 
     def __init__(self, impl: Any, fields: int) -> None:
         self.impl, self.fields = impl, fields
         # The gap being filled: [step index, first start ns, {site key: records},
-        # ns its reads waited for queued work, {names of the functions called},
-        # bytes its device_gets copied]
+        # its first wait's end (-1: none yet), {names of the functions called},
+        # bytes its device_gets copied, its latest wait's end, whether it
+        # called a jitted function before its first wait]
         self.open: list[Any] | None = None
-        self.last_wait_end = time.monotonic_ns()  # the latest read's end (drains.py's)
+        # The step's latest call after a gap (its GAP_END): (ns, step index);
+        # None before the first. The steps from it on are the next gap's queue.
+        self.resume: tuple[int, int] | None = None
+        # When the device had done the work before ``resume``'s steps, at the
+        # earliest (ns; 0: not known): the latest gap's last wait's end, or
+        # where no wait in it, the end of the queue it did not wait for.
+        self.free_at = 0
         # Per step function whose call closed the gaps (the ``GAP_END``'s):
         # the transfer hook's _Site -> its GapSite. Only the step's gaps are
         # the loop's (:meth:`sites_of`): while the step was a guess (an
@@ -156,29 +211,32 @@ class Gaps:
         if not todo:
             return
         codes, offsets, starts, sizes = flat[1::w], flat[2::w], flat[4::w], flat[6::w]
-        gap, last_wait_end = self.open, self.last_wait_end
+        gap = self.open
         for i in todo:
             k = kinds[i]
             if k == GAP_END:
                 if gap is not None and gap[0] < steps[i]:
                     self._close(gap, ends[i], details[i])
                 gap = None
+                self.resume = (ends[i], steps[i])
                 continue
             if gap is None or gap[0] != steps[i]:
-                gap = [steps[i], starts[i], {}, 0, set(), 0]
+                gap = [steps[i], starts[i], {}, -1, set(), 0, -1, False]
             key = (k, id(codes[i]), offsets[i])
             counts = gap[2]
             counts[key] = counts.get(key, 0) + 1
             if k == CALL:
                 gap[4].add(details[i])
-            else:  # a wait: what it held beyond its drain was queued work
+                if gap[3] < 0:
+                    gap[7] = True  # device work of its own before its first wait
+            else:  # a wait: the first one had the queued steps done
                 if k == GET:
                     gap[5] += sizes[i]
-                s, e = starts[i], ends[i]
-                gap[3] += max(0, (e - s) - max(0, s - last_wait_end))
-                if e > last_wait_end:
-                    last_wait_end = e
-        self.open, self.last_wait_end = gap, last_wait_end
+                if gap[3] < 0:
+                    gap[3] = ends[i]
+                if ends[i] > gap[6]:
+                    gap[6] = ends[i]
+        self.open = gap
 
     def sites_of(self, step: Any) -> dict[Any, GapSite]:
         """The gaps ``step`` (the step function now named) closed, by site."""
@@ -190,10 +248,26 @@ class Gaps:
         return self.called.get(step, {})
 
     def _close(self, gap: list[Any], end: int, step: Any) -> None:
-        wall = end - gap[1] - gap[3]
-        if self.timeline is not None and wall > 0:
-            wall -= self.timeline.within(gap[1], end)
-        wall = max(0, wall)
+        start = gap[1]
+        wall = max(0, end - start)
+        compiles = self.timeline.within(start, end) if self.timeline is not None and wall else 0
+        queued = usual = 0
+        resume = self.resume
+        if resume is not None and resume[0] > start:
+            resume = None
+        if gap[3] >= 0:  # it waited: for the queued steps first (none waited: none in it)
+            first = gap[3] - start
+            if not gap[7]:
+                queued = first  # the whole wait: it had sent no device work of its own
+            elif resume is not None:
+                dev = self._device_ns(step)
+                if dev is not None:
+                    n = max(1, gap[0] - resume[1] + 1)  # the step's calls from ``resume``'s on
+                    queued = queued_ns(max(resume[0], self.free_at), start, n, dev, first)
+        if resume is not None:
+            usual = (start - resume[0]) // max(1, gap[0] - resume[1] + 1)
+        self.free_at = gap[6] if gap[6] >= 0 else start + queued
+        wall = own_ns(wall, queued, usual, compiles)
         counts = gap[2]
         if len(counts) == 1:  # the usual gap: one line (a read every step)
             lead_key = next(iter(counts))
@@ -230,8 +304,16 @@ class Gaps:
                         o = by_site[other] = GapSite()
                     o.within = lead
 
+    def _device_ns(self, step: Any) -> int | None:
+        """The step function's median device ns per execution (device_time.py),
+        or None where not measured."""
+        times = getattr(getattr(self.impl, "drains", None), "times", None)
+        got = times.device_ns(step) if times is not None else None
+        return got[0] if got else None
+
     def clear(self) -> None:
         self.open = None
+        self.resume, self.free_at = None, 0
         self.by_owner.clear()
         self.called.clear()
 

@@ -1,0 +1,98 @@
+"""A gap's own time in the fold (metrics/engines/jax/gaps.py), on records
+with known times: the device's work left on the training steps queued
+before the gap is out of it, whether its first read waited for them alone
+(an evaluation that starts with ``float(loss)``) or it sent work of its own
+first (dm-haiku's rnn example: its sampling's jitted call, then 655 reads);
+with the step's device time unmeasured, the wall time stays in (an upper
+bound, said by the views). The records are the hook's own, made by hand;
+the real-JAX program is tests/tpu_info/views/test_queued_gaps.py."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from metrics.engines.jax.gaps import Gaps
+from metrics.engines.jax.kinds import CALL, GAP_END, SYNC
+
+MS = 1_000_000
+
+
+class _Times:
+    def __init__(self, ns: int | None) -> None:
+        self.ns = ns
+
+    def device_ns(self, owner: Any) -> tuple[int, int] | None:
+        return None if self.ns is None else (self.ns, 40)
+
+
+class _Impl:
+    """The transfer hook's parts a Gaps fold reads: its sites and drains."""
+
+    def __init__(self, device_ns: int | None) -> None:
+        self._sites: dict[Any, Any] = {}
+        self.drains = type("D", (), {"times": _Times(device_ns)})()
+
+
+class _Step:
+    name = "jit(update)"
+    state_bytes = 0
+
+
+def _code(n: int) -> Any:
+    return compile("0", f"<line {n}>", "eval")
+
+
+EVAL_CODE, READ_CODE, LOG_CODE = _code(180), _code(183), _code(190)
+
+
+def _fold(device_ns: int | None, call_first: bool, reads: bool = True) -> int:
+    """Steps 1-50 sent at 56 ms each from t=1000 ms (the previous gap's end,
+    a read: the step's call at step 1), 100 ms each on the device (so 2.2 s of them
+    are left when the host gets to the gap at step 50, t=3800 ms); the gap:
+    [a call at 3800 ms,] a read returning at 6100 ms (the queue, 2.3 s, and
+    the gap's own 100 ms), 300 ms of its own after, the step's next call at
+    6400 ms. The gap's own time, ns."""
+    impl = _Impl(device_ns)
+    step = _Step()
+    lead = object()
+    impl._sites[(CALL if call_first else SYNC, id(EVAL_CODE if call_first else READ_CODE),
+                 0)] = lead
+    gaps = Gaps(impl, 8)
+    t0 = time.monotonic_ns()  # (the hook's clock: the times after its start)
+    rec: list[Any] = []
+    rec += [SYNC, LOG_CODE, 0, "float()", t0 + 980 * MS, t0 + 990 * MS, 4, 0]  # a read before
+    rec += [GAP_END, None, 0, step, t0 + 1000 * MS, t0 + 1000 * MS, 0, 1]
+    if call_first:
+        rec += [CALL, EVAL_CODE, 0, "jit(sample)", t0 + 3800 * MS, t0 + 3800 * MS, 0, 50]
+    first_end = t0 + (6100 if call_first else 6000) * MS
+    if reads:
+        rec += [SYNC, READ_CODE, 0, "int index", t0 + 3800 * MS, first_end, 4, 50]
+        rec += [SYNC, READ_CODE, 0, "float()", t0 + 6350 * MS, t0 + 6360 * MS, 4, 50]
+    rec += [GAP_END, None, 0, step, t0 + 6400 * MS, t0 + 6400 * MS, 0, 51]
+    gaps.fold(rec)
+    (g,) = [x for x in gaps.sites_of(step).values() if x.gaps]
+    return g.gap_ns
+
+
+def test_a_gap_that_reads_first_is_charged_past_its_first_read():
+    # The read waited for the queued steps alone: 2.2 s of the 2.6 s gap.
+    assert _fold(100 * MS, call_first=False) == 400 * MS
+    assert _fold(None, call_first=False) == 400 * MS  # the wait itself says it
+
+
+def test_a_gap_that_calls_first_is_charged_past_its_queued_steps_device_time():
+    # 50 steps x 100 ms from t=1000 ms: done at 6000 ms, 2.2 s past the gap's
+    # start; its own 2.6 - 2.2 s. Before: the whole 2.6 s (the read's host
+    # time since the previous read, 2.8 s, "covered" its 2.3 s wait).
+    assert _fold(100 * MS, call_first=True) == 400 * MS
+    # With a device time reading long, the queue ends no later than the read.
+    assert _fold(200 * MS, call_first=True) == 300 * MS
+    # Unmeasured: the wall time less the usual step (56 ms), an upper bound.
+    assert _fold(None, call_first=True) == (2600 - 56) * MS
+
+
+def test_a_gap_that_waits_for_nothing_holds_no_wait_for_the_queue():
+    # Its 2.6 s are the host's own (its device work goes to the queue unseen):
+    # less the usual step only, with or without the device time.
+    assert _fold(100 * MS, call_first=True, reads=False) == (2600 - 56) * MS
