@@ -213,10 +213,16 @@ found = [{"kind": f.kind, "seconds_lost": f.seconds_lost, "message": f.message,
          for f in find(s) if f.location and f.location.endswith(f":{the_line}")]
 from tpu_info.outputs.summary import _steps_line
 startup = [f.message for f in find(s) if f.kind == "backend_startup"]
-sites = [{"kind": x.kind, "count": x.count, "wait": x.seconds, "drain": x.drain_seconds}
-         for x in s.sites if x.location.endswith(f":{the_line}")]
+from tpu_info.views.sites import not_raised
+sites = [{"kind": x.kind, "count": x.count, "wait": x.seconds, "drain": x.drain_seconds,
+          "not_raised": why}
+         for x, why in zip(s.sites, not_raised(s)) if x.location.endswith(f":{the_line}")]
 busy = s.distribution("TrainingThreadBusy")
-print(json.dumps({"loop": loop, "findings": found, "sites": sites, "steps": _steps_line(s),
+others = [f"{f.kind} at {f.location}: {f.seconds_lost}" for f in find(s) if f not in found]
+from metrics.engines.jax.context import CONTEXT
+owner = getattr(CONTEXT, "step_owner", None)
+copies = [sorted(c)[len(c) // 2] if c else None for c in owner.copy_stats[:2]] if hasattr(owner, "copy_stats") else None
+print(json.dumps({"loop": loop, "findings": found, "others": others, "copies": copies, "sites": sites, "steps": _steps_line(s),
                   "startup": startup, "uptime": s.uptime_seconds,
                   "busy": [busy.percentile(50.0), busy.count] if busy else None}))
 '''
@@ -275,6 +281,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {f['kind']} (share of step {f['share_of_step']}): {f['message'][:400]}")
     for x in last["sites"]:
         print(f"  site {x}")
+    print(f"  other findings: {last['others']}")
+    print(f"  the step's host ns per call, numpy copied by JAX / put first (medians): "
+          f"{[r['copies'] for r in runs['A']]}")
     return 0
 
 

@@ -287,11 +287,14 @@ class Gaps:
         if g is None:
             g = by_site[lead] = GapSite()
         g.gap_ns += wall
-        if gap[4]:
+        # The step's own calls in a gap came while another function was the
+        # step's guess: its numpy arguments are the loop's, not the gap's.
+        names = gap[4] - {getattr(step, "name", None)}
+        if names:
             called = self.called.get(step)
             if called is None:
                 called = self.called[step] = {}
-            for name in gap[4]:
+            for name in names:
                 called[name] = lead
         g.gaps += 1
         g.work = work

@@ -136,7 +136,8 @@ def gap_lines(impl: ImplicitTransfers) -> dict[tuple[int, str], dict[str, Any]]:
     if called:  # a gap's functions' numpy arguments (counted apart) sat in it
         name_of = {o.numpy_label: o.name for o in owners}
         for key, site in held:
-            lead = called.get(name_of.get(site.detail or "", ""))
+            name = name_of.get(site.detail or "", "")
+            lead = called.get(name) if name != getattr(step, "name", None) else None
             if (key[0] == IMPLICIT_H2D and lead is not None and site.where is not None
                     and lead.where is not None and lead.where[0] != site.where[0]):
                 out.setdefault((IMPLICIT_H2D, site.where[0]), {}).setdefault(

@@ -268,3 +268,37 @@ def test_a_sample_waits_for_its_puts_where_the_backend_does_not_queue_them(eng) 
             given[0].block_until_ready()
     finally:
         jit_numpy._PUT[0], jit_numpy._PUT_WAITS[0] = put, False
+
+
+def test_the_step_s_own_numpy_arguments_are_its_steps_once_it_is_named(eng) -> None:
+    """The step's first calls come while another jitted function is the
+    step's guess (a warm-up of another function first: bench/tpu_costs.py's
+    optax program): they are noted as calls in that function's gap, and
+    once the step is named, its own numpy arguments in the loop must not sit
+    "within" a gap its own first call led (they took that gap's phase,
+    ``once``, and the per-step copy, 38 % of the loop by A/B on a TPU v5e,
+    went unsaid)."""
+    import metrics
+
+    data = np.ones((8, 16, 32), np.float32)
+
+    @jax.jit
+    def other(w, x):  # type: ignore[no-untyped-def]
+        return w + jnp.mean(x)
+
+    @jax.jit
+    def step(w, x):  # type: ignore[no-untyped-def]
+        return w - 1e-3 * jnp.mean(jnp.tanh(x @ w)), jnp.mean(x)
+
+    w = jnp.ones((32, 32))
+    other(w, jnp.asarray(data[0])).block_until_ready()  # the guessed step, first
+    w, _ = step(w, jnp.asarray(data[0]))  # the step's first call: in other's gap
+    for i in range(300):
+        w, loss = step(w, data[i % 8])  # THE LOOP
+    loss.block_until_ready()
+    loop = f"{__file__}:{line_of(__file__, '# THE LOOP')}"
+    s = metrics.snapshot()
+    assert s.steps is not None and "step" in s.steps.basis
+    site = next(x for x in s.sites if x.location == loop and x.kind == "implicit_to_device")
+    assert site.within == ""
+    assert site.phase == "step", (site.phase, site.within)
