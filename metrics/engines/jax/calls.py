@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 from metrics.engines.jax.context import CALL_FIELDS, JaxContext
 from metrics.engines.jax.gaps import at_call
-from metrics.engines.jax.library_step import library_function, user_frame
+from metrics.engines.jax.library_step import first_call, library_function, static_arguments
 from metrics.recording.callstats import evaluation
 from metrics.recording.journal import FOLD_AT
 from metrics.recording.sampling import TIME_EVERY, TIME_FIRST
@@ -120,7 +120,7 @@ class Owner:
     __slots__ = ("name", "graphs", "last_hash", "compiles", "nested_numpy", "usual_ns",
                  "numpy_args", "calls", "evaluation", "numpy_label", "copies_seen", "next_copy",
                  "copy_stats", "fed_back", "checks", "last_out", "library", "called_at",
-                 "numpy_run", "caller_code", "state_bytes", "feeds")
+                 "numpy_run", "caller_code", "state_bytes", "feeds", "statics")
     explicit = False  # a function the user wrapped in metrics.track is explicit
 
     def __init__(self, name: str) -> None:
@@ -168,6 +168,9 @@ class Owner:
         # on a timed call: (code, offset); () where none was on the stack.
         self.library = False
         self.called_at: tuple[Any, int] | tuple[()] | None = None
+        # A library function's static arguments (positions, names): where the
+        # user's function is looked for first (library_step.users_function).
+        self.statics: tuple[tuple[int, ...], tuple[str, ...]] = ((), ())
         # The user's code that calls it (the loop's, for the step), found at
         # its first call after other work (gaps.at_call); False: none.
         self.caller_code: Any = None
@@ -273,6 +276,8 @@ def _python_calls(fn: Callable[..., Any], owner: Owner, context: JaxContext, tim
                     eng.calls.flush()
             else:
                 _keyed_call(eng, owner, args, seq, start, end)
+            if owner.library and owner.called_at is None:  # (once: its first timed call)
+                first_call(eng.implicit._frames, owner, args, kwargs, sys._getframe(1))
             if owner.checks:  # its first calls: does its output feed the next?
                 note_feedback(owner, args, out, state.checking)
             if owner is not state.step_owner:
@@ -281,8 +286,6 @@ def _python_calls(fn: Callable[..., Any], owner: Owner, context: JaxContext, tim
             else:
                 eng.thread_busy.tick(end)  # (a thread CPU-time read once a second)
             eng.device_times.offer(owner, start, given, out)  # timed off this thread
-            if owner.library and owner.called_at is None:
-                owner.called_at = user_frame(eng.implicit._frames, sys._getframe(1))
         except Exception as e:  # noqa: BLE001 - a hook never raises into the program
             eng.rec.hook_failed("jax.jit", e)
         return out
@@ -338,6 +341,8 @@ def _owner_for(fun: object, jitted: object, options: dict[str, object], kind: st
         eng = context.active
         if eng is not None:
             owner.library = library_function(eng.implicit._frames, fun)
+            if owner.library:
+                owner.statics = static_arguments(fun, options)
     return owner
 
 
