@@ -121,6 +121,11 @@ class CallTimes:
         return self._add_parts([(owner, n, n * (self.mean_ns(owner) or 0), None, 0)
                                 for owner, n in counts.items()], untimed=True)
 
+    def last_end(self, owner: Any) -> int | None:
+        """Monotonic ns of the end of ``owner``'s latest timed call folded (None: none)."""
+        f = self.by_key.get((owner.name, bool(getattr(owner, "explicit", False))))
+        return None if f is None or f.first is None else f.last
+
     def mean_ns(self, owner: Any) -> int | None:
         """Mean host ns of ``owner``'s calls, what an untimed one is taken
         at: over its timed calls that did not compile (``usual_ns``) when it

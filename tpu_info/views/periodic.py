@@ -100,8 +100,9 @@ def _jax_measured(s: Snapshot) -> str:
     the usual step or the device's work left on the training steps queued
     before it, up to its first read's return (all that wait where it had
     sent no work of its own before; else their count x the step's measured
-    device time). Without that device time, an upper bound where a gap
-    called a jitted function before its first read."""
+    device time, at the top of its samples' spread). Without that device
+    time, an upper bound where a gap called a jitted function before its
+    first read."""
     dev = step_device_seconds(s)
     head = (f"{_MEASURED[False]}, less the usual step or the device's work left on the "
             "training steps queued before it, up to its first read's return (all that wait "
@@ -109,8 +110,9 @@ def _jax_measured(s: Snapshot) -> str:
     if dev is None:
         return (f"{head} an upper bound: the step's device time was not measured, and a wait "
                 "for those steps, which run either way, is in it)")
-    return (f"{head} their count x {duration(dev[0])} a step, median of {dev[1]} timed "
-            "executions)")
+    return (f"{head} their count x the step's device time at the upper quartile of its "
+            f"{dev[1]} timed executions, median {duration(dev[0])}: the queue is never "
+            "short by their spread)")
 
 
 def part_of_periodic_work(s: Snapshot, site: SiteReading,

@@ -127,10 +127,7 @@ class JaxContext:
         call (a training step's state; ``Owner.fed_back``), then more calls (the step watch ranks
         by time once it can: :meth:`name_step`)."""
         lead = cast("Owner | None", self.step_owner)  # (guessed only while none is named)
-        if lead is None or ((owner.explicit, not owner.evaluation, not owner.library,
-                             owner.fed_back > 0, owner.calls)
-                            > (lead.explicit, not lead.evaluation, not lead.library,
-                               lead.fed_back > 0, lead.calls)):
+        if lead is None or (step_rank(owner), owner.calls) > (step_rank(lead), lead.calls):
             self.step_owner = owner
             self.gap_owner = None
 
@@ -141,12 +138,16 @@ class JaxContext:
         A function named by time whose output never fed its next call stays
         a guess (:meth:`step_candidate` may still replace it): a save in the
         first second names an evaluation run before the loop, and every
-        call of the loop's step would be a gap of it until the next naming."""
+        call of the loop's step would be a gap of it until the next naming;
+        so does one whose name says evaluation (optax's mlp_mnist: nnx.jit's
+        eval_step hands the model's state back, and its 40 calls before the
+        loop named it at a scrape: the loop's reads took its call count as
+        their step, six prints every 20 steps one occurrence)."""
         if step is None or step is not self.step_owner:
             self.gap_owner = None
         self.step_owner = step
-        self.step_named = step is not None and (getattr(step, "explicit", True)
-                                                or getattr(step, "fed_back", 1) > 0)
+        self.step_named = step is not None and (getattr(step, "explicit", True) or (
+            getattr(step, "fed_back", 1) > 0 and not getattr(step, "evaluation", False)))
 
     def note_compile(self, graph_hash: str) -> None:
         """Counts one compile (the engine calls it) and notes its graph for
@@ -188,6 +189,15 @@ class JaxContext:
         eng = self.active
         if eng is not None and isinstance(error, Exception):
             eng.rec.hook_failed(where, error)
+
+
+def step_rank(step: object) -> tuple[bool, bool, bool, bool]:
+    """What makes a step function more likely the loop's than another, before
+    time and calls: tracked, a name that does not say evaluation, the user's
+    own (not a library's), its output fed to its next call. Marked steps
+    (no such attributes) rank first."""
+    return (getattr(step, "explicit", True), not getattr(step, "evaluation", False),
+            not getattr(step, "library", False), getattr(step, "fed_back", 1) > 0)
 
 
 # The process's context: the adapter's entry points (``create``, ``track``)

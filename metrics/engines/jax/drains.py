@@ -28,6 +28,19 @@ read that waited for :data:`DEEP_QUEUE` steps or more found the host that
 far ahead: it costs at most its latency and the device's idle after the
 previous read (that read's end to the step's next call, measured).
 
+The steps' device time is taken at the top of its samples' spread (their
+upper quartile: :data:`SPREAD`), as the gaps' queued work is
+(:func:`~metrics.engines.jax.gaps.queued_ns`): under CPU contention the
+samples spread wide, and their median can fall short of the device's
+period (optax's mlp_mnist at load 4 to 6: a median of 36 ms
+against a 40.5 ms step; 20 steps of that shortfall are 90 ms a print, where
+removing the print saved nothing in 5 paired A/B rounds). ``h + w - max(h,
+d)`` only falls as ``d`` grows, so the drain said is the least one the
+samples allow: a drain inside their spread is not claimed. A read whose
+step index is below the previous read's followed another step function's
+(an evaluation before the loop): its steps since are all the new one's
+calls, at most.
+
 So a print every 20 steps of a device-bound loop costs about ``L`` (its
 wait is 20 steps of device work); a ``float(loss)`` every step costs about
 ``L`` plus whatever of the host's time the device could have overlapped.
@@ -69,16 +82,21 @@ DEVICE_BOUND_NUM, DEVICE_BOUND_DEN = 9, 10
 # samples can fall short of the period by more than 10 % (hk_transformer:
 # 26.45 ms against 29.5, 89.7 %: 153 ms a log).
 DEEP_QUEUE = 2
+# The steps' device time a read's stretch is costed with: the samples' upper
+# quartile (DeviceTimes.upper_ns), not their median (module docstring).
+SPREAD = "upper quartile"
 
 
 class Model(NamedTuple):
-    """What a read is costed with: the step's device ns per execution and the
-    sync latency (None: not measured), each with the samples it stands on."""
+    """What a read is costed with: the step's device ns per execution (the
+    samples' median, and their upper quartile: :data:`SPREAD`) and the sync
+    latency (None: not measured), each with the samples it stands on."""
 
     device_ns: int | None = None
     latency_ns: int | None = None
     device_samples: int = 0
     latency_samples: int = 0
+    device_top_ns: int | None = None  # the samples' upper quartile (None: the median)
 
     def cost(self, h: int, w: int, steps: int | None) -> int:
         """One read's cost in ns: ``h + w - max(h, d)`` (module docstring);
@@ -87,10 +105,11 @@ class Model(NamedTuple):
         lat = self.latency_ns
         lo = w if lat is None else max(0, w - lat)  # the wait less its latency: device work
         d = lo
-        if self.device_ns is not None and steps is not None and steps >= 0:
+        dev = self.device_ns if self.device_top_ns is None else self.device_top_ns
+        if dev is not None and steps is not None and steps >= 0:
             top = h + w - (lat or 0)
-            d = min(max(steps * self.device_ns, lo if lat is not None else 0), top)
-            if steps * self.device_ns * DEVICE_BOUND_DEN >= top * DEVICE_BOUND_NUM:
+            d = min(max(steps * dev, lo if lat is not None else 0), top)
+            if steps * dev * DEVICE_BOUND_DEN >= top * DEVICE_BOUND_NUM:
                 d = top  # device-bound: busy the whole stretch (DEVICE_BOUND_NUM)
         return max(0, min(w, h + w - max(h, d)))
 
@@ -118,6 +137,7 @@ def drains(kinds: Sequence[int], starts: Sequence[int], ends: Sequence[int],
     # Model.cost inlined (a read every step: this loop is the fold's cost per
     # record; function calls, max and min, would triple it).
     lat, dev = model.latency_ns, model.device_ns
+    top_dev = dev if model.device_top_ns is None else model.device_top_ns  # SPREAD
     j, spans = 0, len(compiles)  # the first compile span not before the stretch
     for i in [i for i, k in enumerate(kinds) if k in _WAITS or k == GAP_END]:
         s, e = starts[i], ends[i]
@@ -140,10 +160,12 @@ def drains(kinds: Sequence[int], starts: Sequence[int], ends: Sequence[int],
         if w < 0:
             w = 0
         step = steps[i] if steps is not None and steps[i] != e else None
+        if step is not None and last_step is not None and step < last_step:
+            last_step = 0  # another step function's count before: all of this one's calls
         lo = w if lat is None else (w - lat if w > lat else 0)  # the wait less its latency
         d = lo
         if dev is not None and step is not None and last_step is not None and step >= last_step:
-            d = (step - last_step) * dev
+            d = (step - last_step) * top_dev
             if lat is not None and d < lo:
                 d = lo
             top = h + w - (lat or 0)
@@ -185,10 +207,12 @@ class Drains:
         if times is None:
             return Model()
         step = self.impl.context.step_owner
-        dev = times.device_ns(step) if step is not None and hasattr(step, "graphs") else None
+        measured = step is not None and hasattr(step, "graphs")
+        dev = times.device_ns(step) if measured else None
         lat = times.latency_ns()
         return Model(dev[0] if dev else None, lat[0] if lat else None,
-                     dev[1] if dev else 0, lat[1] if lat else 0)
+                     dev[1] if dev else 0, lat[1] if lat else 0,
+                     times.upper_ns(step) if dev else None)
 
     def _compiles(self, starts: list[int]) -> list[tuple[int, int]]:
         """The compile spans that can fall in this batch's stretches (from the

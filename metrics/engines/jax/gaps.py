@@ -32,8 +32,9 @@ evaluation that starts with ``float(loss)``). Else the ``n`` steps
 dispatched since the step's previous call after a gap (its ``GAP_END``)
 start on the device no earlier than that call or the end of the previous
 gap's device work, whichever is later, and each takes the step's measured
-device time ``d`` (the median of the samples
-:mod:`~metrics.engines.jax.device_time` timed off the training thread): they
+device time ``d`` (the upper quartile of the samples
+:mod:`~metrics.engines.jax.device_time` timed off the training thread: the
+top of their spread, so the queue is never short by their shortfall): they
 end at ``max(resume, free) + n * d`` at the earliest, and ``Q`` is what of
 that lies after the gap's start, up to the first wait's return. Without a
 measured ``d`` (or before any ``GAP_END``) that ``Q`` is 0 and the figure an
@@ -308,11 +309,12 @@ class Gaps:
                     o.within = lead
 
     def _device_ns(self, step: Any) -> int | None:
-        """The step function's median device ns per execution (device_time.py),
+        """The step function's device ns per execution (device_time.py), at the
+        top of its samples' spread (their upper quartile, as a read's drain:
+        drains.SPREAD; the queue is never short by the samples' shortfall),
         or None where not measured."""
         times = getattr(getattr(self.impl, "drains", None), "times", None)
-        got = times.device_ns(step) if times is not None else None
-        return got[0] if got else None
+        return times.upper_ns(step) if times is not None else None
 
     def clear(self) -> None:
         self.open = None

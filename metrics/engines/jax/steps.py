@@ -27,6 +27,7 @@ from collections import deque
 from typing import TYPE_CHECKING
 
 from metrics.engines.compile_steps import compile_step_time
+from metrics.engines.jax.context import step_rank
 from metrics.engines.jax.executions import Executions
 from metrics.engines.jax.library_step import users_line
 from metrics.engines.jax.sites import SyncLine
@@ -94,16 +95,26 @@ class StepWatch:
         later device->host reads: marked steps when the program marks them,
         else the tracked or inferred step function (by time, as
         :meth:`steps`); no change while none is known (the jit wrapper's
-        guess stands)."""
+        guess stands), nor while the guess outranks that function on all
+        but time and calls (:func:`~metrics.engines.jax.context.step_rank`)
+        and was called after it: the loop's step in its first calls, fewer
+        than ``MIN_CALLS``, beside an evaluation run before the loop."""
         rec = self.runs.rec
         if rec.steps_so_far():
             if not isinstance(context.step_owner, MarkedSteps):
                 context.name_step(MarkedSteps(rec))
             return
         self.runs.journal.flush()
-        owner = self.runs.call_times.step_owner()
-        if owner is not None:
-            context.name_step(owner)
+        times = self.runs.call_times
+        owner = times.step_owner()
+        if owner is None:
+            return
+        lead = context.step_owner
+        if (lead is not None and lead is not owner and not isinstance(lead, MarkedSteps)
+                and step_rank(lead) > step_rank(owner)
+                and (times.last_end(lead) or 0) > (times.last_end(owner) or 0)):
+            return  # a guess called since that outranks it: the time leader lacks its calls
+        context.name_step(owner)
 
     def forget(self) -> None:
         """Starts over (``metrics.clear_*``): no marks before now."""

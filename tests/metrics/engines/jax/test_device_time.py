@@ -135,6 +135,90 @@ def test_a_read_after_the_steps_compile_is_not_charged_the_wait_the_compile_dela
     assert per == [45 * MS]  # (without the compile span: the whole wait)
 
 
+def test_a_drain_inside_the_device_time_samples_spread_is_not_claimed():
+    # optax's mlp_mnist under CPU contention (load 4 to 6): a print every 20
+    # steps of a device-bound loop, 40.5 ms a step; the watcher's samples
+    # spread wide (wake-ups late under contention): a median of 36 ms, an
+    # upper quartile above the step. With d = 20 x 36 ms the 4.5 ms a step
+    # short landed on the read: 90 ms a print, where removing the print saved
+    # nothing in 5 paired A/B rounds. Costed at the top of the samples'
+    # spread, the stretch is the device's, and the read costs its latency.
+    lat = 100_000
+    m = Model(device_ns=36 * MS, latency_ns=lat, device_samples=30, latency_samples=8)
+    h = 20 * 15 * MS  # the host's 20 steps of dispatch
+    w = 20 * 40_500_000 - h + lat  # then the read waits for the rest of the queue
+    assert m.cost(h, w, steps=20) == h + w - 20 * 36 * MS  # the median's 90 ms
+    spread = m._replace(device_top_ns=41 * MS)
+    assert spread.cost(h, w, steps=20) == lat
+    per, _ = drains([0], [h], [h + w], last_end=0, steps=[21], model=spread, last_step=1)
+    assert per == [lat]
+    # A read the host's own time bounds (host 40 ms a step, device 10 to 14
+    # ms): its whole wait, however the device's time is taken.
+    hb, wb = 20 * 40 * MS, 30 * MS
+    wide = Model(device_ns=10 * MS, latency_ns=lat, device_top_ns=14 * MS)
+    assert wide.cost(hb, wb, steps=20) == wb
+    per, _ = drains([0], [hb], [hb + wb], last_end=0, steps=[21], model=wide, last_step=1)
+    assert per == [wb]
+    # The loop's first print after an evaluation's reads (the step index of
+    # another function, 40, before): its steps since are the new step's own
+    # calls (1 here), not unknown (its wait taken as all device work).
+    h1, w1 = 20 * MS, 30 * MS + lat
+    per, _ = drains([0], [h1], [h1 + w1], last_end=0, steps=[1], model=spread, last_step=40)
+    assert per == [spread.cost(h1, w1, steps=1)] == [h1 + w1 - 41 * MS]
+
+
+def test_a_print_every_20_steps_of_a_device_bound_loop_after_an_evaluation_raises_nothing(
+        fresh_metrics):
+    # The same program's shape, real: an evaluation before the loop whose
+    # function hands its state back, a device-bound step, a two-line
+    # f-string print of two device values every 20 steps. Removing such a
+    # print saves nothing: no finding at it, and its 15 prints counted.
+    import sys
+
+    import jax
+    import jax.numpy as jnp
+
+    import metrics
+    from tpu_info.views.findings import find
+
+    @jax.jit
+    def train_step(w, x):
+        for _ in range(4):
+            x = jnp.tanh(x @ w)
+        return w - 1e-4 * x.T @ x, jnp.mean(x)
+
+    @jax.jit
+    def eval_step(w, x):
+        return w, jnp.mean(jnp.tanh(x @ w))
+
+    w, x = jnp.eye(256) * 0.5, jnp.ones((256, 256))
+    for i in range(40):
+        w, _ = eval_step(w, x + i)
+        if i == 30:
+            metrics.snapshot()  # a scrape
+    for i in range(300):
+        w, loss = train_step(w, x)
+        if i == 0:
+            metrics.snapshot()
+        if i % 20 == 0:
+            print(
+                f"Step {i}, loss: {loss:.4f}, w:"  # the print
+                f" {w[0, 0]:.2f}", file=sys.stderr)
+    s = metrics.snapshot()
+    (read,) = [r for r in s.sites if r.kind == "sync" and r.location.endswith(
+        f":{_line_of('# the print')}")]
+    assert (read.count, read.occurrences, read.steps_spanned) == (30, 15, 280)
+    assert read.drain_seconds is not None and read.drain_seconds < 0.2 * read.seconds
+    assert not [f for f in find(s) if f.location == read.location], [
+        f.message for f in find(s) if f.location == read.location]
+
+
+def _line_of(text: str) -> int:
+    from tests.lines import line_of
+
+    return line_of(__file__, text)
+
+
 class _Slow:
     """An output whose completion the test holds back."""
 

@@ -160,3 +160,37 @@ def test_an_evaluation_of_two_splits_every_50_steps_from_step_0_says_every_50(fr
     read = _site(metrics.snapshot(), "total += float(loss_fn(w, b))  # the split's loss")
     assert read.count == 10
     assert (read.occurrences, read.steps_spanned) == (5, 200)
+
+
+def test_a_print_every_20_steps_after_an_evaluation_that_hands_its_state_back(fresh_metrics):
+    # optax's mlp_mnist notebook: nnx.jit's eval_step hands the model's state
+    # back (its output feeds its next call), and the test-set evaluation
+    # before the loop (40 batches) had the most time at a scrape then: it was
+    # named the step, so the loop's reads took its call count (40) as their
+    # step until the next scrape named train_step: a two-line f-string print
+    # every 20 steps read "10 times, every 27 steps" (15 ran, every 20). A
+    # scrape in the loop's first steps (train_step under MIN_CALLS calls)
+    # must not name the evaluation again.
+    import metrics
+
+    def evaluate(w, b):  # (its name says evaluation)
+        return w, jnp.sum(w * b)
+
+    step, eval_step = jax.jit(train_step), jax.jit(evaluate)
+    w, x = jnp.ones(8), jnp.arange(8.0)
+    for i in range(40):
+        w, _ = eval_step(w, jnp.full(8, float(i)))
+        if i == 30:
+            metrics.snapshot()  # a scrape (the saved run's checkpoint)
+    printed = []
+    for i in range(300):
+        w, loss = step(w, x)
+        if i == 0:
+            metrics.snapshot()  # train_step under MIN_CALLS calls: the evaluation leads
+        if i % 20 == 0:
+            printed.append(
+                f"Step {i}, loss: {loss:.4f}, w:"  # the print's f-string
+                f" {w[0]:.2f}")
+    read = _site(metrics.snapshot(), "f\"Step {i}, loss: {loss:.4f}, w:\"  # the print's")
+    assert read.count == 30
+    assert (read.occurrences, read.steps_spanned) == (15, 280)
