@@ -14,8 +14,11 @@ Programs (``--program``), plain ``jax.jit`` but ``flax``:
   machine they come from its own index, ``reference/tpu-machine.md``).
 - ``optax``: the same feeding into a plain ``jax.jit`` step that updates its
   parameters with an optax optimizer (issue 41: "a flax or optax example").
-  For these three, ``--fix prefetch`` makes B the advice taken (each step's
-  batches ``jax.device_put`` one step ahead) instead of a data set put once.
+  For these three, ``--fix prefetch`` makes B each step's batches
+  ``jax.device_put`` one step ahead on the training thread, and (flax, optax)
+  ``--fix thread`` puts them ahead in a loader thread, instead of a data set
+  put once (on the TPU v5e the put one step ahead on the training thread
+  made the loop slower than the copy it replaced: bench/RESULTS-TPU.md).
 - ``eval``: an evaluation (another jitted function over several batches, its
   loss read once) every N steps; B skips it. Its cost is periodic work
   (``periodic_evaluation``: the loop's gaps it took, measured by the hook).
@@ -158,6 +161,16 @@ if program == "optax":  # an optax optimizer in a plain jax.jit step
 batches = [on_device[k] for k in range(64)]  # B: device-resident, no per-step work
 # P (--fix prefetch): the advice taken: each step's batches put one step ahead
 ahead = (jax.device_put(data[0]), jax.device_put(data[1]))
+if variant == "T":  # T (--fix thread): a loader thread puts each step's batches ahead
+    import queue, threading
+    loaded = queue.Queue(maxsize=2)
+
+    def loader():
+        for i in range(steps):
+            j = i % 63
+            loaded.put((jax.device_put(data[j]), jax.device_put(data[j + 1])))
+
+    threading.Thread(target=loader, daemon=True).start()
 jax.block_until_ready(batches)
 t0 = time.perf_counter()
 for i in range(steps):
@@ -183,6 +196,8 @@ for i in range(steps):
             x, y = data[j], data[j + 1]
         elif variant == "P":
             (x, y), ahead = ahead, (jax.device_put(data[j + 1]), jax.device_put(data[(j + 2) % 64]))
+        elif variant == "T":
+            x, y = loaded.get()
         else:
             x, y = batches[j], batches[j + 1]
         if program == "flax":
@@ -251,17 +266,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steps", type=int, default=600)
     p.add_argument("--size", type=int, default=512, help="the model's width (matmul size)")
     p.add_argument("--pairs", type=int, default=3, help="alternated A/B runs")
-    p.add_argument("--fix", choices=("resident", "prefetch"), default="resident",
-                   help="B for numpy/flax/optax: batches on the device from the start, or "
-                        "the advice taken (each step's batches put one step ahead)")
+    p.add_argument("--fix", choices=("resident", "prefetch", "thread"), default="resident",
+                   help="B for flax/optax (numpy: not thread): batches on the device from the "
+                        "start, each step's batches put one step ahead on the training "
+                        "thread, or put ahead by a loader thread")
     args = p.parse_args(argv)
     path = Path(os.environ.get("TMPDIR", "/tmp")) / "tpu_costs_program.py"
     path.write_text(PROGRAM)
     runs: dict[str, list[dict]] = {"A": [], "B": []}
     for _ in range(args.pairs):
         for v in ("A", "B"):
-            runs[v].append(_run(path, args.program, "P" if v == "B" and args.fix == "prefetch"
-                                else v, args.steps, args.every, args.size, args.unroll))
+            b = {"prefetch": "P", "thread": "T"}.get(args.fix, "B")
+            runs[v].append(_run(path, args.program, b if v == "B" else v, args.steps,
+                                args.every, args.size, args.unroll))
     a = median([r["loop"] for r in runs["A"]])
     b = median([r["loop"] for r in runs["B"]])
     said = median([sum(f["seconds_lost"] for f in r["findings"]) for r in runs["A"]])
