@@ -59,6 +59,11 @@ class PeriodicWork(enum.StrEnum):
     # Another jitted function whose output the step takes (``augment(batch)``
     # before ``train_step``): the step's input, made between its calls.
     INPUT = "input"
+    # JAX: a read that waited for device work sent in the gap beyond the
+    # training steps' queue (their count x the step's measured device time),
+    # work the hook did not see called: eager ops JAX runs in C++ after their
+    # first call (an un-jitted evaluation). Led by the read.
+    DEVICE_WORK = "device_work"
 
 
 class Phase(enum.StrEnum):

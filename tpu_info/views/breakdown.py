@@ -307,7 +307,9 @@ def breakdown(s: Snapshot) -> Breakdown | None:
             parts.append(Part("steps", steady, f"{steps.count:,} steps"))
             step_w = steady / steps.count if steady > 0 else None
     for work, seconds in sorted(periodic.items()):
-        parts.append(Part(work, seconds, "its gaps' wall time"))
+        # device_work: device work a read in the gaps waited for, sent by no call seen
+        parts.append(Part("unseen work" if work == "device_work" else work, seconds,
+                          "its gaps' wall time"))
     used = sum(p.seconds for p in parts)
     overlap = max(0.0, used - run)
     if run - used > 0:

@@ -74,7 +74,9 @@ def size_words(nbytes: float) -> str:
     return f"{nbytes:.0f} B"
 
 
-LED = frozenset({"evaluation", "checkpoint"})  # PeriodicWork values said here
+# PeriodicWork values said here (device_work: a read that waited for device
+# work sent in the gap, unseen: an eager evaluation).
+LED = frozenset({"evaluation", "checkpoint", "device_work"})
 PER_STEP_GAPS = 0.5  # gaps after at least this share of the steps: work of every step
 
 

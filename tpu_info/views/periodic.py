@@ -58,6 +58,10 @@ WARN_SHARE = 0.05
 STEP_INFO_SHARE = 0.05
 STEP_WARN_SHARE = 0.2
 _STEP_ADVICE = {
+    # No line of its own seen: what it is, when the eager ops beside it say so.
+    "device_work": ("If it is an evaluation in eager code, jit it (its ops then run as one "
+                    "compiled call, not one dispatch each), and evaluate less often or on "
+                    "fewer batches."),
     "evaluation": ("Run it every N steps (every 10 or 100: its cost falls N-fold) or only at "
                    "the end; if it must see every step, compute what it needs inside the "
                    "jitted step and read that back every N steps."),
@@ -67,6 +71,10 @@ _STEP_ADVICE = {
 }
 
 _ADVICE = {
+    # No line of its own seen: what it is, when the eager ops beside it say so.
+    "device_work": ("If it is an evaluation in eager code, jit it (its ops then run as one "
+                    "compiled call, not one dispatch each), and evaluate less often or on "
+                    "fewer batches."),
     "evaluation": ("Evaluate less often or on fewer batches; or run the evaluation loop on "
                    "the device (its batches put there once, the loop in lax.scan or "
                    "fori_loop) so the host dispatches it once."),
@@ -74,6 +82,10 @@ _ADVICE = {
                    "and writes in a background thread while the steps go on)."),
 }
 _TORCH_ADVICE = {
+    # No line of its own seen: what it is, when the eager ops beside it say so.
+    "device_work": ("If it is an evaluation in eager code, jit it (its ops then run as one "
+                    "compiled call, not one dispatch each), and evaluate less often or on "
+                    "fewer batches."),
     "evaluation": ("Evaluate less often or on fewer batches (fewer eval iterations), under "
                    "torch.inference_mode(), and with the model compiled for it once: an "
                    "evaluation at another batch size or grad mode recompiles."),
@@ -95,24 +107,32 @@ _MEASURED = {
 }
 
 
-def _jax_measured(s: Snapshot) -> str:
+def _jax_measured(s: Snapshot, unseen: bool = False) -> str:
     """What a JAX gap's time stands on (metrics/engines/jax/gaps.py): less
     the usual step or the device's work left on the training steps queued
     before it, up to its first read's return (all that wait where it had
-    sent no work of its own before; else their count x the step's measured
-    device time, at the top of its samples' spread). Without that device
-    time, an upper bound where a gap called a jitted function before its
-    first read."""
+    sent no work of its own before and waited no longer than those steps'
+    work could take; else their count x the step's measured device time, at
+    the top of its samples' spread). Without that device time, an upper
+    bound where a gap called a jitted function before its first read.
+    ``unseen``: a gap of device work sent by no call the hook saw, timed from
+    its read (the host's time in that work before the read is not in it: at
+    least this)."""
     dev = step_device_seconds(s)
     head = (f"{_MEASURED[False]}, less the usual step or the device's work left on the "
             "training steps queued before it, up to its first read's return (all that wait "
-            "where it had run nothing of its own before; else")
+            "where it had run nothing of its own before and waited no longer than those "
+            "steps could take; else")
     if dev is None:
         return (f"{head} an upper bound: the step's device time was not measured, and a wait "
                 "for those steps, which run either way, is in it)")
-    return (f"{head} their count x the step's device time at the upper quartile of its "
+    tail = (f"{head} their count x the step's device time at the upper quartile of its "
             f"{dev[1]} timed executions, median {duration(dev[0])}: the queue is never "
             "short by their spread)")
+    if unseen:
+        tail += ("; at least this: it starts at the read, and the host's time in that work "
+                 "before the read (its eager dispatch) is not in it")
+    return tail
 
 
 def part_of_periodic_work(s: Snapshot, site: SiteReading,
@@ -124,6 +144,22 @@ def part_of_periodic_work(s: Snapshot, site: SiteReading,
     # Its gaps' lines, and other work at the lead's own line (the eager
     # slicing of an evaluation's batches in its call).
     return site.within in led if site.within else site.location in led
+
+
+def _unseen_words(s: Snapshot, site: SiteReading) -> str:
+    """What a ``device_work`` gap held, in words: the device work its read
+    waited for beyond the training steps' queue, sent since the step's last
+    call by no jitted call the hook saw; an un-jitted evaluation where eager
+    ops were seen in the loop's gaps as often (their lines named)."""
+    eager = sorted({f"{short_location(x.location)} in {x.function}()" for x in s.sites
+                    if x.kind == SiteKind.EAGER_OP.value and x.phase == Phase.PERIODIC.value
+                    and 2 * x.occurrences >= site.occurrences})
+    head = (f"{site.detail} there waited for device work sent since the step's last call, "
+            "beyond the training steps' queued work, by no jitted call the hook saw")
+    if not eager:
+        return f"{head}: eager ops JAX runs in C++ after their first call?"
+    return (f"{head}: an un-jitted evaluation? eager ops at {', '.join(eager[:3])} ran in "
+            "the loop's gaps as often")
 
 
 def _what(site: SiteReading, between: bool) -> str:
@@ -183,10 +219,15 @@ def periodic_work(s: Snapshot) -> Iterable[Finding]:
         often = f"every {every:,.0f} steps" if every else f"{site.occurrences} times"
         part = f"; {', '.join(sorted(set(members))[:4])} ran in it" if members else ""
         share_text = f", {share_words(share)} of run time" if share is not None else ""
+        name = f"{site.work} at {short_location(site.location)} ({what} there)"
+        if site.work == "device_work":
+            name = (f"work the hook did not see, read at {short_location(site.location)} "
+                    f"({_unseen_words(s, site)})")
         message = (
-            f"{site.work} at {short_location(site.location)} ({what} there) runs in the step "
+            f"{name} runs in the step "
             f"loop's gaps {often} ({site.occurrences} times, {duration(each)} each"
-            f"{share_text}, measured: {_MEASURED[True] if between else _jax_measured(s)}, "
+            f"{share_text}, measured: "
+            f"{_MEASURED[True] if between else _jax_measured(s, site.work == 'device_work')}, "
             f"over {site.gaps} gap(s); "
             f"{how}{part}). {_advice(s, site.work, between)}")
         yield Finding(message, Severity.WARNING if (share or 0.0) >= WARN_SHARE
@@ -211,6 +252,8 @@ def per_step_work(s: Snapshot) -> Iterable[Finding]:
     if steps is None or not steps.count or engine_of(s).startswith("torch"):
         return
     for site in step_leads(s).values():
+        if site.work not in _STEP_ADVICE:
+            continue  # device work read every step: the read's own finding (its drain)
         c = cost_of(s, site.gap_seconds or 0.0, site.gaps, phase=Phase.STEP,
                     note=f"{_jax_measured(s)}, over {site.gaps:,} gaps")
         share = c.share_of_step

@@ -115,6 +115,10 @@ class JaxContext:
         # from it on before it: an eager op that waited for queued steps is
         # charged only its time past them (eager.py).
         self.gap_call: tuple[int, int, object] | None = None
+        # The step indices of the latest eager op and of the latest before it
+        # at another index (eager.py): ops at a step index after steps without
+        # any start a gap (an un-jitted evaluation's).
+        self.eager_step = self.eager_prev = -2
         # The functions in their first calls (calls.note_feedback): whose
         # output feeds which other function's call.
         self.checking: set[Owner] = set()

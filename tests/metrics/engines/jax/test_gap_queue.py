@@ -28,6 +28,9 @@ class _Times:
     def upper_ns(self, owner: Any) -> int | None:  # (all samples alike: the median)
         return self.ns
 
+    def latency_ns(self) -> tuple[int, int] | None:
+        return None
+
 
 class _Impl:
     """The transfer hook's parts a Gaps fold reads: its sites and drains."""
@@ -49,13 +52,18 @@ def _code(n: int) -> Any:
 EVAL_CODE, READ_CODE, LOG_CODE = _code(180), _code(183), _code(190)
 
 
-def _fold(device_ns: int | None, call_first: bool, reads: bool = True) -> int:
+def _fold(device_ns: int | None, call_first: bool, reads: bool = True,
+          late_ms: int = 0, second_ms: int = 10) -> Any:
     """Steps 1-50 sent at 56 ms each from t=1000 ms (the previous gap's end,
     a read: the step's call at step 1), 100 ms each on the device (so 2.2 s of them
     are left when the host gets to the gap at step 50, t=3800 ms); the gap:
     [a call at 3800 ms,] a read returning at 6100 ms (the queue, 2.3 s, and
     the gap's own 100 ms), 300 ms of its own after, the step's next call at
-    6400 ms. The gap's own time, ns."""
+    6400 ms. ``late_ms``: the read returns that much later (and the step's
+    next call), past the queue: device work the gap sent unseen;
+    ``second_ms``: the second read's wait (and the step's next call that much
+    later, less 10 ms). The gap's
+    own time, ns (the GapSite with ``late_ms``)."""
     impl = _Impl(device_ns)
     step = _Step()
     lead = object()
@@ -68,20 +76,51 @@ def _fold(device_ns: int | None, call_first: bool, reads: bool = True) -> int:
     rec += [GAP_END, None, 0, step, t0 + 1000 * MS, t0 + 1000 * MS, 0, 1]
     if call_first:
         rec += [CALL, EVAL_CODE, 0, "jit(sample)", t0 + 3800 * MS, t0 + 3800 * MS, 0, 50]
-    first_end = t0 + (6100 if call_first else 6000) * MS
+    first_end = t0 + ((6100 if call_first else 6000) + late_ms) * MS
     if reads:
         rec += [SYNC, READ_CODE, 0, "int index", t0 + 3800 * MS, first_end, 4, 50]
-        rec += [SYNC, READ_CODE, 0, "float()", t0 + 6350 * MS, t0 + 6360 * MS, 4, 50]
-    rec += [GAP_END, None, 0, step, t0 + 6400 * MS, t0 + 6400 * MS, 0, 51]
+        rec += [SYNC, READ_CODE, 0, "float()", t0 + (6350 + late_ms) * MS,
+                t0 + (6350 + late_ms + second_ms) * MS, 4, 50]
+    late_ms += second_ms - 10
+    rec += [GAP_END, None, 0, step, t0 + (6400 + late_ms) * MS, t0 + (6400 + late_ms) * MS,
+            0, 51]
     gaps.fold(rec)
     (g,) = [x for x in gaps.sites_of(step).values() if x.gaps]
-    return g.gap_ns
+    return g if late_ms else g.gap_ns
 
 
 def test_a_gap_that_reads_first_is_charged_past_its_first_read():
     # The read waited for the queued steps alone: 2.2 s of the 2.6 s gap.
     assert _fold(100 * MS, call_first=False) == 400 * MS
     assert _fold(None, call_first=False) == 400 * MS  # the wait itself says it
+
+
+def test_a_read_that_waits_past_the_queued_steps_is_charged_the_work_sent_unseen():
+    # jax's mnist examples: an eager accuracy() (its ops unseen, in C++)
+    # before a print each epoch. The read returns 1.5 s past the 50 steps'
+    # 5 s of device work (more than an eighth of it and the usual step): that
+    # wait is the gap's own, and the gap is device work, not logging.
+    g = _fold(100 * MS, call_first=False, late_ms=1500)
+    assert g.work == "device_work"
+    assert g.gap_ns == (6400 + 1500 - 3800 - 2200) * MS
+    # 600 ms past (within an eighth of 5 s: samples short of the period), the
+    # wait is the steps' and the gap the read's logging.
+    g = _fold(100 * MS, call_first=False, late_ms=600)
+    assert (g.work, g.gap_ns) == ("logging", 400 * MS)
+    # Unmeasured: nothing says the wait was not the queue's.
+    g = _fold(None, call_first=False, late_ms=1500)
+    assert (g.work, g.gap_ns) == ("logging", 400 * MS)
+
+
+def test_reads_that_wait_after_the_queue_is_done_are_device_work():
+    # mnist_classifier_fromscratch: the first print's read finds its eager
+    # accuracy() done (the eager dispatch waited out the queue), the second
+    # waits 1 s for the test set's. A read after the first waits for work
+    # sent in the gap.
+    g = _fold(100 * MS, call_first=False, late_ms=1, second_ms=1000)
+    assert g.work == "device_work"
+    assert g.gap_ns == (6400 + 1 + 990 - 3800 - 2200) * MS  # its wall less the queue
+    assert _fold(100 * MS, call_first=False, late_ms=1, second_ms=10).work == "logging"
 
 
 def test_a_gap_that_calls_first_is_charged_past_its_queued_steps_device_time():
