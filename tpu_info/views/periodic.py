@@ -112,8 +112,8 @@ def _jax_measured(s: Snapshot, unseen: bool = False) -> str:
     the usual step or the device's work left on the training steps queued
     before it, up to its first read's return (all that wait where it had
     sent no work of its own before and waited no longer than those steps'
-    work could take; else their count x the step's measured device time, at
-    the top of its samples' spread). Without that device time, an upper
+    work could take; else their count x the step's measured device time,
+    the median of its samples). Without that device time, an upper
     bound where a gap called a jitted function before its first read.
     ``unseen``: a gap of device work sent by no call the hook saw, timed from
     its read (the host's time in that work before the read is not in it: at
@@ -126,9 +126,8 @@ def _jax_measured(s: Snapshot, unseen: bool = False) -> str:
     if dev is None:
         return (f"{head} an upper bound: the step's device time was not measured, and a wait "
                 "for those steps, which run either way, is in it)")
-    tail = (f"{head} their count x the step's device time at the upper quartile of its "
-            f"{dev[1]} timed executions, median {duration(dev[0])}: the queue is never "
-            "short by their spread)")
+    tail = (f"{head} their count x {duration(dev[0])} a step, median of {dev[1]} timed "
+            "executions)")
     if unseen:
         tail += ("; at least this: it starts at the read, and the host's time in that work "
                  "before the read (its eager dispatch) is not in it")

@@ -304,13 +304,11 @@ def _transfer_advice(detail: str) -> str:
         return ("device_put the batch with its sharding in the data loader "
                 "(jax.device_put(batch, sharding)), ahead of the step.")
     if "asarray" in d or "array" in d.split("(")[0]:
-        return ("Convert the data once outside the loop (jax.device_put of the whole data set "
-                "if it fits) and index it on the device, instead of converting each batch in "
-                "the loop. " + PUT_AHEAD_NOTE)
+        return ("Convert the data once outside the loop (jax.device_put the whole data set if "
+                "it fits) and index it on the device. " + PUT_AHEAD_NOTE)
     if "jit" in d:
-        return ("Keep the data on the device: jax.device_put the whole data set once before "
-                "the loop if it fits, and index each batch there (in the step, or a jitted "
-                "gather). " + PUT_AHEAD_NOTE)
+        return ("Keep the data on the device: jax.device_put the whole data set once if it "
+                "fits, and index each batch there. " + PUT_AHEAD_NOTE)
     return "device_put the data once and keep it on the device. " + PUT_AHEAD_NOTE
 
 
@@ -318,9 +316,8 @@ def _transfer_advice(detail: str) -> str:
 # flax steps on two 0.5 MB numpy batches, host-bound): the data set put once
 # saved 166-283 us a step; a put per batch ahead of the step made the loop
 # slower by 258-516 us a step, on the training thread or a loader thread.
-PUT_AHEAD_NOTE = ("A jax.device_put of each batch ahead of the step, on the training thread "
-                  "or in a loader thread, moves the copy without removing it: on a TPU v5e it "
-                  "took more host time than the copy it replaced.")
+PUT_AHEAD_NOTE = ("A device_put of each batch one step ahead only moves the copy (slower on a "
+                  "TPU v5e).")
 
 
 _OUTSIDE_WORDS = {

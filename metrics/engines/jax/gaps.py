@@ -43,9 +43,8 @@ a wait said as 2.8 ms), ``Q`` is the model's, and a gap a read led is
 dispatched since the step's previous call after a gap (its ``GAP_END``)
 start on the device no earlier than that call or the end of the previous
 gap's device work, whichever is later, and each takes the step's measured
-device time ``d`` (the upper quartile of the samples
-:mod:`~metrics.engines.jax.device_time` timed off the training thread: the
-top of their spread, so the queue is never short by their shortfall): they
+device time ``d`` (the median of the samples
+:mod:`~metrics.engines.jax.device_time` timed off the training thread): they
 end at ``max(resume, free) + n * d`` at the earliest, and ``Q`` is what of
 that lies after the gap's start, up to the first wait's return. Without a
 measured ``d`` (or before any ``GAP_END``) that ``Q`` is 0 and the figure an
@@ -376,12 +375,14 @@ class Gaps:
         return got[0] if got else 0
 
     def _device_ns(self, step: Any) -> int | None:
-        """The step function's device ns per execution (device_time.py), at the
-        top of its samples' spread (their upper quartile, as a read's drain:
-        drains.SPREAD; the queue is never short by the samples' shortfall),
-        or None where not measured."""
+        """The step function's median device ns per execution (device_time.py),
+        or None where not measured. The median, not the top of the samples'
+        spread a read's drain takes (drains.SPREAD): a queue taken long
+        swallows the work a gap sent after it (an eager evaluation's wait
+        past the steps' queue, under load, read as queue and not said)."""
         times = getattr(getattr(self.impl, "drains", None), "times", None)
-        return times.upper_ns(step) if times is not None else None
+        got = times.device_ns(step) if times is not None else None
+        return got[0] if got else None
 
     def clear(self) -> None:
         self.open = None

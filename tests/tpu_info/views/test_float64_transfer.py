@@ -46,4 +46,4 @@ def test_a_float64_batch_is_told_to_be_made_float32_once(tmp_path: Path, astype:
     # Nested leaves (an (x, y) batch): the label learnt at the compile.
     assert ("float64" in site.detail) == sent64, site.detail
     assert ("converts to float32 on every call" in f.message) == sent64, f.message
-    assert "Put the batch on the device before the call" in f.message
+    assert "jax.device_put the whole data set once if it fits" in f.message

@@ -112,7 +112,7 @@ def test_a_gap_says_what_its_time_stands_on():
     # wait for them and says it is an upper bound.
     (measured,) = [f for f in find(_snapshot(0.1)) if f.kind == "periodic_evaluation"]
     assert "the device's work left on the training steps queued before it" in \
-        measured.message and "upper quartile of its 40 timed executions" in measured.message
+        measured.message and "a step, median of 40 timed executions" in measured.message
     assert "upper bound" not in measured.message
     (unknown,) = [f for f in find(_snapshot(None)) if f.kind == "periodic_evaluation"]
     assert "an upper bound" in unknown.message and "not measured" in unknown.message
