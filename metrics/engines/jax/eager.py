@@ -88,7 +88,6 @@ from metrics.engines.jax.sites import EAGER_OP, OVERFLOW, grouped_steps
 from metrics.engines.jax.startup import take_out
 from metrics.recording.journal import FOLD_AT, Journal
 from metrics.recording.recorder import Recorder
-from tpu_info.contract.model import INDEXING_OPS
 
 if TYPE_CHECKING:
     from jax._src.core import EvalTrace, Primitive
@@ -99,7 +98,7 @@ if TYPE_CHECKING:
 # while the device was busy (an input not ready, or the device-time watcher
 # waiting on a sampled call), this thread's CPU ns over it, else -1.
 FIELDS = 9
-MAX_NAMES = 4  # primitive names kept per site (an indexing one always: INDEXING_OPS)
+MAX_NAMES = 4  # primitive names kept per site
 # Not counted: host->device transfers (the transfer hooks count them) and a
 # PRNG key's wrapping and unwrapping (metadata only: no dispatch, no device work).
 _NOT_COUNTED = frozenset({"device_put", "stage", "random_wrap", "random_unwrap"})
@@ -235,12 +234,8 @@ class EagerOps:
                                       int(spent[i]), int(latest[i]), int(earliest[i]),
                                       steps[k] if tell else None)
                 names = site.detail.split(", ") if site.detail else []
-                if site.detail == OVERFLOW or name in names:
-                    continue
-                if len(names) < MAX_NAMES:
+                if site.detail != OVERFLOW and name not in names and len(names) < MAX_NAMES:
                     site.detail = ", ".join([*names, name])
-                elif name in INDEXING_OPS and not INDEXING_OPS.intersection(names):
-                    site.detail = ", ".join([*names[:-1], name])  # the advice reads it
 
     def _waits_out(self, flat: list[Any], ns: np.ndarray) -> None:
         """The ops that found an input not ready waited for queued device

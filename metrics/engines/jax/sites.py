@@ -26,7 +26,7 @@ import numpy as np
 from metrics.engines.jax.generators import in_generator
 from metrics.engines.jax.kinds import CALL, EAGER_OP, GET, IMPLICIT_H2D, SYNC
 from tpu_info.contract.diagnosis import PeriodicWork
-from tpu_info.contract.model import SiteKind, SiteReading
+from tpu_info.contract.model import INDEXING_OPS, SiteKind, SiteReading
 
 if TYPE_CHECKING:
     from metrics.engines.jax.implicit import ImplicitTransfers
@@ -90,7 +90,7 @@ def readings(impl: ImplicitTransfers) -> list[SiteReading]:
     gaps = gap_lines(impl)
     return [SiteReading(kind=_KIND_NAMES[kind], location=location, count=count,
                         bytes=nbytes, seconds=ns / 1e9, function=function,
-                        detail=", ".join(details[:4]),
+                        detail=", ".join(kept_names(details)),
                         last_seen_unix=last_end / 1e9 + to_unix,
                         first_seen_unix=first_end / 1e9 + to_unix, via=via,
                         occurrences=min(count, occurrences),
@@ -103,6 +103,21 @@ def readings(impl: ImplicitTransfers) -> list[SiteReading]:
                                    via, occurrences, first_step, last_step, drain, timed,
                                    timed_bytes, generator)
             in lines.items()]
+
+
+def kept_names(details: list[str], most: int = 4) -> list[str]:
+    """A line's first ``most`` details, and an indexing primitive's name
+    among them (:data:`~tpu_info.contract.model.INDEXING_OPS`: the views'
+    advice reads it) where the line's other instructions' names came first
+    (``jnp.reshape(...)[idx]``: reshape's call, then the subscript's gather).
+
+    >>> kept_names(["reshape", "transpose", "add", "select_n", "gather"])
+    ['reshape', 'transpose', 'add', 'gather']
+    """
+    out = details[:most]
+    if not INDEXING_OPS.intersection(out):
+        out[-1:] = [d for d in details[most:] if d in INDEXING_OPS][:1] or out[-1:]
+    return out
 
 
 def gap_lines(impl: ImplicitTransfers) -> dict[tuple[int, str], dict[str, Any]]:

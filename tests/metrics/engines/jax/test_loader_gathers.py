@@ -86,6 +86,21 @@ def test_an_eager_gather_in_a_generator_loader_is_read_as_in_a_generator(eng):
     assert not sites[f"{__file__}:{line_of(__file__, '# GATHER(plain)')}"].in_generator
 
 
+def test_an_indexing_op_stays_named_when_other_ops_filled_the_line_first(eng):
+    def batches(xs, n):
+        for start in range(0, 64 - n + 1, n):
+            idx = np.arange(start, start + n)
+            yield jnp.squeeze(jnp.expand_dims(jnp.transpose(jnp.reshape(xs, (4, 64))), 0))[idx]  # MANY
+
+    step = jax.jit(lambda w, x: w + jnp.sum(x))
+    w = jnp.zeros(())
+    for x in batches(jnp.ones((64, 4)), 8):
+        w = step(w, x)
+    sites = {s.location: s for s in eng.sites() if s.kind == "eager_op"}
+    names = sites[f"{__file__}:{line_of(__file__, '# MANY')}"].detail.split(", ")
+    assert "gather" in names and len(names) == 4 and "reshape" in names, names
+
+
 PROGRAM = textwrap.dedent("""
     import json
     import numpy as np
