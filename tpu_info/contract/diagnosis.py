@@ -46,6 +46,12 @@ class SiteKind(str, enum.Enum):
     SAVE = "save"
 
 
+# The primitives indexing binds (an EAGER_OP site's detail keeps one even
+# when its other names fill it): x[idx] with an index array (gather), x[i]
+# with an array or traced scalar (dynamic_slice), x[a:b] (slice).
+INDEXING_OPS = frozenset({"gather", "dynamic_slice", "slice"})
+
+
 class PeriodicWork(enum.StrEnum):
     """What the work in the step loop's gaps was (:attr:`SiteReading.work`),
     told by the hook from what ran there: another jitted function's calls
@@ -132,6 +138,10 @@ class SiteReading:
     gaps: int = 0
     gap_seconds: float | None = None
     within: str = ""
+    # The line runs in a generator function (a data loader that yields
+    # batches; a generator expression counts as the enclosing function's),
+    # which jit cannot hold. False: not, or not told.
+    in_generator: bool = False
 
 
 # StepsReading.source values.

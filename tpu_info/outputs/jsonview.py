@@ -215,7 +215,7 @@ def _target(t: TargetReadings, top_graphs: int | None) -> dict[str, Any]:
                 "detail": _s(x.detail), "count": x.count, "bytes": x.bytes,
                 "seconds": x.seconds, "drain_seconds": x.drain_seconds,
                 "work": _s(x.work), "gaps": x.gaps, "gap_seconds": x.gap_seconds,
-                "within": _s(x.within),
+                "within": _s(x.within), "in_generator": x.in_generator,
                 "last_seen_unix": x.last_seen_unix,
                 "first_seen_unix": x.first_seen_unix, "phase": site_phase(s, x).value,
                 "via": _s(x.via), "occurrences": x.occurrences,

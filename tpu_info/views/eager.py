@@ -21,11 +21,13 @@ from collections.abc import Iterable
 
 from tpu_info.contract.model import (
     CALLED_FROM,
+    INDEXING_OPS,
     EventKind,
     Finding,
     GraphRecord,
     Phase,
     Severity,
+    SiteReading,
     Snapshot,
     StepsReading,
 )
@@ -70,6 +72,54 @@ def not_jitted_step(line: str) -> str:
     return (f"The step, at {short_location(line)}, is not jitted (only the library functions "
             "it calls are): jit the function that holds that line, so its ops compile once "
             "per shape as one graph.")
+
+
+# Libraries that take arrays to the host (plots, tables, loggers, images):
+# eager ops at their frames convert the jax arrays the user handed them.
+_HOST_CONSUMERS = frozenset({"matplotlib", "seaborn", "plotly", "bokeh", "pandas", "PIL",
+                             "imageio", "wandb", "tensorboard", "tensorboardX", "mlflow"})
+
+
+def _host_consumer_advice(via: str) -> str | None:
+    """Advice for eager ops that ran inside a plotting or logging library
+    (``via`` "matplotlib _preprocess_data"); None for any other."""
+    top = via.split(" ", 1)[0] if via else ""
+    if top not in _HOST_CONSUMERS:
+        return None
+    return (f"{top} converts the jax arrays it is given, op by op: hand it host data "
+            f"(jax.device_get(x) or np.asarray(x), once) before the call.")
+
+
+def _generator_name(function: str) -> str:
+    """``batches.<locals>.<genexpr>`` -> ``batches()``: the generator function
+    a line's expression runs in."""
+    parts = [p for p in function.split(".<locals>.") if p and p != "<genexpr>"]
+    return f"{parts[-1]}()" if parts else "a generator"
+
+
+def _generator_advice(site: SiteReading, when: str) -> str | None:
+    """Advice for eager ops at a line in a generator function (a data loader
+    that yields batches: ``SiteReading.in_generator``), which jit cannot
+    hold; None for any other line. ``when``: how often it ran ("each step")."""
+    if not site.in_generator:
+        return None
+    name = _generator_name(site.function)
+    into = "the jitted step" if when == "each step" else "the jitted function it feeds"
+    if INDEXING_OPS & set(site.detail.split(", ")):
+        return (f"The data loader there, {name} (a generator, which jit cannot hold), "
+                f"indexes a jax.Array from Python {when}: keep the data set as numpy "
+                "(np.asarray once, before the loop) and index it on the host, so each batch "
+                f"goes to the device in one copy; or pass the indices into {into} and gather "
+                "there.")
+    return (f"They run in a generator, {name}, which jit cannot hold: do this work in "
+            f"{into}, or in numpy on the host before the batch goes to the device.")
+
+
+def eager_site_advice(site: SiteReading, when: str = "each step") -> str | None:
+    """Advice chosen from what the hook knows of an eager-op line: a
+    plotting or logging library it went through, or a generator it runs in
+    (``when``: how often it ran); None when neither (the caller's advice then)."""
+    return _host_consumer_advice(site.via) or _generator_advice(site, when)
 
 
 def step_function(s: Snapshot) -> str | None:

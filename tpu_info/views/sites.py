@@ -47,7 +47,7 @@ from tpu_info.views.cost import (
     step_leads,
     steps_of,
 )
-from tpu_info.views.eager import not_jitted_step
+from tpu_info.views.eager import eager_site_advice, not_jitted_step
 from tpu_info.views.periodic import part_of_periodic_work
 
 # A site is a finding when it ran in at least half the steps (or, steps
@@ -342,22 +342,6 @@ _OUTSIDE_NOUN = {SiteKind.SYNC.value: "sync", SiteKind.IMPLICIT_TO_DEVICE.value:
 _JUDGED = frozenset(_OUTSIDE_NOUN)
 
 
-# Libraries that take arrays to the host (plots, tables, loggers, images):
-# eager ops at their frames convert the jax arrays the user handed them.
-_HOST_CONSUMERS = frozenset({"matplotlib", "seaborn", "plotly", "bokeh", "pandas", "PIL",
-                             "imageio", "wandb", "tensorboard", "tensorboardX", "mlflow"})
-
-
-def _host_consumer_advice(via: str) -> str | None:
-    """Advice for eager ops that ran inside a plotting or logging library
-    (``via`` "matplotlib _preprocess_data"); None for any other."""
-    top = via.split(" ", 1)[0] if via else ""
-    if top not in _HOST_CONSUMERS:
-        return None
-    return (f"{top} converts the jax arrays it is given, op by op: hand it host data "
-            f"(jax.device_get(x) or np.asarray(x), once) before the call.")
-
-
 def _outside_finding(site: SiteReading, c: Cost) -> Finding | None:
     """A line that ran outside the step: said with when and what it cost each
     time, never per step; only when it took a share of the run worth it."""
@@ -373,7 +357,7 @@ def _outside_finding(site: SiteReading, c: Cost) -> Finding | None:
     else:
         head = (f"{site.detail or 'a read'} {where} copies "
                 f"{size_words(site.bytes / max(1, site.count))} to the device")
-    advice = ((site.kind == SiteKind.EAGER_OP.value and _host_consumer_advice(site.via))
+    advice = ((site.kind == SiteKind.EAGER_OP.value and eager_site_advice(site, "each time"))
               or _OUTSIDE_ADVICE.get(site.kind, ""))
     return Finding(
         f"{head} {_OUTSIDE_WORDS[c.phase]} ({c.words()}). {advice}".rstrip(),
@@ -390,7 +374,7 @@ def _finding(s: Snapshot, site: SiteReading) -> Finding | None:
     via = f" (via {site.via})" if site.via else ""
     if site.kind == SiteKind.EAGER_OP.value:
         st = steps_of(s)
-        advice = (_host_consumer_advice(site.via)
+        advice = (eager_site_advice(site)
                   or (not_jitted_step(st.step_line) if st is not None and st.step_line else
                       "Move them into the jitted step (or jit the helper that holds them)."))
         return Finding(

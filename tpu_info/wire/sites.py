@@ -32,7 +32,8 @@ def fill_diagnosis(msg: pb.Snapshot, s: Snapshot) -> None:
                       occurrences=site.occurrences, steps_spanned=site.steps_spanned,
                       drain_seconds=site.drain_seconds, timed=site.timed,
                       timed_bytes=site.timed_bytes, work=site.work, gaps=site.gaps,
-                      gap_seconds=site.gap_seconds, within=site.within)
+                      gap_seconds=site.gap_seconds, within=site.within,
+                      in_generator=site.in_generator)
     st = s.steps
     if st is not None:
         msg.steps.count = st.count
@@ -63,7 +64,7 @@ def _site(m: pb.Site, dec: Decoding) -> SiteReading:
         drain_seconds=(max(0.0, dec.num0(m.drain_seconds, where, "drain_seconds"))
                        if m.HasField("drain_seconds") else None),
         timed=m.timed, timed_bytes=m.timed_bytes,
-        work=text(m.work), gaps=m.gaps, within=text(m.within),
+        work=text(m.work), gaps=m.gaps, within=text(m.within), in_generator=m.in_generator,
         gap_seconds=(max(0.0, dec.num0(m.gap_seconds, where, "gap_seconds"))
                      if m.HasField("gap_seconds") else None),
     )

@@ -23,9 +23,10 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
+from metrics.engines.jax.generators import in_generator
 from metrics.engines.jax.kinds import CALL, EAGER_OP, GET, IMPLICIT_H2D, SYNC
 from tpu_info.contract.diagnosis import PeriodicWork
-from tpu_info.contract.model import SiteKind, SiteReading
+from tpu_info.contract.model import INDEXING_OPS, SiteKind, SiteReading
 
 if TYPE_CHECKING:
     from metrics.engines.jax.implicit import ImplicitTransfers
@@ -89,7 +90,7 @@ def readings(impl: ImplicitTransfers) -> list[SiteReading]:
     gaps = gap_lines(impl)
     return [SiteReading(kind=_KIND_NAMES[kind], location=location, count=count,
                         bytes=nbytes, seconds=ns / 1e9, function=function,
-                        detail=", ".join(details[:4]),
+                        detail=", ".join(kept_names(details)),
                         last_seen_unix=last_end / 1e9 + to_unix,
                         first_seen_unix=first_end / 1e9 + to_unix, via=via,
                         occurrences=min(count, occurrences),
@@ -97,11 +98,26 @@ def readings(impl: ImplicitTransfers) -> list[SiteReading]:
                         drain_seconds=drain / 1e9 if kind == SYNC else None,
                         timed=timed if kind == IMPLICIT_H2D else 0,
                         timed_bytes=timed_bytes if kind == IMPLICIT_H2D else 0,
-                        **gaps.get((kind, location), {}))
+                        in_generator=generator, **gaps.get((kind, location), {}))
             for (kind, location), (count, nbytes, ns, first_end, last_end, function, details,
                                    via, occurrences, first_step, last_step, drain, timed,
-                                   timed_bytes)
+                                   timed_bytes, generator)
             in lines.items()]
+
+
+def kept_names(details: list[str], most: int = 4) -> list[str]:
+    """A line's first ``most`` details, and an indexing primitive's name
+    among them (:data:`~tpu_info.contract.model.INDEXING_OPS`: the views'
+    advice reads it) where the line's other instructions' names came first
+    (``jnp.reshape(...)[idx]``: reshape's call, then the subscript's gather).
+
+    >>> kept_names(["reshape", "transpose", "add", "select_n", "gather"])
+    ['reshape', 'transpose', 'add', 'gather']
+    """
+    out = details[:most]
+    if not INDEXING_OPS.intersection(out):
+        out[-1:] = [d for d in details[most:] if d in INDEXING_OPS][:1] or out[-1:]
+    return out
 
 
 def gap_lines(impl: ImplicitTransfers) -> dict[tuple[int, str], dict[str, Any]]:
@@ -157,7 +173,7 @@ def sync_lines(impl: ImplicitTransfers) -> list[SyncLine]:
 def by_line(impl: ImplicitTransfers) -> dict[tuple[int, str], list[Any]]:
     """(kind, location) -> [count, bytes, ns, first end, last end, function,
     details, via, occurrences, first step, last step, drain ns, timed records,
-    timed bytes]: ``impl``'s
+    timed bytes, in a generator (:func:`~.generators.in_generator`)]: ``impl``'s
     sites merged per line, folded first. A line's occurrences are its
     instructions' (:func:`line_occurrences`; 0 for eager ops, whose count
     is already the times their line ran)."""
@@ -174,6 +190,7 @@ def by_line(impl: ImplicitTransfers) -> dict[tuple[int, str], list[Any]]:
                 for kind, s in held]
     for (kind, site, detail, count, nbytes, ns, first_end, last_end, occurrences, first_step,
          last_step, drain, timed, timed_bytes) in rows:
+        generator = False
         if detail == OVERFLOW:
             location, function, via = OTHER_SITES, "", ""
         else:
@@ -183,6 +200,7 @@ def by_line(impl: ImplicitTransfers) -> dict[tuple[int, str], list[Any]]:
                 site.via = impl.via(site.code, site.offset)
             location, function = site.where
             via = site.via
+            generator = in_generator(site.code)  # a flag read (an expression's: kept once)
         row = merged.get((kind, location))
         detail = detail or _GENERIC[kind]
         # An eager site's detail is its primitives' names, ", "-joined.
@@ -192,7 +210,7 @@ def by_line(impl: ImplicitTransfers) -> dict[tuple[int, str], list[Any]]:
         if row is None:
             merged[(kind, location)] = [count, nbytes, ns, first_end, last_end, function,
                                         details, via, occurrences, first_step, last_step, drain,
-                                        timed, timed_bytes]
+                                        timed, timed_bytes, generator]
             continue
         row[12] += timed
         row[13] += timed_bytes
@@ -204,6 +222,7 @@ def by_line(impl: ImplicitTransfers) -> dict[tuple[int, str], list[Any]]:
         row[4] = max(row[4], last_end)
         row[6].extend(d for d in details if d not in row[6])
         row[7] = row[7] or via
+        row[14] = row[14] or generator
         row[8] = max(row[8], occurrences)
         if first_step >= 0:  # -1: no step told (eager ops)
             row[9] = first_step if row[9] < 0 else min(row[9], first_step)
