@@ -265,7 +265,7 @@ class Gaps:
             k = kinds[i]
             if k == GAP_END:
                 if gap is not None and gap[0] < steps[i]:
-                    self._close(gap, ends[i], details[i])
+                    self._close(gap, ends[i], details[i], sizes[i])
                 gap = None
                 self.resume = (ends[i], steps[i])
                 continue
@@ -298,7 +298,7 @@ class Gaps:
         led the (latest) gap they were called in."""
         return self.called.get(step, {})
 
-    def _close(self, gap: list[Any], end: int, step: Any) -> None:
+    def _close(self, gap: list[Any], end: int, step: Any, blocked: int = 0) -> None:
         start = gap[1]
         wall = max(0, end - start)
         compiles = self.timeline.within(start, end) if self.timeline is not None and wall else 0
@@ -322,6 +322,14 @@ class Gaps:
                 if (model is not None and dev is not None and n > 1
                         and unseen_ns(first, model, gap[8], n, dev) > usual + self._latency_ns()):
                     queued, unseen = model, True
+        elif gap[4] and blocked and resume is not None:
+            # No wait, but its calls' dispatch blocked (the thread off the CPU
+            # ``blocked`` ns from its first call on): behind the queued steps,
+            # as far as their device time says (a write to disk blocks too).
+            dev = self._device_ns(step)
+            if dev is not None:
+                queued = min(blocked, queued_ns(max(resume[0], self.free_at), start, n, dev,
+                                                wall))
         self.free_at = gap[6] if gap[6] >= 0 else start + queued
         wall = own_ns(wall, queued, usual, compiles)
         counts = gap[2]
@@ -410,9 +418,15 @@ def at_call(context: JaxContext, owner: Owner, frame: Any) -> None:
     now = time.monotonic_ns()
     if owner is step:
         q = impl.queue
-        q.extend((GAP_END, None, 0, owner, now, now, 0, owner.calls))
+        blocked, began = 0, context.gap_cpu
+        if began is not None:  # (gaps with another function's calls only: rare)
+            context.gap_cpu = None
+            blocked = max(0, (now - began[0]) - (time.thread_time_ns() - began[1]))
+        q.extend((GAP_END, None, 0, owner, now, now, blocked, owner.calls))
         context.gap_call = (now, owner.calls, owner)
     elif not owner.explicit:
+        if context.gap_cpu is None:
+            context.gap_cpu = (now, time.thread_time_ns())
         loop = loop_frame(frame, getattr(step, "caller_code", None) or None)
         impl.record(CALL, loop or frame, now, now, 0, owner.name)
 

@@ -53,7 +53,7 @@ EVAL_CODE, READ_CODE, LOG_CODE = _code(180), _code(183), _code(190)
 
 
 def _fold(device_ns: int | None, call_first: bool, reads: bool = True,
-          late_ms: int = 0, second_ms: int = 10) -> Any:
+          late_ms: int = 0, second_ms: int = 10, blocked_ms: int = 0) -> Any:
     """Steps 1-50 sent at 56 ms each from t=1000 ms (the previous gap's end,
     a read: the step's call at step 1), 100 ms each on the device (so 2.2 s of them
     are left when the host gets to the gap at step 50, t=3800 ms); the gap:
@@ -82,8 +82,10 @@ def _fold(device_ns: int | None, call_first: bool, reads: bool = True,
         rec += [SYNC, READ_CODE, 0, "float()", t0 + (6350 + late_ms) * MS,
                 t0 + (6350 + late_ms + second_ms) * MS, 4, 50]
     late_ms += second_ms - 10
+    # (the step's next call: how long the thread was off the CPU since the
+    # gap's first call, gaps.at_call)
     rec += [GAP_END, None, 0, step, t0 + (6400 + late_ms) * MS, t0 + (6400 + late_ms) * MS,
-            0, 51]
+            blocked_ms * MS, 51]
     gaps.fold(rec)
     (g,) = [x for x in gaps.sites_of(step).values() if x.gaps]
     return g if late_ms else g.gap_ns
@@ -138,3 +140,16 @@ def test_a_gap_that_waits_for_nothing_holds_no_wait_for_the_queue():
     # Its 2.6 s are the host's own (its device work goes to the queue unseen):
     # less the usual step only, with or without the device time.
     assert _fold(100 * MS, call_first=True, reads=False) == (2600 - 56) * MS
+
+
+def test_a_gap_whose_calls_blocked_behind_the_queue_is_charged_past_it():
+    # optax's lookahead example: an evaluation's jitted calls and no read; the
+    # host blocked in their dispatch behind the ~20 queued train steps (the
+    # gap took 0.76-0.81 s, 0.17-0.21 s with the queue drained first; it was
+    # said at 805 ms). Here the thread was off the CPU 2.3 s of the 2.6 s gap,
+    # the 50 steps' queue 2.2 s past its start: its own 400 ms.
+    assert _fold(100 * MS, call_first=True, reads=False, blocked_ms=2300) == 400 * MS
+    # Blocked less than the queue: only that (a gap that waits on a disk too).
+    assert _fold(100 * MS, call_first=True, reads=False, blocked_ms=1000) == 1600 * MS
+    # The device time unmeasured: nothing says what it blocked on (upper bound).
+    assert _fold(None, call_first=True, reads=False, blocked_ms=2300) == (2600 - 56) * MS
