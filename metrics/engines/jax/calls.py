@@ -241,6 +241,11 @@ def _python_calls(fn: Callable[..., Any], owner: Owner, context: JaxContext, tim
             untimed = time_every - 1
         return timed_call(*args, **kwargs)
 
+    def next_timed() -> bool:  # a library's wrapper around the call times its own then
+        return not untimed
+
+    call._tpu_info_next_timed = next_timed  # type: ignore[attr-defined]  # (wrappers.py)
+
     def timed_call(*args: Any, **kwargs: Any) -> Any:
         eng = state.active
         if eng is None:
@@ -353,13 +358,15 @@ def wrap_jitted(jitted: Any, fun: object, options: dict[str, Any], kind: str,
     jitted function)."""
     if not callable(jitted) or not hasattr(jitted, "lower"):
         return jitted
-    wrapper = counting(jitted, _owner_for(fun, jitted, options, kind, context), context)
+    owner = _owner_for(fun, jitted, options, kind, context)
+    wrapper = counting(jitted, owner, context)
     for attr in (*getattr(jitted, "__dict__", {}), *_KEPT):
         try:
             setattr(wrapper, attr, getattr(jitted, attr))
         except (AttributeError, TypeError):
             continue
     wrapper._tpu_info_jitted = jitted  # type: ignore[attr-defined]  # metrics.track unwraps
+    wrapper._tpu_info_owner = owner  # type: ignore[attr-defined]  # a library's wrapper pairs
     return wrapper
 
 
