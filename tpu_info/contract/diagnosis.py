@@ -54,6 +54,8 @@ class SiteKind(str, enum.Enum):
 # A LIBRARY_JIT site's ``via``: flax's nnx.jit (its per-call graph split and
 # merge of the Modules and optimizer it is passed).
 NNX_JIT = "flax nnx.jit"
+# ... called through flax's nnx.cached_partial (its graph traversal cached).
+NNX_CACHED_PARTIAL = "flax nnx.cached_partial"
 
 
 class PeriodicWork(enum.StrEnum):

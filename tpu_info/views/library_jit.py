@@ -37,6 +37,7 @@ from collections.abc import Iterable
 from dataclasses import replace
 
 from tpu_info.contract.model import (
+    NNX_CACHED_PARTIAL,
     NNX_JIT,
     Finding,
     Phase,
@@ -69,6 +70,11 @@ _ADVICE = {
               "optimizer), then call step(batch) (flax's documented fix; it keeps some per-call "
               "work, so it saves less than this figure), or split the state once (nnx.split) "
               "and jax.jit a function of the state"),
+    NNX_CACHED_PARTIAL: ("what nnx.cached_partial leaves of flax's per-call work (its "
+                         "cached graph traversal, checks and the state's merge). To remove "
+                         "it, split the Modules and optimizer once (graphdef, state = "
+                         "nnx.split(...)) and jax.jit a function of the state that returns "
+                         "the new state, merging (nnx.update) only when the objects are needed"),
 }
 _GENERIC = ("the library's own per-call work on its arguments; pass the jitted function "
             "plain arrays, or use the library's way to cache that work")

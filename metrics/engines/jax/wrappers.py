@@ -14,8 +14,11 @@ at once where it already is), its wrapper class's ``__call__`` is replaced
 whose inner jitted call the hook times anyway (the inner wrapper's own
 schedule, :mod:`metrics.recording.sampling`: its next call is timed) also
 reads the clock around the whole call, and after it finds the inner call's
-timed record at the end of the calls journal: the wrapper's own time is the
-whole call less the inner one. A sample is dropped where the inner call
+timed record at the end of the calls journal (and the clock the inner
+wrapper read as it returned, once the hook's own work after the call was
+done: one more clock read on those calls): the wrapper's own time is the
+time before the inner call's timed span and after the inner wrapper
+returned. A sample is dropped where the inner call
 compiled, was not the one just recorded (another thread's, or the journal
 folded meanwhile), or did work of the hook's own off its timed span (a
 pre-put of numpy arguments, a first call's feedback check). Each wrapper
@@ -24,7 +27,9 @@ as one :class:`~tpu_info.contract.model.SiteReading` of kind
 ``library_jit`` at the user's line that called it (found on the first
 sample): ``seconds`` the median own time times the calls, ``timed`` the
 samples that median stands on, ``via`` the library call (``flax nnx.jit``),
-``detail`` the inner jitted function's name.
+``detail`` the inner jitted function's name (``via`` ``flax
+nnx.cached_partial`` where flax's ``cached_partial`` made the call: what
+is left of the wrapper's work once the user cached it).
 
 Not timed: equinox's ``filter_jit`` (its ``__call__`` blocks on a marker
 output of the jitted call, so its wrapper time holds the device's).
@@ -47,7 +52,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from metrics.engines import importwatch
 from metrics.engines.jax.library_step import user_frame
-from tpu_info.contract.model import NNX_JIT, SiteKind, SiteReading
+from tpu_info.contract.model import NNX_CACHED_PARTIAL, NNX_JIT, SiteKind, SiteReading
 
 if TYPE_CHECKING:
     from metrics.engines._patching import Patches
@@ -67,6 +72,10 @@ class Wrapper(NamedTuple):
     inner: str
     via: str
 
+
+# The library's own function that called the wrapper, by name: the user
+# already caches the wrapper's work this way (the advice differs).
+_CACHED_CALLERS = {"cache_args_wrapper": NNX_CACHED_PARTIAL}
 
 WRAPPERS = (Wrapper("flax.nnx.transforms.compilation", ("JitWrapped", "SimpleJitWrapped"),
                     "jitted_fn", NNX_JIT),)
@@ -130,6 +139,7 @@ class LibraryWrappers:
         st: _Calls | bool = False
         if owner is not None and next_timed is not None and len(self.calls) < MAX_WRAPPED:
             st = _Calls(owner, next_timed, w.via)
+            owner.returned = 1  # its timed calls read the clock once more as they return
             self.calls.append(st)
         obj.__dict__[self._key] = st
         return st
@@ -165,17 +175,24 @@ class LibraryWrappers:
         try:
             eng = self.context.active
             q = eng.calls_queue if eng is not None else ()
-            # The inner call's record: (owner, key, start, end, compiled).
+            # The inner call's record: (owner, key, start, end, compiled); its
+            # wrapper's return (the hook's work after the call is no library's).
+            back = owner.returned
             if (len(q) >= 5 and q[-5] is owner and q[-2] and q[-3] >= start
+                    and start <= q[-2] <= back <= end
                     and q[-1] is None and not checks and owner.copies_seen == copies):
                 inner = q[-2] - q[-3]
-                st.own.append(max(0, end - start - inner))
+                st.own.append(q[-3] - start + end - back)
                 st.inner.append(inner)
                 if not st.first:
                     st.first = start
                 st.last = end
                 if st.at is None and eng is not None:  # once: the user's line
-                    st.at = user_frame(eng.implicit._frames, sys._getframe(2))
+                    caller = sys._getframe(2)
+                    st.at = user_frame(eng.implicit._frames, caller)
+                    if (caller.f_code.co_name in _CACHED_CALLERS  # nnx.cached_partial's
+                            and st.at and st.at[0] is not caller.f_code):  # (not the user's)
+                        st.via = _CACHED_CALLERS[caller.f_code.co_name]
         except Exception as e:  # noqa: BLE001 - a hook never raises into the program
             self.context.hook_failed("jax.wrappers", e)
         return out

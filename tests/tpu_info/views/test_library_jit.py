@@ -7,6 +7,8 @@ never for an evaluation's wrapper."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from tpu_info.contract.model import SiteReading, Snapshot, StepsReading
 from tpu_info.views.breakdown import breakdown
 from tpu_info.views.findings import find
@@ -57,3 +59,10 @@ def test_an_evaluations_wrapper_is_no_step_cost():
     assert not_raised(s, s.sites[0]) == "not the step's function (jit(train_step))"
     b = breakdown(s)
     assert b is not None and not [p for p in b.step_parts if p.name.startswith("jit wrapper")]
+
+
+def test_what_cached_partial_leaves_is_told_to_go_functional_not_cached_again():
+    s = _snap(replace(_wrapper(1.36), via="flax nnx.cached_partial"))
+    [f] = [f for f in find(s) if f.kind == "library_jit_overhead"]
+    assert f.message.startswith("flax nnx.cached_partial around jit(train_step) at prog.py:165")
+    assert "nnx.split" in f.message and "step = nnx.cached_partial" not in f.message

@@ -53,6 +53,12 @@ COMPILATION = textwrap.dedent('''
 
     def jit(fun):
         return JitWrapped(fun)
+
+
+    def cached_partial(f, *cached):  # flax's graphlib: the graph's walk cached
+        def cache_args_wrapper(*args):
+            return f(*cached, *args)
+        return cache_args_wrapper
 ''')
 
 PROGRAM = textwrap.dedent('''
@@ -76,8 +82,9 @@ PROGRAM = textwrap.dedent('''
     w = jax.random.normal(key, (32, 32))
     graph = {"params": [w], "meta": [{"i": i, "name": str(i)} for i in range(NODES)]}
     x = jax.random.normal(key, (8, 32))
+    cached = compilation.cached_partial(train_step, graph) if sys.argv[2:] == ["cached"] else None
     for i in range(400):
-        w, loss = train_step(graph, x)  # CALLS_STEP
+        w, loss = cached(x) if cached else train_step(graph, x)  # CALLS_STEP
         graph["params"][0] = w
         float(loss)  # a read every step: the host's work is the step's
     # The wrapper's own work, timed here unhooked: its two walks.
@@ -98,7 +105,7 @@ PROGRAM = textwrap.dedent('''
 ''')
 
 
-def _run(tmp_path: Path, nodes: int) -> dict:
+def _run(tmp_path: Path, nodes: int, *extra: str) -> dict:
     lib = tmp_path / "site"  # pip install --target site: a library by the import system
     pkg = lib / "flax" / "nnx" / "transforms"
     pkg.mkdir(parents=True)
@@ -114,7 +121,7 @@ def _run(tmp_path: Path, nodes: int) -> dict:
                              "flax-0.12.8.dist-info/RECORD")))
     prog = tmp_path / "train.py"
     prog.write_text(PROGRAM)
-    r = subprocess.run([sys.executable, str(prog), str(nodes)], cwd=tmp_path,
+    r = subprocess.run([sys.executable, str(prog), str(nodes), *extra], cwd=tmp_path,
                        capture_output=True, text=True, timeout=300,
                        env={"PYTHONPATH": f"{ROOT}:{lib}", "PATH": "/usr/bin:/bin",
                             "JAX_PLATFORMS": "cpu"})
@@ -153,3 +160,14 @@ def test_a_thin_wrapper_is_no_finding(tmp_path):
     assert site["count"] == 400, site
     assert site["seconds"] / site["count"] < 0.2 * out["step"], (site, out["step"])
     assert not [f for f in out["findings"] if f[0] == "library_jit_overhead"], out["findings"]
+
+
+@pytest.mark.slow
+def test_a_call_through_cached_partial_is_told_apart(tmp_path):
+    """What flax's nnx.cached_partial leaves of the wrapper's work is said as
+    that (its advice is not cached_partial again), at the user's line."""
+    out = _run(tmp_path, 0, "cached")
+    line = next(n for n, text in enumerate(PROGRAM.splitlines(), 1) if "# CALLS_STEP" in text)
+    [site] = out["sites"]
+    assert site["via"] == "flax nnx.cached_partial", site
+    assert site["location"] == f"{tmp_path / 'train.py'}:{line}", site
