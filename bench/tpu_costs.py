@@ -12,6 +12,9 @@ Programs (``--program``), plain ``jax.jit`` but ``flax``:
 - ``flax``: the same feeding into a flax nnx model trained with optax, its
   step under ``nnx.jit`` (flax and optax are imported only here: on the TPU
   machine they come from its own index, ``reference/tpu-machine.md``).
+  ``--fix cached`` (flax) keeps A's numpy batches and calls
+  ``nnx.cached_partial(train_step, model, opt)`` instead: A - B is what
+  ``nnx.jit``'s per-call graph traversal costs (``library_jit_overhead``).
 - ``optax``: the same feeding into a plain ``jax.jit`` step that updates its
   parameters with an optax optimizer (issue 41: "a flax or optax example").
   For these three, ``--fix prefetch`` makes B each step's batches
@@ -140,6 +143,9 @@ if program == "flax":  # a flax nnx model trained with optax, its step under nnx
 
     train_step(model, opt, x0, y0).block_until_ready()  # compiles outside the timed loop
     train_step(model, opt, data[0], data[1]).block_until_ready()
+    if variant == "C":  # C (--fix cached): flax's own fix for nnx.jit's per-call traversal
+        cached_step = nnx.cached_partial(train_step, model, opt)
+        cached_step(data[0], data[1]).block_until_ready()
 if program == "optax":  # an optax optimizer in a plain jax.jit step
     import optax
 
@@ -192,7 +198,7 @@ for i in range(steps):
             w, loss = step(w, batches[j], batches[j + 1])  # on the device already
     elif program in ("flax", "optax"):
         j = i % 63
-        if A:
+        if A or variant == "C":
             x, y = data[j], data[j + 1]
         elif variant == "P":
             (x, y), ahead = ahead, (jax.device_put(data[j + 1]), jax.device_put(data[(j + 2) % 64]))
@@ -200,7 +206,9 @@ for i in range(steps):
             x, y = loaded.get()
         else:
             x, y = batches[j], batches[j + 1]
-        if program == "flax":
+        if program == "flax" and variant == "C":
+            loss = cached_step(x, y)
+        elif program == "flax":
             loss = train_step(model, opt, x, y)  # LINE flax
         else:
             params, opt_state, loss = optax_step(params, opt_state, x, y)  # LINE optax
@@ -266,17 +274,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steps", type=int, default=600)
     p.add_argument("--size", type=int, default=512, help="the model's width (matmul size)")
     p.add_argument("--pairs", type=int, default=3, help="alternated A/B runs")
-    p.add_argument("--fix", choices=("resident", "prefetch", "thread"), default="resident",
+    p.add_argument("--fix", choices=("resident", "prefetch", "thread", "cached"),
+                   default="resident",
                    help="B for flax/optax (numpy: not thread): batches on the device from the "
                         "start, each step's batches put one step ahead on the training "
-                        "thread, or put ahead by a loader thread")
+                        "thread, or put ahead by a loader thread; flax: cached is "
+                        "nnx.cached_partial(train_step, model, opt) on A's numpy batches")
     args = p.parse_args(argv)
     path = Path(os.environ.get("TMPDIR", "/tmp")) / "tpu_costs_program.py"
     path.write_text(PROGRAM)
     runs: dict[str, list[dict]] = {"A": [], "B": []}
     for _ in range(args.pairs):
         for v in ("A", "B"):
-            b = {"prefetch": "P", "thread": "T"}.get(args.fix, "B")
+            b = {"prefetch": "P", "thread": "T", "cached": "C"}.get(args.fix, "B")
             runs[v].append(_run(path, args.program, b if v == "B" else v, args.steps,
                                 args.every, args.size, args.unroll))
     a = median([r["loop"] for r in runs["A"]])

@@ -44,6 +44,18 @@ class SiteKind(str, enum.Enum):
     EVAL_MODE = "eval_mode"
     # torch: ``torch.save`` from this line (a checkpoint): ``count`` calls.
     SAVE = "save"
+    # A library's jit wrapper called from this line (``via``: which, e.g.
+    # :data:`NNX_JIT`; ``detail``: its inner jitted function): ``count`` its
+    # calls, ``timed`` the sampled ones, ``seconds`` their median host time
+    # outside the inner jitted call (the wrapper's own work) times ``count``.
+    LIBRARY_JIT = "library_jit"
+
+
+# A LIBRARY_JIT site's ``via``: flax's nnx.jit (its per-call graph split and
+# merge of the Modules and optimizer it is passed).
+NNX_JIT = "flax nnx.jit"
+# ... called through flax's nnx.cached_partial (its graph traversal cached).
+NNX_CACHED_PARTIAL = "flax nnx.cached_partial"
 
 
 # The primitives indexing binds (an EAGER_OP site's detail keeps one even

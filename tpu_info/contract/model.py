@@ -27,6 +27,8 @@ from tpu_info.contract.cause_kinds import CauseKind
 # The diagnosis records live in their own module; re-exported: one model.
 from tpu_info.contract.diagnosis import (  # noqa: F401
     INDEXING_OPS,
+    NNX_CACHED_PARTIAL,
+    NNX_JIT,
     STEPS_INFERRED,
     STEPS_MARKED,
     Finding,

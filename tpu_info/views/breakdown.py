@@ -45,6 +45,7 @@ from tpu_info.views.cost import (
     step_leads,
     steps_of,
 )
+from tpu_info.views.eager import step_function
 from tpu_info.views.startup import startup_seconds
 
 # The compile stages JAX reports apart (torch's CompileTime holds them all).
@@ -221,6 +222,23 @@ def _site_seconds(s: Snapshot, kind: str) -> tuple[float, str]:
     return total, basis
 
 
+def _wrapper_seconds(s: Snapshot) -> tuple[float, str, str]:
+    """The steps' library jit wrappers' own host time (``library_jit`` sites:
+    their median sampled time times their calls), which they are, and what
+    it stands on."""
+    total, vias, timed = 0.0, set(), 0
+    step = step_function(s)  # the step's wrapper (an evaluation's calls are no steps)
+    for x in s.sites:
+        if (x.kind == SiteKind.LIBRARY_JIT.value and x.seconds > 0 and x.detail == step
+                and site_phase(s, x) not in OUTSIDE_STEP):
+            total += x.seconds
+            timed += x.timed
+            vias.add(x.via or "a library's jit wrapper")
+    via = ", ".join(sorted(vias))
+    return total, via, (f"outside its jitted call: median of {timed:,} sampled calls"
+                        if vias else "")
+
+
 def _periodic_seconds(s: Snapshot) -> dict[str, float]:
     """The periodic work's measured wall time, by work (evaluation, checkpoint)."""
     out: dict[str, float] = {}
@@ -269,7 +287,7 @@ def host_paced(s: Snapshot) -> tuple[float, int] | None:
     return (median, busy.count) if median is not None and median >= HOST_PACED_PERCENT else None
 
 
-def copy_bound(s: Snapshot, cost: Cost) -> Cost:
+def copy_bound(s: Snapshot, cost: Cost, what: str = "the copies'") -> Cost:
     """A copy to the device in the steps costs at most the steps' time the
     device was not busy (:func:`device_idle`): the host makes it while the
     device runs the queued steps, so the rest overlapped. Not where the host
@@ -282,7 +300,7 @@ def copy_bound(s: Snapshot, cost: Cost) -> Cost:
         return cost
     bound = (f"at most the steps' time the device was not busy: the device's own "
              f"{duration(idle.device_per_step)}/step (median of {idle.samples:,} timed "
-             f"executions) overlapped the copies' {duration(cost.seconds)}")
+             f"executions) overlapped {what} {duration(cost.seconds)}")
     return replace(cost, seconds=idle.seconds,
                    note=f"{cost.note}; {bound}" if cost.note else bound)
 
@@ -320,9 +338,13 @@ def breakdown(s: Snapshot) -> Breakdown | None:
     copies, copies_basis = _site_seconds(s, SiteKind.IMPLICIT_TO_DEVICE.value)
     waits, waits_basis = _site_seconds(s, SiteKind.SYNC.value)
     n = steps.count
+    wrapped, wrapped_via, wrapped_basis = _wrapper_seconds(s)
     host = [Part("copies to the device", min(copies / n, step_w), copies_basis),
             Part("waits at reads", min(waits / n, step_w), waits_basis)]
     host = [p for p in host if p.seconds > 0]
+    if wrapped > 0:  # a library's jit wrapper's own work (flax nnx.jit), within the step
+        host.append(Part(f"jit wrapper ({wrapped_via})", min(wrapped / n, max(0.0, step_w - sum(
+            p.seconds for p in host))), wrapped_basis))
     # Work in a gap after every step (a plotting callback): its measured
     # wall time, within what the other parts leave of the step.
     between = sum(x.gap_seconds or 0.0 for x in step_leads(s).values()) / n

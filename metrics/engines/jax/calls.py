@@ -120,7 +120,7 @@ class Owner:
     __slots__ = ("name", "graphs", "last_hash", "compiles", "nested_numpy", "usual_ns",
                  "numpy_args", "calls", "evaluation", "numpy_label", "copies_seen", "next_copy",
                  "copy_stats", "fed_back", "checks", "last_out", "library", "called_at",
-                 "numpy_run", "caller_code", "state_bytes", "feeds", "statics")
+                 "numpy_run", "caller_code", "state_bytes", "feeds", "statics", "returned")
     explicit = False  # a function the user wrapped in metrics.track is explicit
 
     def __init__(self, name: str) -> None:
@@ -174,6 +174,9 @@ class Owner:
         # The user's code that calls it (the loop's, for the step), found at
         # its first call after other work (gaps.at_call); False: none.
         self.caller_code: Any = None
+        # 0, or where a library's wrapper calls it (wrappers.py): the clock as
+        # its latest timed call returned, the hook's own work after it done.
+        self.returned = 0
 
 
 def counting(fn: Callable[..., Any], owner: Owner, context: JaxContext,
@@ -241,6 +244,11 @@ def _python_calls(fn: Callable[..., Any], owner: Owner, context: JaxContext, tim
             untimed = time_every - 1
         return timed_call(*args, **kwargs)
 
+    def next_timed() -> bool:  # a library's wrapper around the call times its own then
+        return not untimed
+
+    call._tpu_info_next_timed = next_timed  # type: ignore[attr-defined]  # (wrappers.py)
+
     def timed_call(*args: Any, **kwargs: Any) -> Any:
         eng = state.active
         if eng is None:
@@ -286,6 +294,8 @@ def _python_calls(fn: Callable[..., Any], owner: Owner, context: JaxContext, tim
             else:
                 eng.thread_busy.tick(end)  # (a thread CPU-time read once a second)
             eng.device_times.offer(owner, start, given, out)  # timed off this thread
+            if owner.returned:  # a library's wrapper takes this call's span from its own
+                owner.returned = clock()
         except Exception as e:  # noqa: BLE001 - a hook never raises into the program
             eng.rec.hook_failed("jax.jit", e)
         return out
@@ -353,13 +363,15 @@ def wrap_jitted(jitted: Any, fun: object, options: dict[str, Any], kind: str,
     jitted function)."""
     if not callable(jitted) or not hasattr(jitted, "lower"):
         return jitted
-    wrapper = counting(jitted, _owner_for(fun, jitted, options, kind, context), context)
+    owner = _owner_for(fun, jitted, options, kind, context)
+    wrapper = counting(jitted, owner, context)
     for attr in (*getattr(jitted, "__dict__", {}), *_KEPT):
         try:
             setattr(wrapper, attr, getattr(jitted, attr))
         except (AttributeError, TypeError):
             continue
     wrapper._tpu_info_jitted = jitted  # type: ignore[attr-defined]  # metrics.track unwraps
+    wrapper._tpu_info_owner = owner  # type: ignore[attr-defined]  # a library's wrapper pairs
     return wrapper
 
 

@@ -78,6 +78,7 @@ from metrics.engines.jax.explicit import ExplicitTransfers
 from metrics.engines.jax.implicit import ImplicitTransfers
 from metrics.engines.jax.monitoring import MonitoringRecords
 from metrics.engines.jax.steps import StepWatch
+from metrics.engines.jax.wrappers import LibraryWrappers
 from metrics.recording.recorder import Recorder
 from metrics.recording.thread_busy import ThreadBusy
 from tpu_info.contract import catalog as names
@@ -137,6 +138,8 @@ class JaxEngine(EngineBase):
                 percent, at))
         self.implicit.gaps.timeline = self.compiles.timeline
         self.implicit.drains.timeline = self.compiles.timeline  # a read's h: no compile
+        # Library jit wrappers' own host time around their inner jitted call.
+        self.wrappers = LibraryWrappers(context)
         recorder.on_reset(self._forget_calls)
         self._hooked: dict[str, bool] = {}  # "jit", "pmap", "aot": whether each is counted
 
@@ -145,6 +148,7 @@ class JaxEngine(EngineBase):
         self.step_watch.forget()
         self.context.name_step(None)  # which calls are steps: guessed again
         self.implicit.clear()  # the lines: a reset forgets what they did too
+        self.wrappers.forget()
 
     # Install / uninstall ---------------------------------------------------
 
@@ -154,6 +158,7 @@ class JaxEngine(EngineBase):
         self._patch_transfers()
         self.device_times.read = _unhooked_read()  # the latency probe reads past the hook
         self._patch_calls()
+        self.wrappers.install(self._patches)  # once the library is imported
         self.eager.install(self._patches, self.context)
         if self._explain:
             self._explanations.install(self._patches)
@@ -164,6 +169,7 @@ class JaxEngine(EngineBase):
         if self.context.active is self:
             self.context.active = None
         self.device_times.stop()
+        self.wrappers.uninstall()
         self.implicit.uninstall()
         self._patches.restore()
         self._explanations.uninstall()
@@ -193,7 +199,7 @@ class JaxEngine(EngineBase):
         self.step_watch.name_step(self.context)  # later reads' step index, named now
         self.calls.flush()  # each function's graph, then its device time to the ledger
         self.device_times.publish()
-        return self.implicit.sites()
+        return self.implicit.sites() + self.wrappers.sites(self.rec.mono_to_unix)
 
     def busy_percent(self) -> tuple[float | None, str]:
         """Host-side busy % and its reason (:meth:`StepWatch.busy_percent`)."""

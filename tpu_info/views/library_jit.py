@@ -1,0 +1,163 @@
+"""A library's jit wrapper's own host time in the step (``library_jit`` sites).
+
+flax's ``nnx.jit`` splits the Modules and optimizer it is passed into a
+graph definition and state on every call, calls its inner ``jax.jit`` on the
+state and merges the result back: host work outside the jitted call. The
+hook times the wrapper's whole call on the calls whose inner call it times
+anyway and keeps the difference (:mod:`metrics.engines.jax.wrappers`); a
+site's ``seconds`` are the median of those samples times its calls.
+
+What it costs the loop: the host does it every step, so where the host sets
+the pace (:func:`~tpu_info.views.breakdown.host_paced`) it is step time;
+where the device is the one the loop waits for, host work runs beside the
+device's queued work. So the figure is cut by the device's queued work the
+host waited for at its reads in the loop (a host that waits there ran ahead
+of the device by that much, and its own work hid behind the device's). It
+is not cut to the steps' time the device's sampled times leave idle (as a
+copy's is: :func:`~tpu_info.views.breakdown.copy_bound`): those samples end
+when the watcher thread sees the output ready, and the watcher needs the
+interpreter lock that this Python work holds, so they grow with it (issue
+41's nnx_vae: the device "busy 9.1 ms, 100%" of a 9.1 ms step whose
+``nnx.cached_partial`` saved a third).
+Said from :data:`MIN_SHARE` of the steady step (a warning from
+:data:`WARN_SHARE`); the advice is the library's own.
+
+Example:
+    >>> from tpu_info.contract.model import SiteReading, Snapshot, StepsReading
+    >>> s = Snapshot(0.0, steps=StepsReading(100, "inferred", "jit(step)", 1.0),
+    ...              sites=(SiteReading("library_jit", "/w/train.py:9", 100, seconds=0.3,
+    ...                                 detail="jit(step)", via="flax nnx.jit", timed=40),))
+    >>> [f.kind for f in library_jit(s)]
+    ['library_jit_overhead']
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import replace
+
+from tpu_info.contract.model import (
+    NNX_CACHED_PARTIAL,
+    NNX_JIT,
+    Finding,
+    Phase,
+    Severity,
+    SiteKind,
+    SiteReading,
+    Snapshot,
+)
+from tpu_info.views.breakdown import host_paced
+from tpu_info.views.cost import (
+    Cost,
+    cost_of,
+    duration,
+    share_words,
+    short_location,
+    site_phase,
+)
+from tpu_info.views.eager import step_function
+
+MIN_SHARE = 0.05  # of the steady step: said from here
+WARN_SHARE = 0.10  # a warning from here
+MIN_SAMPLES = 8  # sampled calls a median stands on, at least
+PER_STEP_AT_LEAST = 0.5  # calls per step (the step's wrapper, not an evaluation's)
+
+_LOOP = frozenset({Phase.STEP, Phase.PERIODIC})
+
+_ADVICE = {
+    NNX_JIT: ("flax's per-call graph traversal (split and merge) of the Modules and optimizer "
+              "it is passed. Pass them once: step = nnx.cached_partial(train_step, model, "
+              "optimizer), then call step(batch) (flax's documented fix; it keeps some per-call "
+              "work, so it saves less than this figure), or split the state once (nnx.split) "
+              "and jax.jit a function of the state"),
+    NNX_CACHED_PARTIAL: ("what nnx.cached_partial leaves of flax's per-call work (its "
+                         "cached graph traversal, checks and the state's merge). To remove "
+                         "it, split the Modules and optimizer once (graphdef, state = "
+                         "nnx.split(...)) and jax.jit a function of the state that returns "
+                         "the new state, merging (nnx.update) only when the objects are needed"),
+}
+_GENERIC = ("the library's own per-call work on its arguments; pass the jitted function "
+            "plain arrays, or use the library's way to cache that work")
+
+
+def queued_wait(s: Snapshot) -> float:
+    """Seconds the host waited at its reads in the step loop (each step's or
+    every N steps') for the device's queued work (a read's wait less its
+    drain: :mod:`metrics.engines.jax.drains`): how far the host ran ahead of
+    the device."""
+    return sum(max(0.0, x.seconds - (x.drain_seconds or 0.0)) for x in s.sites
+               if x.kind == SiteKind.SYNC.value and x.drain_seconds is not None
+               and site_phase(s, x) in _LOOP)
+
+
+def wrapper_cost(s: Snapshot, site: SiteReading) -> Cost:
+    """The wrapper's host time in the steps, cut to what the device left idle
+    and less the device's queued work the host waited for (module docstring)."""
+    phase = site_phase(s, site)
+    span = (site.first_seen_unix, site.last_seen_unix) if site.first_seen_unix else None
+    per_call = site.seconds / site.count if site.count else 0.0
+    note = (f"the wrapper's host time per call outside its jitted call, median of "
+            f"{site.timed:,} sampled calls: {duration(per_call)}")
+    cost = cost_of(s, site.seconds, site.count, phase=phase, span=span, note=note)
+    if cost.outside_step:
+        return cost
+    if host_paced(s) is not None:  # the host set the pace: its work is the step's
+        return cost
+    hidden = min(queued_wait(s), cost.seconds)
+    if hidden > 0:
+        cost = replace(cost, seconds=cost.seconds - hidden, note=(
+            f"{cost.note}; less the {duration(hidden)} the host waited at its reads for the "
+            "device's queued work, beside which this host work ran"))
+    return cost
+
+
+def _why_not(s: Snapshot, site: SiteReading, c: Cost) -> str:
+    """Why a wrapper's site is no finding ("" when it is one)."""
+    step = step_function(s)
+    if site.detail != step:  # an evaluation's wrapper: its calls are no steps
+        return (f"not the step's function ({step})" if step else
+                "the step's jitted function is not known")
+    if site.timed < MIN_SAMPLES:
+        return f"{site.timed} sampled calls (said from {MIN_SAMPLES})"
+    if c.outside_step or c.steps is None:
+        return "not in the steps: its time is not a step's"
+    if (c.per_step or 0.0) < PER_STEP_AT_LEAST:
+        return f"in {share_words(c.per_step or 0.0)} of the steps (said from half)"
+    share = c.share_of_step or 0.0
+    if share >= MIN_SHARE:
+        return ""
+    said = (f"{duration(c.seconds_per_step or 0.0)}/step, {share_words(share)} of step time "
+            f"(said from {share_words(MIN_SHARE)})")
+    if c.seconds < site.seconds:  # cut to what the device's work left of it
+        whole = replace(c, seconds=site.seconds)
+        said = (f"its {duration(whole.seconds_per_step or 0.0)}/step of host time "
+                f"({share_words(whole.share_of_step or 0.0)} of step time) ran beside the "
+                f"device's work, which leaves {said}")
+    return said
+
+
+def not_raised(s: Snapshot, site: SiteReading) -> str:
+    """Why a ``library_jit`` site is no finding, in words ("" otherwise)."""
+    if site.kind != SiteKind.LIBRARY_JIT.value:
+        return ""
+    return _why_not(s, site, wrapper_cost(s, site))
+
+
+def library_jit(s: Snapshot) -> Iterable[Finding]:
+    """One finding per library jit wrapper whose own host time is a large
+    share of the step, at the user's line that calls it."""
+    for site in s.sites:
+        if site.kind != SiteKind.LIBRARY_JIT.value or site.seconds <= 0:
+            continue
+        c = wrapper_cost(s, site)
+        if _why_not(s, site, c):
+            continue
+        share = c.share_of_step or 0.0
+        what = _ADVICE.get(site.via, _GENERIC)
+        via = site.via or "a library's jit wrapper"
+        yield Finding(
+            f"{via} around {site.detail or 'its jitted function'} at "
+            f"{short_location(site.location)} spends host time outside the jitted call every "
+            f"step ({c.words()}): {what}.",
+            Severity.WARNING if share >= WARN_SHARE else Severity.INFO, site.location,
+            kind="library_jit_overhead", **c.fields())
