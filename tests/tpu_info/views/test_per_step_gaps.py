@@ -74,7 +74,8 @@ def test_a_callback_after_every_step_is_raised_at_the_loops_line_with_its_measur
     assert 0.02 <= (f.seconds_per_step or 0) and 0.5 <= (f.share_of_step or 0) <= 1.0
     # what the program's own timer around the callback says it cost a step
     timed = float((tmp_path / "prog.spent").read_text()) / 60
-    assert 0.7 * timed <= (f.seconds_per_step or 0) <= 1.3 * timed, (f.message, timed)
+    # (within 1.5x: on a loaded 2-core machine the two clocks see different waits)
+    assert 0.6 * timed <= (f.seconds_per_step or 0) <= 1.5 * timed, (f.message, timed)
     # the read inside it is its, named in it, not a finding of its own
     assert f"prog.py:{lines['read']}" in f.message
     assert not [g for g in found if g is not f and (g.location or "").endswith(
