@@ -331,7 +331,12 @@ class Gaps:
                 queued = min(blocked, queued_ns(max(resume[0], self.free_at), start, n, dev,
                                                 wall))
         self.free_at = gap[6] if gap[6] >= 0 else start + queued
-        wall = own_ns(wall, queued, usual, compiles)
+        # Compiles after the queue's end ran on an idle device: out of the gap
+        # whole, not overlapped with the queue (seq2seq's first decode gap: a
+        # read waited 684 ms for the queued steps, then decode compiled 1.2 s).
+        after = compiles - self.timeline.within(start, start + queued) if (
+            compiles and queued) else 0
+        wall = max(0, own_ns(wall, queued, usual, compiles - after) - after)
         counts = gap[2]
         if len(counts) == 1:  # the usual gap: one line (a read every step)
             lead_key = next(iter(counts))

@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from metrics.engines.compile_steps import CompileTimeline
 from metrics.engines.jax.gaps import Gaps
 from metrics.engines.jax.kinds import CALL, GAP_END, SYNC
 
@@ -53,7 +54,8 @@ EVAL_CODE, READ_CODE, LOG_CODE = _code(180), _code(183), _code(190)
 
 
 def _fold(device_ns: int | None, call_first: bool, reads: bool = True,
-          late_ms: int = 0, second_ms: int = 10, blocked_ms: int = 0) -> Any:
+          late_ms: int = 0, second_ms: int = 10, blocked_ms: int = 0,
+          compile_ms: tuple[int, int] | None = None) -> Any:
     """Steps 1-50 sent at 56 ms each from t=1000 ms (the previous gap's end,
     a read: the step's call at step 1), 100 ms each on the device (so 2.2 s of them
     are left when the host gets to the gap at step 50, t=3800 ms); the gap:
@@ -71,6 +73,9 @@ def _fold(device_ns: int | None, call_first: bool, reads: bool = True,
                  0)] = lead
     gaps = Gaps(impl, 8)
     t0 = time.monotonic_ns()  # (the hook's clock: the times after its start)
+    if compile_ms is not None:  # a compile in the gap, [start, end] ms
+        gaps.timeline = CompileTimeline()
+        gaps.timeline.add(t0 + compile_ms[0] * MS, t0 + compile_ms[1] * MS)
     rec: list[Any] = []
     rec += [SYNC, LOG_CODE, 0, "float()", t0 + 980 * MS, t0 + 990 * MS, 4, 0]  # a read before
     rec += [GAP_END, None, 0, step, t0 + 1000 * MS, t0 + 1000 * MS, 0, 1]
@@ -153,3 +158,15 @@ def test_a_gap_whose_calls_blocked_behind_the_queue_is_charged_past_it():
     assert _fold(100 * MS, call_first=True, reads=False, blocked_ms=1000) == 1600 * MS
     # The device time unmeasured: nothing says what it blocked on (upper bound).
     assert _fold(None, call_first=True, reads=False, blocked_ms=2300) == (2600 - 56) * MS
+
+
+def test_a_compile_after_the_queue_s_end_is_out_of_the_gap_whole():
+    # flax's seq2seq: the first decode gap's read waited for the queued steps,
+    # then decode compiled on an idle device; the compile is said as one, so
+    # the gap is what is left of it (charged 701 ms of a 1,958 ms gap before:
+    # the compile taken as overlapping the queue).
+    # The read waits 2.2 s from 3800 ms (the queue), the gap's 400 ms after it
+    # hold a 300 ms compile: 100 ms its own.
+    assert _fold(100 * MS, call_first=False, compile_ms=(6050, 6350)) == 100 * MS
+    # A compile while the device drained the queue overlaps it: out with it.
+    assert _fold(100 * MS, call_first=False, compile_ms=(4000, 4300)) == 400 * MS
