@@ -340,7 +340,7 @@ def _recorder(ops: EagerOps) -> Callable[[str, FrameType | None, int, int, bool,
                 # (gaps.py). Eager ops every step (indexing a batch) are none.
                 context.gap_owner = None
                 impl.record(CALL, loop_frame(frame, step.caller_code or None) or frame,
-                            start, start, 0, EAGER_CALL)
+                            start, end, 0, EAGER_CALL)  # its end: the queue's, measured
         extend((code, offset, name, start, end,
                 len(q1) + j1.folded + len(q2) + j2.folded + len(q3) + j3.folded
                 + len(q4) + j4.folded,

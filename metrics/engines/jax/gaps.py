@@ -276,7 +276,12 @@ class Gaps:
             counts[key] = counts.get(key, 0) + 1
             if k == CALL:
                 gap[4].add(details[i])
-                if gap[3] < 0:
+                if gap[3] < 0 and not gap[7] and details[i] is EAGER_CALL and ends[i] > starts[i]:
+                    # An un-jitted evaluation's first op waited for the steps'
+                    # output until ``ends[i]``: the queue's end, measured (eager.py)
+                    gap[3] = ends[i]
+                    gap[6] = max(gap[6], ends[i])
+                elif gap[3] < 0:
                     gap[7] = True  # device work of its own before its first wait
             else:  # a wait: the first one had the queued steps done
                 if k == GET:
@@ -319,7 +324,7 @@ class Gaps:
                 queued = model or 0
             else:  # the whole wait, unless beyond the model's queue (work it sent, unseen)
                 queued = first
-                if (model is not None and dev is not None and n > 1
+                if (model is not None and dev is not None and n > 1 and EAGER_CALL not in gap[4]
                         and unseen_ns(first, model, gap[8], n, dev) > usual + self._latency_ns()):
                     queued, unseen = model, True
         elif gap[4] and blocked and resume is not None:

@@ -170,3 +170,29 @@ def test_a_compile_after_the_queue_s_end_is_out_of_the_gap_whole():
     assert _fold(100 * MS, call_first=False, compile_ms=(6050, 6350)) == 100 * MS
     # A compile while the device drained the queue overlaps it: out with it.
     assert _fold(100 * MS, call_first=False, compile_ms=(4000, 4300)) == 400 * MS
+
+
+def test_an_eager_evaluation_s_first_op_measures_the_queue_it_waited_for():
+    # jax's mnist examples: an un-jitted accuracy() after each epoch; its
+    # first op waited for the queued steps (eager.py notes it as the gap's
+    # call, with its end). The queue is that wait, measured, not the steps'
+    # count x a sampled device time (200 ms here, twice the truth: under load
+    # the samples run long, and the queue taken from them swallowed the
+    # evaluation: 7.8 ms said against 37 ms of its own in one run of
+    # tests/tpu_info/views/test_eager_evaluation_cost.py).
+    from metrics.engines.jax.gaps import EAGER_CALL
+
+    impl, step = _Impl(200 * MS), _Step()
+    lead = object()
+    impl._sites[(CALL, id(EVAL_CODE), 0)] = lead
+    gaps = Gaps(impl, 8)
+    t0 = time.monotonic_ns()
+    rec: list[Any] = []
+    rec += [GAP_END, None, 0, step, t0 + 1000 * MS, t0 + 1000 * MS, 0, 1]
+    # the evaluation's first op: called at 3800 ms, ran at 6000 ms (the queue's end)
+    rec += [CALL, EVAL_CODE, 0, EAGER_CALL, t0 + 3800 * MS, t0 + 6000 * MS, 0, 50]
+    rec += [SYNC, READ_CODE, 0, "print()", t0 + 7000 * MS, t0 + 7010 * MS, 4, 50]
+    rec += [GAP_END, None, 0, step, t0 + 7400 * MS, t0 + 7400 * MS, 0, 51]
+    gaps.fold(rec)
+    (g,) = [x for x in gaps.sites_of(step).values() if x.gaps]
+    assert (g.work, g.gap_ns) == ("evaluation", (7400 - 6000) * MS)
