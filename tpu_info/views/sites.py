@@ -179,11 +179,9 @@ def drain_note(site: SiteReading) -> str:
     """What a read's drained cost stands on, in words (its waits, and the
     device work they held, which is charged to the graphs that ran)."""
     queued = max(0.0, site.seconds - (site.drain_seconds or 0.0))
-    return (f"the drain it caused: per read, its wait and the host's own time since the "
-            f"previous read less the longer of that host time and the device's measured time "
-            f"for the work between, at the top of its samples' spread (the sync's latency and "
-            f"the device's idle after it; a drain inside that spread is not claimed); its "
-            f"{duration(site.seconds)} of waiting held "
+    return (f"the drain it caused: per read, its wait plus the host's time since the previous "
+            f"read, less the longer of that and the device's time for the work between (its "
+            f"samples' upper quartile); its {duration(site.seconds)} of waiting held "
             f"{duration(queued)} of the device's queued work, which runs either way")
 
 
