@@ -164,7 +164,8 @@ def drains(kinds: Sequence[int], starts: Sequence[int], ends: Sequence[int],
             last_step = 0  # another step function's count before: all of this one's calls
         lo = w if lat is None else (w - lat if w > lat else 0)  # the wait less its latency
         d = lo
-        if dev is not None and step is not None and last_step is not None and step >= last_step:
+        if top_dev is not None and step is not None and last_step is not None and (
+                step >= last_step):
             d = (step - last_step) * top_dev
             if lat is not None and d < lo:
                 d = lo

@@ -339,7 +339,8 @@ def _recorder(ops: EagerOps) -> Callable[[str, FrameType | None, int, int, bool,
                 # evaluation), noted as the gap's call at the loop's line
                 # (gaps.py). Eager ops every step (indexing a batch) are none.
                 context.gap_owner = None
-                impl.record(CALL, loop_frame(frame, step.caller_code or None) or frame,
+                impl.record(CALL, loop_frame(frame, getattr(step, "caller_code", None) or None)
+                            or frame,
                             start, end, 0, EAGER_CALL)  # its end: the queue's, measured
         extend((code, offset, name, start, end,
                 len(q1) + j1.folded + len(q2) + j2.folded + len(q3) + j3.folded
