@@ -244,8 +244,10 @@ busy = s.distribution("TrainingThreadBusy")
 others = [f"{f.kind} at {f.location}: {f.seconds_lost}" for f in find(s) if f not in found]
 from metrics.engines.jax.context import CONTEXT
 owner = getattr(CONTEXT, "step_owner", None)
-copies = [sorted(c)[len(c) // 2] if c else None for c in owner.copy_stats[:2]] if hasattr(owner, "copy_stats") else None
-print(json.dumps({"loop": loop, "findings": found, "others": others, "copies": copies, "sites": sites, "steps": _steps_line(s),
+copies = ([sorted(c)[len(c) // 2] if c else None for c in owner.copy_stats[:2]]
+          if hasattr(owner, "copy_stats") else None)
+print(json.dumps({"loop": loop, "findings": found, "others": others, "copies": copies,
+                  "sites": sites, "steps": _steps_line(s),
                   "startup": startup, "uptime": s.uptime_seconds,
                   "busy": [busy.percentile(50.0), busy.count] if busy else None}))
 '''
