@@ -70,8 +70,9 @@ def test_a_callback_after_every_step_is_raised_at_the_loops_line_with_its_measur
     assert f.location.endswith(f":{lines['callback']}"), f.message  # not the inner call
     assert f.phase == Phase.STEP.value and f.severity == Severity.WARNING
     assert f.per_step == pytest.approx(1.0, abs=0.05)
-    # >= 20 ms of sleep a step: the step is mostly this work; never above the step
-    assert 0.02 <= (f.seconds_per_step or 0) and 0.5 <= (f.share_of_step or 0) <= 1.0
+    # 20 ms of sleep a step, less the device's work queued before the gap
+    # (CI read 19.98 ms): the step is mostly this work; never above the step
+    assert 0.018 <= (f.seconds_per_step or 0) and 0.5 <= (f.share_of_step or 0) <= 1.0
     # what the program's own timer around the callback says it cost a step
     timed = float((tmp_path / "prog.spent").read_text()) / 60
     # (within 1.5x: on a loaded 2-core machine the two clocks see different waits)
