@@ -16,7 +16,10 @@ wrapping (``random_wrap``, ``random_unwrap``: metadata, no dispatch) and a jitte
 call JAX makes from its own jit wrapper (its executions are counted
 elsewhere); a ``jit`` bound there by an eager ``vmap`` or ``grad`` is eager
 work, named by its function (``multiply``). Primitives nested in another
-one's implementation are the outer one's time.
+one's implementation are the outer one's time. Eager indexing (``x[idx]``,
+``x.at[idx].set(y)``) is timed whole, from entry to return, as one record
+named by its gather or scatter: most of it is Python around its primitives
+(:mod:`~metrics.engines.jax.indexing`).
 
 On each: the clock before and after, the primitive's name, and the user's
 code object and instruction offset, found with the implicit-transfer
@@ -85,6 +88,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from metrics.engines._patching import Patches
+from metrics.engines.jax import indexing
 from metrics.engines.jax.context import JaxContext
 from metrics.engines.jax.gaps import EAGER_CALL, loop_frame
 from metrics.engines.jax.implicit import (  # the walk's frame classes
@@ -121,6 +125,9 @@ READY_CHECKED = 4  # inputs of an op checked for readiness (an op has one to thr
 
 class _Local(threading.local):
     busy = False  # inside a counted primitive on this thread: nested ones are its time
+    # Inside a timed indexing call (:mod:`.indexing`): the name it is told by,
+    # "" until one of its primitives is bound; None outside one.
+    span: str | None = None
 
 
 class EagerOps:
@@ -147,6 +154,7 @@ class EagerOps:
         self.installed = False
         self.missing: list[str] = []
         self.record = _recorder(self)
+        self.local = _Local()  # this thread's state, shared with the indexing calls' spans
 
     def install(self, patches: Patches, context: JaxContext) -> None:
         """Wraps ``EvalTrace.process_primitive`` (restored with ``patches``;
@@ -168,6 +176,8 @@ class EagerOps:
         if not self.installed:
             self.missing.append("eager ops are not counted: EvalTrace.process_primitive "
                                 "missing or changed")
+            return
+        self.missing.extend(indexing.install(patches, self, context, array, core))
 
     def name_of(self, primitive: Primitive) -> str | None:
         """``primitive``'s name as counted (kept), None when not counted."""
@@ -382,13 +392,18 @@ def _wrap(original: Callable[..., Any], ops: EagerOps, context: JaxContext,
     clock, getframe, seq = time.monotonic_ns, sys._getframe, context.compile_seq
     thread_clock, drains = time.thread_time_ns, ops.impl.drains  # drains.times: the watcher
     is_ready = getattr(array, "is_ready", None)
-    names, name_of, record, local = ops.names, ops.name_of, ops.record, _Local()
-    unseen = object()
+    names, name_of, record, local = ops.names, ops.name_of, ops.record, ops.local
+    unseen, indexes = object(), indexing.NAMES
 
     def process_primitive(self: EvalTrace, primitive: Primitive, args: Sequence[object],
                           params: dict[str, object], /) -> Any:
         name = names.get(primitive, unseen)
         if name is None or local.busy:
+            if name is not None and local.span is not None:  # in a timed indexing call
+                known = name_of(primitive) if name is unseen else name
+                if isinstance(known, str) and known != _JIT and (not local.span
+                                                                 or known in indexes):
+                    local.span = known  # the call's name: its gather or scatter, else its first
             return original(self, primitive, args, params)
         if name is unseen:
             name = name_of(primitive)
