@@ -18,11 +18,16 @@ waits and CPU cap). The primitives it binds are its time, not records of
 their own (the thread's ``busy`` flag, as for primitives nested in another
 one); they name it: its gather, slice or scatter (:data:`NAMES`), else the
 first one bound (``"getitem"`` or ``"index_update"`` when none was). A
-call that compiled keeps its count but not its time.
+call that compiled keeps its count but not its time. A host->device
+transfer timed inside it (``x.at[i].set(0.0)`` converts its value with
+``jnp.asarray``) is its own site's time (the implicit-transfer journal's
+records appended during the call), taken out of the call's.
 
 Cost on the hot path: one trace read and a type check per call under tracing;
-two clock reads, an ``is_ready()`` of the indexed array and one record per
-eager call (``bench/eager_ops.py``).
+per eager call two clock reads, an ``is_ready()`` of the indexed array, two
+reads of the transfer journal's length and one record, while its primitives
+skip theirs: a numpy-indexed gather costs 0.91x what the per-primitive hook
+alone cost, 1.005x unhooked (load 8; ``bench/eager_ops.py``).
 """
 
 from __future__ import annotations
