@@ -163,8 +163,10 @@ def slow_compiles(s: Snapshot) -> Iterable[Finding]:
         phase = told if told in (Phase.SETUP, Phase.TEARDOWN) else Phase.ONCE  # one-off
         c = cost_of(s, seconds, 1, phase=phase)
         at = f", {WHEN[phase]}" if told != Phase.UNKNOWN else ""
-        against = (f"as long as {share_words(seconds / loop)} of the step loop, "
-                   f"{duration(loop)} without its compiles; " if loop else "")
+        against = "" if not loop else (
+            f"as long as {share_words(seconds / loop)} of the step loop, {duration(loop)} "
+            "without its compiles; " if seconds < loop else
+            f"{seconds / loop:.1f}x the step loop's {duration(loop)} without its compiles; ")
         yield Finding(
             f"{g.name} at {short_location(first.location)} took {duration(seconds)} to "
             f"compile once{at} ({against}{share_words(seconds / s.uptime_seconds)} of run "
