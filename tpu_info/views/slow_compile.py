@@ -90,10 +90,10 @@ def cache_advice(s: Snapshot, graphs: Iterable[GraphRecord]) -> str:
                 f"compilation cache keeps by default: to have the next run load them, set "
                 f"{_RULE} to 0 beside {enable}.")
     seconds = sum(x for x, _ in kept)
-    more = (f" and {len(kept) - 1} more, {duration(seconds)} in all" if len(kept) > 1 else "")
-    return (f"Enable the persistent compilation cache ({enable}): the next run loads "
-            f"{kept[0][1]} ({duration(kept[0][0])}){more}; by default it keeps only compiles "
-            f"of {duration(JAX_CACHE_MIN_S)} or more ({_RULE}): lower that for the rest.")
+    more = (f" and {len(kept) - 1} more ({duration(seconds)} in all)" if len(kept) > 1 else "")
+    return (f"The persistent compilation cache would load {kept[0][1]} "
+            f"({duration(kept[0][0])}){more} next run ({enable}); by default it keeps only "
+            f"compiles of {duration(JAX_CACHE_MIN_S)} or more ({_RULE}): lower that for the rest.")
 
 
 def _loop_seconds(s: Snapshot) -> float | None:
