@@ -34,10 +34,11 @@ FINDING_KIND = {
 # Advice that would be wrong for that mistake.
 WRONG_ADVICE = {
     "implicit_transfer": ("Pad or bucket", "Log every N steps"),
-    "static_argument": ("Pad or bucket", "weak type", "jnp.float32"),
-    "short_last_batch": ("static argument", "jnp.float32(x)"),
+    "static_argument": ("Pad or bucket", "weak type", "jnp.float32",
+                        "persistent compilation cache"),
+    "short_last_batch": ("static argument", "jnp.float32(x)", "persistent compilation cache"),
     "per_step_sync": ("Pad or bucket", "device_put the data"),
-    "weak_type": ("Pad or bucket", "static argument 'factor'"),
+    "weak_type": ("Pad or bucket", "static argument 'factor'", "persistent compilation cache"),
     "eager_ops": ("Wrap the loop body in jax.jit", "persistent compilation cache",
                   "Pad or bucket"),
 }
@@ -126,7 +127,19 @@ def test_each_mistake_is_named_with_its_line_kind_and_cost(reports, mode):
     findings = findings_of(report)
     assert re.search(r"^Steps: 48 \(inferred: jit\(train_step\)\)", report, re.M), report
     messages = {m: _check_mistake(findings, m, line) for m, line in mistakes().items()}
-    assert "persistent compilation cache" not in report
+    # The cache is no mistake's advice (above); it is said only for a graph
+    # whose one compile took a second or more, JAX's own bar for keeping it
+    # (the example's small graphs pass it only on a loaded machine: 1.2 s of
+    # train_step's compile beside its 0.5 s loop, with the three runs at once).
+    for kind, msg in findings:
+        if "persistent compilation cache" in msg:
+            assert kind in ("slow_compile", "compile_share"), (kind, msg)
+            if "Each compile took under" in msg or re.search(
+                    r"persistent compilation cache[^(]{0,20}(…|\.)$", msg):
+                continue  # none that long: the setting is the advice; or cut at 500 characters
+            took = re.search(r"took ([\d.]+) s to compile once|would load \S+ \(([\d.]+) s\)",
+                             msg)
+            assert took and float(took.group(1) or took.group(2)) >= 1.0, msg
     assert "No problems found" not in report
     # The advice that fits each kind.
     lines = mistakes()

@@ -64,7 +64,7 @@ from tpu_info.views.library_jit import library_jit
 from tpu_info.views.periodic import per_step_work, periodic_work
 from tpu_info.views.recompile_groups import own_seconds, recreated_once
 from tpu_info.views.sites import site_findings
-from tpu_info.views.slow_compile import CACHE_ADVICE, slow_compiles
+from tpu_info.views.slow_compile import cache_advice, slow_compiles
 from tpu_info.views.slow_steps import slow_steps
 from tpu_info.views.startup import startup
 from tpu_info.views.values import recorded_anything
@@ -244,33 +244,46 @@ def _by_kind(s: Snapshot, name: str, compiles: int, total: float, lost: float,
 
 
 def compile_share(s: Snapshot) -> Iterable[Finding]:
-    """Compiling took a large share of the program's life."""
+    """Compiling took a large share of the program's life: the part eager
+    code's single-operation graphs hold (the eager_ops finding's), the
+    recompiles (their findings), and what a compilation cache would load
+    next run (:func:`cache_advice`), each said where it is there."""
     ct = s.distribution(catalog.COMPILE_TIME)
     if ct is None or s.uptime_seconds <= 0:
         return
     share = min(1.0, ct.total / 1e9 / s.uptime_seconds)
     if share < 0.25 or ct.count < 3:
         return
+    total = ct.total / 1e9
     head = (f"compiling took {share_words(share)} of the run so far ({ct.count} compiles, "
-            f"{_seconds(ct.total / 1e9)}, measured)")
+            f"{_seconds(total)}, measured)")
     tiny = [g for g in s.graphs if g.compiles and single_op(g.name)]
     tiny_s = sum(g.compile_seconds_total for g in tiny)
-    if len(tiny) >= 10 and tiny_s >= 0.25 * ct.total / 1e9:
-        yield Finding(f"{head}, {share_words(tiny_s / (ct.total / 1e9))} of it single-operation "
-                      "graphs of eager code: see the eager_ops finding (jit that code; a "
-                      "compilation cache would not remove these).",
-                      Severity.INFO, None, 0.0, "compile_share")
-        return
-    engine = engine_of(s)
-    advice = CACHE_ADVICE.get(engine, "Cache compiled graphs across runs.")
+    larger = [g for g in s.graphs if g.compiles and not single_op(g.name)]
     functions = by_function(s)
     again = sorted(((n, c) for n, gs in functions.items()
                     if (c := function_compiles(gs)) > 1), key=lambda x: (-x[1], x[0]))
+    # The findings that name these recompiles, by the same rules (one may
+    # name none: warm-up aside, a few compiles with no cause are no finding).
+    named = list(dict.fromkeys(f.kind for rule in (recompiles, xla_value_access)
+                               for f in rule(s))) if again else []
+    if len(tiny) >= 10 and tiny_s >= 0.25 * total:
+        eager = (f"{head}, {share_words(tiny_s / total)} of it single-operation graphs of eager "
+                 "code: see the eager_ops finding (jit that code; a compilation cache would "
+                 "not remove these)")
+        if named:
+            eager += f"; its recompiles: see the finding{'s' * (len(named) > 1)} " \
+                     f"{', '.join(named)}"
+        cache = cache_advice(s, larger)
+        if engine_of(s) == "jax" and cache.startswith("Each compile"):
+            yield Finding(f"{eager}.", Severity.INFO, None, 0.0, "compile_share")
+            return  # the rest holds no compile the cache keeps by default
+        yield Finding(f"{eager}. The other {_seconds(max(0.0, total - tiny_s))}: "
+                      f"{cache[0].lower()}{cache[1:]}",
+                      Severity.INFO, None, 0.0, "compile_share")
+        return
+    advice = cache_advice(s, s.graphs)
     if again:
-        # The findings that name these recompiles, by the same rules (one may
-        # name none: warm-up aside, a few compiles with no cause are no finding).
-        named = list(dict.fromkeys(f.kind for rule in (recompiles, xla_value_access)
-                                   for f in rule(s)))
         if named:
             yield Finding(f"{head}; the recompiles among them: see the finding"
                           f"{'s' * (len(named) > 1)} {', '.join(named)}.",
@@ -284,7 +297,7 @@ def compile_share(s: Snapshot) -> Iterable[Finding]:
                       f"too few times to be a recompile problem{rest}: a cost paid once per "
                       f"shape. {advice}", Severity.INFO, None, 0.0, "compile_share")
         return
-    if engine == "torch_xla" and ct.count <= 3:
+    if engine_of(s) == "torch_xla" and ct.count <= 3:
         yield Finding(f"{head}: torch_xla compiles its first steps (warm-up), a start-up "
                       "cost that a longer run pays once.", Severity.INFO, None, 0.0,
                       "compile_share")

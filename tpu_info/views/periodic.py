@@ -34,6 +34,7 @@ from tpu_info.contract.model import (
     SiteKind,
     SiteReading,
     Snapshot,
+    StepsReading,
 )
 from tpu_info.views.breakdown import step_device_seconds
 from tpu_info.views.cost import (
@@ -174,6 +175,21 @@ def _what(site: SiteReading, between: bool) -> str:
     return f"{site.detail} of {size_words(site.bytes / max(1, site.count))} each time"
 
 
+def _untimed(site: SiteReading, steps: StepsReading | None, timed: int) -> str:
+    """``, and once more after the last step, in no gap to time``: the
+    occurrences the gaps do not hold (an evaluation after the loop's last
+    step has no next step to close its gap), so the count beside the gaps'
+    time is theirs; "" when every occurrence was in a gap."""
+    extra = site.occurrences - timed
+    if extra <= 0:
+        return ""
+    times = "once" if extra == 1 else f"{extra} times"
+    after = (steps is not None and steps.last_unix is not None
+             and site.last_seen_unix >= steps.last_unix)
+    where = "after the last step" if after and extra == 1 else "outside the loop's gaps"
+    return f", and {times} more {where}, in no gap to time"
+
+
 def periodic_seconds(s: Snapshot) -> float:
     """The measured wall time of the periodic evaluations and checkpoints, at
     most the run."""
@@ -205,6 +221,7 @@ def periodic_work(s: Snapshot) -> Iterable[Finding]:
         if share is not None and share < INFO_SHARE:
             continue
         each = seconds / site.gaps
+        timed = min(site.gaps, site.occurrences) if site.occurrences else site.gaps
         every = (site.steps_spanned / (site.occurrences - 1)
                  if site.occurrences > 1 and site.steps_spanned else None)
         members = [short_location(x.location) for x in s.sites
@@ -218,16 +235,16 @@ def periodic_work(s: Snapshot) -> Iterable[Finding]:
         often = f"every {every:,.0f} steps" if every else f"{site.occurrences} times"
         part = f"; {', '.join(sorted(set(members))[:4])} ran in it" if members else ""
         share_text = f", {share_words(share)} of run time" if share is not None else ""
+        untimed = _untimed(site, steps, timed)
         name = f"{site.work} at {short_location(site.location)} ({what} there)"
         if site.work == "device_work":
             name = (f"work the hook did not see, read at {short_location(site.location)} "
                     f"({_unseen_words(s, site)})")
         message = (
             f"{name} runs in the step "
-            f"loop's gaps {often} ({site.occurrences} times, {duration(each)} each"
-            f"{share_text}, measured: "
-            f"{_MEASURED[True] if between else _jax_measured(s, site.work == 'device_work')}, "
-            f"over {site.gaps} gap(s); "
+            f"loop's gaps {often} ({timed} times, {duration(each)} each{share_text}"
+            f"{untimed}{'; ' if untimed else ', '}measured: "
+            f"{_MEASURED[True] if between else _jax_measured(s, site.work == 'device_work')}; "
             f"{how}{part}). {_advice(s, site.work, between)}")
         yield Finding(message, Severity.WARNING if (share or 0.0) >= WARN_SHARE
                       else Severity.INFO, site.location, seconds, f"periodic_{site.work}",

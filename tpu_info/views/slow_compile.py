@@ -42,9 +42,18 @@ CACHE_ADVICE = {
                  "so the next run loads them.",
 }
 _NO_CACHE = "Cache compiled graphs across runs."
+# JAX writes a compile to its persistent cache only from this long
+# (jax_persistent_cache_min_compile_time_secs' default), by its own clock.
+JAX_CACHE_MIN_S = 1.0
+_RULE = "jax_persistent_cache_min_compile_time_secs"
 
-# One compile this long and this large a share of the run is news on its own.
-SLOW_COMPILE_S = 2.0
+# One compile this long and this large a share of the time the user waits for
+# the work (the step loop's wall time, its compiles left out; the run's where
+# the steps were not timed) is news on its own: not of the process's uptime,
+# whose imports and set-up a longer loop does not grow. A second is JAX's own
+# bar for keeping a compile in its persistent cache
+# (jax_persistent_cache_min_compile_time_secs, 1 s by default).
+SLOW_COMPILE_S = 1.0
 SLOW_COMPILE_SHARE = 0.1
 # A graph whose calls are at least this many per step runs in the steps:
 # their wall time holds all of its runs in the loop.
@@ -62,10 +71,49 @@ def _steps_time(s: Snapshot, g: GraphRecord) -> tuple[int, float] | None:
     return steps.count, max(0.0, steps.seconds_total - steps.compile_seconds)
 
 
+def cache_advice(s: Snapshot, graphs: Iterable[GraphRecord]) -> str:
+    """The persistent compilation cache, for what it would keep of
+    ``graphs``' compiles: JAX keeps only those of :data:`JAX_CACHE_MIN_S` or
+    more by default, so the graphs that long are named (with the seconds
+    the next run would load), or the setting to lower where none was; a
+    graph the backend cache already answered is left out. Other engines:
+    their cache, as it is."""
+    engine = engine_of(s)
+    if engine != "jax":
+        return CACHE_ADVICE.get(engine, _NO_CACHE)
+    kept = sorted(((g.compile_seconds_total, g.name) for g in graphs
+                   if g.compiles and not g.cache_hits and not single_op(g.name)
+                   and g.compile_seconds_total / g.compiles >= JAX_CACHE_MIN_S), reverse=True)
+    enable = "jax.config.update('jax_compilation_cache_dir', DIR)"
+    if not kept:
+        return (f"Each compile took under the {duration(JAX_CACHE_MIN_S)} JAX's persistent "
+                f"compilation cache keeps by default: to have the next run load them, set "
+                f"{_RULE} to 0 beside {enable}.")
+    seconds = sum(x for x, _ in kept)
+    more = (f" and {len(kept) - 1} more ({duration(seconds)} in all)" if len(kept) > 1 else "")
+    return (f"The persistent compilation cache would load {kept[0][1]} "
+            f"({duration(kept[0][0])}){more} next run ({enable}); by default it keeps only "
+            f"compiles of {duration(JAX_CACHE_MIN_S)} or more ({_RULE}): lower that for the rest.")
+
+
+def _loop_seconds(s: Snapshot) -> float | None:
+    """The step loop's wall time, the compiles inside it left out: the
+    time the user waits for the work a compile is weighed against; None
+    when the steps were not timed."""
+    steps = steps_of(s)
+    if steps is None or not steps.count or steps.seconds_total is None:
+        return None
+    loop = steps.seconds_total - steps.compile_seconds
+    return loop if loop > 0 else None
+
+
 def _advice(s: Snapshot, g: GraphRecord, seconds: float) -> str:
     """What to do, from what was recorded (see the module's words)."""
     engine = g.engine or engine_of(s)
-    cache = CACHE_ADVICE.get(engine, _NO_CACHE)
+    cache = CACHE_ADVICE.get(engine, _NO_CACHE).replace(" loads them.", " loads it.")
+    if engine == "jax" and seconds < 2 * JAX_CACHE_MIN_S:
+        cache += (f" By default it keeps only compiles of {duration(JAX_CACHE_MIN_S)} or more "
+                  f"by JAX's own clock ({_RULE}): lower that if this one is not kept.")
     hits = g.cache_hits
     if g.loop_line:  # the hook saw one line fill the graph (a Python loop unrolled)
         return (f"a large graph: {g.loop_ops:,} of its operations come from "
@@ -94,28 +142,34 @@ def _advice(s: Snapshot, g: GraphRecord, seconds: float) -> str:
 
 
 def slow_compiles(s: Snapshot) -> Iterable[Finding]:
-    """A single graph whose compile took seconds and a good share of the run
-    (a large model, a Python loop unrolled into it): one-off work, named
+    """A single graph whose compile took a second or more and a tenth of the
+    step loop's own time (of the run's where the steps were not timed: a
+    large model, a Python loop unrolled into it): one-off work, named
     with its function, its line and its phase. Only a function's first graph
     compiled from the program's own line: a recompile is its cause's finding,
     and a library's own set-up graph (no line of the program) is not news."""
     steps = steps_of(s)
+    loop = _loop_seconds(s)
     for g in s.graphs:
         first = next((c for c in g.causes if c.description == FIRST_CALL), None)
         if not g.compiles or single_op(g.name) or first is None or not first.location:
             continue
         seconds = g.compile_seconds_total / g.compiles  # one compile of this graph
         if seconds < SLOW_COMPILE_S or s.uptime_seconds <= 0 or (
-                seconds < SLOW_COMPILE_SHARE * s.uptime_seconds):
+                seconds < SLOW_COMPILE_SHARE * (loop or s.uptime_seconds)):
             continue
         when = first.time_unix
         told = phase_of(when, when, 1, steps)
         phase = told if told in (Phase.SETUP, Phase.TEARDOWN) else Phase.ONCE  # one-off
         c = cost_of(s, seconds, 1, phase=phase)
         at = f", {WHEN[phase]}" if told != Phase.UNKNOWN else ""
+        against = "" if not loop else (
+            f"as long as {share_words(seconds / loop)} of the step loop, {duration(loop)} "
+            "without its compiles; " if seconds < loop else
+            f"{seconds / loop:.1f}x the step loop's {duration(loop)} without its compiles; ")
         yield Finding(
             f"{g.name} at {short_location(first.location)} took {duration(seconds)} to "
-            f"compile once{at} ({share_words(seconds / s.uptime_seconds)} of run time so far, "
-            f"measured): {_advice(s, g, seconds)}",
+            f"compile once{at} ({against}{share_words(seconds / s.uptime_seconds)} of run "
+            f"time so far, measured): {_advice(s, g, seconds)}",
             Severity.WARNING if outside_warns(c) else Severity.INFO,
             first.location, kind="slow_compile", **c.fields())

@@ -7,6 +7,7 @@ path: the hook's figures, the text report, ``--json`` and the summary)."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -246,3 +247,47 @@ def test_compiles_the_backend_cache_answered_count_their_graphs_time() -> None:
     # Where the distributions hold more than the graphs (JAX's trace and
     # lowering beside the backend's compile), they still count.
     assert {p.name: p.seconds for p in breakdown(_snapshot()).parts}["compiles"] == 12.0
+
+
+def _sub_ms(device_seconds: float) -> Snapshot:
+    """nnx_lifted (issue 41 re-run): 10,000 steps of 357 us, flax's
+    nnx.cached_partial wrapper 168 us of each (measured on the host), the
+    step graph's device samples at ``device_seconds`` an execution."""
+    steps = StepsReading(10000, "inferred", "jit(train_step): the jitted function with the "
+                         "most time", 3.57)
+    graph = GraphRecord("a" * 64, "jit(train_step)", "jax", 0.0, 0.0, compiles=1,
+                        compile_seconds_total=0.17, executions=10000,
+                        device_seconds=device_seconds, device_samples=64)
+    wrapper = SiteReading("library_jit", "/w/prog.py:90", 10000, seconds=1.68,
+                          detail="jit(train_step)", phase="step", timed=121,
+                          via="flax nnx.cached_partial")
+    return Snapshot(0.0, uptime_seconds=6.4, steps=steps, graphs=(graph,), sites=(wrapper,))
+
+
+def test_device_samples_on_a_sub_ms_host_bound_step_are_not_called_all_of_it() -> None:
+    # Before: "device busy all of it (its measured 1.0 ms a step ... is an
+    # upper bound)" beside a jit wrapper of 47% of the step, which a plain
+    # jax.jit removed (the loop 45% faster): the samples held the timing
+    # thread's wait for the GIL, not the device's work.
+    b = breakdown(_sub_ms(0.001))
+    assert b is not None and b.step_seconds == pytest.approx(357e-6)
+    line = b.lines()[1]
+    assert "jit wrapper (flax nnx.cached_partial) 168 us (47%)" in line, line
+    assert "all of it" not in line and "device time unmeasured" in line, line
+    assert "ran past this sub-ms step" in line
+    step = b.fields()["steady_step"]
+    assert step["device_waits_share"] is None and step["device_upper_bound"] is True
+    assert "device busy" not in b.short_line()
+    # Samples under such a step: an upper bound, said as one.
+    under = breakdown(_sub_ms(0.0002))
+    assert under is not None and "device busy at most 200 us (56%" in under.lines()[1]
+    assert under.fields()["steady_step"]["device_waits_share"] is None
+    # A step of milliseconds the host's wrapper fills half of: the same.
+    long = replace(_sub_ms(0.02), steps=StepsReading(
+        10000, "inferred", "jit(train_step): the jitted function with the most time", 30.0),
+        sites=(SiteReading("library_jit", "/w/prog.py:90", 10000, seconds=16.0,
+                           detail="jit(train_step)", phase="step", timed=121,
+                           via="flax nnx.jit"),))
+    lb = breakdown(long)
+    assert lb is not None and "all of it" not in lb.lines()[1]
+    assert "ran past this step, 53% of it the host's measured work" in lb.lines()[1]

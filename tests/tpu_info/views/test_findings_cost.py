@@ -437,18 +437,6 @@ def test_torch_xla_occasional_value_reads_after_the_sync_are_not_a_warning():
     assert read.severity == "info" and "one every 2 steps" in read.message, read.message
 
 
-def test_no_compilation_cache_advice_when_a_third_of_compiling_is_eager_ops():
-    tiny = tuple(GraphRecord(f"{i:064x}", "jit(add)", "jax", 1.0, 1.0, compiles=1,
-                             compile_seconds_total=0.05) for i in range(40))
-    big = (GraphRecord("f" * 64, "jit(train_step)", "jax", 1.0, 1.0, compiles=1,
-                       compile_seconds_total=4.0),)
-    ct = DistributionReading("CompileTime", Unit.TIME_NS, 41, 6e9, 0.05e9, 4e9)
-    s = Snapshot(0.0, JAX, graphs=tiny + big, distributions=(ct,), uptime_seconds=10.0)
-    f = _one(s, "compile_share")
-    assert "33% of it single-operation graphs of eager code" in f.message
-    assert "persistent compilation cache" not in f.message
-
-
 async def test_findings_say_the_same_words_in_cli_json_tui_and_report():
     """One snapshot with findings through all four outputs: each shows every finding's words
     and cost as the views derive them, and its kind where the output names kinds (JSON, report)."""

@@ -199,3 +199,28 @@ def test_an_eager_torch_evaluation_is_not_told_about_recompiles():
     (g,) = [f for f in find(replace(eager, graphs=(graph,)))
             if f.kind == "periodic_evaluation"]
     assert "compiled for it once" in g.message, g.message
+
+
+def test_the_count_beside_each_gaps_time_is_the_gaps_and_the_one_after_the_loop_apart():
+    # jax_mnist (issue 41 re-run): an evaluation after each of 10 epochs, the
+    # last after the loop's last step, in no gap: "10 times, 225 ms each ...
+    # over 9 gap(s)" (the 9 gaps' time over 9, the count 10). The count said
+    # beside each gap's time is the gaps'; the occurrence after the loop apart.
+    ev = SiteReading("sync", "/w/prog.py:96", 10, detail="format()/f-string",
+                     phase="periodic", occurrences=10, steps_spanned=423,
+                     work="evaluation", gaps=9, gap_seconds=2.0,
+                     first_seen_unix=1002.0, last_seen_unix=1019.5)
+    steps = StepsReading(470, "inferred", "jit(update): ...", 9.6, 1000.0, 1019.0)
+    (f,) = [f for f in find(Snapshot(1020.0, uptime_seconds=20.0, sites=(ev,), steps=steps))
+            if f.kind == "periodic_evaluation"]
+    assert "(9 times, 222 ms each, 10% of run time, and once more after the last step, in no " \
+        "gap to time; measured: " in f.message, f.message
+    assert "10 times" not in f.message and f.count == 9
+    assert f.every_steps == pytest.approx(47.0)
+    # Every occurrence in a gap: nothing said apart.
+    inside = SiteReading("sync", "/w/prog.py:96", 9, detail="format()/f-string",
+                         phase="periodic", occurrences=9, steps_spanned=376,
+                         work="evaluation", gaps=9, gap_seconds=2.0, last_seen_unix=1018.0)
+    (g,) = [f for f in find(Snapshot(1020.0, uptime_seconds=20.0, sites=(inside,),
+                                     steps=steps)) if f.kind == "periodic_evaluation"]
+    assert "(9 times, 222 ms each, " in g.message and "more" not in g.message.split(".")[0]

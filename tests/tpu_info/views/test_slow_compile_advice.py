@@ -111,4 +111,39 @@ def test_a_jitted_step_compiled_longer_than_its_steps_keeps_jax_advice() -> None
     s = Snapshot(1010.0, uptime_seconds=10.2, steps=short, graphs=(_graph("jax", 301, 0),))
     (f,) = [f for f in find(s) if f.kind == "slow_compile"]
     assert "more than all 301 steps that ran it took (500 ms" in f.message, f.message
+    assert "(5.4x the step loop's 500 ms without its compiles; 26% of run time" in f.message
     assert "torch.compile" not in f.message and "persistent compilation cache" in f.message
+
+
+def _step_graph(seconds: float) -> GraphRecord:
+    return GraphRecord("h2", "jit(make_step)", "jax", 1001.0, 1004.0, compiles=1,
+                       compile_seconds_total=seconds, compile_seconds_last=seconds,
+                       executions=1500,
+                       causes=(RecompileCause(1001.0, FIRST_CALL, "/w/prog.py:98"),))
+
+
+def test_a_compile_is_weighed_against_the_loop_the_user_waits_for_not_the_imports() -> None:
+    # eqx_rnn (issue 41 re-run): make_step's 1.3 s compile beside a loop of
+    # 3.0 s went unsaid (a 2 s bar); nnx_mnist's 3.0 s beside a 22 s loop too
+    # (under 10% of a 35 s run that imports and sets up for 10 s).
+    loop = StepsReading(1500, "inferred", "jit(make_step): ...", seconds_total=4.3,
+                        first_unix=1001.0, last_unix=1005.3, compile_steps=1,
+                        compile_seconds=1.3)
+    s = Snapshot(1006.0, uptime_seconds=8.2, steps=loop, graphs=(_step_graph(1.3),))
+    (f,) = [f for f in find(s) if f.kind == "slow_compile"]
+    assert "jit(make_step) at prog.py:98 took 1.3 s to compile once" in f.message, f.message
+    assert "as long as 43% of the step loop, 3.0 s without its compiles" in f.message
+    assert "persistent compilation cache" in f.message
+    long_run = StepsReading(600, "inferred", "jit(make_step): ...", seconds_total=25.0,
+                            first_unix=1001.0, last_unix=1026.0, compile_steps=1,
+                            compile_seconds=3.0)
+    s = Snapshot(1036.0, uptime_seconds=35.0, steps=long_run, graphs=(_step_graph(3.0),))
+    assert [f for f in find(s) if f.kind == "slow_compile"]
+    # Not said: under a second, or under a tenth of a long loop.
+    s = Snapshot(1006.0, uptime_seconds=8.2, steps=loop, graphs=(_step_graph(0.9),))
+    assert not [f for f in find(s) if f.kind == "slow_compile"]
+    hour = StepsReading(1500, "inferred", "jit(make_step): ...", seconds_total=3600.0,
+                        first_unix=1001.0, last_unix=4601.0, compile_steps=1,
+                        compile_seconds=3.0)
+    s = Snapshot(4602.0, uptime_seconds=3610.0, steps=hour, graphs=(_step_graph(3.0),))
+    assert not [f for f in find(s) if f.kind == "slow_compile"]
