@@ -1,5 +1,6 @@
 """How busy the training thread keeps itself: its CPU time over wall time, a
-sample a second of the step loop after its first few (``TrainingThreadBusy``).
+sample a second of the step loop after its first few (``TrainingThreadBusy``),
+and the time the step's own call spent blocked (``DispatchWaitTime``).
 
 Whether a host-side cost (a numpy batch's copy made inside the jitted call)
 lengthens the loop depends on who sets its pace. Near 100 % the thread never
@@ -11,15 +12,32 @@ are upper bounds (the watcher wakes when the training thread lets go of the
 interpreter lock), and on the TPU machine a host-bound step whose loop runs
 at 195 us a step sampled 471 us (``bench/RESULTS-TPU.md``).
 
-Read on the step function's timed calls, at most once a :data:`SPACING_NS`
-(the first :data:`FIRST` samples :data:`FIRST_SPACING_NS` apart, so a loop of
-a few seconds has a median to stand on: on the TPU a 2 s host-bound loop had
-one sample, and the reader wants three): one clock read there already, then
+The step's call blocked: a device-bound loop with no read each step fills
+the device's queue, and then the call waits in JAX's dispatch for a slot
+(CPU JAX bounds the computations in flight; a TPU's queue is bounded too).
+That wait is the host's slack: host work (a library wrapper's, a numpy
+argument's copy) added to the step shortens it, and removed lengthens it,
+so the loop's time does not move. The call's wall time less the thread's
+CPU time in it (the thread's usage read at the call's start too, on the
+samples only: ``getrusage(RUSAGE_THREAD)``) is what it waited; a call with
+no voluntary context switch did not wait (it lost the CPU only to the
+scheduler: under load, issue 41's host-bound nnx_lifted read 39 us a call
+that way) and reads 0.
+
+The wait is sampled on its own, on the step's timed calls from its
+:data:`WAIT_AFTER`-th, at most one every :data:`WAIT_SPACING_NS` (so a
+few seconds of loop give a mean to stand on): two ``getrusage`` calls (a
+system call each). The CPU share is read on the step function's timed
+calls, at most once a :data:`SPACING_NS` (the first :data:`FIRST` samples
+:data:`FIRST_SPACING_NS` apart, so a loop of a few seconds has a median to
+stand on: on the TPU a 2 s host-bound loop had one sample, and the reader
+wants three): one clock read there already, then
 a thread CPU-time read (a system call: 5.6 us under gVisor).
 
 Example:
-    >>> busy = ThreadBusy(samples.append)                   # doctest: +SKIP
-    >>> busy.tick(time.monotonic_ns())  # on the training thread  # doctest: +SKIP
+    >>> busy = ThreadBusy(samples.append, waits.append)     # doctest: +SKIP
+    >>> began = usage() if start >= busy.wait_due_ns else None   # doctest: +SKIP
+    >>> busy.tick(time.monotonic_ns(), start, began)  # it ended  # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -27,30 +45,83 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from typing import NamedTuple
+
+try:
+    import resource
+    _RUSAGE_THREAD: int | None = resource.RUSAGE_THREAD  # Linux
+except (ImportError, AttributeError):  # pragma: no cover - not Linux
+    _RUSAGE_THREAD = None
 
 SPACING_NS = 1_000_000_000
 FIRST, FIRST_SPACING_NS = 8, 200_000_000
+# A call's wait: sampled at most once a WAIT_SPACING_NS (two usage reads),
+# from the step's WAIT_AFTER-th call (the device's queue fills in its first
+# calls: CPU JAX holds 32 computations in flight, and nnx_mnist's first 8
+# samples, taken then, all read 0).
+WAIT_SPACING_NS = 200_000_000
+WAIT_AFTER = 64
+
+
+class Usage(NamedTuple):
+    """The calling thread's CPU ns and voluntary context switches (-1: not
+    told, as off Linux)."""
+
+    cpu_ns: int
+    switches: int
+
+
+def usage() -> Usage:
+    """The calling thread's :class:`Usage` (one system call)."""
+    if _RUSAGE_THREAD is not None:
+        try:
+            r = resource.getrusage(_RUSAGE_THREAD)
+            return Usage(round((r.ru_utime + r.ru_stime) * 1e9), r.ru_nvcsw)
+        except OSError:  # pragma: no cover - a sandbox without it
+            pass
+    return Usage(time.thread_time_ns(), -1)
 
 
 class ThreadBusy:
     """Ticks from the training thread; each tick a second or more after the
-    last (on the same thread) observes the CPU share of the time between."""
+    last (on the same thread) observes the CPU share of the time between,
+    and, where the caller read the thread's usage at the call's start, the
+    call's wait."""
 
-    __slots__ = ("_observe", "_next", "_thread", "_wall", "_cpu", "_ticks")
+    __slots__ = ("_observe", "_waited", "due_ns", "wait_due_ns", "_thread", "_wall", "_cpu",
+                 "_ticks")
 
-    def __init__(self, observe: Callable[[float, int], None]) -> None:
+    def __init__(self, observe: Callable[[float, int], None],
+                 waited: Callable[[float, int], None] | None = None) -> None:
         self._observe = observe  # (percent, at ns): a distribution's observe_at
-        self._next = 0
+        self._waited = waited  # (ns the call was off the CPU, at ns)
+        self.due_ns = 0  # the clock (ns) from which the next tick samples
+        self.wait_due_ns = 0  # and from which a call's start is sampled for its wait
         self._thread = 0
         self._wall = self._cpu = 0
         self._ticks = 0
 
-    def tick(self, now: int) -> None:
-        """The step's timed call ended at ``now`` (monotonic ns), on this thread."""
-        if now < self._next:
+    def _wait(self, now: int, start: int, began: Usage) -> None:
+        self.wait_due_ns = now + WAIT_SPACING_NS
+        if self._waited is None:
+            return
+        ended = usage()
+        # No voluntary switch: the call never blocked (off the CPU only where
+        # the scheduler ran another thread: a loaded machine's).
+        blocked = ended.switches < 0 or ended.switches > began.switches
+        off = (now - start) - (ended.cpu_ns - began.cpu_ns)
+        self._waited(float(max(0, off)) if blocked else 0.0, now)
+
+    def tick(self, now: int, start: int = 0, began: Usage | None = None) -> None:
+        """The step's timed call (from ``start``; the thread's :func:`usage`
+        then ``began``, read by the caller where ``start`` reached
+        :attr:`wait_due_ns`) ended at ``now`` (monotonic ns), on this thread."""
+        if began is not None:
+            self._wait(now, start, began)
+        if now < self.due_ns:
             return
         self._ticks += 1
-        self._next = now + (FIRST_SPACING_NS if self._ticks <= FIRST else SPACING_NS)
+        self.due_ns = now + (FIRST_SPACING_NS if self._ticks <= FIRST else SPACING_NS)
         thread, cpu = threading.get_ident(), time.thread_time_ns()
         if thread == self._thread and now > self._wall:
             self._observe(min(100.0, 100.0 * (cpu - self._cpu) / (now - self._wall)), now)

@@ -40,6 +40,7 @@ MONITORING_DROPPED = "JaxMonitoringDropped"
 BACKEND_START_TIME = "BackendStartTime"
 COMPILE_STEP_TIME = "CompileStepTime"
 TRAINING_THREAD_BUSY = "TrainingThreadBusy"
+DISPATCH_WAIT_TIME = "DispatchWaitTime"
 
 # name -> (kind, unit, help). kind is "counter" or "distribution".
 CATALOG: dict[str, tuple[str, Unit, str]] = {
@@ -58,6 +59,12 @@ CATALOG: dict[str, tuple[str, Unit, str]] = {
                            "percent: five samples a second for the first 8, then one a second "
                            "or more. Near 100 the host set the "
                            "loop's pace; low, it waited for the device."),
+    DISPATCH_WAIT_TIME: ("distribution", Unit.TIME_NS,
+                         "Time the step function's call spent off the CPU (its wall time "
+                         "less the training thread's CPU time in it), sampled with "
+                         "TrainingThreadBusy: near 0 where dispatch returns at once; about "
+                         "the device's step less the host's work where the device's queue "
+                         "is full and dispatch waits for a slot (the host's slack)."),
     TRACE_TIME: ("distribution", Unit.TIME_NS,
                  "Time tracing Python into a graph (JAX: to a jaxpr; torch.compile: "
                  "Dynamo's bytecode tracing of one frame)."),

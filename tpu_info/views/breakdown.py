@@ -12,7 +12,9 @@ remainder is never negative, and overlapping parts are said to overlap).
 A steady step (the steps' wall time less the compiles inside them and less
 the periodic work between them, over the steps) is split on the host's
 timeline, which is what loops: copies to the device (the timed copies,
-scaled to all), waits at device->host reads, and the host's other work;
+scaled to all), waits at device->host reads, waits in the step's dispatch
+for the device's queue (its sampled calls' mean:
+:func:`~tpu_info.views.slack.dispatch_wait`), and the host's other work;
 and beside it the device's own time per step (the step function's graphs'
 device time per execution, measured off the training thread, times their
 executions per step), so ``the device waits for the host`` is the step
@@ -35,7 +37,7 @@ from typing import Any, NamedTuple
 
 from tpu_info.contract import catalog
 from tpu_info.contract.diagnosis import SiteKind
-from tpu_info.contract.model import STEPS_INFERRED, Snapshot, StepsReading
+from tpu_info.contract.model import Snapshot
 from tpu_info.views.cost import (
     OUTSIDE_STEP,
     Cost,
@@ -46,12 +48,11 @@ from tpu_info.views.cost import (
     steps_of,
 )
 from tpu_info.views.eager import step_function
+from tpu_info.views.slack import beside_queue, dispatch_wait, host_paced, step_device_seconds
 from tpu_info.views.startup import startup_seconds
 
 # The compile stages JAX reports apart (torch's CompileTime holds them all).
 COMPILE_PARTS = (catalog.COMPILE_TIME, catalog.TRACE_TIME, catalog.LOWERING_TIME)
-# A graph runs "once a step" when its executions are within this of the steps.
-PER_STEP_SLACK = 0.1
 # The device's samples are told from the host's own time only on a step at
 # least this long, whose host work measured as the host's (copies, a jit
 # wrapper, work between steps) is under HOST_HELD of it: the watcher that
@@ -61,7 +62,7 @@ PER_STEP_SLACK = 0.1
 TOLD_STEP_S = 1e-3
 HOST_HELD = 0.5
 # A step part that is the host's own work, not its waits or the rest.
-_NOT_HOST_WORK = ("waits at reads", "other")
+_NOT_HOST_WORK = ("waits at reads", "waits in dispatch", "other")
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,32 +221,6 @@ def compile_seconds(s: Snapshot) -> float:
     return max(total, sum(g.compile_seconds_total for g in s.graphs))
 
 
-def _step_graphs(s: Snapshot, steps: StepsReading) -> list[Any]:
-    """The graphs a step runs: the inferred step function's, else those that
-    ran about once a step."""
-    if steps.source == STEPS_INFERRED and steps.basis:
-        name = steps.basis.split(":", 1)[0].strip()
-        named = [g for g in s.graphs if g.name == name and g.executions]
-        if named:
-            return named
-    lo, hi = steps.count * (1 - PER_STEP_SLACK), steps.count * (1 + PER_STEP_SLACK)
-    return [g for g in s.graphs if g.executions and lo <= g.executions <= hi]
-
-
-def step_device_seconds(s: Snapshot) -> tuple[float, int] | None:
-    """(the device's seconds per step, the timed executions that stands on):
-    each step graph's measured time per execution times its executions per
-    step; None when a step graph's device time was not measured."""
-    steps = steps_of(s)
-    if steps is None or not steps.count:
-        return None
-    graphs = _step_graphs(s, steps)
-    if not graphs or any(g.device_seconds is None or not g.device_samples for g in graphs):
-        return None
-    seconds = sum((g.device_seconds or 0.0) * (g.executions or 0) for g in graphs) / steps.count
-    return seconds, min(g.device_samples for g in graphs)
-
-
 def _site_seconds(s: Snapshot, kind: str) -> tuple[float, str]:
     """The step-phase sites of ``kind``: their seconds (timed copies scaled to
     all by bytes), and what that stands on; those in a gap after every step
@@ -317,30 +292,16 @@ def device_idle(s: Snapshot) -> DeviceIdle | None:
     return DeviceIdle(steady - dev[0] * steps.count, dev[0], dev[1])
 
 
-# The training thread on the CPU this share of the loop's time or more
-# (``TrainingThreadBusy``'s median): it never waited for the device, so the
-# host set the pace and its copies overlapped nothing.
-HOST_PACED_PERCENT = 80.0
-
-
-def host_paced(s: Snapshot) -> tuple[float, int] | None:
-    """(the training thread's median CPU share of the loop in percent, the
-    seconds it stands on) when it reaches :data:`HOST_PACED_PERCENT`; else None."""
-    busy = s.distribution(catalog.TRAINING_THREAD_BUSY)
-    if busy is None or busy.count < 3:
-        return None
-    median = busy.percentile(50.0)
-    return (median, busy.count) if median is not None and median >= HOST_PACED_PERCENT else None
-
-
 def copy_bound(s: Snapshot, cost: Cost, what: str = "the copies'") -> Cost:
-    """A copy to the device in the steps costs at most the steps' time the
-    device was not busy (:func:`device_idle`): the host makes it while the
-    device runs the queued steps, so the rest overlapped. Not where the host
-    set the loop's pace (:func:`host_paced`): the device's sampled times are
-    upper bounds, so "the steps less the device's time" is no bound there."""
+    """A copy to the device in the steps costs what exceeds the host's slack
+    (:func:`~tpu_info.views.slack.beside_queue`: the host makes it while the
+    device runs the queued steps), and at most the steps' time the device
+    was not busy (:func:`device_idle`). Neither where the host set the
+    loop's pace (:func:`host_paced`): the device's sampled times are upper
+    bounds, so "the steps less the device's time" is no bound there."""
     if cost.outside_step or cost.estimated or cost.seconds <= 0 or host_paced(s) is not None:
         return cost
+    cost = beside_queue(s, cost, "the copies")
     idle = device_idle(s)
     if idle is None or cost.seconds <= idle.seconds:
         return cost
@@ -397,6 +358,9 @@ def breakdown(s: Snapshot) -> Breakdown | None:
     if between > 0:
         host.append(Part("work between steps", min(between, max(0.0, step_w - sum(
             p.seconds for p in host))), "its gaps' wall time"))
+    if (waited := dispatch_wait(s)) is not None:  # the device's queue held the step's call
+        host.append(Part("waits in dispatch", min(waited[0], max(0.0, step_w - sum(
+            p.seconds for p in host))), f"mean of {waited[1]:,} sampled calls"))
     rest = step_w - sum(p.seconds for p in host)
     host.append(Part("other", max(0.0, rest)))
     dev = step_device_seconds(s)

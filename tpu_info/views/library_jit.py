@@ -8,11 +8,13 @@ anyway and keeps the difference (:mod:`metrics.engines.jax.wrappers`); a
 site's ``seconds`` are the median of those samples times its calls.
 
 What it costs the loop: the host does it every step, so where the host sets
-the pace (:func:`~tpu_info.views.breakdown.host_paced`) it is step time;
+the pace (:func:`~tpu_info.views.slack.host_paced`) it is step time;
 where the device is the one the loop waits for, host work runs beside the
-device's queued work. So the figure is cut by the device's queued work the
-host waited for at its reads in the loop (a host that waits there ran ahead
-of the device by that much, and its own work hid behind the device's). It
+device's queued work. So the figure is cut by the host's slack
+(:func:`~tpu_info.views.slack.beside_queue`: the time the host waited for
+the device's queued steps at its reads and in the step's dispatch; a host
+that waits there ran ahead of the device by that much, and its own work
+hid behind the device's). It
 is not cut to the steps' time the device's sampled times leave idle (as a
 copy's is: :func:`~tpu_info.views.breakdown.copy_bound`): those samples end
 when the watcher thread sees the output ready, and the watcher needs the
@@ -40,13 +42,11 @@ from tpu_info.contract.model import (
     NNX_CACHED_PARTIAL,
     NNX_JIT,
     Finding,
-    Phase,
     Severity,
     SiteKind,
     SiteReading,
     Snapshot,
 )
-from tpu_info.views.breakdown import host_paced
 from tpu_info.views.cost import (
     Cost,
     cost_of,
@@ -56,13 +56,13 @@ from tpu_info.views.cost import (
     site_phase,
 )
 from tpu_info.views.eager import step_function
+from tpu_info.views.slack import beside_queue
 
 MIN_SHARE = 0.05  # of the steady step: said from here
 WARN_SHARE = 0.10  # a warning from here
 MIN_SAMPLES = 8  # sampled calls a median stands on, at least
 PER_STEP_AT_LEAST = 0.5  # calls per step (the step's wrapper, not an evaluation's)
 
-_LOOP = frozenset({Phase.STEP, Phase.PERIODIC})
 
 _ADVICE = {
     NNX_JIT: ("flax's per-call graph traversal (split and merge) of the Modules and optimizer "
@@ -80,19 +80,9 @@ _GENERIC = ("the library's own per-call work on its arguments; pass the jitted f
             "plain arrays, or use the library's way to cache that work")
 
 
-def queued_wait(s: Snapshot) -> float:
-    """Seconds the host waited at its reads in the step loop (each step's or
-    every N steps') for the device's queued work (a read's wait less its
-    drain: :mod:`metrics.engines.jax.drains`): how far the host ran ahead of
-    the device."""
-    return sum(max(0.0, x.seconds - (x.drain_seconds or 0.0)) for x in s.sites
-               if x.kind == SiteKind.SYNC.value and x.drain_seconds is not None
-               and site_phase(s, x) in _LOOP)
-
-
 def wrapper_cost(s: Snapshot, site: SiteReading) -> Cost:
-    """The wrapper's host time in the steps, cut to what the device left idle
-    and less the device's queued work the host waited for (module docstring)."""
+    """The wrapper's host time in the steps, at most the steps' time, less
+    the host's slack (module docstring)."""
     phase = site_phase(s, site)
     span = (site.first_seen_unix, site.last_seen_unix) if site.first_seen_unix else None
     per_call = site.seconds / site.count if site.count else 0.0
@@ -104,15 +94,7 @@ def wrapper_cost(s: Snapshot, site: SiteReading) -> Cost:
     # A median of sampled calls times every call can pass the steps' own time
     # (a sampled call wakes the device-time watcher, which takes the
     # interpreter lock from the wrapper's Python after it): at most the steps.
-    cost = replace(cost, capped=True)
-    if host_paced(s) is not None:  # the host set the pace: its work is the step's
-        return cost
-    hidden = min(queued_wait(s), cost.seconds)
-    if hidden > 0:
-        cost = replace(cost, seconds=cost.seconds - hidden, note=(
-            f"{cost.note}; less the {duration(hidden)} the host waited at its reads for the "
-            "device's queued work, beside which this host work ran"))
-    return cost
+    return beside_queue(s, replace(cost, capped=True), "the wrapper's work")
 
 
 def _why_not(s: Snapshot, site: SiteReading, c: Cost) -> str:

@@ -36,7 +36,6 @@ from tpu_info.contract.model import (
     Snapshot,
     StepsReading,
 )
-from tpu_info.views.breakdown import step_device_seconds
 from tpu_info.views.cost import (
     cost_of,
     duration,
@@ -48,6 +47,7 @@ from tpu_info.views.cost import (
     step_leads,
     steps_of,
 )
+from tpu_info.views.slack import step_device_seconds
 
 # Said from this share of the run; a warning from WARN_SHARE (as other periodic work).
 INFO_SHARE = 0.01

@@ -393,9 +393,14 @@ def _finding(s: Snapshot, site: SiteReading) -> Finding | None:
     each = size_words(site.bytes / site.count) if site.count else size_words(0)
     what = site.detail or "host data"
     costly = _costly(c)
-    weight = "" if costly else (
-        " It is cheap at this step time, but it grows with the batch and weighs more "
-        "where steps are shorter (an accelerator).")
+    path = "the copy sits on the step's critical path."
+    if not costly and c.seconds < _site_cost(s, site).seconds:  # cut: beside the device's work
+        path = ("the copy ran while the device worked through queued steps, so this loop "
+                 "hardly pays for it; it weighs where the host sets the pace (a faster "
+                 "device, shorter steps).")
+    elif not costly:
+        path += (" It is cheap at this step time, but it grows with the batch and weighs "
+                  "more where steps are shorter (an accelerator).")
     per_step = None if c.steps is None else site.bytes / c.steps.count
     if per_step is not None and c.per_step is not None and c.per_step >= 1.5:
         # several arrays a step (an image batch and its labels): their sum, not a
@@ -406,7 +411,7 @@ def _finding(s: Snapshot, site: SiteReading) -> Finding | None:
     return Finding(
         f"{what} at {short_location(site.location)}{via} copies {each} to the device "
         f"{often} "
-        f"({c.words()}): the copy sits on the step's critical path.{weight} "
+        f"({c.words()}): {path} "
         f"{_transfer_advice(site.detail)}",
         Severity.WARNING if costly else Severity.INFO, site.location,
         kind="per_step_implicit_transfer", bytes_per_step=per_step, **c.fields())

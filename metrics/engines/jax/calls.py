@@ -43,6 +43,7 @@ from metrics.engines.jax.library_step import first_call, library_function, stati
 from metrics.recording.callstats import evaluation
 from metrics.recording.journal import FOLD_AT
 from metrics.recording.sampling import TIME_EVERY, TIME_FIRST
+from metrics.recording.thread_busy import WAIT_AFTER, usage
 
 if TYPE_CHECKING:
     from metrics.engines.jax.engine import JaxEngine
@@ -271,6 +272,10 @@ def _python_calls(fn: Callable[..., Any], owner: Owner, context: JaxContext, tim
             eng.rec.hook_failed("jax.implicit", e)
         seq = seqs[0]
         start = clock()
+        # The step's call on a sample (5 a second): the thread's CPU time
+        # and switches too, so its wait in dispatch is known (thread_busy.py).
+        began = (usage() if owner is state.step_owner and start >= eng.thread_busy.wait_due_ns
+                 and owner.calls > WAIT_AFTER else None)
         out = fn(*given, **kwargs) if kwargs else fn(*given)  # no dict copy in the usual call
         end = clock()
         try:
@@ -292,7 +297,9 @@ def _python_calls(fn: Callable[..., Any], owner: Owner, context: JaxContext, tim
                 if not state.step_named:
                     state.step_candidate(owner)  # (timed calls only: the step's guess)
             else:
-                eng.thread_busy.tick(end)  # (a thread CPU-time read once a second)
+                # (thread CPU-time reads once a second; a call that compiled
+                # waited for no queue)
+                eng.thread_busy.tick(end, start, began if seqs[0] == seq else None)
             eng.device_times.offer(owner, start, given, out)  # timed off this thread
             if owner.returned:  # a library's wrapper takes this call's span from its own
                 owner.returned = clock()

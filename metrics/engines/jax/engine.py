@@ -132,10 +132,12 @@ class JaxEngine(EngineBase):
                                         on_error=recorder.hook_failed)
         self.implicit.drains.times = self.device_times
         # The training thread's CPU share of the loop, ticked on the step's
-        # timed calls: who set the loop's pace (copy costs read it).
+        # timed calls: who set the loop's pace, and the step's call's wait in
+        # dispatch (the host's slack: what host work in the step costs reads it).
         self.thread_busy = ThreadBusy(
             lambda percent, at: recorder.distribution(names.TRAINING_THREAD_BUSY).observe_at(
-                percent, at))
+                percent, at),
+            lambda ns, at: recorder.distribution(names.DISPATCH_WAIT_TIME).observe_at(ns, at))
         self.implicit.gaps.timeline = self.compiles.timeline
         self.implicit.drains.timeline = self.compiles.timeline  # a read's h: no compile
         # Library jit wrappers' own host time around their inner jitted call.

@@ -17,6 +17,7 @@ from metrics.recording.thread_busy import ThreadBusy
 def fast(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(thread_busy, "SPACING_NS", 50_000_000)
     monkeypatch.setattr(thread_busy, "FIRST_SPACING_NS", 50_000_000)
+    monkeypatch.setattr(thread_busy, "WAIT_SPACING_NS", 50_000_000)
 
 
 def _ticks(work: str, seconds: float = 0.4) -> list[float]:
@@ -85,3 +86,34 @@ def test_a_jitted_step_loop_reports_the_distribution(fast: None, fresh_metrics) 
         w, _ = step(w, x)
     busy = metrics.snapshot().distribution(catalog.TRAINING_THREAD_BUSY)
     assert busy is not None and busy.count >= 3
+
+
+def _call_waits(work: str, calls: int = 15) -> list[float]:
+    """The waits a ThreadBusy reads for ``calls`` sampled calls that block
+    (sleep: off the CPU with a voluntary switch, as dispatch waiting on a
+    full queue) or spin (on the CPU, losing it only to the scheduler)."""
+    waits: list[float] = []
+    busy = ThreadBusy(lambda percent, at: None, lambda ns, at: waits.append(ns))
+    for _ in range(calls):
+        start = time.monotonic_ns()
+        began = thread_busy.usage() if start >= busy.wait_due_ns else None
+        if work == "sleep":
+            time.sleep(0.02)
+        else:
+            end = time.monotonic() + 0.02
+            while time.monotonic() < end:
+                sum(range(500))
+        busy.tick(time.monotonic_ns(), start, began)
+    return waits
+
+
+def test_a_call_that_blocks_reads_its_wait_and_one_that_runs_reads_none(fast: None) -> None:
+    # The step's call waiting in dispatch for a slot in the device's queue is
+    # the host's slack (views/slack.py); a call on the CPU has none, also on a
+    # loaded machine where the scheduler takes the CPU from it (no voluntary
+    # switch: issue 41's host-bound nnx_lifted read 39 us a call otherwise).
+    slept, spun = _call_waits("sleep"), _call_waits("spin")
+    assert len(slept) >= 3 and len(spun) >= 3
+    assert sorted(slept)[len(slept) // 2] > 10e6  # of 20 ms asleep
+    if thread_busy.usage().switches >= 0:  # Linux: voluntary switches told
+        assert max(spun) == 0.0
