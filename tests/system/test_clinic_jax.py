@@ -189,8 +189,10 @@ def test_the_cli_reads_the_running_clinic(tmp_path):
             pytest.fail(f"the example exited early: rc {proc.wait()}")
         (record,) = (tmp_path / "rt").glob("*.json")
         address = "127.0.0.1:{port}".format(**json.loads(record.read_text()))
-        doc = json.loads(subprocess.run([*CLI, "--json"], capture_output=True, text=True,
-                                        timeout=60, env=env, cwd=ROOT).stdout)
+        r = subprocess.run([*CLI, "--json"], capture_output=True, text=True, timeout=60,
+                           env=env, cwd=ROOT)
+        assert r.stdout, (r.returncode, r.stderr)
+        doc = json.loads(r.stdout)
         (target,) = [t for t in doc["targets"] if t["process"]]
         assert target["steps_source"] == "inferred" and target["steps"] == 48, target["steps"]
         by_kind: dict[str, list[dict]] = {}
