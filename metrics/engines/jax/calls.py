@@ -295,9 +295,9 @@ def _python_calls(fn: Callable[..., Any], owner: Owner, context: JaxContext, tim
                 eng.thread_busy.tick(end)  # (a thread CPU-time read once a second)
             eng.device_times.offer(owner, start, given, out)  # timed off this thread
             if owner.returned:  # a library's wrapper takes this call's span from its own
-                owner.returned = clock()
-            elif owner is state.step_owner and eng.host_lines.due(end, owner.calls):
-                eng.host_lines.after_step(sys._getframe(1))  # host work to the next step
+                owner.returned = clock()  # (and times the host work after its call)
+            elif owner is state.step_owner:  # the user's host work to the next step
+                eng.host_lines.after_step(end, owner.calls)  # (a clock compare)
         except Exception as e:  # noqa: BLE001 - a hook never raises into the program
             eng.rec.hook_failed("jax.jit", e)
         return out

@@ -49,8 +49,7 @@ the line is a generator's (a data loader).
 
 Example:
     >>> lines = HostLines()                                  # doctest: +SKIP
-    >>> if lines.due(time.monotonic_ns(), step_calls):       # doctest: +SKIP
-    ...     lines.after_step(sys._getframe(1))  # in the step's call, as it returns
+    >>> lines.after_step(time.monotonic_ns(), step_calls)    # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -148,18 +147,17 @@ class HostLines:
 
     # Training thread -----------------------------------------------------------
 
-    def due(self, now: int, calls: int) -> bool:
-        """Whether an interval should start after the step's call now."""
-        return self.enabled and now >= self._next and calls > FIRST_CALLS and self._at is None
-
-    def after_step(self, caller: FrameType | None) -> None:
-        """The step's call (or its library wrapper's) returns to ``caller``'s
-        stack: an interval starts, to the loop's next call at the user's line
-        that made this one."""
-        if sys.getprofile() is not None:  # a profiler (or another interval) is on
-            self._next = self.clock() + SPACING_NS
+    def after_step(self, now: int, calls: int) -> None:
+        """A timed call of the step (or its library wrapper's) ends at ``now``
+        (monotonic ns), its ``calls``-th: when one is due, an interval starts,
+        to the loop's next call at the user's line that made this one (the
+        caller's stack)."""
+        if now < self._next or calls <= FIRST_CALLS or not self.enabled or self._at is not None:
             return
-        f = caller
+        if sys.getprofile() is not None:  # a profiler (or another interval) is on
+            self._next = now + SPACING_NS
+            return
+        f: FrameType | None = sys._getframe(1)
         kind = self._kind
         while f is not None and kind(f.f_code) != _USER:
             f = f.f_back
@@ -354,6 +352,8 @@ class HostLines:
             return []
         out = []
         for code, line, median, intervals, total, callees in rows:
+            if median <= 0:  # in fewer than half the latest intervals: no step's work
+                continue
             path, function = where(code, -1)
             # What most of the line's time went into (not a library's private
             # helper: numpy's dispatchers).

@@ -193,10 +193,8 @@ class LibraryWrappers:
                     if (caller.f_code.co_name in _CACHED_CALLERS  # nnx.cached_partial's
                             and st.at and st.at[0] is not caller.f_code):  # (not the user's)
                         st.via = _CACHED_CALLERS[caller.f_code.co_name]
-            lines = eng.host_lines if eng is not None else None
-            if (lines is not None and owner is self.context.step_owner
-                    and lines.due(end, st.calls)):
-                lines.after_step(sys._getframe(1))  # host work to the next step
+            if eng is not None and owner is self.context.step_owner:
+                eng.host_lines.after_step(end, st.calls)  # host work to the next step
         except Exception as e:  # noqa: BLE001 - a hook never raises into the program
             self.context.hook_failed("jax.wrappers", e)
         return out
