@@ -85,3 +85,32 @@ def test_a_jitted_step_loop_reports_the_distribution(fast: None, fresh_metrics) 
         w, _ = step(w, x)
     busy = metrics.snapshot().distribution(catalog.TRAINING_THREAD_BUSY)
     assert busy is not None and busy.count >= 3
+
+
+def test_time_spent_waiting_for_a_core_is_not_time_waiting_for_the_device() -> None:
+    # A host-bound thread on a loaded machine (issue 41's 2 shared cores at
+    # load 7-9): half its wall time ready to run but without a core. Its CPU
+    # share of the wall read 50 %; of the time it was not queued, 100 %.
+    seen: list[float] = []
+    waits = iter([0, 500_000_000])
+    cpus = iter([0, 500_000_000])
+    busy = ThreadBusy(lambda percent, at: seen.append(percent), waited=lambda: next(waits))
+    real = time.thread_time_ns
+    try:
+        time.thread_time_ns = lambda: next(cpus)  # type: ignore[assignment]
+        busy.tick(1_000_000_000)
+        busy.tick(2_000_000_000)  # 1 s of wall: 0.5 s on a core, 0.5 s queued
+    finally:
+        time.thread_time_ns = real  # type: ignore[assignment]
+    assert seen == [100.0]
+    # Not told (gVisor): the wall time as before.
+    seen.clear()
+    cpus = iter([0, 500_000_000])
+    busy = ThreadBusy(lambda percent, at: seen.append(percent), waited=lambda: None)
+    try:
+        time.thread_time_ns = lambda: next(cpus)  # type: ignore[assignment]
+        busy.tick(1_000_000_000)
+        busy.tick(2_000_000_000)
+    finally:
+        time.thread_time_ns = real  # type: ignore[assignment]
+    assert seen == [50.0]
