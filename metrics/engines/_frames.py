@@ -63,6 +63,12 @@ def skip_prefixes(*modules: ModuleType | None) -> tuple[str, ...]:
     return tuple(paths)
 
 
+def engine_dirs(*modules: ModuleType | None) -> tuple[str, ...]:
+    """The engine's (the given modules' packages) and this hook's directories:
+    :func:`skip_prefixes` without the standard library."""
+    return tuple(p for p in skip_prefixes(*modules) if p != _STDLIB)
+
+
 def user_paths_from_env() -> tuple[str, ...]:
     """``TPU_INFO_USER_PATHS`` as absolute paths (empty entries dropped)."""
     raw = config.text(config.USER_PATHS)

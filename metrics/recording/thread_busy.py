@@ -1,6 +1,10 @@
 """How busy the training thread keeps itself: its CPU time over wall time, a
-sample a second of the step loop after its first few (``TrainingThreadBusy``),
-and the time the step's own call spent blocked (``DispatchWaitTime``).
+sample a second of the step loop after its first few (``TrainingThreadBusy``;
+the time it was ready to run but waited for a core, Linux's schedstat where
+the OS tells it, is out of the wall time: on a loaded machine a host-bound
+thread read 50-80 % and the copies' and host work's bounds took it for one
+waiting on the device), and the time the step's own call spent blocked
+(``DispatchWaitTime``).
 
 Whether a host-side cost (a numpy batch's copy made inside the jitted call)
 lengthens the loop depends on who sets its pace. Near 100 % the thread never
@@ -32,7 +36,8 @@ calls, at most once a :data:`SPACING_NS` (the first :data:`FIRST` samples
 :data:`FIRST_SPACING_NS` apart, so a loop of a few seconds has a median to
 stand on: on the TPU a 2 s host-bound loop had one sample, and the reader
 wants three): one clock read there already, then
-a thread CPU-time read (a system call: 5.6 us under gVisor).
+a thread CPU-time read (a system call: 5.6 us under gVisor) and a read of
+``/proc/thread-self/schedstat``.
 
 Example:
     >>> busy = ThreadBusy(samples.append, waits.append)     # doctest: +SKIP
@@ -52,6 +57,8 @@ try:
     _RUSAGE_THREAD: int | None = resource.RUSAGE_THREAD  # Linux
 except (ImportError, AttributeError):  # pragma: no cover - not Linux
     _RUSAGE_THREAD = None
+
+SCHEDSTAT = "/proc/thread-self/schedstat"
 
 SPACING_NS = 1_000_000_000
 FIRST, FIRST_SPACING_NS = 8, 200_000_000
@@ -82,17 +89,28 @@ def usage() -> Usage:
     return Usage(time.thread_time_ns(), -1)
 
 
+def run_queue_wait_ns() -> int | None:
+    """ns this thread has waited for a core so far (Linux schedstat's second
+    field), None where not told (gVisor, another OS)."""
+    try:
+        with open(SCHEDSTAT, "rb") as f:
+            return int(f.read().split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 class ThreadBusy:
     """Ticks from the training thread; each tick a second or more after the
     last (on the same thread) observes the CPU share of the time between,
     and, where the caller read the thread's usage at the call's start, the
     call's wait."""
 
-    __slots__ = ("_observe", "_waited", "due_ns", "wait_due_ns", "_thread", "_wall", "_cpu",
-                 "_ticks")
+    __slots__ = ("_observe", "_waited", "_run_queue", "due_ns", "wait_due_ns", "_thread",
+                 "_wall", "_cpu", "_ticks", "_queued")
 
     def __init__(self, observe: Callable[[float, int], None],
-                 waited: Callable[[float, int], None] | None = None) -> None:
+                 waited: Callable[[float, int], None] | None = None,
+                 run_queue: Callable[[], int | None] | None = None) -> None:
         self._observe = observe  # (percent, at ns): a distribution's observe_at
         self._waited = waited  # (ns the call was off the CPU, at ns)
         self.due_ns = 0  # the clock (ns) from which the next tick samples
@@ -100,6 +118,8 @@ class ThreadBusy:
         self._thread = 0
         self._wall = self._cpu = 0
         self._ticks = 0
+        self._run_queue = run_queue_wait_ns if run_queue is None else run_queue
+        self._queued: int | None = None
 
     def _wait(self, now: int, start: int, began: Usage) -> None:
         self.wait_due_ns = now + WAIT_SPACING_NS
@@ -122,7 +142,11 @@ class ThreadBusy:
             return
         self._ticks += 1
         self.due_ns = now + (FIRST_SPACING_NS if self._ticks <= FIRST else SPACING_NS)
-        thread, cpu = threading.get_ident(), time.thread_time_ns()
+        thread, cpu, wait = threading.get_ident(), time.thread_time_ns(), self._run_queue()
         if thread == self._thread and now > self._wall:
-            self._observe(min(100.0, 100.0 * (cpu - self._cpu) / (now - self._wall)), now)
-        self._thread, self._wall, self._cpu = thread, now, cpu
+            # Time the thread was ready to run but waited for a core (a loaded
+            # machine) is not time it waited for the device: out of the wall.
+            queued = wait - self._queued if wait is not None and self._queued is not None else 0
+            span = max(now - self._wall - max(0, queued), cpu - self._cpu, 1)
+            self._observe(min(100.0, 100.0 * (cpu - self._cpu) / span), now)
+        self._thread, self._wall, self._cpu, self._queued = thread, now, cpu, wait

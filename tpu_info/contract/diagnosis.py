@@ -49,6 +49,12 @@ class SiteKind(str, enum.Enum):
     # calls, ``timed`` the sampled ones, ``seconds`` their median host time
     # outside the inner jitted call (the wrapper's own work) times ``count``.
     LIBRARY_JIT = "library_jit"
+    # The training thread's own host work between the step's calls at this
+    # line (no JAX in it: a loader's numpy), over sampled intervals between
+    # steps: ``timed`` the intervals, ``seconds`` its median time per
+    # interval times ``timed`` (per step: ``seconds / timed``), ``count`` the
+    # intervals it had time in, ``detail`` the calls the time went into.
+    HOST_WORK = "host_work"
 
 
 # A LIBRARY_JIT site's ``via``: flax's nnx.jit (its per-call graph split and

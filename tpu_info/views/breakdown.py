@@ -268,6 +268,30 @@ def _periodic_seconds(s: Snapshot) -> dict[str, float]:
     return out
 
 
+HOST_CODE = "your code between steps"  # the step part of host_work sites
+
+
+def host_code_per_step(s: Snapshot) -> tuple[float, int]:
+    """(seconds a step the training thread ran the user's own host code
+    between the step's calls: each ``host_work`` line's median per sampled
+    interval, summed; the intervals that stands on)."""
+    total, intervals = 0.0, 0
+    for x in s.sites:
+        if x.kind == SiteKind.HOST_WORK.value and x.timed > 0 and x.seconds > 0:
+            total += x.seconds / x.timed
+            intervals = max(intervals, x.timed)
+    return total, intervals
+
+
+def host_left(b: Breakdown) -> float:
+    """The steady step's host time no measured part but the user's code
+    between steps took (what that code's lines are said at most)."""
+    if not b.step_seconds:
+        return 0.0
+    return max(0.0, b.step_seconds - sum(p.seconds for p in b.step_parts
+                                         if p.name not in (HOST_CODE, "other")))
+
+
 class DeviceIdle(NamedTuple):
     """The steady steps' time the device was not busy (``seconds``, in all),
     its own time per step and the timed executions that stands on."""
@@ -358,6 +382,12 @@ def breakdown(s: Snapshot) -> Breakdown | None:
     if between > 0:
         host.append(Part("work between steps", min(between, max(0.0, step_w - sum(
             p.seconds for p in host))), "its gaps' wall time"))
+    # The user's own host code between the steps (no JAX in it: a loader's
+    # numpy), its lines' medians over the sampled intervals between steps.
+    code, intervals = host_code_per_step(s)
+    if code > 0:
+        host.append(Part(HOST_CODE, min(code, max(0.0, step_w - sum(p.seconds for p in host))),
+                         f"median of {intervals:,} sampled intervals between steps"))
     if (waited := dispatch_wait(s)) is not None:  # the device's queue held the step's call
         host.append(Part("waits in dispatch", min(waited[0], max(0.0, step_w - sum(
             p.seconds for p in host))), f"mean of {waited[1]:,} sampled calls"))

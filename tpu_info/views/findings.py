@@ -60,6 +60,7 @@ from tpu_info.views.findings_torch import (
     xla_eager_mode,
     xla_value_access,
 )
+from tpu_info.views.host_work import host_work
 from tpu_info.views.library_jit import library_jit
 from tpu_info.views.periodic import per_step_work, periodic_work
 from tpu_info.views.recompile_groups import own_seconds, recreated_once
@@ -388,7 +389,8 @@ def _unseen(s: Snapshot) -> str:
 EVENTS_READ = frozenset({EventKind.COMPILE, EventKind.RECOMPILE, EventKind.GRAPH_BREAK})
 
 RULES: tuple[Callable[[Snapshot], Iterable[Finding]], ...] = (
-    no_engine, recompiles, eager_ops, site_findings, library_jit, explicit_syncs, periodic_work,
+    no_engine, recompiles, eager_ops, site_findings, library_jit, host_work, explicit_syncs,
+    periodic_work,
     per_step_work,
     slow_steps,
     slow_compiles,

@@ -302,7 +302,9 @@ def _python_calls(fn: Callable[..., Any], owner: Owner, context: JaxContext, tim
                 eng.thread_busy.tick(end, start, began if seqs[0] == seq else None)
             eng.device_times.offer(owner, start, given, out)  # timed off this thread
             if owner.returned:  # a library's wrapper takes this call's span from its own
-                owner.returned = clock()
+                owner.returned = clock()  # (and times the host work after its call)
+            elif owner is state.step_owner:  # the user's host work to the next step
+                eng.host_lines.after_step(end, owner.calls)  # (a clock compare)
         except Exception as e:  # noqa: BLE001 - a hook never raises into the program
             eng.rec.hook_failed("jax.jit", e)
         return out
@@ -336,6 +338,12 @@ def _keyed_call(eng: JaxEngine, owner: Owner, args: tuple[Any, ...], seq: int, s
 # The wrapper's Python frames a numpy shard handler can run under.
 _CALL_CODES = tuple(f.__code__
                     for f in _python_calls(lambda: None, Owner(""), JaxContext(), 1, 0))
+
+
+def call_code() -> Any:
+    """The code of the wrapper's every call (host_lines.py: a counted call ends
+    the interval it times)."""
+    return _CALL_CODES[0]
 
 
 def _owner_for(fun: object, jitted: object, options: dict[str, object], kind: str,

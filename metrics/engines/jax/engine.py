@@ -63,7 +63,7 @@ from collections.abc import Callable
 import jax
 
 from metrics.engines import device_profilers, ranks
-from metrics.engines._frames import skip_prefixes
+from metrics.engines._frames import engine_dirs, frames_for, skip_prefixes
 from metrics.engines._patching import Patches
 from metrics.engines.base import EngineBase
 from metrics.engines.jax import aot, calls, monitoring
@@ -75,6 +75,7 @@ from metrics.engines.jax.eager import EagerOps
 from metrics.engines.jax.executions import Executions
 from metrics.engines.jax.explain import Explanations
 from metrics.engines.jax.explicit import ExplicitTransfers
+from metrics.engines.jax.host_lines import HostLines
 from metrics.engines.jax.implicit import ImplicitTransfers
 from metrics.engines.jax.monitoring import MonitoringRecords
 from metrics.engines.jax.steps import StepWatch
@@ -142,6 +143,10 @@ class JaxEngine(EngineBase):
         self.implicit.drains.timeline = self.compiles.timeline  # a read's h: no compile
         # Library jit wrappers' own host time around their inner jitted call.
         self.wrappers = LibraryWrappers(context)
+        # The training thread's own host work between the step's calls, per line.
+        self.host_lines = HostLines(frames_for(skip_prefixes(jax, sys.modules.get("jaxlib"))),
+                                    engine_dirs(jax, sys.modules.get("jaxlib")),
+                                    calls.call_code())
         recorder.on_reset(self._forget_calls)
         self._hooked: dict[str, bool] = {}  # "jit", "pmap", "aot": whether each is counted
 
@@ -151,6 +156,7 @@ class JaxEngine(EngineBase):
         self.context.name_step(None)  # which calls are steps: guessed again
         self.implicit.clear()  # the lines: a reset forgets what they did too
         self.wrappers.forget()
+        self.host_lines.forget()
 
     # Install / uninstall ---------------------------------------------------
 
@@ -171,6 +177,7 @@ class JaxEngine(EngineBase):
         if self.context.active is self:
             self.context.active = None
         self.device_times.stop()
+        self.host_lines.enabled = False
         self.wrappers.uninstall()
         self.implicit.uninstall()
         self._patches.restore()
@@ -201,7 +208,9 @@ class JaxEngine(EngineBase):
         self.step_watch.name_step(self.context)  # later reads' step index, named now
         self.calls.flush()  # each function's graph, then its device time to the ledger
         self.device_times.publish()
-        return self.implicit.sites() + self.wrappers.sites(self.rec.mono_to_unix)
+        to_unix = self.rec.mono_to_unix
+        return (self.implicit.sites() + self.wrappers.sites(to_unix)
+                + self.host_lines.sites(to_unix))
 
     def busy_percent(self) -> tuple[float | None, str]:
         """Host-side busy % and its reason (:meth:`StepWatch.busy_percent`)."""

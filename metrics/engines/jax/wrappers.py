@@ -193,6 +193,8 @@ class LibraryWrappers:
                     if (caller.f_code.co_name in _CACHED_CALLERS  # nnx.cached_partial's
                             and st.at and st.at[0] is not caller.f_code):  # (not the user's)
                         st.via = _CACHED_CALLERS[caller.f_code.co_name]
+            if eng is not None and owner is self.context.step_owner:
+                eng.host_lines.after_step(end, st.calls)  # host work to the next step
         except Exception as e:  # noqa: BLE001 - a hook never raises into the program
             self.context.hook_failed("jax.wrappers", e)
         return out

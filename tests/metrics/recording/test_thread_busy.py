@@ -117,3 +117,32 @@ def test_a_call_that_blocks_reads_its_wait_and_one_that_runs_reads_none(fast: No
     assert sorted(slept)[len(slept) // 2] > 10e6  # of 20 ms asleep
     if thread_busy.usage().switches >= 0:  # Linux: voluntary switches told
         assert max(spun) == 0.0
+
+
+def test_time_spent_waiting_for_a_core_is_not_time_waiting_for_the_device() -> None:
+    # A host-bound thread on a loaded machine (issue 41's 2 shared cores at
+    # load 7-9): half its wall time ready to run but without a core. Its CPU
+    # share of the wall read 50 %; of the time it was not queued, 100 %.
+    seen: list[float] = []
+    waits = iter([0, 500_000_000])
+    cpus = iter([0, 500_000_000])
+    busy = ThreadBusy(lambda percent, at: seen.append(percent), run_queue=lambda: next(waits))
+    real = time.thread_time_ns
+    try:
+        time.thread_time_ns = lambda: next(cpus)  # type: ignore[assignment]
+        busy.tick(1_000_000_000)
+        busy.tick(2_000_000_000)  # 1 s of wall: 0.5 s on a core, 0.5 s queued
+    finally:
+        time.thread_time_ns = real  # type: ignore[assignment]
+    assert seen == [100.0]
+    # Not told (gVisor): the wall time as before.
+    seen.clear()
+    cpus = iter([0, 500_000_000])
+    busy = ThreadBusy(lambda percent, at: seen.append(percent), run_queue=lambda: None)
+    try:
+        time.thread_time_ns = lambda: next(cpus)  # type: ignore[assignment]
+        busy.tick(1_000_000_000)
+        busy.tick(2_000_000_000)
+    finally:
+        time.thread_time_ns = real  # type: ignore[assignment]
+    assert seen == [50.0]

@@ -205,8 +205,10 @@ def test_a_host_bound_step_stays_within_its_measured_work(eng):
     # function's first samples takes one per SPACING_NS at most (returns here)
     # tick: the step's timed call's thread-busy tick (a clock compare; one
     # thread CPU-time read a second: thread_busy.py)
+    # after_step: the step's timed call hands host_lines.py its end (a clock
+    # compare; an interval of the user's host work at most every 20 ms)
     assert frames == {"call": TIME_EVERY, "timed_call": 1, "write": TIME_EVERY, "offer": 1,
-                      "tick": 1}, frames
+                      "tick": 1, "after_step": 1}, frames
     # measured 198.4 (209.8 with the offer; 214.9 with the loop's gaps' one
     # identity check a call, gaps.py; 228.6 counting the call on its run,
     # numpy_runs.py: more opcodes, no allocation; on a TPU v5e host the loop

@@ -1,0 +1,191 @@
+"""The user's own host code between the steps, where the device waits for it
+(``host_work`` sites: :mod:`metrics.engines.jax.host_lines`).
+
+A data loader that draws each batch on the host (``np.random.choice`` and
+numpy indexing, a Python loop over rows) calls no JAX: without this, its
+time is the step's "other". The hook times sampled intervals between the
+step's calls on the training thread and puts their time at the user's lines;
+a line's figure is its median per interval (one interval is one step's gap).
+
+What it costs the loop: where the host set the pace (the training thread
+on the CPU nearly all of the loop, :func:`~tpu_info.views.breakdown.host_paced`)
+the device waits for all of it, so it is step time; elsewhere at most the
+step's time the device was idle (the step less the device's measured time
+per step, an upper bound, so the idle time is a lower bound: as a copy's
+:func:`~tpu_info.views.breakdown.copy_bound`), the rest having run beside
+the device's queued steps. On a device-bound loop that leaves nothing: not
+raised, nor where the device was busy more than ``1 - HOST_BOUND_IDLE`` of
+the step (its idle time there is within its samples' spread). Always at
+most the steady step's host time no other measured part took
+(:func:`~tpu_info.views.breakdown.host_left`). The lines of one generator
+(a data loader) are one finding, at its costliest line. Said from
+:data:`MIN_SHARE` of the steady step on :data:`MIN_INTERVALS` intervals (a
+warning from :data:`WARN_SHARE`).
+
+Example:
+    >>> from tpu_info.contract.model import SiteReading, Snapshot, StepsReading
+    >>> s = Snapshot(0.0, uptime_seconds=4.0,
+    ...              steps=StepsReading(10000, "inferred", "jit(step)", 3.0))
+    >>> [f.kind for f in host_work(s)]
+    []
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+
+from tpu_info.contract.model import Finding, Phase, Severity, SiteKind, SiteReading, Snapshot
+from tpu_info.views.breakdown import Breakdown, breakdown, host_left, host_paced
+from tpu_info.views.cost import Cost, cost_of, duration, share_words, short_location, steps_of
+
+MIN_SHARE = 0.05  # of the steady step: said from here
+WARN_SHARE = 0.10  # a warning from here
+MIN_INTERVALS = 8  # sampled intervals a median stands on, at least
+# Where the host did not set the pace, the loop is host-bound when the device
+# was idle this share of the step or more by its measured time (an upper
+# bound: the watcher waits for the interpreter lock on a host-bound loop).
+HOST_BOUND_IDLE = 0.3
+
+
+@dataclass(frozen=True, slots=True)
+class Work:
+    """A line's host work, or a generator's lines': per step (their medians
+    summed), the intervals that stands on, the lines costliest first."""
+
+    location: str
+    function: str
+    generator: bool
+    per_step: float
+    intervals: int
+    lines: tuple[SiteReading, ...]
+
+
+def works(s: Snapshot) -> list[Work]:
+    """``s``'s host work, a generator's lines together, costliest first."""
+    groups: dict[str, list[SiteReading]] = {}
+    for x in s.sites:
+        if x.kind != SiteKind.HOST_WORK.value or x.timed <= 0 or x.seconds <= 0:
+            continue
+        key = (f"{x.location.rsplit(':', 1)[0]}:{x.function}" if x.in_generator
+               else x.location)
+        groups.setdefault(key, []).append(x)
+    out = []
+    for lines in groups.values():
+        lines.sort(key=lambda x: -x.seconds / x.timed)
+        top = lines[0]
+        out.append(Work(top.location, top.function, top.in_generator,
+                        sum(x.seconds / x.timed for x in lines),
+                        max(x.timed for x in lines), tuple(lines)))
+    out.sort(key=lambda w: -w.per_step)
+    return out
+
+
+def host_bound(s: Snapshot, b: Breakdown) -> tuple[str, float | None]:
+    """Why the loop waits for the host, in words, and the most of a step the
+    device waited for it (None: all of it, the host set the pace); ("", 0)
+    where the device's time is not known."""
+    paced = host_paced(s)
+    if paced is not None:
+        return (f"the training thread was on the CPU {paced[0]:.0f}% of the loop (median "
+                f"of {paced[1]} readings)"), None
+    w, d = b.step_seconds, b.device
+    if not w or d is None:
+        return "", 0.0
+    idle = max(0.0, w - d)
+    return (f"the device idle {share_words(idle / w)} of the step or more (its measured "
+            f"{duration(d)} a step, {b.device_basis}, is an upper bound)"), idle
+
+
+def work_cost(s: Snapshot, b: Breakdown, w: Work) -> Cost:
+    """``w``'s time per step, at most the step's host time no other part took
+    and, where the host did not set the pace, the step's time the device was
+    idle (the rest ran beside the device's queued steps)."""
+    steps = steps_of(s)
+    n = steps.count if steps is not None else 0
+    left = host_left(b)
+    _, idle = host_bound(s, b)
+    per_step = min(w.per_step, left, w.per_step if idle is None else idle)
+    note = f"median of {w.intervals:,} sampled intervals between steps"
+    if per_step < w.per_step:
+        note += (f"; its {duration(w.per_step)}/step, at most the step's "
+                 + (f"{duration(left)} of host time no other part took" if per_step == left
+                    else f"{duration(idle or 0.0)} the device was idle: the rest ran beside "
+                         "its queued steps"))
+    return replace(cost_of(s, per_step * n, n or None, phase=Phase.STEP, note=note),
+                   capped=True)
+
+
+def _why_not(s: Snapshot, b: Breakdown | None, w: Work, c: Cost | None) -> str:
+    if b is None or not b.step_seconds or c is None:
+        return "the steady step's time is not known"
+    if w.intervals < MIN_INTERVALS:
+        return f"{w.intervals} sampled intervals (said from {MIN_INTERVALS})"
+    why, idle = host_bound(s, b)
+    if not why:
+        return "the device's time per step was not measured: whether it waited is not known"
+    if idle is not None and idle < HOST_BOUND_IDLE * b.step_seconds:
+        return (f"its {duration(w.per_step)}/step of host work between steps ran beside the "
+                f"device's queued steps (the device busy "
+                f"{share_words(1 - idle / b.step_seconds)} of the step): the loop is not "
+                "host-bound")
+    share = c.share_of_step or 0.0
+    if share >= MIN_SHARE:
+        return ""
+    return (f"{duration(c.seconds_per_step or 0.0)}/step, {share_words(share)} of step time "
+            f"(said from {share_words(MIN_SHARE)})")
+
+
+def not_raised(s: Snapshot, site: SiteReading) -> str:
+    """Why a ``host_work`` site is no finding, in words ("" otherwise)."""
+    if site.kind != SiteKind.HOST_WORK.value:
+        return ""
+    b = breakdown(s)
+    for w in works(s):
+        if site in w.lines:
+            if site is not w.lines[0] and site != w.lines[0]:
+                return f"part of {w.function}()'s host work at {short_location(w.location)}"
+            return _why_not(s, b, w, work_cost(s, b, w) if b is not None else None)
+    return "no time per interval"
+
+
+def _lines(w: Work) -> str:
+    """``lines 30 (RandomState.choice) and 31``."""
+    cells = []
+    for x in w.lines[:3]:
+        line = x.location.rsplit(":", 1)[-1]
+        cells.append(f"{line} ({x.detail})" if x.detail else line)
+    return ("line " if len(cells) == 1 else "lines ") + ", ".join(cells)
+
+
+def host_work(s: Snapshot) -> Iterable[Finding]:
+    """One finding per line (or generator) of the user's own host code
+    between steps that the device waits for."""
+    ws = works(s)
+    if not ws:
+        return
+    b = breakdown(s)
+    if b is None:
+        return
+    for w in ws:
+        c = work_cost(s, b, w)
+        if _why_not(s, b, w, c):
+            continue
+        why = host_bound(s, b)[0]
+        share = c.share_of_step or 0.0
+        if w.generator:
+            what = (f"{w.function}(), a generator the loop draws its batches from, runs on the "
+                    f"host between steps")
+            fix = ("Make the batches ahead of the loop (draw an epoch's indices at once and "
+                   "slice them, or build the batches once), or on the device (the data set put "
+                   "once, the indices drawn with jax.random in the jitted step), or prefetch "
+                   "the next batch in a thread; vectorise a Python loop over rows.")
+        else:
+            what = f"host code in {w.function}() runs between steps"
+            fix = ("Do it once before the loop, vectorise it (one numpy call, not a Python "
+                   "loop), or, if it is array math on the batch, move it into the jitted step.")
+        yield Finding(
+            f"{what} at {short_location(w.location)} ({_lines(w)}; {c.words()}). The device "
+            f"waits for it: {why}. {fix}",
+            Severity.WARNING if share >= WARN_SHARE else Severity.INFO, w.location,
+            kind="per_step_host_work", **c.fields())
