@@ -213,8 +213,9 @@ def test_a_host_bound_step_stays_within_its_measured_work(eng):
     # identity check a call, gaps.py; 228.6 counting the call on its run,
     # numpy_runs.py: more opcodes, no allocation; on a TPU v5e host the loop
     # read 0.972-0.974 of unhooked against 0.967-0.970 with two records a call;
-    # 234.4 with the run's owner check and the step's thread-busy tick)
-    assert ops / TIME_EVERY <= 237, ops / TIME_EVERY
+    # 234.4 with the run's owner check and the step's thread-busy tick; 237.4
+    # with the timed call's dispatch-wait compare and host_lines' after_step)
+    assert ops / TIME_EVERY <= 239, ops / TIME_EVERY
     assert c_calls / TIME_EVERY <= 9.0, c_calls / TIME_EVERY  # measured 8.2 (8.9 with the offer)
 
 
