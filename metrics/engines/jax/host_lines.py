@@ -102,8 +102,10 @@ class HostLines:
 
     def __init__(self, frames: LibraryFrames, engine_dirs: tuple[str, ...],
                  call_code: CodeType | None = None,
-                 clock: Callable[[], int] = time.monotonic_ns) -> None:
+                 clock: Callable[[], int] = time.monotonic_ns,
+                 on_error: Callable[[str, BaseException], None] | None = None) -> None:
         self.frames = frames
+        self.on_error = on_error  # an exception in the profile function: counted
         # The jax.jit wrapper's code: a counted call ends an interval (the
         # step's, or another function's: a gap's evaluation is its own work).
         self.call_code = call_code
@@ -181,70 +183,76 @@ class HostLines:
     def _event(self, frame: FrameType, event: str, arg: Any) -> None:
         if event == "c_call":  # its time before goes with the C call's, at the same line
             return
-        clock = self.clock
-        now = clock()
-        at = self._at
-        if at is None or not self.enabled:
+        try:
+            clock = self.clock
+            now = clock()
+            at = self._at
+            if at is None or not self.enabled:
+                sys.setprofile(None)
+                self._at = None
+                return
+            dt = now - self._prev - self._leak
+            if dt < 0:
+                dt = 0
+            self._events += 1
+            kinds = self._kinds
+            f: FrameType | None = frame
+            if event == "call":
+                back = frame.f_back
+                if (frame.f_code is self.call_code  # a counted jitted call: a gap's, or the step's
+                        or back is not None and id(back.f_code) == at[0]
+                        and back.f_lineno == at[1] and self._kind(frame.f_code) != _USER):
+                    self._end(now, dt, cut=False)  # the next step's call
+                    return
+                f = back
+            # ``dt`` ns to where ``f`` (the frame the time ran in) was.
+            via: CodeType | None = None
+            inner = f
+            while f is not None:
+                c = f.f_code
+                hit = kinds.get(id(c))
+                k = hit[1] if hit is not None and hit[0] is c else self._kind(c)
+                if k == _USER:
+                    break
+                if k == _ENGINE:
+                    f = None
+                    break
+                if k == _LIBRARY:
+                    via = c
+                f = f.f_back
+            if f is None:  # under the engine's code (or no user frame: not the loop's)
+                self._engine += dt
+            else:
+                code = f.f_code
+                key = (id(code), f.f_lineno)
+                if key == at:
+                    self._step += dt
+                else:
+                    acc = self._acc
+                    had = acc.get(key)
+                    if had is None:
+                        self._codes[key[0]] = code
+                        had = 0
+                    acc[key] = had + dt
+                    callee: Any = None
+                    if event == "c_return" and inner is f:  # a bound method is new each call
+                        callee = getattr(arg, "__qualname__", None) or "a C function"
+                    elif via is not None:
+                        callee = id(via)
+                        self._codes[callee] = via
+                    if callee is not None:
+                        ck = (key, callee)
+                        acc[ck] = acc.get(ck, 0) + dt
+            if self._events >= MAX_EVENTS or now - self._start >= MAX_NS:
+                self._end(now, 0, cut=True)
+                return
+            self._prev = clock()
+            self._own += self._prev - now
+        except Exception as e:  # never into the program: the interval ends, counted
             sys.setprofile(None)
             self._at = None
-            return
-        dt = now - self._prev - self._leak
-        if dt < 0:
-            dt = 0
-        self._events += 1
-        kinds = self._kinds
-        f: FrameType | None = frame
-        if event == "call":
-            back = frame.f_back
-            if (frame.f_code is self.call_code  # a counted jitted call: a gap's, or the step's
-                    or back is not None and id(back.f_code) == at[0]
-                    and back.f_lineno == at[1] and self._kind(frame.f_code) != _USER):
-                self._end(now, dt, cut=False)  # the next step's call
-                return
-            f = back
-        # ``dt`` ns to where ``f`` (the frame the time ran in) was.
-        via: CodeType | None = None
-        inner = f
-        while f is not None:
-            c = f.f_code
-            hit = kinds.get(id(c))
-            k = hit[1] if hit is not None and hit[0] is c else self._kind(c)
-            if k == _USER:
-                break
-            if k == _ENGINE:
-                f = None
-                break
-            if k == _LIBRARY:
-                via = c
-            f = f.f_back
-        if f is None:  # under the engine's code (or no user frame: not the loop's)
-            self._engine += dt
-        else:
-            code = f.f_code
-            key = (id(code), f.f_lineno)
-            if key == at:
-                self._step += dt
-            else:
-                acc = self._acc
-                had = acc.get(key)
-                if had is None:
-                    self._codes[key[0]] = code
-                    had = 0
-                acc[key] = had + dt
-                callee: Any = None
-                if event == "c_return" and inner is f:  # a bound method is new each call
-                    callee = getattr(arg, "__qualname__", None) or "a C function"
-                elif via is not None:
-                    callee = id(via)
-                    self._codes[callee] = via
-                if callee is not None:
-                    ck = (key, callee)
-                    acc[ck] = acc.get(ck, 0) + dt
-        if self._events >= MAX_EVENTS or now - self._start >= MAX_NS:
-            self._end(now, 0, cut=True)
-            return
-        self._prev = clock()
-        self._own += self._prev - now
+            if self.on_error is not None:
+                self.on_error("host_lines", e)  # a signal handler's exception: raised again
 
     def _end(self, now: int, dt: int, cut: bool) -> None:
         """The interval's end: its lines into :attr:`lines` (once an interval);

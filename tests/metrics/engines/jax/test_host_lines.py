@@ -167,3 +167,30 @@ def test_a_profiler_already_set_is_never_replaced() -> None:
         assert sys.getprofile() is theirs
     finally:
         sys.setprofile(None)
+
+
+def test_an_exception_in_the_profile_function_never_reaches_the_program() -> None:
+    # The profile function runs at every call and return of the user's code,
+    # outside any of the hook's guards: what it raises would surface in the
+    # program at any line. It ends the interval and is counted instead.
+    import sys
+
+    failed: list[tuple[str, BaseException]] = []
+    lines = _lines()
+    lines.on_error = lambda where, e: failed.append((where, e))  # type: ignore[attr-defined]
+
+    def broken(code: object) -> int:
+        raise RuntimeError("broken")
+
+    def user_work() -> int:
+        return sum(range(10))
+
+    lines.after_step(10**18, 10**6)  # type: ignore[attr-defined]
+    try:
+        assert sys.getprofile() is not None  # an interval began at this line
+        lines._kind = broken  # type: ignore[attr-defined]
+        assert user_work() == 45  # no RuntimeError here
+        assert sys.getprofile() is None  # the interval ended
+    finally:
+        sys.setprofile(None)
+    assert [w for w, _ in failed] == ["host_lines"]
