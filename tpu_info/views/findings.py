@@ -38,6 +38,7 @@ from tpu_info.contract.model import (
 )
 from tpu_info.contract.phases import bursts_phase
 from tpu_info.views.causes import CauseAdvice, classify, warm_up, xla_new_graph
+from tpu_info.views.compile_parts import cache_words, message, named
 from tpu_info.views.cost import (
     Cost,
     cost_of,
@@ -65,12 +66,15 @@ from tpu_info.views.library_jit import library_jit
 from tpu_info.views.periodic import per_step_work, periodic_work
 from tpu_info.views.recompile_groups import own_seconds, recreated_once
 from tpu_info.views.sites import site_findings
-from tpu_info.views.slow_compile import cache_advice, slow_compiles
+from tpu_info.views.slow_compile import slow_compiles, slow_graphs
 from tpu_info.views.slow_steps import slow_steps
 from tpu_info.views.startup import startup
 from tpu_info.views.values import recorded_anything
 
 _NON_RECOMPILE = (FIRST_CALL,)
+# The cache across runs is advised where the graphs it would load hold at
+# least this share of compiling (less is named, without advice).
+CACHE_PART = 0.25
 _XLA_WARM_UP = ("warm-up (the step after the first is a new graph once: optimizer state or "
                 "accumulators created by the first step now live on the device), not a problem.")
 
@@ -134,44 +138,50 @@ def recompiles(s: Snapshot) -> Iterable[Finding]:
     graphs of one function split by graph breaks count as one: a call that
     recompiles both parts is one recompile (the most any part compiled)."""
     for name, graphs in by_function(s).items():
-        parts = _parts(graphs).values()
-        compiles = function_compiles(graphs)
-        if compiles < 2:
-            continue
-        causes = sorted((c for g in graphs for c in g.causes
-                         if c.description not in _NON_RECOMPILE),
-                        key=lambda c: c.time_unix)
-        if causes and all(value_access(c) or closure_read(c) for c in causes):
-            continue  # xla_value_access or xla_closure_reads names it
-        if not causes and (compiles < 10 or single_op(name)):
-            continue  # eager ops compile once per new shape: only many are news
-        total = sum(g.compile_seconds_total for g in graphs)
-        firsts = [min(compiled, key=lambda g: g.first_seen_unix) for part in parts
-                  if (compiled := [g for g in part if g.compiles])]
-        first_site = next((c.location for g in graphs for c in g.causes
-                           if c.description == FIRST_CALL and c.location), None)
-        own = own_seconds(causes)
-        lost = own if own is not None else max(
-            0.0, total - sum(g.compile_seconds_last for g in firsts))
-        if causes and warm_up(compiles, graphs[0].engine, tuple(causes)) and all(
-                map(xla_new_graph, causes)):
-            yield Finding(f"{name} compiled {compiles} times in its first steps "
-                          f"({_seconds(total)}): {_XLA_WARM_UP}",
-                          Severity.INFO, causes[-1].location, 0.0, "warm_up")
-            continue
-        if causes:
-            yield from _by_kind(s, name, compiles, total, lost, graphs, first_site)
-            continue
-        phase, _ = bursts_phase([g.last_seen_unix for g in graphs if g.compiles > 1]
-                                or [g.first_seen_unix for g in graphs[1:]], steps_of(s))
-        c = cost_of(s, lost, compiles - 1, phase=phase)
-        msg = (f"{name} compiled {compiles} times ({_seconds(total)} compiling, {c.tail()}) "
-               "for different inputs, with no cause recorded. "
-               + ("Keep its input shapes fixed or run it inside jit." if engine_of(s) == "jax"
-                  else "Keep its input shapes fixed (or mark the changing dimension dynamic: "
-                  "torch._dynamo.mark_dynamic(x, dim))."))
-        yield Finding(msg, _severity(c, expected=False), None, kind="recompile_no_cause",
-                      **c.fields())
+        yield from _function_recompiles(s, name, graphs)
+
+
+def _function_recompiles(s: Snapshot, name: str,
+                         graphs: list[GraphRecord]) -> Iterable[Finding]:
+    """:func:`recompiles`' findings for one function's ``graphs``."""
+    parts = _parts(graphs).values()
+    compiles = function_compiles(graphs)
+    if compiles < 2:
+        return
+    causes = sorted((c for g in graphs for c in g.causes
+                     if c.description not in _NON_RECOMPILE),
+                    key=lambda c: c.time_unix)
+    if causes and all(value_access(c) or closure_read(c) for c in causes):
+        return  # xla_value_access or xla_closure_reads names it
+    if not causes and (compiles < 10 or single_op(name)):
+        return  # eager ops compile once per new shape: only many are news
+    total = sum(g.compile_seconds_total for g in graphs)
+    firsts = [min(compiled, key=lambda g: g.first_seen_unix) for part in parts
+              if (compiled := [g for g in part if g.compiles])]
+    first_site = next((c.location for g in graphs for c in g.causes
+                       if c.description == FIRST_CALL and c.location), None)
+    own = own_seconds(causes)
+    lost = own if own is not None else max(
+        0.0, total - sum(g.compile_seconds_last for g in firsts))
+    if causes and warm_up(compiles, graphs[0].engine, tuple(causes)) and all(
+            map(xla_new_graph, causes)):
+        yield Finding(f"{name} compiled {compiles} times in its first steps "
+                      f"({_seconds(total)}): {_XLA_WARM_UP}",
+                      Severity.INFO, causes[-1].location, 0.0, "warm_up")
+        return
+    if causes:
+        yield from _by_kind(s, name, compiles, total, lost, graphs, first_site)
+        return
+    phase, _ = bursts_phase([g.last_seen_unix for g in graphs if g.compiles > 1]
+                            or [g.first_seen_unix for g in graphs[1:]], steps_of(s))
+    c = cost_of(s, lost, compiles - 1, phase=phase)
+    msg = (f"{name} compiled {compiles} times ({_seconds(total)} compiling, {c.tail()}) "
+           "for different inputs, with no cause recorded. "
+           + ("Keep its input shapes fixed or run it inside jit." if engine_of(s) == "jax"
+              else "Keep its input shapes fixed (or mark the changing dimension dynamic: "
+              "torch._dynamo.mark_dynamic(x, dim))."))
+    yield Finding(msg, _severity(c, expected=False), None, kind="recompile_no_cause",
+                  **c.fields())
 
 
 def _severity(c: Cost, expected: bool) -> Severity:
@@ -245,66 +255,82 @@ def _by_kind(s: Snapshot, name: str, compiles: int, total: float, lost: float,
 
 
 def compile_share(s: Snapshot) -> Iterable[Finding]:
-    """Compiling took a large share of the program's life: the part eager
-    code's single-operation graphs hold (the eager_ops finding's), the
-    recompiles (their findings), and what a compilation cache would load
-    next run (:func:`cache_advice`), each said where it is there."""
+    """Compiling took a large share of the program's life: where it went,
+    the largest part first, each with the finding or advice that fits it
+    (:mod:`tpu_info.views.compile_parts`): eager code's single-operation
+    graphs, the slow_compile findings' graphs, the recompiles' findings,
+    and the rest named, with the cache across runs."""
     ct = s.distribution(catalog.COMPILE_TIME)
     if ct is None or s.uptime_seconds <= 0:
         return
     share = min(1.0, ct.total / 1e9 / s.uptime_seconds)
     if share < 0.25 or ct.count < 3:
         return
-    total = ct.total / 1e9
     head = (f"compiling took {share_words(share)} of the run so far ({ct.count} compiles, "
-            f"{_seconds(total)}, measured)")
-    tiny = [g for g in s.graphs if g.compiles and single_op(g.name)]
-    tiny_s = sum(g.compile_seconds_total for g in tiny)
-    larger = [g for g in s.graphs if g.compiles and not single_op(g.name)]
-    functions = by_function(s)
-    again = sorted(((n, c) for n, gs in functions.items()
-                    if (c := function_compiles(gs)) > 1), key=lambda x: (-x[1], x[0]))
-    # The findings that name these recompiles, by the same rules (one may
-    # name none: warm-up aside, a few compiles with no cause are no finding).
-    named = list(dict.fromkeys(f.kind for rule in (recompiles, xla_value_access)
-                               for f in rule(s))) if again else []
-    if len(tiny) >= 10 and tiny_s >= 0.25 * total:
-        eager = (f"{head}, {share_words(tiny_s / total)} of it single-operation graphs of eager "
-                 "code: see the eager_ops finding (jit that code; a compilation cache would "
-                 "not remove these)")
-        if named:
-            eager += f"; its recompiles: see the finding{'s' * (len(named) > 1)} " \
-                     f"{', '.join(named)}"
-        cache = cache_advice(s, larger)
-        if engine_of(s) == "jax" and cache.startswith("Each compile"):
-            yield Finding(f"{eager}.", Severity.INFO, None, 0.0, "compile_share")
-            return  # the rest holds no compile the cache keeps by default
-        yield Finding(f"{eager}. The other {_seconds(max(0.0, total - tiny_s))}: "
-                      f"{cache[0].lower()}{cache[1:]}",
-                      Severity.INFO, None, 0.0, "compile_share")
-        return
-    advice = cache_advice(s, s.graphs)
-    if again:
-        if named:
-            yield Finding(f"{head}; the recompiles among them: see the finding"
-                          f"{'s' * (len(named) > 1)} {', '.join(named)}.",
-                          Severity.INFO, None, 0.0, "compile_share")
-            return
-        shown = ", ".join(f"{n} {c} times" for n, c in again[:3])
-        more = f" and {len(again) - 3} more functions" if len(again) > 3 else ""
-        once = len(functions) - len(again)
-        rest = (f"; the other {once} function{'s' * (once > 1)} once each" if once else "")
-        yield Finding(f"{head}: {shown}{more} compiled once for each new input shape they met, "
-                      f"too few times to be a recompile problem{rest}: a cost paid once per "
-                      f"shape. {advice}", Severity.INFO, None, 0.0, "compile_share")
-        return
-    if engine_of(s) == "torch_xla" and ct.count <= 3:
+            f"{_seconds(ct.total / 1e9)}, measured)")
+    compiled = [g for g in s.graphs if g.compiles]
+    told, kinds = _told_recompiles(s)
+    if engine_of(s) == "torch_xla" and ct.count <= 3 and not told:
         yield Finding(f"{head}: torch_xla compiles its first steps (warm-up), a start-up "
                       "cost that a longer run pays once.", Severity.INFO, None, 0.0,
                       "compile_share")
         return
-    yield Finding(f"{head}, each graph compiled once: a start-up cost. {advice}",
-                  Severity.INFO, None, 0.0, "compile_share")
+    # Each graph in one part: a recompile's finding, eager code's, slow_compile's,
+    # answered by the backend cache, or the rest (the cache across runs).
+    eager = list(dict.fromkeys(f.kind for f in eager_ops(s)))
+    slow_hashes = slow_graphs(s)
+    again: list[GraphRecord] = []
+    tiny: list[GraphRecord] = []
+    slow: list[GraphRecord] = []
+    hit: list[GraphRecord] = []
+    cached: list[GraphRecord] = []
+    for g in compiled:
+        (again if function_name(g.name) in told else tiny if eager and single_op(g.name)
+         else slow if g.hash in slow_hashes else hit if g.cache_hits else cached).append(g)
+    parts: list[tuple[float, str]] = []
+    if tiny:  # the eager_ops finding's advice: jit that code
+        parts.append((_total(tiny), f"eager code's {len(tiny)} single-op graphs "
+                                    f"{_seconds(_total(tiny))} (see {eager[0]})"))
+    if slow:
+        parts.append((_total(slow), f"{named(slow, 2)} (see slow_compile)"))
+    if again:
+        fns = list(dict.fromkeys(function_name(g.name) for g in again))
+        n = sum(g.compiles for g in again)
+        kinds += ["slow_compile"] * any(g.hash in slow_hashes for g in again)
+        parts.append((_total(again), f"{', '.join(fns[:2])}{' and more' * (len(fns) > 2)} "
+                                     f"{_seconds(_total(again))} in {n} compile"
+                                     f"{'s' * (n > 1)} (see {', '.join(kinds[:2])}"
+                                     f"{f' and {len(kinds) - 2} more' * (len(kinds) > 2)})"))
+    if hit:
+        parts.append((_total(hit), f"the other {named(hit, 0)}, with backend cache hits"))
+    worth = _total(cached) >= CACHE_PART * ct.total / 1e9
+    advice = cache_words(engine_of(s), cached, sum(1 for g in s.graphs if g.cache_hits))
+    yield Finding(message(head, parts, cached, advice if worth else ""), Severity.INFO, None,
+                  0.0, "compile_share")
+
+
+def _total(graphs: Iterable[GraphRecord]) -> float:
+    return sum(g.compile_seconds_total for g in graphs)
+
+
+def _told_recompiles(s: Snapshot) -> tuple[set[str], list[str]]:
+    """The functions whose recompiles a finding holds (their shapes or
+    arguments change: see it, not a cache), and those findings' kinds."""
+    told: set[str] = set()
+    kinds: list[str] = []
+    xla = [f.kind for rule in (xla_value_access, xla_closure_reads) for f in rule(s)]
+    for name, graphs in by_function(s).items():
+        if function_compiles(graphs) < 2:
+            continue
+        own = [f.kind for f in _function_recompiles(s, name, graphs)]
+        causes = [c for g in graphs for c in g.causes if c.description not in _NON_RECOMPILE]
+        if not own and xla and causes and all(value_access(c) or closure_read(c)
+                                              for c in causes):
+            own = xla
+        if own:
+            told.add(name)
+            kinds += [k for k in own if k not in kinds]
+    return told, kinds
 
 
 def memory_pressure(s: Snapshot) -> Iterable[Finding]:

@@ -19,8 +19,17 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from tpu_info.contract.model import FIRST_CALL, Finding, GraphRecord, Phase, Severity, Snapshot
+from tpu_info.contract.model import (
+    FIRST_CALL,
+    Finding,
+    GraphRecord,
+    Phase,
+    RecompileCause,
+    Severity,
+    Snapshot,
+)
 from tpu_info.contract.phases import phase_of
+from tpu_info.views.compile_parts import CACHE_ADVICE, JAX_CACHE_MIN_S, NO_CACHE, RULE
 from tpu_info.views.cost import (
     WHEN,
     cost_of,
@@ -32,20 +41,6 @@ from tpu_info.views.cost import (
     steps_of,
 )
 from tpu_info.views.eager import single_op
-
-CACHE_ADVICE = {
-    "jax": "Enable the persistent compilation cache (jax.config.update("
-           "'jax_compilation_cache_dir', DIR)) so the next run loads them.",
-    "torch_compile": "Keep Inductor's FX graph cache warm across runs (on by default; point "
-                     "TORCHINDUCTOR_CACHE_DIR at a directory that persists).",
-    "torch_xla": "Enable torch_xla's persistent cache (torch_xla.runtime.initialize_cache(DIR)) "
-                 "so the next run loads them.",
-}
-_NO_CACHE = "Cache compiled graphs across runs."
-# JAX writes a compile to its persistent cache only from this long
-# (jax_persistent_cache_min_compile_time_secs' default), by its own clock.
-JAX_CACHE_MIN_S = 1.0
-_RULE = "jax_persistent_cache_min_compile_time_secs"
 
 # One compile this long and this large a share of the time the user waits for
 # the work (the step loop's wall time, its compiles left out; the run's where
@@ -71,31 +66,6 @@ def _steps_time(s: Snapshot, g: GraphRecord) -> tuple[int, float] | None:
     return steps.count, max(0.0, steps.seconds_total - steps.compile_seconds)
 
 
-def cache_advice(s: Snapshot, graphs: Iterable[GraphRecord]) -> str:
-    """The persistent compilation cache, for what it would keep of
-    ``graphs``' compiles: JAX keeps only those of :data:`JAX_CACHE_MIN_S` or
-    more by default, so the graphs that long are named (with the seconds
-    the next run would load), or the setting to lower where none was; a
-    graph the backend cache already answered is left out. Other engines:
-    their cache, as it is."""
-    engine = engine_of(s)
-    if engine != "jax":
-        return CACHE_ADVICE.get(engine, _NO_CACHE)
-    kept = sorted(((g.compile_seconds_total, g.name) for g in graphs
-                   if g.compiles and not g.cache_hits and not single_op(g.name)
-                   and g.compile_seconds_total / g.compiles >= JAX_CACHE_MIN_S), reverse=True)
-    enable = "jax.config.update('jax_compilation_cache_dir', DIR)"
-    if not kept:
-        return (f"Each compile took under the {duration(JAX_CACHE_MIN_S)} JAX's persistent "
-                f"compilation cache keeps by default: to have the next run load them, set "
-                f"{_RULE} to 0 beside {enable}.")
-    seconds = sum(x for x, _ in kept)
-    more = (f" and {len(kept) - 1} more ({duration(seconds)} in all)" if len(kept) > 1 else "")
-    return (f"The persistent compilation cache would load {kept[0][1]} "
-            f"({duration(kept[0][0])}){more} next run ({enable}); by default it keeps only "
-            f"compiles of {duration(JAX_CACHE_MIN_S)} or more ({_RULE}): lower that for the rest.")
-
-
 def _loop_seconds(s: Snapshot) -> float | None:
     """The step loop's wall time, the compiles inside it left out: the
     time the user waits for the work a compile is weighed against; None
@@ -110,10 +80,10 @@ def _loop_seconds(s: Snapshot) -> float | None:
 def _advice(s: Snapshot, g: GraphRecord, seconds: float) -> str:
     """What to do, from what was recorded (see the module's words)."""
     engine = g.engine or engine_of(s)
-    cache = CACHE_ADVICE.get(engine, _NO_CACHE).replace(" loads them.", " loads it.")
+    cache = CACHE_ADVICE.get(engine, NO_CACHE).replace(" loads them.", " loads it.")
     if engine == "jax" and seconds < 2 * JAX_CACHE_MIN_S:
         cache += (f" By default it keeps only compiles of {duration(JAX_CACHE_MIN_S)} or more "
-                  f"by JAX's own clock ({_RULE}): lower that if this one is not kept.")
+                  f"by JAX's own clock ({RULE}): lower that if this one is not kept.")
     hits = g.cache_hits
     if g.loop_line:  # the hook saw one line fill the graph (a Python loop unrolled)
         return (f"a large graph: {g.loop_ops:,} of its operations come from "
@@ -141,6 +111,26 @@ def _advice(s: Snapshot, g: GraphRecord, seconds: float) -> str:
     return cache
 
 
+def _slow(s: Snapshot, loop: float | None) -> Iterable[tuple[GraphRecord, RecompileCause,
+                                                               float]]:
+    """``(graph, its first call, one compile's seconds)`` of each graph
+    :func:`slow_compiles` speaks of."""
+    for g in s.graphs:
+        first = next((c for c in g.causes if c.description == FIRST_CALL), None)
+        if not g.compiles or single_op(g.name) or first is None or not first.location:
+            continue
+        seconds = g.compile_seconds_total / g.compiles  # one compile of this graph
+        if seconds < SLOW_COMPILE_S or s.uptime_seconds <= 0 or (
+                seconds < SLOW_COMPILE_SHARE * (loop or s.uptime_seconds)):
+            continue
+        yield g, first, seconds
+
+
+def slow_graphs(s: Snapshot) -> frozenset[str]:
+    """The hashes of the graphs a ``slow_compile`` finding names."""
+    return frozenset(g.hash for g, _, _ in _slow(s, _loop_seconds(s)))
+
+
 def slow_compiles(s: Snapshot) -> Iterable[Finding]:
     """A single graph whose compile took a second or more and a tenth of the
     step loop's own time (of the run's where the steps were not timed: a
@@ -150,14 +140,7 @@ def slow_compiles(s: Snapshot) -> Iterable[Finding]:
     and a library's own set-up graph (no line of the program) is not news."""
     steps = steps_of(s)
     loop = _loop_seconds(s)
-    for g in s.graphs:
-        first = next((c for c in g.causes if c.description == FIRST_CALL), None)
-        if not g.compiles or single_op(g.name) or first is None or not first.location:
-            continue
-        seconds = g.compile_seconds_total / g.compiles  # one compile of this graph
-        if seconds < SLOW_COMPILE_S or s.uptime_seconds <= 0 or (
-                seconds < SLOW_COMPILE_SHARE * (loop or s.uptime_seconds)):
-            continue
+    for g, first, seconds in _slow(s, loop):
         when = first.time_unix
         told = phase_of(when, when, 1, steps)
         phase = told if told in (Phase.SETUP, Phase.TEARDOWN) else Phase.ONCE  # one-off
