@@ -163,6 +163,9 @@ def _check_dns_name(host: str, target: str) -> str:
     """The ASCII form of DNS name ``host``; ValueError when it cannot be one."""
     try:
         ascii_host = host.encode("idna").decode("ascii")
+        # Nameprep maps some characters to dots ('\u2024' -> '.'): the ASCII
+        # form must be a name too, as getaddrinfo encodes it again.
+        ascii_host.encode("idna")
     except UnicodeError:
         raise ValueError(f"target {shown(target)}: host is not a valid DNS name (labels of "
                          "1..63 characters, separated by dots)") from None

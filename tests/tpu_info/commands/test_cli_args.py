@@ -81,6 +81,14 @@ def test_bad_targets_are_value_errors(text: str):
         validate_target(text)
 
 
+@pytest.mark.parametrize("text", ["\u2024:1", "a\u2024\u2024b:1"])
+def test_a_host_that_nameprep_maps_to_empty_labels_is_refused(text: str):
+    # Hypothesis found '\u2024:1' (ONE DOT LEADER): nameprep makes it '.', which
+    # passed as a host and then failed to encode for getaddrinfo.
+    with pytest.raises(ValueError):
+        validate_target(text)
+
+
 def test_good_targets_come_back_resolvable():
     assert validate_target("b\u00fccher.example:80") == "xn--bcher-kva.example:80"
     assert validate_target("[fe80::1%eth0]:8431") == "[fe80::1%eth0]:8431"
