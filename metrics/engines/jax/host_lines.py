@@ -63,6 +63,7 @@ from types import CodeType, FrameType
 from typing import Any
 
 from metrics.engines._frames import LIBRARY, USER, LibraryFrames, via_words
+from metrics.engines.jax.numpy_reads import Resolver, readers
 from metrics.recording import forksafe
 from tpu_info.contract.model import Phase, SiteKind, SiteReading
 
@@ -95,6 +96,15 @@ class _Line:
         self.callees: dict[str | CodeType, int] = {}
 
 
+class _Read:
+    __slots__ = ("code", "line", "what", "ns", "reads", "bytes", "intervals", "recent")
+
+    def __init__(self, code: CodeType, line: int, what: str) -> None:
+        self.code, self.line, self.what = code, line, what
+        self.ns = self.reads = self.bytes = self.intervals = 0
+        self.recent: deque[tuple[int, int]] = deque(maxlen=KEEP)  # (interval, ns)
+
+
 class HostLines:
     """Sampled intervals between the step's calls, per user line. Code
     objects are keyed by ``id`` (a code object's hash reads its contents) and
@@ -111,6 +121,17 @@ class HostLines:
         self.clock = clock
         self.enabled = True
         self.lines: dict[tuple[int, int], _Line] = {}
+        # Reads of a jax.Array by a numpy conversion at a user line (its
+        # buffer, in C: numpy_reads.py): their waits, kept apart from host work.
+        self.reads: dict[tuple[int, int], _Read] = {}
+        self._readers = readers()
+        self._resolver = Resolver()
+        # The read in progress: (the caller's frame, the C function, its
+        # line's key, bytes), its ns so far; and this interval's reads per
+        # line key: [ns, reads, bytes, what].
+        self._reading: tuple[FrameType, Any, tuple[int, int], int] | None = None
+        self._read_ns = 0
+        self._iread: dict[tuple[int, int], list[Any]] = {}
         self.intervals = 0  # sampled intervals ended
         self.cut = 0  # of them, cut (MAX_EVENTS, MAX_NS)
         self.interval_ns = 0  # their wall time, less the profile's own
@@ -141,6 +162,7 @@ class HostLines:
 
     def forget(self) -> None:
         self.lines.clear()
+        self.reads.clear()
         self.intervals = self.cut = 0
         self.interval_ns = self.engine_ns = self.step_ns = self.own_ns = 0
         self.first = self.last = 0
@@ -176,11 +198,18 @@ class HostLines:
         self._at = at
         self._events = self._own = self._engine = self._step = 0
         self._acc, self._codes = {}, {}
+        self._reading, self._read_ns, self._iread = None, 0, {}
         self._start = self._prev = self.clock()
 
     def _event(self, frame: FrameType, event: str, arg: Any) -> None:
+        read = 0
         if event == "c_call":  # its time before goes with the C call's, at the same line
-            return
+            if (self._reading is not None or arg not in self._readers
+                    or self._kind(frame.f_code) != _USER):
+                return
+            read = self._resolver.jax_read(frame, arg)  # a jax.Array's buffer: a read
+            if not read:
+                return
         clock = self.clock
         now = clock()
         at = self._at
@@ -192,6 +221,22 @@ class HostLines:
         if dt < 0:
             dt = 0
         self._events += 1
+        if self._reading is not None:  # all of it the read's wait, to its C call's return
+            self._read_ns += dt
+            reading = self._reading
+            if event != "call" and event != "return" and arg is reading[1] and (
+                    frame is reading[0]):
+                self._reading = None
+                got = self._iread.setdefault(reading[2], [0, 0, 0, reading[1]])
+                got[0] += self._read_ns
+                got[1] += 1
+                got[2] += reading[3]
+            if self._events >= MAX_EVENTS or now - self._start >= MAX_NS:
+                self._end(now, 0, cut=True)
+                return
+            self._prev = clock()
+            self._own += self._prev - now
+            return
         kinds = self._kinds
         f: FrameType | None = frame
         if event == "call":
@@ -240,6 +285,9 @@ class HostLines:
                 if callee is not None:
                     ck = (key, callee)
                     acc[ck] = acc.get(ck, 0) + dt
+                if read:  # the C call's time from here on is the read's
+                    self._reading, self._read_ns = (frame, arg, key, read), 0
+                    self._codes[key[0]] = code
         if self._events >= MAX_EVENTS or now - self._start >= MAX_NS:
             self._end(now, 0, cut=True)
             return
@@ -277,6 +325,19 @@ class HostLines:
                 if row is not None and (callee in row.callees
                                         or len(row.callees) < MAX_CALLEES):
                     row.callees[callee] = row.callees.get(callee, 0) + ns
+        for key, (ns, n, nbytes, fn) in self._iread.items():
+            got = self.reads.get(key)
+            if got is None:
+                if len(self.reads) >= MAX_LINES:
+                    continue
+                got = self.reads[key] = _Read(codes[key[0]], key[1],
+                                              f"np.{getattr(fn, '__name__', 'asarray')}()")
+            got.ns += ns
+            got.reads += n
+            got.bytes += nbytes
+            got.intervals += 1
+            got.recent.append((self.intervals, ns))
+        self._reading, self._iread = None, {}
         self.engine_ns += self._engine
         self.step_ns += self._step + dt
         self.cut += cut
@@ -339,8 +400,42 @@ class HostLines:
 
     # Read time -------------------------------------------------------------------
 
-    def sites(self, mono_to_unix: float) -> list[SiteReading]:
-        """One ``host_work`` reading per line with time in the sampled intervals."""
+    def sites(self, mono_to_unix: float, steps: int = 0) -> list[SiteReading]:
+        """One ``host_work`` reading per line with time in the sampled intervals,
+        and one ``sync`` reading per line that read a jax.Array through numpy
+        (:meth:`read_sites`); ``steps``: the step function's calls so far."""
+        return self._work_sites(mono_to_unix) + self.read_sites(mono_to_unix, steps)
+
+    def read_sites(self, mono_to_unix: float, steps: int) -> list[SiteReading]:
+        """A ``sync`` reading per line whose numpy conversion read a jax.Array
+        in at least half the latest sampled intervals (each one step's gap):
+        sampled, so ``timed`` is the reads timed and ``seconds`` their waits
+        (the median per interval times the intervals), ``count`` and
+        ``bytes`` the steps' worth (the reads per interval times ``steps``)."""
+        from metrics.engines.jax.sites import where
+
+        n = self.intervals
+        rows = [(r.code, r.line, r.what, _median(list(r.recent), n), r.reads, r.bytes,
+                 r.intervals) for r in list(self.reads.values())]
+        if not n or steps <= 0:
+            return []
+        out = []
+        for code, line, what, median, reads, nbytes, intervals in rows:
+            if median <= 0 or not reads:
+                continue
+            path, function = where(code, -1)
+            count = max(reads, round(steps * reads / n))
+            out.append(SiteReading(
+                kind=SiteKind.SYNC.value, location=f"{path.rsplit(':', 1)[0]}:{line}",
+                count=count, bytes=round(nbytes * count / reads), seconds=median * n / 1e9,
+                function=function, detail=what,
+                first_seen_unix=self.first / 1e9 + mono_to_unix,
+                last_seen_unix=self.last / 1e9 + mono_to_unix, phase=Phase.STEP.value,
+                occurrences=max(intervals, round(steps * intervals / n)), timed=reads,
+                timed_bytes=nbytes))
+        return out
+
+    def _work_sites(self, mono_to_unix: float) -> list[SiteReading]:
         from metrics.engines.jax.generators import in_generator
         from metrics.engines.jax.sites import where
 
