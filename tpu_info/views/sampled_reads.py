@@ -13,7 +13,8 @@ is the step (``P``) and ``d`` the device's time for it (``D``), so
 (:func:`~tpu_info.views.breakdown.device_idle`, the steps less the device's
 measured time). Where the host set the loop's pace
 (:func:`~tpu_info.views.slack.host_paced`) the device's sampled times are
-upper bounds and the read costs its wait (``h > d``). And never more than
+upper bounds and the read costs its wait (``h > d``); so where they hold the
+host's own time (:attr:`~tpu_info.views.breakdown.Breakdown.device_blurred`). And never more than
 the host's other time in the steps (:func:`~tpu_info.views.sites._sync_cost`'s
 bound).
 
@@ -26,7 +27,7 @@ Example:
 from __future__ import annotations
 
 from tpu_info.contract.model import Phase, SiteKind, SiteReading, Snapshot
-from tpu_info.views.breakdown import device_idle
+from tpu_info.views.breakdown import breakdown, device_idle
 from tpu_info.views.cost import Cost, cost_of, duration, steps_of
 from tpu_info.views.slack import host_paced
 
@@ -50,7 +51,9 @@ def read_cost(s: Snapshot, site: SiteReading, phase: Phase,
     note = (f"sampled: {site.timed:,} reads timed in the hook's sampled intervals between "
             f"steps, {duration(waited / max(1, site.count))} of waiting a read")
     steps = steps_of(s)
-    idle = device_idle(s) if host_paced(s) is None else None
+    b = breakdown(s)
+    told = b is not None and not b.device_blurred  # (blurred: the idle time is unmeasured)
+    idle = device_idle(s) if told and host_paced(s) is None else None
     if idle is not None and steps is not None and steps.count:
         per_read = idle.seconds / steps.count  # one read a step: h + w is the step
         bound = per_read * site.count

@@ -38,6 +38,12 @@ gap, whose evaluation is its own work: host work after a jitted call before
 the step, ``augment(x)``, is not seen). Nothing runs in a forked child (its
 intervals end at its first event).
 
+A numpy conversion's C call at a user line (``np.asarray(loss)``) whose
+argument is a jax.Array on the CPU (numpy reads its buffer in C, past every
+Python hook, and waits there for the device: :mod:`.numpy_reads` tells)
+is a read: its time, to the C call's return, is kept apart (:attr:`reads`),
+said as a sampled ``sync`` site (:meth:`read_sites`), not as host work.
+
 Read out as :class:`~tpu_info.contract.model.SiteReading` of kind
 ``host_work`` per line: ``timed`` the sampled intervals, ``seconds`` the
 median of its time per interval (over the latest :data:`KEEP`, 0 where it
@@ -96,12 +102,12 @@ class _Line:
         self.callees: dict[str | CodeType, int] = {}
 
 
-class _Read:
+class _Read:  # a line's reads of a jax.Array through numpy (numpy_reads.py)
     __slots__ = ("code", "line", "what", "ns", "reads", "bytes", "intervals", "recent")
 
     def __init__(self, code: CodeType, line: int, what: str) -> None:
-        self.code, self.line, self.what = code, line, what
-        self.ns = self.reads = self.bytes = self.intervals = 0
+        self.code, self.line, self.what, self.ns, self.reads = code, line, what, 0, 0
+        self.bytes = self.intervals = 0
         self.recent: deque[tuple[int, int]] = deque(maxlen=KEEP)  # (interval, ns)
 
 
@@ -203,15 +209,20 @@ class HostLines:
 
     def _event(self, frame: FrameType, event: str, arg: Any) -> None:
         read = 0
+        clock = self.clock
         if event == "c_call":  # its time before goes with the C call's, at the same line
             if (self._reading is not None or arg not in self._readers
                     or self._kind(frame.f_code) != _USER):
                 return
+            now = clock()
             read = self._resolver.jax_read(frame, arg)  # a jax.Array's buffer: a read
-            if not read:
+            if not read:  # (its look the profile's own time, no line's)
+                spent = clock() - now
+                self._prev += spent
+                self._own += spent
                 return
-        clock = self.clock
-        now = clock()
+        else:
+            now = clock()
         at = self._at
         if at is None or not self.enabled:
             sys.setprofile(None)
@@ -228,9 +239,7 @@ class HostLines:
                     frame is reading[0]):
                 self._reading = None
                 got = self._iread.setdefault(reading[2], [0, 0, 0, reading[1]])
-                got[0] += self._read_ns
-                got[1] += 1
-                got[2] += reading[3]
+                got[0], got[1], got[2] = got[0] + self._read_ns, got[1] + 1, got[2] + reading[3]
             if self._events >= MAX_EVENTS or now - self._start >= MAX_NS:
                 self._end(now, 0, cut=True)
                 return
@@ -332,9 +341,7 @@ class HostLines:
                     continue
                 got = self.reads[key] = _Read(codes[key[0]], key[1],
                                               f"np.{getattr(fn, '__name__', 'asarray')}()")
-            got.ns += ns
-            got.reads += n
-            got.bytes += nbytes
+            got.ns, got.reads, got.bytes = got.ns + ns, got.reads + n, got.bytes + nbytes
             got.intervals += 1
             got.recent.append((self.intervals, ns))
         self._reading, self._iread = None, {}
@@ -414,25 +421,20 @@ class HostLines:
         ``bytes`` the steps' worth (the reads per interval times ``steps``)."""
         from metrics.engines.jax.sites import where
 
-        n = self.intervals
+        n, out = self.intervals, []
         rows = [(r.code, r.line, r.what, _median(list(r.recent), n), r.reads, r.bytes,
-                 r.intervals) for r in list(self.reads.values())]
-        if not n or steps <= 0:
-            return []
-        out = []
+                 r.intervals) for r in list(self.reads.values())] if n and steps > 0 else []
         for code, line, what, median, reads, nbytes, intervals in rows:
-            if median <= 0 or not reads:
-                continue
-            path, function = where(code, -1)
-            count = max(reads, round(steps * reads / n))
-            out.append(SiteReading(
-                kind=SiteKind.SYNC.value, location=f"{path.rsplit(':', 1)[0]}:{line}",
-                count=count, bytes=round(nbytes * count / reads), seconds=median * n / 1e9,
-                function=function, detail=what,
-                first_seen_unix=self.first / 1e9 + mono_to_unix,
-                last_seen_unix=self.last / 1e9 + mono_to_unix, phase=Phase.STEP.value,
-                occurrences=max(intervals, round(steps * intervals / n)), timed=reads,
-                timed_bytes=nbytes))
+            if median > 0 and reads:
+                path, function = where(code, -1)
+                count = max(reads, round(steps * reads / n))
+                out.append(SiteReading(
+                    kind=SiteKind.SYNC.value, location=f"{path.rsplit(':', 1)[0]}:{line}",
+                    count=count, bytes=round(nbytes * count / reads), seconds=median * n / 1e9,
+                    function=function, detail=what, first_seen_unix=self.first / 1e9
+                    + mono_to_unix, last_seen_unix=self.last / 1e9 + mono_to_unix,
+                    phase=Phase.STEP.value, occurrences=max(intervals, round(
+                        steps * intervals / n)), timed=reads, timed_bytes=nbytes))
         return out
 
     def _work_sites(self, mono_to_unix: float) -> list[SiteReading]:

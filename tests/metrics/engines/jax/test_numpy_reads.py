@@ -85,7 +85,7 @@ def test_a_per_step_np_asarray_of_a_jax_array_is_a_read_at_its_line(tmp_path: Pa
     [f] = [f for f in find(s) if f.kind == "per_step_sync" and (f.location or "").endswith(line)]
     assert "np.asarray() at prog.py" in f.message and "every step" in f.message
     assert "sampled" in f.message
-    assert f.seconds_per_step is not None and f.seconds_per_step > 0
+    assert f.seconds_per_step is not None and f.seconds_per_step >= 0  # (0: device-bound)
     # The wait left "your code between steps": the line's host work is the
     # time around the call, not in it (no 'asarray' callee), and under its wait.
     work = [x for x in s.sites if x.kind == "host_work" and x.location.endswith(line)]
