@@ -294,14 +294,18 @@ class HostLines:
                 if callee is not None:
                     ck = (key, callee)
                     acc[ck] = acc.get(ck, 0) + dt
-                if read:  # the C call's time from here on is the read's
-                    self._reading, self._read_ns = (frame, arg, key, read), 0
+                if read:  # the C call's time on is the read's (and the look at its
+                    # argument, where that was not ready: the host waited anyway)
+                    self._reading = (frame, arg, key, read)
+                    self._read_ns = -now if self._resolver.waiting else 0
                     self._codes[key[0]] = code
         if self._events >= MAX_EVENTS or now - self._start >= MAX_NS:
             self._end(now, 0, cut=True)
             return
         self._prev = clock()
         self._own += self._prev - now
+        if self._read_ns < 0:  # (the look at the read's argument: the read's)
+            self._read_ns += self._prev
 
     def _end(self, now: int, dt: int, cut: bool) -> None:
         """The interval's end: its lines into :attr:`lines` (once an interval);
@@ -417,20 +421,20 @@ class HostLines:
         """A ``sync`` reading per line whose numpy conversion read a jax.Array
         in at least half the latest sampled intervals (each one step's gap):
         sampled, so ``timed`` is the reads timed and ``seconds`` their waits
-        (the median per interval times the intervals), ``count`` and
+        (all of them: a wait's long tail is what it costs), ``count`` and
         ``bytes`` the steps' worth (the reads per interval times ``steps``)."""
         from metrics.engines.jax.sites import where
 
         n, out = self.intervals, []
         rows = [(r.code, r.line, r.what, _median(list(r.recent), n), r.reads, r.bytes,
-                 r.intervals) for r in list(self.reads.values())] if n and steps > 0 else []
-        for code, line, what, median, reads, nbytes, intervals in rows:
-            if median > 0 and reads:
+                 r.intervals, r.ns) for r in list(self.reads.values())] if n and steps else []
+        for code, line, what, median, reads, nbytes, intervals, ns in rows:
+            if median > 0 and reads:  # (a wait's tail is its cost: all of them, no median)
                 path, function = where(code, -1)
                 count = max(reads, round(steps * reads / n))
                 out.append(SiteReading(
                     kind=SiteKind.SYNC.value, location=f"{path.rsplit(':', 1)[0]}:{line}",
-                    count=count, bytes=round(nbytes * count / reads), seconds=median * n / 1e9,
+                    count=count, bytes=round(nbytes * count / reads), seconds=ns / 1e9,
                     function=function, detail=what, first_seen_unix=self.first / 1e9
                     + mono_to_unix, last_seen_unix=self.last / 1e9 + mono_to_unix,
                     phase=Phase.STEP.value, occurrences=max(intervals, round(

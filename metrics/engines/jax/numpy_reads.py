@@ -55,6 +55,7 @@ class Resolver:
     def __init__(self) -> None:
         self._sites: dict[tuple[int, int], tuple[CodeType, tuple[str, str, Any] | None]] = {}
         self._array: Any = None  # jax._src.array.ArrayImpl, once JAX has it
+        self.waiting = False  # the latest read's array was not ready when looked at
 
     def jax_read(self, frame: FrameType, fn: Any) -> int:
         """Bytes a call of ``fn`` at ``frame`` reads from the device: its first
@@ -83,6 +84,7 @@ class Resolver:
         try:  # elsewhere numpy goes through __array__: the transfer hook counts it
             if not all(d.platform == "cpu" for d in value.devices()):
                 return 0
+            self.waiting = not value.is_ready()  # (the time this look took: waited anyway)
             return int(value.nbytes)
         except Exception:  # noqa: BLE001 - a deleted or odd array: not a read here
             return 0
