@@ -18,6 +18,7 @@ from tpu_info.contract.cause_kinds import CauseKind
 from tpu_info.contract.model import Finding, Severity, SiteKind, Snapshot
 from tpu_info.views.causes import typed
 from tpu_info.views.cost import cost_of, engine_of
+from tpu_info.views.sampled_reads import sampled_read
 
 _EXPLICIT_ADVICE = {
     "jax": "Fetch values to the host every N steps instead (jax.device_get of a value "
@@ -35,7 +36,8 @@ def explicit_syncs(s: Snapshot) -> Iterable[Finding]:
     d2h = s.distribution(TRANSFER_FROM_DEVICE_TIME)
     if c0.steps is None or c0.steps.count < 5 or d2h is None:
         return
-    at_sites = [x for x in s.sites if x.kind == SiteKind.SYNC.value]
+    # (sampled reads, numpy's of a jax.Array on the CPU, are in no distribution)
+    at_sites = [x for x in s.sites if x.kind == SiteKind.SYNC.value and not sampled_read(x)]
     count = d2h.count - sum(x.count for x in at_sites)
     seconds = d2h.total / 1e9 - sum(x.seconds for x in at_sites)
     if count < 0.9 * c0.steps.count:

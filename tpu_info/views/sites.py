@@ -49,6 +49,7 @@ from tpu_info.views.cost import (
 )
 from tpu_info.views.eager import eager_site_advice, not_jitted_step
 from tpu_info.views.periodic import part_of_periodic_work
+from tpu_info.views.sampled_reads import read_cost, sampled_read
 
 # A site is a finding when it ran in at least half the steps (or, steps
 # unknown, this many times) and cost at least this much, in all and as a share.
@@ -153,6 +154,8 @@ def _site_cost(s: Snapshot, site: SiteReading) -> Cost:
         site = replace(site, count=min(site.occurrences, site.count))
     if site.seconds > 0 and site.kind == SiteKind.SYNC.value and site.drain_seconds is not None:
         return _drain_cost(s, site, phase, span, apart)
+    if site.seconds > 0 and sampled_read(site):  # np.asarray(x), in sampled intervals
+        return read_cost(s, site, phase, span, apart)
     if site.seconds > 0 and site.kind == SiteKind.SYNC.value and phase not in OUTSIDE_STEP:
         return _sync_cost(s, site, phase, span, apart)
     sampled = 0 < site.timed < site.count

@@ -209,8 +209,9 @@ class JaxEngine(EngineBase):
         self.calls.flush()  # each function's graph, then its device time to the ledger
         self.device_times.publish()
         to_unix = self.rec.mono_to_unix
+        step = self.context.step_owner
         return (self.implicit.sites() + self.wrappers.sites(to_unix)
-                + self.host_lines.sites(to_unix))
+                + self.host_lines.sites(to_unix, step.calls if step is not None else 0))
 
     def busy_percent(self) -> tuple[float | None, str]:
         """Host-side busy % and its reason (:meth:`StepWatch.busy_percent`)."""

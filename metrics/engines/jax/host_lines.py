@@ -7,45 +7,42 @@ of the hook: the steady step reads "other". Here it is measured and put at
 the user's line (the innermost frame outside libraries, as
 :mod:`metrics.engines._frames` decides by the import system).
 
-How: a thread sampling ``sys._current_frames()`` cannot do it in CPython.
-It needs the interpreter lock to look, and the training thread lets go of it
-in JAX's C++ dispatch of every step (measured: a loop whose generator took
-66% of the host's time read 11% at the generator's lines, 88% at the
-step's call; a Python loop over rows got no sample at all). So the
-training thread times its own intervals, a few a second: after a timed
-call of the step (the step's call has returned, or the library wrapper
-around it: flax's ``nnx.jit``), ``sys.setprofile`` (this thread's only;
-never where a profiler is already set) is on until the loop's next call at
-the step's line into the library or the hook (the next step), then off. The
-profile function reads the clock at each Python call and return and each
-C function's return (``np.random.choice``; a C call's own event returns at
-once: the line's time before it goes with it), and gives the time since the
-previous event to where the thread was: the innermost user frame and its
-line, with the C function or library call it was in; time under the
-engine's own code (JAX, jaxlib, this hook: eager ops, reads, which their
-own parts measure) and the step's call's own tail are kept apart.
+How: a thread sampling ``sys._current_frames()`` cannot do it in CPython:
+it needs the interpreter lock, which the training thread lets go of in JAX's
+C++ dispatch of every step (a generator taking 66% of the host's time read
+11%, a Python loop over rows nothing). So the training thread times its own
+intervals, a few a second: after a timed call of the step (or of the library
+wrapper around it: flax's ``nnx.jit``), ``sys.setprofile`` (this thread's
+only; never over a profiler already set) is on until the loop's next call at
+the step's line, then off. At each Python call and return and each C
+function's return the time since the previous event goes to the innermost
+user frame's line, with the C function or library call it was in; time
+under the engine's own code (JAX, jaxlib, this hook: their own parts
+measure it) and the step's call's own tail are kept apart. An exception in
+the profile function ends the interval and is counted, never raised.
 
-Cost: only the sampled intervals pay it (~1-3 us an event), and past the
-first :data:`FIRST_INTERVALS` (:data:`SPACING_NS` apart: a figure to stand
-on in a short loop, a few ms once) the next interval waits
-:data:`OVERHEAD_RATIO` times the previous one's own cost (its clock reads,
-its calls, its start and end), so the profile's own share of wall time stays
-under ``1 / OVERHEAD_RATIO`` (its whole cost, the bytecode it slows
-included, measured at 2-3 times that: ``bench/host_lines_cost.py``); an
-interval is cut after :data:`MAX_EVENTS` events or :data:`MAX_NS`, and ends
-at any counted ``jax.jit`` call (the step's; another function's begins a
-gap, whose evaluation is its own work: host work after a jitted call before
-the step, ``augment(x)``, is not seen). Nothing runs in a forked child (its
-intervals end at its first event).
+Cost: only the sampled intervals pay it (~1-3 us an event); past the first
+:data:`FIRST_INTERVALS` (:data:`SPACING_NS` apart) the next interval waits
+:data:`OVERHEAD_RATIO` times the previous one's own cost, so the profile's
+share of wall time stays under ``1 / OVERHEAD_RATIO`` (its whole cost, the
+bytecode it slows included, 2-3 times that: ``bench/host_lines_cost.py``).
+An interval is cut after :data:`MAX_EVENTS` events or :data:`MAX_NS`, and
+ends at any counted ``jax.jit`` call (another function's begins a gap, whose
+evaluation is its own work: host work after a jitted call before the step,
+``augment(x)``, is not seen). Nothing runs in a forked child.
+
+A numpy conversion's C call at a user line (``np.asarray(loss)``) whose
+argument is a jax.Array on the CPU (numpy reads its buffer in C, past every
+Python hook, and waits there for the device: :mod:`.numpy_reads` tells)
+is a read: its time, to the C call's return, is kept apart (:attr:`reads`),
+said as a sampled ``sync`` site (:meth:`read_sites`), not as host work.
 
 Read out as :class:`~tpu_info.contract.model.SiteReading` of kind
 ``host_work`` per line: ``timed`` the sampled intervals, ``seconds`` the
-median of its time per interval (over the latest :data:`KEEP`, 0 where it
-had none: robust to an interval a collection stretched) times ``timed``
-(its time per step is ``seconds / timed``),
-``count`` the intervals it had time in, ``detail`` the calls the time went
-into (``RandomState.choice``, ``numpy stack``), ``in_generator`` whether
-the line is a generator's (a data loader).
+median of its time per interval (the latest :data:`KEEP`; 0 where it had
+none) times ``timed``, ``count`` the intervals it had time in, ``detail``
+the calls its time went into (``RandomState.choice``), ``in_generator``
+whether the line is a generator's (a data loader).
 
 Example:
     >>> lines = HostLines()                                  # doctest: +SKIP
@@ -63,6 +60,7 @@ from types import CodeType, FrameType
 from typing import Any
 
 from metrics.engines._frames import LIBRARY, USER, LibraryFrames, via_words
+from metrics.engines.jax.numpy_reads import Resolver, readers
 from metrics.recording import forksafe
 from tpu_info.contract.model import Phase, SiteKind, SiteReading
 
@@ -95,6 +93,15 @@ class _Line:
         self.callees: dict[str | CodeType, int] = {}
 
 
+class _Read:  # a line's reads of a jax.Array through numpy (numpy_reads.py)
+    __slots__ = ("code", "line", "what", "ns", "reads", "bytes", "intervals", "recent")
+
+    def __init__(self, code: CodeType, line: int, what: str) -> None:
+        self.code, self.line, self.what, self.ns, self.reads = code, line, what, 0, 0
+        self.bytes = self.intervals = 0
+        self.recent: deque[tuple[int, int]] = deque(maxlen=KEEP)  # (interval, ns)
+
+
 class HostLines:
     """Sampled intervals between the step's calls, per user line. Code
     objects are keyed by ``id`` (a code object's hash reads its contents) and
@@ -113,6 +120,17 @@ class HostLines:
         self.clock = clock
         self.enabled = True
         self.lines: dict[tuple[int, int], _Line] = {}
+        # Reads of a jax.Array by a numpy conversion at a user line (its
+        # buffer, in C: numpy_reads.py): their waits, kept apart from host work.
+        self.reads: dict[tuple[int, int], _Read] = {}
+        self._readers = readers()
+        self._resolver = Resolver()
+        # The read in progress: (the caller's frame, the C function, its
+        # line's key, bytes), its ns so far; and this interval's reads per
+        # line key: [ns, reads, bytes, what].
+        self._reading: tuple[FrameType, Any, tuple[int, int], int] | None = None
+        self._read_ns = 0
+        self._iread: dict[tuple[int, int], list[Any]] = {}
         self.intervals = 0  # sampled intervals ended
         self.cut = 0  # of them, cut (MAX_EVENTS, MAX_NS)
         self.interval_ns = 0  # their wall time, less the profile's own
@@ -143,6 +161,7 @@ class HostLines:
 
     def forget(self) -> None:
         self.lines.clear()
+        self.reads.clear()
         self.intervals = self.cut = 0
         self.interval_ns = self.engine_ns = self.step_ns = self.own_ns = 0
         self.first = self.last = 0
@@ -178,14 +197,26 @@ class HostLines:
         self._at = at
         self._events = self._own = self._engine = self._step = 0
         self._acc, self._codes = {}, {}
+        self._reading, self._read_ns, self._iread = None, 0, {}
         self._start = self._prev = self.clock()
 
     def _event(self, frame: FrameType, event: str, arg: Any) -> None:
-        if event == "c_call":  # its time before goes with the C call's, at the same line
-            return
         try:
+            read = 0
             clock = self.clock
-            now = clock()
+            if event == "c_call":  # its time before goes with the C call's, at the same line
+                if (self._reading is not None or arg not in self._readers
+                        or self._kind(frame.f_code) != _USER):
+                    return
+                now = clock()
+                read = self._resolver.jax_read(frame, arg)  # a jax.Array's buffer: a read
+                if not read:  # (its look the profile's own time, no line's)
+                    spent = clock() - now
+                    self._prev += spent
+                    self._own += spent
+                    return
+            else:
+                now = clock()
             at = self._at
             if at is None or not self.enabled:
                 sys.setprofile(None)
@@ -195,6 +226,20 @@ class HostLines:
             if dt < 0:
                 dt = 0
             self._events += 1
+            if self._reading is not None:  # all of it the read's wait, to its C call's return
+                self._read_ns += dt
+                reading = self._reading
+                if event != "call" and event != "return" and arg is reading[1] and (
+                        frame is reading[0]):
+                    self._reading = None
+                    got = self._iread.setdefault(reading[2], [0, 0, 0, reading[1]])
+                    got[0], got[1], got[2] = got[0] + self._read_ns, got[1] + 1, got[2] + reading[3]
+                if self._events >= MAX_EVENTS or now - self._start >= MAX_NS:
+                    self._end(now, 0, cut=True)
+                    return
+                self._prev = clock()
+                self._own += self._prev - now
+                return
             kinds = self._kinds
             f: FrameType | None = frame
             if event == "call":
@@ -243,14 +288,21 @@ class HostLines:
                     if callee is not None:
                         ck = (key, callee)
                         acc[ck] = acc.get(ck, 0) + dt
+                    if read:  # the C call's time on is the read's (and the look at its
+                        # argument, where that was not ready: the host waited anyway)
+                        self._reading = (frame, arg, key, read)
+                        self._read_ns = -now if self._resolver.waiting else 0
+                        self._codes[key[0]] = code
             if self._events >= MAX_EVENTS or now - self._start >= MAX_NS:
                 self._end(now, 0, cut=True)
                 return
             self._prev = clock()
             self._own += self._prev - now
+            if self._read_ns < 0:  # (the look at the read's argument: the read's)
+                self._read_ns += self._prev
         except Exception as e:  # never into the program: the interval ends, counted
             sys.setprofile(None)
-            self._at = None
+            self._at = self._reading = None
             if self.on_error is not None:
                 self.on_error("host_lines", e)  # a signal handler's exception: raised again
 
@@ -285,6 +337,17 @@ class HostLines:
                 if row is not None and (callee in row.callees
                                         or len(row.callees) < MAX_CALLEES):
                     row.callees[callee] = row.callees.get(callee, 0) + ns
+        for key, (ns, n, nbytes, fn) in self._iread.items():
+            got = self.reads.get(key)
+            if got is None:
+                if len(self.reads) >= MAX_LINES:
+                    continue
+                got = self.reads[key] = _Read(codes[key[0]], key[1],
+                                              f"np.{getattr(fn, '__name__', 'asarray')}()")
+            got.ns, got.reads, got.bytes = got.ns + ns, got.reads + n, got.bytes + nbytes
+            got.intervals += 1
+            got.recent.append((self.intervals, ns))
+        self._reading, self._iread = None, {}
         self.engine_ns += self._engine
         self.step_ns += self._step + dt
         self.cut += cut
@@ -347,8 +410,37 @@ class HostLines:
 
     # Read time -------------------------------------------------------------------
 
-    def sites(self, mono_to_unix: float) -> list[SiteReading]:
-        """One ``host_work`` reading per line with time in the sampled intervals."""
+    def sites(self, mono_to_unix: float, steps: int = 0) -> list[SiteReading]:
+        """One ``host_work`` reading per line with time in the sampled intervals,
+        and one ``sync`` reading per line that read a jax.Array through numpy
+        (:meth:`read_sites`); ``steps``: the step function's calls so far."""
+        return self._work_sites(mono_to_unix) + self.read_sites(mono_to_unix, steps)
+
+    def read_sites(self, mono_to_unix: float, steps: int) -> list[SiteReading]:
+        """A ``sync`` reading per line whose numpy conversion read a jax.Array
+        in at least half the latest sampled intervals (each one step's gap):
+        sampled, so ``timed`` is the reads timed and ``seconds`` their waits
+        (all of them: a wait's long tail is what it costs), ``count`` and
+        ``bytes`` the steps' worth (the reads per interval times ``steps``)."""
+        from metrics.engines.jax.sites import where
+
+        n, out = self.intervals, []
+        rows = [(r.code, r.line, r.what, _median(list(r.recent), n), r.reads, r.bytes,
+                 r.intervals, r.ns) for r in list(self.reads.values())] if n and steps else []
+        for code, line, what, median, reads, nbytes, intervals, ns in rows:
+            if median > 0 and reads:  # (a wait's tail is its cost: all of them, no median)
+                path, function = where(code, -1)
+                count = max(reads, round(steps * reads / n))
+                out.append(SiteReading(
+                    kind=SiteKind.SYNC.value, location=f"{path.rsplit(':', 1)[0]}:{line}",
+                    count=count, bytes=round(nbytes * count / reads), seconds=ns / 1e9,
+                    function=function, detail=what, first_seen_unix=self.first / 1e9
+                    + mono_to_unix, last_seen_unix=self.last / 1e9 + mono_to_unix,
+                    phase=Phase.STEP.value, occurrences=max(intervals, round(
+                        steps * intervals / n)), timed=reads, timed_bytes=nbytes))
+        return out
+
+    def _work_sites(self, mono_to_unix: float) -> list[SiteReading]:
         from metrics.engines.jax.generators import in_generator
         from metrics.engines.jax.sites import where
 

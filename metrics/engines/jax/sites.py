@@ -298,8 +298,9 @@ def blind_spots(impl: ImplicitTransfers) -> list[str]:
         platforms = set()
     if "cpu" in platforms:
         out.append("np.asarray(x), np.array(x), x.item() and memoryview(x) of a jax.Array "
-                   "on CPU read it through numpy's zero-copy buffer protocol and are not "
-                   "counted as device->host syncs")
+                   "on CPU read it through numpy's zero-copy buffer protocol: np.asarray(x) "
+                   "and np.array(x) of a name are counted as sampled device->host syncs at "
+                   "their line between steps (a per-step read), the rest are not counted")
     if impl.jit_arguments.jit_hooked():
         out.append("numpy arguments of functions jitted before metrics.install() are moved "
                    "to one device in C++ and are not counted (nor numpy leaves in "
