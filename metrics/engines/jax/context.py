@@ -116,9 +116,10 @@ class JaxContext:
         # charged only its time past them (eager.py).
         self.gap_call: tuple[int, int, object] | None = None
         # A gap's first call of another function: (its ns, the thread's CPU
-        # ns then), or None; the step's next call hands gaps.py the time the
-        # thread spent blocked between (a dispatch behind the queued steps).
-        self.gap_cpu: tuple[int, int] | None = None
+        # ns then, the ns it had waited for a core), or None; the step's next
+        # call hands gaps.py the time the thread spent blocked between (a
+        # dispatch behind the queued steps): gaps.blocked_ns.
+        self.gap_cpu: tuple[int, int, int | None] | None = None
         # The step indices of the latest eager op and of the latest before it
         # at another index (eager.py): ops at a step index after steps without
         # any start a gap (an un-jitted evaluation's).

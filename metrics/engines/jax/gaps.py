@@ -31,8 +31,9 @@ that wall time does not show, is in the device's queue). A gap that sent no
 device work of its own (a jitted call) before its first wait waited there
 for the queued steps only: ``Q`` is that wait, from the gap's start (an
 evaluation that starts with ``float(loss)``), unless the wait passed the
-model's queue below by more than the samples' error could make (an eighth
-of ``n * d``), with its later waits (the queue was done: they waited for
+model's queue below taken at the top of the samples' spread (each step an
+eighth over ``d``, or their upper quartile where wider: :func:`top_ns`),
+with its later waits (the queue was done: they waited for
 work sent in the gap), by more than the usual step and the sync's latency
 (:func:`unseen_ns`): then it waited for device work the gap sent by no call
 the hook saw (eager ops JAX runs in C++ after their first call: jax's mnist examples'
@@ -86,6 +87,7 @@ from typing import TYPE_CHECKING, Any
 
 from metrics.engines.jax.kinds import CALL, GAP_END, GET, SYNC
 from metrics.engines.jax.library_step import user_frame
+from metrics.recording.thread_busy import blocked_ns, run_queue_wait_ns
 
 if TYPE_CHECKING:
     from metrics.engines.jax.calls import Owner
@@ -149,23 +151,40 @@ def queued_ns(start: int, gap_start: int, steps: int, device_ns: int,
     return max(0, min(start + steps * device_ns - gap_start, first_wait))
 
 
-def unseen_ns(first: int, queued: int, later: int, steps: int, device_ns: int) -> int:
+def unseen_ns(first: int, queued: int, later: int) -> int:
     """The wait of a gap that called nothing the hook saw, past its queued
-    steps: its first wait beyond the model's queue (``queued``:
-    :func:`queued_ns`) by more than the step's device samples could fall short
-    of its period over the ``steps`` (an eighth: :data:`UNSEEN_SHARE`), and its
-    ``later`` waits (the queue was done: they waited for work sent in the
-    gap). Device work the gap sent by no call the hook saw (eager ops JAX runs
-    in C++ after their first call) where more than the usual step and the
-    sync's latency.
+    steps: its first wait beyond their queue taken at the top of what their
+    device samples allow (``queued``: :func:`queued_ns` at
+    :func:`top_ns`), and its ``later`` waits (the queue was done: they
+    waited for work sent in the gap). Device work the gap sent by no call
+    the hook saw (eager ops JAX runs in C++ after their first call) where
+    more than the usual step and the sync's latency.
 
     Example:
-        >>> unseen_ns(first=30, queued=10, later=0, steps=40, device_ns=2)   # 20 - 40 x 2 / 8
+        >>> unseen_ns(first=30, queued=20, later=0)
         10
-        >>> unseen_ns(first=10, queued=10, later=190, steps=47, device_ns=40)
+        >>> unseen_ns(first=10, queued=10, later=190)
         190
     """
-    return max(0, first - queued - steps * device_ns // UNSEEN_SHARE) + later
+    return max(0, first - queued) + later
+
+
+def top_ns(device_ns: int, upper_ns: int | None) -> int:
+    """The step's device ns per execution a wait past the queued steps is
+    judged against: its samples' median ``device_ns`` and an eighth (they
+    can fall short of the period: :data:`UNSEEN_SHARE`), or their upper
+    quartile ``upper_ns`` where they spread wider (a loaded machine, whose
+    steps between two reads can all run at the top of the spread: a print
+    every 20 steps at load 10 waited 1.0-2.3 s for a queue of 1.36 s at the
+    median, 2.4 s at the upper quartile, and was said as device work the
+    gap sent in 3 of 6 gaps). A queue that even at this rate ended before
+    the gap began leaves its whole wait to the gap.
+
+    Example:
+        >>> top_ns(80, None), top_ns(80, 84), top_ns(80, 120)
+        (90, 90, 120)
+    """
+    return max(device_ns + device_ns // UNSEEN_SHARE, upper_ns or 0)
 
 
 def own_ns(wall: int, queued: int, usual: int, compiles: int) -> int:
@@ -325,7 +344,9 @@ class Gaps:
             else:  # the whole wait, unless beyond the model's queue (work it sent, unseen)
                 queued = first
                 if (model is not None and dev is not None and n > 1 and EAGER_CALL not in gap[4]
-                        and unseen_ns(first, model, gap[8], n, dev) > usual + self._latency_ns()):
+                        and unseen_ns(first, queued_ns(max(resume[0], self.free_at), start, n,
+                                                       top_ns(dev, self._upper_ns(step)), first),
+                                      gap[8]) > usual + self._latency_ns()):
                     queued, unseen = model, True
         elif gap[4] and blocked and resume is not None:
             # No wait, but its calls' dispatch blocked (the thread off the CPU
@@ -402,6 +423,14 @@ class Gaps:
         got = times.device_ns(step) if times is not None else None
         return got[0] if got else None
 
+    def _upper_ns(self, step: Any) -> int | None:
+        """The upper quartile of the step function's device-time samples
+        (device_time.py), or None where not measured: the top of their
+        spread, past which a wait is work the gap sent (:func:`unseen_ns`)."""
+        times = getattr(getattr(self.impl, "drains", None), "times", None)
+        upper = getattr(times, "upper_ns", None)
+        return upper(step) if upper is not None else None
+
     def clear(self) -> None:
         self.open = None
         self.resume, self.free_at = None, 0
@@ -431,7 +460,7 @@ def at_call(context: JaxContext, owner: Owner, frame: Any) -> None:
         blocked, began = 0, context.gap_cpu
         if began is not None:  # (gaps with another function's calls only: rare)
             context.gap_cpu = None
-            blocked = max(0, (now - began[0]) - (time.thread_time_ns() - began[1]))
+            blocked = blocked_ns(began, (now, time.thread_time_ns(), run_queue_wait_ns()))
         q.extend((GAP_END, None, 0, owner, now, now, blocked, owner.calls))
         context.gap_call = (now, owner.calls, owner)
     elif not owner.explicit:
@@ -439,7 +468,7 @@ def at_call(context: JaxContext, owner: Owner, frame: Any) -> None:
         # (not where another function runs in every step's gap: two thread-CPU
         # reads a step, 5.6 us each under gVisor, for gaps that are the step's)
         if context.gap_cpu is None and (last is None or step.calls - last[1] > 2):
-            context.gap_cpu = (now, time.thread_time_ns())
+            context.gap_cpu = (now, time.thread_time_ns(), run_queue_wait_ns())
         loop = loop_frame(frame, getattr(step, "caller_code", None) or None)
         impl.record(CALL, loop or frame, now, now, 0, owner.name)
 
