@@ -343,11 +343,12 @@ class Gaps:
                 queued = model or 0
             else:  # the whole wait, unless beyond the model's queue (work it sent, unseen)
                 queued = first
-                if (model is not None and dev is not None and n > 1 and EAGER_CALL not in gap[4]
-                        and unseen_ns(first, queued_ns(max(resume[0], self.free_at), start, n,
-                                                       top_ns(dev, self._upper_ns(step)), first),
-                                      gap[8]) > usual + self._latency_ns()):
-                    queued, unseen = model, True
+                if (model is not None and dev is not None and resume is not None and n > 1
+                        and EAGER_CALL not in gap[4]):
+                    top = queued_ns(max(resume[0], self.free_at), start, n,
+                                    top_ns(dev, self._upper_ns(step)), first)
+                    if unseen_ns(first, top, gap[8]) > usual + self._latency_ns():
+                        queued, unseen = model, True
         elif gap[4] and blocked and resume is not None:
             # No wait, but its calls' dispatch blocked (the thread off the CPU
             # ``blocked`` ns from its first call on): behind the queued steps,
