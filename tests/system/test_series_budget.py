@@ -30,7 +30,9 @@ from tpu_info.contract.model import LocalScan
 pytestmark = pytest.mark.slow
 
 IDLE_BUDGET = 200  # series of an idle JAX process (4 CPU devices)
-STEPPED_BUDGET = 280  # after 100 steps: 7 histograms of 24-28 series each, and the rest
+# after 100 steps: 8 histograms of 24-28 series each (DispatchWaitTime, the
+# host's slack, joined them: 293 read), and the rest
+STEPPED_BUDGET = 310
 
 TRAIN = textwrap.dedent("""
     import json, os, sys
