@@ -246,7 +246,11 @@ from metrics.engines.jax.context import CONTEXT
 owner = getattr(CONTEXT, "step_owner", None)
 copies = ([sorted(c)[len(c) // 2] if c else None for c in owner.copy_stats[:2]]
           if hasattr(owner, "copy_stats") else None)
+model = None
+if CONTEXT.active is not None:  # what the reads were costed with (drains.Model)
+    model = list(CONTEXT.active.implicit.drains.model)
 print(json.dumps({"loop": loop, "findings": found, "others": others, "copies": copies,
+                  "model": model,
                   "sites": sites, "steps": _steps_line(s),
                   "startup": startup, "uptime": s.uptime_seconds,
                   "busy": [busy.percentile(50.0), busy.count] if busy else None}))
@@ -311,6 +315,8 @@ def main(argv: list[str] | None = None) -> int:
     for x in last["sites"]:
         print(f"  site {x}")
     print(f"  other findings: {last['others']}")
+    print(f"  reads costed with (device ns, latency ns, samples, samples, upper quartile): "
+          f"{[r.get('model') for r in runs['A']]}")
     print(f"  the step's host ns per call, numpy copied by JAX / put first (medians): "
           f"{[r['copies'] for r in runs['A']]}")
     return 0

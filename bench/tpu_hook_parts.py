@@ -39,6 +39,21 @@ def _writer_frame_only(*_: Any) -> Any:
     return write
 
 
+def _bare(fn: Any, count: bool) -> Any:
+    """``fn`` under the least Python wrapper (and a count on an object)."""
+    class Box:
+        calls = 0
+    box = Box()
+
+    def bare(*args: Any, **kwargs: Any) -> Any:
+        return fn(*args, **kwargs)
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        box.calls += 1
+        return fn(*args, **kwargs)
+    return counted if count else bare
+
+
 # Part -> what switching it off does (applied before install unless said).
 PARTS = {
     "numpy": "no record of numpy arguments (JitArguments' writer does nothing)",
@@ -51,6 +66,10 @@ PARTS = {
     "gc": "the garbage collector off (both contenders)",
     "switch": "GIL hand-offs 100x rarer (sys.setswitchinterval 0.5 s, both contenders)",
     "wrapper": "the jitted function called past the hook's wrapper",
+    "bare": "the jitted function under a bare Python wrapper (*args, **kwargs), no hook",
+    "count": "a bare Python wrapper that counts each call on an object",
+    "host_lines": "no sampled host-line intervals (HostLines.after_step does nothing)",
+    "dispatch-wait": "no getrusage around the step's sampled calls (DispatchWaitTime)",
 }
 
 
@@ -58,6 +77,9 @@ def main() -> None:
     p = parser(__doc__)
     p.add_argument("--off", default="", help=f"parts off, comma-separated: {', '.join(PARTS)}")
     p.add_argument("--rounds", type=int, default=50)
+    p.add_argument("--size", default="hostbound",
+                   help="overhead_jax's loop: hostbound (numpy and a float into the step) or "
+                        "mnist (each batch jax.device_put first)")
     a = p.parse_args()
     off = {x for x in a.off.split(",") if x}
     if unknown := off - set(PARTS):
@@ -67,11 +89,13 @@ def main() -> None:
     import overhead_jax as o
 
     import metrics
-    from metrics.engines.jax import calls, device_time, numpy_runs
+    from metrics.engines.jax import calls, device_time, host_lines, numpy_runs
 
-    batches, params = o.loop_data("hostbound", 100)
-    plain = o.make_step(True)
-    o.run(plain, params, batches[:20], False, None)
+    raw = a.size in o.FED_RAW
+    put = None if raw else jax.device_put
+    batches, params = o.loop_data(a.size, 100)
+    plain = o.make_step(raw)
+    o.run(plain, params, batches[:20], False, put)
     if "untimed" in off:
         calls.counting.__defaults__ = (1 << 62, 64)
     if "precopy" in off:
@@ -82,6 +106,10 @@ def main() -> None:
         numpy_runs.writer = lambda *_: (lambda *__: None)
     elif "write-frame" in off:
         numpy_runs.writer = _writer_frame_only
+    if "host_lines" in off:
+        host_lines.HostLines.after_step = lambda *_: None  # type: ignore[method-assign]
+    if "dispatch-wait" in off:
+        calls.WAIT_AFTER = 1 << 62
     metrics.install(engines=["jax"], serve=False)
     if "offer" in off:
         device_time.DeviceTimes.offer = lambda *_, **__: None  # type: ignore[method-assign]
@@ -91,16 +119,18 @@ def main() -> None:
         gc.disable()
     if "switch" in off:
         sys.setswitchinterval(0.5)
-    hooked = o.make_step(True)
-    o.run(hooked, params, batches[:20], False, None)
-    if "wrapper" in off:
+    hooked = o.make_step(raw)
+    o.run(hooked, params, batches[:20], False, jax.device_put if put else None)
+    if off & {"wrapper", "bare", "count"}:
         hooked = getattr(hooked, "_tpu_info_jitted", hooked)
+    if off & {"bare", "count"}:
+        hooked = _bare(hooked, "count" in off)
     order = random.Random(1)
     got: dict[str, list[float]] = {"plain": [], "hooked": []}
     for _ in range(rounds):
         for k in order.sample(list(got), 2):
             got[k].append(o.run(plain if k == "plain" else hooked, params, batches, False,
-                                None)[0])
+                                (jax.device_put if k == "hooked" else put) if put else None)[0])
     ratio = median([h / u for h, u in zip(got["hooked"], got["plain"])])
     print(f"tpu_hook_parts off={','.join(sorted(off)) or 'none'}: hooked / unhooked "
           f"{ratio:.3f} (unhooked {1e6 / median(got['plain']):.0f} us/step, hooked "

@@ -26,7 +26,10 @@ CPU time in it (the thread's usage read at the call's start too, on the
 samples only: ``getrusage(RUSAGE_THREAD)``) is what it waited; a call with
 no voluntary context switch did not wait (it lost the CPU only to the
 scheduler: under load, issue 41's host-bound nnx_lifted read 39 us a call
-that way) and reads 0.
+that way) and reads 0. Where the OS counts no voluntary switches at all
+(gVisor, the TPU machine's sandbox: a 50 ms sleep reads none), a thread that
+has run a JAX program's first calls with none is on such an OS: the wait is
+not known there, and is no longer sampled (nothing published).
 
 The wait is sampled on its own, on the step's timed calls from its
 :data:`WAIT_AFTER`-th, at most one every :data:`WAIT_SPACING_NS` (so a
@@ -145,6 +148,9 @@ class ThreadBusy:
         self.wait_due_ns = now + WAIT_SPACING_NS
         if self._waited is None:
             return
+        if began.switches == 0:  # never a voluntary switch in the thread's life: not counted
+            self.wait_due_ns = 1 << 62  # here (gVisor: a sleep reads none), so no wait is
+            return  # known: no more usage reads (two system calls a sample)
         ended = usage()
         # No voluntary switch: the call never blocked (off the CPU only where
         # the scheduler ran another thread: a loaded machine's).

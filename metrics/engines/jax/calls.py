@@ -121,7 +121,8 @@ class Owner:
     __slots__ = ("name", "graphs", "last_hash", "compiles", "nested_numpy", "usual_ns",
                  "numpy_args", "calls", "evaluation", "numpy_label", "copies_seen", "next_copy",
                  "copy_stats", "fed_back", "checks", "last_out", "library", "called_at",
-                 "numpy_run", "caller_code", "state_bytes", "feeds", "statics", "returned")
+                 "numpy_run", "numpy_steady", "caller_code", "state_bytes", "feeds", "statics",
+                 "returned")
     explicit = False  # a function the user wrapped in metrics.track is explicit
 
     def __init__(self, name: str) -> None:
@@ -144,6 +145,9 @@ class Owner:
         self.numpy_args: bool | str = False
         self.numpy_label = f"numpy argument of {name}"  # its records' detail: made once
         self.numpy_run: Any = None  # its calls' numpy arguments, counted (numpy_runs.Run)
+        # Its run has gone on unchanged long enough that its untimed calls are
+        # not checked, only counted at the next check (numpy_runs.STEADY)
+        self.numpy_steady = False
         self.copies_seen = 0  # pre-put samples of its numpy arguments so far
         self.next_copy = 0  # the clock (ns) from which its next pre-put sample may come
         # Host ns of its latest timed calls that did not compile, with numpy
@@ -224,8 +228,8 @@ def _python_calls(fn: Callable[..., Any], owner: Owner, context: JaxContext, tim
             # Counted, not timed. (A race between threads on this countdown
             # only moves which call is timed.)
             untimed -= 1
-            if owner.numpy_args:  # it takes numpy (JitArguments): each call's counted
-                try:  # (a try costs nothing until it catches, in CPython 3.11+)
+            if owner.numpy_args and not owner.numpy_steady:  # it takes numpy (JitArguments):
+                try:  # each call's counted (a try costs nothing until it catches, in 3.11+)
                     eng.numpy_arguments(owner, args, 2)  # 2: this call's caller
                 except Exception as e:  # noqa: BLE001 - a hook never raises into the program
                     eng.rec.hook_failed("jax.implicit", e)
@@ -260,6 +264,9 @@ def _python_calls(fn: Callable[..., Any], owner: Owner, context: JaxContext, tim
             if owner.numpy_args or owner.nested_numpy or ndarray in map(type, args):
                 now, turn = clock(), owner.copy_stats[2]
                 if now >= owner.next_copy and not turn[0]:  # a sample: put here first
+                    if owner.numpy_steady:  # the untimed calls before it, to its run
+                        from metrics.engines.jax.numpy_runs import catch_up  # (numpy's)
+                        catch_up(owner, state.step_owner)
                     n = owner.copies_seen = owner.copies_seen + 1
                     if n >= COPIES_FIRST:
                         owner.next_copy = now + COPY_SPACING_NS
@@ -300,7 +307,7 @@ def _python_calls(fn: Callable[..., Any], owner: Owner, context: JaxContext, tim
                 # (thread CPU-time reads once a second; a call that compiled
                 # waited for no queue)
                 eng.thread_busy.tick(end, start, began if seqs[0] == seq else None)
-            eng.device_times.offer(owner, start, given, out)  # timed off this thread
+            eng.device_times.offer(owner, start, given, out, end)  # timed off this thread
             if owner.returned:  # a library's wrapper takes this call's span from its own
                 owner.returned = clock()  # (and times the host work after its call)
             elif owner is state.step_owner:  # the user's host work to the next step

@@ -2,7 +2,8 @@
 training thread.
 
 The ``jax.jit`` wrapper's sampled calls (its timed ones: the first 64, then
-one in 16; of those, after a function's first 24, at most one every 50 ms)
+one in 16; of those, after a function's first 24, at most one every 50 ms,
+and past its first 64 one every 500 ms)
 hand :meth:`DeviceTimes.offer` the call's start, its smallest output
 array and its first input array that was not ready at the call (the
 previous step's output, when the device is behind): among the arguments
@@ -13,11 +14,19 @@ from a bounded queue (full: the sample is dropped and counted, the training
 thread never waits) and calls ``block_until_ready()`` on the input, then on
 the output, reading the clock after each. The device ran that execution
 from the later of the call's start and the input's completion to the
-output's completion: its device time (an upper bound by the host's time
-before the enqueue and the watcher's wake-up; the median over samples is
-kept). A sample queued behind another whose arrays were ready by the time
-the watcher reached it is dropped (``late``): when they completed is lost,
-and a backlog read as device time made mnist's 16 ms step 500 ms. The
+output's completion: its device time (an upper bound by the watcher's
+wake-up; the median over samples is kept). Where no input was pending, the
+device had nothing of this call's before the call enqueued it: the span
+starts at the call's return, not its start, when its output was not ready
+there (the call's own host time is no device time: on a TPU v5e a
+host-bound step read each step sampled 774 us from its start, where the
+whole loop without the read ran at 202 us a step); the call's tail after its
+enqueue makes that a slight lower bound. An output ready at the return was
+computed inside the call (the CPU runs a step whose inputs are ready in the
+calling thread): the span is the call's. A sample queued behind another
+whose arrays were ready by the time the watcher reached it is dropped
+(``late``): when they completed is lost, and a backlog read as device time
+made mnist's 16 ms step 500 ms. The
 watcher holds at most the arrays of the queue's samples and the one it
 waits on, for as long as the device takes to finish them.
 
@@ -62,6 +71,11 @@ QUEUE = 4  # samples waiting for the watcher; more are dropped
 # however short the step.
 FIRST_SAMPLES = 24  # (a figure stands on 20: some of the first are dropped or compile)
 SPACING_NS = 50_000_000
+# Once a function has KEEP samples, one every LATER_SPACING_NS: each wakes the
+# watcher, which then takes the interpreter lock back from the training
+# thread (on a host-bound loop: 0.6 % of a TPU v5e host's 0.56 ms step at 20
+# a second, 1.3 % of the CPU's mnist step; bench/tpu_hook_parts.py).
+LATER_SPACING_NS = 500_000_000
 KEEP = 64  # samples kept per function, per graph and of the latency
 MAX_GRAPHS = 256  # functions / graphs kept; a new one past this is not measured
 # One sample in PROBE_EVERY with a small output also times a read, and past
@@ -114,8 +128,10 @@ class DeviceTimes:
 
     # Training thread ---------------------------------------------------------
 
-    def offer(self, owner: Any, start: int, args: tuple[Any, ...], out: Any) -> None:
-        """One sampled call of ``owner`` that began at ``start``: its output
+    def offer(self, owner: Any, start: int, args: tuple[Any, ...], out: Any,
+              end: int | None = None) -> None:
+        """One sampled call of ``owner`` that began at ``start`` (and returned
+        at ``end``, where told): its output
         and a not-yet-ready input go to the watcher, or nowhere when the
         queue is full, or within SPACING_NS of its previous sample. Never waits."""
         spaced = self._spacing.get(owner)
@@ -127,7 +143,7 @@ class DeviceTimes:
             return
         spaced[0] += 1
         if spaced[0] >= FIRST_SAMPLES:
-            spaced[1] = start + SPACING_NS
+            spaced[1] = start + (SPACING_NS if spaced[0] < KEEP else LATER_SPACING_NS)
         queued = len(self.pending)
         if queued >= QUEUE:
             self.dropped += 1
@@ -145,6 +161,8 @@ class DeviceTimes:
         # Behind another sample (the watcher busy): it may reach this one only
         # after its output was ready, when its completion time is lost.
         late = queued > 0 or self.held > 0
+        if behind is None and end is not None and not leaf.is_ready():
+            start = end  # nothing pending, run after the call: it began after the enqueue
         self.pending.append((owner, getattr(owner, "last_hash", None), start, behind, leaf, late))
         self.wake.set()
 

@@ -126,7 +126,7 @@ class JitArguments:
 
     def forget(self) -> None:
         """The runs' calls so far dropped (the site table was cleared)."""
-        numpy_runs.forget_runs(self.runs)
+        numpy_runs.forget_runs(self.runs, self._transfers.context.step_owner)
 
     @staticmethod
     def reported_under(code: CodeType) -> bool:
