@@ -229,17 +229,22 @@ def test_a_host_bound_step_stays_within_its_measured_work(eng, monkeypatch):
     clock reads; 90 opcodes, 1.5 C calls once its numpy run is steady, which
     is what this counts). Before the writer: 7 frames, ~590 opcodes, 25 C
     calls."""
+    from metrics.engines.jax import device_time
     from metrics.engines.jax.numpy_runs import STEADY
+    from metrics.recording import thread_busy
     from metrics.recording.sampling import TIME_EVERY
 
     one, _ = _host_bound_loop()
     _past_the_first_timed(one)
-    from metrics.engines.jax import device_time
-
-    # (the device-time samples past this one a spacing apart: none in the window)
-    monkeypatch.setattr(device_time, "LATER_SPACING_NS", 1 << 62)
+    # (the device-time samples and the thread-busy ticks past the next a spacing
+    # apart: none in the window, however slow a loaded machine makes the warm-up)
+    for module, names in ((device_time, ("SPACING_NS", "LATER_SPACING_NS")),
+                          (thread_busy, ("SPACING_NS", "FIRST_SPACING_NS"))):
+        for name in names:
+            monkeypatch.setattr(module, name, 1 << 62)
     for j in range(STEADY * TIME_EVERY):  # its run steady: untimed calls unchecked
         one(j % 32)
+    eng.host_lines._next = 1 << 62  # (and no host-line interval begins in it)
 
     def steps() -> None:
         for j in range(TIME_EVERY):
