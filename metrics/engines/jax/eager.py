@@ -98,7 +98,7 @@ from metrics.engines.jax.implicit import (  # the walk's frame classes
 )
 from metrics.engines.jax.implicit import MAX_CODES as _MAX_CODES
 from metrics.engines.jax.kinds import CALL
-from metrics.engines.jax.sites import EAGER_OP, OVERFLOW, grouped_steps
+from metrics.engines.jax.sites import EAGER_OP, OVERFLOW, known_steps
 from metrics.engines.jax.startup import take_out
 from metrics.recording.journal import FOLD_AT, Journal
 from metrics.recording.recorder import Recorder
@@ -238,9 +238,7 @@ class EagerOps:
         _, at, by_site = np.unique(keys[:, :2].copy().view(np.dtype((np.void, 16))).ravel(),
                                    return_index=True, return_inverse=True)
         by_site = by_site.ravel()
-        lowest = np.full(at.size, np.iinfo(np.int64).max, np.int64)
-        np.minimum.at(lowest, by_site, step_of)
-        steps = grouped_steps(step_of, by_site, at.size)
+        steps = known_steps(step_of, by_site, at.size)
         told: set[int] = set()  # the instructions whose steps this batch has told
         impl = self.impl
         with impl._lock:
@@ -248,7 +246,7 @@ class EagerOps:
                 j = int(first[i])
                 name = flat[w * j + 2]
                 k = int(by_site[j])
-                tell = k not in told and lowest[k] >= 0
+                tell = k not in told and steps[k] is not None
                 told.add(k)
                 site = impl._add_site(EAGER_OP, codes[j], offsets[j], name, int(times[i]), 0,
                                       int(spent[i]), int(latest[i]), int(earliest[i]),

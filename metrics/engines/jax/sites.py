@@ -68,6 +68,23 @@ def grouped_steps(steps: np.ndarray, inv: np.ndarray, m: int) -> list[Steps]:
                                    strict=True)]
 
 
+def known_steps(steps: np.ndarray, inv: np.ndarray, m: int) -> list[Steps | None]:
+    """:func:`grouped_steps` of the records whose step was known (``steps``
+    >= 0; -1: before the step function was guessed), per site; None for a
+    site with none. One such record (an op in the loop's first step) must not
+    hide the batch's other steps: a fold mid-loop (a read, a compile) would
+    leave the line only the steps of later batches (14 of 40: "periodic")."""
+    out: list[Steps | None] = [None] * m
+    known = steps >= 0
+    if known.any():
+        sites = inv[known]
+        present = np.unique(sites)
+        for k, st in zip(present.tolist(), grouped_steps(
+                steps[known], np.searchsorted(present, sites), present.size), strict=True):
+            out[k] = st
+    return out
+
+
 class SyncLine(NamedTuple):
     """One line's device->host syncs (monotonic ns), for steps inferred from
     them: ``(last_end - first_end) / (count - 1)`` is the time between two."""
