@@ -16,14 +16,11 @@ the output, reading the clock after each. The device ran that execution
 from the later of the call's start and the input's completion to the
 output's completion: its device time (an upper bound by the host's time
 before the enqueue and the watcher's wake-up; the median over samples is
-kept: on a TPU v5e a host-bound step read each step sampled 774 us from its
-start, where the whole loop without the read ran at 202 us a step; timed
-from the call's return where nothing was pending, the chip's read cost came
-within 2x, 0.58 of its A/B, but the gaps' phases on the CPU moved with it:
-bench/RESULTS-TPU.md). A sample queued behind another
-whose arrays were ready by the time the watcher reached it is dropped
-(``late``): when they completed is lost, and a backlog read as device time
-made mnist's 16 ms step 500 ms. The
+kept; on a TPU v5e a host-bound step read each step sampled 774 us where
+the loop without the read ran at 202 us a step: bench/RESULTS-TPU.md). A
+sample queued behind another whose arrays were ready by the time the watcher
+reached it is dropped (``late``): when they completed is lost, and a backlog
+read as device time made mnist's 16 ms step 500 ms. The
 watcher holds at most the arrays of the queue's samples and the one it
 waits on, for as long as the device takes to finish them.
 
