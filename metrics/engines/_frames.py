@@ -28,6 +28,7 @@ Example:
 
 from __future__ import annotations
 
+import dis
 import functools
 import os
 import site
@@ -47,6 +48,27 @@ _INSTALLED = (f"{os.sep}site-packages{os.sep}", f"{os.sep}dist-packages{os.sep}"
 # Code run from no file that is still the user's: ``python -c``, a REPL, a notebook cell.
 _USER_PSEUDO = ("<stdin>", "<string>", "<console>", "<ipython-input")
 _ENTRY_POINTS = frozenset({"main", "_main", "run", "train", "cli"})
+
+
+# CPython 3.11 runs a call as PRECALL then CALL, and a specialized PRECALL
+# (float(x), np.asarray(x), a method descriptor's x.item()) makes the call
+# itself; while a profile or trace function is set (host_lines.py samples
+# the host's work with one) or before it specializes, CALL makes it. One
+# call's frames then stop at two offsets (4 bytes apart: PRECALL's one cache
+# entry): see :func:`call_instruction`.
+_PRECALL, _CALL = dis.opmap.get("PRECALL"), dis.opmap["CALL"]
+
+
+def call_instruction(code: CodeType, offset: int) -> int:
+    """The offset that stands for the instruction at ``offset``: a 3.11
+    CALL's is its PRECALL's (4 bytes before), so a read counts as one
+    instruction whichever of the two made the call; any other, its own."""
+    if _PRECALL is None or offset < 4:
+        return offset
+    raw = code.co_code  # (deoptimized, cached by the code object)
+    if offset < len(raw) and raw[offset] == _CALL and raw[offset - 4] == _PRECALL:
+        return offset - 4
+    return offset
 
 
 def skip_prefixes(*modules: ModuleType | None) -> tuple[str, ...]:

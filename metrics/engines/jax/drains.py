@@ -61,6 +61,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from metrics.engines.jax.kinds import EXPLICIT_D2H, GAP_END, SYNC
+from metrics.engines.jax.sites import site_at
 from metrics.engines.jax.startup import take_out
 
 if TYPE_CHECKING:
@@ -257,6 +258,6 @@ class Drains:
             sums[key] = sums.get(key, 0) + per[i]
         with impl._lock:
             for (code, offset), ns in sums.items():
-                site = impl._sites.get((SYNC, code, offset)) or impl._other.get(SYNC)
+                site = site_at(impl._sites, (SYNC, code, offset)) or impl._other.get(SYNC)
                 if site is not None:
                     site.drain_ns += ns

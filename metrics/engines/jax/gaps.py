@@ -87,6 +87,7 @@ from typing import TYPE_CHECKING, Any
 
 from metrics.engines.jax.kinds import CALL, GAP_END, GET, SYNC
 from metrics.engines.jax.library_step import user_frame
+from metrics.engines.jax.sites import site_at
 from metrics.recording.thread_busy import blocked_ns, run_queue_wait_ns
 
 if TYPE_CHECKING:
@@ -374,8 +375,7 @@ class Gaps:
             work = LOGGING  # device_get of a loss or a few metrics: no checkpoint
         if unseen and work == LOGGING:
             work = DEVICE_WORK  # its read waited for device work sent in it, unseen
-        sites = self.impl._sites
-        lead = sites.get(lead_key)
+        lead = site_at(self.impl._sites, lead_key)
         if lead is None:
             return
         by_site = self.by_owner.get(step)
@@ -401,7 +401,7 @@ class Gaps:
         g.work = work
         if len(counts) > 1:
             for k in counts:
-                other = sites.get(k)
+                other = site_at(self.impl._sites, k)
                 if other is not None and other is not lead:
                     o = by_site.get(other)
                     if o is None:

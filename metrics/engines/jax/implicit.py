@@ -338,8 +338,7 @@ class ImplicitTransfers:
         both = np.empty((rows.size, 2), np.int64)  # (id(code), offset * 8 + kind) per record
         both[:, 0] = np.fromiter(map(id, flat[1::w]), np.int64, n)[rows]
         both[:, 1] = np.fromiter(flat[2::w], np.int64, n)[rows] * 8 + kinds[rows]
-        _, first, inv = np.unique(both.view(np.dtype((np.void, 16))).ravel(),
-                                  return_index=True, return_inverse=True)
+        first, inv = jax_sites.instruction_groups(both, lambda i: flat[w * int(rows[i]) + 1])
         m = first.size
         counts = np.bincount(inv, minlength=m).tolist()
         nbytes = np.bincount(inv, weights=sizes[rows], minlength=m).tolist()
@@ -401,12 +400,12 @@ class ImplicitTransfers:
         """Adds one site's records of a batch (caller holds the lock), with
         the steps they ran in (``steps``: none for eager ops); the site."""
         kind = _SITE_KIND[kind]
-        key = (kind, id(code), offset)
+        key = (kind, id(code), offset if code is None else jax_sites.call_instruction(code, offset))
         site = self._sites.get(key)
         if site is None:
             if self._per_kind[kind] < MAX_SITES_PER_KIND:
                 self._per_kind[kind] += 1
-                site = self._sites[key] = _Site(code, offset, detail)
+                site = self._sites[key] = _Site(code, key[2], detail)
             else:
                 site = self._other.get(kind)
                 if site is None:
@@ -431,7 +430,7 @@ class ImplicitTransfers:
 
     def via(self, code: CodeType | None, offset: int) -> str:
         """The library call (``flax nnx.jit``) the line went through, "" none (read time)."""
-        lib = self._via.get((id(code), offset)) if code is not None else None
+        lib = jax_sites.noted_at(self._via, code, offset) if code is not None else None
         return via_words(lib) if lib is not None else ""
 
     def sites(self) -> list[SiteReading]:

@@ -18,11 +18,13 @@ Example (what a site reads as)::
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from types import CodeType
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
+from metrics.engines._frames import call_instruction
 from metrics.engines.jax.generators import in_generator
 from metrics.engines.jax.kinds import CALL, EAGER_OP, GET, IMPLICIT_H2D, SYNC
 from tpu_info.contract.diagnosis import PeriodicWork
@@ -66,6 +68,51 @@ def grouped_steps(steps: np.ndarray, inv: np.ndarray, m: int) -> list[Steps]:
     runs = np.bincount(g, weights=new, minlength=m).astype(np.int64)
     return [Steps(*t) for t in zip(runs.tolist(), s[starts].tolist(), s[lasts].tolist(),
                                    strict=True)]
+
+
+def instruction_groups(keys: np.ndarray, code_of: Callable[[int], CodeType | None],
+                       ) -> tuple[np.ndarray, np.ndarray]:
+    """(each group's first row, each row's group) of records keyed by rows of
+    ``keys`` (``(id(code), offset * 8 + kind)``; ``code_of(row)``: its code):
+    a call's records at its CALL join those at its PRECALL
+    (:func:`~metrics.engines._frames.call_instruction`), their keys changed
+    in place. Fold time, a code object's bytes read once per group."""
+    def groups() -> tuple[np.ndarray, np.ndarray]:
+        _, first, inv = np.unique(keys.view(np.dtype((np.void, 16))).ravel(),
+                                  return_index=True, return_inverse=True)
+        return first, inv
+
+    first, inv = groups()
+    shift = []
+    for row, key in zip(first.tolist(), keys[first, 1].tolist(), strict=True):
+        code = code_of(row)
+        shift.append(0 if code is None else (key >> 3) - call_instruction(code, key >> 3))
+    if not any(shift):
+        return first, inv
+    keys[:, 1] -= np.array(shift, np.int64)[inv] * 8
+    return groups()
+
+
+def site_at(sites: dict[tuple[int, int, int], Any], key: tuple[int, int, int]) -> Any:
+    """The site in ``sites`` (``{(kind, id(code), offset): site}``, each with
+    its ``code``) of a record's key, its offset as recorded: a CALL's site is
+    its PRECALL's (:func:`instruction_groups`); None where there is none."""
+    site = sites.get(key)
+    if site is None and key[2] >= 4:
+        site = sites.get((key[0], key[1], key[2] - 4))
+        code = getattr(site, "code", None)
+        if code is None or call_instruction(code, key[2]) != key[2] - 4:
+            return None
+    return site
+
+
+def noted_at(table: dict[tuple[int, int], Any], code: CodeType, offset: int) -> Any:
+    """What ``table`` (``{(id(code), offset): value}``, offsets as recorded)
+    holds for the instruction at ``offset``, or at the CALL it stands for."""
+    got = table.get((id(code), offset))
+    if got is None and call_instruction(code, offset + 4) == offset:
+        got = table.get((id(code), offset + 4))
+    return got
 
 
 def known_steps(steps: np.ndarray, inv: np.ndarray, m: int) -> list[Steps | None]:
@@ -252,9 +299,8 @@ def by_line(impl: ImplicitTransfers) -> dict[tuple[int, str], list[Any]]:
 
 def line_occurrences(spans: list[tuple[int, int, int]]) -> int:
     """The steps a line ran in, from its instructions' (first step, last
-    step, occurrences): one after another they add up (CPython specializes
-    a call after a few runs, and the line's later reads come from another
-    instruction: a log's ``float()`` in a comprehension), one less where
+    step, occurrences): one after another they add up (two calls on one
+    line, each in its own stretch of the run), one less where
     the next begins in the step the previous ended; side by side (two reads
     of one line each time) the busiest one's. An instruction's occurrences
     closer together than the busiest one's interval are one: the step
