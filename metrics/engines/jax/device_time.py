@@ -14,10 +14,17 @@ from a bounded queue (full: the sample is dropped and counted, the training
 thread never waits) and calls ``block_until_ready()`` on the input, then on
 the output, reading the clock after each. The device ran that execution
 from the later of the call's start and the input's completion to the
-output's completion: its device time (an upper bound by the host's time
-before the enqueue and the watcher's wake-up; the median over samples is
-kept; on a TPU v5e a host-bound step read each step sampled 774 us where
-the loop without the read ran at 202 us a step: bench/RESULTS-TPU.md). A
+output's completion: its device time (an upper bound by the watcher's
+wake-up; the median over samples is kept). Where no input was pending, the
+device had nothing of this call's before the call enqueued it: the span
+starts at the call's return, not its start, when its output was not ready
+there (the call's own host time is no device time: on a TPU v5e a
+host-bound step read each step sampled 774 us from its start, where the
+whole loop without the read ran at 202 us a step; from the return, the
+read's cost came to 0.58 of its A/B, from 0.45: bench/RESULTS-TPU.md); the
+call's tail after its enqueue makes that a slight lower bound. An output
+ready at the return was computed inside the call (the CPU runs a step
+whose inputs are ready in the calling thread): the span is the call's. A
 sample queued behind another whose arrays were ready by the time the watcher
 reached it is dropped (``late``): when they completed is lost, and a backlog
 read as device time made mnist's 16 ms step 500 ms. The
@@ -122,8 +129,10 @@ class DeviceTimes:
 
     # Training thread ---------------------------------------------------------
 
-    def offer(self, owner: Any, start: int, args: tuple[Any, ...], out: Any) -> None:
-        """One sampled call of ``owner`` that began at ``start``: its output
+    def offer(self, owner: Any, start: int, args: tuple[Any, ...], out: Any,
+              end: int | None = None) -> None:
+        """One sampled call of ``owner`` that began at ``start`` (and returned
+        at ``end``, where told): its output
         and a not-yet-ready input go to the watcher, or nowhere when the
         queue is full, or within SPACING_NS of its previous sample. Never waits."""
         spaced = self._spacing.get(owner)
@@ -153,6 +162,8 @@ class DeviceTimes:
         # Behind another sample (the watcher busy): it may reach this one only
         # after its output was ready, when its completion time is lost.
         late = queued > 0 or self.held > 0
+        if behind is None and end is not None and not leaf.is_ready():
+            start = end  # nothing pending, run after the call: it began after the enqueue
         self.pending.append((owner, getattr(owner, "last_hash", None), start, behind, leaf, late))
         self.wake.set()
 

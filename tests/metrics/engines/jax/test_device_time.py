@@ -265,6 +265,23 @@ def test_the_watcher_never_blocks_the_training_thread_and_stays_bounded():
     assert all(len(v) <= KEEP for v in times.by_owner.values())
 
 
+def test_a_call_with_nothing_pending_is_timed_from_its_return_unless_it_ran_inside_it():
+    # The device could not start a call's graph before the call enqueued it:
+    # with no input pending, its host time (the dispatch) is no device time.
+    # On a TPU v5e a host-bound step read every step sampled 774 us from the
+    # call's start where the loop ran at 205 us a step (the read's cost 0.45
+    # of its A/B; 0.58 from the return). An output ready at the return ran
+    # inside the call (the CPU's way with ready inputs): the call's span.
+    times = DeviceTimes(clock=iter(range(10**9, 10**12, 1_000)).__next__)
+    times._thread = threading.main_thread()  # no watcher: the queue as offered
+    ready = _Slow()
+    ready.release.set()
+    times.offer("step", 100, (), _Slow(), end=700)
+    times.offer("other", 100, (), ready, end=700)
+    times.offer("old", 100, (), _Slow())  # no end told: the start, as before
+    assert [p[2] for p in times.pending] == [700, 100, 100]
+
+
 PROGRAM = '''
 import json, sys, time
 import metrics; metrics.install(serve=False)
