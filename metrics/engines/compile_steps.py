@@ -39,21 +39,27 @@ MAX_SPANS = 8192  # compile spans kept (the oldest go first)
 class CompileTimeline:
     """Monotonic-ns spans of compile work (and a backend's start-up)."""
 
-    __slots__ = ("spans",)
+    __slots__ = ("spans", "latest")
 
     def __init__(self) -> None:
         self.spans: deque[tuple[int, int]] = deque(maxlen=MAX_SPANS)
+        self.latest = 0  # the latest end of any span added: none reaches past it
 
     def add(self, start: int, end: int) -> None:
         if end > start:
             self.spans.append((start, end))
+            if end > self.latest:
+                self.latest = end
 
     def clear(self) -> None:
         self.spans.clear()
+        self.latest = 0
 
     def within(self, first: int, last: int) -> int:
         """The compile ns inside ``[first, last]`` (spans clipped, overlaps
         merged): a gap's compile work, said on its own line, not the gap's."""
+        if first >= self.latest:  # (a steady loop's gaps: every compile before them)
+            return 0
         total, end = 0, first
         for s, e in sorted((max(s, first), min(e, last)) for s, e in list(self.spans)
                            if e > first and s < last):

@@ -90,7 +90,7 @@ import numpy as np
 from metrics.engines._patching import Patches
 from metrics.engines.jax import indexing
 from metrics.engines.jax.context import JaxContext
-from metrics.engines.jax.gaps import EAGER_CALL, loop_frame
+from metrics.engines.jax.gaps import EAGER_CALL
 from metrics.engines.jax.implicit import (  # the walk's frame classes
     _THIRD,
     _USER,
@@ -98,6 +98,7 @@ from metrics.engines.jax.implicit import (  # the walk's frame classes
 )
 from metrics.engines.jax.implicit import MAX_CODES as _MAX_CODES
 from metrics.engines.jax.kinds import CALL
+from metrics.engines.jax.library_step import loop_frame
 from metrics.engines.jax.sites import EAGER_OP, OVERFLOW, known_steps
 from metrics.engines.jax.startup import take_out
 from metrics.recording.journal import FOLD_AT, Journal

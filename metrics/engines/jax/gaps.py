@@ -80,13 +80,14 @@ Example:
 
 from __future__ import annotations
 
+import itertools
+import operator
 import time
 from collections.abc import Callable
-from types import CodeType, FrameType
 from typing import TYPE_CHECKING, Any
 
 from metrics.engines.jax.kinds import CALL, GAP_END, GET, SYNC
-from metrics.engines.jax.library_step import user_frame
+from metrics.engines.jax.library_step import loop_frame, user_frame
 from metrics.engines.jax.sites import site_at
 from metrics.recording.thread_busy import blocked_ns, run_queue_wait_ns
 
@@ -118,7 +119,6 @@ UNSEEN_GAPS = 4
 _WORK_OF = {CALL: EVALUATION, GET: CHECKPOINT, SYNC: LOGGING}
 _LEAD_ORDER = (CALL, GET, SYNC)
 _GAP_KINDS = frozenset((GAP_END, CALL, GET, SYNC))
-MAX_LOOP_DEPTH = 64  # frames walked out from a gap's call to find the step loop's
 # A gap's device_gets are a checkpoint when they copy at least this share of
 # the state the step carries from call to call (its parameters and optimizer
 # state, fed back: calls.note_feedback); with that unknown, at least
@@ -273,6 +273,8 @@ class Gaps:
         if GAP_END not in kinds and CALL not in kinds and GET not in kinds and SYNC not in kinds:
             return  # the usual batch of a host-bound loop: its numpy arguments only
         steps, ends, details = flat[7::w], flat[5::w], flat[3::w]
+        if kinds.count(SYNC) == len(kinds) > 1 and self._one_line_reads(flat, steps, ends):
+            return
         # Only records of these kinds that carry a step index (a read's step
         # field is its end when no step function is known: no gap to be in).
         # Per record this is the fold's cost on a loop that reads every step.
@@ -313,6 +315,28 @@ class Gaps:
                 if ends[i] > gap[6]:
                     gap[6] = ends[i]
         self.open = gap
+
+    def _one_line_reads(self, flat: list[Any], steps: list[Any], ends: list[int]) -> bool:
+        """:meth:`fold` of reads of one line at one step index (a loop that reads
+        and calls nothing), in C list operations; False (nothing done) otherwise."""
+        w, step = self.fields, steps[0]
+        codes, offsets = flat[1::w], flat[2::w]
+        n = len(codes)
+        if (step == ends[0] or steps.count(step) != n or offsets.count(offsets[0]) != n
+                or not all(map(operator.is_, codes, itertools.repeat(codes[0])))):
+            return False
+        gap = self.open
+        if gap is None or gap[0] != step:
+            gap = self.open = [step, flat[4], {}, -1, set(), 0, -1, False, 0]
+        key = (SYNC, id(codes[0]), offsets[0])
+        gap[2][key] = gap[2].get(key, 0) + n
+        waits = list(map(max, map(operator.sub, ends, flat[4::w]), itertools.repeat(0, n)))
+        if gap[3] < 0:  # the first wait had the queued steps done; the later, unseen work
+            gap[3], waits[0] = ends[0], 0
+        if not gap[4]:
+            gap[8] += sum(waits)
+        gap[6] = max(gap[6], max(ends))
+        return True
 
     def sites_of(self, step: Any) -> dict[Any, GapSite]:
         """The gaps ``step`` (the step function now named) closed, by site."""
@@ -375,7 +399,8 @@ class Gaps:
             work = LOGGING  # device_get of a loss or a few metrics: no checkpoint
         if unseen and work == LOGGING:
             work = DEVICE_WORK  # its read waited for device work sent in it, unseen
-        lead = site_at(self.impl._sites, lead_key)
+        sites = self.impl._sites
+        lead = sites.get(lead_key) or site_at(sites, lead_key)
         if lead is None:
             return
         by_site = self.by_owner.get(step)
@@ -401,7 +426,7 @@ class Gaps:
         g.work = work
         if len(counts) > 1:
             for k in counts:
-                other = site_at(self.impl._sites, k)
+                other = sites.get(k) or site_at(sites, k)
                 if other is not None and other is not lead:
                     o = by_site.get(other)
                     if o is None:
@@ -443,7 +468,7 @@ def at_call(context: JaxContext, owner: Owner, frame: Any) -> None:
     """A call of ``owner`` after other work (``context.gap_owner`` was not
     it): the step's call closes the gap (``GAP_END``, with the step);
     another function's call is noted (``CALL``), once until other work, at
-    the line of the loop that led to it (:func:`loop_frame`), else at the
+    the line of the loop that led to it (:func:`~.library_step.loop_frame`), else at the
     user's line of the call."""
     context.gap_owner = owner
     eng, step = context.active, context.step_owner
@@ -473,19 +498,3 @@ def at_call(context: JaxContext, owner: Owner, frame: Any) -> None:
         loop = loop_frame(frame, getattr(step, "caller_code", None) or None)
         impl.record(CALL, loop or frame, now, now, 0, owner.name)
 
-
-def loop_frame(frame: FrameType | None, code: CodeType | None) -> FrameType | None:
-    """The innermost frame out from ``frame`` running ``code`` (the step
-    loop's: the line there led to this call, say ``callback(params, t)``
-    whose plotting calls a jitted function); None when none within
-    :data:`MAX_LOOP_DEPTH` frames (an evaluation called from elsewhere)."""
-    if code is None:
-        return None
-    f = frame
-    for _ in range(MAX_LOOP_DEPTH):
-        if f is None:
-            return None
-        if f.f_code is code:
-            return f
-        f = f.f_back
-    return None

@@ -41,6 +41,7 @@ _UNWRAP = 16  # __wrapped__ / partial links followed (a cycle ends there)
 
 
 _LOOK = 256  # objects looked at, at most, among a library function's first call's arguments
+MAX_LOOP_DEPTH = 64  # frames walked out from a gap's call to find the step loop's
 
 
 def _unwrapped(fun: object) -> object:
@@ -170,3 +171,20 @@ def users_line(found: StepsReading, owner: Any) -> StepsReading | None:
         basis=f"{function.rsplit('.', 1)[-1]}() in {os.path.basename(path)} (line {line}): not "
               f"jitted; the user's line that calls {getattr(owner, 'name', 'a jitted function')} "
               f"each step, a library's jitted function ({found.count:,} calls; the most time)")
+
+
+def loop_frame(frame: FrameType | None, code: CodeType | None) -> FrameType | None:
+    """The innermost frame out from ``frame`` running ``code`` (the step
+    loop's: the line there led to this call, say ``callback(params, t)``
+    whose plotting calls a jitted function); None when none within
+    :data:`MAX_LOOP_DEPTH` frames (an evaluation called from elsewhere)."""
+    if code is None:
+        return None
+    f = frame
+    for _ in range(MAX_LOOP_DEPTH):
+        if f is None:
+            return None
+        if f.f_code is code:
+            return f
+        f = f.f_back
+    return None

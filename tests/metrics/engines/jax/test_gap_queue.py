@@ -228,3 +228,42 @@ def test_an_eager_evaluation_s_first_op_measures_the_queue_it_waited_for():
     gaps.fold(rec)
     (g,) = [x for x in gaps.sites_of(step).values() if x.gaps]
     assert (g.work, g.gap_ns) == ("evaluation", (7400 - 6000) * MS)
+
+
+def _reads_apart(monkeypatch: Any, fast: bool, waits_ms: list[int], t0: int) -> tuple[Any, Any]:
+    """Steps 1-50 queued as in :func:`_fold`, then a read-only stretch at step
+    50 folded as its own batch (a loop that reads and calls nothing: the
+    fold's usual batch then), then the step's next call: (the gap site, the
+    gap as the reads left it)."""
+    original = Gaps._one_line_reads
+    taken: list[bool] = []
+    monkeypatch.setattr(Gaps, "_one_line_reads", lambda *a: taken.append(
+        original(*a) if fast else False) or taken[-1])
+    impl, step, lead = _Impl(100 * MS), _Step(), object()
+    impl._sites[(SYNC, id(READ_CODE), 0)] = lead
+    gaps = Gaps(impl, 8)
+    gaps.fold([SYNC, LOG_CODE, 0, "float()", t0 + 980 * MS, t0 + 990 * MS, 4, 0,
+               GAP_END, None, 0, step, t0 + 1000 * MS, t0 + 1000 * MS, 0, 1])
+    reads: list[Any] = []
+    at = 3800
+    for wait in waits_ms:
+        reads += [SYNC, READ_CODE, 0, "float()", t0 + at * MS, t0 + (at + wait) * MS, 4, 50]
+        at += wait + 1
+    gaps.fold(reads)
+    held = [list(gaps.open[:2]), dict(gaps.open[2]), *gaps.open[3:]]
+    gaps.fold([GAP_END, None, 0, step, t0 + (at + 50) * MS, t0 + (at + 50) * MS, 0, 51])
+    (g,) = gaps.sites_of(step).values()
+    assert taken == [fast]  # (the reads' batch, the only one of reads alone)
+    return (g.gap_ns, g.work, g.gaps, g.unseen), held
+
+
+def test_a_batch_of_one_lines_reads_folds_as_the_reads_one_by_one(monkeypatch):
+    # The fold's fast path (reads of one line at one step index, in C list
+    # operations: a read-only loop's batch) leaves the gap as the per-record
+    # loop does: the first wait the queue's, the later ones unseen work.
+    t0 = time.monotonic_ns()
+    for waits in ([2200, 5, 7], [2200, 900, 900, 900], [1, 1]):
+        fast = _reads_apart(monkeypatch, True, waits, t0)
+        monkeypatch.undo()
+        assert fast == _reads_apart(monkeypatch, False, waits, t0), waits
+        monkeypatch.undo()
