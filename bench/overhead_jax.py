@@ -133,19 +133,26 @@ def loop_data(size: str, steps: int = 100):  # type: ignore[no-untyped-def]
     return batches, params
 
 
-def run(step, params, batches, mark: bool, put) -> tuple[float, float, float]:  # type: ignore[no-untyped-def]
+def run(step, params, batches, mark: bool, put,  # type: ignore[no-untyped-def]
+        read: bool = False) -> tuple[float, float, float]:
     """(steps per wall second, per CPU second of this process, per CPU
     second of this thread: the training thread, where every hook runs);
-    ``put`` None: the batches and a Python float go to the step as they are."""
+    ``put`` None: the batches and a Python float go to the step as they are;
+    ``read``: the loss read to the host every step (``float(loss)``)."""
     start, cpu, own = time.perf_counter(), time.process_time(), time.thread_time()
+    total = 0.0
     if put is None:
         for x, y in batches:
             params, loss = step(params, x, y, LR)
+            if read:
+                total += float(loss)
             if mark:
                 metrics.mark_step()
     else:
         for x, y in batches:
             params, loss = step(params, put(x), put(y))
+            if read:
+                total += float(loss)
             if mark:
                 metrics.mark_step()
     jax.block_until_ready(loss)

@@ -80,6 +80,9 @@ def main() -> None:
     p.add_argument("--size", default="hostbound",
                    help="overhead_jax's loop: hostbound (numpy and a float into the step) or "
                         "mnist (each batch jax.device_put first)")
+    p.add_argument("--read", action="store_true",
+                   help="both loops read the loss every step (float(loss)); the unhooked "
+                        "one with JAX's own read, the hooked one through the hook's")
     a = p.parse_args()
     off = {x for x in a.off.split(",") if x}
     if unknown := off - set(PARTS):
@@ -125,14 +128,21 @@ def main() -> None:
         hooked = getattr(hooked, "_tpu_info_jitted", hooked)
     if off & {"bare", "count"}:
         hooked = _bare(hooked, "count" in off)
+    from jax._src.array import ArrayImpl
+    hooked_read = ArrayImpl.__dict__["_value"]
+    reads = {"hooked": hooked_read, "plain": property(hooked_read.fget.__wrapped__)}
     order = random.Random(1)
     got: dict[str, list[float]] = {"plain": [], "hooked": []}
     for _ in range(rounds):
         for k in order.sample(list(got), 2):
+            ArrayImpl._value = reads[k]  # (jax's own read for the unhooked loop)
             got[k].append(o.run(plain if k == "plain" else hooked, params, batches, False,
-                                (jax.device_put if k == "hooked" else put) if put else None)[0])
+                                (jax.device_put if k == "hooked" else put) if put else None,
+                                read=a.read)[0])
+    ArrayImpl._value = hooked_read
     ratio = median([h / u for h, u in zip(got["hooked"], got["plain"])])
-    print(f"tpu_hook_parts off={','.join(sorted(off)) or 'none'}: hooked / unhooked "
+    print(f"tpu_hook_parts off={','.join(sorted(off)) or 'none'}"
+          f"{' (a read every step)' if a.read else ''}: hooked / unhooked "
           f"{ratio:.3f} (unhooked {1e6 / median(got['plain']):.0f} us/step, hooked "
           f"{1e6 / median(got['hooked']):.0f}; {rounds} rounds on {jax.default_backend()}; "
           f"threads {sorted(t.name for t in threading.enumerate())})")
