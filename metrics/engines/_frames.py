@@ -35,7 +35,7 @@ import site
 import sys
 import sysconfig
 from types import CodeType, FrameType, ModuleType
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from metrics import config
 
@@ -69,6 +69,19 @@ def call_instruction(code: CodeType, offset: int) -> int:
     if offset < len(raw) and raw[offset] == _CALL and raw[offset - 4] == _PRECALL:
         return offset - 4
     return offset
+
+
+def site_at(sites: dict[tuple[int, int, int], Any], key: tuple[int, int, int]) -> Any:
+    """The site in ``sites`` (``{(kind, id(code), offset): site}``, each with
+    its ``code``) of a record's key, its offset as recorded: a CALL's site is
+    its PRECALL's (:func:`call_instruction`); None where there is none."""
+    site = sites.get(key)
+    if site is None and key[2] >= 4:
+        site = sites.get((key[0], key[1], key[2] - 4))
+        code = getattr(site, "code", None)
+        if code is None or call_instruction(code, key[2]) != key[2] - 4:
+            return None
+    return site
 
 
 def skip_prefixes(*modules: ModuleType | None) -> tuple[str, ...]:

@@ -60,8 +60,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from metrics.engines._frames import site_at
 from metrics.engines.jax.kinds import EXPLICIT_D2H, GAP_END, SYNC
-from metrics.engines.jax.sites import site_at
 from metrics.engines.jax.startup import take_out
 
 if TYPE_CHECKING:

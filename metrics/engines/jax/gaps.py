@@ -86,9 +86,9 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from metrics.engines._frames import site_at
 from metrics.engines.jax.kinds import CALL, GAP_END, GET, SYNC
 from metrics.engines.jax.library_step import loop_frame, user_frame
-from metrics.engines.jax.sites import site_at
 from metrics.recording.thread_busy import blocked_ns, run_queue_wait_ns
 
 if TYPE_CHECKING:

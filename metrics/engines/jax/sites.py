@@ -93,19 +93,6 @@ def instruction_groups(keys: np.ndarray, code_of: Callable[[int], CodeType | Non
     return groups()
 
 
-def site_at(sites: dict[tuple[int, int, int], Any], key: tuple[int, int, int]) -> Any:
-    """The site in ``sites`` (``{(kind, id(code), offset): site}``, each with
-    its ``code``) of a record's key, its offset as recorded: a CALL's site is
-    its PRECALL's (:func:`instruction_groups`); None where there is none."""
-    site = sites.get(key)
-    if site is None and key[2] >= 4:
-        site = sites.get((key[0], key[1], key[2] - 4))
-        code = getattr(site, "code", None)
-        if code is None or call_instruction(code, key[2]) != key[2] - 4:
-            return None
-    return site
-
-
 def noted_at(table: dict[tuple[int, int], Any], code: CodeType, offset: int) -> Any:
     """What ``table`` (``{(id(code), offset): value}``, offsets as recorded)
     holds for the instruction at ``offset``, or at the CALL it stands for."""
