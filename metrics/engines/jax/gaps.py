@@ -226,7 +226,7 @@ class Gaps:
     ``ImplicitTransfers``, records of ``fields`` values)."""
 
     __slots__ = ("impl", "fields", "open", "by_owner", "called", "resume", "free_at",
-                 "timeline")
+                 "timeline", "models")
 
     def __init__(self, impl: Any, fields: int) -> None:
         self.impl, self.fields = impl, fields
@@ -256,6 +256,7 @@ class Gaps:
         # The engine's compile spans (startup.CompileTimeline): a gap's compiles
         # (an evaluation's first call) are compile time, not the gap's.
         self.timeline: Any = None
+        self.models: dict[Any, tuple[int | None, int | None, int]] = {}  # _model's, a fold's
 
     def after(self, fold: Callable[[list[Any]], None]) -> Callable[[list[Any]], None]:
         """The journal's fold: ``fold`` (the transfer hook's, then its drains'),
@@ -281,6 +282,7 @@ class Gaps:
         todo = [i for i, k in enumerate(kinds) if k in _GAP_KINDS and steps[i] != ends[i]]
         if not todo:
             return
+        self.models.clear()  # (read once a fold: they change only with new samples)
         codes, offsets, starts, sizes = flat[1::w], flat[2::w], flat[4::w], flat[6::w]
         gap = self.open
         for i in todo:
@@ -361,7 +363,9 @@ class Gaps:
             usual = (start - resume[0]) // n
         if gap[3] >= 0:  # it waited: for the queued steps first (none waited: none in it)
             first = gap[3] - start
-            dev = self._device_ns(step) if resume is not None else None
+            dev, upper, latency = self._model(step)
+            if resume is None:
+                dev = None
             model = (queued_ns(max(resume[0], self.free_at), start, n, dev, first)
                      if dev is not None and resume is not None else None)
             if gap[7]:  # it sent device work of its own before: the steps' by the model
@@ -371,14 +375,14 @@ class Gaps:
                 if (model is not None and dev is not None and resume is not None and n > 1
                         and EAGER_CALL not in gap[4]):
                     top = queued_ns(max(resume[0], self.free_at), start, n,
-                                    top_ns(dev, self._upper_ns(step)), first)
-                    if unseen_ns(first, top, gap[8]) > usual + self._latency_ns():
+                                    top_ns(dev, upper), first)
+                    if unseen_ns(first, top, gap[8]) > usual + latency:
                         queued, unseen = model, True
         elif gap[4] and blocked and resume is not None:
             # No wait, but its calls' dispatch blocked (the thread off the CPU
             # ``blocked`` ns from its first call on): behind the queued steps,
             # as far as their device time says (a write to disk blocks too).
-            dev = self._device_ns(step)
+            dev = self._model(step)[0]
             if dev is not None:
                 queued = min(blocked, queued_ns(max(resume[0], self.free_at), start, n, dev,
                                                 wall))
@@ -412,7 +416,7 @@ class Gaps:
         g.gap_ns += wall
         # The step's own calls in a gap came while another function was the
         # step's guess: its numpy arguments are the loop's, not the gap's.
-        names = gap[4] - {getattr(step, "name", None)}
+        names = gap[4] - {getattr(step, "name", None)} if gap[4] else gap[4]
         if names:
             called = self.called.get(step)
             if called is None:
@@ -433,29 +437,23 @@ class Gaps:
                         o = by_site[other] = GapSite()
                     o.within = lead
 
-    def _latency_ns(self) -> int:
-        """The sync latency measured (device_time.py), else 0."""
-        times = getattr(getattr(self.impl, "drains", None), "times", None)
-        got = times.latency_ns() if times is not None else None
-        return got[0] if got else 0
-
-    def _device_ns(self, step: Any) -> int | None:
-        """The step function's median device ns per execution (device_time.py),
-        or None where not measured. The median, not the top of the samples'
-        spread a read's drain takes (drains.SPREAD): a queue taken long
-        swallows the work a gap sent after it (an eager evaluation's wait
-        past the steps' queue, under load, read as queue and not said)."""
-        times = getattr(getattr(self.impl, "drains", None), "times", None)
-        got = times.device_ns(step) if times is not None else None
-        return got[0] if got else None
-
-    def _upper_ns(self, step: Any) -> int | None:
-        """The upper quartile of the step function's device-time samples
-        (device_time.py), or None where not measured: the top of their
-        spread, past which a wait is work the gap sent (:func:`unseen_ns`)."""
-        times = getattr(getattr(self.impl, "drains", None), "times", None)
-        upper = getattr(times, "upper_ns", None)
-        return upper(step) if upper is not None else None
+    def _model(self, step: Any) -> tuple[int | None, int | None, int]:
+        """What the step function's queue is read with (device_time.py), once a
+        fold: its median device ns per execution (None: not measured; the
+        median, not the top of the samples' spread a read's drain takes,
+        drains.SPREAD: a queue taken long swallows the work a gap sent after
+        it), their upper quartile (the top of their spread, past which a wait
+        is work the gap sent: :func:`unseen_ns`) and the sync latency (0)."""
+        got = self.models.get(step)
+        if got is None:
+            times = getattr(getattr(self.impl, "drains", None), "times", None)
+            dev = times.device_ns(step) if times is not None else None
+            upper = getattr(times, "upper_ns", None)
+            lat = times.latency_ns() if times is not None else None
+            got = self.models[step] = (dev[0] if dev else None,
+                                       upper(step) if upper is not None else None,
+                                       lat[0] if lat else 0)
+        return got
 
     def clear(self) -> None:
         self.open = None
