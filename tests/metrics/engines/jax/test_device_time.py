@@ -282,6 +282,23 @@ def test_a_call_with_nothing_pending_is_timed_from_its_return_unless_it_ran_insi
     assert [p[2] for p in times.pending] == [700, 100, 100]
 
 
+def test_the_figures_read_at_each_gap_follow_every_new_sample():
+    # A read every step asks for the step's median, spread and latency at
+    # each gap's close: kept between samples, never past one.
+    times = DeviceTimes(clock=iter(range(10**9, 10**12, 1_000)).__next__)
+    for ns in (10, 20, 30):
+        times.note("step", None, ns)
+    assert times.device_ns("step") == (20, 3) and times.upper_ns("step") == 30
+    assert times.device_ns("step") == (20, 3)  # (kept)
+    times.note("step", None, 90)
+    times.note("step", None, 100)
+    assert times.device_ns("step") == (30, 5) and times.upper_ns("step") == 90
+    assert times.latency_ns() is None
+    times.latency.append(7)
+    times.version += 1  # (as the watcher's probe does)
+    assert times.latency_ns() == (7, 1)
+
+
 PROGRAM = '''
 import json, sys, time
 import metrics; metrics.install(serve=False)
