@@ -277,6 +277,7 @@ def _python_calls(fn: Callable[..., Any], owner: Owner, context: JaxContext, tim
                     copies, turn[0] = 1, 0
         except Exception as e:  # noqa: BLE001 - a hook never raises into the program
             eng.rec.hook_failed("jax.implicit", e)
+        behind = eng.device_times.before(owner, given)  # (its inputs before any is donated)
         seq = seqs[0]
         start = clock()
         # The step's call on a sample (5 a second): the thread's CPU time
@@ -307,7 +308,7 @@ def _python_calls(fn: Callable[..., Any], owner: Owner, context: JaxContext, tim
                 # (thread CPU-time reads once a second; a call that compiled
                 # waited for no queue)
                 eng.thread_busy.tick(end, start, began if seqs[0] == seq else None)
-            eng.device_times.offer(owner, start, given, out, end)  # timed off this thread
+            eng.device_times.offer(owner, start, given, out, end, behind)  # timed off this thread
             if owner.returned:  # a library's wrapper takes this call's span from its own
                 owner.returned = clock()  # (and times the host work after its call)
             elif owner is state.step_owner:  # the user's host work to the next step

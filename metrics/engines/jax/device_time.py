@@ -24,7 +24,11 @@ whole loop without the read ran at 202 us a step; from the return, the
 read's cost came to 0.58 of its A/B, from 0.45: bench/RESULTS-TPU.md); the
 call's tail after its enqueue makes that a slight lower bound. An output
 ready at the return was computed inside the call (the CPU runs a step
-whose inputs are ready in the calling thread): the span is the call's. A
+whose inputs are ready in the calling thread): the span is the call's. The
+inputs are looked at before the call (:meth:`DeviceTimes.before`): a call
+that donates them (``donate_argnums``) deletes them, and a sample whose
+pending input was donated is dropped (``donated``: its completion can no
+longer be seen; jax's spmd_mnist example made every sample a hook error). A
 sample queued behind another whose arrays were ready by the time the watcher
 reached it is dropped (``late``): when they completed is lost, and a backlog
 read as device time made mnist's 16 ms step 500 ms. The
@@ -92,6 +96,10 @@ SMALL = 16  # bytes: an output leaf this small is the one (a loss)
 NODES = 128  # containers opened to find them (haiku's params: a dict of dicts)
 
 
+# DeviceTimes.before: no sample of the function is due (the call is not looked at).
+NOT_DUE = object()
+_LOOK = object()  # (offer's default: look for the pending input among the arguments)
+
 def _median(values: collections.deque[int]) -> int:
     s = sorted(values)
     n = len(s)
@@ -115,6 +123,7 @@ class DeviceTimes:
         self.wake = threading.Event()
         self.dropped = 0  # samples the full queue refused
         self.late = 0  # queued samples already ready when the watcher reached them: dropped
+        self.donated = 0  # samples whose pending input the call deleted (donated): dropped
         self.held = 0  # samples the watcher is waiting on now (0 or 1)
         self.by_owner: dict[Any, collections.deque[int]] = {}
         self.latency: collections.deque[int] = collections.deque(maxlen=KEEP)
@@ -133,12 +142,31 @@ class DeviceTimes:
 
     # Training thread ---------------------------------------------------------
 
+    def before(self, owner: Any, args: tuple[Any, ...]) -> Any:
+        """Ahead of a timed call of ``owner`` with ``args``: :data:`NOT_DUE`
+        where no sample of it is due; else its first input not ready now, or
+        None. Looked at before the call, which may donate (delete) them
+        (``donate_argnums``: a deleted array can no longer be waited on)."""
+        spaced = self._spacing.get(owner)
+        if spaced is not None and time.monotonic_ns() < spaced[1]:
+            return NOT_DUE
+        try:
+            return _first_pending(args)
+        except Exception as e:  # noqa: BLE001 - a hook never raises into the program
+            if self.on_error is not None:
+                self.on_error("jax.device_time", e)
+            return NOT_DUE
+
     def offer(self, owner: Any, start: int, args: tuple[Any, ...], out: Any,
-              end: int | None = None) -> None:
+              end: int | None = None, behind: Any = _LOOK) -> None:
         """One sampled call of ``owner`` that began at ``start`` (and returned
-        at ``end``, where told): its output
-        and a not-yet-ready input go to the watcher, or nowhere when the
-        queue is full, or within SPACING_NS of its previous sample. Never waits."""
+        at ``end``, where told): its output and a not-yet-ready input
+        (``behind``: :meth:`before`'s, else looked for among ``args`` now) go
+        to the watcher, or nowhere when the queue is full, or within
+        SPACING_NS of its previous sample, or when the pending input was
+        donated to the call (its completion can no longer be seen). Never waits."""
+        if behind is NOT_DUE:
+            return
         spaced = self._spacing.get(owner)
         if spaced is None:
             if len(self._spacing) >= MAX_GRAPHS:
@@ -156,11 +184,11 @@ class DeviceTimes:
         leaf = _smallest(out)
         if leaf is None:
             return
-        behind = None
-        for a in args:  # the step's params or state
-            behind = next((x for x in _leaves(a) if not x.is_ready()), None)
-            if behind is not None:
-                break
+        if behind is _LOOK:  # the step's params or state
+            behind = _first_pending(args)
+        elif behind is not None and behind.is_deleted():
+            self.donated += 1
+            return
         if self._thread is None:  # the first offer (or a forked child's)
             self._start()
         # Behind another sample (the watcher busy): it may reach this one only
@@ -358,6 +386,17 @@ def _items(x: Any) -> Any:
     if fields is not None:
         return [getattr(x, name, None) for name in fields]
     return ()
+
+
+def _first_pending(args: tuple[Any, ...]) -> Any:
+    """The first array among ``args`` (and their containers) not ready now;
+    None where all are. A deleted one (donated to an earlier call) is no
+    input of this call."""
+    for a in args:
+        for x in _leaves(a):
+            if not x.is_deleted() and not x.is_ready():
+                return x
+    return None
 
 
 def _smallest(out: Any) -> Any:

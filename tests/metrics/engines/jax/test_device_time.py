@@ -282,23 +282,6 @@ def test_a_call_with_nothing_pending_is_timed_from_its_return_unless_it_ran_insi
     assert [p[2] for p in times.pending] == [700, 100, 100]
 
 
-def test_the_figures_read_at_each_gap_follow_every_new_sample():
-    # A read every step asks for the step's median, spread and latency at
-    # each gap's close: kept between samples, never past one.
-    times = DeviceTimes(clock=iter(range(10**9, 10**12, 1_000)).__next__)
-    for ns in (10, 20, 30):
-        times.note("step", None, ns)
-    assert times.device_ns("step") == (20, 3) and times.upper_ns("step") == 30
-    assert times.device_ns("step") == (20, 3)  # (kept)
-    times.note("step", None, 90)
-    times.note("step", None, 100)
-    assert times.device_ns("step") == (30, 5) and times.upper_ns("step") == 90
-    assert times.latency_ns() is None
-    times.latency.append(7)
-    times.version += 1  # (as the watcher's probe does)
-    assert times.latency_ns() == (7, 1)
-
-
 PROGRAM = '''
 import json, sys, time
 import metrics; metrics.install(serve=False)
@@ -465,3 +448,4 @@ def test_a_step_that_takes_a_prng_key_is_sampled_without_a_hook_error(fresh_metr
         time.sleep(0.01)
     assert not eng.rec.registry.counter_value("HookErrors")
     assert eng.device_times.device_ns(next(iter(eng.device_times.by_owner))) is not None
+

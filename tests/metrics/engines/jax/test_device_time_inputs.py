@@ -1,0 +1,71 @@
+"""Device-time samples and the calls they come from (metrics/engines/jax/
+device_time.py): a step that donates its state, and the figures read at
+each gap kept between samples (real JAX on the CPU)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from metrics.engines.jax.device_time import DeviceTimes
+
+
+def test_the_figures_read_at_each_gap_follow_every_new_sample():
+    # A read every step asks for the step's median, spread and latency at
+    # each gap's close: kept between samples, never past one.
+    times = DeviceTimes(clock=iter(range(10**9, 10**12, 1_000)).__next__)
+    for ns in (10, 20, 30):
+        times.note("step", None, ns)
+    assert times.device_ns("step") == (20, 3) and times.upper_ns("step") == 30
+    assert times.device_ns("step") == (20, 3)  # (kept)
+    times.note("step", None, 90)
+    times.note("step", None, 100)
+    assert times.device_ns("step") == (30, 5) and times.upper_ns("step") == 90
+    assert times.latency_ns() is None
+    times.latency.append(7)
+    times.version += 1  # (as the watcher's probe does)
+    assert times.latency_ns() == (7, 1)
+
+
+@pytest.mark.parametrize("read_each_step", [False, True])
+def test_a_step_that_donates_its_state_is_sampled_without_a_hook_error(fresh_metrics,
+                                                                        read_each_step):
+    """``donate_argnums`` (jax's spmd_mnist example, most training loops):
+    the call deletes its state arrays, so one pending at the call can no
+    longer be waited on after it (every sample was a hook error, printed on
+    the program's stderr, and the step's device time never measured). The
+    inputs are looked at before the call: a sample whose pending input was
+    donated is dropped and counted; where none was pending (a read each step
+    empties the queue) the sample is timed."""
+    import functools
+
+    import jax
+    import jax.numpy as jnp
+
+    import metrics
+
+    eng = next(e for e in metrics.installed_engines() if e.name == "jax")
+
+    @functools.partial(jax.jit, donate_argnums=0)
+    def step(w, x):  # type: ignore[no-untyped-def]
+        for _ in range(3):
+            x = jnp.tanh(x @ w)
+        return w - 1e-4 * x.T @ x, jnp.mean(x)
+
+    w, x = jnp.eye(128) * 0.5, jnp.ones((128, 128))
+    total = 0.0
+    for _ in range(200):
+        w, loss = step(w, x)
+        if read_each_step:
+            total += float(loss)
+    jax.block_until_ready(w)
+    times = eng.device_times
+    deadline = time.monotonic() + 10
+    while (times.pending or times.held) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not eng.rec.registry.counter_value("HookErrors")
+    samples = sum(len(v) for v in times.by_owner.values())
+    assert samples + times.donated > 0
+    if read_each_step:  # nothing pending at its calls: measured
+        assert samples >= 5, (samples, times.donated)
