@@ -267,3 +267,20 @@ def test_a_batch_of_one_lines_reads_folds_as_the_reads_one_by_one(monkeypatch):
         monkeypatch.undo()
         assert fast == _reads_apart(monkeypatch, False, waits, t0), waits
         monkeypatch.undo()
+
+
+def test_a_queue_is_not_modelled_on_fewer_than_min_samples(monkeypatch):
+    # A step that donates its state is sampled only where nothing was pending
+    # (jax's spmd_mnist: one sample, 22 ms against a 15 ms step): on it the
+    # queue model took an evaluation of 300 ms (A/B) for 29 ms. Under
+    # MIN_SAMPLES the gap keeps its wall time, as with none measured.
+    from metrics.engines.jax.gaps import MIN_SAMPLES
+
+    late = dict(call_first=False, late_ms=1500)
+    modelled = _fold(100 * MS, **late)
+    assert MIN_SAMPLES > 1
+    monkeypatch.setattr(_Times, "device_ns", lambda self, owner: (self.ns, 1))
+    few = _fold(100 * MS, **late)
+    unmeasured = _fold(None, **late)
+    assert (few.gap_ns, few.work) == (unmeasured.gap_ns, unmeasured.work)
+    assert (few.gap_ns, few.work) != (modelled.gap_ns, modelled.work)
