@@ -142,13 +142,17 @@ class DeviceTimes:
 
     # Training thread ---------------------------------------------------------
 
+    def due(self, owner: Any) -> bool:
+        """Whether a sample of ``owner`` is due now (the spacing past)."""
+        spaced = self._spacing.get(owner)
+        return spaced is None or time.monotonic_ns() >= spaced[1]
+
     def before(self, owner: Any, args: tuple[Any, ...]) -> Any:
         """Ahead of a timed call of ``owner`` with ``args``: :data:`NOT_DUE`
         where no sample of it is due; else its first input not ready now, or
         None. Looked at before the call, which may donate (delete) them
         (``donate_argnums``: a deleted array can no longer be waited on)."""
-        spaced = self._spacing.get(owner)
-        if spaced is not None and time.monotonic_ns() < spaced[1]:
+        if not self.due(owner):
             return NOT_DUE
         try:
             return _first_pending(args)

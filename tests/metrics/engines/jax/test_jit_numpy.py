@@ -267,7 +267,7 @@ def test_a_host_bound_step_stays_within_its_measured_work(eng, monkeypatch):
     # before: whether a device-time sample is due (a clock compare), ahead of
     # the call, which may donate its inputs
     assert frames == {"call": TIME_EVERY, "timed_call": 1, "write": 1, "catch_up": 1,
-                      "before": 1, "offer": 1, "tick": 1, "after_step": 1}, frames
+                      "before": 1, "due": 1, "offer": 1, "tick": 1, "after_step": 1}, frames
     # measured 198.4 (209.8 with the offer; 214.9 with the loop's gaps' one
     # identity check a call, gaps.py; 228.6 counting the call on its run,
     # numpy_runs.py: more opcodes, no allocation; on a TPU v5e host the loop
