@@ -203,14 +203,15 @@ def test_one_call_in_time_every_reads_the_clock(fresh_metrics, monkeypatch):
     _past_the_first_timed(steps)
     frames, c_calls = _calls(steps)
     assert frames["metrics:call"] == TIME_EVERY, frames
-    # 3 hooks x 2 reads; len: the timed jit call, both timed puts' journal
-    # check, and every put's len(xs).
-    # The timed jit call's offer to the device-time watcher (device_time.py):
-    # past the function's first samples one every SPACING_NS at most, so in a
-    # loop this fast it looks up its spacing (one dict get) and returns.
+    # 3 hooks x 2 reads, and the timed jit call's device-time check ahead of
+    # the call (DeviceTimes.due: before the call may donate its inputs); len:
+    # the timed jit call, both timed puts' journal check, and every put's len(xs).
+    # That check (device_time.py): past the function's first samples one
+    # every SPACING_NS at most, so in a loop this fast it looks up its
+    # spacing (one dict get), and the offer after the call returns at once.
     usual = ("monotonic_ns", "extend", "len")
     assert {k: c_calls[k] for k in usual} == {
-        "monotonic_ns": 6, "extend": 3 * TIME_EVERY, "len": 3 + 2 * TIME_EVERY}, c_calls
+        "monotonic_ns": 7, "extend": 3 * TIME_EVERY, "len": 3 + 2 * TIME_EVERY}, c_calls
     offer = {k: v for k, v in c_calls.items() if k not in usual}
     assert offer == {"get": 1}, offer
 
