@@ -127,10 +127,6 @@ class DeviceTimes:
         self.held = 0  # samples the watcher is waiting on now (0 or 1)
         self.by_owner: dict[Any, collections.deque[int]] = {}
         self.latency: collections.deque[int] = collections.deque(maxlen=KEEP)
-        # Read-time figures kept until the next sample: a read every step
-        # asks for them at each gap (gaps.py) and drain fold (drains.py).
-        self.version = 0  # samples noted so far (device times and latencies)
-        self._figures: dict[Any, tuple[int, Any]] = {}  # key -> (version, figure)
         self._thread: threading.Thread | None = None
         self._pid = 0
         self._stop = False
@@ -284,7 +280,6 @@ class DeviceTimes:
         t0 = self.clock()
         self.read(fresh)  # type: ignore[misc]
         self.latency.append(self.clock() - t0)
-        self.version += 1
 
     def note(self, owner: Any, graph: str | None, ns: int) -> None:
         """One execution's device time (the watcher's, or a test's)."""
@@ -294,7 +289,6 @@ class DeviceTimes:
                 return
             kept = self.by_owner[owner] = collections.deque(maxlen=KEEP)
         kept.append(max(0, ns))
-        self.version += 1
 
     def publish(self) -> None:
         """Each measured function's median, to its graph in the ledger (read
@@ -308,24 +302,10 @@ class DeviceTimes:
 
     # Read time ---------------------------------------------------------------
 
-    def _figure(self, key: Any, compute: Callable[[], Any]) -> Any:
-        """``compute()``, kept until a sample is noted (a sample noted while
-        it computes makes the next ask compute again)."""
-        version = self.version
-        got = self._figures.get(key)
-        if got is not None and got[0] == version:
-            return got[1]
-        value = compute()
-        if len(self._figures) < 4 * MAX_GRAPHS:
-            self._figures[key] = (version, value)
-        return value
-
     def device_ns(self, owner: Any) -> tuple[int, int] | None:
         """(median device ns of one execution, samples) of ``owner``'s calls."""
         kept = self.by_owner.get(owner)
-        if not kept:
-            return None
-        return self._figure(("device", owner), lambda: (_median(kept), len(kept)))
+        return (_median(kept), len(kept)) if kept else None
 
     def upper_ns(self, owner: Any) -> int | None:
         """The upper quartile of ``owner``'s device ns per execution: the top
@@ -336,16 +316,13 @@ class DeviceTimes:
         kept = self.by_owner.get(owner)
         if not kept:
             return None
-
-        def upper() -> int:
-            s = sorted(kept)
-            return s[(3 * (len(s) - 1) + 3) // 4]  # (index: 3/4 of the way, rounded up)
-        return self._figure(("upper", owner), upper)
+        s = sorted(kept)
+        return s[(3 * (len(s) - 1) + 3) // 4]  # (index: 3/4 of the way, rounded up)
 
     def latency_ns(self) -> tuple[int, int] | None:
         """(median ns of a read whose data was ready, samples)."""
         kept = self.latency
-        return self._figure("latency", lambda: (_median(kept), len(kept))) if kept else None
+        return (_median(kept), len(kept)) if kept else None
 
 
 def _leaves(out: Any) -> list[Any]:
