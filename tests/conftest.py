@@ -146,9 +146,15 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     tpu_ok, why_not = None, ""
+    rerun = config.pluginmanager.hasplugin("rerunfailures")
     for item in items:
         if SYSTEM in item.path.parents or TPU_LANE in item.path.parents:
             item.add_marker(pytest.mark.slow)
+        if rerun and item.get_closest_marker("slow") is not None \
+                and item.get_closest_marker("flaky") is None:
+            # A real program's shares on a shared 2-core machine: one more try
+            # before a failure counts (a rerun is listed in the summary, "R").
+            item.add_marker(pytest.mark.flaky(reruns=1, reruns_delay=1))
         if item.get_closest_marker("tpu") is not None:
             if tpu_ok is None:
                 tpu_ok, why_not = tpu_lane_enabled(config)

@@ -74,6 +74,9 @@ PROGRAM = textwrap.dedent('''
     # "device": the device's work a step far longer than the wrapper's, no read
     # in the loop: the device's queue fills and the step's call waits for it
     N, DEEP, STEPS = (384, 16, 150) if MODE == "device" else (32, 1, 400)
+    # "thin": the step's host time some 60 times the wrapper's 4-8 us (a bare
+    # step's 130-200 us made it 3-6 %, astride the 5 % bar, and flaky)
+    HOST_WORK = 30_000 if MODE == "thin" else 0
 
 
     @compilation.jit
@@ -91,6 +94,7 @@ PROGRAM = textwrap.dedent('''
     for i in range(STEPS):
         w, loss = cached(x) if cached else train_step(graph, x)  # CALLS_STEP
         graph["params"][0] = w
+        sum(range(HOST_WORK))  # the loop's own host work (logging, data), if any
     jax.block_until_ready(loss)  # (no read in the loop: reads' waits under load are
     # taken off as queued device work, views/library_jit.py, and made this flaky)
     # The wrapper's own work, timed here unhooked: its two walks.
@@ -161,7 +165,7 @@ def test_a_wrappers_own_host_time_is_measured_and_said_at_the_users_line(tmp_pat
 
 @pytest.mark.slow
 def test_a_thin_wrapper_is_no_finding(tmp_path):
-    out = _run(tmp_path, 0)
+    out = _run(tmp_path, 0, "thin")
     [site] = out["sites"]
     assert site["count"] == 400, site
     assert site["seconds"] / site["count"] < 0.2 * out["step"], (site, out["step"])
