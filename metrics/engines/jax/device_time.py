@@ -21,8 +21,10 @@ starts at the call's return, not its start, when its output was not ready
 there (the call's own host time is no device time: on a TPU v5e a
 host-bound step read each step sampled 774 us from its start, where the
 whole loop without the read ran at 202 us a step; from the return, the
-read's cost came to 0.58 of its A/B, from 0.45: bench/RESULTS-TPU.md); the
-call's tail after its enqueue makes that a slight lower bound. An output
+read's cost came to 0.58 of its A/B, from 0.45, and 0.68-0.90 with the
+watcher's wake-up lag taken off such a span (:meth:`DeviceTimes._sample`):
+bench/RESULTS-TPU.md); the call's tail after its enqueue makes that a slight
+lower bound. An output
 ready at the return was computed inside the call (the CPU runs a step
 whose inputs are ready in the calling thread): the span is the call's. The
 inputs are looked at before the call (:meth:`DeviceTimes.before`): a call
@@ -194,9 +196,11 @@ class DeviceTimes:
         # Behind another sample (the watcher busy): it may reach this one only
         # after its output was ready, when its completion time is lost.
         late = queued > 0 or self.held > 0
-        if behind is None and end is not None and not leaf.is_ready():
+        returned = behind is None and end is not None and not leaf.is_ready()
+        if returned:
             start = end  # nothing pending, run after the call: it began after the enqueue
-        self.pending.append((owner, getattr(owner, "last_hash", None), start, behind, leaf, late))
+        self.pending.append((owner, getattr(owner, "last_hash", None), start, behind, leaf, late,
+                             returned))
         self.wake.set()
 
     def _start(self) -> None:
@@ -235,12 +239,19 @@ class DeviceTimes:
             self._sample(*pending.popleft())
 
     def _sample(self, owner: Any, graph: str | None, start: int, behind: Any,
-                leaf: Any, late: bool = False) -> None:
+                leaf: Any, late: bool = False, returned: bool = False) -> None:
         """Waits for one sample off the training thread; its arrays are let go
         of when this returns. A sample queued behind another (``late``) whose
         output, or the input it waits for first, is ready when the watcher
         reaches it is dropped: that finished at some unknown time before, so
-        neither the end nor the start of its execution is known."""
+        neither the end nor the start of its execution is known.
+
+        A span from the call's return (``returned``) has the watcher's wake-up
+        lag at its end only: it loses the read latency the watcher measured
+        (on a TPU v5e ``block_until_ready`` sees a completion ~650 us late, a
+        ready scalar's read takes 520-590 us: a 31 us graph read 652 us from
+        its call's return; bench/tpu_wakeup_lag.py). A span between two
+        completions the watcher saw has the lag at both ends and keeps it."""
         clock = self.clock
         self.held = 1
         try:
@@ -253,7 +264,8 @@ class DeviceTimes:
                 began = max(start, clock())
             leaf.block_until_ready()
             done = clock()
-            self.note(owner, graph, done - began)
+            lag = _median(self.latency) if returned and self.latency else 0
+            self.note(owner, graph, done - began - lag)
             self._probe += 1
             if (self.read is not None and self._probe % PROBE_EVERY == 1
                     and done >= self._probe_next):

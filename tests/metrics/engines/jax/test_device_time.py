@@ -282,6 +282,27 @@ def test_a_call_with_nothing_pending_is_timed_from_its_return_unless_it_ran_insi
     assert [p[2] for p in times.pending] == [700, 100, 100]
 
 
+def test_a_span_from_the_calls_return_loses_the_watchers_wake_up_lag():
+    # On a TPU v5e the watcher sees a completion ~650 us late: a 31 us graph
+    # read 652 us from its call's return, against a ready read's 520-590 us.
+    # A span from the return has that lag once; one between two completions
+    # the watcher saw (an input pending) has it at both ends and keeps it.
+    ticks = iter([2_000_000, 1_200_000, 2_200_000, 2_000_000])  # clock reads, in order
+    times = DeviceTimes(clock=ticks.__next__)
+    times.latency.extend([600_000, 640_000, 620_000])  # the reads the watcher timed
+    done = _Slow()
+    done.release.set()
+    times._sample("step", None, 1_000_000, None, done, returned=True)
+    pending = _Slow()
+    pending.release.set()
+    times._sample("eval", None, 1_000_000, pending, done)
+    assert times.device_ns("step") == (1_000_000 - 620_000, 1)
+    assert times.device_ns("eval") == (1_000_000, 1)  # 1.2 ms (its input done) to 2.2 ms
+    times.latency.clear()  # no read timed yet: the span as seen
+    times._sample("first", None, 1_000_000, None, done, returned=True)
+    assert times.device_ns("first") == (1_000_000, 1)
+
+
 PROGRAM = '''
 import json, sys, time
 import metrics; metrics.install(serve=False)
