@@ -196,9 +196,9 @@ class DeviceTimes:
         # Behind another sample (the watcher busy): it may reach this one only
         # after its output was ready, when its completion time is lost.
         late = queued > 0 or self.held > 0
-        returned = behind is None and end is not None and not leaf.is_ready()
-        if returned:
-            start = end  # nothing pending, run after the call: it began after the enqueue
+        returned = False
+        if behind is None and end is not None and not leaf.is_ready():
+            start, returned = end, True  # nothing pending, run after the call: after the enqueue
         self.pending.append((owner, getattr(owner, "last_hash", None), start, behind, leaf, late,
                              returned))
         self.wake.set()
