@@ -160,6 +160,10 @@ class SiteReading:
     # batches; a generator expression counts as the enclosing function's),
     # which jit cannot hold. False: not, or not told.
     in_generator: bool = False
+    # count, bytes and seconds are estimates from a random sample of the
+    # line's records, each weighted (torch's reads past the first 1,000: one
+    # in 64, weighted 64). False: every record counted, or not told.
+    estimated: bool = False
 
 
 # StepsReading.source values.

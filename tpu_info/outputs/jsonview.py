@@ -218,6 +218,7 @@ def _target(t: TargetReadings, top_graphs: int | None) -> dict[str, Any]:
                 "seconds": x.seconds, "drain_seconds": x.drain_seconds,
                 "work": _s(x.work), "gaps": x.gaps, "gap_seconds": x.gap_seconds,
                 "within": _s(x.within), "in_generator": x.in_generator,
+                "estimated": x.estimated,
                 "last_seen_unix": x.last_seen_unix,
                 "first_seen_unix": x.first_seen_unix, "phase": site_phase(s, x).value,
                 "via": _s(x.via), "occurrences": x.occurrences,

@@ -294,7 +294,7 @@ class Event(_message.Message):
     def __init__(self, seq: _Optional[int] = ..., time_unix: _Optional[float] = ..., kind: _Optional[str] = ..., name: _Optional[str] = ..., graph_hash: _Optional[str] = ..., detail: _Optional[str] = ..., location: _Optional[str] = ..., value: _Optional[float] = ..., via: _Optional[str] = ...) -> None: ...
 
 class Site(_message.Message):
-    __slots__ = ("kind", "location", "count", "bytes", "seconds", "function", "detail", "last_seen_unix", "first_seen_unix", "phase", "via", "occurrences", "steps_spanned", "drain_seconds", "timed", "timed_bytes", "work", "gaps", "gap_seconds", "within", "in_generator")
+    __slots__ = ("kind", "location", "count", "bytes", "seconds", "function", "detail", "last_seen_unix", "first_seen_unix", "phase", "via", "occurrences", "steps_spanned", "drain_seconds", "timed", "timed_bytes", "work", "gaps", "gap_seconds", "within", "in_generator", "estimated")
     KIND_FIELD_NUMBER: _ClassVar[int]
     LOCATION_FIELD_NUMBER: _ClassVar[int]
     COUNT_FIELD_NUMBER: _ClassVar[int]
@@ -316,6 +316,7 @@ class Site(_message.Message):
     GAP_SECONDS_FIELD_NUMBER: _ClassVar[int]
     WITHIN_FIELD_NUMBER: _ClassVar[int]
     IN_GENERATOR_FIELD_NUMBER: _ClassVar[int]
+    ESTIMATED_FIELD_NUMBER: _ClassVar[int]
     kind: str
     location: str
     count: int
@@ -337,7 +338,8 @@ class Site(_message.Message):
     gap_seconds: float
     within: str
     in_generator: bool
-    def __init__(self, kind: _Optional[str] = ..., location: _Optional[str] = ..., count: _Optional[int] = ..., bytes: _Optional[int] = ..., seconds: _Optional[float] = ..., function: _Optional[str] = ..., detail: _Optional[str] = ..., last_seen_unix: _Optional[float] = ..., first_seen_unix: _Optional[float] = ..., phase: _Optional[str] = ..., via: _Optional[str] = ..., occurrences: _Optional[int] = ..., steps_spanned: _Optional[int] = ..., drain_seconds: _Optional[float] = ..., timed: _Optional[int] = ..., timed_bytes: _Optional[int] = ..., work: _Optional[str] = ..., gaps: _Optional[int] = ..., gap_seconds: _Optional[float] = ..., within: _Optional[str] = ..., in_generator: _Optional[bool] = ...) -> None: ...
+    estimated: bool
+    def __init__(self, kind: _Optional[str] = ..., location: _Optional[str] = ..., count: _Optional[int] = ..., bytes: _Optional[int] = ..., seconds: _Optional[float] = ..., function: _Optional[str] = ..., detail: _Optional[str] = ..., last_seen_unix: _Optional[float] = ..., first_seen_unix: _Optional[float] = ..., phase: _Optional[str] = ..., via: _Optional[str] = ..., occurrences: _Optional[int] = ..., steps_spanned: _Optional[int] = ..., drain_seconds: _Optional[float] = ..., timed: _Optional[int] = ..., timed_bytes: _Optional[int] = ..., work: _Optional[str] = ..., gaps: _Optional[int] = ..., gap_seconds: _Optional[float] = ..., within: _Optional[str] = ..., in_generator: _Optional[bool] = ..., estimated: _Optional[bool] = ...) -> None: ...
 
 class Steps(_message.Message):
     __slots__ = ("count", "source", "basis", "seconds_total", "first_unix", "last_unix", "excluded_calls", "loop_ended", "step_line")

@@ -139,10 +139,19 @@ def steps_apart(site: SiteReading) -> float | None:
     return site.steps_spanned / (site.occurrences - 1)
 
 
+# How a site's figures were had where the hook recorded a random sample of
+# its records (SiteReading.estimated: torch's reads past the first 1,000).
+SAMPLED_HOW = ("estimated from a random sample of the line's records, each weighted by the "
+               "sampling rate (its count and time are estimates)")
+
+
 def site_cost(s: Snapshot, site: SiteReading) -> Cost:
     """What ``site`` cost, in its phase: per step, or per time it ran (a copy
-    to the device at most the device's idle time: :func:`copy_bound`)."""
+    to the device at most the device's idle time: :func:`copy_bound`). A
+    sampled site's cost says it is an estimate, never ``measured``."""
     cost = _site_cost(s, site)
+    if site.estimated and not cost.estimated:
+        cost = replace(cost, estimated=True, how=SAMPLED_HOW)
     return copy_bound(s, cost) if site.kind == SiteKind.IMPLICIT_TO_DEVICE.value else cost
 
 

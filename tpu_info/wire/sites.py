@@ -33,7 +33,7 @@ def fill_diagnosis(msg: pb.Snapshot, s: Snapshot) -> None:
                       drain_seconds=site.drain_seconds, timed=site.timed,
                       timed_bytes=site.timed_bytes, work=site.work, gaps=site.gaps,
                       gap_seconds=site.gap_seconds, within=site.within,
-                      in_generator=site.in_generator)
+                      in_generator=site.in_generator, estimated=site.estimated)
     st = s.steps
     if st is not None:
         msg.steps.count = st.count
@@ -65,6 +65,7 @@ def _site(m: pb.Site, dec: Decoding) -> SiteReading:
                        if m.HasField("drain_seconds") else None),
         timed=m.timed, timed_bytes=m.timed_bytes,
         work=text(m.work), gaps=m.gaps, within=text(m.within), in_generator=m.in_generator,
+        estimated=m.estimated,
         gap_seconds=(max(0.0, dec.num0(m.gap_seconds, where, "gap_seconds"))
                      if m.HasField("gap_seconds") else None),
     )

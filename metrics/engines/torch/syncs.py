@@ -236,11 +236,13 @@ class SyncReads:
                         site = self._sites.get(key)
                     if site is None:
                         self._kept[cls] += 1
-                        site = self._sites[key] = [0, 0, 0, end, end, function, via, -1, 0]
+                        site = self._sites[key] = [0, 0, 0, end, end, function, via, -1, 0,
+                                                   False]
                 if step != site[7]:  # the first read of this line in this step
                     site[7] = step
                     site[8] += weight  # sampled: an estimate, as the count is
                 site[0] += weight
+                site[9] = site[9] or weight > 1  # (an estimate from here on)
                 site[1] += (end - start) * weight
                 site[2] += nbytes * weight
                 site[3] = min(site[3], end)
@@ -261,9 +263,9 @@ class SyncReads:
                             bytes=nbytes, seconds=ns / 1e9, function=function, detail=detail,
                             last_seen_unix=last / 1e9 + to_unix,
                             first_seen_unix=first / 1e9 + to_unix, via=via,
-                            occurrences=min(count, occurrences))
+                            occurrences=min(count, occurrences), estimated=estimated)
                 for (c, location, detail), (count, ns, nbytes, first, last, function, via, _,
-                                            occurrences) in rows
+                                            occurrences, estimated) in rows
                 if c == cls and count]
 
     def blind_spots(self, owner: TorchContext) -> list[str]:
