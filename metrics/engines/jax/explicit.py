@@ -6,7 +6,8 @@ wrapped at install, each call's bytes and time recorded into
 The hot path (a numpy batch into ``device_put``, counted in the numpy shard
 handler: :mod:`metrics.engines.jax.to_device`) writes one journal record,
 and reads the clock twice on one put in 16 (:mod:`metrics.recording.sampling`);
-pytrees are walked for their bytes. Implicit
+pytrees are walked for their bytes: a put's host leaves, a get's
+``jax.Array`` leaves (a get of numpy moves nothing and is no transfer). Implicit
 transfers (``float(x)``, ``jnp.asarray(numpy)``) are
 :mod:`metrics.engines.jax.implicit`' and never counted here too.
 
@@ -112,16 +113,20 @@ class ExplicitTransfers:
             _transfer_rows, to_device, ends, sizes, self.rec.mono_to_unix))
 
 
-def _leaf_bytes(tree: object, host_only: bool) -> int:
+def _leaf_bytes(tree: object, to_device: bool) -> int:
+    """The bytes a transfer of ``tree`` moves: its host leaves to the device
+    (``device_put``), its ``jax.Array`` leaves from it (``device_get``); -1
+    where no leaf moves (a put of device arrays, a get of numpy)."""
     if type(tree) is np.ndarray:  # fast path: the usual batch
-        return tree.nbytes
-    total = 0
+        return tree.nbytes if to_device else -1
+    total, moved = 0, False
     for leaf in jax.tree_util.tree_leaves(tree):
-        if host_only and isinstance(leaf, jax.Array):
+        if isinstance(leaf, jax.Array) is to_device:
             continue
+        moved = True
         nbytes = getattr(leaf, "nbytes", None)
         total += int(nbytes) if nbytes is not None else 8
-    return total
+    return total if moved else -1
 
 
 def _transfer_rows(to_device: list[bool], ends: list[int], sizes: list[int], offset: float,
@@ -134,17 +139,21 @@ def _transfer_rows(to_device: list[bool], ends: list[int], sizes: list[int], off
 
 
 def _record_transfer(seen: ExplicitTransfers, to_device: bool, tree: object, start: int,
-                     end: int) -> None:
-    """The general case: pytrees, lists, scalars (walks the leaves)."""
+                     end: int) -> int:
+    """The general case: pytrees, lists, scalars (walks the leaves). Returns
+    the bytes recorded, or -1 where nothing moved (nothing recorded)."""
     try:
         nbytes = _leaf_bytes(tree, to_device)
     except Exception as e:  # noqa: BLE001 - a hook never raises into the program
         seen.rec.hook_failed("jax.transfer", e)
-        return
+        return -1
+    if nbytes < 0:
+        return -1
     q = seen.queue
     q.extend((to_device, start, end, nbytes))
     if len(q) >= FOLD_AT * TRANSFER_FIELDS:
         seen.journal.flush()
+    return nbytes
 
 
 def _wrap_device_put(original: Callable[..., Any], context: JaxContext,
@@ -187,10 +196,13 @@ def _wrap_device_get(original: Callable[..., Any], context: JaxContext,
         start = clock()
         out = original(x, *args, **kwargs)
         end = clock()
-        _record_transfer(seen, False, out, start, end)
+        # Only the input's device arrays move: a tree of numpy is no transfer
+        # (jraph's pad_with_graphs gets numpy every step).
+        nbytes = _record_transfer(seen, False, x, start, end)
+        if nbytes < 0:
+            return out
         try:  # its line, for the loop's gaps (a checkpoint's copy: gaps.py)
-            eng.implicit.record(GET, sys._getframe(1), start, end, _leaf_bytes(out, False),
-                                "jax.device_get")
+            eng.implicit.record(GET, sys._getframe(1), start, end, nbytes, "jax.device_get")
         except Exception as e:  # noqa: BLE001 - a hook never raises into the program
             seen.rec.hook_failed("jax.gaps", e)
         return out

@@ -89,6 +89,25 @@ def test_device_get_is_counted_once_as_explicit(xfer):
     assert host.shape == (16,)
 
 
+def test_device_get_of_host_data_is_no_transfer_and_a_mixed_tree_counts_its_arrays(xfer):
+    """jraph's pad_with_graphs calls device_get on numpy every step: no
+    device->host transfer, no wait at its line; only device arrays move."""
+    rec, eng = xfer
+    graph = {"nodes": np.ones((64, 8), np.float32), "n": np.int32(3), "k": 2.0}
+    for _ in range(5):
+        jax.device_get(graph)  # host data: nothing moves
+    jax.device_get(np.ones(16))
+    assert rec.registry.metric_data("InboundData") is None
+    assert rec.registry.metric_data("TransferFromDeviceTime") is None
+    assert _sites(eng, "device_get") == {}
+    jax.device_get({"a": jnp.arange(10.0), "b": np.ones(100)})  # a mixed tree
+    assert rec.registry.metric_data("InboundData")[:2] == (1, 40)
+    site, = _sites(eng, "device_get").values()
+    assert (site.count, site.bytes) == (1, 40)
+    kinds = [e.kind for e in rec.events.since(0)[0]]
+    assert kinds.count("transfer_from_device") == 1
+
+
 def test_a_device_put_bound_before_install_is_counted_once_with_its_event(xfer):
     """Every explicit put of host data is counted in one place (the numpy
     shard handler, under JAX's own explicit_device_put mark), also through
