@@ -38,6 +38,7 @@ from tpu_info.views.cost import (
     duration,
     outside_warns,
     short_location,
+    size_words,
     steps_of,
 )
 
@@ -115,11 +116,29 @@ def _generator_advice(site: SiteReading, when: str) -> str | None:
             f"{into}, or in numpy on the host before the batch goes to the device.")
 
 
+HOST_DATA_BYTES = 64_000  # numpy inputs a time from which the copy is the advice
+
+
+def _host_data_advice(site: SiteReading, when: str) -> str | None:
+    """Advice for eager ops on numpy inputs (``site.bytes``: the hook counts
+    an op's numpy inputs; a numpy data set resharded eagerly every epoch):
+    each time they copy the data to the device again, which jit would not
+    save; None below ``HOST_DATA_BYTES`` a time."""
+    each = site.bytes / site.count if site.count else 0.0
+    if each < HOST_DATA_BYTES:
+        return None
+    return (f"Their inputs are numpy arrays, {size_words(each)} copied to the device {when}: "
+            "put the data on the device once, before the loop (jax.device_put(data, "
+            "sharding)), and run these ops on the device array.")
+
+
 def eager_site_advice(site: SiteReading, when: str = "each step") -> str | None:
     """Advice chosen from what the hook knows of an eager-op line: a
-    plotting or logging library it went through, or a generator it runs in
-    (``when``: how often it ran); None when neither (the caller's advice then)."""
-    return _host_consumer_advice(site.via) or _generator_advice(site, when)
+    plotting or logging library it went through, a generator it runs in (a
+    loader's batches, made there), or numpy inputs it copied to the device
+    (``when``: how often it ran); None when none (the caller's advice then)."""
+    return (_host_consumer_advice(site.via) or _generator_advice(site, when)
+            or _host_data_advice(site, when))
 
 
 def step_function(s: Snapshot) -> str | None:

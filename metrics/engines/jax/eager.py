@@ -66,6 +66,11 @@ so the gap is timed from it and named an evaluation (jax's
 mnist_classifier_fromscratch: its ``accuracy()`` each epoch, not said
 before, 224-243 ms an epoch said against 220 ms by A/B).
 
+An op bound on numpy inputs (``jax.lax.with_sharding_constraint(data,
+sharding)`` of a numpy data set each epoch) copies them to the device each
+time: their bytes are the site's bytes (an ``isinstance`` per input), so the
+advice can be to put the data on the device once.
+
 Not seen: eager calls of functions JAX jitted itself (``jnp.sin(x)``,
 ``x + 1``, ``jnp.sum(x)``) run in C++ after their first call; they are named
 as a blind spot.
@@ -107,12 +112,13 @@ from metrics.recording.recorder import Recorder
 if TYPE_CHECKING:
     from jax._src.core import EvalTrace, Primitive
 
-# (code, offset, name, start, end, separators, step, queued, cpu) per record;
-# queued: for an op that found an input not ready, the step's latest call
-# after other work (JaxContext.gap_call), else None; cpu: for an op that began
-# while the device was busy (an input not ready, or the device-time watcher
-# waiting on a sampled call), this thread's CPU ns over it, else -1.
-FIELDS = 9
+# (code, offset, name, start, end, separators, step, queued, cpu, host) per
+# record; queued: for an op that found an input not ready, the step's latest
+# call after other work (JaxContext.gap_call), else None; cpu: for an op that
+# began while the device was busy (an input not ready, or the device-time
+# watcher waiting on a sampled call), this thread's CPU ns over it, else -1;
+# host: the bytes of its numpy inputs (the op copies them to the device).
+FIELDS = 10
 MAX_NAMES = 4  # primitive names kept per site
 # Not counted: host->device transfers (the transfer hooks count them) and a
 # PRNG key's wrapping and unwrapping (metadata only: no dispatch, no device work).
@@ -230,6 +236,8 @@ class EagerOps:
         spent = np.bincount(inv, weights=ns, minlength=m).tolist()
         latest = np.zeros(m, np.int64)
         np.maximum.at(latest, inv, ends)
+        host = np.bincount(inv, weights=np.fromiter(flat[9::w], np.int64, n),
+                           minlength=m).tolist()
         earliest = np.full(m, np.iinfo(np.int64).max, np.int64)
         np.minimum.at(earliest, inv, ends)
         # The steps each instruction ran in (its occurrences: an evaluation's
@@ -249,8 +257,8 @@ class EagerOps:
                 k = int(by_site[j])
                 tell = k not in told and steps[k] is not None
                 told.add(k)
-                site = impl._add_site(EAGER_OP, codes[j], offsets[j], name, int(times[i]), 0,
-                                      int(spent[i]), int(latest[i]), int(earliest[i]),
+                site = impl._add_site(EAGER_OP, codes[j], offsets[j], name, int(times[i]),
+                                      int(host[i]), int(spent[i]), int(latest[i]), int(earliest[i]),
                                       steps[k] if tell else None)
                 names = site.detail.split(", ") if site.detail else []
                 if site.detail != OVERFLOW and name not in names and len(names) < MAX_NAMES:
@@ -300,8 +308,9 @@ class EagerOps:
         return out
 
 
-def _recorder(ops: EagerOps) -> Callable[[str, FrameType | None, int, int, bool, int], None]:
-    """``record(name, frame, start, end, waited, cpu)``: one eager primitive seen at
+def _recorder(ops: EagerOps) -> Callable[..., None]:
+    """``record(name, frame, start, end, waited, cpu, host=0)``: one eager
+    primitive seen at
     ``frame``, walked out to the user's frame (its code object and
     instruction offset kept; the line found when read) and appended with the
     separators' state. What it reads is bound once (hot path)."""
@@ -314,7 +323,7 @@ def _recorder(ops: EagerOps) -> Callable[[str, FrameType | None, int, int, bool,
     extend = queue.extend
 
     def record(name: str, frame: FrameType | None, start: int, end: int,
-               waited: bool, cpu: int) -> None:
+               waited: bool, cpu: int, host: int = 0) -> None:
         via = inner = None
         code: CodeType | None  # (an annotation: no work on the hot path)
         f = frame
@@ -354,7 +363,7 @@ def _recorder(ops: EagerOps) -> Callable[[str, FrameType | None, int, int, bool,
         extend((code, offset, name, start, end,
                 len(q1) + j1.folded + len(q2) + j2.folded + len(q3) + j3.folded
                 + len(q4) + j4.folded,
-                at, queued, cpu))
+                at, queued, cpu, host))
         if len(queue) >= fold_at:
             flush()
 
@@ -391,6 +400,7 @@ def _wrap(original: Callable[..., Any], ops: EagerOps, context: JaxContext,
     clock, getframe, seq = time.monotonic_ns, sys._getframe, context.compile_seq
     thread_clock, drains = time.thread_time_ns, ops.impl.drains  # drains.times: the watcher
     is_ready = getattr(array, "is_ready", None)
+    ndarray = np.ndarray  # a numpy input (JAX's TypedNdArray is one): copied by the op
     names, name_of, record, local = ops.names, ops.name_of, ops.record, ops.local
     unseen, indexes = object(), indexing.NAMES
 
@@ -413,15 +423,16 @@ def _wrap(original: Callable[..., Any], ops: EagerOps, context: JaxContext,
             if name is None:
                 return original(self, primitive, args, params)
         local.busy = True
-        waited = False
-        if is_ready is not None:
-            try:  # non-blocking: an input not ready means the op may wait for queued work
-                for a in args[:READY_CHECKED]:
-                    if type(a) is array and not is_ready(a):
+        waited, host = False, 0
+        try:  # non-blocking: an input not ready means the op may wait for queued work
+            for a in args[:READY_CHECKED]:
+                if type(a) is array:
+                    if not waited and is_ready is not None and not is_ready(a):
                         waited = True
-                        break
-            except Exception:  # noqa: BLE001 - a deleted array: the op itself says so
-                waited = False
+                elif isinstance(a, ndarray) and a.ndim:  # host data (not a constant 2.0)
+                    host += a.nbytes
+        except Exception:  # noqa: BLE001 - a deleted array: the op itself says so
+            waited = False
         times = drains.times
         # The device busy with earlier work (the watcher waits on a sampled
         # call): the op may wait behind it with its inputs ready (a slot on
@@ -438,7 +449,7 @@ def _wrap(original: Callable[..., Any], ops: EagerOps, context: JaxContext,
             local.busy = False
             try:
                 record(name, getframe(1),  # type: ignore[arg-type]  # a str by now
-                       end if seq[0] != compiles else start, end, waited, cpu)
+                       end if seq[0] != compiles else start, end, waited, cpu, host)
             except Exception as e:  # noqa: BLE001 - a hook never raises into the program
                 ops.rec.hook_failed("jax.eager", e)
 

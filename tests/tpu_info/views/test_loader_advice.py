@@ -49,3 +49,19 @@ def test_a_loader_that_runs_every_n_steps_is_told_each_time_not_each_step():
     evaluation = replace(LOADER, count=5, occurrences=5, steps_spanned=80, seconds=0.5)
     m = _said(evaluation)
     assert "indexes a jax.Array from Python each time:" in m and "each step" not in m, m
+
+
+def test_eager_ops_on_numpy_each_epoch_are_told_to_put_the_data_on_the_device_once():
+    """jax spmd: a numpy data set resharded eagerly every epoch was told "jit
+    the function"; jit would copy it each time too."""
+    epoch = replace(LOADER, in_generator=False, function="main", detail="sharding_constraint",
+                    count=5, occurrences=5, steps_spanned=80, seconds=0.5,
+                    bytes=5 * 4_000_000)
+    m = _said(epoch)
+    assert "4.0 MB copied to the device each time" in m, m
+    assert "put the data on the device once, before the loop (jax.device_put" in m, m
+    assert "jit the function" not in m, m
+    m = _said(replace(epoch, count=100, occurrences=100, steps_spanned=0))  # every step
+    assert "copied to the device each step" in m and "Move them into" not in m, m
+    small = _said(replace(epoch, bytes=5 * 60_000))  # under 64 KB a time: not the copy
+    assert "put the data on the device once" not in small, small

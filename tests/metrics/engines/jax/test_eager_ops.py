@@ -58,6 +58,22 @@ def test_an_eager_reshape_each_step_is_counted_at_its_line_once_a_step(eng):
                                   "_once_a_step")
 
 
+def test_an_eager_op_on_numpy_carries_its_inputs_bytes_as_the_site_s_bytes(eng):
+    """A numpy data set resharded eagerly each epoch: the op copies it to the
+    device every time (JAX's jitted single op after its first call: no
+    transfer hook sees it), so its bytes are the eager site's."""
+    import numpy as np
+
+    data = np.ones((256, 64), np.float32)
+    for _ in range(3):
+        jax.lax.reshape(data, (4, 64, 64))  # EAGER(numpy)
+        jnp.reshape(jnp.ones(8), (2, 4))  # EAGER(device)
+    got = _eager(eng)
+    site = got[_here("# EAGER(numpy)")]
+    assert (site.count, site.bytes) == (3, 3 * data.nbytes), site
+    assert got[_here("# EAGER(device)")].bytes == 0
+
+
 def test_one_call_of_many_primitives_is_one_time_and_names_them(eng):
     key = jax.random.PRNGKey(0)
     for _ in range(3):
