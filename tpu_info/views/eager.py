@@ -277,18 +277,21 @@ _WHERE_WORDS = {
 }
 
 
-def _outside_loop(times: list[float], steps: StepsReading | None) -> tuple[Phase, int] | None:
+def _outside_loop(times: list[float], steps: StepsReading | None
+                  ) -> tuple[Phase, float] | None:
     """Graphs that all compiled outside the step loop (some before it, some
     after: too few of each to judge apart) are one-off work, never "every N
-    steps": tear-down (or once, while the loop may go on) when some came
-    after the latest step, else set-up. None when some compiled in the loop."""
+    steps": (phase, since), tear-down (or once, while the loop may go on)
+    judged on those compiled after ``since``, the latest step, when some
+    came after it; else set-up, all of them (``since`` -inf). None when some
+    compiled in the loop."""
     loop = loop_of(steps)
     if loop is None or any(loop[0] <= t <= loop[1] for t in times):
         return None
     after = [t for t in times if t > loop[1]]
     if not after:
-        return Phase.SETUP, 1
-    return phase_of(min(after), max(after), len(after), steps), 1 + (len(after) < len(times))
+        return Phase.SETUP, float("-inf")
+    return phase_of(min(after), max(after), len(after), steps), loop[1]
 
 
 def eager_ops(s: Snapshot) -> Iterable[Finding]:
@@ -305,13 +308,19 @@ def eager_ops(s: Snapshot) -> Iterable[Finding]:
 
 def _eager_finding(s: Snapshot, tiny: list[GraphRecord], times: list[float]) -> Finding:
     """The finding for single-op graphs compiled at ``times``."""
+    outside = _outside_loop(times, steps_of(s))
+    if outside is not None:  # after the loop: those alone (flax 03_train_state's set-up's 5)
+        phase, bursts = outside[0], 1
+        later = [k for k, t in enumerate(times) if t > outside[1]]
+        tiny, times = [tiny[k] for k in later], [times[k] for k in later]
+    else:
+        phase, bursts = bursts_phase(times, steps_of(s), [g.compile_seconds_last for g in tiny],
+                                     _compile_sites(s, tiny))
     seconds = sum(g.compile_seconds_total for g in tiny)
     ops = sorted({g.name for g in tiny}, key=lambda n: (-sum(1 for g in tiny if g.name == n), n))
     window = (min(times), max(times))
     site, where, what = _eager_where(_eager_sites(s, tiny, window))
     where += _via(s, tiny, window)
-    phase, bursts = _outside_loop(times, steps_of(s)) or bursts_phase(
-        times, steps_of(s), [g.compile_seconds_last for g in tiny], _compile_sites(s, tiny))
     listed = f"{', '.join(ops[:4])}{', ...' if len(ops) > 4 else ''}"
     step = step_function(s)
     if phase in OUTSIDE_STEP:
