@@ -17,7 +17,8 @@ the device's queued steps. On a device-bound loop that leaves nothing: not
 raised, nor where the device was busy more than ``1 - HOST_BOUND_IDLE`` of
 the step (its idle time there is within its samples' spread). Always at
 most the steady step's host time no other measured part took
-(:func:`~tpu_info.views.breakdown.host_left`). The lines of one generator
+(:func:`~tpu_info.views.breakdown.host_left`), the lines together: costliest
+first, each at most what the ones before it left. The lines of one generator
 (a data loader) are one finding, at its costliest line. Said from
 :data:`MIN_SHARE` of the steady step on :data:`MIN_INTERVALS` intervals (a
 warning from :data:`WARN_SHARE`).
@@ -97,23 +98,32 @@ def host_bound(s: Snapshot, b: Breakdown) -> tuple[str, float | None]:
             f"{duration(d)} a step, {b.device_basis}, is an upper bound)"), idle
 
 
-def work_cost(s: Snapshot, b: Breakdown, w: Work) -> Cost:
-    """``w``'s time per step, at most the step's host time no other part took
-    and, where the host did not set the pace, the step's time the device was
-    idle (the rest ran beside the device's queued steps)."""
+def work_costs(s: Snapshot, b: Breakdown, ws: list[Work]) -> list[Cost]:
+    """Each of ``ws``' (costliest first) time per step, together at most the
+    step's host time no other part took and, where the host did not set the
+    pace, the step's time the device was idle (the rest ran beside the
+    device's queued steps): each at most what the ones before it left (jraph's
+    five lines, each capped alone, summed 131 % of the step)."""
     steps = steps_of(s)
     n = steps.count if steps is not None else 0
     left = host_left(b)
     _, idle = host_bound(s, b)
-    per_step = min(w.per_step, left, w.per_step if idle is None else idle)
-    note = f"median of {w.intervals:,} sampled intervals between steps"
-    if per_step < w.per_step:
-        note += (f"; its {duration(w.per_step)}/step, at most the step's "
-                 + (f"{duration(left)} of host time no other part took" if per_step == left
-                    else f"{duration(idle or 0.0)} the device was idle: the rest ran beside "
-                         "its queued steps"))
-    return replace(cost_of(s, per_step * n, n or None, phase=Phase.STEP, note=note),
-                   capped=True)
+    cap = left if idle is None else min(left, idle)
+    whole = (f"{duration(left)} of host time no other part took" if cap == left
+             else f"{duration(cap)} the device was idle: the rest ran beside its queued steps")
+    out, spare = [], cap
+    for w in ws:
+        per_step = min(w.per_step, spare)
+        note = f"median of {w.intervals:,} sampled intervals between steps"
+        if per_step < w.per_step:
+            note += (f"; its {duration(w.per_step)}/step, at most the step's {whole}"
+                     if spare == cap else
+                     f"; its {duration(w.per_step)}/step, at most the {duration(spare)} the "
+                     f"costlier lines left of the step's {whole}")
+        spare -= per_step
+        out.append(replace(cost_of(s, per_step * n, n or None, phase=Phase.STEP, note=note),
+                           capped=True))
+    return out
 
 
 def _why_not(s: Snapshot, b: Breakdown | None, w: Work, c: Cost | None) -> str:
@@ -141,11 +151,13 @@ def not_raised(s: Snapshot, site: SiteReading) -> str:
     if site.kind != SiteKind.HOST_WORK.value:
         return ""
     b = breakdown(s)
-    for w in works(s):
+    ws = works(s)
+    costs = work_costs(s, b, ws) if b is not None else [None] * len(ws)
+    for w, c in zip(ws, costs):
         if site in w.lines:
             if site is not w.lines[0] and site != w.lines[0]:
                 return f"part of {w.function}()'s host work at {short_location(w.location)}"
-            return _why_not(s, b, w, work_cost(s, b, w) if b is not None else None)
+            return _why_not(s, b, w, c)
     return "no time per interval"
 
 
@@ -167,8 +179,7 @@ def host_work(s: Snapshot) -> Iterable[Finding]:
     b = breakdown(s)
     if b is None:
         return
-    for w in ws:
-        c = work_cost(s, b, w)
+    for w, c in zip(ws, work_costs(s, b, ws)):
         if _why_not(s, b, w, c):
             continue
         why = host_bound(s, b)[0]

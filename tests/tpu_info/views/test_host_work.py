@@ -76,6 +76,22 @@ def test_never_more_than_the_steps_host_time_no_other_part_took():
     assert abs((f.seconds_per_step or 0) - 20e-6) < 1e-9
 
 
+def test_several_lines_together_never_more_than_the_step_costliest_first():
+    """jraph's five host-work lines, each capped at the step's host time
+    alone, summed 131 % of the step: costliest first, each at most what the
+    ones before left."""
+    lines = [_line(20 + k, us * 1e-6, generator=False, function=f"make{k}")
+             for k, us in enumerate((120, 100, 80, 40, 30))]  # 370 us of a 260 us step
+    s = _snap(*lines)
+    said = {f.location: f for f in find(s) if f.kind == "per_step_host_work"}
+    per_step = {loc: f.seconds_per_step or 0.0 for loc, f in said.items()}
+    assert sum(per_step.values()) <= 260e-6 + 1e-9, per_step
+    assert list(per_step) == ["/w/prog.py:20", "/w/prog.py:21", "/w/prog.py:22"], per_step
+    assert abs(per_step["/w/prog.py:22"] - 40e-6) < 1e-9, per_step
+    assert "at most the 40 us the costlier lines left" in said["/w/prog.py:22"].message
+    assert "said from 5.0%" in not_raised(s, lines[3])  # nothing left for it
+
+
 def test_beside_a_device_bound_loops_steps_it_is_not_raised():
     # The device busy 250 of the 260 us (the thread waited for it): the
     # batches were made while the queued steps ran.
