@@ -16,9 +16,8 @@ another call site than the function's first compile is a second caller
 distinct function, which is expected; a new object of the same function on
 each call (a lambda or partial made in the loop) is not.
 
-A cause from an older hook carries only its description (kind ``unknown``):
-:func:`_typed_from_text` reads the kind back from its words, the one place
-that parses prose; the hooks of this version never need it.
+A cause from an older hook carries only its description (kind ``unknown``): the
+kind is read back from its words by :func:`_typed_from_text`, the one place that parses prose.
 
 Example:
     >>> from tpu_info.contract.cause_kinds import CauseKind
@@ -113,8 +112,9 @@ ADVICE: dict[CauseKind, Said] = {
                    True),
     K.WEAK_TYPE: ("weak type", "A Python scalar and a typed value alternate: pass a typed "
                   "value every time (jnp.float32(x)), or make the argument static.", False),
-    K.SHARDING: ("sharding", "device_put the inputs with one fixed sharding before the loop, "
-                 "and return outputs with the sharding the next call expects.", False),
+    K.SHARDING: ("sharding", "Make the input's sharding match what the step returns: "
+                 "jax.device_put it once with that NamedSharding, or pin the step's output to "
+                 "the input's (out_shardings, jax.lax.with_sharding_constraint).", False),
     K.DEVICE: ("sharding/device",
                "The array moved between devices (or between committed and uncommitted) since "
                "the last call: keep it on one device, device_put it once before the loop "

@@ -17,10 +17,13 @@ JAX's ``jax_explain_cache_misses`` text has a body per kind of change
   differs: now highest and before None``;
 * ``never seen function``: the first call, not a recompile.
 
-A committed array moved to another device recompiles with no explanation
-at all (the tracing cache hits, the lowering cache misses):
-:class:`LoweringHistory` compares each lowering's input shardings with the
-function's previous lowering and names the argument that moved.
+A committed array moved to another device, or resharded over the same
+devices (a mesh without explicit axes: made with ``P()``, returned by the
+step as ``P('model',)``), recompiles with no explanation at all (the tracing
+cache hits, the lowering cache misses): :class:`LoweringHistory` compares
+each lowering's input shardings with the function's previous lowering and
+names the argument that moved (a device move) or was resharded (a sharding
+change).
 
 Example:
     >>> fn, cause = parse_cache_miss(
@@ -249,8 +252,9 @@ def placement(sharding: Any) -> str:  # a Sharding, an UnspecifiedValue or None
 class LoweringHistory:
     """The input shardings each function was last lowered with, per input
     types, to name recompiles JAX does not explain: the same types with an
-    input on another device (or committed before, uncommitted now) is a
-    tracing-cache hit and a lowering-cache miss, so no explanation is logged."""
+    input on another device (or committed before, uncommitted now), or
+    resharded over the same devices, is a tracing-cache hit and a
+    lowering-cache miss, so no explanation is logged."""
 
     def __init__(self, limit: int = 4096) -> None:
         self._limit = limit
@@ -277,14 +281,32 @@ class LoweringHistory:
 
         i = moved[0]
         old, new = placement(previous[i]), placement(now[i])
+        also = _also([name(j) for j in moved[1:]])
+        if old != new and _devices(previous[i]) == _devices(now[i]) is not None:
+            # the same devices, another partition spec: resharded, not moved
+            spec, over, devices = old.partition(" over ")
+            was = spec if over and new.endswith(over + devices) else old
+            return RecompileCause(0.0, f"argument {quoted(name(i))} changed sharding {was} -> "
+                                  f"{new}{also}", None, name(i), old, new,
+                                  kind=CauseKind.SHARDING)
         if old == new:  # same devices: the memory kind (device vs pinned_host) differs
             old, new = (f"{p} ({getattr(s, 'memory_kind', None)})"
                         for p, s in ((old, previous[i]), (new, now[i])))
             if old == new:
                 return None
-        return RecompileCause(0.0, f"argument {quoted(name(i))} moved {old} -> {new}"
-                              + _also([name(j) for j in moved[1:]]), None, name(i), old, new,
-                              kind=CauseKind.DEVICE)
+        return RecompileCause(0.0, f"argument {quoted(name(i))} moved {old} -> {new}{also}",
+                              None, name(i), old, new, kind=CauseKind.DEVICE)
+
+
+def _devices(sharding: Any) -> frozenset[object] | None:
+    """The devices a committed input is spread over; None where it is uncommitted
+    or the sharding cannot say."""
+    if sharding is None or type(sharding).__name__ == "UnspecifiedValue":
+        return None
+    try:
+        return frozenset(sharding.device_set)
+    except Exception:  # noqa: BLE001 - an exotic sharding
+        return None
 
 
 def _same(a: object, b: object) -> bool:

@@ -72,6 +72,25 @@ def test_the_jax_hook_types_first_calls_and_device_moves():
     assert classify(_untyped(moved)) == classify(moved)
 
 
+def test_a_new_partition_spec_on_the_same_devices_is_a_sharding_change():
+    """flax's fsdp example: state made with P(), the step returns P('model',)
+    on the same two devices; JAX logs no explanation."""
+
+    class Spread:
+        def __init__(self, spec: str, devices: tuple[int, ...]) -> None:
+            self.spec, self.device_set = spec, set(devices)
+
+    h = LoweringHistory()
+    h.moved("step", ["f32[8]"], [Spread("P()", (0, 1))], ["state"])
+    c = h.moved("step", ["f32[8]"], [Spread("P('model',)", (0, 1))], ["state"])
+    assert c is not None and c.kind == K.SHARDING, c
+    assert c.description == "argument 'state' changed sharding P() -> P('model',) over 2 devices"
+    assert "match what the step returns" in classify(c).advice
+    h.moved("step", ["f32[8]"], [Spread("P('model',)", (2, 3))], ["state"])  # other devices
+    moved = h.moved("step", ["f32[8]"], [Spread("P()", (0, 1))], ["state"])
+    assert moved is not None and moved.kind == K.DEVICE
+
+
 TORCH_REASONS = [
     ("0/0: tensor 'x' size mismatch at index 0. expected 4, actual 8", K.BATCH_SIZE,
      "tensor 'x' size mismatch at index 0: 4 -> 8"),

@@ -23,7 +23,7 @@ ADVICE = {
     "pytree structure": "Keep the structure fixed",
     "config": "set it once before the loop",
     "sharding/device": "keep it on one device, device_put it once",
-    "sharding": "one fixed sharding",
+    "sharding": "match what the step returns",
     "config/context: mesh": "enter the mesh once",
     "batch": "Pad or bucket",
     "persistent cache": "persistent compilation cache",
@@ -245,6 +245,12 @@ MOVES_PROGRAM = textwrap.dedent("""
     meshed(jnp.ones(8))
     with jax.set_mesh(mesh):
         meshed(jnp.ones(8))  # in a mesh
+    auto = jax.make_mesh((2,), ("model",), axis_types=(AxisType.Auto,))
+    @jax.jit
+    def fsdp(state, x):  # flax's fsdp example: made with P(), returned as P('model',)
+        return jax.lax.with_sharding_constraint(state * x, NamedSharding(auto, P("model")))
+    state = fsdp(jax.device_put(jnp.ones(8), NamedSharding(auto, P())), jnp.ones(8))
+    fsdp(state, jnp.ones(8))  # its returned sharding
     jax.config.update("jax_explain_cache_misses", True)  # the user's own flag
     import functools
     @functools.partial(jax.jit, static_argnums=(1,))
@@ -299,6 +305,19 @@ def test_sharding_change(moves):
     assert kind == _slug("sharding"), message
     assert (f"argument 'x' changed f32[8] -> f32[8@d] (sharding) at "
             f"moves.py:{_program_line('# resharded')}. ") in message, message
+    _only_its_advice(message, "sharding")
+
+
+@pytest.mark.slow
+def test_a_spec_change_on_the_same_devices_is_sharding_not_a_move(moves):
+    """JAX explains no recompile here either (a mesh without explicit axes):
+    the input is on the same two devices, only its partition spec differs,
+    so the advice is to match the step's output sharding, not to keep it on
+    one device."""
+    kind, message = moves["jit(fsdp)"]
+    assert kind == _slug("sharding"), message
+    assert (f"argument 'state' changed sharding P() -> P('model',) over 2 devices (sharding) "
+            f"at moves.py:{_program_line('# its returned sharding')}. ") in message, message
     _only_its_advice(message, "sharding")
 
 
