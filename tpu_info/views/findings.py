@@ -40,11 +40,9 @@ from tpu_info.contract.phases import bursts_phase
 from tpu_info.views.causes import CauseAdvice, classify, warm_up, xla_new_graph
 from tpu_info.views.compile_parts import cache_words, message, named
 from tpu_info.views.cost import (
-    Cost,
     cost_of,
     duration,
     engine_of,
-    outside_warns,
     rank_key,
     share_words,
     short_location,
@@ -64,9 +62,9 @@ from tpu_info.views.findings_torch import (
 from tpu_info.views.host_work import host_work
 from tpu_info.views.library_jit import library_jit
 from tpu_info.views.periodic import per_step_work, periodic_work
-from tpu_info.views.recompile_groups import own_seconds, recreated_once
+from tpu_info.views.recompile_groups import own_seconds, recompile_severity, recreated_once
 from tpu_info.views.sites import site_findings
-from tpu_info.views.slow_compile import slow_compiles, slow_graphs
+from tpu_info.views.slow_compile import PER_SHAPE_GRAPHS, per_shape, slow_compiles, slow_graphs
 from tpu_info.views.slow_steps import slow_steps
 from tpu_info.views.startup import startup
 from tpu_info.views.values import recorded_anything
@@ -153,7 +151,10 @@ def _function_recompiles(s: Snapshot, name: str,
                     key=lambda c: c.time_unix)
     if causes and all(value_access(c) or closure_read(c) for c in causes):
         return  # xla_value_access or xla_closure_reads names it
-    if not causes and (compiles < 10 or single_op(name)):
+    if not causes and (told := per_shape(s, name, graphs)) is not None:
+        yield told  # each graph its first compile: no recompile to leave out
+        return
+    if not causes and (compiles < PER_SHAPE_GRAPHS or single_op(name)):
         return  # eager ops compile once per new shape: only many are news
     total = sum(g.compile_seconds_total for g in graphs)
     firsts = [min(compiled, key=lambda g: g.first_seen_unix) for part in parts
@@ -180,16 +181,8 @@ def _function_recompiles(s: Snapshot, name: str,
            + ("Keep its input shapes fixed or run it inside jit." if engine_of(s) == "jax"
               else "Keep its input shapes fixed (or mark the changing dimension dynamic: "
               "torch._dynamo.mark_dynamic(x, dim))."))
-    yield Finding(msg, _severity(c, expected=False), None, kind="recompile_no_cause",
+    yield Finding(msg, recompile_severity(c, expected=False), None, kind="recompile_no_cause",
                   **c.fields())
-
-
-def _severity(c: Cost, expected: bool) -> Severity:
-    """A recompile's severity: info when expected, or when it happened outside
-    the step and does not weigh on the run (:func:`outside_warns`)."""
-    if expected or (c.outside_step and not outside_warns(c)):
-        return Severity.INFO
-    return Severity.WARNING
 
 
 def _by_kind(s: Snapshot, name: str, compiles: int, total: float, lost: float,
@@ -249,7 +242,7 @@ def _by_kind(s: Snapshot, name: str, compiles: int, total: float, lost: float,
             head = (f"{name} recompiled {n} time{'s' * (n > 1)} for {kind} "
                     f"({_seconds(c.seconds)} compiling{across}{loaded}, {c.tail()})")
         yield Finding(f"{head}; {_describe(k.text, cause)}. {k.advice}",
-                      _severity(c, k.expected), cause.location,
+                      recompile_severity(c, k.expected), cause.location,
                       kind=cause_kind_name(k), **c.fields())
 
 

@@ -1,6 +1,7 @@
 """A function's recompiles as the findings group and cost them: each its own
-compile's time (:func:`own_seconds`), and a function "re-created" once taken
-for another function passed (:func:`recreated_once`).
+compile's time (:func:`own_seconds`), a function "re-created" once taken
+for another function passed (:func:`recreated_once`), and how severe
+(:func:`recompile_severity`).
 
 Example:
     >>> from tpu_info.contract.model import RecompileCause
@@ -17,8 +18,9 @@ from dataclasses import replace
 from typing import TypeVar
 
 from tpu_info.contract.cause_kinds import CauseKind
-from tpu_info.contract.model import RecompileCause
+from tpu_info.contract.model import RecompileCause, Severity
 from tpu_info.views.causes import ADVICE
+from tpu_info.views.cost import Cost, outside_warns
 
 G = TypeVar("G")
 
@@ -46,3 +48,12 @@ def recreated_once(kinds: dict[str, list[tuple[RecompileCause, G]]],
     out.setdefault(ADVICE[CauseKind.STATIC_FUNCTION][0], []).append(
         (replace(c, kind=CauseKind.STATIC_FUNCTION), g))
     return out
+
+
+def recompile_severity(c: Cost, expected: bool) -> Severity:
+    """A recompile's severity (and a compile for each new shape's): info when
+    expected, or when it happened outside the step and does not weigh on the
+    run (:func:`~tpu_info.views.cost.outside_warns`)."""
+    if expected or (c.outside_step and not outside_warns(c)):
+        return Severity.INFO
+    return Severity.WARNING

@@ -1,7 +1,10 @@
 """One graph that took seconds to compile (``slow_compile``), with advice
 chosen from what was recorded: the line of the user's that filled it (a
 Python loop unrolled into it), the backend cache's hits, and the time the
-compiled steps ran in against the compile's.
+compiled steps ran in against the compile's. And one function compiled for
+many shapes, each graph a first compile (``compile_per_shape``: equinox's
+diffusion example built 11 ``jit(_uniform)`` graphs at start-up, one per
+parameter shape, 3.6 s): none is a recompile, so the whole time is its cost.
 
 A graph is called large only where its size was measured (``loop_ops``);
 a cache is offered only where the cache did not already answer; dropping
@@ -21,6 +24,7 @@ from collections.abc import Iterable
 
 from tpu_info.contract.model import (
     FIRST_CALL,
+    EventKind,
     Finding,
     GraphRecord,
     Phase,
@@ -28,8 +32,14 @@ from tpu_info.contract.model import (
     Severity,
     Snapshot,
 )
-from tpu_info.contract.phases import phase_of
-from tpu_info.views.compile_parts import CACHE_ADVICE, JAX_CACHE_MIN_S, NO_CACHE, RULE
+from tpu_info.contract.phases import bursts_phase, phase_of
+from tpu_info.views.compile_parts import (
+    CACHE_ADVICE,
+    JAX_CACHE_MIN_S,
+    NO_CACHE,
+    RULE,
+    cache_words,
+)
 from tpu_info.views.cost import (
     WHEN,
     cost_of,
@@ -41,6 +51,7 @@ from tpu_info.views.cost import (
     steps_of,
 )
 from tpu_info.views.eager import single_op
+from tpu_info.views.recompile_groups import recompile_severity
 
 # One compile this long and this large a share of the time the user waits for
 # the work (the step loop's wall time, its compiles left out; the run's where
@@ -53,6 +64,9 @@ SLOW_COMPILE_SHARE = 0.1
 # A graph whose calls are at least this many per step runs in the steps:
 # their wall time holds all of its runs in the loop.
 PER_STEP_CALLS = 0.9
+# A function compiled to this many graphs with no cause told (the recompile
+# rule's bar for a function with no cause recorded): fewer are a model's set-up.
+PER_SHAPE_GRAPHS = 10
 
 
 def _steps_time(s: Snapshot, g: GraphRecord) -> tuple[int, float] | None:
@@ -156,3 +170,40 @@ def slow_compiles(s: Snapshot) -> Iterable[Finding]:
             f"time so far, measured): {_advice(s, g, seconds)}",
             Severity.WARNING if outside_warns(c) else Severity.INFO,
             first.location, kind="slow_compile", **c.fields())
+
+
+def _first_line(s: Snapshot, first: GraphRecord) -> tuple[str | None, str]:
+    """``(line, via)`` of ``first``'s compile: its compile event's, else its
+    first call's; ``(None, "")`` where neither is known (the ring moved on)."""
+    e = next((e for e in s.events if e.kind == EventKind.COMPILE and e.location
+              and e.graph_hash == first.hash), None)
+    if e is not None:
+        return e.location, e.via
+    return next((c.location for c in first.causes if c.location), None), ""
+
+
+def per_shape(s: Snapshot, name: str, graphs: list[GraphRecord]) -> Finding | None:
+    """``name`` compiled to many graphs, each once and none for a cause the
+    hook told (a library's jitted function called at a new shape each time:
+    ``jax.random.uniform`` per parameter): each is a first compile, so no
+    recompile cost leaves them out; the cost is their whole compile time,
+    at the line of the first one, severe by the recompile findings' rule.
+    The advice: fewer shapes, and the cache across runs in compile_share's
+    words. None where ``graphs`` are not that."""
+    compiled = [g for g in graphs if g.compiles]
+    if (len(compiled) < PER_SHAPE_GRAPHS or single_op(name) or any(
+            g.compiles > 1 or any(c.description != FIRST_CALL for c in g.causes)
+            for g in compiled)):
+        return None
+    total = sum(g.compile_seconds_total for g in compiled)
+    line, via = _first_line(s, min(compiled, key=lambda g: g.first_seen_unix))
+    phase, _ = bursts_phase(sorted(g.first_seen_unix for g in compiled), steps_of(s))
+    c = cost_of(s, total, len(compiled), phase=phase)
+    cache = cache_words(compiled[0].engine or engine_of(s), compiled,
+                        sum(1 for g in s.graphs if g.cache_hits))
+    at = f" from {short_location(line)}" + (f" (via {via})" if via else "") if line else ""
+    return Finding(
+        f"{name} compiled {len(compiled)} graphs{at}, one per shape it was called with, each "
+        f"its first compile ({duration(total)} compiling, {c.tail()}): pad or bucket those "
+        f"shapes to a few sizes so fewer graphs compile; {cache}.",
+        recompile_severity(c, expected=False), line, kind="compile_per_shape", **c.fields())
