@@ -12,9 +12,11 @@ short last batch is told about ``drop_last=True`` only where torch (its
 ``DataLoader``) is loaded, read from the process's engines; a slicing loop
 is told to skip or pad its short last slice; a change of batch size at
 another call site than the function's first compile is a second caller
-(evaluation). A static argument whose values are functions compiles once per
-distinct function, which is expected; a new object of the same function on
-each call (a lambda or partial made in the loop) is not.
+(evaluation); at a torch.compile guard a smaller batch is short at any site,
+but a batch of one at another site is a second caller's (a generation). A
+static argument whose values are functions compiles once per distinct
+function, which is expected; a new object of the same function on each call
+(a lambda or partial made in the loop) is not.
 
 A cause from an older hook carries only its description (kind ``unknown``): the
 kind is read back from its words by :func:`_typed_from_text`, the one place that parses prose.
@@ -45,7 +47,7 @@ from tpu_info.contract.cause_kinds import (  # noqa: F401 - is_function re-expor
     xla_warm_up,
 )
 from tpu_info.contract.model import FIRST_CALL, RecompileCause
-from tpu_info.views.causes_torch import said_symbolic, torch_words
+from tpu_info.views.causes_torch import GRAD_MODE, said_number, said_symbolic, torch_words
 
 K = CauseKind
 _KNOWN = frozenset(CauseKind) - {CauseKind.UNKNOWN}
@@ -171,11 +173,6 @@ _CONTEXT: Said = ("config/context", "A context manager or config value differs b
 _MESH: Said = ("config/context: mesh", "The mesh in context differs between calls: enter the "
                "mesh once around the whole loop (with jax.set_mesh(mesh)), not around some "
                "calls.", False)
-_GRAD_MODE = ("Expected once per mode: training runs with grad and evaluation under "
-              "torch.no_grad() (or inference_mode), and each mode compiles its own graph "
-              "once. Keep no_grad()/model.eval() around the same calls every time; if the "
-              "mode flips inside one function, compile training and evaluation as two "
-              "functions.")
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,9 +210,19 @@ def _batch(old: str, new: str, ctx: _Ctx, loader: bool) -> Said:
 # Kinds whose advice depends on the cause's fields or the program: (cause, ctx) -> said.
 def _said_batch(c: RecompileCause, ctx: _Ctx) -> Said:
     old, g = _at(c.before, 0) or ("1" if c.guard else "0"), bool(c.guard)
-    new = _at(c.after, 0) or old  # Dynamo's smaller batch at any call: short, not a 2nd caller
-    short = g and new.isdigit() and old.isdigit() and int(new) < int(old)
+    new = _at(c.after, 0) or old
+    # Dynamo's smaller batch is short at any call (a GAN's fake batch), but a batch
+    # of one at another call than the first is a second caller's (a generation).
+    short = (g and new.isdigit() and old.isdigit() and int(new) < int(old)
+             and not (ctx.second_site and new == "1"))
     return _batch(old, new, replace(ctx, second_site=ctx.second_site > short), ctx.loader or g)
+
+
+def _said_symbolic(c: RecompileCause, ctx: _Ctx) -> Said:
+    """A dynamic batch's bound failed for a batch of one elsewhere: a second caller's."""
+    if c.kind == K.SYMBOLIC_SHAPE and c.dim == 0 and c.after == "1" and ctx.second_site:
+        return _batch(c.before or "2", "1", ctx, ctx.loader)
+    return said_symbolic(c)
 
 
 def _other_tensors(c: RecompileCause) -> bool:
@@ -245,7 +252,7 @@ def _said_dtype(c: RecompileCause, ctx: _Ctx) -> Said:
 def _said_global(c: RecompileCause, ctx: _Ctx) -> Said:
     if c.guard:  # Dynamo's words: the state that differs
         if "grad_mode" in c.name:
-            return ("grad_mode", _GRAD_MODE, True)
+            return ("grad_mode", GRAD_MODE, True)
         return (f"global state: {c.name.split('(')[0]}",
                 f"torch's global state ({c.name}) differs between calls: set it once for the "
                 "whole loop (enter torch.autocast / set deterministic algorithms, default "
@@ -270,16 +277,6 @@ def _said_identity(c: RecompileCause, ctx: _Ctx) -> Said:
             "module/function object each call, or make the value a tensor argument.", False)
 
 
-def _said_number(c: RecompileCause, ctx: _Ctx) -> Said:
-    number = c.name or "int"
-    return (f"Python {number} specialized",
-            f"Dynamo compiled the Python {number}'s first value into the graph, so a new "
-            "value recompiled it (after that Dynamo treats it as dynamic, unless "
-            "automatic_dynamic_shapes is off or Python branches on it: then every value "
-            f"recompiles). Pass it as a tensor (torch.tensor({c.argument})), or compile with "
-            "torch.compile(dynamic=True), to avoid the recompile.", False)
-
-
 _SAID: dict[CauseKind, Callable[[RecompileCause, _Ctx], Said]] = {
     K.BATCH_SIZE: _said_batch,
     K.SHAPE_DIM: lambda c, ctx: ("shape change in a non-batch dimension", _MARK_DYNAMIC
@@ -297,8 +294,8 @@ _SAID: dict[CauseKind, Callable[[RecompileCause, _Ctx], Said]] = {
     K.OBJECT_IDENTITY: _said_identity,
     K.TENSOR_PROPERTY: lambda c, ctx: (c.name, f"Keep the input's {c.name} the same on every "
                                        "call.", False),
-    K.PYTHON_NUMBER: _said_number,
-    **dict.fromkeys((K.SYMBOLIC_SHAPE, K.INFERENCE_MODE), lambda c, ctx: said_symbolic(c)),
+    K.PYTHON_NUMBER: lambda c, ctx: said_number(c),
+    **dict.fromkeys((K.SYMBOLIC_SHAPE, K.INFERENCE_MODE), _said_symbolic),
     K.XLA_NEW_GRAPH: _said_xla_graph,
 }
 

@@ -1,7 +1,8 @@
 """Words and advice for the torch.compile guard kinds that need more than a
 table entry: a dynamic dimension's guard (``16 <= x.size()[0]``, a growing
-``idx.size()[1] != 64``, a slice's storage offset) and the dispatch-key
-guard of ``torch.inference_mode()``. Read by :mod:`tpu_info.views.causes`.
+``idx.size()[1] != 64``, a slice's storage offset), the dispatch-key guard
+of ``torch.inference_mode()``, a Python number Dynamo compiled in, and the
+advice for a ``grad_mode`` guard. Read by :mod:`tpu_info.views.causes`.
 
 Example:
     >>> from tpu_info.contract.model import RecompileCause
@@ -42,6 +43,24 @@ def said_symbolic(c: RecompileCause) -> Said:
                 "or avoid branching on x.size(0) in the compiled function.", False)
     return ("sequence length growth (symbolic shape)", _SEQUENCE_GROWTH, False)
 
+
+def said_number(c: RecompileCause) -> Said:
+    """A Python number Dynamo compiled into the graph took a new value."""
+    number = c.name or "int"
+    return (f"Python {number} specialized",
+            f"Dynamo compiled the Python {number}'s first value into the graph, so a new "
+            "value recompiled it (after that Dynamo treats it as dynamic, unless "
+            "automatic_dynamic_shapes is off or Python branches on it: then every value "
+            f"recompiles). Pass it as a tensor (torch.tensor({c.argument})), or compile with "
+            "torch.compile(dynamic=True), to avoid the recompile.", False)
+
+
+# Dynamo's grad_mode guard: training and evaluation each compile once.
+GRAD_MODE = ("Expected once per mode: training runs with grad and evaluation under "
+             "torch.no_grad() (or inference_mode), and each mode compiles its own graph "
+             "once. Keep no_grad()/model.eval() around the same calls every time; if the "
+             "mode flips inside one function, compile training and evaluation as two "
+             "functions.")
 
 INFERENCE_MODE: Said = ("inference mode", "Tensors made under torch.inference_mode() and "
                        "normal tensors reach the same compiled function, and each compiles its "

@@ -143,3 +143,66 @@ def test_inference_mode_tensor_is_typed_not_other(rec, dynamo_log):
     assert c.kind == CauseKind.INFERENCE_MODE and c.after == "inference tensor"
     k = classify(c, None, "torch_compile")
     assert k.kind == "inference mode" and "torch.no_grad()" in k.advice
+
+
+class Tiny(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = torch.nn.Embedding(32, 8)
+        self.out = torch.nn.Linear(8, 32)
+
+    def forward(self, idx):
+        return self.out(self.emb(idx))
+
+
+def _train_evaluate_generate(**compile_kw):
+    """LLMs-from-scratch's 01_opt_single_gpu.py in small: training batches of 8
+    (the loader drops its last), an evaluation under no_grad at the training
+    line, then a batch-1 generation under no_grad at a line of its own."""
+    model = torch.compile(Tiny(), backend="eager", **compile_kw)
+    opt = torch.optim.SGD(model.parameters(), 0.1)
+
+    def loss_of(x):
+        return model(x).pow(2).mean()  # MARK train
+
+    data = torch.randint(0, 32, (64, 16))
+    for i in range(0, 64, 8):
+        loss_of(data[i:i + 8]).backward()
+        opt.step()
+        opt.zero_grad()
+    with torch.no_grad():
+        loss_of(data[:8])
+    idx = data[:1, :4]
+    for _ in range(3):
+        with torch.no_grad():
+            logits = model(idx)  # MARK generate
+        idx = torch.cat((idx, logits[:, -1:].argmax(-1)), dim=1)
+
+
+def test_a_batch_of_one_at_a_generation_line_is_a_second_batch_size(rec, dynamo_log):
+    _train_evaluate_generate()
+    assert any("size mismatch at index 0. expected 8, actual 1" in m
+               for m in dynamo_log.messages)
+    (batch,) = [c for c in _causes(rec, "compile(Tiny.forward)")
+                if c.kind == CauseKind.BATCH_SIZE]
+    assert batch.location.endswith(f":{line_of(__file__, '# MARK generate')}")
+    # Main before: "short last batch", drop_last=True (the loader had it).
+    first = f"{__file__}:{line_of(__file__, '# MARK train')}"
+    k = classify(batch, first, "torch_compile")
+    assert k.kind == "second batch size, e.g. evaluation vs training" and k.expected, k
+    assert "drop_last" not in k.advice
+    # At the function's first line a smaller batch is still the short last one.
+    at_first = classify(batch, batch.location, "torch_compile")
+    assert at_first.kind == "short last batch"
+
+
+def test_a_dynamic_batch_of_one_at_another_line_is_a_second_batch_size():
+    from tpu_info.contract.model import RecompileCause
+
+    c = RecompileCause(0.0, "2 <= idx.size()[0]", "gen.py:9", kind=CauseKind.SYMBOLIC_SHAPE,
+                       guard="symbolic", argument="idx", dim=0, name="size", before="2",
+                       after="1")
+    assert classify(c, "train.py:5", "torch_compile").kind == \
+        "second batch size, e.g. evaluation vs training"
+    assert classify(c, "gen.py:9", "torch_compile").kind == \
+        "batch size outside the compiled range (symbolic shape)"
