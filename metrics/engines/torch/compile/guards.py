@@ -7,8 +7,12 @@ expected 4, actual 8``, ``tensor 'x' dtype mismatch. expected Float, actual
 Double``, ``GLOBAL_STATE changed: grad_mode``, ``L['n'] == 2`` (a Python
 number compiled in), ``len(L['xs']) == 2``, ``___check_obj_id(...)``, each
 after a compile id (``0/0: ``) and before ``# source  # file:line``. Sizes
-become full types (``f32[4,3] -> f32[8,3]``) from the types the failing graph
-was compiled for (:class:`TypesByCompile`); Python numbers' new values are
+become full types (``f32[4,3] -> f32[8,3]``): before, the type the failing
+graph was compiled for (:class:`TypesByCompile`); after, the recompiled
+graph's own input type with the failing dimension at the size the guard saw
+(``i64[8,128] -> i64[1,s1]`` for a batch-1 generation whose sequence
+dimension Dynamo made dynamic, never the old type with one size swapped:
+``i64[1,128]`` where the input was ``[1,4]``); Python numbers' new values are
 read off the frame (:func:`frame_values`). Each cause is typed: its
 :class:`~tpu_info.contract.cause_kinds.CauseKind`, the guard that failed
 (``guard``), the dimension (``dim``); the advice is the views'.
@@ -115,18 +119,21 @@ def guard_text(reason: str) -> str:
 
 def parse_recompile_reason(reason: str, now: float, location: str | None,
                            before_types: dict[str, str] | None = None,
-                           values: dict[str, str] | None = None) -> RecompileCause:
+                           values: dict[str, str] | None = None,
+                           after_types: dict[str, str] | None = None) -> RecompileCause:
     """One guard-failure line -> a typed cause (``guard`` names Dynamo's check);
     ``before_types`` maps argument names to the type the failing graph was
-    compiled for (``f32[4,3]``), ``values`` the Python numbers (and lengths)
-    the frame was called with this time. No reason: the frame's first compile."""
+    compiled for (``f32[4,3]``), ``after_types`` to the type the recompiled
+    graph was made for (``f32[1,s0]``), ``values`` the Python numbers (and
+    lengths) the frame was called with this time. No reason: the frame's
+    first compile."""
     if not reason:
         return RecompileCause(now, FIRST_CALL, location, kind=CauseKind.FIRST_CALL)
     text = guard_text(reason)
     cause = RecompileCause(time_unix=now, description=text, location=location,
                            kind=CauseKind.OTHER)
     if m := _TENSOR.match(text):
-        return _tensor(cause, m, before_types)
+        return _tensor(cause, m, before_types, after_types)
     if m := _SYMBOLIC.search(text):
         return _symbolic(cause, m, text, values)
     if m := _GLOBAL.match(text):
@@ -174,10 +181,12 @@ def _symbolic(cause: RecompileCause, m: re.Match[str], text: str,
                    dim=dim, name="size", before=bound, after=after)
 
 
-def _tensor(cause: RecompileCause, m: re.Match[str],
-            before_types: dict[str, str] | None) -> RecompileCause:
+def _tensor(cause: RecompileCause, m: re.Match[str], before_types: dict[str, str] | None,
+            after_types: dict[str, str] | None) -> RecompileCause:
     """A tensor guard: the property that changed, the dimension, before and
-    after (sizes as full types where the failing graph's types are known)."""
+    after (sizes as full types where the failing graph's types are known:
+    after, the recompiled graph's type of the same rank where it is known,
+    with the failing dimension at the size the guard saw)."""
     arg, what, exp, act = m.group("arg"), m.group("what"), m.group("exp"), m.group("act")
     dim = int(m.group("i")) if m.group("i") is not None else None
     kind = _TENSOR_KINDS.get(what, CauseKind.TENSOR_PROPERTY)
@@ -193,10 +202,14 @@ def _tensor(cause: RecompileCause, m: re.Match[str],
     before, after = exp, act
     old = (before_types or {}).get(arg)
     dims = _dims(old) if old else None
-    if what == "size" and dims is not None and dim is not None and dim < len(dims) and act:
-        new = list(dims)
+    if what == "size" and old and dims is not None and dim is not None and dim < len(dims) \
+            and act:
+        made = (after_types or {}).get(arg) or ""
+        new = _dims(made) if made else None
+        if new is None or len(new) != len(dims):
+            made, new = old, list(dims)
         new[dim] = act
-        before, after = old, f"{old.split('[', 1)[0]}[{','.join(new)}]"  # type: ignore[union-attr]
+        before, after = old, f"{made.split('[', 1)[0]}[{','.join(new)}]"
     return replace(cause, kind=kind, guard=what, dim=dim, argument=arg, before=before,
                    after=after, name=what if kind == CauseKind.TENSOR_PROPERTY else "")
 

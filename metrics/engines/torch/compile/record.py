@@ -116,7 +116,11 @@ def _record(ctx: CompileContext, graphs: list[Graph], reason: str | None,
     now = time.time()
     compile_id = str(compile_id) if compile_id else None
     before_types = ctx.types.before(reason, compile_id) if reason else None
-    cause = parse_recompile_reason(reason or "", now, location, before_types, values)
+    # The recompiled graph's own input types (a part's first: the frame's inputs).
+    after_types = {k: v for g in reversed(graphs) for k, v in g.types.items()} if reason \
+        else None
+    cause = parse_recompile_reason(reason or "", now, location, before_types, values,
+                                   after_types)
     backend_total = sum(g.backend_ns for g in graphs) / 1e9
     trace_s = max(0.0, (frame_s if frame_s is not None else backend_total) - backend_total)
     if trace_s:

@@ -206,3 +206,17 @@ def test_a_dynamic_batch_of_one_at_another_line_is_a_second_batch_size():
         "second batch size, e.g. evaluation vs training"
     assert classify(c, "gen.py:9", "torch_compile").kind == \
         "batch size outside the compiled range (symbolic shape)"
+
+
+@pytest.mark.parametrize("dynamic, after", [(None, r"i64\[1,s\d+\]"), (False, r"i64\[1,4\]")])
+def test_a_size_guards_new_shape_is_the_recompiled_graphs_own(rec, dynamic, after):
+    import re
+
+    _train_evaluate_generate(**({} if dynamic is None else {"dynamic": dynamic}))
+    ((gen, batch),) = [(g, c) for g in rec.ledger.snapshot() for c in g.causes
+                       if c.kind == CauseKind.BATCH_SIZE]
+    # Main before: the old type with its batch swapped, i64[1,16] for an input
+    # of [1,4]; now the generation's graph's own (its sequence dynamic or not).
+    assert batch.before == "i64[8,16]"
+    assert re.fullmatch(after, batch.after or ""), batch.after
+    assert gen.signature == (f"idx: {batch.after}",)
