@@ -7,10 +7,13 @@ outliers (slower than :data:`SLOW_FACTOR` times the median), and the hook's
 records with a time say what ran in them: compiles (with their function),
 device->host transfers (with their bytes), and the lines that ran in the
 loop's gaps (periodic sites, with their line). What none of them explains is
-host time the hook does not see at a line, and is said so. A step that held
-an evaluation or checkpoint that :mod:`~tpu_info.views.periodic` names and
-costs counts only for its time beyond that work (:func:`unexplained`), and
-nothing that ran in the work is a suspect: that work is its finding's.
+host time the hook does not see at a line, and is said so. A step's compiles
+(their events' seconds) are the compile's, which the recompile and compile
+findings say: a step counts only for its time beyond them, and they are no
+suspect. A step that held an evaluation or checkpoint that
+:mod:`~tpu_info.views.periodic` names and costs counts only for its time
+beyond that work (:func:`unexplained`), and nothing that ran in the work is a
+suspect: that work is its finding's.
 
 Example:
     >>> from tpu_info.contract.model import Snapshot
@@ -20,6 +23,7 @@ Example:
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Iterable
 from typing import NamedTuple
 
@@ -91,9 +95,25 @@ def _work_times(s: Snapshot, lead: SiteReading) -> list[float]:
     return [t for t in times if t > 0]
 
 
+def _compiled(s: Snapshot, recent: list[tuple[float, float]]) -> list[float]:
+    """Each recent step's time (seconds) less its compiles' (the compile and
+    recompile events that ended in it, each with its seconds): a step is
+    slow only beyond its compiles, whose findings say them."""
+    own = [v / 1e9 for _, v in recent]
+    order = sorted(range(len(recent)), key=lambda i: recent[i][0])
+    ends = [recent[i][0] for i in order]
+    for e in s.events:
+        if e.kind in COMPILE_KINDS and e.value:
+            k = bisect.bisect_left(ends, e.time_unix)
+            if k < len(ends) and ends[k] - recent[order[k]][1] / 1e9 <= e.time_unix:
+                own[order[k]] = max(0.0, own[order[k]] - e.value)
+    return own
+
+
 def unexplained(s: Snapshot, d: DistributionReading, median: float
                 ) -> tuple[list[Slow], int]:
-    """The recent outliers with the evaluations and checkpoints that
+    """The recent outliers, each less its compiles' seconds, with the
+    evaluations and checkpoints that
     :func:`~tpu_info.views.periodic.periodic_work` names (and costs) taken
     out, and how many outliers held such work. A step holds it where one of
     the work's times falls in it, or, when the work ran every N steps, N
@@ -103,6 +123,7 @@ def unexplained(s: Snapshot, d: DistributionReading, median: float
     in it before the work began is a suspect."""
     cut = slow_cut(median)
     recent = list(d.recent)
+    own = _compiled(s, recent)
     held: dict[int, tuple[float, float]] = {}  # step index -> (work seconds, work start)
     for lead in leads(s).values():
         each = (lead.gap_seconds or 0.0) / max(1, lead.gaps)
@@ -116,8 +137,7 @@ def unexplained(s: Snapshot, d: DistributionReading, median: float
             for i in list(found):
                 for k in range(-(len(recent) // every) - 1, len(recent) // every + 2):
                     for j in (i + k * every, i + k * every - 1, i + k * every + 1):
-                        if 0 <= j < len(recent) and j not in found and (
-                                recent[j][1] / 1e9 >= cut):
+                        if 0 <= j < len(recent) and j not in found and own[j] >= cut:
                             end, v = recent[j]
                             found[j] = end - v / 1e9  # its start: no suspect in it
                             break
@@ -127,17 +147,17 @@ def unexplained(s: Snapshot, d: DistributionReading, median: float
     slow: list[Slow] = []
     taken = 0
     for i, (end, v) in enumerate(recent):
-        seconds = v / 1e9
+        seconds = own[i]
         if seconds < cut:
             continue
         if i not in held:
-            slow.append(Slow(end, seconds, end - seconds, end))
+            slow.append(Slow(end, seconds, end - v / 1e9, end))
             continue
         taken += 1
         work, start = held[i]
         left = seconds - work
         if left >= cut and left - median >= WORK_SPREAD * work:
-            slow.append(Slow(end, left, end - seconds, start))
+            slow.append(Slow(end, left, end - v / 1e9, start))
     return slow, taken
 
 
@@ -161,7 +181,8 @@ def _inside(slow: list[Slow], t: float) -> bool:
 
 
 def _in_slow_steps(s: Snapshot, slow: list[Slow]) -> list[str]:
-    """What the hook saw with a time inside the slow steps: compiles, and
+    """What the hook saw with a time inside the slow steps: compiles whose
+    seconds are not known (those known are taken out of the steps), and
     device->host transfers with their bytes."""
     def inside(t: float) -> bool:
         return _inside(slow, t)
@@ -169,7 +190,7 @@ def _in_slow_steps(s: Snapshot, slow: list[Slow]) -> list[str]:
     said: list[str] = []
     compiles: dict[str, int] = {}
     for e in s.events:
-        if e.kind in COMPILE_KINDS and inside(e.time_unix):
+        if e.kind in COMPILE_KINDS and not e.value and inside(e.time_unix):
             compiles[e.name] = compiles.get(e.name, 0) + 1
     if compiles:
         said.append("compiles (" + ", ".join(f"{n} x{c}" if c > 1 else n
