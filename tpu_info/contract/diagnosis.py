@@ -55,6 +55,11 @@ class SiteKind(str, enum.Enum):
     # interval times ``timed`` (per step: ``seconds / timed``), ``count`` the
     # intervals it had time in, ``detail`` the calls the time went into.
     HOST_WORK = "host_work"
+    # torch: the batches the main thread drew from a DataLoader at this line
+    # (the ``for`` line): ``count`` batches, ``seconds`` its time in their
+    # ``__next__`` (with ``num_workers=0`` their samples' loading; with
+    # workers, its wait for them), ``detail`` ``num_workers=N``.
+    DATA_LOADER = "data_loader"
 
 
 # A LIBRARY_JIT site's ``via``: flax's nnx.jit (its per-call graph split and

@@ -90,6 +90,7 @@ from tpu_info.contract.model import (
 from tpu_info.views.breakdown import breakdown
 from tpu_info.views.chips import ChipUsage
 from tpu_info.views.custom import CustomMetric, custom_metrics
+from tpu_info.views.data_loading import not_raised as loader_not_raised
 from tpu_info.views.derived import FindingLine, TargetReadings, readings
 from tpu_info.views.host_work import not_raised as host_not_raised
 from tpu_info.views.library_jit import not_raised as wrapper_not_raised
@@ -224,7 +225,7 @@ def _target(t: TargetReadings, top_graphs: int | None) -> dict[str, Any]:
                 "via": _s(x.via), "occurrences": x.occurrences,
                 "steps_spanned": x.steps_spanned, "timed": x.timed,
                 "not_raised": (why or wrapper_not_raised(s, x) or host_not_raised(s, x)
-                               or None)}
+                               or loader_not_raised(s, x) or None)}
                for x, why in zip(s.sites, not_raised(s), strict=True)],
         blind_spots=[_s(b) for b in s.blind_spots],
         findings=[_finding(f) for f in t.findings],

@@ -12,7 +12,8 @@ remainder is never negative, and overlapping parts are said to overlap).
 A steady step (the steps' wall time less the compiles inside them and less
 the periodic work between them, over the steps) is split on the host's
 timeline, which is what loops: copies to the device (the timed copies,
-scaled to all), waits at device->host reads, waits in the step's dispatch
+scaled to all), waits at device->host reads, a torch DataLoader's batches
+(data loading: the main thread's time drawing them), waits in the step's dispatch
 for the device's queue (its sampled calls' mean:
 :func:`~tpu_info.views.slack.dispatch_wait`), and the host's other work;
 and beside it the device's own time per step (the step function's graphs'
@@ -373,6 +374,14 @@ def breakdown(s: Snapshot) -> Breakdown | None:
     host = [Part("copies to the device", min(copies / n, step_w), copies_basis),
             Part("waits at reads", min(waits / n, step_w), waits_basis)]
     host = [p for p in host if p.seconds > 0]
+    # A torch DataLoader's batches the main thread drew in the steps (an
+    # evaluation's are in its gaps' time): every batch timed.
+    drawn = [x for x in s.sites if x.kind == SiteKind.DATA_LOADER.value and not x.within
+             and site_phase(s, x) not in OUTSIDE_STEP]
+    if (loading := sum(x.seconds for x in drawn)) > 0:
+        batches = sum(x.count for x in drawn)
+        host.append(Part("data loading", min(loading / n, max(0.0, step_w - sum(
+            p.seconds for p in host))), f"the DataLoader's __next__, {batches:,} batches timed"))
     if wrapped > 0:  # a library's jit wrapper's own work (flax nnx.jit), within the step
         host.append(Part(f"jit wrapper ({wrapped_via})", min(wrapped / n, max(0.0, step_w - sum(
             p.seconds for p in host))), wrapped_basis))

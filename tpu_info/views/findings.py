@@ -48,6 +48,7 @@ from tpu_info.views.cost import (
     short_location,
     steps_of,
 )
+from tpu_info.views.data_loading import data_loading
 from tpu_info.views.eager import eager_ops, single_op
 from tpu_info.views.explicit_syncs import explicit_syncs
 from tpu_info.views.findings_torch import (
@@ -408,7 +409,8 @@ def _unseen(s: Snapshot) -> str:
 EVENTS_READ = frozenset({EventKind.COMPILE, EventKind.RECOMPILE, EventKind.GRAPH_BREAK})
 
 RULES: tuple[Callable[[Snapshot], Iterable[Finding]], ...] = (
-    no_engine, recompiles, eager_ops, site_findings, library_jit, host_work, explicit_syncs,
+    no_engine, recompiles, eager_ops, site_findings, library_jit, host_work, data_loading,
+    explicit_syncs,
     periodic_work,
     per_step_work,
     slow_steps,

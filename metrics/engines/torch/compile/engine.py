@@ -31,6 +31,8 @@
   the evaluations (``model.eval()``) and checkpoints (``torch.save``) between
   optimizer steps and their time beyond the usual step
   (:mod:`metrics.engines.torch.gaps`).
+* The batches the main thread draws from a DataLoader, timed at the user's
+  ``for`` line (:mod:`metrics.engines.torch.loader`).
 * Executions of each compiled graph and their time (``ExecuteComputation``,
   ``ExecuteTime``): the backend's callable is wrapped (forward graphs only;
   backward runs inside autograd).
@@ -60,6 +62,7 @@ from metrics.engines.torch import devices
 from metrics.engines.torch import syncs as torch_syncs
 from metrics.engines.torch.compile import dynamo, record
 from metrics.engines.torch.compile.context import ACTIVE, ENGINE, CompileContext
+from metrics.engines.torch.loader import LoaderTimes
 from metrics.recording.recorder import Recorder
 from tpu_info.contract.model import (
     CounterReading,
@@ -83,6 +86,7 @@ class TorchCompileEngine(EngineBase):
         self.ctx = CompileContext(recorder, record.fold_calls)
         self.rec = recorder
         self.degraded = self.ctx.degraded
+        self.loader = LoaderTimes(recorder)  # the main thread's DataLoader batches
 
     # Install / uninstall ---------------------------------------------------
 
@@ -92,6 +96,7 @@ class TorchCompileEngine(EngineBase):
         ctx.syncs = torch_syncs.attach(ctx)
         ctx.optimizer.install(ctx.degraded)
         ctx.optimizer.gaps.install(ctx.patches, ctx)  # model.eval(), torch.save
+        self.loader.install(ctx.patches, ctx)  # DataLoader batches
         if "torch._dynamo" in sys.modules:
             dynamo.hook_dynamo(ctx)
         # Hooks Dynamo on first use, and times what it returns once Dynamo
@@ -132,7 +137,8 @@ class TorchCompileEngine(EngineBase):
         """Resumable graph breaks with the Python time across them (measured),
         the program's reads of tensor values (:mod:`~metrics.engines.torch.syncs`)
         and the evaluations and checkpoints between optimizer steps
-        (:mod:`~metrics.engines.torch.gaps`)."""
+        (:mod:`~metrics.engines.torch.gaps`) and the DataLoader batches
+        (:mod:`~metrics.engines.torch.loader`)."""
         ctx = self.ctx
         ctx.calls.flush()
         ctx.optimizer.close_if_ended()  # the work after the last step, once the program ended
@@ -140,9 +146,12 @@ class TorchCompileEngine(EngineBase):
         training = ctx.optimizer.steps_so_far() > 0 or any(
             f.calls for f in ctx.call_times.train.by_key.values())
         gaps = ctx.optimizer.gaps
-        between = gaps.sites(self.steps())  # evaluation, checkpoints
+        steps = self.steps()
+        between = gaps.sites(steps)  # evaluation, checkpoints
         reads = syncs.sites(ctx) if syncs is not None else []
-        # An evaluation's reads are its own: their time is in its gaps.
+        reads += self.loader.sites(steps)
+        # An evaluation's reads (and its loader's batches) are its own: their
+        # time is in its gaps.
         reads = [x if x.within or not (lead := gaps.lead_around(
             x.first_seen_unix, x.last_seen_unix)) else dataclasses.replace(x, within=lead)
             for x in reads]
