@@ -19,7 +19,9 @@ frame that called ``__next__``, through any library around the loader,
 batch, and kept on the iterator; its ``detail`` says the loader's
 ``num_workers``. A loader iterated from another thread (a prefetching
 thread of the program's) is not timed: only the main thread's waits are
-the loop's.
+the loop's; nor is one in a function Dynamo traces. The hook costs about
+2 us a batch (a bare ``DataLoader(list, batch_size=None)``: 25 us a
+batch unhooked, 27 hooked, at load 10).
 
 Example:
     >>> from metrics.recording.recorder import Recorder
@@ -86,11 +88,13 @@ class LoaderTimes:
     def install(self, patches: Patches, ctx: TorchContext) -> None:
         """Wraps the DataLoader iterator's ``__next__`` (restored with ``patches``)."""
         try:
+            import torch
             from torch.utils.data import dataloader
         except ImportError as e:
             ctx.degraded.append(f"torch.utils.data not importable ({e}): DataLoader not timed")
             return
         main = threading.main_thread().ident
+        compiling = torch.compiler.is_compiling
         get_ident, clock = threading.get_ident, time.monotonic_ns
         journal, queue = self.journal, self.queue
         where = functools.partial(self._where, ctx)
@@ -98,7 +102,9 @@ class LoaderTimes:
         def wrap_next(original: Callable[[Any], Any]) -> Callable[[Any], Any]:
             @functools.wraps(original)
             def __next__(self: Any) -> Any:
-                if get_ident() != main:  # another thread's loader: not the loop's wait
+                # Another thread's loader is not the loop's wait; a loop Dynamo
+                # traces would break its graph at the clock reads.
+                if get_ident() != main or compiling():
                     return original(self)
                 start = clock()
                 out = original(self)  # StopIteration (the epoch's end) is not a batch
