@@ -106,8 +106,9 @@ def test_batches_fold_on_the_recorders_journal(rec):
 
 # A vae-shaped program: a Dataset whose __getitem__ does per-sample Python
 # work (a transform in pure Python), num_workers=0, a small model trained on
-# it. An epoch is drawn unhooked before and after, to time the loader alone
-# (their mean: on a loaded machine one epoch's time drifts).
+# it, and tested after every epoch (model.eval(), a test loader of 5
+# batches). An epoch is drawn unhooked before and after, to time the loader
+# alone (their mean: on a loaded machine one epoch's time drifts).
 PROGRAM = textwrap.dedent('''
     import json, sys, time
     import torch
@@ -138,18 +139,30 @@ PROGRAM = textwrap.dedent('''
 
 
     before, n = unhooked_epoch()
+    test_loader = DataLoader(torch.utils.data.Subset(Digits(), range(320)), batch_size=64)
 
     import metrics
     metrics.install(engines=["torch_compile"], serve=False)
     model = torch.nn.Sequential(torch.nn.Linear(784, 64), torch.nn.ReLU(),
                                 torch.nn.Linear(64, 10))
     opt = torch.optim.Adam(model.parameters(), 1e-3)
+
+
+    def test():
+        model.eval()
+        with torch.no_grad():
+            for x, y in test_loader:  # LINE test
+                model(x)
+        model.train()
+
+
     for epoch in range(2):
         for x, y in loader:  # LINE for
             loss = torch.nn.functional.cross_entropy(model(x), y)
             opt.zero_grad()
             loss.backward()
             opt.step()
+        test()
     from tpu_info.wire.fillers import snapshot_to_proto
     proto = snapshot_to_proto(metrics.snapshot()).SerializeToString().hex()
     metrics.uninstall()
@@ -170,18 +183,21 @@ def _run(tmp: Path, workers: int):
                        text=True, env=env, cwd=tmp, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     out = json.loads(r.stdout.splitlines()[-1])
-    line = next(n for n, text in enumerate(PROGRAM.splitlines(), start=1) if "# LINE for" in text)
+    lines = {text.rsplit("# LINE ", 1)[1]: f"{prog}:{n}"
+             for n, text in enumerate(PROGRAM.splitlines(), start=1) if "# LINE " in text}
     snap = snapshot_from_proto(pb.Snapshot.FromString(bytes.fromhex(out["proto"])))
-    return snap, f"{prog}:{line}", out
+    return snap, lines, out
 
 
 @pytest.mark.slow
 def test_per_sample_loading_in_the_training_process_is_a_finding(tmp_path):
     from tpu_info.views.breakdown import breakdown
+    from tpu_info.views.data_loading import not_raised
     from tpu_info.views.findings import find
 
-    snap, line, out = _run(tmp_path, 0)
-    (site,) = _loaders(snap)
+    snap, lines, out = _run(tmp_path, 0)
+    line = lines["for"]
+    site, test = sorted(_loaders(snap), key=lambda x: x.location != line)
     assert site.location == line and site.detail == "num_workers=0", site
     assert site.count == 2 * out["batches"] and site.phase == "step", site
     [f] = [f for f in find(snap) if f.kind == "per_step_data_loading"]
@@ -193,12 +209,15 @@ def test_per_sample_loading_in_the_training_process_is_a_finding(tmp_path):
     assert (f.share_of_step or 0) >= 0.2, f.message  # the loop is mostly loading
     b = breakdown(snap)
     assert b is not None and "data loading" in {p.name for p in b.step_parts}, b.lines()
+    # The test loader's batches are the evaluation's, not the step's.
+    assert test.location == lines["test"] and test.count == 10, test
+    assert not_raised(snap, test), test
 
 
 @pytest.mark.slow
 def test_a_loader_with_worker_processes_runs_under_the_hook(tmp_path):
-    snap, line, out = _run(tmp_path, 2)
-    (site,) = _loaders(snap)
-    assert site.location == line and site.detail == "num_workers=2", site
+    snap, lines, out = _run(tmp_path, 2)
+    (site,) = [x for x in _loaders(snap) if x.location == lines["for"]]
+    assert site.detail == "num_workers=2", site
     assert site.count == 2 * out["batches"], site
     assert snap.counter("HookErrors") == 0
