@@ -272,7 +272,7 @@ class OptimizerSteps:
         closure = self.by_id.get(id(CLOSURE))
         ranked = sorted(((k, o) for k, o in self.by_id.items() if k not in _NOT_OPTIMIZERS),
                         key=lambda kv: -kv[1].calls)
-        best = ranked[0][1] if ranked else None
+        best, names_, chain = _stepped([o for _, o in ranked])
         outside = backward.calls if backward is not None else 0
         # backward() inside optimizer steps: their closures' (LBFGS), no steps.
         inner = (f"; backward() ran {closure.calls:,} times inside its steps (the closure "
@@ -280,8 +280,6 @@ class OptimizerSteps:
         if best is not None and (best.calls >= MIN_CALLS or (
                 inner and outside < MIN_CALLS)):
             top = best
-            names_ = f"{top.name}" if len(ranked) == 1 else (
-                f"{top.name}, the most stepped of {len(ranked)} optimizers")
             basis = f"optimizer.step(): {top.calls:,} calls ({names_}{inner})"
         elif backward is not None and outside >= MIN_CALLS:
             top = backward
@@ -296,7 +294,8 @@ class OptimizerSteps:
         mean = (last - first) / (top.calls - 1) if top.calls > 1 else 0.0
         # The first step began a usual step before it ended: the mean of a loop
         # that evaluates every N steps would reach back into its compiles.
-        usual = self.gaps.usual_ns() if self.by_id.get(self.gaps_of or 0) is top else None
+        gaps_of = self.by_id.get(self.gaps_of or 0)
+        usual = self.gaps.usual_ns() if gaps_of is top or gaps_of in chain else None
         before = mean if usual is None else min(mean, usual)
         seconds = (last - first + before) / 1e9 if last > first else None
         to_unix = self.rec.mono_to_unix
@@ -320,6 +319,27 @@ class OptimizerSteps:
         self.step_time_fed = 0
         self.folded = 0
         self.gaps.clear()
+
+
+def _stepped(ranked: list[_Optimizer]) -> tuple[_Optimizer | None, str, list[_Optimizer]]:
+    """Whose steps are the loop's, from the optimizers most stepped first:
+    the most stepped one (its name, and how many stepped), or, where each
+    stepped alone, one after another (pytorch/examples' mnist_forward_forward
+    trains each layer with its own Adam, layer 1's steps all done before layer
+    2's), all of them as one (and those, in the order they stepped). Two that
+    stepped in the same span (a GAN's, alternating) are not one after another."""
+    if not ranked:
+        return None, "", []
+    ran = sorted((o for o in ranked if o.first is not None), key=lambda o: o.first or 0)
+    if len(ran) < 2 or any((b.first or 0) <= a.last for a, b in zip(ran, ran[1:])):
+        best = ranked[0]
+        more = f", the most stepped of {len(ranked)} optimizers" if len(ranked) > 1 else ""
+        return best, f"{best.name}{more}", []
+    names_ = ", ".join(o.name for o in ran[:3]) + (f" and {len(ran) - 3} more" if len(ran) > 3
+                                                   else "")
+    whole = _Optimizer(names_)
+    whole.calls, whole.first, whole.last = sum(o.calls for o in ran), ran[0].first, ran[-1].last
+    return whole, f"{names_}: {len(ran)} optimizers, one after another", ran
 
 
 def _noter(steps: OptimizerSteps,

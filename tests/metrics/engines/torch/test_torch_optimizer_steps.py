@@ -352,3 +352,46 @@ def test_an_optimizer_that_stepped_too_few_times_is_named_not_denied():
     assert snap.steps.basis.startswith(
         "backward(): 60 calls (SGD stepped 3 times, fewer than the 10 a step loop is inferred "
         "from)"), snap.steps.basis
+
+
+def _layer_after_layer(interleaved: bool) -> tuple[float, float]:
+    """pytorch/examples' mnist_forward_forward: each layer its own Adam, layer
+    1's 20 steps all done, then layer 2's (``interleaved``: a GAN's two, in
+    turn every iteration). The unix times the loop began and ended."""
+    import time
+
+    torch.manual_seed(0)
+    layers = [torch.nn.Linear(32, 32), torch.nn.Linear(32, 32)]
+    opts = [torch.optim.Adam(layer.parameters(), lr=1e-3) for layer in layers]
+    x = torch.randn(16, 32)
+    order = [0, 1] * 20 if interleaved else [0] * 20 + [1] * 20
+    start = time.time()
+    for k in order:
+        opts[k].zero_grad()
+        layers[k](x).pow(2).mean().backward()
+        opts[k].step()
+    return start, time.time()
+
+
+def test_optimizers_that_stepped_one_after_another_are_all_the_steps():
+    """Main before: 'optimizer.step(): 20 calls (Adam, the most stepped of 2
+    optimizers)', the loop from layer 2's first step (the Time line's
+    "steps 22 %" in mnist_forward_forward)."""
+    import metrics
+
+    rec = metrics.install(engines=["torch_compile"], serve=False)
+    rec.reset()
+    start, end = _layer_after_layer(interleaved=False)
+    seq = metrics.snapshot().steps
+    rec.reset()
+    _layer_after_layer(interleaved=True)
+    gan = metrics.snapshot().steps
+    rec.reset()
+    assert seq.count == 40, seq
+    assert seq.basis.startswith(
+        "optimizer.step(): 40 calls (Adam, Adam: 2 optimizers, one after another)"), seq.basis
+    # the loop from layer 1's first step to layer 2's last
+    assert start - 0.05 <= seq.first_unix < seq.last_unix <= end + 1e-3, (seq, start, end)
+    assert seq.seconds_total >= 0.8 * (seq.last_unix - seq.first_unix)
+    # stepped in the same span: one optimizer's steps, as before
+    assert gan.count == 20 and "the most stepped of 2 optimizers" in gan.basis, gan.basis
