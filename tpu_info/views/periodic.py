@@ -70,6 +70,16 @@ _STEP_ADVICE = {
                    "AsyncCheckpointer copies and writes in a background thread while the "
                    "steps go on)."),
 }
+# torch's (pytorch/examples' gcn: two evaluations after every step, 42 % of its loop).
+_TORCH_STEP_ADVICE = {
+    "evaluation": ("Evaluate every N steps (every 10 or 100: its cost falls N-fold) or only "
+                   "at the end, under torch.no_grad() (or torch.inference_mode()); if it must "
+                   "see every step, take what it needs from the training step's own forward "
+                   "output (detached) and read that back every N steps."),
+    "checkpoint": ("Save every N steps rather than every step, or asynchronously "
+                   "(torch.distributed.checkpoint.async_save writes in a background thread "
+                   "while the steps go on)."),
+}
 
 _ADVICE = {
     # No line of its own seen: what it is, when the eager ops beside it say so.
@@ -102,8 +112,8 @@ _TORCH_ADVICE = {
 # the gap from its first record, less the device's work on the steps queued
 # before it (their count x the step's measured device time) or the usual step.
 _MEASURED = {
-    True: "the time between its steps beyond the usual step (their median), "
-          "compiles left out",
+    True: "from its first call after a step to the model.train() that ended it, else the "
+          "time between its steps beyond the usual step (their median), compiles left out",
     False: "the wall time from its first call or copy to the step's next call",
 }
 
@@ -265,19 +275,22 @@ def per_step_work(s: Snapshot) -> Iterable[Finding]:
     step) holding at least :data:`STEP_INFO_SHARE` of the steady steps:
     its cost is the gaps' measured wall time, per step."""
     steps = steps_of(s)
-    if steps is None or not steps.count or engine_of(s).startswith("torch"):
+    if steps is None or not steps.count:
         return
+    torch = engine_of(s).startswith("torch")
+    advice = _TORCH_STEP_ADVICE if torch else _STEP_ADVICE
     for site in step_leads(s).values():
-        if site.work not in _STEP_ADVICE:
+        if site.work not in advice:
             continue  # device work read every step: the read's own finding (its drain)
+        measured = _MEASURED[True] if torch else _jax_measured(s)
         c = cost_of(s, site.gap_seconds or 0.0, site.gaps, phase=Phase.STEP,
-                    note=f"{_jax_measured(s)}, over {site.gaps:,} gaps")
+                    note=f"{measured}, over {site.gaps:,} gaps")
         share = c.share_of_step
         if share is None or share < STEP_INFO_SHARE:
             continue
         message = (
-            f"work between steps at {short_location(site.location)} ({_what(site, False)} "
+            f"work between steps at {short_location(site.location)} ({_what(site, torch)} "
             f"there) runs in the step loop's gap after {site.gaps:,} of {steps.count:,} steps "
-            f"({c.tail()}{_members(s, site)}). {_STEP_ADVICE[site.work]}")
+            f"({c.tail()}{_members(s, site)}). {advice[site.work]}")
         yield Finding(message, Severity.WARNING if share >= STEP_WARN_SHARE else Severity.INFO,
                       site.location, kind=f"per_step_{site.work}", **c.fields())

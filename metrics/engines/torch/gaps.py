@@ -11,7 +11,13 @@ on children is not ``eval``, so only the user's own call is seen) and
 ``torch.save`` (a checkpoint); and by torch.compile's graphs compiled for
 gradients off (an evaluation under ``no_grad``): their first call after a
 step is noted at the user's call (:meth:`StepGaps.call_off_grad`; one bool
-test on a training call). Nothing else runs per step on the hot path.
+test on a training call). The user's ``model.train()`` after a noted call
+ends that work: noted by its time alone (no frame walk), and only after
+another note, so a loop that calls it every step and never evaluates adds
+nothing (``eval()``'s own ``train(False)`` and the children's calls inside
+it are not noted). Nothing else runs per step on the hot path. At
+:data:`FOLD_NOTES` notes waiting, the steps are folded (their gaps take the
+notes) rather than the oldest dropped unfolded.
 
 At fold time (the optimizer's steps folded, off the training thread) each
 interval between two steps of the first optimizer that holds notes is a gap;
@@ -20,7 +26,11 @@ the usual step (the median of the last :data:`USUAL_KEPT` usual intervals,
 taken when read) less the compile work inside it (an evaluation's first call
 recompiles for ``no_grad``: that is a compile step, ``CompileStepTime``),
 charged to the line that led it: the first ``model.eval()``, else the first
-call with gradients off, else the first ``torch.save``; the other lines are
+call with gradients off, else the first ``torch.save``. A gap whose last
+note is a ``model.train()`` is that work alone: its span from its first note
+to the ``model.train()``, less compiles, no usual step taken out (pytorch/
+examples' gcn evaluates twice after every step: no interval is a usual step),
+and the rest of its interval is a usual step. The other lines are
 ``within`` it, and so are the tensor reads (``loss.item()``) whose first and
 last fell in its gaps (:meth:`StepGaps.lead_around`). The first step's interval
 is no usual step (its compiles) and work before the first step is set-up.
@@ -71,12 +81,15 @@ if TYPE_CHECKING:
 
 __all__ = ["CHECKPOINT", "EVAL", "Note", "StepGaps"]
 
-# A note's kind: model.eval(), a compiled graph's call with gradients off, torch.save.
+# A note's kind: model.eval(), a compiled graph's call with gradients off, torch.save;
+# and the user's model.train() after one of them (the end of an evaluation: no site).
 EVAL, CALL, CHECKPOINT = SiteKind.EVAL_MODE.value, SiteKind.CALL.value, SiteKind.SAVE.value
+TRAIN = "train_mode"
 _WORK = {EVAL: PeriodicWork.EVALUATION.value, CALL: PeriodicWork.EVALUATION.value,
          CHECKPOINT: PeriodicWork.CHECKPOINT.value}
 _LEAD_ORDER = (EVAL, CALL, CHECKPOINT)
 MAX_NOTES = 4096  # notes waiting for a step to close their gap (the oldest go first)
+FOLD_NOTES = 2048  # notes waiting when the steps are folded (so that none goes unfolded)
 MAX_SPANS = 1024  # the latest gaps' bounds kept, to place reads in them
 MAX_SITES = 256  # lines kept apart
 USUAL_KEPT = 256  # usual intervals the median is taken over
@@ -95,14 +108,16 @@ class Note(NamedTuple):
 class _Site:
     """One line that led gaps or sat in them."""
 
-    __slots__ = ("kind", "location", "via", "detail", "count", "gaps", "gap_ns",
-                 "first_step", "last_step", "first_ns", "last_ns", "within")
+    __slots__ = ("kind", "location", "via", "detail", "count", "gaps", "gap_ns", "spanned",
+                 "span_ns", "first_step", "last_step", "first_ns", "last_ns", "within")
 
     def __init__(self, kind: str, location: str, via: str, detail: str) -> None:
         self.kind, self.location, self.via, self.detail = kind, location, via, detail
         self.count = 0  # notes at the line
         self.gaps = 0  # gaps it led
         self.gap_ns = 0  # their intervals less their compiles (the usual step still in)
+        self.spanned = 0  # of those gaps, the ones ended by the user's model.train()
+        self.span_ns = 0  # their time from their first note to it, less compiles
         self.first_step = self.last_step = 0  # the steps those gaps came after
         self.first_ns = self.last_ns = 0
         self.within = ""  # the line whose gaps it sat in (its time is that line's)
@@ -121,12 +136,14 @@ class StepGaps:
         self.noted_at = 0  # the step after which a call with gradients off was last noted
         self.spans: deque[tuple[int, int, str]] = deque(maxlen=MAX_SPANS)  # (a, b, lead)
         self.closed_after: int | None = None  # the last step whose open gap was closed
+        # Folds the steps (set by their owner): notes past FOLD_NOTES are folded, not dropped.
+        self.flush: Callable[[], None] | None = None
 
     # Hooks (in the program: one append each) -------------------------------
 
     def install(self, patches: Patches, ctx: TorchContext) -> None:
-        """Patches ``torch.nn.Module.eval`` and ``torch.save`` to note their
-        calls (restored with ``patches``)."""
+        """Patches ``torch.nn.Module.eval``, ``Module.train`` and ``torch.save``
+        to note their calls (restored with ``patches``)."""
         import torch
 
         notes, clock, skip = self.notes, time.monotonic_ns, ctx.skip
@@ -139,8 +156,26 @@ class StepGaps:
                 here = user_line(skip, 3)
                 if here is not None:
                     notes.append(Note(kind, here.location, here.via, detail, clock()))
+                    self.noted()
             except Exception as e:  # noqa: BLE001 - a hook never raises into the program
                 ctx.failed("torch.gaps", e)
+
+        def wrap_train(original: Callable[..., Any]) -> Callable[..., Any]:
+            @functools.wraps(original)
+            def train(self_: Any, mode: bool = True) -> Any:
+                # The user's model.train() after a noted call ends that work: noted
+                # by its time alone (no frame walk), and only after another note (a
+                # loop that calls it every step and never evaluates keeps the
+                # steps-only fold). eval()'s train(False) is not noted, nor the
+                # children's train(True) inside this one (after its note).
+                try:
+                    if mode and notes and notes[-1].kind != TRAIN and not compiling():
+                        notes.append(Note(TRAIN, "", "", "", clock()))
+                        self.noted()
+                except Exception as e:  # noqa: BLE001 - a hook never raises into the program
+                    ctx.failed("torch.gaps", e)
+                return original(self_, mode)
+            return train
 
         def wrap_eval(original: Callable[..., Any]) -> Callable[..., Any]:
             @functools.wraps(original)
@@ -157,6 +192,7 @@ class StepGaps:
             return save
 
         patches.apply(torch.nn.Module, "eval", wrap_eval)
+        patches.apply(torch.nn.Module, "train", wrap_train, params=("self", "mode"))
         patches.apply(torch, "save", wrap_save)
 
     def call_off_grad(self, steps: int, where: Callable[[], str | None], detail: str,
@@ -170,6 +206,14 @@ class StepGaps:
         location = where()
         if location is not None:
             self.notes.append(Note(CALL, location, "", detail, ns))
+            self.noted()
+
+    def noted(self) -> None:
+        """After a note's append: at :data:`FOLD_NOTES` waiting, the steps are
+        folded (their gaps take the notes), so a long run between two reads
+        (work after every step: three notes a step) drops none unfolded."""
+        if len(self.notes) == FOLD_NOTES and self.flush is not None:
+            self.flush()
 
     # Fold (off the training thread) ----------------------------------------
 
@@ -188,8 +232,11 @@ class StepGaps:
                 n = notes.popleft()
                 if n.ns > a:  # before the step that opens it: set-up, or a stale note
                     got.append(n)
-            if got:
-                self._gap(a, b, k, got)
+            # (a model.train() alone is no work: the one after a gap's last note)
+            if any(n.kind != TRAIN for n in got):
+                span = self._gap(a, b, k, got)
+                if span and k > 1:  # beside work measured to its model.train(): the rest
+                    self.usual.append(b - a - span)
             elif k > 1:  # the first step's interval holds its compiles: no usual step
                 self.usual.append(b - a)
 
@@ -201,7 +248,7 @@ class StepGaps:
             return
         got = [n for n in list(self.notes) if n.ns > a]  # (copied in one C call)
         self.notes.clear()
-        if got:
+        if any(n.kind != TRAIN for n in got):
             self.closed_after = a
             self._gap(a, got[-1].ns, step, got)
 
@@ -213,18 +260,33 @@ class StepGaps:
         self.clear()
         self.notes.extend(notes)
 
-    def _gap(self, a: int, b: int, step: int, got: list[Note]) -> None:
-        compile_ns = self.timeline.within(a, b) if self.timeline is not None else 0
-        lead_note = next(n for kind in _LEAD_ORDER for n in got if n.kind == kind)
+    def _gap(self, a: int, b: int, step: int, got: list[Note]) -> int:
+        """The gap ``(a, b]`` after step ``step`` held ``got``: its time goes to
+        its lead. Ended by the user's model.train() (nothing after it), it is
+        that work: from its first note to the train() note, less compiles
+        (measured with no usual step, which a loop that works after every
+        step has none of); returns that span (0: the whole interval's, the
+        usual step to be taken out when read)."""
+        work = [n for n in got if n.kind != TRAIN]
+        lead_note = next(n for kind in _LEAD_ORDER for n in work if n.kind == kind)
         lead = self._site(lead_note)
         if lead is None:
-            return
+            return 0
         lead.gaps += 1
-        lead.gap_ns += max(0, (b - a) - compile_ns)
+        span = got[-1].ns - work[0].ns if got[-1].kind == TRAIN else 0
+        if span > 0:
+            lead.spanned += 1
+            timeline = self.timeline
+            inside = timeline.within(work[0].ns, got[-1].ns) if timeline is not None else 0
+            lead.span_ns += max(0, span - inside)
+        else:
+            span = 0
+            compile_ns = self.timeline.within(a, b) if self.timeline is not None else 0
+            lead.gap_ns += max(0, (b - a) - compile_ns)
         lead.first_step = lead.first_step or step
         lead.last_step = step
         self.spans.append((a, b, lead.location))
-        for n in got:
+        for n in work:
             site = self._site(n)
             if site is None:
                 continue
@@ -233,6 +295,7 @@ class StepGaps:
             site.last_ns = n.ns
             if site is not lead and not site.gaps:
                 site.within = lead.location
+        return span
 
     def _site(self, n: Note) -> _Site | None:
         key = (n.kind, n.location)
@@ -270,9 +333,12 @@ class StepGaps:
                 continue
             first, last = site.first_ns / 1e9 + self.to_unix, site.last_ns / 1e9 + self.to_unix
             fields: dict[str, Any] = {}
-            if site.gaps and usual is not None:
+            if site.gaps and (usual is not None or site.spanned == site.gaps):
+                # Gaps timed over their interval, beyond the usual step; those
+                # ended by model.train(), their own span.
+                beyond = max(0.0, site.gap_ns - (site.gaps - site.spanned) * (usual or 0.0))
                 fields = {"work": _WORK[site.kind], "gaps": site.gaps,
-                          "gap_seconds": max(0.0, site.gap_ns - site.gaps * usual) / 1e9}
+                          "gap_seconds": (beyond + site.span_ns) / 1e9}
             elif site.within:
                 fields = {"within": site.within}
             occurrences = site.gaps or site.count

@@ -128,6 +128,7 @@ class OptimizerSteps:
         self._backward: Callable[..., None] | None = None
         self.journal = recorder.journal(self._fold)
         self.queue = self.journal.queue
+        self.gaps.flush = self.journal.flush  # notes fold the steps, not drop unfolded
         recorder.on_reset(self.clear)
 
     # Install ---------------------------------------------------------------
