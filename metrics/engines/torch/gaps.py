@@ -136,6 +136,7 @@ class StepGaps:
         self.noted_at = 0  # the step after which a call with gradients off was last noted
         self.spans: deque[tuple[int, int, str]] = deque(maxlen=MAX_SPANS)  # (a, b, lead)
         self.closed_after: int | None = None  # the last step whose open gap was closed
+        self.last_mark = 0  # the latest step's end folded (monotonic ns)
         # Folds the steps (set by their owner): notes past FOLD_NOTES are folded, not dropped.
         self.flush: Callable[[], None] | None = None
 
@@ -222,6 +223,7 @@ class StepGaps:
         first is step ``first_step``'s): each interval with notes in it is a
         gap, the others usual steps."""
         notes = self.notes
+        self.last_mark = marks[-1]
         if not notes:  # the usual fold: steps only (it may run on the training thread)
             first = 2 if first_step == 1 else 1  # the first step's interval is no usual step
             self.usual.extend(map(operator.sub, marks[first:], marks[first - 1:-1]))
@@ -315,13 +317,30 @@ class StepGaps:
     def lead_around(self, first_unix: float, last_unix: float) -> str:
         """The line that led the gaps a line's first and last record both
         fell in (its reads were the evaluation's: their cost is that
-        finding's), else ""."""
+        finding's), else "". A last record after the latest step, in the
+        work after it that no step has closed yet (gcn evaluates after its
+        last step too), falls in that work's gap, led by its notes' lead."""
         def lead(t: float) -> str | None:
             ns = (t - self.to_unix) * 1e9
             return next((x for a, b, x in self.spans if a < ns <= b), None)
 
         spans_lead = lead(first_unix) if self.spans else None
-        return spans_lead if spans_lead is not None and lead(last_unix) == spans_lead else ""
+        if spans_lead is None:
+            return ""
+        last = lead(last_unix)
+        if last is None:
+            last = self._open_lead((last_unix - self.to_unix) * 1e9)
+        return spans_lead if last == spans_lead else ""
+
+    def _open_lead(self, ns: float) -> str | None:
+        """The line leading the notes after the latest step up to ``ns`` (the
+        open gap's lead at that time), None where ``ns`` is before that step
+        or no work was noted after it by then."""
+        if ns <= self.last_mark:
+            return None
+        work = [n for n in list(self.notes)
+                if self.last_mark < n.ns <= ns and n.kind != TRAIN]
+        return next((n.location for kind in _LEAD_ORDER for n in work if n.kind == kind), None)
 
     def sites(self, steps: StepsReading | None) -> list[SiteReading]:
         """The lines that led gaps (``work``, ``gaps``, ``gap_seconds``: their
@@ -353,6 +372,7 @@ class StepGaps:
     def clear(self) -> None:
         self.noted_at = 0
         self.closed_after = None
+        self.last_mark = 0
         self.spans.clear()
         self.notes.clear()
         self.usual.clear()

@@ -160,7 +160,7 @@ GCN = textwrap.dedent('''
             out = model(x, adj)
             loss = torch.nn.functional.nll_loss(out[mask], y[mask])
             acc = (out[mask].argmax(1) == y[mask]).float().mean()
-        return loss.item(), acc.item()
+        return loss.item(), acc.item()  # LINE read
 
 
     def loop(model, opt, steps, evaluate):
@@ -281,6 +281,11 @@ def test_evaluations_after_every_step_are_per_step_work_measured_to_model_train(
     assert ev.phase == "step" and ev.per_step == pytest.approx(1.0, abs=0.05), ev.message
     assert "every N steps" in ev.message and "torch.no_grad()" in ev.message, ev.message
     assert not [f for f in found if f.kind == "periodic_evaluation"]
+    # Its reads are its own (the last ones in the evaluation after the last step)
+    (read,) = [x for x in live.sites if x.kind == "sync"
+               and x.location.endswith(f"train.py:{lines['read']}")]
+    assert read.within == ev.location, read
+    assert not [f for f in found if (f.location or "").endswith(f"train.py:{lines['read']}")]
     # Its cost a step against the program's own A/B, that difference's share
     # of the loop at the hooked run's pace (the two are timed at other moments
     # on a loaded machine; 2 cores at load 10: 0.9-1.0, the plain difference

@@ -128,3 +128,20 @@ def test_notes_past_two_thousand_fold_the_steps_and_none_is_dropped():
     # every interval between two steps held an evaluation (the last one no step closed)
     assert site.gaps == STEPS - 1 and site.work == "evaluation", site
     assert site.count == 2 * (STEPS - 1) and site.gap_seconds > 0, site
+
+
+def test_reads_in_the_open_gap_after_the_last_step_are_its_leads():
+    """gcn reads each evaluation's loss (loss.item()) and evaluates after its
+    last step too: the reads' last one falls in that gap, still open while
+    the program runs. Main before: no lead (a per-step read of its own)."""
+    from metrics.engines.torch.gaps import EVAL, TRAIN, Note, StepGaps
+
+    gaps = StepGaps()  # to_unix 0: unix seconds are monotonic ns / 1e9
+    marks = [10_000 * k for k in range(1, 5)]
+    for a in marks:  # an evaluation after every step, the last one after the last step
+        gaps.notes.extend([Note(EVAL, "/w/gcn.py:80", "", "GCN.eval()", a + 1_000),
+                           Note(TRAIN, "", "", "", a + 5_000)][:1 if a == marks[-1] else 2])
+    gaps.intervals(marks, 1)
+    assert gaps.lead_around(11_500 / 1e9, 41_500 / 1e9) == "/w/gcn.py:80"
+    # (a read after the last step before any work was noted there is no one's)
+    assert gaps.lead_around(11_500 / 1e9, 40_500 / 1e9) == ""
