@@ -129,13 +129,17 @@ class ThreadBusy:
     call's wait."""
 
     __slots__ = ("_observe", "_waited", "_run_queue", "due_ns", "wait_due_ns", "_thread",
-                 "_wall", "_cpu", "_ticks", "_queued")
+                 "_wall", "_cpu", "_ticks", "_queued", "_loaded")
 
-    def __init__(self, observe: Callable[[float, int], None],
+    def __init__(self, observe: Callable[[float, int], None] | None,
                  waited: Callable[[float, int], None] | None = None,
-                 run_queue: Callable[[], int | None] | None = None) -> None:
+                 run_queue: Callable[[], int | None] | None = None,
+                 loaded: Callable[[float, int], None] | None = None) -> None:
         self._observe = observe  # (percent, at ns): a distribution's observe_at
         self._waited = waited  # (ns the call was off the CPU, at ns)
+        # (percent of the wall time the thread was ready to run but waited for
+        # a core, at ns: TrainingThreadRunQueue, where the OS tells it)
+        self._loaded = loaded
         self.due_ns = 0  # the clock (ns) from which the next tick samples
         self.wait_due_ns = 0  # and from which a call's start is sampled for its wait
         self._thread = 0
@@ -172,7 +176,11 @@ class ThreadBusy:
         if thread == self._thread and now > self._wall:
             # Time the thread was ready to run but waited for a core (a loaded
             # machine) is not time it waited for the device: out of the wall.
-            queued = wait - self._queued if wait is not None and self._queued is not None else 0
-            span = max(now - self._wall - max(0, queued), cpu - self._cpu, 1)
-            self._observe(min(100.0, 100.0 * (cpu - self._cpu) / span), now)
+            told = wait is not None and self._queued is not None
+            queued = max(0, wait - self._queued) if told else 0  # type: ignore[operator]
+            span = max(now - self._wall - queued, cpu - self._cpu, 1)
+            if self._observe is not None:
+                self._observe(min(100.0, 100.0 * (cpu - self._cpu) / span), now)
+            if told and self._loaded is not None:
+                self._loaded(min(100.0, 100.0 * queued / (now - self._wall)), now)
         self._thread, self._wall, self._cpu, self._queued = thread, now, cpu, wait

@@ -41,6 +41,7 @@ BACKEND_START_TIME = "BackendStartTime"
 COMPILE_STEP_TIME = "CompileStepTime"
 TRAINING_THREAD_BUSY = "TrainingThreadBusy"
 DISPATCH_WAIT_TIME = "DispatchWaitTime"
+TRAINING_THREAD_RUN_QUEUE = "TrainingThreadRunQueue"
 
 # name -> (kind, unit, help). kind is "counter" or "distribution".
 CATALOG: dict[str, tuple[str, Unit, str]] = {
@@ -65,6 +66,13 @@ CATALOG: dict[str, tuple[str, Unit, str]] = {
                          "TrainingThreadBusy: near 0 where dispatch returns at once; about "
                          "the device's step less the host's work where the device's queue "
                          "is full and dispatch waits for a slot (the host's slack)."),
+    TRAINING_THREAD_RUN_QUEUE: ("distribution", Unit.NUMBER,
+                                "The share of the step loop's wall time the training thread "
+                                "was ready to run but waited for a core (Linux schedstat; "
+                                "absent where not told), in percent, sampled with "
+                                "TrainingThreadBusy (JAX) or at optimizer steps (torch): "
+                                "above a few percent the machine's other work slows the "
+                                "steps at random."),
     TRACE_TIME: ("distribution", Unit.TIME_NS,
                  "Time tracing Python into a graph (JAX: to a jaxpr; torch.compile: "
                  "Dynamo's bytecode tracing of one frame)."),

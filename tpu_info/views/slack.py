@@ -66,6 +66,23 @@ def host_paced(s: Snapshot) -> tuple[float, int] | None:
     return (median, busy.count) if median is not None and median >= HOST_PACED_PERCENT else None
 
 
+# The training thread waited for a core this share of the loop's time or
+# more (``TrainingThreadRunQueue``'s median): the machine's other work holds
+# it off the cores, and its steps are slow at random.
+LOADED_PERCENT = 10.0
+
+
+def loaded_machine(s: Snapshot) -> tuple[float, int] | None:
+    """(the training thread's median share of the loop's time waiting for a
+    core, in percent; the samples it stands on) when it reaches
+    :data:`LOADED_PERCENT`; else None (cores free, or not told)."""
+    d = s.distribution(catalog.TRAINING_THREAD_RUN_QUEUE)
+    if d is None or d.count < 3:
+        return None
+    median = d.percentile(50.0)
+    return (median, d.count) if median is not None and median >= LOADED_PERCENT else None
+
+
 def queued_wait(s: Snapshot) -> float:
     """Seconds the host waited at its reads every N steps in the loop for the
     device's queued work (a read's wait less its drain:

@@ -40,6 +40,7 @@ from tpu_info.contract.model import (
 from tpu_info.views.cost import duration, leads, share_words, short_location, size_words
 from tpu_info.views.periodic import part_of_periodic_work, periodic_seconds
 from tpu_info.views.sites import site_phase
+from tpu_info.views.slack import loaded_machine
 
 SLOW_FACTOR = 2.5  # a step this many times the median step is an outlier
 MIN_STEPS = 20  # fewer step times say nothing about outliers
@@ -87,11 +88,17 @@ class Slow(NamedTuple):
 
 def _work_times(s: Snapshot, lead: SiteReading) -> list[float]:
     """When the named work at ``lead`` was seen: its line's first and last
-    times and those of the lines that ran in its gaps."""
+    times and those of the lines that ran in its gaps; and, where it ran more
+    than twice, its other times spread evenly between its first and last (an
+    epoch's evaluation in the window's middle, neither the first nor the last
+    of three, was a 1.7 s "slow step" beside the evaluation's own finding)."""
     times = [lead.first_seen_unix, lead.last_seen_unix]
     for x in s.sites:
         if x.within == lead.location:
             times += [x.first_seen_unix, x.last_seen_unix]
+    first, last, n = lead.first_seen_unix, lead.last_seen_unix, lead.occurrences
+    if n > 2 and 0 < first < last:
+        times += [first + (last - first) * j / (n - 1) for j in range(1, n - 1)]
     return [t for t in times if t > 0]
 
 
@@ -137,7 +144,11 @@ def unexplained(s: Snapshot, d: DistributionReading, median: float
             for i in list(found):
                 for k in range(-(len(recent) // every) - 1, len(recent) // every + 2):
                     for j in (i + k * every, i + k * every - 1, i + k * every + 1):
-                        if 0 <= j < len(recent) and j not in found and own[j] >= cut:
+                        if not 0 <= j < len(recent):
+                            continue
+                        if j in found:  # that time of the work is had: not a neighbour too
+                            break
+                        if own[j] >= cut:
                             end, v = recent[j]
                             found[j] = end - v / 1e9  # its start: no suspect in it
                             break
@@ -266,7 +277,13 @@ def slow_steps(s: Snapshot) -> Iterable[Finding]:
     slow, taken = unexplained(s, d, median)
     if not slow:
         return
+    loaded = loaded_machine(s)
     excess, stands_on = _excess(s, d, median, slow, periodic_seconds(s))
+    if loaded is not None and d.count > len(d.recent) and len(slow) >= MIN_TO_SCALE:
+        # at random on a loaded machine: no rate to scale to all steps
+        excess = sum(x.seconds - median for x in slow)
+        stands_on = (f"measured in the last {len(d.recent):,} of {d.count:,} timed steps, not "
+                     "scaled: on a loaded machine slow steps come at random")
     if taken:
         held = "steps held" if taken > 1 else "step held"
         stands_on += (f"; {taken} slow {held} an evaluation or checkpoint named on its own: "
@@ -279,6 +296,10 @@ def slow_steps(s: Snapshot) -> Iterable[Finding]:
              "in the run)" for x in _periodic_in(s, slow)[:3]]
     what = ("in them the hook saw " + "; ".join(seen) + ". What these do not explain is "
             if seen else "the hook saw nothing with a time in them, so it is ")
+    if loaded is not None:
+        what = (f"the machine was busy: the training thread waited for a core "
+                f"{loaded[0]:.0f}% of the loop's time (median of {loaded[1]} samples), which "
+                f"slows steps at random, so these may be that; else {what}")
     share_text = f", {share_words(share)} of run time" if share is not None else ""
     every = _every(d, [x.end for x in slow])
     yield Finding(
@@ -290,6 +311,7 @@ def slow_steps(s: Snapshot) -> Iterable[Finding]:
         "that no hook sees at a line (checkpoint writes, logging, data loading, Python). "
         "Time a suspect with metrics.track(fn); do the periodic work less often, on the "
         "device, or in a background thread (async checkpointing).",
-        Severity.WARNING if share is not None and share >= WARN_SHARE else Severity.INFO,
+        Severity.WARNING if share is not None and share >= WARN_SHARE and loaded is None
+        else Severity.INFO,
         None, excess, "slow_steps", count=len(slow), phase=Phase.PERIODIC.value,
         share_of_run=share, cost_estimated=True, every_steps=every)

@@ -138,7 +138,9 @@ class JaxEngine(EngineBase):
         self.thread_busy = ThreadBusy(
             lambda percent, at: recorder.distribution(names.TRAINING_THREAD_BUSY).observe_at(
                 percent, at),
-            lambda ns, at: recorder.distribution(names.DISPATCH_WAIT_TIME).observe_at(ns, at))
+            lambda ns, at: recorder.distribution(names.DISPATCH_WAIT_TIME).observe_at(ns, at),
+            loaded=lambda percent, at: recorder.distribution(
+                names.TRAINING_THREAD_RUN_QUEUE).observe_at(percent, at))
         self.implicit.gaps.timeline = self.compiles.timeline
         self.implicit.drains.timeline = self.compiles.timeline  # a read's h: no compile
         # Library jit wrappers' own host time around their inner jitted call.

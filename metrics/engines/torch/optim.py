@@ -6,7 +6,10 @@ around it: gradient accumulation calls the model several times per step
 program calls no compiled graph at all. The hook is torch's global
 ``register_optimizer_step_post_hook`` (torch 2.0 on: every optimizer,
 whenever it was made): one clock read and one journal append per step,
-folded before a read into per-optimizer counts and the step loop's bounds.
+folded before a read into per-optimizer counts and the step loop's bounds;
+and a second clock read against a due time: once a second the share of the
+time since that the training thread waited for a core
+(``TrainingThreadRunQueue``: a loaded machine's slow steps are its own).
 
 When the program marks no step (``metrics.mark_step``, or a lazy-tensor
 engine's own ``mark_step``), the intervals between one optimizer's steps are
@@ -60,6 +63,7 @@ from metrics.engines.torch.gaps import StepGaps
 from metrics.recording.callstats import MIN_CALLS
 from metrics.recording.journal import FOLD_AT
 from metrics.recording.recorder import Recorder
+from metrics.recording.thread_busy import ThreadBusy
 from tpu_info.contract import catalog as names
 from tpu_info.contract.model import STEPS_INFERRED, StepsReading
 
@@ -129,6 +133,11 @@ class OptimizerSteps:
         self.journal = recorder.journal(self._fold)
         self.queue = self.journal.queue
         self.gaps.flush = self.journal.flush  # notes fold the steps, not drop unfolded
+        # Whether the machine's other work holds the training thread off the
+        # cores: ticked at the steps (a clock compare a step; a second apart,
+        # a schedstat read), what slow_steps reads a loaded machine from.
+        self.busy = ThreadBusy(None, loaded=lambda percent, at: recorder.distribution(
+            names.TRAINING_THREAD_RUN_QUEUE).observe_at(percent, at))
         recorder.on_reset(self.clear)
 
     # Install ---------------------------------------------------------------
@@ -400,12 +409,18 @@ def _pre_hook(steps: OptimizerSteps, compiling: Callable[[], bool]) -> Callable[
 def _hook(steps: OptimizerSteps, compiling: Callable[[], bool]) -> Callable[..., None]:
     """The post-step hook: notes the optimizer's step."""
     note = _noter(steps, None)  # compiling() is read below, once
-    inside = steps.inside
+    inside, busy, clock = steps.inside, steps.busy, time.monotonic_ns
 
     def optimizer_stepped(optimizer: Optimizer, args: object, kwargs: object) -> None:
         if compiling():  # traced by Dynamo: nothing (see _noter)
             return
         inside[0] = None
         note(optimizer)
+        now = clock()
+        if now >= busy.due_ns:  # a second apart: the run queue's share since
+            try:
+                busy.tick(now)
+            except Exception as e:  # noqa: BLE001 - a hook never raises into the program
+                steps.rec.hook_failed("torch.optim", e)
 
     return optimizer_stepped

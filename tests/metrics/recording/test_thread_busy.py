@@ -146,3 +146,22 @@ def test_time_spent_waiting_for_a_core_is_not_time_waiting_for_the_device() -> N
     finally:
         time.thread_time_ns = real  # type: ignore[assignment]
     assert seen == [50.0]
+
+
+def test_the_share_of_the_loop_spent_waiting_for_a_core_is_observed(fast: None) -> None:
+    # A loaded machine's run queue: 30 ms of each 100 ms waiting for a core
+    # (schedstat's second field, here a stand-in read). Not told: nothing.
+    waited = iter(range(0, 10**10, 30_000_000))
+    loaded: list[float] = []
+    busy = ThreadBusy(None, run_queue=lambda: next(waited),
+                      loaded=lambda percent, at: loaded.append(percent))
+    now = time.monotonic_ns()
+    for i in range(4):
+        busy.tick(now + i * 100_000_000)
+    assert loaded == [pytest.approx(30.0)] * 3
+    untold: list[float] = []
+    busy = ThreadBusy(None, run_queue=lambda: None,
+                      loaded=lambda percent, at: untold.append(percent))
+    for i in range(4):
+        busy.tick(now + i * 100_000_000)
+    assert untold == []
