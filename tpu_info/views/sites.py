@@ -50,6 +50,7 @@ from tpu_info.views.cost import (
 from tpu_info.views.eager import eager_site_advice, not_jitted_step
 from tpu_info.views.periodic import part_of_periodic_work
 from tpu_info.views.sampled_reads import read_cost, sampled_read
+from tpu_info.views.slack import loaded_machine
 
 # A site is a finding when it ran in at least half the steps (or, steps
 # unknown, this many times) and cost at least this much, in all and as a share.
@@ -396,6 +397,14 @@ def _finding(s: Snapshot, site: SiteReading) -> Finding | None:
     if site.kind == SiteKind.SYNC.value:
         costly = _costly(c)
         weight = "" if costly else f" {_cheap_sync_words(s)}"
+        loaded = loaded_machine(s) if site.drain_seconds is not None and _on_cpu(s) else None
+        if loaded is not None:  # the drain model's overlap had no free core to run on
+            costly = False
+            weight = (f" An upper bound: on the CPU backend the device is the host's own cores, "
+                      f"and the machine was busy (the training thread waited for a core "
+                      f"{loaded[0]:.0f}% of the loop's time), so the device's work could not "
+                      f"run beside the host's and removing the read saves less, down to its "
+                      f"own latency (flax's fsdp example: 13-18 % said, ~2 % by A/B).")
         return Finding(
             f"{where} reads a value back to the host {_how_often(c)} ({c.words()}): the host "
             f"waits for the device to finish, then the device waits for the host.{weight} "

@@ -88,18 +88,24 @@ class Slow(NamedTuple):
 
 def _work_times(s: Snapshot, lead: SiteReading) -> list[float]:
     """When the named work at ``lead`` was seen: its line's first and last
-    times and those of the lines that ran in its gaps; and, where it ran more
-    than twice, its other times spread evenly between its first and last (an
-    epoch's evaluation in the window's middle, neither the first nor the last
-    of three, was a 1.7 s "slow step" beside the evaluation's own finding)."""
+    times and those of the lines that ran in its gaps."""
     times = [lead.first_seen_unix, lead.last_seen_unix]
     for x in s.sites:
         if x.within == lead.location:
             times += [x.first_seen_unix, x.last_seen_unix]
-    first, last, n = lead.first_seen_unix, lead.last_seen_unix, lead.occurrences
-    if n > 2 and 0 < first < last:
-        times += [first + (last - first) * j / (n - 1) for j in range(1, n - 1)]
     return [t for t in times if t > 0]
+
+
+def _spread_times(lead: SiteReading) -> list[float]:
+    """Where the work ran more than twice, its other times spread evenly
+    between its first and last: an epoch's evaluation in the window's middle,
+    neither the first nor the last of three, was a 1.7 s "slow step" beside
+    the evaluation's own finding. Guesses: they hold only a step that took
+    the work's time."""
+    first, last, n = lead.first_seen_unix, lead.last_seen_unix, lead.occurrences
+    if n <= 2 or not 0 < first < last:
+        return []
+    return [first + (last - first) * j / (n - 1) for j in range(1, n - 1)]
 
 
 def _compiled(s: Snapshot, recent: list[tuple[float, float]]) -> list[float]:
@@ -138,6 +144,11 @@ def unexplained(s: Snapshot, d: DistributionReading, median: float
         found = {i: min(t for t in times if end - v / 1e9 <= t <= end)
                  for i, (end, v) in enumerate(recent)
                  if any(end - v / 1e9 <= t <= end for t in times)}
+        for t in _spread_times(lead):
+            for i, (end, v) in enumerate(recent):
+                if end - v / 1e9 <= t <= end and i not in found \
+                        and own[i] - median >= WORK_SPREAD * each:
+                    found[i] = end - v / 1e9  # its start: no suspect in it
         every = (round(lead.steps_spanned / (lead.occurrences - 1))
                  if lead.occurrences > 1 and lead.steps_spanned else 0)
         if every >= 2:  # the same work's other times in the window, every N steps
