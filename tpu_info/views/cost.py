@@ -334,6 +334,16 @@ def cost_of(s: Snapshot, seconds: float, count: int | None, estimated: str = "",
                 as_phase(phase), s.uptime_seconds, span, note, apart)
 
 
+def below_bar(c: Cost, bar: float) -> str:
+    """Why a per-step cost is no finding: ``""`` where its share of the step
+    reaches ``bar``, else ``2.0 ms/step, 3.0% of step time (said from 5.0%)``."""
+    share = c.share_of_step or 0.0
+    if share >= bar:
+        return ""
+    return (f"{duration(c.seconds_per_step or 0.0)}/step, {share_words(share)} of step time "
+            f"(said from {share_words(bar)})")
+
+
 def site_phase(s: Snapshot, site: SiteReading) -> Phase:
     """The phase the hook told for ``site``, else told here from its times
     (an older hook's sites)."""

@@ -35,7 +35,15 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from tpu_info.contract.model import Finding, Severity, SiteKind, SiteReading, Snapshot
-from tpu_info.views.cost import Cost, cost_of, duration, share_words, short_location, site_phase
+from tpu_info.views.cost import (
+    Cost,
+    below_bar,
+    cost_of,
+    duration,
+    share_words,
+    short_location,
+    site_phase,
+)
 
 MIN_SHARE = 0.05  # of the steady step: said from here
 WARN_SHARE = 0.10  # a warning from here
@@ -71,10 +79,7 @@ def _why_not(s: Snapshot, site: SiteReading, c: Cost) -> str:
     share = c.share_of_step
     if share is None:
         return "its time is not within the steps' (no per-step figure)"
-    if share >= MIN_SHARE:
-        return ""
-    return (f"{duration(c.seconds_per_step or 0.0)}/step, {share_words(share)} of step time "
-            f"(said from {share_words(MIN_SHARE)})")
+    return below_bar(c, MIN_SHARE)
 
 
 def not_raised(s: Snapshot, site: SiteReading) -> str:

@@ -38,7 +38,15 @@ from dataclasses import dataclass, replace
 
 from tpu_info.contract.model import Finding, Phase, Severity, SiteKind, SiteReading, Snapshot
 from tpu_info.views.breakdown import Breakdown, breakdown, host_left, host_paced
-from tpu_info.views.cost import Cost, cost_of, duration, share_words, short_location, steps_of
+from tpu_info.views.cost import (
+    Cost,
+    below_bar,
+    cost_of,
+    duration,
+    share_words,
+    short_location,
+    steps_of,
+)
 
 MIN_SHARE = 0.05  # of the steady step: said from here
 WARN_SHARE = 0.10  # a warning from here
@@ -139,11 +147,7 @@ def _why_not(s: Snapshot, b: Breakdown | None, w: Work, c: Cost | None) -> str:
                 f"device's queued steps (the device busy "
                 f"{share_words(1 - idle / b.step_seconds)} of the step): the loop is not "
                 "host-bound")
-    share = c.share_of_step or 0.0
-    if share >= MIN_SHARE:
-        return ""
-    return (f"{duration(c.seconds_per_step or 0.0)}/step, {share_words(share)} of step time "
-            f"(said from {share_words(MIN_SHARE)})")
+    return below_bar(c, MIN_SHARE)
 
 
 def not_raised(s: Snapshot, site: SiteReading) -> str:

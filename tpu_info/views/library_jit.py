@@ -49,6 +49,7 @@ from tpu_info.contract.model import (
 )
 from tpu_info.views.cost import (
     Cost,
+    below_bar,
     cost_of,
     duration,
     share_words,
@@ -109,11 +110,9 @@ def _why_not(s: Snapshot, site: SiteReading, c: Cost) -> str:
         return "not in the steps: its time is not a step's"
     if (c.per_step or 0.0) < PER_STEP_AT_LEAST:
         return f"in {share_words(c.per_step or 0.0)} of the steps (said from half)"
-    share = c.share_of_step or 0.0
-    if share >= MIN_SHARE:
+    said = below_bar(c, MIN_SHARE)
+    if not said:
         return ""
-    said = (f"{duration(c.seconds_per_step or 0.0)}/step, {share_words(share)} of step time "
-            f"(said from {share_words(MIN_SHARE)})")
     if c.seconds < site.seconds:  # cut to what the device's work left of it
         whole = replace(c, seconds=site.seconds)
         said = (f"its {duration(whole.seconds_per_step or 0.0)}/step of host time "

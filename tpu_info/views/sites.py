@@ -49,8 +49,8 @@ from tpu_info.views.cost import (
 )
 from tpu_info.views.eager import eager_site_advice, not_jitted_step
 from tpu_info.views.periodic import part_of_periodic_work
+from tpu_info.views.read_words import busy_cpu_words, cheap_sync_words, sync_advice
 from tpu_info.views.sampled_reads import read_cost, sampled_read
-from tpu_info.views.slack import loaded_machine
 
 # A site is a finding when it ran in at least half the steps (or, steps
 # unknown, this many times) and cost at least this much, in all and as a share.
@@ -264,42 +264,6 @@ def _how_often(c: Cost) -> str:
     return "every step" if p >= 0.9 else "in most steps"
 
 
-# Where a read every step goes is not recorded (a log line, a stop test, a
-# constant): the advice names each case.
-_TORCH_SYNC_ADVICE = ("Log every N steps if it is logged (or sum it on the device: total += "
-                      "loss.detach(), one .item() at the end); test every N steps if it "
-                      "decides when to stop; read it once before the loop if it never "
-                      "changes.")
-
-
-def _on_cpu(s: Snapshot) -> bool:
-    """Whether the process computes on the host's CPU (or says nothing of its
-    devices): there a read costs microseconds and shows nothing of a pipeline."""
-    return all(d.platform.lower() in ("cpu", "") for d in s.devices)
-
-
-def _cheap_sync_words(s: Snapshot) -> str:
-    if _on_cpu(s):
-        return ("It is cheap on this CPU, but on a GPU or TPU each read drains the pipeline: "
-                "the host cannot queue the next step while this one runs.")
-    return "It is cheap at this step time, but it keeps the host from running ahead."
-
-
-def _sync_advice(detail: str, engine: str = "jax") -> str:
-    if engine.startswith("torch"):
-        return _TORCH_SYNC_ADVICE
-    d = detail.lower()
-    if "print" in d or "repr" in d or "str" in d or "format" in d:
-        return ("Print every N steps, or use jax.debug.print inside the jitted function "
-                "(it prints without stopping the host).")
-    if "bool" in d or " if" in d or "control" in d:
-        return ("Python control flow on a device value: branch on the device (jnp.where, "
-                "lax.cond inside jit), or check it every N steps.")
-    return ("Log every N steps if it is logged (or accumulate it with jnp and read once); "
-            "test every N steps if it decides when to stop (or keep the test on the device: "
-            "lax.while_loop); read it once before the loop if it never changes.")
-
-
 # The hook names a numpy argument's dtype where the host sends float64 that
 # JAX (x64 off) turns into float32 on every call (jit_numpy.FLOAT64_WORD).
 FLOAT64_ADVICE = ("The host sends float64 that JAX converts to float32 on every call: make "
@@ -396,19 +360,14 @@ def _finding(s: Snapshot, site: SiteReading) -> Finding | None:
     where = f"{site.detail or 'a read'} at {short_location(site.location)}{via}"
     if site.kind == SiteKind.SYNC.value:
         costly = _costly(c)
-        weight = "" if costly else f" {_cheap_sync_words(s)}"
-        loaded = loaded_machine(s) if site.drain_seconds is not None and _on_cpu(s) else None
-        if loaded is not None:  # the drain model's overlap had no free core to run on
-            costly = False
-            weight = (f" An upper bound: on the CPU backend the device is the host's own cores, "
-                      f"and the machine was busy (the training thread waited for a core "
-                      f"{loaded[0]:.0f}% of the loop's time), so the device's work could not "
-                      f"run beside the host's and removing the read saves less, down to its "
-                      f"own latency (flax's fsdp example: 13-18 % said, ~2 % by A/B).")
+        weight = "" if costly else f" {cheap_sync_words(s)}"
+        bound = busy_cpu_words(s) if site.drain_seconds is not None else ""
+        if bound:  # the drain model's overlap had no free core to run on
+            costly, weight = False, f" {bound}"
         return Finding(
             f"{where} reads a value back to the host {_how_often(c)} ({c.words()}): the host "
             f"waits for the device to finish, then the device waits for the host.{weight} "
-            f"{_sync_advice(site.detail, engine_of(s))}",
+            f"{sync_advice(site.detail, engine_of(s))}",
             Severity.WARNING if costly else Severity.INFO, site.location,
             kind="per_step_sync", **c.fields())
     each = size_words(site.bytes / site.count) if site.count else size_words(0)
