@@ -60,9 +60,11 @@ def loader_cost(s: Snapshot, site: SiteReading) -> Cost:
                    note=note)
 
 
-def workers(site: SiteReading) -> int:
-    """The loader's ``num_workers`` (its site's detail), 0 where not told."""
-    _, _, n = site.detail.partition("num_workers=")
+def workers(site: SiteReading, name: str = "num_workers") -> int:
+    """The loader's ``num_workers`` (or, ``name="cores"``, the cores its
+    process may run on: its site's detail), 0 where not told."""
+    _, _, n = site.detail.partition(f"{name}=")
+    n = n.split(",")[0]
     return int(n) if n.isdigit() else 0
 
 
@@ -89,7 +91,12 @@ def not_raised(s: Snapshot, site: SiteReading) -> str:
     return _why_not(s, site, loader_cost(s, site))
 
 
-def _advice(n: int) -> str:
+def _advice(n: int, cores: int) -> str:
+    if n and cores and n >= cores:  # (makemore: 4 workers on 2 cores; 0 workers was slower)
+        return (f"Its {n} workers already match or outnumber the {cores} cores this process "
+                "may use, and share them with the step: more workers will not help. Make "
+                "each sample cheaper (decode and transform once and cache, or transform "
+                "whole batches on the device), or run it where more cores are free.")
     if n == 0:
         return ("Load in worker processes beside the step (DataLoader(num_workers=N), N up "
                 "to the free cores; persistent_workers=True keeps them across epochs), set "
@@ -118,6 +125,6 @@ def data_loading(s: Snapshot) -> Iterable[Finding]:
                 f"the training loop waits for the batches of the DataLoader iterated at {at} "
                 f"(num_workers={n})")
         yield Finding(
-            f"{what} ({c.words()}). {_advice(n)}",
+            f"{what} ({c.words()}). {_advice(n, workers(site, 'cores'))}",
             Severity.WARNING if (c.share_of_step or 0.0) >= WARN_SHARE else Severity.INFO,
             site.location, kind="per_step_data_loading", **c.fields())

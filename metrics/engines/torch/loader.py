@@ -35,6 +35,7 @@ Example:
 from __future__ import annotations
 
 import functools
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -57,6 +58,15 @@ MAX_SITES = 64  # loader lines kept apart; later ones are not timed
 ATTR = "_tpu_info_loader_site"  # the iterator's site, set on its first batch
 _KIND = SiteKind.DATA_LOADER.value
 
+
+
+def _cores() -> int:
+    """The cores this process may run on (its workers and its step share
+    them), 0 where not told."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        return os.cpu_count() or 0
 
 class _Site:
     """One line that drew DataLoader batches, and their time: ``tally`` is
@@ -159,6 +169,7 @@ class LoaderTimes:
         batches, ``seconds`` the main thread's time in their ``__next__``."""
         self.journal.flush()
         out = []
+        cores = _cores()
         for site in list(self.by_key.values()):
             count, ns, first_ns, last_ns = site.tally
             if not count:
@@ -166,7 +177,8 @@ class LoaderTimes:
             first, last = first_ns / 1e9 + self.to_unix, last_ns / 1e9 + self.to_unix
             out.append(SiteReading(
                 _KIND, site.location, count, seconds=ns / 1e9,
-                detail=f"num_workers={site.workers}", via=site.via,
+                detail=f"num_workers={site.workers}"
+                + (f", cores={cores}" if site.workers and cores else ""), via=site.via,
                 first_seen_unix=first, last_seen_unix=last,
                 phase=phase_of(first, last, count, steps).value, occurrences=count))
         return out

@@ -59,6 +59,15 @@ def test_workers_that_do_not_keep_up_are_said_with_their_count():
     assert "Its 2 workers did not keep up" in f.message
 
 
+def test_workers_that_outnumber_the_cores_are_not_told_to_add_more():
+    # makemore: 4 workers on 2 cores (its step 28.6 ms, 40.0 ms with none):
+    # "add workers (up to the free cores)" did not fit.
+    s = _snap(replace(_loader(4.9, workers=4), detail="num_workers=4, cores=2"))
+    [f] = [f for f in find(s) if f.kind == "per_step_data_loading"]
+    assert "(num_workers=4)" in f.message and "add workers" not in f.message
+    assert "Its 4 workers already match or outnumber the 2 cores" in f.message
+
+
 def test_a_cheap_loader_is_said_why_not_in_json():
     s = _snap(_loader(0.3))
     assert not [f for f in find(s) if f.kind == "per_step_data_loading"]

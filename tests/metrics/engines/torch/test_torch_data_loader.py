@@ -218,6 +218,6 @@ def test_per_sample_loading_in_the_training_process_is_a_finding(tmp_path):
 def test_a_loader_with_worker_processes_runs_under_the_hook(tmp_path):
     snap, lines, out = _run(tmp_path, 2)
     (site,) = [x for x in _loaders(snap) if x.location == lines["for"]]
-    assert site.detail == "num_workers=2", site
+    assert site.detail == f"num_workers=2, cores={len(os.sched_getaffinity(0))}", site
     assert site.count == 2 * out["batches"], site
     assert snap.counter("HookErrors") == 0
