@@ -253,6 +253,11 @@ class StepGaps:
         if any(n.kind != TRAIN for n in got):
             self.closed_after = a
             self._gap(a, got[-1].ns, step, got)
+            # The program has ended: what ran after its last noted call (the
+            # evaluation's loader and reads past its second model.eval(), as
+            # PyG's gin after its last step) was that work too.
+            if self.spans and self.spans[-1][0] == a:
+                self.spans.append((a, 1 << 62, self.spans[-1][2]))
 
     def restart(self) -> None:
         """Another count of steps takes the gaps over (an optimizer's first

@@ -145,3 +145,21 @@ def test_reads_in_the_open_gap_after_the_last_step_are_its_leads():
     assert gaps.lead_around(11_500 / 1e9, 41_500 / 1e9) == "/w/gcn.py:80"
     # (a read after the last step before any work was noted there is no one's)
     assert gaps.lead_around(11_500 / 1e9, 40_500 / 1e9) == ""
+
+
+def test_records_past_the_last_note_of_an_ended_programs_last_work_are_its():
+    """PyG's gin evaluates on two loaders after its last step (two
+    model.eval() calls); once the program has ended that work is closed at
+    its last note, and the second loader's batches after it were no one's:
+    a per_step_data_loading "the step waits for it" inside the evaluation."""
+    from metrics.engines.torch.gaps import EVAL, TRAIN, Note, StepGaps
+
+    gaps = StepGaps()
+    marks = [10_000 * k for k in range(1, 5)]
+    for a in marks:  # each epoch's evaluation: two eval() calls, the last after the last step
+        gaps.notes.extend([Note(EVAL, "/w/gin.py:82", "", "GIN.eval()", a + 1_000),
+                           Note(EVAL, "/w/gin.py:82", "", "GIN.eval()", a + 3_000),
+                           Note(TRAIN, "", "", "", a + 5_000)][:2 if a == marks[-1] else 3])
+    gaps.intervals(marks, 1)
+    gaps.close_open(marks[-1], len(marks))  # the program ended
+    assert gaps.lead_around(11_500 / 1e9, 43_500 / 1e9) == "/w/gin.py:82"  # past 43_000
