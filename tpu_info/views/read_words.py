@@ -5,7 +5,7 @@ host's own CPU."""
 from __future__ import annotations
 
 from tpu_info.contract.model import Snapshot
-from tpu_info.views.slack import loaded_machine
+from tpu_info.views.slack import busy_cpu, on_cpu
 
 # Where a read every step goes is not recorded (a log line, a stop test, a
 # constant): the advice names each case.
@@ -13,12 +13,6 @@ _TORCH_SYNC_ADVICE = ("Log every N steps if it is logged (or sum it on the devic
                       "loss.detach(), one .item() at the end); test every N steps if it "
                       "decides when to stop; read it once before the loop if it never "
                       "changes.")
-
-
-def on_cpu(s: Snapshot) -> bool:
-    """Whether the process computes on the host's CPU (or says nothing of its
-    devices): there a read costs microseconds and shows nothing of a pipeline."""
-    return all(d.platform.lower() in ("cpu", "") for d in s.devices)
 
 
 def cheap_sync_words(s: Snapshot) -> str:
@@ -50,7 +44,7 @@ def busy_cpu_words(s: Snapshot) -> str:
     (:func:`~tpu_info.views.slack.loaded_machine`), a read's drain is an
     upper bound: its words (flax's fsdp example: a ``float()`` every step
     said 13-18 % where removing it saved ~2 % by A/B). Else ``""``."""
-    loaded = loaded_machine(s) if on_cpu(s) else None
+    loaded = busy_cpu(s)
     if loaded is None:
         return ""
     return (f"An upper bound: on the CPU backend the device is the host's own cores, and the "

@@ -83,6 +83,19 @@ def loaded_machine(s: Snapshot) -> tuple[float, int] | None:
     return (median, d.count) if median is not None and median >= LOADED_PERCENT else None
 
 
+def on_cpu(s: Snapshot) -> bool:
+    """Whether the process computes on the host's CPU (or says nothing of its
+    devices): there a read costs microseconds and shows nothing of a pipeline."""
+    return all(d.platform.lower() in ("cpu", "") for d in s.devices)
+
+
+def busy_cpu(s: Snapshot) -> tuple[float, int] | None:
+    """:func:`loaded_machine` where the device is the host's own CPU: its
+    work and the host's share the busy cores, so no host cost there is hidden
+    beside the device's, nor saved whole by removing it; else None."""
+    return loaded_machine(s) if on_cpu(s) else None
+
+
 def queued_wait(s: Snapshot) -> float:
     """Seconds the host waited at its reads every N steps in the loop for the
     device's queued work (a read's wait less its drain:
