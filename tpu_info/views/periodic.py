@@ -207,14 +207,21 @@ def periodic_seconds(s: Snapshot) -> float:
     return min(total, s.uptime_seconds) if s.uptime_seconds > 0 else total
 
 
-def _advice(s: Snapshot, work: str, torch: bool) -> str:
+def _advice(s: Snapshot, work: str, torch: bool, detail: str = "") -> str:
     """What to do about ``work``: torch's words for a torch program, and its
-    recompile advice only where something was compiled."""
+    recompile advice only where something was compiled; never to run it under
+    inference mode where it ran so (makemore's ``@torch.inference_mode()``
+    evaluate: the lead's ``detail`` ends so, from the hook)."""
     if not torch:
         return _ADVICE[work]
     if work == "evaluation" and not any(g.compiles for g in s.graphs):
-        return _TORCH_ADVICE["evaluation_eager"]
-    return _TORCH_ADVICE[work]
+        advice = _TORCH_ADVICE["evaluation_eager"]
+    else:
+        advice = _TORCH_ADVICE[work]
+    if detail.endswith(" under inference_mode"):
+        advice = advice.replace(", under torch.inference_mode(),", ",").replace(
+            ", under torch.inference_mode().", ".")
+    return advice
 
 
 def periodic_work(s: Snapshot) -> Iterable[Finding]:
@@ -255,7 +262,7 @@ def periodic_work(s: Snapshot) -> Iterable[Finding]:
             f"loop's gaps {often} ({timed} times, {duration(each)} each{share_text}"
             f"{untimed}{'; ' if untimed else ', '}measured: "
             f"{_MEASURED[True] if between else _jax_measured(s, site.work == 'device_work')}; "
-            f"{how}{part}). {_advice(s, site.work, between)}")
+            f"{how}{part}). {_advice(s, site.work, between, site.detail)}")
         yield Finding(message, Severity.WARNING if (share or 0.0) >= WARN_SHARE
                       else Severity.INFO, site.location, seconds, f"periodic_{site.work}",
                       count=site.gaps, phase=Phase.PERIODIC.value, share_of_run=share,

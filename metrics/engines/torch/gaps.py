@@ -84,6 +84,8 @@ __all__ = ["CHECKPOINT", "EVAL", "Note", "StepGaps"]
 # A note's kind: model.eval(), a compiled graph's call with gradients off, torch.save;
 # and the user's model.train() after one of them (the end of an evaluation: no site).
 EVAL, CALL, CHECKPOINT = SiteKind.EVAL_MODE.value, SiteKind.CALL.value, SiteKind.SAVE.value
+# An eval note's detail ends with the grad mode the call ran under, if off.
+INFERENCE_MODE, NO_GRAD = " under inference_mode", " under no_grad"
 TRAIN = "train_mode"
 _WORK = {EVAL: PeriodicWork.EVALUATION.value, CALL: PeriodicWork.EVALUATION.value,
          CHECKPOINT: PeriodicWork.CHECKPOINT.value}
@@ -181,7 +183,10 @@ class StepGaps:
         def wrap_eval(original: Callable[..., Any]) -> Callable[..., Any]:
             @functools.wraps(original)
             def eval(self: Any) -> Any:  # noqa: A001 - the method's own name
-                note(EVAL, f"{type(self).__name__}.eval()")
+                # (the grad mode it ran under: the advice is not to add it)
+                mode = (INFERENCE_MODE if torch.is_inference_mode_enabled() else
+                        NO_GRAD if not torch.is_grad_enabled() else "")
+                note(EVAL, f"{type(self).__name__}.eval(){mode}")
                 return original(self)
             return eval
 

@@ -199,6 +199,13 @@ def test_an_eager_torch_evaluation_is_not_told_about_recompiles():
     (g,) = [f for f in find(replace(eager, graphs=(graph,)))
             if f.kind == "periodic_evaluation"]
     assert "compiled for it once" in g.message, g.message
+    # makemore's evaluate() is @torch.inference_mode() already: not told to add it.
+    assert "inference_mode" in f.message and "inference_mode" in g.message
+    ran = replace(ev, detail="RNNModel.eval() under inference_mode")
+    for snap in (replace(eager, sites=(ran,)), replace(eager, sites=(ran,), graphs=(graph,))):
+        (h,) = [f for f in find(snap) if f.kind == "periodic_evaluation"]
+        assert "torch.inference_mode()" not in h.message, h.message
+        assert "Evaluate less often or on fewer batches" in h.message
 
 
 def test_the_count_beside_each_gaps_time_is_the_gaps_and_the_one_after_the_loop_apart():

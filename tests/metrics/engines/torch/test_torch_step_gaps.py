@@ -52,6 +52,13 @@ def test_only_the_users_model_train_after_a_note_is_noted():
         assert kinds == [EVAL, TRAIN], kinds
         assert gaps.notes[-1].location == "" and gaps.notes[-1].ns >= gaps.notes[0].ns
         assert model.training and all(m.training for m in model.modules())
+        with torch.inference_mode():  # (makemore's @torch.inference_mode() evaluate)
+            model.eval()
+        with torch.no_grad():
+            model.eval()
+        details = [n.detail for n in gaps.notes if n.kind == EVAL]
+        assert details == ["Sequential.eval()", "Sequential.eval() under inference_mode",
+                           "Sequential.eval() under no_grad"], details
     finally:
         ctx.patches.restore()
 
