@@ -190,13 +190,12 @@ def host_work(s: Snapshot) -> Iterable[Finding]:
         why = host_bound(s, b)[0]
         share = c.share_of_step or 0.0
         busy = busy_cpu(s)
-        waits = f"The device waits for it: {why}."
+        waits, bound = f" The device waits for it: {why}.", ""
         if busy is not None:  # (flax seq2seq: 21-42 ms/step said, 1.8 ms by A/B at load 2)
-            share = 0.0  # information
-            waits = (f"An upper bound: on the CPU backend the device is the host's own cores, "
-                     f"and the machine was busy (the training thread waited for a core "
-                     f"{busy[0]:.0f}% of the loop's time): the interval's wall time holds the "
-                     f"device's work and the waits for a core, so removing it saves less.")
+            share, waits = 0.0, ""  # information; said after the advice (a cut keeps that)
+            bound = (f" Its cost is an upper bound: on the CPU backend the device is the host's "
+                     f"own cores, and the machine was busy (the training thread waited for a "
+                     f"core {busy[0]:.0f}% of the loop's time), so removing it saves less.")
         if w.generator:
             what = (f"{w.function}(), a generator the loop draws its batches from, runs on the "
                     f"host between steps")
@@ -209,6 +208,7 @@ def host_work(s: Snapshot) -> Iterable[Finding]:
             fix = ("Do it once before the loop, vectorise it (one numpy call, not a Python "
                    "loop), or, if it is array math on the batch, move it into the jitted step.")
         yield Finding(
-            f"{what} at {short_location(w.location)} ({_lines(w)}; {c.words()}). {waits} {fix}",
+            f"{what} at {short_location(w.location)} ({_lines(w)}; {c.words()}).{waits} {fix}"
+            f"{bound}",
             Severity.WARNING if share >= WARN_SHARE else Severity.INFO, w.location,
             kind="per_step_host_work", **c.fields())

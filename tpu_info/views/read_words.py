@@ -47,8 +47,6 @@ def busy_cpu_words(s: Snapshot) -> str:
     loaded = busy_cpu(s)
     if loaded is None:
         return ""
-    return (f"An upper bound: on the CPU backend the device is the host's own cores, and the "
-            f"machine was busy (the training thread waited for a core {loaded[0]:.0f}% of the "
-            f"loop's time), so the device's work could not run beside the host's and removing "
-            f"the read saves less, down to its own latency (flax's fsdp example: 13-18 % said, "
-            f"~2 % by A/B).")
+    return (f"Its cost is an upper bound: on the CPU backend the device is the host's own "
+            f"cores, and the machine was busy (the training thread waited for a core "
+            f"{loaded[0]:.0f}% of the loop's time), so removing the read saves less.")

@@ -362,12 +362,12 @@ def _finding(s: Snapshot, site: SiteReading) -> Finding | None:
         costly = _costly(c)
         weight = "" if costly else f" {cheap_sync_words(s)}"
         bound = busy_cpu_words(s) if site.drain_seconds is not None else ""
-        if bound:  # the drain model's overlap had no free core to run on
-            costly, weight = False, f" {bound}"
+        if bound:  # the drain model's overlap had no free core to run on (said after
+            costly, weight, bound = False, "", f" {bound}"  # the advice: a cut keeps it)
         return Finding(
             f"{where} reads a value back to the host {_how_often(c)} ({c.words()}): the host "
             f"waits for the device to finish, then the device waits for the host.{weight} "
-            f"{sync_advice(site.detail, engine_of(s))}",
+            f"{sync_advice(site.detail, engine_of(s))}{bound}",
             Severity.WARNING if costly else Severity.INFO, site.location,
             kind="per_step_sync", **c.fields())
     each = size_words(site.bytes / site.count) if site.count else size_words(0)

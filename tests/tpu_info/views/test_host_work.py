@@ -148,5 +148,5 @@ def test_on_a_busy_cpu_backend_host_work_is_an_upper_bound_at_information():
     busy = dataclasses.replace(s, distributions=(*s.distributions, queue))
     [f] = [f for f in find(busy) if f.kind == "per_step_host_work"]
     assert f.severity.label == "info" and f.seconds_per_step == free.seconds_per_step
-    assert "An upper bound" in f.message and "waited for a core 60%" in f.message
+    assert "an upper bound" in f.message and "waited for a core 60%" in f.message
     assert "The device waits for it" not in f.message

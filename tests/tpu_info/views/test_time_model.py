@@ -168,4 +168,4 @@ def test_a_read_on_a_busy_cpu_backend_is_an_upper_bound_at_information():
     busy = _one(_snap(read, devices=cpu, distributions=(queue,)), "per_step_sync")
     assert busy.severity == "info" and busy.seconds_lost == free.seconds_lost
     assert "waited for a core 40% of the loop's time" in busy.message
-    assert "An upper bound" in busy.message
+    assert "an upper bound" in busy.message
