@@ -47,7 +47,7 @@ from tpu_info.views.cost import (
     short_location,
     steps_of,
 )
-from tpu_info.views.slack import busy_cpu
+from tpu_info.views.slack import busy_cpu_words
 
 MIN_SHARE = 0.05  # of the steady step: said from here
 WARN_SHARE = 0.10  # a warning from here
@@ -189,13 +189,10 @@ def host_work(s: Snapshot) -> Iterable[Finding]:
             continue
         why = host_bound(s, b)[0]
         share = c.share_of_step or 0.0
-        busy = busy_cpu(s)
-        waits, bound = f" The device waits for it: {why}.", ""
-        if busy is not None:  # (flax seq2seq: 21-42 ms/step said, 1.8 ms by A/B at load 2)
-            share, waits = 0.0, ""  # information; said after the advice (a cut keeps that)
-            bound = (f" Its cost is an upper bound: on the CPU backend the device is the host's "
-                     f"own cores, and the machine was busy (the training thread waited for a "
-                     f"core {busy[0]:.0f}% of the loop's time), so removing it saves less.")
+        bound = busy_cpu_words(s, "it")
+        waits = f" The device waits for it: {why}."
+        if bound:  # information; said after the advice (a report's cut keeps that)
+            share, waits, bound = 0.0, "", f" {bound}"
         if w.generator:
             what = (f"{w.function}(), a generator the loop draws its batches from, runs on the "
                     f"host between steps")

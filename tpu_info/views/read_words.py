@@ -5,7 +5,7 @@ host's own CPU."""
 from __future__ import annotations
 
 from tpu_info.contract.model import Snapshot
-from tpu_info.views.slack import busy_cpu, on_cpu
+from tpu_info.views.slack import on_cpu
 
 # Where a read every step goes is not recorded (a log line, a stop test, a
 # constant): the advice names each case.
@@ -38,15 +38,3 @@ def sync_advice(detail: str, engine: str = "jax") -> str:
             "test every N steps if it decides when to stop (or keep the test on the device: "
             "lax.while_loop); read it once before the loop if it never changes.")
 
-
-def busy_cpu_words(s: Snapshot) -> str:
-    """Where the device is the host's CPU and the machine was busy
-    (:func:`~tpu_info.views.slack.loaded_machine`), a read's drain is an
-    upper bound: its words (flax's fsdp example: a ``float()`` every step
-    said 13-18 % where removing it saved ~2 % by A/B). Else ``""``."""
-    loaded = busy_cpu(s)
-    if loaded is None:
-        return ""
-    return (f"Its cost is an upper bound: on the CPU backend the device is the host's own "
-            f"cores, and the machine was busy (the training thread waited for a core "
-            f"{loaded[0]:.0f}% of the loop's time), so removing the read saves less.")

@@ -49,8 +49,9 @@ from tpu_info.views.cost import (
 )
 from tpu_info.views.eager import eager_site_advice, not_jitted_step
 from tpu_info.views.periodic import part_of_periodic_work
-from tpu_info.views.read_words import busy_cpu_words, cheap_sync_words, sync_advice
+from tpu_info.views.read_words import cheap_sync_words, sync_advice
 from tpu_info.views.sampled_reads import read_cost, sampled_read
+from tpu_info.views.slack import busy_cpu_words
 
 # A site is a finding when it ran in at least half the steps (or, steps
 # unknown, this many times) and cost at least this much, in all and as a share.
@@ -361,7 +362,7 @@ def _finding(s: Snapshot, site: SiteReading) -> Finding | None:
     if site.kind == SiteKind.SYNC.value:
         costly = _costly(c)
         weight = "" if costly else f" {cheap_sync_words(s)}"
-        bound = busy_cpu_words(s) if site.drain_seconds is not None else ""
+        bound = busy_cpu_words(s, "the read") if site.drain_seconds is not None else ""
         if bound:  # the drain model's overlap had no free core to run on (said after
             costly, weight, bound = False, "", f" {bound}"  # the advice: a cut keeps it)
         return Finding(
