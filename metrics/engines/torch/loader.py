@@ -59,7 +59,6 @@ ATTR = "_tpu_info_loader_site"  # the iterator's site, set on its first batch
 _KIND = SiteKind.DATA_LOADER.value
 
 
-
 def _cores() -> int:
     """The cores this process may run on (its workers and its step share
     them), 0 where not told."""
@@ -67,6 +66,7 @@ def _cores() -> int:
         return len(os.sched_getaffinity(0))
     except (AttributeError, OSError):  # not Linux
         return os.cpu_count() or 0
+
 
 class _Site:
     """One line that drew DataLoader batches, and their time: ``tally`` is

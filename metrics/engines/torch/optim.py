@@ -7,7 +7,7 @@ program calls no compiled graph at all. The hook is torch's global
 ``register_optimizer_step_post_hook`` (torch 2.0 on: every optimizer,
 whenever it was made): one clock read and one journal append per step,
 folded before a read into per-optimizer counts and the step loop's bounds;
-and a second clock read against a due time: once a second the share of the
+and that clock read against a due time: once a second the share of the
 time since that the training thread waited for a core
 (``TrainingThreadRunQueue``: a loaded machine's slow steps are its own).
 
@@ -353,16 +353,18 @@ def _stepped(ranked: list[_Optimizer]) -> tuple[_Optimizer | None, str, list[_Op
 
 
 def _noter(steps: OptimizerSteps,
-           compiling: Callable[[], bool] | None) -> Callable[[object], None]:
+           compiling: Callable[[], bool] | None) -> Callable[[object], int | None]:
     """What both hooks do: a clock read and an append of ``(owner, now)``
     (``compiling``: Dynamo reads it as True while tracing, so a compiled step
-    traces none of the rest; None: the caller tested it)."""
+    traces none of the rest; None: the caller tested it, and gets ``now``)."""
     q, flush, clock, limit = steps.queue, steps.journal.flush, time.monotonic_ns, FOLD_AT * FIELDS
 
-    def note(owner: object) -> None:
-        q.extend((owner, clock()))
+    def note(owner: object) -> int:
+        now = clock()
+        q.extend((owner, now))
         if len(q) >= limit:
             flush()
+        return now
 
     if compiling is None:
         return note
@@ -409,15 +411,14 @@ def _pre_hook(steps: OptimizerSteps, compiling: Callable[[], bool]) -> Callable[
 def _hook(steps: OptimizerSteps, compiling: Callable[[], bool]) -> Callable[..., None]:
     """The post-step hook: notes the optimizer's step."""
     note = _noter(steps, None)  # compiling() is read below, once
-    inside, busy, clock = steps.inside, steps.busy, time.monotonic_ns
+    inside, busy = steps.inside, steps.busy
 
     def optimizer_stepped(optimizer: Optimizer, args: object, kwargs: object) -> None:
         if compiling():  # traced by Dynamo: nothing (see _noter)
             return
         inside[0] = None
-        note(optimizer)
-        now = clock()
-        if now >= busy.due_ns:  # a second apart: the run queue's share since
+        now = note(optimizer)  # (the step's clock read)
+        if now is not None and now >= busy.due_ns:  # a second apart: the run queue's share
             try:
                 busy.tick(now)
             except Exception as e:  # noqa: BLE001 - a hook never raises into the program
