@@ -247,16 +247,20 @@ def _periodic_in(s: Snapshot, slow: list[Slow]) -> list[SiteReading]:
 
 
 def _excess(s: Snapshot, d: DistributionReading, median: float, slow: list[Slow],
-            named: float) -> tuple[float, str]:
+            named: float, loaded: bool = False) -> tuple[float, str]:
     """The outliers' time above the median over all steps, and what it stands
     on. Measured when the recent window holds every step, or holds fewer
-    than :data:`MIN_TO_SCALE` outliers (the window's alone); else scaled from
-    it, and never more than was measured: all steps' time above the median
-    (``StepTime``'s total less the median times its count) less the named
-    periodic work's (``named``), and the run."""
+    than :data:`MIN_TO_SCALE` outliers, or the machine was loaded (slow steps
+    at random: no rate) (the window's alone); else scaled from it, and never
+    more than was measured: all steps' time above the median (``StepTime``'s
+    total less the median times its count) less the named periodic work's
+    (``named``), and the run."""
     recent = sum(x.seconds - median for x in slow)
     if d.count <= len(d.recent):
         return recent, f"measured over all {d.count:,} steps"
+    if loaded:
+        return recent, (f"measured in the last {len(d.recent):,} of {d.count:,} timed steps, "
+                        "not scaled: on a loaded machine slow steps come at random")
     if len(slow) < MIN_TO_SCALE:
         return recent, (f"measured in the last {len(d.recent):,} of {d.count:,} timed "
                         f"steps ({len(slow)} slow: too few to scale to all)")
@@ -289,12 +293,7 @@ def slow_steps(s: Snapshot) -> Iterable[Finding]:
     if not slow:
         return
     loaded = loaded_machine(s)
-    excess, stands_on = _excess(s, d, median, slow, periodic_seconds(s))
-    if loaded is not None and d.count > len(d.recent) and len(slow) >= MIN_TO_SCALE:
-        # at random on a loaded machine: no rate to scale to all steps
-        excess = sum(x.seconds - median for x in slow)
-        stands_on = (f"measured in the last {len(d.recent):,} of {d.count:,} timed steps, not "
-                     "scaled: on a loaded machine slow steps come at random")
+    excess, stands_on = _excess(s, d, median, slow, periodic_seconds(s), loaded is not None)
     if taken:
         held = "steps held" if taken > 1 else "step held"
         stands_on += (f"; {taken} slow {held} an evaluation or checkpoint named on its own: "
