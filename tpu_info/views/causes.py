@@ -100,7 +100,9 @@ def torch_loaded(engines: str) -> bool:
 
 # A short last batch: what to do depends on where batches come from.
 _SLICE = "skip the short last slice (range(0, n - batch + 1, batch))"
-SHORT_LAST_SLICE = f"Pad or bucket the last batch to the batch size, or {_SLICE}."
+# (haiku's vae example batches with tf.data: there it is drop_remainder=True)
+SHORT_LAST_SLICE = (f"Pad or bucket the last batch to the batch size, or drop it: {_SLICE}, "
+                    "or drop_remainder=True where tf.data or grain batches it.")
 SHORT_LAST_LOADER = ("Pad or bucket the last batch, or drop it: drop_last=True on torch's "
                      f"DataLoader, or, where the loop slices the data, {_SLICE}.")
 _MARK_DYNAMIC = ("Bucket that dimension to a few fixed sizes, or mark it dynamic "

@@ -98,7 +98,7 @@ Graphs: 2 known, top 2 by compile time
 Time:
   run 10.0 s: compiles 5.6 ms (<1%), other 10.0 s (100%)
 Findings:
-  - [recompile_short_last_batch] jit(train_step) compiled 2 times (5.6 ms compiling; 1 recompile, 2.8 ms: 0.024 per step, 68 us/step, measured); argument 'batch' changed f32[32,128] -> f32[31,128] (short last batch) at train.py:88. Pad or bucket the last batch to the batch size, or skip the short last slice (range(0, n - batch + 1, batch)).
+  - [recompile_short_last_batch] jit(train_step) compiled 2 times (5.6 ms compiling; 1 recompile, 2.8 ms: 0.024 per step, 68 us/step, measured); argument 'batch' changed f32[32,128] -> f32[31,128] (short last batch) at train.py:88. Pad or bucket the last batch to the batch size, or drop it: skip the short last slice (range(0, n - batch + 1, batch)), or drop_remainder=True where tf.data or grain batches it.
     cost: 68 us/step
   - [cpu_fallback] aten::nonzero ran on the CPU 3 times: it falls back to the CPU (no XLA lowering), so each call copies its inputs to the host and the result back. Replace it with ops that lower, or keep it out of the step; see torch_xla's TROUBLESHOOTING.md on aten:: counters.
 """
