@@ -321,6 +321,7 @@ def _recorder(ops: EagerOps) -> Callable[..., None]:
     q1, q2, q3, q4 = (j.queue for j in ops.separators)
     queue, flush, fold_at = ops.queue, ops.journal.flush, FOLD_AT * FIELDS
     extend = queue.extend
+    waited_at: dict[tuple[int, int], int] = {}  # a line's waits: (id(code), offset) -> step
 
     def record(name: str, frame: FrameType | None, start: int, end: int,
                waited: bool, cpu: int, host: int = 0) -> None:
@@ -351,11 +352,14 @@ def _recorder(ops: EagerOps) -> Callable[..., None]:
             call = context.gap_call
             if call is not None and call[2] is step:
                 queued = call
-            if step is not None and context.gap_owner is step and at - context.eager_prev > 1:
-                # The first eager op after steps that ran none, waiting for
-                # them: device work sent in the loop's gap (an un-jitted
+            if step is not None and context.gap_owner is step and (
+                    at - context.eager_prev > 1 or _new_wait(waited_at, f, offset, at)):
+                # The first eager op after steps that ran none, or the first
+                # at a line that waited in no step before this one, waiting
+                # for them: device work sent in the loop's gap (an un-jitted
                 # evaluation), noted as the gap's call at the loop's line
-                # (gaps.py). Eager ops every step (indexing a batch) are none.
+                # (gaps.py). Eager ops every step (indexing a batch, a
+                # one_hot of the labels) are none.
                 context.gap_owner = None
                 impl.record(CALL, loop_frame(frame, getattr(step, "caller_code", None) or None)
                             or frame,
@@ -368,6 +372,22 @@ def _recorder(ops: EagerOps) -> Callable[..., None]:
             flush()
 
     return record
+
+
+def _new_wait(waited_at: dict[tuple[int, int], int], frame: FrameType | None, offset: int,
+              at: int) -> bool:
+    """Whether an op that waited for the steps, at ``frame``'s ``offset``
+    after step ``at``, waited in the step before (a per-step op on the step's
+    output) or never, or not since earlier steps (an evaluation's first op
+    after steps with other eager ops in them: the JAX docs' data-loading
+    notebook's ``one_hot`` of each batch); notes this wait."""
+    if frame is None:
+        return False
+    key = (id(frame.f_code), offset)
+    seen = waited_at.get(key)
+    if seen is not None or len(waited_at) < _MAX_CODES:
+        waited_at[key] = at
+    return at >= 2 and (seen is None or seen < at - 1)
 
 
 def _line(code: CodeType | None, offset: int) -> int:
