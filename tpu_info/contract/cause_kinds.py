@@ -57,6 +57,10 @@ class CauseKind(enum.StrEnum):
     TENSOR_PROPERTY = "tensor_property"  # device index, dispatch key set: ``name``
     TYPE_CHANGE = "type_change"
     OBJECT_IDENTITY = "object_identity"
+    # The object a graph was compiled for was freed and a new one came in its
+    # place (Dynamo: "Cache line invalidated because L['self'] got deallocated"):
+    # an optimizer, model or module made anew. ``argument``: the object.
+    OBJECT_REPLACED = "object_replaced"
     SEQUENCE_LENGTH = "sequence_length"
     PYTHON_FLAG = "python_flag"  # a Python bool compiled in
     MODULE_MODE = "module_mode"  # an nn.Module's ``training``: model.train() vs model.eval()

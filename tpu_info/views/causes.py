@@ -47,7 +47,7 @@ from tpu_info.contract.cause_kinds import (  # noqa: F401 - is_function re-expor
     xla_warm_up,
 )
 from tpu_info.contract.model import FIRST_CALL, RecompileCause
-from tpu_info.views.causes_torch import GRAD_MODE, said_number, said_symbolic, torch_words
+from tpu_info.views.causes_torch import GRAD_MODE, said_number, said_torch, torch_words
 
 K = CauseKind
 _KNOWN = frozenset(CauseKind) - {CauseKind.UNKNOWN}
@@ -224,7 +224,7 @@ def _said_symbolic(c: RecompileCause, ctx: _Ctx) -> Said:
     """A dynamic batch's bound failed for a batch of one elsewhere: a second caller's."""
     if c.kind == K.SYMBOLIC_SHAPE and c.dim == 0 and c.after == "1" and ctx.second_site:
         return _batch(c.before or "2", "1", ctx, ctx.loader)
-    return said_symbolic(c)
+    return said_torch(c)
 
 
 def _other_tensors(c: RecompileCause) -> bool:
@@ -297,7 +297,7 @@ _SAID: dict[CauseKind, Callable[[RecompileCause, _Ctx], Said]] = {
     K.TENSOR_PROPERTY: lambda c, ctx: (c.name, f"Keep the input's {c.name} the same on every "
                                        "call.", False),
     K.PYTHON_NUMBER: lambda c, ctx: said_number(c),
-    **dict.fromkeys((K.SYMBOLIC_SHAPE, K.INFERENCE_MODE), _said_symbolic),
+    **dict.fromkeys((K.SYMBOLIC_SHAPE, K.INFERENCE_MODE, K.OBJECT_REPLACED), _said_symbolic),
     K.XLA_NEW_GRAPH: _said_xla_graph,
 }
 
@@ -337,7 +337,7 @@ def _words(c: RecompileCause) -> str:
                 if "grad_mode" in c.name else f"global state changed: {c.name}")
     if k == K.TYPE_CHANGE:
         return f"'{arg}' changed type"
-    if k in (K.INFERENCE_MODE, K.SYMBOLIC_SHAPE):
+    if k in (K.INFERENCE_MODE, K.SYMBOLIC_SHAPE, K.OBJECT_REPLACED):
         return torch_words(c)
     if k == K.OBJECT_IDENTITY:
         return f"'{arg}' is another object than when compiled"
@@ -418,9 +418,8 @@ def typed(cause: RecompileCause) -> RecompileCause:
 
 
 # --- causes from older hooks: their words, read back -----------------------------------
-# The only prose parsed in the views, for saved runs and peers from before the
-# hooks typed their causes (kind unknown); this version's hooks never need it.
-# Dynamo's guard failures and torch_xla's new graphs, as the hooks wrote them.
+# The only prose parsed in the views (saved runs, peers from before the hooks typed
+# their causes): Dynamo's guard failures and torch_xla's new graphs, as hooks wrote them.
 _OLD_WORDS_RE = re.compile(
     r"^tensor '(?P<arg>[^']+)' (?P<what>size|stride|dtype|rank|requires_grad|device index"
     r"|dispatch key set) mismatch(?: at index (?P<i>\d+))?[.:]? expected (?P<exp>[^,]+?)"
@@ -429,7 +428,7 @@ _OLD_WORDS_RE = re.compile(
     r"|^___check_(?P<id>obj|type)_id\((?P<src>[^,]+),"
     r"|^(?P<len>len\()?(?P<vsrc>[^=()]+?)\)? == (?P<val>\S+)$"
     r"|^new graph at sync (?P<sync>\d+)(?:, (?P<after>\d+) syncs after)?"
-    r"|size mismatch at index (?P<index>\d+)")
+    r"|size mismatch at index (?P<index>\d+)|invalidated because (?P<freed>.+?) got dealloc")
 _TENSOR_KINDS = {"size": K.SHAPE_DIM, "stride": K.STRIDE, "dtype": K.DTYPE, "rank": K.RANK,
                  "requires_grad": K.REQUIRES_GRAD}
 
@@ -457,6 +456,9 @@ def _typed_from_text(c: RecompileCause) -> RecompileCause:
             what, K.TENSOR_PROPERTY)
         return replace(c, kind=kind, guard=what, dim=i, argument=g["arg"], before=g["exp"],
                        after=g["act"], name=what if kind == K.TENSOR_PROPERTY else "")
+    if g.get("freed"):  # a new object in the place of the one compiled for
+        return replace(c, kind=K.OBJECT_REPLACED, guard="deallocated",
+                       argument=re.sub(r"^[LG]\['([^']+)'\]", r"\1", g["freed"]))
     if g.get("state"):
         return replace(c, kind=K.GLOBAL_STATE, guard="GLOBAL_STATE", name=g["state"].strip())
     if g.get("id"):
@@ -494,6 +496,5 @@ def _typed_from_text(c: RecompileCause) -> RecompileCause:
         return replace(c, kind=K.SHARDING)
     if "mesh" in d or "context" in d.lower() or "config" in d.lower():
         return replace(c, kind=K.CONTEXT, name="mesh" if "mesh" in d else "")
-    if "___check_obj_id" in d or "ID_MATCH" in d or " id " in d:
-        return replace(c, kind=K.OBJECT_IDENTITY)
-    return replace(c, kind=K.OTHER)
+    return replace(c, kind=K.OBJECT_IDENTITY if any(
+        w in d for w in ("___check_obj_id", "ID_MATCH", " id ")) else K.OTHER)

@@ -1,14 +1,15 @@
 """Words and advice for the torch.compile guard kinds that need more than a
 table entry: a dynamic dimension's guard (``16 <= x.size()[0]``, a growing
 ``idx.size()[1] != 64``, a slice's storage offset), the dispatch-key guard
-of ``torch.inference_mode()``, a Python number Dynamo compiled in, and the
-advice for a ``grad_mode`` guard. Read by :mod:`tpu_info.views.causes`.
+of ``torch.inference_mode()``, a Python number Dynamo compiled in, the
+advice for a ``grad_mode`` guard, and an object the graph was compiled for,
+freed and replaced by a new one (a second optimizer). Read by :mod:`tpu_info.views.causes`.
 
 Example:
     >>> from tpu_info.contract.model import RecompileCause
     >>> c = RecompileCause(0.0, "16 <= x.size()[0]", kind="symbolic_shape", guard="symbolic",
     ...                    argument="x", dim=0, name="size", before="16", after="8")
-    >>> said_symbolic(c)[0]
+    >>> said_torch(c)[0]
     'batch size outside the compiled range (symbolic shape)'
 """
 
@@ -24,12 +25,15 @@ _SEQUENCE_GROWTH = ("Pad the growing dimension to a few bucket sizes (powers of 
                     "(torch._dynamo.mark_dynamic(x, dim)) without branching on its size.")
 
 
-def said_symbolic(c: RecompileCause) -> Said:
+def said_torch(c: RecompileCause) -> Said:
     """A dynamic dimension's guard failed: the code (or Dynamo) assumed a
     bound on it, and this call's size lies beyond; or a tensor made under
-    ``torch.inference_mode()`` met the graph of a normal one."""
+    ``torch.inference_mode()`` met the graph of a normal one; or the object
+    the graph was compiled for was freed and a new one came."""
     if c.kind == "inference_mode":
         return INFERENCE_MODE
+    if c.kind == "object_replaced":
+        return OBJECT_REPLACED
     if c.name == "storage_offset":
         return ("storage offset of a slice", "The input is a slice of a larger tensor whose "
                 "offset Dynamo specialized (0 vs not): pass a contiguous copy (.clone()), or "
@@ -69,9 +73,21 @@ INFERENCE_MODE: Said = ("inference mode", "Tensors made under torch.inference_mo
                        "the training step.", False)
 
 
+# compile_opt_lr (pytorch/tutorials): a second Adam's compiled step compiled
+# again, 18 % of the run; "keep input shapes fixed" did not fit.
+OBJECT_REPLACED: Said = ("object replaced", "The compiled code was specialized on an object "
+                        "(an optimizer, model or module) that was freed, and a new one took "
+                        "its place: each new object compiles again. Create it once and reuse "
+                        "it (one optimizer, one model and one compiled function for the whole "
+                        "run).", False)
+
+
 def torch_words(c: RecompileCause) -> str:
-    """An inference-mode or symbolic-shape cause in words."""
+    """An inference-mode, symbolic-shape or replaced-object cause in words."""
     text = " ".join(c.description.split())
+    if c.kind == "object_replaced":
+        return (f"'{c.argument}' was freed and a new object took its place (the graph was "
+                f"compiled for the old one: {text})")
     if c.kind == "inference_mode":
         return f"tensor '{c.argument}' changed {c.before} -> {c.after} (torch.inference_mode())"
     if c.name == "storage_offset":

@@ -107,6 +107,10 @@ TORCH_REASONS = [
     ("0/0: ___check_obj_id(L['fn'], 140)", K.OBJECT_IDENTITY,
      "'L['fn']' is another object than when compiled"),
     ("0/0: ___check_type_id(L['n'], 94)", K.TYPE_CHANGE, "'L['n']' changed type"),
+    # a second optimizer's compiled step (pytorch/tutorials' compiling_optimizer_lr_scheduler)
+    ("2/0: Cache line invalidated because L['self'] got deallocated", K.OBJECT_REPLACED,
+     "'self' was freed and a new object took its place (the graph was compiled for the old "
+     "one: Cache line invalidated because L['self'] got deallocated)"),
     ("0/0: L['n'] == 2", K.PYTHON_NUMBER, "argument 'n' changed 2 -> 3"),
     ("0/0: L['flag'] == True", K.PYTHON_FLAG, "argument 'flag' changed True -> False"),
     ("0/0: len(L['xs']) == 2", K.SEQUENCE_LENGTH, "len(xs) changed 2 -> 3"),

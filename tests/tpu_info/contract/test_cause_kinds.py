@@ -77,7 +77,8 @@ def test_every_kind_has_its_advice():
         assert k.kind and k.advice, kind
     assert set(ADVICE) | {K.UNKNOWN, K.BATCH_SIZE, K.SHAPE_DIM, K.RANK, K.DTYPE, K.CONFIG,
                           K.CONTEXT, K.GLOBAL_STATE, K.OBJECT_IDENTITY, K.TENSOR_PROPERTY,
-                          K.PYTHON_NUMBER, K.SYMBOLIC_SHAPE, K.INFERENCE_MODE} == set(CauseKind)
+                          K.PYTHON_NUMBER, K.SYMBOLIC_SHAPE, K.INFERENCE_MODE,
+                          K.OBJECT_REPLACED} == set(CauseKind)
 
 
 def test_torch_xla_new_graphs_by_their_sync():

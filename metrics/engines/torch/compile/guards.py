@@ -5,7 +5,9 @@ Dynamo checks every cached graph of a frame and explains each failure in a
 line (measured on torch 2.13): ``tensor 'x' size mismatch at index 0.
 expected 4, actual 8``, ``tensor 'x' dtype mismatch. expected Float, actual
 Double``, ``GLOBAL_STATE changed: grad_mode``, ``L['n'] == 2`` (a Python
-number compiled in), ``len(L['xs']) == 2``, ``___check_obj_id(...)``, each
+number compiled in), ``len(L['xs']) == 2``, ``___check_obj_id(...)``, ``Cache line invalidated
+because L['self'] got deallocated`` (a new object in the place of the one
+the graph was compiled for: a new optimizer), each
 after a compile id (``0/0: ``) and before ``# source  # file:line``. Sizes
 become full types (``f32[4,3] -> f32[8,3]``): before, the type the failing
 graph was compiled for (:class:`TypesByCompile`); after, the recompiled
@@ -47,6 +49,9 @@ _TENSOR = re.compile(
     r"|dispatch key set) mismatch(?: at index (?P<i>\d+))?[.:]? expected (?P<exp>.+?)"
     r"(?:, actual (?P<act>.+))?$")
 _GLOBAL = re.compile(r"^GLOBAL_STATE changed: (?P<what>.+)$")
+# The object a cache entry was specialized on was freed (a new optimizer made
+# for a compiled step): "Cache line invalidated because L['self'] got deallocated".
+_FREED = re.compile(r"^Cache line invalidated because (?P<src>.+?) got deallocated")
 _ID = re.compile(r"___check_(?P<what>obj|type)_id\((?P<src>[^,]+),")
 _VALUE_GUARD = re.compile(r"^(?P<len>len\()?(?P<src>[^=()]+?)\)? == (?P<val>\S+)$")
 _GUARD_COMMENT = re.compile(r"\s+#.*$")
@@ -139,6 +144,9 @@ def parse_recompile_reason(reason: str, now: float, location: str | None,
     if m := _GLOBAL.match(text):
         return replace(cause, kind=CauseKind.GLOBAL_STATE, guard="GLOBAL_STATE",
                        name=m.group("what").strip())
+    if m := _FREED.match(text):
+        return replace(cause, kind=CauseKind.OBJECT_REPLACED, guard="deallocated",
+                       argument=source_name(m.group("src").strip()))
     if m := _ID.search(text):
         kind = CauseKind.TYPE_CHANGE if m.group("what") == "type" else CauseKind.OBJECT_IDENTITY
         return replace(cause, kind=kind, guard=f"___check_{m.group('what')}_id",

@@ -423,3 +423,33 @@ def test_unresumable_graph_break_says_time_outside_graphs_and_dynamos_hint(rec):
     assert "of step time is spent outside compiled graphs" in f.message and "measured" in f.message
     assert "Python in between" not in f.message and f.seconds_lost > 0
     assert rec.registry.metric_data("EagerFallbackTime")[0] == 5  # the calls after the first
+
+
+def _compiled_step(model):
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    @torch.compile(backend="eager")
+    def step():
+        opt.step()
+
+    return step
+
+
+def test_a_new_optimizer_is_said_replaced_not_other(rec):
+    """pytorch/tutorials' compiling_optimizer_lr_scheduler makes a second Adam
+    and compiles its step: Dynamo's "Cache line invalidated because L['self']
+    got deallocated" was `recompile_other`, told to keep shapes fixed."""
+    from tpu_info.views.causes import classify
+
+    model = torch.nn.Linear(4, 4)
+    model(torch.ones(4)).sum().backward()
+    for _ in range(2):
+        step = _compiled_step(model)
+        step()
+        step()
+    causes = [c for g in rec.ledger.snapshot() for c in g.causes if c.kind != "first_call"]
+    assert causes and all(c.kind == "object_replaced" for c in causes), causes
+    k = classify(next(c for c in causes if c.argument == "self"))
+    assert k.kind == "object replaced" and not k.expected
+    assert k.words.startswith("'self' was freed and a new object took its place")
+    assert "Create it once and reuse it" in k.advice and "shapes" not in k.advice
