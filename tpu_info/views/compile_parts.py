@@ -105,23 +105,31 @@ def cache_words(engine: str, graphs: Sequence[GraphRecord], cache_on: int) -> st
 
 
 def message(head: str, parts: Sequence[tuple[float, str]], cached: Sequence[GraphRecord],
-            advice: str) -> str:
-    """``head``, then each part (``(seconds, words)``) and the cache's part
-    (``cached``'s graphs, named, with ``advice``; none where empty), the
-    largest first, in at most :data:`MESSAGE_CHARS` characters: where the
-    words would be longer the cache's part names fewer functions, then its
-    advice leaves out its closing reason in parentheses."""
-    def text(most: int, advice: str) -> str:
+            advice: str, first: Sequence[str] = ()) -> str:
+    """``head``, then ``first`` (the graphs the step loop waited for, with
+    their advice, ahead of the rest; in full, then briefer), then each part
+    (``(seconds, words)``) and the cache's part (``cached``'s graphs, named,
+    with ``advice``; none where empty), the largest first, in at most
+    :data:`MESSAGE_CHARS` characters: where the words would be longer the
+    cache's part names fewer functions, then its advice leaves out its
+    closing reason in parentheses, then (after ``first``) the smallest parts
+    are left out."""
+    def text(most: int, advice: str, lead: str = "", keep: int | None = None) -> str:
         said = list(parts)
         if cached:
             seconds = sum(g.compile_seconds_total for g in cached)
             said.append((seconds, f"{named(cached, most)}: {advice}" if advice
                          else f"the other {named(cached, most)}"))
         said.sort(key=lambda x: -x[0])
-        return f"{head}: {'; '.join(w for _, w in said)}."
+        return f"{head}: {'; '.join([lead] * bool(lead) + [w for _, w in said[:keep]])}."
     brief = advice.rsplit(" (", 1)[0] if advice.endswith(")") else advice
-    for words in (advice, brief):
-        for most in range(MOST_NAMED, 0, -1):
-            if len(said := text(most, words)) <= MESSAGE_CHARS:
-                return said
-    return text(0, brief)
+    for lead in first or ("",):
+        for words in (advice, brief):
+            for most in range(MOST_NAMED, 0, -1):
+                if len(said := text(most, words, lead)) <= MESSAGE_CHARS:
+                    return said
+    lead = first[-1] if first else ""
+    keep = len(parts) + bool(cached)
+    while lead and keep > 0 and len(text(0, brief, lead, keep)) > MESSAGE_CHARS:
+        keep -= 1
+    return text(0, brief, lead, keep)

@@ -38,6 +38,7 @@ from tpu_info.contract.model import (
 )
 from tpu_info.contract.phases import bursts_phase
 from tpu_info.views.causes import CauseAdvice, classify, warm_up, xla_new_graph
+from tpu_info.views.compile_in_loop import first_in_loop, in_loop_part, worth_saying
 from tpu_info.views.compile_parts import cache_words, message, named
 from tpu_info.views.cost import (
     cost_of,
@@ -253,17 +254,25 @@ def compile_share(s: Snapshot) -> Iterable[Finding]:
     the largest part first, each with the finding or advice that fits it
     (:mod:`tpu_info.views.compile_parts`): eager code's single-operation
     graphs, the slow_compile findings' graphs, the recompiles' findings,
-    and the rest named, with the cache across runs."""
+    and the rest named, with the cache across runs. Graphs first compiled
+    inside the step loop come first, said as such
+    (:mod:`tpu_info.views.compile_in_loop`), and are news on their own."""
     ct = s.distribution(catalog.COMPILE_TIME)
     if ct is None or s.uptime_seconds <= 0:
         return
     share = min(1.0, ct.total / 1e9 / s.uptime_seconds)
-    if share < 0.25 or ct.count < 3:
+    compiled = [g for g in s.graphs if g.compiles]
+    told, kinds = _told_recompiles(s)
+    slow_hashes = slow_graphs(s)
+    # First compiles the loop waited for: said first (slow_compile's and the
+    # recompiles' graphs have their own findings).
+    looped = [(g, w) for g, w in first_in_loop(s, compiled)
+              if g.hash not in slow_hashes and function_name(g.name) not in told]
+    looped = looped if worth_saying(s, looped) else []
+    if (share < 0.25 or ct.count < 3) and not looped:
         return
     head = (f"compiling took {share_words(share)} of the run so far ({ct.count} compiles, "
             f"{_seconds(ct.total / 1e9)}, measured)")
-    compiled = [g for g in s.graphs if g.compiles]
-    told, kinds = _told_recompiles(s)
     if engine_of(s) == "torch_xla" and ct.count <= 3 and not told:
         yield Finding(f"{head}: torch_xla compiles its first steps (warm-up), a start-up "
                       "cost that a longer run pays once.", Severity.INFO, None, 0.0,
@@ -272,15 +281,17 @@ def compile_share(s: Snapshot) -> Iterable[Finding]:
     # Each graph in one part: a recompile's finding, eager code's, slow_compile's,
     # answered by the backend cache, or the rest (the cache across runs).
     eager = list(dict.fromkeys(f.kind for f in eager_ops(s)))
-    slow_hashes = slow_graphs(s)
+    in_loop = {g.hash for g, _ in looped}
     again: list[GraphRecord] = []
     tiny: list[GraphRecord] = []
     slow: list[GraphRecord] = []
     hit: list[GraphRecord] = []
     cached: list[GraphRecord] = []
+    loop_first: list[GraphRecord] = []
     for g in compiled:
         (again if function_name(g.name) in told else tiny if eager and single_op(g.name)
-         else slow if g.hash in slow_hashes else hit if g.cache_hits else cached).append(g)
+         else slow if g.hash in slow_hashes else loop_first if g.hash in in_loop
+         else hit if g.cache_hits else cached).append(g)
     parts: list[tuple[float, str]] = []
     if tiny:  # the eager_ops finding's advice: jit that code
         parts.append((_total(tiny), f"eager code's {len(tiny)} single-op graphs "
@@ -299,8 +310,11 @@ def compile_share(s: Snapshot) -> Iterable[Finding]:
         parts.append((_total(hit), f"the other {named(hit, 0)}, with backend cache hits"))
     worth = _total(cached) >= CACHE_PART * ct.total / 1e9
     advice = cache_words(engine_of(s), cached, sum(1 for g in s.graphs if g.cache_hits))
-    yield Finding(message(head, parts, cached, advice if worth else ""), Severity.INFO, None,
-                  0.0, "compile_share")
+    first = in_loop_part(s, looped) if looped else ()
+    if first:  # its advice named the cache already
+        advice = f"the same cache would load {'them' if len(cached) > 1 else 'it'} next run too"
+    yield Finding(message(head, parts, cached, advice if worth else "", first), Severity.INFO,
+                  None, 0.0, "compile_share")
 
 
 def _total(graphs: Iterable[GraphRecord]) -> float:
