@@ -1,6 +1,6 @@
-"""Device->host transfers in (nearly) every step that no sync line accounts
-for: an explicit ``jax.device_get`` every step, torch_xla's reads (whose
-metrics carry no lines), or an older hook without sites.
+"""Device->host transfers in (nearly) every step that no sync or
+``device_get`` line accounts for: torch_xla's reads (whose metrics carry no
+lines), or an older hook without sites.
 
 Example:
     >>> from tpu_info.contract.model import Snapshot
@@ -15,9 +15,10 @@ from collections.abc import Iterable
 
 from tpu_info.contract.catalog import TRANSFER_FROM_DEVICE_TIME
 from tpu_info.contract.cause_kinds import CauseKind
-from tpu_info.contract.model import Finding, Severity, SiteKind, Snapshot
+from tpu_info.contract.model import Finding, Severity, SiteKind, SiteReading, Snapshot
+from tpu_info.views.breakdown import breakdown
 from tpu_info.views.causes import typed
-from tpu_info.views.cost import cost_of, engine_of
+from tpu_info.views.cost import cost_of, duration, engine_of, short_location, size_words
 from tpu_info.views.sampled_reads import sampled_read
 
 _EXPLICIT_ADVICE = {
@@ -29,6 +30,9 @@ _EXPLICIT_ADVICE = {
 }
 
 
+MIN_SHARE = 0.05  # of the steady step: a warning from here (a drain measured)
+
+
 def explicit_syncs(s: Snapshot) -> Iterable[Finding]:
     """Device->host transfers in (nearly) every step that no sync line accounts
     for (explicit ``device_get``, or an older hook without sites)."""
@@ -36,10 +40,18 @@ def explicit_syncs(s: Snapshot) -> Iterable[Finding]:
     d2h = s.distribution(TRANSFER_FROM_DEVICE_TIME)
     if c0.steps is None or c0.steps.count < 5 or d2h is None:
         return
-    # (sampled reads, numpy's of a jax.Array on the CPU, are in no distribution)
-    at_sites = [x for x in s.sites if x.kind == SiteKind.SYNC.value and not sampled_read(x)]
+    # (sampled reads, numpy's of a jax.Array on the CPU, are in no distribution;
+    # a jax.device_get at its line is its own site, costed there by its drain:
+    # haiku's vqvae example gets its step's whole output every step, and its
+    # waits, the step's compute, read "717 ms/step, 100 %" here where removing
+    # it saved ~1.4 % by A/B)
+    lined = (SiteKind.SYNC.value, SiteKind.DEVICE_GET.value)
+    at_sites = [x for x in s.sites if x.kind in lined and not sampled_read(x)]
     count = d2h.count - sum(x.count for x in at_sites)
     seconds = d2h.total / 1e9 - sum(x.seconds for x in at_sites)
+    for x in at_sites:
+        if x.kind == SiteKind.DEVICE_GET.value and x.count >= 0.9 * c0.steps.count:
+            yield from _device_get_every_step(s, x)
     if count < 0.9 * c0.steps.count:
         return
     c = cost_of(s, seconds, count)
@@ -53,6 +65,33 @@ def explicit_syncs(s: Snapshot) -> Iterable[Finding]:
         f"device->host transfers every step ({c.words()}): each one waits for the device.{where} "
         f"{advice}",
         Severity.WARNING, None, kind="per_step_sync", **c.fields())
+
+
+def _device_get_every_step(s: Snapshot, x: SiteReading) -> Iterable[Finding]:
+    """A ``jax.device_get`` at the user's line every step: each waits for the
+    step queued before it, whose device work runs either way, so it costs
+    its wait beyond the device's time for that step (the drain it causes,
+    as a sync line's), at most its wait; where the device's time per step
+    is not measured, the wait is an upper bound, said at information."""
+    b = breakdown(s)
+    device = b.device if b is not None and not b.device_blurred else None
+    each = x.seconds / x.count
+    if device is None:
+        c, severity = cost_of(s, x.seconds, x.count), Severity.INFO
+        basis = ("; its waits hold the device's queued steps, which run either way, so this "
+                 "is an upper bound of what fetching less often saves")
+    else:
+        beyond = max(0.0, each - device)
+        c, severity = cost_of(s, beyond * x.count, x.count), Severity.WARNING
+        basis = (f"; its wait, {duration(each)} a read, less the device's "
+                 f"{duration(device)} a step ({b.device_basis}) that runs either way"
+                 if b is not None else "")
+    if not c.seconds or c.share_of_step is None or c.share_of_step < MIN_SHARE:
+        severity = Severity.INFO
+    yield Finding(
+        f"jax.device_get at {short_location(x.location)} reads {size_words(x.bytes / x.count)} "
+        f"back to the host every step ({c.words()}{basis}). {_EXPLICIT_ADVICE['jax']}",
+        severity, x.location, kind="per_step_sync", **c.fields())
 
 
 def _xla_sync_lines(s: Snapshot) -> str:
