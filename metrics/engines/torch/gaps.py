@@ -1,13 +1,16 @@
 """Periodic work between a torch program's optimizer steps, named and measured:
-an evaluation (``model.eval()``) or a checkpoint (``torch.save``) every N steps.
+an evaluation (``model.eval()``, ``model.train(False)``) or a checkpoint
+(``torch.save``) every N steps.
 
 The torch side of :mod:`metrics.engines.jax.gaps`, in the same model: a gap
 is what the program did between two steps, led by the line that began the
 work. The step here is the optimizer's (:mod:`~metrics.engines.torch.optim`);
 the work is told by two rare calls, patched at install, each noting
 ``(kind, the user's line, its detail, now)`` with one append: ``Module.eval``
-(an evaluation begins: the line that called ``model.eval()``; ``.train(False)``
-on children is not ``eval``, so only the user's own call is seen) and
+and the user's ``model.train(False)`` (an evaluation begins; pytorch/
+tutorials' trainingyt validates after ``model.train(False)``: the outermost
+call only, once, since ``eval()`` calls ``train(False)`` and ``train()``
+recurses into the children) and
 ``torch.save`` (a checkpoint); and by torch.compile's graphs compiled for
 gradients off (an evaluation under ``no_grad``): their first call after a
 step is noted at the user's call (:meth:`StepGaps.call_off_grad`; one bool
@@ -151,6 +154,7 @@ class StepGaps:
 
         notes, clock, skip = self.notes, time.monotonic_ns, ctx.skip
         compiling = torch.compiler.is_compiling
+        depth = [0]  # inside a noted eval() or train(): its own calls are not the user's
 
         def note(kind: str, detail: str) -> None:
             if compiling():  # traced by Dynamo: a frame walk would break its graph
@@ -163,31 +167,48 @@ class StepGaps:
             except Exception as e:  # noqa: BLE001 - a hook never raises into the program
                 ctx.failed("torch.gaps", e)
 
+        def grad_words() -> str:
+            # (the grad mode it ran under: the advice is not to add it)
+            return (INFERENCE_MODE if torch.is_inference_mode_enabled() else
+                    NO_GRAD if not torch.is_grad_enabled() else "")
+
         def wrap_train(original: Callable[..., Any]) -> Callable[..., Any]:
             @functools.wraps(original)
             def train(self_: Any, mode: bool = True) -> Any:
-                # The user's model.train() after a noted call ends that work: noted
+                # The user's model.train(False) begins an evaluation; the
+                # user's model.train() after a noted call ends that work: noted
                 # by its time alone (no frame walk), and only after another note (a
                 # loop that calls it every step and never evaluates keeps the
                 # steps-only fold). eval()'s train(False) is not noted, nor the
-                # children's train(True) inside this one (after its note).
+                # children's calls inside this one.
+                if depth[0] or compiling():
+                    return original(self_, mode)
+                depth[0] += 1
                 try:
-                    if mode and notes and notes[-1].kind != TRAIN and not compiling():
+                    if not mode:
+                        note(EVAL, f"{type(self_).__name__}.train(False){grad_words()}")
+                    elif notes and notes[-1].kind != TRAIN:
                         notes.append(Note(TRAIN, "", "", "", clock()))
                         self.noted()
                 except Exception as e:  # noqa: BLE001 - a hook never raises into the program
                     ctx.failed("torch.gaps", e)
-                return original(self_, mode)
+                try:
+                    return original(self_, mode)
+                finally:
+                    depth[0] -= 1
             return train
 
         def wrap_eval(original: Callable[..., Any]) -> Callable[..., Any]:
             @functools.wraps(original)
-            def eval(self: Any) -> Any:  # noqa: A001 - the method's own name
-                # (the grad mode it ran under: the advice is not to add it)
-                mode = (INFERENCE_MODE if torch.is_inference_mode_enabled() else
-                        NO_GRAD if not torch.is_grad_enabled() else "")
-                note(EVAL, f"{type(self).__name__}.eval(){mode}")
-                return original(self)
+            def eval(self_: Any) -> Any:  # noqa: A001 - the method's own name
+                if depth[0] or compiling():
+                    return original(self_)
+                depth[0] += 1
+                try:
+                    note(EVAL, f"{type(self_).__name__}.eval(){grad_words()}")
+                    return original(self_)
+                finally:
+                    depth[0] -= 1
             return eval
 
         def wrap_save(original: Callable[..., Any]) -> Callable[..., Any]:

@@ -1,0 +1,142 @@
+"""The work between a torch program's steps told by what BASE did not note
+(found by the evaluation on unchanged pytorch/examples and tutorials):
+
+- pytorch/tutorials' trainingyt validates after ``model.train(False)`` (not
+  ``model.eval()``): missed before.
+"""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+
+def _noting():
+    """A StepGaps with its hooks on torch (restored by the caller's ``patches.restore()``)."""
+    from metrics.engines.torch.context import TorchContext
+    from metrics.engines.torch.gaps import StepGaps
+    from metrics.recording.recorder import Recorder
+
+    ctx = TorchContext("torch_compile", Recorder(), skip=(str(torch.__path__[0]),))
+    gaps = StepGaps()
+    gaps.install(ctx.patches, ctx)
+    return gaps, ctx
+
+
+def _line(fn, text: str) -> str:
+    """``file:line`` of the line of ``fn``'s source holding ``text``."""
+    import inspect
+
+    src, first = inspect.getsourcelines(fn)
+    (n,) = [first + i for i, s in enumerate(src) if s.rstrip().endswith(f"# {text}")]
+    return f"{inspect.getsourcefile(fn)}:{n}"
+
+
+def test_the_users_train_false_is_an_evaluations_start_noted_once():
+    from metrics.engines.torch.gaps import EVAL, TRAIN
+
+    gaps, ctx = _noting()
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Sequential(torch.nn.ReLU()))
+    try:
+        model.train(False)  # user
+        model.train(True)
+        model.eval()  # (its own train(False) is not a second note)
+        notes = [(n.kind, n.detail) for n in gaps.notes]
+        assert notes == [(EVAL, "Sequential.train(False)"), (TRAIN, ""),
+                         (EVAL, "Sequential.eval()")], notes
+        assert gaps.notes[0].location == _line(
+            test_the_users_train_false_is_an_evaluations_start_noted_once, "user")
+        assert not model.training and not any(m.training for m in model.modules())
+    finally:
+        ctx.patches.restore()
+
+
+# The programs, each in its own process (read as the CLI reads it).
+
+# super_resolution's shape: Adam, loss.item() every step; after each epoch
+# test() under torch.no_grad() with no model.eval(), then a small torch.save.
+NO_EVAL = textwrap.dedent('''
+    import io, json, time
+    import metrics
+    metrics.install(engines=["torch_compile"], serve=False)
+    import torch
+
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    model = torch.nn.Sequential(torch.nn.Linear(128, 256), torch.nn.Tanh(),
+                                torch.nn.Linear(256, 128))
+    opt = torch.optim.Adam(model.parameters(), 1e-3)
+    x, big = torch.randn(32, 128), torch.randn(512, 128)
+    spent = []
+
+
+    def test():
+        with torch.no_grad():  # LINE test
+            for _ in range(60):
+                model(big).pow(2).mean().item()
+
+
+    for epoch in range(3):
+        for batch in range(30):
+            opt.zero_grad()
+            loss = model(x).pow(2).mean()
+            loss.backward()
+            opt.step()
+            loss.item()
+        t = time.perf_counter()
+        test()
+        spent.append(time.perf_counter() - t)
+        torch.save(model, io.BytesIO())  # LINE save
+    from tpu_info.wire.fillers import snapshot_to_proto
+    print(json.dumps({"proto": snapshot_to_proto(metrics.snapshot()).SerializeToString().hex(),
+                      "spent": spent}))
+''')
+
+# trainingyt's shape: SGD with momentum; every epoch model.train(True), the
+# epoch's steps, then model.train(False) and a validation with autograd on,
+# and a torch.save when the validation loss improves.
+TRAIN_FALSE = NO_EVAL.replace('''def test():
+    with torch.no_grad():  # LINE test
+        for _ in range(60):
+            model(big).pow(2).mean().item()
+''', '''def test():
+    model.train(False)  # LINE test
+    vloss = 0.0
+    for _ in range(60):
+        vloss += model(big).pow(2).mean()
+    return vloss
+''').replace("for batch in range(30):", "model.train(True)\n    for batch in range(30):")
+
+
+assert "train(False)" in TRAIN_FALSE
+
+
+def _evaluation(s, kind="periodic_evaluation"):
+    from tpu_info.views.findings import find
+
+    return [f for f in find(s) if f.kind == kind]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("source", [TRAIN_FALSE], ids=["train_false"])
+def test_an_evaluation_without_model_eval_leads_its_gap_and_the_save_sits_in_it(
+        tmp_path, source):
+    from tests.metrics.engines.torch.test_torch_eager_gaps import _run
+
+    live, saved, lines, spent = _run(tmp_path, source)
+    assert live.steps.basis.startswith("optimizer.step(): 90 calls"), live.steps.basis
+    # Main before: super_resolution's gap was the save's (periodic_checkpoint,
+    # the whole evaluation's time); trainingyt's, nothing.
+    assert not _evaluation(live, "periodic_checkpoint") and not _evaluation(
+        saved, "periodic_checkpoint")
+    (ev,) = _evaluation(live)
+    assert ev.location.endswith(f"train.py:{lines['test']}"), ev.message
+    assert ev.count == 2 and ev.every_steps == pytest.approx(30.0), ev.message
+    assert 0.7 * sum(spent[:2]) <= ev.seconds_lost <= 1.3 * sum(spent[:2]), (ev.message, spent)
+    (save,) = [x for x in saved.sites if x.kind == "save"]
+    assert save.within == ev.location, save
+    (end,) = _evaluation(saved)
+    assert end.count == 3 and end.seconds_lost <= 1.3 * sum(spent), (end.message, spent)
