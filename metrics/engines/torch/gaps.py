@@ -14,11 +14,11 @@ recurses into the children) and
 ``torch.save`` (a checkpoint); and by torch.compile's graphs compiled for
 gradients off (an evaluation under ``no_grad``): their first call after a
 step is noted at the user's call (:meth:`StepGaps.call_off_grad`; one bool
-test on a training call). The user's ``model.train()`` after a noted call
-ends that work: noted by its time alone (no frame walk), and only after
-another note, so a loop that calls it every step and never evaluates adds
-nothing (``eval()``'s own ``train(False)`` and the children's calls inside
-it are not noted). Nothing else runs per step on the hot path. At
+test on a training call). The work's ends are noted by their time alone (no
+frame walk): the user's ``model.train()`` after another note (so a loop that
+calls it every step and never evaluates adds nothing; ``eval()``'s own
+``train(False)`` and the children's calls inside it are not noted) and a
+``torch.save``'s return. Nothing else runs per step on the hot path. At
 :data:`FOLD_NOTES` notes waiting, the steps are folded (their gaps take the
 notes) rather than the oldest dropped unfolded.
 
@@ -30,10 +30,12 @@ taken when read) less the compile work inside it (an evaluation's first call
 recompiles for ``no_grad``: that is a compile step, ``CompileStepTime``),
 charged to the line that led it: the first ``model.eval()``, else the first
 call with gradients off, else the first ``torch.save``. A gap whose last
-note is a ``model.train()`` is that work alone: its span from its first note
-to the ``model.train()``, less compiles, no usual step taken out (pytorch/
-examples' gcn evaluates twice after every step: no interval is a usual step),
-and the rest of its interval is a usual step. The other lines are
+note is an end is that work alone: its span from its first note to that
+end, less compiles, no usual step taken out (pytorch/examples' gcn
+evaluates twice after every step: no interval is a usual step), and the
+rest of its interval is a usual step; a gap led by ``torch.save`` is the
+saves' own spans, each to its return (2-10 ms in pytorch/examples'
+super_resolution, never the work before it). The other lines are
 ``within`` it, and so are the tensor reads (``loss.item()``) whose first and
 last fell in its gaps (:meth:`StepGaps.lead_around`). The first step's interval
 is no usual step (its compiles) and work before the first step is set-up.
@@ -43,12 +45,11 @@ step, then leaves the loop) has no next step to close its gap: while the
 program runs it is left open (it may still be going on, or be tear-down
 that another step never follows), and when the program has ended (its
 main thread done: the saved run, ``tpu-info run --summary``) it is closed
-at its last noted call (:meth:`StepGaps.close_open`): its time is then from
-the last step to the start of that call (the ``torch.save``, or the last
-``model.eval()``), less the usual step, a lower bound of the work, since
-its end is not noted. An evaluation whose only note is its
-``model.eval()`` at its start adds an occurrence and (nearly) nothing to
-the time.
+at its last note (:meth:`StepGaps.close_open`): its time is then its span
+to that note where it is an end (a ``torch.save``'s return), else from the
+last step to that call's start, less the usual step, a lower bound of the
+work. An evaluation whose only note is its ``model.eval()`` at its start
+adds an occurrence and (nearly) nothing to the time.
 
 The steps are the first optimizer's; while no optimizer has stepped, the
 ``backward()`` calls' (a program that updates its weights by hand), until an
@@ -89,7 +90,10 @@ __all__ = ["CHECKPOINT", "EVAL", "Note", "StepGaps"]
 EVAL, CALL, CHECKPOINT = SiteKind.EVAL_MODE.value, SiteKind.CALL.value, SiteKind.SAVE.value
 # An eval note's detail ends with the grad mode the call ran under, if off.
 INFERENCE_MODE, NO_GRAD = " under inference_mode", " under no_grad"
-TRAIN = "train_mode"
+# The ends of work, by time (no site): the user's model.train() after a note
+# (an evaluation's end), a torch.save's return.
+TRAIN, SAVED = "train_mode", "saved"
+ENDS = frozenset({TRAIN, SAVED})
 _WORK = {EVAL: PeriodicWork.EVALUATION.value, CALL: PeriodicWork.EVALUATION.value,
          CHECKPOINT: PeriodicWork.CHECKPOINT.value}
 _LEAD_ORDER = (EVAL, CALL, CHECKPOINT)
@@ -156,16 +160,18 @@ class StepGaps:
         compiling = torch.compiler.is_compiling
         depth = [0]  # inside a noted eval() or train(): its own calls are not the user's
 
-        def note(kind: str, detail: str) -> None:
+        def note(kind: str, detail: str) -> bool:
             if compiling():  # traced by Dynamo: a frame walk would break its graph
-                return
+                return False
             try:
                 here = user_line(skip, 3)
                 if here is not None:
                     notes.append(Note(kind, here.location, here.via, detail, clock()))
                     self.noted()
+                    return True
             except Exception as e:  # noqa: BLE001 - a hook never raises into the program
                 ctx.failed("torch.gaps", e)
+            return False
 
         def grad_words() -> str:
             # (the grad mode it ran under: the advice is not to add it)
@@ -214,8 +220,12 @@ class StepGaps:
         def wrap_save(original: Callable[..., Any]) -> Callable[..., Any]:
             @functools.wraps(original)
             def save(*args: Any, **kwargs: Any) -> Any:
-                note(CHECKPOINT, "torch.save")
-                return original(*args, **kwargs)
+                noted = note(CHECKPOINT, "torch.save")
+                try:
+                    return original(*args, **kwargs)
+                finally:
+                    if noted:  # its return, by time: a checkpoint costs its own span
+                        notes.append(Note(SAVED, "", "", "", clock()))
             return save
 
         patches.apply(torch.nn.Module, "eval", wrap_eval)
@@ -260,8 +270,8 @@ class StepGaps:
                 n = notes.popleft()
                 if n.ns > a:  # before the step that opens it: set-up, or a stale note
                     got.append(n)
-            # (a model.train() alone is no work: the one after a gap's last note)
-            if any(n.kind != TRAIN for n in got):
+            # (an end alone is no work: a model.train() after a gap's last note)
+            if any(n.kind not in ENDS for n in got):
                 span = self._gap(a, b, k, got)
                 if span and k > 1:  # beside work measured to its model.train(): the rest
                     self.usual.append(b - a - span)
@@ -276,7 +286,7 @@ class StepGaps:
             return
         got = [n for n in list(self.notes) if n.ns > a]  # (copied in one C call)
         self.notes.clear()
-        if any(n.kind != TRAIN for n in got):
+        if any(n.kind not in ENDS for n in got):
             self.closed_after = a
             self._gap(a, got[-1].ns, step, got)
             # The program has ended: what ran after its last noted call (the
@@ -295,22 +305,31 @@ class StepGaps:
 
     def _gap(self, a: int, b: int, step: int, got: list[Note]) -> int:
         """The gap ``(a, b]`` after step ``step`` held ``got``: its time goes to
-        its lead. Ended by the user's model.train() (nothing after it), it is
-        that work: from its first note to the train() note, less compiles
+        its lead. Led by a ``torch.save``, it is the saves' own spans, each
+        to its return; else, ended by the work's end (the user's
+        model.train(), a save's return: nothing
+        after it), that work: from its first note to that end, less compiles
         (measured with no usual step, which a loop that works after every
-        step has none of); returns that span (0: the whole interval's, the
+        step has none of). Returns that span (0: the whole interval's, the
         usual step to be taken out when read)."""
-        work = [n for n in got if n.kind != TRAIN]
+        work = [n for n in got if n.kind not in ENDS]
         lead_note = next(n for kind in _LEAD_ORDER for n in work if n.kind == kind)
         lead = self._site(lead_note)
         if lead is None:
             return 0
         lead.gaps += 1
-        span = got[-1].ns - work[0].ns if got[-1].kind == TRAIN else 0
+        if lead_note.kind == CHECKPOINT:  # (nothing else in it: no other lead)
+            span = sum(e.ns - n.ns for n, e in zip(got, got[1:])
+                       if n.kind == CHECKPOINT and e.kind == SAVED)
+            first, last = lead_note.ns, lead_note.ns + span  # (no compile in a save)
+        else:
+            span = got[-1].ns - work[0].ns if got[-1].kind in ENDS else 0
+            first, last = work[0].ns, got[-1].ns
         if span > 0:
             lead.spanned += 1
             timeline = self.timeline
-            inside = timeline.within(work[0].ns, got[-1].ns) if timeline is not None else 0
+            inside = (timeline.within(first, last)
+                      if timeline is not None and lead_note.kind != CHECKPOINT else 0)
             lead.span_ns += max(0, span - inside)
         else:
             span = 0
@@ -370,7 +389,7 @@ class StepGaps:
         if ns <= self.last_mark:
             return None
         work = [n for n in list(self.notes)
-                if self.last_mark < n.ns <= ns and n.kind != TRAIN]
+                if self.last_mark < n.ns <= ns and n.kind not in ENDS]
         return next((n.location for kind in _LEAD_ORDER for n in work if n.kind == kind), None)
 
     def sites(self, steps: StepsReading | None) -> list[SiteReading]:

@@ -1,6 +1,8 @@
 """The work between a torch program's steps told by what BASE did not note
 (found by the evaluation on unchanged pytorch/examples and tutorials):
 
+- a checkpoint is its own span (``torch.save`` to its return), never the
+  work before it in the same interval;
 - pytorch/tutorials' trainingyt validates after ``model.train(False)`` (not
   ``model.eval()``): missed before.
 """
@@ -52,6 +54,21 @@ def test_the_users_train_false_is_an_evaluations_start_noted_once():
         assert not model.training and not any(m.training for m in model.modules())
     finally:
         ctx.patches.restore()
+
+
+def test_a_checkpoint_is_its_own_span_never_the_work_before_it():
+    from metrics.engines.torch.gaps import CHECKPOINT, SAVED, Note, StepGaps
+
+    gaps = StepGaps()
+    # Steps every 10 us; after step 5, 30 us of work no note tells, then a
+    # 1 us save: main before charged the save 30 us (the interval less the step).
+    gaps.intervals([10_000 * k for k in range(1, 6)], 1)
+    gaps.notes.extend([Note(CHECKPOINT, "/w/t.py:12", "", "torch.save", 50_000 + 31_000),
+                       Note(SAVED, "", "", "", 50_000 + 32_000)])
+    gaps.intervals([50_000, 90_000], 5)
+    (save,) = gaps.sites(None)
+    assert save.work == "checkpoint" and save.gaps == 1, save
+    assert save.gap_seconds == pytest.approx(1_000 / 1e9), save
 
 
 # The programs, each in its own process (read as the CLI reads it).
@@ -113,6 +130,19 @@ TRAIN_FALSE = NO_EVAL.replace('''def test():
 
 assert "train(False)" in TRAIN_FALSE
 
+# A checkpoint after work no note tells (an evaluation with autograd on and
+# neither model.eval() nor no_grad: its time stays in the steps): the save
+# is 1-2 ms of it. Main before charged the save the whole work.
+AFTER_WORK = NO_EVAL.replace('''def test():
+    with torch.no_grad():  # LINE test
+        for _ in range(60):
+            model(big).pow(2).mean().item()
+''', '''def test():
+    for _ in range(60):  # LINE test
+        model(big).pow(2).mean().item()
+''')
+assert "no_grad" not in AFTER_WORK
+
 
 def _evaluation(s, kind="periodic_evaluation"):
     from tpu_info.views.findings import find
@@ -140,3 +170,17 @@ def test_an_evaluation_without_model_eval_leads_its_gap_and_the_save_sits_in_it(
     assert save.within == ev.location, save
     (end,) = _evaluation(saved)
     assert end.count == 3 and end.seconds_lost <= 1.3 * sum(spent), (end.message, spent)
+
+
+@pytest.mark.slow
+def test_a_checkpoint_after_other_work_is_charged_its_own_time(tmp_path):
+    from tests.metrics.engines.torch.test_torch_eager_gaps import _run
+
+    live, saved, lines, spent = _run(tmp_path, AFTER_WORK)
+    for s in (live, saved):
+        assert not _evaluation(s, "periodic_checkpoint"), [f.message for f in _evaluation(
+            s, "periodic_checkpoint")]
+        (save,) = [x for x in s.sites if x.kind == "save"]
+        assert save.work == "checkpoint" and save.gaps >= 2, save
+        assert save.gap_seconds < 0.2 * sum(spent), (save, spent)
+
