@@ -44,6 +44,12 @@ class SiteKind(str, enum.Enum):
     EVAL_MODE = "eval_mode"
     # torch: ``torch.save`` from this line (a checkpoint): ``count`` calls.
     SAVE = "save"
+    # torch: a ``torch.no_grad()`` or ``torch.inference_mode()`` block the
+    # user entered at this line (its ``with``, or a decorated function's
+    # call) between optimizer steps, not between every two: an evaluation
+    # with no ``model.eval()``. ``count`` entries. Leads its gap after
+    # ``model.eval()`` and a compiled call with gradients off.
+    NO_GRAD = "no_grad"
     # A library's jit wrapper called from this line (``via``: which, e.g.
     # :data:`NNX_JIT`; ``detail``: its inner jitted function): ``count`` its
     # calls, ``timed`` the sampled ones, ``seconds`` their median host time

@@ -211,14 +211,15 @@ def _advice(s: Snapshot, work: str, torch: bool, detail: str = "") -> str:
     """What to do about ``work``: torch's words for a torch program, and its
     recompile advice only where something was compiled; never to run it under
     inference mode where it ran so (makemore's ``@torch.inference_mode()``
-    evaluate: the lead's ``detail`` ends so, from the hook)."""
+    evaluate: the lead's ``detail`` ends so, from the hook; or the lead is
+    that block)."""
     if not torch:
         return _ADVICE[work]
     if work == "evaluation" and not any(g.compiles for g in s.graphs):
         advice = _TORCH_ADVICE["evaluation_eager"]
     else:
         advice = _TORCH_ADVICE[work]
-    if detail.endswith(" under inference_mode"):
+    if detail.endswith(" under inference_mode") or detail == "torch.inference_mode()":
         advice = advice.replace(", under torch.inference_mode(),", ",").replace(
             ", under torch.inference_mode().", ".")
     return advice

@@ -1,24 +1,27 @@
 """Periodic work between a torch program's optimizer steps, named and measured:
-an evaluation (``model.eval()``, ``model.train(False)``) or a checkpoint
-(``torch.save``) every N steps.
+an evaluation (``model.eval()``, ``model.train(False)``, a ``no_grad`` block)
+or a checkpoint (``torch.save``) every N steps.
 
 The torch side of :mod:`metrics.engines.jax.gaps`, in the same model: a gap
 is what the program did between two steps, led by the line that began the
 work. The step here is the optimizer's (:mod:`~metrics.engines.torch.optim`);
-the work is told by two rare calls, patched at install, each noting
-``(kind, the user's line, its detail, now)`` with one append: ``Module.eval``
-and the user's ``model.train(False)`` (an evaluation begins; pytorch/
-tutorials' trainingyt validates after ``model.train(False)``: the outermost
-call only, once, since ``eval()`` calls ``train(False)`` and ``train()``
-recurses into the children) and
+the work is told by rare calls, patched at install
+(:mod:`~metrics.engines.torch.gap_notes`), each noting ``(kind, the user's
+line, its detail, now)`` with one append: the user's outermost
+``model.eval()`` or ``model.train(False)`` (an evaluation begins; pytorch/
+tutorials' trainingyt validates after ``model.train(False)``), the user's
+entry into a ``torch.no_grad()`` or ``torch.inference_mode()`` block (an
+evaluation with no ``model.eval()``: pytorch/examples' super_resolution),
 ``torch.save`` (a checkpoint); and by torch.compile's graphs compiled for
 gradients off (an evaluation under ``no_grad``): their first call after a
 step is noted at the user's call (:meth:`StepGaps.call_off_grad`; one bool
 test on a training call). The work's ends are noted by their time alone (no
 frame walk): the user's ``model.train()`` after another note (so a loop that
-calls it every step and never evaluates adds nothing; ``eval()``'s own
-``train(False)`` and the children's calls inside it are not noted) and a
-``torch.save``'s return. Nothing else runs per step on the hot path. At
+calls it every step and never evaluates adds nothing), a noted block's exit,
+a ``torch.save``'s return. A ``no_grad`` block's line entered after two
+steps in a row (a hand-written SGD update, an EMA) is no evaluation: it is
+quiet from then on (:attr:`StepGaps.quiet`; its one gap before is dropped
+when read). Nothing else runs per step on the hot path. At
 :data:`FOLD_NOTES` notes waiting, the steps are folded (their gaps take the
 notes) rather than the oldest dropped unfolded.
 
@@ -28,17 +31,18 @@ intervals without notes are the usual step. A gap costs its interval beyond
 the usual step (the median of the last :data:`USUAL_KEPT` usual intervals,
 taken when read) less the compile work inside it (an evaluation's first call
 recompiles for ``no_grad``: that is a compile step, ``CompileStepTime``),
-charged to the line that led it: the first ``model.eval()``, else the first
-call with gradients off, else the first ``torch.save``. A gap whose last
-note is an end is that work alone: its span from its first note to that
-end, less compiles, no usual step taken out (pytorch/examples' gcn
-evaluates twice after every step: no interval is a usual step), and the
-rest of its interval is a usual step; a gap led by ``torch.save`` is the
-saves' own spans, each to its return (2-10 ms in pytorch/examples'
-super_resolution, never the work before it). The other lines are
-``within`` it, and so are the tensor reads (``loss.item()``) whose first and
-last fell in its gaps (:meth:`StepGaps.lead_around`). The first step's interval
-is no usual step (its compiles) and work before the first step is set-up.
+charged to the line that led it: the first ``model.eval()`` (or
+``train(False)``), else the first call with gradients off, else the first
+``no_grad`` block, else the first ``torch.save``. A gap whose last note is
+an end is that work alone: its span from its first note to that end, less
+compiles, no usual step taken out (pytorch/examples' gcn evaluates twice
+after every step: no interval is a usual step), and the rest of its interval
+is a usual step; a gap led by ``torch.save`` is the saves' own spans, each
+to its return (2-10 ms in super_resolution, never the work before it). The
+other lines are ``within`` it, and so are the tensor reads (``loss.item()``)
+whose first and last fell in its gaps (:meth:`StepGaps.lead_around`). The
+first step's interval is no usual step (its compiles) and work before the
+first step is set-up.
 
 The work after the last step (makemore evaluates and saves after its final
 step, then leaves the loop) has no next step to close its gap: while the
@@ -65,16 +69,25 @@ Example:
 
 from __future__ import annotations
 
-import functools
 import operator
 import statistics
-import time
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
-from metrics.engines._frames import user_line
-from tpu_info.contract.diagnosis import PeriodicWork, SiteKind
+from metrics.engines.torch.gap_notes import (
+    CALL,
+    CHECKPOINT,
+    ENDS,
+    EVAL,
+    GRAD_ON,
+    NOGRAD,
+    SAVED,
+    TRAIN,
+    Note,
+    install_notes,
+)
+from tpu_info.contract.diagnosis import PeriodicWork
 from tpu_info.contract.model import SiteReading, StepsReading
 from tpu_info.contract.phases import phase_of
 
@@ -83,35 +96,16 @@ if TYPE_CHECKING:
     from metrics.engines.compile_steps import CompileTimeline
     from metrics.engines.torch.context import TorchContext
 
-__all__ = ["CHECKPOINT", "EVAL", "Note", "StepGaps"]
+__all__ = ["CHECKPOINT", "EVAL", "GRAD_ON", "NOGRAD", "SAVED", "TRAIN", "Note", "StepGaps"]
 
-# A note's kind: model.eval(), a compiled graph's call with gradients off, torch.save;
-# and the user's model.train() after one of them (the end of an evaluation: no site).
-EVAL, CALL, CHECKPOINT = SiteKind.EVAL_MODE.value, SiteKind.CALL.value, SiteKind.SAVE.value
-# An eval note's detail ends with the grad mode the call ran under, if off.
-INFERENCE_MODE, NO_GRAD = " under inference_mode", " under no_grad"
-# The ends of work, by time (no site): the user's model.train() after a note
-# (an evaluation's end), a torch.save's return.
-TRAIN, SAVED = "train_mode", "saved"
-ENDS = frozenset({TRAIN, SAVED})
 _WORK = {EVAL: PeriodicWork.EVALUATION.value, CALL: PeriodicWork.EVALUATION.value,
-         CHECKPOINT: PeriodicWork.CHECKPOINT.value}
-_LEAD_ORDER = (EVAL, CALL, CHECKPOINT)
+         NOGRAD: PeriodicWork.EVALUATION.value, CHECKPOINT: PeriodicWork.CHECKPOINT.value}
+_LEAD_ORDER = (EVAL, CALL, NOGRAD, CHECKPOINT)
 MAX_NOTES = 4096  # notes waiting for a step to close their gap (the oldest go first)
 FOLD_NOTES = 2048  # notes waiting when the steps are folded (so that none goes unfolded)
 MAX_SPANS = 1024  # the latest gaps' bounds kept, to place reads in them
-MAX_SITES = 256  # lines kept apart
+MAX_SITES = 256  # lines kept apart (and no_grad lines followed)
 USUAL_KEPT = 256  # usual intervals the median is taken over
-
-
-class Note(NamedTuple):
-    """A call noted in the program: its kind, the user's line, when (monotonic ns)."""
-
-    kind: str
-    location: str
-    via: str
-    detail: str
-    ns: int
 
 
 class _Site:
@@ -148,89 +142,18 @@ class StepGaps:
         self.last_mark = 0  # the latest step's end folded (monotonic ns)
         # Folds the steps (set by their owner): notes past FOLD_NOTES are folded, not dropped.
         self.flush: Callable[[], None] | None = None
+        # The no_grad blocks' lines: the step after which each was last
+        # entered; those entered after two steps in a row (a hand-written SGD
+        # update, an EMA) are no evaluation: quiet (no longer noted).
+        self.block_after: dict[str, int] = {}
+        self.quiet: set[str] = set()
 
     # Hooks (in the program: one append each) -------------------------------
 
     def install(self, patches: Patches, ctx: TorchContext) -> None:
-        """Patches ``torch.nn.Module.eval``, ``Module.train`` and ``torch.save``
-        to note their calls (restored with ``patches``)."""
-        import torch
-
-        notes, clock, skip = self.notes, time.monotonic_ns, ctx.skip
-        compiling = torch.compiler.is_compiling
-        depth = [0]  # inside a noted eval() or train(): its own calls are not the user's
-
-        def note(kind: str, detail: str) -> bool:
-            if compiling():  # traced by Dynamo: a frame walk would break its graph
-                return False
-            try:
-                here = user_line(skip, 3)
-                if here is not None:
-                    notes.append(Note(kind, here.location, here.via, detail, clock()))
-                    self.noted()
-                    return True
-            except Exception as e:  # noqa: BLE001 - a hook never raises into the program
-                ctx.failed("torch.gaps", e)
-            return False
-
-        def grad_words() -> str:
-            # (the grad mode it ran under: the advice is not to add it)
-            return (INFERENCE_MODE if torch.is_inference_mode_enabled() else
-                    NO_GRAD if not torch.is_grad_enabled() else "")
-
-        def wrap_train(original: Callable[..., Any]) -> Callable[..., Any]:
-            @functools.wraps(original)
-            def train(self_: Any, mode: bool = True) -> Any:
-                # The user's model.train(False) begins an evaluation; the
-                # user's model.train() after a noted call ends that work: noted
-                # by its time alone (no frame walk), and only after another note (a
-                # loop that calls it every step and never evaluates keeps the
-                # steps-only fold). eval()'s train(False) is not noted, nor the
-                # children's calls inside this one.
-                if depth[0] or compiling():
-                    return original(self_, mode)
-                depth[0] += 1
-                try:
-                    if not mode:
-                        note(EVAL, f"{type(self_).__name__}.train(False){grad_words()}")
-                    elif notes and notes[-1].kind != TRAIN:
-                        notes.append(Note(TRAIN, "", "", "", clock()))
-                        self.noted()
-                except Exception as e:  # noqa: BLE001 - a hook never raises into the program
-                    ctx.failed("torch.gaps", e)
-                try:
-                    return original(self_, mode)
-                finally:
-                    depth[0] -= 1
-            return train
-
-        def wrap_eval(original: Callable[..., Any]) -> Callable[..., Any]:
-            @functools.wraps(original)
-            def eval(self_: Any) -> Any:  # noqa: A001 - the method's own name
-                if depth[0] or compiling():
-                    return original(self_)
-                depth[0] += 1
-                try:
-                    note(EVAL, f"{type(self_).__name__}.eval(){grad_words()}")
-                    return original(self_)
-                finally:
-                    depth[0] -= 1
-            return eval
-
-        def wrap_save(original: Callable[..., Any]) -> Callable[..., Any]:
-            @functools.wraps(original)
-            def save(*args: Any, **kwargs: Any) -> Any:
-                noted = note(CHECKPOINT, "torch.save")
-                try:
-                    return original(*args, **kwargs)
-                finally:
-                    if noted:  # its return, by time: a checkpoint costs its own span
-                        notes.append(Note(SAVED, "", "", "", clock()))
-            return save
-
-        patches.apply(torch.nn.Module, "eval", wrap_eval)
-        patches.apply(torch.nn.Module, "train", wrap_train, params=("self", "mode"))
-        patches.apply(torch, "save", wrap_save)
+        """Patches the calls noted (:mod:`~metrics.engines.torch.gap_notes`;
+        restored with ``patches``)."""
+        install_notes(self, patches, ctx)
 
     def call_off_grad(self, steps: int, where: Callable[[], str | None], detail: str,
                       ns: int) -> None:
@@ -270,6 +193,8 @@ class StepGaps:
                 n = notes.popleft()
                 if n.ns > a:  # before the step that opens it: set-up, or a stale note
                     got.append(n)
+            if got:
+                got = self._quieted(got, k)
             # (an end alone is no work: a model.train() after a gap's last note)
             if any(n.kind not in ENDS for n in got):
                 span = self._gap(a, b, k, got)
@@ -286,6 +211,7 @@ class StepGaps:
             return
         got = [n for n in list(self.notes) if n.ns > a]  # (copied in one C call)
         self.notes.clear()
+        got = [n for n in got if n.kind not in (NOGRAD, GRAD_ON) or n.location not in self.quiet]
         if any(n.kind not in ENDS for n in got):
             self.closed_after = a
             self._gap(a, got[-1].ns, step, got)
@@ -299,15 +225,31 @@ class StepGaps:
         """Another count of steps takes the gaps over (an optimizer's first
         step after backward()'s): what was measured on the old one goes, the
         notes not yet in a gap stay."""
-        notes = list(self.notes)
+        notes, quiet = list(self.notes), set(self.quiet)
         self.clear()
         self.notes.extend(notes)
+        self.quiet.update(quiet)
+
+    def _quieted(self, got: list[Note], k: int) -> list[Note]:
+        """``got`` (the notes after step ``k``) less the no_grad blocks of
+        lines entered after step ``k - 1`` too: work between every two steps
+        (a hand-written update under ``no_grad``, an EMA), no evaluation."""
+        after, quiet = self.block_after, self.quiet
+        for n in got:
+            if n.kind == NOGRAD:
+                if after.get(n.location) == k - 1:
+                    quiet.add(n.location)
+                if n.location in after or len(after) < MAX_SITES:
+                    after[n.location] = k
+        if not quiet:
+            return got
+        return [n for n in got if n.kind not in (NOGRAD, GRAD_ON) or n.location not in quiet]
 
     def _gap(self, a: int, b: int, step: int, got: list[Note]) -> int:
         """The gap ``(a, b]`` after step ``step`` held ``got``: its time goes to
         its lead. Led by a ``torch.save``, it is the saves' own spans, each
         to its return; else, ended by the work's end (the user's
-        model.train(), a save's return: nothing
+        model.train(), a no_grad block's exit, a save's return: nothing
         after it), that work: from its first note to that end, less compiles
         (measured with no usual step, which a loop that works after every
         step has none of). Returns that span (0: the whole interval's, the
@@ -397,9 +339,10 @@ class StepGaps:
         time beyond the usual step) or sat in them (``within``)."""
         usual = self.usual_ns()
         out = []
+        quiet = self.quiet
         for site in list(self.by_line.values()):
-            if not site.count:
-                continue
+            if not site.count or (site.kind == NOGRAD and site.location in quiet):
+                continue  # (a block entered between every two steps: before it was told)
             first, last = site.first_ns / 1e9 + self.to_unix, site.last_ns / 1e9 + self.to_unix
             fields: dict[str, Any] = {}
             if site.gaps and (usual is not None or site.spanned == site.gaps):
@@ -427,3 +370,5 @@ class StepGaps:
         self.notes.clear()
         self.usual.clear()
         self.by_line.clear()
+        self.block_after.clear()
+        self.quiet.clear()  # (in place: the hooks hold it)
