@@ -112,7 +112,8 @@ _TORCH_ADVICE = {
 # the gap from its first record, less the device's work on the steps queued
 # before it (their count x the step's measured device time) or the usual step.
 _MEASURED = {
-    True: "from its first call after a step to the model.train() that ended it, else the "
+    True: "from its first call after a step to the end that closed it (a model.train(), a "
+          "no_grad block's exit, a torch.save's return), else the "
           "time between its steps beyond the usual step (their median), compiles left out",
     False: "the wall time from its first call or copy to the step's next call",
 }
