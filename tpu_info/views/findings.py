@@ -37,6 +37,7 @@ from tpu_info.contract.model import (
     Snapshot,
 )
 from tpu_info.contract.phases import bursts_phase
+from tpu_info.views import recompile_groups as groups
 from tpu_info.views.causes import CauseAdvice, classify, warm_up, xla_new_graph
 from tpu_info.views.compile_in_loop import first_in_loop, in_loop_part, worth_saying
 from tpu_info.views.compile_parts import cache_words, message, named
@@ -155,6 +156,9 @@ def _function_recompiles(s: Snapshot, name: str,
         return  # xla_value_access or xla_closure_reads names it
     if not causes and (told := per_shape(s, name, graphs)) is not None:
         yield told  # each graph its first compile: no recompile to leave out
+        return
+    if not causes and (again := groups.same_graph(s, name, graphs)) is not None:
+        yield again  # the same program compiled again: no new shape to say
         return
     if not causes and (compiles < PER_SHAPE_GRAPHS or single_op(name)):
         return  # eager ops compile once per new shape: only many are news

@@ -1,7 +1,8 @@
 """A function's recompiles as the findings group and cost them: each its own
 compile's time (:func:`own_seconds`), a function "re-created" once taken
 for another function passed (:func:`recreated_once`), and how severe
-(:func:`recompile_severity`).
+(:func:`recompile_severity`); a graph compiled again with no cause
+(:func:`same_graph`).
 
 Example:
     >>> from tpu_info.contract.model import RecompileCause
@@ -18,9 +19,10 @@ from dataclasses import replace
 from typing import TypeVar
 
 from tpu_info.contract.cause_kinds import CauseKind
-from tpu_info.contract.model import RecompileCause, Severity
+from tpu_info.contract.model import Finding, GraphRecord, RecompileCause, Severity, Snapshot
+from tpu_info.contract.phases import bursts_phase
 from tpu_info.views.causes import ADVICE
-from tpu_info.views.cost import Cost, outside_warns
+from tpu_info.views.cost import Cost, cost_of, outside_warns, steps_of
 
 G = TypeVar("G")
 
@@ -57,3 +59,29 @@ def recompile_severity(c: Cost, expected: bool) -> Severity:
     if expected or (c.outside_step and not outside_warns(c)):
         return Severity.INFO
     return Severity.WARNING
+
+
+def same_graph(s: Snapshot, name: str, graphs: list[GraphRecord]) -> Finding | None:
+    """A JAX function's graph compiled again, the same program (its hash),
+    with no cause recorded (JAX explains no cache miss of a pmap): its input
+    shapes and dtypes did not change, so the cache missed on the inputs'
+    placement or on a new jitted object. equinox's bert example (filter_pmap
+    over state put with ``device_put_replicated``) compiled its step at step
+    0 and again at step 1, 27 s in all, and nothing was said. None where no
+    graph compiled twice."""
+    again = [g for g in graphs if g.compiles > 1 and g.engine == "jax"]
+    if not again:
+        return None
+    n = sum(g.compiles - 1 for g in again)
+    lost = sum(g.compile_seconds_total * (g.compiles - 1) / g.compiles for g in again)
+    phase, _ = bursts_phase([g.last_seen_unix for g in again], steps_of(s))
+    c = cost_of(s, lost, n, phase=phase)
+    return Finding(
+        f"{name} compiled the same graph again {n} time{'s' if n > 1 else ''} ({c.tail()}): "
+        "no input shape or dtype changed, so the cache missed on where its inputs live (an "
+        "array put on one device or replicated at the first call, the step's own sharded "
+        "output after it) or on a new jitted object. Give the first call inputs placed as "
+        "the step returns them (put them with its output's sharding), and create the jitted "
+        "function once.",
+        recompile_severity(c, expected=False), None, kind="recompile_same_graph",
+        **c.fields())
