@@ -57,6 +57,7 @@ from tpu_info.views.slack import busy_cpu_words
 # unknown, this many times) and cost at least this much, in all and as a share.
 PER_STEP_AT_LEAST = 0.5
 COUNT_WITHOUT_STEPS = 100
+RUN_SHARE_WITHOUT_STEPS = 0.01  # ... and, steps unknown, this share of the run
 MIN_SECONDS = 1e-3
 MIN_SHARE = 0.005
 
@@ -241,9 +242,11 @@ def _costly(c: Cost) -> bool:
                                          or c.share_of_step >= MIN_SHARE)
 
 
-def _worth_saying(c: Cost, site: SiteReading) -> bool:
-    if c.steps is None:
-        return c.seconds >= MIN_SECONDS and (c.count or 0) >= COUNT_WITHOUT_STEPS
+def _worth_saying(c: Cost, site: SiteReading, run: float) -> bool:
+    if c.steps is None:  # (a share of the run too: pytorch/examples' hogwild parent read
+        # 157 values in its one test, 1.2 ms of a 42 s run, and was told "Log every N steps")
+        return (c.seconds >= MIN_SECONDS and (c.count or 0) >= COUNT_WITHOUT_STEPS
+                and (run <= 0 or c.seconds >= RUN_SHARE_WITHOUT_STEPS * run))
     if (c.per_step or 0.0) < PER_STEP_AT_LEAST:
         return False
     if _costly(c):
@@ -345,7 +348,7 @@ def _finding(s: Snapshot, site: SiteReading) -> Finding | None:
     c = site_cost(s, site)
     if c.outside_step:
         return _outside_finding(site, c)
-    if not _worth_saying(c, site):
+    if not _worth_saying(c, site, s.uptime_seconds):
         return None
     via = f" (via {site.via})" if site.via else ""
     if site.kind == SiteKind.EAGER_OP.value:
