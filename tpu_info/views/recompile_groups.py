@@ -19,7 +19,14 @@ from dataclasses import replace
 from typing import TypeVar
 
 from tpu_info.contract.cause_kinds import CauseKind
-from tpu_info.contract.model import Finding, GraphRecord, RecompileCause, Severity, Snapshot
+from tpu_info.contract.model import (
+    EventKind,
+    Finding,
+    GraphRecord,
+    RecompileCause,
+    Severity,
+    Snapshot,
+)
 from tpu_info.contract.phases import bursts_phase
 from tpu_info.views.causes import ADVICE
 from tpu_info.views.cost import Cost, cost_of, outside_warns, steps_of
@@ -74,8 +81,15 @@ def same_graph(s: Snapshot, name: str, graphs: list[GraphRecord]) -> Finding | N
         return None
     n = sum(g.compiles - 1 for g in again)
     lost = sum(g.compile_seconds_total * (g.compiles - 1) / g.compiles for g in again)
-    phase, _ = bursts_phase([g.last_seen_unix for g in again], steps_of(s))
+    # The compiles after each graph's first, by their events where the ring
+    # still holds them (their time and line), else the graph's last sighting.
+    later = [e for g in again for e in sorted(
+        (e for e in s.events if e.kind == EventKind.COMPILE and e.graph_hash == g.hash),
+        key=lambda e: e.time_unix)[1:]]
+    phase, _ = bursts_phase([e.time_unix for e in later]
+                            or [g.last_seen_unix for g in again], steps_of(s))
     c = cost_of(s, lost, n, phase=phase)
+    at = next((e.location for e in reversed(later) if e.location), None)
     return Finding(
         f"{name} compiled the same graph again {n} time{'s' if n > 1 else ''} ({c.tail()}): "
         "no input shape or dtype changed, so the cache missed on where its inputs live (an "
@@ -83,5 +97,5 @@ def same_graph(s: Snapshot, name: str, graphs: list[GraphRecord]) -> Finding | N
         "output after it) or on a new jitted object. Give the first call inputs placed as "
         "the step returns them (put them with its output's sharding), and create the jitted "
         "function once.",
-        recompile_severity(c, expected=False), None, kind="recompile_same_graph",
+        recompile_severity(c, expected=False), at, kind="recompile_same_graph",
         **c.fields())

@@ -37,4 +37,5 @@ def test_the_same_graph_compiled_again_is_said(tmp_path: Path) -> None:
     (f,) = [f for f in find(s) if f.kind == "recompile_same_graph"]
     assert "compiled the same graph again 1 time" in f.message, f.message
     assert "once in the step loop" in f.message and "output's sharding" in f.message, f.message
+    assert f.location and f.location.endswith("prog.py:10"), f.location  # the step's call
     assert not [f for f in find(s) if f.kind == "recompile_no_cause"]
