@@ -88,6 +88,7 @@ def graph_breaks(s: Snapshot) -> Iterable[Finding]:
     if not n:
         return
     sites: dict[str | None, tuple[str, str]] = {}
+    inside: dict[str | None, str] = {}  # the break itself in torch's own code (event's via)
     for e in s.events:
         if e.kind == EventKind.GRAPH_BREAK:
             held = sites.get(e.location)
@@ -95,6 +96,8 @@ def graph_breaks(s: Snapshot) -> Iterable[Finding]:
             # the frame Dynamo cannot resume names that line.
             if held is None or not _marked(held[1]):
                 sites[e.location] = (e.name, e.detail)
+            if e.via:
+                inside[e.location] = e.via
     for loc, (name, detail) in sites.items():
         where = f" at {short_location(loc)}" if loc else ""
         if _marked(detail):  # the torch hook measured the eager time
@@ -116,6 +119,16 @@ def graph_breaks(s: Snapshot) -> Iterable[Finding]:
                        "step; the graph ends, that line runs in Python, the next graph "
                        "starts; the time in between is not measured)."
                        if calls and c.per_step is not None else "")
+        if loc in inside:  # torch's own break (its Optimizer.step wrapper): no line to rewrite
+            yield Finding(
+                f"graph break in {name}{where}, inside torch's own code at "
+                f"{short_location(inside[loc])}: {detail.rstrip('.')}. Dynamo splits the "
+                f"function there into separate graphs with Python in between.{crossed} torch "
+                "breaks there on purpose: nothing at your line to rewrite; if its crossings "
+                "cost, compile the part around it instead.",
+                "warning" if (c.share_of_step or 0.0) >= 0.05 else "info", loc,
+                kind="graph_break", **c.fields())
+            continue
         yield Finding(
             f"graph break in {name}{where}: {detail.rstrip('.')}. Dynamo splits the function there "
             f"into separate graphs with Python in between.{crossed} Rewrite that line so it "

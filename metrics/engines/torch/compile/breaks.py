@@ -167,6 +167,21 @@ def break_location(exc: BaseException | None, skip: tuple[str, ...]) -> str | No
                                       if stack else None)
 
 
+def library_break(exc: BaseException | None, skip: tuple[str, ...]) -> str:
+    """``file:line`` of the break itself where it lies in torch's (or another
+    skipped library's) own code under a user's frame (torch's deliberate
+    ``graph_break()`` in ``Optimizer.step``'s wrapper), else ``""``: the
+    user's line cannot be rewritten to remove it."""
+    stack = getattr(exc, "real_stack", None)
+    if not stack:
+        stack = torch._guards.TracingContext.extract_stack()
+    if not stack or not str(stack[-1].filename).startswith(skip):
+        return ""
+    if not any(not str(f.filename).startswith(skip) for f in stack):
+        return ""
+    return f"{stack[-1].filename}:{stack[-1].lineno}"
+
+
 def break_name(tx: object, skip: tuple[str, ...]) -> str:
     """The graph name of the frame that broke; a module compiled through
     torch's ``wrap_inline`` frame is named by its class (``LSTM.forward``)."""

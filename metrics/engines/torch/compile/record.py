@@ -166,7 +166,7 @@ def graph_break(ctx: CompileContext, tx: object, reason: object,
                 ctx.gaps.located(function, line, location, f"compile({function[1]})")
         ctx.graph_breaks.inc()
         ctx.rec.events.emit(EventKind.GRAPH_BREAK, brk.break_name(tx, ctx.skip), "",
-                            detail[:500], location)
+                            detail[:500], location, via=brk.library_break(exc, ctx.skip))
     except Exception as e:  # noqa: BLE001
         ctx.failed("torch_compile.graph_break", e)
 
