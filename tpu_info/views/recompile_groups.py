@@ -32,6 +32,8 @@ from tpu_info.views.causes import ADVICE
 from tpu_info.views.cost import Cost, cost_of, outside_warns, steps_of
 
 G = TypeVar("G")
+# A graph compiled again is said from this many seconds or this share of the run.
+SAME_GRAPH_SECONDS, SAME_GRAPH_SHARE = 0.5, 0.01
 
 
 def own_seconds(causes: Iterable[RecompileCause]) -> float | None:
@@ -81,6 +83,8 @@ def same_graph(s: Snapshot, name: str, graphs: list[GraphRecord]) -> Finding | N
         return None
     n = sum(g.compiles - 1 for g in again)
     lost = sum(g.compile_seconds_total * (g.compiles - 1) / g.compiles for g in again)
+    if lost < SAME_GRAPH_SECONDS and lost < SAME_GRAPH_SHARE * s.uptime_seconds:
+        return None  # (JAX's own small helpers: bert's jit(stage), 10 ms again at start-up)
     # The compiles after each graph's first, by their events where the ring
     # still holds them (their time and line), else the graph's last sighting.
     later = [e for g in again for e in sorted(

@@ -39,3 +39,18 @@ def test_the_same_graph_compiled_again_is_said(tmp_path: Path) -> None:
     assert "once in the step loop" in f.message and "output's sharding" in f.message, f.message
     assert f.location and f.location.endswith("prog.py:10"), f.location  # the step's call
     assert not [f for f in find(s) if f.kind == "recompile_no_cause"]
+
+
+def test_a_cheap_compile_again_is_not_said() -> None:
+    """JAX's own small helpers compile again for nothing worth saying
+    (equinox's bert: ``jit(stage)`` 10 ms again at start-up, 0.02 % of the run)."""
+    from tpu_info.contract.model import GraphRecord, Snapshot
+
+    g = GraphRecord("a" * 64, "jit(stage)", "jax", 1.0, 2.0, compiles=2,
+                    compile_seconds_total=0.02, compile_seconds_last=0.01)
+    s = Snapshot(taken_at_unix=50.0, uptime_seconds=42.0, graphs=(g,))
+    assert not [f for f in find(s) if f.kind == "recompile_same_graph"]
+    big = GraphRecord("b" * 64, "jit(_fun)", "jax", 1.0, 2.0, compiles=2,
+                      compile_seconds_total=11.0, compile_seconds_last=5.5)
+    s = Snapshot(taken_at_unix=50.0, uptime_seconds=42.0, graphs=(big,))
+    assert [f for f in find(s) if f.kind == "recompile_same_graph"]
