@@ -167,6 +167,7 @@ def test_a_drain_inside_the_device_time_samples_spread_is_not_claimed():
     assert per == [spread.cost(h1, w1, steps=1)] == [h1 + w1 - 41 * MS]
 
 
+@pytest.mark.slow  # a real loop's shares on a shared machine: one rerun before it counts
 def test_a_print_every_20_steps_of_a_device_bound_loop_after_an_evaluation_raises_nothing(
         fresh_metrics):
     # The same program's shape, real: an evaluation before the loop whose
