@@ -34,17 +34,18 @@ MIN_SHARE = 0.05  # of the steady step: a warning from here (a drain measured)
 
 
 def explicit_syncs(s: Snapshot) -> Iterable[Finding]:
-    """Device->host transfers in (nearly) every step that no sync line accounts
-    for (explicit ``device_get``, or an older hook without sites)."""
+    """Device->host transfers in (nearly) every step that no line accounts for
+    (an older hook without sites, torch_xla's reads), and each
+    ``jax.device_get`` line read every step."""
     c0 = cost_of(s, 0.0, None)
     d2h = s.distribution(TRANSFER_FROM_DEVICE_TIME)
     if c0.steps is None or c0.steps.count < 5 or d2h is None:
         return
     # (sampled reads, numpy's of a jax.Array on the CPU, are in no distribution;
-    # a jax.device_get at its line is its own site, costed there by its drain:
-    # haiku's vqvae example gets its step's whole output every step, and its
-    # waits, the step's compute, read "717 ms/step, 100 %" here where removing
-    # it saved ~1.4 % by A/B)
+    # a jax.device_get every step is said at its own line, below, by its wait
+    # beyond the step's device time: haiku's vqvae example gets its step's whole
+    # output every step, and its waits, the step's compute, read "717 ms/step,
+    # 100 %" here where removing it saved ~1.4 % by A/B)
     lined = (SiteKind.SYNC.value, SiteKind.DEVICE_GET.value)
     at_sites = [x for x in s.sites if x.kind in lined and not sampled_read(x)]
     count = d2h.count - sum(x.count for x in at_sites)

@@ -377,10 +377,10 @@ def _recorder(ops: EagerOps) -> Callable[..., None]:
 def _new_wait(waited_at: dict[tuple[int, int], int], frame: FrameType | None, offset: int,
               at: int) -> bool:
     """Whether an op that waited for the steps, at ``frame``'s ``offset``
-    after step ``at``, waited in the step before (a per-step op on the step's
-    output) or never, or not since earlier steps (an evaluation's first op
-    after steps with other eager ops in them: the JAX docs' data-loading
-    notebook's ``one_hot`` of each batch); notes this wait."""
+    after step ``at``, is a new wait at its line: none there before, or none
+    in the step just before (True: an evaluation's first op, even where other
+    eager ops run every step, as the JAX docs' data-loading notebook's
+    ``one_hot``; False: a per-step op on the step's output). Notes this wait."""
     if frame is None:
         return False
     key = (id(frame.f_code), offset)
