@@ -101,6 +101,7 @@ NODES = 128  # containers opened to find them (haiku's params: a dict of dicts)
 # DeviceTimes.before: no sample of the function is due (the call is not looked at).
 NOT_DUE = object()
 _LOOK = object()  # (offer's default: look for the pending input among the arguments)
+_PROBE = object()  # a queue item of probe's, not a sample
 
 def _median(values: collections.deque[int]) -> int:
     s = sorted(values)
@@ -203,6 +204,28 @@ class DeviceTimes:
                              returned))
         self.wake.set()
 
+    def probe(self, args: tuple[Any, ...]) -> list[int] | None:
+        """When the device finishes the first of ``args`` not ready now (the
+        training steps' latest output, which a gap's first call or eager op
+        takes): a cell the watcher sets to its completion's clock (ns), or to
+        -1 where it found it ready (behind another sample: when is lost);
+        None where none is pending or the queue is full. A gap's queue,
+        measured (:mod:`~metrics.engines.jax.gaps`). Never waits."""
+        if len(self.pending) >= QUEUE + 2:  # (samples fill QUEUE: a probe a gap past them)
+            return None
+        try:
+            pending = _first_pending(args)
+        except Exception:  # noqa: BLE001 - a hook never raises into the program
+            return None
+        if pending is None:
+            return None
+        if self._thread is None:
+            self._start()
+        cell = [0]
+        self.pending.append((_PROBE, pending, cell))
+        self.wake.set()
+        return cell
+
     def _start(self) -> None:
         self._pid, self._stop = os.getpid(), False
         self.pending.clear()  # a parent's samples, in a forked child
@@ -236,7 +259,22 @@ class DeviceTimes:
                 wake.wait()
                 wake.clear()
                 continue
-            self._sample(*pending.popleft())
+            item = pending.popleft()
+            if item[0] is _PROBE:
+                self._finish(item[1], item[2])
+            else:
+                self._sample(*item)
+
+    def _finish(self, pending: Any, cell: list[int]) -> None:
+        """:meth:`probe`'s wait, off the training thread."""
+        try:
+            if pending.is_ready():
+                cell[0] = -1
+                return
+            pending.block_until_ready()
+            cell[0] = self.clock()
+        except Exception:  # noqa: BLE001 - donated to the next call: not known
+            cell[0] = -1
 
     def _sample(self, owner: Any, graph: str | None, start: int, behind: Any,
                 leaf: Any, late: bool = False, returned: bool = False) -> None:

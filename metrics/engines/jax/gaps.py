@@ -39,8 +39,13 @@ work sent in the gap), by more than the usual step and the sync's latency
 the hook saw (eager ops JAX runs in C++ after their first call: jax's mnist examples'
 un-jitted ``accuracy()`` of the whole set before a print each epoch, 0.45 s
 a wait said as 2.8 ms), ``Q`` is the model's, and a gap a read led is
-``device_work`` (the read's line: :data:`UNSEEN_GAPS`), not logging. The
-``n`` steps
+``device_work`` (the read's line: :data:`UNSEEN_GAPS`), not logging. Where
+the gap's first call or eager op took the steps' latest output not yet
+ready, the watcher of :mod:`~metrics.engines.jax.device_time` waits for it
+off the training thread (``DeviceTimes.probe``) and ``Q`` is measured: from
+the gap's start to that output's completion (optax's nanolm: 19 queued
+steps of 250-565 ms under load, the sampled median's model 1.7 s off on an
+evaluation of 0.12 s). Else: the ``n`` steps
 dispatched since the step's previous call after a gap (its ``GAP_END``)
 start on the device no earlier than that call or the end of the previous
 gap's device work, whichever is later, and each takes the step's measured
@@ -71,6 +76,7 @@ of the other). Gaps of marked steps
 
 Example:
     >>> from metrics.engines.jax.gaps import lead_of
+    >>> from metrics.engines.jax.gap_costs import own_ns, queued_ns
     >>> lead_of({(0, 11, 4): 1, (CALL, 12, 8): 40})   # a read and an evaluation's calls
     ((6, 12, 8), 'evaluation')
     >>> # 2.4 s of a 3.5 s gap waited for 50 queued 100 ms steps: 1.1 s its own
@@ -87,6 +93,14 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from metrics.engines._frames import site_at
+from metrics.engines.jax.gap_costs import (
+    copies_state,
+    net_ns,
+    queued_ns,
+    settled_ns,
+    top_ns,
+    unseen_ns,
+)
 from metrics.engines.jax.kinds import CALL, GAP_END, GET, SYNC
 from metrics.engines.jax.library_step import loop_frame, user_frame
 from metrics.recording.thread_busy import blocked_ns, run_queue_wait_ns
@@ -105,12 +119,6 @@ DEVICE_WORK = "device_work"
 # A CALL's name for the first eager op after the step's calls that waited for
 # them (eager.py): an un-jitted evaluation's, its start the gap's.
 EAGER_CALL = "un-jitted jnp ops"
-# The step's device-time samples can fall this far short of its period (1/8;
-# drains.py: hk_transformer's were 89.7 % of it, 1/8.7 short) before a wait
-# past the model's queue is taken as the gap's own work. (They read long as
-# often on a loaded CPU, 10-45 %, hiding an evaluation in some gaps: 1/6
-# hid a 23 ms one behind 31 steps of 1.3 ms, sampled 1.8, in one run of 6.)
-UNSEEN_SHARE = 8
 # A read's gaps are device work where at least this share of them waited past
 # the steps' queue (1/4: on a loaded CPU the samples run long as often as
 # short, hiding the excess in some gaps; the JAX evaluation's mnist examples:
@@ -119,15 +127,13 @@ UNSEEN_GAPS = 4
 _WORK_OF = {CALL: EVALUATION, GET: CHECKPOINT, SYNC: LOGGING}
 _LEAD_ORDER = (CALL, GET, SYNC)
 _GAP_KINDS = frozenset((GAP_END, CALL, GET, SYNC))
-# A gap's device_gets are a checkpoint when they copy at least this share of
-# the state the step carries from call to call (its parameters and optimizer
-# state, fed back: calls.note_feedback); with that unknown, at least
-# CHECKPOINT_MIN_BYTES. Less is a read of a loss or a few metrics (logging).
-CHECKPOINT_STATE_SHARE = 0.1
-CHECKPOINT_MIN_BYTES = 64 * 1024
 # Device-time samples a queue is modelled on, at least (a donating step's one
 # sample read 22 ms against 15: its evaluation 29 ms against 300 by A/B).
 MIN_SAMPLES = 5
+# Gaps a site keeps to cost when the step's device time is measured, at most
+# (a gap every step with the step never sampled: the rest said as they close).
+PENDING_MAX = 64
+MAX_PROBES = 16  # queue ends awaited at once (one a gap; more: the gap not probed)
 
 
 def lead_of(counts: dict[tuple[Any, ...], int]) -> tuple[tuple[Any, ...], str]:
@@ -144,80 +150,16 @@ def lead_of(counts: dict[tuple[Any, ...], int]) -> tuple[tuple[Any, ...], str]:
 
 
 
-def queued_ns(start: int, gap_start: int, steps: int, device_ns: int,
-              first_wait: int) -> int:
-    """The device's work left at ``gap_start`` on the ``steps`` training steps
-    dispatched from ``start`` on (the step's previous call after a gap, or
-    the end of the device work before it, if later), each ``device_ns`` on
-    the device: at the earliest they end at ``start + steps * device_ns``;
-    at most ``first_wait`` ns after the gap's start (its first wait had them
-    done)."""
-    return max(0, min(start + steps * device_ns - gap_start, first_wait))
-
-
-def unseen_ns(first: int, queued: int, later: int) -> int:
-    """The wait of a gap that called nothing the hook saw, past its queued
-    steps: its first wait beyond their queue taken at the top of what their
-    device samples allow (``queued``: :func:`queued_ns` at
-    :func:`top_ns`), and its ``later`` waits (the queue was done: they
-    waited for work sent in the gap). Device work the gap sent by no call
-    the hook saw (eager ops JAX runs in C++ after their first call) where
-    more than the usual step and the sync's latency.
-
-    Example:
-        >>> unseen_ns(first=30, queued=20, later=0)
-        10
-        >>> unseen_ns(first=10, queued=10, later=190)
-        190
-    """
-    return max(0, first - queued) + later
-
-
-def top_ns(device_ns: int, upper_ns: int | None) -> int:
-    """The step's device ns per execution a wait past the queued steps is
-    judged against: its samples' median ``device_ns`` and an eighth (they
-    can fall short of the period: :data:`UNSEEN_SHARE`), or their upper
-    quartile ``upper_ns`` where they spread wider (a loaded machine, whose
-    steps between two reads can all run at the top of the spread: a print
-    every 20 steps at load 10 waited 1.0-2.3 s for a queue of 1.36 s at the
-    median, 2.4 s at the upper quartile, and was said as device work the
-    gap sent in 3 of 6 gaps). A queue that even at this rate ended before
-    the gap began leaves its whole wait to the gap.
-
-    Example:
-        >>> top_ns(80, None), top_ns(80, 84), top_ns(80, 120)
-        (90, 90, 120)
-    """
-    return max(device_ns + device_ns // UNSEEN_SHARE, upper_ns or 0)
-
-
-def own_ns(wall: int, queued: int, usual: int, compiles: int) -> int:
-    """A gap's own cost: its wall time less what it would have taken anyway,
-    the device's ``queued`` work or (overlapping it) the host's ``usual``
-    step and the ``compiles`` in it; between 0 and ``wall``."""
-    return max(0, min(wall, wall - max(queued, usual + compiles)))
-
-
-def copies_state(nbytes: int, state_bytes: int) -> bool:
-    """Whether a gap's device_gets of ``nbytes`` in all copied the step's
-    state (``state_bytes``; 0: not known), as a checkpoint does.
-
-    Example:
-        >>> copies_state(4, 2_000_000), copies_state(700_000, 2_000_000)
-        (False, True)
-    """
-    if state_bytes > 0:
-        return nbytes >= CHECKPOINT_STATE_SHARE * state_bytes
-    return nbytes >= CHECKPOINT_MIN_BYTES
-
-
 class GapSite:
     """What one site (a ``_Site`` of the transfer hook) did in gaps."""
 
-    __slots__ = ("gap_ns", "gaps", "unseen", "work", "within")
+    __slots__ = ("gap_ns", "gaps", "unseen", "work", "within", "pending")
 
     def __init__(self) -> None:
         self.gap_ns = 0
+        # Gaps that sent device work before their first wait, closed before the
+        # step's device time was measured: costed when read (settled_ns).
+        self.pending: list[tuple[int, int, int, int, int, int, int]] = []
         self.gaps = 0
         self.unseen = 0  # gaps whose read waited for device work sent in them, unseen
         self.work = ""
@@ -229,7 +171,7 @@ class Gaps:
     ``ImplicitTransfers``, records of ``fields`` values)."""
 
     __slots__ = ("impl", "fields", "open", "by_owner", "called", "resume", "free_at",
-                 "timeline", "models")
+                 "timeline", "models", "probes")
 
     def __init__(self, impl: Any, fields: int) -> None:
         self.impl, self.fields = impl, fields
@@ -260,6 +202,9 @@ class Gaps:
         # (an evaluation's first call) are compile time, not the gap's.
         self.timeline: Any = None
         self.models: dict[Any, tuple[int | None, int | None, int]] = {}  # _model's, a fold's
+        # A gap's first call's start ns -> when the steps queued before it ended
+        # on the device ([ns]: 0 not yet, -1 not known): expect, DeviceTimes.probe.
+        self.probes: dict[int, list[int]] = {}
 
     def after(self, fold: Callable[[list[Any]], None]) -> Callable[[list[Any]], None]:
         """The journal's fold: ``fold`` (the transfer hook's, then its drains'),
@@ -297,12 +242,15 @@ class Gaps:
                 self.resume = (ends[i], steps[i])
                 continue
             if gap is None or gap[0] != steps[i]:
-                gap = [steps[i], starts[i], {}, -1, set(), 0, -1, False, 0]
+                gap = [steps[i], starts[i], {}, -1, set(), 0, -1, False, 0, None]
             key = (k, id(codes[i]), offsets[i])
             counts = gap[2]
             counts[key] = counts.get(key, 0) + 1
             if k == CALL:
                 gap[4].add(details[i])
+                probe = self.probes.pop(starts[i], None) if self.probes else None
+                if probe is not None and gap[9] is None and gap[3] < 0:
+                    gap[9] = probe  # the steps' queue's end, measured (set by now or soon)
                 if gap[3] < 0 and not gap[7] and details[i] is EAGER_CALL and ends[i] > starts[i]:
                     # An un-jitted evaluation's first op waited for the steps'
                     # output until ``ends[i]``: the queue's end, measured (eager.py)
@@ -332,7 +280,7 @@ class Gaps:
             return False
         gap = self.open
         if gap is None or gap[0] != step:
-            gap = self.open = [step, flat[4], {}, -1, set(), 0, -1, False, 0]
+            gap = self.open = [step, flat[4], {}, -1, set(), 0, -1, False, 0, None]
         key = (SYNC, id(codes[0]), offsets[0])
         gap[2][key] = gap[2].get(key, 0) + n
         waits = list(map(max, map(operator.sub, ends, flat[4::w]), itertools.repeat(0, n)))
@@ -343,9 +291,27 @@ class Gaps:
         gap[6] = max(gap[6], max(ends))
         return True
 
+    def expect(self, start: int, cell: list[int] | None) -> None:
+        """The queue's end for the gap whose first call or eager op began at
+        ``start``, to be set by the device-time watcher (``cell``:
+        DeviceTimes.probe's)."""
+        if cell is not None and len(self.probes) < MAX_PROBES:
+            self.probes[start] = cell
+
     def sites_of(self, step: Any) -> dict[Any, GapSite]:
         """The gaps ``step`` (the step function now named) closed, by site."""
         return self.by_owner.get(step, {})
+
+    def own(self, g: GapSite, step: Any) -> int:
+        """The own time of ``g``'s gaps, ns: those closed before the step's device
+        time was measured costed with it now (:func:`settled_ns`)."""
+        ns = g.gap_ns
+        if g.pending:
+            self.models.pop(step, None)  # (samples may have come since the last fold)
+            dev = self._model(step)[0]
+            within = self.timeline.within if self.timeline is not None else None
+            ns += sum(settled_ns(raw, dev, within) for raw in list(g.pending))
+        return ns
 
     def called_in(self, step: Any) -> dict[str, Any]:
         """The functions called in ``step``'s gaps, by name -> the _Site that
@@ -358,6 +324,7 @@ class Gaps:
         compiles = self.timeline.within(start, end) if self.timeline is not None and wall else 0
         queued = usual = 0
         unseen = False
+        pending = None
         resume = self.resume
         if resume is not None and resume[0] > start:
             resume = None
@@ -373,6 +340,9 @@ class Gaps:
                      if dev is not None and resume is not None else None)
             if gap[7]:  # it sent device work of its own before: the steps' by the model
                 queued = model or 0
+                if model is None and resume is not None:  # costed when read, with the model
+                    pending = (wall, first, start, n, max(resume[0], self.free_at), usual,
+                               compiles)
             else:  # the whole wait, unless beyond the model's queue (work it sent, unseen)
                 queued = first
                 if (model is not None and dev is not None and resume is not None and n > 1
@@ -389,13 +359,14 @@ class Gaps:
             if dev is not None:
                 queued = min(blocked, queued_ns(max(resume[0], self.free_at), start, n, dev,
                                                 wall))
+        probed = gap[9][0] if gap[9] is not None else 0
+        if probed > 0:  # the queue's end, measured (the watcher saw it, late by its
+            # wake-up: a wait's return that came before it is the earlier sight)
+            seen = min(probed, gap[3]) if gap[3] >= 0 else probed
+            queued, pending = max(0, min(seen - start, wall)), None
         self.free_at = gap[6] if gap[6] >= 0 else start + queued
-        # Compiles after the queue's end ran on an idle device: out of the gap
-        # whole, not overlapped with the queue (seq2seq's first decode gap: a
-        # read waited 684 ms for the queued steps, then decode compiled 1.2 s).
-        after = compiles - self.timeline.within(start, start + queued) if (
-            compiles and queued) else 0
-        wall = max(0, own_ns(wall, queued, usual, compiles - after) - after)
+        within = self.timeline.within if self.timeline is not None else None
+        wall = 0 if pending else net_ns(wall, start, queued, usual, compiles, within)
         counts = gap[2]
         if len(counts) == 1:  # the usual gap: one line (a read every step)
             lead_key = next(iter(counts))
@@ -416,6 +387,10 @@ class Gaps:
         g = by_site.get(lead)
         if g is None:
             g = by_site[lead] = GapSite()
+        if pending and len(g.pending) < PENDING_MAX:
+            g.pending.append(pending)
+        elif pending:  # (a step never measured: each gap an upper bound now)
+            wall = settled_ns(pending, None, within)
         g.gap_ns += wall
         # The step's own calls in a gap came while another function was the
         # step's guess: its numpy arguments are the loop's, not the gap's.
@@ -464,7 +439,7 @@ class Gaps:
         self.called.clear()
 
 
-def at_call(context: JaxContext, owner: Owner, frame: Any) -> None:
+def at_call(context: JaxContext, owner: Owner, frame: Any, args: tuple[Any, ...] = ()) -> None:
     """A call of ``owner`` after other work (``context.gap_owner`` was not
     it): the step's call closes the gap (``GAP_END``, with the step);
     another function's call is noted (``CALL``), once until other work, at
@@ -495,6 +470,7 @@ def at_call(context: JaxContext, owner: Owner, frame: Any) -> None:
         # reads a step, 5.6 us each under gVisor, for gaps that are the step's)
         if context.gap_cpu is None and (last is None or step.calls - last[1] > 2):
             context.gap_cpu = (now, time.thread_time_ns(), run_queue_wait_ns())
+            impl.gaps.expect(now, eng.device_times.probe(args))  # the queue's end, measured
         loop = loop_frame(frame, getattr(step, "caller_code", None) or None)
         impl.record(CALL, loop or frame, now, now, 0, owner.name)
 

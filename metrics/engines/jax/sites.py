@@ -197,7 +197,7 @@ def gap_lines(impl: ImplicitTransfers) -> dict[tuple[int, str], dict[str, Any]]:
             row["work"] = (PeriodicWork.INPUT.value if id(site) in inputs
                            and gs.work == PeriodicWork.EVALUATION else gs.work)
             row["gaps"] = row.get("gaps", 0) + gs.gaps
-            row["gap_seconds"] = row.get("gap_seconds", 0.0) + gs.gap_ns / 1e9
+            row["gap_seconds"] = row.get("gap_seconds", 0.0) + g.own(gs, step) / 1e9
         elif gs.within is not None and gs.within.where is not None:
             row["within"] = gs.within.where[0]
     if called:  # a gap's functions' numpy arguments (counted apart) sat in it
