@@ -108,6 +108,14 @@ def _advice(n: int, cores: int) -> str:
                 f"for {'it' if cores == 1 else 'them'}: use fewer workers ({fewer}). Then "
                 "make each sample cheaper (decode and transform once and cache, or transform "
                 "whole batches on the device), or run it where more cores are free.")
+    if n == 0 and cores == 1:
+        # yunjey's GAN tutorial pinned to one core: its per-sample loading 38 %
+        # of the loop's CPU; batches made once saved it, workers would take
+        # turns with the step on that core.
+        return ("On the 1 core this process may use, worker processes would take turns "
+                "with the step: do the per-sample work once instead, decoding and "
+                "transforming the samples before the loop and caching them (or transforming "
+                "whole batches on the device), or run it where more cores are free.")
     if n == 0:
         return ("Load in worker processes beside the step (DataLoader(num_workers=N), N up "
                 "to the free cores; persistent_workers=True keeps them across epochs), set "

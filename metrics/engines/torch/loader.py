@@ -178,7 +178,7 @@ class LoaderTimes:
             out.append(SiteReading(
                 _KIND, site.location, count, seconds=ns / 1e9,
                 detail=f"num_workers={site.workers}"
-                + (f", cores={cores}" if site.workers and cores else ""), via=site.via,
+                + (f", cores={cores}" if cores else ""), via=site.via,
                 first_seen_unix=first, last_seen_unix=last,
                 phase=phase_of(first, last, count, steps).value, occurrences=count))
         return out

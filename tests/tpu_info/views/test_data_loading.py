@@ -82,6 +82,19 @@ def test_workers_on_one_core_are_told_to_load_in_the_training_process():
     assert "add workers" not in f.message and "1 cores" not in f.message
 
 
+def test_loading_in_the_training_process_on_one_core_is_not_told_to_add_workers():
+    # yunjey's GAN tutorial pinned to one core: per-sample loading 38 % of
+    # the loop's CPU (A/B: batches made once); workers would take turns with
+    # the step there, so the advice is the per-sample work done once.
+    s = _snap(replace(_loader(5.8), detail="num_workers=0, cores=1"))
+    [f] = [f for f in find(s) if f.kind == "per_step_data_loading"]
+    assert "num_workers=N" not in f.message and "On the 1 core" in f.message
+    assert "before the loop and caching them" in f.message
+    two = _snap(replace(_loader(5.8), detail="num_workers=0, cores=2"))
+    [f] = [f for f in find(two) if f.kind == "per_step_data_loading"]
+    assert "num_workers=N" in f.message  # a core to spare: workers beside the step
+
+
 def test_a_cheap_loader_is_said_why_not_in_json():
     s = _snap(_loader(0.3))
     assert not [f for f in find(s) if f.kind == "per_step_data_loading"]
