@@ -7,7 +7,8 @@ time is the step's "other". The hook times sampled intervals between the
 step's calls on the training thread and puts their time at the user's lines;
 a line's figure is its median per interval (one interval is one step's gap).
 
-What it costs the loop: where the host set the pace (the training thread
+What it costs the loop: in eager PyTorch on the CPU (:func:`torch_on_cpu`)
+every op is host time, so all of it; where the host set the pace (the training thread
 on the CPU nearly all of the loop, :func:`~tpu_info.views.breakdown.host_paced`)
 the device waits for all of it, so it is step time; elsewhere at most the
 step's time the device was idle (the step less the device's measured time
@@ -43,11 +44,12 @@ from tpu_info.views.cost import (
     below_bar,
     cost_of,
     duration,
+    engine_of,
     share_words,
     short_location,
     steps_of,
 )
-from tpu_info.views.slack import busy_cpu_words
+from tpu_info.views.slack import busy_cpu_words, on_cpu
 
 MIN_SHARE = 0.05  # of the steady step: said from here
 WARN_SHARE = 0.10  # a warning from here
@@ -95,6 +97,8 @@ def host_bound(s: Snapshot, b: Breakdown) -> tuple[str, float | None]:
     """Why the loop waits for the host, in words, and the most of a step the
     device waited for it (None: all of it, the host set the pace); ("", 0)
     where the device's time is not known."""
+    if torch_on_cpu(s):
+        return "eager PyTorch on the CPU: the step's every part is the host's time", None
     paced = host_paced(s)
     if paced is not None:
         return (f"the training thread was on the CPU {paced[0]:.0f}% of the loop (median "
@@ -105,6 +109,12 @@ def host_bound(s: Snapshot, b: Breakdown) -> tuple[str, float | None]:
     idle = max(0.0, w - d)
     return (f"the device idle {share_words(idle / w)} of the step or more (its measured "
             f"{duration(d)} a step, {b.device_basis}, is an upper bound)"), idle
+
+
+def torch_on_cpu(s: Snapshot) -> bool:
+    """A torch program computing on the host's CPU: its ops are host time,
+    so the host work between its steps is step time, all of it."""
+    return engine_of(s).startswith("torch") and on_cpu(s)
 
 
 def work_costs(s: Snapshot, b: Breakdown, ws: list[Work]) -> list[Cost]:
@@ -190,10 +200,20 @@ def host_work(s: Snapshot) -> Iterable[Finding]:
         why = host_bound(s, b)[0]
         share = c.share_of_step or 0.0
         bound = busy_cpu_words(s, "it")
-        waits = f" The device waits for it: {why}."
+        waits = (" In eager PyTorch on the CPU the step is all host time: this adds to it."
+                 if torch_on_cpu(s) else f" The device waits for it: {why}.")
         if bound:  # information; said after the advice (a report's cut keeps that)
             share, waits, bound = 0.0, "", f" {bound}"
-        if w.generator:
+        torch = engine_of(s).startswith("torch")
+        if torch:  # (no jitted step to move it into: a DataLoader's workers, or once)
+            what = (f"{w.function}(), a generator the loop draws its batches from, runs on the "
+                    "host between steps" if w.generator else
+                    f"host code in {w.function}() runs between steps")
+            fix = ("Build the examples once before the loop (each sample's tensors cached), "
+                   "or in a DataLoader with workers (num_workers on spare cores: the main "
+                   "thread only collects them), or batch them (one op over the batch, not a "
+                   "Python loop setting elements one by one).")
+        elif w.generator:
             what = (f"{w.function}(), a generator the loop draws its batches from, runs on the "
                     f"host between steps")
             fix = ("Make the batches ahead of the loop (draw an epoch's indices at once and "

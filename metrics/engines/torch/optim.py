@@ -34,6 +34,10 @@ a flag the post-hook clears: one store each) and are no steps of the loop;
 such an optimizer's steps are the loop's at any count (each one computed
 gradients: no guess), its closure's calls said in the basis.
 
+After the first optimizer's steps (``backward()``'s while none has stepped),
+a sampled interval of the user's host work to the next step begins when one
+is due (:mod:`metrics.engines.torch.host_lines`; a clock compare a step).
+
 A step inside a compiled function (``torch.compile(opt.step)``) is not
 counted: Dynamo would trace the hook's clock read and break the graph, so
 the hook returns at once while compiling, and those steps are told by the
@@ -70,6 +74,8 @@ from tpu_info.contract.model import STEPS_INFERRED, StepsReading
 if TYPE_CHECKING:
     from torch.optim import Optimizer
     from torch.utils.hooks import RemovableHandle
+
+    from metrics.engines.host_lines import HostLines
 
 FIELDS = 2  # a step in the journal: (optimizer, end in monotonic ns)
 MAX_OPTIMIZERS = 64  # optimizers kept apart; later ones are not counted
@@ -122,6 +128,11 @@ class OptimizerSteps:
         self.folded = 0  # steps (and backward() calls) folded: read per tensor read
         self._step_time = recorder.distribution(names.STEP_TIME)  # kept across resets
         self.gaps = StepGaps()  # the work between the primary optimizer's steps
+        # The user's host work between the steps (host_lines.py), where the
+        # engine samples it; the first optimizer that stepped (its steps are
+        # the intervals' ends; backward()'s while none has).
+        self.host_lines: HostLines | None = None
+        self.first_stepped: list[object] = [None]
         self.gaps.to_unix = recorder.mono_to_unix
         self._handle: RemovableHandle | None = None
         self._pre_handle: RemovableHandle | None = None
@@ -326,6 +337,7 @@ class OptimizerSteps:
         self.primary = None
         self.gaps_of = None
         self.inside[0] = None
+        self.first_stepped[0] = None
         self.step_time_fed = 0
         self.folded = 0
         self.gaps.clear()
@@ -369,14 +381,27 @@ def _noter(steps: OptimizerSteps,
     if compiling is None:
         return note
 
-    def note_unless_compiling(owner: object) -> None:
+    def note_unless_compiling(owner: object) -> int | None:
         if compiling():
-            return
-        q.extend((owner, clock()))
+            return None
+        now = clock()
+        q.extend((owner, now))
         if len(q) >= limit:
             flush()
+        return now
 
     return note_unless_compiling
+
+
+def _after_step(steps: OptimizerSteps, host: HostLines, now: int, q: list[Any]) -> None:
+    """The step ended at ``now``: the user's host work to the next one, when
+    an interval is due (:mod:`metrics.engines.torch.host_lines`)."""
+    if now < host.due_ns:
+        return
+    try:
+        host.after_step(now, steps.folded + len(q) // FIELDS)
+    except Exception as e:  # noqa: BLE001 - a hook never raises into the program
+        steps.rec.hook_failed("torch.host_lines", e)
 
 
 def _backward_hook(steps: OptimizerSteps, original: Callable[..., Any],
@@ -384,12 +409,18 @@ def _backward_hook(steps: OptimizerSteps, original: Callable[..., Any],
     """``torch.autograd.backward`` noting its call after it (``Tensor.backward``
     calls it by that name)."""
     note = _noter(steps, compiling)
-    inside = steps.inside
+    inside, first, q = steps.inside, steps.first_stepped, steps.queue
 
     @functools.wraps(original)
     def backward(*args: Any, **kwargs: Any) -> Any:
         out = original(*args, **kwargs)
-        note(BACKWARD if inside[0] is None else CLOSURE)
+        if inside[0] is not None:
+            note(CLOSURE)
+            return out
+        now = note(BACKWARD)
+        host = steps.host_lines
+        if host is not None and now is not None and first[0] is None:  # backward() is the step
+            _after_step(steps, host, now, q)  # (a clock compare)
         return out
 
     return backward
@@ -411,13 +442,18 @@ def _pre_hook(steps: OptimizerSteps, compiling: Callable[[], bool]) -> Callable[
 def _hook(steps: OptimizerSteps, compiling: Callable[[], bool]) -> Callable[..., None]:
     """The post-step hook: notes the optimizer's step."""
     note = _noter(steps, None)  # compiling() is read below, once
-    inside, busy = steps.inside, steps.busy
+    inside, busy, first, q = steps.inside, steps.busy, steps.first_stepped, steps.queue
 
     def optimizer_stepped(optimizer: Optimizer, args: object, kwargs: object) -> None:
         if compiling():  # traced by Dynamo: nothing (see _noter)
             return
         inside[0] = None
         now = note(optimizer)  # (the step's clock read)
+        if first[0] is None:
+            first[0] = optimizer
+        host = steps.host_lines
+        if host is not None and now is not None and first[0] is optimizer:  # the user's
+            _after_step(steps, host, now, q)  # host work to the next step
         if now is not None and now >= busy.due_ns:  # a second apart: the run queue's share
             try:
                 busy.tick(now)

@@ -188,7 +188,7 @@ def test_one_call_in_time_every_reads_the_clock(fresh_metrics, monkeypatch):
     monkeypatch.setattr(device_time, "SPACING_NS", 1 << 62)
     # So are the intervals of the user's host work (host_lines.py: the first
     # due one checks for a profiler already set, this test's own).
-    from metrics.engines.jax import host_lines
+    from metrics.engines import host_lines
 
     monkeypatch.setattr(host_lines, "FIRST_CALLS", 1 << 62)
 

@@ -150,3 +150,25 @@ def test_on_a_busy_cpu_backend_host_work_is_an_upper_bound_at_information():
     assert f.severity.label == "info" and f.seconds_per_step == free.seconds_per_step
     assert "an upper bound" in f.message and "waited for a core 60%" in f.message
     assert "The device waits for it" not in f.message
+
+
+def test_eager_torch_on_the_cpu_its_host_work_is_step_time_with_torchs_fixes():
+    # charrnn (issue 41): randomTrainingExample() at the loop's line, 145 us of
+    # a ~1.9 ms step by split timing; no device time to compare, no thread's
+    # CPU share: eager torch on the CPU runs every op on the host.
+    from tpu_info.contract.model import ProcessRecord
+
+    steps = StepsReading(15_000, "inferred", "backward(): 15,000 calls", 28.5,
+                         first_unix=100.0, last_unix=128.5)
+    site = dataclasses.replace(_line(181, 145e-6, generator=False, function="<module>",
+                                     detail="randomTrainingExample()"),
+                               first_seen_unix=100.1, last_seen_unix=128.4)
+    s = Snapshot(0.0, uptime_seconds=30.0, steps=steps, sites=(site,),
+                 process=ProcessRecord(1, "char_rnn.py", engine="torch_compile"))
+    [f] = [f for f in find(s) if f.kind == "per_step_host_work"]
+    assert f.location == "/w/prog.py:181" and 0.07 < (f.share_of_step or 0) < 0.08
+    assert "DataLoader" in f.message and "jitted" not in f.message
+    assert "randomTrainingExample()" in f.message and "eager PyTorch" in f.message
+    # The same line in a JAX snapshot with nothing measured of its device: not said.
+    jax = dataclasses.replace(s, process=ProcessRecord(1, "prog.py", engine="jax"))
+    assert not [f for f in find(jax) if f.kind == "per_step_host_work"]

@@ -31,6 +31,9 @@
   the evaluations (``model.eval()``) and checkpoints (``torch.save``) between
   optimizer steps and their time beyond the usual step
   (:mod:`metrics.engines.torch.gaps`).
+* The user's own host work between steps (building each example with
+  ``torch.zeros`` and a Python loop), per line of the loop, in sampled
+  intervals (:mod:`metrics.engines.torch.host_lines`).
 * The batches the main thread draws from a DataLoader, timed at the user's
   ``for`` line (:mod:`metrics.engines.torch.loader`).
 * Executions of each compiled graph and their time (``ExecuteComputation``,
@@ -58,10 +61,12 @@ import torch
 from metrics.engines import device_profilers, ranks
 from metrics.engines.base import EngineBase
 from metrics.engines.compile_steps import compile_step_time
+from metrics.engines.host_sites import work_sites
 from metrics.engines.torch import devices
 from metrics.engines.torch import syncs as torch_syncs
 from metrics.engines.torch.compile import dynamo, record
 from metrics.engines.torch.compile.context import ACTIVE, ENGINE, CompileContext
+from metrics.engines.torch.host_lines import torch_host_lines
 from metrics.engines.torch.loader import LoaderTimes
 from metrics.recording.recorder import Recorder
 from tpu_info.contract.model import (
@@ -96,6 +101,10 @@ class TorchCompileEngine(EngineBase):
         ctx.syncs = torch_syncs.attach(ctx)
         ctx.optimizer.install(ctx.degraded)
         ctx.optimizer.gaps.install(ctx.patches, ctx)  # model.eval(), torch.save
+        if ctx.optimizer.host_lines is None:  # the user's host work between steps
+            ctx.optimizer.host_lines = host_lines = torch_host_lines(ctx.failed)
+            self.rec.on_reset(host_lines.forget)
+        ctx.optimizer.host_lines.enabled = True
         self.loader.install(ctx.patches, ctx)  # DataLoader batches
         if "torch._dynamo" in sys.modules:
             dynamo.hook_dynamo(ctx)
@@ -110,6 +119,8 @@ class TorchCompileEngine(EngineBase):
         torch_syncs.detach(ctx)
         ctx.syncs = None
         ctx.optimizer.uninstall()
+        if ctx.optimizer.host_lines is not None:
+            ctx.optimizer.host_lines.enabled = False
         ctx.patches.restore()
         ctx.dynamo_hooked = False
 
@@ -155,7 +166,9 @@ class TorchCompileEngine(EngineBase):
         reads = [x if x.within or not (lead := gaps.lead_around(
             x.first_seen_unix, x.last_seen_unix)) else dataclasses.replace(x, within=lead)
             for x in reads]
-        return ctx.gaps.sites(training) + reads + between
+        host = ctx.optimizer.host_lines
+        work = work_sites(host, self.rec.mono_to_unix) if host is not None else []
+        return ctx.gaps.sites(training) + reads + between + work
 
     def blind_spots(self) -> list[str]:
         """The tensor reads the sync hook does not count (:mod:`~metrics.engines.torch.syncs`)."""

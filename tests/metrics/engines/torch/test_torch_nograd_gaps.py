@@ -282,7 +282,10 @@ def test_a_no_grad_block_between_every_two_steps_is_no_evaluation(tmp_path, sour
         (ev,) = _evaluation(s)
         lead = lines.get("eval", lines["test"])
         assert ev.location.endswith(f"train.py:{lead}"), ev.message
-    assert not [x for x in live.sites if x.location.endswith(f"train.py:{lines['update']}")]
+    # No no_grad site there either (the update's own host time at its lines,
+    # a few microseconds a step, is a host_work site: below the bar, no finding).
+    assert not [x for x in live.sites if x.location.endswith(f"train.py:{lines['update']}")
+                and x.kind != "host_work"]
 
 
 def test_a_no_grad_block_leads_an_evaluation_in_words_and_inference_mode_is_not_advised_twice():
