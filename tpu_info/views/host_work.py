@@ -209,10 +209,12 @@ def host_work(s: Snapshot) -> Iterable[Finding]:
             what = (f"{w.function}(), a generator the loop draws its batches from, runs on the "
                     "host between steps" if w.generator else
                     f"host code in {w.function}() runs between steps")
-            fix = ("Build the examples once before the loop (each sample's tensors cached), "
-                   "or in a DataLoader with workers (num_workers on spare cores: the main "
-                   "thread only collects them), or batch them (one op over the batch, not a "
-                   "Python loop setting elements one by one).")
+            fix = ("If it makes each step's examples: build them once before the loop (each "
+                   "sample's tensors cached), or in a DataLoader with workers (num_workers on "
+                   "spare cores: the main thread only collects them), or batch them (one op "
+                   "over the batch, not a Python loop setting elements one by one). If it is "
+                   "per-step bookkeeping (metrics, a loss outside the model), keep it on the "
+                   "tensors and read it every N steps.")
         elif w.generator:
             what = (f"{w.function}(), a generator the loop draws its batches from, runs on the "
                     f"host between steps")
