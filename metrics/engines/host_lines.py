@@ -317,7 +317,9 @@ class HostLines:
                             key = (id(code), f.f_lineno)
                 if f is None:  # under a work code below the loop's frame (a forward)
                     self._engine += dt
-                elif key == at:
+                elif key == at or (self.loops and key[0] == at[0] and key[1] > at[1]):
+                    # (the step's own function after its call: an update by hand,
+                    # charrnn's p.data.add_ after backward(), its logging)
                     self._step += dt
                 else:
                     acc = self._acc
