@@ -247,10 +247,9 @@ def _by_kind(s: Snapshot, name: str, compiles: int, total: float, lost: float,
                         if split and own is None else "", phase)
             head = (f"{name} recompiled {n} time{'s' * (n > 1)} for {kind} "
                     f"({_seconds(c.seconds)} compiling{across}{loaded}, {c.tail()})")
-        yield Finding(f"{head}; {_describe(k.text, cause)}. {k.advice}",
+        yield Finding(f"{head}; {_describe(k.text, cause)}. {groups.once_advice(k, phase)}",
                       recompile_severity(c, k.expected), cause.location,
                       kind=cause_kind_name(k), **c.fields())
-
 
 
 def compile_share(s: Snapshot) -> Iterable[Finding]:

@@ -27,8 +27,8 @@ from tpu_info.contract.model import (
     Severity,
     Snapshot,
 )
-from tpu_info.contract.phases import bursts_phase
-from tpu_info.views.causes import ADVICE
+from tpu_info.contract.phases import Phase, bursts_phase
+from tpu_info.views.causes import ADVICE, CauseAdvice
 from tpu_info.views.cost import Cost, cost_of, outside_warns, steps_of
 
 G = TypeVar("G")
@@ -103,3 +103,28 @@ def same_graph(s: Snapshot, name: str, graphs: list[GraphRecord]) -> Finding | N
         "function once.",
         recompile_severity(c, expected=False), at, kind="recompile_same_graph",
         **c.fields())
+
+
+# A leading size met once in the loop and kept (diffrax's neural ODE example
+# fits the first tenth of each series, then all of it: 10 -> 100, once) is
+# no size that varies: padding would cost every step to save one compile.
+GROWN_ONCE = ("Once, not every step: a size met for the first time compiles once and is "
+              "cached after (a curriculum's longer inputs). Only if sizes keep changing, "
+              "pad or bucket them to a few fixed sizes.")
+# A second caller's size first met inside the loop (diffrax's latent ODE
+# example samples at its own size after the first step): the loop waited.
+WARM_FIRST = (" Or call it once at that size before the loop, so the loop does not wait "
+              "for its compile.")
+
+
+def once_advice(k: CauseAdvice, phase: Phase) -> str:
+    """The advice for a recompile of kind ``k`` that happened in ``phase``:
+    a one-off one in the step loop is no size that varies."""
+    if phase != Phase.ONCE:
+        return k.advice
+    if k.kind == "batch size varies":
+        return GROWN_ONCE
+    if k.kind.startswith("second batch size"):
+        return k.advice + WARM_FIRST
+    return k.advice
+
