@@ -83,6 +83,8 @@ def test_an_evaluation_led_by_an_eager_op_on_the_step_s_output_costs_its_own_tim
     assert site.work == "evaluation" and site.gaps == 3
     each = site.gap_seconds / site.gaps
     # Before: 6.3 s each (the queue) against 0.10 s timed, a warning at 58 % of the run.
-    assert own / 2 <= each <= 2 * own, (each, timed)
+    # (Low side /4: the watcher sees the queue's end late by its wake-up, more so
+    # on a loaded machine, which takes that from the evaluation.)
+    assert own / 4 <= each <= 2 * own, (each, timed)
     assert not [f for f in find(s) if f.kind == "periodic_evaluation"
                 and f.severity != "info"], [f.message for f in find(s)]
