@@ -127,23 +127,18 @@ def graph_breaks(s: Snapshot) -> Iterable[Finding]:
                        "starts; the time in between is not measured)."
                        if calls and c.per_step is not None else "")
         skipped = _SKIPPED_RE.search(detail)
-        if skipped and loc not in inside:  # a function Dynamo never traces, on purpose
+        if skipped is not None or loc in inside:  # made on purpose: no user's line to rewrite
+            at = (f", inside torch's own code at {short_location(inside[loc])}" if loc in inside
+                  else "")
+            skips = skipped.group(1) if skipped is not None else ""
+            why = ("torch breaks there on purpose: nothing at your line to rewrite; if its "
+                   "crossings cost, compile the part around it instead." if at else
+                   f"Dynamo does not trace {skips} on purpose, so that line cannot be "
+                   "rewritten to be traced; if its crossings cost, call it outside the compiled "
+                   "function (compile the model or the forward and loss, not the whole step).")
             yield Finding(
-                f"graph break in {name}{where}: {detail.rstrip('.')}. Dynamo splits the function "
-                f"there into separate graphs with Python in between.{crossed} Dynamo does not "
-                f"trace {skipped.group(1)} on purpose, so that line cannot be rewritten to be "
-                "traced; if its crossings cost, call it outside the compiled function "
-                "(compile the model or the forward and loss, not the whole step).",
-                "warning" if (c.share_of_step or 0.0) >= 0.05 else "info", loc,
-                kind="graph_break", **c.fields())
-            continue
-        if loc in inside:  # torch's own break (its Optimizer.step wrapper): no line to rewrite
-            yield Finding(
-                f"graph break in {name}{where}, inside torch's own code at "
-                f"{short_location(inside[loc])}: {detail.rstrip('.')}. Dynamo splits the "
-                f"function there into separate graphs with Python in between.{crossed} torch "
-                "breaks there on purpose: nothing at your line to rewrite; if its crossings "
-                "cost, compile the part around it instead.",
+                f"graph break in {name}{where}{at}: {detail.rstrip('.')}. Dynamo splits the "
+                f"function there into separate graphs with Python in between.{crossed} {why}",
                 "warning" if (c.share_of_step or 0.0) >= 0.05 else "info", loc,
                 kind="graph_break", **c.fields())
             continue
