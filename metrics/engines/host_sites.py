@@ -24,7 +24,7 @@ def work_sites(lines: Any, mono_to_unix: float) -> list[SiteReading]:
     """One ``host_work`` reading per line of ``lines`` (a
     :class:`~metrics.engines.host_lines.HostLines`) with time in at least
     half the latest sampled intervals (its module's docstring says how)."""
-    from metrics.engines.jax.generators import in_generator  # (no JAX: the stdlib's only)
+    from metrics.engines.generators import in_generator
 
     n = lines.intervals  # (the training thread adds to the lines before it counts)
     rows = [(r.code, r.line, median_ns(list(r.recent), n), r.intervals, r.ns,

@@ -340,7 +340,10 @@ def _eager_finding(s: Snapshot, tiny: list[GraphRecord], times: list[float]) -> 
     listed = f"{', '.join(ops[:4])}{', ...' if len(ops) > 4 else ''}"
     step = step_function(s)
     if phase in OUTSIDE_STEP:
-        span = _teardown_span(s, {line for line, _ in lines}) if phase == Phase.TEARDOWN else 0.0
+        # (after the loop: its first ops may come within a second of the last
+        # step, said as once rather than tear-down, the same evaluation)
+        span = (_teardown_span(s, {line for line, _ in lines}) if outside is not None
+                and phase in (Phase.TEARDOWN, Phase.ONCE) else 0.0)
         ran = (f", its ops at those lines running over {duration(span)} after the last step"
                if span > seconds else "")
         c = cost_of(s, max(seconds, span), bursts, phase=phase)

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 
 from metrics.engines._frames import call_instruction
-from metrics.engines.jax.generators import in_generator
+from metrics.engines.generators import in_generator
 from metrics.engines.jax.kinds import CALL, EAGER_OP, GET, IMPLICIT_H2D, SYNC
 from tpu_info.contract.diagnosis import PeriodicWork
 from tpu_info.contract.model import INDEXING_OPS, SiteKind, SiteReading

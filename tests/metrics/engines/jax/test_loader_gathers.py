@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from metrics.engines.jax.generators import in_generator
+from metrics.engines.generators import in_generator
 from tests.lines import line_of
 
 jax = pytest.importorskip("jax")

@@ -2,7 +2,8 @@
 yields batches (``def batches(): ... yield x[idx]``), which ``jax.jit``
 cannot hold, so work there is moved out another way than by jitting it.
 
-Read at read time only, once per site (:func:`metrics.engines.jax.sites.by_line`),
+Read at read time only, once per site (:func:`metrics.engines.jax.sites.by_line`, and the torch
+and JAX host lines),
 never on the hot path: the site's code object says it (``co_flags`` has
 ``CO_GENERATOR``). A generator expression (``tuple(a[idx] for a in arrays)``)
 is a generator of its own; it counts as the enclosing function's, found
