@@ -129,7 +129,7 @@ class ThreadBusy:
     call's wait."""
 
     __slots__ = ("_observe", "_waited", "_run_queue", "due_ns", "wait_due_ns", "_thread",
-                 "_wall", "_cpu", "_ticks", "_queued", "_loaded")
+                 "_wall", "_cpu", "_ticks", "_queued", "_loaded", "window")
 
     def __init__(self, observe: Callable[[float, int], None] | None,
                  waited: Callable[[float, int], None] | None = None,
@@ -147,6 +147,9 @@ class ThreadBusy:
         self._ticks = 0
         self._run_queue = run_queue_wait_ns if run_queue is None else run_queue
         self._queued: int | None = None
+        # Called with ``now`` at each sample too: the process's other threads'
+        # CPU (metrics.engines.other_threads), read on the same cadence.
+        self.window: Callable[[int], None] | None = None
 
     def _wait(self, now: int, start: int, began: Usage) -> None:
         self.wait_due_ns = now + WAIT_SPACING_NS
@@ -184,3 +187,5 @@ class ThreadBusy:
             if told and self._loaded is not None:
                 self._loaded(min(100.0, 100.0 * queued / (now - self._wall)), now)
         self._thread, self._wall, self._cpu, self._queued = thread, now, cpu, wait
+        if self.window is not None:
+            self.window(now)

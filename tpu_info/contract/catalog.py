@@ -42,6 +42,8 @@ COMPILE_STEP_TIME = "CompileStepTime"
 TRAINING_THREAD_BUSY = "TrainingThreadBusy"
 DISPATCH_WAIT_TIME = "DispatchWaitTime"
 TRAINING_THREAD_RUN_QUEUE = "TrainingThreadRunQueue"
+OTHER_THREADS_CPU = "OtherThreadsCpu"
+PROCESS_CORES_BUSY = "ProcessCoresBusy"
 
 # name -> (kind, unit, help). kind is "counter" or "distribution".
 CATALOG: dict[str, tuple[str, Unit, str]] = {
@@ -73,6 +75,14 @@ CATALOG: dict[str, tuple[str, Unit, str]] = {
                                 "TrainingThreadBusy (JAX) or at optimizer steps (torch): "
                                 "above a few percent the machine's other work slows the "
                                 "steps at random."),
+    OTHER_THREADS_CPU: ("distribution", Unit.NUMBER,
+                        "The share of the process's CPU time in the step loop that its other "
+                        "Python threads used (a data pipeline's prefetch pool; not the "
+                        "training thread, the hook's or the engine's own), in percent, one "
+                        "sample per TrainingThreadBusy window, where such threads exist."),
+    PROCESS_CORES_BUSY: ("distribution", Unit.NUMBER,
+                         "The process's CPU time over the wall time times the cores it may run "
+                         "on, in percent, sampled with OtherThreadsCpu."),
     TRACE_TIME: ("distribution", Unit.TIME_NS,
                  "Time tracing Python into a graph (JAX: to a jaxpr; torch.compile: "
                  "Dynamo's bytecode tracing of one frame)."),

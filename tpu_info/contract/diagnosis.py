@@ -66,6 +66,12 @@ class SiteKind(str, enum.Enum):
     # ``__next__`` (with ``num_workers=0`` their samples' loading; with
     # workers, its wait for them), ``detail`` ``num_workers=N``.
     DATA_LOADER = "data_loader"
+    # The process's other Python threads of one name (numbers dropped: a
+    # prefetch pool's ``grain-prefetch``) while the step loop ran, at the line
+    # their stacks were at most (the user's, else a library's): ``seconds``
+    # their CPU time in the sampled windows, ``count`` the windows they were
+    # busy in, ``timed`` the windows, ``detail`` how many and their name.
+    THREAD_WORK = "thread_work"
 
 
 # A LIBRARY_JIT site's ``via``: flax's nnx.jit (its per-call graph split and

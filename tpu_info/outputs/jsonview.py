@@ -95,6 +95,7 @@ from tpu_info.views.derived import FindingLine, TargetReadings, readings
 from tpu_info.views.host_work import not_raised as host_not_raised
 from tpu_info.views.library_jit import not_raised as wrapper_not_raised
 from tpu_info.views.sites import not_raised, site_phase
+from tpu_info.views.thread_work import not_raised as thread_not_raised
 from tpu_info.views.values import Header, TargetView, last_cause, memory_totals, transfer_stats
 
 SCHEMA = "tpu-info/v1"
@@ -225,7 +226,8 @@ def _target(t: TargetReadings, top_graphs: int | None) -> dict[str, Any]:
                 "via": _s(x.via), "occurrences": x.occurrences,
                 "steps_spanned": x.steps_spanned, "timed": x.timed,
                 "not_raised": (why or wrapper_not_raised(s, x) or host_not_raised(s, x)
-                               or loader_not_raised(s, x) or None)}
+                               or loader_not_raised(s, x) or thread_not_raised(s, x)
+                               or None)}
                for x, why in zip(s.sites, not_raised(s), strict=True)],
         blind_spots=[_s(b) for b in s.blind_spots],
         findings=[_finding(f) for f in t.findings],

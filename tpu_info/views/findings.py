@@ -70,6 +70,7 @@ from tpu_info.views.sites import site_findings
 from tpu_info.views.slow_compile import PER_SHAPE_GRAPHS, per_shape, slow_compiles, slow_graphs
 from tpu_info.views.slow_steps import slow_steps
 from tpu_info.views.startup import startup
+from tpu_info.views.thread_work import thread_work
 from tpu_info.views.values import recorded_anything
 
 _NON_RECOMPILE = (FIRST_CALL,)
@@ -427,7 +428,7 @@ EVENTS_READ = frozenset({EventKind.COMPILE, EventKind.RECOMPILE, EventKind.GRAPH
 
 RULES: tuple[Callable[[Snapshot], Iterable[Finding]], ...] = (
     no_engine, recompiles, eager_ops, site_findings, library_jit, host_work, data_loading,
-    explicit_syncs,
+    explicit_syncs, thread_work,
     periodic_work,
     per_step_work,
     slow_steps,

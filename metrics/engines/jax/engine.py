@@ -80,6 +80,7 @@ from metrics.engines.jax.implicit import ImplicitTransfers
 from metrics.engines.jax.monitoring import MonitoringRecords
 from metrics.engines.jax.steps import StepWatch
 from metrics.engines.jax.wrappers import LibraryWrappers
+from metrics.engines.other_threads import OtherThreads
 from metrics.recording.recorder import Recorder
 from metrics.recording.thread_busy import ThreadBusy
 from tpu_info.contract import catalog as names
@@ -141,6 +142,11 @@ class JaxEngine(EngineBase):
             lambda ns, at: recorder.distribution(names.DISPATCH_WAIT_TIME).observe_at(ns, at),
             loaded=lambda percent, at: recorder.distribution(
                 names.TRAINING_THREAD_RUN_QUEUE).observe_at(percent, at))
+        # The process's other Python threads' CPU (a prefetch pool), on its samples.
+        self.other_threads = OtherThreads(
+            frames_for(skip_prefixes(jax, sys.modules.get("jaxlib"))),
+            lambda name, percent, at: recorder.distribution(name).observe_at(percent, at))
+        self.thread_busy.window = self.other_threads.sample
         self.implicit.gaps.timeline = self.compiles.timeline
         self.implicit.drains.timeline = self.compiles.timeline  # a read's h: no compile
         # Library jit wrappers' own host time around their inner jitted call.
@@ -159,6 +165,7 @@ class JaxEngine(EngineBase):
         self.implicit.clear()  # the lines: a reset forgets what they did too
         self.wrappers.forget()
         self.host_lines.forget()
+        self.other_threads.forget()
 
     # Install / uninstall ---------------------------------------------------
 
@@ -213,7 +220,8 @@ class JaxEngine(EngineBase):
         to_unix = self.rec.mono_to_unix
         step = self.context.step_owner
         return (self.implicit.sites() + self.wrappers.sites(to_unix)
-                + self.host_lines.sites(to_unix, step.calls if step is not None else 0))
+                + self.host_lines.sites(to_unix, step.calls if step is not None else 0)
+                + self.other_threads.sites(to_unix))
 
     def busy_percent(self) -> tuple[float | None, str]:
         """Host-side busy % and its reason (:meth:`StepWatch.busy_percent`)."""

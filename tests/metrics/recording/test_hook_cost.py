@@ -191,6 +191,12 @@ def test_one_call_in_time_every_reads_the_clock(fresh_metrics, monkeypatch):
     from metrics.engines import host_lines
 
     monkeypatch.setattr(host_lines, "FIRST_CALLS", 1 << 62)
+    # And the training thread's busy samples (a second apart, with the other
+    # threads' CPU read there: other_threads.py), after the first.
+    from metrics.recording import thread_busy
+
+    monkeypatch.setattr(thread_busy, "SPACING_NS", 1 << 62)
+    monkeypatch.setattr(thread_busy, "FIRST_SPACING_NS", 1 << 62)
 
     step = jax.jit(lambda p, x, y: ((x @ p[0]) - y).sum())
     params = (jnp.ones((784, 10)),)

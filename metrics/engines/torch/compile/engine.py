@@ -59,9 +59,11 @@ import sys
 import torch
 
 from metrics.engines import device_profilers, ranks
+from metrics.engines._frames import frames_for, skip_prefixes
 from metrics.engines.base import EngineBase
 from metrics.engines.compile_steps import compile_step_time
 from metrics.engines.host_sites import work_sites
+from metrics.engines.other_threads import OtherThreads
 from metrics.engines.torch import devices
 from metrics.engines.torch import syncs as torch_syncs
 from metrics.engines.torch.compile import dynamo, record
@@ -92,6 +94,11 @@ class TorchCompileEngine(EngineBase):
         self.rec = recorder
         self.degraded = self.ctx.degraded
         self.loader = LoaderTimes(recorder)  # the main thread's DataLoader batches
+        # The process's other Python threads' CPU, on the steps' busy samples.
+        self.other_threads = OtherThreads(
+            frames_for(skip_prefixes()),
+            lambda name, percent, at: recorder.distribution(name).observe_at(percent, at))
+        recorder.on_reset(self.other_threads.forget)
 
     # Install / uninstall ---------------------------------------------------
 
@@ -105,6 +112,7 @@ class TorchCompileEngine(EngineBase):
             ctx.optimizer.host_lines = host_lines = torch_host_lines(ctx.failed)
             self.rec.on_reset(host_lines.forget)
         ctx.optimizer.host_lines.enabled = True
+        ctx.optimizer.busy.window = self.other_threads.sample
         self.loader.install(ctx.patches, ctx)  # DataLoader batches
         if "torch._dynamo" in sys.modules:
             dynamo.hook_dynamo(ctx)
@@ -121,6 +129,7 @@ class TorchCompileEngine(EngineBase):
         ctx.optimizer.uninstall()
         if ctx.optimizer.host_lines is not None:
             ctx.optimizer.host_lines.enabled = False
+        ctx.optimizer.busy.window = None
         ctx.patches.restore()
         ctx.dynamo_hooked = False
 
@@ -168,7 +177,8 @@ class TorchCompileEngine(EngineBase):
             for x in reads]
         host = ctx.optimizer.host_lines
         work = work_sites(host, self.rec.mono_to_unix) if host is not None else []
-        return ctx.gaps.sites(training) + reads + between + work
+        return (ctx.gaps.sites(training) + reads + between + work
+                + self.other_threads.sites(self.rec.mono_to_unix))
 
     def blind_spots(self) -> list[str]:
         """The tensor reads the sync hook does not count (:mod:`~metrics.engines.torch.syncs`)."""

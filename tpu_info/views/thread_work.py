@@ -1,0 +1,127 @@
+"""The process's other Python threads competing with the step for its cores
+(``thread_work`` sites: :mod:`metrics.engines.other_threads`): a data
+pipeline's prefetch pool doing per-example work.
+
+What it costs the loop: where the process's cores are contended (the
+training thread waited for a core :data:`~tpu_info.views.slack.LOADED_PERCENT`
+of the loop's time or more, or the process kept its cores
+:data:`SATURATED_PERCENT` busy), every CPU second the other threads take is
+one the step's own work (the training thread's, and the device's where the
+device is the host's CPU) waits for: the step's time in the proportion of the
+process's CPU they used (``OtherThreadsCpu``'s median), since the step's wall
+time is the process's CPU time at the rate the process got its cores. Where
+the cores were not contended, the threads ran beside the step on spare
+cores: not raised, said so. Said from :data:`MIN_SHARE` of the steady step
+on :data:`MIN_WINDOWS` sampled windows (a warning from :data:`WARN_SHARE`).
+A pipeline too slow to keep up shows on the training thread instead, as its
+wait for the next batch (``host_work`` at the loop's line).
+
+Example:
+    >>> from tpu_info.contract.model import Snapshot
+    >>> list(thread_work(Snapshot(0.0)))
+    []
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from tpu_info.contract import catalog
+from tpu_info.contract.model import Finding, Phase, Severity, SiteKind, SiteReading, Snapshot
+from tpu_info.views.breakdown import breakdown
+from tpu_info.views.cost import below_bar, cost_of, duration, short_location, steps_of
+from tpu_info.views.slack import loaded_machine
+
+MIN_SHARE = 0.05  # of the steady step: said from here
+WARN_SHARE = 0.10  # a warning from here
+MIN_WINDOWS = 3  # sampled windows the median stands on, at least
+SATURATED_PERCENT = 90.0  # the process's CPU over its cores' time: contended from here
+
+
+def _median(s: Snapshot, name: str) -> tuple[float, int] | None:
+    d = s.distribution(name)
+    if d is None or d.count < MIN_WINDOWS:
+        return None
+    m = d.percentile(50.0)
+    return (m, d.count) if m is not None else None
+
+
+def contended(s: Snapshot) -> str:
+    """Why the process's cores were contended in the loop, in words ("": they
+    were not, or it is not known)."""
+    loaded = loaded_machine(s)
+    if loaded is not None:
+        return (f"the training thread waited for a core {loaded[0]:.0f}% of the loop's time "
+                f"(median of {loaded[1]} readings)")
+    busy = _median(s, catalog.PROCESS_CORES_BUSY)
+    if busy is not None and busy[0] >= SATURATED_PERCENT:
+        return f"the process kept the cores it may run on {busy[0]:.0f}% busy"
+    return ""
+
+
+def _groups(s: Snapshot) -> list[SiteReading]:
+    return sorted((x for x in s.sites if x.kind == SiteKind.THREAD_WORK.value and x.seconds > 0),
+                  key=lambda x: -x.seconds)
+
+
+def _why_not(s: Snapshot, share: tuple[float, int] | None, per_step: float) -> str:
+    b = breakdown(s)
+    if b is None or not b.step_seconds or steps_of(s) is None:
+        return "the steady step's time is not known"
+    if share is None:
+        return f"fewer than {MIN_WINDOWS} sampled windows"
+    why = contended(s)
+    if not why:
+        busy = _median(s, catalog.PROCESS_CORES_BUSY)
+        return (f"the other threads used {share[0]:.0f}% of the process's CPU, beside the step "
+                "on spare cores (the training thread hardly waited for a core"
+                + (f"; the process kept its cores {busy[0]:.0f}% busy)" if busy else ")"))
+    n = steps_of(s).count  # type: ignore[union-attr]
+    c = cost_of(s, per_step * n, n, phase=Phase.STEP)
+    return below_bar(c, MIN_SHARE) if c.share_of_step is not None else ""
+
+
+def not_raised(s: Snapshot, site: SiteReading) -> str:
+    """Why a ``thread_work`` site is no finding, in words ("" otherwise)."""
+    if site.kind != SiteKind.THREAD_WORK.value:
+        return ""
+    groups = _groups(s)
+    if groups and site is not groups[0] and site != groups[0]:
+        return f"counted with the other threads at {short_location(groups[0].location)}"
+    share = _median(s, catalog.OTHER_THREADS_CPU)
+    b = breakdown(s)
+    step = b.step_seconds if b is not None and b.step_seconds else 0.0
+    return _why_not(s, share, (share[0] / 100.0 if share else 0.0) * step)
+
+
+def thread_work(s: Snapshot) -> Iterable[Finding]:
+    """One finding for the process's other Python threads where their CPU
+    comes out of a contended step, at the busiest group's line."""
+    groups = _groups(s)
+    share = _median(s, catalog.OTHER_THREADS_CPU)
+    b = breakdown(s)
+    steps = steps_of(s)
+    if not groups or share is None or b is None or not b.step_seconds or steps is None:
+        return
+    per_step = share[0] / 100.0 * b.step_seconds
+    if _why_not(s, share, per_step):
+        return
+    n = steps.count
+    top = groups[0]
+    note = (f"the other threads' median share of the process's CPU over {share[1]} sampled "
+            f"windows, times the steady step {duration(b.step_seconds)}")
+    c = cost_of(s, per_step * n, n, phase=Phase.STEP, note=note)
+    names = "; ".join(g.detail for g in groups[:3])
+    seen = not top.location.startswith("<")
+    at = (f"mostly in {top.function}() at {short_location(top.location)}" if seen
+          else "not seen (idle at every sample)")
+    severity = Severity.WARNING if (c.share_of_step or 0.0) >= WARN_SHARE else Severity.INFO
+    yield Finding(
+        f"other threads of the process ({names}) used {share[0]:.0f}% of its CPU while the "
+        f"step loop ran, their work {at} ({c.words()}). The "
+        f"process's cores were contended ({contended(s)}), so that CPU time comes out of "
+        f"the step. If it is a data pipeline's per-example work: do it once before the "
+        f"loop (preprocess the data set), move array math on the batch into the jitted "
+        f"step, or give the pipeline fewer threads than the cores the step leaves free "
+        f"(grain: ReadOptions(num_threads=...)); on a host with spare cores it overlaps.",
+        severity, top.location if seen else None, kind="per_step_thread_work", **c.fields())
