@@ -18,16 +18,21 @@ engine's own workers calling back into Python) has its CPU time read
 (``/proc/self/task/TID/schedstat``, else ``stat``: a file read each, at most
 :data:`MAX_THREADS`), and the process's (``time.process_time_ns``). Each
 window between two samples gives the other threads' share of the process's
-CPU (``OtherThreadsCpu``) and how busy the process kept its cores
-(``ProcessCoresBusy``: its CPU over the window's wall time times the cores
-it may run on). The threads busy in a window have their stacks read
-(``sys._current_frames``): the innermost user frame names their work's line,
-else the innermost installed library's frame. Threads are grouped by name,
+CPU (``OtherThreadsCpu``) and, where the process has at most
+:data:`MAX_TASKS` threads (all read), the time they all waited for a core
+over the window's wall time (``ProcessRunQueue``: on the CPU backend the
+device's work is the engine's own threads, which the training thread's
+run queue does not show: at load 7 on one core optax's example got a third
+of it while its training thread, waiting for them, hardly queued). The
+threads busy in a window have their stacks read (``sys._current_frames``):
+the innermost user frame names their work's line, else the innermost
+installed library's frame. Threads are grouped by name,
 numbers dropped (``grain-prefetch_3`` -> ``grain-prefetch``); read out per
 group as ``thread_work`` sites (:meth:`OtherThreads.sites`).
 
 Cost: one sample a second: a file read per thread (~10 us each where
-system calls are slow) and a walk of the busy threads' stacks.
+system calls are slow; a process of more than :data:`MAX_TASKS` threads
+has only its Python threads read) and a walk of the busy threads' stacks.
 """
 
 from __future__ import annotations
@@ -46,7 +51,8 @@ from metrics.engines._frames import LIBRARY, USER, LibraryFrames
 from tpu_info.contract import catalog as names
 from tpu_info.contract.model import Phase, SiteKind, SiteReading
 
-MAX_THREADS = 64  # read per sample, at most
+MAX_THREADS = 64  # Python threads read per sample, at most
+MAX_TASKS = 64  # the process's threads, all read for their waits up to this many
 MAX_LINES = 32  # distinct lines kept per group
 HOOK_PREFIX = "tpu-info"
 _NUMBERS = re.compile(r"[-_]\d+")
@@ -76,26 +82,35 @@ def group_name(name: str) -> str:
     return _NUMBERS.sub("", name) or name
 
 
-def thread_cpu_ns(native_id: int) -> int | None:
-    """A thread's CPU ns so far by its OS id (None: gone, or not told)."""
+def thread_times(native_id: int) -> tuple[int, int | None] | None:
+    """A thread's (CPU ns so far, ns it waited for a core so far: None where
+    not told) by its OS id; None: gone, or not told."""
     try:
         with open(f"/proc/self/task/{native_id}/schedstat", "rb") as f:
-            return int(f.read().split()[0])
+            fields = f.read().split()
+        return int(fields[0]), int(fields[1])
     except (OSError, ValueError, IndexError):
         pass
     try:
         with open(f"/proc/self/task/{native_id}/stat", "rb") as f:
             fields = f.read().rsplit(b")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) * _TICK_NS  # utime, stime
+        return (int(fields[11]) + int(fields[12])) * _TICK_NS, None  # utime, stime
     except (OSError, ValueError, IndexError):
         return None
 
 
+def task_ids() -> list[int]:
+    """The process's threads' OS ids, every one ([]: not told)."""
+    try:
+        return [int(t) for t in os.listdir("/proc/self/task")]
+    except (OSError, ValueError):
+        return []
+
+
 try:
     _TICK_NS = 1_000_000_000 // os.sysconf("SC_CLK_TCK")
-    CORES = len(os.sched_getaffinity(0))
 except (AttributeError, ValueError, OSError):  # pragma: no cover - not Linux
-    _TICK_NS, CORES = 10_000_000, os.cpu_count() or 1
+    _TICK_NS = 10_000_000
 
 
 class OtherThreads:
@@ -107,18 +122,22 @@ class OtherThreads:
         self._frames = frames
         self._observe = observe  # (distribution name, percent, at ns)
         self._prev: dict[int, int] = {}  # native id -> CPU ns at the last sample
+        self._waits: dict[int, int] = {}  # every thread's ns waiting for a core, then
         self._proc = self._wall = 0
         self.groups: dict[str, Group] = {}
         self.windows = 0
 
     def forget(self) -> None:
         """A reset: the groups go; the next sample is a baseline."""
-        self.groups, self._prev, self._wall = {}, {}, 0
+        self.groups, self._prev, self._waits, self._wall = {}, {}, {}, 0
 
     def sample(self, now: int) -> None:
         """A sample at ``now`` (monotonic ns) on the training thread: the
         window since the last one is counted (the first is a baseline)."""
         proc, me = time.process_time_ns(), threading.get_ident()
+        tasks = task_ids()
+        every = len(tasks) <= MAX_TASKS  # (a TPU host's runtime has hundreds: not read)
+        times = {tid: r for tid in tasks if (r := thread_times(tid)) is not None} if every else {}
         seen: dict[int, int] = {}
         busy: list[tuple[threading.Thread, int]] = []
         for t in threading.enumerate()[:MAX_THREADS]:
@@ -126,22 +145,25 @@ class OtherThreads:
             if (t.ident == me or tid is None or isinstance(t, threading._DummyThread)
                     or t.name.startswith(HOOK_PREFIX)):
                 continue
-            cpu = thread_cpu_ns(tid)
-            if cpu is None:
+            read = times.get(tid) if every else thread_times(tid)
+            if read is None:
                 continue
-            seen[tid] = cpu
-            spent = cpu - self._prev.get(tid, 0)  # a thread born in the window: all of it
+            seen[tid] = read[0]
+            spent = read[0] - self._prev.get(tid, 0)  # a thread born in the window: all of it
             if spent > 0 and self._wall:
                 busy.append((t, spent))
+        waits = {tid: w for tid, (_, w) in times.items() if w is not None}
+        waited = sum(w - self._waits.get(tid, 0) for tid, w in waits.items())
         wall, cpu_all = now - self._wall, proc - self._proc
-        first = not self._wall
-        self._prev, self._proc, self._wall = seen, proc, now
+        first, told = not self._wall, bool(waits) and bool(self._waits)
+        self._prev, self._waits, self._proc, self._wall = seen, waits, proc, now
         if first or wall <= 0 or cpu_all <= 0 or not seen:
             return
         self.windows += 1
         other = sum(spent for _, spent in busy)
         self._observe(names.OTHER_THREADS_CPU, min(100.0, 100.0 * other / cpu_all), now)
-        self._observe(names.PROCESS_CORES_BUSY, min(100.0, 100.0 * cpu_all / (wall * CORES)), now)
+        if told:
+            self._observe(names.PROCESS_RUN_QUEUE, min(100.0, 100.0 * waited / wall), now)
         if not busy:
             return
         frames = sys._current_frames()

@@ -43,7 +43,7 @@ TRAINING_THREAD_BUSY = "TrainingThreadBusy"
 DISPATCH_WAIT_TIME = "DispatchWaitTime"
 TRAINING_THREAD_RUN_QUEUE = "TrainingThreadRunQueue"
 OTHER_THREADS_CPU = "OtherThreadsCpu"
-PROCESS_CORES_BUSY = "ProcessCoresBusy"
+PROCESS_RUN_QUEUE = "ProcessRunQueue"
 
 # name -> (kind, unit, help). kind is "counter" or "distribution".
 CATALOG: dict[str, tuple[str, Unit, str]] = {
@@ -80,9 +80,11 @@ CATALOG: dict[str, tuple[str, Unit, str]] = {
                         "Python threads used (a data pipeline's prefetch pool; not the "
                         "training thread, the hook's or the engine's own), in percent, one "
                         "sample per TrainingThreadBusy window, where such threads exist."),
-    PROCESS_CORES_BUSY: ("distribution", Unit.NUMBER,
-                         "The process's CPU time over the wall time times the cores it may run "
-                         "on, in percent, sampled with OtherThreadsCpu."),
+    PROCESS_RUN_QUEUE: ("distribution", Unit.NUMBER,
+                        "The time the process's threads, all together, were ready to run but "
+                        "waited for a core over the wall time, in percent (at most 100), "
+                        "sampled with OtherThreadsCpu where the process has at most 64 "
+                        "threads and Linux schedstat tells."),
     TRACE_TIME: ("distribution", Unit.TIME_NS,
                  "Time tracing Python into a graph (JAX: to a jaxpr; torch.compile: "
                  "Dynamo's bytecode tracing of one frame)."),

@@ -4,11 +4,12 @@ pipeline's prefetch pool doing per-example work.
 
 What it costs the loop: where the process's cores are contended (the
 training thread waited for a core :data:`~tpu_info.views.slack.LOADED_PERCENT`
-of the loop's time or more, or the process kept its cores
-:data:`SATURATED_PERCENT` busy), every CPU second the other threads take is
+of the loop's time or more, or the process's threads together
+:data:`CONTENDED_PERCENT`: on the CPU backend the device's work is the
+engine's threads), every CPU second the other threads take is
 one the step's own work (the training thread's, and the device's where the
 device is the host's CPU) waits for: the step's time in the proportion of the
-process's CPU they used (``OtherThreadsCpu``'s median), since the step's wall
+process's CPU they used (``OtherThreadsCpu``'s mean), since the step's wall
 time is the process's CPU time at the rate the process got its cores. Where
 the cores were not contended, the threads ran beside the step on spare
 cores: not raised, said so. Said from :data:`MIN_SHARE` of the steady step
@@ -35,15 +36,17 @@ from tpu_info.views.slack import loaded_machine
 MIN_SHARE = 0.05  # of the steady step: said from here
 WARN_SHARE = 0.10  # a warning from here
 MIN_WINDOWS = 3  # sampled windows the median stands on, at least
-SATURATED_PERCENT = 90.0  # the process's CPU over its cores' time: contended from here
+CONTENDED_PERCENT = 10.0  # the process's threads' wait for a core over the wall: contended
 
 
-def _median(s: Snapshot, name: str) -> tuple[float, int] | None:
+def _mean(s: Snapshot, name: str) -> tuple[float, int] | None:
+    """A sampled percentage's mean over its windows (a pipeline fills its
+    buffer in bursts: a median of its windows reads 0 between them), and
+    how many; None below :data:`MIN_WINDOWS`."""
     d = s.distribution(name)
     if d is None or d.count < MIN_WINDOWS:
         return None
-    m = d.percentile(50.0)
-    return (m, d.count) if m is not None else None
+    return d.total / d.count, d.count
 
 
 def contended(s: Snapshot) -> str:
@@ -53,9 +56,10 @@ def contended(s: Snapshot) -> str:
     if loaded is not None:
         return (f"the training thread waited for a core {loaded[0]:.0f}% of the loop's time "
                 f"(median of {loaded[1]} readings)")
-    busy = _median(s, catalog.PROCESS_CORES_BUSY)
-    if busy is not None and busy[0] >= SATURATED_PERCENT:
-        return f"the process kept the cores it may run on {busy[0]:.0f}% busy"
+    queued = _mean(s, catalog.PROCESS_RUN_QUEUE)
+    if queued is not None and queued[0] >= CONTENDED_PERCENT:
+        return (f"the process's threads waited for a core {queued[0]:.0f}% of the loop's time "
+                f"together (mean of {queued[1]} readings)")
     return ""
 
 
@@ -72,10 +76,9 @@ def _why_not(s: Snapshot, share: tuple[float, int] | None, per_step: float) -> s
         return f"fewer than {MIN_WINDOWS} sampled windows"
     why = contended(s)
     if not why:
-        busy = _median(s, catalog.PROCESS_CORES_BUSY)
         return (f"the other threads used {share[0]:.0f}% of the process's CPU, beside the step "
-                "on spare cores (the training thread hardly waited for a core"
-                + (f"; the process kept its cores {busy[0]:.0f}% busy)" if busy else ")"))
+                "on spare cores (neither the training thread nor the process's threads "
+                "waited for a core 10% of the loop's time)")
     n = steps_of(s).count  # type: ignore[union-attr]
     c = cost_of(s, per_step * n, n, phase=Phase.STEP)
     return below_bar(c, MIN_SHARE) if c.share_of_step is not None else ""
@@ -88,7 +91,7 @@ def not_raised(s: Snapshot, site: SiteReading) -> str:
     groups = _groups(s)
     if groups and site is not groups[0] and site != groups[0]:
         return f"counted with the other threads at {short_location(groups[0].location)}"
-    share = _median(s, catalog.OTHER_THREADS_CPU)
+    share = _mean(s, catalog.OTHER_THREADS_CPU)
     b = breakdown(s)
     step = b.step_seconds if b is not None and b.step_seconds else 0.0
     return _why_not(s, share, (share[0] / 100.0 if share else 0.0) * step)
@@ -98,7 +101,7 @@ def thread_work(s: Snapshot) -> Iterable[Finding]:
     """One finding for the process's other Python threads where their CPU
     comes out of a contended step, at the busiest group's line."""
     groups = _groups(s)
-    share = _median(s, catalog.OTHER_THREADS_CPU)
+    share = _mean(s, catalog.OTHER_THREADS_CPU)
     b = breakdown(s)
     steps = steps_of(s)
     if not groups or share is None or b is None or not b.step_seconds or steps is None:
@@ -108,7 +111,7 @@ def thread_work(s: Snapshot) -> Iterable[Finding]:
         return
     n = steps.count
     top = groups[0]
-    note = (f"the other threads' median share of the process's CPU over {share[1]} sampled "
+    note = (f"the other threads' mean share of the process's CPU over {share[1]} sampled "
             f"windows, times the steady step {duration(b.step_seconds)}")
     c = cost_of(s, per_step * n, n, phase=Phase.STEP, note=note)
     names = "; ".join(g.detail for g in groups[:3])
