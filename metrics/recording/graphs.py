@@ -39,7 +39,7 @@ class _Entry:
         "hash", "name", "engine", "first_seen", "last_seen", "compiles",
         "compile_total", "compile_last", "cache_hits", "executions",
         "signature", "signatures", "causes", "changes", "kept", "history",
-        "device_ns", "device_samples", "cause_edits", "loop",
+        "device_ns", "device_samples", "cause_edits", "loop", "const_bytes",
     )
 
     def __init__(self, graph_hash: str, name: str, engine: str, now: float,
@@ -57,6 +57,7 @@ class _Entry:
         self.device_ns: int | None = None  # median device ns of one execution (engine-measured)
         self.device_samples = 0
         self.loop: tuple[str, int] = ("", 0)  # (the user's line, its operations): compiles.py
+        self.const_bytes = 0  # arrays compiled into it as constants (the last compile's)
         self.signature: tuple[str, ...] = ()
         self.signatures: deque[tuple[str, ...]] = deque(maxlen=max_signatures)
         self.causes: deque[RecompileCause] = deque(maxlen=max_causes)
@@ -86,7 +87,7 @@ class _Entry:
             signatures=signatures, causes=causes,
             device_seconds=None if self.device_ns is None else self.device_ns / 1e9,
             device_samples=self.device_samples,
-            loop_line=self.loop[0], loop_ops=self.loop[1],
+            loop_line=self.loop[0], loop_ops=self.loop[1], const_bytes=self.const_bytes,
         )
 
 
@@ -148,15 +149,19 @@ class GraphLedger:
         signature: tuple[str, ...] = (),
         cause: RecompileCause | None = None,
         loop: tuple[str, int] | None = None,
+        const_bytes: int = 0,
     ) -> None:
         """Records one real compile of ``graph_hash`` (``loop``: the user's
-        line that put most of its operations into it, and how many)."""
+        line that put most of its operations into it, and how many;
+        ``const_bytes``: arrays compiled into it as constants)."""
         with self._lock:
             self._executions.flush_held()
             e = self._touch(graph_hash, name, engine)
             e.compiles += 1
             if loop is not None:
                 e.loop = loop
+            if const_bytes:
+                e.const_bytes = const_bytes
             e.compile_total += seconds
             e.compile_last = seconds
             if signature:

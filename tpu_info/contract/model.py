@@ -235,6 +235,9 @@ class GraphRecord:
     # unrolled into the traced function); "" none or not told.
     loop_line: str = ""
     loop_ops: int = 0
+    # Bytes of arrays the traced function closed over (not its arguments),
+    # compiled into the graph as constants: 0 none or not told.
+    const_bytes: int = 0
 
     @property
     def short_hash(self) -> str:

@@ -38,7 +38,8 @@ Top level::
                       p95_ns, p999_ns, timed, reasons}},
                       graphs[{hash, name, engine, compiles, cache_hits,
                       compile_seconds_total, executions, device_seconds,
-                      device_samples, loop_line, loop_ops, last_cause}],
+                      device_samples, loop_line, loop_ops, const_bytes,
+                      last_cause}],
                       findings[{severity, kind, message, location,
                       seconds_lost, count, per_step, seconds_per_step,
                       share_of_step, cost_estimated, bytes_per_step, cost}],
@@ -210,6 +211,7 @@ def _target(t: TargetReadings, top_graphs: int | None) -> dict[str, Any]:
             "compile_seconds_total": g.compile_seconds_total, "executions": g.executions,
             "device_seconds": g.device_seconds, "device_samples": g.device_samples,
             "loop_line": _s(g.loop_line), "loop_ops": g.loop_ops,
+            "const_bytes": g.const_bytes,
             "last_cause": None if (c := last_cause(g)) is None else {
                 "description": _s(c.description), "location": _opt(c.location),
                 "argument": _opt(c.argument), "before": _opt(c.before), "after": _opt(c.after),

@@ -234,7 +234,7 @@ class Signature(_message.Message):
     def __init__(self, args: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Graph(_message.Message):
-    __slots__ = ("hash", "name", "engine", "first_seen_unix", "last_seen_unix", "compiles", "compile_seconds_total", "compile_seconds_last", "cache_hits", "executions", "signature", "signatures", "causes", "device_seconds", "device_samples", "loop_line", "loop_ops")
+    __slots__ = ("hash", "name", "engine", "first_seen_unix", "last_seen_unix", "compiles", "compile_seconds_total", "compile_seconds_last", "cache_hits", "executions", "signature", "signatures", "causes", "device_seconds", "device_samples", "loop_line", "loop_ops", "const_bytes")
     HASH_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     ENGINE_FIELD_NUMBER: _ClassVar[int]
@@ -252,6 +252,7 @@ class Graph(_message.Message):
     DEVICE_SAMPLES_FIELD_NUMBER: _ClassVar[int]
     LOOP_LINE_FIELD_NUMBER: _ClassVar[int]
     LOOP_OPS_FIELD_NUMBER: _ClassVar[int]
+    CONST_BYTES_FIELD_NUMBER: _ClassVar[int]
     hash: str
     name: str
     engine: str
@@ -269,7 +270,8 @@ class Graph(_message.Message):
     device_samples: int
     loop_line: str
     loop_ops: int
-    def __init__(self, hash: _Optional[str] = ..., name: _Optional[str] = ..., engine: _Optional[str] = ..., first_seen_unix: _Optional[float] = ..., last_seen_unix: _Optional[float] = ..., compiles: _Optional[int] = ..., compile_seconds_total: _Optional[float] = ..., compile_seconds_last: _Optional[float] = ..., cache_hits: _Optional[int] = ..., executions: _Optional[int] = ..., signature: _Optional[_Iterable[str]] = ..., signatures: _Optional[_Iterable[_Union[Signature, _Mapping]]] = ..., causes: _Optional[_Iterable[_Union[RecompileCause, _Mapping]]] = ..., device_seconds: _Optional[float] = ..., device_samples: _Optional[int] = ..., loop_line: _Optional[str] = ..., loop_ops: _Optional[int] = ...) -> None: ...
+    const_bytes: int
+    def __init__(self, hash: _Optional[str] = ..., name: _Optional[str] = ..., engine: _Optional[str] = ..., first_seen_unix: _Optional[float] = ..., last_seen_unix: _Optional[float] = ..., compiles: _Optional[int] = ..., compile_seconds_total: _Optional[float] = ..., compile_seconds_last: _Optional[float] = ..., cache_hits: _Optional[int] = ..., executions: _Optional[int] = ..., signature: _Optional[_Iterable[str]] = ..., signatures: _Optional[_Iterable[_Union[Signature, _Mapping]]] = ..., causes: _Optional[_Iterable[_Union[RecompileCause, _Mapping]]] = ..., device_seconds: _Optional[float] = ..., device_samples: _Optional[int] = ..., loop_line: _Optional[str] = ..., loop_ops: _Optional[int] = ..., const_bytes: _Optional[int] = ...) -> None: ...
 
 class Event(_message.Message):
     __slots__ = ("seq", "time_unix", "kind", "name", "graph_hash", "detail", "location", "value", "via")

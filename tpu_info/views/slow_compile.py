@@ -48,10 +48,15 @@ from tpu_info.views.cost import (
     outside_warns,
     share_words,
     short_location,
+    size_words,
     steps_of,
 )
 from tpu_info.views.eager import single_op
 from tpu_info.views.recompile_groups import recompile_severity
+
+# Arrays closed over (compiled in as constants) from this many bytes are
+# named as the graph's likely weight: a jit's closure over a model's weights.
+CONST_BYTES = 1 << 20
 
 # One compile this long and this large a share of the time the user waits for
 # the work (the step loop's wall time, its compiles left out; the run's where
@@ -104,6 +109,14 @@ def _advice(s: Snapshot, g: GraphRecord, seconds: float) -> str:
                 f"{short_location(g.loop_line)}, a Python loop unrolled into it. Do the "
                 f"work over the whole axis at once (jnp ops, jax.vmap) or as lax.fori_loop / "
                 f"lax.scan, which compile the body once"
+                + (f"; or: {cache[0].lower()}{cache[1:]}" if not hits else "."))
+    if g.const_bytes >= CONST_BYTES:  # arrays the traced function closed over
+        return (f"its graph holds {size_words(g.const_bytes)} of arrays the function closed "
+                "over (not passed as arguments), compiled into the program as constants: XLA "
+                "may fold them while compiling (its 'Constant folding an instruction is "
+                "taking > 1s' alarms say so), and they never change between calls (weights "
+                "closed over do not train). Pass them as arguments (in flax nnx, as nnx.Param "
+                "or nnx.Variable attributes of a Module the jitted function takes)"
                 + (f"; or: {cache[0].lower()}{cache[1:]}" if not hits else "."))
     warm = (f"the backend cache answered it already ({hits} cache hit{'s' * (hits > 1)}), "
             "so a warm cache will not cut this further" if hits else "")

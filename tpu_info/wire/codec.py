@@ -238,7 +238,7 @@ def _graph(m: pb.Graph, dec: Decoding) -> GraphRecord:
         device_seconds=(max(0.0, dec.num0(m.device_seconds, where, "device_seconds"))
                         if m.HasField("device_seconds") else None),
         device_samples=m.device_samples,
-        loop_line=text(m.loop_line), loop_ops=m.loop_ops,
+        loop_line=text(m.loop_line), loop_ops=m.loop_ops, const_bytes=m.const_bytes,
         signature=dec.strings(m.signature, MAX_STRINGS, where, "signature"),
         signatures=tuple(dec.strings(s.args, MAX_STRINGS, where, "signatures")
                          for s in dec.bounded(m.signatures, MAX_SIGNATURES, where,

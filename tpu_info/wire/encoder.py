@@ -150,7 +150,7 @@ GRAPH = FastFields(pb.Graph, direct=(
     "last_seen_unix", "compiles", "compile_seconds_total", "compile_seconds_last",
     "cache_hits", "executions", "device_seconds", "device_samples"), filled=(
     "hash", "name", "engine", "first_seen_unix", "signature", "signatures", "causes",
-    "loop_line", "loop_ops"))
+    "loop_line", "loop_ops", "const_bytes"))
 DISTRIBUTION = FastFields(pb.Distribution, direct=("buckets",), filled=(
     "name", "unit", "count", "total", "min", "max", "rate_per_second",
     "value_rate_per_second", "percentile_percents", "percentile_values",

@@ -121,6 +121,7 @@ def fill_graph(m: pb.Graph, g: GraphRecord) -> None:
     m.device_samples = g.device_samples
     m.loop_line = g.loop_line
     m.loop_ops = g.loop_ops
+    m.const_bytes = g.const_bytes
     fill_history(m, g)
 
 

@@ -132,8 +132,9 @@ class Compiles:
             sig = tuple(format_aval(n, a, s) for n, a, s in zip(arg_names, avals, shardings))
             moved = self._lowerings.moved((fun_name, getattr(dbg, "func_src_info", None)),
                                           avals, shardings, arg_names)
+            consts = sum(int(getattr(c, "nbytes", 0) or 0) for c in closed_jaxpr.consts)
             self.context.local.lowering = Lowering(f"{api_name}({fun_name})", fun_name, sig,
-                                                   moved, loop_line(jaxpr))
+                                                   moved, loop_line(jaxpr), consts)
         except Exception as e:  # noqa: BLE001
             self.rec.hook_failed("jax.lowering", e)
 
@@ -158,8 +159,9 @@ class Compiles:
         local = self.context.local
         lowering, local.lowering = local.lowering, None
         moved = loop = None
+        consts = 0
         if lowering is not None:
-            name, fun_name, sig, moved, loop = lowering
+            name, fun_name, sig, moved, loop, consts = lowering
         else:
             name = str(computation.operation.attributes["sym_name"])
             fun_name, sig = name, ()
@@ -185,7 +187,7 @@ class Compiles:
         else:
             self._uncached.inc()
             self._compile_time.observe(wall_ns)
-        ledger.compiled(graph_hash, name, ENGINE, seconds, sig, cause, loop)
+        ledger.compiled(graph_hash, name, ENGINE, seconds, sig, cause, loop, consts)
         if loaded:
             ledger.cache_hit(graph_hash, name, ENGINE, sig)
         real = cause is not None and cause.description != FIRST_CALL

@@ -50,6 +50,7 @@ class Lowering(NamedTuple):
     signature: tuple[str, ...]  # one ``name: f32[8]`` per input
     moved: RecompileCause | None  # an input on another device than last time
     loop: tuple[str, int] | None = None  # the user's line that filled the graph (loops.py)
+    const_bytes: int = 0  # arrays closed over, compiled into the graph as constants
 
 
 class CompileInProgress:
