@@ -180,7 +180,7 @@ def _eager_sites(s: Snapshot, tiny: list[GraphRecord],
     counts: dict[tuple[str, str | None], int] = defaultdict(int)
     for site in sites:
         counts[site] += 1
-    return sorted(counts, key=lambda site: (-counts[site], site[0], site[1] or ""))
+    return sorted(sites, key=lambda site: (-counts[site], site[0], site[1] or ""))
 
 
 def _teardown_span(s: Snapshot, lines: set[str]) -> float:
@@ -210,28 +210,34 @@ def _via(s: Snapshot, tiny: list[GraphRecord], window: tuple[float, float]) -> s
 
 
 def _eager_where(sites: list[tuple[str, str | None]]) -> tuple[str | None, str, str]:
-    """(location, where, what to jit) for the eager-ops finding: the call to jit
-    when a user function led to the op lines, else the most frequent line."""
-    lines = list(dict.fromkeys(line for line, _ in sites))
-    calls: dict[tuple[str, str], list[str]] = defaultdict(list)  # (fn, call line) -> op lines
+    """(location, where, what to jit) for the eager-ops finding, from the
+    place most of its compiles came from: a user function's call that led to
+    the op lines, or an op line with no such call (the ops run where the
+    loop's own code calls a library: optax's ``transform.update`` at the
+    module's level, whose 14 compiles were put on a plot() call's 2)."""
+    places: dict[tuple[str, str], list[str]] = defaultdict(list)  # (fn, line) -> op lines
     for line, call in sites:
-        if call and (m := _CALLED_FROM_RE.match(call)):
-            via = m.group("via")
-            calls[(m.group("fn"), m.group("loc"))].append(
-                f"{short_location(line)}{f' in {via}()' if via else ''}")
-    if not calls:
-        site = lines[0] if lines else None
-        where = f" at {short_location(site)}" if site else ""
-        if len(lines) > 1:
-            where += f" (and {len(lines) - 1} other line{'s' * (len(lines) > 2)})"
-        what = f"the function that holds {short_location(site)}" if site else "that function"
-        return site, where, what
-    (fn, loc), ops = max(calls.items(), key=lambda kv: len(kv[1]))
+        m = _CALLED_FROM_RE.match(call) if call else None
+        if m is None:
+            places[("", line)].append(short_location(line))
+            continue
+        via = m.group("via")
+        places[(m.group("fn"), m.group("loc"))].append(
+            f"{short_location(line)}{f' in {via}()' if via else ''}")
+    if not places:
+        return None, "", "that function"
+    (fn, loc), ops = max(places.items(), key=lambda kv: len(kv[1]))
+    others = len(places) - 1
+    if not fn:
+        where = f" at {short_location(loc)}"
+        if others:
+            where += f" (and {others} other line{'s' * (others > 1)})"
+        return loc, where, f"the function that holds {short_location(loc)}"
     ops = list(dict.fromkeys(ops))
     inner = ops[0] + (f" and {len(ops) - 1} other line{'s' * (len(ops) > 2)}"
                       if len(ops) > 1 else "")
-    more = ("; 1 other call compiles ops too" if len(calls) == 2 else
-            f"; {len(calls) - 1} other calls compile ops too" if len(calls) > 2 else "")
+    more = ("; 1 other call compiles ops too" if others == 1 else
+            f"; {others} other calls compile ops too" if others > 1 else "")
     where = f" in {fn}(), called at {short_location(loc)} (its ops at {inner}{more}),"
     return loc, where, f"{fn}() (called at {short_location(loc)})"
 
