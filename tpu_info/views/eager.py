@@ -274,10 +274,16 @@ def _by_stretch(s: Snapshot, tiny: list[GraphRecord]) -> list[list[GraphRecord]]
     times, steps = _compile_times(s, tiny), steps_of(s)
     if loop_of(steps) is None:
         return [tiny]
+    loop = loop_of(steps)
     stretches: dict[int, list[GraphRecord]] = defaultdict(list)
-    for g in tiny:  # the phase rule's own set-up and tear-down, one compile at a time
+    for g in tiny:  # the phase rule's own set-up, then by the loop's bounds: an
+        # evaluation after the last step is one stretch, its first second's ops
+        # (phase "once") and the rest's ("tear-down") alike (a loaded machine
+        # compiled 10 in that second and split one evaluation in two)
         told = phase_of(times[g.hash], times[g.hash], 1, steps)
-        stretches[0 if told == Phase.SETUP else 2 if told == Phase.TEARDOWN else 1].append(g)
+        after = loop is not None and times[g.hash] > loop[1]
+        stretches[0 if told == Phase.SETUP else 2 if after or told == Phase.TEARDOWN
+                  else 1].append(g)
     big = [stretches[k] for k in sorted(stretches) if len(stretches[k]) >= MIN_GRAPHS]
     return big or [tiny]
 
