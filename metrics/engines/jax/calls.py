@@ -122,7 +122,7 @@ class Owner:
                  "numpy_args", "calls", "evaluation", "numpy_label", "copies_seen", "next_copy",
                  "copy_stats", "fed_back", "checks", "last_out", "library", "called_at",
                  "numpy_run", "numpy_steady", "caller_code", "state_bytes", "feeds", "statics",
-                 "returned")
+                 "returned", "step_calls_seen")
     explicit = False  # a function the user wrapped in metrics.track is explicit
 
     def __init__(self, name: str) -> None:
@@ -182,6 +182,7 @@ class Owner:
         # 0, or where a library's wrapper calls it (wrappers.py): the clock as
         # its latest timed call returned, the hook's own work after it done.
         self.returned = 0
+        self.step_calls_seen = -1  # the step's calls at its last timed call (succeed())
 
 
 def counting(fn: Callable[..., Any], owner: Owner, context: JaxContext,
@@ -304,7 +305,8 @@ def _python_calls(fn: Callable[..., Any], owner: Owner, context: JaxContext, tim
             if owner.checks:  # its first calls: does its output feed the next?
                 note_feedback(owner, args, out, state.checking)
             if owner is not state.step_owner:
-                if not state.step_named:
+                state.succeed(owner)  # (a second loop's step of the same name)
+                if not state.step_named and owner is not state.step_owner:
                     state.step_candidate(owner)  # (timed calls only: the step's guess)
             else:
                 # (thread CPU-time reads once a second; a call that compiled

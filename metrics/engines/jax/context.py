@@ -141,6 +141,23 @@ class JaxContext:
             self.step_owner = owner
             self.gap_owner = None
 
+    def succeed(self, owner: Owner) -> None:
+        """A timed call of ``owner``, not the named step: where it bears the
+        inferred step's name and the step was not called since its previous
+        timed call (TIME_EVERY calls of it ago), it is the step now: a second
+        training loop's (optax's reduce_on_plateau trains twice, each part
+        with its own ``jax.jit(train_step)``: the second part's evaluations
+        were one gap of the first part's step, never named)."""
+        step = self.step_owner
+        if (getattr(step, "name", None) != owner.name or getattr(step, "explicit", True)
+                or owner.fed_back <= 0 or owner.evaluation):  # (a step carries its state)
+            return
+        seen = step.calls  # type: ignore[union-attr]
+        if owner.step_calls_seen == seen:
+            owner.calls += seen  # the step index goes on from the first loop's
+            self.step_owner, self.gap_owner = owner, None  # (named, or guessed, as it was)
+        owner.step_calls_seen = seen
+
     def name_step(self, step: Owner | MarkedSteps | None) -> None:
         """The step watch's step (marked steps, the tracked or inferred step
         function); None: forget it and guess again (a reset, an install).

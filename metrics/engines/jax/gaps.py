@@ -300,7 +300,7 @@ class Gaps:
 
     def sites_of(self, step: Any) -> dict[Any, GapSite]:
         """The gaps ``step`` (the step function now named) closed, by site."""
-        return self.by_owner.get(step, {})
+        return self.by_owner.get(step_key(step), {})
 
     def own(self, g: GapSite, step: Any) -> int:
         """The own time of ``g``'s gaps, ns: those closed before the step's device
@@ -316,7 +316,7 @@ class Gaps:
     def called_in(self, step: Any) -> dict[str, Any]:
         """The functions called in ``step``'s gaps, by name -> the _Site that
         led the (latest) gap they were called in."""
-        return self.called.get(step, {})
+        return self.called.get(step_key(step), {})
 
     def _close(self, gap: list[Any], end: int, step: Any, blocked: int = 0) -> None:
         start = gap[1]
@@ -381,9 +381,9 @@ class Gaps:
         lead = sites.get(lead_key) or site_at(sites, lead_key)
         if lead is None:
             return
-        by_site = self.by_owner.get(step)
+        by_site = self.by_owner.get(step_key(step))
         if by_site is None:
-            by_site = self.by_owner[step] = {}
+            by_site = self.by_owner[step_key(step)] = {}
         g = by_site.get(lead)
         if g is None:
             g = by_site[lead] = GapSite()
@@ -396,9 +396,9 @@ class Gaps:
         # step's guess: its numpy arguments are the loop's, not the gap's.
         names = gap[4] - {getattr(step, "name", None)} if gap[4] else gap[4]
         if names:
-            called = self.called.get(step)
+            called = self.called.get(step_key(step))
             if called is None:
-                called = self.called[step] = {}
+                called = self.called[step_key(step)] = {}
             for name in names:
                 called[name] = lead
         g.gaps += 1
@@ -437,6 +437,13 @@ class Gaps:
         self.resume, self.free_at = None, 0
         self.by_owner.clear()
         self.called.clear()
+
+
+def step_key(step: Any) -> Any:
+    """What a step's gaps are kept under: its function's name (a second
+    training loop's step of the same name goes on with the first's gaps:
+    JaxContext.succeed), else the step itself (marked steps)."""
+    return getattr(step, "name", None) or step
 
 
 def at_call(context: JaxContext, owner: Owner, frame: Any, args: tuple[Any, ...] = ()) -> None:
