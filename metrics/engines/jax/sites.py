@@ -186,9 +186,12 @@ def gap_lines(impl: ImplicitTransfers) -> dict[tuple[int, str], dict[str, Any]]:
     called = g.called_in(step)
     owners = [o for by in list(impl.context.owners.values()) for o in list(by.values())]
     by_name = {o.name: o for o in owners}
-    # Gaps whose functions' output the step takes are its input's making.
+    # Gaps whose functions' output the step takes are its input's making;
+    # not an evaluation's handing the state back (flax's nnx.jit returns the
+    # model's state: optax's cifar10_resnet's eval_step was said as input).
     inputs = {id(lead) for name, lead in called.items()
-              if step in getattr(by_name.get(name), "feeds", ())}
+              if step in getattr(by_name.get(name), "feeds", ())
+              and not getattr(by_name.get(name), "evaluation", False)}
     for site, gs in list(g.sites_of(step).items()):
         if site.where is None or id(site) not in kind_of:
             continue
