@@ -45,7 +45,15 @@ from tpu_info.contract.model import (
     Snapshot,
 )
 from tpu_info.views.causes import typed
-from tpu_info.views.cost import Cost, cost_of, duration, share_words, short_location, steps_of
+from tpu_info.views.cost import (
+    Cost,
+    cost_of,
+    duration,
+    share_words,
+    short_location,
+    size_words,
+    steps_of,
+)
 
 # Dynamo's words for a break it cannot resume from, in the details of hooks
 # from before the markers (UNRESUMABLE): this version's hook never needs them.
@@ -86,7 +94,11 @@ def _unresumable(s: Snapshot, name: str, where: str, loc: str | None,
 # torch.autograd.backward): pytorch/tutorials' torch_compile_full_example
 # compiles a train step holding both; removing the zero_grad break saved
 # nothing (0.782 vs 0.793 s a call), and "rewrite that line" was no advice.
-_SKIPPED_RE = re.compile(r"marked as skipped.*?the function (`[^`]+`)")
+_SKIPPED_RE = re.compile(r"marked as skipped.*?the function (`[^`]+`)"
+                         r"|Unsupported (`?Tensor\.backward\(\)`?) call")
+# A break the user put there: pytorch/tutorials' compiled_autograd_tutorial
+# calls torch._dynamo.graph_break() twice to show the graphs it splits.
+_USER_BREAK_RE = re.compile(r"User-inserted graph break|torch\._dynamo\.graph_break\(\)")
 
 
 def graph_breaks(s: Snapshot) -> Iterable[Finding]:
@@ -127,10 +139,19 @@ def graph_breaks(s: Snapshot) -> Iterable[Finding]:
                        "starts; the time in between is not measured)."
                        if calls and c.per_step is not None else "")
         skipped = _SKIPPED_RE.search(detail)
+        if _USER_BREAK_RE.search(detail):
+            yield Finding(
+                f"graph break in {name}{where}: {detail.rstrip('.')}. Dynamo splits the "
+                f"function there into separate graphs with Python in between.{crossed} It is "
+                "the break your code asks for (torch._dynamo.graph_break()); if its crossings "
+                "cost, remove that call.",
+                "warning" if (c.share_of_step or 0.0) >= 0.05 else "info", loc,
+                kind="graph_break", **c.fields())
+            continue
         if skipped is not None or loc in inside:  # made on purpose: no user's line to rewrite
             at = (f", inside torch's own code at {short_location(inside[loc])}" if loc in inside
                   else "")
-            skips = skipped.group(1) if skipped is not None else ""
+            skips = (skipped.group(1) or skipped.group(2)) if skipped is not None else ""
             why = ("torch breaks there on purpose: nothing at your line to rewrite; if its "
                    "crossings cost, compile the part around it instead." if at else
                    f"Dynamo does not trace {skips} on purpose, so that line cannot be "
@@ -380,3 +401,24 @@ def cpu_fallbacks(s: Snapshot) -> Iterable[Finding]:
                    "result back. Replace it with ops that lower, or keep it out of the step; "
                    "see torch_xla's TROUBLESHOOTING.md on aten:: counters.")
         yield Finding(msg, "warning", None, 0.0, "cpu_fallback", count=c.value)
+
+
+def unused_gradients(s: Snapshot) -> Iterable[Finding]:
+    """Parameters whose gradients backward() computes and no optimizer steps
+    (``unused_gradients`` sites: :mod:`metrics.engines.torch.unused_grads`): a
+    frozen network left with requires_grad on. A warning where they outweigh
+    the optimizers' own parameters (most of the backward's weight gradients
+    then go unused: yunjey's style transfer, 50-55 % of its loop by A/B)."""
+    for x in s.sites:
+        if x.kind != SiteKind.UNUSED_GRADIENTS.value or not x.count:
+            continue
+        most = x.bytes >= x.timed_bytes
+        yield Finding(
+            f"backward() at {short_location(x.location)} computes gradients for {x.count:,} "
+            f"parameters that no optimizer steps ({x.detail}; {size_words(x.bytes)} of "
+            "gradients each backward, seen once after the first optimizer step). If they are "
+            "frozen (a feature extractor, a perceptual or style loss's network), set "
+            "requires_grad_(False) on them, so backward() skips their weight gradients; if "
+            "you update them by hand from .grad, this is expected. Its time is not measured: "
+            "time a step with and without.",
+            Severity.WARNING if most else Severity.INFO, x.location, 0.0, "unused_gradients")

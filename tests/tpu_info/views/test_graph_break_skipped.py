@@ -38,3 +38,20 @@ def test_a_break_at_a_function_dynamo_skips_on_purpose_is_no_line_to_rewrite():
 def test_a_break_at_the_users_own_code_is_still_a_line_to_rewrite():
     (f,) = _breaks(("/w/m.py:3", "Unsupported: call_function print in skip_files"))
     assert f.severity == "warning" and "Rewrite that line so it can be traced" in f.message
+
+
+# pytorch/tutorials' compiled_autograd_tutorial (s11): its own graph_break()
+# calls and a compiled lambda calling loss.backward() were warnings too.
+USER_BREAK = ("Call to `torch._dynamo.graph_break()`: User-inserted graph break. "
+              "Message: None")
+TENSOR_BACKWARD = ("Unsupported Tensor.backward() call: Dynamo currently does not support "
+                   "tracing `Tensor.backward()` when trace_autograd_ops is off")
+
+
+def test_a_break_the_user_asked_for_or_at_tensor_backward_is_no_line_to_rewrite():
+    found = sorted(_breaks(("/w/t.py:92", USER_BREAK), ("/w/t.py:173", TENSOR_BACKWARD)),
+                   key=lambda f: f.location)
+    assert [f.severity for f in found] == ["info", "info"], [f.message for f in found]
+    assert not any("Rewrite that line" in f.message for f in found)
+    assert "the break your code asks for" in found[1].message
+    assert "Dynamo does not trace Tensor.backward() on purpose" in found[0].message
