@@ -72,6 +72,12 @@ class SiteKind(str, enum.Enum):
     # their CPU time in the sampled windows, ``count`` the windows they were
     # busy in, ``timed`` the windows, ``detail`` how many and their name.
     THREAD_WORK = "thread_work"
+    # torch: ``nn.Parameter`` leaves a ``backward()`` at this line gave
+    # gradients that no optimizer steps (checked once, on one backward after
+    # the first optimizer step): ``count`` tensors, ``bytes`` their
+    # gradients', ``timed_bytes`` the optimizers' parameters' (both per
+    # backward), ``detail`` their elements and largest shapes.
+    UNUSED_GRADIENTS = "unused_gradients"
 
 
 # A LIBRARY_JIT site's ``via``: flax's nnx.jit (its per-call graph split and

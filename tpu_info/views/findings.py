@@ -57,6 +57,7 @@ from tpu_info.views.findings_torch import (
     closure_read,
     cpu_fallbacks,
     graph_breaks,
+    unused_gradients,
     value_access,
     xla_closure_reads,
     xla_eager_mode,
@@ -429,13 +430,12 @@ EVENTS_READ = frozenset({EventKind.COMPILE, EventKind.RECOMPILE, EventKind.GRAPH
 RULES: tuple[Callable[[Snapshot], Iterable[Finding]], ...] = (
     no_engine, recompiles, eager_ops, site_findings, library_jit, host_work, data_loading,
     explicit_syncs, thread_work,
-    periodic_work,
-    per_step_work,
+    periodic_work, per_step_work,
     slow_steps,
     slow_compiles,
     compile_share,
     memory_pressure, graph_breaks, xla_value_access, xla_closure_reads, xla_eager_mode,
-    cpu_fallbacks,
+    cpu_fallbacks, unused_gradients,
     hook_errors, kept_out, startup,
     nothing_recorded,
 )

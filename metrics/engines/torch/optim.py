@@ -64,6 +64,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from metrics.engines.torch.gaps import StepGaps
+from metrics.engines.torch.unused_grads import UnusedGrads
 from metrics.recording.callstats import MIN_CALLS
 from metrics.recording.journal import FOLD_AT
 from metrics.recording.recorder import Recorder
@@ -133,6 +134,8 @@ class OptimizerSteps:
         # the intervals' ends; backward()'s while none has).
         self.host_lines: HostLines | None = None
         self.first_stepped: list[object] = [None]
+        # Parameters backward() gives gradients no optimizer steps (one check).
+        self.unused = UnusedGrads()
         self.gaps.to_unix = recorder.mono_to_unix
         self._handle: RemovableHandle | None = None
         self._pre_handle: RemovableHandle | None = None
@@ -409,7 +412,7 @@ def _backward_hook(steps: OptimizerSteps, original: Callable[..., Any],
     """``torch.autograd.backward`` noting its call after it (``Tensor.backward``
     calls it by that name)."""
     note = _noter(steps, compiling)
-    inside, first, q = steps.inside, steps.first_stepped, steps.queue
+    inside, first, q, unused = steps.inside, steps.first_stepped, steps.queue, steps.unused
 
     @functools.wraps(original)
     def backward(*args: Any, **kwargs: Any) -> Any:
@@ -418,6 +421,13 @@ def _backward_hook(steps: OptimizerSteps, original: Callable[..., Any],
             note(CLOSURE)
             return out
         now = note(BACKWARD)
+        if unused.left and first[0] is not None:  # (a countdown, then never again)
+            unused.left -= 1
+            if not unused.left and not compiling():
+                try:
+                    unused.check(args, kwargs, time.time())
+                except Exception as e:  # noqa: BLE001 - a hook never raises into the program
+                    steps.rec.hook_failed("torch.unused_grads", e)
         host = steps.host_lines
         if host is not None and now is not None and first[0] is None:  # backward() is the step
             _after_step(steps, host, now, q)  # (a clock compare)
@@ -449,6 +459,8 @@ def _hook(steps: OptimizerSteps, compiling: Callable[[], bool]) -> Callable[...,
             return
         inside[0] = None
         now = note(optimizer)  # (the step's clock read)
+        if steps.unused.left:  # (until the one check: the optimizers' parameters)
+            steps.unused.optimizers.add(optimizer)
         if first[0] is None:
             first[0] = optimizer
         host = steps.host_lines

@@ -197,6 +197,7 @@ def test_one_call_in_time_every_reads_the_clock(fresh_metrics, monkeypatch):
 
     monkeypatch.setattr(thread_busy, "SPACING_NS", 1 << 62)
     monkeypatch.setattr(thread_busy, "FIRST_SPACING_NS", 1 << 62)
+    monkeypatch.setattr(thread_busy, "WAIT_SPACING_NS", 1 << 62)
 
     step = jax.jit(lambda p, x, y: ((x @ p[0]) - y).sum())
     params = (jnp.ones((784, 10)),)

@@ -178,7 +178,8 @@ class TorchCompileEngine(EngineBase):
         host = ctx.optimizer.host_lines
         work = work_sites(host, self.rec.mono_to_unix) if host is not None else []
         return (ctx.gaps.sites(training) + reads + between + work
-                + self.other_threads.sites(self.rec.mono_to_unix))
+                + self.other_threads.sites(self.rec.mono_to_unix)
+                + ctx.optimizer.unused.sites())
 
     def blind_spots(self) -> list[str]:
         """The tensor reads the sync hook does not count (:mod:`~metrics.engines.torch.syncs`)."""
