@@ -60,6 +60,10 @@ COUNT_WITHOUT_STEPS = 100
 RUN_SHARE_WITHOUT_STEPS = 0.01  # ... and, steps unknown, this share of the run
 MIN_SECONDS = 1e-3
 MIN_SHARE = 0.005
+# A read every step is a warning from this share of the step (information
+# below: pytorch/examples' actor_critic reads each sampled action for the
+# environment, 0.77 % of its step, and was warned to log every N steps).
+SYNC_WARN_SHARE = 0.02
 
 # A host->device copy of at least this much in (nearly) every step, over at
 # least this many steps, is named whatever its share: it sits on the step's
@@ -363,7 +367,7 @@ def _finding(s: Snapshot, site: SiteReading) -> Finding | None:
             Severity.WARNING, site.location, kind="per_step_eager_ops", **c.fields())
     where = f"{site.detail or 'a read'} at {short_location(site.location)}{via}"
     if site.kind == SiteKind.SYNC.value:
-        costly = _costly(c)
+        costly = _costly(c) and (c.share_of_step is None or c.share_of_step >= SYNC_WARN_SHARE)
         weight = "" if costly else f" {cheap_sync_words(s)}"
         bound = busy_cpu_words(s, "the read") if site.drain_seconds is not None else ""
         if bound:  # the drain model's overlap had no free core to run on (said after
