@@ -143,6 +143,9 @@ class HostLines:
         # Reads of a jax.Array by a numpy conversion at a user line (its
         # buffer, in C: numpy_reads.py): their waits, kept apart from host work.
         self.reads: dict[tuple[int, int], _Read] = {}
+        # The latest intervals' wall time (the profile's own left out): a
+        # line's share of each (host_sites.py).
+        self.lengths: deque[tuple[int, int]] = deque(maxlen=KEEP)  # (interval, ns)
         self._readers = readers
         self._resolver = resolver
         # The read in progress: (the caller's frame, the C function, its
@@ -187,6 +190,7 @@ class HostLines:
     def forget(self) -> None:
         self.lines.clear()
         self.reads.clear()
+        self.lengths.clear()
         self.intervals = self.cut = 0
         self.interval_ns = self.engine_ns = self.step_ns = self.own_ns = 0
         self.first = self.last = 0
@@ -422,6 +426,7 @@ class HostLines:
             got.intervals += 1
             got.recent.append((self.intervals, ns))
         self._reading, self._iread = None, {}
+        self.lengths.append((self.intervals, max(1, now - self._start - own)))
         self.engine_ns += self._engine
         self.step_ns += self._step + dt
         self.cut += cut

@@ -27,13 +27,18 @@ def work_sites(lines: Any, mono_to_unix: float) -> list[SiteReading]:
     from metrics.engines.generators import in_generator
 
     n = lines.intervals  # (the training thread adds to the lines before it counts)
+    # (torch's intervals, from an optimizer's step to the next, hold nearly all
+    # of the step; JAX's leave out the step's call, so no share of them is one
+    # of the step)
+    lengths = dict(list(getattr(lines, "lengths", ()))) if getattr(lines, "loops", False) else {}
     rows = [(r.code, r.line, median_ns(list(r.recent), n), r.intervals, r.ns,
-             list(r.callees.items())) for r in list(lines.lines.values())]
+             list(r.callees.items()), median_share(list(r.recent), lengths, n))
+            for r in list(lines.lines.values())]
     first, last = lines.first, lines.last
     if not n:
         return []
     out = []
-    for code, line, median, intervals, total, callees in rows:
+    for code, line, median, intervals, total, callees, share in rows:
         if median <= 0:  # in fewer than half the latest intervals: no step's work
             continue
         path, function = where(code)
@@ -50,7 +55,7 @@ def work_sites(lines: Any, mono_to_unix: float) -> list[SiteReading]:
             first_seen_unix=first / 1e9 + mono_to_unix,
             last_seen_unix=last / 1e9 + mono_to_unix,
             phase=Phase.STEP.value, occurrences=intervals, timed=n,
-            in_generator=in_generator(code)))
+            in_generator=in_generator(code), interval_share=share))
     return out
 
 
@@ -77,6 +82,25 @@ def median_ns(recent: list[tuple[int, int]], n: int) -> int:
         return 0
     m = len(values)
     return values[m // 2] if m % 2 else (values[m // 2 - 1] + values[m // 2]) // 2
+
+
+def median_share(recent: list[tuple[int, int]], lengths: dict[int, int],
+                 n: int) -> float | None:
+    """The median share of its interval's wall time a line took over the
+    latest ``KEEP`` of the ``n`` intervals (0 in those it had no time in);
+    None where the intervals' lengths are not all known.
+
+    >>> median_share([(0, 10), (2, 50)], {0: 100, 1: 100, 2: 100}, 3)
+    0.1
+    """
+    since = max(0, n - KEEP)
+    known = [i for i in range(since, n) if i in lengths]
+    if not known or len(known) < min(n, KEEP):
+        return None
+    took = {i: ns for i, ns in recent if i >= since}
+    values = sorted(took.get(i, 0) / lengths[i] for i in known)
+    m = len(values)
+    return values[m // 2] if m % 2 else (values[m // 2 - 1] + values[m // 2]) / 2
 
 
 def _words(callee: str | CodeType) -> str:

@@ -187,6 +187,11 @@ class SiteReading:
     # line's records, each weighted (torch's reads past the first 1,000: one
     # in 64, weighted 64). False: every record counted, or not told.
     estimated: bool = False
+    # host_work: the line's median share of its sampled intervals' wall time
+    # (0 in those it had no time in): what a step spends there is this times
+    # the steady step, whatever the intervals' own lengths (an RL loop's
+    # first episodes, sampled most, are its shortest). None: not told.
+    interval_share: float | None = None
 
 
 # StepsReading.source values.

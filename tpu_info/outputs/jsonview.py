@@ -227,6 +227,7 @@ def _target(t: TargetReadings, top_graphs: int | None) -> dict[str, Any]:
                 "first_seen_unix": x.first_seen_unix, "phase": site_phase(s, x).value,
                 "via": _s(x.via), "occurrences": x.occurrences,
                 "steps_spanned": x.steps_spanned, "timed": x.timed,
+                "interval_share": x.interval_share,
                 "not_raised": (why or wrapper_not_raised(s, x) or host_not_raised(s, x)
                                or loader_not_raised(s, x) or thread_not_raised(s, x)
                                or None)}

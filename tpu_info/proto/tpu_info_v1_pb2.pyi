@@ -296,7 +296,7 @@ class Event(_message.Message):
     def __init__(self, seq: _Optional[int] = ..., time_unix: _Optional[float] = ..., kind: _Optional[str] = ..., name: _Optional[str] = ..., graph_hash: _Optional[str] = ..., detail: _Optional[str] = ..., location: _Optional[str] = ..., value: _Optional[float] = ..., via: _Optional[str] = ...) -> None: ...
 
 class Site(_message.Message):
-    __slots__ = ("kind", "location", "count", "bytes", "seconds", "function", "detail", "last_seen_unix", "first_seen_unix", "phase", "via", "occurrences", "steps_spanned", "drain_seconds", "timed", "timed_bytes", "work", "gaps", "gap_seconds", "within", "in_generator", "estimated")
+    __slots__ = ("kind", "location", "count", "bytes", "seconds", "function", "detail", "last_seen_unix", "first_seen_unix", "phase", "via", "occurrences", "steps_spanned", "drain_seconds", "timed", "timed_bytes", "work", "gaps", "gap_seconds", "within", "in_generator", "estimated", "interval_share")
     KIND_FIELD_NUMBER: _ClassVar[int]
     LOCATION_FIELD_NUMBER: _ClassVar[int]
     COUNT_FIELD_NUMBER: _ClassVar[int]
@@ -319,6 +319,7 @@ class Site(_message.Message):
     WITHIN_FIELD_NUMBER: _ClassVar[int]
     IN_GENERATOR_FIELD_NUMBER: _ClassVar[int]
     ESTIMATED_FIELD_NUMBER: _ClassVar[int]
+    INTERVAL_SHARE_FIELD_NUMBER: _ClassVar[int]
     kind: str
     location: str
     count: int
@@ -341,7 +342,8 @@ class Site(_message.Message):
     within: str
     in_generator: bool
     estimated: bool
-    def __init__(self, kind: _Optional[str] = ..., location: _Optional[str] = ..., count: _Optional[int] = ..., bytes: _Optional[int] = ..., seconds: _Optional[float] = ..., function: _Optional[str] = ..., detail: _Optional[str] = ..., last_seen_unix: _Optional[float] = ..., first_seen_unix: _Optional[float] = ..., phase: _Optional[str] = ..., via: _Optional[str] = ..., occurrences: _Optional[int] = ..., steps_spanned: _Optional[int] = ..., drain_seconds: _Optional[float] = ..., timed: _Optional[int] = ..., timed_bytes: _Optional[int] = ..., work: _Optional[str] = ..., gaps: _Optional[int] = ..., gap_seconds: _Optional[float] = ..., within: _Optional[str] = ..., in_generator: _Optional[bool] = ..., estimated: _Optional[bool] = ...) -> None: ...
+    interval_share: float
+    def __init__(self, kind: _Optional[str] = ..., location: _Optional[str] = ..., count: _Optional[int] = ..., bytes: _Optional[int] = ..., seconds: _Optional[float] = ..., function: _Optional[str] = ..., detail: _Optional[str] = ..., last_seen_unix: _Optional[float] = ..., first_seen_unix: _Optional[float] = ..., phase: _Optional[str] = ..., via: _Optional[str] = ..., occurrences: _Optional[int] = ..., steps_spanned: _Optional[int] = ..., drain_seconds: _Optional[float] = ..., timed: _Optional[int] = ..., timed_bytes: _Optional[int] = ..., work: _Optional[str] = ..., gaps: _Optional[int] = ..., gap_seconds: _Optional[float] = ..., within: _Optional[str] = ..., in_generator: _Optional[bool] = ..., estimated: _Optional[bool] = ..., interval_share: _Optional[float] = ...) -> None: ...
 
 class Steps(_message.Message):
     __slots__ = ("count", "source", "basis", "seconds_total", "first_unix", "last_unix", "excluded_calls", "loop_ended", "step_line")

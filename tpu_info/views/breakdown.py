@@ -38,7 +38,7 @@ from typing import Any, NamedTuple
 
 from tpu_info.contract import catalog
 from tpu_info.contract.diagnosis import SiteKind
-from tpu_info.contract.model import Snapshot
+from tpu_info.contract.model import SiteReading, Snapshot
 from tpu_info.views.cost import (
     OUTSIDE_STEP,
     Cost,
@@ -272,16 +272,27 @@ def _periodic_seconds(s: Snapshot) -> dict[str, float]:
 HOST_CODE = "your code between steps"  # the step part of host_work sites
 
 
-def host_code_per_step(s: Snapshot) -> tuple[float, int]:
+def host_code_per_step(s: Snapshot, step: float | None = None) -> tuple[float, int]:
     """(seconds a step the training thread ran the user's own host code
-    between the step's calls: each ``host_work`` line's median per sampled
-    interval, summed; the intervals that stands on)."""
+    between the step's calls: each ``host_work`` line's :func:`line_per_step`,
+    summed; the intervals that stands on)."""
     total, intervals = 0.0, 0
     for x in s.sites:
         if x.kind == SiteKind.HOST_WORK.value and x.timed > 0 and x.seconds > 0:
-            total += x.seconds / x.timed
+            total += line_per_step(x, step)
             intervals = max(intervals, x.timed)
     return total, intervals
+
+
+def line_per_step(x: SiteReading, step: float | None) -> float:
+    """A ``host_work`` line's time a step: its median share of the sampled
+    intervals times the steady step ``step`` where the hook told the share
+    (torch: an actor-critic's intervals, sampled most in its first and
+    shortest episodes, read 2 % where the line took half of each), else its
+    median time per interval."""
+    if x.interval_share is not None and step:
+        return x.interval_share * step
+    return x.seconds / x.timed
 
 
 def host_left(b: Breakdown) -> float:
@@ -393,7 +404,7 @@ def breakdown(s: Snapshot) -> Breakdown | None:
             p.seconds for p in host))), "its gaps' wall time"))
     # The user's own host code between the steps (no JAX in it: a loader's
     # numpy), its lines' medians over the sampled intervals between steps.
-    code, intervals = host_code_per_step(s)
+    code, intervals = host_code_per_step(s, step_w)
     if code > 0:
         host.append(Part(HOST_CODE, min(code, max(0.0, step_w - sum(p.seconds for p in host))),
                          f"median of {intervals:,} sampled intervals between steps"))

@@ -38,7 +38,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
 from tpu_info.contract.model import Finding, Phase, Severity, SiteKind, SiteReading, Snapshot
-from tpu_info.views.breakdown import Breakdown, breakdown, host_left, host_paced
+from tpu_info.views.breakdown import Breakdown, breakdown, host_left, host_paced, line_per_step
 from tpu_info.views.cost import (
     Cost,
     below_bar,
@@ -75,6 +75,9 @@ class Work:
 
 def works(s: Snapshot) -> list[Work]:
     """``s``'s host work, a generator's lines together, costliest first."""
+    steps = steps_of(s)
+    steady = steps.steady_seconds_total if steps is not None else None
+    step = steady / steps.count if steady and steps is not None and steps.count else None
     groups: dict[str, list[SiteReading]] = {}
     for x in s.sites:
         if x.kind != SiteKind.HOST_WORK.value or x.timed <= 0 or x.seconds <= 0:
@@ -84,10 +87,10 @@ def works(s: Snapshot) -> list[Work]:
         groups.setdefault(key, []).append(x)
     out = []
     for lines in groups.values():
-        lines.sort(key=lambda x: -x.seconds / x.timed)
+        lines.sort(key=lambda x: -line_per_step(x, step))
         top = lines[0]
         out.append(Work(top.location, top.function, top.in_generator,
-                        sum(x.seconds / x.timed for x in lines),
+                        sum(line_per_step(x, step) for x in lines),
                         max(x.timed for x in lines), tuple(lines)))
     out.sort(key=lambda w: -w.per_step)
     return out

@@ -33,7 +33,8 @@ def fill_diagnosis(msg: pb.Snapshot, s: Snapshot) -> None:
                       drain_seconds=site.drain_seconds, timed=site.timed,
                       timed_bytes=site.timed_bytes, work=site.work, gaps=site.gaps,
                       gap_seconds=site.gap_seconds, within=site.within,
-                      in_generator=site.in_generator, estimated=site.estimated)
+                      in_generator=site.in_generator, estimated=site.estimated,
+                      interval_share=site.interval_share)
     st = s.steps
     if st is not None:
         msg.steps.count = st.count
@@ -68,6 +69,8 @@ def _site(m: pb.Site, dec: Decoding) -> SiteReading:
         estimated=m.estimated,
         gap_seconds=(max(0.0, dec.num0(m.gap_seconds, where, "gap_seconds"))
                      if m.HasField("gap_seconds") else None),
+        interval_share=(max(0.0, dec.num0(m.interval_share, where, "interval_share"))
+                        if m.HasField("interval_share") else None),
     )
 
 
