@@ -94,16 +94,31 @@ def same_graph(s: Snapshot, name: str, graphs: list[GraphRecord]) -> Finding | N
                             or [g.last_seen_unix for g in again], steps_of(s))
     c = cost_of(s, lost, n, phase=phase)
     at = next((e.location for e in reversed(later) if e.location), None)
+    why = ("no input shape or dtype changed, so the cache missed on where its inputs live (an "
+           "array put on one device or replicated at the first call, the step's own sharded "
+           "output after it) or on a new jitted object. Give the first call inputs placed as "
+           "the step returns them (put them with its output's sharding), and create the "
+           "jitted function once.")
+    if name in _CONTROL_FLOW:  # (a loop or branch JAX jits itself when called eagerly)
+        why = (f"no input shape or dtype changed: a {_CONTROL_FLOW[name]} called outside jit "
+               "compiles its body each time the body is a new function (a closure or lambda "
+               "made for that call: once an epoch, in a library's un-jitted update). Jit the "
+               "function that calls it, so it compiles once per shape, or make the body "
+               "function once and pass what changes as arguments.")
     return Finding(
         f"{name} compiled the same graph again {n} time{'s' if n > 1 else ''} ({c.tail()}): "
-        "no input shape or dtype changed, so the cache missed on where its inputs live (an "
-        "array put on one device or replicated at the first call, the step's own sharded "
-        "output after it) or on a new jitted object. Give the first call inputs placed as "
-        "the step returns them (put them with its output's sharding), and create the jitted "
-        "function once.",
+        + why,
         recompile_severity(c, expected=False), at, kind="recompile_same_graph",
         **c.fields())
 
+
+# JAX's control flow run eagerly is jitted by JAX under these names, keyed on
+# the body function: numpyro's CVAE example ran lax.fori_loop over each epoch
+# outside jit with a body made per epoch (jit(scan) compiled again every
+# epoch, ~5.5 s each); optax's un-jitted reduce_on_plateau update, jit(cond).
+_CONTROL_FLOW = {"jit(scan)": "lax.scan or lax.fori_loop",
+                 "jit(while)": "lax.while_loop or lax.fori_loop", "jit(cond)": "lax.cond",
+                 "jit(switch)": "lax.switch"}
 
 # A leading size met once in the loop and kept (diffrax's neural ODE example
 # fits the first tenth of each series, then all of it: 10 -> 100, once) is
