@@ -139,7 +139,7 @@ def graph_breaks(s: Snapshot) -> Iterable[Finding]:
                        "starts; the time in between is not measured)."
                        if calls and c.per_step is not None else "")
         skipped = _SKIPPED_RE.search(detail)
-        if _USER_BREAK_RE.search(detail):
+        if _USER_BREAK_RE.search(detail) and loc not in inside:  # (torch's own: below)
             yield Finding(
                 f"graph break in {name}{where}: {detail.rstrip('.')}. Dynamo splits the "
                 f"function there into separate graphs with Python in between.{crossed} It is "
