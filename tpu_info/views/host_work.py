@@ -50,7 +50,6 @@ from tpu_info.views.cost import (
     steps_of,
 )
 from tpu_info.views.slack import busy_cpu_words, on_cpu
-from tpu_info.views.thread_work import contended
 
 MIN_SHARE = 0.05  # of the steady step: said from here
 WARN_SHARE = 0.10  # a warning from here
@@ -103,9 +102,6 @@ def host_bound(s: Snapshot, b: Breakdown) -> tuple[str, float | None]:
     where the device's time is not known."""
     if torch_on_cpu(s):
         return "eager PyTorch on the CPU: the step's every part is the host's time", None
-    if on_cpu(s) and (why := contended(s)):  # (the device's work is the engine's threads)
-        return (f"on the CPU backend the device's work runs on the same contended cores "
-                f"({why})"), None
     paced = host_paced(s)
     if paced is not None:
         return (f"the training thread was on the CPU {paced[0]:.0f}% of the loop (median "

@@ -172,17 +172,3 @@ def test_eager_torch_on_the_cpu_its_host_work_is_step_time_with_torchs_fixes():
     # The same line in a JAX snapshot with nothing measured of its device: not said.
     jax = dataclasses.replace(s, process=ProcessRecord(1, "prog.py", engine="jax"))
     assert not [f for f in find(jax) if f.kind == "per_step_host_work"]
-
-
-def test_on_the_cpu_backend_with_the_process_s_cores_contended_it_is_step_time():
-    # jax-ai-stack's visualizing-metrics example on one core: a TensorBoard
-    # scalar every step (20 % by A/B) "ran beside the device's queued steps";
-    # the device's work is XLA's threads on the same core, and they queued.
-    from dataclasses import replace
-
-    s = _snap(_line(30, 60e-6), device=250e-6, busy=30.0)
-    queued = DistributionReading(catalog.PROCESS_RUN_QUEUE, Unit.NUMBER, 9, 9 * 40.0, 40.0,
-                                 40.0, percentiles=((50.0, 40.0),))
-    s = replace(s, distributions=(*s.distributions, queued))
-    (f,) = [f for f in find(s) if f.kind == "per_step_host_work"]
-    assert "the device's work runs on the same contended cores" in f.message, f.message
