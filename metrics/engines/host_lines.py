@@ -123,6 +123,9 @@ class HostLines:
                  readers: Container[Any] = (), resolver: Any = None,
                  work_codes: tuple[CodeType, ...] = (), loops: bool = False) -> None:
         self.frames = frames
+        # Held here: at the interpreter's exit an open interval's events still
+        # come while the module's globals are gone (sys is None there).
+        self._setprofile = sys.setprofile
         # Code whose time is the engine's wherever it runs (torch: a module's
         # forward, a backward, an optimizer's step), held by id.
         self._work = {id(c): c for c in work_codes}
@@ -256,7 +259,7 @@ class HostLines:
                 now = clock()
             at = self._at
             if at is None or not self.enabled:
-                sys.setprofile(None)
+                self._setprofile(None)
                 self._at = None
                 return
             dt = now - self._prev - self._leak
@@ -358,7 +361,7 @@ class HostLines:
             if self._read_ns < 0:  # (the look at the read's argument: the read's)
                 self._read_ns += self._prev
         except Exception as e:  # never into the program: the interval ends, counted
-            sys.setprofile(None)
+            self._setprofile(None)
             self._at = self._reading = None
             self._anchors = ()
             if self.on_error is not None:
@@ -386,7 +389,7 @@ class HostLines:
     def _end(self, now: int, dt: int, cut: bool) -> None:
         """The interval's end: its lines into :attr:`lines` (once an interval);
         its own time counted as the profile's."""
-        sys.setprofile(None)
+        self._setprofile(None)
         try:
             self._fold(now, dt, cut)
         finally:

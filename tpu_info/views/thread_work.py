@@ -12,10 +12,12 @@ device is the host's CPU) waits for: the step's time in the proportion of the
 process's CPU they used (``OtherThreadsCpu``'s mean), since the step's wall
 time is the process's CPU time at the rate the process got its cores. Where
 the cores were not contended, the threads ran beside the step on spare
-cores: not raised, said so. Said from :data:`MIN_SHARE` of the steady step
-on :data:`MIN_WINDOWS` sampled windows (a warning from :data:`WARN_SHARE`).
-A pipeline too slow to keep up shows on the training thread instead, as its
-wait for the next batch (``host_work`` at the loop's line).
+cores: not raised, said so; nor on an accelerator, whose work takes no core
+from them (a pipeline that paces its loop is the loop's wait for a batch).
+Said from :data:`MIN_SHARE` of the steady step on :data:`MIN_WINDOWS`
+sampled windows (a warning from :data:`WARN_SHARE`). A pipeline too slow to
+keep up shows on the training thread instead, as its wait for the next batch
+(``host_work`` at the loop's line).
 
 Example:
     >>> from tpu_info.contract.model import Snapshot
@@ -31,7 +33,7 @@ from tpu_info.contract import catalog
 from tpu_info.contract.model import Finding, Phase, Severity, SiteKind, SiteReading, Snapshot
 from tpu_info.views.breakdown import breakdown
 from tpu_info.views.cost import below_bar, cost_of, duration, short_location, steps_of
-from tpu_info.views.slack import loaded_machine
+from tpu_info.views.slack import loaded_machine, on_cpu
 
 MIN_SHARE = 0.05  # of the steady step: said from here
 WARN_SHARE = 0.10  # a warning from here
@@ -74,6 +76,10 @@ def _why_not(s: Snapshot, share: tuple[float, int] | None, per_step: float) -> s
         return "the steady step's time is not known"
     if share is None:
         return f"fewer than {MIN_WINDOWS} sampled windows"
+    if not on_cpu(s):  # (an accelerator's work takes no core from them)
+        return (f"the other threads used {share[0]:.0f}% of the process's CPU beside the "
+                "device's work (it runs on the accelerator, not on these cores); a pipeline "
+                "that paces the loop shows as the loop's wait for its next batch")
     why = contended(s)
     if not why:
         return (f"the other threads used {share[0]:.0f}% of the process's CPU, beside the step "
