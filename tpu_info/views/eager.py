@@ -380,15 +380,6 @@ def _eager_finding(s: Snapshot, tiny: list[GraphRecord], times: list[float]) -> 
                   f"{', is already jitted' if step else ''}, so this is code outside it "
                   "(evaluation, metrics or initialisation, e.g. an accuracy/eval function): "
                   f"jit {what}, so it compiles once per shape as one graph.")
-    elif all(g.compiles == 1 for g in tiny):  # no steps known and no shape met twice: one-off
-        advice = ("Each compiled once (initialisation, or a first pass: a library's eager "
-                  "set-up such as an optimizer's init), so it costs start-up time, not "
-                  "step time.")
-        c = cost_of(s, seconds, len(tiny), phase=phase)
-        return Finding(
-            f"{len(tiny)} single-operation graphs compiled ({duration(seconds)} compiling, "
-            f"{c.tail()}; {listed}): eager, un-jitted code{where}. {advice}",
-            Severity.INFO, site, kind="eager_ops", **c.fields())
     else:
         advice = "Wrap the loop body in jax.jit (jit the step function)."
     c = cost_of(s, seconds, len(tiny), phase=phase)

@@ -37,17 +37,3 @@ def test_a_read_every_step_under_two_percent_of_the_step_is_information() -> Non
     f = _one(_snap(_sync(seconds=1.3)), "per_step_sync")  # 0.8 % of the step
     assert f.severity == "info" and "It is cheap on this CPU" in f.message, f.message
     assert _one(_snap(_sync()), "per_step_sync").severity == "warning"  # 3 %: said loud
-
-
-def test_single_op_graphs_each_compiled_once_with_no_steps_known_are_one_off() -> None:
-    # numpyro's CVAE example: svi.init runs the model and guide eagerly (81
-    # single-op graphs, each once) and its steps are a library's jitted
-    # update, none known: "Wrap the loop body in jax.jit" was misleading.
-    from tests.tpu_info.views.test_findings_cost import _eager_with_step
-
-    s = replace(_eager_with_step(), steps=None, graphs=tuple(
-        replace(g, compiles=1) for g in _eager_with_step().graphs
-        if g.name != "jit(train_step)"))
-    f = _one(s, "eager_ops")
-    assert f.severity == "info" and "Each compiled once" in f.message, f.message
-    assert "Wrap the loop body" not in f.message
