@@ -48,6 +48,7 @@ from dataclasses import dataclass, field
 from types import FrameType
 
 from metrics.engines._frames import LIBRARY, USER, LibraryFrames
+from metrics.recording.thread_busy import schedstat
 from tpu_info.contract import catalog as names
 from tpu_info.contract.model import Phase, SiteKind, SiteReading
 
@@ -85,12 +86,9 @@ def group_name(name: str) -> str:
 def thread_times(native_id: int) -> tuple[int, int | None] | None:
     """A thread's (CPU ns so far, ns it waited for a core so far: None where
     not told) by its OS id; None: gone, or not told."""
-    try:
-        with open(f"/proc/self/task/{native_id}/schedstat", "rb") as f:
-            fields = f.read().split()
-        return int(fields[0]), int(fields[1])
-    except (OSError, ValueError, IndexError):
-        pass
+    got = schedstat(f"/proc/self/task/{native_id}/schedstat")
+    if got is not None:
+        return got
     try:
         with open(f"/proc/self/task/{native_id}/stat", "rb") as f:
             fields = f.read().rsplit(b")", 1)[1].split()

@@ -92,14 +92,23 @@ def usage() -> Usage:
     return Usage(time.thread_time_ns(), -1)
 
 
-def run_queue_wait_ns() -> int | None:
-    """ns this thread has waited for a core so far (Linux schedstat's second
-    field), None where not told (gVisor, another OS)."""
+def schedstat(path: str = SCHEDSTAT) -> tuple[int, int] | None:
+    """A thread's (ns on a core, ns it waited for one) so far from Linux's
+    schedstat file at ``path`` (this thread's by default); None where not
+    told (gVisor, another OS, a thread gone)."""
     try:
-        with open(SCHEDSTAT, "rb") as f:
-            return int(f.read().split()[1])
+        with open(path, "rb") as f:
+            fields = f.read().split()
+        return int(fields[0]), int(fields[1])
     except (OSError, ValueError, IndexError):
         return None
+
+
+def run_queue_wait_ns() -> int | None:
+    """ns this thread has waited for a core so far (schedstat's second
+    field), None where not told (gVisor, another OS)."""
+    got = schedstat()
+    return None if got is None else got[1]
 
 
 def blocked_ns(began: tuple[int, int, int | None], ended: tuple[int, int, int | None]) -> int:

@@ -31,7 +31,7 @@ from collections.abc import Iterable
 
 from tpu_info.contract import catalog
 from tpu_info.contract.model import Finding, Phase, Severity, SiteKind, SiteReading, Snapshot
-from tpu_info.views.breakdown import breakdown
+from tpu_info.views.breakdown import Breakdown, breakdown
 from tpu_info.views.cost import below_bar, cost_of, duration, short_location, steps_of
 from tpu_info.views.slack import loaded_machine, on_cpu
 
@@ -70,9 +70,11 @@ def _groups(s: Snapshot) -> list[SiteReading]:
                   key=lambda x: -x.seconds)
 
 
-def _why_not(s: Snapshot, share: tuple[float, int] | None, per_step: float) -> str:
-    b = breakdown(s)
-    if b is None or not b.step_seconds or steps_of(s) is None:
+def _why_not(s: Snapshot, b: Breakdown | None, share: tuple[float, int] | None) -> str:
+    """Why the other threads are no finding ("": they are one), from the
+    snapshot's breakdown ``b`` and their mean share of the process's CPU."""
+    steps = steps_of(s)
+    if b is None or not b.step_seconds or steps is None:
         return "the steady step's time is not known"
     if share is None:
         return f"fewer than {MIN_WINDOWS} sampled windows"
@@ -80,13 +82,12 @@ def _why_not(s: Snapshot, share: tuple[float, int] | None, per_step: float) -> s
         return (f"the other threads used {share[0]:.0f}% of the process's CPU beside the "
                 "device's work (it runs on the accelerator, not on these cores); a pipeline "
                 "that paces the loop shows as the loop's wait for its next batch")
-    why = contended(s)
-    if not why:
+    if not contended(s):
         return (f"the other threads used {share[0]:.0f}% of the process's CPU, beside the step "
                 "on spare cores (neither the training thread nor the process's threads "
                 "waited for a core 10% of the loop's time)")
-    n = steps_of(s).count  # type: ignore[union-attr]
-    c = cost_of(s, per_step * n, n, phase=Phase.STEP)
+    c = cost_of(s, share[0] / 100.0 * b.step_seconds * steps.count, steps.count,
+                phase=Phase.STEP)
     return below_bar(c, MIN_SHARE) if c.share_of_step is not None else ""
 
 
@@ -97,25 +98,19 @@ def not_raised(s: Snapshot, site: SiteReading) -> str:
     groups = _groups(s)
     if groups and site is not groups[0] and site != groups[0]:
         return f"counted with the other threads at {short_location(groups[0].location)}"
-    share = _mean(s, catalog.OTHER_THREADS_CPU)
-    b = breakdown(s)
-    step = b.step_seconds if b is not None and b.step_seconds else 0.0
-    return _why_not(s, share, (share[0] / 100.0 if share else 0.0) * step)
+    return _why_not(s, breakdown(s), _mean(s, catalog.OTHER_THREADS_CPU))
 
 
 def thread_work(s: Snapshot) -> Iterable[Finding]:
     """One finding for the process's other Python threads where their CPU
     comes out of a contended step, at the busiest group's line."""
     groups = _groups(s)
-    share = _mean(s, catalog.OTHER_THREADS_CPU)
-    b = breakdown(s)
-    steps = steps_of(s)
-    if not groups or share is None or b is None or not b.step_seconds or steps is None:
+    if not groups:
         return
-    per_step = share[0] / 100.0 * b.step_seconds
-    if _why_not(s, share, per_step):
+    share, b, steps = _mean(s, catalog.OTHER_THREADS_CPU), breakdown(s), steps_of(s)
+    if _why_not(s, b, share) or share is None or b is None or not b.step_seconds or not steps:
         return
-    n = steps.count
+    per_step, n = share[0] / 100.0 * b.step_seconds, steps.count
     top = groups[0]
     note = (f"the other threads' mean share of the process's CPU over {share[1]} sampled "
             f"windows, times the steady step {duration(b.step_seconds)}")
