@@ -89,6 +89,9 @@ PARTS = {
     "dispatch-wait": "no getrusage around the step's sampled calls (DispatchWaitTime)",
     "noqueue": "no call records kept (the calls journal's queue a deque of length 0)",
     "lean": "15 calls in 16 counted on the owner past the wrapper, the 16th through it",
+    "per-second": "no work spaced in time past the first (thread samples, pre-put copies, "
+                  "device-time samples and read probes, dispatch waits)",
+    "sparse": "one call in 64 timed past the first 64 (not 16)",
 }
 
 
@@ -132,6 +135,13 @@ def main() -> None:
         host_lines.HostLines.after_step = lambda *_: None  # type: ignore[method-assign]
     if "dispatch-wait" in off:
         calls.WAIT_AFTER = 1 << 62
+    if "sparse" in off:
+        calls.counting.__defaults__ = (64, 64)
+    if "per-second" in off:
+        from metrics.recording import thread_busy
+        far = 1 << 62
+        thread_busy.SPACING_NS = thread_busy.WAIT_SPACING_NS = far
+        calls.COPY_SPACING_NS = device_time.LATER_SPACING_NS = device_time.PROBE_SPACING_NS = far
     metrics.install(engines=["jax"], serve=False)
     if "offer" in off:
         device_time.DeviceTimes.offer = lambda *_, **__: None  # type: ignore[method-assign]
