@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -65,6 +66,7 @@ SCHEDSTAT = "/proc/thread-self/schedstat"
 
 SPACING_NS = 1_000_000_000
 FIRST, FIRST_SPACING_NS = 8, 200_000_000
+SHARES_KEPT = 15  # the latest samples' CPU shares kept (cpu_share: their median)
 # A call's wait: sampled at most once a WAIT_SPACING_NS (two usage reads),
 # from the step's WAIT_AFTER-th call (the device's queue fills in its first
 # calls: CPU JAX holds 32 computations in flight, and nnx_mnist's first 8
@@ -138,7 +140,7 @@ class ThreadBusy:
     call's wait."""
 
     __slots__ = ("_observe", "_waited", "_run_queue", "due_ns", "wait_due_ns", "_thread",
-                 "_wall", "_cpu", "_ticks", "_queued", "_loaded", "window")
+                 "_wall", "_cpu", "_ticks", "_queued", "_loaded", "window", "shares")
 
     def __init__(self, observe: Callable[[float, int], None] | None,
                  waited: Callable[[float, int], None] | None = None,
@@ -159,6 +161,9 @@ class ThreadBusy:
         # Called with ``now`` at each sample too: the process's other threads'
         # CPU (metrics.engines.other_threads), read on the same cadence.
         self.window: Callable[[int], None] | None = None
+        # The latest samples' CPU share of the thread's wall (0..1): how much of
+        # a step period was the host's own work, not a wait (cpu_share).
+        self.shares: deque[float] = deque(maxlen=SHARES_KEPT)
 
     def _wait(self, now: int, start: int, began: Usage) -> None:
         self.wait_due_ns = now + WAIT_SPACING_NS
@@ -191,10 +196,20 @@ class ThreadBusy:
             told = wait is not None and self._queued is not None
             queued = max(0, wait - self._queued) if told else 0  # type: ignore[operator]
             span = max(now - self._wall - queued, cpu - self._cpu, 1)
+            share = min(1.0, (cpu - self._cpu) / span)
+            self.shares.append(share)
             if self._observe is not None:
-                self._observe(min(100.0, 100.0 * (cpu - self._cpu) / span), now)
+                self._observe(100.0 * share, now)
             if told and self._loaded is not None:
                 self._loaded(min(100.0, 100.0 * queued / (now - self._wall)), now)
         self._thread, self._wall, self._cpu, self._queued = thread, now, cpu, wait
         if self.window is not None:
             self.window(now)
+
+    def cpu_share(self) -> float | None:
+        """The median CPU share of the thread's wall over its latest samples
+        (0..1; None before the first window): the part of a step period that
+        was the host's own work, not a wait for the device at a read or in a
+        dispatch (read time, off the training thread)."""
+        got = sorted(list(self.shares))  # (one C call: a safe copy beside the appends)
+        return got[len(got) // 2] if got else None

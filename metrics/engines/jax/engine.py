@@ -148,6 +148,7 @@ class JaxEngine(EngineBase):
             lambda name, percent, at: recorder.distribution(name).observe_at(percent, at))
         self.thread_busy.window = self.other_threads.sample
         self.implicit.gaps.timeline = self.compiles.timeline
+        self.implicit.gaps.busy = self.thread_busy.cpu_share  # the host's own part of a step
         self.implicit.drains.timeline = self.compiles.timeline  # a read's h: no compile
         # Library jit wrappers' own host time around their inner jitted call.
         self.wrappers = LibraryWrappers(context)

@@ -55,8 +55,9 @@ end at ``max(resume, free) + n * d`` at the earliest, and ``Q`` is what of
 that lies after the gap's start, up to the first wait's return. Without a
 measured ``d`` (or before any ``GAP_END``) that ``Q`` is 0 and the figure an
 upper bound: it holds the wait for the queued steps, which run either way
-(the views say so). ``U``: the host's time per step before the gap (the
-previous call after a gap to the gap's start, over ``n``). The reads' own
+(the views say so). ``U``: the host's own work per step before the gap (the
+previous call after a gap to the gap's start, over ``n``, less the step's
+call and the waits in it: :meth:`Gaps._own_part`). The reads' own
 drains (:mod:`~metrics.engines.jax.drains`: per read, from the host's time
 since the previous read) are no measure of a gap: its first read's host time
 reaches back to the previous gap, 50 steps of host work that overlapped the
@@ -101,6 +102,7 @@ from metrics.engines.jax.gap_costs import (
     top_ns,
     unseen_ns,
 )
+from metrics.engines.jax.gap_sites import GapSite
 from metrics.engines.jax.kinds import CALL, GAP_END, GET, SYNC
 from metrics.engines.jax.library_step import loop_frame, user_frame
 from metrics.recording.thread_busy import blocked_ns, run_queue_wait_ns
@@ -150,28 +152,12 @@ def lead_of(counts: dict[tuple[Any, ...], int]) -> tuple[tuple[Any, ...], str]:
 
 
 
-class GapSite:
-    """What one site (a ``_Site`` of the transfer hook) did in gaps."""
-
-    __slots__ = ("gap_ns", "gaps", "unseen", "work", "within", "pending")
-
-    def __init__(self) -> None:
-        self.gap_ns = 0
-        # Gaps that sent device work before their first wait, closed before the
-        # step's device time was measured: costed when read (settled_ns).
-        self.pending: list[tuple[int, int, int, int, int, int, int]] = []
-        self.gaps = 0
-        self.unseen = 0  # gaps whose read waited for device work sent in them, unseen
-        self.work = ""
-        self.within: Any = None  # the _Site whose gaps it sat in (not its own)
-
-
 class Gaps:
     """Folds gap records after the transfer hook's own fold (``impl``: an
     ``ImplicitTransfers``, records of ``fields`` values)."""
 
     __slots__ = ("impl", "fields", "open", "by_owner", "called", "resume", "free_at",
-                 "timeline", "models", "probes")
+                 "timeline", "models", "probes", "busy")
 
     def __init__(self, impl: Any, fields: int) -> None:
         self.impl, self.fields = impl, fields
@@ -205,6 +191,9 @@ class Gaps:
         # A gap's first call's start ns -> when the steps queued before it ended
         # on the device ([ns]: 0 not yet, -1 not known): expect, DeviceTimes.probe.
         self.probes: dict[int, list[int]] = {}
+        # The training thread's CPU share of its wall (ThreadBusy.cpu_share; None:
+        # not measured): the host's usual step is its own work, not its waits.
+        self.busy: Callable[[], float | None] | None = None
 
     def after(self, fold: Callable[[list[Any]], None]) -> Callable[[list[Any]], None]:
         """The journal's fold: ``fold`` (the transfer hook's, then its drains'),
@@ -318,6 +307,17 @@ class Gaps:
         led the (latest) gap they were called in."""
         return self.called.get(step_key(step), {})
 
+    def _own_part(self, usual: int, step: Any) -> int:
+        """The host's usual work between the step's calls in a period of ``usual``
+        ns, what a gap would have spent anyway: not the step's call (the CPU
+        backend runs the step in it), nor a wait at a read every step (even one
+        not seen, ``x.item()`` on the CPU: the thread's CPU share, ``busy``),
+        both done before the gap began (ais_translation: 1.4 s said 92 ms)."""
+        call = getattr(step, "usual_ns", 0)
+        own = usual - call if 0 < call < usual else usual
+        share = self.busy() if self.busy is not None else None
+        return own if share is None else min(own, int(usual * share))
+
     def _close(self, gap: list[Any], end: int, step: Any, blocked: int = 0) -> None:
         start = gap[1]
         wall = max(0, end - start)
@@ -331,6 +331,7 @@ class Gaps:
         n = max(1, gap[0] - resume[1] + 1) if resume is not None else 1  # the step's calls
         if resume is not None:
             usual = (start - resume[0]) // n
+        own_usual = self._own_part(usual, step)
         if gap[3] >= 0:  # it waited: for the queued steps first (none waited: none in it)
             first = gap[3] - start
             dev, upper, latency = self._model(step)
@@ -341,8 +342,8 @@ class Gaps:
             if gap[7]:  # it sent device work of its own before: the steps' by the model
                 queued = model or 0
                 if model is None and resume is not None:  # costed when read, with the model
-                    pending = (wall, first, start, n, max(resume[0], self.free_at), usual,
-                               compiles)
+                    pending = (wall, first, start, n, max(resume[0], self.free_at),
+                               own_usual, compiles)
             else:  # the whole wait, unless beyond the model's queue (work it sent, unseen)
                 queued = first
                 if (model is not None and dev is not None and resume is not None and n > 1
@@ -366,7 +367,7 @@ class Gaps:
             queued, pending = max(0, min(seen - start, wall)), None
         self.free_at = gap[6] if gap[6] >= 0 else start + queued
         within = self.timeline.within if self.timeline is not None else None
-        wall = 0 if pending else net_ns(wall, start, queued, usual, compiles, within)
+        wall = 0 if pending else net_ns(wall, start, queued, own_usual, compiles, within)
         counts = gap[2]
         if len(counts) == 1:  # the usual gap: one line (a read every step)
             lead_key = next(iter(counts))
@@ -391,6 +392,14 @@ class Gaps:
             g.pending.append(pending)
         elif pending:  # (a step never measured: each gap an upper bound now)
             wall = settled_ns(pending, None, within)
+        rare = None if pending else g.rare_part(wall, counts, lead_key)
+        split = rare and (sites.get(rare[0]) or site_at(sites, rare[0]))
+        if rare and split is not None and split is not lead:  # (gap_sites.py)
+            r = by_site.get(split) or by_site.setdefault(split, GapSite())
+            r.gap_ns, r.gaps, r.within = r.gap_ns + rare[1], r.gaps + 1, None
+            r.work, wall = _WORK_OF.get(rare[0][0], LOGGING), wall - rare[1]
+            if r.work == CHECKPOINT and not copies_state(gap[5], getattr(step, "state_bytes", 0)):
+                r.work = LOGGING
         g.gap_ns += wall
         # The step's own calls in a gap came while another function was the
         # step's guess: its numpy arguments are the loop's, not the gap's.
@@ -409,7 +418,7 @@ class Gaps:
         if len(counts) > 1:
             for k in counts:
                 other = sites.get(k) or site_at(sites, k)
-                if other is not None and other is not lead:
+                if other is not None and other is not lead and other is not split:
                     o = by_site.get(other)
                     if o is None:
                         o = by_site[other] = GapSite()
