@@ -97,6 +97,15 @@ def thread_times(native_id: int) -> tuple[int, int | None] | None:
         return None
 
 
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity; the machine's where
+    not told)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
 def task_ids() -> list[int]:
     """The process's threads' OS ids, every one ([]: not told)."""
     try:
@@ -155,6 +164,8 @@ class OtherThreads:
         wall, cpu_all = now - self._wall, proc - self._proc
         first, told = not self._wall, bool(waits) and bool(self._waits)
         self._prev, self._waits, self._proc, self._wall = seen, waits, proc, now
+        if not first and wall > 0:
+            self._observe(names.PROCESS_CORES, float(usable_cores()), now)
         if first or wall <= 0 or cpu_all <= 0 or not seen:
             return
         self.windows += 1

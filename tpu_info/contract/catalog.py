@@ -44,6 +44,7 @@ DISPATCH_WAIT_TIME = "DispatchWaitTime"
 TRAINING_THREAD_RUN_QUEUE = "TrainingThreadRunQueue"
 OTHER_THREADS_CPU = "OtherThreadsCpu"
 PROCESS_RUN_QUEUE = "ProcessRunQueue"
+PROCESS_CORES = "ProcessCores"
 
 # name -> (kind, unit, help). kind is "counter" or "distribution".
 CATALOG: dict[str, tuple[str, Unit, str]] = {
@@ -85,6 +86,10 @@ CATALOG: dict[str, tuple[str, Unit, str]] = {
                         "waited for a core over the wall time, in percent (at most 100), "
                         "sampled with OtherThreadsCpu where the process has at most 64 "
                         "threads and Linux schedstat tells."),
+    PROCESS_CORES: ("distribution", Unit.NUMBER,
+                    "The cores the process may run on (its CPU affinity), sampled with "
+                    "OtherThreadsCpu: on the CPU backend with one, the device's work and "
+                    "the host's take turns on it."),
     TRACE_TIME: ("distribution", Unit.TIME_NS,
                  "Time tracing Python into a graph (JAX: to a jaxpr; torch.compile: "
                  "Dynamo's bytecode tracing of one frame)."),

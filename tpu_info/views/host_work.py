@@ -49,7 +49,7 @@ from tpu_info.views.cost import (
     short_location,
     steps_of,
 )
-from tpu_info.views.slack import busy_cpu_words, on_cpu
+from tpu_info.views.slack import busy_cpu_words, on_cpu, one_core
 
 MIN_SHARE = 0.05  # of the steady step: said from here
 WARN_SHARE = 0.10  # a warning from here
@@ -106,6 +106,9 @@ def host_bound(s: Snapshot, b: Breakdown) -> tuple[str, float | None]:
     if paced is not None:
         return (f"the training thread was on the CPU {paced[0]:.0f}% of the loop (median "
                 f"of {paced[1]} readings)"), None
+    if one_core(s):
+        return ("the process runs on one core, which the CPU backend's device work shares: "
+                "the host's work between steps and the device's take turns on it"), None
     w, d = b.step_seconds, b.device
     if not w or d is None:
         return "", 0.0

@@ -27,7 +27,9 @@ interpreter lock their watcher needs):
   them (the host waits for the device no longer than the device works).
 
 None where the training thread was on the CPU 80 % of the loop or more
-(:func:`host_paced`): the host set the pace and its work is the step's.
+(:func:`host_paced`): the host set the pace and its work is the step's; or
+where the device is the CPU backend's on one core (:func:`one_core`): the
+host's work and the device's take turns on it.
 
 Example:
     >>> from tpu_info.contract.model import Snapshot, StepsReading
@@ -87,6 +89,16 @@ def on_cpu(s: Snapshot) -> bool:
     """Whether the process computes on the host's CPU (or says nothing of its
     devices): there a read costs microseconds and shows nothing of a pipeline."""
     return all(d.platform.lower() in ("cpu", "") for d in s.devices)
+
+
+def one_core(s: Snapshot) -> bool:
+    """A program on the CPU backend that may run on one core only
+    (``ProcessCores``): the device's work is that core's too, so none of the
+    host's runs beside it (ais_vizmetrics pinned to one core: a TensorBoard
+    scalar every step, 20 % of the loop by A/B, said to run beside the
+    device's queued steps, "device busy 74 %")."""
+    cores = s.distribution(catalog.PROCESS_CORES)
+    return on_cpu(s) and cores is not None and cores.count > 0 and cores.max == 1
 
 
 def busy_cpu(s: Snapshot) -> tuple[float, int] | None:
@@ -189,7 +201,7 @@ def host_slack(s: Snapshot) -> Slack | None:
     """The host's :class:`Slack` in the steps (module docstring); None where
     it waited for nothing or set the pace."""
     steps = steps_of(s)
-    if steps is None or not steps.count or host_paced(s) is not None:
+    if steps is None or not steps.count or host_paced(s) is not None or one_core(s):
         return None
     reads = queued_wait(s)
     waited = dispatch_wait(s)
