@@ -383,8 +383,21 @@ def _eager_finding(s: Snapshot, tiny: list[GraphRecord], times: list[float]) -> 
     else:
         advice = "Wrap the loop body in jax.jit (jit the step function)."
     c = cost_of(s, seconds, len(tiny), phase=phase)
+    severity = Severity.WARNING
+    # No step known, but the program's work compiled into larger graphs than
+    # these ops took (numpyro's CVAE example: svi.init's 81 eager ops beside
+    # eager lax loops compiled as jit(scan), 20 s): code outside that work,
+    # whose loop is not known; a fully eager loop compiles nothing larger.
+    larger = [g for g in s.graphs if g.compiles and not single_op(g.name)]
+    if st is None and jitted is None and sum(g.compile_seconds_total for g in larger) > seconds:
+        named = ", ".join(sorted({g.name for g in larger})[:3])
+        advice = (f"The program's work compiled into larger graphs ({named}), so this is code "
+                  "outside them: initialisation (a model's or an optimizer's eager set-up) "
+                  "costs this once; code run again (evaluation, metrics) is worth jitting, "
+                  "so it compiles once per shape as one graph.")
+        severity = Severity.WARNING if outside_warns(c) else Severity.INFO
     return Finding(
         f"{len(tiny)} single-operation graphs compiled ({duration(seconds)} compiling, "
         f"{c.tail()}; {listed}): eager, "
         f"un-jitted code{where} compiles each op for each new shape. {advice}",
-        Severity.WARNING, site, kind="eager_ops", **c.fields())
+        severity, site, kind="eager_ops", **c.fields())

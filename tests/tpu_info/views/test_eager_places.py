@@ -37,3 +37,23 @@ def test_a_read_every_step_under_two_percent_of_the_step_is_information() -> Non
     f = _one(_snap(_sync(seconds=1.3)), "per_step_sync")  # 0.8 % of the step
     assert f.severity == "info" and "It is cheap on this CPU" in f.message, f.message
     assert _one(_snap(_sync()), "per_step_sync").severity == "warning"  # 3 %: said loud
+
+
+def test_eager_set_up_beside_larger_compiled_work_with_no_steps_known_is_not_the_loop() -> None:
+    # numpyro's CVAE example: svi.init runs the model and guide eagerly (81
+    # single-op graphs, 5.1 s) and its training runs as eager lax loops
+    # compiled into jit(scan) graphs (20 s), no step known: "Wrap the loop
+    # body in jax.jit" warned of a loop these ops are not in.
+    from tpu_info.contract.model import GraphRecord
+
+    base = _eager_with_step()
+    ops = tuple(g for g in base.graphs if g.name != "jit(train_step)")
+    scan = GraphRecord("a" * 64, "jit(scan)", "jax", 1.0, 1.0, compiles=2,
+                       compile_seconds_total=20.0, compile_seconds_last=10.0)
+    f = _one(replace(base, steps=None, graphs=(*ops, scan)), "eager_ops")
+    assert f.severity == "info", f.message
+    assert "Wrap the loop body" not in f.message
+    assert "compiled into larger graphs (jit(scan))" in f.message, f.message
+    # A fully eager program (nothing larger compiled) is still told to jit its loop.
+    f = _one(replace(base, steps=None, graphs=ops), "eager_ops")
+    assert f.severity == "warning" and "Wrap the loop body in jax.jit" in f.message, f.message
