@@ -219,8 +219,8 @@ def _python_calls(fn: Callable[..., Any], owner: Owner, context: JaxContext, tim
         owner.calls += 1  # (a race between threads loses a count: a step index, not a total)
         if state.gap_owner is not owner:  # after other work: a gap's end or its work (gaps.py)
             try:
-                at_call(state, owner, sys._getframe(), args)
-                if untimed and (eng := state.active) is not None and eng.device_times.due(owner):
+                if (at_call(state, owner, sys._getframe(), args) is not False and untimed
+                        and (eng := state.active) is not None and eng.device_times.due(owner)):
                     untimed = 0  # a gap's read drained the queue: a device-time sample here
             except Exception as e:  # noqa: BLE001 - a hook never raises into the program
                 state.hook_failed("jax.gaps", e)

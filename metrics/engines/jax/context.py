@@ -116,6 +116,10 @@ class JaxContext:
         # from it on before it: an eager op that waited for queued steps is
         # charged only its time past them (eager.py).
         self.gap_call: tuple[int, int, object] | None = None
+        # The thread the step was called on at its latest gap's end (0: none
+        # yet): calls and reads on other threads (an actor, a prefetcher
+        # feeding a queue the loop waits on) are no work in the loop's gaps.
+        self.step_thread = 0
         # A gap's first call of another function: (its ns, the thread's CPU
         # ns then, the ns it had waited for a core), or None; the step's next
         # call hands gaps.py the time the thread spent blocked between (a

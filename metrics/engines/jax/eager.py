@@ -358,6 +358,7 @@ def _recorder(ops: EagerOps) -> Callable[..., None]:
             if call is not None and call[2] is step:
                 queued = call
             if step is not None and context.gap_owner is step and (
+                    context.step_thread in (0, threading.get_ident())) and (
                     at - context.eager_prev > 1 or _new_wait(waited_at, f, offset, at)):
                 # The first eager op after steps that ran none, or the first
                 # at a line that waited in no step before this one, waiting

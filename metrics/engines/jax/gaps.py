@@ -91,6 +91,7 @@ import itertools
 import operator
 import time
 from collections.abc import Callable
+from threading import get_ident
 from typing import TYPE_CHECKING, Any
 
 from metrics.engines._frames import site_at
@@ -455,22 +456,26 @@ def step_key(step: Any) -> Any:
     return getattr(step, "name", None) or step
 
 
-def at_call(context: JaxContext, owner: Owner, frame: Any, args: tuple[Any, ...] = ()) -> None:
+def at_call(context: JaxContext, owner: Owner, frame: Any,
+            args: tuple[Any, ...] = ()) -> bool | None:
     """A call of ``owner`` after other work (``context.gap_owner`` was not
     it): the step's call closes the gap (``GAP_END``, with the step);
     another function's call is noted (``CALL``), once until other work, at
     the line of the loop that led to it (:func:`~.library_step.loop_frame`), else at the
     user's line of the call."""
+    step = context.step_owner
+    if owner is not step and context.step_thread and get_ident() != context.step_thread:
+        return False  # another thread's call (hk_impala's actors): not the loop's gap
     context.gap_owner = owner
-    eng, step = context.active, context.step_owner
+    eng = context.active
     if eng is None:
-        return
+        return None
     impl = eng.implicit
     if owner.caller_code is None:  # once per function: the user's code calling it
         at = user_frame(impl._frames, frame)
         owner.caller_code = at[0] if at else False
     if step is None:
-        return
+        return None
     now = time.monotonic_ns()
     if owner is step:
         q = impl.queue
@@ -479,7 +484,7 @@ def at_call(context: JaxContext, owner: Owner, frame: Any, args: tuple[Any, ...]
             context.gap_cpu = None
             blocked = blocked_ns(began, (now, time.thread_time_ns(), run_queue_wait_ns()))
         q.extend((GAP_END, None, 0, owner, now, now, blocked, owner.calls))
-        context.gap_call = (now, owner.calls, owner)
+        context.gap_call, context.step_thread = (now, owner.calls, owner), get_ident()
     elif not owner.explicit:
         last = context.gap_call
         # (not where another function runs in every step's gap: two thread-CPU
@@ -489,4 +494,5 @@ def at_call(context: JaxContext, owner: Owner, frame: Any, args: tuple[Any, ...]
             impl.gaps.expect(now, eng.device_times.probe(args))  # the queue's end, measured
         loop = loop_frame(frame, getattr(step, "caller_code", None) or None)
         impl.record(CALL, loop or frame, now, now, 0, owner.name)
+    return None
 

@@ -9,14 +9,12 @@ None), times the read and notes the caller. Host -> device: the hooks of
 numpy shard handlers) and the ``jax.jit`` wrapper's report of numpy
 arguments (:class:`~metrics.engines.jax.jit_numpy.JitArguments`) record here.
 
-The hot path walks out of library frames (jax, jaxlib, numpy, the standard
-library, this hook, anything installed in site-packages: :mod:`metrics.engines._frames`),
+The hot path walks out of library frames (:mod:`metrics.engines._frames`),
 deciding "library or not" once per code object, and appends the user's code
-object and instruction offset with the clock readings, byte count and step
-(``JaxContext.step_owner``'s calls: a site counts the steps it ran in, its
-``occurrences``) to a journal: one ``list.extend``. A walk through another
-installed library (flax, optax) notes its outermost frame for that line (its
-``via``). Lines, files and functions are resolved when read (:mod:`.sites`).
+object and offset with the clock readings, bytes and step (the step's calls:
+a site's ``occurrences``; a record on another thread than the step's has
+none) to a journal: one ``list.extend``. A walk through another library
+(flax, optax) notes its outermost frame for the line (``via``).
 
 Nothing is counted twice: a read under ``jax.device_get`` or a transfer under
 ``jax.device_put`` is explicit, and when the hook's own wrapper of either is on
@@ -31,9 +29,9 @@ import itertools
 import operator
 import os
 import sys
-import threading
 import time
 from collections.abc import Callable
+from threading import Lock, get_ident
 from types import CodeType, FrameType
 from typing import TYPE_CHECKING, Any
 
@@ -126,8 +124,7 @@ class _Site:
 
 
 class ImplicitTransfers:
-    """Counts implicit transfers for one :class:`~metrics.engines.jax.JaxEngine`
-    (attached as ``engine.implicit``); folds them at read time."""
+    """Counts implicit transfers for one engine (its ``implicit``); folds at read time."""
 
     def __init__(self, recorder: Recorder, degraded: list[str],
                  explicit: ExplicitTransfers, context: JaxContext) -> None:
@@ -149,7 +146,7 @@ class ImplicitTransfers:
         self._sites: dict[tuple[int, int, int], _Site] = {}
         self._per_kind = dict.fromkeys(SITE_KINDS, 0)
         self._other: dict[int, _Site] = {}
-        self._lock = threading.Lock()  # the site table: folds vs readers
+        self._lock = Lock()  # the site table: folds vs readers
         # (table, key, original): the numpy shard handlers replaced in JAX's table
         self.dict_patches: list[tuple[dict[type, Callable[..., Any]], type,
                                       Callable[..., Any]]] = []
@@ -210,8 +207,7 @@ class ImplicitTransfers:
                                     f"jax._src.array.ArrayImpl missing ({e})")
         prop = ArrayImpl.__dict__.get("_value")
         if not isinstance(prop, property) or prop.fget is None:
-            return self.not_counted("device->host syncs",
-                                    "jax._src.array.ArrayImpl._value is not a property")
+            return self.not_counted("device->host syncs", "ArrayImpl._value is not a property")
         if not patches.apply(ArrayImpl, "_value", lambda orig: _value_property(orig, self)):
             self.missing.append("device->host syncs are not counted: ArrayImpl._value missing")
 
@@ -233,23 +229,23 @@ class ImplicitTransfers:
         return cls if detail is None else detail
 
     def hold(self, code: CodeType, cls: int) -> None:
-        """``code``'s class, kept (a library function that names the path is
-        kept as its detail)."""
+        """``code``'s class, kept (a library function naming the path: its detail)."""
         detail = _DETAILS.get(code.co_name) if cls == _LIB else None
         self._held.append(code)
         self._codes[id(code)] = cls if detail is None else detail
 
     def record(self, kind: int, frame: FrameType | None, start: int, end: int, nbytes: int,
                detail: str | None = None) -> None:
-        """One transfer seen at ``frame``: walks out to the user's frame (the
-        code object and instruction offset are kept, the line is found when
-        read) and appends it; nothing when another hook counts it (a timed
-        host->device transfer under the ``jax.jit`` wrapper is a numpy
-        argument its report counted: :class:`JitArguments`)."""
+        """One transfer seen at ``frame``: walks out to the user's frame (its code
+        and offset kept, the line found when read) and appends it; nothing when
+        another hook counts it (a numpy argument the ``jax.jit`` wrapper's
+        report counted: :class:`JitArguments`)."""
         get = self._codes.get
         under_jit_counted = kind == IMPLICIT_H2D
-        if kind == SYNC:  # a read: the step's next call ends a gap (gaps.py)
-            self.context.gap_owner = None
+        context = self.context
+        other = context.step_thread and get_ident() != context.step_thread
+        if kind == SYNC and not other:  # a read: the step's next call ends a gap (gaps.py)
+            context.gap_owner = None
         found = via = inner = None
         code: CodeType | None  # (an annotation: no work on the hot path)
         f = frame
@@ -288,15 +284,15 @@ class ImplicitTransfers:
             f, code, via = inner, inner.f_code if inner is not None else None, None
         if via is not None and f is not None and len(self._via) < MAX_CODES:
             self._via.setdefault((id(code), f.f_lasti), via)
-        q, step = self.queue, self.context.step_owner
+        q, step = self.queue, None if other else context.step_owner
         q.extend((kind, code, f.f_lasti if f is not None else 0, detail or found, start, end,
                   nbytes, end if step is None else step.calls))
         if len(q) >= FOLD_AT * FIELDS:
             self.journal.flush()
 
     def host_arguments(self, nbytes: int, what: str) -> None:
-        """Host (numpy) arguments of ``nbytes`` in one jitted call (``what``: "numpy
-        argument of jit(step)"): an untimed implicit host->device transfer at the user's line."""
+        """Host arguments of ``nbytes`` in a jitted call (``what``: "numpy argument of jit(step)"):
+        an untimed implicit host->device transfer at the user's line."""
         try:
             now = time.monotonic_ns()
             self.record(UNTIMED_H2D, sys._getframe(1), now, now, int(nbytes), what)
@@ -466,7 +462,7 @@ def _value_property(original: property, impl: ImplicitTransfers) -> property:
     fget, clock, getframe, record = original.fget, time.monotonic_ns, sys._getframe, impl.record
     assert fget is not None
     get, queue, flush, user_class = impl._codes.get, impl.queue, impl.journal.flush, _USER
-    extend, fold_at, context = queue.extend, FOLD_AT * FIELDS, impl.context
+    extend, fold_at, context, ident = queue.extend, FOLD_AT * FIELDS, impl.context, get_ident
 
     def _value(self: ArrayImpl) -> Any:
         if self._npy_value is not None:  # the host copy is cached: nothing moves
@@ -481,10 +477,15 @@ def _value_property(original: property, impl: ImplicitTransfers) -> property:
             f = getframe(1)
             detail = get(id(f.f_code))
             if detail.__class__ is str:
-                context.gap_owner = None  # the step's next call ends a gap (gaps.py)
+                # The step's next call ends a gap (gaps.py); a read on another
+                # thread than the step's is in none (its step field: its end).
+                step = context.step_owner  # the step function's calls: the read's step
+                if (mine := context.step_thread) and ident() != mine:
+                    step = None
+                else:
+                    context.gap_owner = None
                 user = f.f_back
                 if user is not None and get(id(code := user.f_code)) == user_class:
-                    step = context.step_owner  # the step function's calls: the read's step
                     extend((SYNC, code, user.f_lasti, detail, start, end, out.nbytes,
                             end if step is None else step.calls))
                     if len(queue) >= fold_at:
