@@ -76,7 +76,7 @@ def size_words(nbytes: float) -> str:
 
 # PeriodicWork values said here (device_work: a read that waited for device
 # work sent in the gap, unseen: an eager evaluation).
-LED = frozenset({"evaluation", "checkpoint", "device_work"})
+LED = frozenset({"evaluation", "checkpoint", "device_work", "logging"})
 PER_STEP_GAPS = 0.5  # gaps after at least this share of the steps: work of every step
 
 
@@ -98,10 +98,12 @@ def step_leads(s: Snapshot) -> dict[str, SiteReading]:
     steps that runs each step (a plotting callback), by location: in the
     step phase, and with gaps after at least half the steps (the phase
     alone stands on all its records). Their time is the steps' (not taken
-    out of them as :func:`leads`' is)."""
+    out of them as :func:`leads`' is). A read every step (logging) is its
+    own finding (per_step_sync), not work between steps."""
     steps = s.steps.count if s.steps is not None else 0
     return {x.location: x for x in s.sites
-            if x.work in LED and x.gap_seconds and steps and x.gaps >= PER_STEP_GAPS * steps
+            if x.work in LED and x.work != "logging" and x.gap_seconds and steps
+            and x.gaps >= PER_STEP_GAPS * steps
             and _told_phase(x) == Phase.STEP}
 
 

@@ -8,8 +8,9 @@ beyond the usual step) bounds each gap by the steps around it and tells
 which line led it
 (:attr:`SiteReading.work`, ``gaps``, ``gap_seconds``) and which lines sat in
 it (``within``): an evaluation's reads and numpy batches are its, not
-findings of their own. Logging (a lone read) stays the read's finding
-(``periodic_sync``), costed by its drain.
+findings of their own. Logging (a gap a read led) is said from its gaps'
+own time where that is a share of the run (host work: plotting, printing),
+else it stays the read's finding (``periodic_sync``), costed by its drain.
 
 Example:
     >>> from tpu_info.contract.model import SiteReading, Snapshot, StepsReading
@@ -58,6 +59,12 @@ WARN_SHARE = 0.05
 # step, not work that would run less often.
 STEP_INFO_SHARE = 0.05
 STEP_WARN_SHARE = 0.2
+# Logging, printing or plotting led by a read whose gaps hold host work of
+# their own (d2l's ProgressBoard: a matplotlib draw every 23 steps, 19 % of
+# its epochs, said as the read's 2 ms drain): the gaps' time, not the read's.
+_LOGGING = ("Log, print or plot less often (every N steps), and hand a plotting library host "
+            "values (np.asarray once, or floats you accumulate), not device arrays it reads "
+            "one by one.")
 _STEP_ADVICE = {
     # No line of its own seen: what it is, when the eager ops beside it say so.
     "device_work": ("If it is an evaluation in eager code, jit it (its ops then run as one "
@@ -82,6 +89,7 @@ _TORCH_STEP_ADVICE = {
 }
 
 _ADVICE = {
+    "logging": _LOGGING,
     # No line of its own seen: what it is, when the eager ops beside it say so.
     "device_work": ("If it is an evaluation in eager code, jit it (its ops then run as one "
                     "compiled call, not one dispatch each), and evaluate less often or on "
@@ -93,6 +101,7 @@ _ADVICE = {
                    "and writes in a background thread while the steps go on)."),
 }
 _TORCH_ADVICE = {
+    "logging": _LOGGING,
     # No line of its own seen: what it is, when the eager ops beside it say so.
     "device_work": ("If it is an evaluation in eager code, jit it (its ops then run as one "
                     "compiled call, not one dispatch each), and evaluate less often or on "
