@@ -60,9 +60,11 @@ COUNT_WITHOUT_STEPS = 100
 RUN_SHARE_WITHOUT_STEPS = 0.01  # ... and, steps unknown, this share of the run
 MIN_SECONDS = 1e-3
 MIN_SHARE = 0.005
-# A read every step is a warning from this share of the step (information
-# below: pytorch/examples' actor_critic reads each sampled action for the
-# environment, 0.77 % of its step, and was warned to log every N steps).
+# A read, copy or eager op every step is a warning from this share of the
+# step (information below: pytorch/examples' actor_critic reads each sampled
+# action for the environment, 0.77 % of its step, and was warned to log
+# every N steps; jax's advi example copies a 4 B key a step, 0.5-1 %, and was
+# warned to device_put its data set).
 SYNC_WARN_SHARE = 0.02
 
 # A host->device copy of at least this much in (nearly) every step, over at
@@ -241,6 +243,11 @@ def _outside_severity(c: Cost) -> Severity | None:
     return Severity.WARNING if outside_warns(c) else Severity.INFO
 
 
+def _warns(c: Cost) -> bool:
+    """Whether work every step is worth a warning (:data:`SYNC_WARN_SHARE`)."""
+    return _costly(c) and (c.share_of_step is None or c.share_of_step >= SYNC_WARN_SHARE)
+
+
 def _costly(c: Cost) -> bool:
     return c.seconds >= MIN_SECONDS and (c.share_of_step is None
                                          or c.share_of_step >= MIN_SHARE)
@@ -364,10 +371,11 @@ def _finding(s: Snapshot, site: SiteReading) -> Finding | None:
             f"eager jnp ops at {short_location(site.location)}{via} ({site.detail}) run outside "
             f"jit {_how_often(c)} ({c.words()}): each dispatches on its own from Python. "
             + advice,
-            Severity.WARNING, site.location, kind="per_step_eager_ops", **c.fields())
+            Severity.WARNING if _warns(c) else Severity.INFO, site.location,
+            kind="per_step_eager_ops", **c.fields())
     where = f"{site.detail or 'a read'} at {short_location(site.location)}{via}"
     if site.kind == SiteKind.SYNC.value:
-        costly = _costly(c) and (c.share_of_step is None or c.share_of_step >= SYNC_WARN_SHARE)
+        costly = _warns(c)
         weight = "" if costly else f" {cheap_sync_words(s)}"
         bound = busy_cpu_words(s, "the read") if site.drain_seconds is not None else ""
         if bound:  # the drain model's overlap had no free core to run on (said after
@@ -401,7 +409,7 @@ def _finding(s: Snapshot, site: SiteReading) -> Finding | None:
         f"{often} "
         f"({c.words()}): {path} "
         f"{_transfer_advice(site.detail)}",
-        Severity.WARNING if costly else Severity.INFO, site.location,
+        Severity.WARNING if costly and _warns(c) else Severity.INFO, site.location,
         kind="per_step_implicit_transfer", bytes_per_step=per_step, **c.fields())
 
 

@@ -57,3 +57,20 @@ def test_eager_set_up_beside_larger_compiled_work_with_no_steps_known_is_not_the
     # A fully eager program (nothing larger compiled) is still told to jit its loop.
     f = _one(replace(base, steps=None, graphs=ops), "eager_ops")
     assert f.severity == "warning" and "Wrap the loop body in jax.jit" in f.message, f.message
+
+
+def test_a_copy_or_eager_ops_every_step_under_two_percent_of_the_step_are_information() -> None:
+    # jax's advi example copies a 4 B PRNG key to the device every step (0.5-1 %
+    # of its step) and was warned to device_put its data set; eager ops every
+    # step at that share likewise.
+    from tests.tpu_info.views.test_findings_cost import _h2d, _snap
+    from tpu_info.contract.model import SiteReading
+
+    small = _snap(_h2d(nbytes=4 * 1200, seconds=1.3))  # 1.3 s of a 164 s loop: 0.8 %
+    assert _one(small, "per_step_implicit_transfer").severity == "info"
+    assert _one(_snap(_h2d(nbytes=4 * 1200, seconds=4.9)), "per_step_implicit_transfer"
+                ).severity == "warning"  # 3 %
+    eager = SiteReading("eager_op", "/src/train.py:70", 1200, seconds=1.3, function="train",
+                        detail="random_split")
+    assert _one(_snap(eager), "per_step_eager_ops").severity == "info"
+    assert _one(_snap(replace(eager, seconds=4.9)), "per_step_eager_ops").severity == "warning"
