@@ -92,9 +92,10 @@ def test_float_of_an_array_costs_no_frame_walk(fresh_metrics):
     counts = _opcodes_in_metrics(lambda: float(scalar))
     assert set(counts) == {"_value"}, counts  # no call out of the hook
     # 5 of them the read's step (the step function's calls so far)
-    # +3: the store that opens a loop gap (gaps.py); +5: the thread check (a
-    # read on another thread than the step's is in no gap)
-    assert sum(counts.values()) <= 99, counts
+    # +3: the store that opens a loop gap (gaps.py); +12: the thread check (a
+    # read on another thread than the step's is in no gap): 5 opcodes before
+    # any step thread is known, 12 once one is (an earlier test's loop)
+    assert sum(counts.values()) <= 106, counts
 
 
 def test_a_jitted_call_stays_within_budget(fresh_metrics):
