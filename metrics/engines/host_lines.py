@@ -43,10 +43,10 @@ evaluation is its own work: host work after a jitted call before the step,
 ``augment(x)``, is not seen). Nothing runs in a forked child.
 
 A numpy conversion's C call at a user line (``np.asarray(loss)``) in
-``readers`` whose argument the ``resolver`` says is a jax.Array on the CPU
-(numpy reads its buffer in C, past every Python hook, and waits there for
-the device: :mod:`metrics.engines.jax.numpy_reads` tells) is a read: its
-time, to the C call's return, is kept apart (:attr:`reads`), not host work.
+``readers`` whose argument is a jax.Array (``resolver``: numpy reads it in
+C, past every Python hook: :mod:`metrics.engines.jax.numpy_reads`) is a
+read: its time to the C call's return is kept apart (:attr:`reads`). JAX's
+time per user line: :attr:`eager` (:mod:`metrics.engines.jax.eager_lines`).
 
 Read out (:func:`metrics.engines.host_sites.work_sites`) as
 :class:`~tpu_info.contract.model.SiteReading` of kind ``host_work`` per
@@ -143,8 +143,7 @@ class HostLines:
         self.clock = clock
         self.enabled = True
         self.lines: dict[tuple[int, int], _Line] = {}
-        # Reads of a jax.Array by a numpy conversion at a user line (its
-        # buffer, in C: numpy_reads.py): their waits, kept apart from host work.
+        # numpy's reads of a jax.Array at a user line (numpy_reads.py): their waits.
         self.reads: dict[tuple[int, int], _Read] = {}
         # The latest intervals' wall time (the profile's own left out): a
         # line's share of each (host_sites.py).
@@ -161,11 +160,11 @@ class HostLines:
         self.cut = 0  # of them, cut (MAX_EVENTS, MAX_NS)
         self.interval_ns = 0  # their wall time, less the profile's own
         self.engine_ns = 0  # under the engine's own code
-        self.step_ns = 0  # at the step's line: its call's tail (a library wrapper's)
-        self.own_ns = 0  # the profile's own time
+        self.step_ns = self.own_ns = 0  # at the step's line (its call's tail); the profile's
         self.first = self.last = 0  # monotonic ns of the first and latest interval
         self._kinds: dict[int, tuple[CodeType, int]] = {}
         self._next = 0
+        self.eager: Any = None  # JAX's EagerLines: its code's time per user line
         # The interval in progress: the step's line (id of its code, line),
         # its start, the previous event's end, events so far, its own ns, ns
         # under the engine and at the step's line, and per (code id, line)
@@ -230,6 +229,8 @@ class HostLines:
                     up.append(g)
                 g = g.f_back
             self._anchors = tuple(up)
+        if self.eager is not None:
+            self.eager.begin(self._at, sys._getframe(1))
         self._begun = self._start - t0
         sys.setprofile(self._event)
 
@@ -303,6 +304,8 @@ class HostLines:
                 if k == _USER:
                     break
                 if k == _ENGINE:
+                    if self.eager is not None:  # (JAX: its time per user line)
+                        self.eager.charge(f, dt)
                     f = None
                     break
                 if k == _LIBRARY:
@@ -431,6 +434,8 @@ class HostLines:
         self._reading, self._iread = None, {}
         self.lengths.append((self.intervals, max(1, now - self._start - own)))
         self.engine_ns += self._engine
+        if self.eager is not None:
+            self.eager.fold(self._start, now)
         self.step_ns += self._step + dt
         self.cut += cut
         self.interval_ns += max(0, now - self._start - own)

@@ -61,6 +61,11 @@ class SiteKind(str, enum.Enum):
     # interval times ``timed`` (per step: ``seconds / timed``), ``count`` the
     # intervals it had time in, ``detail`` the calls the time went into.
     HOST_WORK = "host_work"
+    # JAX: time under JAX's own code in those intervals, at the user's line
+    # that entered it (an eager ``value_and_grad`` of a jitted loss, an
+    # optimizer update run op by op): fields as ``host_work``'s, ``detail``
+    # the functions the line entered (``jax value_and_grad``).
+    EAGER_WORK = "eager_work"
     # torch: the batches the main thread drew from a DataLoader at this line
     # (the ``for`` line): ``count`` batches, ``seconds`` its time in their
     # ``__next__`` (with ``num_workers=0`` their samples' loading; with

@@ -122,6 +122,12 @@ def bursts_phase(times: list[float], steps: StepsReading | None,
     after_loop = loop is not None and at[0] - took.get(at[0], 0.0) > loop[1]
     if phase in (Phase.PERIODIC, Phase.ONCE) and not after_loop:
         phase = Phase.PERIODIC if bursts >= PERIODIC_AT_LEAST else Phase.ONCE
+    held = steps.compile_seconds if steps is not None and steps.compile_steps == 1 else 0.0
+    if (phase == Phase.PERIODIC and loop is not None and held
+            and at[0] - took.get(at[0], 0.0) - loop[0] <= held and at[-1] - at[0] <= held):
+        # All within the one step of the loop that held compiles, its first
+        # (an eager Adam's ops compiling per parameter shape in step one): once.
+        phase = Phase.ONCE
     if phase == Phase.PERIODIC and loop is not None:
         # Work that recurs is seen again within its period: compiles that
         # stopped long before the loop's end were a first pass (an

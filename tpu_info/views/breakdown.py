@@ -43,6 +43,7 @@ from tpu_info.views.cost import (
     OUTSIDE_STEP,
     Cost,
     duration,
+    eager_leads,
     leads,
     site_phase,
     step_leads,
@@ -270,15 +271,18 @@ def _periodic_seconds(s: Snapshot) -> dict[str, float]:
 
 
 HOST_CODE = "your code between steps"  # the step part of host_work sites
+EAGER_CODE = "JAX outside jit"  # of eager_work sites: JAX's time at the user's lines
 
 
-def host_code_per_step(s: Snapshot, step: float | None = None) -> tuple[float, int]:
+def host_code_per_step(s: Snapshot, step: float | None = None,
+                       kind: str = SiteKind.HOST_WORK.value) -> tuple[float, int]:
     """(seconds a step the training thread ran the user's own host code
     between the step's calls: each ``host_work`` line's :func:`line_per_step`,
-    summed; the intervals that stands on)."""
+    summed; the intervals that stands on); ``kind`` ``eager_work``: JAX's
+    time at those lines."""
     total, intervals = 0.0, 0
     for x in s.sites:
-        if x.kind == SiteKind.HOST_WORK.value and x.timed > 0 and x.seconds > 0:
+        if x.kind == kind and x.timed > 0 and x.seconds > 0:
             total += line_per_step(x, step)
             intervals = max(intervals, x.timed)
     return total, intervals
@@ -301,7 +305,7 @@ def host_left(b: Breakdown) -> float:
     if not b.step_seconds:
         return 0.0
     return max(0.0, b.step_seconds - sum(p.seconds for p in b.step_parts
-                                         if p.name not in (HOST_CODE, "other")))
+                                         if p.name not in (HOST_CODE, EAGER_CODE, "other")))
 
 
 class DeviceIdle(NamedTuple):
@@ -398,16 +402,21 @@ def breakdown(s: Snapshot) -> Breakdown | None:
             p.seconds for p in host))), wrapped_basis))
     # Work in a gap after every step (a plotting callback): its measured
     # wall time, within what the other parts leave of the step.
-    between = sum(x.gap_seconds or 0.0 for x in step_leads(s).values()) / n
+    eager = eager_leads(s)  # (in the eager work's part, below)
+    between = sum(x.gap_seconds or 0.0 for k, x in step_leads(s).items() if k not in eager) / n
     if between > 0:
         host.append(Part("work between steps", min(between, max(0.0, step_w - sum(
             p.seconds for p in host))), "its gaps' wall time"))
     # The user's own host code between the steps (no JAX in it: a loader's
     # numpy), its lines' medians over the sampled intervals between steps.
-    code, intervals = host_code_per_step(s, step_w)
-    if code > 0:
-        host.append(Part(HOST_CODE, min(code, max(0.0, step_w - sum(p.seconds for p in host))),
-                         f"median of {intervals:,} sampled intervals between steps"))
+    for name, kind in ((EAGER_CODE, SiteKind.EAGER_WORK.value),
+                       (HOST_CODE, SiteKind.HOST_WORK.value)):
+        code, intervals = host_code_per_step(s, step_w, kind)
+        if name == EAGER_CODE:
+            code += sum(x.gap_seconds or 0.0 for x in eager.values()) / n
+        if code > 0:
+            host.append(Part(name, min(code, max(0.0, step_w - sum(p.seconds for p in host))),
+                             f"median of {intervals:,} sampled intervals between steps"))
     if (waited := dispatch_wait(s)) is not None:  # the device's queue held the step's call
         host.append(Part("waits in dispatch", min(waited[0], max(0.0, step_w - sum(
             p.seconds for p in host))), f"mean of {waited[1]:,} sampled calls"))

@@ -26,6 +26,7 @@ from tpu_info.contract.model import (
     STEPS_MARKED,
     Phase,
     Severity,
+    SiteKind,
     SiteReading,
     Snapshot,
     StepsReading,
@@ -105,6 +106,16 @@ def step_leads(s: Snapshot) -> dict[str, SiteReading]:
             if x.work in LED and x.work != "logging" and x.gap_seconds and steps
             and x.gaps >= PER_STEP_GAPS * steps
             and _told_phase(x) == Phase.STEP}
+
+
+def eager_leads(s: Snapshot) -> dict[str, SiteReading]:
+    """Of :func:`step_leads`, a library's jitted function (optax's
+    ``tree_bias_correction``) called every step from a line that runs JAX
+    outside jit there (``eager_work``: an optimizer update run op by op):
+    part of that line's eager work, not work of its own between steps."""
+    eager = {x.location for x in s.sites if x.kind == SiteKind.EAGER_WORK.value}
+    return {k: x for k, x in step_leads(s).items()
+            if x.kind == SiteKind.CALL.value and x.via and k in eager}
 
 
 def steps_of(s: Snapshot) -> StepsReading | None:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 
 from tpu_info.contract import catalog
@@ -34,6 +34,7 @@ from tpu_info.contract.model import (
     ProcessRecord,
     RecompileCause,
     Severity,
+    SiteKind,
     Snapshot,
 )
 from tpu_info.contract.phases import bursts_phase
@@ -64,6 +65,7 @@ from tpu_info.views.findings_torch import (
     xla_value_access,
 )
 from tpu_info.views.host_work import host_work
+from tpu_info.views.job_graphs import diverging_graphs  # noqa: F401 - (re-exported)
 from tpu_info.views.library_jit import library_jit
 from tpu_info.views.periodic import per_step_work, periodic_work
 from tpu_info.views.recompile_groups import own_seconds, recompile_severity, recreated_once
@@ -227,12 +229,16 @@ def _by_kind(s: Snapshot, name: str, compiles: int, total: float, lost: float,
                   "after a graph break")
         # Each recompile's site (its line, graph and argument): recompiles at
         # lines that each recompiled once are one cluster, once, never a period.
-        phase, _ = bursts_phase([c.time_unix for c, _ in seen], steps_of(s), sites=[
-            f"{c.location}|{g.name}|{c.argument}" for c, g in seen])
+        each = groups.one_per_change(seen)
+        phase, _ = bursts_phase([c.time_unix for c, _ in each], steps_of(s), sites=[
+            f"{c.location}|{g.name}|{c.argument}" for c, g in each])
         if phase == Phase.PERIODIC and max(per_part.values()) < 2:
             phase = Phase.ONCE  # one call recompiled each part of a split function once
         if len(kinds) == 1:
-            c = cost_of(s, lost, max(1, compiles - 1), phase=phase)
+            # (JAX explains every recompile: count its changes, a pair's graphs once)
+            n = (groups.changes(c for c, _ in seen) if graphs[0].engine == "jax"
+                 and own_seconds(c for c, _ in seen) is not None else compiles - 1)
+            c = cost_of(s, lost, max(1, n), phase=phase)
             n = c.count or 0
             head = (f"{name} compiled {compiles} times ({_seconds(total)} compiling{across}"
                     f"{loaded}; "
@@ -244,6 +250,8 @@ def _by_kind(s: Snapshot, name: str, compiles: int, total: float, lost: float,
             seconds = own if own is not None else min(lost, sum(
                 g.compile_seconds_total / max(1, g.compiles) for _, g in seen))
             n = max(per_part.values())  # one call recompiles each part once
+            if graphs[0].engine == "jax":
+                n = min(n, groups.changes(c for c, _ in seen))
             c = cost_of(s, seconds, n,
                         "estimated: a graph's compile time split evenly among its compiles"
                         if split and own is None else "", phase)
@@ -441,42 +449,6 @@ RULES: tuple[Callable[[Snapshot], Iterable[Finding]], ...] = (
 )
 
 
-def diverging_graphs(snapshots: Sequence[Snapshot]) -> list[Finding]:
-    """Processes of one job (same program and arguments) that compiled the
-    same function to different graphs: their inputs, shardings or flags
-    differ, which in a multi-host job often means a hang at the next
-    collective."""
-    jobs: dict[tuple[str, ...], list[Snapshot]] = defaultdict(list)
-    for s in snapshots:
-        if s.process is not None and s.process.argv:
-            jobs[tuple(s.process.argv)].append(s)
-    out: list[Finding] = []
-    for argv, members in jobs.items():
-        if len(members) < 2:
-            continue
-        by_fn: dict[str, dict[int, set[str]]] = defaultdict(dict)
-        for s in members:
-            pid = s.process.pid if s.process else 0
-            for g in s.graphs:
-                if g.compiles or g.cache_hits:
-                    by_fn[g.name].setdefault(pid, set()).add(g.hash)
-        for name, per_pid in sorted(by_fn.items()):
-            if len(per_pid) < 2:
-                continue
-            distinct = {frozenset(h) for h in per_pid.values()}
-            if len(distinct) < 2:
-                continue
-            pids = sorted(per_pid)
-            sample = "; ".join(f"pid {p}: {', '.join(h[:12] for h in sorted(per_pid[p])[:2])}"
-                               for p in pids[:3])
-            out.append(Finding(
-                f"{len(pids)} processes of {' '.join(argv)[:60]} compiled {name} to different "
-                f"graphs ({sample}): their input shapes, shardings or flags differ. Compare "
-                "the signatures in `tpu-info --json`; a multi-host job can hang on this.",
-                Severity.WARNING, None, 0.0, "diverging_graphs"))
-    return out
-
-
 def find(snapshot: Snapshot) -> list[Finding]:
     """Every finding, costliest first (seconds lost, then share of step time;
     warnings before info at equal cost)."""
@@ -484,6 +456,9 @@ def find(snapshot: Snapshot) -> list[Finding]:
     for rule in RULES:
         out.extend(rule(snapshot))
     out = [f if f.kind else replace(f, kind="other") for f in out]  # kind is always set
+    if any(f.kind == "per_step_eager_work" for f in out):  # its lines' JAX time, ops and all
+        eager = {x.location for x in snapshot.sites if x.kind == SiteKind.EAGER_WORK.value}
+        out = [f for f in out if f.kind != "per_step_eager_ops" or f.location not in eager]
     out.sort(key=rank_key)
     return out + list(_overlap(out))
 

@@ -44,16 +44,19 @@ from tpu_info.views.cost import (
     below_bar,
     cost_of,
     duration,
+    eager_leads,
     engine_of,
     share_words,
     short_location,
     steps_of,
 )
+from tpu_info.views.eager import eager_site_advice
 from tpu_info.views.slack import busy_cpu_words, on_cpu, one_core
 
 MIN_SHARE = 0.05  # of the steady step: said from here
 WARN_SHARE = 0.10  # a warning from here
 MIN_INTERVALS = 8  # sampled intervals a median stands on, at least
+_KINDS = (SiteKind.HOST_WORK.value, SiteKind.EAGER_WORK.value)
 # Where the host did not set the pace, the loop is host-bound when the device
 # was idle this share of the step or more by its measured time (an upper
 # bound: the watcher waits for the interpreter lock on a host-bound loop).
@@ -71,6 +74,7 @@ class Work:
     per_step: float
     intervals: int
     lines: tuple[SiteReading, ...]
+    eager: bool = False  # JAX's own time at the lines (``eager_work``): all of them, one
 
 
 def works(s: Snapshot) -> list[Work]:
@@ -79,19 +83,26 @@ def works(s: Snapshot) -> list[Work]:
     steady = steps.steady_seconds_total if steps is not None else None
     step = steady / steps.count if steady and steps is not None and steps.count else None
     groups: dict[str, list[SiteReading]] = {}
+    eager = {x.location for x in s.sites if x.kind == SiteKind.EAGER_WORK.value}
     for x in s.sites:
-        if x.kind != SiteKind.HOST_WORK.value or x.timed <= 0 or x.seconds <= 0:
+        if x.kind not in _KINDS or x.timed <= 0 or x.seconds <= 0:
             continue
-        key = (f"{x.location.rsplit(':', 1)[0]}:{x.function}" if x.in_generator
+        # (the un-jitted step's lines, their library's Python with them: one)
+        key = ("" if x.kind == SiteKind.EAGER_WORK.value or x.location in eager
+               else f"{x.location.rsplit(':', 1)[0]}:{x.function}" if x.in_generator
                else x.location)
         groups.setdefault(key, []).append(x)
+    # An optimizer's jitted helper called every step from an eager line: its
+    # gaps' time is that line's eager work too.
+    helpers = sum(x.gap_seconds or 0.0 for x in eager_leads(s).values()) / (
+        steps.count if steps is not None and steps.count else 1)
     out = []
-    for lines in groups.values():
+    for key, lines in groups.items():
         lines.sort(key=lambda x: -line_per_step(x, step))
         top = lines[0]
         out.append(Work(top.location, top.function, top.in_generator,
-                        sum(line_per_step(x, step) for x in lines),
-                        max(x.timed for x in lines), tuple(lines)))
+                        sum(line_per_step(x, step) for x in lines) + (0.0 if key else helpers),
+                        max(x.timed for x in lines), tuple(lines), eager=not key))
     out.sort(key=lambda w: -w.per_step)
     return out
 
@@ -169,7 +180,7 @@ def _why_not(s: Snapshot, b: Breakdown | None, w: Work, c: Cost | None) -> str:
 
 def not_raised(s: Snapshot, site: SiteReading) -> str:
     """Why a ``host_work`` site is no finding, in words ("" otherwise)."""
-    if site.kind != SiteKind.HOST_WORK.value:
+    if site.kind not in _KINDS:
         return ""
     b = breakdown(s)
     ws = works(s)
@@ -184,10 +195,13 @@ def not_raised(s: Snapshot, site: SiteReading) -> str:
 
 def _lines(w: Work) -> str:
     """``lines 30 (RandomState.choice) and 31``."""
+    said: dict[str, list[str]] = {}  # (a line's host and JAX time: said once)
+    for x in w.lines:
+        said.setdefault(x.location.rsplit(":", 1)[-1], []).append(x.detail)
     cells = []
-    for x in w.lines[:3]:
-        line = x.location.rsplit(":", 1)[-1]
-        cells.append(f"{line} ({x.detail})" if x.detail else line)
+    for line, details in list(said.items())[:3]:
+        detail = ", ".join(dict.fromkeys(d for d in details if d))
+        cells.append(f"{line} ({detail})" if detail else line)
     return ("line " if len(cells) == 1 else "lines ") + ", ".join(cells)
 
 
@@ -211,6 +225,9 @@ def host_work(s: Snapshot) -> Iterable[Finding]:
         if bound:  # information; said after the advice (a report's cut keeps that)
             share, waits, bound = 0.0, "", f" {bound}"
         torch = engine_of(s).startswith("torch")
+        if w.eager:
+            yield _eager(s, w, c, waits + bound, share)
+            continue
         if torch:  # (no jitted step to move it into: a DataLoader's workers, or once)
             what = (f"{w.function}(), a generator the loop draws its batches from, runs on the "
                     "host between steps" if w.generator else
@@ -237,3 +254,30 @@ def host_work(s: Snapshot) -> Iterable[Finding]:
             f"{bound}",
             Severity.WARNING if share >= WARN_SHARE else Severity.INFO, w.location,
             kind="per_step_host_work", **c.fields())
+
+
+# What a line entered that makes the training step itself (a gradient, an
+# optimizer's update) rather than work beside it (indexing a batch).
+_TRAINING = ("grad", "vjp", "update", "apply_gradients", "apply_updates")
+
+
+def _eager(s: Snapshot, w: Work, c: Cost, waits: str, share: float) -> Finding:
+    """JAX run outside jit between the step's calls: the step is not one
+    jitted function (an eager ``value_and_grad`` of a jitted loss, an
+    optimizer update op by op), or work beside it (eager indexing)."""
+    ops = next((x for x in s.sites if x.kind == SiteKind.EAGER_OP.value
+                and x.location == w.location), None)
+    advice = eager_site_advice(ops) if ops is not None else None
+    if advice is None and any(t in x.detail for x in w.lines for t in _TRAINING):
+        advice = ("Jit the whole training step: the gradient (jax.value_and_grad), the optimizer "
+                  "update and any per-step random split inside one jax.jit (nnx.jit for flax "
+                  "nnx), so they compile into one graph.")
+    return Finding(
+        f"JAX runs outside jit between the step's calls at {short_location(w.location)} "
+        f"({_lines(w)}; {c.words()}): each transform and op runs from Python on its own, "
+        f"unfused, beside the step's jitted graph (an upper bound on what jitting saves: the "
+        f"device work inside it stays).{waits} "
+        + (advice or "Move it into the jitted step (or jit the function that holds it), so "
+                     "it compiles into one graph."),
+        Severity.WARNING if share >= WARN_SHARE else Severity.INFO, w.location,
+        kind="per_step_eager_work", **c.fields())

@@ -40,6 +40,7 @@ from tpu_info.contract.model import (
 from tpu_info.views.cost import (
     cost_of,
     duration,
+    eager_leads,
     engine_of,
     leads,
     share_words,
@@ -305,8 +306,9 @@ def per_step_work(s: Snapshot) -> Iterable[Finding]:
         return
     torch = engine_of(s).startswith("torch")
     advice = _TORCH_STEP_ADVICE if torch else _STEP_ADVICE
+    eager = eager_leads(s)  # (an optimizer's jitted helper: the eager update's finding)
     for site in step_leads(s).values():
-        if site.work not in advice:
+        if site.work not in advice or site.location in eager:
             continue  # device work read every step: the read's own finding (its drain)
         measured = _MEASURED[True] if torch else _jax_measured(s)
         c = cost_of(s, site.gap_seconds or 0.0, site.gaps, phase=Phase.STEP,

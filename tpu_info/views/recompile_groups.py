@@ -44,6 +44,21 @@ def own_seconds(causes: Iterable[RecompileCause]) -> float | None:
     return None if None in times else sum(t or 0.0 for t in times)
 
 
+def changes(causes: Iterable[RecompileCause]) -> int:
+    """How many changes these recompiles were: JAX's second graph for one
+    change (an eager ``value_and_grad``'s backward pass) carries the first's
+    cause, its time included, and is no change of its own."""
+    return len({(c.time_unix, c.description, c.location) for c in causes})
+
+
+def one_per_change(seen: list[tuple[RecompileCause, G]]) -> list[tuple[RecompileCause, G]]:
+    """``seen`` with each change's first recompile only (:func:`changes`)."""
+    kept: dict[tuple[float, str, str | None], tuple[RecompileCause, G]] = {}
+    for c, g in seen:
+        kept.setdefault((c.time_unix, c.description, c.location), (c, g))
+    return list(kept.values())
+
+
 def recreated_once(kinds: dict[str, list[tuple[RecompileCause, G]]],
                    ) -> dict[str, list[tuple[RecompileCause, G]]]:
     """Causes grouped by kind name, with a function "re-created" only once

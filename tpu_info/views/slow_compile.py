@@ -167,22 +167,49 @@ def slow_compiles(s: Snapshot) -> Iterable[Finding]:
     and a library's own set-up graph (no line of the program) is not news."""
     steps = steps_of(s)
     loop = _loop_seconds(s)
+    # The graphs one line compiled in one phase are one finding: a
+    # torch.compile'd model's graphs split by graph breaks, each a first
+    # compile (PyG's GAT: 39 s of first step said as six findings, the
+    # largest 14.5 s), the costliest graph's advice.
+    by_line: dict[tuple[str | None, Phase, Phase], list[tuple[GraphRecord, float]]] = {}
     for g, first, seconds in _slow(s, loop):
         when = first.time_unix
         told = phase_of(when, when, 1, steps)
         phase = told if told in (Phase.SETUP, Phase.TEARDOWN) else Phase.ONCE  # one-off
+        by_line.setdefault((first.location, phase, told), []).append((g, seconds))
+    for (location, phase, told), slow in by_line.items():
+        slow.sort(key=lambda gs: -gs[1])
+        g, top = slow[0]
+        parts = slow + _same_line(s, location, {x.hash for x, _ in slow}) if len(slow) > 1 else slow
+        seconds = sum(t for _, t in parts)
         c = cost_of(s, seconds, 1, phase=phase)
         at = f", {WHEN[phase]}" if told != Phase.UNKNOWN else ""
         against = "" if not loop else (
             f"as long as {share_words(seconds / loop)} of the step loop, {duration(loop)} "
             "without its compiles; " if seconds < loop else
             f"{seconds / loop:.1f}x the step loop's {duration(loop)} without its compiles; ")
+        what = (g.name if len(parts) == 1 else
+                f"{len(parts)} graphs ({', '.join(dict.fromkeys(x.name for x, _ in parts[:3]))}"
+                f"{', ...' if len(parts) > 3 else ''}; the largest {duration(top)})")
         yield Finding(
-            f"{g.name} at {short_location(first.location)} took {duration(seconds)} to "
+            f"{what} at {short_location(location)} took {duration(seconds)} to "
             f"compile once{at} ({against}{share_words(seconds / s.uptime_seconds)} of run "
             f"time so far, measured): {_advice(s, g, seconds)}",
             Severity.WARNING if outside_warns(c) else Severity.INFO,
-            first.location, kind="slow_compile", **c.fields())
+            location, kind="slow_compile", **c.fields())
+
+
+def _same_line(s: Snapshot, location: str | None,
+               told: set[str]) -> list[tuple[GraphRecord, float]]:
+    """The other graphs first compiled from ``location`` (not single ops, not
+    in ``told``): the rest of what that line compiled, each one compile."""
+    out = []
+    for g in s.graphs:
+        first = next((c for c in g.causes if c.description == FIRST_CALL), None)
+        if (g.hash not in told and g.compiles and first is not None
+                and first.location == location and not single_op(g.name)):
+            out.append((g, g.compile_seconds_total / g.compiles))
+    return out
 
 
 def _first_line(s: Snapshot, first: GraphRecord) -> tuple[str | None, str]:

@@ -352,10 +352,10 @@ _CALL_CODES = tuple(f.__code__
                     for f in _python_calls(lambda: None, Owner(""), JaxContext(), 1, 0))
 
 
-def call_code() -> Any:
-    """The code of the wrapper's every call (host_lines.py: a counted call ends
-    the interval it times)."""
-    return _CALL_CODES[0]
+def wrapper_codes() -> tuple[Any, ...]:
+    """The codes of the wrapper's every call (host_lines.py: a counted call
+    ends the interval it times) and of its timed call (eager_lines.py)."""
+    return _CALL_CODES
 
 
 def _owner_for(fun: object, jitted: object, options: dict[str, object], kind: str,

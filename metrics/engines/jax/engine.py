@@ -155,7 +155,8 @@ class JaxEngine(EngineBase):
         # The training thread's own host work between the step's calls, per line.
         self.host_lines = HostLines(frames_for(skip_prefixes(jax, sys.modules.get("jaxlib"))),
                                     engine_dirs(jax, sys.modules.get("jaxlib")),
-                                    calls.call_code(), on_error=recorder.hook_failed)
+                                    calls.wrapper_codes()[0], on_error=recorder.hook_failed,
+                                    own_codes=calls.wrapper_codes())
         recorder.on_reset(self._forget_calls)
         self._hooked: dict[str, bool] = {}  # "jit", "pmap", "aot": whether each is counted
 

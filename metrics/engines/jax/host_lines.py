@@ -5,7 +5,9 @@ with numpy's conversions of a jax.Array at a user line told apart as reads
 
 The intervals begin after the step's timed call (:mod:`.calls`, a library
 wrapper's: :mod:`.wrappers`) and end at any counted ``jax.jit`` call; time
-under JAX's, jaxlib's and this hook's code is the engine's.
+under JAX's, jaxlib's and this hook's code is the engine's, and JAX's is
+also charged to the user's line that entered it
+(:mod:`metrics.engines.jax.eager_lines`: ``eager_work`` readings).
 
 Example:
     >>> lines = HostLines(frames_for(skip_prefixes()), ())   # doctest: +SKIP
@@ -21,6 +23,7 @@ from types import CodeType
 from metrics.engines import host_lines as _generic
 from metrics.engines._frames import LibraryFrames
 from metrics.engines.host_sites import median_ns, work_sites
+from metrics.engines.jax.eager_lines import EagerLines
 from metrics.engines.jax.numpy_reads import Resolver, readers
 from tpu_info.contract.model import Phase, SiteKind, SiteReading
 
@@ -32,15 +35,24 @@ class HostLines(_generic.HostLines):
 
     def __init__(self, frames: LibraryFrames, engine_dirs: tuple[str, ...],
                  call_code: CodeType | None = None, clock: Callable[[], int] | None = None,
-                 on_error: Callable[[str, BaseException], None] | None = None) -> None:
+                 on_error: Callable[[str, BaseException], None] | None = None,
+                 own_codes: tuple[CodeType, ...] = ()) -> None:
+        """``own_codes``: the jit wrapper's (its time and what it calls, the hook's)."""
         super().__init__(frames, engine_dirs, call_code, clock=clock or time.monotonic_ns,
                          on_error=on_error, readers=readers(), resolver=Resolver())
+        self.eager = EagerLines(self._kind, own_codes)
+
+    def forget(self) -> None:
+        super().forget()
+        self.eager.forget()
 
     def sites(self, mono_to_unix: float, steps: int = 0) -> list[SiteReading]:
         """One ``host_work`` reading per line with time in the sampled intervals,
-        and one ``sync`` reading per line that read a jax.Array through numpy
+        one ``eager_work`` per line with JAX's time there, and one ``sync``
+        reading per line that read a jax.Array through numpy
         (:meth:`read_sites`); ``steps``: the step function's calls so far."""
-        return work_sites(self, mono_to_unix) + self.read_sites(mono_to_unix, steps)
+        return (work_sites(self, mono_to_unix) + self.eager.sites(mono_to_unix)
+                + self.read_sites(mono_to_unix, steps))
 
     def read_sites(self, mono_to_unix: float, steps: int) -> list[SiteReading]:
         """A ``sync`` reading per line whose numpy conversion read a jax.Array

@@ -75,6 +75,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from metrics.engines.rare_work import RARE_FACTOR, RARE_MIN_NS, RareWork
 from metrics.engines.torch.gap_notes import (
     CALL,
     CHECKPOINT,
@@ -106,13 +107,15 @@ FOLD_NOTES = 2048  # notes waiting when the steps are folded (so that none goes 
 MAX_SPANS = 1024  # the latest gaps' bounds kept, to place reads in them
 MAX_SITES = 256  # lines kept apart (and no_grad lines followed)
 USUAL_KEPT = 256  # usual intervals the median is taken over
+RECENT_LED = 16  # a lead's latest gaps kept, for a rare line found later
 
 
 class _Site:
     """One line that led gaps or sat in them."""
 
     __slots__ = ("kind", "location", "via", "detail", "count", "gaps", "gap_ns", "spanned",
-                 "span_ns", "first_step", "last_step", "first_ns", "last_ns", "within")
+                 "span_ns", "first_step", "last_step", "first_ns", "last_ns", "within", "rare",
+                 "led")
 
     def __init__(self, kind: str, location: str, via: str, detail: str) -> None:
         self.kind, self.location, self.via, self.detail = kind, location, via, detail
@@ -124,6 +127,10 @@ class _Site:
         self.first_step = self.last_step = 0  # the steps those gaps came after
         self.first_ns = self.last_ns = 0
         self.within = ""  # the line whose gaps it sat in (its time is that line's)
+        self.rare = RareWork()  # as a lead: its usual own time, the lines its gaps held
+        # Its latest gaps as lead: [own ns, spanned, the lines held, step] (a
+        # rare line found later takes its part of the earlier ones too).
+        self.led: deque[list[Any]] = deque(maxlen=RECENT_LED)
 
 
 class StepGaps:
@@ -267,16 +274,35 @@ class StepGaps:
         else:
             span = got[-1].ns - work[0].ns if got[-1].kind in ENDS else 0
             first, last = work[0].ns, got[-1].ns
+        usual: float | None = None
         if span > 0:
-            lead.spanned += 1
             timeline = self.timeline
             inside = (timeline.within(first, last)
                       if timeline is not None and lead_note.kind != CHECKPOINT else 0)
-            lead.span_ns += max(0, span - inside)
+            own = max(0, span - inside)
         else:
             span = 0
             compile_ns = self.timeline.within(a, b) if self.timeline is not None else 0
-            lead.gap_ns += max(0, (b - a) - compile_ns)
+            own = max(0, (b - a) - compile_ns)
+            usual = self.usual_ns()
+        # Work of a longer period in the lead's gap (a generation every 50
+        # steps after the validation every 10): split off (rare_work.py).
+        rare = (lead.rare.part(own if usual is None else max(0, own - int(usual)),
+                               _lines(work), (lead.kind, lead.location), lead.gaps - 1)
+                if span or usual is not None else None)
+        other = rare and self._site(next(n for n in work if (n.kind, n.location) == rare[0]))
+        if rare and other is not None and other is not lead:
+            self._earlier(lead, other, rare[0], own - rare[1])
+            other.gaps, other.spanned = other.gaps + 1, other.spanned + 1
+            other.span_ns += rare[1]
+            other.first_step, other.last_step, other.within = other.first_step or step, step, ""
+            own -= rare[1]
+        if span > 0:
+            lead.spanned += 1
+            lead.span_ns += own
+        else:
+            lead.gap_ns += own
+        lead.led.append([own, span > 0, frozenset(_lines(work)), step])
         lead.first_step = lead.first_step or step
         lead.last_step = step
         self.spans.append((a, b, lead.location))
@@ -290,6 +316,26 @@ class StepGaps:
             if site is not lead and not site.gaps:
                 site.within = lead.location
         return span
+
+    @staticmethod
+    def _earlier(lead: _Site, other: _Site, key: tuple[str, str], usual: int) -> None:
+        """``other`` (line ``key``) just split off ``lead``'s gap, whose usual own
+        time is ``usual`` ns: its part of the lead's earlier gaps that held it
+        (nGPT's first generation, after step 1, before the lead's usual was
+        known) moves to it too."""
+        for gap in lead.led:
+            own, spanned, keys, step = gap
+            if key not in keys or own <= RARE_FACTOR * usual + RARE_MIN_NS:
+                continue
+            part = own - usual
+            gap[0] = usual
+            if spanned:
+                lead.span_ns -= part
+            else:
+                lead.gap_ns -= part
+            other.gaps, other.spanned, other.span_ns = other.gaps + 1, other.spanned + 1, (
+                other.span_ns + part)
+            other.first_step = min(other.first_step or step, step)
 
     def _site(self, n: Note) -> _Site | None:
         key = (n.kind, n.location)
@@ -372,3 +418,11 @@ class StepGaps:
         self.by_line.clear()
         self.block_after.clear()
         self.quiet.clear()  # (in place: the hooks hold it)
+
+
+def _lines(work: list[Note]) -> dict[tuple[str, str], int]:
+    """A gap's notes per line (kind, location): what its lead's gaps held."""
+    out: dict[tuple[str, str], int] = {}
+    for n in work:
+        out[(n.kind, n.location)] = out.get((n.kind, n.location), 0) + 1
+    return out

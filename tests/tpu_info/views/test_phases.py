@@ -497,3 +497,4 @@ def test_eager_ops_at_a_line_that_ran_in_work_between_steps_are_that_works() -> 
     kinds = {f.kind: f for f in find(Snapshot(11.0, uptime_seconds=11.0, steps=LOOP,
                                               sites=(lead, read, plotted)))}
     assert "per_step_evaluation" in kinds and "per_step_eager_ops" not in kinds, kinds
+
