@@ -58,6 +58,9 @@ _READS = frozenset({
     "block_until_ready", "copy_to_host_async", "device_put", "asarray", "array"})
 
 
+_Above = tuple[CodeType, int, "CodeType | None", "CodeType | None"]
+
+
 class _Line:
     __slots__ = ("code", "line", "ns", "intervals", "recent", "entered")
 
@@ -79,9 +82,10 @@ class EagerLines:
         self.first = self.last = 0
         self.transform = False  # this interval's step was called by JAX (a transform)
         self._at: tuple[int, int] | None = None
-        # This interval: frame id -> (frame, (user code id, line), entered code or None);
-        # per (user code id, line, entered code id) its ns; codes by id.
-        self._above: dict[int, tuple[FrameType, tuple[int, int] | None, CodeType | None]] = {}
+        # This interval: frame id -> (its code, hops to its user frame, the
+        # user's code or None, the function entered); per (user code id, line,
+        # entered code id) its ns; codes by id.
+        self._above: dict[int, _Above] = {}
         self._acc: dict[tuple[int, int, int], int] = {}
         self._codes: dict[int, CodeType] = {}
 
@@ -106,28 +110,44 @@ class EagerLines:
         if self._at is None:  # (host_lines' calibration, no interval's)
             return
         hit = self._above.get(id(frame))
-        if hit is None or hit[0] is not frame:
+        if hit is None or hit[0] is not frame.f_code:
             hit = self._find(frame)
-        at = hit[1]
-        if at is None or (at == self._at and not self.transform):
+        user = hit[2]
+        if user is None:
             return
-        entered = hit[2]
+        u: FrameType | None = frame
+        for _ in range(hit[1]):  # (a few hops: no frame is held between events)
+            u = u.f_back if u is not None else None
+        if u is None or u.f_code is not user:
+            hit = self._find(frame, fresh=True)
+            user, u = hit[2], frame
+            if user is None:
+                return
+            for _ in range(hit[1]):
+                u = u.f_back if u is not None else None
+            if u is None:
+                return
+        at = (id(user), u.f_lineno)
+        if at == self._at and not self.transform:
+            return
+        entered = hit[3]
         key = (at[0], at[1], id(entered) if entered is not None else 0)
         self._acc[key] = self._acc.get(key, 0) + ns
 
-    def _find(self, frame: FrameType) -> tuple[FrameType, tuple[int, int] | None,
-                                                CodeType | None]:
-        """The user line above ``frame`` and the function it entered, the
-        frames walked cached for the interval (held there: no id reused)."""
+    def _find(self, frame: FrameType, fresh: bool = False) -> _Above:
+        """``(code, hops, the user's code, the function it entered)`` of
+        ``frame``: how many frames up its user frame is (the user's code None
+        where its time is no line's), the frames walked cached for the
+        interval by id, checked by their code (no frame is held: a frame
+        keeps its locals, a step's arrays among them, alive)."""
         above, kind, own = self._above, self._kind, self._own
         walked: list[FrameType] = []
         f: FrameType | None = frame
-        at: tuple[int, int] | None = None
-        entered: CodeType | None = None
+        hops, user, entered = 0, None, None
         while f is not None and len(walked) < MAX_DEPTH:
-            hit = above.get(id(f))
-            if hit is not None and hit[0] is f:
-                at, entered = hit[1], hit[2]
+            hit = None if fresh else above.get(id(f))
+            if hit is not None and hit[0] is f.f_code:
+                hops, user, entered = hit[1], hit[2], hit[3]
                 break
             code = f.f_code
             if id(code) in own:  # under the jit wrapper: the hook's own work
@@ -137,7 +157,7 @@ class EagerLines:
                               if w.f_code.co_name not in _WRAPPERS), None)
                 if outer is not None and outer.co_name in _READS:
                     break  # a read or a copy: its own sites measure it
-                at = (id(code), f.f_lineno)
+                user = code
                 self._codes[id(code)] = code
                 for w in reversed(walked):  # the public function, past wrappers
                     c = w.f_code  # (JAX's traceback filter, a library's decorator)
@@ -150,9 +170,10 @@ class EagerLines:
                 break
             walked.append(f)
             f = f.f_back
-        for w in walked:
-            above[id(w)] = (w, at, entered)
-        return frame, at, entered
+        n = len(walked)
+        for i, w in enumerate(walked):
+            above[id(w)] = (w.f_code, n - i + hops, user, entered)
+        return (frame.f_code, n + hops, user, entered)
 
     def fold(self, start: int, now: int) -> None:
         """The interval (``start`` to ``now``, monotonic ns) ended: its lines
