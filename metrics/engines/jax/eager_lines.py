@@ -47,6 +47,7 @@ from tpu_info.contract.model import Phase, SiteKind, SiteReading
 
 MAX_LINES = 128  # lines kept (a new one past this is not)
 MAX_DEPTH = 256  # frames walked up from a JAX frame to its user frame
+MAX_ENTERED = 8  # functions kept per line
 _USER = 0  # host_lines' kind of a user's code object
 _WRAPPERS = frozenset({"reraise_with_filtered_traceback"})  # jax's api_boundary's
 # What a line entered that reads a value to the host, waits for the device or
@@ -190,7 +191,8 @@ class EagerLines:
             per_line[key] = per_line.get(key, 0) + ns
             if entered_id:
                 code = self._codes[entered_id]
-                row.entered[code] = row.entered.get(code, 0) + ns
+                if code in row.entered or len(row.entered) < MAX_ENTERED:
+                    row.entered[code] = row.entered.get(code, 0) + ns
         for key, ns in per_line.items():
             row = self.lines[key]
             row.ns += ns
