@@ -33,6 +33,13 @@ from metrics.recording.journal import FOLD_AT, Journal
 from tpu_info.contract.model import GraphRecord, RecompileCause
 from tpu_info.contract.reuse import Kept
 
+# Graph names a compile gets from JAX's own wrapper, not the user's function:
+# JAX 0.10 compiles every jax.pmap as jit(_fun) (a jit of shard_map); the
+# counted function that ran the graph names it (``pmap(eval_step)``), so two
+# pmaps' graphs are never one function's (flax's imagenet: the evaluation's
+# first compile in the loop was merged into the train step's).
+WRAPPER_NAMES = frozenset({"jit(_fun)"})
+
 
 class _Entry:
     __slots__ = (
@@ -212,6 +219,8 @@ class GraphLedger:
         for graph_hash, name, engine, n in batch:
             e = touch(graph_hash, name, engine)
             e.executions = (e.executions or 0) + n
+            if e.name in WRAPPER_NAMES and name != e.name:  # (touch marked it changed)
+                e.name = name  # the function that ran it: pmap(train_step), not jit(_fun)
 
     def device_time(self, graph_hash: str, median_ns: int, samples: int) -> None:
         """The device's time for one execution of a known graph (the median of

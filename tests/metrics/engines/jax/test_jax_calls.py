@@ -426,11 +426,12 @@ print(json.dumps({"execs": {g.name: g.executions for g in s.graphs if g.executio
 def test_pmap_calls_count_as_executions_of_their_graph():
     """``jax.pmap`` is wrapped at install like ``jax.jit``: each call is an
     execution of the pmapped graph (in JAX 0.10 a jit of shard_map), not of
-    the resharding graph its first call compiles after it."""
+    the resharding graph its first call compiles after it; the graph (JAX's
+    ``jit(_fun)``) named by the function that ran it."""
     r = run_python(_PMAP)
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout.strip().splitlines()[-1])
-    assert out["execs"] == {"jit(_fun)": 12}, out
+    assert out["execs"] == {"pmap(double)": 12}, out
     assert out["steps"] == [12, "pmap(double): the jitted function with the most time (12 calls)"]
     assert not any("pmap could not" in b for b in out["blind"])
 

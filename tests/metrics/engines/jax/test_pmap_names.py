@@ -1,0 +1,66 @@
+"""Two pmapped functions' graphs keep their functions' names (issue 41: JAX
+0.10 compiles every ``jax.pmap`` as ``jit(_fun)``; flax's imagenet and
+nlp_seq examples' evaluation compiled in the loop was merged into the train
+step's "jit(_fun) 9.8 s in 3 compiles", said nowhere as its own). Real JAX on
+the CPU, its own process: the graphs are named by the counted function that
+ran them, and the evaluation's first compile in the loop is its own."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("jax")
+
+from tests.hooked import PRINT_SNAPSHOT, ROOT  # noqa: E402
+
+PROGRAM = textwrap.dedent('''
+    import json
+    import jax, jax.numpy as jnp
+    import metrics
+    metrics.install(engines=["jax"])
+
+    def train_step(w, x):
+        return w - 0.01 * jnp.mean(jnp.tanh(x @ w)) * w
+
+    def eval_step(w, x):
+        h = x
+        for i in range(40):  # a larger graph than the step's
+            h = jnp.tanh(h @ w + i)
+        return jnp.mean(h)
+
+    p_train, p_eval = jax.pmap(train_step), jax.pmap(eval_step)
+    w, x = jnp.ones((1, 64, 64)) * 0.01, jnp.ones((1, 32, 64))
+    for i in range(200):
+        w = p_train(w, x)
+        if i % 100 == 50:
+            float(p_eval(w, x)[0])
+''')
+
+
+def test_each_pmapped_functions_graphs_carry_its_name(tmp_path: Path) -> None:
+    from tpu_info.proto import tpu_info_v1_pb2 as pb
+    from tpu_info.views.findings import find
+    from tpu_info.wire.codec import snapshot_from_proto
+
+    prog = tmp_path / "pm.py"
+    prog.write_text(PROGRAM + PRINT_SNAPSHOT)
+    env = dict(os.environ, PYTHONPATH=str(ROOT), JAX_PLATFORMS="cpu",
+               TPU_INFO_RUNTIME_DIR=str(tmp_path / "rt"))
+    r = subprocess.run([sys.executable, str(prog)], cwd=ROOT, capture_output=True, text=True,
+                       timeout=300, env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    s = snapshot_from_proto(pb.Snapshot.FromString(bytes.fromhex(
+        json.loads(r.stdout.splitlines()[-1])["proto"])))
+    names = {g.name for g in s.graphs if g.executions}
+    assert {"pmap(train_step)", "pmap(eval_step)"} <= names, names
+    assert not [g for g in s.graphs if g.name == "jit(_fun)" and g.executions]
+    [share] = [f for f in find(s) if f.kind == "compile_share"]
+    assert "pmap(eval_step)" in share.message and "first compiled inside the step loop" in (
+        share.message), share.message
