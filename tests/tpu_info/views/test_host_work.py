@@ -172,3 +172,21 @@ def test_eager_torch_on_the_cpu_its_host_work_is_step_time_with_torchs_fixes():
     # The same line in a JAX snapshot with nothing measured of its device: not said.
     jax = dataclasses.replace(s, process=ProcessRecord(1, "prog.py", engine="jax"))
     assert not [f for f in find(jax) if f.kind == "per_step_host_work"]
+
+
+def test_a_lines_copies_are_its_eager_work_findings_not_a_transfer_finding():
+    # equinox's parallelism example: eqx.filter_shard of each numpy batch at
+    # one line, an eager call that copies the batch: the copies' advice (put
+    # the data set on the device once) made the loop 56 % slower (issue 41).
+    eager = SiteReading("eager_work", "/w/prog.py:96", 60, seconds=120e-6 * 60,
+                        function="<module>", detail="equinox filter_shard", timed=60,
+                        occurrences=60, first_seen_unix=100.1, last_seen_unix=102.5,
+                        phase="step")
+    copies = SiteReading("implicit_to_device", "/w/prog.py:96", 20_000, bytes=512 * 20_000,
+                         seconds=20_000 * 8e-6, detail="jax.device_put", timed=20_000,
+                         timed_bytes=512 * 20_000, occurrences=10_000, first_seen_unix=100.0,
+                         last_seen_unix=102.6, phase="step")
+    before = [f.kind for f in find(_snap(copies))]
+    assert "per_step_implicit_transfer" in before, before
+    found = [f.kind for f in find(_snap(eager, copies))]
+    assert "per_step_eager_work" in found and "per_step_implicit_transfer" not in found, found
