@@ -183,13 +183,21 @@ def loop(tmp_path_factory) -> dict[str, object]:
 
 @pytest.mark.slow
 def test_a_loop_that_reshapes_each_batch_eagerly_gets_a_per_step_finding_at_that_line(loop):
-    (f,) = [f for f in loop["findings"] if f["kind"] == "per_step_eager_ops"]
-    assert f["location"] == loop["at"]["PER_STEP"], f
+    # Said as the line's eager ops, or, where its JAX time was measured in the
+    # sampled intervals and the loop is host-bound, as per_step_eager_work
+    # (which then holds the ops' finding: a quiet machine's fresh-check).
+    (f,) = [f for f in loop["findings"] if f["location"] == loop["at"]["PER_STEP"]
+            and f["kind"] in ("per_step_eager_ops", "per_step_eager_work")]
     # (300-304 ops at its line in 300 steps; a fresh-check at def6032 read 334 once,
     # rerun on the same module-scoped data: a margin, the per-step wording is the test)
     assert f["phase"] == "step" and 0.9 <= f["per_step"] <= 1.2, f
-    assert f["message"].startswith(f"eager jnp ops at train.py:"
-                                   f"{loop['at']['PER_STEP'].rsplit(':', 1)[1]} (")
+    line = loop["at"]["PER_STEP"].rsplit(":", 1)[1]
+    if f["kind"] == "per_step_eager_work":
+        assert f"JAX runs outside jit between the step's calls at train.py:{line} (" in (
+            f["message"]), f
+        assert "Move it into the jitted step" in f["message"], f
+        return
+    assert f["message"].startswith(f"eager jnp ops at train.py:{line} (")
     assert "slice" in f["message"] and "every step" in f["message"], f
     assert "Move them into the jitted step" in f["message"], f
 
