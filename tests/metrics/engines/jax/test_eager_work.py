@@ -20,7 +20,7 @@ import pytest
 
 pytest.importorskip("jax")
 
-from tests.hooked import PRINT_SNAPSHOT, ROOT  # noqa: E402
+from tests.hooked import PRINT_SNAPSHOT, ROOT, snapshot_printed_by  # noqa: E402
 from tpu_info.contract.model import Snapshot  # noqa: E402
 from tpu_info.views.findings import find  # noqa: E402
 
@@ -159,18 +159,7 @@ SHORT_BATCH = textwrap.dedent('''
 def test_a_short_last_batch_under_an_eager_grad_costs_both_its_graphs(tmp_path: Path) -> None:
     # d2l's short last batch compiled jit(loss)'s forward and backward graphs
     # again (0.68 + 1.06 s in JAX's log); the finding said the forward's alone.
-    from tpu_info.proto import tpu_info_v1_pb2 as pb
-    from tpu_info.wire.codec import snapshot_from_proto
-
-    prog = tmp_path / "short.py"
-    prog.write_text(SHORT_BATCH + PRINT_SNAPSHOT)
-    env = dict(os.environ, PYTHONPATH=str(ROOT), JAX_PLATFORMS="cpu",
-               TPU_INFO_RUNTIME_DIR=str(tmp_path / "rt"))
-    r = subprocess.run([sys.executable, str(prog)], cwd=ROOT, capture_output=True, text=True,
-                       timeout=300, env=env)
-    assert r.returncode == 0, r.stderr[-3000:]
-    s = snapshot_from_proto(pb.Snapshot.FromString(bytes.fromhex(
-        json.loads(r.stdout.splitlines()[-1])["proto"])))
+    s = snapshot_printed_by(tmp_path, SHORT_BATCH + PRINT_SNAPSHOT, "short.py")
     graphs = [g for g in s.graphs if g.name == "jit(loss)"]
     assert len(graphs) == 4, [(g.name, g.compile_seconds_total) for g in graphs]
     [f] = [f for f in find(s) if f.kind == "recompile_short_last_batch"]

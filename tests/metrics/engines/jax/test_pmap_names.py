@@ -7,10 +7,6 @@ ran them, and the evaluation's first compile in the loop is its own."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -18,7 +14,7 @@ import pytest
 
 pytest.importorskip("jax")
 
-from tests.hooked import PRINT_SNAPSHOT, ROOT  # noqa: E402
+from tests.hooked import PRINT_SNAPSHOT, snapshot_printed_by  # noqa: E402
 
 PROGRAM = textwrap.dedent('''
     import json
@@ -45,19 +41,9 @@ PROGRAM = textwrap.dedent('''
 
 
 def test_each_pmapped_functions_graphs_carry_its_name(tmp_path: Path) -> None:
-    from tpu_info.proto import tpu_info_v1_pb2 as pb
     from tpu_info.views.findings import find
-    from tpu_info.wire.codec import snapshot_from_proto
 
-    prog = tmp_path / "pm.py"
-    prog.write_text(PROGRAM + PRINT_SNAPSHOT)
-    env = dict(os.environ, PYTHONPATH=str(ROOT), JAX_PLATFORMS="cpu",
-               TPU_INFO_RUNTIME_DIR=str(tmp_path / "rt"))
-    r = subprocess.run([sys.executable, str(prog)], cwd=ROOT, capture_output=True, text=True,
-                       timeout=300, env=env)
-    assert r.returncode == 0, r.stderr[-3000:]
-    s = snapshot_from_proto(pb.Snapshot.FromString(bytes.fromhex(
-        json.loads(r.stdout.splitlines()[-1])["proto"])))
+    s = snapshot_printed_by(tmp_path, PROGRAM + PRINT_SNAPSHOT, "pm.py")
     names = {g.name for g in s.graphs if g.executions}
     assert {"pmap(train_step)", "pmap(eval_step)"} <= names, names
     assert not [g for g in s.graphs if g.name == "jit(_fun)" and g.executions]
